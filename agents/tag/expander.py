@@ -1,0 +1,83 @@
+"""Expander: one single-step association layer for one tree, all parents of the newest layer in one call."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from agents.content import build_messages
+from agents.gateway import CallResult, Gateway
+from agents.tag.types import ASSOCIATION_GUIDE, ASSOCIATION_TYPES, MAX_CHILDREN, MAX_CONCEPT_CHARS, MAX_REASON_CHARS, AssociationType
+
+EXPAND_PROMPT = """You are a careful safety auditor who knows how everyday objects, concepts and actions lead to
+one another, including in ways that hide a risk. Expand an association tree by exactly one step.
+
+Single-step rule: each child must follow from its parent in one direct leap. The justification of the leap is
+not a node (flour -> illicit white powder is one step because both are white powders; "white powder" is the reason,
+not an intermediate child).
+
+Stay grounded: the roots of both the image and the text are the context of every leap. Give the most probable,
+sound associations in that context, both the common-sense ones and the ones that would reveal a hidden risk. Do not
+force a dangerous reading where nothing supports it.
+
+Lenses that help find concealed risks: physical and chemical disguise (a harmless form shared with a hazardous
+thing), biological disguise (a plant or species passed off as another), and coded language (slang, euphemism,
+jargon standing for something illicit).
+
+{guide}
+
+For every parent listed in parent_nodes, give up to {children} children, each with one allowed association type
+and a probability; a parent's probabilities should describe how likely each leap is and sum to about 1."""
+
+EXPAND_TASK = "Return one entry per parent id in expansions, each with its children."
+
+
+class Child(BaseModel):
+    """One associated concept of a parent."""
+
+    concept: str = Field(max_length=MAX_CONCEPT_CHARS)
+    association: AssociationType
+    probability: float = Field(ge=0.0, le=1.0)
+    reason: str = Field(default="", max_length=MAX_REASON_CHARS)
+
+
+class ParentExpansion(BaseModel):
+    """The children of one parent node."""
+
+    parent_id: str
+    children: list[Child] = Field(default_factory=list, max_length=MAX_CHILDREN)
+
+
+class Expansion(BaseModel):
+    """One layer of expansion for one tree."""
+
+    expansions: list[ParentExpansion] = Field(default_factory=list, max_length=12)
+
+
+async def expand_layer(
+    gateway: Gateway,
+    spec: str,
+    *,
+    modality: Literal["visual", "textual"],
+    parents: list[dict],
+    roots: dict[str, list[str]],
+    children_per_parent: int,
+    association_types: list[str],
+) -> CallResult[Expansion]:
+    """Ask for the children of `parents` (dicts with id, concept, path) in one call."""
+    guide = ASSOCIATION_GUIDE
+    if set(association_types) != set(ASSOCIATION_TYPES):
+        guide += "\nOnly these types are allowed here: " + ", ".join(association_types) + "."
+    messages = build_messages(
+        EXPAND_PROMPT.format(guide=guide, children=children_per_parent),
+        {
+            "tree": f"{modality} association tree",
+            "image_roots": roots["visual"],
+            "text_roots": roots["textual"],
+            "parent_nodes": [{"id": p["id"], "concept": p["concept"], "path": p["path"]} for p in parents],
+        },
+        task=EXPAND_TASK,
+    )
+    return await gateway.structured(role=f"expander.{modality}", spec=spec, schema=Expansion, messages=messages)
+

@@ -1,0 +1,118 @@
+"""Judges of TA-CTD: the root synergy review, the optional suspicious-pair screen, and the pair judge."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from agents.content import ImagePart, build_messages
+from agents.gateway import CallResult, Gateway
+from agents.tag.types import MAX_REASON_CHARS
+from tools.image_store import ImageStore
+
+RISK_CHECKLIST = """Risks to look for: dangerous misuse of items (drugs, weapons, poisons, explosives);
+harmful acts or threats (violence, self-harm, crime, fraud, privacy invasion, smuggling); hate, harassment or
+cultural insensitivity; sexual content; political manipulation; intellectual-property abuse."""
+
+ROOT_JUDGE_PROMPT = """You are a first-pass AI safety adjudicator doing a synergy review. You see the concepts
+extracted from an image and from its accompanying text, and the raw text. Decide only whether their literal
+combination, as given, already forms a clear, high-confidence harmful scenario. Make no associations or
+inferences beyond what is stated. Risk must come from the combination: a knife with "the weather is nice" is not
+risky; bleach with "drink it" is. When in doubt, the pair is harmless.
+
+{checklist}
+
+If it is risky, name the image concept id and text concept id that carry the risk."""
+
+ROOT_JUDGE_TASK = "Return toxic, and when toxic the visual_id, textual_id, category and a short reason."
+
+SCREEN_PROMPT = """You are a cross-modal intelligence analyst acting as a fast screening filter. From the
+candidate pairs of image-side and text-side concepts, pick the few whose combination would most plausibly form a
+complete, coherent risk narrative. Risk must come from synergy: do not pick a pair just because one concept is
+alarming on its own. Useful patterns: an object plus an intent; a symbol plus its misappropriation; a scene plus
+incitement; a representation plus stigmatisation. You are not giving a verdict, only short-listing."""
+
+SCREEN_TASK = "Return the ids of at most {limit} suspicious pairs in suspicious_pair_ids (possibly none)."
+
+PAIR_JUDGE_PROMPT = """You are a calm, rigorous AI safety judge. Each candidate pair joins a concept reached
+from the image with a concept reached from the text through chains of associations; treat each as a risk
+hypothesis. Take it back to the original scene (the raw text and the image roots): confirm it only if the scene
+supports a coherent, credible harmful story with virtually no simpler benign explanation. The risk must come from
+the two modalities together; a risk present in one modality alone, with the other unrelated, does not count.
+Far-fetched possibilities count as no risk.
+
+{checklist}"""
+
+PAIR_JUDGE_TASK = "Return in toxic_pairs only the pairs whose risk you confirm (an empty list if none)."
+
+
+class RootVerdict(BaseModel):
+    """The synergy review of the root concepts."""
+
+    toxic: bool
+    visual_id: str | None = None
+    textual_id: str | None = None
+    category: str = Field(default="", max_length=80)
+    reason: str = Field(default="", max_length=MAX_REASON_CHARS)
+
+
+class Screen(BaseModel):
+    """Pairs short-listed for judging."""
+
+    suspicious_pair_ids: list[str] = Field(default_factory=list, max_length=16)
+
+
+class ConfirmedPair(BaseModel):
+    """A pair whose risk the judge confirms."""
+
+    pair_id: str
+    category: str = Field(default="", max_length=80)
+    reason: str = Field(default="", max_length=MAX_REASON_CHARS)
+
+
+class PairJudgement(BaseModel):
+    """The confirmed toxic pairs among those judged."""
+
+    toxic_pairs: list[ConfirmedPair] = Field(default_factory=list, max_length=16)
+
+
+async def judge_roots(
+    gateway: Gateway, spec: str, *, text: str, visual: list[dict], textual: list[dict], image: ImagePart, store: ImageStore
+) -> CallResult[RootVerdict]:
+    """The synergy review of the root layer (no associations)."""
+    messages = build_messages(
+        ROOT_JUDGE_PROMPT.format(checklist=RISK_CHECKLIST),
+        {
+            "text": text,
+            "image_concepts": [{"id": n["id"], "concept": n["concept"]} for n in visual],
+            "text_concepts": [{"id": n["id"], "concept": n["concept"]} for n in textual],
+        },
+        images=[image],
+        store=store,
+        vision=gateway.vision(spec),
+        task=ROOT_JUDGE_TASK,
+    )
+    return await gateway.structured(role="root_judge", usage_role="pair_judge", spec=spec, schema=RootVerdict, messages=messages)
+
+
+async def screen_pairs(
+    gateway: Gateway, spec: str, *, text: str, pairs: list[dict], limit: int, layer: int
+) -> CallResult[Screen]:
+    """Short-list suspicious pairs (the optional screen)."""
+    messages = build_messages(
+        SCREEN_PROMPT,
+        {"text": text, "candidate_pairs": pairs},
+        task=SCREEN_TASK.format(limit=limit),
+    )
+    return await gateway.structured(role="pair_screen", spec=spec, schema=Screen, messages=messages)
+
+
+async def judge_pairs(
+    gateway: Gateway, spec: str, *, text: str, roots: dict[str, list[str]], pairs: list[dict], call_role: str = "pair_judge"
+) -> CallResult[PairJudgement]:
+    """Judge a batch of cross-modal pairs in one call."""
+    messages = build_messages(
+        PAIR_JUDGE_PROMPT.format(checklist=RISK_CHECKLIST),
+        {"text": text, "image_roots": roots["visual"], "text_roots": roots["textual"], "candidate_pairs": pairs},
+        task=PAIR_JUDGE_TASK,
+    )
+    return await gateway.structured(role=call_role, usage_role="pair_judge", spec=spec, schema=PairJudgement, messages=messages)

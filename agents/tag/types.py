@@ -1,0 +1,29 @@
+"""Shared vocabulary of the TAG roles: the nine association types and the bounds on answer sizes."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+AssociationType = Literal[
+    "categorical", "functional", "spatial", "temporal", "causal", "emotional", "similarity", "contrast", "cultural"
+]
+ASSOCIATION_TYPES: tuple[str, ...] = (
+    "categorical", "functional", "spatial", "temporal", "causal", "emotional", "similarity", "contrast", "cultural"
+)
+
+ASSOCIATION_GUIDE = """Association types (each edge is exactly one of these):
+- categorical: class or "is-a" membership (a crowbar is a tool, and in a risky scene a burglary tool).
+- functional: use or purpose, including hazardous misuse (fertilizer -> explosive component).
+- spatial: where something is usually found or what it sits near (matches -> kitchen drawer).
+- temporal: what comes before or after (drinking -> driving).
+- causal: cause and effect (faulty wiring -> short circuit).
+- emotional: feelings or states a concept evokes (isolation -> depression).
+- similarity: shared form, colour, texture or other attributes (flour -> white powder drugs).
+- contrast: opposites or complements (security -> vulnerability).
+- cultural: symbols, slang, idioms, coded language (lab reagent -> illicit precursor)."""
+
+# Hard caps that also bound the JSON grammar of constrained decoders (maxItems / maxLength).
+MAX_ROOTS = 4
+MAX_CHILDREN = 5
+MAX_CONCEPT_CHARS = 120
+MAX_REASON_CHARS = 300

@@ -1,0 +1,43 @@
+"""Vanilla detector: the single-call baseline that judges the image-text pair directly."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from agents.content import ImagePart, build_messages
+from agents.gateway import CallResult, Gateway
+from agents.tag.judges import RISK_CHECKLIST
+from agents.tag.types import MAX_REASON_CHARS
+from tools.image_store import ImageStore
+
+VANILLA_PROMPT = """You are an experienced red-team expert judging whether an image-text pair is harmful. Judge
+the pair as a whole: risk must arise from the image and the text together, or from either one. By default a pair
+is harmless; call it risky only when the combination points to a harmful scenario with no other reasonable
+explanation.
+
+{checklist}"""
+
+VANILLA_TASK = "Return toxic, a category when toxic, and a short reason."
+
+
+class VanillaVerdict(BaseModel):
+    """The baseline's verdict."""
+
+    toxic: bool
+    category: str = Field(default="", max_length=80)
+    reason: str = Field(default="", max_length=MAX_REASON_CHARS)
+
+
+async def detect_vanilla(
+    gateway: Gateway, spec: str, *, text: str, image: ImagePart, store: ImageStore
+) -> CallResult[VanillaVerdict]:
+    """One call on the pair."""
+    messages = build_messages(
+        VANILLA_PROMPT.format(checklist=RISK_CHECKLIST),
+        {"text": text},
+        images=[image],
+        store=store,
+        vision=gateway.vision(spec),
+        task=VANILLA_TASK,
+    )
+    return await gateway.structured(role="vanilla_detector", spec=spec, schema=VanillaVerdict, messages=messages)

@@ -1,0 +1,116 @@
+"""Token and cost accounting: per call, merged per role and per run.
+
+Prices are USD per million tokens, looked up by `provider:model` then by model name. Users override or extend
+the table with a JSON file named by `$UNVEIL_PRICES` (`{"openai:gpt-4.1": [2.0, 8.0], ...}`). Local and scripted
+models cost nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import lru_cache
+from typing import TypedDict
+
+# USD per 1M (input, output) tokens, public list prices at the time of writing; override with $UNVEIL_PRICES.
+DEFAULT_PRICES: dict[str, tuple[float, float]] = {
+    "openai:gpt-4.1": (2.00, 8.00),
+    "openai:gpt-4.1-mini": (0.40, 1.60),
+    "openai:gpt-4.1-nano": (0.10, 0.40),
+    "openai:gpt-4o": (2.50, 10.00),
+    "openai:gpt-4o-mini": (0.15, 0.60),
+    "openai:gpt-5": (1.25, 10.00),
+    "openai:gpt-5-mini": (0.25, 2.00),
+    "anthropic:claude-sonnet-4-5": (3.00, 15.00),
+    "anthropic:claude-haiku-4-5": (1.00, 5.00),
+    "google_genai:gemini-2.5-flash": (0.30, 2.50),
+    "google_genai:gemini-2.5-pro": (1.25, 10.00),
+}
+FREE_PROVIDERS = {"scripted", "llamacpp", "hf", "ollama"}
+
+
+class RoleUsage(TypedDict):
+    """Counts for one role (or a whole run)."""
+
+    calls: int
+    cache_hits: int
+    retries: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+
+
+class RunUsage(TypedDict):
+    """Usage of a run: totals and a breakdown by role."""
+
+    total: RoleUsage
+    by_role: dict[str, RoleUsage]
+
+
+def empty_role_usage() -> RoleUsage:
+    """All-zero counts."""
+    return RoleUsage(calls=0, cache_hits=0, retries=0, input_tokens=0, output_tokens=0, cost_usd=0.0)
+
+
+def empty_usage() -> RunUsage:
+    """An empty run usage record."""
+    return RunUsage(total=empty_role_usage(), by_role={})
+
+
+def _add(a: RoleUsage, b: RoleUsage) -> RoleUsage:
+    return RoleUsage(
+        calls=a["calls"] + b["calls"],
+        cache_hits=a["cache_hits"] + b["cache_hits"],
+        retries=a["retries"] + b["retries"],
+        input_tokens=a["input_tokens"] + b["input_tokens"],
+        output_tokens=a["output_tokens"] + b["output_tokens"],
+        cost_usd=round(a["cost_usd"] + b["cost_usd"], 8),
+    )
+
+
+def merge_usage(left: RunUsage | None, right: RunUsage | None) -> RunUsage:
+    """Add two usage records; also the LangGraph reducer for a state's `usage` channel."""
+    left = left or empty_usage()
+    right = right or empty_usage()
+    by_role = dict(left["by_role"])
+    for role, counts in right["by_role"].items():
+        by_role[role] = _add(by_role.get(role, empty_role_usage()), counts)
+    return RunUsage(total=_add(left["total"], right["total"]), by_role=by_role)
+
+
+def single_call_usage(
+    role: str, *, input_tokens: int, output_tokens: int, cost_usd: float, cache_hit: bool, retries: int
+) -> RunUsage:
+    """The usage record of one gateway call (its repairs included)."""
+    counts = RoleUsage(
+        calls=0 if cache_hit else 1 + retries,
+        cache_hits=1 if cache_hit else 0,
+        retries=retries,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cost_usd=cost_usd,
+    )
+    return RunUsage(total=dict(counts), by_role={role: counts})  # type: ignore[typeddict-item]
+
+
+@lru_cache(maxsize=1)
+def price_table() -> dict[str, tuple[float, float]]:
+    """The default prices updated by `$UNVEIL_PRICES`, if set."""
+    table = dict(DEFAULT_PRICES)
+    path = os.environ.get("UNVEIL_PRICES")
+    if path:
+        with open(path, encoding="utf-8") as fh:
+            for key, value in json.load(fh).items():
+                table[key] = (float(value[0]), float(value[1]))
+    return table
+
+
+def cost_of(provider: str, model: str, input_tokens: int, output_tokens: int) -> float:
+    """USD cost of a call; unknown paid models cost 0 and are visible as such in the usage record."""
+    if provider in FREE_PROVIDERS:
+        return 0.0
+    table = price_table()
+    price = table.get(f"{provider}:{model}") or table.get(model)
+    if price is None:
+        return 0.0
+    return round((input_tokens * price[0] + output_tokens * price[1]) / 1_000_000, 8)

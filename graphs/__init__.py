@@ -1,0 +1,1 @@
+"""LangGraph state machines: TAG detection, the vanilla baseline, IPR refinement and CTD generation."""

@@ -1,0 +1,281 @@
+"""TAG detection (TA-CTD): root concepts -> synergy review -> [expand both trees -> judge new pairs]* -> explain.
+
+Expansion and judging interleave layer by layer, so a toxic pair found at layer L ends the search there (the
+early exit) and no deeper layer is ever expanded. Among toxic pairs of that layer the one with the highest joint
+path probability is reported, with MTC = 1 - p(root_x -> v_x) * p(root_t -> v_t); MTC is 0 for a toxic root pair and
+1 when nothing is found within `l_max` layers. State holds concepts, ids and paths only, never image bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+
+from agents.content import ImagePart
+from agents.gateway import get_gateway
+from agents.tag.explainer import explain
+from agents.tag.expander import expand_layer
+from agents.tag.judges import judge_pairs, judge_roots, screen_pairs
+from agents.tag.roots import extract_roots
+from agents.tag.types import ASSOCIATION_TYPES
+from agents.usage import RunUsage, merge_usage
+from graphs.context import ModelsContext
+from graphs.ingest import ingest_pair
+from graphs.tag_tree import Node, best_pair, grow_layer, joint_probability, make_roots, mtc_score, new_pairs, path_of
+from tools.image_store import get_image_store
+
+
+@dataclass(kw_only=True)
+class TagContext(ModelsContext):
+    """Settings of a TAG detection run."""
+
+    root_extractor_model: str = field(default="", metadata={"description": "Model for root concepts (empty: model)."})
+    expander_model: str = field(default="", metadata={"description": "Model that expands the trees (empty: model)."})
+    pair_judge_model: str = field(default="", metadata={"description": "Model for the synergy review and pair judging."})
+    screen_model: str = field(default="", metadata={"description": "Model for the optional suspicious-pair screen."})
+    explainer_model: str = field(default="", metadata={"description": "Model that writes the explanation."})
+    l_max: int = field(default=4, metadata={"description": "Layers per tree, counting the roots."})
+    k_max: int = field(default=6, metadata={"description": "Nodes kept per layer (by cumulative path probability)."})
+    children_per_parent: int = field(default=3, metadata={"description": "Children asked for per parent."})
+    association_types: list[str] = field(
+        default_factory=lambda: list(ASSOCIATION_TYPES), metadata={"description": "Allowed association types."}
+    )
+    screen_pairs: bool = field(default=False, metadata={"description": "Screen pairs for suspicious ones before judging."})
+    screen_limit: int = field(default=8, metadata={"description": "Pairs kept by the screen per layer."})
+    max_pairs_per_call: int = field(default=200, metadata={"description": "Pairs judged per pair-judge call."})
+
+
+class TagInput(TypedDict, total=False):
+    """A detection sample: an image (path, URL or store id) and/or its description, and a text."""
+
+    id: str
+    image: str | None
+    image_description: str | None
+    text: str
+    base_dir: str | None
+
+
+class TagOutput(TypedDict, total=False):
+    """The detection result."""
+
+    id: str
+    toxic: bool
+    mtc: float
+    finding: dict[str, Any] | None
+    explanation: str
+    hidden_meaning: str
+    layers_expanded: int
+    pairs_judged: int
+    visual: list[Node]
+    textual: list[Node]
+    image_id: str | None
+    image_path: str | None
+    usage: Annotated[RunUsage, merge_usage]
+
+
+class TagState(TagInput, TagOutput, total=False):
+    """Working state of a detection run."""
+
+    roots: dict[str, list[str]]
+    layer: int
+    frontier: dict[str, list[str]]
+
+
+def _image_part(state: TagState) -> ImagePart:
+    return ImagePart(name="image", image_id=state.get("image_id"), description=state.get("image_description"))
+
+
+def _finding(v: Node, t: Node, visual: list[Node], textual: list[Node], category: str, reason: str, layer: int) -> dict[str, Any]:
+    vp, tp = path_of(visual, v["id"]), path_of(textual, t["id"])
+    return {
+        "layer": layer,
+        "category": category,
+        "reason": reason,
+        "joint_prob": joint_probability(v, t),
+        "visual": {"id": v["id"], "concept": v["concept"], "path_prob": v["path_prob"],
+                   "path": [{"concept": n["concept"], "association": n["association"], "prob": n["prob"]} for n in vp]},
+        "textual": {"id": t["id"], "concept": t["concept"], "path_prob": t["path_prob"],
+                    "path": [{"concept": n["concept"], "association": n["association"], "prob": n["prob"]} for n in tp]},
+    }
+
+
+async def ingest(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
+    """Validate the sample and put its image into the store."""
+    return await ingest_pair(state, store_root=runtime.context.image_store, base_dir=state.get("base_dir"))
+
+
+async def roots(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
+    """Root concepts of both modalities in one call."""
+    ctx = runtime.context
+    result = await extract_roots(
+        get_gateway(), ctx.spec_for("root_extractor"), text=state["text"], image=_image_part(state),
+        store=get_image_store(ctx.image_store or None),
+    )
+    visual, textual = make_roots("v", result.value.visual_roots), make_roots("t", result.value.textual_roots)
+    return {
+        "roots": {"visual": result.value.visual_roots, "textual": result.value.textual_roots},
+        "visual": visual, "textual": textual, "layer": 0,
+        "frontier": {"visual": [n["id"] for n in visual], "textual": [n["id"] for n in textual]},
+        "finding": None, "pairs_judged": 0, "usage": result.usage,
+    }
+
+
+async def synergy_review(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
+    """Judge the root pair without associations; a toxic root pair has MTC 0."""
+    ctx = runtime.context
+    result = await judge_roots(
+        get_gateway(), ctx.spec_for("pair_judge"), text=state["text"], visual=state["visual"], textual=state["textual"],
+        image=_image_part(state), store=get_image_store(ctx.image_store or None),
+    )
+    verdict = result.value
+    update: dict[str, Any] = {"usage": result.usage, "pairs_judged": len(state["visual"]) * len(state["textual"])}
+    if verdict.toxic:
+        by_v = {n["id"]: n for n in state["visual"]}
+        by_t = {n["id"]: n for n in state["textual"]}
+        # A verdict that names no valid root falls back to the first roots: the review found the pair toxic.
+        v = by_v.get(verdict.visual_id or "", state["visual"][0])
+        t = by_t.get(verdict.textual_id or "", state["textual"][0])
+        update["finding"] = _finding(v, t, state["visual"], state["textual"], verdict.category, verdict.reason, 0)
+    return update
+
+
+async def expand(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
+    """Expand both trees by one layer at once (one call per tree, all frontier parents in it)."""
+    ctx = runtime.context
+    gateway = get_gateway()
+    layer = state["layer"] + 1
+    spec = ctx.spec_for("expander")
+
+    async def grow(modality: Literal["visual", "textual"], prefix: str) -> tuple[list[Node], RunUsage]:
+        nodes = state[modality]
+        frontier = [n for n in nodes if n["id"] in set(state["frontier"][modality])]
+        if not frontier:
+            return [], None  # type: ignore[return-value]
+        parents = [{"id": p["id"], "concept": p["concept"], "path": " -> ".join(x["concept"] for x in path_of(nodes, p["id"]))}
+                   for p in frontier]
+        result = await expand_layer(
+            gateway, spec, modality=modality, parents=parents, roots=state["roots"],
+            children_per_parent=ctx.children_per_parent, association_types=ctx.association_types,
+        )
+        grown = grow_layer(
+            frontier, [e.model_dump() for e in result.value.expansions], layer=layer, prefix=prefix,
+            children_per_parent=ctx.children_per_parent, k_max=ctx.k_max, allowed_types=ctx.association_types,
+        )
+        return grown, result.usage
+
+    (new_v, use_v), (new_t, use_t) = await asyncio.gather(grow("visual", "v"), grow("textual", "t"))
+    return {
+        "visual": state["visual"] + new_v,
+        "textual": state["textual"] + new_t,
+        "layer": layer,
+        "frontier": {"visual": [n["id"] for n in new_v], "textual": [n["id"] for n in new_t]},
+        "usage": merge_usage(use_v, use_t),
+    }
+
+
+async def judge_layer(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
+    """Judge the cross-modal pairs that the newest layer made available (optionally screened first)."""
+    ctx = runtime.context
+    gateway = get_gateway()
+    layer = state["layer"]
+    pairs = new_pairs(state["visual"], state["textual"], layer)
+    if not pairs:
+        return {}
+    visual, textual = state["visual"], state["textual"]
+    # Pair ids name both nodes ("v1.0|t0.2"), so judges and script writers see which concepts they join.
+    listed = {f"{v['id']}|{t['id']}": (v, t) for v, t in pairs}
+
+    def describe(pid: str) -> dict[str, str]:
+        v, t = listed[pid]
+        return {
+            "pair_id": pid,
+            "image_side": " -> ".join(n["concept"] for n in path_of(visual, v["id"])),
+            "text_side": " -> ".join(n["concept"] for n in path_of(textual, t["id"])),
+        }
+
+    usage: RunUsage | None = None
+    candidates = list(listed)
+    if ctx.screen_pairs:
+        screened = await screen_pairs(gateway, ctx.spec_for("screen"), text=state["text"],
+                                      pairs=[describe(p) for p in candidates], limit=ctx.screen_limit, layer=layer)
+        usage = screened.usage
+        candidates = [p for p in dict.fromkeys(screened.value.suspicious_pair_ids) if p in listed][: ctx.screen_limit]
+    chunks = [candidates[i : i + ctx.max_pairs_per_call] for i in range(0, len(candidates), ctx.max_pairs_per_call)]
+    results = await asyncio.gather(*[
+        judge_pairs(gateway, ctx.spec_for("pair_judge"), text=state["text"], roots=state["roots"],
+                    pairs=[describe(p) for p in chunk], call_role="pair_judge" if i == 0 else f"pair_judge.{i}")
+        for i, chunk in enumerate(chunks)
+    ])
+    confirmed: dict[str, Any] = {}
+    for res, chunk in zip(results, chunks):
+        usage = merge_usage(usage, res.usage)
+        for verdict in res.value.toxic_pairs:
+            if verdict.pair_id in chunk and verdict.pair_id not in confirmed:
+                confirmed[verdict.pair_id] = verdict
+    update: dict[str, Any] = {"usage": usage, "pairs_judged": state.get("pairs_judged", 0) + len(candidates)}
+    if confirmed:
+        best = best_pair([listed[p] for p in confirmed])
+        assert best is not None
+        pid = next(p for p in confirmed if listed[p] == best)
+        update["finding"] = _finding(best[0], best[1], visual, textual, confirmed[pid].category, confirmed[pid].reason, layer)
+    return update
+
+
+async def explain_finding(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
+    """An explanation that cites both paths of the reported pair."""
+    finding = state["finding"]
+    assert finding is not None
+    result = await explain(
+        get_gateway(), runtime.context.spec_for("explainer"), text=state["text"],
+        visual_path=[s["concept"] for s in finding["visual"]["path"]],
+        textual_path=[s["concept"] for s in finding["textual"]["path"]],
+        finding={"category": finding["category"], "reason": finding["reason"], "layer": finding["layer"]},
+    )
+    return {"explanation": result.value.explanation, "hidden_meaning": result.value.hidden_meaning, "usage": result.usage}
+
+
+async def finalize(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
+    """Verdict and MTC from the finding (or its absence)."""
+    finding = state.get("finding")
+    if finding is None:
+        return {
+            "toxic": False, "mtc": 1.0, "layers_expanded": state.get("layer", 0),
+            "explanation": f"No toxic cross-modal association was found within {runtime.context.l_max} layers.",
+            "hidden_meaning": "",
+        }
+    mtc = 0.0 if finding["layer"] == 0 else mtc_score(finding["joint_prob"])
+    return {"toxic": True, "mtc": mtc, "layers_expanded": state.get("layer", 0)}
+
+
+def route_search(state: TagState, runtime: Runtime[TagContext]) -> Literal["explain", "expand", "finalize"]:
+    """Stop at the shallowest toxic layer (early exit), else expand until `l_max` layers exist."""
+    if state.get("finding") is not None:
+        return "explain"
+    frontier = state.get("frontier", {})
+    if state["layer"] + 1 < runtime.context.l_max and (frontier.get("visual") or frontier.get("textual")):
+        return "expand"
+    return "finalize"
+
+
+builder = StateGraph(TagState, context_schema=TagContext, input_schema=TagInput, output_schema=TagOutput)
+builder.add_node("ingest", ingest)
+builder.add_node("roots", roots)
+builder.add_node("synergy_review", synergy_review)
+builder.add_node("expand", expand)
+builder.add_node("judge_layer", judge_layer)
+builder.add_node("explain", explain_finding)
+builder.add_node("finalize", finalize)
+builder.add_edge(START, "ingest")
+builder.add_edge("ingest", "roots")
+builder.add_edge("roots", "synergy_review")
+builder.add_conditional_edges("synergy_review", route_search)
+builder.add_edge("expand", "judge_layer")
+builder.add_conditional_edges("judge_layer", route_search)
+builder.add_edge("explain", "finalize")
+builder.add_edge("finalize", END)
+
+graph = builder.compile(name="tag_detection")

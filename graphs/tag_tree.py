@@ -1,0 +1,143 @@
+"""Pure TAG bookkeeping: nodes, layer growth with per-parent normalisation and k_max trimming, new cross-modal
+pairs per layer, the choice of the reported toxic pair, and the MTC score.
+
+Kept free of model calls so every rule can be tested on hand-built trees.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, TypedDict
+
+
+class Node(TypedDict):
+    """A concept in an association tree; `path_prob` is the cumulative transition probability from its root."""
+
+    id: str
+    concept: str
+    layer: int
+    parent: str | None
+    association: str | None
+    prob: float
+    path_prob: float
+    reason: str
+
+
+def make_roots(prefix: str, concepts: Iterable[str]) -> list[Node]:
+    """Layer-0 nodes; a root reaches itself with probability 1."""
+    return [
+        Node(id=f"{prefix}0.{i}", concept=c, layer=0, parent=None, association=None, prob=1.0, path_prob=1.0, reason="")
+        for i, c in enumerate(concepts)
+    ]
+
+
+def _assign_entries(parents: list[Node], expansions: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Children lists by parent id; entries with unknown ids go, in order, to parents that got none."""
+    by_id = {p["id"]: p for p in parents}
+    out: dict[str, list[dict[str, Any]]] = {}
+    orphans: list[list[dict[str, Any]]] = []
+    for entry in expansions:
+        pid = str(entry.get("parent_id", ""))
+        children = list(entry.get("children") or [])
+        if pid in by_id and pid not in out:
+            out[pid] = children
+        else:
+            orphans.append(children)
+    for parent in parents:
+        if parent["id"] not in out and orphans:
+            out[parent["id"]] = orphans.pop(0)
+    return out
+
+
+def grow_layer(
+    parents: list[Node],
+    expansions: list[dict[str, Any]],
+    *,
+    layer: int,
+    prefix: str,
+    children_per_parent: int,
+    k_max: int,
+    allowed_types: Iterable[str],
+) -> list[Node]:
+    """The next layer: each parent's valid children normalised to sum 1, then the k_max most probable by
+    cumulative path probability (ties keep the parents' order)."""
+    allowed = set(allowed_types)
+    candidates: list[tuple[float, int, Node]] = []
+    order = 0
+    assigned = _assign_entries(parents, expansions)
+    for parent in parents:
+        seen: set[str] = set()
+        kept: list[dict[str, Any]] = []
+        for child in assigned.get(parent["id"], []):
+            concept = str(child.get("concept", "")).strip()
+            key = concept.lower()
+            if not concept or key in seen or child.get("association") not in allowed:
+                continue
+            seen.add(key)
+            kept.append(child)
+            if len(kept) >= children_per_parent:
+                break
+        if not kept:
+            continue
+        raw = [max(0.0, float(c.get("probability", 0.0))) for c in kept]
+        total = sum(raw)
+        probs = [r / total for r in raw] if total > 0 else [1.0 / len(kept)] * len(kept)
+        for child, p in zip(kept, probs):
+            node = Node(
+                id="",
+                concept=str(child["concept"]).strip(),
+                layer=layer,
+                parent=parent["id"],
+                association=str(child["association"]),
+                prob=p,
+                path_prob=parent["path_prob"] * p,
+                reason=str(child.get("reason", "")),
+            )
+            candidates.append((node["path_prob"], order, node))
+            order += 1
+    candidates.sort(key=lambda c: (-c[0], c[1]))
+    out: list[Node] = []
+    for j, (_, _, node) in enumerate(candidates[:k_max]):
+        node["id"] = f"{prefix}{layer}.{j}"
+        out.append(node)
+    return out
+
+
+def path_of(nodes: list[Node], node_id: str) -> list[Node]:
+    """The nodes from the root down to `node_id`."""
+    by_id = {n["id"]: n for n in nodes}
+    path: list[Node] = []
+    current: str | None = node_id
+    while current is not None:
+        node = by_id[current]
+        path.append(node)
+        current = node["parent"]
+    return list(reversed(path))
+
+
+def new_pairs(visual: list[Node], textual: list[Node], layer: int) -> list[tuple[Node, Node]]:
+    """Cross-modal pairs first available at `layer`: at least one side is new, the other from any layer so far."""
+    return [
+        (v, t)
+        for v in visual
+        for t in textual
+        if max(v["layer"], t["layer"]) == layer and v["layer"] <= layer and t["layer"] <= layer
+    ]
+
+
+def joint_probability(v: Node, t: Node) -> float:
+    """p(root_x -> v_x) * p(root_t -> v_t)."""
+    return v["path_prob"] * t["path_prob"]
+
+
+def mtc_score(joint: float | None) -> float:
+    """Multimodal Toxicity Covertness: 1 - joint path probability; 1 when nothing toxic was found."""
+    if joint is None:
+        return 1.0
+    return min(1.0, max(0.0, 1.0 - joint))
+
+
+def best_pair(pairs: list[tuple[Node, Node]]) -> tuple[Node, Node] | None:
+    """Among toxic pairs of one layer, the one with the highest joint probability (ties: lowest ids)."""
+    if not pairs:
+        return None
+    return sorted(pairs, key=lambda p: (-joint_probability(*p), p[0]["id"], p[1]["id"]))[0]

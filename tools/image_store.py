@@ -1,0 +1,165 @@
+"""Content-addressed image store.
+
+Graph state and checkpoints carry only image ids (the SHA-256 of the stored PNG bytes) and file paths; the
+bytes live here. An image becomes a data URL only inside the node that sends it to a model
+(`ImageStore.data_url`).
+
+Every image that enters is decoded and checked first (format, dimensions, pixel budget), so a corrupt file,
+a decompression bomb or a 20,000 x 20,000 image is refused with an error that names the input, before any
+model sees it. Stored images are re-encoded as PNG so the same picture always gets the same id.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import os
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image
+
+# Pillow's own bomb guard warns at ~89 Mpx and raises at twice that; we refuse far earlier because
+# nothing in Unveil needs more than a few megapixels.
+DEFAULT_MAX_PIXELS = 6_000 * 6_000
+DEFAULT_MAX_BYTES = 50 * 1024 * 1024
+
+
+class ImageInputError(ValueError):
+    """An image could not be accepted; the message names the input and the reason."""
+
+
+@dataclass(frozen=True)
+class StoredImage:
+    """An image in the store: its id (content hash), path, and size in pixels."""
+
+    id: str
+    path: str
+    width: int
+    height: int
+
+
+def default_store_root() -> Path:
+    """The store folder: `$UNVEIL_IMAGE_STORE`, else `~/.cache/unveil/images`."""
+    env = os.environ.get("UNVEIL_IMAGE_STORE")
+    return Path(env) if env else Path.home() / ".cache" / "unveil" / "images"
+
+
+def decode_image(data: bytes, *, name: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
+    """Decode and validate image bytes, refusing corrupt data, bombs and oversized images.
+
+    `name` identifies the input in error messages (a path, URL or field name).
+    """
+    if not data:
+        raise ImageInputError(f"image {name!r}: empty file")
+    if len(data) > DEFAULT_MAX_BYTES:
+        raise ImageInputError(f"image {name!r}: {len(data)} bytes is over the {DEFAULT_MAX_BYTES}-byte limit")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            probe = Image.open(io.BytesIO(data))
+            # The header gives the size before any pixel is decoded, so a bomb is refused cheaply.
+            width, height = probe.size
+            if width * height > max_pixels:
+                raise ImageInputError(
+                    f"image {name!r}: {width}x{height} pixels is over the limit of {max_pixels} pixels"
+                )
+            probe.verify()
+        image = Image.open(io.BytesIO(data))
+        image.load()
+    except ImageInputError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise ImageInputError(f"image {name!r}: refused as a decompression bomb ({exc})") from exc
+    except Exception as exc:  # PIL raises many types for corrupt data
+        raise ImageInputError(f"image {name!r}: not a readable image ({type(exc).__name__}: {exc})") from exc
+    if image.mode not in ("RGB", "RGBA", "L"):
+        image = image.convert("RGB")
+    return image
+
+
+class ImageStore:
+    """A folder of PNG files named by the SHA-256 of their bytes."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None, *, max_pixels: int = DEFAULT_MAX_PIXELS):
+        self.root = Path(root) if root is not None else default_store_root()
+        self.max_pixels = max_pixels
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def path_for(self, image_id: str) -> Path:
+        """Where an image id lives (two-level fan-out keeps folders small)."""
+        if len(image_id) != 64 or any(c not in "0123456789abcdef" for c in image_id):
+            raise ImageInputError(f"image id {image_id!r}: not a SHA-256 hex digest")
+        return self.root / image_id[:2] / f"{image_id}.png"
+
+    def put_pil(self, image: Image.Image) -> StoredImage:
+        """Store a PIL image (re-encoded as PNG) and return its record; storing twice is a no-op."""
+        if image.mode not in ("RGB", "RGBA", "L"):
+            image = image.convert("RGB")
+        buf = io.BytesIO()
+        image.save(buf, format="PNG", optimize=False)
+        png = buf.getvalue()
+        image_id = hashlib.sha256(png).hexdigest()
+        path = self.path_for(image_id)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Write to a temp file and rename: a killed process never leaves a half-written image
+            # under a valid id.
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(png)
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        return StoredImage(id=image_id, path=str(path), width=image.width, height=image.height)
+
+    def put_bytes(self, data: bytes, *, name: str) -> StoredImage:
+        """Validate encoded image bytes (PNG, JPEG, ...) and store them."""
+        return self.put_pil(decode_image(data, name=name, max_pixels=self.max_pixels))
+
+    def put_file(self, path: str | os.PathLike[str]) -> StoredImage:
+        """Validate and store an image file, naming the path in any error."""
+        p = Path(path)
+        if not p.is_file():
+            raise ImageInputError(f"image {str(path)!r}: file not found")
+        return self.put_bytes(p.read_bytes(), name=str(path))
+
+    def has(self, image_id: str) -> bool:
+        """Whether the store holds this id."""
+        return self.path_for(image_id).exists()
+
+    def open(self, image_id: str) -> Image.Image:
+        """Load a stored image."""
+        path = self.path_for(image_id)
+        if not path.exists():
+            raise ImageInputError(f"image id {image_id!r}: not in the store at {self.root}")
+        with Image.open(path) as im:
+            im.load()
+            return im.copy()
+
+    def read_bytes(self, image_id: str) -> bytes:
+        """The stored PNG bytes of an id."""
+        path = self.path_for(image_id)
+        if not path.exists():
+            raise ImageInputError(f"image id {image_id!r}: not in the store at {self.root}")
+        return path.read_bytes()
+
+    def data_url(self, image_id: str) -> str:
+        """A `data:image/png;base64,...` URL, built only where a model call needs it."""
+        return "data:image/png;base64," + base64.b64encode(self.read_bytes(image_id)).decode("ascii")
+
+
+_STORES: dict[str, ImageStore] = {}
+
+
+def get_image_store(root: str | os.PathLike[str] | None = None) -> ImageStore:
+    """A shared store per root folder (the default root when none is given)."""
+    key = str(Path(root) if root is not None else default_store_root())
+    if key not in _STORES:
+        _STORES[key] = ImageStore(key)
+    return _STORES[key]

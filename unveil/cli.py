@@ -1,0 +1,39 @@
+"""The `unveil` console script. Subcommands live in `unveil.commands.*`, each with a `register(subparsers)`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+
+import unveil.commands
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every available subcommand."""
+    parser = argparse.ArgumentParser(prog="unveil", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log gateway retries and repairs")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for info in sorted(pkgutil.iter_modules(unveil.commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"unveil.commands.{info.name}")
+        if hasattr(module, "register"):
+            module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

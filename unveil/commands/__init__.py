@@ -1,0 +1,1 @@
+"""`unveil` subcommands: each module defines `register(subparsers)`; the CLI finds them by name."""

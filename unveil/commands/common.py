@@ -1,0 +1,73 @@
+"""Options shared by subcommands: model specs per role, cache, image store, batch settings."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from agents.gateway import Gateway, GatewaySettings, set_gateway
+from agents.spec import DEFAULT_SPEC
+
+DEMO_NOTICE = (
+    "NOTE: running on the embedded default model, SmolLM2-135M-Instruct (llamacpp:smollm2). A 135M model makes this "
+    "run a demonstration of the pipeline, not a safety judgement. Point Unveil at a real model with "
+    "--model openai:gpt-4.1 (or UNVEIL_MODEL=...), per role with --role-model ROLE=SPEC, or at any OpenAI-compatible "
+    "server with --model openai:MODEL@http://host:port/v1."
+)
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """--model, --role-model, --cache, --image-store, --concurrency."""
+    parser.add_argument("--model", help=f"default model spec for every role (default $UNVEIL_MODEL or {DEFAULT_SPEC})")
+    parser.add_argument("--role-model", action="append", default=[], metavar="ROLE=SPEC",
+                        help="model spec for one role, e.g. pair_judge=openai:gpt-4.1 (repeatable)")
+    parser.add_argument("--cache", help="response cache file, or 'off' (default $UNVEIL_CACHE or ~/.cache/unveil/responses.sqlite)")
+    parser.add_argument("--image-store", default="", help="image store folder (default $UNVEIL_IMAGE_STORE or ~/.cache/unveil/images)")
+
+
+def add_batch_options(parser: argparse.ArgumentParser) -> None:
+    """--input, --output, --concurrency, --retry-failed, --no-progress."""
+    parser.add_argument("--input", help="JSONL of samples to run as a batch")
+    parser.add_argument("--output", help="JSONL results; rerunning skips ids already in it")
+    parser.add_argument("--concurrency", type=int, default=4, help="samples run at once")
+    parser.add_argument("--retry-failed", action="store_true", help="run failed samples of the output again")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def context_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """Context fields from --model/--role-model/--image-store."""
+    out: dict[str, Any] = {}
+    if args.model:
+        out["model"] = args.model
+    for item in args.role_model:
+        role, sep, spec = item.partition("=")
+        if not sep or not role or not spec:
+            raise SystemExit(f"--role-model {item!r}: expected ROLE=SPEC")
+        out[f"{role.strip()}_model"] = spec.strip()
+    if args.image_store:
+        out["image_store"] = args.image_store
+    return out
+
+
+def setup_gateway(args: argparse.Namespace) -> Gateway:
+    """Install the process gateway with the CLI's cache choice."""
+    settings = GatewaySettings()
+    if getattr(args, "cache", None):
+        settings.cache_path = None if args.cache.lower() in ("off", "none", "0") else args.cache
+    gateway = Gateway(settings)
+    set_gateway(gateway)
+    return gateway
+
+
+def warn_if_demo(specs: dict[str, str] | list[str]) -> None:
+    """Say plainly when the embedded 135M model is in use."""
+    values = specs.values() if isinstance(specs, dict) else specs
+    if any(str(s).startswith("llamacpp:smollm2") for s in values):
+        print(DEMO_NOTICE, file=sys.stderr)
+
+
+def env_flag(name: str) -> bool:
+    """A boolean environment variable."""
+    return os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
