@@ -33,7 +33,8 @@ from agents.usage import RunUsage, cost_of, empty_usage, merge_usage, single_cal
 
 log = logging.getLogger("unveil.gateway")
 
-T = TypeVar("T", bound=BaseModel)
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 # Which structured-output method to try first, per provider; others fall back along METHOD_ORDER.
 PREFERRED_METHOD = {
@@ -231,11 +232,11 @@ class Gateway:
         *,
         role: str,
         spec: str,
-        schema: type[T],
+        schema: type[M],
         messages: list[BaseMessage],
         usage_role: str | None = None,
         params: dict[str, Any] | None = None,
-    ) -> CallResult[T]:
+    ) -> CallResult[M]:
         """Ask `spec`'s model for an answer of type `schema`.
 
         `role` is the call role (it selects scripted answers and keys the cache); `usage_role` is the role the
@@ -333,6 +334,49 @@ class Gateway:
             single_call_usage(usage_role, input_tokens=in_tok, output_tokens=out_tok, cost_usd=cost, cache_hit=False, retries=retries + attempts - 1),
         )
         raise StructuredOutputError(role, str(parsed_spec), last_error, last_raw, attempts)
+
+    async def text(
+        self,
+        *,
+        role: str,
+        spec: str,
+        messages: list[BaseMessage],
+        usage_role: str | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> CallResult[str]:
+        """A free-text answer (for roles whose output is parsed by the caller, such as the IPR refiner), with the
+        same cache, transient-fault retries, accounting and limits as `structured`."""
+        parsed_spec = ModelSpec.parse(spec)
+        usage_role = usage_role or role.split(".", 1)[0]
+        params = dict(params or {})
+        key = None
+        if self.cache is not None:
+            key = cache_key(spec=str(parsed_spec), messages=_message_key(messages), schema={"type": "text"},
+                            params={**params, "role": role if parsed_spec.provider == "scripted" else ""})
+            hit = await asyncio.to_thread(self.cache.get, key)
+            if hit is not None:
+                usage = single_call_usage(usage_role, input_tokens=0, output_tokens=0, cost_usd=0.0, cache_hit=True, retries=0)
+                self.usage = merge_usage(self.usage, usage)
+                return CallResult(value=hit["raw"], raw=hit["raw"], usage=usage, cache_hit=True)
+        model = self.model_for(parsed_spec, role)
+        if params:
+            model = model.bind(**params)
+        try:
+            msg, retries = await self._invoke(model, messages, parsed_spec, role)
+        except (ModelCallError, StructuredOutputError):
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise ModelCallError(role, str(parsed_spec), exc, 1) from exc
+        meta = getattr(msg, "usage_metadata", None) or {}
+        in_tok, out_tok = int(meta.get("input_tokens", 0)), int(meta.get("output_tokens", 0))
+        raw = _raw_text(msg)
+        usage = single_call_usage(usage_role, input_tokens=in_tok, output_tokens=out_tok,
+                                  cost_usd=cost_of(parsed_spec.provider, parsed_spec.model, in_tok, out_tok),
+                                  cache_hit=False, retries=retries)
+        self.usage = merge_usage(self.usage, usage)
+        if self.cache is not None and key is not None:
+            await asyncio.to_thread(self.cache.put, key, {"raw": raw})
+        return CallResult(value=raw, raw=raw, usage=usage)
 
 
 def _validation_summary(exc: ValidationError) -> str:
