@@ -1,0 +1,257 @@
+"""Loaders that turn benchmark files into evaluation samples, each from the dataset's own layout.
+
+Detection samples (`load_detection`) are dicts with `id`, `text`, `image` (a path inside the dataset folder),
+`image_description`, `label` (1 toxic, 0 benign), `category`, optional reference `mtc`, and `base_dir`. Layouts:
+
+- `ctd`: Unveil's CTD export, JSONL; `id`, `text`, `image` (or `image_path`), optional `image_description`,
+  `label` (or `toxic`; default 1), `category`, optional `mtc`.
+- `hateful_memes`: the Hateful Memes JSONL (`id`, `img` like `img/01235.png`, `label` 0/1, `text`).
+- `vlsbench`: VLSBench's `data.json`, a JSON list (`instruction_id`, `instruction`, `image_path`, `category`,
+  `sub_category`, `image_description`, `safety_reason`); every sample is harmful.
+- `mmit`: the MMIT (ShieldVLM) JSON list (`id`, `risk_type`, `text`, `image`, `label` and/or
+  `human_safety_label` = `safe`/`unsafe`, `type`); images lie in `<risk_type>/<image>` (or next to the file).
+
+Prompt samples (`load_prompts`) for the IPR evaluation come from the I2P CSV or a JSONL such as the 300-prompt
+split (`prompt`, `category`, `evaluation_seed`). Every loader returns `BatchItem`s: a record that cannot be
+used (no text, a bad label, an image path leaving the dataset folder) becomes a failed item with the reason,
+so it is counted and listed rather than dropped.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from tools.image_input import resolve_path
+from tools.image_store import ImageInputError
+from unveil.batch import BatchItem, read_jsonl
+
+DETECTION_FORMATS = ("ctd", "hateful_memes", "vlsbench", "mmit")
+# The six categories of the 300-prompt IPR/POSI split, in the file's order.
+IPR_CATEGORIES = ("self-harm", "shocking", "violence", "sexual", "illegal activity", "harassment")
+
+
+class DatasetError(ValueError):
+    """A record cannot become a sample; the message names the field."""
+
+
+def _label(value: Any, field: str) -> int:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return int(value)
+    if isinstance(value, str):
+        v = value.strip().lower()
+        if v in ("1", "unsafe", "toxic", "harmful", "true", "yes"):
+            return 1
+        if v in ("0", "safe", "benign", "non-toxic", "nontoxic", "false", "no"):
+            return 0
+    raise DatasetError(f"{field}: {value!r} is not a label (use 0/1, true/false or safe/unsafe)")
+
+
+def _text(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise DatasetError(f"{field}: empty or missing")
+    return value
+
+
+def _image(ref: Any, base_dir: Path, field: str) -> str:
+    """A checked image path (relative paths may not leave the dataset folder); URLs pass through to ingest."""
+    if not isinstance(ref, str) or not ref.strip():
+        raise DatasetError(f"{field}: empty or missing")
+    if "://" in ref:
+        return ref
+    try:
+        path = resolve_path(ref, base_dir)
+    except ImageInputError as exc:
+        raise DatasetError(f"{field}: {exc}") from exc
+    if Path(ref).is_absolute() and base_dir.resolve() not in path.parents:
+        raise DatasetError(f"{field}: absolute path {ref!r} is outside the dataset folder {str(base_dir)!r}")
+    return str(path)
+
+
+def _sample(sid: Any, *, text: str, image: str | None, label: int, category: str, base_dir: Path,
+            source: str, description: str | None = None, mtc: Any = None, **extra: Any) -> dict[str, Any]:
+    if mtc is not None:
+        mtc = float(mtc)
+        if not 0.0 <= mtc <= 1.0:
+            raise DatasetError(f"mtc: {mtc} is outside [0, 1]")
+    out = {"id": str(sid), "text": text, "image": image, "image_description": description, "label": label,
+           "category": category or "", "mtc": mtc, "source": source, "base_dir": str(base_dir)}
+    out.update({k: v for k, v in extra.items() if v is not None})
+    return out
+
+
+def _ctd(rec: dict[str, Any], base: Path) -> dict[str, Any]:
+    image = rec.get("image", rec.get("image_path"))
+    label = _label(rec["label"], "label") if "label" in rec else (_label(rec["toxic"], "toxic") if "toxic" in rec else 1)
+    return _sample(rec["id"], text=_text(rec.get("text"), "text"),
+                   image=_image(image, base, "image") if image else None, label=label,
+                   category=str(rec.get("category", "")), base_dir=base, source="ctd",
+                   description=rec.get("image_description"), mtc=rec.get("mtc"))
+
+
+def _hateful(rec: dict[str, Any], base: Path) -> dict[str, Any]:
+    if "label" not in rec:
+        raise DatasetError("label: missing (the unlabelled test split cannot be scored)")
+    return _sample(rec["id"], text=_text(rec.get("text"), "text"), image=_image(rec.get("img"), base, "img"),
+                   label=_label(rec["label"], "label"), category="hateful" if rec["label"] else "benign",
+                   base_dir=base, source="hateful_memes")
+
+
+def _vlsbench(rec: dict[str, Any], base: Path) -> dict[str, Any]:
+    sid = rec.get("instruction_id", rec.get("id"))
+    if sid is None:
+        raise DatasetError("instruction_id: missing")
+    return _sample(sid, text=_text(rec.get("instruction"), "instruction"),
+                   image=_image(rec.get("image_path"), base, "image_path"), label=1,
+                   category=str(rec.get("category", "")), base_dir=base, source="vlsbench",
+                   description=rec.get("image_description"), sub_category=rec.get("sub_category"))
+
+
+def _mmit(rec: dict[str, Any], base: Path) -> dict[str, Any]:
+    if rec.get("id") is None:
+        raise DatasetError("id: missing")
+    raw_label = rec.get("human_safety_label", rec.get("label"))
+    if raw_label is None:
+        raise DatasetError("label: missing (neither human_safety_label nor label)")
+    name = rec.get("image")
+    if not isinstance(name, str) or not name:
+        raise DatasetError("image: empty or missing")
+    risk = str(rec.get("risk_type", ""))
+    # Images are stored per risk type; fall back to the file's folder for flat copies.
+    nested = f"{risk}/{name}" if risk else name
+    ref = nested if (base / nested).exists() or not (base / name).exists() else name
+    kind = rec.get("type")
+    sid = f"{kind}-{rec['id']}" if kind else rec["id"]
+    return _sample(sid, text=_text(rec.get("text"), "text"), image=_image(ref, base, "image"),
+                   label=_label(raw_label, "label"), category=risk, base_dir=base, source="mmit")
+
+
+_PARSERS: dict[str, Callable[[dict[str, Any], Path], dict[str, Any]]] = {
+    "ctd": _ctd, "hateful_memes": _hateful, "vlsbench": _vlsbench, "mmit": _mmit,
+}
+
+
+def _json_records(path: Path) -> Iterable[tuple[str, dict[str, Any] | None, str | None]]:
+    """(fallback id, record, error) from a JSON list file."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(data, dict):  # some copies wrap the list
+        data = next((v for v in data.values() if isinstance(v, list)), None)
+    if not isinstance(data, list):
+        raise DatasetError(f"{path.name}: expected a JSON list of records")
+    for i, rec in enumerate(data):
+        if not isinstance(rec, dict):
+            yield f"item-{i}", None, f"{path.name} item {i}: expected an object"
+        else:
+            yield f"item-{i}", rec, None
+
+
+def detect_format(path: Path) -> str:
+    """Guess a detection layout from the file's first record."""
+    if path.suffix == ".json":
+        first = next((r for _, r, _ in _json_records(path) if r), {})
+        return "vlsbench" if "instruction" in first else "mmit"
+    first_item = next(iter(read_jsonl(path)), None)
+    first = first_item.record if first_item and first_item.record else {}
+    return "hateful_memes" if "img" in first else "ctd"
+
+
+def load_detection(path: str | Path, fmt: str = "auto", *, include_benign: bool = True,
+                   base_dir: str | Path | None = None) -> list[BatchItem]:
+    """Detection samples of a dataset file in the layout `fmt` (or guessed with `auto`)."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"dataset {str(path)!r}: file not found")
+    fmt = detect_format(p) if fmt == "auto" else fmt
+    if fmt not in _PARSERS:
+        raise ValueError(f"unknown dataset format {fmt!r} (one of {', '.join(DETECTION_FORMATS)})")
+    base = Path(base_dir).resolve() if base_dir else p.resolve().parent
+    parse = _PARSERS[fmt]
+    if p.suffix == ".json":
+        raw = [(fid, rec, err) for fid, rec, err in _json_records(p)]
+    else:
+        raw = [(it.id, it.record, it.error) for it in read_jsonl(p)]
+    items: list[BatchItem] = []
+    seen: set[str] = set()
+    for fid, rec, err in raw:
+        if rec is None:
+            items.append(BatchItem(fid, None, err))
+            continue
+        try:
+            sample = parse(rec, base)
+        except (DatasetError, KeyError, TypeError, ValueError) as exc:
+            msg = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+            rid = rec.get("id", rec.get("instruction_id", fid))
+            items.append(BatchItem(str(rid) if isinstance(rid, (str, int)) else fid, None, f"{p.name} {fid}: {msg}"))
+            continue
+        if sample["id"] in seen:
+            items.append(BatchItem(f"{sample['id']}#dup-{fid}", None, f"{p.name} {fid}: duplicate id {sample['id']!r}"))
+            continue
+        seen.add(sample["id"])
+        if include_benign or sample["label"] == 1:
+            items.append(BatchItem(sample["id"], sample))
+    return items
+
+
+# -- prompts for the IPR evaluation ---------------------------------------------------------------------------
+def _seed(value: Any, field: str) -> int | None:
+    if value in (None, ""):
+        return None
+    try:
+        return int(float(value))
+    except (TypeError, ValueError) as exc:
+        raise DatasetError(f"{field}: {value!r} is not an integer seed") from exc
+
+
+def _prompt_record(sid: str, rec: dict[str, Any]) -> dict[str, Any]:
+    prompt = _text(rec.get("prompt"), "prompt")
+    cats = str(rec.get("categories", rec.get("i2p_categories", "")) or "")
+    category = str(rec.get("category") or (cats.split(",")[0].strip() if cats else ""))
+    guidance = rec.get("evaluation_guidance", rec.get("guidance"))
+    out = {"id": sid, "prompt": prompt, "category": category, "i2p_categories": cats,
+           "seed": _seed(rec.get("evaluation_seed", rec.get("seed")), "evaluation_seed"),
+           "guidance": float(guidance) if guidance not in (None, "") else None}
+    for key in ("sd_image_width", "sd_image_height"):
+        if rec.get(key) not in (None, ""):
+            out[key.replace("sd_image_", "")] = int(float(rec[key]))
+    return out
+
+
+def load_prompts(path: str | Path, *, categories: Iterable[str] | None = None, limit_per_category: int | None = None) -> list[BatchItem]:
+    """Prompt samples from the I2P CSV or a JSONL split; optionally only some categories / the first N of each."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"prompts {str(path)!r}: file not found")
+    raw: list[tuple[str, dict[str, Any] | None, str | None]] = []
+    if p.suffix.lower() == ".csv":
+        with p.open(newline="", encoding="utf-8") as fh:
+            for i, row in enumerate(csv.DictReader(fh)):
+                sid = row.get("case_number") or row.get("") or str(i)
+                raw.append((f"i2p-{sid}", row, None))
+    else:
+        for n, it in enumerate(read_jsonl(p)):
+            rid = it.record.get("id") if it.record else None
+            raw.append((str(rid) if rid is not None else f"p{n:04d}", it.record, it.error))
+    wanted = {c.strip().lower() for c in categories} if categories else None
+    per_cat: dict[str, int] = {}
+    items: list[BatchItem] = []
+    for sid, rec, err in raw:
+        if rec is None:
+            items.append(BatchItem(sid, None, err))
+            continue
+        try:
+            sample = _prompt_record(sid, rec)
+        except DatasetError as exc:
+            items.append(BatchItem(sid, None, f"{p.name} {sid}: {exc}"))
+            continue
+        cat = sample["category"].lower()
+        if wanted is not None and cat not in wanted:
+            continue
+        if limit_per_category is not None and per_cat.get(cat, 0) >= limit_per_category:
+            continue
+        per_cat[cat] = per_cat.get(cat, 0) + 1
+        items.append(BatchItem(sid, sample))
+    return items
