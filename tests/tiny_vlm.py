@@ -97,7 +97,7 @@ def _build_tokenizer():
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         unk_token=None,
-        model_max_length=512,
+        model_max_length=4096,
     )
     fast.add_special_tokens({"additional_special_tokens": SPECIAL_TOKENS})
     fast.chat_template = CHAT_TEMPLATE
@@ -162,7 +162,7 @@ def build_tiny_qwen_vl(path: str | Path) -> str:
             "num_hidden_layers": 1,
             "num_attention_heads": heads,
             "num_key_value_heads": 1,
-            "max_position_embeddings": 512,
+            "max_position_embeddings": 4096,
             "max_window_layers": 1,
             "layer_types": ["full_attention"],
             # head_dim 16 -> rotary half 8, split over (temporal, height, width)
