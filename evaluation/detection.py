@@ -1,0 +1,221 @@
+"""Detection evaluation (TAG paper Tables 1-4 and Figure 5): vanilla against TA-CTD per detector model.
+
+For every dataset x detector model x configuration (vanilla; TAG at `l_max`; TAG at each ablation depth) the
+samples run through `unveil.commands.detect.detect_one` in a resumable JSONL of their own, concurrently, with
+every model call cached by the gateway. The tables are then computed from those files alone, so rerunning the
+command recomputes nothing and only rewrites the tables.
+
+Covertness bins need one MTC per sample. The dataset's own `mtc` field is used when present (a CTD export
+carries it); otherwise the MTC that TA-CTD with the first detector model at the main `l_max` assigned. The
+same reference bins are used for every method and model, so rows compare the same samples.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evaluation import metrics
+from evaluation.report import plot_confusion, plot_histogram, write_table
+from evaluation.runs import as_json, cost_columns, slug, split_records, usage_of
+from unveil.batch import BatchItem, run_batch
+
+
+@dataclass
+class DetectionSettings:
+    """What to run: methods, detector models, TAG depth and its ablation, run options."""
+
+    methods: list[str] = field(default_factory=lambda: ["vanilla", "tag"])
+    models: list[str] = field(default_factory=list)
+    l_max: int = 4
+    l_max_ablation: list[int] = field(default_factory=list)
+    k_max: int = 6
+    children: int = 3
+    role_models: dict[str, str] = field(default_factory=dict)  # TagContext/VanillaContext field -> spec
+    image_store: str = ""
+    concurrency: int = 4
+    progress: bool = True
+    retry_failed: bool = False
+    beta: float = 2.0
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One configuration run on one dataset."""
+
+    dataset: str
+    model: str
+    method: str
+    l_max: int | None
+
+    @property
+    def name(self) -> str:
+        """A readable label, e.g. `tag (l_max=3)`."""
+        return self.method if self.l_max is None else f"{self.method} (l_max={self.l_max})"
+
+    def file(self, out_dir: Path) -> Path:
+        """The run's JSONL."""
+        return out_dir / "runs" / slug(self.dataset) / f"{slug(self.method, self.l_max, self.model)}.jsonl"
+
+
+def run_configs(dataset: str, settings: DetectionSettings) -> list[RunConfig]:
+    """Every configuration to run for a dataset, main ones first."""
+    out: list[RunConfig] = []
+    for model in settings.models:
+        for method in settings.methods:
+            if method == "vanilla":
+                out.append(RunConfig(dataset, model, "vanilla", None))
+            elif method == "tag":
+                for depth in [settings.l_max, *[d for d in settings.l_max_ablation if d != settings.l_max]]:
+                    out.append(RunConfig(dataset, model, "tag", depth))
+            else:
+                raise ValueError(f"unknown detection method {method!r} (use vanilla and/or tag)")
+    return out
+
+
+def _context(cfg: RunConfig, settings: DetectionSettings) -> Any:
+    from graphs.tag import TagContext
+    from graphs.vanilla import VanillaContext
+
+    if cfg.method == "vanilla":
+        return VanillaContext(model=cfg.model, image_store=settings.image_store,
+                              vanilla_detector_model=settings.role_models.get("vanilla_detector_model", ""))
+    roles = {k: v for k, v in settings.role_models.items() if k != "vanilla_detector_model"}
+    return TagContext(model=cfg.model, image_store=settings.image_store, l_max=int(cfg.l_max or settings.l_max),
+                      k_max=settings.k_max, children_per_parent=settings.children, **roles)
+
+
+def config_settings(cfg: RunConfig, settings: DetectionSettings) -> dict[str, Any]:
+    """The settings that produced a run (stored in every result row)."""
+    if cfg.method == "vanilla":
+        return {"method": "vanilla"}
+    return {"method": "tag", "l_max": cfg.l_max, "k_max": settings.k_max, "children_per_parent": settings.children}
+
+
+async def run_one_config(cfg: RunConfig, items: list[BatchItem], settings: DetectionSettings, out_dir: Path) -> Any:
+    """Run (or resume) one configuration over the items."""
+    from unveil.commands.detect import detect_one
+
+    ctx = _context(cfg, settings)
+
+    async def worker(sample_id: str, sample: dict[str, Any]) -> dict[str, Any]:
+        rec = await detect_one(sample, ctx, cfg.method)
+        # Ground truth travels with the prediction so the tables need only this file.
+        return {**rec, "label": sample["label"], "category": sample.get("category", ""), "ref_mtc": sample.get("mtc")}
+
+    return await run_batch(items, worker, cfg.file(out_dir), concurrency=settings.concurrency,
+                           retry_failed=settings.retry_failed, desc=f"{cfg.dataset}: {cfg.name} [{cfg.model}]",
+                           progress=settings.progress)
+
+
+def reference_mtc(cfgs: list[RunConfig], items: list[BatchItem], settings: DetectionSettings, out_dir: Path) -> dict[str, float]:
+    """Per-sample MTC for binning: the dataset's own, else TA-CTD's with the first model at the main depth."""
+    ref: dict[str, float] = {}
+    main_tag = next((c for c in cfgs if c.method == "tag" and c.l_max == settings.l_max), None)
+    if main_tag is not None:
+        ok, _ = split_records(main_tag.file(out_dir), [it.id for it in items])
+        ref.update({r["id"]: float(r["mtc"]) for r in ok if r.get("mtc") is not None})
+    for it in items:
+        if it.record and it.record.get("mtc") is not None:
+            ref[it.id] = float(it.record["mtc"])
+    return ref
+
+
+def score_rows(cfg: RunConfig, items: list[BatchItem], ref: dict[str, float], settings: DetectionSettings,
+               out_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, int]]:
+    """(one row per MTC bin + overall, failures, overall confusion counts) of a finished configuration."""
+    ok, failed = split_records(cfg.file(out_dir), [it.id for it in items])
+    labels = [int(r["label"]) for r in ok]
+    preds = [bool(r.get("toxic")) for r in ok]
+    mtcs = [ref.get(r["id"]) for r in ok]
+    by_bin = metrics.scores_by_bin(labels, preds, mtcs, settings.beta)
+    usage = usage_of(ok + failed)
+    models = next((r.get("models") for r in ok if r.get("models")), {"model": cfg.model})
+    common = {"dataset": cfg.dataset, "detector": cfg.model, "method": cfg.method, "l_max": cfg.l_max,
+              "failed": len(failed), "models": as_json(models), "settings": as_json(config_settings(cfg, settings)),
+              **cost_columns(usage)}
+    rows = []
+    for name in (*metrics.MTC_BINS, "overall"):
+        s = by_bin[name]
+        rows.append({**common, "bin": name, **{k: s[k] for k in ("n", "accuracy", f"f{settings.beta:g}", "precision",
+                                                                  "recall", "tp", "fp", "tn", "fn")}})
+    fails = [{"dataset": cfg.dataset, "detector": cfg.model, "config": cfg.name, "id": f["id"], "error": f.get("error", "")}
+             for f in failed]
+    return rows, fails, {k: by_bin["overall"][k] for k in ("tp", "fp", "tn", "fn")}
+
+
+def _wide(rows: list[dict[str, Any]], keys: tuple[str, ...], fkey: str) -> list[dict[str, Any]]:
+    """One row per configuration with `<bin> acc` / `<bin> F2` columns."""
+    out: dict[tuple, dict[str, Any]] = {}
+    for r in rows:
+        k = tuple(r[x] for x in keys)
+        w = out.setdefault(k, {x: r[x] for x in keys} | {"failed": r["failed"], "cost_usd": r["cost_usd"], "calls": r["calls"]})
+        w[f"{r['bin']} acc"] = r["accuracy"]
+        w[f"{r['bin']} {fkey.upper()}"] = r[fkey]
+        w[f"{r['bin']} n"] = r["n"]
+    return list(out.values())
+
+
+async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: DetectionSettings, out_dir: str | Path) -> dict[str, Any]:
+    """Run every configuration on every dataset, then write the tables and plots into `out_dir`."""
+    out = Path(out_dir)
+    if not settings.models:
+        raise ValueError("no detector model given")
+    all_rows: list[dict[str, Any]] = []
+    failures: list[dict[str, Any]] = []
+    confusions: list[dict[str, Any]] = []
+    histograms: dict[str, list[dict[str, Any]]] = {}
+    fkey = f"f{settings.beta:g}"
+    for dataset, items in datasets.items():
+        cfgs = run_configs(dataset, settings)
+        for cfg in cfgs:
+            await run_one_config(cfg, items, settings, out)
+        ref = reference_mtc(cfgs, items, settings, out)
+        toxic_ids = {it.id for it in items if it.record and int(it.record.get("label", 0)) == 1}
+        histograms[dataset] = metrics.mtc_histogram(v for k, v in ref.items() if k in toxic_ids)
+        for cfg in cfgs:
+            rows, fails, counts = score_rows(cfg, items, ref, settings, out)
+            all_rows.extend(rows)
+            failures.extend(fails)
+            confusions.append({"dataset": dataset, "detector": cfg.model, "config": cfg.name, **counts})
+            plot_confusion(out / "plots" / f"confusion_{slug(dataset, cfg.method, cfg.l_max, cfg.model)}.png", counts,
+                           title=f"{dataset}: {cfg.name}\n{cfg.model}")
+
+    keys = ("dataset", "detector", "method", "l_max")
+    main_rows = [r for r in all_rows if r["method"] == "vanilla" or r["l_max"] == settings.l_max]
+    wide = _wide(main_rows, keys, fkey)
+    bins = [*metrics.MTC_BINS, "overall"]
+    md = ["# Detection evaluation\n",
+          "Bins: low [0, 0.2), medium [0.2, 0.8), high [0.8, 1] of the reference MTC (the dataset's own, else "
+          f"TA-CTD's with the first detector at l_max={settings.l_max}). Beta = {settings.beta:g}.\n"]
+    md.append(write_table(out, "detection_main", wide,
+                          [*keys, *[f"{b} {m}" for b in bins for m in ("acc", fkey.upper())], "failed", "calls", "cost_usd"],
+                          title="Vanilla vs TA-CTD per detector (accuracy and F-score per covertness level)"))
+    write_table(out, "detection_rows", all_rows, [*keys, "bin", "n", "accuracy", fkey, "failed", "cost_usd"],
+                title="All result rows (long form)")
+    if settings.l_max_ablation and "tag" in settings.methods:
+        abl = _wide([r for r in all_rows if r["method"] == "tag"], keys, fkey)
+        abl.sort(key=lambda r: (r["dataset"], r["detector"], -(r["l_max"] or 0)))
+        md.append(write_table(out, "detection_lmax", abl, [*keys, *[f"{b} acc" for b in bins], "overall " + fkey.upper()],
+                              title="l_max ablation of TA-CTD (accuracy per covertness level)"))
+    md.append(write_table(out, "confusion", confusions, ["dataset", "detector", "config", "tp", "fp", "tn", "fn"],
+                          title="Confusion matrices (overall)"))
+    hist_rows = [{"dataset": d, "interval": f"{b['lo']:.1f}-{b['hi']:.1f}", "count": b["count"], "share": b["share"]}
+                 for d, bins_ in histograms.items() for b in bins_]
+    md.append(write_table(out, "mtc_histogram", hist_rows, ["dataset", "interval", "count", "share"],
+                          title="MTC distribution of toxic samples (Figure 5)"))
+    plot_histogram(out / "plots" / "mtc_histogram.png", histograms, title="MTC score distribution")
+    md.append(write_table(out, "failures", failures, ["dataset", "detector", "config", "id", "error"],
+                          title=f"Failed samples ({len(failures)}; excluded from the scores, counted in 'failed')"))
+    from unveil.batch import atomic_write_text
+
+    atomic_write_text(out / "detection.md", "\n".join(md))
+    return {"rows": all_rows, "failures": failures, "confusions": confusions, "histograms": histograms,
+            "main": wide, "out_dir": str(out)}
+
+
+def nan_to_none(value: float) -> float | None:
+    """JSON-friendly NaN."""
+    return None if isinstance(value, float) and math.isnan(value) else value
