@@ -1,0 +1,1 @@
+"""Training the IPR prompt refiner: the labelled image dataset, SFT and GRPO (TRL + PEFT LoRA)."""

@@ -1,0 +1,282 @@
+"""Training data for the IPR refiner: prompt sources, the labelled image dataset, ToxiClean-IT and POSI pairs.
+
+Every example is formatted with the refiner role's own messages (`agents.refiner.build_refiner_messages`),
+converted to a chat-template conversation the way the `hf:` provider converts them at inference, so a trained
+adapter sees the same text at training and in the IPR graph. Images are placeholders in the conversation and
+travel in the dataset's `images` (SFT) or `image` (GRPO) column, as TRL expects.
+
+Nothing here needs the shared data folder: every loader takes the user's own path.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from training.answers import format_answer
+
+PROMPT_FIELDS = ("prompt", "input", "text", "query")
+
+_PIXEL = None
+
+
+def _pixel_data_url() -> str:
+    """A 1x1 PNG data URL: stands in for the image while the conversation text is built."""
+    global _PIXEL
+    if _PIXEL is None:
+        from PIL import Image
+
+        buf = io.BytesIO()
+        Image.new("RGB", (1, 1)).save(buf, format="PNG")
+        _PIXEL = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    return _PIXEL
+
+
+class _PlaceholderStore:
+    """Just enough of an ImageStore for building messages whose images are replaced by placeholders."""
+
+    def data_url(self, image_id: str) -> str:
+        return _pixel_data_url()
+
+
+def refiner_conversation(original_prompt: str, *, with_image: bool = True) -> list[dict[str, Any]]:
+    """The refiner's prompt as a chat-template conversation with an `{"type": "image"}` placeholder."""
+    from agents.providers.hf_vlm import to_hf_conversation
+    from agents.refiner import build_refiner_messages
+
+    messages = build_refiner_messages(original_prompt, "placeholder" if with_image else None,
+                                      store=_PlaceholderStore() if with_image else None, vision=with_image)
+    convo, _ = to_hf_conversation(messages)
+    # Arrow needs one type per column, so the system text becomes a one-part list like the user turn; Qwen-style
+    # chat templates render both spellings to the same tokens.
+    for turn in convo:
+        if isinstance(turn["content"], str):
+            turn["content"] = [{"type": "text", "text": turn["content"]}]
+    return convo
+
+
+def completion_turn(text: str) -> list[dict[str, Any]]:
+    """The assistant turn holding a training target."""
+    return [{"role": "assistant", "content": [{"type": "text", "text": text}]}]
+
+
+# -- prompt sources -----------------------------------------------------------------------------------------------
+
+def _prompt_of(record: dict[str, Any], field: str | None) -> str | None:
+    keys = (field,) if field else PROMPT_FIELDS
+    for key in keys:
+        value = record.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
+
+
+def load_prompts(path: str | Path, *, field: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    """Prompts from a JSONL/JSON/CSV/TXT file as `{"id", "prompt", ...}` records.
+
+    JSON may be a list of objects (POSI's `input`/`output` layout works) or of strings; objects and CSV rows take
+    the prompt from `field` or the first of prompt/input/text/query; ids come from an `id` field or the position.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"prompts {str(path)!r}: file not found")
+    rows: list[Any]
+    suffix = p.suffix.lower()
+    if suffix == ".jsonl":
+        rows = []
+        for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{p.name} line {lineno}: not valid JSON ({exc.msg})") from exc
+    elif suffix == ".json":
+        data = json.loads(p.read_text(encoding="utf-8"))
+        rows = data if isinstance(data, list) else data.get("data") or data.get("prompts") or []
+    elif suffix == ".csv":
+        with p.open(newline="", encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+    else:
+        rows = [ln.strip() for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    out: list[dict[str, Any]] = []
+    for i, row in enumerate(rows):
+        rec = {"prompt": row} if isinstance(row, str) else dict(row)
+        prompt = _prompt_of(rec, field)
+        if prompt is None:
+            continue
+        rid = rec.get("id", i)
+        extra = {k: v for k, v in rec.items() if k not in ("id", "prompt", "instruction", "output")}
+        out.append({**extra, "id": str(rid), "prompt": prompt})
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+def load_posi_pairs(path: str | Path) -> list[dict[str, Any]]:
+    """POSI's toxic -> clean prompt pairs (`input`, `output`) as `{"id", "prompt", "answer"}` records."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    out = []
+    for i, row in enumerate(data):
+        toxic, clean = str(row.get("input", "")).strip(), str(row.get("output", "")).strip()
+        if toxic and clean:
+            out.append({"id": str(row.get("id", i)), "prompt": toxic, "answer": clean})
+    return out
+
+
+# -- SFT datasets -------------------------------------------------------------------------------------------------
+
+def sft_example(prompt: str, target: str, image: Any | None) -> dict[str, Any]:
+    """One prompt-completion example; the loss falls on the completion only."""
+    ex: dict[str, Any] = {"prompt": refiner_conversation(prompt, with_image=image is not None),
+                          "completion": completion_turn(target)}
+    if image is not None:
+        ex["images"] = [image]
+    return ex
+
+
+def _resolve_image(rec: dict[str, Any], base_dir: Path, store: Any) -> Any:
+    """A record's image as a PIL image: its `image` path (relative to the file), else its id in the store."""
+    from PIL import Image
+
+    ref = rec.get("image") or rec.get("image_path")
+    if isinstance(ref, str) and ref:
+        path = Path(ref)
+        path = path if path.is_absolute() else base_dir / path
+        if path.is_file():
+            with Image.open(path) as img:
+                return img.convert("RGB")
+    if rec.get("image_id") and store is not None:
+        return store.open(rec["image_id"]).convert("RGB")
+    raise FileNotFoundError(f"record {rec.get('id')!r}: image {ref!r} not found (and no image_id in the store)")
+
+
+def labelled_records(path: str | Path) -> list[dict[str, Any]]:
+    """The completed records of a `unveil train build-data` output (failed ones are skipped)."""
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        if rec.get("status", "ok") == "ok" and rec.get("answer"):
+            out.append(rec)
+    return out
+
+
+def sft_dataset_from_labelled(path: str | Path, *, store: Any = None):
+    """The SFT dataset from labelled (prompt, image, reason, answer) records."""
+    from datasets import Dataset
+
+    base = Path(path).resolve().parent
+    rows = [sft_example(r["prompt"], format_answer(r.get("reason", ""), r["answer"]), _resolve_image(r, base, store))
+            for r in labelled_records(path)]
+    if not rows:
+        raise ValueError(f"{path}: no completed labelled records")
+    return Dataset.from_list(rows)
+
+
+def load_toxiclean_it(folder: str | Path, split: str = "train"):
+    """The published ToxiClean-IT layout (columns image, query, response) from a local folder.
+
+    Accepts a folder saved with `Dataset.save_to_disk`, a Hub-style folder of parquet files (`data/train-*.parquet`
+    or any `*.parquet`), or JSON/JSONL files whose `image` column holds paths relative to the folder.
+    """
+    import datasets
+    from datasets import Dataset, Image as ImageFeature
+
+    root = Path(folder)
+    if not root.exists():
+        raise FileNotFoundError(f"ToxiClean-IT folder {str(folder)!r} not found")
+    if (root / "dataset_info.json").exists() or (root / "state.json").exists():
+        ds = datasets.load_from_disk(str(root))
+        ds = ds[split] if isinstance(ds, datasets.DatasetDict) else ds
+    else:
+        parquet = sorted(root.rglob(f"{split}-*.parquet")) or sorted(root.rglob("*.parquet"))
+        if parquet:
+            ds = Dataset.from_parquet([str(p) for p in parquet])
+        else:
+            files = sorted(root.rglob("*.jsonl")) + sorted(root.rglob("*.json"))
+            if not files:
+                raise FileNotFoundError(f"{folder}: no parquet, JSON or JSONL files and not a saved dataset")
+            rows: list[dict[str, Any]] = []
+            for f in files:
+                text = f.read_text(encoding="utf-8")
+                items = json.loads(text) if f.suffix == ".json" else [json.loads(ln) for ln in text.splitlines() if ln.strip()]
+                for item in items:
+                    img = item.get("image")
+                    if isinstance(img, str) and not Path(img).is_absolute():
+                        item = {**item, "image": str((f.parent / img).resolve())}
+                    rows.append(item)
+            ds = Dataset.from_list(rows)
+    missing = {"image", "query", "response"} - set(ds.column_names)
+    if missing:
+        raise ValueError(f"{folder}: not the ToxiClean-IT layout, missing columns {sorted(missing)}")
+    if not isinstance(ds.features["image"], ImageFeature):
+        ds = ds.cast_column("image", ImageFeature())
+    return ds
+
+
+def sft_dataset_from_toxiclean(folder: str | Path, split: str = "train"):
+    """ToxiClean-IT as a prompt-completion SFT dataset with one image per example (targets kept as published)."""
+    ds = load_toxiclean_it(folder, split)
+
+    def convert(row: dict[str, Any]) -> dict[str, Any]:
+        # Targets stay as published (bare `keep` / prompt or tagged); the refiner's parser reads both.
+        return sft_example(row["query"], str(row["response"]).strip(), row["image"])
+
+    return ds.map(convert, remove_columns=ds.column_names)
+
+
+def sft_dataset_from_posi(path: str | Path):
+    """The text-only baseline: POSI's toxic -> clean pairs, no image, the clean prompt as the answer."""
+    from datasets import Dataset
+
+    rows = [sft_example(r["prompt"], format_answer("", r["answer"]), None) for r in load_posi_pairs(path)]
+    return Dataset.from_list(rows)
+
+
+def load_sft_dataset(source: str | Path, *, kind: str = "auto", store: Any = None):
+    """Any SFT source by kind: `labelled` (build-data JSONL), `toxiclean` (folder), `posi` (JSON pairs)."""
+    p = Path(source)
+    if kind == "auto":
+        kind = "toxiclean" if p.is_dir() else ("posi" if p.suffix == ".json" else "labelled")
+    if kind == "labelled":
+        return sft_dataset_from_labelled(p, store=store)
+    if kind == "toxiclean":
+        return sft_dataset_from_toxiclean(p)
+    if kind == "posi":
+        return sft_dataset_from_posi(p)
+    raise ValueError(f"unknown SFT data kind {kind!r}: expected labelled, toxiclean or posi")
+
+
+# -- GRPO dataset -------------------------------------------------------------------------------------------------
+
+def grpo_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """GRPO rows: the refiner conversation plus p0, the initial image id and the pool key (the prompt id)."""
+    return [{"prompt": refiner_conversation(r["prompt"]), "p0": r["prompt"], "image_id": r["image_id"],
+             "pool_key": str(r.get("id", r["prompt"]))} for r in records]
+
+
+def grpo_dataset(records: Iterable[dict[str, Any]], *, store: Any, pool: Any = None):
+    """The GRPO dataset; each row's `image` is opened lazily from its prompt's pool (or its own image id)."""
+    from datasets import Dataset
+
+    rows = grpo_rows(records)
+    if not rows:
+        raise ValueError("GRPO dataset: no records")
+    ds = Dataset.from_list(rows)
+    if pool is not None:
+        for r in rows:
+            pool.add(r["pool_key"], r["image_id"])
+
+    def attach_images(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        ids = [pool.choose(k, d) if pool is not None else d for k, d in zip(batch["pool_key"], batch["image_id"])]
+        batch["image_id"] = ids
+        batch["image"] = [store.open(i).convert("RGB") for i in ids]
+        return batch
+
+    ds.set_transform(attach_images)
+    return ds
