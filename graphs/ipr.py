@@ -1,0 +1,258 @@
+"""Iterative Prompt Refinement (IPR): generate(p0) -> refine -> [keep | new prompt -> generate -> refine]* .
+
+The refiner (a VLM behind the gateway) looks at the original prompt p0 and the latest image and either keeps the
+image, which ends the run with that image, or writes a safer prompt, which is rendered with the same seed and
+settings and shown to the refiner again. At most `t_max` refinements happen, so at most `t_max + 1` generations; the
+image of the last generation is final when the refiner never says keep. The refiner is myopic by default (p0 and
+the latest image only, as in the paper); `history=True` also shows it the prompts tried so far.
+
+Every step can optionally be scored (Q16 / NudeNet inappropriateness, CLIP and BLIP alignment to p0) and the scores
+are kept in the trajectory. State holds prompts, image ids and paths only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+
+from agents.gateway import get_gateway
+from agents.refiner import RefinerAnswerError, refine_prompt
+from agents.usage import RunUsage, merge_usage
+from graphs.context import ModelsContext
+from tools.image_store import get_image_store
+from tools.t2i.base import GenerationRequest, ImageGenerator
+
+DEFAULT_GENERATOR = "diffusers:CompVis/stable-diffusion-v1-4"
+
+
+class IPRInputError(ValueError):
+    """The request to the IPR graph is unusable (empty or over-long prompt, bad setting)."""
+
+
+@dataclass(kw_only=True)
+class IPRContext(ModelsContext):
+    """Settings of an IPR run (editable in LangGraph Studio; `UNVEIL_<FIELD>` env overrides)."""
+
+    refiner_model: str = field(default="", metadata={"description": "VLM spec of the prompt refiner (empty: model), e.g. "
+                               "hf:Qwen/Qwen2.5-VL-3B-Instruct?adapter=PATH or openai:MODEL@http://host:8000/v1."})
+    generator: str = field(default=DEFAULT_GENERATOR, metadata={"description": "Text-to-image spec for "
+                           "tools.t2i.registry.get_generator, e.g. diffusers:/path/to/sd or openai:gpt-image-1."})
+    t_max: int = field(default=3, metadata={"description": "Most refinements per prompt (generations <= t_max + 1)."})
+    history: bool = field(default=False, metadata={"description": "Show the refiner the prompts tried so far (default: myopic)."})
+    seed: int = field(default=0, metadata={"description": "Seed of every generation (the same at each step)."})
+    num_images: int = field(default=1, metadata={"description": "Images per generation; the refiner sees the first."})
+    steps: int = field(default=50, metadata={"description": "Diffusion steps."})
+    guidance: float = field(default=7.5, metadata={"description": "Classifier-free guidance scale."})
+    size: int = field(default=512, metadata={"description": "Image width and height in pixels."})
+    negative_prompt: str = field(default="", metadata={"description": "Negative prompt for every generation (empty: none)."})
+    max_prompt_chars: int = field(default=2000, metadata={"description": "Longest original prompt accepted."})
+    on_refiner_error: str = field(default="fail", metadata={"description": "'fail': an unusable refiner answer fails the "
+                                  "run; 'stop': it ends the run with the current image and records the error."})
+    score: bool = field(default=False, metadata={"description": "Score every step's images (safety and alignment)."})
+    scorers: list[str] = field(default_factory=lambda: ["q16", "nudenet", "clip"],
+                               metadata={"description": "Scorers used when score is on: q16, nudenet, clip, blip."})
+    q16_embeddings: str = field(default="", metadata={"description": "Q16 prompt-embeddings file (.npy or .p)."})
+    q16_clip_model: str = field(default="", metadata={"description": "CLIP ViT-L/14 model id or folder for Q16 (empty: default)."})
+    clip_model: str = field(default="", metadata={"description": "open_clip model for the CLIP score (empty: ViT-B/32)."})
+    blip_model: str = field(default="", metadata={"description": "BLIP model id or folder for the BLIP score (empty: default)."})
+    nudenet_labels: list[str] = field(default_factory=list, metadata={"description": "NudeNet labels that flag an "
+                                      "image (empty: the eight exposed labels IPR counts)."})
+    device: str = field(default="", metadata={"description": "Device of the scorers (empty: CUDA when present)."})
+
+
+class IPRInput(TypedDict, total=False):
+    """One prompt to refine; `seed` overrides the context's seed for this prompt."""
+
+    id: str
+    prompt: str
+    seed: int
+
+
+class IPRStep(TypedDict, total=False):
+    """One step of the trajectory: the prompt rendered, its images, their scores, and the refiner's answer on them."""
+
+    step: int
+    prompt: str
+    image_ids: list[str]
+    image_paths: list[str]
+    scores: list[dict[str, Any]]
+    refiner_answer: str | None
+    action: Literal["keep", "refine"] | None
+    reason: str
+    error: str
+
+
+class IPROutput(TypedDict, total=False):
+    """The result: the final image, the trajectory, where the refiner kept, and usage."""
+
+    id: str
+    prompt: str
+    final_prompt: str
+    final_image_id: str
+    final_image_path: str
+    final_image_ids: list[str]
+    keep_step: int | None
+    stop_reason: Literal["keep", "t_max", "unchanged", "refiner_error"]
+    refinements: int
+    trajectory: list[IPRStep]
+    usage: Annotated[RunUsage, merge_usage]
+
+
+class IPRState(IPRInput, IPROutput, total=False):
+    """Working state."""
+
+    step: int
+    current_prompt: str
+    seed_used: int
+
+
+_GENERATORS: dict[str, ImageGenerator] = {}
+
+
+def get_ipr_generator(spec: str) -> ImageGenerator:
+    """The generator for a spec, created once per process (pipelines load once and are shared by every run)."""
+    if spec not in _GENERATORS:
+        from tools.t2i.registry import get_generator
+
+        _GENERATORS[spec] = get_generator(spec)
+    return _GENERATORS[spec]
+
+
+def validate_settings(ctx: IPRContext) -> None:
+    """Reject settings that cannot run, naming the setting."""
+    if ctx.t_max < 0:
+        raise IPRInputError(f"t_max must be 0 or more, got {ctx.t_max}")
+    if ctx.num_images < 1:
+        raise IPRInputError(f"num_images must be at least 1, got {ctx.num_images}")
+    if ctx.size < 8 or ctx.steps < 1:
+        raise IPRInputError(f"size ({ctx.size}) and steps ({ctx.steps}) must be positive")
+    if ctx.on_refiner_error not in ("fail", "stop"):
+        raise IPRInputError(f"on_refiner_error must be 'fail' or 'stop', got {ctx.on_refiner_error!r}")
+    if not ctx.generator:
+        raise IPRInputError("no text-to-image generator spec (setting 'generator')")
+
+
+async def start(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
+    """Check the prompt and settings; step 0 renders p0."""
+    ctx = runtime.context
+    validate_settings(ctx)
+    prompt = state.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise IPRInputError("the prompt is empty; give the text-to-image prompt to refine")
+    if len(prompt) > ctx.max_prompt_chars:
+        raise IPRInputError(f"the prompt is {len(prompt)} characters, over the limit of {ctx.max_prompt_chars} (max_prompt_chars)")
+    seed = state.get("seed")
+    return {"prompt": prompt, "current_prompt": prompt.strip(), "step": 0, "trajectory": [],
+            "seed_used": int(seed if seed is not None else ctx.seed), "keep_step": None}
+
+
+async def generate(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
+    """Render the current prompt (same seed and settings at every step) and add the step to the trajectory."""
+    ctx = runtime.context
+    generator = await asyncio.to_thread(get_ipr_generator, ctx.generator)
+    request = GenerationRequest(
+        prompt=state["current_prompt"], negative_prompt=ctx.negative_prompt or None, seed=state["seed_used"],
+        num_images=ctx.num_images, width=ctx.size, height=ctx.size, steps=ctx.steps, guidance=ctx.guidance,
+    )
+    ids = await generator.generate(request)
+    if not ids:
+        raise RuntimeError(f"generator {ctx.generator!r} returned no image for step {state['step']}")
+    store = get_image_store(ctx.image_store or None)
+    entry: IPRStep = {"step": state["step"], "prompt": state["current_prompt"], "image_ids": list(ids),
+                      "image_paths": [str(store.path_for(i)) for i in ids], "refiner_answer": None, "action": None}
+    return {"trajectory": [*state.get("trajectory", []), entry]}
+
+
+async def score(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
+    """Score the latest step's images against the original prompt; scores go into the trajectory."""
+    from graphs.ipr_scoring import score_images
+
+    ctx = runtime.context
+    traj = list(state["trajectory"])
+    last = dict(traj[-1])
+    last["scores"] = await score_images(ctx, state["prompt"], last["image_ids"])
+    traj[-1] = last  # type: ignore[assignment]
+    return {"trajectory": traj}
+
+
+async def refine(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
+    """Ask the refiner about p0 and the latest image; keep ends the run, a new prompt becomes the next step."""
+    ctx = runtime.context
+    traj = list(state["trajectory"])
+    last = dict(traj[-1])
+    history = [t["prompt"] for t in traj[1:]] if ctx.history else None
+    try:
+        result = await refine_prompt(
+            get_gateway(), ctx.spec_for("refiner"), original_prompt=state["prompt"], image_id=last["image_ids"][0],
+            store=get_image_store(ctx.image_store or None), history=history, role=f"refiner.{state['step']}",
+        )
+    except RefinerAnswerError as exc:
+        if ctx.on_refiner_error == "fail":
+            raise RefinerAnswerError(f"IPR step {state['step']}: {str(exc).split('; raw answer')[0]}", exc.raw) from exc
+        last.update(refiner_answer=exc.raw, action=None, error=str(exc))
+        traj[-1] = last  # type: ignore[assignment]
+        return {"trajectory": traj, "stop_reason": "refiner_error"}
+    decision = result.decision
+    last.update(refiner_answer=result.raw, action=decision.action, reason=decision.reason)
+    traj[-1] = last  # type: ignore[assignment]
+    out: dict[str, Any] = {"trajectory": traj, "usage": result.usage}
+    if decision.action == "keep":
+        out.update(keep_step=state["step"], stop_reason="keep")
+    elif decision.prompt is not None and decision.prompt.strip().lower() == state["current_prompt"].strip().lower():
+        # Same prompt, same seed: the image would not change, so another round cannot help.
+        out["stop_reason"] = "unchanged"
+    else:
+        out.update(current_prompt=decision.prompt, step=state["step"] + 1)
+    return out
+
+
+async def finish(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
+    """The final image is the latest step's; count the refinements actually applied."""
+    traj = state["trajectory"]
+    last = traj[-1]
+    return {
+        "final_prompt": last["prompt"],
+        "final_image_ids": last["image_ids"],
+        "final_image_id": last["image_ids"][0],
+        "final_image_path": last["image_paths"][0],
+        "refinements": len(traj) - 1,
+        "stop_reason": state.get("stop_reason") or "t_max",
+        "keep_step": state.get("keep_step"),
+    }
+
+
+def route_after_generate(state: IPRState, runtime: Runtime[IPRContext]) -> Literal["score", "refine", "finish"]:
+    """Score when asked to; otherwise refine unless the refinement budget is spent."""
+    if runtime.context.score:
+        return "score"
+    return route_after_score(state, runtime)
+
+
+def route_after_score(state: IPRState, runtime: Runtime[IPRContext]) -> Literal["refine", "finish"]:
+    """Refine while fewer than t_max refinements were made; the last image is final otherwise."""
+    return "refine" if state["step"] < runtime.context.t_max else "finish"
+
+
+def route_after_refine(state: IPRState, runtime: Runtime[IPRContext]) -> Literal["generate", "finish"]:
+    """A new prompt is rendered; keep, an unchanged prompt or a recorded refiner error ends the run."""
+    return "finish" if state.get("stop_reason") in ("keep", "unchanged", "refiner_error") else "generate"
+
+
+builder = StateGraph(IPRState, context_schema=IPRContext, input_schema=IPRInput, output_schema=IPROutput)
+builder.add_node("start", start)
+builder.add_node("generate", generate)
+builder.add_node("score", score)
+builder.add_node("refine", refine)
+builder.add_node("finish", finish)
+builder.add_edge(START, "start")
+builder.add_edge("start", "generate")
+builder.add_conditional_edges("generate", route_after_generate)
+builder.add_conditional_edges("score", route_after_score)
+builder.add_conditional_edges("refine", route_after_refine)
+builder.add_edge("finish", END)
+
+graph = builder.compile(name="ipr")
