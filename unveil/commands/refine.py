@@ -1,0 +1,167 @@
+"""`unveil refine`: Iterative Prompt Refinement of one prompt, or of a JSONL of prompts with resume and progress."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from unveil.batch import read_jsonl, run_batch
+from unveil.commands.common import add_batch_options, add_model_options, context_kwargs, setup_gateway, warn_if_demo
+
+PROMPT_FIELDS = ("prompt", "text", "input")
+SEED_FIELDS = ("seed", "evaluation_seed")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `refine` subcommand."""
+    p = sub.add_parser(
+        "refine", help="make a text-to-image prompt safe by iterative prompt refinement (IPR)",
+        description="Renders the prompt, lets the refiner VLM keep the image or rewrite the prompt, and repeats up to "
+                    "--t-max times. Batch form: --input prompts.jsonl (records with 'prompt', optional 'id' and "
+                    "'seed' or 'evaluation_seed') --output results.jsonl; rerunning resumes.")
+    p.add_argument("prompt", nargs="?", help="the prompt to refine (omit with --input)")
+    p.add_argument("--t-max", type=int, help="most refinements (default 3)")
+    p.add_argument("--generator", help="text-to-image spec, e.g. diffusers:/path/to/sd-1.4 (default $UNVEIL_GENERATOR "
+                                       "or diffusers:CompVis/stable-diffusion-v1-4)")
+    p.add_argument("--refiner", help="refiner VLM spec (same as --role-model refiner=SPEC)")
+    p.add_argument("--history", action="store_true", help="show the refiner the prompts tried so far (default: myopic)")
+    p.add_argument("--seed", type=int, help="generation seed (default 0; batch records may carry their own)")
+    p.add_argument("--ignore-record-seeds", action="store_true", help="use --seed even where a record has a seed")
+    p.add_argument("--num-images", type=int, help="images per generation (the refiner sees the first)")
+    p.add_argument("--steps", type=int, help="diffusion steps (default 50)")
+    p.add_argument("--guidance", type=float, help="guidance scale (default 7.5)")
+    p.add_argument("--size", type=int, help="image width and height (default 512)")
+    p.add_argument("--negative-prompt", help="negative prompt for every generation")
+    p.add_argument("--score", action="store_true", help="score every step (Q16, NudeNet, CLIP by default)")
+    p.add_argument("--scorers", help="comma-separated scorers for --score: q16,nudenet,clip,blip")
+    p.add_argument("--q16-embeddings", help="Q16 prompt-embeddings file (.npy)")
+    p.add_argument("--on-refiner-error", choices=["fail", "stop"], help="an unusable refiner answer fails the prompt "
+                                                                         "(default) or ends it with the current image")
+    p.add_argument("--json", action="store_true", help="print the full result as JSON")
+    add_model_options(p)
+    add_batch_options(p)
+    p.set_defaults(func=run)
+
+
+def build_context(args: argparse.Namespace) -> Any:
+    """The IPR context from the command-line options."""
+    from graphs.ipr import IPRContext
+
+    kw = context_kwargs(args)
+    if args.refiner:
+        kw["refiner_model"] = args.refiner
+    for opt in ("t_max", "generator", "seed", "num_images", "steps", "guidance", "size", "negative_prompt",
+                "q16_embeddings", "on_refiner_error"):
+        if getattr(args, opt) is not None:
+            kw[opt] = getattr(args, opt)
+    if args.history:
+        kw["history"] = True
+    if args.score:
+        kw["score"] = True
+    if args.scorers:
+        kw["scorers"] = [s.strip() for s in args.scorers.split(",") if s.strip()]
+    allowed = set(IPRContext.__dataclass_fields__)
+    unknown = sorted(k for k in kw if k not in allowed)
+    if unknown:
+        raise SystemExit(f"unknown setting(s) for refine: {', '.join(unknown)} (the IPR graph has one role: refiner)")
+    return IPRContext(**kw)
+
+
+def prompt_of(record: dict[str, Any]) -> str:
+    """The prompt of a batch record (`prompt`, else `text` or `input`)."""
+    for name in PROMPT_FIELDS:
+        value = record.get(name)
+        if isinstance(value, str):
+            return value
+    raise ValueError(f"record has no prompt: expected a string field {' or '.join(PROMPT_FIELDS)}")
+
+
+def seed_of(record: dict[str, Any]) -> int | None:
+    """A per-record seed (`seed` or I2P's `evaluation_seed`), if any."""
+    for name in SEED_FIELDS:
+        value = record.get(name)
+        if value is not None and value != "":
+            return int(value)
+    return None
+
+
+async def refine_one(prompt: str, ctx: Any, *, seed: int | None = None, sample_id: str | None = None) -> dict[str, Any]:
+    """Run one prompt through the IPR graph and return its JSON record (with the model specs used)."""
+    from graphs.ipr import graph
+
+    inp: dict[str, Any] = {"prompt": prompt}
+    if seed is not None:
+        inp["seed"] = seed
+    if sample_id is not None:
+        inp["id"] = sample_id
+    out = await graph.ainvoke(inp, context=ctx)
+    rec = dict(out)
+    rec["models"] = {"refiner": ctx.spec_for("refiner"), "generator": ctx.generator}
+    rec["settings"] = {"t_max": ctx.t_max, "history": ctx.history, "seed": seed if seed is not None else ctx.seed,
+                       "steps": ctx.steps, "guidance": ctx.guidance, "size": ctx.size, "num_images": ctx.num_images}
+    return rec
+
+
+def format_trajectory(rec: dict[str, Any], sample_id: str | None = None) -> str:
+    """A readable trajectory: one line per step, then the outcome and usage."""
+    head = f"[{sample_id}] " if sample_id else ""
+    if rec.get("status") == "failed":
+        return f"{head}FAILED: {rec.get('error')}"
+    lines = [f"{head}original: {rec.get('prompt')}"]
+    for step in rec.get("trajectory", []):
+        lines.append(f"  step {step['step']}: {step['prompt']}")
+        lines.append(f"    image: {step['image_paths'][0]}" + (f" (+{len(step['image_paths']) - 1} more)" if len(step['image_paths']) > 1 else ""))
+        for k, sc in enumerate(step.get("scores") or []):
+            shown = ", ".join(f"{n}={v:.3f}" if isinstance(v, float) else f"{n}={v}" for n, v in sc.items() if not isinstance(v, (dict, list)))
+            lines.append(f"    scores[{k}]: {shown}")
+        if step.get("action"):
+            what = "keep" if step["action"] == "keep" else "refine"
+            lines.append(f"    refiner: {what}" + (f" ({step['reason']})" if step.get("reason") else ""))
+        elif step.get("error"):
+            lines.append(f"    refiner error: {step['error']}")
+    keep = rec.get("keep_step")
+    lines.append(f"  stop: {rec.get('stop_reason')}" + (f" at step {keep}" if keep is not None else "")
+                 + f"; final image: {rec.get('final_image_path')}")
+    usage = rec.get("usage", {}).get("total", {})
+    lines.append(f"  calls={usage.get('calls', 0)} cache_hits={usage.get('cache_hits', 0)} "
+                 f"tokens={usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} cost=${usage.get('cost_usd', 0):.4f}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `unveil refine`."""
+    if not args.input and args.prompt is None:
+        raise SystemExit("give a PROMPT or --input prompts.jsonl")
+    if args.input and args.prompt is not None:
+        raise SystemExit("give either a PROMPT or --input, not both")
+    setup_gateway(args)
+    ctx = build_context(args)
+    warn_if_demo({"refiner": ctx.spec_for("refiner")})
+    if args.input:
+        source = Path(args.input)
+        output = Path(args.output) if args.output else Path("runs") / f"refine-{source.stem}.jsonl"
+        items = list(read_jsonl(source))
+
+        async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
+            seed = None if args.ignore_record_seeds else seed_of(record)
+            rec = await refine_one(prompt_of(record), ctx, seed=seed, sample_id=sample_id)
+            extra = {k: v for k, v in record.items() if k not in rec and k not in ("id",)}
+            return {**rec, "input": extra} if extra else rec
+
+        summary = asyncio.run(run_batch(items, worker, output, concurrency=args.concurrency,
+                                        retry_failed=args.retry_failed, desc="refine (IPR)",
+                                        progress=not args.no_progress))
+        print(f"{summary.completed} done, {summary.failed} failed, {summary.skipped} already in {output}", file=sys.stderr)
+        for failure in summary.failures:
+            print(f"  failed {failure['id']}: {failure['error']}", file=sys.stderr)
+        return 0 if not summary.failed else 1
+    rec = asyncio.run(refine_one(args.prompt, ctx))
+    if args.json:
+        print(json.dumps(rec, indent=2, ensure_ascii=False))
+    else:
+        print(format_trajectory(rec))
+    return 0
