@@ -1,0 +1,136 @@
+"""Settings of SFT and GRPO runs: dataclasses with the IPR paper's defaults, read from a config file and flags.
+
+A config file is TOML, YAML or JSON holding the dataclass fields (GRPO's reward fields may sit in a `[reward]`
+table); command-line flags override it. Every field is documented next to its default.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+from training.reward import RewardSettings
+
+DEFAULT_BASE = "Qwen/Qwen2.5-VL-3B-Instruct"
+
+
+@dataclass
+class TrainSettings:
+    """What SFT and GRPO share: the model, LoRA, optimisation, logging and devices."""
+
+    model: str = DEFAULT_BASE  # Hub id or local folder of the base VLM
+    adapter: str = ""  # an existing LoRA adapter to continue training (e.g. the SFT result for GRPO)
+    output_dir: str = "runs/ipr-sft"
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.05
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
+    learning_rate: float = 5e-5
+    per_device_batch_size: int = 4
+    gradient_accumulation_steps: int = 4
+    max_steps: int = 636  # the paper's SFT length
+    num_train_epochs: float = 3.0  # used only when max_steps <= 0
+    lr_scheduler_type: str = "constant"
+    max_grad_norm: float = 1.0
+    warmup_steps: int = 0
+    gradient_checkpointing: bool = True
+    precision: str = "auto"  # auto (bf16 on GPU, fp32 on CPU), bf16, fp16, fp32
+    cpu: bool = False  # force CPU even when a GPU is present
+    seed: int = 0
+    logging_steps: int = 10
+    save_steps: int = 0  # 0: save only at the end
+    report_to: list[str] = field(default_factory=lambda: ["none"])  # tensorboard, wandb, ...
+    run_name: str = ""
+    min_pixels: int = 0  # image budget for Qwen-style processors (0: the processor's own)
+    max_pixels: int = 0
+    image_store: str = ""  # image store folder (default $UNVEIL_IMAGE_STORE or ~/.cache/unveil/images)
+
+
+@dataclass
+class SFTSettings(TrainSettings):
+    """Supervised fine-tuning of the refiner (section 4.1, Appendix A of the IPR paper)."""
+
+    data: str = ""  # labelled JSONL (build-data), a ToxiClean-IT folder, or POSI pairs JSON (text-only)
+    data_kind: str = "auto"  # auto, labelled, toxiclean, posi
+    max_length: int = 0  # truncate examples to this many tokens (0: no truncation)
+
+
+@dataclass
+class GRPOSettings(TrainSettings):
+    """GRPO on the single-generation surrogate (section 4.3); defaults follow Appendix A and the authors' code."""
+
+    output_dir: str = "runs/ipr-grpo"
+    data: str = ""  # labelled JSONL (images from build-data) or any prompts file (images rendered first)
+    prompt_field: str = ""  # for prompt files: the field holding the prompt (default prompt/input/text/query)
+    limit: int = 0  # use only the first N prompts (0: all)
+    learning_rate: float = 1.9e-5
+    max_steps: int = 50
+    max_grad_norm: float = 0.1
+    num_generations: int = 4  # group size
+    max_completion_length: int = 200
+    temperature: float = 1.0
+    kl_beta: float = 1e-4  # KL penalty to the reference policy (the base model with the adapter disabled)
+    loss_type: str = "dapo"
+    image_pool: bool = True  # refined renders join their prompt's pool of current images
+    generator: str = "diffusers:CompVis/stable-diffusion-v1-4"  # reward renderer spec (tools.t2i registry)
+    t2i_steps: int = 50
+    t2i_guidance: float = 7.0
+    t2i_size: int = 512
+    clip_model: str = "ViT-B-32"  # CLIP for the alignment term (the authors' code used ViT-B/32)
+    q16_model: str = "ViT-L-14"  # CLIP for Q16 (the Q16 prompts are for ViT-L/14)
+    q16_embeddings: str = ""  # path to Q16's prompt embeddings (.npy or .p)
+    scorer_device: str = ""  # device for generator and scorers (default: this rank's device)
+    reward: RewardSettings = field(default_factory=RewardSettings)
+
+
+S = TypeVar("S", bound=TrainSettings)
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """A config file (TOML, YAML or JSON) as a dict."""
+    p = Path(path)
+    text = p.read_text(encoding="utf-8")
+    if p.suffix in (".toml", ".tml"):
+        return tomllib.loads(text)
+    if p.suffix in (".yaml", ".yml"):
+        import yaml
+
+        return yaml.safe_load(text) or {}
+    return json.loads(text)
+
+
+def build_settings(cls: type[S], config: dict[str, Any] | None = None, overrides: dict[str, Any] | None = None) -> S:
+    """Settings from defaults < config file < overrides (None values in overrides are ignored).
+
+    Unknown keys are an error that names them, so a typo in a config file does not silently train with a default.
+    """
+    merged: dict[str, Any] = dict(config or {})
+    reward_cfg = dict(merged.pop("reward", {}) or {})
+    reward_names = {f.name for f in fields(RewardSettings)}
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if key.startswith("reward_") and key[7:] in reward_names:
+            reward_cfg[key[7:]] = value
+        else:
+            merged[key] = value
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(merged) - names)
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} settings: {', '.join(unknown)}")
+    if "reward" in names:
+        bad = sorted(set(reward_cfg) - reward_names)
+        if bad:
+            raise ValueError(f"unknown reward settings: {', '.join(bad)}")
+        merged["reward"] = RewardSettings(**reward_cfg)
+    elif reward_cfg:
+        raise ValueError(f"{cls.__name__} has no reward settings")
+    return cls(**merged)
+
+
+def settings_dict(settings: TrainSettings) -> dict[str, Any]:
+    """A JSON-serialisable copy of the settings (saved next to the adapter)."""
+    return asdict(settings)
