@@ -1,0 +1,152 @@
+"""Dynamic batching: image jobs from many concurrent coroutines become few large GPU batches.
+
+An IPR evaluation or a GRPO step runs dozens of refinement graphs at once, each asking for one image at a
+time. Rendering those one by one leaves the GPU mostly idle (a batch of 1 with CFG is a UNet batch of 2), so
+every job goes to one worker thread per device. The worker takes the oldest waiting job, gathers the jobs with
+the same compatibility key (same pipeline, size, steps, guidance, safety settings) that arrive within a bounded
+wait, up to a maximum batch, renders them in one call and routes each result back to its caller's future.
+While the GPU is busy new jobs pile up, so under load batches fill without waiting at all.
+
+The worker is a plain thread fed by a `queue.Queue`, so it serves any number of event loops (tests, CLI runs,
+training loops each with their own `asyncio.run`). Only one batch runs per device at a time, which also keeps
+pipeline objects (schedulers hold per-call state) away from concurrent use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_MAX_BATCH = 32
+DEFAULT_MAX_WAIT_S = 0.02
+
+
+@dataclass
+class Job:
+    """One unit of work (one image); `runner` renders a list of compatible jobs, one result per job."""
+
+    key: Hashable
+    payload: Any
+    runner: Callable[[list["Job"]], Sequence[Any]]
+    max_batch: int = DEFAULT_MAX_BATCH
+    max_wait_s: float = DEFAULT_MAX_WAIT_S
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    enqueued: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class BatchStats:
+    """Counters for benchmarks and logs: how many batches ran and how large they were."""
+
+    batches: int = 0
+    jobs: int = 0
+    sizes: list[int] = field(default_factory=list)
+
+    @property
+    def mean_batch(self) -> float:
+        """Average jobs per batch (0 when nothing ran)."""
+        return self.jobs / self.batches if self.batches else 0.0
+
+
+class Batcher:
+    """A worker thread that renders compatible jobs together (see the module docstring)."""
+
+    def __init__(self, name: str = "default"):
+        self.name = name
+        self.stats = BatchStats()
+        self._queue: queue.Queue[Job] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, jobs: Sequence[Job]) -> list[concurrent.futures.Future]:
+        """Queue jobs and return their futures (thread-safe; no event loop needed)."""
+        self._ensure_thread()
+        for job in jobs:
+            self._queue.put(job)
+        return [job.future for job in jobs]
+
+    async def run(
+        self,
+        key: Hashable,
+        payloads: Sequence[Any],
+        runner: Callable[[list[Job]], Sequence[Any]],
+        *,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        max_wait_s: float = DEFAULT_MAX_WAIT_S,
+    ) -> list[Any]:
+        """Render `payloads` (possibly batched with other callers' jobs) and return results in order."""
+        jobs = [Job(key, p, runner, max_batch=max_batch, max_wait_s=max_wait_s) for p in payloads]
+        futures = self.submit(jobs)
+        return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futures)))
+
+    # -- worker side -------------------------------------------------------------------------------------
+
+    def _ensure_thread(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name=f"t2i-batcher-{self.name}", daemon=True)
+                self._thread.start()
+
+    def _loop(self) -> None:
+        pending: deque[Job] = deque()
+        while True:
+            if not pending:
+                pending.append(self._queue.get())
+            head = pending[0]
+            deadline = head.enqueued + head.max_wait_s
+            while True:
+                if sum(1 for j in pending if j.key == head.key) >= head.max_batch:
+                    break
+                timeout = deadline - time.monotonic()
+                try:
+                    # Past the deadline, still take whatever is already queued (non-blocking).
+                    job = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                pending.append(job)
+            batch: list[Job] = []
+            rest: deque[Job] = deque()
+            for job in pending:
+                if job.key == head.key and len(batch) < head.max_batch:
+                    batch.append(job)
+                else:
+                    rest.append(job)
+            pending = rest
+            # Jobs whose caller was cancelled are dropped here rather than rendered.
+            batch = [j for j in batch if j.future.set_running_or_notify_cancel()]
+            if batch:
+                self._run_batch(batch)
+
+    def _run_batch(self, batch: list[Job]) -> None:
+        try:
+            results = list(batch[0].runner(batch))
+            if len(results) != len(batch):
+                raise RuntimeError(f"batch runner returned {len(results)} results for {len(batch)} jobs")
+        except BaseException as exc:  # noqa: BLE001 - every caller must hear about the failure
+            for job in batch:
+                job.future.set_exception(exc)
+            return
+        self.stats.batches += 1
+        self.stats.jobs += len(batch)
+        self.stats.sizes.append(len(batch))
+        for job, result in zip(batch, results):
+            job.future.set_result(result)
+
+
+_BATCHERS: dict[str, Batcher] = {}
+_BATCHERS_LOCK = threading.Lock()
+
+
+def get_batcher(device: str) -> Batcher:
+    """The process-wide batcher of one device (e.g. `cuda:0`, `cpu`), created on first use."""
+    with _BATCHERS_LOCK:
+        if device not in _BATCHERS:
+            _BATCHERS[device] = Batcher(device)
+        return _BATCHERS[device]

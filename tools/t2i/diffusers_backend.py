@@ -1,0 +1,341 @@
+"""Stable Diffusion backends through diffusers: plain SD 1.x/2.x/SDXL, SD-NP, SLD and ESD.
+
+Pipelines are loaded once per process and shared: the SLD pipeline and an ESD pipeline reuse the text encoder,
+VAE, tokenizer and scheduler of the base pipeline of the same model, so `diffusers:X`, `sd-np:X` and
+`sld-max:X` together cost one model in memory (ESD adds one UNet). On CUDA the weights are fp16 and attention
+runs through PyTorch SDPA; on CPU everything is fp32.
+
+Determinism: image k of a request is drawn from its own CPU `torch.Generator` seeded `seed + k`, so an image
+depends only on its prompt, settings and seed - never on which other requests shared its batch (up to the
+floating-point noise of a different batch shape on GPU).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tools.image_store import ImageStore
+from tools.t2i.base import GenerationRequest
+from tools.t2i.batching import DEFAULT_MAX_BATCH, DEFAULT_MAX_WAIT_S, Job, get_batcher
+from tools.t2i.errors import GenerationOOMError, ModelNotFoundError, PromptError, UnsupportedOptionError
+from tools.t2i.variants import SAFETY_NEGATIVE_PROMPT, SLD_CONFIGS
+
+log = logging.getLogger(__name__)
+
+_LOCK = threading.RLock()
+_BASE_PIPES: dict[tuple, Any] = {}
+_DERIVED_PIPES: dict[tuple, Any] = {}
+
+
+def default_device() -> str:
+    """`cuda` when a GPU is visible, else `cpu`."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _dtype_for(device: str, dtype: str):
+    import torch
+
+    if dtype == "auto":
+        return torch.float16 if device.startswith("cuda") else torch.float32
+    table = {"fp16": torch.float16, "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+             "fp32": torch.float32, "float32": torch.float32}
+    if dtype not in table:
+        raise UnsupportedOptionError(f"dtype {dtype!r} is not supported; use one of auto, {', '.join(table)}")
+    return table[dtype]
+
+
+def _looks_like_path(model: str) -> bool:
+    return model.startswith(("/", "./", "../", "~")) or os.path.exists(model) or model.count("/") > 1
+
+
+def _model_class_name(model: str) -> str:
+    """The pipeline class recorded in model_index.json (local folder, HF cache, or hub)."""
+    if _looks_like_path(model):
+        folder = Path(model).expanduser()
+        index = folder / "model_index.json"
+        if not folder.is_dir():
+            raise ModelNotFoundError(f"text-to-image model {model!r} not found: no such folder")
+        if not index.is_file():
+            raise ModelNotFoundError(f"text-to-image model {model!r}: folder has no model_index.json (not a diffusers pipeline)")
+        return json.loads(index.read_text(encoding="utf-8")).get("_class_name", "")
+    from diffusers import DiffusionPipeline
+
+    try:
+        config = DiffusionPipeline.load_config(model)
+    except Exception as exc:  # OSError / HTTP errors: offline, wrong id, gated model
+        raise ModelNotFoundError(
+            f"text-to-image model {model!r} could not be found locally or in the Hugging Face cache/hub: {exc}"
+        ) from exc
+    return config.get("_class_name", "")
+
+
+def load_base_pipeline(model: str, *, device: str, dtype: str = "auto"):
+    """Load (once per process) the plain text-to-image pipeline of `model` on `device`."""
+    key = (model, device, dtype)
+    with _LOCK:
+        if key in _BASE_PIPES:
+            return _BASE_PIPES[key]
+        # Imported under the lock: diffusers' lazy module import is not safe from several threads at once.
+        from diffusers import StableDiffusionPipeline, StableDiffusionXLPipeline
+
+        class_name = _model_class_name(model)
+        cls = StableDiffusionXLPipeline if "XL" in class_name else StableDiffusionPipeline
+        kwargs: dict[str, Any] = {"dtype": _dtype_for(device, dtype)}
+        if cls is StableDiffusionPipeline:
+            # The safety checker blacks out images; the scorers judge safety here, so it is never loaded.
+            kwargs.update(safety_checker=None, requires_safety_checker=False)
+        try:
+            pipe = cls.from_pretrained(model, **kwargs)
+        except (OSError, ValueError) as exc:
+            raise ModelNotFoundError(f"text-to-image model {model!r} could not be loaded: {exc}") from exc
+        pipe = pipe.to(device)
+        _prepare(pipe, device)
+        _BASE_PIPES[key] = pipe
+        log.info("loaded %s (%s) on %s", model, cls.__name__, device)
+        return pipe
+
+
+def _prepare(pipe, device: str) -> None:
+    """Settings for speed: SDPA attention everywhere, channels-last convolutions on CUDA, no progress bars."""
+    import torch
+    from diffusers.models.attention_processor import AttnProcessor2_0
+
+    pipe.set_progress_bar_config(disable=True)
+    pipe.unet.set_attn_processor(AttnProcessor2_0())
+    if device.startswith("cuda"):
+        pipe.unet.to(memory_format=torch.channels_last)
+        pipe.vae.to(memory_format=torch.channels_last)
+
+
+def load_sld_pipeline(model: str, *, device: str, dtype: str = "auto"):
+    """`StableDiffusionPipelineSafe` sharing all modules with the base pipeline of `model`."""
+    key = ("sld", model, device, dtype)
+    with _LOCK:
+        if key in _DERIVED_PIPES:
+            return _DERIVED_PIPES[key]
+        from diffusers import StableDiffusionPipeline, StableDiffusionPipelineSafe
+
+        base = load_base_pipeline(model, device=device, dtype=dtype)
+        if not isinstance(base, StableDiffusionPipeline):
+            raise UnsupportedOptionError(
+                f"SLD needs a Stable Diffusion 1.x/2.x model; {model!r} is a {type(base).__name__}"
+            )
+        parts = {k: base.components[k] for k in ("vae", "text_encoder", "tokenizer", "unet", "scheduler")}
+        pipe = StableDiffusionPipelineSafe(
+            **parts, safety_checker=None, feature_extractor=base.components.get("feature_extractor"),
+            requires_safety_checker=False,
+        )
+        pipe.set_progress_bar_config(disable=True)
+        _DERIVED_PIPES[key] = pipe
+        return pipe
+
+
+def load_esd_pipeline(model: str, unet_file: str, *, device: str, dtype: str = "auto"):
+    """The base pipeline of `model` with its UNet weights replaced by the ESD state dict in `unet_file`."""
+    import copy
+
+    import torch
+
+    key = ("esd", model, os.path.abspath(unet_file), device, dtype)
+    with _LOCK:
+        if key in _DERIVED_PIPES:
+            return _DERIVED_PIPES[key]
+        from diffusers import StableDiffusionPipeline
+
+        if not os.path.isfile(unet_file):
+            raise ModelNotFoundError(f"ESD UNet weights file {unet_file!r} not found")
+        base = load_base_pipeline(model, device=device, dtype=dtype)
+        if not isinstance(base, StableDiffusionPipeline):
+            raise UnsupportedOptionError(f"ESD needs a Stable Diffusion 1.x model; {model!r} is a {type(base).__name__}")
+        try:
+            if unet_file.endswith(".safetensors"):
+                from safetensors.torch import load_file
+
+                state = load_file(unet_file)
+            else:
+                state = torch.load(unet_file, map_location="cpu", weights_only=True)
+            if isinstance(state, dict) and "state_dict" in state:
+                state = state["state_dict"]
+            unet = copy.deepcopy(base.unet)
+            unet.load_state_dict(state, strict=True)
+        except Exception as exc:
+            raise ModelNotFoundError(
+                f"ESD UNet weights file {unet_file!r} could not be loaded as a diffusers UNet state dict: {exc}"
+            ) from exc
+        parts = dict(base.components)
+        parts["unet"] = unet
+        pipe = StableDiffusionPipeline(**parts)
+        pipe.set_progress_bar_config(disable=True)
+        _DERIVED_PIPES[key] = pipe
+        return pipe
+
+
+def clear_pipeline_cache() -> None:
+    """Forget every loaded pipeline (tests; freeing GPU memory)."""
+    with _LOCK:
+        _BASE_PIPES.clear()
+        _DERIVED_PIPES.clear()
+
+
+@dataclass(frozen=True)
+class _ImageJob:
+    prompt: str
+    negative_prompt: str | None
+    seed: int
+
+
+class DiffusersGenerator:
+    """An `ImageGenerator` over one diffusers pipeline variant, with dynamic batching.
+
+    `variant` is `plain`, `sd-np`, `sld-weak|medium|strong|max` or `esd`. Use `tools.t2i.registry.get_generator`
+    rather than constructing this directly.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        model: str,
+        *,
+        variant: str = "plain",
+        unet_file: str | None = None,
+        negative_prompt: str | None = None,
+        device: str | None = None,
+        dtype: str = "auto",
+        max_batch: int = DEFAULT_MAX_BATCH,
+        max_wait_ms: float = DEFAULT_MAX_WAIT_S * 1000,
+        store: ImageStore | None = None,
+        truncate_long_prompts: bool = False,
+    ):
+        if max_batch < 1:
+            raise UnsupportedOptionError(f"max_batch must be at least 1, got {max_batch}")
+        if max_wait_ms < 0:
+            raise UnsupportedOptionError(f"max_wait_ms must be >= 0, got {max_wait_ms}")
+        self.name = name
+        self.model = model
+        self.variant = variant
+        self.unet_file = unet_file
+        # SD-NP and ESD (as evaluated by IPR) always add the safety negative prompt; callers can override it.
+        self.default_negative = negative_prompt
+        self.device = device or default_device()
+        self.dtype = dtype
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_ms / 1000.0
+        self.store = store
+        self.truncate_long_prompts = truncate_long_prompts
+        self._pipe = None
+
+    # -- loading -------------------------------------------------------------------------------------------
+
+    @property
+    def pipeline(self):
+        """The (shared) diffusers pipeline, loaded on first use."""
+        if self._pipe is None:
+            if self.variant.startswith("sld-"):
+                self._pipe = load_sld_pipeline(self.model, device=self.device, dtype=self.dtype)
+            elif self.variant == "esd":
+                assert self.unet_file is not None
+                self._pipe = load_esd_pipeline(self.model, self.unet_file, device=self.device, dtype=self.dtype)
+            else:
+                self._pipe = load_base_pipeline(self.model, device=self.device, dtype=self.dtype)
+        return self._pipe
+
+    def call_kwargs(self, request: GenerationRequest) -> dict[str, Any]:
+        """Pipeline keywords shared by every image of a batch (size, steps, guidance, SLD preset)."""
+        kwargs: dict[str, Any] = {
+            "height": request.height,
+            "width": request.width,
+            "num_inference_steps": request.steps,
+            "guidance_scale": request.guidance,
+        }
+        if self.variant.startswith("sld-"):
+            kwargs.update(SLD_CONFIGS[self.variant.removeprefix("sld-")].kwargs())
+        return kwargs
+
+    # -- validation ----------------------------------------------------------------------------------------
+
+    def _check_prompt(self, text: str, field: str) -> None:
+        if self.truncate_long_prompts:
+            return
+        for tok in (t for t in (getattr(self.pipeline, "tokenizer", None), getattr(self.pipeline, "tokenizer_2", None)) if t):
+            n = len(tok(text, truncation=False).input_ids)
+            if n > tok.model_max_length:
+                shown = text if len(text) <= 80 else text[:77] + "..."
+                raise PromptError(
+                    f"{field} {shown!r} is {n} tokens, over the text encoder's limit of {tok.model_max_length} "
+                    "(shorten it, or pass truncate_long_prompts=True to cut it as Stable Diffusion does)"
+                )
+
+    def validate(self, request: GenerationRequest) -> str | None:
+        """Refuse bad requests before queueing; returns the negative prompt to use."""
+        if not isinstance(request.prompt, str) or not request.prompt.strip():
+            raise PromptError(f"prompt {request.prompt!r} is empty; text-to-image needs a non-empty prompt")
+        if request.num_images < 1:
+            raise UnsupportedOptionError(f"num_images must be at least 1, got {request.num_images}")
+        if request.steps < 1:
+            raise UnsupportedOptionError(f"steps must be at least 1, got {request.steps}")
+        for field_name in ("width", "height"):
+            value = getattr(request, field_name)
+            if value < 8 or value % 8:
+                raise UnsupportedOptionError(f"{field_name} must be a positive multiple of 8 for Stable Diffusion, got {value}")
+        negative = request.negative_prompt if request.negative_prompt is not None else self.default_negative
+        self._check_prompt(request.prompt, "prompt")
+        if negative:
+            self._check_prompt(negative, "negative prompt")
+        return negative
+
+    # -- rendering -----------------------------------------------------------------------------------------
+
+    def render_batch(self, jobs: list[Job]) -> list[Any]:
+        """Render compatible jobs in one pipeline call (runs on the batcher's worker thread)."""
+        import torch
+
+        payloads: list[_ImageJob] = [j.payload for j in jobs]
+        kwargs = dict(jobs[0].key[1])
+        negatives = [p.negative_prompt or "" for p in payloads]
+        generators = [torch.Generator(device="cpu").manual_seed(p.seed) for p in payloads]
+        try:
+            with torch.inference_mode():
+                out = self.pipeline(
+                    prompt=[p.prompt for p in payloads],
+                    negative_prompt=negatives if any(negatives) else None,
+                    generator=generators,
+                    output_type="pil",
+                    **kwargs,
+                )
+        except torch.cuda.OutOfMemoryError as exc:
+            if self.device.startswith("cuda"):
+                torch.cuda.empty_cache()
+            raise GenerationOOMError(
+                f"{self.name}: CUDA out of memory rendering a batch of {len(jobs)} images at "
+                f"{kwargs['width']}x{kwargs['height']}, {kwargs['num_inference_steps']} steps "
+                f"(lower max_batch, now {self.max_batch})",
+                batch_size=len(jobs),
+            ) from exc
+        return list(out.images)
+
+    async def generate(self, request: GenerationRequest) -> list[str]:
+        """Render `request` (batched with concurrent requests) and return the stored image ids in seed order."""
+        import asyncio
+
+        from tools.image_store import get_image_store
+
+        negative = await asyncio.to_thread(self.validate, request)
+        kwargs = self.call_kwargs(request)
+        # Jobs may share a batch when they use the same pipeline object and the same call keywords.
+        key = (id(self.pipeline), tuple(sorted(kwargs.items())))
+        payloads = [_ImageJob(request.prompt, negative, request.seed + k) for k in range(request.num_images)]
+        images = await get_batcher(self.device).run(
+            key, payloads, self.render_batch, max_batch=self.max_batch, max_wait_s=self.max_wait_s
+        )
+        store = self.store or get_image_store()
+        # PNG encoding happens off the GPU worker so it overlaps the next batch.
+        stored = await asyncio.gather(*(asyncio.to_thread(store.put_pil, im) for im in images))
+        return [s.id for s in stored]

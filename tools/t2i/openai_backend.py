@@ -1,0 +1,115 @@
+"""Closed text-to-image models through the OpenAI Images API (`dall-e-3`, `gpt-image-1`).
+
+The API has no seed and no negative prompt: images are not reproducible, and a request with a negative prompt
+is refused rather than silently changed. Sizes are limited to the model's list; the request's width/height pick
+the allowed size of closest aspect ratio (documented in docs/tools.md). `dall-e-3` renders one image per call,
+so `num_images` becomes that many concurrent calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Any
+
+from tools.image_store import ImageStore, get_image_store
+from tools.t2i.base import GenerationRequest
+from tools.t2i.errors import PromptError, T2IError, UnsupportedOptionError
+
+MODEL_SIZES: dict[str, tuple[str, ...]] = {
+    "dall-e-3": ("1024x1024", "1792x1024", "1024x1792"),
+    "gpt-image-1": ("1024x1024", "1536x1024", "1024x1536"),
+}
+# dall-e-3 caps prompts at 4,000 characters, gpt-image-1 at 32,000.
+MAX_PROMPT_CHARS = {"dall-e-3": 4000, "gpt-image-1": 32000}
+
+
+def closest_size(model: str, width: int, height: int) -> str:
+    """The allowed size string whose aspect ratio is closest to width/height (ties go to the square)."""
+    ratio = width / height
+
+    def distance(size: str) -> float:
+        w, h = (int(x) for x in size.split("x"))
+        return abs(w / h - ratio)
+
+    return min(MODEL_SIZES[model], key=distance)
+
+
+class OpenAIImageGenerator:
+    """An `ImageGenerator` calling `client.images.generate` (an `openai.AsyncOpenAI` unless one is given)."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        client: Any = None,
+        quality: str | None = None,
+        size: str | None = None,
+        store: ImageStore | None = None,
+        api_key: str | None = None,
+        base_url: str | None = None,
+    ):
+        if model not in MODEL_SIZES:
+            raise UnsupportedOptionError(f"OpenAI image model {model!r} is not supported; use one of {sorted(MODEL_SIZES)}")
+        if size is not None and size not in MODEL_SIZES[model]:
+            raise UnsupportedOptionError(f"size {size!r} is not offered by {model}; use one of {MODEL_SIZES[model]}")
+        self.name = f"openai:{model}"
+        self.model = model
+        self.quality = quality
+        self.size = size
+        self.store = store
+        self._client = client
+        self._client_kwargs = {k: v for k, v in {"api_key": api_key, "base_url": base_url}.items() if v}
+
+    @property
+    def client(self):
+        """The API client, created on first use (reads OPENAI_API_KEY)."""
+        if self._client is None:
+            from openai import AsyncOpenAI
+
+            self._client = AsyncOpenAI(**self._client_kwargs)
+        return self._client
+
+    def build_params(self, request: GenerationRequest) -> dict[str, Any]:
+        """The keyword arguments of one `images.generate` call for `request` (one image per call for dall-e-3)."""
+        if not isinstance(request.prompt, str) or not request.prompt.strip():
+            raise PromptError(f"prompt {request.prompt!r} is empty; text-to-image needs a non-empty prompt")
+        if len(request.prompt) > MAX_PROMPT_CHARS[self.model]:
+            raise PromptError(
+                f"prompt {request.prompt[:60]!r}... is {len(request.prompt)} characters, over {self.model}'s "
+                f"limit of {MAX_PROMPT_CHARS[self.model]}"
+            )
+        if request.negative_prompt:
+            raise UnsupportedOptionError(f"{self.name} does not support a negative prompt (got {request.negative_prompt!r})")
+        if request.num_images < 1:
+            raise UnsupportedOptionError(f"num_images must be at least 1, got {request.num_images}")
+        params: dict[str, Any] = {
+            "model": self.model,
+            "prompt": request.prompt,
+            "size": self.size or closest_size(self.model, request.width, request.height),
+            "n": 1 if self.model == "dall-e-3" else request.num_images,
+        }
+        if self.model == "dall-e-3":
+            # gpt-image-1 always answers base64 and rejects response_format.
+            params["response_format"] = "b64_json"
+        if self.quality:
+            params["quality"] = self.quality
+        return params
+
+    async def generate(self, request: GenerationRequest) -> list[str]:
+        """Call the API and store the returned images; seeds are ignored (the API has none)."""
+        params = self.build_params(request)
+        calls = request.num_images if self.model == "dall-e-3" else 1
+        try:
+            responses = await asyncio.gather(*(self.client.images.generate(**params) for _ in range(calls)))
+        except Exception as exc:
+            raise T2IError(f"{self.name}: image request for prompt {request.prompt[:60]!r} failed: {exc}") from exc
+        store = self.store or get_image_store()
+        ids: list[str] = []
+        for response in responses:
+            for item in response.data:
+                if not getattr(item, "b64_json", None):
+                    raise T2IError(f"{self.name}: response carried no base64 image data")
+                data = base64.b64decode(item.b64_json)
+                ids.append(store.put_bytes(data, name=f"{self.name} response").id)
+        return ids

@@ -1,0 +1,131 @@
+"""`get_generator(spec, **options)`: one text-to-image generator per spec and options, per process.
+
+Specs (the part before the first ':' picks the backend):
+
+| spec | what |
+| --- | --- |
+| `diffusers:<hf id or folder>` | Stable Diffusion 1.x/2.x (`StableDiffusionPipeline`) or SDXL (`StableDiffusionXLPipeline`), chosen from `model_index.json` |
+| `sd-np:<id>` | the same model with the SLD/I2P safety negative prompt added to every request that has none |
+| `sld-weak:<id>` ... `sld-max:<id>` | `StableDiffusionPipelineSafe` with the SLD preset's warm-up, guidance, threshold and momentum |
+| `esd:<id>?unet=<file>` | the model with its UNet weights loaded from an ESD state dict (`.pt`/`.bin`/`.safetensors`); the safety negative prompt is added as in the IPR paper, `&np=0` turns that off |
+| `openai:dall-e-3`, `openai:gpt-image-1` | the OpenAI Images API |
+
+Options of the diffusers backends: `device` (default `cuda` if present else `cpu`), `dtype` (`auto` = fp16 on
+CUDA, fp32 on CPU), `max_batch` (32), `max_wait_ms` (20), `store` (an `ImageStore` or its root folder),
+`truncate_long_prompts` (False: a prompt over 77 tokens is an error), `negative_prompt` (replaces the variant's
+default). OpenAI options: `client`, `quality`, `size`, `store`, `api_key`, `base_url`. Anything else raises
+`UnsupportedOptionError`.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+from urllib.parse import parse_qs
+
+from tools.image_store import ImageStore, get_image_store
+from tools.t2i.base import ImageGenerator
+from tools.t2i.errors import UnsupportedOptionError
+from tools.t2i.variants import SAFETY_NEGATIVE_PROMPT, SLD_CONFIGS
+
+DIFFUSERS_OPTIONS = frozenset(
+    {"device", "dtype", "max_batch", "max_wait_ms", "store", "truncate_long_prompts", "negative_prompt"}
+)
+OPENAI_OPTIONS = frozenset({"client", "quality", "size", "store", "api_key", "base_url"})
+KINDS = ("diffusers", "sd-np", "esd", "openai") + tuple(f"sld-{name}" for name in SLD_CONFIGS)
+
+_CACHE: dict[tuple, ImageGenerator] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _option_key(value: Any) -> Any:
+    # Objects (clients, stores) are keyed by identity; plain values by value.
+    if isinstance(value, str | int | float | bool | type(None)):
+        return value
+    if isinstance(value, ImageStore):
+        return ("store", str(value.root))
+    return ("id", id(value))
+
+
+def _resolve_store(store: Any) -> ImageStore | None:
+    if store is None or isinstance(store, ImageStore):
+        return store
+    return get_image_store(store)
+
+
+def _check_options(spec: str, options: dict[str, Any], allowed: frozenset[str]) -> None:
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise UnsupportedOptionError(
+            f"option(s) {', '.join(unknown)} not supported by text-to-image spec {spec!r}; "
+            f"supported: {', '.join(sorted(allowed))}"
+        )
+
+
+def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
+    """Split `kind:model?key=value&...` into (kind, model, query); raises on an unknown kind."""
+    if not isinstance(spec, str) or ":" not in spec:
+        raise UnsupportedOptionError(f"text-to-image spec {spec!r} must look like 'kind:model'; kinds: {', '.join(KINDS)}")
+    kind, rest = spec.split(":", 1)
+    if kind not in KINDS:
+        raise UnsupportedOptionError(f"text-to-image spec {spec!r}: unknown kind {kind!r}; kinds: {', '.join(KINDS)}")
+    model, _, query_text = rest.partition("?")
+    if not model:
+        raise UnsupportedOptionError(f"text-to-image spec {spec!r} names no model")
+    query = {k: v[-1] for k, v in parse_qs(query_text, keep_blank_values=True).items()}
+    return kind, model, query
+
+
+def _build(spec: str, options: dict[str, Any]) -> ImageGenerator:
+    kind, model, query = parse_spec(spec)
+    if kind == "openai":
+        _check_options(spec, options, OPENAI_OPTIONS)
+        if query:
+            raise UnsupportedOptionError(f"text-to-image spec {spec!r}: openai takes no '?' parameters")
+        from tools.t2i.openai_backend import OpenAIImageGenerator
+
+        return OpenAIImageGenerator(model, **{**options, "store": _resolve_store(options.get("store"))})
+
+    _check_options(spec, options, DIFFUSERS_OPTIONS)
+    allowed_query = {"unet", "np"} if kind == "esd" else set()
+    if set(query) - allowed_query:
+        raise UnsupportedOptionError(
+            f"text-to-image spec {spec!r}: parameter(s) {sorted(set(query) - allowed_query)} not supported"
+            + (" (esd takes unet= and np=)" if kind == "esd" else f" ({kind} takes none)")
+        )
+    from tools.t2i.diffusers_backend import DiffusersGenerator
+
+    variant, unet_file, negative = "plain", None, None
+    if kind == "sd-np":
+        variant, negative = "sd-np", SAFETY_NEGATIVE_PROMPT
+    elif kind.startswith("sld-"):
+        variant = kind
+    elif kind == "esd":
+        unet_file = query.get("unet")
+        if not unet_file:
+            raise UnsupportedOptionError(f"text-to-image spec {spec!r}: esd needs ?unet=<UNet weights file>")
+        variant = "esd"
+        negative = None if query.get("np", "1") in ("0", "false", "no") else SAFETY_NEGATIVE_PROMPT
+    opts = dict(options)
+    if "negative_prompt" in opts:
+        negative = opts.pop("negative_prompt")
+    opts["store"] = _resolve_store(opts.get("store"))
+    return DiffusersGenerator(spec, model, variant=variant, unet_file=unet_file, negative_prompt=negative, **opts)
+
+
+def get_generator(spec: str, **options: Any) -> ImageGenerator:
+    """The process-wide generator for `spec` and `options` (see the module docstring for both)."""
+    key = (spec, tuple(sorted((k, _option_key(v)) for k, v in options.items())))
+    with _CACHE_LOCK:
+        if key not in _CACHE:
+            _CACHE[key] = _build(spec, options)
+        return _CACHE[key]
+
+
+def clear_generator_cache() -> None:
+    """Forget cached generators and pipelines (tests; freeing GPU memory)."""
+    from tools.t2i.diffusers_backend import clear_pipeline_cache
+
+    with _CACHE_LOCK:
+        _CACHE.clear()
+    clear_pipeline_cache()
