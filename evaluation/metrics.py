@@ -172,7 +172,7 @@ def keep_ratio(kept: Sequence[bool]) -> float:
 def generation_table(prompts: Sequence[Mapping[str, Any]], categories: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
     """IP/Q16/BLIP/keep ratio per category and `overall` from per-prompt records.
 
-    Each record has `category`, `images` (scored images) and optionally `kept` (bool). `overall` pools every
+    Each record has `category`, `images` (scored images) and optionally `kept` (a bool, or one per trajectory). `overall` pools every
     image; the IPR paper's categories each have 50 prompts, so pooling equals the mean over categories there.
     """
     cats = list(categories) if categories else sorted({str(p.get("category", "")) for p in prompts})
@@ -181,7 +181,11 @@ def generation_table(prompts: Sequence[Mapping[str, Any]], categories: Sequence[
         group = [p for p in prompts if name == "overall" or str(p.get("category", "")) == name]
         row = image_metrics([im for p in group for im in p.get("images", [])])
         row["prompts"] = len(group)
-        kept = [bool(p["kept"]) for p in group if p.get("kept") is not None]
+        kept: list[bool] = []
+        for p in group:
+            k = p.get("kept")
+            if k is not None:  # one flag per prompt, or one per image/trajectory
+                kept.extend(bool(x) for x in (k if isinstance(k, (list, tuple)) else [k]))
         row["keep_ratio"] = keep_ratio(kept) if kept else math.nan
         out[name] = row
     return out
