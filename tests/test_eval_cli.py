@@ -1,0 +1,49 @@
+"""`unveil evaluate` through the real CLI entry point."""
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from agents.gateway import set_gateway
+from unveil.cli import build_parser, main
+from unveil.commands.evaluate import generator_specs
+
+FIX = Path(__file__).parent / "fixtures" / "eval"
+
+
+@pytest.fixture(autouse=True)
+def _reset_gateway():
+    yield
+    set_gateway(None)
+
+
+def test_evaluate_detection_cli_on_hateful_memes_layout(tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = main(["evaluate", "detection", "--dataset", f"hm={FIX / 'hateful_memes' / 'dev_seen.jsonl'}",
+               "--format", "hateful_memes", "--detectors", f"scripted:{FIX / 'scripts' / 'detect.json'}",
+               "--methods", "vanilla", "--cache", str(tmp_path / "cache.sqlite"),
+               "--image-store", str(tmp_path / "images"), "--out", str(out), "--no-progress"])
+    assert rc == 0
+    with (out / "detection_main.csv").open() as fh:
+        row = next(csv.DictReader(fh))
+    # 3 usable memes (1 benign, 2 hateful) scored; the escaping path and the unlabelled line are failures.
+    assert row["dataset"] == "hm" and row["method"] == "vanilla"
+    assert row["overall n"] == "3" and row["failed"] == "2"
+    failures = (out / "failures.md").read_text()
+    assert "99999" in failures and "11111" in failures
+    assert "Vanilla vs TA-CTD" in capsys.readouterr().out
+
+
+def test_ipr_generator_specs_per_method():
+    parser = build_parser()
+    args = parser.parse_args(["evaluate", "ipr", "--prompts", "p.jsonl", "--methods", "sd,sd-np,sld-max,esd",
+                              "--sd", "/models/sd14", "--esd-unet", "/models/esd.pt"])
+    assert generator_specs(args) == {"sd": "diffusers:/models/sd14", "sd-np": "sd-np:/models/sd14",
+                                     "sld-max": "sld-max:/models/sd14", "esd": "esd:/models/sd14?unet=/models/esd.pt"}
+    args = parser.parse_args(["evaluate", "ipr", "--prompts", "p.jsonl", "--methods", "esd"])
+    with pytest.raises(SystemExit):
+        generator_specs(args)
+    args = parser.parse_args(["evaluate", "ipr", "--prompts", "p.jsonl", "--methods", "sd",
+                              "--generator", "sd=openai:gpt-image-1"])
+    assert generator_specs(args) == {"sd": "openai:gpt-image-1"}

@@ -1,0 +1,198 @@
+"""`unveil evaluate`: the papers' tables from one command each.
+
+- `unveil evaluate detection --dataset FILE ... --methods vanilla,tag --detectors SPEC,...` (TAG paper
+  Tables 1-4, Figure 5)
+- `unveil evaluate ipr --prompts FILE --methods sd,sd-np,sld-weak,... --with-rewriter --ipr-t-max 1,2,3`
+  (IPR paper Tables 1-3, 5-10)
+
+Both write Markdown and CSV tables and PNG plots into `--out`, keep one resumable JSONL per configuration
+under `--out/runs/`, and answer repeated model calls from the gateway cache: rerunning the same command
+recomputes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from unveil.commands.common import add_model_options, context_kwargs, setup_gateway, warn_if_demo
+
+IPR_METHODS = ("sd", "sd-np", "sld-weak", "sld-medium", "sld-strong", "sld-max", "esd")
+DEFAULT_SD = "CompVis/stable-diffusion-v1-4"
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _ints(value: str) -> list[int]:
+    try:
+        return [int(v) for v in _csv(value)]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {value!r}") from exc
+
+
+def _run_options(p: argparse.ArgumentParser, default_out: str) -> None:
+    p.add_argument("--out", default=default_out, help=f"output folder for tables, plots and run files (default {default_out})")
+    p.add_argument("--concurrency", type=int, default=4, help="samples run at once")
+    p.add_argument("--retry-failed", action="store_true", help="run samples that failed before again")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `evaluate detection` and `evaluate ipr`."""
+    p = sub.add_parser("evaluate", help="reproduce the papers' evaluation tables and figures")
+    ev = p.add_subparsers(dest="evaluation", required=True)
+
+    d = ev.add_parser("detection", help="vanilla vs TA-CTD: accuracy/F2 per MTC bin, l_max ablation, MTC histogram")
+    d.add_argument("--dataset", action="append", required=True, metavar="[NAME=]FILE",
+                   help="dataset file (repeatable); NAME labels it in the tables (default: the file's folder/stem)")
+    d.add_argument("--format", action="append", default=[], metavar="FMT",
+                   help="layout per --dataset (ctd, hateful_memes, vlsbench, mmit, or auto; one value applies to all)")
+    d.add_argument("--methods", type=_csv, default=["vanilla", "tag"], help="vanilla and/or tag (default both)")
+    d.add_argument("--detectors", type=_csv, default=[], help="detector model specs, comma-separated (default: --model)")
+    d.add_argument("--l-max", type=int, default=4, help="TAG depth counting the roots (default 4)")
+    d.add_argument("--l-max-ablation", type=_ints, default=[], help="other depths to run for the ablation, e.g. 2,3")
+    d.add_argument("--k-max", type=int, default=6, help="TAG nodes kept per layer (default 6)")
+    d.add_argument("--children", type=int, default=3, help="children per parent (default 3)")
+    d.add_argument("--beta", type=float, default=2.0, help="F-score beta (default 2)")
+    d.add_argument("--toxic-only", action="store_true", help="leave out the datasets' benign samples")
+    d.add_argument("--limit", type=int, help="only the first N samples of each dataset")
+    add_model_options(d)
+    _run_options(d, "runs/eval-detection")
+    d.set_defaults(func=run_detection)
+
+    i = ev.add_parser("ipr", help="IP / Q16 confidence / BLIP / keep ratio of generation methods, plain, rewritten and with IPR")
+    i.add_argument("--prompts", required=True, help="I2P CSV or JSONL prompts (e.g. the 300-prompt split)")
+    i.add_argument("--categories", type=_csv, help="only these categories")
+    i.add_argument("--limit-per-category", type=int, help="only the first N prompts of each category")
+    i.add_argument("--methods", type=_csv, default=["sd"], help=f"generation methods: {', '.join(IPR_METHODS)}")
+    i.add_argument("--sd", default=DEFAULT_SD, help=f"base text-to-image model id or folder (default {DEFAULT_SD})")
+    i.add_argument("--esd-unet", help="ESD UNet weights file (needed by the esd method)")
+    i.add_argument("--generator", action="append", default=[], metavar="METHOD=SPEC",
+                   help="override a method's generator spec, e.g. sd=diffusers:/models/sd21 (repeatable)")
+    i.add_argument("--with-rewriter", action="store_true", help="also run the text-only rewriter baseline")
+    i.add_argument("--rewriter-model", default="", help="model spec of the rewriter (default: --model)")
+    i.add_argument("--refiner-model", default="", help="model spec of the IPR refiner (default: --model)")
+    i.add_argument("--ipr-t-max", type=_ints, default=[], help="IPR step budgets, e.g. 1,2,3 (default: no IPR)")
+    i.add_argument("--images-per-prompt", type=int, default=10, help="images per prompt, seeds seed..seed+N-1 (default 10)")
+    i.add_argument("--size", type=int, default=512, help="image width and height (default 512)")
+    i.add_argument("--steps", type=int, default=50, help="diffusion steps (default 50)")
+    i.add_argument("--guidance", type=float, help="guidance scale (default: the prompt's I2P evaluation guidance, else 7.5)")
+    i.add_argument("--device", default="", help="device for generators and scorers (default: CUDA when present)")
+    i.add_argument("--ip-source", choices=["q16+nudenet", "q16", "nudenet"], default="q16+nudenet",
+                   help="what makes an image inappropriate (default: Q16 > 0.5 or a NudeNet exposed label)")
+    i.add_argument("--q16-embeddings", default="", help="Q16 prompt embeddings (.npy or .p)")
+    i.add_argument("--q16-clip-model", default="", help="CLIP ViT-L/14 model id or folder for Q16")
+    i.add_argument("--blip-model", default="", help="BLIP model id or folder for the BLIP score")
+    i.add_argument("--no-nudenet", action="store_true", help="do not run NudeNet")
+    add_model_options(i)
+    _run_options(i, "runs/eval-ipr")
+    i.set_defaults(func=run_ipr)
+
+
+def _named_datasets(args: argparse.Namespace) -> dict[str, tuple[Path, str]]:
+    formats = args.format or ["auto"]
+    if len(formats) not in (1, len(args.dataset)):
+        raise SystemExit(f"--format: give one value or one per --dataset ({len(args.dataset)})")
+    out: dict[str, tuple[Path, str]] = {}
+    for k, item in enumerate(args.dataset):
+        name, sep, path = item.partition("=")
+        if not sep:
+            path, name = item, f"{Path(item).parent.name}/{Path(item).stem}".strip("/")
+        if name in out:
+            raise SystemExit(f"--dataset: the name {name!r} is used twice; label them NAME=FILE")
+        out[name] = (Path(path), formats[k] if len(formats) > 1 else formats[0])
+    return out
+
+
+def run_detection(args: argparse.Namespace) -> int:
+    """Run `unveil evaluate detection`."""
+    from evaluation.datasets import load_detection
+    from evaluation.detection import DetectionSettings, evaluate_detection
+    from graphs.context import ModelsContext
+
+    setup_gateway(args)
+    kw = context_kwargs(args)
+    detectors = args.detectors or [kw.get("model") or ModelsContext().model]
+    roles = {k: v for k, v in kw.items() if k.endswith("_model")}
+    warn_if_demo(detectors + list(roles.values()))
+    datasets = {}
+    for name, (path, fmt) in _named_datasets(args).items():
+        items = load_detection(path, fmt, include_benign=not args.toxic_only)
+        datasets[name] = items[: args.limit] if args.limit else items
+        bad = sum(1 for it in datasets[name] if it.error)
+        print(f"{name}: {len(datasets[name])} samples ({bad} unusable, listed in failures)", file=sys.stderr)
+    settings = DetectionSettings(methods=args.methods, models=detectors, l_max=args.l_max,
+                                 l_max_ablation=args.l_max_ablation, k_max=args.k_max, children=args.children,
+                                 role_models=roles, image_store=kw.get("image_store", ""), concurrency=args.concurrency,
+                                 progress=not args.no_progress, retry_failed=args.retry_failed, beta=args.beta)
+    result = asyncio.run(evaluate_detection(datasets, settings, args.out))
+    print((Path(args.out) / "detection.md").read_text())
+    print(f"tables and plots in {args.out} ({len(result['failures'])} failed samples listed in failures.md)", file=sys.stderr)
+    return 0
+
+
+def generator_specs(args: argparse.Namespace) -> dict[str, str]:
+    """Generator spec per requested method (overrides from --generator win)."""
+    overrides = {}
+    for item in args.generator:
+        m, sep, spec = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--generator {item!r}: expected METHOD=SPEC")
+        overrides[m.strip()] = spec.strip()
+    specs = {}
+    for m in args.methods:
+        if m in overrides:
+            specs[m] = overrides[m]
+        elif m == "sd":
+            specs[m] = f"diffusers:{args.sd}"
+        elif m == "esd":
+            if not args.esd_unet:
+                raise SystemExit("the esd method needs --esd-unet FILE (or --generator esd=SPEC)")
+            specs[m] = f"esd:{args.sd}?unet={args.esd_unet}"
+        elif m in IPR_METHODS:
+            specs[m] = f"{m}:{args.sd}"
+        else:
+            raise SystemExit(f"unknown method {m!r}: use {', '.join(IPR_METHODS)} or --generator {m}=SPEC")
+    return specs
+
+
+def run_ipr(args: argparse.Namespace) -> int:
+    """Run `unveil evaluate ipr`."""
+    from evaluation.datasets import load_prompts
+    from evaluation.ipr import IPRSettings, evaluate_ipr
+    from evaluation.scoring import PaperScorer
+    from graphs.context import ModelsContext
+    from tools.image_store import get_image_store
+    from tools.t2i.registry import get_generator
+
+    setup_gateway(args)
+    kw = context_kwargs(args)
+    default_model = kw.get("model") or ModelsContext().model
+    refiner = args.refiner_model or (default_model if args.ipr_t_max else "")
+    rewriter = args.rewriter_model or (default_model if args.with_rewriter else "")
+    warn_if_demo([s for s in (refiner, rewriter) if s])
+    specs = generator_specs(args)
+    store_root = kw.get("image_store", "")
+    opts: dict[str, Any] = {"store": get_image_store(store_root or None)}
+    if args.device:
+        opts["device"] = args.device
+    generators = {m: get_generator(spec, **(opts if not spec.startswith("openai:") else {"store": opts["store"]}))
+                  for m, spec in specs.items()}
+    items = load_prompts(args.prompts, categories=args.categories, limit_per_category=args.limit_per_category)
+    settings = IPRSettings(methods=specs, with_rewriter=args.with_rewriter, rewriter_model=rewriter,
+                           refiner_model=refiner, t_max=args.ipr_t_max, images_per_prompt=args.images_per_prompt,
+                           width=args.size, height=args.size, steps=args.steps, guidance=args.guidance,
+                           ip_source=args.ip_source, image_store=store_root, concurrency=args.concurrency,
+                           progress=not args.no_progress, retry_failed=args.retry_failed)
+    scorer = PaperScorer(q16_embeddings=args.q16_embeddings, q16_clip_model=args.q16_clip_model,
+                         blip_model=args.blip_model, nudenet=not args.no_nudenet, device=args.device,
+                         image_store=store_root)
+    result = asyncio.run(evaluate_ipr(items, settings, generators, scorer, args.out))
+    print((Path(args.out) / "ipr.md").read_text())
+    print(f"tables and plots in {args.out} ({len(result['failures'])} failed prompts listed in failures.md)", file=sys.stderr)
+    return 0
