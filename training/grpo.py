@@ -1,0 +1,154 @@
+"""GRPO for the IPR refiner with TRL's `GRPOTrainer`, on the single-generation surrogate reward.
+
+Each row is a prompt p0 shown with its current image i (drawn from the prompt's image pool); the trainer samples
+`num_generations` answers per row and `training.reward.RefinementReward` scores them, rendering refined prompts
+with the reward generator and scoring with Q16 + CLIP on this rank's device. Under `accelerate launch` every rank
+loads its own generator and scorers on its own GPU and the pools are shared between ranks after each step.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from training.config import GRPOSettings, settings_dict
+from training.models import common_trainer_args, load_model, load_processor, use_cuda
+from training.reward import ImagePool, RefinementReward, Renderer, Scorer, seeds_for
+
+log = logging.getLogger("unveil.training.grpo")
+
+
+def local_device(settings: GRPOSettings) -> str:
+    """This rank's device (`cuda:LOCAL_RANK` under accelerate), or `settings.scorer_device`."""
+    import os
+
+    if settings.scorer_device:
+        return settings.scorer_device
+    if not use_cuda(settings):
+        return "cpu"
+    return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+
+
+def grpo_records(settings: GRPOSettings, *, store: Any, renderer: Renderer) -> list[dict[str, Any]]:
+    """Training rows from `settings.data`: labelled records keep their images; bare prompts are rendered once."""
+    from training.data import load_prompts
+
+    records = load_prompts(settings.data, field=settings.prompt_field or None, limit=settings.limit or None)
+    base = Path(settings.data).resolve().parent
+    todo = []
+    for rec in records:
+        if rec.get("status", "ok") != "ok":
+            continue
+        if rec.get("image_id") and store.path_for(rec["image_id"]).exists():
+            continue
+        ref = rec.get("image")
+        if isinstance(ref, str) and ref and (Path(ref) if Path(ref).is_absolute() else base / ref).is_file():
+            path = Path(ref) if Path(ref).is_absolute() else base / ref
+            rec["image_id"] = store.put_file(path).id
+            continue
+        todo.append(rec)
+    if todo:
+        log.info("rendering the first image of %d prompts", len(todo))
+        seeds = [seeds_for(r["prompt"], 1, settings.seed)[0] for r in todo]
+        images = renderer.render([r["prompt"] for r in todo], seeds)
+        for rec, img in zip(todo, images):
+            from training.reward import to_pil
+
+            rec["image_id"] = store.put_pil(to_pil(img)).id
+    return [r for r in records if r.get("image_id")]
+
+
+class RewardLogCallback:
+    """Adds the reward's cumulative render/score/pool seconds and pool size to the trainer's logs."""
+
+    def __init__(self, reward: RefinementReward):
+        self.reward = reward
+
+    def __getattr__(self, name: str) -> Any:
+        # TrainerCallback hooks this class does not define are no-ops.
+        if name.startswith("on_"):
+            return lambda *a, **k: None
+        raise AttributeError(name)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        """Attach the timings to each log record."""
+        if logs is not None:
+            t = self.reward.timings
+            logs.update({"reward/render_s": t.render, "reward/score_s": t.score, "reward/pool_s": t.pool,
+                         "reward/images_rendered": t.images_rendered})
+            if self.reward.pool is not None:
+                logs["reward/pool_images"] = self.reward.pool.size()
+
+
+def _sync_fn(accelerator: Any):
+    from accelerate.utils import gather_object
+
+    if accelerator is None or accelerator.num_processes <= 1:
+        return None
+    return lambda items: gather_object(items)
+
+
+def build_grpo_trainer(settings: GRPOSettings, *, renderer: Renderer | None = None, scorer: Scorer | None = None,
+                       store: Any = None, records: list[dict[str, Any]] | None = None):
+    """The configured `GRPOTrainer` and its reward (renderer/scorer/store built from settings unless given)."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from tools.image_store import get_image_store
+    from training.data import grpo_dataset
+
+    store = store or get_image_store(settings.image_store or None)
+    device = local_device(settings)
+    if renderer is None:
+        from training.render import make_renderer
+
+        renderer = make_renderer(settings.generator, store=store, device=device, steps=settings.t2i_steps,
+                                 guidance=settings.t2i_guidance, size=settings.t2i_size)
+    if scorer is None:
+        from training.scoring import ClipQ16Scorer
+
+        if not settings.q16_embeddings:
+            raise ValueError("GRPO needs the Q16 prompt embeddings file (--q16-embeddings)")
+        scorer = ClipQ16Scorer(q16_model=settings.q16_model, clip_model=settings.clip_model,
+                               q16_embeddings=settings.q16_embeddings, device=device)
+    if records is None:
+        if not settings.data:
+            raise ValueError("GRPO needs data: labelled records or a prompts file (--data)")
+        records = grpo_records(settings, store=store, renderer=renderer)
+    pool = ImagePool(seed=settings.seed) if settings.image_pool else None
+    dataset = grpo_dataset(records, store=store, pool=pool)
+    args = GRPOConfig(
+        **common_trainer_args(settings),
+        num_generations=settings.num_generations,
+        max_completion_length=settings.max_completion_length,
+        temperature=settings.temperature,
+        beta=settings.kl_beta,
+        loss_type=settings.loss_type,
+        log_completions=False,
+    )
+    processor = load_processor(settings)
+    model, peft_config = load_model(settings)
+    reward = RefinementReward(settings.reward, renderer, scorer, pool=pool, store=store)
+    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=dataset,
+                          processing_class=processor, peft_config=peft_config)
+    reward.sync = _sync_fn(trainer.accelerator)
+    from transformers import TrainerCallback
+
+    trainer.add_callback(type("RewardLog", (RewardLogCallback, TrainerCallback), {})(reward))
+    return trainer, reward
+
+
+def run_grpo(settings: GRPOSettings, **kwargs: Any) -> dict[str, Any]:
+    """Train, save the adapter, processor and settings to `output_dir`, and return metrics and timings."""
+    trainer, reward = build_grpo_trainer(settings, **kwargs)
+    result = trainer.train()
+    out = Path(settings.output_dir)
+    trainer.save_model(str(out))
+    if trainer.accelerator.is_main_process:
+        (out / "unveil_settings.json").write_text(json.dumps(settings_dict(settings), indent=2), encoding="utf-8")
+    history = trainer.state.log_history
+    return {"output_dir": str(out), "steps": trainer.state.global_step, "train_loss": result.training_loss,
+            "losses": [h["loss"] for h in history if "loss" in h],
+            "rewards": [h["reward"] for h in history if "reward" in h],
+            "timings": reward.timings.as_dict(), "pool_images": reward.pool.size() if reward.pool else 0}

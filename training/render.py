@@ -1,0 +1,90 @@
+"""Reward-side rendering: refined prompts to images through the project's text-to-image generators.
+
+`GeneratorRenderer` takes any `ImageGenerator` from `tools.t2i.registry.get_generator`. For a diffusers
+generator it feeds jobs straight to the generator's dynamic batcher and keeps the PIL images in memory (the
+reward needs pixels, not stored files; only the few renders that join the image pool are stored). Any other
+generator goes through `generate` and the image store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+
+@dataclass(frozen=True)
+class RenderJob:
+    """One image to render: what a diffusers generator's batch runner reads from a job payload."""
+
+    prompt: str
+    negative_prompt: str | None
+    seed: int
+
+
+class GeneratorRenderer:
+    """Renders (prompt, seed) pairs with a generator; all pairs of a call are submitted at once so they batch."""
+
+    def __init__(self, generator: Any, *, store: Any = None, width: int = 512, height: int = 512, steps: int = 50,
+                 guidance: float = 7.0):
+        self.generator = generator
+        self.store = store
+        self.width, self.height, self.steps, self.guidance = width, height, steps, guidance
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _request(self, prompt: str, seed: int):
+        from tools.t2i.base import GenerationRequest
+
+        return GenerationRequest(prompt=prompt, seed=seed, num_images=1, width=self.width, height=self.height,
+                                 steps=self.steps, guidance=self.guidance)
+
+    def _run(self, coro: Any) -> Any:
+        # One private loop for the whole run: the reward is called from synchronous trainer code.
+        if self._loop is None or self._loop.is_closed():
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(coro)
+
+    def render(self, prompts: Sequence[str], seeds: Sequence[int]) -> list[Any]:
+        """One PIL image per (prompt, seed), in order."""
+        if not prompts:
+            return []
+        gen = self.generator
+        if all(hasattr(gen, a) for a in ("render_batch", "validate", "call_kwargs", "pipeline", "device")):
+            return self._run(self._render_in_memory(prompts, seeds))
+        return self._run(self._render_via_store(prompts, seeds))
+
+    async def _render_in_memory(self, prompts: Sequence[str], seeds: Sequence[int]) -> list[Any]:
+        from tools.t2i.batching import get_batcher
+
+        gen = self.generator
+        payloads, key = [], None
+        for prompt, seed in zip(prompts, seeds):
+            request = self._request(prompt, seed)
+            negative = gen.validate(request)
+            kwargs = gen.call_kwargs(request)
+            key = (id(gen.pipeline), tuple(sorted(kwargs.items())))
+            payloads.append(RenderJob(prompt, negative, seed))
+        return await get_batcher(gen.device).run(key, payloads, gen.render_batch, max_batch=gen.max_batch,
+                                                 max_wait_s=gen.max_wait_s)
+
+    async def _render_via_store(self, prompts: Sequence[str], seeds: Sequence[int]) -> list[Any]:
+        from tools.image_store import get_image_store
+
+        store = self.store or get_image_store()
+        ids = await asyncio.gather(*(self.generator.generate(self._request(p, s)) for p, s in zip(prompts, seeds)))
+        return [store.open(i[0]).convert("RGB") for i in ids]
+
+
+def make_renderer(spec: str, *, store: Any, device: str | None, steps: int, guidance: float, size: int,
+                  max_batch: int = 32) -> GeneratorRenderer:
+    """A renderer over `get_generator(spec)`; long refined prompts are cut at the text encoder's limit, as
+    Stable Diffusion itself does, instead of failing the step."""
+    from tools.t2i.registry import get_generator
+
+    options: dict[str, Any] = {"store": store}
+    if spec.split(":", 1)[0] != "openai":
+        options.update(truncate_long_prompts=True, max_batch=max_batch)
+        if device:
+            options["device"] = device
+    generator = get_generator(spec, **options)
+    return GeneratorRenderer(generator, store=store, width=size, height=size, steps=steps, guidance=guidance)
