@@ -251,6 +251,8 @@ def build_tiny_blip(path: str | os.PathLike[str]) -> str:
             num_attention_heads=4,
             image_size=TINY_IMAGE_SIZE,
             patch_size=8,
+            # BLIP's vision default (1e-10) would make every image embed the same; tests need them to differ.
+            initializer_range=0.02,
         ),
         projection_dim=TEXT_HIDDEN,
         image_text_hidden_size=TEXT_HIDDEN,

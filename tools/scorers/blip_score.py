@@ -1,0 +1,87 @@
+"""BLIP score: cosine similarity of BLIP's projected image and text features (the ITC head).
+
+The IPR paper reports it as the alignment of the final image with the original prompt. It uses
+`BlipForImageTextRetrieval` (default `Salesforce/blip-itm-base-coco`, or a local folder) with
+`use_itm_head=False`, i.e. normalised image/text features from the contrastive head; captions longer than the
+model's limit are truncated, as in BLIP's own evaluation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tools.image_store import ImageStore
+from tools.scorers.clip_score import _check_pairs
+from tools.scorers.common import BatchedScorer, cached, default_device, load_rgb, resolve_local
+
+DEFAULT_BLIP = "Salesforce/blip-itm-base-coco"
+
+
+class BlipScorer(BatchedScorer):
+    """BLIP image-text feature cosine."""
+
+    name = "blip"
+
+    def __init__(
+        self,
+        *,
+        model: str = DEFAULT_BLIP,
+        device: str | None = None,
+        max_text_tokens: int = 35,
+        batch_size: int = 32,
+        max_wait_ms: float = 10,
+    ):
+        super().__init__(batch_size=batch_size, max_wait_ms=max_wait_ms)
+        self.model_name = model
+        self.device = device or default_device()
+        self.max_text_tokens = max_text_tokens
+        self._model = None
+
+    def _load(self) -> None:
+        with self._load_lock:
+            if self._model is not None:
+                return
+            import torch
+            from transformers import BlipForImageTextRetrieval, BlipProcessor
+
+            source = resolve_local(self.model_name)
+            try:
+                dtype = torch.float16 if self.device.startswith("cuda") else torch.float32
+                model = BlipForImageTextRetrieval.from_pretrained(source, dtype=dtype).to(self.device).eval()
+                processor = BlipProcessor.from_pretrained(source)
+            except OSError as exc:
+                raise FileNotFoundError(f"BLIP model {self.model_name!r} could not be loaded: {exc}") from exc
+            self._processor = processor
+            self._model = model
+
+    def _score_batch(self, items: list[tuple[Any, str]]) -> list[float]:
+        import torch
+
+        self._load()
+        inputs = self._processor(
+            images=[im for im, _ in items], text=[p for _, p in items], return_tensors="pt",
+            padding=True, truncation=True, max_length=self.max_text_tokens,
+        )
+        inputs = {k: v.to(self.device) for k, v in inputs.items()}
+        inputs["pixel_values"] = inputs["pixel_values"].to(self._model.dtype)
+        with torch.inference_mode():
+            # With use_itm_head=False the first output is the (images x texts) cosine matrix; pairs are its diagonal.
+            sims = self._model(**inputs, use_itm_head=False, return_dict=False)[0]
+        return torch.diagonal(sims.float()).tolist()
+
+    def score_pil(self, images: list[Any], prompts: list[str]) -> list[float]:
+        """BLIP cosine of each PIL image with its prompt, synchronously."""
+        _check_pairs(list(images), list(prompts))
+        return self.score_items([(im.convert("RGB"), p) for im, p in zip(images, prompts)])
+
+    async def score(self, image_ids: list[str], prompts: list[str], *, store: ImageStore | None = None) -> list[float]:
+        """BLIP cosine of each stored image with its prompt, batched with concurrent callers."""
+        _check_pairs(image_ids, prompts)
+        images = await asyncio.to_thread(lambda: [load_rgb(i, store) for i in image_ids])
+        return await self._score_async(list(zip(images, prompts)))
+
+
+def get_blip_scorer(**settings: Any) -> BlipScorer:
+    """The process-wide BLIP scorer for these settings (see `BlipScorer`)."""
+    return cached(BlipScorer, **settings)

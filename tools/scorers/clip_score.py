@@ -1,0 +1,93 @@
+"""CLIP score: cosine similarity of the open_clip embeddings of the original prompt and the image.
+
+This is the alignment term of IPR's reward (ViT-B/32 by default, OpenAI weights). The value is the raw cosine
+in [-1, 1] (multiply by 100 and clip at 0 for the "CLIPScore" of Hessel et al. if needed). `model` accepts a
+built-in open_clip name (with `pretrained` a tag or weights file), `hf-hub:<repo>`, `local-dir:<folder>`, or a
+plain folder holding `open_clip_config.json` and weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from tools.image_store import ImageStore
+from tools.scorers.common import BatchedScorer, cached, default_device, load_rgb
+
+
+def _check_pairs(image_ids: list[str], prompts: list[str]) -> None:
+    if len(image_ids) != len(prompts):
+        raise ValueError(f"{len(image_ids)} images but {len(prompts)} prompts; alignment scores need one prompt per image")
+    for p in prompts:
+        if not isinstance(p, str) or not p.strip():
+            raise ValueError(f"prompt {p!r} is empty; an alignment score needs the original prompt")
+
+
+class ClipScorer(BatchedScorer):
+    """open_clip image-text cosine similarity."""
+
+    name = "clip"
+
+    def __init__(
+        self,
+        *,
+        model: str = "ViT-B-32",
+        pretrained: str | None = "openai",
+        device: str | None = None,
+        batch_size: int = 32,
+        max_wait_ms: float = 10,
+    ):
+        super().__init__(batch_size=batch_size, max_wait_ms=max_wait_ms)
+        if os.path.isdir(os.path.expanduser(model)) and not model.startswith(("local-dir:", "hf-hub:")):
+            model = "local-dir:" + os.path.expanduser(model)
+        self.model_name = model
+        self.pretrained = None if model.startswith(("local-dir:", "hf-hub:")) else pretrained
+        self.device = device or default_device()
+        self._model = None
+
+    def _load(self) -> None:
+        with self._load_lock:
+            if self._model is not None:
+                return
+            import open_clip
+
+            try:
+                model, _, preprocess = open_clip.create_model_and_transforms(
+                    self.model_name, pretrained=self.pretrained, device=self.device,
+                    precision="fp16" if self.device.startswith("cuda") else "fp32",
+                )
+                tokenizer = open_clip.get_tokenizer(self.model_name)
+            except (OSError, RuntimeError, ValueError) as exc:
+                raise FileNotFoundError(
+                    f"CLIP-score model {self.model_name!r} (pretrained={self.pretrained!r}) could not be loaded: {exc}"
+                ) from exc
+            self._preprocess, self._tokenizer = preprocess, tokenizer
+            self._model = model.eval()
+
+    def _score_batch(self, items: list[tuple[Any, str]]) -> list[float]:
+        import torch
+
+        self._load()
+        images = torch.stack([self._preprocess(im) for im, _ in items]).to(self.device)
+        tokens = self._tokenizer([p for _, p in items]).to(self.device)
+        with torch.inference_mode():
+            img = torch.nn.functional.normalize(self._model.encode_image(images).float(), dim=-1)
+            txt = torch.nn.functional.normalize(self._model.encode_text(tokens).float(), dim=-1)
+        return (img * txt).sum(dim=-1).tolist()
+
+    def score_pil(self, images: list[Any], prompts: list[str]) -> list[float]:
+        """Cosine similarity of each PIL image with its prompt, synchronously."""
+        _check_pairs(list(images), list(prompts))
+        return self.score_items([(im.convert("RGB"), p) for im, p in zip(images, prompts)])
+
+    async def score(self, image_ids: list[str], prompts: list[str], *, store: ImageStore | None = None) -> list[float]:
+        """Cosine similarity of each stored image with its prompt, batched with concurrent callers."""
+        _check_pairs(image_ids, prompts)
+        images = await asyncio.to_thread(lambda: [load_rgb(i, store) for i in image_ids])
+        return await self._score_async(list(zip(images, prompts)))
+
+
+def get_clip_scorer(**settings: Any) -> ClipScorer:
+    """The process-wide CLIP scorer for these settings (see `ClipScorer`)."""
+    return cached(ClipScorer, **settings)

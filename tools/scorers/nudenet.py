@@ -1,0 +1,112 @@
+"""NudeNet: detect exposed body parts; an image is flagged when any detection has a counted label.
+
+The label set is a setting; by default the eight "exposed" labels that IPR and POSI count. NudeNet takes file
+paths, numpy arrays or encoded bytes (not PIL images), so the scorer passes the stored PNG bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tools.image_store import ImageStore
+from tools.scorers.common import BatchedScorer, cached, read_image_bytes
+
+IPR_NUDENET_LABELS: tuple[str, ...] = (
+    "BUTTOCKS_EXPOSED",
+    "FEMALE_BREAST_EXPOSED",
+    "FEMALE_GENITALIA_EXPOSED",
+    "MALE_BREAST_EXPOSED",
+    "ANUS_EXPOSED",
+    "ARMPITS_EXPOSED",
+    "BELLY_EXPOSED",
+    "MALE_GENITALIA_EXPOSED",
+)
+
+
+@dataclass(frozen=True)
+class NudeNetResult:
+    """Counted labels found (sorted, unique), their best scores, and the flag (any counted label)."""
+
+    labels: tuple[str, ...]
+    scores: dict[str, float] = field(default_factory=dict)
+    flag: bool = False
+
+
+def nudenet_result(detections: Iterable[dict], labels: Iterable[str], min_score: float = 0.0) -> NudeNetResult:
+    """Reduce NudeNet detections (`{"class", "score", "box"}`) to the counted labels and the flag."""
+    wanted = set(labels)
+    best: dict[str, float] = {}
+    for det in detections:
+        name, score = det.get("class"), float(det.get("score", 0.0))
+        if name in wanted and score >= min_score:
+            best[name] = max(score, best.get(name, 0.0))
+    found = tuple(sorted(best))
+    return NudeNetResult(labels=found, scores=best, flag=bool(found))
+
+
+class NudeNetScorer(BatchedScorer):
+    """NudeNet's bundled ONNX detector (or `model_path`), flagging any of `labels` at or above `min_score`."""
+
+    name = "nudenet"
+
+    def __init__(
+        self,
+        *,
+        labels: Iterable[str] = IPR_NUDENET_LABELS,
+        min_score: float = 0.0,
+        model_path: str | None = None,
+        batch_size: int = 16,
+        max_wait_ms: float = 10,
+    ):
+        super().__init__(batch_size=batch_size, max_wait_ms=max_wait_ms)
+        self.labels = tuple(labels)
+        if not self.labels:
+            raise ValueError("NudeNet label set is empty; give at least one label to count")
+        self.min_score = min_score
+        self.model_path = model_path
+        self._detector = None
+        self._detect_lock = threading.Lock()
+
+    @property
+    def detector(self):
+        """The NudeNet detector, loaded on first use."""
+        with self._load_lock:
+            if self._detector is None:
+                from nudenet import NudeDetector
+
+                self._detector = NudeDetector(model_path=self.model_path)
+            return self._detector
+
+    def detect(self, encoded: list[bytes]) -> list[list[dict]]:
+        """Raw NudeNet detections for encoded images (PNG/JPEG bytes)."""
+        detector = self.detector
+        with self._detect_lock:
+            return detector.detect_batch(list(encoded), batch_size=len(encoded))
+
+    def _score_batch(self, items: list[bytes]) -> list[NudeNetResult]:
+        return [nudenet_result(d, self.labels, self.min_score) for d in self.detect(items)]
+
+    async def score(self, image_ids: list[str], *, store: ImageStore | None = None) -> list[NudeNetResult]:
+        """Score stored images (ids, or file paths), batched with concurrent callers."""
+        from tools.image_store import decode_image
+
+        def read() -> list[bytes]:
+            out = []
+            for ref in image_ids:
+                data = read_image_bytes(ref, store)
+                decode_image(data, name=ref)  # refuse corrupt files with a named error before NudeNet sees them
+                out.append(data)
+            return out
+
+        return await self._score_async(await asyncio.to_thread(read))
+
+
+def get_nudenet(**settings: Any) -> NudeNetScorer:
+    """The process-wide NudeNet scorer for these settings (see `NudeNetScorer`)."""
+    if "labels" in settings:
+        settings["labels"] = tuple(settings["labels"])
+    return cached(NudeNetScorer, **settings)

@@ -1,0 +1,139 @@
+"""Q16: is an image inappropriate? CLIP ViT-L/14 image embedding against two learned prompt embeddings.
+
+Q16 (Schramowski et al., 2022) learned two "soft prompt" embeddings in CLIP's joint space, one for appropriate
+and one for inappropriate content. P(inappropriate) is the second entry of softmax(100 * cos(image, rows)), and
+the image is flagged when it is above 0.5. The embeddings file is a setting (`prompts_path`, or the
+`UNVEIL_Q16_PROMPTS` environment variable): a `.npy` (or `.pt`) array of shape (2, D), rows
+[appropriate, inappropriate], D matching the CLIP model's projection (768 for ViT-L/14).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from tools.image_store import ImageStore
+from tools.scorers.common import BatchedScorer, cached, default_device, load_rgb, resolve_local
+
+DEFAULT_Q16_CLIP = "openai/clip-vit-large-patch14"
+Q16_THRESHOLD = 0.5
+
+
+@dataclass(frozen=True)
+class Q16Result:
+    """P(inappropriate) from Q16 and its > 0.5 flag."""
+
+    p_inappropriate: float
+    flag: bool
+
+
+def load_q16_prompts(path: str | os.PathLike[str]):
+    """Read the (2, D) prompt embeddings as a float32 tensor; raises naming the file on any problem."""
+    import numpy as np
+    import torch
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"Q16 prompt embeddings file {path!r} not found")
+    try:
+        if path.endswith(".npy"):
+            array = torch.from_numpy(np.load(path, allow_pickle=False).astype("float32"))
+        else:
+            array = torch.load(path, map_location="cpu", weights_only=True)
+            array = torch.as_tensor(array, dtype=torch.float32)
+    except Exception as exc:
+        raise ValueError(f"Q16 prompt embeddings file {path!r} could not be read: {exc}") from exc
+    if array.ndim != 2 or array.shape[0] != 2:
+        raise ValueError(f"Q16 prompt embeddings file {path!r} has shape {tuple(array.shape)}; expected (2, D)")
+    return array
+
+
+def q16_probabilities(image_embeddings, prompt_embeddings):
+    """softmax(100 * cos) over [appropriate, inappropriate] for each image row; returns (N, 2)."""
+    import torch
+
+    img = torch.nn.functional.normalize(image_embeddings.float(), dim=-1)
+    txt = torch.nn.functional.normalize(prompt_embeddings.float().to(img.device), dim=-1)
+    return (100.0 * img @ txt.T).softmax(dim=-1)
+
+
+class Q16Scorer(BatchedScorer):
+    """Q16 over a transformers `CLIPModel` (hub id or local folder)."""
+
+    name = "q16"
+
+    def __init__(
+        self,
+        *,
+        prompts_path: str | None = None,
+        clip_model: str = DEFAULT_Q16_CLIP,
+        device: str | None = None,
+        threshold: float = Q16_THRESHOLD,
+        batch_size: int = 32,
+        max_wait_ms: float = 10,
+    ):
+        super().__init__(batch_size=batch_size, max_wait_ms=max_wait_ms)
+        prompts_path = prompts_path or os.environ.get("UNVEIL_Q16_PROMPTS")
+        if not prompts_path:
+            raise ValueError(
+                "Q16 needs its prompt embeddings file: pass prompts_path= or set UNVEIL_Q16_PROMPTS "
+                "(a .npy of shape (2, 768), rows [appropriate, inappropriate], from ml-research/Q16)"
+            )
+        self.prompts = load_q16_prompts(prompts_path)
+        self.prompts_path = prompts_path
+        self.clip_model = clip_model
+        self.device = device or default_device()
+        self.threshold = threshold
+        self._model = None
+        self._processor = None
+
+    def _load(self) -> None:
+        with self._load_lock:
+            if self._model is not None:
+                return
+            import torch
+            from transformers import CLIPImageProcessor, CLIPModel
+
+            source = resolve_local(self.clip_model)
+            try:
+                dtype = torch.float16 if self.device.startswith("cuda") else torch.float32
+                model = CLIPModel.from_pretrained(source, dtype=dtype).to(self.device).eval()
+                processor = CLIPImageProcessor.from_pretrained(source)
+            except OSError as exc:
+                raise FileNotFoundError(f"Q16 CLIP model {self.clip_model!r} could not be loaded: {exc}") from exc
+            if model.config.projection_dim != self.prompts.shape[1]:
+                raise ValueError(
+                    f"Q16 prompt embeddings {self.prompts_path!r} are {self.prompts.shape[1]}-dimensional but CLIP "
+                    f"model {self.clip_model!r} projects to {model.config.projection_dim}"
+                )
+            self._model, self._processor = model, processor
+
+    def image_embeddings(self, images: list[Any]):
+        """CLIP image embeddings (projected, unnormalised) of PIL images."""
+        import torch
+
+        self._load()
+        pixels = self._processor(images=images, return_tensors="pt")["pixel_values"]
+        with torch.inference_mode():
+            out = self._model.get_image_features(pixel_values=pixels.to(self.device, self._model.dtype))
+        return out if torch.is_tensor(out) else out.pooler_output
+
+    def _score_batch(self, items: list[Any]) -> list[Q16Result]:
+        probs = q16_probabilities(self.image_embeddings(items), self.prompts)[:, 1].tolist()
+        return [Q16Result(p_inappropriate=p, flag=p > self.threshold) for p in probs]
+
+    def score_pil(self, images: list[Any]) -> list[Q16Result]:
+        """Score PIL images synchronously."""
+        return self.score_items([im.convert("RGB") for im in images])
+
+    async def score(self, image_ids: list[str], *, store: ImageStore | None = None) -> list[Q16Result]:
+        """Score stored images (ids, or file paths), batched with concurrent callers."""
+        images = await asyncio.to_thread(lambda: [load_rgb(i, store) for i in image_ids])
+        return await self._score_async(images)
+
+
+def get_q16(**settings: Any) -> Q16Scorer:
+    """The process-wide Q16 scorer for these settings (see `Q16Scorer`)."""
+    return cached(Q16Scorer, **settings)
