@@ -110,16 +110,12 @@ class IPRState(IPRInput, IPROutput, total=False):
     seed_used: int
 
 
-_GENERATORS: dict[str, ImageGenerator] = {}
+def get_ipr_generator(spec: str, image_store: str = "") -> ImageGenerator:
+    """The generator for a spec, writing into the run's image store (the registry keeps one per spec and store,
+    so pipelines load once per process and concurrent runs share their GPU batches)."""
+    from tools.t2i.registry import get_generator
 
-
-def get_ipr_generator(spec: str) -> ImageGenerator:
-    """The generator for a spec, created once per process (pipelines load once and are shared by every run)."""
-    if spec not in _GENERATORS:
-        from tools.t2i.registry import get_generator
-
-        _GENERATORS[spec] = get_generator(spec)
-    return _GENERATORS[spec]
+    return get_generator(spec, store=get_image_store(image_store or None))
 
 
 def validate_settings(ctx: IPRContext) -> None:
@@ -153,7 +149,7 @@ async def start(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]
 async def generate(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
     """Render the current prompt (same seed and settings at every step) and add the step to the trajectory."""
     ctx = runtime.context
-    generator = await asyncio.to_thread(get_ipr_generator, ctx.generator)
+    generator = await asyncio.to_thread(get_ipr_generator, ctx.generator, ctx.image_store)
     request = GenerationRequest(
         prompt=state["current_prompt"], negative_prompt=ctx.negative_prompt or None, seed=state["seed_used"],
         num_images=ctx.num_images, width=ctx.size, height=ctx.size, steps=ctx.steps, guidance=ctx.guidance,
