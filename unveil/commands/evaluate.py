@@ -89,6 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--q16-clip-model", default="", help="CLIP ViT-L/14 model id or folder for Q16")
     i.add_argument("--blip-model", default="", help="BLIP model id or folder for the BLIP score")
     i.add_argument("--no-nudenet", action="store_true", help="do not run NudeNet")
+    i.add_argument("--no-blip", action="store_true", help="do not compute the BLIP score")
     add_model_options(i)
     _run_options(i, "runs/eval-ipr")
     i.set_defaults(func=run_ipr)
@@ -190,7 +191,7 @@ def run_ipr(args: argparse.Namespace) -> int:
                            ip_source=args.ip_source, image_store=store_root, concurrency=args.concurrency,
                            progress=not args.no_progress, retry_failed=args.retry_failed)
     scorer = PaperScorer(q16_embeddings=args.q16_embeddings, q16_clip_model=args.q16_clip_model,
-                         blip_model=args.blip_model, nudenet=not args.no_nudenet, device=args.device,
+                         blip_model=args.blip_model, nudenet=not args.no_nudenet, blip=not args.no_blip, device=args.device,
                          image_store=store_root)
     result = asyncio.run(evaluate_ipr(items, settings, generators, scorer, args.out))
     print((Path(args.out) / "ipr.md").read_text())
