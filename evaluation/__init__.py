@@ -1,0 +1,1 @@
+"""Evaluation of Unveil against the papers' protocols: metrics, dataset loaders, detection and IPR runners, reports."""
