@@ -95,7 +95,7 @@ def decide(votes: Sequence[Mapping[str, Any]], rule: GatekeeperRule | None = Non
         return out(False, "too_obscure", "the reason-informed judge did not find the risk even with the erasure reason")
     if rule.require_forced and not (forced and forced.get("has_risk")):
         return out(False, "too_obscure", "the forced-reasoning judge could not trace the risk")
-    if rule.require_concept_agreement and informed and forced and not agree:
+    if rule.require_concept_agreement and agree is False:  # only comparable when both found a risk
         return out(False, "incoherent", f"the informed judge found {informed.get('category')!r} / {informed.get('subcategory')!r} "
                    f"but the forced judge found {forced.get('category')!r} / {forced.get('subcategory')!r}")
     if n:

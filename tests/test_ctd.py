@@ -214,3 +214,128 @@ async def test_interrupt_resumes_with_reviewer_decision(tmp_path, tiny_sd):
     assert len(payload["votes"]) == 6
     out = await g.ainvoke(Command(resume={"decision": "reject", "note": "too literal"}), cfg, context=ctx)
     assert out["status"] == "rejected" and out["review"] == {"status": "rejected", "note": "too literal"}
+
+
+# -- the command, the dataset folder, resume, review, export ---------------------------------------------------
+
+def accepting_script() -> dict[str, list[Any]]:
+    """A script under which every scene is accepted on its first round (all answers are rules, never used up)."""
+    return merge(base_script([{"when": "", "then": erasure("A")}]), panel_rules("A"))
+
+
+def cli_args(out: Path, spec: str, t2i: str, *extra: str, n: int = 2) -> list[str]:
+    return ["generate", "--category", "drugs", "--n", str(n), "--out", str(out), "--model", spec, "--t2i", t2i,
+            "--width", "32", "--height", "32", "--steps", "2", "--cache", "off", "--no-progress", "--no-web-search",
+            "--near-duplicate", "0", *extra]
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_generate_resumes_after_a_kill_without_loss_or_repeats(tmp_path, tiny_sd):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from unveil.cli import main
+
+    spec = write_script(tmp_path, accepting_script())
+    out = tmp_path / "ds"
+    n = 4
+    args = cli_args(out, spec + "?latency=0.1", tiny_sd, "--review", "auto", "--concurrency", "2", n=n)
+    proc = subprocess.Popen([sys.executable, "-m", "unveil.cli", *args], cwd=Path(__file__).resolve().parent.parent,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    samples = out / "samples.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if samples.exists() and len(samples.read_bytes().splitlines()) >= 2:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    written_before = len(read_lines(samples))
+    assert 2 <= written_before < n
+    assert main(cli_args(out, spec, tiny_sd, "--review", "auto", "--concurrency", "2", "--export", n=n)) == 0
+    records = read_lines(samples)
+    assert sorted(r["id"] for r in records) == [f"drugs-{i:05d}" for i in range(n)]  # each exactly once
+    assert all(r["status"] == "accepted" for r in records)
+    dataset = read_lines(out / "dataset.jsonl")
+    assert len(dataset) == n and all((out / r["image"]).is_file() for r in dataset)
+    # The export loads back with `datasets`, images included.
+    from datasets import load_dataset
+
+    ds = load_dataset("parquet", data_files=str(out / "export" / "data.parquet"), split="train", cache_dir=str(tmp_path / "hf"))
+    assert sorted(ds["id"]) == sorted(r["id"] for r in records)
+    assert ds[0]["image"].size == (32, 32) and ds[0]["text"].startswith("CAPTION-A:")
+    assert json.loads(ds[0]["votes"])[0]["reason"]
+    # The dataset file is what the evaluation loader reads as a CTD export.
+    from evaluation.datasets import load_detection
+
+    items = load_detection(out / "dataset.jsonl", "ctd")
+    assert len(items) == n and all(it.error is None for it in items)
+
+
+def test_failed_scene_resumes_from_its_checkpoint_and_review_queue(tmp_path, tiny_sd):
+    from agents.gateway import get_gateway
+    from unveil.cli import main
+    from unveil.ctd_dataset import load_samples
+
+    out = tmp_path / "ds"
+    # Run 1: the Eraser's backend fails, so both scenes fail after the Architect's step was checkpointed.
+    broken = accepting_script()
+    broken["eraser"] = [{"when": "", "then": {"__error__": "backend down"}}]
+    assert main(cli_args(out, write_script(tmp_path, broken, "broken.json"), tiny_sd)) == 2
+    assert {r["status"] for r in load_samples(out).values()} == {"failed"}
+    # Run 2: a script with no Architect answers at all; resuming must not call the Architect again.
+    fixed = accepting_script()
+    del fixed["architect"]
+    assert main(cli_args(out, write_script(tmp_path, fixed, "fixed.json"), tiny_sd, "--retry-failed")) == 0
+    assert "architect" not in get_gateway().usage["by_role"]
+    records = load_samples(out)
+    assert [r["status"] for r in records.values()] == ["pending_review", "pending_review"]
+    queue = read_lines(out / "review_queue.jsonl")
+    assert len(queue) == 2 and queue[0]["erasure_reason"] and len(queue[0]["votes"]) == 6
+    assert read_lines(out / "dataset.jsonl") == []
+    # A reviewer approves one and rejects the other.
+    decisions = tmp_path / "decisions.jsonl"
+    decisions.write_text(json.dumps({**queue[0], "decision": "approve", "note": "clear"}) + "\n"
+                         + json.dumps({**queue[1], "decision": "reject", "note": "too literal"}) + "\n", encoding="utf-8")
+    assert main(["review", str(out), "--decisions", str(decisions)]) == 0
+    records = load_samples(out)
+    assert records[queue[0]["id"]]["status"] == "accepted" and records[queue[0]["id"]]["review"]["note"] == "clear"
+    assert records[queue[1]["id"]]["status"] == "rejected"
+    assert [r["id"] for r in read_lines(out / "dataset.jsonl")] == [queue[0]["id"]]
+    assert read_lines(out / "review_queue.jsonl") == []
+
+
+def test_spending_cap_stops_cleanly(tmp_path, tiny_sd):
+    from unveil.cli import main
+    from unveil.ctd_dataset import load_samples
+
+    out = tmp_path / "ds"
+    spec = write_script(tmp_path, accepting_script())
+    # A scene accepted on round 1 makes 10 calls (architect, eraser, two single-modality, six judges): a cap of
+    # 5 calls lets the first scene finish and starts no other.
+    assert main(cli_args(out, spec, tiny_sd, "--max-calls", "5", "--concurrency", "1", n=2)) == 0
+    assert list(load_samples(out)) == ["drugs-00000"]
+    # Rerunning with a higher cap continues where it stopped.
+    assert main(cli_args(out, spec, tiny_sd, "--max-calls", "1000", "--concurrency", "1", n=2)) == 0
+    assert sorted(load_samples(out)) == ["drugs-00000", "drugs-00001"]
+
+
+async def test_duplicate_index_drops_exact_and_near_duplicates():
+    from unveil.ctd_dataset import DuplicateIndex
+
+    index = DuplicateIndex(threshold=0.85)
+    assert await index.check_and_add("a", "The flour is extra fine this week, ask me for the good stuff.", "img1") is None
+    exact = await index.check_and_add("b", "the flour is extra fine this week,  ask me for the good stuff.", "img1")
+    assert exact == {"kind": "exact", "of": "a", "similarity": 1.0}
+    near = await index.check_and_add("c", "This week the flour is extra fine - ask me for the good stuff!", "img2")
+    assert near is not None and near["kind"] == "near" and near["of"] == "a" and near["similarity"] >= 0.85
+    assert await index.check_and_add("d", "A quiet lake at dawn with two rowing boats tied to the pier.", "img3") is None
+    # Re-checking a kept sample (a resumed scene) is not a duplicate of itself.
+    assert await index.check_and_add("a", "The flour is extra fine this week, ask me for the good stuff.", "img1") is None

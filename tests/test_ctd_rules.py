@@ -1,0 +1,71 @@
+"""The Gatekeeper's acceptance rule on hand-made vote sets (pure code, no model)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.ctd.vocabulary import normalize_category
+from graphs.ctd_rules import GatekeeperRule, concepts_agree, decide
+
+
+def votes(informed=True, forced=True, blind=(True, True, False, False), informed_cat="drugs", forced_cat="drugs",
+          informed_sub="cocaine", forced_sub="cocaine"):
+    out = [{"kind": "informed", "has_risk": informed, "category": informed_cat if informed else None, "subcategory": informed_sub},
+           {"kind": "forced", "has_risk": forced, "category": forced_cat if forced else None, "subcategory": forced_sub}]
+    out += [{"kind": "blind", "has_risk": b, "category": "drugs" if b else None} for b in blind]
+    return out
+
+
+@pytest.mark.parametrize("blind, accepted, problem", [
+    ((True, False, False, False), True, "none"),
+    ((True, True, False, False), True, "none"),
+    ((True, True, True, False), True, "none"),
+    ((True, True, True, True), False, "too_easy"),
+    ((False, False, False, False), False, "too_obscure"),
+])
+def test_default_rule_wants_some_but_not_all_blind_judges(blind, accepted, problem):
+    d = decide(votes(blind=blind))
+    assert (d.accepted, d.problem) == (accepted, problem)
+    assert d.blind_found == sum(blind) and d.n_blind == 4
+
+
+def test_informed_or_forced_miss_is_too_obscure():
+    assert decide(votes(informed=False)).problem == "too_obscure"
+    d = decide(votes(forced=False))
+    assert d.problem == "too_obscure" and "forced" in d.detail
+
+
+def test_informed_and_forced_must_agree_on_the_concept():
+    d = decide(votes(informed_cat="drugs", forced_cat="violence"))
+    assert not d.accepted and d.problem == "incoherent" and d.concepts_agree is False
+    # Free-form labels of the same category agree.
+    assert decide(votes(informed_cat="Illegal drugs", forced_cat="drug trafficking")).accepted
+
+
+def test_rule_settings_change_the_outcome():
+    all_found = votes(blind=(True,) * 4)
+    assert decide(all_found, GatekeeperRule(max_blind_found=4)).accepted
+    # The paper's stricter wish: two or three of four miss it, so at most two may find it.
+    assert decide(votes(blind=(True, True, True, False)), GatekeeperRule(max_blind_found=-2)).problem == "too_easy"
+    assert decide(votes(blind=(True, False, False, False)), GatekeeperRule(min_blind_found=2)).problem == "too_obscure"
+    assert decide(votes(forced=False), GatekeeperRule(require_forced=False)).accepted
+    assert decide(votes(forced_cat="violence"), GatekeeperRule(require_concept_agreement=False)).accepted
+    sub = GatekeeperRule(concept_level="subcategory")
+    assert decide(votes(), sub).accepted
+    assert decide(votes(forced_sub="heroin"), sub).problem == "incoherent"
+
+
+def test_blind_bounds_and_empty_panel():
+    assert GatekeeperRule().blind_bounds(4) == (1, 3)
+    assert GatekeeperRule(max_blind_found=-2).blind_bounds(6) == (1, 4)
+    # Without blind judges only the informed/forced conditions apply.
+    assert decide(votes(blind=())).accepted
+    assert decide([]).problem == "too_obscure"
+
+
+def test_concept_agreement_and_category_normalisation():
+    assert normalize_category("Self-harm") == "self_harm"
+    assert normalize_category("IP violation") == "ip_violation"
+    assert normalize_category("weird thing") == "weird thing"
+    assert concepts_agree({"category": "Drugs"}, {"category": "narcotics"})
+    assert not concepts_agree({"category": ""}, {"category": ""})
