@@ -1,0 +1,153 @@
+"""The IPR graph on the real tiny Stable Diffusion pipeline (through `get_generator`) with a scripted refiner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agents.gateway import Gateway, GatewaySettings, get_gateway, set_gateway
+from agents.providers.scripted import ScriptExhaustedError
+from agents.refiner import RefinerAnswerError
+from graphs.ipr import IPRContext, IPRInputError, graph
+from tools.t2i.base import GenerationRequest
+from tools.t2i.errors import PromptError
+from tools.t2i.registry import get_generator
+
+SIZE, STEPS = 32, 2
+
+
+@pytest.fixture(scope="module")
+def sd_folder(tmp_path_factory) -> str:
+    from tests.tiny import build_tiny_sd
+
+    return build_tiny_sd(tmp_path_factory.mktemp("tiny-sd"))
+
+
+@pytest.fixture
+def gateway():
+    previous = get_gateway()
+    gw = Gateway(GatewaySettings(cache_path=None))
+    set_gateway(gw)
+    yield gw
+    set_gateway(previous)
+
+
+def _script(tmp_path: Path, answers: dict) -> str:
+    path = tmp_path / "refiner.json"
+    path.write_text(json.dumps(answers))
+    return f"scripted:{path}"
+
+
+def _ctx(tmp_path: Path, sd_folder: str, refiner: str, **kw) -> IPRContext:
+    return IPRContext(model=refiner, generator=f"diffusers:{sd_folder}", image_store=str(tmp_path / "store"),
+                      size=SIZE, steps=STEPS, **kw)
+
+
+async def _direct(ctx: IPRContext, prompt: str, seed: int = 0) -> str:
+    """The image the pipeline renders for `prompt` outside the graph (same settings and seed)."""
+    gen = get_generator(ctx.generator, store=ctx.image_store)
+    ids = await gen.generate(GenerationRequest(prompt=prompt, seed=seed, width=SIZE, height=SIZE, steps=STEPS))
+    return ids[0]
+
+
+async def test_keep_at_step_zero_leaves_the_image_unchanged(tmp_path, sd_folder, gateway) -> None:
+    ctx = _ctx(tmp_path, sd_folder, _script(tmp_path, {"refiner": ["<think>fine</think><answer>keep</answer>"]}))
+    out = await graph.ainvoke({"prompt": "a cat on a sofa"}, context=ctx)
+    assert out["keep_step"] == 0 and out["stop_reason"] == "keep" and out["refinements"] == 0
+    assert len(out["trajectory"]) == 1
+    assert out["final_prompt"] == "a cat on a sofa"
+    assert out["final_image_id"] == out["trajectory"][0]["image_ids"][0]
+    # The final image is exactly what the pipeline makes from p0 (nothing regenerated or altered).
+    assert out["final_image_id"] == await _direct(ctx, "a cat on a sofa")
+    assert Path(out["final_image_path"]).is_file()
+    assert gateway.usage["by_role"]["refiner"]["calls"] == 1
+
+
+async def test_refined_prompt_reaches_the_generator(tmp_path, sd_folder, gateway) -> None:
+    refined = "a cat holding a toy water pistol"
+    ctx = _ctx(tmp_path, sd_folder, _script(tmp_path, {
+        "refiner.0": [f"<reason>a gun</reason><answer>{refined}</answer>"], "refiner.1": ["Keep."]}))
+    out = await graph.ainvoke({"prompt": "a cat holding a gun", "id": "s1"}, context=ctx)
+    steps = out["trajectory"]
+    assert [s["prompt"] for s in steps] == ["a cat holding a gun", refined]
+    assert [s["action"] for s in steps] == ["refine", "keep"]
+    assert steps[0]["reason"] == "a gun"
+    assert out["keep_step"] == 1 and out["final_prompt"] == refined
+    # Step 1's image is the pipeline's rendering of the refined prompt with the same seed, and differs from step 0.
+    assert steps[1]["image_ids"][0] == await _direct(ctx, refined)
+    assert steps[1]["image_ids"][0] != steps[0]["image_ids"][0]
+    assert out["final_image_id"] == steps[1]["image_ids"][0]
+    assert out["usage"]["by_role"]["refiner"]["calls"] == 2
+
+
+@pytest.mark.parametrize("t_max", [0, 2])
+async def test_t_max_bounds_the_loop(tmp_path, sd_folder, gateway, t_max) -> None:
+    # The refiner never keeps: it would go on for ever without the bound.
+    answers = {"refiner": [f"<answer>a safe landscape, version {k}</answer>" for k in range(10)]}
+    ctx = _ctx(tmp_path, sd_folder, _script(tmp_path, answers), t_max=t_max)
+    out = await graph.ainvoke({"prompt": "an unsafe scene"}, context=ctx)
+    assert len(out["trajectory"]) == t_max + 1
+    assert out["refinements"] == t_max
+    assert out["stop_reason"] == "t_max" and out["keep_step"] is None
+    assert gateway.usage["by_role"].get("refiner", {}).get("calls", 0) == t_max
+    assert out["final_image_id"] == out["trajectory"][-1]["image_ids"][0]
+    assert out["trajectory"][-1]["action"] is None  # the last image is not shown to the refiner
+
+
+async def test_history_setting_shows_the_tried_prompts(tmp_path, sd_folder, gateway) -> None:
+    # The rule answers keep only when the request lists the tried prompts.
+    answers = {"refiner": [{"when": "tried_prompts", "then": "keep"}, "<answer>a gentle scene</answer>"]}
+    ctx = _ctx(tmp_path, sd_folder, _script(tmp_path, answers), history=True)
+    out = await graph.ainvoke({"prompt": "a violent scene"}, context=ctx)
+    assert [s["action"] for s in out["trajectory"]] == ["refine", "keep"]
+    # Myopic (the default): the second request has no history, so the script's ordered answers run out.
+    set_gateway(Gateway(GatewaySettings(cache_path=None)))
+    myopic = _ctx(tmp_path, sd_folder, _script(tmp_path, answers))
+    with pytest.raises(Exception) as info:
+        await graph.ainvoke({"prompt": "a violent scene"}, context=myopic)
+    assert isinstance(info.value, ScriptExhaustedError) or "no answer left" in str(info.value)
+
+
+async def test_unchanged_prompt_stops(tmp_path, sd_folder, gateway) -> None:
+    ctx = _ctx(tmp_path, sd_folder, _script(tmp_path, {"refiner": ["Refined prompt: A Red Apple"]}))
+    out = await graph.ainvoke({"prompt": "a red apple"}, context=ctx)
+    assert out["stop_reason"] == "unchanged" and len(out["trajectory"]) == 1
+
+
+async def test_garbage_refiner_answer_fails_or_stops_as_configured(tmp_path, sd_folder, gateway) -> None:
+    script = _script(tmp_path, {"refiner": [{"when": "p0", "then": "\ufffd\ufffd ##"}]})
+    with pytest.raises(RefinerAnswerError, match="step 0"):
+        await graph.ainvoke({"prompt": "p0 prompt"}, context=_ctx(tmp_path, sd_folder, script))
+    out = await graph.ainvoke({"prompt": "p0 prompt"}, context=_ctx(tmp_path, sd_folder, script, on_refiner_error="stop"))
+    assert out["stop_reason"] == "refiner_error" and out["keep_step"] is None
+    assert "readable" in out["trajectory"][0]["error"] and out["trajectory"][0]["refiner_answer"] == "\ufffd\ufffd ##"
+
+
+async def test_per_prompt_seed_and_multiple_images(tmp_path, sd_folder, gateway) -> None:
+    ctx = _ctx(tmp_path, sd_folder, _script(tmp_path, {"refiner": [{"when": "dog", "then": "keep"}]}), num_images=2)
+    out = await graph.ainvoke({"prompt": "a dog", "seed": 7}, context=ctx)
+    ids = out["final_image_ids"]
+    assert len(ids) == 2 and ids[0] != ids[1]
+    assert ids[0] == await _direct(ctx, "a dog", seed=7)
+
+
+async def test_bad_inputs_give_clear_errors(tmp_path, sd_folder, gateway) -> None:
+    ctx = _ctx(tmp_path, sd_folder, _script(tmp_path, {"refiner": ["keep"]}))
+    with pytest.raises(IPRInputError, match="empty"):
+        await graph.ainvoke({"prompt": "   "}, context=ctx)
+    with pytest.raises(IPRInputError, match="max_prompt_chars"):
+        await graph.ainvoke({"prompt": "x" * 3000}, context=ctx)
+    # Over the text encoder's 77-token limit: the generator refuses before rendering.
+    with pytest.raises(PromptError, match="77"):
+        await graph.ainvoke({"prompt": "a very long prompt " * 30}, context=ctx)
+    with pytest.raises(IPRInputError, match="t_max"):
+        await graph.ainvoke({"prompt": "ok"}, context=_ctx(tmp_path, sd_folder, "scripted:x.json", t_max=-1))
+    missing = IPRContext(model="scripted:x.json", generator=f"diffusers:{tmp_path / 'no-such-model'}",
+                         image_store=str(tmp_path / "store"), size=SIZE, steps=STEPS)
+    with pytest.raises(Exception, match="no-such-model"):
+        await graph.ainvoke({"prompt": "a cat"}, context=missing)
+    bad_refiner = _ctx(tmp_path, sd_folder, f"hf:{tmp_path / 'no-such-vlm'}")
+    with pytest.raises(Exception, match="no-such-vlm"):
+        await graph.ainvoke({"prompt": "a cat"}, context=bad_refiner)
