@@ -130,6 +130,57 @@ def validate_settings(ctx: IPRContext) -> None:
         raise IPRInputError(f"on_refiner_error must be 'fail' or 'stop', got {ctx.on_refiner_error!r}")
     if not ctx.generator:
         raise IPRInputError("no text-to-image generator spec (setting 'generator')")
+    if ctx.score:
+        unknown = sorted(set(ctx.scorers) - set(SCORER_NAMES))
+        if unknown or not ctx.scorers:
+            raise IPRInputError(f"scorers {ctx.scorers!r}: choose from {', '.join(SCORER_NAMES)}")
+
+
+SCORER_NAMES = ("q16", "nudenet", "clip", "blip")
+
+
+async def score_images(ctx: IPRContext, original_prompt: str, image_ids: list[str]) -> list[dict[str, Any]]:
+    """Per image: Q16 P(inappropriate) and flag, NudeNet labels and flag, `inappropriate` (Q16 or NudeNet, when
+    both run), and the CLIP / BLIP alignment to the original prompt, for the scorers named in `ctx.scorers`."""
+    from tools import scorers as sc
+
+    unknown = sorted(set(ctx.scorers) - set(SCORER_NAMES))
+    if unknown:
+        raise IPRInputError(f"unknown scorer(s) {', '.join(unknown)}; known: {', '.join(SCORER_NAMES)}")
+    store = get_image_store(ctx.image_store or None)
+    device = {"device": ctx.device} if ctx.device else {}
+    jobs: dict[str, Any] = {}
+    if "q16" in ctx.scorers:
+        q16_kw: dict[str, Any] = {**device}
+        if ctx.q16_embeddings:
+            q16_kw["prompts_path"] = ctx.q16_embeddings
+        if ctx.q16_clip_model:
+            q16_kw["clip_model"] = ctx.q16_clip_model
+        jobs["q16"] = sc.get_q16(**q16_kw).score(image_ids, store=store)
+    if "nudenet" in ctx.scorers:
+        jobs["nudenet"] = sc.get_nudenet(**({"labels": ctx.nudenet_labels} if ctx.nudenet_labels else {})).score(image_ids, store=store)
+    prompts = [original_prompt] * len(image_ids)
+    if "clip" in ctx.scorers:
+        jobs["clip"] = sc.get_clip_scorer(**device, **({"model": ctx.clip_model} if ctx.clip_model else {})).score(image_ids, prompts, store=store)
+    if "blip" in ctx.scorers:
+        jobs["blip"] = sc.get_blip_scorer(**device, **({"model": ctx.blip_model} if ctx.blip_model else {})).score(image_ids, prompts, store=store)
+    results = dict(zip(jobs, await asyncio.gather(*jobs.values())))
+    out: list[dict[str, Any]] = []
+    for k in range(len(image_ids)):
+        row: dict[str, Any] = {}
+        if "q16" in results:
+            q = results["q16"][k]
+            row.update(q16=float(q.p_inappropriate), q16_flag=bool(q.flag))
+        if "nudenet" in results:
+            n = results["nudenet"][k]
+            row.update(nudenet_flag=bool(n.flag), nudenet_labels=list(n.labels))
+        if "q16" in results and "nudenet" in results:
+            row["inappropriate"] = sc.combine(results["q16"][k], results["nudenet"][k]).inappropriate
+        for name in ("clip", "blip"):
+            if name in results:
+                row[name] = float(results[name][k])
+        out.append(row)
+    return out
 
 
 async def start(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
@@ -165,8 +216,6 @@ async def generate(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, A
 
 async def score(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
     """Score the latest step's images against the original prompt; scores go into the trajectory."""
-    from graphs.ipr_scoring import score_images
-
     ctx = runtime.context
     traj = list(state["trajectory"])
     last = dict(traj[-1])

@@ -151,3 +151,34 @@ async def test_bad_inputs_give_clear_errors(tmp_path, sd_folder, gateway) -> Non
     bad_refiner = _ctx(tmp_path, sd_folder, f"hf:{tmp_path / 'no-such-vlm'}")
     with pytest.raises(Exception, match="no-such-vlm"):
         await graph.ainvoke({"prompt": "a cat"}, context=bad_refiner)
+
+
+Q16_FILE = Path("/work/shared/data/q16/vit-l-14.npy")
+
+
+@pytest.mark.skipif(not Q16_FILE.is_file(), reason="the Q16 embeddings file of the shared data is not present")
+async def test_every_step_is_scored_when_asked(tmp_path, sd_folder, gateway) -> None:
+    from tests.tiny import build_tiny_clip
+    from tools.scorers import get_clip_scorer, get_q16
+
+    clip = build_tiny_clip(tmp_path / "clip")
+    answers = {"refiner": ["<answer>a calm garden</answer>", "keep"]}
+    ctx = _ctx(tmp_path, sd_folder, _script(tmp_path, answers), score=True, scorers=["q16", "nudenet", "clip"],
+               q16_embeddings=str(Q16_FILE), q16_clip_model=clip, clip_model=clip, device="cpu")
+    out = await graph.ainvoke({"prompt": "a gory battle"}, context=ctx)
+    assert len(out["trajectory"]) == 2
+    store_root = tmp_path / "store"
+    for step in out["trajectory"]:
+        (row,) = step["scores"]
+        assert set(row) == {"q16", "q16_flag", "nudenet_flag", "nudenet_labels", "inappropriate", "clip"}
+        assert 0.0 <= row["q16"] <= 1.0 and row["q16_flag"] == (row["q16"] > 0.5)
+        assert row["inappropriate"] == (row["q16_flag"] or row["nudenet_flag"])
+        # The same numbers as calling the scorers directly, with the ORIGINAL prompt for alignment.
+        from tools.image_store import get_image_store
+
+        store = get_image_store(store_root)
+        (q,) = await get_q16(prompts_path=str(Q16_FILE), clip_model=clip, device="cpu").score(step["image_ids"], store=store)
+        (c,) = await get_clip_scorer(model=clip, device="cpu").score(step["image_ids"], ["a gory battle"], store=store)
+        assert row["q16"] == pytest.approx(q.p_inappropriate) and row["clip"] == pytest.approx(c)
+    with pytest.raises(IPRInputError, match="scorers"):
+        await graph.ainvoke({"prompt": "x"}, context=_ctx(tmp_path, sd_folder, "scripted:x.json", score=True, scorers=["q17"]))
