@@ -17,6 +17,7 @@ import logging
 import os
 import random
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -213,7 +214,10 @@ class Gateway:
         while True:
             try:
                 async with self.limits.slot(spec.backend):
-                    return await model.ainvoke(messages), attempt
+                    started = time.monotonic()
+                    out = await model.ainvoke(messages)
+                    log.info("role %s (%s): answered in %.2fs", role, spec, time.monotonic() - started)
+                    return out, attempt
             except Exception as exc:  # noqa: BLE001 - classified below
                 if not is_transient(exc) or attempt >= self.settings.max_retries:
                     if is_transient(exc) or attempt:

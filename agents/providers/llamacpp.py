@@ -63,6 +63,53 @@ def _load(path: Path, n_ctx: int) -> Any:
     return _LOADED[key]
 
 
+def grammar_schema(schema: Any) -> Any:
+    """The schema without string-length bounds.
+
+    llama.cpp expands a length bound into one nested rule per character, which makes sampling very slow (and long
+    bounds overflow its grammar limits); strings are bounded by the token limit instead and clipped by the
+    Pydantic schemas. Array bounds (maxItems) are kept: they stop runaway lists.
+    """
+    if isinstance(schema, list):
+        return [grammar_schema(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {k: grammar_schema(v) for k, v in schema.items() if k not in ("maxLength", "minLength")}
+
+
+def close_truncated_json(text: str) -> Any:
+    """Complete a JSON object cut at the token limit (close the open string, arrays and objects); None if the
+    result still does not parse. Grammar-constrained output is valid up to the cut, so closing it is enough."""
+    stack: list[str] = []
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]" and stack:
+            stack.pop()
+    tail = text.rstrip()
+    if escaped:
+        tail = tail[:-1]
+    closed = tail + ('"' if in_string else "")
+    closed = closed.rstrip().rstrip(",").rstrip(":")
+    # A dangling key without value ("key") cannot be closed meaningfully: drop it.
+    for candidate in (closed, closed.rsplit(",", 1)[0]):
+        try:
+            return json.loads(candidate + "".join(reversed(stack)))
+        except json.JSONDecodeError:
+            continue
+    return None
+
+
 def _flatten(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
     out = []
     roles = {"system": "system", "human": "user", "ai": "assistant", "tool": "user"}
@@ -81,8 +128,8 @@ class LlamaCppChatModel(BaseChatModel):
     """A llama.cpp chat model; a bound tool's parameters become the JSON schema that constrains decoding."""
 
     model_path: str
-    n_ctx: int = 4096
-    max_tokens: int = 768
+    n_ctx: int = 8192
+    max_tokens: int = 320
     temperature: float = 0.0
 
     @property
@@ -106,9 +153,11 @@ class LlamaCppChatModel(BaseChatModel):
             "messages": _flatten(messages),
             "max_tokens": kwargs.get("max_tokens", self.max_tokens),
             "temperature": self.temperature,
+            # Small models loop on phrases under greedy decoding; a mild penalty keeps answers moving.
+            "repeat_penalty": 1.15,
         }
         if tools:
-            request["response_format"] = {"type": "json_object", "schema": tools[0]["function"]["parameters"]}
+            request["response_format"] = {"type": "json_object", "schema": grammar_schema(tools[0]["function"]["parameters"])}
         with _LOAD_LOCK:  # a Llama context is not thread-safe
             resp = llama.create_chat_completion(**request)
         choice = resp["choices"][0]
@@ -116,11 +165,12 @@ class LlamaCppChatModel(BaseChatModel):
         usage = resp.get("usage", {})
         msg: AIMessage
         args = None
-        if tools and choice.get("finish_reason") != "length":
+        truncated = choice.get("finish_reason") == "length"
+        if tools:
             try:
                 args = json.loads(text)
             except json.JSONDecodeError:
-                args = None
+                args = close_truncated_json(text) if truncated else None
         if isinstance(args, dict):
             msg = AIMessage(
                 content="",
@@ -128,7 +178,9 @@ class LlamaCppChatModel(BaseChatModel):
             )
         else:
             msg = AIMessage(content=text)
-        msg.response_metadata = {"finish_reason": choice.get("finish_reason")}
+        # A completed truncated answer is reported as "stop" with a flag, so the gateway accepts it if it validates.
+        msg.response_metadata = {"finish_reason": "stop" if isinstance(args, dict) else choice.get("finish_reason"),
+                                 "truncated": truncated}
         msg.usage_metadata = {
             "input_tokens": int(usage.get("prompt_tokens", 0)),
             "output_tokens": int(usage.get("completion_tokens", 0)),

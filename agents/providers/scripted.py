@@ -5,7 +5,8 @@ values are lists of answers consumed in call order. Each answer is one of:
 
 - an object: returned as a tool call whose arguments are that object (the structured answer);
 - a string: returned as plain text content (to script malformed answers and repairs);
-- `{"__error__": "message"}`: the call raises, as a failing backend would;
+- `{"__error__": "message"}`: the call raises, as a failing backend would; add `"status": 429` (or 500, 503)
+  to make it a transient HTTP-style fault that the gateway retries;
 - `{"when": "substring", "then": answer}`: a rule, used (not consumed) whenever the request's text contains
   the substring; rules are checked before the ordered answers, so concurrent samples stay deterministic.
 
@@ -35,6 +36,14 @@ class ScriptExhaustedError(RuntimeError):
     """The script has no answer left for a role."""
 
 
+class ScriptedBackendError(RuntimeError):
+    """A scripted backend failure; `status_code` (e.g. 429, 503) makes it look like an HTTP error."""
+
+    def __init__(self, message: str, status_code: int | None = None):
+        super().__init__(message)
+        self.status_code = status_code
+
+
 class Script:
     """A loaded script file with one cursor per role (shared by every model bound to it)."""
 
@@ -48,6 +57,8 @@ class Script:
         self.answers: dict[str, list[Any]] = {k: list(v) for k, v in data.items() if isinstance(v, list)}
         self.cursors: dict[str, int] = {}
         self.calls: dict[str, int] = {}
+        # (role, messages) of every call, so tests can check exactly what reached the model and where.
+        self.requests: list[tuple[str, list[BaseMessage]]] = []
         self._lock = threading.Lock()
 
     def next_answer(self, role: str, request_text: str) -> Any:
@@ -102,9 +113,12 @@ class ScriptedChatModel(BaseChatModel):
 
     def _answer(self, messages: list[BaseMessage], tools: list[dict[str, Any]] | None) -> ChatResult:
         request = _text_of(messages)
+        self.script.requests.append((self.role, list(messages)))
         answer = self.script.next_answer(self.role, request)
         if isinstance(answer, dict) and "__error__" in answer:
-            raise RuntimeError(f"scripted backend error for role {self.role!r}: {answer['__error__']}")
+            raise ScriptedBackendError(
+                f"scripted backend error for role {self.role!r}: {answer['__error__']}", answer.get("status")
+            )
         in_tokens = max(1, len(request) // 4)
         if isinstance(answer, str) or not tools:
             content = answer if isinstance(answer, str) else json.dumps(answer)

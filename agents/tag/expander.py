@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from agents.content import build_messages
 from agents.gateway import CallResult, Gateway
-from agents.tag.types import ASSOCIATION_GUIDE, ASSOCIATION_TYPES, MAX_CHILDREN, MAX_CONCEPT_CHARS, MAX_REASON_CHARS, AssociationType
+from agents.tag.types import ASSOCIATION_GUIDE, ASSOCIATION_TYPES, MAX_CHILDREN, AssociationType, Concept, Reason
 
 EXPAND_PROMPT = """You are a careful safety auditor who knows how everyday objects, concepts and actions lead to
 one another, including in ways that hide a risk. Expand an association tree by exactly one step.
@@ -36,10 +36,10 @@ EXPAND_TASK = "Return one entry per parent id in expansions, each with its child
 class Child(BaseModel):
     """One associated concept of a parent."""
 
-    concept: str = Field(max_length=MAX_CONCEPT_CHARS)
+    concept: Concept
     association: AssociationType
     probability: float = Field(ge=0.0, le=1.0)
-    reason: str = Field(default="", max_length=MAX_REASON_CHARS)
+    reason: Reason = ""
 
 
 class ParentExpansion(BaseModel):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from agents.content import build_messages
 from agents.gateway import CallResult, Gateway
+from agents.tag.types import LongText, ShortText
 
 EXPLAIN_PROMPT = """You explain a covert-toxicity finding to a content moderator. You are given the image-side
 association path and the text-side association path (each from a root concept to the concept where the risk
@@ -13,14 +14,15 @@ appears, with the probability of each step), the risk category and the judge's r
 sentences how each path leads from what is visible or written to the risky concept, what the two together
 hiddenly mean, and why that is harmful. Cite the concepts of both paths by name."""
 
-EXPLAIN_TASK = "Return hidden_meaning (a short phrase) and explanation."
+EXPLAIN_TASK = "Return explanation (two to four sentences) and hidden_meaning (a short phrase)."
 
 
 class Explanation(BaseModel):
     """The explanation of a toxic finding."""
 
-    hidden_meaning: str = Field(max_length=200)
-    explanation: str = Field(max_length=1200)
+    # The explanation comes first so a model cut at its token limit still delivers it.
+    explanation: LongText
+    hidden_meaning: ShortText = ""
 
 
 async def explain(

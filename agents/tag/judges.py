@@ -6,7 +6,7 @@ from pydantic import BaseModel, Field
 
 from agents.content import ImagePart, build_messages
 from agents.gateway import CallResult, Gateway
-from agents.tag.types import MAX_REASON_CHARS
+from agents.tag.types import Label, Reason
 from tools.image_store import ImageStore
 
 RISK_CHECKLIST = """Risks to look for: dangerous misuse of items (drugs, weapons, poisons, explosives);
@@ -51,8 +51,8 @@ class RootVerdict(BaseModel):
     toxic: bool
     visual_id: str | None = None
     textual_id: str | None = None
-    category: str = Field(default="", max_length=80)
-    reason: str = Field(default="", max_length=MAX_REASON_CHARS)
+    category: Label = ""
+    reason: Reason = ""
 
 
 class Screen(BaseModel):
@@ -65,8 +65,8 @@ class ConfirmedPair(BaseModel):
     """A pair whose risk the judge confirms."""
 
     pair_id: str
-    category: str = Field(default="", max_length=80)
-    reason: str = Field(default="", max_length=MAX_REASON_CHARS)
+    category: Label = ""
+    reason: Reason = ""
 
 
 class PairJudgement(BaseModel):

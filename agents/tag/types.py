@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator
 
 AssociationType = Literal[
     "categorical", "functional", "spatial", "temporal", "causal", "emotional", "similarity", "contrast", "cultural"
@@ -27,3 +29,19 @@ MAX_ROOTS = 4
 MAX_CHILDREN = 5
 MAX_CONCEPT_CHARS = 120
 MAX_REASON_CHARS = 300
+
+
+def clipped(limit: int) -> object:
+    """A string type that is trimmed and cut to `limit` characters instead of failing validation.
+
+    Small models overrun length limits often; cutting keeps the answer usable, and leaving maxLength out of the
+    JSON schema keeps constrained-decoding grammars small.
+    """
+    return Annotated[str, BeforeValidator(lambda v: v.strip()[:limit] if isinstance(v, str) else v)]
+
+
+Concept = clipped(MAX_CONCEPT_CHARS)
+Reason = clipped(MAX_REASON_CHARS)
+Label = clipped(80)
+ShortText = clipped(200)
+LongText = clipped(1200)

@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field
 from agents.content import ImagePart, build_messages
 from agents.gateway import CallResult, Gateway
 from agents.tag.judges import RISK_CHECKLIST
-from agents.tag.types import MAX_REASON_CHARS
+from agents.tag.types import Label, Reason
 from tools.image_store import ImageStore
 
 VANILLA_PROMPT = """You are an experienced red-team expert judging whether an image-text pair is harmful. Judge
@@ -24,8 +24,8 @@ class VanillaVerdict(BaseModel):
     """The baseline's verdict."""
 
     toxic: bool
-    category: str = Field(default="", max_length=80)
-    reason: str = Field(default="", max_length=MAX_REASON_CHARS)
+    category: Label = ""
+    reason: Reason = ""
 
 
 async def detect_vanilla(

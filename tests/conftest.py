@@ -1,0 +1,116 @@
+"""Shared pytest fixtures: an isolated gateway and image store per test, script files for the scripted provider,
+and a `langgraph dev` server on a free loopback port."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from agents.gateway import Gateway, GatewaySettings, set_gateway
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No test reads or writes the user's cache or image store, and each starts with a fresh gateway."""
+    monkeypatch.setenv("UNVEIL_IMAGE_STORE", str(tmp_path / "store"))
+    monkeypatch.setenv("UNVEIL_CACHE", "off")
+    monkeypatch.setenv("UNVEIL_BACKOFF_BASE", "0.01")
+    for name in list(os.environ):
+        if name.startswith("UNVEIL_") and name not in ("UNVEIL_IMAGE_STORE", "UNVEIL_CACHE", "UNVEIL_BACKOFF_BASE"):
+            monkeypatch.delenv(name)
+    set_gateway(None)
+    yield
+    set_gateway(None)
+
+
+@pytest.fixture
+def gateway() -> Gateway:
+    """A fresh process gateway without a cache."""
+    gw = Gateway(GatewaySettings(cache_path=None, backoff_base=0.01))
+    set_gateway(gw)
+    return gw
+
+
+@pytest.fixture
+def write_script(tmp_path: Path) -> Callable[[dict[str, Any], str], str]:
+    """Write a scripted-provider file and return its `scripted:` spec."""
+
+    def write(answers: dict[str, Any], name: str = "script.json") -> str:
+        path = tmp_path / name
+        path.write_text(json.dumps(answers), encoding="utf-8")
+        return f"scripted:{path}"
+
+    return write
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LanggraphServer:
+    """A running `langgraph dev` process."""
+
+    def __init__(self, url: str, proc: subprocess.Popen, log: Path):
+        self.url, self.proc, self.log = url, proc, log
+
+
+@pytest.fixture(scope="module")
+def langgraph_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LanggraphServer]:
+    """Start `langgraph dev` (offline, in-memory) from the repo's langgraph.json on a free port.
+
+    Tests pass models per run through the graphs' context, so one server serves every test of a module.
+    """
+    pytest.importorskip("langgraph_api")
+    workdir = tmp_path_factory.mktemp("langgraph")
+    port = free_port()
+    log = workdir / "server.log"
+    env = {
+        **os.environ,
+        "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+        "LANGGRAPH_NO_VERSION_CHECK": "1",
+        "LANGSMITH_TRACING": "false",
+        "UNVEIL_CACHE": "off",
+        "UNVEIL_IMAGE_STORE": str(workdir / "store"),
+    }
+    cmd = [sys.executable, "-m", "langgraph_cli.cli", "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1",
+           "--port", str(port), "--config", str(ROOT / "langgraph.json")]
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    import httpx
+
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"langgraph dev exited early:\n{log.read_text(errors='replace')[-3000:]}")
+        try:
+            if httpx.get(f"{url}/ok", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail(f"langgraph dev did not start:\n{log.read_text(errors='replace')[-3000:]}")
+    try:
+        yield LanggraphServer(url, proc, log)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
