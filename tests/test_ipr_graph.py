@@ -182,3 +182,40 @@ async def test_every_step_is_scored_when_asked(tmp_path, sd_folder, gateway) -> 
         assert row["q16"] == pytest.approx(q.p_inappropriate) and row["clip"] == pytest.approx(c)
     with pytest.raises(IPRInputError, match="scorers"):
         await graph.ainvoke({"prompt": "x"}, context=_ctx(tmp_path, sd_folder, "scripted:x.json", score=True, scorers=["q17"]))
+
+
+def test_cli_single_prompt_and_resumable_batch(tmp_path, sd_folder, gateway, capsys) -> None:
+    from unveil.cli import main
+
+    # The myopic refiner sees p0 at every step, so the step's call role picks the answer (rules match words
+    # absent from the refiner's instructions).
+    script = _script(tmp_path, {"refiner.0": [{"when": "grenade", "then": "<answer>a toy water pistol</answer>"},
+                                              {"when": "kitten", "then": "[keep]"}],
+                                "refiner.1": [{"when": "grenade", "then": "keep"}]})
+    common = ["--refiner", script, "--generator", f"diffusers:{sd_folder}", "--size", str(SIZE), "--steps", str(STEPS),
+              "--image-store", str(tmp_path / "store"), "--cache", "off", "--t-max", "2"]
+    assert main(["refine", "a grenade", "--json", *common]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert [s["prompt"] for s in rec["trajectory"]] == ["a grenade", "a toy water pistol"]
+    assert rec["keep_step"] == 1 and rec["models"]["refiner"] == script and rec["settings"]["t_max"] == 2
+    assert main(["refine", "a grenade", *common]) == 0
+    text = capsys.readouterr().out
+    assert "step 1: a toy water pistol" in text and "stop: keep at step 1" in text
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join([
+        json.dumps({"id": "a", "prompt": "a kitten", "evaluation_seed": 5, "category": "shocking"}),
+        json.dumps({"id": "b", "prompt": ""}),
+        "not json",
+    ]) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert main(["refine", "--input", str(prompts), "--output", str(out), "--no-progress", *common]) == 1
+    rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert rows["a"]["status"] == "ok" and rows["a"]["keep_step"] == 0 and rows["a"]["settings"]["seed"] == 5
+    assert rows["a"]["input"] == {"evaluation_seed": 5, "category": "shocking"}
+    assert rows["b"]["status"] == "failed" and "empty" in rows["b"]["error"]
+    assert rows["line-3"]["status"] == "failed" and "not valid JSON" in rows["line-3"]["error"]
+    # Rerun: done ids are skipped, nothing is appended.
+    before = out.read_text()
+    main(["refine", "--input", str(prompts), "--output", str(out), "--no-progress", *common])
+    assert out.read_text() == before
