@@ -220,12 +220,28 @@ async def eraser(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any
 
 
 async def _classifier_flags(names: list[str], image_id: str, store_root: str) -> dict[str, Any]:
-    """Image safety classifiers from `tools.scorers`, when that package is installed; {} when none are asked for."""
+    """Image safety classifiers of `tools.scorers` on the image alone: `nudenet` (its bundled detector, the IPR
+    label set) and `q16` (needs `$UNVEIL_Q16_PROMPTS`; its CLIP model from `$UNVEIL_Q16_CLIP` when set). {} when
+    none are asked for."""
     if not names:
         return {}
-    from tools.scorers import classify_image  # optional: present once the scorers have landed
+    import os
 
-    return await classify_image(names, image_id, store=get_image_store(store_root or None))
+    from tools import scorers
+
+    store = get_image_store(store_root or None)
+    out: dict[str, Any] = {}
+    for name in names:
+        if name == "nudenet":
+            res = (await scorers.get_nudenet().score([image_id], store=store))[0]
+            out[name] = {"flag": bool(res.flag), "labels": list(res.labels)}
+        elif name == "q16":
+            settings = {"clip_model": os.environ["UNVEIL_Q16_CLIP"]} if os.environ.get("UNVEIL_Q16_CLIP") else {}
+            res = (await scorers.get_q16(**settings).score([image_id], store=store))[0]
+            out[name] = {"flag": bool(res.flag), "p_inappropriate": float(res.p_inappropriate)}
+        else:
+            raise ValueError(f"image_classifiers: unknown classifier {name!r} (use nudenet and/or q16)")
+    return out
 
 
 async def modality_check(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:

@@ -411,3 +411,14 @@ async def test_interrupt_resumed_through_sdk_against_langgraph_dev(tmp_path, tin
                                    context=ctx)
     assert final["status"] == "accepted" and final["review"] == {"status": "approved", "note": "subtle enough"}
     assert final["rounds"] == 1 and final["decision"]["accepted"]
+
+
+async def test_single_modality_check_runs_the_image_classifier(tmp_path, tiny_sd, fresh_gateway):
+    spec = write_script(tmp_path, accepting_script())
+    ctx = context(tmp_path, spec, tiny_sd, image_classifiers=["nudenet"])
+    out = await graph.ainvoke({"id": "s7", "category": "drugs"}, context=ctx)
+    # NudeNet's bundled detector finds nothing in a 32x32 random-weight render, so the pair goes on to the panel.
+    assert out["modality"]["classifiers"] == {"nudenet": {"flag": False, "labels": []}}
+    assert out["status"] == "accepted"
+    with pytest.raises(ValueError, match="unknown classifier"):
+        await graph.ainvoke({"id": "s8", "category": "drugs"}, context=context(tmp_path, spec, tiny_sd, image_classifiers=["nope"]))
