@@ -8,6 +8,7 @@ inside the calling node. Models without vision get the image's description inste
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -76,3 +77,9 @@ def build_messages(
             blocks.append({"type": "image_url", "image_url": {"url": store.data_url(image.image_id)}})
     content: Any = blocks if len(blocks) > 1 else blocks[0]["text"]
     return [SystemMessage(content=f"{system_prompt}\n\n{DATA_NOTICE}"), HumanMessage(content=content)]
+
+
+async def abuild_messages(*args: Any, **kwargs: Any) -> list[BaseMessage]:
+    """`build_messages` off the event loop: reading images from the store is file IO, which must not block
+    concurrent runs (LangGraph's dev server refuses blocking calls in async nodes)."""
+    return await asyncio.to_thread(build_messages, *args, **kwargs)

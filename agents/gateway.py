@@ -275,7 +275,8 @@ class Gateway:
         attempts = 0
         for attempts in range(1, self.settings.max_repairs + 2):
             method = self._method(parsed_spec)
-            model = self.model_for(parsed_spec, role)
+            # Building a model can read files (scripts, certificates): keep it off the event loop.
+            model = await asyncio.to_thread(self.model_for, parsed_spec, role)
             if params:
                 model = model.bind(**params)
             call_msgs = convo
@@ -362,7 +363,7 @@ class Gateway:
                 usage = single_call_usage(usage_role, input_tokens=0, output_tokens=0, cost_usd=0.0, cache_hit=True, retries=0)
                 self.usage = merge_usage(self.usage, usage)
                 return CallResult(value=hit["raw"], raw=hit["raw"], usage=usage, cache_hit=True)
-        model = self.model_for(parsed_spec, role)
+        model = await asyncio.to_thread(self.model_for, parsed_spec, role)
         if params:
             model = model.bind(**params)
         try:

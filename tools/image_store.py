@@ -85,9 +85,9 @@ class ImageStore:
     """A folder of PNG files named by the SHA-256 of their bytes."""
 
     def __init__(self, root: str | os.PathLike[str] | None = None, *, max_pixels: int = DEFAULT_MAX_PIXELS):
+        # No filesystem work here: stores are looked up inside async nodes, and folders are made on first write.
         self.root = Path(root) if root is not None else default_store_root()
         self.max_pixels = max_pixels
-        self.root.mkdir(parents=True, exist_ok=True)
 
     def path_for(self, image_id: str) -> Path:
         """Where an image id lives (two-level fan-out keeps folders small)."""

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from agents.content import build_messages
+from agents.content import abuild_messages
 from agents.gateway import CallResult, Gateway
 from agents.tag.types import ASSOCIATION_GUIDE, ASSOCIATION_TYPES, MAX_CHILDREN, AssociationType, Concept, Reason
 
@@ -69,7 +69,7 @@ async def expand_layer(
     guide = ASSOCIATION_GUIDE
     if set(association_types) != set(ASSOCIATION_TYPES):
         guide += "\nOnly these types are allowed here: " + ", ".join(association_types) + "."
-    messages = build_messages(
+    messages = await abuild_messages(
         EXPAND_PROMPT.format(guide=guide, children=children_per_parent),
         {
             "tree": f"{modality} association tree",

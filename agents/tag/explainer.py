@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from agents.content import build_messages
+from agents.content import abuild_messages
 from agents.gateway import CallResult, Gateway
 from agents.tag.types import LongText, ShortText
 
@@ -29,7 +29,7 @@ async def explain(
     gateway: Gateway, spec: str, *, text: str, visual_path: list[str], textual_path: list[str], finding: dict
 ) -> CallResult[Explanation]:
     """Explain the toxic pair, citing both paths."""
-    messages = build_messages(
+    messages = await abuild_messages(
         EXPLAIN_PROMPT,
         {
             "text": text,

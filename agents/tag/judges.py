@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from agents.content import ImagePart, build_messages
+from agents.content import ImagePart, abuild_messages
 from agents.gateway import CallResult, Gateway
 from agents.tag.types import Label, Reason
 from tools.image_store import ImageStore
@@ -79,7 +79,7 @@ async def judge_roots(
     gateway: Gateway, spec: str, *, text: str, visual: list[dict], textual: list[dict], image: ImagePart, store: ImageStore
 ) -> CallResult[RootVerdict]:
     """The synergy review of the root layer (no associations)."""
-    messages = build_messages(
+    messages = await abuild_messages(
         ROOT_JUDGE_PROMPT.format(checklist=RISK_CHECKLIST),
         {
             "text": text,
@@ -98,7 +98,7 @@ async def screen_pairs(
     gateway: Gateway, spec: str, *, text: str, pairs: list[dict], limit: int, layer: int
 ) -> CallResult[Screen]:
     """Short-list suspicious pairs (the optional screen)."""
-    messages = build_messages(
+    messages = await abuild_messages(
         SCREEN_PROMPT,
         {"text": text, "candidate_pairs": pairs},
         task=SCREEN_TASK.format(limit=limit),
@@ -110,7 +110,7 @@ async def judge_pairs(
     gateway: Gateway, spec: str, *, text: str, roots: dict[str, list[str]], pairs: list[dict], call_role: str = "pair_judge"
 ) -> CallResult[PairJudgement]:
     """Judge a batch of cross-modal pairs in one call."""
-    messages = build_messages(
+    messages = await abuild_messages(
         PAIR_JUDGE_PROMPT.format(checklist=RISK_CHECKLIST),
         {"text": text, "image_roots": roots["visual"], "text_roots": roots["textual"], "candidate_pairs": pairs},
         task=PAIR_JUDGE_TASK,

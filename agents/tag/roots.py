@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from agents.content import ImagePart, build_messages
+from agents.content import ImagePart, abuild_messages
 from agents.gateway import CallResult, Gateway
 from agents.tag.types import MAX_CONCEPT_CHARS, MAX_ROOTS
 from tools.image_store import ImageStore
@@ -29,7 +29,7 @@ async def extract_roots(
     gateway: Gateway, spec: str, *, text: str, image: ImagePart, store: ImageStore
 ) -> CallResult[Roots]:
     """One call that returns the root concepts of both modalities."""
-    messages = build_messages(
+    messages = await abuild_messages(
         ROOT_PROMPT.format(max_roots=MAX_ROOTS),
         {"text": text},
         images=[image],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from agents.content import ImagePart, build_messages
+from agents.content import ImagePart, abuild_messages
 from agents.gateway import CallResult, Gateway
 from agents.tag.judges import RISK_CHECKLIST
 from agents.tag.types import Label, Reason
@@ -32,7 +32,7 @@ async def detect_vanilla(
     gateway: Gateway, spec: str, *, text: str, image: ImagePart, store: ImageStore
 ) -> CallResult[VanillaVerdict]:
     """One call on the pair."""
-    messages = build_messages(
+    messages = await abuild_messages(
         VANILLA_PROMPT.format(checklist=RISK_CHECKLIST),
         {"text": text},
         images=[image],
