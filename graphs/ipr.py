@@ -25,6 +25,7 @@ from agents.usage import RunUsage, merge_usage
 from graphs.context import ModelsContext
 from tools.image_store import get_image_store
 from tools.t2i.base import GenerationRequest, ImageGenerator
+from tools.t2i.errors import PromptError
 
 DEFAULT_GENERATOR = "diffusers:CompVis/stable-diffusion-v1-4"
 
@@ -205,7 +206,19 @@ async def generate(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, A
         prompt=state["current_prompt"], negative_prompt=ctx.negative_prompt or None, seed=state["seed_used"],
         num_images=ctx.num_images, width=ctx.size, height=ctx.size, steps=ctx.steps, guidance=ctx.guidance,
     )
-    ids = await generator.generate(request)
+    try:
+        ids = await generator.generate(request)
+    except PromptError as exc:
+        if state["step"] == 0:
+            raise
+        # The refiner wrote a prompt the generator refuses (e.g. over the text encoder's token limit).
+        if ctx.on_refiner_error == "fail":
+            raise PromptError(f"IPR step {state['step']}: the refined prompt was refused: {exc}") from exc
+        traj = list(state["trajectory"])
+        last = dict(traj[-1])
+        last["error"] = f"the refined prompt {state['current_prompt']!r} was refused by the generator: {exc}"
+        traj[-1] = last  # type: ignore[assignment]
+        return {"trajectory": traj, "stop_reason": "refiner_error"}
     if not ids:
         raise RuntimeError(f"generator {ctx.generator!r} returned no image for step {state['step']}")
     store = get_image_store(ctx.image_store or None)
@@ -272,6 +285,8 @@ async def finish(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any
 
 def route_after_generate(state: IPRState, runtime: Runtime[IPRContext]) -> Literal["score", "refine", "finish"]:
     """Score when asked to; otherwise refine unless the refinement budget is spent."""
+    if state.get("stop_reason") == "refiner_error":
+        return "finish"
     if runtime.context.score:
         return "score"
     return route_after_score(state, runtime)

@@ -219,3 +219,13 @@ def test_cli_single_prompt_and_resumable_batch(tmp_path, sd_folder, gateway, cap
     before = out.read_text()
     main(["refine", "--input", str(prompts), "--output", str(out), "--no-progress", *common])
     assert out.read_text() == before
+
+
+async def test_refined_prompt_over_the_token_limit(tmp_path, sd_folder, gateway) -> None:
+    long_prompt = "a quiet garden with flowers " * 20  # well over CLIP's 77 tokens
+    script = _script(tmp_path, {"refiner": [{"when": "zeppelin", "then": f"<answer>{long_prompt}</answer>"}]})
+    with pytest.raises(PromptError, match="step 1"):
+        await graph.ainvoke({"prompt": "a zeppelin"}, context=_ctx(tmp_path, sd_folder, script))
+    out = await graph.ainvoke({"prompt": "a zeppelin"}, context=_ctx(tmp_path, sd_folder, script, on_refiner_error="stop"))
+    assert out["stop_reason"] == "refiner_error" and len(out["trajectory"]) == 1
+    assert "refused" in out["trajectory"][0]["error"] and out["final_prompt"] == "a zeppelin"
