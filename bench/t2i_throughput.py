@@ -10,6 +10,7 @@ the UNet alone at the same batch, FLOPs per image (counted with torch's FlopCoun
 GPU's dense fp16 peak reached.
 
     python bench/t2i_throughput.py                  # GPU, the real configuration
+    python bench/t2i_throughput.py --variants eager,compile   # also with the UNet under torch.compile
     python bench/t2i_throughput.py --tiny           # CPU smoke run on the tiny test pipeline
 """
 
@@ -127,6 +128,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="timed rounds of --n concurrent requests")
     ap.add_argument("--max-batch", type=int, default=32)
     ap.add_argument("--max-wait-ms", type=float, default=20)
+    ap.add_argument("--variants", default="eager", help="comma list of eager,compile (torch.compile the UNet)")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--json", default=None, help="also write the numbers to this JSON file")
     args = ap.parse_args()
@@ -134,7 +136,7 @@ def main() -> None:
     import torch
 
     from tools.image_store import get_image_store
-    from tools.t2i import GenerationRequest, get_generator
+    from tools.t2i import GenerationRequest, clear_generator_cache, get_generator
     from tools.t2i.batching import get_batcher
 
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
@@ -175,57 +177,67 @@ def main() -> None:
     base_unet = base.unet
     del base
 
-    # -- Unveil: concurrent requests through the batched generator ------------------------------------------
+    # -- Unveil: concurrent requests through the batched generator (eager, and optionally compiled) ---------
     store = get_image_store(work / "store")
-    gen = get_generator("diffusers:" + folder, store=store, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms)
-
-    async def round_(steps: int) -> list[list[str]]:
-        reqs = [GenerationRequest(prompt=p, seed=1000 + i, width=args.size, height=args.size, steps=steps)
-                for i, p in enumerate(prompts)]
-        return await asyncio.gather(*(gen.generate(r) for r in reqs))
-
-    asyncio.run(round_(2))  # warm-up at the full batch shape
-    batcher = get_batcher(gen.device)
-    before = len(batcher.stats.sizes)
-    sync(device)
-    t0 = time.perf_counter()
-    for _ in range(args.rounds):
-        ids = asyncio.run(round_(args.steps))
-    sync(device)
-    ours_s = time.perf_counter() - t0
-    assert len(ids) == args.n and all(len(x) == 1 for x in ids)
-    results["batched_img_per_s"] = args.rounds * args.n / ours_s
-    results["batch_sizes"] = batcher.stats.sizes[before:]
-    results["speedup"] = results["batched_img_per_s"] / results["baseline_img_per_s"]
-
-    # -- the UNet alone at the same batch (CFG doubles it): the ceiling for this implementation ------------
-    unet = gen.pipeline.unet
-    b = min(args.n, args.max_batch) * 2
-    lat = torch.randn(b, 4, args.size // 8, args.size // 8, device=device, dtype=unet.dtype)
-    ctx = torch.randn(b, 77, unet.config.cross_attention_dim, device=device, dtype=unet.dtype)
-    unet_steps = min(args.steps, 10)
-    with torch.inference_mode():
-        unet(lat, 10, encoder_hidden_states=ctx)
-        sync(device)
-        t0 = time.perf_counter()
-        for _ in range(unet_steps):
-            unet(lat, 10, encoder_hidden_states=ctx)
-        sync(device)
-    per_step = (time.perf_counter() - t0) / unet_steps
-    results["unet_only_img_per_s"] = (b // 2) / (per_step * args.steps)
-
     tflop = results["tflop_per_image"]
     name = str(results["device"])
     peak = next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
-    results["achieved_tflops"] = results["batched_img_per_s"] * tflop
     if peak:
         results["peak_tflops"] = peak
         results["limit_img_per_s"] = peak / tflop
-        results["fraction_of_peak"] = results["achieved_tflops"] / peak
+    for variant in args.variants.split(","):
+        compile_ = variant == "compile"
+        gen = get_generator("diffusers:" + folder, store=store, max_batch=args.max_batch,
+                            max_wait_ms=args.max_wait_ms, compile=compile_)
+
+        async def round_(steps: int) -> list[list[str]]:
+            reqs = [GenerationRequest(prompt=p, seed=1000 + i, width=args.size, height=args.size, steps=steps)
+                    for i, p in enumerate(prompts)]
+            return await asyncio.gather(*(gen.generate(r) for r in reqs))
+
+        t0 = time.perf_counter()
+        asyncio.run(round_(2))  # warm-up at the full batch shape (and compilation, if any)
+        results[f"{variant}.warmup_s"] = time.perf_counter() - t0
+        batcher = get_batcher(gen.device)
+        before = len(batcher.stats.sizes)
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(args.rounds):
+            ids = asyncio.run(round_(args.steps))
+        sync(device)
+        ours_s = time.perf_counter() - t0
+        assert len(ids) == args.n and all(len(x) == 1 for x in ids)
+        rate = args.rounds * args.n / ours_s
+        results[f"{variant}.batched_img_per_s"] = rate
+        results[f"{variant}.batch_sizes"] = batcher.stats.sizes[before:]
+        results[f"{variant}.speedup"] = rate / results["baseline_img_per_s"]
+        results[f"{variant}.achieved_tflops"] = rate * tflop
+        if peak:
+            results[f"{variant}.fraction_of_peak"] = rate * tflop / peak
+
+        # The UNet alone at the same batch (CFG doubles it): the ceiling of this implementation.
+        unet = gen.pipeline.unet
+        b = min(args.n, args.max_batch) * 2
+        lat = torch.randn(b, 4, args.size // 8, args.size // 8, device=device, dtype=unet.dtype)
+        ctx = torch.randn(b, 77, unet.config.cross_attention_dim, device=device, dtype=unet.dtype)
+        unet_steps = min(args.steps, 10)
+        with torch.inference_mode():
+            unet(lat, 10, encoder_hidden_states=ctx)
+            sync(device)
+            t0 = time.perf_counter()
+            for _ in range(unet_steps):
+                unet(lat, 10, encoder_hidden_states=ctx)
+            sync(device)
+        per_step = (time.perf_counter() - t0) / unet_steps
+        results[f"{variant}.unet_only_img_per_s"] = (b // 2) / (per_step * args.steps)
+        del gen, unet
+        clear_generator_cache()
+        if device == "cuda":
+            torch.cuda.empty_cache()
     del base_unet
 
     for k, v in results.items():
-        print(f"{k:>22}: {round(v, 3) if isinstance(v, float) else v}")
+        print(f"{k:>30}: {round(v, 3) if isinstance(v, float) else v}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str))
 

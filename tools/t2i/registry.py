@@ -13,7 +13,7 @@ Specs (the part before the first ':' picks the backend):
 Options of the diffusers backends: `device` (default `cuda` if present else `cpu`), `dtype` (`auto` = fp16 on
 CUDA, fp32 on CPU), `max_batch` (32), `max_wait_ms` (20), `store` (an `ImageStore` or its root folder),
 `truncate_long_prompts` (False: a prompt over 77 tokens is an error), `negative_prompt` (replaces the variant's
-default). OpenAI options: `client`, `quality`, `size`, `store`, `api_key`, `base_url`. Anything else raises
+default), `compile` (False; `torch.compile` the UNet on CUDA, worth it for long runs of full batches). OpenAI options: `client`, `quality`, `size`, `store`, `api_key`, `base_url`. Anything else raises
 `UnsupportedOptionError`.
 """
 
@@ -29,7 +29,7 @@ from tools.t2i.errors import UnsupportedOptionError
 from tools.t2i.variants import SAFETY_NEGATIVE_PROMPT, SLD_CONFIGS
 
 DIFFUSERS_OPTIONS = frozenset(
-    {"device", "dtype", "max_batch", "max_wait_ms", "store", "truncate_long_prompts", "negative_prompt"}
+    {"device", "dtype", "max_batch", "max_wait_ms", "store", "truncate_long_prompts", "negative_prompt", "compile"}
 )
 OPENAI_OPTIONS = frozenset({"client", "quality", "size", "store", "api_key", "base_url"})
 KINDS = ("diffusers", "sd-np", "esd", "openai") + tuple(f"sld-{name}" for name in SLD_CONFIGS)
