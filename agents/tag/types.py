@@ -26,7 +26,7 @@ ASSOCIATION_GUIDE = """Association types (each edge is exactly one of these):
 
 # Hard caps that also bound the JSON grammar of constrained decoders (maxItems / maxLength).
 MAX_ROOTS = 4
-MAX_CHILDREN = 5
+MAX_CHILDREN = 8
 MAX_CONCEPT_CHARS = 120
 MAX_REASON_CHARS = 300
 
