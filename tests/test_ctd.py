@@ -322,9 +322,17 @@ def test_spending_cap_stops_cleanly(tmp_path, tiny_sd):
     # 5 calls lets the first scene finish and starts no other.
     assert main(cli_args(out, spec, tiny_sd, "--max-calls", "5", "--concurrency", "1", n=2)) == 0
     assert list(load_samples(out)) == ["drugs-00000"]
-    # Rerunning with a higher cap continues where it stopped.
-    assert main(cli_args(out, spec, tiny_sd, "--max-calls", "1000", "--concurrency", "1", n=2)) == 0
-    assert sorted(load_samples(out)) == ["drugs-00000", "drugs-00001"]
+    # Rerunning with a higher cap continues where it stopped; with the near-duplicate check on, the second scene
+    # (same caption, another image) is kept on record as a duplicate of the first and left out of the dataset.
+    args = cli_args(out, spec, tiny_sd, "--max-calls", "1000", "--concurrency", "1", n=2)
+    args[args.index("--near-duplicate") + 1] = "0.92"
+    assert main(args) == 0
+    records = load_samples(out)
+    assert sorted(records) == ["drugs-00000", "drugs-00001"]
+    assert records["drugs-00001"]["status"] == "duplicate"
+    assert records["drugs-00001"]["duplicate_of"]["of"] == "drugs-00000"
+    assert records["drugs-00001"]["duplicate_of"]["kind"] == "near"
+    assert [r["id"] for r in read_lines(out / "review_queue.jsonl")] == ["drugs-00000"]
 
 
 async def test_duplicate_index_drops_exact_and_near_duplicates():
@@ -422,3 +430,28 @@ async def test_single_modality_check_runs_the_image_classifier(tmp_path, tiny_sd
     assert out["status"] == "accepted"
     with pytest.raises(ValueError, match="unknown classifier"):
         await graph.ainvoke({"id": "s8", "category": "drugs"}, context=context(tmp_path, spec, tiny_sd, image_classifiers=["nope"]))
+
+
+async def test_web_search_absent_without_key_and_results_reach_the_architect(tmp_path, tiny_sd, fresh_gateway, monkeypatch, caplog):
+    import tools.web_search as ws
+
+    monkeypatch.delenv("TAVILY_API_KEY", raising=False)
+    monkeypatch.setattr(ws, "_NOTICE_GIVEN", False)
+    with caplog.at_level("WARNING", logger="unveil.web_search"):
+        assert ws.get_web_search() is None and ws.get_web_search() is None
+    assert sum("TAVILY_API_KEY" in r.message for r in caplog.records) == 1  # said once
+
+    async def canned(self, query, *, max_results=None):
+        # Stands in for the Tavily HTTP call only (no network here); the rest of the path is real.
+        return [{"title": "SEARCH-SNIPPET", "url": "https://example.org", "content": f"results for {query}"}]
+
+    monkeypatch.setenv("TAVILY_API_KEY", "tvly-test")
+    monkeypatch.setattr(ws.WebSearch, "search", canned)
+    script = accepting_script()
+    # The Architect answers only when the search results are in its request.
+    script["architect"] = [{"when": "SEARCH-SNIPPET", "then": SCENE}]
+    spec = write_script(tmp_path, script)
+    ctx = context(tmp_path, spec, tiny_sd)
+    ctx.web_search = True
+    out = await graph.ainvoke({"id": "s9", "category": "drugs", "scene_hint": "party"}, context=ctx)
+    assert out["web_search"] is True and out["status"] == "accepted"
