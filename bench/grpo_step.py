@@ -1,0 +1,338 @@
+"""Seconds per GRPO step of the IPR refiner, and where they go, with random weights of the real sizes.
+
+The policy is Qwen2.5-VL-3B-Instruct built from its configuration (hard-coded below; no download), with the
+paper's LoRA (r=8, q_proj/v_proj); the reward generator is a Stable Diffusion 1.x pipeline of the real sizes at
+512x512 (random weights, saved to a temporary folder and loaded through `tools.t2i.registry`); the scorers are
+CLIP ViT-L/14 (Q16) and ViT-B/32 (alignment) of the real sizes. Settings are the paper's: 4 completions per
+device batch, gradient accumulation 4, group size 4 (4 prompts x 4 answers per step), 10 images per refined
+prompt, 200 completion tokens, the authors' SD settings (50 steps, guidance 7).
+
+A random policy never writes `keep`, and its text does not parse, so the bench counts every answer as a refined
+prompt (the decoded text, cut at CLIP's 77 tokens by the generator): the worst case, 160 renders a step.
+
+The tokenizer is a byte-level BPE trained here on English text (the real Qwen vocabulary cannot be downloaded),
+with Qwen's special tokens; prompt lengths are printed so they can be compared with the real tokenizer's.
+
+Run on a GPU machine:  python bench/grpo_step.py [--steps 2] [--warmup 1] [--t2i-steps 50] [--fast-steps 20]
+`--fast-steps N` adds a second measurement with a DPM-Solver++ scheduler at N steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+                "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
+                "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>"]
+
+QWEN_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' or 'image' in part %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+# Qwen/Qwen2.5-VL-3B-Instruct config.json (sizes that matter for speed).
+QWEN_TEXT = dict(vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+                 num_attention_heads=16, num_key_value_heads=2, max_position_embeddings=128000, rms_norm_eps=1e-6,
+                 hidden_act="silu", tie_word_embeddings=True, use_sliding_window=False, max_window_layers=70,
+                 rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]})
+QWEN_VISION = dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=2048,
+                   patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,
+                   fullatt_block_indexes=[7, 15, 23, 31], in_chans=3, tokens_per_second=2, hidden_act="silu")
+
+
+def corpus() -> list[str]:
+    """English text for the bench tokenizer: the project's prompts and docs."""
+    from agents.labeller import LABELLER_PROMPT
+    from agents.refiner import REFINER_PROMPT
+
+    texts = [REFINER_PROMPT, LABELLER_PROMPT]
+    root = Path(__file__).resolve().parent.parent
+    for p in list(root.glob("docs/*.md")) + list(root.glob("agents/**/*.py")) + list(root.glob("training/*.py")):
+        texts.append(p.read_text(encoding="utf-8", errors="ignore"))
+    return texts
+
+
+def build_qwen(folder: Path):
+    """Save the processor (bench tokenizer + Qwen2-VL image processor) and return a random 3B model on GPU."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import (GenerationConfig, PreTrainedTokenizerFast, Qwen2_5_VLConfig,
+                              Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor, Qwen2VLImageProcessor)
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(corpus(), trainers.BpeTrainer(vocab_size=8000, show_progress=False,
+                                                           initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   model_max_length=32768)
+    fast.add_special_tokens({"additional_special_tokens": QWEN_SPECIAL})
+    fast.chat_template = QWEN_TEMPLATE
+    ids = {t: fast.convert_tokens_to_ids(t) for t in QWEN_SPECIAL}
+    # The real processor's defaults: 512x512 becomes 36x36 patches of 14 px = 324 merged image tokens.
+    from transformers import Qwen2VLVideoProcessor
+
+    processor = Qwen2_5_VLProcessor(image_processor=Qwen2VLImageProcessor(), tokenizer=fast,
+                                    video_processor=Qwen2VLVideoProcessor(), chat_template=QWEN_TEMPLATE)
+    processor.save_pretrained(folder)
+    text = dict(QWEN_TEXT, bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
+                pad_token_id=ids["<|endoftext|>"])
+    config = Qwen2_5_VLConfig(text_config=text, vision_config=QWEN_VISION, image_token_id=ids["<|image_pad|>"],
+                              video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
+                              vision_end_token_id=ids["<|vision_end|>"], tie_word_embeddings=True)
+    config.save_pretrained(folder)
+    if os.environ.get("BENCH_CHECK_ONLY"):  # build the processor and config only (CPU check of this function)
+        return None
+    with torch.device(os.environ.get("BENCH_DEVICE", "cuda")):
+        model = Qwen2_5_VLForConditionalGeneration._from_config(config, dtype=torch.bfloat16)
+    model.generation_config = GenerationConfig(eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"])
+    return model
+
+
+def build_sd(folder: Path) -> str:
+    """A random SD 1.x pipeline (v1.4/1.5 sizes), fp16, saved for `diffusers:<folder>`."""
+    import torch
+    from diffusers import AutoencoderKL, PNDMScheduler, StableDiffusionPipeline, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
+
+    from tests.tiny import clip_tokenizer_dir
+
+    with torch.device(os.environ.get("BENCH_DEVICE", "cuda")):
+        unet = UNet2DConditionModel(sample_size=64, in_channels=4, out_channels=4, layers_per_block=2,
+                                    block_out_channels=(320, 640, 1280, 1280), cross_attention_dim=768,
+                                    attention_head_dim=8,
+                                    down_block_types=("CrossAttnDownBlock2D",) * 3 + ("DownBlock2D",),
+                                    up_block_types=("UpBlock2D",) + ("CrossAttnUpBlock2D",) * 3).half()
+        vae = AutoencoderKL(in_channels=3, out_channels=3, latent_channels=4, layers_per_block=2, sample_size=512,
+                            block_out_channels=(128, 256, 512, 512),
+                            down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4).half()
+        text = CLIPTextModel(CLIPTextConfig(vocab_size=49408, hidden_size=768, intermediate_size=3072,
+                                            num_hidden_layers=12, num_attention_heads=12, max_position_embeddings=77,
+                                            hidden_act="quick_gelu", projection_dim=768)).half()
+    tokenizer = CLIPTokenizer.from_pretrained(clip_tokenizer_dir(folder / "_tok"))
+    scheduler = PNDMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", skip_prk_steps=True,
+                              steps_offset=1)
+    pipe = StableDiffusionPipeline(vae=vae, text_encoder=text, tokenizer=tokenizer, unet=unet, scheduler=scheduler,
+                                   safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+    pipe.save_pretrained(folder / "sd")
+    return str(folder / "sd")
+
+
+def build_clip(folder: Path, kind: str) -> str:
+    """A random transformers CLIP of ViT-L/14 or ViT-B/32 size with a processor."""
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor, CLIPTokenizer
+
+    from tests.tiny import clip_tokenizer_dir
+
+    if kind == "L14":
+        vision = dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16,
+                      patch_size=14, image_size=224)
+        textc = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12)
+        proj = 768
+    else:
+        vision = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+                      patch_size=32, image_size=224)
+        textc = dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=8)
+        proj = 512
+    cfg = CLIPConfig(text_config=dict(vocab_size=49408, max_position_embeddings=77, **textc), vision_config=vision,
+                     projection_dim=proj)
+    out = folder / f"clip{kind}"
+    CLIPModel(cfg).half().save_pretrained(out)
+    tok = CLIPTokenizer.from_pretrained(clip_tokenizer_dir(folder / "_tok"))
+    CLIPProcessor(image_processor=CLIPImageProcessor(), tokenizer=tok).save_pretrained(out)
+    return str(out)
+
+
+class Timer:
+    """Accumulates seconds per label around wrapped callables (CUDA-synchronised)."""
+
+    def __init__(self, device: str):
+        self.t: dict[str, float] = {}
+        self.device = device
+
+    def sync(self) -> None:
+        """Wait for queued GPU work so it is booked to the right phase."""
+        import torch
+
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    def wrap(self, obj, name: str, label: str):
+        fn = getattr(obj, name)
+
+        def timed(*a, **k):
+            self.sync()
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                self.sync()
+                self.t[label] = self.t.get(label, 0.0) + time.perf_counter() - t0
+
+        setattr(obj, name, timed)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=2, help="measured optimizer steps")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--t2i-steps", type=int, default=50)
+    ap.add_argument("--fast-steps", type=int, default=0, help="also measure DPM-Solver++ at this many steps")
+    ap.add_argument("--images-per-prompt", type=int, default=10)
+    ap.add_argument("--max-completion", type=int, default=200)
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--json", help="write the numbers here too")
+    ap.add_argument("--tiny", action="store_true", help="tiny models on CPU: checks the bench itself, times nothing real")
+    args = ap.parse_args()
+
+    import numpy as np
+    import torch
+    from transformers import TrainerCallback
+
+    from tools.image_store import get_image_store
+    from training.answers import Decision
+    from training.config import GRPOSettings, build_settings
+    from training.grpo import build_grpo_trainer
+    from training.render import make_renderer
+    from training.scoring import ClipQ16Scorer
+
+    t_start = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="grpo-bench-"))
+    device = "cpu" if args.tiny else "cuda"
+    size = 32 if args.tiny else 512
+    if args.tiny:
+        from transformers import AutoModelForImageTextToText
+
+        from tests.tiny import build_tiny_clip, build_tiny_sd
+        from tests.tiny_vlm import build_tiny_qwen_vl
+
+        model = AutoModelForImageTextToText.from_pretrained(build_tiny_qwen_vl(work / "qwen"))
+        sd = build_tiny_sd(work / "sd")
+        q16_clip = align_clip = build_tiny_clip(work / "clip")
+    else:
+        model = build_qwen(work / "qwen")
+        sd = build_sd(work)
+        q16_clip, align_clip = build_clip(work, "L14"), build_clip(work, "B32")
+    np.save(work / "q16.npy", np.random.RandomState(0).randn(2, 768).astype("float16"))
+    store = get_image_store(str(work / "store"))
+    from PIL import Image
+
+    rng = np.random.RandomState(0)
+    records = []
+    for i in range(args.prompts):
+        img = Image.fromarray(rng.randint(0, 255, (size, size, 3), dtype=np.uint8))
+        records.append({"id": str(i), "prompt": f"a detailed painting of scene number {i}, dramatic light, 4k",
+                        "image_id": store.put_pil(img).id})
+    settings = build_settings(GRPOSettings, {
+        "model": str(work / "qwen"), "output_dir": str(work / "out"), "max_steps": args.warmup + args.steps + 2,
+        "logging_steps": 1, "max_completion_length": args.max_completion, "t2i_steps": args.t2i_steps,
+        "generator": f"diffusers:{sd}", "clip_model": align_clip, "q16_model": q16_clip,
+        "q16_embeddings": str(work / "q16.npy"), "image_store": str(work / "store"),
+        "t2i_size": size, "cpu": args.tiny,
+        "reward": {"images_per_prompt": args.images_per_prompt, "scale": "authors"},
+    })
+    renderer = make_renderer(settings.generator, store=store, device=device, steps=settings.t2i_steps,
+                             guidance=settings.t2i_guidance, size=settings.t2i_size)
+    scorer = ClipQ16Scorer(q16_model=q16_clip, clip_model=align_clip, q16_embeddings=work / "q16.npy", device=device)
+
+    import training.grpo as grpo_mod
+    import training.models as models_mod
+
+    def load_random(s):  # the random 3B model built above, with the paper's new LoRA
+        return model, models_mod.lora_config(s)
+
+    grpo_mod.load_model = load_random
+    trainer, reward = build_grpo_trainer(settings, renderer=renderer, scorer=scorer, store=store, records=records)
+    # Every answer of the random policy counts as a refined prompt (the worst case for rendering).
+    reward.parse = lambda text: Decision("refine", prompt=" ".join(text.split())[:300] or "empty")
+    timer = Timer(device)
+    timer.wrap(trainer, "_generate_single_turn", "generation")
+    timer.wrap(trainer, "_get_per_token_logps_and_entropies", "forward (policy, old, ref)")
+    timer.wrap(trainer.accelerator, "backward", "backward")
+    build_s = time.perf_counter() - t_start
+
+    steps: list[dict[str, float]] = []
+    state = {"t0": None, "timer": {}, "reward": reward.timings.as_dict()}
+
+    class StepTimes(TrainerCallback):
+        # A step is timed from the end of the previous one (so the batch fetch counts), the first from its start.
+        def on_step_begin(self, a, s, c, **k):
+            if state["t0"] is None:
+                timer.sync()
+                state["t0"] = time.perf_counter()
+
+        def on_step_end(self, a, s, c, **k):
+            timer.sync()
+            now_t = time.perf_counter()
+            rec = {"step_s": now_t - state["t0"]}
+            for key, val in timer.t.items():
+                rec[key] = val - state["timer"].get(key, 0.0)
+            now = reward.timings.as_dict()
+            rec["rendering (SD)"] = now["render_s"] - state["reward"]["render_s"]
+            rec["scoring (Q16+CLIP)"] = now["score_s"] - state["reward"]["score_s"]
+            rec["pool (store renders)"] = now["pool_s"] - state["reward"]["pool_s"]
+            rec["images"] = now["images_rendered"] - state["reward"]["images_rendered"]
+            state.update(t0=now_t, timer=dict(timer.t), reward=now)
+            steps.append(rec)
+            phase = f"fast-{args.fast_steps}" if len(steps) > args.warmup + args.steps else "paper"
+            print(f"step {len(steps)} [{phase}]: " + ", ".join(f"{k}={v:.2f}" for k, v in rec.items()), flush=True)
+            if len(steps) == args.warmup + args.steps:
+                if args.fast_steps:
+                    from diffusers import DPMSolverMultistepScheduler
+
+                    pipe = renderer.generator.pipeline
+                    pipe.scheduler = DPMSolverMultistepScheduler.from_config(pipe.scheduler.config)
+                    renderer.steps = args.fast_steps
+                    reward.refined_cache.clear()
+                else:
+                    c.should_training_stop = True
+            if len(steps) >= args.warmup + args.steps + (2 if args.fast_steps else 0):
+                c.should_training_stop = True
+
+    trainer.add_callback(StepTimes())
+    trainer.train()
+
+    def summary(rows):
+        keys = [k for k in rows[0] if k != "images"]
+        return {k: sum(r[k] for r in rows) / len(rows) for k in keys} | {"images": rows[0]["images"]}
+
+    paper = summary(steps[args.warmup : args.warmup + args.steps])
+    from training.data import refiner_conversation
+
+    conv = refiner_conversation(records[0]["prompt"])
+    text = trainer.processing_class.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
+    prompt_tokens = len(trainer.processing_class(text=[text], images=[store.open(records[0]["image_id"])])["input_ids"][0])
+    result = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu (tiny models)", "build_s": build_s,
+              "prompt_tokens": prompt_tokens, "prompt_chars": len(text),
+              "settings": {"per_device_batch": 4, "grad_accum": 4, "group": 4, "images_per_prompt": args.images_per_prompt,
+                           "max_completion": args.max_completion, "t2i_steps": args.t2i_steps, "size": 512},
+              "paper_config": paper, "steps": steps}
+    if args.fast_steps and len(steps) > args.warmup + args.steps + 1:
+        result["fast_config"] = summary(steps[args.warmup + args.steps + 1 :])
+    print("\n== GRPO step on", result["device"], "==")
+    for name in ("paper_config", "fast_config"):
+        if name in result:
+            r = result[name]
+            print(f"{name}: {r['step_s']:.1f} s/step  " + "  ".join(f"{k}: {v:.1f}" for k, v in r.items() if k != "step_s"))
+    print(json.dumps(result, indent=1, default=float))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
