@@ -1,0 +1,24 @@
+"""`unveil roles`: print every role's output schema, for writing `scripted:` answer files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `roles` subcommand."""
+    p = sub.add_parser("roles", help="print each role's output schema (for scripted answer files)")
+    p.add_argument("role", nargs="?", help="only this role")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the schemas."""
+    from agents.roles import TEXT_ROLES, role_schemas
+
+    schemas = role_schemas()
+    if args.role:
+        schemas = {k: v for k, v in schemas.items() if args.role in k}
+    print(json.dumps({"structured": schemas, "free_text": TEXT_ROLES}, indent=2))
+    return 0
