@@ -61,6 +61,7 @@ class RefinerAnswerError(ValueError):
     def __init__(self, message: str, raw: str):
         super().__init__(f"{message}; raw answer: {raw[:200]!r}")
         self.raw = raw
+        self.usage: RunUsage | None = None
 
 
 @dataclass(frozen=True)
@@ -228,5 +229,9 @@ async def refine_prompt(
         original_prompt, image_id, store=store, vision=gateway.vision(spec), history=history
     )
     result = await gateway.text(role=role, spec=spec, messages=messages, usage_role=REFINER_ROLE, params=params)
-    decision = parse_refiner_answer(result.raw)
+    try:
+        decision = parse_refiner_answer(result.raw)
+    except RefinerAnswerError as exc:
+        exc.usage = result.usage  # the call happened and cost tokens even though its answer is unusable
+        raise
     return RefinerStep(decision=decision, raw=result.raw, usage=result.usage, cache_hit=result.cache_hit)

@@ -256,7 +256,10 @@ async def refine(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any
             raise RefinerAnswerError(f"IPR step {state['step']}: {str(exc).split('; raw answer')[0]}", exc.raw) from exc
         last.update(refiner_answer=exc.raw, action=None, error=str(exc))
         traj[-1] = last  # type: ignore[assignment]
-        return {"trajectory": traj, "stop_reason": "refiner_error"}
+        failed: dict[str, Any] = {"trajectory": traj, "stop_reason": "refiner_error"}
+        if exc.usage is not None:
+            failed["usage"] = exc.usage
+        return failed
     decision = result.decision
     last.update(refiner_answer=result.raw, action=decision.action, reason=decision.reason)
     traj[-1] = last  # type: ignore[assignment]
