@@ -1,0 +1,147 @@
+"""`unveil train build-data | sft | grpo`: the IPR refiner's dataset, supervised fine-tuning and GRPO.
+
+Every SFT/GRPO setting (see `training/config.py`) is a flag named after it (`--learning-rate`, `--lora-r`,
+`--reward-scale`, ...), and `--config FILE` (TOML/YAML/JSON) supplies any of them; flags win over the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from dataclasses import MISSING, fields
+from typing import Any
+
+from unveil.commands.common import add_model_options, setup_gateway
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _add_fields(parser: argparse.ArgumentParser, cls: type, prefix: str = "") -> None:
+    """A flag per dataclass field; defaults stay None so only given flags override the config file."""
+    for f in fields(cls):
+        if f.name == "reward":
+            continue
+        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        flag = "--" + (prefix + f.name).replace("_", "-")
+        dest = prefix + f.name
+        if isinstance(default, bool):
+            parser.add_argument(flag, dest=dest, type=_parse_bool, metavar="BOOL", help=f"(default {default})")
+        elif isinstance(default, list):
+            parser.add_argument(flag, dest=dest, type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
+                                metavar="A,B", help=f"(default {','.join(default)})")
+        else:
+            parser.add_argument(flag, dest=dest, type=type(default) if default is not None else str,
+                                help=f"(default {default!r})")
+
+
+def _overrides(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    from training.reward import RewardSettings
+
+    names = {f.name for f in fields(cls)} | {f"reward_{f.name}" for f in fields(RewardSettings)}
+    return {k: v for k, v in vars(args).items() if k in names and v is not None}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `unveil train` and its subcommands."""
+    from training.config import GRPOSettings, SFTSettings
+    from training.reward import RewardSettings
+
+    p = sub.add_parser("train", help="train the IPR prompt refiner (dataset, SFT, GRPO)")
+    tsub = p.add_subparsers(dest="train_command", required=True)
+
+    b = tsub.add_parser("build-data", help="render prompts and label them with a VLM: the SFT dataset",
+                        description="Renders each prompt, asks the labeller role for a reason and keep/safer prompt, "
+                                    "and appends one record per prompt to --output (resumable).")
+    b.add_argument("--prompts", required=True, help="prompts file (JSONL/JSON/CSV/TXT), e.g. POSI's 3,390 toxic prompts")
+    b.add_argument("--prompt-field", help="field holding the prompt (default prompt/input/text/query)")
+    b.add_argument("--limit", type=int, help="only the first N prompts")
+    b.add_argument("--output", required=True, help="labelled JSONL (rerunning skips ids already in it)")
+    b.add_argument("--labeller", help="labeller model spec (default: --role-model labeller=..., else --model)")
+    b.add_argument("--generator", default="diffusers:CompVis/stable-diffusion-v1-4", help="text-to-image spec")
+    b.add_argument("--size", type=int, default=512)
+    b.add_argument("--steps", type=int, default=50)
+    b.add_argument("--guidance", type=float, default=7.5)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--concurrency", type=int, default=8)
+    b.add_argument("--max-cost", type=float, default=0.0, help="stop starting samples past this USD spend (0: none)")
+    b.add_argument("--retry-failed", action="store_true")
+    b.add_argument("--no-progress", action="store_true")
+    add_model_options(b)
+    b.set_defaults(func=run_build_data)
+
+    s = tsub.add_parser("sft", help="supervised fine-tuning (LoRA) of the refiner with TRL's SFTTrainer")
+    s.add_argument("--config", help="TOML/YAML/JSON settings file (flags override it)")
+    _add_fields(s, SFTSettings)
+    s.set_defaults(func=run_sft_command)
+
+    g = tsub.add_parser("grpo", help="GRPO of the refiner on the single-generation surrogate reward",
+                        description="Multi-GPU: accelerate launch --num_processes N -m unveil.cli train grpo ...")
+    g.add_argument("--config", help="TOML/YAML/JSON settings file (flags override it)")
+    _add_fields(g, GRPOSettings)
+    _add_fields(g, RewardSettings, prefix="reward_")
+    g.set_defaults(func=run_grpo_command)
+
+
+def _settings(args: argparse.Namespace, cls: type):
+    from training.config import build_settings, read_config_file
+
+    config = read_config_file(args.config) if args.config else {}
+    return build_settings(cls, config, _overrides(args, cls))
+
+
+def run_build_data(args: argparse.Namespace) -> int:
+    """Run `unveil train build-data`."""
+    from agents.spec import DEFAULT_SPEC
+    from tools.image_store import get_image_store
+    from training.build_data import BuildDataSettings, build_sft_records, prompt_items
+    from unveil.commands.common import warn_if_demo
+
+    gateway = setup_gateway(args)
+    roles = dict(item.split("=", 1) for item in args.role_model if "=" in item)
+    labeller = args.labeller or roles.get("labeller") or args.model or DEFAULT_SPEC
+    warn_if_demo([labeller])
+    if not gateway.vision(labeller):
+        print(f"warning: {labeller} does not take images; the labeller should be a vision model", file=sys.stderr)
+    settings = BuildDataSettings(labeller=labeller, generator=args.generator, width=args.size, height=args.size,
+                                 steps=args.steps, guidance=args.guidance, seed=args.seed,
+                                 concurrency=args.concurrency, max_cost_usd=args.max_cost)
+    items = prompt_items(args.prompts, field=args.prompt_field, limit=args.limit)
+    store = get_image_store(args.image_store or None)
+    summary = asyncio.run(build_sft_records(items, args.output, settings, store=store, retry_failed=args.retry_failed,
+                                            progress=not args.no_progress))
+    total = gateway.usage["total"]
+    print(f"{summary.completed} labelled, {summary.failed} failed, {summary.skipped} already in {args.output}; "
+          f"labeller calls={total['calls']} cache_hits={total['cache_hits']} cost=${total['cost_usd']:.4f}",
+          file=sys.stderr)
+    for failure in summary.failures[:20]:
+        print(f"  failed {failure['id']}: {failure['error']}", file=sys.stderr)
+    return 0 if summary.failed == 0 else 1
+
+
+def run_sft_command(args: argparse.Namespace) -> int:
+    """Run `unveil train sft`."""
+    from training.config import SFTSettings
+    from training.sft import run_sft
+
+    result = run_sft(_settings(args, SFTSettings))
+    print(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+def run_grpo_command(args: argparse.Namespace) -> int:
+    """Run `unveil train grpo`."""
+    from training.config import GRPOSettings
+    from training.grpo import run_grpo
+
+    result = run_grpo(_settings(args, GRPOSettings))
+    print(json.dumps(result, indent=1, default=str))
+    return 0
