@@ -225,9 +225,12 @@ async def refine_prompt(
     params: dict | None = None,
 ) -> RefinerStep:
     """One refiner call through the gateway, parsed; raises `RefinerAnswerError` on an unusable answer."""
-    messages = build_refiner_messages(
-        original_prompt, image_id, store=store, vision=gateway.vision(spec), history=history
-    )
+    if not gateway.vision(spec):
+        raise ValueError(
+            f"refiner model {spec!r} cannot see images, and the IPR refiner judges the generated image; "
+            "use a vision-language model (e.g. hf:Qwen/Qwen2.5-VL-3B-Instruct or openai:gpt-4.1)"
+        )
+    messages = build_refiner_messages(original_prompt, image_id, store=store, vision=True, history=history)
     result = await gateway.text(role=role, spec=spec, messages=messages, usage_role=REFINER_ROLE, params=params)
     try:
         decision = parse_refiner_answer(result.raw)

@@ -137,3 +137,10 @@ async def test_refine_prompt_goes_through_the_gateway(tmp_path) -> None:
     # A different request gets the next (empty) answer, which is an error, not a silent keep.
     with pytest.raises(RefinerAnswerError, match="empty"):
         await refine_prompt(gateway, spec, original_prompt="another prompt", image_id=image_id, store=store)
+
+
+async def test_text_only_refiner_is_refused_clearly(tmp_path) -> None:
+    store, image_id = _store_with_image(tmp_path)
+    gateway = Gateway(GatewaySettings(cache_path=None))
+    with pytest.raises(ValueError, match="cannot see images"):
+        await refine_prompt(gateway, "llamacpp:smollm2", original_prompt="a cat", image_id=image_id, store=store)
