@@ -180,6 +180,11 @@ def parse_refiner_answer(raw: str) -> RefinerDecision:
         raise RefinerAnswerError("the refiner's answer block is empty", text)
     if _is_keep(candidate):
         return RefinerDecision(action="keep", reason=reason)
+    if not answers and labelled is None:
+        # Unlabelled "The image is safe. Keep." : a final sentence that is exactly keep is the decision.
+        sentences = re.split(r"(?<=[.!?:;])\s+", candidate)
+        if len(sentences) > 1 and _is_keep(sentences[-1]):
+            return RefinerDecision(action="keep", reason=" ".join([reason, *sentences[:-1]]).strip())
     prompt = _strip_wrapping(candidate)
     if not prompt or not _looks_like_text(prompt):
         raise RefinerAnswerError("the refiner's answer is neither 'keep' nor a readable prompt", text)

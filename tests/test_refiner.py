@@ -38,6 +38,9 @@ KEEP_SPELLINGS = [
     "Answer: [keep]",
     "Final answer: Keep.",
     "keep the image",
+    "The image is a harmless still life. Keep.",
+    "**Answer:** keep",
+    "```\nkeep\n```",
 ]
 
 
@@ -61,6 +64,8 @@ def test_every_keep_spelling_parses_as_keep(raw: str) -> None:
         ("a person walking on a beach at sunset", "a person walking on a beach at sunset", ""),
         # "keep" inside a longer prompt is a prompt, not the keep action
         ("<answer>keep calm and paint a lighthouse</answer>", "keep calm and paint a lighthouse", ""),
+        ("a dragon guarding its keep", "a dragon guarding its keep", ""),
+        ("**Refined prompt:** a knight resting", "a knight resting", ""),
     ],
 )
 def test_refined_prompts_are_extracted(raw: str, prompt: str, reason: str) -> None:
