@@ -109,7 +109,8 @@ def load_prompts(path: str | Path, *, field: str | None = None, limit: int | Non
         if prompt is None:
             continue
         rid = rec.get("id", i)
-        extra = {k: v for k, v in rec.items() if k not in ("id", "prompt", "instruction", "output")}
+        source = next(k for k in ((field,) if field else PROMPT_FIELDS) if rec.get(k) == prompt or str(rec.get(k, "")).strip() == prompt)
+        extra = {k: v for k, v in rec.items() if k not in ("id", "prompt", "instruction", "output", source)}
         out.append({**extra, "id": str(rid), "prompt": prompt})
         if limit is not None and len(out) >= limit:
             break
