@@ -46,7 +46,13 @@ def _context(args: argparse.Namespace) -> Any:
             kw[name] = getattr(args, opt)
     if args.screen:
         kw["screen_pairs"] = True
-    return TagContext(**kw)
+    ctx = TagContext(**kw)
+    if all(spec.startswith("llamacpp:smollm2") for spec in ctx.models().values()) and args.l_max is None and args.k_max is None:
+        # The 135M demo model is slow on CPU and its long prompts help nobody: a smaller search shows the same
+        # pipeline in a fraction of the time. Explicit --l-max/--k-max still win.
+        ctx.l_max, ctx.k_max, ctx.children_per_parent = 3, 3, 2
+        print("demo settings for the embedded model: l_max=3, k_max=3, 2 children per parent", file=sys.stderr)
+    return ctx
 
 
 def result_record(out: dict[str, Any], ctx: Any) -> dict[str, Any]:
