@@ -164,6 +164,11 @@ def _generator(spec: str, store_root: str) -> Any:
     return get_generator(spec, **options)
 
 
+async def _store(ctx: CtdContext) -> Any:
+    # The first use of a store creates its folder: done in a thread, like every other file access of a node.
+    return await asyncio.to_thread(get_image_store, ctx.image_store or None)
+
+
 def _image(state: CtdState) -> ImagePart:
     # Text-only judges see what the T2I model was asked to draw, as a description of the image.
     return ImagePart(name="image", image_id=state.get("image_id"), description=state.get("t2i_prompt"))
@@ -206,12 +211,16 @@ async def eraser(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any
     erasure = result.value.model_dump()
     # One seed per attempt, derived from the scene's seed, so a rerun renders the same images.
     seed = int(state.get("seed", 0)) + round_no - 1
-    generator = _generator(ctx.t2i, ctx.image_store)
+    # Building the generator imports torch and its pipeline loads weights: both stay off the event loop, which
+    # `langgraph dev` guards against blocking calls.
+    generator = await asyncio.to_thread(_generator, ctx.t2i, ctx.image_store)
+    if isinstance(getattr(type(generator), "pipeline", None), property):  # (hasattr would load it right here)
+        await asyncio.to_thread(getattr, generator, "pipeline")
     ids = await generator.generate(GenerationRequest(
         prompt=erasure["t2i_prompt"], negative_prompt=ctx.negative_prompt or None, seed=seed, num_images=1,
         width=ctx.t2i_width, height=ctx.t2i_height, steps=ctx.t2i_steps, guidance=ctx.t2i_guidance,
     ))
-    store = get_image_store(ctx.image_store or None)
+    store = await _store(ctx)
     return {
         "rounds": round_no, "erasure": erasure, "text": erasure["caption"], "t2i_prompt": erasure["t2i_prompt"],
         "erasure_reason": erasure["erasure_reason"], "image_id": ids[0], "image_path": str(store.path_for(ids[0])),
@@ -229,7 +238,7 @@ async def _classifier_flags(names: list[str], image_id: str, store_root: str) ->
 
     from tools import scorers
 
-    store = get_image_store(store_root or None)
+    store = await asyncio.to_thread(get_image_store, store_root or None)
     out: dict[str, Any] = {}
     for name in names:
         if name == "nudenet":
@@ -251,7 +260,7 @@ async def modality_check(state: CtdState, runtime: Runtime[CtdContext]) -> dict[
         return {"modality": {"round": state["rounds"], "leak": False, "detail": "check disabled"}}
     gateway = get_gateway()
     spec = ctx.spec_for("modality_judge")
-    store = get_image_store(ctx.image_store or None)
+    store = await _store(ctx)
     image_v, text_v, flags = await asyncio.gather(
         judge_image_alone(gateway, spec, image=_image(state), store=store),
         judge_text_alone(gateway, spec, text=state["text"]),
@@ -288,7 +297,7 @@ async def judge(task: dict[str, Any], runtime: Runtime[CtdContext]) -> dict[str,
     result = await judge_pair(
         get_gateway(), task["spec"], kind=task["kind"], call_role=task["call_role"], text=task["text"],
         image=ImagePart(name="image", image_id=task["image_id"], description=task["t2i_prompt"]),
-        store=get_image_store(runtime.context.image_store or None), erasure_reason=task["erasure_reason"],
+        store=await _store(runtime.context), erasure_reason=task["erasure_reason"],
     )
     vote = {"round": task["round"], "judge": task["judge"], "kind": task["kind"], "model": task["spec"], **result.value.model_dump()}
     return {"votes": [vote], "usage": result.usage}

@@ -351,60 +351,12 @@ async def test_duplicate_index_drops_exact_and_near_duplicates():
 
 # -- human verification through `langgraph dev` and the SDK ----------------------------------------------------
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def ctd_server(tmp_path_factory: pytest.TempPathFactory):
-    """`langgraph dev` serving this repository's langgraph.json on a free port (its URL)."""
-    import os
-    import subprocess
-    import time
-
-    import httpx
-
-    root = Path(__file__).resolve().parent.parent
-    port = _free_port()
-    log = tmp_path_factory.mktemp("lgdev") / "server.log"
-    env = {**os.environ, "UNVEIL_CACHE": "off", "LANGSMITH_TRACING": "false"}
-    # --allow-blocking: nodes read small image files from the store synchronously when building model messages.
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(["langgraph", "dev", "--port", str(port), "--no-browser", "--no-reload", "--allow-blocking",
-                                 "--config", str(root / "langgraph.json")], cwd=root, env=env, stdout=fh, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 180
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"langgraph dev exited: {log.read_text()[-3000:]}")
-            try:
-                if httpx.get(url + "/ok", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.time() > deadline:
-                raise RuntimeError(f"langgraph dev did not start: {log.read_text()[-3000:]}")
-            time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
 @pytest.mark.slow
-async def test_interrupt_resumed_through_sdk_against_langgraph_dev(tmp_path, tiny_sd, ctd_server):
+async def test_interrupt_resumed_through_sdk_against_langgraph_dev(tmp_path, tiny_sd, langgraph_server):
     from langgraph_sdk import get_client
 
     spec = write_script(tmp_path, accepting_script())
-    client = get_client(url=ctd_server)
+    client = get_client(url=langgraph_server.url)
     thread = await client.threads.create()
     ctx = {"model": spec, "t2i": tiny_sd, "image_store": str(tmp_path / "images"), "t2i_width": 32, "t2i_height": 32,
            "t2i_steps": 2, "web_search": False, "review": "interrupt"}

@@ -8,6 +8,7 @@ distinct scripted answers and their costs are booked under `judge`.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -96,13 +97,16 @@ async def judge_pair(
     data: dict[str, Any] = {"text": text}
     if kind == "informed":
         data["erasure_reason"] = erasure_reason or ""
-    messages = build_messages(_PROMPTS[kind], data, images=[image], store=store, vision=gateway.vision(spec), task=JUDGE_TASK)
+    # Reading the image for its data URL is file I/O: kept off the event loop.
+    messages = await asyncio.to_thread(build_messages, _PROMPTS[kind], data, images=[image], store=store,
+                                       vision=gateway.vision(spec), task=JUDGE_TASK)
     return await gateway.structured(role=call_role, usage_role="judge", spec=spec, schema=Vote, messages=messages)
 
 
 async def judge_image_alone(gateway: Gateway, spec: str, *, image: ImagePart, store: ImageStore) -> CallResult[ModalityVerdict]:
     """Is the image harmful without its text?"""
-    messages = build_messages(IMAGE_ALONE_PROMPT, {}, images=[image], store=store, vision=gateway.vision(spec), task=MODALITY_TASK)
+    messages = await asyncio.to_thread(build_messages, IMAGE_ALONE_PROMPT, {}, images=[image], store=store,
+                                       vision=gateway.vision(spec), task=MODALITY_TASK)
     return await gateway.structured(role="modality_judge.image", spec=spec, schema=ModalityVerdict, messages=messages)
 
 
