@@ -233,6 +233,7 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 def test_generate_resumes_after_a_kill_without_loss_or_repeats(tmp_path, tiny_sd):
     import os
     import signal
