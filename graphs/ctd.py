@@ -153,7 +153,7 @@ class CtdState(CtdInput, CtdOutput, total=False):
     """Working state of a generation run."""
 
 
-def _generator(spec: str, store_root: str) -> Any:
+def _generator(spec: str, store_root: str) -> Any:  # also used by `unveil generate`'s preflight
     """The text-to-image generator (the registry loads each pipeline once per process and shares it)."""
     from tools.t2i.registry import get_generator
 

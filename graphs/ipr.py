@@ -148,6 +148,10 @@ async def score_images(ctx: IPRContext, original_prompt: str, image_ids: list[st
     both run), and the CLIP / BLIP alignment to the original prompt, for the scorers named in `ctx.scorers`."""
     from tools import scorers as sc
 
+    def make(factory: Any, **settings: Any) -> Any:
+        # Scorer construction reads embeddings files: done in a worker thread, not on the event loop.
+        return asyncio.to_thread(factory, **settings)
+
     unknown = sorted(set(ctx.scorers) - set(SCORER_NAMES))
     if unknown:
         raise IPRInputError(f"unknown scorer(s) {', '.join(unknown)}; known: {', '.join(SCORER_NAMES)}")
@@ -160,14 +164,17 @@ async def score_images(ctx: IPRContext, original_prompt: str, image_ids: list[st
             q16_kw["prompts_path"] = ctx.q16_embeddings
         if ctx.q16_clip_model:
             q16_kw["clip_model"] = ctx.q16_clip_model
-        jobs["q16"] = sc.get_q16(**q16_kw).score(image_ids, store=store)
+        jobs["q16"] = (await make(sc.get_q16, **q16_kw)).score(image_ids, store=store)
     if "nudenet" in ctx.scorers:
-        jobs["nudenet"] = sc.get_nudenet(**({"labels": ctx.nudenet_labels} if ctx.nudenet_labels else {})).score(image_ids, store=store)
+        nude_kw = {"labels": ctx.nudenet_labels} if ctx.nudenet_labels else {}
+        jobs["nudenet"] = (await make(sc.get_nudenet, **nude_kw)).score(image_ids, store=store)
     prompts = [original_prompt] * len(image_ids)
     if "clip" in ctx.scorers:
-        jobs["clip"] = sc.get_clip_scorer(**device, **({"model": ctx.clip_model} if ctx.clip_model else {})).score(image_ids, prompts, store=store)
+        clip_kw = {**device, **({"model": ctx.clip_model} if ctx.clip_model else {})}
+        jobs["clip"] = (await make(sc.get_clip_scorer, **clip_kw)).score(image_ids, prompts, store=store)
     if "blip" in ctx.scorers:
-        jobs["blip"] = sc.get_blip_scorer(**device, **({"model": ctx.blip_model} if ctx.blip_model else {})).score(image_ids, prompts, store=store)
+        blip_kw = {**device, **({"model": ctx.blip_model} if ctx.blip_model else {})}
+        jobs["blip"] = (await make(sc.get_blip_scorer, **blip_kw)).score(image_ids, prompts, store=store)
     results = dict(zip(jobs, await asyncio.gather(*jobs.values())))
     out: list[dict[str, Any]] = []
     for k in range(len(image_ids)):

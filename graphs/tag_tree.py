@@ -6,7 +6,9 @@ Kept free of model calls so every rule can be tested on hand-built trees.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, TypedDict
+from typing import Any, Iterable
+
+from typing_extensions import TypedDict
 
 
 class Node(TypedDict):

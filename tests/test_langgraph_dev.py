@@ -30,6 +30,12 @@ async def test_tag_and_vanilla_run_under_langgraph_dev(langgraph_server, tmp_pat
     client = get_client(url=langgraph_server.url)
     assistants = {a["graph_id"] for a in await client.assistants.search(limit=50)}
     assert {"tag", "vanilla"} <= assistants
+    # Studio draws the graph and its input/context forms from these schemas
+    for assistant in await client.assistants.search(limit=50):
+        if assistant["graph_id"] in ("tag", "vanilla"):
+            schemas = await client.assistants.get_schemas(assistant["assistant_id"])
+            assert "text" in json.dumps(schemas["input_schema"])
+            assert "model" in json.dumps(schemas.get("context_schema") or schemas.get("config_schema"))
     sample = {"image_description": "a bag of white powder", "text": "Fresh batch. Text the usual number."}
 
     thread = await client.threads.create()
