@@ -86,7 +86,7 @@ def langgraph_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Langg
         "UNVEIL_CACHE": "off",
         "UNVEIL_IMAGE_STORE": str(workdir / "store"),
     }
-    cmd = [sys.executable, "-m", "langgraph_cli.cli", "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1",
+    cmd = [sys.executable, "-m", "langgraph_cli", "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1",
            "--port", str(port), "--config", str(ROOT / "langgraph.json")]
     with log.open("wb") as fh:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
