@@ -1,0 +1,54 @@
+"""`unveil detect` end to end with the scripted provider: JSON output, the TAG picture, the bundled examples."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from unveil.cli import main
+
+SCRIPT = {
+    "root_extractor": [{"when": "", "then": {"visual_roots": ["white powder"], "textual_roots": ["usual number"]}}],
+    "root_judge": [{"when": "", "then": {"toxic": False}}],
+    "expander.visual": [{"when": "", "then": {"expansions": [{"parent_id": "v0.0", "children": [
+        {"concept": "cocaine", "association": "similarity", "probability": 0.4},
+        {"concept": "flour", "association": "similarity", "probability": 0.6}]}]}}],
+    "expander.textual": [{"when": "", "then": {"expansions": [{"parent_id": "t0.0", "children": [
+        {"concept": "dealer contact", "association": "cultural", "probability": 1.0}]}]}}],
+    "pair_judge": [{"when": "", "then": {"toxic_pairs": [{"pair_id": "v1.1|t1.0", "category": "drugs", "reason": "sale"}]}}],
+    "explainer": [{"when": "", "then": {"explanation": "white powder -> cocaine; usual number -> dealer contact",
+                                        "hidden_meaning": "drug sale"}}],
+}
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> str:
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(SCRIPT))
+    return f"scripted:{path}"
+
+
+def test_single_pair_json_and_render(spec: str, tmp_path: Path, capsys) -> None:
+    svg = tmp_path / "tag.svg"
+    rc = main(["detect", "--model", spec, "--image-description", "white powder", "--text", "text the usual number",
+               "--l-max", "2", "--json", "--render", str(svg)])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["toxic"] is True and out["mtc"] == pytest.approx(0.6)
+    assert [s["concept"] for s in out["finding"]["visual"]["path"]] == ["white powder", "cocaine"]
+    assert set(out["trees"]) == {"visual", "textual"} and out["models"]["pair_judge"] == spec
+    assert out["usage"]["total"]["calls"] == 6 and "expander" in out["usage"]["by_role"]
+    text = svg.read_text()
+    assert "cocaine" in text and "dealer contact" in text and "MTC" in text
+
+
+def test_bundled_examples_run_as_a_batch(spec: str, tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["detect", "--model", spec, "--l-max", "2", "--no-progress"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "runs" / "detect-tag-pairs.jsonl").read_text().splitlines()]
+    assert {r["id"] for r in records} == {"flour-phone", "bleach-drink", "garden-picnic"}
+    assert all(r["status"] == "ok" and r["toxic"] for r in records)
+    printed = capsys.readouterr().out
+    assert printed.count("TOXIC") == 3 and "image path: white powder -> cocaine" in printed
