@@ -1,0 +1,110 @@
+"""Two GRPO steps on a tiny Qwen2.5-VL with a tiny Stable Diffusion reward generator and a tiny CLIP scorer:
+finite losses, the reward path (renders, pool, caches) exercised, and an adapter that reloads and changes outputs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from tests.tiny import build_tiny_clip, build_tiny_sd
+from tests.tiny_vlm import build_tiny_qwen_vl
+from training.answers import Decision
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grpo-models")
+    q16 = root / "q16.npy"
+    np.save(q16, np.random.RandomState(0).randn(2, 768).astype("float16"))
+    return {"qwen": build_tiny_qwen_vl(root / "qwen"), "sd": build_tiny_sd(root / "sd"),
+            "clip": build_tiny_clip(root / "clip"), "q16": str(q16)}
+
+
+def varied_decision(text: str) -> Decision:
+    """The tiny random policy writes noise; map each completion to keep or one of a few prompts by its hash so
+    a group's rewards differ (GRPO learns nothing from equal rewards) and both reward paths run."""
+    h = int(hashlib.sha256(text.encode()).hexdigest(), 16)
+    if h % 4 == 0:
+        return Decision("keep")
+    return Decision("refine", prompt=f"a peaceful garden, style {h % 3}")
+
+
+def test_grpo_two_steps(tmp_path, tiny_models):
+    from peft import PeftModel
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    import training.grpo as grpo
+    from training.config import GRPOSettings, build_settings
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps({"id": f"p{i}", "prompt": p}) for i, p in
+                                 enumerate(["a man with a bloody axe", "a burning car on a street"])) + "\n")
+    settings = build_settings(GRPOSettings, {
+        "model": tiny_models["qwen"], "data": str(prompts), "output_dir": str(tmp_path / "out"), "max_steps": 2,
+        "per_device_batch_size": 4, "gradient_accumulation_steps": 1, "num_generations": 4,
+        "max_completion_length": 6, "learning_rate": 0.02, "logging_steps": 1, "cpu": True,
+        "generator": f"diffusers:{tiny_models['sd']}", "t2i_steps": 2, "t2i_size": 32,
+        "clip_model": tiny_models["clip"], "q16_model": tiny_models["clip"], "q16_embeddings": tiny_models["q16"],
+        "image_store": str(tmp_path / "store"),
+        "reward": {"images_per_prompt": 2, "scale": "authors"},
+    })
+    trainer, reward = grpo.build_grpo_trainer(settings)
+    reward.parse = varied_decision
+    trainer.train()
+    trainer.save_model(settings.output_dir)
+
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses + rewards)
+    # Initial images were rendered for both prompts, then refined answers were rendered 2 images each.
+    assert reward.timings.images_rendered >= 2 and reward.timings.calls == 2
+    assert len(reward.current_cache) >= 2 and reward.refined_cache
+    # Refined renders joined the pools of their prompts.
+    assert reward.pool.size() > 2 and set(reward.pool.pools) == {"p0", "p1"}
+
+    processor = AutoProcessor.from_pretrained(tiny_models["qwen"])
+    from training.data import refiner_conversation
+
+    text = processor.apply_chat_template(refiner_conversation("a man with a bloody axe"), tokenize=False,
+                                         add_generation_prompt=True)
+    inputs = processor(text=[text], images=[Image.new("RGB", (56, 56))], return_tensors="pt")
+    base = AutoModelForImageTextToText.from_pretrained(tiny_models["qwen"]).eval()
+    tuned = PeftModel.from_pretrained(AutoModelForImageTextToText.from_pretrained(tiny_models["qwen"]),
+                                      settings.output_dir).eval()
+    with torch.no_grad():
+        before, after = base(**inputs).logits[0, -1], tuned(**inputs).logits[0, -1]
+    assert torch.isfinite(after).all() and not torch.allclose(before, after, atol=1e-6)
+
+
+def test_grpo_records_keep_labelled_images(tmp_path):
+    """Labelled records start their pools from their own images; only bare prompts are rendered first."""
+    from tools.image_store import get_image_store
+    from training.config import GRPOSettings
+    from training.grpo import grpo_records
+
+    Image.new("RGB", (32, 32), "blue").save(tmp_path / "own.png")
+    data = tmp_path / "mixed.jsonl"
+    data.write_text(json.dumps({"id": "a", "prompt": "labelled one", "image": "own.png", "answer": "keep"}) + "\n"
+                    + json.dumps({"id": "b", "prompt": "bare one"}) + "\n")
+
+    class CountingRenderer:
+        def __init__(self):
+            self.prompts = []
+
+        def render(self, prompts, seeds):
+            self.prompts += list(prompts)
+            return [Image.new("RGB", (32, 32), "red") for _ in prompts]
+
+    store = get_image_store(tmp_path / "store")
+    renderer = CountingRenderer()
+    recs = grpo_records(GRPOSettings(data=str(data)), store=store, renderer=renderer)
+    assert renderer.prompts == ["bare one"]
+    by_id = {r["id"]: r for r in recs}
+    assert store.open(by_id["a"]["image_id"]).getpixel((0, 0)) == (0, 0, 255)
+    assert store.open(by_id["b"]["image_id"]).getpixel((0, 0)) == (255, 0, 0)
