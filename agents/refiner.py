@@ -12,6 +12,7 @@ The role answers in free text (a fine-tuned VLM such as Qwen2.5-VL + LoRA is tra
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass
 from typing import Literal, Sequence
@@ -235,7 +236,10 @@ async def refine_prompt(
             f"refiner model {spec!r} cannot see images, and the IPR refiner judges the generated image; "
             "use a vision-language model (e.g. hf:Qwen/Qwen2.5-VL-3B-Instruct or openai:gpt-4.1)"
         )
-    messages = build_refiner_messages(original_prompt, image_id, store=store, vision=True, history=history)
+    # Reading the image for its data URL is file IO: keep it off the event loop (langgraph dev refuses blocking calls).
+    messages = await asyncio.to_thread(
+        build_refiner_messages, original_prompt, image_id, store=store, vision=True, history=history
+    )
     result = await gateway.text(role=role, spec=spec, messages=messages, usage_role=REFINER_ROLE, params=params)
     try:
         decision = parse_refiner_answer(result.raw)
