@@ -292,9 +292,14 @@ class Gateway:
                     log.info("role %s (%s): %s unsupported, falling back to %s", role, spec, method, nxt)
                     self._methods[str(parsed_spec)] = nxt
                     continue
-                if isinstance(exc, (ModelCallError, StructuredOutputError)):
-                    raise
-                raise ModelCallError(role, str(parsed_spec), exc, attempts) from exc
+                # OpenAI's json_schema parsing raises on a cut, non-JSON or off-schema answer before LangChain
+                # sees it: that is a bad answer to repair, not a backend fault.
+                bad_answer = _answer_error(exc.__cause__ if isinstance(exc, ModelCallError) else exc)
+                if bad_answer is None:
+                    if isinstance(exc, (ModelCallError, StructuredOutputError)):
+                        raise
+                    raise ModelCallError(role, str(parsed_spec), exc, attempts) from exc
+                result, used = bad_answer, (exc.attempts - 1 if isinstance(exc, ModelCallError) else 0)
             retries += used
             raw_msg = result.get("raw")
             meta = getattr(raw_msg, "usage_metadata", None) or {}
@@ -382,6 +387,31 @@ class Gateway:
         if self.cache is not None and key is not None:
             await asyncio.to_thread(self.cache.put, key, {"raw": raw})
         return CallResult(value=raw, raw=raw, usage=usage)
+
+
+def _answer_error(exc: BaseException | None) -> dict[str, Any] | None:
+    """A client-side parse failure of an answer (cut at the token limit, not JSON, off the schema) as the
+    `include_raw` result the repair loop expects; None for any other error."""
+    if exc is None:
+        return None
+    name = type(exc).__name__
+    raw, finish = "", None
+    if name == "LengthFinishReasonError":
+        finish = "length"
+        choices = getattr(getattr(exc, "completion", None), "choices", None) or []
+        raw = (getattr(getattr(choices[0], "message", None), "content", None) or "") if choices else ""
+    elif isinstance(exc, ValidationError):
+        errors = exc.errors()
+        value = errors[0].get("input") if errors else None
+        raw = value if isinstance(value, str) else json.dumps(value, default=str) if value is not None else ""
+    elif isinstance(exc, json.JSONDecodeError):
+        raw = exc.doc or ""
+    elif name == "OutputParserException":
+        raw = str(getattr(exc, "llm_output", "") or "")
+    else:
+        return None
+    msg = AIMessage(content=raw, response_metadata={"finish_reason": finish} if finish else {})
+    return {"raw": msg, "parsed": None, "parsing_error": exc}
 
 
 def _validation_summary(exc: ValidationError) -> str:
