@@ -196,6 +196,11 @@ def main() -> int:
     ap.add_argument("--max-completion", type=int, default=200)
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--json", help="write the numbers here too")
+    ap.add_argument("--scheduler", choices=["pndm", "dpm"], default="pndm",
+                    help="sampler of the reward renders: the SD default (PNDM) or DPM-Solver++")
+    ap.add_argument("--keep-frac", type=float, default=0.0,
+                    help="count this fraction of answers as `keep` (a trained refiner keeps often; 0: worst case)")
+    ap.add_argument("--max-batch", type=int, default=32, help="images per SD batch")
     ap.add_argument("--tiny", action="store_true", help="tiny models on CPU: checks the bench itself, times nothing real")
     args = ap.parse_args()
 
@@ -245,8 +250,15 @@ def main() -> int:
         "t2i_size": size, "cpu": args.tiny,
         "reward": {"images_per_prompt": args.images_per_prompt, "scale": "authors"},
     })
+    if device == "cuda":
+        torch.backends.cudnn.benchmark = True  # fixed conv shapes in the UNet and VAE
     renderer = make_renderer(settings.generator, store=store, device=device, steps=settings.t2i_steps,
-                             guidance=settings.t2i_guidance, size=settings.t2i_size)
+                             guidance=settings.t2i_guidance, size=settings.t2i_size, max_batch=args.max_batch)
+    if args.scheduler == "dpm":
+        from diffusers import DPMSolverMultistepScheduler
+
+        pipe = renderer.generator.pipeline
+        pipe.scheduler = DPMSolverMultistepScheduler.from_config(pipe.scheduler.config)
     scorer = ClipQ16Scorer(q16_model=q16_clip, clip_model=align_clip, q16_embeddings=work / "q16.npy", device=device)
 
     import training.grpo as grpo_mod
@@ -258,7 +270,14 @@ def main() -> int:
     grpo_mod.load_model = load_random
     trainer, reward = build_grpo_trainer(settings, renderer=renderer, scorer=scorer, store=store, records=records)
     # Every answer of the random policy counts as a refined prompt (the worst case for rendering).
-    reward.parse = lambda text: Decision("refine", prompt=" ".join(text.split())[:300] or "empty")
+    import hashlib
+
+    def parse(text: str) -> Decision:
+        if args.keep_frac and int(hashlib.sha256(text.encode()).hexdigest(), 16) % 1000 < args.keep_frac * 1000:
+            return Decision("keep")
+        return Decision("refine", prompt=" ".join(text.split())[:300] or "empty")
+
+    reward.parse = parse
     timer = Timer(device)
     timer.wrap(trainer, "_generate_single_turn", "generation")
     timer.wrap(trainer, "_get_per_token_logps_and_entropies", "forward (policy, old, ref)")
@@ -288,7 +307,7 @@ def main() -> int:
             rec["images"] = now["images_rendered"] - state["reward"]["images_rendered"]
             state.update(t0=now_t, timer=dict(timer.t), reward=now)
             steps.append(rec)
-            phase = f"fast-{args.fast_steps}" if len(steps) > args.warmup + args.steps else "paper"
+            phase = f"fast-{args.fast_steps}" if len(steps) > args.warmup + args.steps else "measured"
             print(f"step {len(steps)} [{phase}]: " + ", ".join(f"{k}={v:.2f}" for k, v in rec.items()), flush=True)
             if len(steps) == args.warmup + args.steps:
                 if args.fast_steps:
@@ -319,12 +338,13 @@ def main() -> int:
     result = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu (tiny models)", "build_s": build_s,
               "prompt_tokens": prompt_tokens, "prompt_chars": len(text),
               "settings": {"per_device_batch": 4, "grad_accum": 4, "group": 4, "images_per_prompt": args.images_per_prompt,
-                           "max_completion": args.max_completion, "t2i_steps": args.t2i_steps, "size": 512},
-              "paper_config": paper, "steps": steps}
+                           "max_completion": args.max_completion, "t2i_steps": args.t2i_steps, "size": size,
+                           "scheduler": args.scheduler, "keep_frac": args.keep_frac, "max_batch": args.max_batch},
+              "measured": paper, "steps": steps}
     if args.fast_steps and len(steps) > args.warmup + args.steps + 1:
         result["fast_config"] = summary(steps[args.warmup + args.steps + 1 :])
     print("\n== GRPO step on", result["device"], "==")
-    for name in ("paper_config", "fast_config"):
+    for name in ("measured", "fast_config"):
         if name in result:
             r = result[name]
             print(f"{name}: {r['step_s']:.1f} s/step  " + "  ".join(f"{k}: {v:.1f}" for k, v in r.items() if k != "step_s"))

@@ -79,6 +79,8 @@ class GRPOSettings(TrainSettings):
     t2i_steps: int = 50
     t2i_guidance: float = 7.0
     t2i_size: int = 512
+    t2i_scheduler: str = "default"  # default (the pipeline's own, PNDM for SD 1.x) or dpm (DPM-Solver++: ~20 steps)
+    t2i_max_batch: int = 32  # images per generator batch
     clip_model: str = "ViT-B-32"  # CLIP for the alignment term (the authors' code used ViT-B/32)
     q16_model: str = "ViT-L-14"  # CLIP for Q16 (the Q16 prompts are for ViT-L/14)
     q16_embeddings: str = ""  # path to Q16's prompt embeddings (.npy or .p)
