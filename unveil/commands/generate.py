@@ -112,6 +112,19 @@ async def run_scene(graph: Any, sample_id: str, record: dict[str, Any], ctx: Any
     return dict(final.values)
 
 
+async def preflight_t2i(ctx: Any) -> None:
+    """Load the text-to-image pipeline once before any scene starts, so a missing model is one clear error
+    instead of a failure per scene."""
+    from graphs.ctd import _generator
+
+    try:
+        generator = await asyncio.to_thread(_generator, ctx.t2i, ctx.image_store)
+        if isinstance(getattr(type(generator), "pipeline", None), property):
+            await asyncio.to_thread(getattr, generator, "pipeline")
+    except Exception as exc:  # noqa: BLE001 - shown to the user as the reason nothing ran
+        raise SystemExit(f"--t2i {ctx.t2i}: the text-to-image model cannot be used: {exc}") from exc
+
+
 async def generate(args: argparse.Namespace) -> dict[str, Any]:
     """The whole `generate` run; returns a summary dict."""
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -136,6 +149,7 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     dedup = DuplicateIndex(threshold=args.near_duplicate)
     await asyncio.to_thread(dedup.load, [{"id": k, **v} for k, v in earlier.items()])
     gateway = get_gateway()
+    await preflight_t2i(ctx)
 
     def stop() -> str | None:
         total = gateway.usage["total"]
