@@ -104,7 +104,8 @@ async def test_batched_image_equals_single_image(sd_dir, store):
     gen = get_generator(f"diffusers:{sd_dir}", store=store, max_wait_ms=300)
     batcher = get_batcher(gen.device)
     before = len(batcher.stats.sizes)
-    prompts = ["a cat", "a dog in the snow", "a red car", "a lighthouse at night"]
+    # Two prompts keep the batch shape equal to the seed test's (fewer first-call kernel set-ups on CPU).
+    prompts = ["a dog in the snow", "a lighthouse at night"]
     batched = await asyncio.gather(*(gen.generate(req(p, seed=10 + i)) for i, p in enumerate(prompts)))
     sizes = batcher.stats.sizes[before:]
     assert max(sizes) >= 2, f"concurrent requests were not batched: {sizes}"

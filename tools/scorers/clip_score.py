@@ -69,7 +69,8 @@ class ClipScorer(BatchedScorer):
         import torch
 
         self._load()
-        images = torch.stack([self._preprocess(im) for im, _ in items]).to(self.device)
+        dtype = next(self._model.parameters()).dtype  # fp16 weights on CUDA: inputs must match
+        images = torch.stack([self._preprocess(im) for im, _ in items]).to(self.device, dtype)
         tokens = self._tokenizer([p for _, p in items]).to(self.device)
         with torch.inference_mode():
             img = torch.nn.functional.normalize(self._model.encode_image(images).float(), dim=-1)
