@@ -2,7 +2,8 @@
 
 Q16 (Schramowski et al., 2022) learned two "soft prompt" embeddings in CLIP's joint space, one for appropriate
 and one for inappropriate content. P(inappropriate) is the second entry of softmax(100 * cos(image, rows)), and
-the image is flagged when it is above 0.5. The embeddings file is a setting (`prompts_path`, or the
+the image is flagged when it is above 0.5. The CLIP model is `clip_model` (else `$UNVEIL_Q16_CLIP`, else
+`openai/clip-vit-large-patch14`). The embeddings file is a setting (`prompts_path`, or the
 `UNVEIL_Q16_PROMPTS` environment variable): a `.npy` (or `.pt`) array of shape (2, D), rows
 [appropriate, inappropriate], D matching the CLIP model's projection (768 for ViT-L/14).
 """
@@ -68,7 +69,7 @@ class Q16Scorer(BatchedScorer):
         self,
         *,
         prompts_path: str | None = None,
-        clip_model: str = DEFAULT_Q16_CLIP,
+        clip_model: str | None = None,
         device: str | None = None,
         threshold: float = Q16_THRESHOLD,
         batch_size: int = 32,
@@ -83,7 +84,7 @@ class Q16Scorer(BatchedScorer):
             )
         self.prompts = load_q16_prompts(prompts_path)
         self.prompts_path = prompts_path
-        self.clip_model = clip_model
+        self.clip_model = clip_model or os.environ.get("UNVEIL_Q16_CLIP") or DEFAULT_Q16_CLIP
         self.device = device or default_device()
         self.threshold = threshold
         self._model = None
