@@ -1,0 +1,152 @@
+"""Fault benchmark: `unveil detect`, `unveil refine` and `unveil generate` batches through a fault-injecting
+OpenAI-compatible server at several fault rates.
+
+Each run starts `tests.faultserver.FaultServer` on loopback with the canned answers of every Unveil role,
+points the command at it (`--model openai:fake-model@http://127.0.0.1:PORT/v1`), runs the real CLI in a
+subprocess over N samples (for detect and refine one of them is poisoned: every request that carries it gets a
+500, so that sample can never succeed and must fail alone), then reads the output back and prints per command and rate:
+
+- completed: records with a non-failed status; failed: records with status `failed` and a recorded reason;
+- lost: input ids with no record (must be 0); duplicated: ids with more than one record (must be 0);
+- retries: the gateway's retries and repairs summed over the records' usage; requests/faults: what the server
+  saw and injected; wall: the command's wall time.
+
+Refine and generate render with the tiny random-weight SD pipeline of `tests/tiny.py` (32x32, 2 steps), so the
+whole benchmark runs on a laptop CPU in a few minutes. Backoff is kept small with `UNVEIL_BACKOFF_BASE` and the
+client timeout with `UNVEIL_REQUEST_TIMEOUT`; the server hangs longer than that on a `timeout` fault.
+
+    python bench/faults.py                       # 200 samples per command, rates 0, 0.1, 0.3
+    python bench/faults.py --n 40 --commands detect --rates 0.3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.faultserver import FaultServer, UnveilAnswers  # noqa: E402
+
+POISON = "UNVEIL-POISON"
+REQUEST_TIMEOUT = 1.0
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UNVEIL_")}
+    env.update({
+        "UNVEIL_CACHE": "off",
+        "UNVEIL_IMAGE_STORE": str(tmp / "store"),
+        "UNVEIL_BACKOFF_BASE": "0.02",
+        "UNVEIL_REQUEST_TIMEOUT": str(REQUEST_TIMEOUT),
+        "UNVEIL_OPENAI_API_KEY": "sk-unveil-bench-not-a-real-key",
+        "PYTHONPATH": str(ROOT),
+    })
+    return env
+
+
+def _inputs(command: str, n: int, tmp: Path) -> tuple[list[str], list[str]]:
+    """Write the command's input and return (extra CLI args, expected ids)."""
+    if command == "generate":
+        return [], [f"drugs-{i:05d}" for i in range(n)]
+    src = tmp / "in.jsonl"
+    rows = []
+    for i in range(n):
+        marker = f" {POISON}" if i == n // 2 else ""
+        if command == "detect":
+            rows.append({"id": f"s{i}", "image_description": f"a kitchen table, photo {i}", "text": f"baking day {i}{marker}"})
+        else:
+            rows.append({"id": f"p{i}", "prompt": (f"a grenade on a table {i}" if i % 5 == 0 else f"a quiet garden {i}") + marker,
+                         "seed": i})
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return ["--input", str(src)], [r["id"] for r in rows]
+
+
+def run_one(command: str, rate: float, n: int, sd: str, seed: int, concurrency: int) -> dict[str, Any]:
+    """One command at one fault rate; returns the row of the table."""
+    with tempfile.TemporaryDirectory(prefix=f"unveil-faults-{command}-") as d:
+        tmp = Path(d)
+        extra, ids = _inputs(command, n, tmp)
+        with FaultServer(UnveilAnswers(), rate=rate, seed=seed, hang_s=REQUEST_TIMEOUT + 0.5, retry_after=0.05,
+                         lifetime_s=1800) as server:
+            spec = server.spec()
+            common = ["--model", spec, "--no-progress", "--concurrency", str(concurrency)]
+            if command == "detect":
+                out = tmp / "out.jsonl"
+                cmd = ["detect", "--method", "tag", "--l-max", "2", *extra, "--output", str(out), *common]
+            elif command == "refine":
+                out = tmp / "out.jsonl"
+                cmd = ["refine", *extra, "--output", str(out), "--generator", f"diffusers:{sd}", "--size", "32",
+                       "--steps", "2", "--t-max", "2", *common]
+            else:
+                out = tmp / "ds" / "samples.jsonl"
+                cmd = ["generate", "--category", "drugs", "--n", str(n), "--out", str(tmp / "ds"), "--t2i", f"diffusers:{sd}",
+                       "--width", "32", "--height", "32", "--steps", "2", "--no-web-search", "--near-duplicate", "0",
+                       "--review", "auto", "--max-rounds", "2", *common]
+            started = time.monotonic()
+            proc = subprocess.run([sys.executable, "-m", "unveil.cli", *cmd], cwd=ROOT, env=_env(tmp),
+                                  capture_output=True, text=True, timeout=1800)
+            wall = time.monotonic() - started
+            stats = dict(server.stats)
+        lines = out.read_text(encoding="utf-8").splitlines() if out.exists() else []
+        records = [json.loads(line) for line in lines if line.strip()]
+        counts = Counter(r["id"] for r in records)
+        failed = [r for r in records if r.get("status") == "failed"]
+        reasons = Counter((r.get("error") or "").split(":")[0] for r in failed)
+        retries = sum(int(((r.get("usage") or {}).get("total") or {}).get("retries", 0)) for r in records)
+        faults = sum(v for k, v in stats.items() if k.startswith("fault:"))
+        return {
+            "command": command, "rate": rate, "samples": len(ids),
+            "completed": sum(1 for r in records if r.get("status") != "failed"),
+            "failed": len(failed), "failed_no_reason": sum(1 for r in failed if not r.get("error")),
+            "lost": sum(1 for i in ids if i not in counts), "duplicated": sum(c - 1 for c in counts.values() if c > 1),
+            "retries": retries, "requests": stats.get("requests", 0), "faults": faults, "wall_s": round(wall, 1),
+            "rc": proc.returncode, "reasons": dict(reasons),
+            "stderr_tail": proc.stderr[-1500:] if proc.returncode not in (0, 1, 2) else "",
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the grid and print the table (and JSON rows with --json)."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=200, help="samples per run (default 200)")
+    p.add_argument("--rates", default="0,0.1,0.3")
+    p.add_argument("--commands", default="detect,refine,generate")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--json", help="also write the rows to this JSON file")
+    args = p.parse_args(argv)
+    from tests.tiny import build_tiny_sd
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="unveil-faults-sd-") as d:
+        sd = build_tiny_sd(Path(d) / "sd")
+        for command in args.commands.split(","):
+            for rate in (float(r) for r in args.rates.split(",")):
+                row = run_one(command, rate, args.n, sd, args.seed, args.concurrency)
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+    head = f"{'command':<9} {'rate':>5} {'samples':>7} {'completed':>9} {'failed':>6} {'lost':>4} {'dup':>4} {'retries':>7} {'requests':>8} {'faults':>6} {'wall_s':>7}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['command']:<9} {r['rate']:>5.0%} {r['samples']:>7} {r['completed']:>9} {r['failed']:>6} {r['lost']:>4} "
+              f"{r['duplicated']:>4} {r['retries']:>7} {r['requests']:>8} {r['faults']:>6} {r['wall_s']:>7}")
+    print("\nfailure reasons: " + "; ".join(f"{r['command']}@{r['rate']:.0%}: {r['reasons']}" for r in rows if r["reasons"]))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    bad = [r for r in rows if r["lost"] or r["duplicated"] or r["failed_no_reason"]]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
