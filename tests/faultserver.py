@@ -13,13 +13,15 @@ port) that answers `POST /v1/chat/completions` the way OpenAI does, so the gatew
 
 Faults are injected at `rate` (0..1), chosen by a seeded hash of the request body and how many times that same
 body was seen before, so a given request's fault sequence does not depend on the order concurrent requests
-arrive in. Kinds (`FAULT_KINDS`): `429` (with a Retry-After header), `500`, `503`, `reset` (the connection is
-dropped without an answer), `timeout` (no answer until `hang_s`, longer than the client's timeout), `truncated`
-(a body shorter than its Content-Length), `length` (`finish_reason: length` with the answer cut), `malformed`
-(content that is not JSON) and `schema` (valid JSON that violates the schema). A request whose text contains
+arrive in; `fault_first=N` instead faults the first N requests the server gets (for step-by-step tests).
+Kinds (`FAULT_KINDS`): `429` (with a Retry-After header), `500`, `503`, `reset` (the connection is dropped
+without an answer), `timeout` (no answer until `hang_s`, longer than the client's timeout), `truncated` (a body
+shorter than its Content-Length), `length` (`finish_reason: length` with the answer cut), `malformed` (content
+that is not JSON) and `schema` (valid JSON that violates the schema). A request whose text contains
 `poison` (default `UNVEIL-POISON`) always gets a 500: that sample can never succeed.
 
-Everything it received is kept (`bodies`, one parsed JSON body per request) with per-kind counters (`stats`).
+Everything it received is kept (`bodies`, one parsed JSON body per request, and their arrival `times`) with
+per-kind counters (`stats`).
 Only loopback is bound; every loop is bounded, and the server stops by itself after `lifetime_s` seconds or
 `max_requests` requests, or on `stop()` / leaving its `with` block.
 
@@ -88,8 +90,10 @@ class FaultServer:
     poison: str = "UNVEIL-POISON"
     lifetime_s: float = 900.0
     max_requests: int = 1_000_000
+    fault_first: int = 0
     bodies: list[dict[str, Any]] = field(default_factory=list)
     stats: Counter = field(default_factory=Counter)
+    times: list[float] = field(default_factory=list)
     port: int = 0
 
     def __post_init__(self) -> None:
@@ -159,6 +163,8 @@ class FaultServer:
         text = message_text(body)
         if self.poison and self.poison in text:
             return "500"
+        if self.stats["requests"] <= self.fault_first:
+            return random.Random(f"{self.seed}:{self.stats['requests']}").choice(self.kinds)
         if self.rate <= 0:
             return None
         digest = hashlib.sha256(raw_body).hexdigest()
@@ -239,6 +245,7 @@ class FaultServer:
             return True
         with self._lock:
             self.bodies.append(body)
+            self.times.append(time.monotonic())
         fault = self.decide(raw, body)
         self.stats[f"fault:{fault}" if fault else "clean"] += 1
         if fault in ("429", "500", "503"):

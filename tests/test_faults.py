@@ -1,0 +1,120 @@
+"""Backend faults through a real OpenAI-compatible HTTP server (`tests/faultserver.py`) reached by the gateway via
+langchain-openai: every fault kind is retried or repaired, retries are bounded and back off (Retry-After
+honoured), and in a batch a sample that can never succeed fails alone with its reason while nothing is lost or
+written twice."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from agents.content import build_messages
+from agents.gateway import Gateway, GatewaySettings, ModelCallError, StructuredOutputError
+from agents.tag.vanilla import VanillaVerdict
+from tests.faultserver import ANSWER_FAULTS, FAULT_KINDS, TRANSPORT_FAULTS, FaultServer, UnveilAnswers
+
+VERDICT = {"toxic": False, "reason": "an ordinary pair"}
+
+
+@pytest.fixture(autouse=True)
+def _short_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The server hangs for hang_s on a timeout fault; the client must give up well before.
+    monkeypatch.setenv("UNVEIL_REQUEST_TIMEOUT", "0.4")
+
+
+def _gateway(**kw) -> Gateway:
+    return Gateway(GatewaySettings(cache_path=None, **{"backoff_base": 0.01, "max_retries": 3, "max_repairs": 2, **kw}))
+
+
+def _messages(text: str = "a kitchen table / baking day"):
+    return build_messages("You judge pairs.", {"text": text})
+
+
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+async def test_each_fault_kind_is_retried_or_repaired(kind: str) -> None:
+    with FaultServer({"VanillaVerdict": VERDICT}, kinds=(kind,), fault_first=1, hang_s=1.0) as server:
+        gw = _gateway()
+        started = time.monotonic()
+        result = await gw.structured(role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict, messages=_messages())
+        elapsed = time.monotonic() - started
+    assert result.value == VanillaVerdict(**VERDICT)
+    assert server.stats[f"fault:{kind}"] == 1 and server.stats["clean"] == 1 and len(server.bodies) == 2
+    assert result.usage["total"]["retries"] == 1 and result.usage["total"]["calls"] == 2
+    if kind in ANSWER_FAULTS:
+        # A bad answer is repaired: the second request shows the model its answer as data and says what was wrong.
+        repair = server.bodies[1]["messages"][-1]["content"]
+        assert '<data name="previous_answer">' in repair and "could not be used" in repair
+        if kind == "length":
+            assert "cut at the token limit" in repair
+    else:
+        # A transport fault repeats the very same request.
+        assert server.bodies[0] == server.bodies[1]
+    if kind == "timeout":
+        assert elapsed < 1.0  # the client timed out (0.4 s) instead of waiting for the hanging server
+
+
+async def test_retries_are_bounded_and_back_off() -> None:
+    with FaultServer({"VanillaVerdict": VERDICT}, kinds=("500",), rate=1.0) as server:
+        gw = _gateway(backoff_base=0.05, max_retries=3)
+        with pytest.raises(ModelCallError, match="after 4 attempts.*500"):
+            await gw.structured(role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict, messages=_messages())
+        assert len(server.bodies) == 4  # one try + max_retries, then it stops
+        gaps = [b - a for a, b in zip(server.times, server.times[1:])]
+    # exponential backoff with jitter in [0.5, 1.5): base * 2**i * jitter
+    for i, gap in enumerate(gaps):
+        assert gap >= 0.05 * 2**i * 0.5 - 0.005, gaps
+    assert gaps[2] > gaps[0]
+
+
+async def test_retry_after_is_honoured() -> None:
+    with FaultServer({"VanillaVerdict": VERDICT}, kinds=("429",), fault_first=2, retry_after=0.4) as server:
+        gw = _gateway(backoff_base=0.001)
+        result = await gw.structured(role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict, messages=_messages())
+        gaps = [b - a for a, b in zip(server.times, server.times[1:])]
+    assert result.value.toxic is False and len(gaps) == 2
+    assert all(g >= 0.38 for g in gaps), gaps  # the server's Retry-After, not the 1 ms backoff
+
+
+async def test_a_permanently_bad_answer_fails_with_its_raw_text() -> None:
+    with FaultServer({"VanillaVerdict": VERDICT}, kinds=("malformed",), rate=1.0) as server:
+        gw = _gateway(max_repairs=2)
+        with pytest.raises(StructuredOutputError) as err:
+            await gw.structured(role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict, messages=_messages())
+    assert len(server.bodies) == 3 and err.value.attempts == 3
+    assert "unfinished" in err.value.raw
+
+
+async def test_free_text_calls_retry_transport_faults() -> None:
+    with FaultServer({"text": "keep"}, kinds=TRANSPORT_FAULTS, fault_first=3, hang_s=1.0) as server:
+        gw = _gateway()
+        result = await gw.text(role="refiner", spec=server.spec(), messages=_messages())
+    assert result.value == "keep" and result.usage["total"]["retries"] == 3 and len(server.bodies) == 4
+
+
+def test_detect_batch_under_faults_poisoned_sample_fails_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from unveil.cli import main
+
+    src = tmp_path / "pairs.jsonl"
+    n = 16
+    rows = [{"id": f"s{i}", "image_description": f"a kitchen table {i}", "text": f"baking day {i}" + (" UNVEIL-POISON" if i == 5 else "")}
+            for i in range(n)]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out.jsonl"
+    with FaultServer(UnveilAnswers(), rate=0.3, seed=3, hang_s=0.8) as server:
+        rc = main(["detect", "--method", "tag", "--l-max", "2", "--input", str(src), "--output", str(out), "--model",
+                   server.spec(), "--cache", "off", "--no-progress", "--concurrency", "4"])
+    assert rc == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    ids = [r["id"] for r in records]
+    assert sorted(ids) == sorted(r["id"] for r in rows) and len(ids) == len(set(ids))  # none lost, none twice
+    failed = {r["id"]: r for r in records if r["status"] == "failed"}
+    assert list(failed) == ["s5"]  # only the sample that can never succeed
+    assert "ModelCallError" in failed["s5"]["error"] and "500" in failed["s5"]["error"]
+    faults = sum(v for k, v in server.stats.items() if k.startswith("fault:"))
+    assert faults >= 10  # the other samples really went through faults
+    retries = sum(r["usage"]["total"]["retries"] for r in records if r["status"] == "ok")
+    assert retries > 0
+    assert all(r["toxic"] is False for r in records if r["status"] == "ok")
