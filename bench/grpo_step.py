@@ -250,8 +250,6 @@ def main() -> int:
         "t2i_size": size, "cpu": args.tiny,
         "reward": {"images_per_prompt": args.images_per_prompt, "scale": "authors"},
     })
-    if device == "cuda":
-        torch.backends.cudnn.benchmark = True  # fixed conv shapes in the UNet and VAE
     renderer = make_renderer(settings.generator, store=store, device=device, steps=settings.t2i_steps,
                              guidance=settings.t2i_guidance, size=settings.t2i_size, max_batch=args.max_batch)
     if args.scheduler == "dpm":

@@ -103,10 +103,6 @@ def build_grpo_trainer(settings: GRPOSettings, *, renderer: Renderer | None = No
     if renderer is None:
         from training.render import make_renderer
 
-        if device.startswith("cuda"):
-            import torch
-
-            torch.backends.cudnn.benchmark = True  # the UNet and VAE run fixed conv shapes all run long
         renderer = make_renderer(settings.generator, store=store, device=device, steps=settings.t2i_steps,
                                  guidance=settings.t2i_guidance, size=settings.t2i_size,
                                  max_batch=settings.t2i_max_batch, scheduler=settings.t2i_scheduler)
