@@ -87,7 +87,12 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.05, help="seconds added to every scripted model call")
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--t2i", help="text-to-image spec (default: a tiny random-weight SD pipeline built here)")
+    ap.add_argument("--backend-concurrency", type=int, default=8,
+                    help="requests in flight per backend ($UNVEIL_MAX_CONCURRENCY; the scripted panel is one backend)")
     args = ap.parse_args()
+    import os
+
+    os.environ["UNVEIL_MAX_CONCURRENCY"] = str(args.backend_concurrency)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         t2i = args.t2i
@@ -102,7 +107,7 @@ def main() -> None:
         seq = run_once(work / "seq", spec, t2i, args.scenes, 1)
         con = run_once(work / "con", spec, t2i, args.scenes, args.concurrency)
     print(f"\nCTD throughput: {args.scenes} scenes, scripted panel (6 judges) with {args.latency * 1000:.0f} ms per call, "
-          f"t2i {t2i.split('/')[-1] if not args.t2i else args.t2i}")
+          f"t2i {t2i.split('/')[-1] if not args.t2i else args.t2i}, {args.backend_concurrency} requests in flight per backend")
     print(f"{'mode':<16}{'wall s':>9}{'accepted':>10}{'samples/h':>12}{'calls/sample':>14}{'tokens/sample':>15}")
     for name, r in (("sequential", seq), (f"concurrent x{args.concurrency}", con)):
         print(f"{name:<16}{r['wall_s']:>9.2f}{r['accepted']:>10}{r['samples_per_hour']:>12.0f}{r['calls_per_sample']:>14.1f}"
