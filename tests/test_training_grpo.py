@@ -108,3 +108,18 @@ def test_grpo_records_keep_labelled_images(tmp_path):
     by_id = {r["id"]: r for r in recs}
     assert store.open(by_id["a"]["image_id"]).getpixel((0, 0)) == (0, 0, 255)
     assert store.open(by_id["b"]["image_id"]).getpixel((0, 0)) == (255, 0, 0)
+
+
+def test_fast_scorer_agrees_with_tools_q16(tiny_models):
+    """The GPU-batched scorer gives the project's Q16 probabilities (same CLIP, same prompt embeddings)."""
+    from training.scoring import make_scorer
+
+    images = [Image.new("RGB", (32, 32), c) for c in ("red", "green", "navy")]
+    kw = dict(q16_model=tiny_models["clip"], clip_model=tiny_models["clip"], q16_embeddings=tiny_models["q16"],
+              device="cpu")
+    tools_scores = make_scorer("tools", **kw).score(["a", "b", "c"], images)
+    fast_scores = make_scorer("fast", **kw).score(["a", "b", "c"], images)
+    for (q_tools, c_tools), (q_fast, c_fast) in zip(tools_scores, fast_scores):
+        assert q_fast == pytest.approx(q_tools, abs=0.02)
+        assert -1.0 <= c_tools <= 1.0 and -1.0 <= c_fast <= 1.0
+    assert len({round(q, 6) for q, _ in fast_scores}) > 1  # different images, different scores

@@ -81,8 +81,9 @@ class GRPOSettings(TrainSettings):
     t2i_size: int = 512
     t2i_scheduler: str = "default"  # default (the pipeline's own, PNDM for SD 1.x) or dpm (DPM-Solver++: ~20 steps)
     t2i_max_batch: int = 32  # images per generator batch
-    clip_model: str = "ViT-B-32"  # CLIP for the alignment term (the authors' code used ViT-B/32)
-    q16_model: str = "ViT-L-14"  # CLIP for Q16 (the Q16 prompts are for ViT-L/14)
+    scorer: str = "tools"  # tools (tools.scorers: Q16 + open_clip CLIP score) or fast (GPU-batched transformers CLIPs)
+    clip_model: str = ""  # alignment CLIP (default ViT/B-32 as the authors: open_clip "ViT-B-32" or transformers id)
+    q16_model: str = "openai/clip-vit-large-patch14"  # transformers CLIP for Q16 (its prompts are for ViT-L/14)
     q16_embeddings: str = ""  # path to Q16's prompt embeddings (.npy or .p)
     scorer_device: str = ""  # device for generator and scorers (default: this rank's device)
     reward: RewardSettings = field(default_factory=RewardSettings)

@@ -107,12 +107,12 @@ def build_grpo_trainer(settings: GRPOSettings, *, renderer: Renderer | None = No
                                  guidance=settings.t2i_guidance, size=settings.t2i_size,
                                  max_batch=settings.t2i_max_batch, scheduler=settings.t2i_scheduler)
     if scorer is None:
-        from training.scoring import ClipQ16Scorer
+        from training.scoring import make_scorer
 
         if not settings.q16_embeddings:
             raise ValueError("GRPO needs the Q16 prompt embeddings file (--q16-embeddings)")
-        scorer = ClipQ16Scorer(q16_model=settings.q16_model, clip_model=settings.clip_model,
-                               q16_embeddings=settings.q16_embeddings, device=device)
+        scorer = make_scorer(settings.scorer, q16_model=settings.q16_model, clip_model=settings.clip_model,
+                             q16_embeddings=settings.q16_embeddings, device=device)
     if records is None:
         if not settings.data:
             raise ValueError("GRPO needs data: labelled records or a prompts file (--data)")

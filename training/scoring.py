@@ -1,4 +1,10 @@
-"""Reward-side scoring: Q16 and CLIP alignment for many (prompt, image) pairs per GRPO step, on the GPU.
+"""Reward-side scoring: Q16 and CLIP alignment for many (prompt, image) pairs per GRPO step.
+
+Two scorers with one interface (`score(prompts, images) -> [(q16, clip cosine)]`):
+- `ToolsScorer` (default, `scorer = "tools"`): the project's scorers, `tools.scorers.q16` and
+  `tools.scorers.clip_score` (open_clip), so training optimises exactly what evaluation measures;
+- `ClipQ16Scorer` (`scorer = "fast"`): transformers CLIPs for both terms with preprocessing done as one tensor
+  batch on the GPU, for when per-image PIL preprocessing shows up in the step time.
 
 Q16 (Schramowski et al., 2022) is CLIP ViT-L/14 zero-shot classification against two learned prompt embeddings
 [appropriate, inappropriate]: P(inappropriate) = softmax(100 * cos(image, rows))[1]. The alignment term is the
@@ -30,6 +36,39 @@ def load_q16_embeddings(path: str | Path) -> np.ndarray:
     if arr.ndim != 2 or arr.shape[0] != 2:
         raise ValueError(f"Q16 embeddings {str(path)!r}: expected shape (2, D), got {arr.shape}")
     return arr
+
+
+class ToolsScorer:
+    """Q16 and CLIP score through `tools.scorers` (process-wide cached models on `device`)."""
+
+    def __init__(self, *, q16_model: str, clip_model: str, q16_embeddings: str | Path, device: str | None = None):
+        from tools.scorers.clip_score import get_clip_scorer
+        from tools.scorers.q16 import get_q16
+
+        self.q16 = get_q16(prompts_path=str(q16_embeddings), clip_model=q16_model, device=device)
+        self.clip = get_clip_scorer(model=clip_model, device=device)
+
+    def score(self, prompts: Sequence[str], images: Sequence[Any]) -> list[tuple[float, float]]:
+        """(Q16 P(inappropriate), CLIP cosine) per pair."""
+        from training.reward import to_pil
+
+        if not images:
+            return []
+        pil = [to_pil(im).convert("RGB") for im in images]
+        q16 = [r.p_inappropriate for r in self.q16.score_pil(pil)]
+        clip = self.clip.score_pil(pil, list(prompts))
+        return list(zip(q16, clip))
+
+
+def make_scorer(kind: str, *, q16_model: str, clip_model: str, q16_embeddings: str | Path, device: str | None):
+    """The reward scorer by kind: `tools` (the project's scorers) or `fast` (GPU-batched transformers CLIPs)."""
+    if kind == "tools":
+        return ToolsScorer(q16_model=q16_model, clip_model=clip_model or "ViT-B-32", q16_embeddings=q16_embeddings,
+                           device=device)
+    if kind == "fast":
+        return ClipQ16Scorer(q16_model=q16_model, clip_model=clip_model or "openai/clip-vit-base-patch32",
+                             q16_embeddings=q16_embeddings, device=device)
+    raise ValueError(f"scorer {kind!r}: expected tools or fast")
 
 
 class _Clip:
