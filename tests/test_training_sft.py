@@ -11,7 +11,6 @@ import torch
 from PIL import Image
 
 from tests.tiny_vlm import build_tiny_qwen_vl
-from training.answers import format_answer
 
 
 @pytest.fixture(scope="module")
