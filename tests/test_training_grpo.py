@@ -62,6 +62,8 @@ def test_grpo_two_steps(tmp_path, tiny_models):
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses + rewards)
+    logged = [h for h in trainer.state.log_history if "reward/render_s" in h]
+    assert logged and all("refiner/keep_frac" in h and "reward/pool_images" in h for h in logged)
     # Initial images were rendered for both prompts, then refined answers were rendered 2 images each.
     assert reward.timings.images_rendered >= 2 and reward.timings.calls == 2
     assert len(reward.current_cache) >= 2 and reward.refined_cache

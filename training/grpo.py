@@ -60,28 +60,6 @@ def grpo_records(settings: GRPOSettings, *, store: Any, renderer: Renderer) -> l
     return [r for r in records if r.get("image_id")]
 
 
-class RewardLogCallback:
-    """Adds the reward's cumulative render/score/pool seconds and pool size to the trainer's logs."""
-
-    def __init__(self, reward: RefinementReward):
-        self.reward = reward
-
-    def __getattr__(self, name: str) -> Any:
-        # TrainerCallback hooks this class does not define are no-ops.
-        if name.startswith("on_"):
-            return lambda *a, **k: None
-        raise AttributeError(name)
-
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        """Attach the timings to each log record."""
-        if logs is not None:
-            t = self.reward.timings
-            logs.update({"reward/render_s": t.render, "reward/score_s": t.score, "reward/pool_s": t.pool,
-                         "reward/images_rendered": t.images_rendered})
-            if self.reward.pool is not None:
-                logs["reward/pool_images"] = self.reward.pool.size()
-
-
 def _sync_fn(accelerator: Any):
     from accelerate.utils import gather_object
 
@@ -134,9 +112,6 @@ def build_grpo_trainer(settings: GRPOSettings, *, renderer: Renderer | None = No
     trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=dataset,
                           processing_class=processor, peft_config=peft_config)
     reward.sync = _sync_fn(trainer.accelerator)
-    from transformers import TrainerCallback
-
-    trainer.add_callback(type("RewardLog", (RewardLogCallback, TrainerCallback), {})(reward))
     return trainer, reward
 
 

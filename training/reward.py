@@ -237,6 +237,7 @@ class RefinementReward:
                  image: list[Any] | None = None, pool_key: list[str] | None = None, **kwargs: Any) -> list[float]:
         """Rewards of one generation batch (TRL passes the dataset's extra columns as lists)."""
         self.timings.calls += 1
+        before = self.timings.as_dict()
         decisions = [self.parse(completion_text(c)) for c in completions]
         keys = pool_key or p0
         images = image if image is not None else [self._open(i) for i in image_id]
@@ -249,10 +250,15 @@ class RefinementReward:
             rewards.append(refinement_reward(d, cur, vals, self.settings))
         self._grow_pool(new_pool)
         log_metric = kwargs.get("log_metric")
-        if callable(log_metric):
+        if callable(log_metric):  # TRL's hook: these land in the trainer's logs (TensorBoard, W&B)
             kinds = [d.kind for d in decisions]
             for kind in ("keep", "refine", "invalid"):
                 log_metric(f"refiner/{kind}_frac", kinds.count(kind) / max(1, len(kinds)))
+            after = self.timings.as_dict()
+            for key in ("render_s", "score_s", "pool_s", "images_rendered"):
+                log_metric(f"reward/{key}", after[key] - before[key])
+            if self.pool is not None:
+                log_metric("reward/pool_images", self.pool.size())
         return rewards
 
     def _open(self, image_id: str) -> Any:
