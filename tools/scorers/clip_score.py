@@ -55,7 +55,6 @@ class ClipScorer(BatchedScorer):
             try:
                 model, _, preprocess = open_clip.create_model_and_transforms(
                     self.model_name, pretrained=self.pretrained, device=self.device,
-                    precision="fp16" if self.device.startswith("cuda") else "fp32",
                 )
                 tokenizer = open_clip.get_tokenizer(self.model_name)
             except (OSError, RuntimeError, ValueError) as exc:
@@ -69,10 +68,11 @@ class ClipScorer(BatchedScorer):
         import torch
 
         self._load()
-        dtype = next(self._model.parameters()).dtype  # fp16 weights on CUDA: inputs must match
-        images = torch.stack([self._preprocess(im) for im, _ in items]).to(self.device, dtype)
+        images = torch.stack([self._preprocess(im) for im, _ in items]).to(self.device)
         tokens = self._tokenizer([p for _, p in items]).to(self.device)
-        with torch.inference_mode():
+        # fp16 autocast on CUDA; open_clip's own fp16 mode keeps some parameters in fp32, which breaks inputs.
+        cuda = self.device.startswith("cuda")
+        with torch.inference_mode(), torch.autocast("cuda", dtype=torch.float16, enabled=cuda):
             img = torch.nn.functional.normalize(self._model.encode_image(images).float(), dim=-1)
             txt = torch.nn.functional.normalize(self._model.encode_text(tokens).float(), dim=-1)
         return (img * txt).sum(dim=-1).tolist()
