@@ -76,13 +76,14 @@ async def fetch_url(url: str, *, allow_private: bool = False, timeout: float = 2
 
 
 def resolve_path(ref: str, base_dir: str | os.PathLike[str] | None) -> Path:
-    """Resolve a local image path; relative paths resolve inside `base_dir` and may not leave it."""
+    """Resolve a local image path; with a `base_dir`, relative paths resolve inside it and no path may leave it."""
     p = Path(ref).expanduser()
     if base_dir is None:
         return p
     base = Path(base_dir).resolve()
     full = (base / p).resolve() if not p.is_absolute() else p.resolve()
-    if not p.is_absolute() and base not in full.parents and full != base:
+    # An absolute path in a dataset file escapes it just as `../` does (the evaluation loaders refuse both too).
+    if base not in full.parents:
         raise ImageInputError(f"image path {ref!r}: escapes the dataset folder {str(base)!r}")
     return full
 
