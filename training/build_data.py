@@ -31,11 +31,59 @@ class BuildDataSettings:
     max_cost_usd: float = 0.0  # stop starting new samples once the labeller has cost this much (0: no cap)
 
 
-def prompt_items(path: str | Path, *, field: str | None = None, limit: int | None = None) -> list[BatchItem]:
-    """Batch items from any prompts file (JSONL/JSON/CSV/TXT) via `training.data.load_prompts`."""
-    from training.data import load_prompts
+MAX_PROMPT_CHARS = 2000  # the IPR graph's default max_prompt_chars
 
-    return [BatchItem(r["id"], r) for r in load_prompts(path, field=field, limit=limit)]
+
+def prompt_items(path: str | Path, *, field: str | None = None, limit: int | None = None) -> list[BatchItem]:
+    """Batch items from any prompts file (JSONL/JSON/CSV/TXT) via `training.data.load_prompts`.
+
+    A JSONL file goes through the batch reader first, so a bad line (not UTF-8, not JSON, not an object) or a
+    repeated id becomes a failed item naming the line instead of stopping the whole file; in any format a
+    repeated id is a failed item, never a second record under the same id.
+    """
+    from training.data import PROMPT_FIELDS, load_prompts, prompts_from_records
+
+    p = Path(path)
+    if p.suffix.lower() == ".jsonl":
+        from unveil.batch import read_jsonl
+
+        bad = []
+        good: list[dict] = []
+        for n, it in enumerate(read_jsonl(p)):
+            if it.error:
+                bad.append(it)
+            else:  # records without an id keep load_prompts' position ids
+                good.append({**(it.record or {}), "id": it.id if "id" in (it.record or {}) else str(n)})
+        items = list(bad)
+        for rec in good:
+            if limit is not None and len(items) - len(bad) >= limit:
+                break
+            rows = prompts_from_records([rec], field=field)
+            if not rows:
+                fields = field or " or ".join(PROMPT_FIELDS)
+                items.append(BatchItem(rec["id"], None, f"{p.name} id {rec['id']!r}: {fields}: expected a non-empty string"))
+            else:
+                items.append(BatchItem(rec["id"], rows[0]))
+        return [_checked(it, p.name) for it in items]
+    items: list[BatchItem] = []
+    seen: set[str] = set()
+    for r in load_prompts(path, field=field, limit=limit):
+        if r["id"] in seen:
+            items.append(BatchItem(f"{r['id']}#dup-{len(items)}", None, f"{p.name}: duplicate id {r['id']!r}"))
+            continue
+        seen.add(r["id"])
+        items.append(_checked(BatchItem(r["id"], r), p.name))
+    return items
+
+
+def _checked(item: BatchItem, source: str) -> BatchItem:
+    """A prompt longer than MAX_PROMPT_CHARS becomes a failed item (it would be truncated by the text encoder and
+    cost the labeller dearly)."""
+    prompt = (item.record or {}).get("prompt")
+    if isinstance(prompt, str) and len(prompt) > MAX_PROMPT_CHARS:
+        return BatchItem(item.id, None, f"{source} id {item.id!r}: prompt: {len(prompt)} characters is over the "
+                                        f"{MAX_PROMPT_CHARS}-character limit")
+    return item
 
 
 async def build_sft_records(items: list[BatchItem], output: str | Path, settings: BuildDataSettings, *,

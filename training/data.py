@@ -86,24 +86,35 @@ def load_prompts(path: str | Path, *, field: str | None = None, limit: int | Non
         raise FileNotFoundError(f"prompts {str(path)!r}: file not found")
     rows: list[Any]
     suffix = p.suffix.lower()
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"prompts {str(path)!r}: not UTF-8 ({exc.reason} at byte {exc.start})") from exc
     if suffix == ".jsonl":
         rows = []
-        for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        for lineno, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as exc:
                     raise ValueError(f"{p.name} line {lineno}: not valid JSON ({exc.msg})") from exc
     elif suffix == ".json":
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = json.loads(text)
         rows = data if isinstance(data, list) else data.get("data") or data.get("prompts") or []
     elif suffix == ".csv":
-        with p.open(newline="", encoding="utf-8") as fh:
-            rows = list(csv.DictReader(fh))
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
     else:
-        rows = [ln.strip() for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        rows = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return prompts_from_records(rows, field=field, limit=limit)
+
+
+def prompts_from_records(rows: Iterable[Any], *, field: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    """`{"id", "prompt", ...}` records from rows that are strings or objects; other rows and rows without a
+    string prompt are left out."""
     out: list[dict[str, Any]] = []
     for i, row in enumerate(rows):
+        if not isinstance(row, (str, dict)):
+            continue  # a number or list has no prompt (JSONL batches report such lines through read_jsonl)
         rec = {"prompt": row} if isinstance(row, str) else dict(row)
         prompt = _prompt_of(rec, field)
         if prompt is None:
@@ -141,15 +152,22 @@ def sft_example(prompt: str, target: str, image: Any | None) -> dict[str, Any]:
 
 def _resolve_image(rec: dict[str, Any], base_dir: Path, store: Any) -> Any:
     """A record's image as a PIL image: its `image` path (relative to the file), else its id in the store."""
-    from PIL import Image
+    from tools.image_input import resolve_path
+    from tools.image_store import decode_image
 
+    image_id = rec.get("image_id")
+    if isinstance(image_id, str) and store is not None and hasattr(store, "has") and store.has(image_id):
+        return store.open(image_id).convert("RGB")
     ref = rec.get("image") or rec.get("image_path")
     if isinstance(ref, str) and ref:
+        # Checked like every other image input: a path may not leave the file's folder (build-data's absolute
+        # paths into the image store are allowed), and a corrupt file or a bomb is refused with its name.
+        allowed = [base_dir] + ([Path(store.root)] if store is not None and hasattr(store, "root") else [])
         path = Path(ref)
-        path = path if path.is_absolute() else base_dir / path
+        if not path.is_absolute() or not any(Path(a).resolve() in path.resolve().parents for a in allowed):
+            path = resolve_path(ref, base_dir)
         if path.is_file():
-            with Image.open(path) as img:
-                return img.convert("RGB")
+            return decode_image(path.read_bytes(), name=str(path)).convert("RGB")
     if rec.get("image_id") and store is not None:
         return store.open(rec["image_id"]).convert("RGB")
     raise FileNotFoundError(f"record {rec.get('id')!r}: image {ref!r} not found (and no image_id in the store)")
@@ -158,10 +176,15 @@ def _resolve_image(rec: dict[str, Any], base_dir: Path, store: Any) -> Any:
 def labelled_records(path: str | Path) -> list[dict[str, Any]]:
     """The completed records of a `unveil train build-data` output (failed ones are skipped)."""
     out = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        if not line.strip():
+    for lineno, raw in enumerate(Path(path).read_bytes().splitlines(), 1):
+        if not raw.strip():
             continue
-        rec = json.loads(line)
+        try:
+            rec = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{Path(path).name} line {lineno}: not a UTF-8 JSON record ({exc})") from exc
+        if not isinstance(rec, dict):
+            raise ValueError(f"{Path(path).name} line {lineno}: expected a JSON object, got {type(rec).__name__}")
         if rec.get("status", "ok") == "ok" and rec.get("answer"):
             out.append(rec)
     return out
