@@ -258,11 +258,16 @@ def apply_reviews(dataset_dir: str | os.PathLike[str], decisions: dict[str, dict
 def read_decisions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     """Reviewer decisions from a JSONL file (the review queue with `decision` and `note` filled in)."""
     out: dict[str, dict[str, Any]] = {}
-    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"decisions {str(path)!r}: file not found")
+    for lineno, raw in enumerate(p.read_bytes().splitlines(), 1):
+        if not raw.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path} line {lineno}: not UTF-8 ({exc.reason} at byte {exc.start})") from exc
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path} line {lineno}: not valid JSON ({exc.msg})") from exc
         if not isinstance(rec, dict) or "id" not in rec:
