@@ -85,7 +85,14 @@ def seed_of(record: dict[str, Any]) -> int | None:
     for name in SEED_FIELDS:
         value = record.get(name)
         if value is not None and value != "":
-            return int(value)
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            if isinstance(value, bool) or not isinstance(value, (int, str)):
+                raise ValueError(f"{name}: expected an integer seed, got {type(value).__name__}")
+            try:
+                return int(value)
+            except ValueError:
+                raise ValueError(f"{name}: {value[:40]!r} is not an integer seed") from None
     return None
 
 
