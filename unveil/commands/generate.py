@@ -90,6 +90,21 @@ def build_context(args: argparse.Namespace, dataset_dir: Path) -> Any:
     return CtdContext(**kw)
 
 
+MAX_OPTION_CHARS = 2000
+
+
+def check_option_text(option: str, value: str | None) -> None:
+    """Refuse a free-text option that every scene would send to the models but that is not usable text."""
+    if value is None:
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:  # undecodable bytes on the command line arrive as surrogates
+        raise SystemExit(f"{option}: not valid UTF-8 text (byte {exc.start})") from exc
+    if len(value) > MAX_OPTION_CHARS:
+        raise SystemExit(f"{option}: {len(value)} characters is over the {MAX_OPTION_CHARS}-character limit")
+
+
 def scene_items(category: str, n: int, *, scene: str | None, erase_routine: str | None, seed: int) -> list[BatchItem]:
     """Deterministic scene ids and seeds, so a rerun of the same command names the same scenes."""
     return [BatchItem(f"{category}-{i:05d}", {"category": category, "scene_hint": scene, "erase_routine": erase_routine,
@@ -137,6 +152,8 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     category = normalize_category(args.category)
     if category not in CATEGORIES:
         raise SystemExit(f"--category {args.category!r}: not one of {', '.join(CATEGORIES)}")
+    for option, value in (("--scene", args.scene), ("--erase-routine", args.erase_routine)):
+        check_option_text(option, value)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     ctx = build_context(args, out)
