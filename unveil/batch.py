@@ -156,7 +156,10 @@ class JsonlAppender:
 
     async def append(self, record: dict[str, Any]) -> None:
         """Write one record as one line."""
-        line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+        try:
+            line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates (undecodable input bytes): escape them rather than lose the record
+            line = (json.dumps(record, ensure_ascii=True, default=str) + "\n").encode("ascii")
         async with self._lock:
             os.write(self._fd, line)
             os.fsync(self._fd)
