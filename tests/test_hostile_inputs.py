@@ -178,7 +178,9 @@ def test_refine_batch_names_every_bad_input_and_goes_on(tmp_path: Path, sd_folde
     src = tmp_path / "prompts.jsonl"
     _write_lines(src, [json.dumps({"id": "ok", "prompt": "a kitten", "seed": 3}).encode(),
                        json.dumps({"id": "ok2", "prompt": "a garden", "seed": 4.0}).encode()]
-                 + [line for _, line, _ in REFINE_CASES])
+                 + [line for _, line, _ in REFINE_CASES]
+                 # a JSON-escaped lone surrogate is valid JSON but cannot be written back as UTF-8
+                 + [b'{"id": "surrogate\\udcff", "prompt": "a cat \\udcff"}'])
     out = tmp_path / "out.jsonl"
     rc = main(["refine", "--input", str(src), "--output", str(out), "--refiner", f"scripted:{script}", "--generator",
                f"diffusers:{sd_folder}", "--size", "32", "--steps", "2", "--cache", "off", "--no-progress",
@@ -188,7 +190,8 @@ def test_refine_batch_names_every_bad_input_and_goes_on(tmp_path: Path, sd_folde
     assert recs["ok"]["status"] == "ok" and recs["ok2"]["status"] == "ok" and recs["ok2"]["settings"]["seed"] == 4
     for sid, _, words in REFINE_CASES:
         assert recs[sid]["status"] == "failed" and all(w in recs[sid]["error"] for w in words), recs[sid]
-    assert len(recs) == 2 + len(REFINE_CASES)
+    assert "surrogate\udcff" in recs  # its record was written (escaped), and read back under the same id
+    assert len(recs) == 3 + len(REFINE_CASES)
 
 
 # -- unveil generate / review ----------------------------------------------------------------------------------------
