@@ -8,17 +8,14 @@ model's limit are truncated, as in BLIP's own evaluation.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from tools.image_store import ImageStore
-from tools.scorers.clip_score import _check_pairs
-from tools.scorers.common import BatchedScorer, cached, default_device, load_rgb, resolve_local
+from tools.scorers.common import PairScorer, cached, default_device, resolve_local
 
 DEFAULT_BLIP = "Salesforce/blip-itm-base-coco"
 
 
-class BlipScorer(BatchedScorer):
+class BlipScorer(PairScorer):
     """BLIP image-text feature cosine."""
 
     name = "blip"
@@ -70,16 +67,6 @@ class BlipScorer(BatchedScorer):
             sims = self._model(**inputs, use_itm_head=False, return_dict=False)[0]
         return torch.diagonal(sims.float()).tolist()
 
-    def score_pil(self, images: list[Any], prompts: list[str]) -> list[float]:
-        """BLIP cosine of each PIL image with its prompt, synchronously."""
-        _check_pairs(list(images), list(prompts))
-        return self.score_items([(im.convert("RGB"), p) for im, p in zip(images, prompts)])
-
-    async def score(self, image_ids: list[str], prompts: list[str], *, store: ImageStore | None = None) -> list[float]:
-        """BLIP cosine of each stored image with its prompt, batched with concurrent callers."""
-        _check_pairs(image_ids, prompts)
-        images = await asyncio.to_thread(lambda: [load_rgb(i, store) for i in image_ids])
-        return await self._score_async(list(zip(images, prompts)))
 
 
 def get_blip_scorer(**settings: Any) -> BlipScorer:

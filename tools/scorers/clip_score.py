@@ -8,23 +8,14 @@ plain folder holding `open_clip_config.json` and weights.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import Any
 
-from tools.image_store import ImageStore
-from tools.scorers.common import BatchedScorer, cached, default_device, load_rgb
+from tools.scorers.common import PairScorer, cached, default_device
 
 
-def _check_pairs(image_ids: list[str], prompts: list[str]) -> None:
-    if len(image_ids) != len(prompts):
-        raise ValueError(f"{len(image_ids)} images but {len(prompts)} prompts; alignment scores need one prompt per image")
-    for p in prompts:
-        if not isinstance(p, str) or not p.strip():
-            raise ValueError(f"prompt {p!r} is empty; an alignment score needs the original prompt")
 
-
-class ClipScorer(BatchedScorer):
+class ClipScorer(PairScorer):
     """open_clip image-text cosine similarity."""
 
     name = "clip"
@@ -77,16 +68,6 @@ class ClipScorer(BatchedScorer):
             txt = torch.nn.functional.normalize(self._model.encode_text(tokens).float(), dim=-1)
         return (img * txt).sum(dim=-1).tolist()
 
-    def score_pil(self, images: list[Any], prompts: list[str]) -> list[float]:
-        """Cosine similarity of each PIL image with its prompt, synchronously."""
-        _check_pairs(list(images), list(prompts))
-        return self.score_items([(im.convert("RGB"), p) for im, p in zip(images, prompts)])
-
-    async def score(self, image_ids: list[str], prompts: list[str], *, store: ImageStore | None = None) -> list[float]:
-        """Cosine similarity of each stored image with its prompt, batched with concurrent callers."""
-        _check_pairs(image_ids, prompts)
-        images = await asyncio.to_thread(lambda: [load_rgb(i, store) for i in image_ids])
-        return await self._score_async(list(zip(images, prompts)))
 
 
 def get_clip_scorer(**settings: Any) -> ClipScorer:

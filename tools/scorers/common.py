@@ -8,6 +8,7 @@ generators use), so twenty IPR runs scoring one image each cost one forward pass
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -92,6 +93,30 @@ class BatchedScorer:
 
 _CACHE: dict[tuple, Any] = {}
 _CACHE_LOCK = threading.Lock()
+
+
+def check_pairs(image_ids: Sequence[Any], prompts: Sequence[Any]) -> None:
+    """One non-empty prompt per image, or a clear error."""
+    if len(image_ids) != len(prompts):
+        raise ValueError(f"{len(image_ids)} images but {len(prompts)} prompts; alignment scores need one prompt per image")
+    for p in prompts:
+        if not isinstance(p, str) or not p.strip():
+            raise ValueError(f"prompt {p!r} is empty; an alignment score needs the original prompt")
+
+
+class PairScorer(BatchedScorer):
+    """A scorer of (image, prompt) pairs; subclasses implement `_score_batch` on (PIL image, prompt) items."""
+
+    def score_pil(self, images: list[Any], prompts: list[str]) -> list[float]:
+        """The score of each PIL image with its prompt, synchronously."""
+        check_pairs(images, prompts)
+        return self.score_items([(im.convert("RGB"), p) for im, p in zip(images, prompts)])
+
+    async def score(self, image_ids: list[str], prompts: list[str], *, store: ImageStore | None = None) -> list[float]:
+        """The score of each stored image with its prompt, batched with concurrent callers."""
+        check_pairs(image_ids, prompts)
+        images = await asyncio.to_thread(lambda: [load_rgb(i, store) for i in image_ids])
+        return await self._score_async(list(zip(images, prompts)))
 
 
 def cached(factory: Callable[..., Any], **settings: Any) -> Any:
