@@ -172,7 +172,7 @@ def salvage_json(text: str) -> Any:
         candidates.append(text[start : end + 1])
     for cand in candidates:
         try:
-            return json.loads(cand)
+            return json.loads(cand, strict=False)  # tolerate raw control characters inside strings
         except json.JSONDecodeError:
             continue
     return None

@@ -104,7 +104,7 @@ def close_truncated_json(text: str) -> Any:
     # A dangling key without value ("key") cannot be closed meaningfully: drop it.
     for candidate in (closed, closed.rsplit(",", 1)[0]):
         try:
-            return json.loads(candidate + "".join(reversed(stack)))
+            return json.loads(candidate + "".join(reversed(stack)), strict=False)
         except json.JSONDecodeError:
             continue
     return None
@@ -168,7 +168,8 @@ class LlamaCppChatModel(BaseChatModel):
         truncated = choice.get("finish_reason") == "length"
         if tools:
             try:
-                args = json.loads(text)
+                # strict=False: small models put raw newlines inside strings, which JSON forbids but is harmless.
+                args = json.loads(text, strict=False)
             except json.JSONDecodeError:
                 args = close_truncated_json(text) if truncated else None
         if isinstance(args, dict):

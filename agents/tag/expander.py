@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from agents.content import abuild_messages
 from agents.gateway import CallResult, Gateway
-from agents.tag.types import ASSOCIATION_GUIDE, ASSOCIATION_TYPES, MAX_CHILDREN, AssociationType, Concept, Reason
+from agents.tag.types import ASSOCIATION_GUIDE, ASSOCIATION_TYPES, MAX_CHILDREN, AssociationType, Concept, Probability, Reason
 
 EXPAND_PROMPT = """You are a careful safety auditor who knows how everyday objects, concepts and actions lead to
 one another, including in ways that hide a risk. Expand an association tree by exactly one step.
@@ -38,7 +38,7 @@ class Child(BaseModel):
 
     concept: Concept
     association: AssociationType
-    probability: float = Field(ge=0.0, le=1.0)
+    probability: Probability
     reason: Reason = ""
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, Field
 
 AssociationType = Literal[
     "categorical", "functional", "spatial", "temporal", "causal", "emotional", "similarity", "contrast", "cultural"
@@ -45,3 +45,17 @@ Reason = clipped(MAX_REASON_CHARS)
 Label = clipped(80)
 ShortText = clipped(200)
 LongText = clipped(1200)
+
+
+def _as_probability(value: object) -> object:
+    """Read percentages (60 -> 0.6) and clamp to [0, 1]; children are renormalised per parent anyway, so only
+    the relative size matters, and one out-of-range number should not cost a repair round."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        v = float(value)
+        if 1.0 < v <= 100.0:
+            v /= 100.0
+        return min(1.0, max(0.0, v))
+    return value
+
+
+Probability = Annotated[float, Field(ge=0.0, le=1.0), BeforeValidator(_as_probability)]  # validator runs first
