@@ -96,12 +96,22 @@ class GatewaySettings:
     structured_method: str | None = field(default_factory=lambda: os.environ.get("UNVEIL_STRUCTURED_METHOD"))
 
 
-def _describe(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    # Never echo credentials that a client library may have put in a message.
+_SECRET_NAME = re.compile(r"(?i)(key|token|secret|passw)")
+
+
+def redact_secrets(text: str) -> str:
+    """`text` without credentials: the value of every secret-looking environment variable (an API key of any
+    shape, e.g. a self-hosted server's token that a 401 answer echoes back), `sk-...` keys and `api_key=...`."""
+    for name, value in os.environ.items():
+        if len(value) >= 8 and _SECRET_NAME.search(name) and value in text:
+            text = text.replace(value, "***")
     text = re.sub(r"(sk-[A-Za-z0-9_\-]{6})[A-Za-z0-9_\-]+", r"\1…", text)
-    text = re.sub(r"(?i)(api[_-]?key['\"=: ]+)[^\s'\",]+", r"\1***", text)
-    return text[:500]
+    return re.sub(r"(?i)(api[_-]?key['\"=: ]+)[^\s'\",]+", r"\1***", text)
+
+
+def _describe(exc: BaseException) -> str:
+    # Never echo credentials that a client library or a server may have put in a message.
+    return redact_secrets(f"{type(exc).__name__}: {exc}")[:500]
 
 
 def _status_of(exc: BaseException) -> int | None:

@@ -173,9 +173,11 @@ Worker = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 def describe_error(exc: BaseException) -> str:
-    """A one-line reason for a failed sample."""
+    """A one-line reason for a failed sample, with any credential in it redacted (the record is kept on disk)."""
+    from agents.gateway import redact_secrets
+
     msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {msg}"[:1000] if msg else type(exc).__name__
+    return redact_secrets(f"{type(exc).__name__}: {msg}")[:1000] if msg else type(exc).__name__
 
 
 async def run_batch(
@@ -225,7 +227,9 @@ async def run_batch(
                     rec = {id_field: item.id, "status": "failed", "error": describe_error(exc)}
                     raw = getattr(exc, "raw", None)
                     if raw:
-                        rec["raw_answer"] = str(raw)[:4000]
+                        from agents.gateway import redact_secrets
+
+                        rec["raw_answer"] = redact_secrets(str(raw)[:4000])
             await appender.append(rec)
             if rec["status"] == "failed":
                 summary.failed += 1
