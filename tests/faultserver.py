@@ -18,7 +18,9 @@ Kinds (`FAULT_KINDS`): `429` (with a Retry-After header), `500`, `503`, `reset` 
 without an answer), `timeout` (no answer until `hang_s`, longer than the client's timeout), `truncated` (a body
 shorter than its Content-Length), `length` (`finish_reason: length` with the answer cut), `malformed` (content
 that is not JSON) and `schema` (valid JSON that violates the schema). A request whose text contains
-`poison` (default `UNVEIL-POISON`) always gets a 500: that sample can never succeed.
+`poison` (default `UNVEIL-POISON`) always gets a 500: that sample can never succeed; one containing
+`reject_key_marker` (default `UNVEIL-REJECT-KEY`) gets a 401 whose message echoes the API key it was sent,
+as some servers do (the `auth` set keeps every Authorization header received).
 
 Everything it received is kept (`bodies`, one parsed JSON body per request, and their arrival `times`) with
 per-kind counters (`stats`).
@@ -88,12 +90,14 @@ class FaultServer:
     retry_after: float = 0.05
     hang_s: float = 2.0
     poison: str = "UNVEIL-POISON"
+    reject_key_marker: str = "UNVEIL-REJECT-KEY"
     lifetime_s: float = 900.0
     max_requests: int = 1_000_000
     fault_first: int = 0
     bodies: list[dict[str, Any]] = field(default_factory=list)
     stats: Counter = field(default_factory=Counter)
     times: list[float] = field(default_factory=list)
+    auth: set = field(default_factory=set)
     port: int = 0
 
     def __post_init__(self) -> None:
@@ -220,12 +224,15 @@ class FaultServer:
             name, _, value = header.decode("latin-1").partition(":")
             if name.strip().lower() == "content-length":
                 length = min(int(value.strip() or 0), MAX_BODY)
+            elif name.strip().lower() == "authorization":
+                self._last_auth = value.strip()
+                self.auth.add(self._last_auth)
         raw = await reader.readexactly(length) if length else b""
         return path, raw
 
     async def _send(self, writer: asyncio.StreamWriter, status: int, payload: bytes, headers: dict[str, str] | None = None,
                     *, declared_length: int | None = None) -> None:
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error",
+        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error",
                   503: "Service Unavailable"}.get(status, "Error")
         head = [f"HTTP/1.1 {status} {reason}", "Content-Type: application/json",
                 f"Content-Length: {declared_length if declared_length is not None else len(payload)}"]
@@ -246,6 +253,14 @@ class FaultServer:
         with self._lock:
             self.bodies.append(body)
             self.times.append(time.monotonic())
+        if self.reject_key_marker and self.reject_key_marker in message_text(body):
+            # Like some real servers, echo the key that was refused: the client must not spread it further.
+            key = getattr(self, "_last_auth", "").removeprefix("Bearer ")
+            self.stats["fault:401"] += 1
+            err = {"error": {"message": f"Incorrect API key provided: {key}.", "type": "invalid_request_error",
+                             "code": "invalid_api_key"}}
+            await self._send(writer, 401, json.dumps(err).encode())
+            return True
         fault = self.decide(raw, body)
         self.stats[f"fault:{fault}" if fault else "clean"] += 1
         if fault in ("429", "500", "503"):
