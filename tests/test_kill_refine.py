@@ -34,7 +34,7 @@ def _setup(tmp_path: Path, sd: str) -> tuple[Path, list[str]]:
     src = tmp_path / "prompts.jsonl"
     src.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"a grenade {i}" if i % 3 == 0 else f"a garden {i}",
                                        "seed": i}) + "\n" for i in range(N)))
-    common = ["refine", "--input", str(src), "--refiner", f"scripted:{script}?latency=0.05", "--generator",
+    common = ["refine", "--input", str(src), "--refiner", f"scripted:{script}?latency=0.25", "--generator",
               f"diffusers:{sd}", "--size", "32", "--steps", "2", "--t-max", "2", "--cache", "off", "--no-progress",
               "--concurrency", "2"]
     return src, common

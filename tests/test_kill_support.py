@@ -93,12 +93,12 @@ def referenced_ids(records: Iterable[dict[str, Any]]) -> set[str]:
 def kill_at_random_points(cmd: list[str], env: dict[str, str], output: Path, seeds: Iterable[int], *,
                           total: int, timeout: float = 90.0) -> list[int]:
     """Run `cmd` once per seed and SIGKILL it at a random point: after a random number of output records
-    (0 .. total-1) plus a random extra delay, or a random time after start. Returns the records seen at each kill."""
+    (0 .. total-3) plus a random extra delay (0-0.25 s), or a random time after start. Returns the records seen at each kill."""
     seen = []
     for seed in seeds:
         rng = random.Random(seed)
-        target = rng.randrange(0, total)
-        extra = rng.uniform(0.0, 0.4)
+        target = rng.randrange(0, max(1, total - 2))
+        extra = rng.uniform(0.0, 0.25)
         proc = subprocess.Popen([sys.executable, "-m", "unveil.cli", *cmd], cwd=ROOT, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
