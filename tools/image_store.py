@@ -81,6 +81,30 @@ def decode_image(data: bytes, *, name: str, max_pixels: int = DEFAULT_MAX_PIXELS
     return image
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def remove_dead_temp_files(folder: Path) -> None:
+    """Delete `.PID.*.tmp` files in `folder` whose writing process no longer runs (it was killed mid-write)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if not name.endswith(".tmp") or not name.startswith("."):
+            continue
+        pid = name[1:].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            (folder / name).unlink(missing_ok=True)
+
+
 class ImageStore:
     """A folder of PNG files named by the SHA-256 of their bytes."""
 
@@ -106,9 +130,10 @@ class ImageStore:
         path = self.path_for(image_id)
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
+            remove_dead_temp_files(path.parent)
             # Write to a temp file and rename: a killed process never leaves a half-written image
-            # under a valid id.
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+            # under a valid id. The writer's pid in the name lets a later writer remove it if it was killed.
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{os.getpid()}.", suffix=".tmp")
             try:
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(png)

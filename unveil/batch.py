@@ -116,9 +116,12 @@ def done_records(path: Path, *, id_field: str = "id") -> dict[str, dict[str, Any
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write a whole file atomically (temp file + fsync + rename)."""
+    from tools.image_store import remove_dead_temp_files
+
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    remove_dead_temp_files(p.parent)  # left by a writer killed mid-write
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{os.getpid()}.{p.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
