@@ -111,6 +111,7 @@ def run_one(command: str, rate: float, n: int, sd: str, seed: int, concurrency: 
             "lost": sum(1 for i in ids if i not in counts), "duplicated": sum(c - 1 for c in counts.values() if c > 1),
             "retries": retries, "requests": stats.get("requests", 0), "faults": faults, "wall_s": round(wall, 1),
             "rc": proc.returncode, "reasons": dict(reasons),
+            "examples": sorted({(r.get("error") or "")[:300] for r in failed})[:6],
             "stderr_tail": proc.stderr[-1500:] if proc.returncode not in (0, 1, 2) else "",
         }
 
