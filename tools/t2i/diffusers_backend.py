@@ -29,6 +29,15 @@ from tools.t2i.variants import SAFETY_NEGATIVE_PROMPT, SLD_CONFIGS
 log = logging.getLogger(__name__)
 
 _LOCK = threading.RLock()
+_TOKENIZER_LOCKS: dict[int, threading.Lock] = {}
+
+
+def tokenizer_lock(pipeline: Any) -> threading.Lock:
+    """The lock that serialises use of one pipeline's tokenizers. A fast (Rust) tokenizer keeps its padding and
+    truncation settings as shared state, so the prompt check (no truncation, worker threads) racing the
+    pipeline's own encoding (padded to 77 on the batcher thread) made a batch fail with mismatched tensor sizes."""
+    with _LOCK:
+        return _TOKENIZER_LOCKS.setdefault(id(pipeline), threading.Lock())
 _BASE_PIPES: dict[tuple, Any] = {}
 _DERIVED_PIPES: dict[tuple, Any] = {}
 
@@ -282,7 +291,8 @@ class DiffusersGenerator:
         if self.truncate_long_prompts:
             return
         for tok in (t for t in (getattr(self.pipeline, "tokenizer", None), getattr(self.pipeline, "tokenizer_2", None)) if t):
-            n = len(tok(text, truncation=False).input_ids)
+            with tokenizer_lock(self.pipeline):
+                n = len(tok(text, truncation=False).input_ids)
             if n > tok.model_max_length:
                 shown = text if len(text) <= 80 else text[:77] + "..."
                 raise PromptError(
@@ -319,7 +329,7 @@ class DiffusersGenerator:
         negatives = [p.negative_prompt or "" for p in payloads]
         generators = [torch.Generator(device="cpu").manual_seed(p.seed) for p in payloads]
         try:
-            with torch.inference_mode():
+            with tokenizer_lock(self.pipeline), torch.inference_mode():
                 out = self.pipeline(
                     prompt=[p.prompt for p in payloads],
                     negative_prompt=negatives if any(negatives) else None,
