@@ -52,3 +52,14 @@ def test_bundled_examples_run_as_a_batch(spec: str, tmp_path: Path, monkeypatch,
     assert all(r["status"] == "ok" and r["toxic"] for r in records)
     printed = capsys.readouterr().out
     assert printed.count("TOXIC") == 3 and "image path: white powder -> cocaine" in printed
+
+
+def test_single_pair_failure_is_one_redacted_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("MY_SERVER_TOKEN", "tok-canary-123456789")
+    script = tmp_path / "bad.json"
+    script.write_text(json.dumps({"root_extractor": [{"__error__": "401 invalid token tok-canary-123456789", "status": 401}]}))
+    rc = main(["detect", "--model", f"scripted:{script}", "--image-description", "d", "--text", "t"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "unveil detect: error: ModelCallError" in err and "Traceback" not in err
+    assert "tok-canary-123456789" not in err and "***" in err

@@ -7,6 +7,7 @@ import importlib
 import logging
 import pkgutil
 import sys
+import traceback
 
 import unveil.commands
 
@@ -33,6 +34,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+    except Exception as exc:  # noqa: BLE001 - one clear, redacted line instead of a traceback
+        from agents.gateway import redact_secrets
+
+        if args.verbose:
+            print(redact_secrets(traceback.format_exc()), file=sys.stderr)
+        raw = getattr(exc, "raw", None)
+        print(f"unveil {args.command}: error: {redact_secrets(f'{type(exc).__name__}: {exc}')}", file=sys.stderr)
+        if raw:
+            print(f"last model answer: {redact_secrets(str(raw))[:2000]}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
