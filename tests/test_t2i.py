@@ -101,7 +101,7 @@ async def test_seed_reproduces_and_image_k_uses_seed_plus_k(sd_dir, store):
 
 
 async def test_batched_image_equals_single_image(sd_dir, store):
-    gen = get_generator(f"diffusers:{sd_dir}", store=store, max_wait_ms=300)
+    gen = get_generator(f"diffusers:{sd_dir}", store=store, max_wait_ms=300, max_batch=32)
     batcher = get_batcher(gen.device)
     before = len(batcher.stats.sizes)
     # Two prompts keep the batch shape equal to the seed test's (fewer first-call kernel set-ups on CPU).
@@ -116,7 +116,7 @@ async def test_batched_image_equals_single_image(sd_dir, store):
 
 
 async def test_incompatible_settings_are_not_batched_together(sd_dir, store):
-    gen = get_generator(f"diffusers:{sd_dir}", store=store, max_wait_ms=200)
+    gen = get_generator(f"diffusers:{sd_dir}", store=store, max_wait_ms=200, max_batch=32)
     spy = spy_on(gen)
     try:
         await asyncio.gather(gen.generate(req("a cat", steps=2)), gen.generate(req("a cat", steps=3)))
@@ -238,7 +238,7 @@ async def test_missing_model_and_bad_options_are_named(sd_dir, store, tmp_path):
 
 
 async def test_cuda_oom_names_the_batch_size(sd_dir, store):
-    gen = get_generator(f"diffusers:{sd_dir}", store=store, max_wait_ms=300)
+    gen = get_generator(f"diffusers:{sd_dir}", store=store, max_wait_ms=300, max_batch=32)
     spy_on(gen, fail=torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20 GiB"))
     try:
         with pytest.raises(GenerationOOMError, match="batch of 3 images") as info:

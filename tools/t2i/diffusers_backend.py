@@ -229,12 +229,19 @@ class DiffusersGenerator:
         negative_prompt: str | None = None,
         device: str | None = None,
         dtype: str = "auto",
-        max_batch: int = DEFAULT_MAX_BATCH,
+        max_batch: int | None = None,
         max_wait_ms: float = DEFAULT_MAX_WAIT_S * 1000,
         store: ImageStore | None = None,
         truncate_long_prompts: bool = False,
         compile: bool = False,
     ):
+        self.device = device or default_device()
+        if max_batch is None:
+            # Batching is the GPU throughput path. On CPU it buys little, and convolution results there depend on
+            # the batch's size by a rounding step, so an image (and its content hash) would depend on which
+            # requests happened to share its batch; one image per call keeps CPU runs bit-reproducible, which
+            # resumed and cached runs rely on.
+            max_batch = DEFAULT_MAX_BATCH if self.device.startswith("cuda") else 1
         if max_batch < 1:
             raise UnsupportedOptionError(f"max_batch must be at least 1, got {max_batch}")
         if max_wait_ms < 0:
@@ -245,7 +252,6 @@ class DiffusersGenerator:
         self.unet_file = unet_file
         # SD-NP and ESD (as evaluated by IPR) always add the safety negative prompt; callers can override it.
         self.default_negative = negative_prompt
-        self.device = device or default_device()
         self.dtype = dtype
         self.max_batch = max_batch
         self.max_wait_s = max_wait_ms / 1000.0

@@ -11,7 +11,7 @@ Specs (the part before the first ':' picks the backend):
 | `openai:dall-e-3`, `openai:gpt-image-1` | the OpenAI Images API |
 
 Options of the diffusers backends: `device` (default `cuda` if present else `cpu`), `dtype` (`auto` = fp16 on
-CUDA, fp32 on CPU), `max_batch` (32), `max_wait_ms` (20), `store` (an `ImageStore` or its root folder),
+CUDA, fp32 on CPU), `max_batch` (32 on CUDA; 1 on CPU, where batched convolutions are not bit-identical to single ones), `max_wait_ms` (20), `store` (an `ImageStore` or its root folder),
 `truncate_long_prompts` (False: a prompt over 77 tokens is an error), `negative_prompt` (replaces the variant's
 default), `compile` (False; `torch.compile` the UNet on CUDA, worth it for long runs of full batches). OpenAI options: `client`, `quality`, `size`, `store`, `api_key`, `base_url`. Anything else raises
 `UnsupportedOptionError`.
