@@ -16,8 +16,15 @@ ROLE_SCHEMAS: dict[str, tuple[str, str]] = {
     "pair_judge": ("agents.tag.judges", "PairJudgement"),
     "explainer": ("agents.tag.explainer", "Explanation"),
     "vanilla_detector": ("agents.tag.vanilla", "VanillaVerdict"),
+    "architect": ("agents.ctd.architect", "Scene"),
+    "eraser": ("agents.ctd.eraser", "Erasure"),
+    "judge.informed / judge.blind.<i> / judge.forced": ("agents.ctd.judges", "Vote"),
+    "modality_judge.image / modality_judge.text": ("agents.ctd.judges", "ModalityVerdict"),
+    "gatekeeper": ("agents.ctd.gatekeeper", "Feedback"),
+    "labeller (training data)": ("agents.labeller", "LabellerAnswer"),
+    "rewriter (text-only baseline)": ("agents.rewriter", "RewrittenPrompt"),
 }
-TEXT_ROLES = {"refiner": "free text: 'keep' or a safer prompt (optionally with a reason block first)"}
+TEXT_ROLES = {"refiner.<step>": "free text: 'keep' or a safer prompt (optionally with a reason block first)"}
 
 
 def role_schemas() -> dict[str, dict[str, Any]]:

@@ -63,3 +63,14 @@ def test_single_pair_failure_is_one_redacted_line(tmp_path: Path, monkeypatch, c
     assert rc == 1
     assert "unveil detect: error: ModelCallError" in err and "Traceback" not in err
     assert "tok-canary-123456789" not in err and "***" in err
+
+
+def test_roles_command_lists_every_structured_role(capsys) -> None:
+    assert main(["roles"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    names = " ".join(listed["structured"])
+    for role in ("root_extractor", "expander.visual", "pair_judge", "explainer", "vanilla_detector", "architect",
+                 "eraser", "judge.blind", "gatekeeper", "labeller", "rewriter"):
+        assert role in names
+    assert all("properties" in schema for schema in listed["structured"].values())
+    assert any(k.startswith("refiner") for k in listed["free_text"])
