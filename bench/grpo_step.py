@@ -201,6 +201,7 @@ def main() -> int:
     ap.add_argument("--keep-frac", type=float, default=0.0,
                     help="count this fraction of answers as `keep` (a trained refiner keeps often; 0: worst case)")
     ap.add_argument("--max-batch", type=int, default=32, help="images per SD batch")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the reward UNet (compiled during warm-up)")
     ap.add_argument("--tiny", action="store_true", help="tiny models on CPU: checks the bench itself, times nothing real")
     args = ap.parse_args()
 
@@ -251,7 +252,8 @@ def main() -> int:
         "reward": {"images_per_prompt": args.images_per_prompt, "scale": "authors"},
     })
     renderer = make_renderer(settings.generator, store=store, device=device, steps=settings.t2i_steps,
-                             guidance=settings.t2i_guidance, size=settings.t2i_size, max_batch=args.max_batch)
+                             guidance=settings.t2i_guidance, size=settings.t2i_size, max_batch=args.max_batch,
+                             compile=args.compile)
     if args.scheduler == "dpm":
         from diffusers import DPMSolverMultistepScheduler
 
@@ -337,7 +339,8 @@ def main() -> int:
               "prompt_tokens": prompt_tokens, "prompt_chars": len(text),
               "settings": {"per_device_batch": 4, "grad_accum": 4, "group": 4, "images_per_prompt": args.images_per_prompt,
                            "max_completion": args.max_completion, "t2i_steps": args.t2i_steps, "size": size,
-                           "scheduler": args.scheduler, "keep_frac": args.keep_frac, "max_batch": args.max_batch},
+                           "scheduler": args.scheduler, "keep_frac": args.keep_frac, "max_batch": args.max_batch,
+                           "compile": args.compile},
               "measured": paper, "steps": steps}
     if args.fast_steps and len(steps) > args.warmup + args.steps + 1:
         result["fast_config"] = summary(steps[args.warmup + args.steps + 1 :])

@@ -81,6 +81,7 @@ class GRPOSettings(TrainSettings):
     t2i_size: int = 512
     t2i_scheduler: str = "default"  # default (the pipeline's own, PNDM for SD 1.x) or dpm (DPM-Solver++: ~20 steps)
     t2i_max_batch: int = 32  # images per generator batch
+    t2i_compile: bool = False  # torch.compile the reward generator's UNet (CUDA; one-off compile per batch size)
     scorer: str = "tools"  # tools (tools.scorers: Q16 + open_clip CLIP score) or fast (GPU-batched transformers CLIPs)
     clip_model: str = ""  # alignment CLIP (default ViT/B-32 as the authors: open_clip "ViT-B-32" or transformers id)
     q16_model: str = "openai/clip-vit-large-patch14"  # transformers CLIP for Q16 (its prompts are for ViT-L/14)
