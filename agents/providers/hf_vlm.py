@@ -36,7 +36,6 @@ import io
 import json
 import re
 import threading
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -45,10 +44,11 @@ from urllib.parse import parse_qs
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.outputs import ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict
 
+from agents.providers.messages import chat_result, tool_call_message
 from agents.spec import ModelSpec
 
 KNOWN_OPTIONS = {
@@ -362,13 +362,8 @@ class HFChatModel(BaseChatModel):
         if tools and finish != "length":
             args = _json_object(answer)
             if args is not None:
-                msg = AIMessage(
-                    content="",
-                    tool_calls=[{"name": tools[0]["function"]["name"], "args": args, "id": f"call_{uuid.uuid4().hex[:12]}", "type": "tool_call"}],
-                    response_metadata=msg.response_metadata,
-                )
-        msg.usage_metadata = {"input_tokens": n_in, "output_tokens": int(len(new)), "total_tokens": n_in + int(len(new))}
-        return ChatResult(generations=[ChatGeneration(message=msg)])
+                msg = tool_call_message(tools[0], args, response_metadata=msg.response_metadata)
+        return chat_result(msg, n_in, len(new))
 
     def _generate(
         self,

@@ -16,15 +16,16 @@ import importlib.util
 import json
 import os
 import threading
-import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.outputs import ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
+
+from agents.providers.messages import chat_result, tool_call_message
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _LOADED: dict[str, Any] = {}
@@ -173,21 +174,13 @@ class LlamaCppChatModel(BaseChatModel):
             except json.JSONDecodeError:
                 args = close_truncated_json(text) if truncated else None
         if isinstance(args, dict):
-            msg = AIMessage(
-                content="",
-                tool_calls=[{"name": tools[0]["function"]["name"], "args": args, "id": f"call_{uuid.uuid4().hex[:12]}", "type": "tool_call"}],
-            )
+            msg = tool_call_message(tools[0], args)
         else:
             msg = AIMessage(content=text)
         # A completed truncated answer is reported as "stop" with a flag, so the gateway accepts it if it validates.
         msg.response_metadata = {"finish_reason": "stop" if isinstance(args, dict) else choice.get("finish_reason"),
                                  "truncated": truncated}
-        msg.usage_metadata = {
-            "input_tokens": int(usage.get("prompt_tokens", 0)),
-            "output_tokens": int(usage.get("completion_tokens", 0)),
-            "total_tokens": int(usage.get("total_tokens", 0)),
-        }
-        return ChatResult(generations=[ChatGeneration(message=msg)])
+        return chat_result(msg, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
 
     async def _agenerate(
         self,

@@ -20,16 +20,17 @@ import asyncio
 import json
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.outputs import ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, PrivateAttr
+
+from agents.providers.messages import chat_result, tool_call_message
 
 
 class ScriptExhaustedError(RuntimeError):
@@ -124,15 +125,9 @@ class ScriptedChatModel(BaseChatModel):
             content = answer if isinstance(answer, str) else json.dumps(answer)
             msg = AIMessage(content=content)
         else:
-            name = tools[0]["function"]["name"]
             content = json.dumps(answer)
-            msg = AIMessage(
-                content="",
-                tool_calls=[{"name": name, "args": answer, "id": f"call_{uuid.uuid4().hex[:12]}", "type": "tool_call"}],
-            )
-        out_tokens = max(1, len(content) // 4)
-        msg.usage_metadata = {"input_tokens": in_tokens, "output_tokens": out_tokens, "total_tokens": in_tokens + out_tokens}
-        return ChatResult(generations=[ChatGeneration(message=msg)])
+            msg = tool_call_message(tools[0], answer)
+        return chat_result(msg, in_tokens, max(1, len(content) // 4))
 
     def _generate(
         self,
