@@ -39,30 +39,42 @@ class ResponseCache:
     """A key -> JSON value table in SQLite, safe to share between threads of one process."""
 
     def __init__(self, path: str | os.PathLike[str]):
+        # Opening creates a folder and a database file: that is blocking I/O, which an ASGI server such as
+        # `langgraph dev` refuses on its event loop. The gateway is built inside graph nodes, so the database
+        # is opened lazily on first use, and `get`/`put` are called through `asyncio.to_thread`.
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self._conn: sqlite3.Connection | None = None
+
+    def _db(self) -> sqlite3.Connection:
+        # Called with the lock held.
+        if self._conn is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            self._conn = conn
+        return self._conn
 
     def get(self, key: str) -> dict[str, Any] | None:
         """The cached value, or None."""
         with self._lock:
-            row = self._conn.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
+            row = self._db().execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
         return json.loads(row[0]) if row else None
 
     def put(self, key: str, value: dict[str, Any]) -> None:
         """Store a value (last write wins)."""
         blob = json.dumps(value, ensure_ascii=False)
         with self._lock:
-            self._conn.execute("INSERT OR REPLACE INTO responses (key, value) VALUES (?, ?)", (key, blob))
+            self._db().execute("INSERT OR REPLACE INTO responses (key, value) VALUES (?, ?)", (key, blob))
 
     def __len__(self) -> int:
         with self._lock:
-            return int(self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+            return int(self._db().execute("SELECT COUNT(*) FROM responses").fetchone()[0])
 
     def close(self) -> None:
-        """Close the database."""
+        """Close the database (if it was opened)."""
         with self._lock:
-            self._conn.close()
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
