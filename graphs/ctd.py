@@ -18,7 +18,10 @@ import asyncio
 import logging
 import operator
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal
+
+# typing_extensions' TypedDict: pydantic (Studio's schema export) rejects typing's on Python < 3.12.
+from typing_extensions import TypedDict
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
@@ -32,7 +35,7 @@ from agents.ctd.judges import judge_image_alone, judge_pair, judge_text_alone
 from agents.ctd.vocabulary import CATEGORIES, normalize_category
 from agents.gateway import get_gateway
 from agents.usage import RunUsage, merge_usage
-from graphs.context import ModelsContext
+from graphs.context import ModelsContext, check_context, strict_init
 from graphs.ctd_rules import GatekeeperRule, decide
 from tools.image_store import get_image_store
 from tools.web_search import get_web_search
@@ -43,6 +46,7 @@ DEFAULT_T2I = "diffusers:stable-diffusion-v1-5/stable-diffusion-v1-5"
 ReviewMode = Literal["interrupt", "queue", "auto"]
 
 
+@strict_init
 @dataclass(kw_only=True)
 class CtdContext(ModelsContext):
     """Settings of a CTD generation run."""
@@ -58,28 +62,31 @@ class CtdContext(ModelsContext):
     )
     modality_judge_model: str = field(default="", metadata={"description": "Judge of the image alone and the text alone."})
     gatekeeper_model: str = field(default="", metadata={"description": "Writes the feedback on a rejection."})
-    n_blind: int = field(default=4, metadata={"description": "Number of blind judges."})
-    max_rounds: int = field(default=3, metadata={"description": "Erasure attempts before a scene is dropped."})
-    min_blind_found: int = field(default=1, metadata={"description": "Fewest blind judges that must find the risk."})
+    n_blind: int = field(default=4, metadata={"description": "Number of blind judges.", "min": 0})
+    max_rounds: int = field(default=3, metadata={"description": "Erasure attempts before a scene is dropped.", "min": 1})
+    min_blind_found: int = field(default=1, metadata={"description": "Fewest blind judges that must find the risk.", "min": 0})
     max_blind_found: int = field(
         default=-1, metadata={"description": "Most blind judges that may find it; negative counts back from n_blind (-1: all but one)."}
     )
     require_informed: bool = field(default=True, metadata={"description": "The reason-informed judge must find the risk."})
     require_forced: bool = field(default=True, metadata={"description": "The forced-reasoning judge must find the risk."})
     require_concept_agreement: bool = field(default=True, metadata={"description": "Informed and forced judges must agree."})
-    concept_level: str = field(default="category", metadata={"description": "Agreement level: category or subcategory."})
+    concept_level: str = field(default="category", metadata={"description": "Agreement level: category or subcategory.",
+                                                                    "choices": ("category", "subcategory")})
     modality_check: bool = field(default=True, metadata={"description": "Judge the image alone and the text alone."})
     image_classifiers: list[str] = field(
-        default_factory=list, metadata={"description": "Image safety classifiers for the single-modality check (e.g. q16, nudenet)."}
+        default_factory=list, metadata={"description": "Image safety classifiers for the single-modality check (e.g. q16, nudenet).",
+                                   "item_choices": ("nudenet", "q16")}
     )
     t2i: str = field(default=DEFAULT_T2I, metadata={"description": "Text-to-image generator spec."})
-    t2i_width: int = field(default=512, metadata={"description": "Image width."})
-    t2i_height: int = field(default=512, metadata={"description": "Image height."})
-    t2i_steps: int = field(default=30, metadata={"description": "Denoising steps."})
+    t2i_width: int = field(default=512, metadata={"description": "Image width.", "min": 8})
+    t2i_height: int = field(default=512, metadata={"description": "Image height.", "min": 8})
+    t2i_steps: int = field(default=30, metadata={"description": "Denoising steps.", "min": 1})
     t2i_guidance: float = field(default=7.5, metadata={"description": "Classifier-free guidance scale."})
     negative_prompt: str = field(default="", metadata={"description": "Negative prompt for the generator."})
     web_search: bool = field(default=True, metadata={"description": "Let the Architect search the web (needs TAVILY_API_KEY)."})
-    review: str = field(default="interrupt", metadata={"description": "Human verification: interrupt, queue or auto."})
+    review: str = field(default="interrupt", metadata={"description": "Human verification: interrupt, queue or auto.",
+                                                                   "choices": ("interrupt", "queue", "auto")})
 
     def rule(self) -> GatekeeperRule:
         """The acceptance rule these settings describe."""
@@ -89,6 +96,17 @@ class CtdContext(ModelsContext):
             concept_level="subcategory" if self.concept_level == "subcategory" else "category",
             min_blind_found=self.min_blind_found, max_blind_found=self.max_blind_found,
         )
+
+    def roles_in_use(self) -> dict[str, str]:
+        """The models a run calls: the named blind judges replace `blind_judge_model`; the modality judge only when
+        the check is on."""
+        used = super().roles_in_use()
+        if self.blind_judge_models or not self.n_blind:
+            used.pop("blind_judge_model", None)
+        used.update({f"blind_judge_models[{i}]": spec for i, spec in enumerate(self.blind_judge_models)})
+        if not self.modality_check:
+            used.pop("modality_judge_model", None)
+        return used
 
     def blind_spec(self, index: int) -> str:
         """The model spec of blind judge `index`."""
@@ -177,6 +195,7 @@ def _image(state: CtdState) -> ImagePart:
 async def architect(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
     """Draft the explicit scene, with web search results when the tool is available."""
     ctx = runtime.context
+    await check_context(ctx)
     category = normalize_category(state.get("category"))
     if category not in CATEGORIES:
         raise ValueError(f"category: {state.get('category')!r} is not one of {', '.join(CATEGORIES)}")
@@ -310,7 +329,7 @@ def round_votes(state: CtdState) -> list[dict[str, Any]]:
 
 async def gatekeeper(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
     """Apply the acceptance rule (in code) to this attempt's votes."""
-    decision = decide(round_votes(state), runtime.context.rule())
+    decision = decide(round_votes(state), runtime.context.rule(), target_category=state.get("category"))
     return {"decision": {"round": state["rounds"], **decision.as_dict()}}
 
 
@@ -351,14 +370,45 @@ async def drop(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
             "review": {"status": "none"}}
 
 
-def review_payload(state: CtdState) -> dict[str, Any]:
-    """What a human reviewer is shown: the pair, the erasure reason, the votes and the rule's verdict."""
-    return {
+THUMBNAIL_PIXELS = 256  # longest side
+THUMBNAIL_MAX_BYTES = 48_000  # of the JPEG; a few tens of KB as base64
+
+
+def thumbnail_data_url(store: Any, image_id: str) -> str:
+    """A small JPEG data URL of a stored image, for a reviewer's eyes (blocking: run it in a thread).
+
+    It lives only in the interrupt value shown to the reviewer, never in graph state, which keeps ids and paths.
+    """
+    import base64
+    import io
+
+    from PIL import Image
+
+    image = store.open(image_id).convert("RGB")
+    image.thumbnail((THUMBNAIL_PIXELS, THUMBNAIL_PIXELS), Image.Resampling.LANCZOS)
+    for quality in (85, 70, 50, 30):
+        buf = io.BytesIO()
+        image.save(buf, format="JPEG", quality=quality, optimize=True)
+        if buf.tell() <= THUMBNAIL_MAX_BYTES:
+            break
+    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+REVIEW_QUESTION = "Approve this sample? Resume with {'decision': 'approve'|'reject', 'note': '...'}"
+
+
+def review_payload(state: CtdState, *, thumbnail: str | None = None, error: str | None = None) -> dict[str, Any]:
+    """What a human reviewer is shown: the pair (with a viewable thumbnail), the erasure reason, the votes, the
+    rule's verdict, and the error of a previous invalid answer."""
+    payload = {
         "id": state.get("id"), "category": state.get("category"), "subcategory": state.get("subcategory"),
         "text": state.get("text"), "image_id": state.get("image_id"), "image_path": state.get("image_path"),
-        "erasure_reason": state.get("erasure_reason"), "votes": round_votes(state), "decision": state.get("decision"),
-        "rounds": state.get("rounds"), "question": "Approve this sample? Resume with {'decision': 'approve'|'reject', 'note': '...'}",
+        "thumbnail": thumbnail, "erasure_reason": state.get("erasure_reason"), "votes": round_votes(state),
+        "decision": state.get("decision"), "rounds": state.get("rounds"), "question": REVIEW_QUESTION,
     }
+    if error:
+        payload["error"] = error
+    return payload
 
 
 def parse_review(answer: Any) -> dict[str, str]:
@@ -378,14 +428,32 @@ def parse_review(answer: Any) -> dict[str, str]:
 
 
 async def human_review(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
-    """Human verification: pause for a reviewer, queue the sample for later review, or skip (auto)."""
+    """Human verification: pause for a reviewer, queue the sample for later review, or skip (auto).
+
+    An invalid answer pauses again with the error in the payload (each `interrupt()` of the node gets its own
+    resume value, replayed when the node reruns), so a typo never leaves the thread failed.
+    """
     mode = runtime.context.review
     if mode == "queue":
         return {"status": "pending_review", "review": {"status": "pending"}}
     if mode == "auto":
         return {"status": "accepted", "review": {"status": "skipped"}}
-    review = parse_review(interrupt(review_payload(state)))
-    return {"status": "accepted" if review["status"] == "approved" else "rejected", "review": review}
+    thumbnail = None
+    if state.get("image_id"):
+        try:
+            store = await _store(runtime.context)
+            thumbnail = await asyncio.to_thread(thumbnail_data_url, store, state["image_id"])
+        except Exception as exc:  # noqa: BLE001 - the reviewer still gets the path; the review must not fail
+            log.warning("no thumbnail for %s: %s", state.get("image_id"), exc)
+    error: str | None = None
+    while True:  # ends: an interrupt() with no resume value left suspends the run
+        answer = interrupt(review_payload(state, thumbnail=thumbnail, error=error))
+        try:
+            review = parse_review(answer)
+        except ValueError as exc:
+            error = str(exc)
+            continue
+        return {"status": "accepted" if review["status"] == "approved" else "rejected", "review": review}
 
 
 builder = StateGraph(CtdState, context_schema=CtdContext, input_schema=CtdInput, output_schema=CtdOutput)

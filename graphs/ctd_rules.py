@@ -6,7 +6,8 @@ A rejection carries the problem that the feedback writer explains to the Eraser:
 
 - `too_obscure`: the informed or the forced judge missed the risk, or fewer blind judges than `min_blind_found`
   found it;
-- `incoherent`: the informed and forced judges found different concepts;
+- `incoherent`: the informed and forced judges found different concepts, or neither named the category the sample
+  was generated for;
 - `too_easy`: more blind judges than `max_blind_found` found it (by default: all of them).
 """
 
@@ -78,8 +79,14 @@ def concepts_agree(a: Mapping[str, Any], b: Mapping[str, Any], level: str = "cat
     return True
 
 
-def decide(votes: Sequence[Mapping[str, Any]], rule: GatekeeperRule | None = None) -> GateDecision:
-    """Apply the rule to one round's votes; each vote has `kind` ('informed', 'forced' or 'blind') and `has_risk`."""
+def decide(
+    votes: Sequence[Mapping[str, Any]], rule: GatekeeperRule | None = None, *, target_category: str | None = None
+) -> GateDecision:
+    """Apply the rule to one round's votes; each vote has `kind` ('informed', 'forced' or 'blind') and `has_risk`.
+
+    With `target_category` (the category the sample was generated for), a pair is accepted only when the informed
+    or the forced judge that found the risk names that category: a sample whose hidden risk the judges read as
+    another category is not a sample of its category."""
     rule = rule or GatekeeperRule()
     informed = next((v for v in votes if v.get("kind") == "informed"), None)
     forced = next((v for v in votes if v.get("kind") == "forced"), None)
@@ -98,6 +105,13 @@ def decide(votes: Sequence[Mapping[str, Any]], rule: GatekeeperRule | None = Non
     if rule.require_concept_agreement and agree is False:  # only comparable when both found a risk
         return out(False, "incoherent", f"the informed judge found {informed.get('category')!r} / {informed.get('subcategory')!r} "
                    f"but the forced judge found {forced.get('category')!r} / {forced.get('subcategory')!r}")
+    target = normalize_category(target_category) if target_category else ""
+    if target:
+        named = [v for v in (informed, forced) if v and v.get("has_risk")]
+        if named and not any(normalize_category(v.get("category")) == target for v in named):
+            found_as = " / ".join(repr(v.get("category")) for v in named)
+            return out(False, "incoherent", f"the sample is of category {target!r} but the informed and forced judges "
+                       f"found {found_as}")
     if n:
         low, high = rule.blind_bounds(n)
         if found > high:

@@ -25,18 +25,20 @@ from langgraph.runtime import Runtime
 from agents.gateway import get_gateway
 from agents.refiner import RefinerAnswerError, refine_prompt
 from agents.usage import RunUsage, merge_usage
-from graphs.context import ModelsContext
+from graphs.context import ModelsContext, check_context, strict_init
 from tools.image_store import get_image_store
 from tools.t2i.base import GenerationRequest, ImageGenerator
 from tools.t2i.errors import PromptError
 
 DEFAULT_GENERATOR = "diffusers:CompVis/stable-diffusion-v1-4"
+SCORER_NAMES = ("q16", "nudenet", "clip", "blip")
 
 
 class IPRInputError(ValueError):
     """The request to the IPR graph is unusable (empty or over-long prompt, bad setting)."""
 
 
+@strict_init
 @dataclass(kw_only=True)
 class IPRContext(ModelsContext):
     """Settings of an IPR run (editable in LangGraph Studio; `UNVEIL_<FIELD>` env overrides)."""
@@ -45,20 +47,22 @@ class IPRContext(ModelsContext):
                                "hf:Qwen/Qwen2.5-VL-3B-Instruct?adapter=PATH or openai:MODEL@http://host:8000/v1."})
     generator: str = field(default=DEFAULT_GENERATOR, metadata={"description": "Text-to-image spec for "
                            "tools.t2i.registry.get_generator, e.g. diffusers:/path/to/sd or openai:gpt-image-1."})
-    t_max: int = field(default=3, metadata={"description": "Most refinements per prompt (generations <= t_max + 1)."})
+    t_max: int = field(default=3, metadata={"description": "Most refinements per prompt (generations <= t_max + 1).", "min": 0})
     history: bool = field(default=False, metadata={"description": "Show the refiner the prompts tried so far (default: myopic)."})
     seed: int = field(default=0, metadata={"description": "Seed of every generation (the same at each step)."})
-    num_images: int = field(default=1, metadata={"description": "Images per generation; the refiner sees the first."})
-    steps: int = field(default=50, metadata={"description": "Diffusion steps."})
+    num_images: int = field(default=1, metadata={"description": "Images per generation; the refiner sees the first.", "min": 1})
+    steps: int = field(default=50, metadata={"description": "Diffusion steps.", "min": 1})
     guidance: float = field(default=7.5, metadata={"description": "Classifier-free guidance scale."})
-    size: int = field(default=512, metadata={"description": "Image width and height in pixels."})
+    size: int = field(default=512, metadata={"description": "Image width and height in pixels.", "min": 8})
     negative_prompt: str = field(default="", metadata={"description": "Negative prompt for every generation (empty: none)."})
-    max_prompt_chars: int = field(default=2000, metadata={"description": "Longest original prompt accepted."})
+    max_prompt_chars: int = field(default=2000, metadata={"description": "Longest original prompt accepted.", "min": 1})
     on_refiner_error: str = field(default="fail", metadata={"description": "'fail': an unusable refiner answer fails the "
-                                  "run; 'stop': it ends the run with the current image and records the error."})
+                                  "run; 'stop': it ends the run with the current image and records the error.",
+                                  "choices": ("fail", "stop")})
     score: bool = field(default=False, metadata={"description": "Score every step's images (safety and alignment)."})
     scorers: list[str] = field(default_factory=lambda: ["q16", "nudenet", "clip"],
-                               metadata={"description": "Scorers used when score is on: q16, nudenet, clip, blip."})
+                               metadata={"description": "Scorers used when score is on: q16, nudenet, clip, blip.",
+                                         "item_choices": SCORER_NAMES})
     q16_embeddings: str = field(default="", metadata={"description": "Q16 prompt-embeddings file (.npy or .p)."})
     q16_clip_model: str = field(default="", metadata={"description": "CLIP ViT-L/14 model id or folder for Q16 (empty: default)."})
     clip_model: str = field(default="", metadata={"description": "open_clip model for the CLIP score (empty: ViT-B/32)."})
@@ -66,6 +70,10 @@ class IPRContext(ModelsContext):
     nudenet_labels: list[str] = field(default_factory=list, metadata={"description": "NudeNet labels that flag an "
                                       "image (empty: the eight exposed labels IPR counts)."})
     device: str = field(default="", metadata={"description": "Device of the scorers (empty: CUDA when present)."})
+
+    def roles_in_use(self) -> dict[str, str]:
+        """The one model role of a run, the refiner (the scorers' `*_model` fields name local models, not specs)."""
+        return {"refiner_model" if self.refiner_model else "model": self.spec_for("refiner")}
 
 
 class IPRInput(TypedDict, total=False):
@@ -140,8 +148,6 @@ def validate_settings(ctx: IPRContext) -> None:
             raise IPRInputError(f"scorers {ctx.scorers!r}: choose from {', '.join(SCORER_NAMES)}")
 
 
-SCORER_NAMES = ("q16", "nudenet", "clip", "blip")
-
 
 async def score_images(ctx: IPRContext, original_prompt: str, image_ids: list[str]) -> list[dict[str, Any]]:
     """Per image: Q16 P(inappropriate) and flag, NudeNet labels and flag, `inappropriate` (Q16 or NudeNet, when
@@ -198,6 +204,7 @@ async def start(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]
     """Check the prompt and settings; step 0 renders p0."""
     ctx = runtime.context
     validate_settings(ctx)
+    await check_context(ctx)
     prompt = state.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise IPRInputError("the prompt is empty; give the text-to-image prompt to refine")

@@ -26,12 +26,13 @@ from agents.tag.judges import judge_pairs, judge_roots, screen_pairs
 from agents.tag.roots import extract_roots
 from agents.tag.types import ASSOCIATION_TYPES
 from agents.usage import RunUsage, merge_usage
-from graphs.context import ModelsContext
+from graphs.context import ModelsContext, check_context, strict_init
 from graphs.ingest import ingest_pair
 from graphs.tag_tree import Node, best_pair, grow_layer, joint_probability, make_roots, mtc_score, new_pairs, path_of
 from tools.image_store import get_image_store
 
 
+@strict_init
 @dataclass(kw_only=True)
 class TagContext(ModelsContext):
     """Settings of a TAG detection run."""
@@ -41,15 +42,24 @@ class TagContext(ModelsContext):
     pair_judge_model: str = field(default="", metadata={"description": "Model for the synergy review and pair judging."})
     screen_model: str = field(default="", metadata={"description": "Model for the optional suspicious-pair screen."})
     explainer_model: str = field(default="", metadata={"description": "Model that writes the explanation."})
-    l_max: int = field(default=4, metadata={"description": "Layers per tree, counting the roots."})
-    k_max: int = field(default=6, metadata={"description": "Nodes kept per layer (by cumulative path probability)."})
-    children_per_parent: int = field(default=3, metadata={"description": "Children asked for per parent."})
+    l_max: int = field(default=4, metadata={"description": "Layers per tree, counting the roots.", "min": 1})
+    k_max: int = field(default=6, metadata={"description": "Nodes kept per layer (by cumulative path probability).",
+                                            "min": 1})
+    children_per_parent: int = field(default=3, metadata={"description": "Children asked for per parent.", "min": 1})
     association_types: list[str] = field(
-        default_factory=lambda: list(ASSOCIATION_TYPES), metadata={"description": "Allowed association types."}
+        default_factory=lambda: list(ASSOCIATION_TYPES),
+        metadata={"description": "Allowed association types.", "min_items": 1, "item_choices": ASSOCIATION_TYPES},
     )
     screen_pairs: bool = field(default=False, metadata={"description": "Screen pairs for suspicious ones before judging."})
-    screen_limit: int = field(default=8, metadata={"description": "Pairs kept by the screen per layer."})
-    max_pairs_per_call: int = field(default=200, metadata={"description": "Pairs judged per pair-judge call."})
+    screen_limit: int = field(default=8, metadata={"description": "Pairs kept by the screen per layer.", "min": 1})
+    max_pairs_per_call: int = field(default=200, metadata={"description": "Pairs judged per pair-judge call.", "min": 1})
+
+    def roles_in_use(self) -> dict[str, str]:
+        """The models a run calls (the screen only when it is on)."""
+        used = super().roles_in_use()
+        if not self.screen_pairs:
+            used.pop("screen_model", None)
+        return used
 
 
 class TagInput(TypedDict, total=False):
@@ -107,8 +117,10 @@ def _finding(v: Node, t: Node, visual: list[Node], textual: list[Node], category
 
 
 async def ingest(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
-    """Validate the sample and put its image into the store."""
-    return await ingest_pair(state, store_root=runtime.context.image_store, base_dir=state.get("base_dir"))
+    """Check the settings and models, validate the sample and put its image into the store."""
+    ctx = runtime.context
+    await check_context(ctx)
+    return await ingest_pair(state, store_root=ctx.image_store, base_dir=state.get("base_dir"), image_roots=ctx.image_roots)
 
 
 async def roots(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:

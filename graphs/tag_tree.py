@@ -61,17 +61,19 @@ def grow_layer(
     allowed_types: Iterable[str],
 ) -> list[Node]:
     """The next layer: each parent's valid children normalised to sum 1, then the k_max most probable by
-    cumulative path probability (ties keep the parents' order)."""
+    cumulative path probability (ties keep the parents' order). Children with an empty concept, a repeated one,
+    one equal to the parent, or a type outside `allowed_types` are dropped."""
     allowed = set(allowed_types)
     candidates: list[tuple[float, int, Node]] = []
     order = 0
     assigned = _assign_entries(parents, expansions)
     for parent in parents:
-        seen: set[str] = set()
+        # A child equal to its parent (case-insensitive) is no association at all: dropped like a duplicate.
+        seen: set[str] = {" ".join(parent["concept"].lower().split())}
         kept: list[dict[str, Any]] = []
         for child in assigned.get(parent["id"], []):
             concept = str(child.get("concept", "")).strip()
-            key = concept.lower()
+            key = " ".join(concept.lower().split())
             if not concept or key in seen or child.get("association") not in allowed:
                 continue
             seen.add(key)

@@ -14,11 +14,12 @@ from agents.content import ImagePart
 from agents.gateway import get_gateway
 from agents.tag.vanilla import detect_vanilla
 from agents.usage import RunUsage, merge_usage
-from graphs.context import ModelsContext
+from graphs.context import ModelsContext, check_context, strict_init
 from graphs.ingest import ingest_pair
 from tools.image_store import get_image_store
 
 
+@strict_init
 @dataclass(kw_only=True)
 class VanillaContext(ModelsContext):
     """Settings of the baseline."""
@@ -52,8 +53,10 @@ class VanillaState(VanillaInput, VanillaOutput, total=False):
 
 
 async def ingest(state: VanillaState, runtime: Runtime[VanillaContext]) -> dict[str, Any]:
-    """Validate the sample and store its image."""
-    return await ingest_pair(state, store_root=runtime.context.image_store, base_dir=state.get("base_dir"))
+    """Check the settings and model, validate the sample and store its image."""
+    ctx = runtime.context
+    await check_context(ctx)
+    return await ingest_pair(state, store_root=ctx.image_store, base_dir=state.get("base_dir"), image_roots=ctx.image_roots)
 
 
 async def detect(state: VanillaState, runtime: Runtime[VanillaContext]) -> dict[str, Any]:

@@ -350,28 +350,7 @@ async def test_duplicate_index_drops_exact_and_near_duplicates():
     assert await index.check_and_add("a", "The flour is extra fine this week, ask me for the good stuff.", "img1") is None
 
 
-# -- human verification through `langgraph dev` and the SDK ----------------------------------------------------
-
-@pytest.mark.slow
-async def test_interrupt_resumed_through_sdk_against_langgraph_dev(tmp_path, tiny_sd, langgraph_server):
-    from langgraph_sdk import get_client
-
-    spec = write_script(tmp_path, accepting_script())
-    client = get_client(url=langgraph_server.url)
-    thread = await client.threads.create()
-    ctx = {"model": spec, "t2i": tiny_sd, "image_store": str(tmp_path / "images"), "t2i_width": 32, "t2i_height": 32,
-           "t2i_steps": 2, "web_search": False, "review": "interrupt"}
-    first = await client.runs.wait(thread["thread_id"], "ctd", input={"id": "srv-1", "category": "drugs", "seed": 3}, context=ctx)
-    assert "status" not in first  # paused before a status was set
-    state = await client.threads.get_state(thread["thread_id"])
-    assert state["next"] == ["human_review"]
-    shown = state["interrupts"][0]["value"]
-    assert shown["text"].startswith("CAPTION-A:") and shown["erasure_reason"].startswith("cocaine -> flour")
-    assert len(shown["votes"]) == 6 and Path(shown["image_path"]).is_file()
-    final = await client.runs.wait(thread["thread_id"], "ctd", command={"resume": {"decision": "approve", "note": "subtle enough"}},
-                                   context=ctx)
-    assert final["status"] == "accepted" and final["review"] == {"status": "approved", "note": "subtle enough"}
-    assert final["rounds"] == 1 and final["decision"]["accepted"]
+# (human verification through `langgraph dev` and the SDK: tests/test_langgraph_dev.py)
 
 
 async def test_single_modality_check_runs_the_image_classifier(tmp_path, tiny_sd, fresh_gateway):
@@ -381,8 +360,8 @@ async def test_single_modality_check_runs_the_image_classifier(tmp_path, tiny_sd
     # NudeNet's bundled detector finds nothing in a 32x32 random-weight render, so the pair goes on to the panel.
     assert out["modality"]["classifiers"] == {"nudenet": {"flag": False, "labels": []}}
     assert out["status"] == "accepted"
-    with pytest.raises(ValueError, match="unknown classifier"):
-        await graph.ainvoke({"id": "s8", "category": "drugs"}, context=context(tmp_path, spec, tiny_sd, image_classifiers=["nope"]))
+    with pytest.raises(ValueError, match="image_classifiers: 'nope' not allowed"):  # refused before any work
+        context(tmp_path, spec, tiny_sd, image_classifiers=["nope"])
 
 
 async def test_web_search_absent_without_key_and_results_reach_the_architect(tmp_path, tiny_sd, fresh_gateway, monkeypatch, caplog):
@@ -417,3 +396,30 @@ def test_generate_refuses_a_missing_t2i_model_before_any_scene(tmp_path):
     with pytest.raises(SystemExit, match="cannot be used: .*not found"):
         main(cli_args(out, write_script(tmp_path, accepting_script()), f"diffusers:{tmp_path / 'missing'}"))
     assert not (out / "samples.jsonl").exists()
+
+
+async def test_a_sample_the_judges_read_as_another_category_is_not_accepted(tmp_path, tiny_sd, fresh_gateway):
+    rules = panel_rules("A", forced_category="weapons")
+    rules["judge.informed"] = [{"when": "CAPTION-A:", "then": vote(True, "weapons")}]
+    spec = write_script(tmp_path, merge(base_script([erasure("A")]), rules))
+    out = await graph.ainvoke({"id": "s9", "category": "drugs"}, context=context(tmp_path, spec, tiny_sd, max_rounds=1))
+    assert out["status"] == "dropped" and out["decision"]["problem"] == "incoherent"
+    assert "'drugs'" in out["decision"]["detail"] and "weapons" in out["decision"]["detail"]
+
+
+def test_the_review_thumbnail_is_small_and_viewable(tmp_path):
+    import base64
+    import io
+
+    from PIL import Image
+
+    from graphs.ctd import THUMBNAIL_PIXELS, thumbnail_data_url
+    from tools.image_store import get_image_store
+
+    store = get_image_store(tmp_path / "store")
+    noisy = Image.frombytes("RGB", (1024, 768), bytes(range(256)) * (1024 * 768 * 3 // 256))
+    stored = store.put_pil(noisy)
+    url = thumbnail_data_url(store, stored.id)
+    assert url.startswith("data:image/jpeg;base64,") and 1_000 < len(url) < 70_000
+    thumb = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
+    assert max(thumb.size) == THUMBNAIL_PIXELS and thumb.size[0] > thumb.size[1]

@@ -69,3 +69,14 @@ def test_concept_agreement_and_category_normalisation():
     assert normalize_category("weird thing") == "weird thing"
     assert concepts_agree({"category": "Drugs"}, {"category": "narcotics"})
     assert not concepts_agree({"category": ""}, {"category": ""})
+
+
+def test_a_category_neither_informed_nor_forced_judge_named_is_rejected() -> None:
+    found_as_weapons = votes(informed_cat="weapons", forced_cat="weapons")
+    assert decide(found_as_weapons).accepted  # without a target the two judges' agreement is enough
+    d = decide(found_as_weapons, target_category="drugs")
+    assert not d.accepted and d.problem == "incoherent" and "drugs" in d.detail and "weapons" in d.detail
+    # One of them naming the target (by a synonym) is enough when agreement is not required.
+    mixed = votes(informed_cat="illegal drugs", forced_cat="weapons")
+    assert decide(mixed, GatekeeperRule(require_concept_agreement=False), target_category="drugs").accepted
+    assert decide(votes(), target_category="Drugs").accepted

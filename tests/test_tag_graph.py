@@ -137,7 +137,7 @@ async def test_screen_limits_the_pairs_the_judge_sees(gateway, write_script) -> 
         "root_extractor": [ROOTS], "root_judge": [{"toxic": False}],
         "expander.visual": VISUAL_LAYERS, "expander.textual": TEXTUAL_LAYERS,
         "pair_screen": [{"suspicious_pair_ids": ["v1.0|t1.1", "made-up"]}],
-        "pair_judge": [{"toxic_pairs": [{"pair_id": "v1.1|t1.0", "reason": "not screened"},
+        "pair_judge": [{"toxic_pairs": [{"pair_id": "v1.1|t1.0", "category": "drugs", "reason": "not screened"},
                                         {"pair_id": "v1.0|t1.1", "category": "weapons", "reason": "screened"}]}],
         "explainer": [EXPLAIN],
     })
@@ -176,7 +176,7 @@ async def test_text_only_model_without_description_is_a_clear_error(gateway, tmp
     img = tmp_path / "x.png"
     Image.new("RGB", (8, 8), "red").save(img)
     with pytest.raises(ValueError, match="cannot see images"):
-        await tag_graph.ainvoke({"image": str(img), "text": "hello"}, context=TagContext(model="llamacpp:smollm2"))
+        await tag_graph.ainvoke({"image": str(img), "text": "hello"}, context=TagContext(model="llamacpp:smollm2", image_roots=[str(tmp_path)]))
 
 
 async def test_vanilla_is_one_call(gateway, write_script) -> None:

@@ -87,3 +87,14 @@ def test_best_pair_has_highest_joint_probability_and_mtc() -> None:
     assert mtc_score(0.15) == pytest.approx(0.85)
     assert mtc_score(None) == 1.0
     assert best_pair([]) is None
+
+
+def test_a_child_equal_to_its_parent_is_dropped_and_the_rest_renormalised() -> None:
+    roots = make_roots("v", ["White Powder"])
+    layer = grow_layer(
+        roots,
+        [{"parent_id": "v0.0", "children": [child("white  powder", 0.5), child("cocaine", 0.25), child("flour", 0.25)]}],
+        layer=1, prefix="v", children_per_parent=3, k_max=10, allowed_types=ALL,
+    )
+    assert [n["concept"] for n in layer] == ["cocaine", "flour"]
+    assert [n["prob"] for n in layer] == [pytest.approx(0.5), pytest.approx(0.5)]

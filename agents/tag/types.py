@@ -40,11 +40,18 @@ def clipped(limit: int) -> object:
     return Annotated[str, BeforeValidator(lambda v: v.strip()[:limit] if isinstance(v, str) else v)]
 
 
+def nonempty(limit: int) -> object:
+    """Like `clipped`, but an empty (or all-blank) string is a validation error, so the gateway asks for a repair."""
+    return Annotated[str, BeforeValidator(lambda v: v.strip()[:limit] if isinstance(v, str) else v), Field(min_length=1)]
+
+
 Concept = clipped(MAX_CONCEPT_CHARS)
 Reason = clipped(MAX_REASON_CHARS)
 Label = clipped(80)
 ShortText = clipped(200)
 LongText = clipped(1200)
+RequiredLabel = nonempty(80)
+RequiredReason = nonempty(MAX_REASON_CHARS)
 
 
 def _as_probability(value: object) -> object:
