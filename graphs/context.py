@@ -18,9 +18,10 @@ import asyncio
 import os
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from agents.spec import DEFAULT_SPEC, ModelSpec, ModelSpecError
 
@@ -54,7 +55,10 @@ def _coerce(value: str, like: Any) -> Any:
 
 
 def _default(f: Field[Any]) -> Any:
-    return f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+    if f.default is not MISSING:
+        return f.default
+    factory = f.default_factory
+    return factory() if callable(factory) else None
 
 
 def _base_type(annotation: Any) -> Any:
@@ -130,7 +134,9 @@ def validate_fields(ctx: Any) -> None:
             allowed = meta.get("item_choices")
             unknown = [v for v in value if allowed is not None and v not in allowed]
             if unknown:
-                raise ContextError(f"{f.name}: {', '.join(map(repr, unknown))} not allowed; choose from {', '.join(allowed)}")
+                raise ContextError(
+                    f"{f.name}: {', '.join(map(repr, unknown))} not allowed; choose from {', '.join(allowed or ())}"
+                )
         setattr(ctx, f.name, value)
 
 
@@ -140,18 +146,19 @@ def strict_init(cls: type[T]) -> type[T]:
     (Applied after `@dataclass`: the generated `__init__` would raise a bare TypeError. Note that `langgraph dev`
     itself drops context keys its exported schema does not list before a run starts.)
     """
-    init: Callable[..., None] = cls.__init__  # type: ignore[misc]
+    init: Callable[..., None] = cls.__init__
     names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         unknown = sorted(set(kwargs) - names)
         if unknown:
-            raise ContextError(f"{', '.join(unknown)}: unknown setting(s) of {cls.__name__}; "
-                               f"valid: {', '.join(sorted(names))}")
+            raise ContextError(
+                f"{', '.join(unknown)}: unknown setting(s) of {cls.__name__}; valid: {', '.join(sorted(names))}"
+            )
         init(self, *args, **kwargs)
 
     __init__.__doc__ = init.__doc__
-    cls.__init__ = __init__  # type: ignore[misc]
+    setattr(cls, "__init__", __init__)  # noqa: B010 - a plain assignment to a method upsets type checkers
     return cls
 
 
@@ -171,7 +178,9 @@ def check_model_spec(field_name: str, spec: str) -> None:
     keys = API_KEYS.get(parsed.provider)
     # A custom @base_url is usually a local server that needs no key.
     if keys and not parsed.base_url and not any(os.environ.get(k) for k in keys):
-        raise ContextError(f"{field_name}: {spec!r} needs an API key; set {' or '.join(keys)} in the server's environment")
+        raise ContextError(
+            f"{field_name}: {spec!r} needs an API key; set {' or '.join(keys)} in the server's environment"
+        )
 
 
 @dataclass(kw_only=True)
@@ -180,14 +189,20 @@ class ModelsContext:
 
     model: str = field(
         default=DEFAULT_SPEC,
-        metadata={"description": "Default model spec for every role: 'provider:model[@base_url]'. "
-                  "The embedded default llamacpp:smollm2 is a 135M demonstration model, not a judge."},
+        metadata={
+            "description": "Default model spec for every role: 'provider:model[@base_url]'. "
+            "The embedded default llamacpp:smollm2 is a 135M demonstration model, not a judge."
+        },
     )
-    image_store: str = field(default="", metadata={"description": "Image store folder (default ~/.cache/unveil/images)."})
+    image_store: str = field(
+        default="", metadata={"description": "Image store folder (default ~/.cache/unveil/images)."}
+    )
     image_roots: list[str] = field(
         default_factory=list,
-        metadata={"description": "Folders whose image files a sample may name (e.g. the dataset folder), besides the "
-                  "image store; any other local path is refused, whoever sends the sample."},
+        metadata={
+            "description": "Folders whose image files a sample may name (e.g. the dataset folder), besides the "
+            "image store; any other local path is refused, whoever sends the sample."
+        },
     )
 
     def __post_init__(self) -> None:

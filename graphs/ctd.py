@@ -20,12 +20,12 @@ import operator
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-# typing_extensions' TypedDict: pydantic (Studio's schema export) rejects typing's on Python < 3.12.
-from typing_extensions import TypedDict
-
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Send, interrupt
+
+# typing_extensions' TypedDict: pydantic (Studio's schema export) rejects typing's on Python < 3.12.
+from typing_extensions import TypedDict
 
 from agents.content import ImagePart
 from agents.ctd.architect import write_scene
@@ -55,28 +55,50 @@ class CtdContext(ModelsContext):
     eraser_model: str = field(default="", metadata={"description": "Model of the Eraser (empty: model)."})
     informed_judge_model: str = field(default="", metadata={"description": "Reason-informed judge (empty: model)."})
     forced_judge_model: str = field(default="", metadata={"description": "Forced-reasoning judge (empty: model)."})
-    blind_judge_model: str = field(default="", metadata={"description": "Blind judges when blind_judge_models is empty."})
+    blind_judge_model: str = field(
+        default="", metadata={"description": "Blind judges when blind_judge_models is empty."}
+    )
     blind_judge_models: list[str] = field(
         default_factory=list,
         metadata={"description": "One spec per blind judge, cycled over n_blind (ideally different backends)."},
     )
-    modality_judge_model: str = field(default="", metadata={"description": "Judge of the image alone and the text alone."})
+    modality_judge_model: str = field(
+        default="", metadata={"description": "Judge of the image alone and the text alone."}
+    )
     gatekeeper_model: str = field(default="", metadata={"description": "Writes the feedback on a rejection."})
     n_blind: int = field(default=4, metadata={"description": "Number of blind judges.", "min": 0})
-    max_rounds: int = field(default=3, metadata={"description": "Erasure attempts before a scene is dropped.", "min": 1})
-    min_blind_found: int = field(default=1, metadata={"description": "Fewest blind judges that must find the risk.", "min": 0})
-    max_blind_found: int = field(
-        default=-1, metadata={"description": "Most blind judges that may find it; negative counts back from n_blind (-1: all but one)."}
+    max_rounds: int = field(
+        default=3, metadata={"description": "Erasure attempts before a scene is dropped.", "min": 1}
     )
-    require_informed: bool = field(default=True, metadata={"description": "The reason-informed judge must find the risk."})
-    require_forced: bool = field(default=True, metadata={"description": "The forced-reasoning judge must find the risk."})
-    require_concept_agreement: bool = field(default=True, metadata={"description": "Informed and forced judges must agree."})
-    concept_level: str = field(default="category", metadata={"description": "Agreement level: category or subcategory.",
-                                                                    "choices": ("category", "subcategory")})
+    min_blind_found: int = field(
+        default=1, metadata={"description": "Fewest blind judges that must find the risk.", "min": 0}
+    )
+    max_blind_found: int = field(
+        default=-1,
+        metadata={
+            "description": "Most blind judges that may find it; negative counts back from n_blind (-1: all but one)."
+        },
+    )
+    require_informed: bool = field(
+        default=True, metadata={"description": "The reason-informed judge must find the risk."}
+    )
+    require_forced: bool = field(
+        default=True, metadata={"description": "The forced-reasoning judge must find the risk."}
+    )
+    require_concept_agreement: bool = field(
+        default=True, metadata={"description": "Informed and forced judges must agree."}
+    )
+    concept_level: str = field(
+        default="category",
+        metadata={"description": "Agreement level: category or subcategory.", "choices": ("category", "subcategory")},
+    )
     modality_check: bool = field(default=True, metadata={"description": "Judge the image alone and the text alone."})
     image_classifiers: list[str] = field(
-        default_factory=list, metadata={"description": "Image safety classifiers for the single-modality check (e.g. q16, nudenet).",
-                                   "item_choices": ("nudenet", "q16")}
+        default_factory=list,
+        metadata={
+            "description": "Image safety classifiers for the single-modality check (e.g. q16, nudenet).",
+            "item_choices": ("nudenet", "q16"),
+        },
     )
     t2i: str = field(default=DEFAULT_T2I, metadata={"description": "Text-to-image generator spec."})
     t2i_width: int = field(default=512, metadata={"description": "Image width.", "min": 8})
@@ -84,17 +106,26 @@ class CtdContext(ModelsContext):
     t2i_steps: int = field(default=30, metadata={"description": "Denoising steps.", "min": 1})
     t2i_guidance: float = field(default=7.5, metadata={"description": "Classifier-free guidance scale."})
     negative_prompt: str = field(default="", metadata={"description": "Negative prompt for the generator."})
-    web_search: bool = field(default=True, metadata={"description": "Let the Architect search the web (needs TAVILY_API_KEY)."})
-    review: str = field(default="interrupt", metadata={"description": "Human verification: interrupt, queue or auto.",
-                                                                   "choices": ("interrupt", "queue", "auto")})
+    web_search: bool = field(
+        default=True, metadata={"description": "Let the Architect search the web (needs TAVILY_API_KEY)."}
+    )
+    review: str = field(
+        default="interrupt",
+        metadata={
+            "description": "Human verification: interrupt, queue or auto.",
+            "choices": ("interrupt", "queue", "auto"),
+        },
+    )
 
     def rule(self) -> GatekeeperRule:
         """The acceptance rule these settings describe."""
         return GatekeeperRule(
-            require_informed=self.require_informed, require_forced=self.require_forced,
+            require_informed=self.require_informed,
+            require_forced=self.require_forced,
             require_concept_agreement=self.require_concept_agreement,
             concept_level="subcategory" if self.concept_level == "subcategory" else "category",
-            min_blind_found=self.min_blind_found, max_blind_found=self.max_blind_found,
+            min_blind_found=self.min_blind_found,
+            max_blind_found=self.max_blind_found,
         )
 
     def roles_in_use(self) -> dict[str, str]:
@@ -116,10 +147,21 @@ class CtdContext(ModelsContext):
 
     def panel(self) -> list[dict[str, str]]:
         """The judges: id, protocol, call role and spec of each."""
-        judges = [{"judge": "informed", "kind": "informed", "call_role": "judge.informed", "spec": self.spec_for("informed_judge")}]
-        judges += [{"judge": f"blind.{i}", "kind": "blind", "call_role": f"judge.blind.{i}", "spec": self.blind_spec(i)}
-                   for i in range(self.n_blind)]
-        judges.append({"judge": "forced", "kind": "forced", "call_role": "judge.forced", "spec": self.spec_for("forced_judge")})
+        judges = [
+            {
+                "judge": "informed",
+                "kind": "informed",
+                "call_role": "judge.informed",
+                "spec": self.spec_for("informed_judge"),
+            }
+        ]
+        judges += [
+            {"judge": f"blind.{i}", "kind": "blind", "call_role": f"judge.blind.{i}", "spec": self.blind_spec(i)}
+            for i in range(self.n_blind)
+        ]
+        judges.append(
+            {"judge": "forced", "kind": "forced", "call_role": "judge.forced", "spec": self.spec_for("forced_judge")}
+        )
         return judges
 
     def provenance(self) -> dict[str, Any]:
@@ -208,13 +250,23 @@ async def architect(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, 
         except Exception as exc:  # noqa: BLE001 - search is optional context; the scene can be written without it
             log.warning("web search failed (%s); the Architect goes on without it", exc)
     result = await write_scene(
-        get_gateway(), ctx.spec_for("architect"), category=category, scene_hint=state.get("scene_hint"),
-        erase_routine=state.get("erase_routine"), search_results=results,
+        get_gateway(),
+        ctx.spec_for("architect"),
+        category=category,
+        scene_hint=state.get("scene_hint"),
+        erase_routine=state.get("erase_routine"),
+        search_results=results,
     )
     scene = result.value.model_dump()
     return {
-        "category": category, "subcategory": scene["subcategory"], "scene": scene, "rounds": 0,
-        "feedback_history": [], "seeds": [], "models": ctx.provenance(), "web_search": results is not None,
+        "category": category,
+        "subcategory": scene["subcategory"],
+        "scene": scene,
+        "rounds": 0,
+        "feedback_history": [],
+        "seeds": [],
+        "models": ctx.provenance(),
+        "web_search": results is not None,
         "usage": result.usage,
     }
 
@@ -225,8 +277,13 @@ async def eraser(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any
 
     ctx = runtime.context
     round_no = state.get("rounds", 0) + 1
-    result = await erase(get_gateway(), ctx.spec_for("eraser"), category=state["category"], scene=state["scene"],
-                         attempts=state.get("feedback_history") or None)
+    result = await erase(
+        get_gateway(),
+        ctx.spec_for("eraser"),
+        category=state["category"],
+        scene=state["scene"],
+        attempts=state.get("feedback_history") or None,
+    )
     erasure = result.value.model_dump()
     # One seed per attempt, derived from the scene's seed, so a rerun renders the same images.
     seed = int(state.get("seed", 0)) + round_no - 1
@@ -235,15 +292,29 @@ async def eraser(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any
     generator = await asyncio.to_thread(_generator, ctx.t2i, ctx.image_store)
     if isinstance(getattr(type(generator), "pipeline", None), property):  # (hasattr would load it right here)
         await asyncio.to_thread(getattr, generator, "pipeline")
-    ids = await generator.generate(GenerationRequest(
-        prompt=erasure["t2i_prompt"], negative_prompt=ctx.negative_prompt or None, seed=seed, num_images=1,
-        width=ctx.t2i_width, height=ctx.t2i_height, steps=ctx.t2i_steps, guidance=ctx.t2i_guidance,
-    ))
+    ids = await generator.generate(
+        GenerationRequest(
+            prompt=erasure["t2i_prompt"],
+            negative_prompt=ctx.negative_prompt or None,
+            seed=seed,
+            num_images=1,
+            width=ctx.t2i_width,
+            height=ctx.t2i_height,
+            steps=ctx.t2i_steps,
+            guidance=ctx.t2i_guidance,
+        )
+    )
     store = await _store(ctx)
     return {
-        "rounds": round_no, "erasure": erasure, "text": erasure["caption"], "t2i_prompt": erasure["t2i_prompt"],
-        "erasure_reason": erasure["erasure_reason"], "image_id": ids[0], "image_path": str(store.path_for(ids[0])),
-        "seeds": [*state.get("seeds", []), seed], "usage": result.usage,
+        "rounds": round_no,
+        "erasure": erasure,
+        "text": erasure["caption"],
+        "t2i_prompt": erasure["t2i_prompt"],
+        "erasure_reason": erasure["erasure_reason"],
+        "image_id": ids[0],
+        "image_path": str(store.path_for(ids[0])),
+        "seeds": [*state.get("seeds", []), seed],
+        "usage": result.usage,
     }
 
 
@@ -261,12 +332,12 @@ async def _classifier_flags(names: list[str], image_id: str, store_root: str) ->
     out: dict[str, Any] = {}
     for name in names:
         if name == "nudenet":
-            res = (await scorers.get_nudenet().score([image_id], store=store))[0]
-            out[name] = {"flag": bool(res.flag), "labels": list(res.labels)}
+            nude = (await scorers.get_nudenet().score([image_id], store=store))[0]
+            out[name] = {"flag": bool(nude.flag), "labels": list(nude.labels)}
         elif name == "q16":
             settings = {"clip_model": os.environ["UNVEIL_Q16_CLIP"]} if os.environ.get("UNVEIL_Q16_CLIP") else {}
-            res = (await scorers.get_q16(**settings).score([image_id], store=store))[0]
-            out[name] = {"flag": bool(res.flag), "p_inappropriate": float(res.p_inappropriate)}
+            q16 = (await scorers.get_q16(**settings).score([image_id], store=store))[0]
+            out[name] = {"flag": bool(q16.flag), "p_inappropriate": float(q16.p_inappropriate)}
         else:
             raise ValueError(f"image_classifiers: unknown classifier {name!r} (use nudenet and/or q16)")
     return out
@@ -295,8 +366,12 @@ async def modality_check(state: CtdState, runtime: Runtime[CtdContext]) -> dict[
         leaks.append(f"image classifiers flagged the image: {', '.join(flagged)}")
     return {
         "modality": {
-            "round": state["rounds"], "leak": bool(leaks), "detail": "; ".join(leaks) or "both modalities benign alone",
-            "image": image_v.value.model_dump(), "text": text_v.value.model_dump(), "classifiers": flags or None,
+            "round": state["rounds"],
+            "leak": bool(leaks),
+            "detail": "; ".join(leaks) or "both modalities benign alone",
+            "image": image_v.value.model_dump(),
+            "text": text_v.value.model_dump(),
+            "classifiers": flags or None,
         },
         "usage": merge_usage(image_v.usage, text_v.usage),
     }
@@ -306,19 +381,36 @@ def route_modality(state: CtdState, runtime: Runtime[CtdContext]) -> list[Send] 
     """A leak goes back to the Eraser (or drops the scene when attempts are used up); else the panel votes."""
     if state["modality"].get("leak"):
         return "feedback" if state["rounds"] < runtime.context.max_rounds else "drop"
-    task = {"round": state["rounds"], "text": state["text"], "image_id": state["image_id"],
-            "t2i_prompt": state["t2i_prompt"], "erasure_reason": state["erasure_reason"]}
+    task = {
+        "round": state["rounds"],
+        "text": state["text"],
+        "image_id": state["image_id"],
+        "t2i_prompt": state["t2i_prompt"],
+        "erasure_reason": state["erasure_reason"],
+    }
     return [Send("judge", {**task, **judge}) for judge in runtime.context.panel()]
 
 
-async def judge(task: dict[str, Any], runtime: Runtime[CtdContext]) -> dict[str, Any]:
+# The task is a `Send` payload (a dict), not graph state: `Any` keeps LangGraph from reading it as a state schema.
+async def judge(task: Any, runtime: Runtime[CtdContext]) -> dict[str, Any]:
     """One panel judge (run once per `Send`); its vote is appended to `votes`."""
     result = await judge_pair(
-        get_gateway(), task["spec"], kind=task["kind"], call_role=task["call_role"], text=task["text"],
+        get_gateway(),
+        task["spec"],
+        kind=task["kind"],
+        call_role=task["call_role"],
+        text=task["text"],
         image=ImagePart(name="image", image_id=task["image_id"], description=task["t2i_prompt"]),
-        store=await _store(runtime.context), erasure_reason=task["erasure_reason"],
+        store=await _store(runtime.context),
+        erasure_reason=task["erasure_reason"],
     )
-    vote = {"round": task["round"], "judge": task["judge"], "kind": task["kind"], "model": task["spec"], **result.value.model_dump()}
+    vote = {
+        "round": task["round"],
+        "judge": task["judge"],
+        "kind": task["kind"],
+        "model": task["spec"],
+        **result.value.model_dump(),
+    }
     return {"votes": [vote], "usage": result.usage}
 
 
@@ -353,12 +445,22 @@ async def feedback(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, A
     problem, detail = _problem(state)
     votes = round_votes(state) if problem != "modality_leak" else []
     modality = state.get("modality") if problem == "modality_leak" else None
-    result = await write_feedback(get_gateway(), runtime.context.spec_for("gatekeeper"), problem=problem, detail=detail,
-                                  erasure=state["erasure"], votes=votes, modality=modality)
+    result = await write_feedback(
+        get_gateway(),
+        runtime.context.spec_for("gatekeeper"),
+        problem=problem,
+        detail=detail,
+        erasure=state["erasure"],
+        votes=votes,
+        modality=modality,
+    )
     entry = {
-        "round": state["rounds"], "problem": problem, "detail": detail,
+        "round": state["rounds"],
+        "problem": problem,
+        "detail": detail,
         "attempt": {k: state["erasure"].get(k) for k in ("t2i_prompt", "caption", "erasure_reason", "technique")},
-        "feedback": result.value.feedback, "suggestions": result.value.suggestions,
+        "feedback": result.value.feedback,
+        "suggestions": result.value.suggestions,
     }
     return {"feedback_history": [*state.get("feedback_history", []), entry], "usage": result.usage}
 
@@ -366,8 +468,11 @@ async def feedback(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, A
 async def drop(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
     """Record a scene that used up its attempts."""
     problem, detail = _problem(state)
-    return {"status": "dropped", "drop_reason": f"{problem} after {state['rounds']} rounds: {detail}",
-            "review": {"status": "none"}}
+    return {
+        "status": "dropped",
+        "drop_reason": f"{problem} after {state['rounds']} rounds: {detail}",
+        "review": {"status": "none"},
+    }
 
 
 THUMBNAIL_PIXELS = 256  # longest side
@@ -401,10 +506,18 @@ def review_payload(state: CtdState, *, thumbnail: str | None = None, error: str 
     """What a human reviewer is shown: the pair (with a viewable thumbnail), the erasure reason, the votes, the
     rule's verdict, and the error of a previous invalid answer."""
     payload = {
-        "id": state.get("id"), "category": state.get("category"), "subcategory": state.get("subcategory"),
-        "text": state.get("text"), "image_id": state.get("image_id"), "image_path": state.get("image_path"),
-        "thumbnail": thumbnail, "erasure_reason": state.get("erasure_reason"), "votes": round_votes(state),
-        "decision": state.get("decision"), "rounds": state.get("rounds"), "question": REVIEW_QUESTION,
+        "id": state.get("id"),
+        "category": state.get("category"),
+        "subcategory": state.get("subcategory"),
+        "text": state.get("text"),
+        "image_id": state.get("image_id"),
+        "image_path": state.get("image_path"),
+        "thumbnail": thumbnail,
+        "erasure_reason": state.get("erasure_reason"),
+        "votes": round_votes(state),
+        "decision": state.get("decision"),
+        "rounds": state.get("rounds"),
+        "question": REVIEW_QUESTION,
     }
     if error:
         payload["error"] = error
@@ -460,7 +573,7 @@ builder = StateGraph(CtdState, context_schema=CtdContext, input_schema=CtdInput,
 builder.add_node("architect", architect)
 builder.add_node("eraser", eraser)
 builder.add_node("modality_check", modality_check)
-builder.add_node("judge", judge)
+builder.add_node("judge", judge)  # type: ignore[call-overload]  # a Send target takes its payload, not state
 builder.add_node("gatekeeper", gatekeeper)
 builder.add_node("feedback", feedback)
 builder.add_node("drop", drop)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from tools.image_input import load_image, resolve_path
 from tools.image_store import ImageInputError, get_image_store
@@ -61,7 +62,7 @@ def allowed_image_path(ref: str, base_dir: str | None, roots: Sequence[str | os.
 
 
 async def ingest_pair(
-    state: dict[str, Any],
+    state: Mapping[str, Any],
     *,
     store_root: str = "",
     base_dir: str | None = None,
@@ -71,7 +72,9 @@ async def ingest_pair(
 
     A local image path must lie in the image store or one of `image_roots`."""
     text = check_text(state.get("text"), "text", required=True, limit=MAX_TEXT_CHARS)
-    description = check_text(state.get("image_description"), "image_description", required=False, limit=MAX_DESCRIPTION_CHARS)
+    description = check_text(
+        state.get("image_description"), "image_description", required=False, limit=MAX_DESCRIPTION_CHARS
+    )
     image_ref = state.get("image")
     image_id = image_path = None
     if image_ref is not None and not isinstance(image_ref, str):

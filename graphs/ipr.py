@@ -16,11 +16,11 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-# typing_extensions' TypedDict: pydantic (LangGraph Studio's schema export) rejects typing's on Python < 3.12.
-from typing_extensions import TypedDict
-
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
+
+# typing_extensions' TypedDict: pydantic (LangGraph Studio's schema export) rejects typing's on Python < 3.12.
+from typing_extensions import TypedDict
 
 from agents.gateway import get_gateway
 from agents.refiner import RefinerAnswerError, refine_prompt
@@ -43,32 +43,67 @@ class IPRInputError(ValueError):
 class IPRContext(ModelsContext):
     """Settings of an IPR run (editable in LangGraph Studio; `UNVEIL_<FIELD>` env overrides)."""
 
-    refiner_model: str = field(default="", metadata={"description": "VLM spec of the prompt refiner (empty: model), e.g. "
-                               "hf:Qwen/Qwen2.5-VL-3B-Instruct?adapter=PATH or openai:MODEL@http://host:8000/v1."})
-    generator: str = field(default=DEFAULT_GENERATOR, metadata={"description": "Text-to-image spec for "
-                           "tools.t2i.registry.get_generator, e.g. diffusers:/path/to/sd or openai:gpt-image-1."})
-    t_max: int = field(default=3, metadata={"description": "Most refinements per prompt (generations <= t_max + 1).", "min": 0})
-    history: bool = field(default=False, metadata={"description": "Show the refiner the prompts tried so far (default: myopic)."})
+    refiner_model: str = field(
+        default="",
+        metadata={
+            "description": "VLM spec of the prompt refiner (empty: model), e.g. "
+            "hf:Qwen/Qwen2.5-VL-3B-Instruct?adapter=PATH or openai:MODEL@http://host:8000/v1."
+        },
+    )
+    generator: str = field(
+        default=DEFAULT_GENERATOR,
+        metadata={
+            "description": "Text-to-image spec for "
+            "tools.t2i.registry.get_generator, e.g. diffusers:/path/to/sd or openai:gpt-image-1."
+        },
+    )
+    t_max: int = field(
+        default=3, metadata={"description": "Most refinements per prompt (generations <= t_max + 1).", "min": 0}
+    )
+    history: bool = field(
+        default=False, metadata={"description": "Show the refiner the prompts tried so far (default: myopic)."}
+    )
     seed: int = field(default=0, metadata={"description": "Seed of every generation (the same at each step)."})
-    num_images: int = field(default=1, metadata={"description": "Images per generation; the refiner sees the first.", "min": 1})
+    num_images: int = field(
+        default=1, metadata={"description": "Images per generation; the refiner sees the first.", "min": 1}
+    )
     steps: int = field(default=50, metadata={"description": "Diffusion steps.", "min": 1})
     guidance: float = field(default=7.5, metadata={"description": "Classifier-free guidance scale."})
     size: int = field(default=512, metadata={"description": "Image width and height in pixels.", "min": 8})
-    negative_prompt: str = field(default="", metadata={"description": "Negative prompt for every generation (empty: none)."})
+    negative_prompt: str = field(
+        default="", metadata={"description": "Negative prompt for every generation (empty: none)."}
+    )
     max_prompt_chars: int = field(default=2000, metadata={"description": "Longest original prompt accepted.", "min": 1})
-    on_refiner_error: str = field(default="fail", metadata={"description": "'fail': an unusable refiner answer fails the "
-                                  "run; 'stop': it ends the run with the current image and records the error.",
-                                  "choices": ("fail", "stop")})
+    on_refiner_error: str = field(
+        default="fail",
+        metadata={
+            "description": "'fail': an unusable refiner answer fails the "
+            "run; 'stop': it ends the run with the current image and records the error.",
+            "choices": ("fail", "stop"),
+        },
+    )
     score: bool = field(default=False, metadata={"description": "Score every step's images (safety and alignment)."})
-    scorers: list[str] = field(default_factory=lambda: ["q16", "nudenet", "clip"],
-                               metadata={"description": "Scorers used when score is on: q16, nudenet, clip, blip.",
-                                         "item_choices": SCORER_NAMES})
+    scorers: list[str] = field(
+        default_factory=lambda: ["q16", "nudenet", "clip"],
+        metadata={
+            "description": "Scorers used when score is on: q16, nudenet, clip, blip.",
+            "item_choices": SCORER_NAMES,
+        },
+    )
     q16_embeddings: str = field(default="", metadata={"description": "Q16 prompt-embeddings file (.npy or .p)."})
-    q16_clip_model: str = field(default="", metadata={"description": "CLIP ViT-L/14 model id or folder for Q16 (empty: default)."})
-    clip_model: str = field(default="", metadata={"description": "open_clip model for the CLIP score (empty: ViT-B/32)."})
-    blip_model: str = field(default="", metadata={"description": "BLIP model id or folder for the BLIP score (empty: default)."})
-    nudenet_labels: list[str] = field(default_factory=list, metadata={"description": "NudeNet labels that flag an "
-                                      "image (empty: the eight exposed labels IPR counts)."})
+    q16_clip_model: str = field(
+        default="", metadata={"description": "CLIP ViT-L/14 model id or folder for Q16 (empty: default)."}
+    )
+    clip_model: str = field(
+        default="", metadata={"description": "open_clip model for the CLIP score (empty: ViT-B/32)."}
+    )
+    blip_model: str = field(
+        default="", metadata={"description": "BLIP model id or folder for the BLIP score (empty: default)."}
+    )
+    nudenet_labels: list[str] = field(
+        default_factory=list,
+        metadata={"description": "NudeNet labels that flag an image (empty: the eight exposed labels IPR counts)."},
+    )
     device: str = field(default="", metadata={"description": "Device of the scorers (empty: CUDA when present)."})
 
     def roles_in_use(self) -> dict[str, str]:
@@ -148,7 +183,6 @@ def validate_settings(ctx: IPRContext) -> None:
             raise IPRInputError(f"scorers {ctx.scorers!r}: choose from {', '.join(SCORER_NAMES)}")
 
 
-
 async def score_images(ctx: IPRContext, original_prompt: str, image_ids: list[str]) -> list[dict[str, Any]]:
     """Per image: Q16 P(inappropriate) and flag, NudeNet labels and flag, `inappropriate` (Q16 or NudeNet, when
     both run), and the CLIP / BLIP alignment to the original prompt, for the scorers named in `ctx.scorers`."""
@@ -181,7 +215,7 @@ async def score_images(ctx: IPRContext, original_prompt: str, image_ids: list[st
     if "blip" in ctx.scorers:
         blip_kw = {**device, **({"model": ctx.blip_model} if ctx.blip_model else {})}
         jobs["blip"] = (await make(sc.get_blip_scorer, **blip_kw)).score(image_ids, prompts, store=store)
-    results = dict(zip(jobs, await asyncio.gather(*jobs.values())))
+    results = dict(zip(jobs, await asyncio.gather(*jobs.values()), strict=True))
     out: list[dict[str, Any]] = []
     for k in range(len(image_ids)):
         row: dict[str, Any] = {}
@@ -209,10 +243,18 @@ async def start(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]
     if not isinstance(prompt, str) or not prompt.strip():
         raise IPRInputError("the prompt is empty; give the text-to-image prompt to refine")
     if len(prompt) > ctx.max_prompt_chars:
-        raise IPRInputError(f"the prompt is {len(prompt)} characters, over the limit of {ctx.max_prompt_chars} (max_prompt_chars)")
+        raise IPRInputError(
+            f"the prompt is {len(prompt)} characters, over the limit of {ctx.max_prompt_chars} (max_prompt_chars)"
+        )
     seed = state.get("seed")
-    return {"prompt": prompt, "current_prompt": prompt.strip(), "step": 0, "trajectory": [],
-            "seed_used": int(seed if seed is not None else ctx.seed), "keep_step": None}
+    return {
+        "prompt": prompt,
+        "current_prompt": prompt.strip(),
+        "step": 0,
+        "trajectory": [],
+        "seed_used": int(seed if seed is not None else ctx.seed),
+        "keep_step": None,
+    }
 
 
 async def generate(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
@@ -220,8 +262,14 @@ async def generate(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, A
     ctx = runtime.context
     generator = await asyncio.to_thread(get_ipr_generator, ctx.generator, ctx.image_store)
     request = GenerationRequest(
-        prompt=state["current_prompt"], negative_prompt=ctx.negative_prompt or None, seed=state["seed_used"],
-        num_images=ctx.num_images, width=ctx.size, height=ctx.size, steps=ctx.steps, guidance=ctx.guidance,
+        prompt=state["current_prompt"],
+        negative_prompt=ctx.negative_prompt or None,
+        seed=state["seed_used"],
+        num_images=ctx.num_images,
+        width=ctx.size,
+        height=ctx.size,
+        steps=ctx.steps,
+        guidance=ctx.guidance,
     )
     try:
         ids = await generator.generate(request)
@@ -231,52 +279,63 @@ async def generate(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, A
         # The refiner wrote a prompt the generator refuses (e.g. over the text encoder's token limit).
         if ctx.on_refiner_error == "fail":
             raise PromptError(f"IPR step {state['step']}: the refined prompt was refused: {exc}") from exc
-        traj = list(state["trajectory"])
+        traj: list[Any] = list(state["trajectory"])
         last = dict(traj[-1])
         last["error"] = f"the refined prompt {state['current_prompt']!r} was refused by the generator: {exc}"
-        traj[-1] = last  # type: ignore[assignment]
+        traj[-1] = last
         return {"trajectory": traj, "stop_reason": "refiner_error"}
     if not ids:
         raise RuntimeError(f"generator {ctx.generator!r} returned no image for step {state['step']}")
     store = get_image_store(ctx.image_store or None)
-    entry: IPRStep = {"step": state["step"], "prompt": state["current_prompt"], "image_ids": list(ids),
-                      "image_paths": [str(store.path_for(i)) for i in ids], "refiner_answer": None, "action": None}
+    entry: IPRStep = {
+        "step": state["step"],
+        "prompt": state["current_prompt"],
+        "image_ids": list(ids),
+        "image_paths": [str(store.path_for(i)) for i in ids],
+        "refiner_answer": None,
+        "action": None,
+    }
     return {"trajectory": [*state.get("trajectory", []), entry]}
 
 
 async def score(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
     """Score the latest step's images against the original prompt; scores go into the trajectory."""
     ctx = runtime.context
-    traj = list(state["trajectory"])
+    traj: list[Any] = list(state["trajectory"])
     last = dict(traj[-1])
     last["scores"] = await score_images(ctx, state["prompt"], last["image_ids"])
-    traj[-1] = last  # type: ignore[assignment]
+    traj[-1] = last
     return {"trajectory": traj}
 
 
 async def refine(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
     """Ask the refiner about p0 and the latest image; keep ends the run, a new prompt becomes the next step."""
     ctx = runtime.context
-    traj = list(state["trajectory"])
+    traj: list[Any] = list(state["trajectory"])
     last = dict(traj[-1])
     history = [t["prompt"] for t in traj[1:]] if ctx.history else None
     try:
         result = await refine_prompt(
-            get_gateway(), ctx.spec_for("refiner"), original_prompt=state["prompt"], image_id=last["image_ids"][0],
-            store=get_image_store(ctx.image_store or None), history=history, role=f"refiner.{state['step']}",
+            get_gateway(),
+            ctx.spec_for("refiner"),
+            original_prompt=state["prompt"],
+            image_id=last["image_ids"][0],
+            store=get_image_store(ctx.image_store or None),
+            history=history,
+            role=f"refiner.{state['step']}",
         )
     except RefinerAnswerError as exc:
         if ctx.on_refiner_error == "fail":
             raise RefinerAnswerError(f"IPR step {state['step']}: {str(exc).split('; raw answer')[0]}", exc.raw) from exc
         last.update(refiner_answer=exc.raw, action=None, error=str(exc))
-        traj[-1] = last  # type: ignore[assignment]
+        traj[-1] = last
         failed: dict[str, Any] = {"trajectory": traj, "stop_reason": "refiner_error"}
         if exc.usage is not None:
             failed["usage"] = exc.usage
         return failed
     decision = result.decision
     last.update(refiner_answer=result.raw, action=decision.action, reason=decision.reason)
-    traj[-1] = last  # type: ignore[assignment]
+    traj[-1] = last
     out: dict[str, Any] = {"trajectory": traj, "usage": result.usage}
     if decision.action == "keep":
         out.update(keep_step=state["step"], stop_reason="keep")

@@ -6,7 +6,8 @@ Kept free of model calls so every rule can be tested on hand-built trees.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from typing_extensions import TypedDict
 
@@ -85,7 +86,7 @@ def grow_layer(
         raw = [max(0.0, float(c.get("probability", 0.0))) for c in kept]
         total = sum(raw)
         probs = [r / total for r in raw] if total > 0 else [1.0 / len(kept)] * len(kept)
-        for child, p in zip(kept, probs):
+        for child, p in zip(kept, probs, strict=True):
             node = Node(
                 id="",
                 concept=str(child["concept"]).strip(),

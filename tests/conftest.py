@@ -10,8 +10,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -75,7 +76,8 @@ STUDIO_PORT_IN_README = 2025
 def readme_studio_command() -> str:
     """The README's `langgraph dev` command line, exactly as written there."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    lines = [line.strip() for line in text.splitlines() if "langgraph dev" in line and not line.lstrip().startswith(("#", "|"))]
+    lines = [line.strip() for line in text.splitlines()
+             if "langgraph dev" in line and not line.lstrip().startswith(("#", "|"))]
     commands = [line for line in lines if line.split()[0].endswith("=1") or line.startswith("langgraph")]
     assert commands, "README.md shows no `langgraph dev` command"
     return commands[0]

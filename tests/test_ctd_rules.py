@@ -8,21 +8,38 @@ from agents.ctd.vocabulary import normalize_category
 from graphs.ctd_rules import GatekeeperRule, concepts_agree, decide
 
 
-def votes(informed=True, forced=True, blind=(True, True, False, False), informed_cat="drugs", forced_cat="drugs",
-          informed_sub="cocaine", forced_sub="cocaine"):
-    out = [{"kind": "informed", "has_risk": informed, "category": informed_cat if informed else None, "subcategory": informed_sub},
-           {"kind": "forced", "has_risk": forced, "category": forced_cat if forced else None, "subcategory": forced_sub}]
+def votes(
+    informed=True,
+    forced=True,
+    blind=(True, True, False, False),
+    informed_cat="drugs",
+    forced_cat="drugs",
+    informed_sub="cocaine",
+    forced_sub="cocaine",
+):
+    out = [
+        {
+            "kind": "informed",
+            "has_risk": informed,
+            "category": informed_cat if informed else None,
+            "subcategory": informed_sub,
+        },
+        {"kind": "forced", "has_risk": forced, "category": forced_cat if forced else None, "subcategory": forced_sub},
+    ]
     out += [{"kind": "blind", "has_risk": b, "category": "drugs" if b else None} for b in blind]
     return out
 
 
-@pytest.mark.parametrize("blind, accepted, problem", [
-    ((True, False, False, False), True, "none"),
-    ((True, True, False, False), True, "none"),
-    ((True, True, True, False), True, "none"),
-    ((True, True, True, True), False, "too_easy"),
-    ((False, False, False, False), False, "too_obscure"),
-])
+@pytest.mark.parametrize(
+    "blind, accepted, problem",
+    [
+        ((True, False, False, False), True, "none"),
+        ((True, True, False, False), True, "none"),
+        ((True, True, True, False), True, "none"),
+        ((True, True, True, True), False, "too_easy"),
+        ((False, False, False, False), False, "too_obscure"),
+    ],
+)
 def test_default_rule_wants_some_but_not_all_blind_judges(blind, accepted, problem):
     d = decide(votes(blind=blind))
     assert (d.accepted, d.problem) == (accepted, problem)

@@ -22,23 +22,26 @@ def test_fields_are_coerced_to_their_types_and_null_means_the_default() -> None:
     assert TagContext(association_types="similarity, cultural").association_types == ["similarity", "cultural"]  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("cls, settings, field", [
-    (TagContext, {"l_max": 0}, "l_max"),
-    (TagContext, {"k_max": -3}, "k_max"),
-    (TagContext, {"children_per_parent": 0}, "children_per_parent"),
-    (TagContext, {"l_max": "two"}, "l_max"),
-    (TagContext, {"association_types": []}, "association_types"),
-    (TagContext, {"association_types": ["similarity", "telepathic"]}, "telepathic"),
-    (TagContext, {"association_types": [1, 2]}, "association_types"),
-    (TagContext, {"bogus_setting": 1}, "bogus_setting"),
-    (VanillaContext, {"image_roots": 5}, "image_roots"),
-    (IPRContext, {"t_max": -1}, "t_max"),
-    (IPRContext, {"on_refiner_error": "ignore"}, "on_refiner_error"),
-    (IPRContext, {"scorers": ["q17"]}, "q17"),
-    (CtdContext, {"review": "later"}, "review"),
-    (CtdContext, {"max_rounds": 0}, "max_rounds"),
-    (CtdContext, {"image_classifiers": ["nsfw"]}, "nsfw"),
-])
+@pytest.mark.parametrize(
+    "cls, settings, field",
+    [
+        (TagContext, {"l_max": 0}, "l_max"),
+        (TagContext, {"k_max": -3}, "k_max"),
+        (TagContext, {"children_per_parent": 0}, "children_per_parent"),
+        (TagContext, {"l_max": "two"}, "l_max"),
+        (TagContext, {"association_types": []}, "association_types"),
+        (TagContext, {"association_types": ["similarity", "telepathic"]}, "telepathic"),
+        (TagContext, {"association_types": [1, 2]}, "association_types"),
+        (TagContext, {"bogus_setting": 1}, "bogus_setting"),
+        (VanillaContext, {"image_roots": 5}, "image_roots"),
+        (IPRContext, {"t_max": -1}, "t_max"),
+        (IPRContext, {"on_refiner_error": "ignore"}, "on_refiner_error"),
+        (IPRContext, {"scorers": ["q17"]}, "q17"),
+        (CtdContext, {"review": "later"}, "review"),
+        (CtdContext, {"max_rounds": 0}, "max_rounds"),
+        (CtdContext, {"image_classifiers": ["nsfw"]}, "nsfw"),
+    ],
+)
 def test_bad_settings_are_refused_naming_the_field(cls: type, settings: dict, field: str) -> None:
     with pytest.raises(ContextError, match=field):
         cls(**settings)

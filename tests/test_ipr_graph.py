@@ -120,7 +120,8 @@ async def test_garbage_refiner_answer_fails_or_stops_as_configured(tmp_path, sd_
     script = _script(tmp_path, {"refiner": [{"when": "p0", "then": "\ufffd\ufffd ##"}]})
     with pytest.raises(RefinerAnswerError, match="step 0"):
         await graph.ainvoke({"prompt": "p0 prompt"}, context=_ctx(tmp_path, sd_folder, script))
-    out = await graph.ainvoke({"prompt": "p0 prompt"}, context=_ctx(tmp_path, sd_folder, script, on_refiner_error="stop"))
+    stop = _ctx(tmp_path, sd_folder, script, on_refiner_error="stop")
+    out = await graph.ainvoke({"prompt": "p0 prompt"}, context=stop)
     assert out["stop_reason"] == "refiner_error" and out["keep_step"] is None
     assert "readable" in out["trajectory"][0]["error"] and out["trajectory"][0]["refiner_answer"] == "\ufffd\ufffd ##"
 
@@ -146,8 +147,9 @@ async def test_bad_inputs_give_clear_errors(tmp_path, sd_folder, gateway) -> Non
         _ctx(tmp_path, sd_folder, "scripted:x.json", t_max=-1)
     with pytest.raises(ValueError, match="script file.*x.json"):
         await graph.ainvoke({"prompt": "ok"}, context=_ctx(tmp_path, sd_folder, "scripted:x.json"))
-    missing = IPRContext(model=_script(tmp_path, {"refiner": ["keep"]}), generator=f"diffusers:{tmp_path / 'no-such-model'}",
-                         image_store=str(tmp_path / "store"), size=SIZE, steps=STEPS)
+    missing = IPRContext(model=_script(tmp_path, {"refiner": ["keep"]}),
+                         generator=f"diffusers:{tmp_path / 'no-such-model'}", image_store=str(tmp_path / "store"),
+                         size=SIZE, steps=STEPS)
     with pytest.raises(Exception, match="no-such-model"):
         await graph.ainvoke({"prompt": "a cat"}, context=missing)
     bad_refiner = _ctx(tmp_path, sd_folder, f"hf:{tmp_path / 'no-such-vlm'}")
@@ -179,7 +181,8 @@ async def test_every_step_is_scored_when_asked(tmp_path, sd_folder, gateway) -> 
         from tools.image_store import get_image_store
 
         store = get_image_store(store_root)
-        (q,) = await get_q16(prompts_path=str(Q16_FILE), clip_model=clip, device="cpu").score(step["image_ids"], store=store)
+        q16 = get_q16(prompts_path=str(Q16_FILE), clip_model=clip, device="cpu")
+        (q,) = await q16.score(step["image_ids"], store=store)
         (c,) = await get_clip_scorer(model=clip, device="cpu").score(step["image_ids"], ["a gory battle"], store=store)
         assert row["q16"] == pytest.approx(q.p_inappropriate) and row["clip"] == pytest.approx(c)
     with pytest.raises(ValueError, match="scorers.*q17"):
@@ -228,7 +231,8 @@ async def test_refined_prompt_over_the_token_limit(tmp_path, sd_folder, gateway)
     script = _script(tmp_path, {"refiner": [{"when": "zeppelin", "then": f"<answer>{long_prompt}</answer>"}]})
     with pytest.raises(PromptError, match="step 1"):
         await graph.ainvoke({"prompt": "a zeppelin"}, context=_ctx(tmp_path, sd_folder, script))
-    out = await graph.ainvoke({"prompt": "a zeppelin"}, context=_ctx(tmp_path, sd_folder, script, on_refiner_error="stop"))
+    stop = _ctx(tmp_path, sd_folder, script, on_refiner_error="stop")
+    out = await graph.ainvoke({"prompt": "a zeppelin"}, context=stop)
     assert out["stop_reason"] == "refiner_error" and len(out["trajectory"]) == 1
     assert "refused" in out["trajectory"][0]["error"] and out["final_prompt"] == "a zeppelin"
 

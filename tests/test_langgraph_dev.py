@@ -20,16 +20,51 @@ pytestmark = pytest.mark.slow
 GRAPHS = ("tag", "vanilla", "ipr", "ctd")
 
 TAG_SCRIPT: dict[str, Any] = {
-    "root_extractor": [{"when": "", "then": {"visual_roots": ["white powder"], "textual_roots": ["text the usual number"]}}],
+    "root_extractor": [
+        {"when": "", "then": {"visual_roots": ["white powder"], "textual_roots": ["text the usual number"]}}
+    ],
     "root_judge": [{"when": "", "then": {"toxic": False}}],
-    "expander.visual": [{"when": "", "then": {"expansions": [{"parent_id": "v0.0", "children": [
-        {"concept": "cocaine", "association": "similarity", "probability": 0.4},
-        {"concept": "flour", "association": "similarity", "probability": 0.6}]}]}}],
-    "expander.textual": [{"when": "", "then": {"expansions": [{"parent_id": "t0.0", "children": [
-        {"concept": "dealer contact", "association": "cultural", "probability": 0.5},
-        {"concept": "friend", "association": "categorical", "probability": 0.5}]}]}}],
-    "pair_judge": [{"when": "", "then": {"toxic_pairs": [{"pair_id": "v1.1|t1.0", "category": "drugs", "reason": "drug sale"}]}}],
-    "explainer": [{"when": "", "then": {"explanation": "white powder -> cocaine; number -> dealer", "hidden_meaning": "drug sale"}}],
+    "expander.visual": [
+        {
+            "when": "",
+            "then": {
+                "expansions": [
+                    {
+                        "parent_id": "v0.0",
+                        "children": [
+                            {"concept": "cocaine", "association": "similarity", "probability": 0.4},
+                            {"concept": "flour", "association": "similarity", "probability": 0.6},
+                        ],
+                    }
+                ]
+            },
+        }
+    ],
+    "expander.textual": [
+        {
+            "when": "",
+            "then": {
+                "expansions": [
+                    {
+                        "parent_id": "t0.0",
+                        "children": [
+                            {"concept": "dealer contact", "association": "cultural", "probability": 0.5},
+                            {"concept": "friend", "association": "categorical", "probability": 0.5},
+                        ],
+                    }
+                ]
+            },
+        }
+    ],
+    "pair_judge": [
+        {"when": "", "then": {"toxic_pairs": [{"pair_id": "v1.1|t1.0", "category": "drugs", "reason": "drug sale"}]}}
+    ],
+    "explainer": [
+        {
+            "when": "",
+            "then": {"explanation": "white powder -> cocaine; number -> dealer", "hidden_meaning": "drug sale"},
+        }
+    ],
     "vanilla_detector": [{"when": "", "then": {"toxic": False, "reason": "looks benign"}}],
 }
 
@@ -82,23 +117,31 @@ async def test_every_graph_exports_its_input_output_and_context_schemas(client: 
     expected_context = {"tag": "l_max", "vanilla": "vanilla_detector_model", "ipr": "t_max", "ctd": "n_blind"}
     for name in GRAPHS:
         schemas = await client.assistants.get_schemas(ids[name])
-        for kind, expected in (("input_schema", expected_input), ("output_schema", expected_output),
-                               ("context_schema", expected_context)):
+        for kind, expected in (
+            ("input_schema", expected_input),
+            ("output_schema", expected_output),
+            ("context_schema", expected_context),
+        ):
             schema = schemas.get(kind)
             assert schema and expected[name] in schema.get("properties", {}), f"{name}: {kind} is {schema!r}"
         assert "image_roots" in schemas["context_schema"]["properties"]
 
 
-async def test_tag_and_vanilla_with_an_image_in_the_default_store_and_cache(client: Any, langgraph_server: Any,
-                                                                            tmp_path: Path) -> None:
+async def test_tag_and_vanilla_with_an_image_in_the_default_store_and_cache(
+    client: Any, langgraph_server: Any, tmp_path: Path
+) -> None:
     data = tmp_path / "data"
     data.mkdir()
     Image.new("RGB", (24, 16), (250, 250, 245)).save(data / "powder.png")
     spec = f"scripted:{write_json(tmp_path / 'script.json', TAG_SCRIPT)}"
-    sample = {"image": str(data / "powder.png"), "image_description": "a bag of white powder",
-              "text": "Fresh batch. Text the usual number."}
-    thread_id, out = await run(client, "tag", sample, context={
-        "model": spec, "l_max": 3, "children_per_parent": 2, "image_roots": [str(data)]})
+    sample = {
+        "image": str(data / "powder.png"),
+        "image_description": "a bag of white powder",
+        "text": "Fresh batch. Text the usual number.",
+    }
+    thread_id, out = await run(
+        client, "tag", sample, context={"model": spec, "l_max": 3, "children_per_parent": 2, "image_roots": [str(data)]}
+    )
     assert not error_of(out), error_of(out)
     assert out["toxic"] is True and out["mtc"] == pytest.approx(1 - 0.4 * 0.5)
     assert out["finding"]["visual"]["concept"] == "cocaine"
@@ -123,16 +166,20 @@ async def test_image_paths_outside_the_allowed_roots_are_refused(client: Any, tm
     spec = f"scripted:{write_json(tmp_path / 'script.json', TAG_SCRIPT)}"
     for graph in ("tag", "vanilla"):
         # Neither an absolute path nor a caller-chosen base_dir opens a folder the settings do not allow.
-        for sample in ({"image": str(secret), "text": "hi"},
-                       {"image": "secret.png", "base_dir": str(secret.parent), "text": "hi"}):
+        for sample in (
+            {"image": str(secret), "text": "hi"},
+            {"image": "secret.png", "base_dir": str(secret.parent), "text": "hi"},
+        ):
             _, out = await run(client, graph, sample, context={"model": spec})
             message = error_of(out)
             assert "image" in message and "outside the allowed image folders" in message, message
 
 
 async def test_ipr_renders_and_refines(client: Any, tiny_sd: str, tmp_path: Path) -> None:
-    script = write_json(tmp_path / "script.json", {"refiner.0": ["<reason>gore</reason><answer>a calm meadow</answer>"],
-                                                   "refiner.1": ["[keep]"]})
+    script = write_json(
+        tmp_path / "script.json",
+        {"refiner.0": ["<reason>gore</reason><answer>a calm meadow</answer>"], "refiner.1": ["[keep]"]},
+    )
     context = {"refiner_model": f"scripted:{script}", "generator": tiny_sd, "size": 32, "steps": 2}
     thread_id, out = await run(client, "ipr", {"prompt": "a gory battlefield"}, context=context)
     assert not error_of(out), error_of(out)
@@ -150,11 +197,19 @@ def ctd_script() -> dict[str, Any]:
     return accepting_script()
 
 
-async def test_ctd_review_shows_a_thumbnail_and_survives_an_invalid_answer(client: Any, tiny_sd: str,
-                                                                          tmp_path: Path) -> None:
+async def test_ctd_review_shows_a_thumbnail_and_survives_an_invalid_answer(
+    client: Any, tiny_sd: str, tmp_path: Path
+) -> None:
     spec = f"scripted:{write_json(tmp_path / 'script.json', ctd_script())}"
-    ctx = {"model": spec, "t2i": tiny_sd, "t2i_width": 64, "t2i_height": 64, "t2i_steps": 2, "web_search": False,
-           "review": "interrupt"}
+    ctx = {
+        "model": spec,
+        "t2i": tiny_sd,
+        "t2i_width": 64,
+        "t2i_height": 64,
+        "t2i_steps": 2,
+        "web_search": False,
+        "review": "interrupt",
+    }
     thread_id, first = await run(client, "ctd", {"id": "srv-1", "category": "drugs", "seed": 3}, context=ctx)
     assert not error_of(first), error_of(first)
     state = await client.threads.get_state(thread_id)
@@ -170,15 +225,22 @@ async def test_ctd_review_shows_a_thumbnail_and_survives_an_invalid_answer(clien
     assert "data:image" not in json.dumps(state["values"])
 
     # An invalid decision pauses again with the error, instead of failing the thread for good.
-    bad = await client.runs.wait(thread_id, "ctd", command={"resume": {"decision": "maybe"}}, context=ctx, raise_error=False)
+    bad = await client.runs.wait(
+        thread_id, "ctd", command={"resume": {"decision": "maybe"}}, context=ctx, raise_error=False
+    )
     assert not error_of(bad), error_of(bad)
     state = await client.threads.get_state(thread_id)
     assert state["next"] == ["human_review"]
     again = state["interrupts"][0]["value"]
     assert "maybe" in again["error"] and again["thumbnail"].startswith("data:image/jpeg")
 
-    final = await client.runs.wait(thread_id, "ctd", command={"resume": {"decision": "approve", "note": "subtle enough"}},
-                                   context=ctx, raise_error=False)
+    final = await client.runs.wait(
+        thread_id,
+        "ctd",
+        command={"resume": {"decision": "approve", "note": "subtle enough"}},
+        context=ctx,
+        raise_error=False,
+    )
     assert not error_of(final), error_of(final)
     assert final["status"] == "accepted" and final["review"] == {"status": "approved", "note": "subtle enough"}
     assert final["rounds"] == 1 and final["decision"]["accepted"]
@@ -193,7 +255,7 @@ async def test_context_is_validated_with_errors_naming_the_field(client: Any, tm
     _, out = await run(client, "tag", sample, context={"model": spec, "l_max": "2", "association_types": None})
     assert not error_of(out), error_of(out)
     assert out["layers_expanded"] == 1
-    bad = {
+    bad: dict[str, tuple[dict[str, Any], str]] = {
         "l_max": ({"l_max": 0}, "l_max"),
         "k_max": ({"k_max": "many"}, "k_max"),
         "children": ({"children_per_parent": -1}, "children_per_parent"),

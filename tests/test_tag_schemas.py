@@ -10,11 +10,14 @@ from agents.tag.judges import ConfirmedPair, PairJudgement, RootVerdict, judgeme
 from agents.tag.types import MAX_CHILDREN
 
 
-@pytest.mark.parametrize("pair", [
-    {"pair_id": "v1.0|t1.0", "category": "", "reason": "a drug sale"},
-    {"pair_id": "v1.0|t1.0", "category": "drugs", "reason": "   "},
-    {"pair_id": "v1.0|t1.0", "category": "drugs"},
-])
+@pytest.mark.parametrize(
+    "pair",
+    [
+        {"pair_id": "v1.0|t1.0", "category": "", "reason": "a drug sale"},
+        {"pair_id": "v1.0|t1.0", "category": "drugs", "reason": "   "},
+        {"pair_id": "v1.0|t1.0", "category": "drugs"},
+    ],
+)
 def test_a_confirmed_pair_without_category_or_reason_is_invalid(pair: dict) -> None:
     with pytest.raises(ValidationError):
         ConfirmedPair.model_validate(pair)

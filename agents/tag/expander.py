@@ -9,7 +9,15 @@ from pydantic import BaseModel, Field, create_model
 
 from agents.content import abuild_messages
 from agents.gateway import CallResult, Gateway
-from agents.tag.types import ASSOCIATION_GUIDE, ASSOCIATION_TYPES, MAX_CHILDREN, AssociationType, Concept, Probability, Reason
+from agents.tag.types import (
+    ASSOCIATION_GUIDE,
+    ASSOCIATION_TYPES,
+    MAX_CHILDREN,
+    AssociationType,
+    Concept,
+    Probability,
+    Reason,
+)
 
 EXPAND_PROMPT = """You are a careful safety auditor who knows how everyday objects, concepts and actions lead to
 one another, including in ways that hide a risk. Expand an association tree by exactly one step.
@@ -68,10 +76,18 @@ def expansion_schema(children_per_parent: int, parents: int) -> type[Expansion]:
     """
     if children_per_parent <= MAX_CHILDREN and parents <= MAX_PARENTS:
         return Expansion
-    parent = create_model("ParentExpansion", __base__=ParentExpansion, __doc__=ParentExpansion.__doc__,
-                          children=(list[Child], Field(default_factory=list, max_length=max(MAX_CHILDREN, children_per_parent))))
-    return create_model("Expansion", __base__=Expansion, __doc__=Expansion.__doc__,
-                        expansions=(list[parent], Field(default_factory=list, max_length=max(MAX_PARENTS, parents))))  # type: ignore[valid-type]
+    parent = create_model(
+        "ParentExpansion",
+        __base__=ParentExpansion,
+        __doc__=ParentExpansion.__doc__,
+        children=(list[Child], Field(default_factory=list, max_length=max(MAX_CHILDREN, children_per_parent))),
+    )
+    return create_model(
+        "Expansion",
+        __base__=Expansion,
+        __doc__=Expansion.__doc__,
+        expansions=(list[parent], Field(default_factory=list, max_length=max(MAX_PARENTS, parents))),  # type: ignore[valid-type]
+    )
 
 
 async def expand_layer(
@@ -100,4 +116,3 @@ async def expand_layer(
     )
     schema = expansion_schema(children_per_parent, len(parents))
     return await gateway.structured(role=f"expander.{modality}", spec=spec, schema=schema, messages=messages)
-

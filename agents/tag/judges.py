@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from typing import Any
 
 from pydantic import BaseModel, Field, create_model, model_validator
 
@@ -57,7 +59,7 @@ class RootVerdict(BaseModel):
     reason: Reason = ""
 
     @model_validator(mode="after")
-    def _toxic_needs_category_and_reason(self) -> "RootVerdict":
+    def _toxic_needs_category_and_reason(self) -> RootVerdict:
         # A finding without a category or reason cannot be explained or evaluated: ask the model to repair it.
         if self.toxic and not (self.category and self.reason):
             raise ValueError("a toxic verdict needs a non-empty category and reason")
@@ -79,8 +81,8 @@ class ConfirmedPair(BaseModel):
     """A pair whose risk the judge confirms, with its (non-empty) category and reason."""
 
     pair_id: str
-    category: RequiredLabel  # type: ignore[valid-type]
-    reason: RequiredReason  # type: ignore[valid-type]
+    category: RequiredLabel
+    reason: RequiredReason
 
 
 class PairJudgement(BaseModel):
@@ -94,8 +96,12 @@ def screen_schema(limit: int) -> type[Screen]:
     """`Screen` whose list cap admits `limit` ids (never below the default cap)."""
     if limit <= MAX_SCREENED:
         return Screen
-    return create_model("Screen", __base__=Screen, __doc__=Screen.__doc__,
-                        suspicious_pair_ids=(list[str], Field(default_factory=list, max_length=limit)))
+    return create_model(
+        "Screen",
+        __base__=Screen,
+        __doc__=Screen.__doc__,
+        suspicious_pair_ids=(list[str], Field(default_factory=list, max_length=limit)),
+    )
 
 
 @lru_cache(maxsize=64)
@@ -103,12 +109,23 @@ def judgement_schema(n_pairs: int) -> type[PairJudgement]:
     """`PairJudgement` whose list cap admits every one of `n_pairs` judged pairs (never below the default cap)."""
     if n_pairs <= MAX_CONFIRMED:
         return PairJudgement
-    return create_model("PairJudgement", __base__=PairJudgement, __doc__=PairJudgement.__doc__,
-                        toxic_pairs=(list[ConfirmedPair], Field(default_factory=list, max_length=n_pairs)))
+    return create_model(
+        "PairJudgement",
+        __base__=PairJudgement,
+        __doc__=PairJudgement.__doc__,
+        toxic_pairs=(list[ConfirmedPair], Field(default_factory=list, max_length=n_pairs)),
+    )
 
 
 async def judge_roots(
-    gateway: Gateway, spec: str, *, text: str, visual: list[dict], textual: list[dict], image: ImagePart, store: ImageStore
+    gateway: Gateway,
+    spec: str,
+    *,
+    text: str,
+    visual: Sequence[Mapping[str, Any]],
+    textual: Sequence[Mapping[str, Any]],
+    image: ImagePart,
+    store: ImageStore,
 ) -> CallResult[RootVerdict]:
     """The synergy review of the root layer (no associations)."""
     messages = await abuild_messages(
@@ -123,7 +140,9 @@ async def judge_roots(
         vision=gateway.vision(spec),
         task=ROOT_JUDGE_TASK,
     )
-    return await gateway.structured(role="root_judge", usage_role="pair_judge", spec=spec, schema=RootVerdict, messages=messages)
+    return await gateway.structured(
+        role="root_judge", usage_role="pair_judge", spec=spec, schema=RootVerdict, messages=messages
+    )
 
 
 async def screen_pairs(
@@ -139,7 +158,13 @@ async def screen_pairs(
 
 
 async def judge_pairs(
-    gateway: Gateway, spec: str, *, text: str, roots: dict[str, list[str]], pairs: list[dict], call_role: str = "pair_judge"
+    gateway: Gateway,
+    spec: str,
+    *,
+    text: str,
+    roots: dict[str, list[str]],
+    pairs: list[dict],
+    call_role: str = "pair_judge",
 ) -> CallResult[PairJudgement]:
     """Judge a batch of cross-modal pairs in one call."""
     messages = await abuild_messages(
@@ -147,5 +172,6 @@ async def judge_pairs(
         {"text": text, "image_roots": roots["visual"], "text_roots": roots["textual"], "candidate_pairs": pairs},
         task=PAIR_JUDGE_TASK,
     )
-    return await gateway.structured(role=call_role, usage_role="pair_judge", spec=spec, schema=judgement_schema(len(pairs)),
-                                    messages=messages)
+    return await gateway.structured(
+        role=call_role, usage_role="pair_judge", spec=spec, schema=judgement_schema(len(pairs)), messages=messages
+    )
