@@ -239,12 +239,6 @@ class ModelsContext:
         for name, spec in self.roles_in_use().items():
             check_model_spec(name, spec)
 
-    def allowed_image_roots(self) -> list[Path]:
-        """The folders a sample's local image path must lie in: the image store and `image_roots`."""
-        from tools.image_store import get_image_store
-
-        return [Path(get_image_store(self.image_store or None).root), *(Path(p).expanduser() for p in self.image_roots)]
-
 
 async def check_context(ctx: ModelsContext) -> None:
     """Checks of a context that read the file system or environment, off the event loop; the first node of every

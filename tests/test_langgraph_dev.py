@@ -273,3 +273,24 @@ async def test_context_is_validated_with_errors_naming_the_field(client: Any, tm
     assert "t_max" in error_of(out), error_of(out)
     _, out = await run(client, "ctd", {"category": "drugs"}, context={"n_blind": "x", "model": spec})
     assert "n_blind" in error_of(out), error_of(out)
+
+
+async def test_the_readme_shows_the_addresses_the_server_prints(client: Any, langgraph_server: Any) -> None:
+    import re
+
+    from tests.conftest import ROOT, STUDIO_PORT_IN_README
+
+    # (the `client` fixture is there to be sure the server is up and has printed its banner)
+    assert await client.assistants.search(limit=1)
+    printed = re.sub(r"\x1b\[[0-9;]*m", "", langgraph_server.log.read_text(errors="replace"))
+    port = langgraph_server.url.rsplit(":", 1)[1]
+    found = {name: re.search(rf"{name}: (\S+)", printed) for name in ("Studio UI", "API", "API Docs")}
+    assert all(found.values()), printed[:2000]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for name, match in found.items():
+        assert match is not None
+        documented = match.group(1).replace(f":{port}", f":{STUDIO_PORT_IN_README}")
+        assert f"`{documented}`" in readme, (name, documented)
+    assert found["Studio UI"] is not None and found["Studio UI"].group(1).startswith(
+        "https://smith.langchain.com/studio/"
+    )
