@@ -332,11 +332,14 @@ async def _classifier_flags(names: list[str], image_id: str, store_root: str) ->
     out: dict[str, Any] = {}
     for name in names:
         if name == "nudenet":
-            nude = (await scorers.get_nudenet().score([image_id], store=store))[0]
+            # Building a scorer loads its model from disk: done in a thread, off the server's event loop.
+            nudenet = await asyncio.to_thread(scorers.get_nudenet)
+            nude = (await nudenet.score([image_id], store=store))[0]
             out[name] = {"flag": bool(nude.flag), "labels": list(nude.labels)}
         elif name == "q16":
             settings = {"clip_model": os.environ["UNVEIL_Q16_CLIP"]} if os.environ.get("UNVEIL_Q16_CLIP") else {}
-            q16 = (await scorers.get_q16(**settings).score([image_id], store=store))[0]
+            q16_scorer = await asyncio.to_thread(scorers.get_q16, **settings)
+            q16 = (await q16_scorer.score([image_id], store=store))[0]
             out[name] = {"flag": bool(q16.flag), "p_inappropriate": float(q16.p_inappropriate)}
         else:
             raise ValueError(f"image_classifiers: unknown classifier {name!r} (use nudenet and/or q16)")
