@@ -155,6 +155,9 @@ def strict_init(cls: type[T]) -> type[T]:
             raise ContextError(
                 f"{', '.join(unknown)}: unknown setting(s) of {cls.__name__}; valid: {', '.join(sorted(names))}"
             )
+        # The settings a caller gave explicitly win over `UNVEIL_<FIELD>`, even when equal to the default
+        # (`UNVEIL_L_MAX=2 unveil detect --l-max 4` runs with 4).
+        object.__setattr__(self, "_explicit_fields", frozenset(kwargs))
         init(self, *args, **kwargs)
 
     __init__.__doc__ = init.__doc__
@@ -206,11 +209,14 @@ class ModelsContext:
     )
 
     def __post_init__(self) -> None:
-        # Environment overrides apply only to fields left at their defaults, so Studio and CLI values win.
+        # Environment overrides apply only to fields the caller did not set (a context class without `strict_init`
+        # cannot tell: there, to fields left at their defaults), so Studio, CLI and Python values win.
+        explicit: frozenset[str] | None = getattr(self, "_explicit_fields", None)
         for f in fields(self):
             current = getattr(self, f.name)
             env = os.environ.get(f"UNVEIL_{f.name.upper()}")
-            if env is not None and (current is None or current == _default(f)):
+            unset = f.name not in explicit if explicit is not None else current == _default(f)
+            if env is not None and (current is None or unset):
                 try:
                     setattr(self, f.name, _coerce(env, _default(f)))
                 except ValueError as exc:

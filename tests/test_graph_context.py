@@ -50,6 +50,8 @@ def test_bad_settings_are_refused_naming_the_field(cls: type, settings: dict, fi
 def test_environment_overrides_are_validated_too(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("UNVEIL_L_MAX", "3")
     assert TagContext().l_max == 3 and TagContext(l_max=5).l_max == 5
+    # A value the caller gives wins even when it equals the default (the CLI's --l-max 4 over UNVEIL_L_MAX).
+    assert TagContext(l_max=4).l_max == 4 and TagContext(l_max=None).l_max == 3  # type: ignore[arg-type]
     monkeypatch.setenv("UNVEIL_L_MAX", "0")
     with pytest.raises(ContextError, match="l_max"):
         TagContext()
