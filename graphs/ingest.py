@@ -82,11 +82,13 @@ async def ingest_pair(
     if image_ref:
         store = get_image_store(store_root or None)
         ref = image_ref.strip()
-        is_store_id = len(ref) == 64 and all(c in "0123456789abcdef" for c in ref)
-        if _is_local_path(ref) and not is_store_id:
+        is_hex_id = len(ref) == 64 and all(c in "0123456789abcdef" for c in ref)
+        # An id of an image already in the store needs no folder; anything else local must pass the guard (a
+        # 64-hex name that is not in the store would otherwise be read as a path).
+        if _is_local_path(ref) and not (is_hex_id and await asyncio.to_thread(store.has, ref)):
             ref = str(await asyncio.to_thread(allowed_image_path, ref, base_dir, [store.root, *image_roots]))
         try:
-            stored = await load_image(ref, store, base_dir=None if ref != image_ref.strip() else base_dir)
+            stored = await load_image(ref, store, base_dir=None)
         except ImageInputError as exc:
             raise SampleInputError(f"image: {exc}") from exc
         image_id, image_path = stored.id, stored.path

@@ -97,7 +97,9 @@ async def test_image_paths_must_lie_in_the_store_or_an_allowed_root(tmp_path: Pa
         ("../other/b.png", str(data)),  # escapes the dataset folder
         ("link.png", str(data)),  # a link out of the allowed folder
         (str(other / "b.png"), str(other)),
+        ("0" * 64, str(other)),  # an id-like name that is not in the store is a path like any other
     ]
+    (other / ("0" * 64)).write_bytes((other / "b.png").read_bytes())
     for ref, base in refused:
         with pytest.raises(SampleInputError, match="image"):
             await ingest_pair({**sample, "image": ref}, store_root=store, base_dir=base, image_roots=[str(data)])
