@@ -90,6 +90,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_fields(g, RewardSettings, prefix="reward_")
     g.set_defaults(func=run_grpo_command)
 
+    from training.esd import ESDSettings
+
+    e = tsub.add_parser("esd", help="erase a concept from an SD 1.x UNet (ESD-u, the IPR paper's ESD baseline)",
+                        description="Fine-tunes the non-cross-attention UNet layers with negative guidance 1 "
+                                    "(Gandikota et al. 2023) and writes a UNet state dict for the "
+                                    "esd:<model>?unet=<file> generator.")
+    _add_fields(e, ESDSettings)
+    e.set_defaults(func=run_esd_command)
+
 
 def _settings(args: argparse.Namespace, cls: type):
     from training.config import build_settings, read_config_file
@@ -144,4 +153,15 @@ def run_grpo_command(args: argparse.Namespace) -> int:
 
     result = run_grpo(_settings(args, GRPOSettings))
     print(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+def run_esd_command(args: argparse.Namespace) -> int:
+    """Run `unveil train esd`."""
+    from training.esd import ESDSettings, run_esd
+
+    result = run_esd(ESDSettings(**_overrides(args, ESDSettings)))
+    print(json.dumps({k: v for k, v in result.items() if k != "losses"} | {"final_loss": result["losses"][-1]},
+                     indent=1, default=str))
+    print(f"use it with: --generator '{result['generator_spec']}'", file=sys.stderr)
     return 0
