@@ -73,6 +73,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--concurrency", type=int, default=8)
     b.add_argument("--max-cost", type=float, default=0.0, help="stop starting samples past this USD spend (0: none)")
+    b.add_argument("--allow-demo-labeller", action="store_true",
+                   help="label with the embedded demo model anyway (checks the pipeline; the labels are noise)")
     b.add_argument("--retry-failed", action="store_true")
     b.add_argument("--no-progress", action="store_true")
     add_model_options(b)
@@ -122,7 +124,8 @@ def run_build_data(args: argparse.Namespace) -> int:
         print(f"warning: {labeller} does not take images; the labeller should be a vision model", file=sys.stderr)
     settings = BuildDataSettings(labeller=labeller, generator=args.generator, width=args.size, height=args.size,
                                  steps=args.steps, guidance=args.guidance, seed=args.seed,
-                                 concurrency=args.concurrency, max_cost_usd=args.max_cost)
+                                 concurrency=args.concurrency, max_cost_usd=args.max_cost,
+                                 allow_demo_labeller=args.allow_demo_labeller)
     items = prompt_items(args.prompts, field=args.prompt_field, limit=args.limit)
     store = get_image_store(args.image_store or None)
     summary = asyncio.run(build_sft_records(items, args.output, settings, store=store, retry_failed=args.retry_failed,
