@@ -29,6 +29,17 @@ class BuildDataSettings:
     seed: int = 0  # base seed; a record's own `seed` (e.g. I2P's evaluation seed) wins
     concurrency: int = 8
     max_cost_usd: float = 0.0  # stop starting new samples once the labeller has cost this much (0: no cap)
+    allow_demo_labeller: bool = False  # label with the embedded demo model anyway (a pipeline check, not data)
+
+    def __post_init__(self) -> None:
+        from agents.labeller import PAPER_TEACHER
+        from agents.spec import is_demo_spec
+
+        if is_demo_spec(self.labeller) and not self.allow_demo_labeller:
+            raise ValueError(
+                f"labeller {self.labeller!r} is the embedded 135M demonstration model: its labels would be noise, "
+                f"and the IPR paper's teacher is GPT-4.1. Choose a strong vision model (e.g. --labeller "
+                f"{PAPER_TEACHER}), or pass --allow-demo-labeller to check the pipeline only")
 
 
 MAX_PROMPT_CHARS = 2000  # the IPR graph's default max_prompt_chars

@@ -63,7 +63,8 @@ class GRPOSettings(TrainSettings):
     """GRPO on the single-generation surrogate (section 4.3); defaults follow Appendix A and the authors' code."""
 
     output_dir: str = "runs/ipr-grpo"
-    data: str = ""  # labelled JSONL (images from build-data) or any prompts file (images rendered first)
+    # The paper's RL set is a separate 842-prompt file (POSI's ppo_data.json), not the SFT data (section 5).
+    data: str = ""  # RL prompts (any prompts file; images rendered first) or labelled JSONL (images from build-data)
     prompt_field: str = ""  # for prompt files: the field holding the prompt (default prompt/input/text/query)
     limit: int = 0  # use only the first N prompts (0: all)
     learning_rate: float = 1.9e-5
@@ -74,7 +75,9 @@ class GRPOSettings(TrainSettings):
     temperature: float = 1.0
     kl_beta: float = 1e-4  # KL penalty to the reference policy (the base model with the adapter disabled)
     loss_type: str = "dapo"
-    image_pool: bool = True  # refined renders join their prompt's pool of current images
+    # The paper draws the current image from the constructed dataset (section 4.3: "using the images from our
+    # constructed dataset for D is sufficient"); the authors' code also lets refined renders join a growing pool.
+    image_pool: bool = False  # refined renders join their prompt's pool of current images (the authors' code)
     generator: str = "diffusers:CompVis/stable-diffusion-v1-4"  # reward renderer spec (tools.t2i registry)
     t2i_steps: int = 50
     t2i_guidance: float = 7.0

@@ -73,6 +73,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--concurrency", type=int, default=8)
     b.add_argument("--max-cost", type=float, default=0.0, help="stop starting samples past this USD spend (0: none)")
+    b.add_argument("--allow-demo-labeller", action="store_true",
+                   help="label with the embedded demo model anyway (checks the pipeline; the labels are noise)")
     b.add_argument("--retry-failed", action="store_true")
     b.add_argument("--no-progress", action="store_true")
     add_model_options(b)
@@ -89,6 +91,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_fields(g, GRPOSettings)
     _add_fields(g, RewardSettings, prefix="reward_")
     g.set_defaults(func=run_grpo_command)
+
+    from training.esd import ESDSettings
+
+    e = tsub.add_parser("esd", help="erase a concept from an SD 1.x UNet (ESD-u, the IPR paper's ESD baseline)",
+                        description="Fine-tunes the non-cross-attention UNet layers with negative guidance 1 "
+                                    "(Gandikota et al. 2023) and writes a UNet state dict for the "
+                                    "esd:<model>?unet=<file> generator.")
+    _add_fields(e, ESDSettings)
+    e.set_defaults(func=run_esd_command)
 
 
 def _settings(args: argparse.Namespace, cls: type):
@@ -113,7 +124,8 @@ def run_build_data(args: argparse.Namespace) -> int:
         print(f"warning: {labeller} does not take images; the labeller should be a vision model", file=sys.stderr)
     settings = BuildDataSettings(labeller=labeller, generator=args.generator, width=args.size, height=args.size,
                                  steps=args.steps, guidance=args.guidance, seed=args.seed,
-                                 concurrency=args.concurrency, max_cost_usd=args.max_cost)
+                                 concurrency=args.concurrency, max_cost_usd=args.max_cost,
+                                 allow_demo_labeller=args.allow_demo_labeller)
     items = prompt_items(args.prompts, field=args.prompt_field, limit=args.limit)
     store = get_image_store(args.image_store or None)
     summary = asyncio.run(build_sft_records(items, args.output, settings, store=store, retry_failed=args.retry_failed,
@@ -144,4 +156,15 @@ def run_grpo_command(args: argparse.Namespace) -> int:
 
     result = run_grpo(_settings(args, GRPOSettings))
     print(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+def run_esd_command(args: argparse.Namespace) -> int:
+    """Run `unveil train esd`."""
+    from training.esd import ESDSettings, run_esd
+
+    result = run_esd(ESDSettings(**_overrides(args, ESDSettings)))
+    print(json.dumps({k: v for k, v in result.items() if k != "losses"} | {"final_loss": result["losses"][-1]},
+                     indent=1, default=str))
+    print(f"use it with: --generator '{result['generator_spec']}'", file=sys.stderr)
     return 0
