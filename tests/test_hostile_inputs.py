@@ -218,7 +218,7 @@ def test_generate_refuses_bad_options_before_any_scene(tmp_path: Path, extra: li
 @pytest.mark.parametrize("content,words", [
     (None, "file not found"),
     (b'{"id": "a", "decision": "approve", "note": "\xff"}\n', "line 1: not UTF-8"),
-    (b"[1]\n", "line 1: expected an object with an id"),
+    (b"[1]\n", "line 1: expected an object"),
     (b"{oops\n", "line 1: not valid JSON"),
 ])
 def test_review_decisions_file_errors_name_the_line(tmp_path: Path, content: bytes | None, words: str) -> None:

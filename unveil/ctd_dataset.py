@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from unveil.batch import atomic_write_text, done_records
+from unveil.batch import atomic_write_text, done_records, read_jsonl_records, write_lock
 
 SAMPLES = "samples.jsonl"
 DATASET = "dataset.jsonl"
@@ -239,18 +239,21 @@ def apply_reviews(dataset_dir: str | os.PathLike[str], decisions: dict[str, dict
     from graphs.ctd import parse_review  # the one parser of review answers, shared with the interrupt path
 
     root = Path(dataset_dir)
-    records = load_samples(root)
     counts = {"approved": 0, "rejected": 0, "skipped": 0}
-    for sid, answer in decisions.items():
-        rec = records.get(sid)
-        if rec is None or rec.get("status") != "pending_review" or not str((answer or {}).get("decision", "")).strip():
-            counts["skipped"] += 1
-            continue
-        review = parse_review(answer)
-        rec["review"] = review
-        rec["status"] = "accepted" if review["status"] == "approved" else "rejected"
-        counts[review["status"]] += 1
-    atomic_write_text(root / SAMPLES, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records.values()))
+    # Read-modify-rewrite under the samples file's write lock: a running `unveil generate` appends under the same
+    # lock (and reopens the file after this atomic replace), and a second reviewer waits, so no record is lost.
+    with write_lock(root / SAMPLES):
+        records = load_samples(root)
+        for sid, answer in decisions.items():
+            rec = records.get(sid)
+            if rec is None or rec.get("status") != "pending_review" or not str((answer or {}).get("decision", "")).strip():
+                counts["skipped"] += 1
+                continue
+            review = parse_review(answer)
+            rec["review"] = review
+            rec["status"] = "accepted" if review["status"] == "approved" else "rejected"
+            counts[review["status"]] += 1
+        atomic_write_text(root / SAMPLES, "".join(json.dumps(r, ensure_ascii=True) + "\n" for r in records.values()))
     write_views(root)
     return counts
 
@@ -261,16 +264,8 @@ def read_decisions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"decisions {str(path)!r}: file not found")
-    for lineno, raw in enumerate(p.read_bytes().splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            rec = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"{path} line {lineno}: not UTF-8 ({exc.reason} at byte {exc.start})") from exc
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path} line {lineno}: not valid JSON ({exc.msg})") from exc
-        if not isinstance(rec, dict) or "id" not in rec:
+    for lineno, rec in read_jsonl_records(p):
+        if "id" not in rec:
             raise ValueError(f"{path} line {lineno}: expected an object with an id")
         out[str(rec["id"])] = {"decision": rec.get("decision", ""), "note": rec.get("note", "")}
     return out

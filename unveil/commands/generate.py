@@ -235,8 +235,8 @@ def run_review(args: argparse.Namespace) -> int:
         print(f"approved {counts['approved']}, rejected {counts['rejected']}, skipped {counts['skipped']}", file=sys.stderr)
     else:
         write_views(root)
-        queue = (root / REVIEW_QUEUE).read_text(encoding="utf-8").splitlines()
-        for line in queue:
+        queue = [ln for ln in (root / REVIEW_QUEUE).read_text(encoding="utf-8").split("\n") if ln.strip()]
+        for line in queue:  # split on \n only: a U+2028 inside a JSON string is text, not a line break
             item = json.loads(line)
             print(f"[{item['id']}] {item['category']}/{item['subcategory']}\n  text:  {item['text']}\n  image: {root / item['image']}"
                   f"\n  erasure: {item['erasure_reason']}")
