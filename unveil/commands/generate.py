@@ -65,6 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--approve", action="append", default=[], metavar="ID", help="approve one sample (repeatable)")
     r.add_argument("--reject", action="append", default=[], metavar="ID", help="reject one sample (repeatable)")
     r.add_argument("--note", default="", help="note stored with --approve/--reject decisions")
+    r.add_argument("--reviewer", help="name kept with each decision (default: the decisions' own, else the login name)")
     r.add_argument("--export", action="store_true", help="write DIR/export/data.parquet afterwards")
     r.set_defaults(func=run_review)
 
@@ -231,8 +232,10 @@ def run_review(args: argparse.Namespace) -> int:
     decisions.update({sid: {"decision": "approve", "note": args.note} for sid in args.approve})
     decisions.update({sid: {"decision": "reject", "note": args.note} for sid in args.reject})
     if decisions:
-        counts = apply_reviews(root, decisions)
-        print(f"approved {counts['approved']}, rejected {counts['rejected']}, skipped {counts['skipped']}", file=sys.stderr)
+        counts = apply_reviews(root, decisions, reviewer=args.reviewer)
+        print(f"approved {counts['approved']}, rejected {counts['rejected']}, skipped {counts['skipped']}"
+              + (f", {counts['conflicts']} already decided by another reviewer (kept in review_history)"
+                 if counts["conflicts"] else ""), file=sys.stderr)
     else:
         write_views(root)
         queue = (root / REVIEW_QUEUE).read_text(encoding="utf-8").splitlines()
