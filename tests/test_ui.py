@@ -25,8 +25,16 @@ from unveil.ui import create_app
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def free_port() -> int:
@@ -108,7 +116,9 @@ def test_review_queue_by_keyboard_and_clicks(browser: Any, tmp_path: Path) -> No
         assert natural_widths(page, "#sample-img")[0] > 0
         assert page.locator("#sample-text").inner_text() == MARKUP_CAPTION
         assert page.locator("#sample-text b, #sample-text img").count() == 0
-        assert page.locator("td.reason", has_text="<script>").count() == 1 and page.locator("article script").count() == 0
+        assert (
+            page.locator("td.reason", has_text="<script>").count() == 1 and page.locator("article script").count() == 0
+        )
         assert page.title() != "pwned"
         # Every judge's vote with its model, for both rounds of a two-round sample.
         page.screenshot(path=str(tmp_path / "review.png"), full_page=True)
@@ -138,7 +148,9 @@ def test_review_queue_by_keyboard_and_clicks(browser: Any, tmp_path: Path) -> No
         recs = records(ds)
         assert recs[first]["status"] == "accepted" and recs[first]["review"]["reviewer"] == "alice"
         assert re.match(r"\d{4}-\d\d-\d\dT", recs[first]["review"]["time"])
-        assert recs[second]["status"] == "rejected" and recs[second]["review"]["note"] == "too literal, a reviewer sees it"
+        assert (
+            recs[second]["status"] == "rejected" and recs[second]["review"]["note"] == "too literal, a reviewer sees it"
+        )
         assert recs[third]["status"] == "accepted" and recs[fourth]["status"] == "pending_review"
         # Same semantics as `unveil review --decisions`: the views follow, and the decisions log replays as a file.
         dataset_ids = [json.loads(x)["id"] for x in (ds / "dataset.jsonl").read_text().splitlines()]
@@ -146,7 +158,10 @@ def test_review_queue_by_keyboard_and_clicks(browser: Any, tmp_path: Path) -> No
         assert [json.loads(x)["id"] for x in (ds / "review_queue.jsonl").read_text().splitlines()] == [fourth]
         log = [json.loads(x) for x in (ds / DECISIONS).read_text().splitlines()]
         assert [(d["id"], d["decision"], d["reviewer"]) for d in log] == [
-            (first, "approve", "alice"), (second, "reject", "alice"), (third, "approve", "alice")]
+            (first, "approve", "alice"),
+            (second, "reject", "alice"),
+            (third, "approve", "alice"),
+        ]
 
         # Filters: by status and by how many blind judges found the risk.
         page.goto(srv.url + "/review?status=accepted&category=&blind=")
@@ -208,8 +223,9 @@ def test_concurrent_reviewers_and_a_running_generate_lose_nothing(tmp_path: Path
     import asyncio
 
     # In a thread of its own: the module's Playwright session keeps an event loop running in this one.
-    late = threading.Thread(target=asyncio.run,
-                            args=(appender.append({"id": "drugs-late", "status": "pending_review", "text": "late"}),))
+    late = threading.Thread(
+        target=asyncio.run, args=(appender.append({"id": "drugs-late", "status": "pending_review", "text": "late"}),)
+    )
     late.start()
     late.join()
     appender.close()
@@ -253,14 +269,20 @@ def test_cross_site_posts_are_refused(browser: Any, tmp_path: Path) -> None:
         form = {"id": sample, "decision": "approve"}
         assert page.request.post(srv.url + "/review/decide", form=form, max_redirects=0).status == 403  # no token
         evil = {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}
-        assert page.request.post(srv.url + "/review/decide", form={**form, "csrf": csrf}, headers=evil,
-                                 max_redirects=0).status == 403
+        assert (
+            page.request.post(
+                srv.url + "/review/decide", form={**form, "csrf": csrf}, headers=evil, max_redirects=0
+            ).status
+            == 403
+        )
         # A page served from another origin posting a form at the app gets nothing done.
         other = Server(create_app(ds))
         with other:
             page.goto(other.url.replace("127.0.0.1", "localhost") + "/review")
-            page.set_content(f'<form id=f method=post action="{srv.url}/review/decide">'
-                             f'<input name=id value="{sample}"><input name=decision value=approve></form>')
+            page.set_content(
+                f'<form id=f method=post action="{srv.url}/review/decide">'
+                f'<input name=id value="{sample}"><input name=decision value=approve></form>'
+            )
             page.eval_on_selector("#f", "f => f.submit()")
             page.wait_for_load_state()
         assert records(ds)[sample]["status"] == "pending_review"
@@ -318,8 +340,13 @@ def test_non_loopback_bind_needs_the_token(tmp_path: Path) -> None:
     ds = tmp_path / "ds"
     make_ctd_dataset(ds, n_pending=1)
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "unveil.cli", "ui", str(ds), "--host", "0.0.0.0", "--port", str(port)],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "unveil.cli", "ui", str(ds), "--host", "0.0.0.0", "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stderr is not None
         line = ""

@@ -68,8 +68,7 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
     det = DetectionSource(target) if kind == "detection" else None
     ipr = IprSource(target) if kind == "ipr" else None
     if det is not None:  # learn the run's store folders before any image is requested
-        for row in det.rows():
-            det.record(row["id"])
+        det.rows()
     if ipr is not None:
         ipr.prompts()
     images = (ctd or det or ipr).images  # type: ignore[union-attr]

@@ -195,6 +195,8 @@ class DetectionSource:
         out = []
         for rec in _records(Path(self.path)):
             mtc = rec.get("mtc")
+            image_id = self.images.id_of(rec.get("image_path"), Path(self.path).parent, known_id=rec.get("image_id"),
+                                         learn_root=True)
             finding = rec.get("finding") or {}
             if rec.get("status") == "failed":
                 verdict = "failed"
@@ -206,7 +208,9 @@ class DetectionSource:
                 "category": finding.get("category") or rec.get("category") or "", "label": rec.get("label"),
                 "cost": _cost(rec.get("usage")),
                 "calls": int(((rec.get("usage") or {}).get("total") or {}).get("calls", 0)),
-                "error": rec.get("error"),
+                "error": rec.get("error"), "image_id": image_id,
+                "finding": (f"{(finding.get('visual') or {}).get('concept', '')} ↔ "
+                            f"{(finding.get('textual') or {}).get('concept', '')}") if finding else "",
             })
         return out
 
