@@ -167,6 +167,15 @@ def test_review_queue_by_keyboard_and_clicks(browser: Any, tmp_path: Path) -> No
         page.goto(srv.url + "/review?status=accepted&category=&blind=")
         listed = page.locator("#sample-list .sid").all_inner_texts()
         assert first in listed and third in listed and second not in listed
+        page.goto(srv.url + "/review?status=&category=fraud&blind=")
+        assert page.locator("#sample-list .sid").all_inner_texts() == [first, fourth]
+        # A note without a decision keeps the sample pending and joins its history.
+        page.goto(f"{srv.url}/review?id={fourth}")
+        page.fill("#note", "check the scale's brand")
+        with page.expect_navigation():
+            page.click("#save-note")
+        assert "check the scale's brand" in page.locator("#review-history").inner_text()
+        assert records(ds)[fourth]["status"] == "pending_review"
         page.goto(srv.url + "/review?status=&category=&blind=3")
         assert page.locator("#sample-list .sid").all_inner_texts() == [third]
         # Export writes the Parquet file of the usable samples.
@@ -378,3 +387,52 @@ def test_non_loopback_bind_needs_the_token(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def tiny_sd(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The tiny random-weight Stable Diffusion folder, as a generator spec."""
+    from tests.tiny import build_tiny_sd
+
+    return "diffusers:" + build_tiny_sd(tmp_path_factory.mktemp("tiny_sd") / "sd")
+
+
+def in_thread(fn: Any, *args: Any) -> Any:
+    """Call `fn` in a fresh thread (the module's Playwright session keeps an event loop running in this one)."""
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(fn(*args)))
+    t.start()
+    t.join()
+    assert out, f"{fn} raised"
+    return out[0]
+
+
+def test_review_a_queue_written_by_unveil_generate(browser: Any, tmp_path: Path, tiny_sd: str) -> None:
+    """The real `unveil generate` (scripted judges, tiny SD) queues two samples; the page reviews them and
+    `unveil review` sees the outcome."""
+    from tests.test_ctd import accepting_script, cli_args, write_script
+    from unveil.cli import main
+
+    ds = tmp_path / "ds"
+    assert in_thread(main, cli_args(ds, write_script(tmp_path, accepting_script()), tiny_sd)) == 0
+    queued = sorted(load_samples(ds))
+    assert [load_samples(ds)[i]["status"] for i in queued] == ["pending_review", "pending_review"]
+    with Server(create_app(ds, reviewer="carol")) as srv:
+        page = new_page(browser)
+        page.goto(srv.url + "/")
+        assert natural_widths(page, "#sample-img")[0] == 32  # the generated 32x32 image, from the folder's store
+        assert page.locator("table.votes tbody tr").count() == 6
+        with page.expect_navigation():
+            page.keyboard.press("r")
+        with page.expect_navigation():
+            page.keyboard.press("a")
+        assert page.locator("#card-empty").count() == 1
+        assert "2 of 2 reviewed" in " ".join(page.locator(".progress-text").inner_text().split())
+    recs = load_samples(ds)
+    assert [recs[i]["status"] for i in queued] == ["rejected", "accepted"]
+    assert {recs[i]["review"]["reviewer"] for i in queued} == {"carol"}
+    assert [json.loads(x)["id"] for x in (ds / "dataset.jsonl").read_text().splitlines()] == [queued[1]]
+    # Replaying the web decisions through the command line changes nothing (same semantics, same format).
+    before = (ds / SAMPLES).read_bytes()
+    assert in_thread(main, ["review", str(ds), "--decisions", str(ds / DECISIONS)]) == 0
+    assert (ds / SAMPLES).read_bytes() == before
