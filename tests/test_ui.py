@@ -201,6 +201,7 @@ def test_a_second_reviewers_decision_is_not_lost(browser: Any, tmp_path: Path) -
         with bob.expect_navigation():
             bob.click("#reject")  # bob's page still shows the sample as pending
         assert "approved by alice" in bob.locator("#conflict").inner_text()
+        bob.screenshot(path=str(tmp_path / "review-conflict.png"))
         assert "bob" in bob.locator("#review-history").inner_text()
         rec = records(ds)[sample]
         assert rec["status"] == "accepted" and rec["review"]["reviewer"] == "alice"

@@ -208,14 +208,14 @@ def make_detection_results(path: Path, store_root: Path) -> list[str]:
 
     usage = {
         "by_role": {
-            "concept_extractor": {
+            "root_extractor": {
                 "calls": 2,
                 "cache_hits": 0,
                 "input_tokens": 900,
                 "output_tokens": 120,
                 "cost_usd": 0.0011,
             },
-            "association_expander": {
+            "expander": {
                 "calls": 6,
                 "cache_hits": 1,
                 "input_tokens": 4200,
@@ -226,7 +226,7 @@ def make_detection_results(path: Path, store_root: Path) -> list[str]:
         },
         "total": {"calls": 11, "cache_hits": 1, "input_tokens": 7200, "output_tokens": 1220, "cost_usd": 0.0100},
     }
-    models = {"concept_extractor": SCRIPTED, "association_expander": SCRIPTED, "pair_judge": SCRIPTED}
+    models = {"root_extractor": SCRIPTED, "expander": SCRIPTED, "pair_judge": SCRIPTED}
     recs = []
     for i, (toxic, f, expl) in enumerate(
         [

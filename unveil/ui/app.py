@@ -141,7 +141,7 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         if current is not None and request.query_params.get("flash") == "conflict":
             conflict = current["review"]
         prev_id = ids[pos - 1] if pos > 0 else None
-        next_id = ids[pos + 1] if 0 <= pos < len(ids) - 1 else None
+        next_id = ids[pos + 1] if 0 <= pos < len(ids) - 1 else (ids[0] if pos < 0 and ids else None)
         return page(request, "review.html", cards=shown, card=current, pos=pos, filters=f, prev_id=prev_id,
                     next_id=next_id,
                     progress=ctd.progress(cards), categories=sorted({c.get("category") or "" for c in cards} - {""}),
