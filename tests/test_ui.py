@@ -23,6 +23,8 @@ from tests.ui_data import MARKUP_CAPTION, MARKUP_REASON, make_ctd_dataset, make_
 from unveil.ctd_dataset import DECISIONS, SAMPLES, apply_reviews, load_samples
 from unveil.ui import create_app
 
+pytestmark = pytest.mark.slow  # every test starts a server (CI runs them all)
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

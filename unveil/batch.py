@@ -143,7 +143,8 @@ def drop_failed(path: Path, *, id_field: str = "id") -> int:
             dropped += 1
         else:
             kept.append(json.dumps(rec, ensure_ascii=False) + "\n")
-    atomic_write_text(path, "".join(kept))
+    if dropped:  # no rewrite when nothing failed: a rewrite races with anyone appending to the file
+        atomic_write_text(path, "".join(kept))
     return dropped
 
 

@@ -148,7 +148,16 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     from agents.ctd.vocabulary import CATEGORIES, normalize_category
     from agents.gateway import get_gateway
     from graphs.ctd import builder
-    from unveil.ctd_dataset import CHECKPOINTS, SAMPLES, DuplicateIndex, export_hf, sample_record, write_views
+    from unveil.batch import drop_failed
+    from unveil.ctd_dataset import (
+        CHECKPOINTS,
+        SAMPLES,
+        DuplicateIndex,
+        dataset_lock,
+        export_hf,
+        sample_record,
+        write_views,
+    )
 
     category = normalize_category(args.category)
     if category not in CATEGORIES:
@@ -161,6 +170,11 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     warn_if_demo(ctx.models())
     items = scene_items(category, args.n, scene=args.scene, erase_routine=args.erase_routine, seed=args.seed)
     samples_path = out / SAMPLES
+    if args.retry_failed:
+        # Drop failed records under the folder lock, so a reviewer appending a decision right now is not lost
+        # by the rewrite (run_batch then finds nothing left to drop and never rewrites the file).
+        with dataset_lock(out):
+            drop_failed(samples_path)
     earlier = done_records(samples_path)
     spent_before = {"calls": sum(int(((r.get("usage") or {}).get("total") or {}).get("calls", 0)) for r in earlier.values()),
                     "cost": sum(float(r.get("cost_usd") or 0.0) for r in earlier.values())}
