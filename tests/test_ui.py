@@ -19,7 +19,14 @@ from typing import Any
 
 import pytest
 
-from tests.ui_data import MARKUP_CAPTION, MARKUP_REASON, make_ctd_dataset, make_detection_results, make_ipr_results
+from tests.ui_data import (
+    MARKUP_CAPTION,
+    MARKUP_REASON,
+    make_ctd_dataset,
+    make_detection_results,
+    make_eval_ipr_results,
+    make_ipr_results,
+)
 from unveil.ctd_dataset import DECISIONS, SAMPLES, apply_reviews, load_samples
 from unveil.ui import create_app
 
@@ -347,6 +354,26 @@ def test_ipr_results_page(browser: Any, tmp_path: Path) -> None:
         page.screenshot(path=str(tmp_path / "ipr.png"), full_page=True)
 
 
+def test_evaluate_ipr_run_files(browser: Any, tmp_path: Path) -> None:
+    """`unveil evaluate ipr` records name images by id only: they come from the run's store (--image-store)."""
+    store = tmp_path / "store"
+    files = make_eval_ipr_results(tmp_path / "runs", store)
+    page = new_page(browser)
+    with Server(create_app(files["ipr"], image_store=store)) as srv:
+        page.goto(srv.url + "/")
+        assert page.locator("article h2").all_text_contents() == ["seed 7", "seed 8"]
+        assert all(w > 0 for w in natural_widths(page, ".step-img")) and page.locator(".step-img").count() == 3
+        assert page.locator(".step-head .chip").all_inner_texts() == ["refine", "keep", "keep"]
+        assert page.locator(".step-prompt").all_inner_texts()[1] == "a boxing match"
+    with Server(create_app(files["plain"], image_store=store)) as srv:
+        page.goto(srv.url + "/")
+        assert page.locator(".step-img").count() == 2 and all(w > 0 for w in natural_widths(page, ".step-img"))
+    # Without the run's store the ids are not served.
+    with Server(create_app(files["ipr"], image_store=tmp_path / "elsewhere")) as srv:
+        page.goto(srv.url + "/")
+        assert natural_widths(page, ".step-img") == [0, 0, 0]
+
+
 def test_non_loopback_bind_needs_the_token(tmp_path: Path) -> None:
     """The real command on 0.0.0.0: requests without the printed token are refused."""
     ds = tmp_path / "ds"
@@ -425,16 +452,19 @@ def test_review_a_queue_written_by_unveil_generate(browser: Any, tmp_path: Path,
         page.goto(srv.url + "/")
         assert natural_widths(page, "#sample-img")[0] == 32  # the generated 32x32 image, from the folder's store
         assert page.locator("table.votes tbody tr").count() == 6
+        rejected = page.locator("#card").get_attribute("data-id")
         with page.expect_navigation():
             page.keyboard.press("r")
+        approved = page.locator("#card").get_attribute("data-id")
         with page.expect_navigation():
             page.keyboard.press("a")
         assert page.locator("#card-empty").count() == 1
         assert "2 of 2 reviewed" in " ".join(page.locator(".progress-text").inner_text().split())
     recs = load_samples(ds)
-    assert [recs[i]["status"] for i in queued] == ["rejected", "accepted"]
+    assert sorted([rejected, approved]) == queued
+    assert recs[rejected]["status"] == "rejected" and recs[approved]["status"] == "accepted"
     assert {recs[i]["review"]["reviewer"] for i in queued} == {"carol"}
-    assert [json.loads(x)["id"] for x in (ds / "dataset.jsonl").read_text().splitlines()] == [queued[1]]
+    assert [json.loads(x)["id"] for x in (ds / "dataset.jsonl").read_text().splitlines()] == [approved]
     # Replaying the web decisions through the command line changes nothing (same semantics, same format).
     before = (ds / SAMPLES).read_bytes()
     assert in_thread(main, ["review", str(ds), "--decisions", str(ds / DECISIONS)]) == 0

@@ -18,6 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--token", help="access token (default: none on 127.0.0.1, a random one printed at start elsewhere)")
     p.add_argument("--reviewer", help="reviewer name kept with decisions (default: the login name; the page can "
                                       "change it)")
+    p.add_argument("--image-store", help="the run's image store, for results that name images by id only (`unveil "
+                                         "evaluate ipr`; default $UNVEIL_IMAGE_STORE or ~/.cache/unveil/images)")
     p.set_defaults(func=run)
 
 
@@ -28,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
     from unveil.ui import create_app
 
     try:
-        app = create_app(args.path, host=args.host, token=args.token, reviewer=args.reviewer)
+        app = create_app(args.path, host=args.host, token=args.token, reviewer=args.reviewer,
+                         image_store=args.image_store)
     except ValueError as exc:
         raise SystemExit(f"unveil ui: {exc}") from exc
     token = app.state.guard.token

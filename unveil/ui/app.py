@@ -20,6 +20,7 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
+from tools.image_store import default_store_root
 from unveil.ui.security import CSRF_FIELD, CSRF_HEADER, SECURITY_HEADERS, TOKEN_COOKIE, Guard
 from unveil.ui.sources import (
     MTC_BIN_LABELS,
@@ -51,11 +52,13 @@ def _templates() -> Jinja2Templates:
 
 
 def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None = None,
-               reviewer: str | None = None) -> FastAPI:
+               reviewer: str | None = None, image_store: str | Path | None = None) -> FastAPI:
     """The app for `path` (a CTD dataset folder, a detection results file or an IPR results file).
 
     `host` is the address the server binds: any non-loopback one makes the access token mandatory (the app's
-    `state.guard.token`, generated when `token` is None)."""
+    `state.guard.token`, generated when `token` is None). `image_store` is the run's store for results files whose
+    records name images by id only (`unveil evaluate ipr`; default: `$UNVEIL_IMAGE_STORE` or the user's store,
+    as the commands use)."""
     target = Path(path)
     kind: Kind = detect_kind(target)
     guard = Guard.for_bind(host, token)
@@ -67,6 +70,9 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
     ctd = CtdSource(target) if kind == "ctd" else None
     det = DetectionSource(target) if kind == "detection" else None
     ipr = IprSource(target) if kind == "ipr" else None
+    for source in (det, ipr):
+        if source is not None:
+            source.images.add_root(Path(image_store) if image_store else default_store_root())
     if det is not None:  # learn the run's store folders before any image is requested
         det.rows()
     if ipr is not None:

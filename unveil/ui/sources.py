@@ -31,7 +31,8 @@ __all__ = ["Kind", "detect_kind", "ImageIndex", "CtdSource", "DetectionSource", 
 
 def detect_kind(path: str | os.PathLike[str]) -> Kind:
     """Which page a path opens: a folder with `samples.jsonl` is a CTD dataset; a JSONL whose records carry a
-    `trajectory` is IPR output, one whose records carry `mtc`, `toxic` or `trees` is detection output."""
+    `trajectory` (`unveil refine`) or `trajectories` / `used_prompt` (`unveil evaluate ipr`) is IPR output, one
+    whose records carry `mtc`, `toxic` or `trees` is detection output."""
     p = Path(path)
     if p.is_dir():
         if (p / SAMPLES).is_file():
@@ -42,7 +43,7 @@ def detect_kind(path: str | os.PathLike[str]) -> Kind:
     records = list(done_records(p).values())
     if not records:
         raise ValueError(f"{p}: no JSONL records with an id (expected `unveil detect`/`refine` output)")
-    if any("trajectory" in r for r in records):
+    if any("trajectory" in r or "trajectories" in r or "used_prompt" in r for r in records):
         return "ipr"
     if any(k in r for r in records for k in ("mtc", "toxic", "trees")):
         return "detection"
@@ -83,6 +84,18 @@ class ImageIndex:
         if learn_root and p.is_file():
             self.add_root(root)
         return sha if root in self.roots else None
+
+    @staticmethod
+    def valid_id(image_id: Any) -> str | None:
+        """An image id given without a path (`unveil evaluate ipr` records), if it is a SHA-256 digest; it is
+        served only if an allowed store holds it."""
+        if not isinstance(image_id, str):
+            return None
+        try:
+            ImageStore(".").path_for(image_id)
+        except ImageInputError:
+            return None
+        return image_id
 
     def file_for(self, image_id: str) -> Path | None:
         """The stored file of an id, if some allowed store holds it and its bytes hash to the id (re-hashed
@@ -260,17 +273,46 @@ class IprSource:
     images: ImageIndex = field(default_factory=ImageIndex)
 
     def prompts(self) -> list[dict[str, Any]]:
-        """Every record with its steps' image ids (store images only) and scalar scores."""
+        """Every record as runs of steps (store images only, scalar scores): one run for `unveil refine`, one per
+        seed for `unveil evaluate ipr`, and one step per image for its plain/rewriter baselines."""
         out = []
         for rec in _records(Path(self.path)):
-            steps = []
-            for step in rec.get("trajectory") or []:
-                ids = step.get("image_ids") or []
-                paths = step.get("image_paths") or []
-                shown = [self.images.id_of(p, Path(self.path).parent, known_id=ids[k] if k < len(ids) else None,
-                                           learn_root=True) for k, p in enumerate(paths)]
-                scores = [{k: v for k, v in (sc or {}).items() if isinstance(v, (int, float, bool, str))}
-                          for sc in step.get("scores") or []]
-                steps.append({**step, "shown": shown, "score_rows": scores})
-            out.append({**rec, "steps": steps, "cost": _cost(rec.get("usage"))})
+            if "trajectory" in rec:
+                runs = [{"label": "", "steps": [self._refine_step(st) for st in rec.get("trajectory") or []],
+                         "keep_step": rec.get("keep_step")}]
+            elif "trajectories" in rec:
+                runs = [self._eval_run(tr) for tr in rec.get("trajectories") or []]
+            else:
+                runs = [{"label": "images", "keep_step": None, "steps": [
+                    {"step": f"seed {im.get('seed')}", "prompt": rec.get("used_prompt") or rec.get("prompt"),
+                     "shown": [self.images.valid_id(im.get("image_id"))], "score_rows": [_scalars(im)]}
+                    for im in rec.get("images") or []]}]
+            out.append({**rec, "runs": runs, "cost": _cost(rec.get("usage"))})
         return out
+
+    def _refine_step(self, step: dict[str, Any]) -> dict[str, Any]:
+        ids = step.get("image_ids") or []
+        paths = step.get("image_paths") or []
+        shown = [self.images.id_of(p, Path(self.path).parent, known_id=ids[k] if k < len(ids) else None,
+                                   learn_root=True) for k, p in enumerate(paths)]
+        return {**step, "shown": shown, "score_rows": [_scalars(sc) for sc in step.get("scores") or []]}
+
+    def _eval_run(self, tr: dict[str, Any]) -> dict[str, Any]:
+        steps = tr.get("steps") or []
+        kept = tr.get("kept_at")
+        view = []
+        for k, st in enumerate(steps):
+            # A step's action is how its prompt came about; the refiner's keep applies to the last image.
+            action = "keep" if kept is not None and k == len(steps) - 1 else ("refine" if k < len(steps) - 1 else None)
+            view.append({"step": st.get("t", k), "prompt": st.get("prompt"), "action": action,
+                         "reason": steps[k + 1].get("reason") if k + 1 < len(steps) else "",
+                         "shown": [self.images.valid_id(st.get("image_id"))],
+                         "score_rows": [_scalars({x: v for x, v in st.items() if x not in ("t", "prompt", "action",
+                                                                                             "reason", "image_id")})]})
+        return {"label": f"seed {tr.get('seed')}", "steps": view,
+                "keep_step": view[-1]["step"] if kept is not None and view else None}
+
+
+def _scalars(scores: dict[str, Any] | None) -> dict[str, Any]:
+    """The scalar entries of a score dict (lists such as NudeNet labels are left out of the table)."""
+    return {k: v for k, v in (scores or {}).items() if isinstance(v, (int, float, bool, str)) and k != "image_id"}
