@@ -27,6 +27,7 @@ from unveil.ui.sources import (
     MTC_BINS,
     STATUS_LABELS,
     CtdSource,
+    DatasetBusyError,
     DetectionSource,
     IprSource,
     Kind,
@@ -167,7 +168,10 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         f = {"status": status, "category": category, "blind": blind}
         before = [c["id"] for c in await asyncio.to_thread(ctd.cards) if ctd.matches(c, **f)]
         name = request.cookies.get(REVIEWER_COOKIE) or default_name
-        counts = await asyncio.to_thread(ctd.decide, id, decision, note, name)
+        try:
+            counts = await asyncio.to_thread(ctd.decide, id, decision, note, name)
+        except DatasetBusyError as exc:  # another reviewer or writer held the lock too long: nothing was written
+            raise HTTPException(503, f"{exc} (your decision was not saved; press it again)") from exc
         if counts.get("conflicts"):
             return RedirectResponse(f"/review?{urllib.parse.urlencode({**f, 'id': id, 'flash': 'conflict'})}", 303)
         if counts.get("skipped"):
@@ -185,7 +189,10 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         if ctd is None:
             raise HTTPException(404)
         await check_csrf(request)
-        out = await asyncio.to_thread(ctd.export)
+        try:
+            out = await asyncio.to_thread(ctd.export)
+        except Exception as exc:  # noqa: BLE001 - shown to the reviewer (e.g. an image file missing from the folder)
+            raise HTTPException(500, f"export failed: {type(exc).__name__}: {exc}") from exc
         return RedirectResponse(f"/review?{urllib.parse.urlencode({'flash': 'exported', 'exported': str(out)})}", 303)
 
     @app.post("/reviewer")

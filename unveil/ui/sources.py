@@ -20,13 +20,21 @@ from tools.image_store import ImageInputError, ImageStore
 
 # The app's only imports from the CLI layer's dataset code: repoint here if ctd_dataset/batch move.
 from unveil.batch import done_records
-from unveil.ctd_dataset import IMAGES, SAMPLES, apply_reviews, default_reviewer, export_hf, load_samples
+from unveil.ctd_dataset import (
+    IMAGES,
+    SAMPLES,
+    DatasetBusyError,
+    apply_reviews,
+    default_reviewer,
+    export_hf,
+    load_samples,
+)
 
 Kind = Literal["ctd", "detection", "ipr"]
 STATUS_LABELS = {"pending_review": "pending", "accepted": "accepted", "rejected": "rejected", "dropped": "dropped",
                  "duplicate": "duplicate", "failed": "failed"}
 __all__ = ["Kind", "detect_kind", "ImageIndex", "CtdSource", "DetectionSource", "IprSource", "default_reviewer",
-           "MTC_BINS", "MTC_BIN_LABELS", "STATUS_LABELS"]
+           "DatasetBusyError", "MTC_BINS", "MTC_BIN_LABELS", "STATUS_LABELS"]
 
 
 def detect_kind(path: str | os.PathLike[str]) -> Kind:
