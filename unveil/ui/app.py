@@ -199,7 +199,8 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
     async def set_reviewer(request: Request, name: str = Form(...), back: str = Form("/")) -> Response:
         """Remember the reviewer's name (kept with each decision) in a cookie."""
         await check_csrf(request)
-        response = RedirectResponse(back if back.startswith("/") and not back.startswith("//") else "/", 303)
+        local = back.startswith("/") and not back.startswith("//") and "\\" not in back  # no open redirect
+        response = RedirectResponse(back if local else "/", 303)
         response.set_cookie(REVIEWER_COOKIE, name.strip()[:200] or default_name, httponly=True, samesite="strict")
         return response
 
