@@ -363,8 +363,29 @@ def drop_failed(path: Path, *, id_field: str = "id") -> int:
                 dropped += 1
             else:
                 kept.append(json.dumps(rec, ensure_ascii=True) + "\n")
-        atomic_write_text(path, "".join(kept))
+        if dropped:  # no rewrite when nothing failed: a rewrite races with anyone appending to the file
+            atomic_write_text(path, "".join(kept))
     return dropped
+
+
+def append_lines(path: str | os.PathLike[str], data: bytes) -> None:
+    """Append whole lines to a file others append to as well (a reviewer's decisions to a running batch's output):
+    under the file's write lock, after cutting a torn tail, complete or cut back and raised (`BatchWriteError`)."""
+    p = Path(path)
+    with write_lock(p):
+        repair_tail(p)
+        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            start = os.fstat(fd).st_size
+            try:
+                _write_all(fd, data, p)
+                os.fsync(fd)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, start)
+                raise
+        finally:
+            os.close(fd)
 
 
 class JsonlAppender:

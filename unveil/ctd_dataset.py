@@ -9,6 +9,8 @@ Layout of a dataset folder `DIR`:
   `evaluation.datasets` loads as `ctd` (`image` is relative to `DIR`);
 - `review_queue.jsonl`: samples waiting for a human decision (what the reviewer needs to see);
 - `checkpoints.sqlite`: LangGraph's checkpoints, so a killed run resumes mid-scene;
+- `decisions.jsonl`: every reviewer decision applied, in the `unveil review --decisions` format plus reviewer and time;
+- `.lock`: the folder lock (`dataset_lock`) that serialises reviewers and the rewriting of the views;
 - `export/data.parquet`: the Hugging Face `datasets` export, with the image bytes in an `Image` column.
 
 Duplicates: a sample whose text and image are both identical to an earlier sample's is an exact duplicate; one
@@ -20,15 +22,20 @@ similarity at or above a threshold with an earlier sample's is a near duplicate.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime
+import fcntl
+import getpass
 import hashlib
 import json
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from unveil.batch import atomic_write_text, done_records, read_jsonl_records, write_lock
+from unveil.batch import append_lines, atomic_write_text, done_records, read_jsonl_records
 
 SAMPLES = "samples.jsonl"
 DATASET = "dataset.jsonl"
@@ -36,6 +43,9 @@ REVIEW_QUEUE = "review_queue.jsonl"
 CHECKPOINTS = "checkpoints.sqlite"
 IMAGES = "images"
 EXPORT = "export"
+DECISIONS = "decisions.jsonl"
+LOCK = ".lock"
+LOCK_TIMEOUT_S = 30.0
 DEFAULT_NEAR_DUPLICATE = 0.92
 
 # Statuses of samples that may be part of the dataset; "pending_review" waits for a human decision.
@@ -218,8 +228,43 @@ def review_item(rec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+class DatasetBusyError(RuntimeError):
+    """Another process held the dataset folder's lock for longer than the timeout."""
+
+
+@contextlib.contextmanager
+def dataset_lock(dataset_dir: str | os.PathLike[str], *, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold the folder's exclusive lock (flock on `DIR/.lock`): reviewers (CLI or web) and view rewrites take it,
+    so two reviewers never interleave their read-modify-write. `unveil generate` appends records with single
+    O_APPEND writes, which never lose or tear a reviewer's appended line, so generation need not stop for review.
+    flock locks belong to the open file, so threads of one process exclude each other as processes do."""
+    root = Path(dataset_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise DatasetBusyError(f"{root}: the dataset folder is locked by another reviewer or writer "
+                                           f"for over {timeout:.0f} s; try again") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
-    """Rewrite `dataset.jsonl` and `review_queue.jsonl` from `samples.jsonl` (atomically); returns counts by status."""
+    """Rewrite `dataset.jsonl` and `review_queue.jsonl` from `samples.jsonl` (atomically, under the folder lock);
+    returns counts by status."""
+    with dataset_lock(dataset_dir):
+        return _write_views(dataset_dir)
+
+
+def _write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
     root = Path(dataset_dir)
     records = load_samples(root)
     usable = [r for r in records.values() if is_usable(r)]
@@ -233,29 +278,71 @@ def write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
     return counts
 
 
-def apply_reviews(dataset_dir: str | os.PathLike[str], decisions: dict[str, dict[str, Any]]) -> dict[str, int]:
-    """Apply reviewer decisions ({id: {decision: approve|reject, note}}) to pending samples; rewrites the folder's
-    files atomically. Returns how many were approved, rejected, and skipped (unknown id or not pending)."""
+def default_reviewer() -> str:
+    """The reviewer name recorded when none is given: the login name."""
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no login name in some containers
+        return "unknown"
+
+
+def apply_reviews(dataset_dir: str | os.PathLike[str], decisions: dict[str, dict[str, Any]], *,
+                  reviewer: str | None = None) -> dict[str, int]:
+    """Apply reviewer decisions ({id: {decision: approve|reject|note, note, reviewer?}}) under the folder lock.
+
+    A pending sample becomes accepted or rejected, its `review` keeping the decision, note, reviewer and time; every
+    decision also joins the record's `review_history` and `DIR/decisions.jsonl`. A decision on a sample another
+    reviewer already decided is not applied but kept in the history (`applied: false`), so it is never lost; a
+    `note` decision adds a note without deciding. Updated records are appended to `samples.jsonl` (the last record
+    of an id wins, as everywhere), so a concurrent `unveil generate` appending its own records loses nothing.
+    Returns how many were approved, rejected, noted, kept as conflicts, and skipped (unknown id or empty)."""
     from graphs.ctd import parse_review  # the one parser of review answers, shared with the interrupt path
 
     root = Path(dataset_dir)
-    counts = {"approved": 0, "rejected": 0, "skipped": 0}
-    # Read-modify-rewrite under the samples file's write lock: a running `unveil generate` appends under the same
-    # lock (and reopens the file after this atomic replace), and a second reviewer waits, so no record is lost.
-    with write_lock(root / SAMPLES):
+    counts = {"approved": 0, "rejected": 0, "noted": 0, "conflicts": 0, "skipped": 0}
+    with dataset_lock(root):
         records = load_samples(root)
+        changed: dict[str, dict[str, Any]] = {}
+        log: list[dict[str, Any]] = []
         for sid, answer in decisions.items():
             rec = records.get(sid)
-            if rec is None or rec.get("status") != "pending_review" or not str((answer or {}).get("decision", "")).strip():
+            decision = str((answer or {}).get("decision", "")).strip().lower()
+            if rec is None or not decision:
                 counts["skipped"] += 1
                 continue
-            review = parse_review(answer)
-            rec["review"] = review
-            rec["status"] = "accepted" if review["status"] == "approved" else "rejected"
-            counts[review["status"]] += 1
-        atomic_write_text(root / SAMPLES, "".join(json.dumps(r, ensure_ascii=True) + "\n" for r in records.values()))
-    write_views(root)
+            who = str((answer or {}).get("reviewer") or reviewer or default_reviewer())[:200]
+            now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+            note = str((answer or {}).get("note", ""))[:2000]
+            entry: dict[str, Any] = {"decision": decision, "note": note, "reviewer": who, "time": now}
+            if decision == "note":
+                counts["noted"] += 1
+            elif rec.get("status") == "pending_review":
+                review = {**parse_review(answer), "reviewer": who, "time": now}
+                rec["review"] = review
+                rec["status"] = "accepted" if review["status"] == "approved" else "rejected"
+                entry["decision"] = "approve" if review["status"] == "approved" else "reject"
+                counts[review["status"]] += 1
+            else:
+                status = parse_review(answer)["status"]
+                current = rec.get("review") or {}
+                if current.get("status") == status and current.get("note", "") == note:
+                    counts["skipped"] += 1  # the same decision applied again (a rerun of one decisions file)
+                    continue
+                entry.update(applied=False, conflict_with={k: current.get(k) for k in ("status", "reviewer", "time")})
+                counts["conflicts"] += 1
+            rec["review_history"] = [*rec.get("review_history", []), entry]
+            changed[sid] = rec
+            log.append({"id": sid, **entry})
+        if changed:
+            _append_lines(root / SAMPLES, [{**r, "id": sid} for sid, r in changed.items()])
+            _append_lines(root / DECISIONS, log)
+        _write_views(root)
     return counts
+
+
+def _append_lines(path: Path, records: list[dict[str, Any]]) -> None:
+    """Append records as whole JSON lines under the file's write lock (shared with a running batch's appender)."""
+    append_lines(path, "".join(json.dumps(r, ensure_ascii=True) + "\n" for r in records).encode("ascii"))
 
 
 def read_decisions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
@@ -268,6 +355,8 @@ def read_decisions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
         if "id" not in rec:
             raise ValueError(f"{path} line {lineno}: expected an object with an id")
         out[str(rec["id"])] = {"decision": rec.get("decision", ""), "note": rec.get("note", "")}
+        if rec.get("reviewer"):
+            out[str(rec["id"])]["reviewer"] = str(rec["reviewer"])
     return out
 
 

@@ -65,6 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--approve", action="append", default=[], metavar="ID", help="approve one sample (repeatable)")
     r.add_argument("--reject", action="append", default=[], metavar="ID", help="reject one sample (repeatable)")
     r.add_argument("--note", default="", help="note stored with --approve/--reject decisions")
+    r.add_argument("--reviewer", help="name kept with each decision (default: the decisions' own, else the login name)")
     r.add_argument("--export", action="store_true", help="write DIR/export/data.parquet afterwards")
     r.set_defaults(func=run_review)
 
@@ -147,7 +148,16 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     from agents.ctd.vocabulary import CATEGORIES, normalize_category
     from agents.gateway import get_gateway
     from graphs.ctd import builder
-    from unveil.ctd_dataset import CHECKPOINTS, SAMPLES, DuplicateIndex, export_hf, sample_record, write_views
+    from unveil.batch import drop_failed
+    from unveil.ctd_dataset import (
+        CHECKPOINTS,
+        SAMPLES,
+        DuplicateIndex,
+        dataset_lock,
+        export_hf,
+        sample_record,
+        write_views,
+    )
 
     category = normalize_category(args.category)
     if category not in CATEGORIES:
@@ -160,6 +170,11 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     warn_if_demo(ctx.models())
     items = scene_items(category, args.n, scene=args.scene, erase_routine=args.erase_routine, seed=args.seed)
     samples_path = out / SAMPLES
+    if args.retry_failed:
+        # Drop failed records under the folder lock, so a reviewer appending a decision right now is not lost
+        # by the rewrite (run_batch then finds nothing left to drop and never rewrites the file).
+        with dataset_lock(out):
+            drop_failed(samples_path)
     earlier = done_records(samples_path)
     spent_before = {"calls": sum(int(((r.get("usage") or {}).get("total") or {}).get("calls", 0)) for r in earlier.values()),
                     "cost": sum(float(r.get("cost_usd") or 0.0) for r in earlier.values())}
@@ -231,8 +246,10 @@ def run_review(args: argparse.Namespace) -> int:
     decisions.update({sid: {"decision": "approve", "note": args.note} for sid in args.approve})
     decisions.update({sid: {"decision": "reject", "note": args.note} for sid in args.reject})
     if decisions:
-        counts = apply_reviews(root, decisions)
-        print(f"approved {counts['approved']}, rejected {counts['rejected']}, skipped {counts['skipped']}", file=sys.stderr)
+        counts = apply_reviews(root, decisions, reviewer=args.reviewer)
+        print(f"approved {counts['approved']}, rejected {counts['rejected']}, skipped {counts['skipped']}"
+              + (f", {counts['conflicts']} already decided by another reviewer (kept in review_history)"
+                 if counts["conflicts"] else ""), file=sys.stderr)
     else:
         write_views(root)
         queue = [ln for ln in (root / REVIEW_QUEUE).read_text(encoding="utf-8").split("\n") if ln.strip()]
