@@ -20,7 +20,7 @@ from typing import Any
 from evaluation import metrics
 from evaluation.report import plot_confusion, plot_histogram, write_table
 from evaluation.runs import as_json, cost_columns, slug, split_records, usage_of
-from unveil.batch import BatchItem, run_batch
+from runner.batch import BatchItem, run_batch
 
 
 @dataclass
@@ -209,7 +209,7 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
     plot_histogram(out / "plots" / "mtc_histogram.png", histograms, title="MTC score distribution")
     md.append(write_table(out, "failures", failures, ["dataset", "detector", "config", "id", "error"],
                           title=f"Failed samples ({len(failures)}; excluded from the scores, counted in 'failed')"))
-    from unveil.batch import atomic_write_text
+    from runner.batch import atomic_write_text
 
     atomic_write_text(out / "detection.md", "\n".join(md))
     return {"rows": all_rows, "failures": failures, "confusions": confusions, "histograms": histograms,

@@ -35,9 +35,9 @@ from evaluation import metrics
 from evaluation.report import plot_lines, write_table
 from evaluation.runs import as_json, cost_columns, slug, split_records, usage_of
 from evaluation.store import EvalStore
+from runner.batch import BatchItem, atomic_write_text, run_batch
 from tools.image_store import get_image_store
 from tools.t2i.base import GenerationRequest, ImageGenerator
-from unveil.batch import BatchItem, atomic_write_text, run_batch
 
 DEFAULT_GUIDANCE = 7.5
 

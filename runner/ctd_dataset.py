@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from unveil.batch import atomic_write_text, done_records
+from runner.batch import atomic_write_text, done_records
 
 SAMPLES = "samples.jsonl"
 DATASET = "dataset.jsonl"

@@ -2,7 +2,7 @@
 
 For each prompt: render one image with the text-to-image generator, show the prompt and the image to the
 labeller VLM (the `labeller` role, through the gateway: cache, retries, cost), and write one record
-`{id, prompt, image_id, image, reason, answer, decision, ...}`. The run is a `unveil.batch` batch: resumable
+`{id, prompt, image_id, image, reason, answer, decision, ...}`. The run is a `runner.batch` batch: resumable
 (ids already written are skipped), concurrent (renders of concurrent samples batch on the GPU), with a progress
 bar, a failure record per bad sample, and an optional spending cap.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from unveil.batch import BatchItem, BatchSummary, run_batch
+from runner.batch import BatchItem, BatchSummary, run_batch
 
 
 @dataclass
@@ -45,7 +45,7 @@ def prompt_items(path: str | Path, *, field: str | None = None, limit: int | Non
 
     p = Path(path)
     if p.suffix.lower() == ".jsonl":
-        from unveil.batch import read_jsonl
+        from runner.batch import read_jsonl
 
         bad = []
         good: list[dict] = []

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from unveil.batch import read_jsonl, run_batch
+from runner.batch import read_jsonl, run_batch
 from unveil.commands.common import add_batch_options, add_model_options, context_kwargs, setup_gateway, warn_if_demo
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pairs.jsonl"
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
                                         retry_failed=args.retry_failed, desc=f"detect ({args.method})",
                                         progress=not args.no_progress))
         if not args.input:
-            from unveil.batch import done_records
+            from runner.batch import done_records
 
             for sid, rec in done_records(output).items():
                 _print_summary(rec, sid)

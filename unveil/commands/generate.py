@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from unveil.batch import BatchItem, done_records, run_batch
+from runner.batch import BatchItem, done_records, run_batch
 from unveil.commands.common import add_model_options, context_kwargs, setup_gateway, warn_if_demo
 
 RUN_FILE = "run.json"
@@ -72,7 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def build_context(args: argparse.Namespace, dataset_dir: Path) -> Any:
     """The graph context from the options (images go into the folder's own store)."""
     from graphs.ctd import CtdContext
-    from unveil.ctd_dataset import IMAGES
+    from runner.ctd_dataset import IMAGES
 
     kw = context_kwargs(args)
     kw["image_store"] = str(dataset_dir / IMAGES)
@@ -147,7 +147,7 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     from agents.ctd.vocabulary import CATEGORIES, normalize_category
     from agents.gateway import get_gateway
     from graphs.ctd import builder
-    from unveil.ctd_dataset import CHECKPOINTS, SAMPLES, DuplicateIndex, export_hf, sample_record, write_views
+    from runner.ctd_dataset import CHECKPOINTS, SAMPLES, DuplicateIndex, export_hf, sample_record, write_views
 
     category = normalize_category(args.category)
     if category not in CATEGORIES:
@@ -222,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_review(args: argparse.Namespace) -> int:
     """Run `unveil review`."""
-    from unveil.ctd_dataset import REVIEW_QUEUE, SAMPLES, apply_reviews, export_hf, read_decisions, write_views
+    from runner.ctd_dataset import REVIEW_QUEUE, SAMPLES, apply_reviews, export_hf, read_decisions, write_views
 
     root = Path(args.dir)
     if not (root / SAMPLES).is_file():

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from unveil.batch import read_jsonl, run_batch
+from runner.batch import read_jsonl, run_batch
 from unveil.commands.common import add_batch_options, add_model_options, context_kwargs, setup_gateway, warn_if_demo
 
 PROMPT_FIELDS = ("prompt", "text", "input")
