@@ -16,11 +16,11 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-# typing_extensions' TypedDict: pydantic (LangGraph Studio's schema export) rejects typing's on Python < 3.12.
-from typing_extensions import TypedDict
-
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
+
+# typing_extensions' TypedDict: pydantic (LangGraph Studio's schema export) rejects typing's on Python < 3.12.
+from typing_extensions import TypedDict
 
 from agents.gateway import get_gateway
 from agents.refiner import RefinerAnswerError, refine_prompt
@@ -29,8 +29,9 @@ from graphs.context import ModelsContext
 from tools.image_store import get_image_store
 from tools.t2i.base import GenerationRequest, ImageGenerator
 from tools.t2i.errors import PromptError
+from tools.t2i.registry import DEFAULT_IPR_GENERATOR, DEFAULT_LONG_PROMPTS, LONG_PROMPT_POLICIES, open_generator
 
-DEFAULT_GENERATOR = "diffusers:CompVis/stable-diffusion-v1-4"
+DEFAULT_GENERATOR = DEFAULT_IPR_GENERATOR
 
 
 class IPRInputError(ValueError):
@@ -53,6 +54,8 @@ class IPRContext(ModelsContext):
     guidance: float = field(default=7.5, metadata={"description": "Classifier-free guidance scale."})
     size: int = field(default=512, metadata={"description": "Image width and height in pixels."})
     negative_prompt: str = field(default="", metadata={"description": "Negative prompt for every generation (empty: none)."})
+    long_prompts: str = field(default=DEFAULT_LONG_PROMPTS, metadata={"description": "Prompts over the text "
+                              "encoder's 77 tokens: 'truncate' (as diffusers and the papers do) or 'error'."})
     max_prompt_chars: int = field(default=2000, metadata={"description": "Longest original prompt accepted."})
     on_refiner_error: str = field(default="fail", metadata={"description": "'fail': an unusable refiner answer fails the "
                                   "run; 'stop': it ends the run with the current image and records the error."})
@@ -114,12 +117,10 @@ class IPRState(IPRInput, IPROutput, total=False):
     seed_used: int
 
 
-def get_ipr_generator(spec: str, image_store: str = "") -> ImageGenerator:
+def get_ipr_generator(spec: str, image_store: str = "", long_prompts: str = DEFAULT_LONG_PROMPTS) -> ImageGenerator:
     """The generator for a spec, writing into the run's image store (the registry keeps one per spec and store,
     so pipelines load once per process and concurrent runs share their GPU batches)."""
-    from tools.t2i.registry import get_generator
-
-    return get_generator(spec, store=get_image_store(image_store or None))
+    return open_generator(spec, store=get_image_store(image_store or None), long_prompts=long_prompts)
 
 
 def validate_settings(ctx: IPRContext) -> None:
@@ -134,6 +135,8 @@ def validate_settings(ctx: IPRContext) -> None:
         raise IPRInputError(f"on_refiner_error must be 'fail' or 'stop', got {ctx.on_refiner_error!r}")
     if not ctx.generator:
         raise IPRInputError("no text-to-image generator spec (setting 'generator')")
+    if ctx.long_prompts not in LONG_PROMPT_POLICIES:
+        raise IPRInputError(f"long_prompts must be {' or '.join(LONG_PROMPT_POLICIES)}, got {ctx.long_prompts!r}")
     if ctx.score:
         unknown = sorted(set(ctx.scorers) - set(SCORER_NAMES))
         if unknown or not ctx.scorers:
@@ -211,7 +214,7 @@ async def start(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]
 async def generate(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
     """Render the current prompt (same seed and settings at every step) and add the step to the trajectory."""
     ctx = runtime.context
-    generator = await asyncio.to_thread(get_ipr_generator, ctx.generator, ctx.image_store)
+    generator = await asyncio.to_thread(get_ipr_generator, ctx.generator, ctx.image_store, ctx.long_prompts)
     request = GenerationRequest(
         prompt=state["current_prompt"], negative_prompt=ctx.negative_prompt or None, seed=state["seed_used"],
         num_images=ctx.num_images, width=ctx.size, height=ctx.size, steps=ctx.steps, guidance=ctx.guidance,

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tools.t2i.registry import DEFAULT_IPR_GENERATOR, DEFAULT_LONG_PROMPTS
 from training.reward import RewardSettings
 
 DEFAULT_BASE = "Qwen/Qwen2.5-VL-3B-Instruct"
@@ -75,7 +76,8 @@ class GRPOSettings(TrainSettings):
     kl_beta: float = 1e-4  # KL penalty to the reference policy (the base model with the adapter disabled)
     loss_type: str = "dapo"
     image_pool: bool = True  # refined renders join their prompt's pool of current images
-    generator: str = "diffusers:CompVis/stable-diffusion-v1-4"  # reward renderer spec (tools.t2i registry)
+    generator: str = DEFAULT_IPR_GENERATOR  # reward renderer spec (tools.t2i registry)
+    long_prompts: str = DEFAULT_LONG_PROMPTS  # over-long prompts: truncate (default) or error, as in the IPR graph
     t2i_steps: int = 50
     t2i_guidance: float = 7.0
     t2i_size: int = 512

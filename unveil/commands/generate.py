@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runner.batch import BatchItem, done_records, run_batch
+from runner.batch import done_records, run_batch
 from unveil.commands.common import add_model_options, context_kwargs, setup_gateway, warn_if_demo
 
 RUN_FILE = "run.json"
@@ -105,39 +105,14 @@ def check_option_text(option: str, value: str | None) -> None:
         raise SystemExit(f"{option}: {len(value)} characters is over the {MAX_OPTION_CHARS}-character limit")
 
 
-def scene_items(category: str, n: int, *, scene: str | None, erase_routine: str | None, seed: int) -> list[BatchItem]:
-    """Deterministic scene ids and seeds, so a rerun of the same command names the same scenes."""
-    return [BatchItem(f"{category}-{i:05d}", {"category": category, "scene_hint": scene, "erase_routine": erase_routine,
-                                               "seed": seed + 1000 * i}) for i in range(n)]
-
-
-async def run_scene(graph: Any, sample_id: str, record: dict[str, Any], ctx: Any, *, thread_prefix: str = "ctd") -> dict[str, Any]:
-    """Run (or resume, or read back) one scene's thread; returns the graph's final values."""
-    config = {"configurable": {"thread_id": f"{thread_prefix}:{sample_id}"}}
-    snapshot = await graph.aget_state(config)
-    if snapshot.values and not snapshot.next and snapshot.values.get("status"):
-        return dict(snapshot.values)  # finished before a kill, but its record was never written
-    if snapshot.next:
-        await graph.ainvoke(None, config, context=ctx)  # resume from the last checkpoint
-    else:
-        await graph.ainvoke({"id": sample_id, **record}, config, context=ctx)
-    final = await graph.aget_state(config)
-    if final.next:
-        raise RuntimeError(f"scene {sample_id} stopped at {final.next} (an interrupt needs review mode interrupt)")
-    return dict(final.values)
-
-
 async def preflight_t2i(ctx: Any) -> None:
-    """Load the text-to-image pipeline once before any scene starts, so a missing model is one clear error
-    instead of a failure per scene."""
-    from graphs.ctd import _generator
+    """Load the text-to-image model before any scene starts (one clear error naming --t2i)."""
+    from runner.ctd import preflight_t2i as check
 
     try:
-        generator = await asyncio.to_thread(_generator, ctx.t2i, ctx.image_store)
-        if isinstance(getattr(type(generator), "pipeline", None), property):
-            await asyncio.to_thread(getattr, generator, "pipeline")
-    except Exception as exc:  # noqa: BLE001 - shown to the user as the reason nothing ran
-        raise SystemExit(f"--t2i {ctx.t2i}: the text-to-image model cannot be used: {exc}") from exc
+        await check(ctx)
+    except ValueError as exc:
+        raise SystemExit(f"--{exc}") from exc
 
 
 async def generate(args: argparse.Namespace) -> dict[str, Any]:
@@ -145,8 +120,8 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
     from agents.ctd.vocabulary import CATEGORIES, normalize_category
-    from agents.gateway import get_gateway
     from graphs.ctd import builder
+    from runner.ctd import run_scene, scene_items
     from runner.ctd_dataset import CHECKPOINTS, SAMPLES, DuplicateIndex, export_hf, sample_record, write_views
 
     category = normalize_category(args.category)
@@ -161,16 +136,22 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     items = scene_items(category, args.n, scene=args.scene, erase_routine=args.erase_routine, seed=args.seed)
     samples_path = out / SAMPLES
     earlier = done_records(samples_path)
-    spent_before = {"calls": sum(int(((r.get("usage") or {}).get("total") or {}).get("calls", 0)) for r in earlier.values()),
-                    "cost": sum(float(r.get("cost_usd") or 0.0) for r in earlier.values())}
+    # The cap sums the records' own usage (earlier runs' and this run's), not a process-wide counter: records are
+    # the values that say what each scene spent, and they survive a restart.
+    spent = {"calls": 0, "cost": 0.0}
+
+    def add_spent(rec: dict[str, Any]) -> None:
+        spent["calls"] += int(((rec.get("usage") or {}).get("total") or {}).get("calls", 0))
+        spent["cost"] += float(rec.get("cost_usd") or 0.0)
+
+    for rec in earlier.values():
+        add_spent(rec)
     dedup = DuplicateIndex(threshold=args.near_duplicate)
     await asyncio.to_thread(dedup.load, [{"id": k, **v} for k, v in earlier.items()])
-    gateway = get_gateway()
     await preflight_t2i(ctx)
 
     def stop() -> str | None:
-        total = gateway.usage["total"]
-        calls, cost = spent_before["calls"] + total["calls"], spent_before["cost"] + total["cost_usd"]
+        calls, cost = spent["calls"], spent["cost"]
         if args.max_calls is not None and calls >= args.max_calls:
             return f"spending cap reached: {calls} model calls (--max-calls {args.max_calls})"
         if args.max_cost is not None and cost >= args.max_cost:
@@ -188,6 +169,7 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
                 if dup is not None:
                     rec["duplicate_of"] = dup
                     rec["status"] = "duplicate"
+            add_spent(rec)
             return rec
 
         summary = await run_batch(items, worker, samples_path, concurrency=args.concurrency,

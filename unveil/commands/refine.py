@@ -10,10 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from runner.batch import read_jsonl, run_batch
-from unveil.commands.common import add_batch_options, add_model_options, context_kwargs, setup_gateway, warn_if_demo
-
-PROMPT_FIELDS = ("prompt", "text", "input")
-SEED_FIELDS = ("seed", "evaluation_seed")
+from runner.refine import prompt_of, refine_one, seed_of
+from unveil.commands.common import (
+    add_batch_options,
+    add_long_prompts_option,
+    add_model_options,
+    batch_exit_code,
+    context_kwargs,
+    setup_gateway,
+    warn_if_demo,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,20 +48,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--on-refiner-error", choices=["fail", "stop"], help="an unusable refiner answer fails the prompt "
                                                                          "(default) or ends it with the current image")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
+    add_long_prompts_option(p)
     add_model_options(p)
     add_batch_options(p)
     p.set_defaults(func=run)
 
 
 def build_context(args: argparse.Namespace) -> Any:
-    """The IPR context from the command-line options."""
-    from graphs.ipr import IPRContext
+    """The IPR context from the command-line options (explicit values win over `UNVEIL_<FIELD>`)."""
+    from runner.refine import ipr_context
 
     kw = context_kwargs(args)
     if args.refiner:
         kw["refiner_model"] = args.refiner
     for opt in ("t_max", "generator", "seed", "num_images", "steps", "guidance", "size", "negative_prompt",
-                "q16_embeddings", "on_refiner_error"):
+                "q16_embeddings", "on_refiner_error", "long_prompts"):
         if getattr(args, opt) is not None:
             kw[opt] = getattr(args, opt)
     if args.history:
@@ -64,53 +71,10 @@ def build_context(args: argparse.Namespace) -> Any:
         kw["score"] = True
     if args.scorers:
         kw["scorers"] = [s.strip() for s in args.scorers.split(",") if s.strip()]
-    allowed = set(IPRContext.__dataclass_fields__)
-    unknown = sorted(k for k in kw if k not in allowed)
-    if unknown:
-        raise SystemExit(f"unknown setting(s) for refine: {', '.join(unknown)} (the IPR graph has one role: refiner)")
-    return IPRContext(**kw)
-
-
-def prompt_of(record: dict[str, Any]) -> str:
-    """The prompt of a batch record (`prompt`, else `text` or `input`)."""
-    for name in PROMPT_FIELDS:
-        value = record.get(name)
-        if isinstance(value, str):
-            return value
-    raise ValueError(f"record has no prompt: expected a string field {' or '.join(PROMPT_FIELDS)}")
-
-
-def seed_of(record: dict[str, Any]) -> int | None:
-    """A per-record seed (`seed` or I2P's `evaluation_seed`), if any."""
-    for name in SEED_FIELDS:
-        value = record.get(name)
-        if value is not None and value != "":
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            if isinstance(value, bool) or not isinstance(value, (int, str)):
-                raise ValueError(f"{name}: expected an integer seed, got {type(value).__name__}")
-            try:
-                return int(value)
-            except ValueError:
-                raise ValueError(f"{name}: {value[:40]!r} is not an integer seed") from None
-    return None
-
-
-async def refine_one(prompt: str, ctx: Any, *, seed: int | None = None, sample_id: str | None = None) -> dict[str, Any]:
-    """Run one prompt through the IPR graph and return its JSON record (with the model specs used)."""
-    from graphs.ipr import graph
-
-    inp: dict[str, Any] = {"prompt": prompt}
-    if seed is not None:
-        inp["seed"] = seed
-    if sample_id is not None:
-        inp["id"] = sample_id
-    out = await graph.ainvoke(inp, context=ctx)
-    rec = dict(out)
-    rec["models"] = {"refiner": ctx.spec_for("refiner"), "generator": ctx.generator}
-    rec["settings"] = {"t_max": ctx.t_max, "history": ctx.history, "seed": seed if seed is not None else ctx.seed,
-                       "steps": ctx.steps, "guidance": ctx.guidance, "size": ctx.size, "num_images": ctx.num_images}
-    return rec
+    try:
+        return ipr_context(**kw)
+    except ValueError as exc:
+        raise SystemExit(f"unveil refine: {exc}") from exc
 
 
 def format_trajectory(rec: dict[str, Any], sample_id: str | None = None) -> str:
@@ -165,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{summary.completed} done, {summary.failed} failed, {summary.skipped} already in {output}", file=sys.stderr)
         for failure in summary.failures:
             print(f"  failed {failure['id']}: {failure['error']}", file=sys.stderr)
-        return 0 if not summary.failed else 1
+        return batch_exit_code(summary.failed)
     rec = asyncio.run(refine_one(args.prompt, ctx))
     if args.json:
         print(json.dumps(rec, indent=2, ensure_ascii=False))
