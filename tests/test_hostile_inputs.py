@@ -187,7 +187,7 @@ def test_refine_batch_names_every_bad_input_and_goes_on(tmp_path: Path, sd_folde
     rc = main(["refine", "--input", str(src), "--output", str(out), "--refiner", f"scripted:{script}", "--generator",
                f"diffusers:{sd_folder}", "--size", "32", "--steps", "2", "--cache", "off", "--no-progress",
                "--image-store", str(tmp_path / "store")])
-    assert rc == 1  # some samples failed
+    assert rc == 2  # some samples failed (the batch exit rule)
     recs = _records(out)
     assert recs["ok"]["status"] == "ok" and recs["ok2"]["status"] == "ok" and recs["ok2"]["settings"]["seed"] == 4
     for sid, _, words in REFINE_CASES:

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from runner.batch import done_records, run_batch
-from unveil.commands.common import add_model_options, context_kwargs, setup_gateway, warn_if_demo
+from unveil.commands.common import (
+    add_long_prompts_option,
+    add_model_options,
+    batch_exit_code,
+    context_kwargs,
+    setup_gateway,
+    warn_if_demo,
+)
 
 RUN_FILE = "run.json"
 
@@ -54,6 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--retry-failed", action="store_true", help="run failed scenes again")
     p.add_argument("--export", action="store_true", help="also write DIR/export/data.parquet (Hugging Face datasets)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_long_prompts_option(p)
     add_model_options(p)
     p.set_defaults(func=run)
 
@@ -72,11 +80,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 def build_context(args: argparse.Namespace, dataset_dir: Path) -> Any:
     """The graph context from the options (images go into the folder's own store)."""
     from graphs.ctd import CtdContext
+    from runner.context import check_model_fields, explicit_context
     from runner.ctd_dataset import IMAGES
 
     kw = context_kwargs(args)
+    try:
+        check_model_fields((CtdContext,), kw)
+    except ValueError as exc:
+        raise SystemExit(f"unveil generate: {exc}") from exc
     kw["image_store"] = str(dataset_dir / IMAGES)
     kw["review"] = args.review
+    kw["long_prompts"] = args.long_prompts
     for opt, name in (("max_rounds", "max_rounds"), ("n_blind", "n_blind"), ("t2i", "t2i"), ("width", "t2i_width"),
                       ("height", "t2i_height"), ("steps", "t2i_steps")):
         if getattr(args, opt, None) is not None:
@@ -87,7 +101,7 @@ def build_context(args: argparse.Namespace, dataset_dir: Path) -> Any:
         kw["web_search"] = False
     if args.no_modality_check:
         kw["modality_check"] = False
-    return CtdContext(**kw)
+    return explicit_context(CtdContext, **kw)
 
 
 MAX_OPTION_CHARS = 2000
@@ -199,17 +213,34 @@ def run(args: argparse.Namespace) -> int:
               f"and `unveil review {out}`", file=sys.stderr)
     if result.get("export"):
         print(f"export written to {result['export']}", file=sys.stderr)
-    return 2 if result["failed"] else 0
+    return batch_exit_code(result["failed"])
 
 
 def run_review(args: argparse.Namespace) -> int:
     """Run `unveil review`."""
-    from runner.ctd_dataset import REVIEW_QUEUE, SAMPLES, apply_reviews, export_hf, read_decisions, write_views
+    from runner.ctd_dataset import (
+        REVIEW_QUEUE,
+        SAMPLES,
+        apply_reviews,
+        export_hf,
+        load_samples,
+        read_decisions,
+        write_views,
+    )
 
     root = Path(args.dir)
     if not (root / SAMPLES).is_file():
         raise SystemExit(f"{root}: no {SAMPLES} here (not a dataset folder written by `unveil generate`)")
     decisions: dict[str, dict[str, Any]] = read_decisions(args.decisions) if args.decisions else {}
+    named = [*args.approve, *args.reject]
+    if named:
+        # A named sample that does not wait for review is a mistake worth an exit code, not a silent skip.
+        records = load_samples(root)
+        wrong = [sid for sid in named if (records.get(sid) or {}).get("status") != "pending_review"]
+        if wrong:
+            print(f"unveil review: not waiting for review here: {', '.join(wrong)} "
+                  f"(unknown id or already decided; `unveil review {root}` lists the queue)", file=sys.stderr)
+            return 1
     decisions.update({sid: {"decision": "approve", "note": args.note} for sid in args.approve})
     decisions.update({sid: {"decision": "reject", "note": args.note} for sid in args.reject})
     if decisions:
