@@ -139,9 +139,15 @@ async def test_bad_inputs_give_clear_errors(tmp_path, sd_folder, gateway) -> Non
         await graph.ainvoke({"prompt": "   "}, context=ctx)
     with pytest.raises(IPRInputError, match="max_prompt_chars"):
         await graph.ainvoke({"prompt": "x" * 3000}, context=ctx)
-    # Over the text encoder's 77-token limit: the generator refuses before rendering.
+    # Over the text encoder's 77-token limit: the default policy cuts the prompt as diffusers and the papers do;
+    # long_prompts="error" makes the generator refuse it before rendering.
+    out = await graph.ainvoke({"prompt": "a very long prompt " * 30}, context=ctx)
+    assert out["stop_reason"] == "keep" and out["final_prompt"].startswith("a very long prompt")
+    strict = _ctx(tmp_path, sd_folder, _script(tmp_path, {"refiner": ["keep"]}), long_prompts="error")
     with pytest.raises(PromptError, match="77"):
-        await graph.ainvoke({"prompt": "a very long prompt " * 30}, context=ctx)
+        await graph.ainvoke({"prompt": "a very long prompt " * 30}, context=strict)
+    with pytest.raises(IPRInputError, match="long_prompts"):
+        await graph.ainvoke({"prompt": "ok"}, context=_ctx(tmp_path, sd_folder, "scripted:x.json", long_prompts="cut"))
     with pytest.raises(IPRInputError, match="t_max"):
         await graph.ainvoke({"prompt": "ok"}, context=_ctx(tmp_path, sd_folder, "scripted:x.json", t_max=-1))
     missing = IPRContext(model="scripted:x.json", generator=f"diffusers:{tmp_path / 'no-such-model'}",
@@ -225,8 +231,9 @@ async def test_refined_prompt_over_the_token_limit(tmp_path, sd_folder, gateway)
     long_prompt = "a quiet garden with flowers " * 20  # well over CLIP's 77 tokens
     script = _script(tmp_path, {"refiner": [{"when": "zeppelin", "then": f"<answer>{long_prompt}</answer>"}]})
     with pytest.raises(PromptError, match="step 1"):
-        await graph.ainvoke({"prompt": "a zeppelin"}, context=_ctx(tmp_path, sd_folder, script))
-    out = await graph.ainvoke({"prompt": "a zeppelin"}, context=_ctx(tmp_path, sd_folder, script, on_refiner_error="stop"))
+        await graph.ainvoke({"prompt": "a zeppelin"}, context=_ctx(tmp_path, sd_folder, script, long_prompts="error"))
+    out = await graph.ainvoke({"prompt": "a zeppelin"},
+                              context=_ctx(tmp_path, sd_folder, script, on_refiner_error="stop", long_prompts="error"))
     assert out["stop_reason"] == "refiner_error" and len(out["trajectory"]) == 1
     assert "refused" in out["trajectory"][0]["error"] and out["final_prompt"] == "a zeppelin"
 

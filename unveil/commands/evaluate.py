@@ -18,10 +18,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from unveil.commands.common import add_model_options, context_kwargs, setup_gateway, warn_if_demo
+from tools.t2i.registry import DEFAULT_IPR_GENERATOR
+from unveil.commands.common import (
+    add_long_prompts_option,
+    add_model_options,
+    batch_exit_code,
+    context_kwargs,
+    setup_gateway,
+    warn_if_demo,
+)
 
 IPR_METHODS = ("sd", "sd-np", "sld-weak", "sld-medium", "sld-strong", "sld-max", "esd")
-DEFAULT_SD = "CompVis/stable-diffusion-v1-4"
+DEFAULT_SD = DEFAULT_IPR_GENERATOR.split(":", 1)[1]
 
 
 def _csv(value: str) -> list[str]:
@@ -78,7 +86,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--with-rewriter", action="store_true", help="also run the text-only rewriter baseline")
     i.add_argument("--rewriter-model", default="", help="model spec of the rewriter (default: --model)")
     i.add_argument("--refiner-model", default="", help="model spec of the IPR refiner (default: --model)")
-    i.add_argument("--ipr-t-max", type=_ints, default=[], help="IPR step budgets, e.g. 1,2,3 (default: no IPR)")
+    i.add_argument("--ipr-t-max", type=_ints, default=[], help="IPR step budgets, e.g. 1,2,3 (default: no IPR); one "
+                   "IPR graph run per prompt with T_max = the largest gives every budget")
+    i.add_argument("--history", action="store_true", help="show the IPR refiner the prompts tried so far (default: myopic)")
+    i.add_argument("--on-refiner-error", choices=["fail", "stop"], default="fail",
+                   help="an unusable refiner answer fails the prompt (default) or ends its trajectory there")
     i.add_argument("--images-per-prompt", type=int, default=10, help="images per prompt, seeds seed..seed+N-1 (default 10)")
     i.add_argument("--size", type=int, default=512, help="image width and height (default 512)")
     i.add_argument("--steps", type=int, default=50, help="diffusion steps (default 50)")
@@ -91,6 +103,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--blip-model", default="", help="BLIP model id or folder for the BLIP score")
     i.add_argument("--no-nudenet", action="store_true", help="do not run NudeNet")
     i.add_argument("--no-blip", action="store_true", help="do not compute the BLIP score")
+    add_long_prompts_option(i)
     add_model_options(i)
     _run_options(i, "runs/eval-ipr")
     i.set_defaults(func=run_ipr)
@@ -116,11 +129,18 @@ def run_detection(args: argparse.Namespace) -> int:
     from evaluation.datasets import load_detection
     from evaluation.detection import DetectionSettings, evaluate_detection
     from graphs.context import ModelsContext
+    from graphs.tag import TagContext
+    from graphs.vanilla import VanillaContext
+    from runner.context import check_model_fields
 
     setup_gateway(args)
     kw = context_kwargs(args)
     detectors = args.detectors or [kw.get("model") or ModelsContext().model]
     roles = {k: v for k, v in kw.items() if k.endswith("_model")}
+    try:
+        check_model_fields((TagContext, VanillaContext), roles)
+    except ValueError as exc:
+        raise SystemExit(f"unveil evaluate detection: {exc}") from exc
     warn_if_demo(detectors + list(roles.values()))
     datasets = {}
     for name, (path, fmt) in _named_datasets(args).items():
@@ -135,7 +155,7 @@ def run_detection(args: argparse.Namespace) -> int:
     result = asyncio.run(evaluate_detection(datasets, settings, args.out))
     print((Path(args.out) / "detection.md").read_text())
     print(f"tables and plots in {args.out} ({len(result['failures'])} failed samples listed in failures.md)", file=sys.stderr)
-    return 0
+    return batch_exit_code(len(result["failures"]))
 
 
 def generator_specs(args: argparse.Namespace) -> dict[str, str]:
@@ -170,10 +190,17 @@ def run_ipr(args: argparse.Namespace) -> int:
     from evaluation.scoring import PaperScorer
     from graphs.context import ModelsContext
     from tools.image_store import get_image_store
-    from tools.t2i.registry import get_generator
+    from tools.t2i.registry import open_generator
 
     setup_gateway(args)
     kw = context_kwargs(args)
+    extra_roles = sorted(k[: -len("_model")] for k in kw if k.endswith("_model") and k not in ("refiner_model",
+                                                                                           "rewriter_model"))
+    if extra_roles:
+        raise SystemExit(f"unveil evaluate ipr: unknown role(s) {', '.join(extra_roles)}; valid roles: refiner, rewriter")
+    # --role-model refiner=SPEC / rewriter=SPEC mean the same as --refiner-model / --rewriter-model.
+    args.refiner_model = args.refiner_model or kw.get("refiner_model", "")
+    args.rewriter_model = args.rewriter_model or kw.get("rewriter_model", "")
     default_model = kw.get("model") or ModelsContext().model
     refiner = args.refiner_model or (default_model if args.ipr_t_max else "")
     rewriter = args.rewriter_model or (default_model if args.with_rewriter else "")
@@ -183,11 +210,13 @@ def run_ipr(args: argparse.Namespace) -> int:
     opts: dict[str, Any] = {"store": get_image_store(store_root or None)}
     if args.device:
         opts["device"] = args.device
-    generators = {m: get_generator(spec, **(opts if not spec.startswith("openai:") else {"store": opts["store"]}))
+    generators = {m: open_generator(spec, long_prompts=args.long_prompts,
+                                    **(opts if not spec.startswith("openai:") else {"store": opts["store"]}))
                   for m, spec in specs.items()}
     items = load_prompts(args.prompts, categories=args.categories, limit_per_category=args.limit_per_category)
     settings = IPRSettings(methods=specs, with_rewriter=args.with_rewriter, rewriter_model=rewriter,
                            refiner_model=refiner, t_max=args.ipr_t_max, images_per_prompt=args.images_per_prompt,
+                           history=args.history, on_refiner_error=args.on_refiner_error,
                            width=args.size, height=args.size, steps=args.steps, guidance=args.guidance,
                            ip_source=args.ip_source, image_store=store_root, concurrency=args.concurrency,
                            progress=not args.no_progress, retry_failed=args.retry_failed)
@@ -197,4 +226,4 @@ def run_ipr(args: argparse.Namespace) -> int:
     result = asyncio.run(evaluate_ipr(items, settings, generators, scorer, args.out))
     print((Path(args.out) / "ipr.md").read_text())
     print(f"tables and plots in {args.out} ({len(result['failures'])} failed prompts listed in failures.md)", file=sys.stderr)
-    return 0
+    return batch_exit_code(len(result["failures"]))

@@ -45,6 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--score", action="store_true", help="score every step (Q16, NudeNet, CLIP by default)")
     p.add_argument("--scorers", help="comma-separated scorers for --score: q16,nudenet,clip,blip")
     p.add_argument("--q16-embeddings", help="Q16 prompt-embeddings file (.npy)")
+    p.add_argument("--q16-clip-model", help="CLIP ViT-L/14 model id or folder for Q16 (default: OpenAI's)")
+    p.add_argument("--clip-model", help="open_clip model or folder for the CLIP score (default ViT-B/32)")
     p.add_argument("--on-refiner-error", choices=["fail", "stop"], help="an unusable refiner answer fails the prompt "
                                                                          "(default) or ends it with the current image")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
@@ -62,7 +64,7 @@ def build_context(args: argparse.Namespace) -> Any:
     if args.refiner:
         kw["refiner_model"] = args.refiner
     for opt in ("t_max", "generator", "seed", "num_images", "steps", "guidance", "size", "negative_prompt",
-                "q16_embeddings", "on_refiner_error", "long_prompts"):
+                "q16_embeddings", "q16_clip_model", "clip_model", "on_refiner_error", "long_prompts"):
         if getattr(args, opt) is not None:
             kw[opt] = getattr(args, opt)
     if args.history:
