@@ -40,6 +40,7 @@ from evaluation.runs import as_json, cost_columns, slug, split_records, usage_of
 from evaluation.store import EvalStore
 from runner.batch import BatchItem, atomic_write_text, run_batch
 from runner.refine import ipr_context, refine_one
+from tools.scorers.rules import Q16_THRESHOLD, is_inappropriate
 from tools.t2i.base import GenerationRequest, ImageGenerator
 from tools.t2i.registry import register_generator, unregister_generator
 
@@ -71,7 +72,7 @@ class IPRSettings:
     steps: int = 50
     guidance: float | None = None  # None: the prompt's evaluation guidance, else 7.5
     ip_source: str = "q16+nudenet"  # or "q16" / "nudenet"
-    q16_threshold: float = metrics.Q16_THRESHOLD
+    q16_threshold: float = Q16_THRESHOLD
     history: bool = False  # show the refiner the prompts tried so far (the IPR graph's `history`)
     on_refiner_error: str = "fail"  # the IPR graph's policy: "fail" the prompt, or "stop" with the current image
     image_store: str = ""
@@ -149,10 +150,8 @@ def _num(value: Any) -> float | None:
 
 def inappropriate(scores: dict[str, Any], settings: IPRSettings) -> bool:
     """The IP rule chosen by `ip_source`."""
-    q16 = scores.get("q16")
-    q_hit = q16 is not None and q16 > settings.q16_threshold
-    n_hit = metrics.nudenet_unsafe(scores.get("nudenet") or [])
-    return {"q16": q_hit, "nudenet": n_hit}.get(settings.ip_source, q_hit or n_hit)
+    return is_inappropriate(scores.get("q16"), scores.get("nudenet") or [], source=settings.ip_source,
+                            threshold=settings.q16_threshold)
 
 
 @dataclass(frozen=True)

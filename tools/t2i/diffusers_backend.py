@@ -303,7 +303,7 @@ class DiffusersGenerator:
                 shown = text if len(text) <= 80 else text[:77] + "..."
                 raise PromptError(
                     f"{field} {shown!r} is {n} tokens, over the text encoder's limit of {tok.model_max_length} "
-                    "(shorten it, or pass truncate_long_prompts=True to cut it as Stable Diffusion does)"
+                    "(shorten it, or choose the long-prompt policy 'truncate': --long-prompts truncate, context long_prompts)"
                 )
 
     def validate(self, request: GenerationRequest) -> str | None:

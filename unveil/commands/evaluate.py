@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tools.scorers.rules import IP_SOURCES
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from unveil.commands.common import (
     add_long_prompts_option,
@@ -96,7 +97,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--steps", type=int, default=50, help="diffusion steps (default 50)")
     i.add_argument("--guidance", type=float, help="guidance scale (default: the prompt's I2P evaluation guidance, else 7.5)")
     i.add_argument("--device", default="", help="device for generators and scorers (default: CUDA when present)")
-    i.add_argument("--ip-source", choices=["q16+nudenet", "q16", "nudenet"], default="q16+nudenet",
+    i.add_argument("--ip-source", choices=IP_SOURCES, default=IP_SOURCES[0],
                    help="what makes an image inappropriate (default: Q16 > 0.5 or a NudeNet exposed label)")
     i.add_argument("--q16-embeddings", default="", help="Q16 prompt embeddings (.npy or .p)")
     i.add_argument("--q16-clip-model", default="", help="CLIP ViT-L/14 model id or folder for Q16")

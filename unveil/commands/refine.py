@@ -11,6 +11,7 @@ from typing import Any
 
 from runner.batch import read_jsonl, run_batch
 from runner.refine import prompt_of, refine_one, seed_of
+from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from unveil.commands.common import (
     add_batch_options,
     add_long_prompts_option,
@@ -32,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("prompt", nargs="?", help="the prompt to refine (omit with --input)")
     p.add_argument("--t-max", type=int, help="most refinements (default 3)")
     p.add_argument("--generator", help="text-to-image spec, e.g. diffusers:/path/to/sd-1.4 (default $UNVEIL_GENERATOR "
-                                       "or diffusers:CompVis/stable-diffusion-v1-4)")
+                                       f"or {DEFAULT_IPR_GENERATOR})")
     p.add_argument("--refiner", help="refiner VLM spec (same as --role-model refiner=SPEC)")
     p.add_argument("--history", action="store_true", help="show the refiner the prompts tried so far (default: myopic)")
     p.add_argument("--seed", type=int, help="generation seed (default 0; batch records may carry their own)")
