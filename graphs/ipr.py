@@ -201,6 +201,11 @@ async def start(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]
     """Check the prompt and settings; step 0 renders p0."""
     ctx = runtime.context
     validate_settings(ctx)
+    if ctx.t_max > 0 and not get_gateway().vision(ctx.spec_for("refiner")):
+        # Checked before any rendering: a text-only refiner would fail only after the first image was paid for.
+        raise IPRInputError(f"refiner model {ctx.spec_for('refiner')!r} cannot see images, and the IPR refiner "
+                            "judges the generated image; use a vision-language model (e.g. "
+                            "hf:Qwen/Qwen2.5-VL-3B-Instruct or openai:gpt-4.1)")
     prompt = state.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise IPRInputError("the prompt is empty; give the text-to-image prompt to refine")

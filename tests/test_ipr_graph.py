@@ -252,3 +252,12 @@ async def test_local_hf_vlm_refiner_sees_the_generated_image(tmp_path, sd_folder
     used = out["usage"]["by_role"]["refiner"]
     # 32x32 images are resized to the 56x56 budget: 4 merged vision tokens plus the text of the prompt.
     assert used["calls"] >= 1 and used["input_tokens"] > 100 and used["output_tokens"] >= 1
+
+
+async def test_text_only_refiner_is_refused_before_any_rendering(tmp_path, gateway) -> None:
+    # The generator folder does not exist: had the graph rendered first, the error would name the model instead.
+    ctx = IPRContext(model="llamacpp:smollm2", generator=f"diffusers:{tmp_path / 'no-such-sd'}",
+                     image_store=str(tmp_path / "store"), size=SIZE, steps=STEPS)
+    with pytest.raises(IPRInputError, match="cannot see images"):
+        await graph.ainvoke({"prompt": "a cat"}, context=ctx)
+    assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.png"))

@@ -77,6 +77,13 @@ def _model_class_name(model: str) -> str:
         return json.loads(index.read_text(encoding="utf-8")).get("_class_name", "")
     from diffusers import DiffusionPipeline
 
+    from tools.hub import HubUnavailableError, hub_access
+
+    try:
+        # Fails at once, with the reason, when the id is neither cached nor downloadable (no minute of retries).
+        hub_access(model, "model_index.json", what="text-to-image model")
+    except HubUnavailableError as exc:
+        raise ModelNotFoundError(str(exc)) from exc
     try:
         config = DiffusionPipeline.load_config(model)
     except Exception as exc:  # OSError / HTTP errors: offline, wrong id, gated model
