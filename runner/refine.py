@@ -6,12 +6,14 @@ refiner give the same trajectory, keep step and scores whichever command ran the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from graphs.ipr import IPRContext
+from graphs.ipr import IPRContext, IPROutput
 from runner.context import check_model_fields, explicit_context
 
 PROMPT_FIELDS = ("prompt", "text", "input")
+OUTPUT_FIELDS = frozenset(IPROutput.__annotations__)
 SEED_FIELDS = ("seed", "evaluation_seed")
 
 
@@ -50,9 +52,27 @@ def seed_of(record: dict[str, Any]) -> int | None:
     return None
 
 
-async def refine_one(prompt: str, ctx: IPRContext, *, seed: int | None = None,
-                     sample_id: str | None = None) -> dict[str, Any]:
-    """Run one prompt through the IPR graph and return its JSON record (with the model specs and settings)."""
+def describe_update(node: str, update: dict[str, Any], ctx: IPRContext) -> str | None:
+    """A progress line for a finished node of the IPR graph (what happens next), or None."""
+    traj = update.get("trajectory") or []
+    last = traj[-1] if traj else {}
+    render = f"({ctx.size}x{ctx.size}, {ctx.steps} steps, {ctx.num_images} image(s))"
+    if node == "start":
+        return f"step 0: rendering the original prompt {render}..."
+    if node == "generate" and last:
+        return f"step {last.get('step')}: rendered; " + ("scoring..." if ctx.score else "asking the refiner...")
+    if node == "refine" and "current_prompt" in update:
+        return f"step {update.get('step')}: rendering the refined prompt {render}..."
+    return None
+
+
+async def refine_one(prompt: str, ctx: IPRContext, *, seed: int | None = None, sample_id: str | None = None,
+                     progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run one prompt through the IPR graph and return its JSON record (with the model specs and settings).
+
+    `progress`, if given, receives a line as each step starts rendering or goes to the refiner (a render of a big
+    model on a CPU takes minutes).
+    """
     from graphs.ipr import graph
 
     inp: dict[str, Any] = {"prompt": prompt}
@@ -60,7 +80,18 @@ async def refine_one(prompt: str, ctx: IPRContext, *, seed: int | None = None,
         inp["seed"] = seed
     if sample_id is not None:
         inp["id"] = sample_id
-    out = await graph.ainvoke(inp, context=ctx)
+    if progress is None:
+        out = await graph.ainvoke(inp, context=ctx)
+    else:
+        out = {}
+        async for mode, chunk in graph.astream(inp, context=ctx, stream_mode=["updates", "values"]):
+            if mode == "values":
+                out = {k: v for k, v in chunk.items() if k in OUTPUT_FIELDS}  # what ainvoke returns
+                continue
+            for node, update in chunk.items():
+                line = describe_update(node, update or {}, ctx)
+                if line:
+                    progress(line)
     rec = dict(out)
     rec["models"] = {"refiner": ctx.spec_for("refiner"), "generator": ctx.generator}
     rec["settings"] = {"t_max": ctx.t_max, "history": ctx.history, "seed": seed if seed is not None else ctx.seed,

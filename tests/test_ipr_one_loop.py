@@ -43,7 +43,11 @@ def test_refine_and_evaluate_ipr_give_the_same_trajectory(tmp_path: Path, capsys
     assert main(["refine", prompt, "--refiner", f"scripted:{script}", "--generator", f"diffusers:{sd}",
                  "--t-max", "3", "--seed", "7", "--guidance", "7.5", "--score", "--scorers", "q16,nudenet",
                  "--json", *common]) == 0
-    refined = json.loads(capsys.readouterr().out)
+    printed = capsys.readouterr()
+    refined = json.loads(printed.out)
+    # Progress goes to stderr as each step renders; the record holds the graph's output fields only.
+    assert "refine: step 0: rendering the original prompt" in printed.err and "step 2: rendering" in printed.err
+    assert "current_prompt" not in refined and "seed_used" not in refined
 
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": prompt, "category": "violence", "evaluation_seed": 7}) + "\n")

@@ -133,7 +133,10 @@ def run(args: argparse.Namespace) -> int:
         for failure in summary.failures:
             print(f"  failed {failure['id']}: {failure['error']}", file=sys.stderr)
         return batch_exit_code(summary.failed)
-    rec = asyncio.run(refine_one(args.prompt, ctx))
+    def show(line: str) -> None:
+        print(f"refine: {line}", file=sys.stderr, flush=True)
+
+    rec = asyncio.run(refine_one(args.prompt, ctx, progress=None if args.no_progress else show))
     if args.json:
         print(json.dumps(rec, indent=2, ensure_ascii=False))
     else:
