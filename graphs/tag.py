@@ -12,16 +12,16 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from langgraph.graph import END, START, StateGraph
-from langgraph.runtime import Runtime
-
 # typing_extensions' TypedDict: pydantic (used for Studio's schema export) rejects typing's on Python < 3.12.
 from typing_extensions import TypedDict
 
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+
 from agents.content import ImagePart
 from agents.gateway import get_gateway
-from agents.tag.expander import expand_layer
 from agents.tag.explainer import explain
+from agents.tag.expander import expand_layer
 from agents.tag.judges import judge_pairs, judge_roots, screen_pairs
 from agents.tag.roots import extract_roots
 from agents.tag.types import ASSOCIATION_TYPES

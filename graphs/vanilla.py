@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+from typing_extensions import TypedDict
+
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
-from typing_extensions import TypedDict
 
 from agents.content import ImagePart
 from agents.gateway import get_gateway

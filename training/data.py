@@ -209,8 +209,7 @@ def load_toxiclean_it(folder: str | Path, split: str = "train"):
     or any `*.parquet`), or JSON/JSONL files whose `image` column holds paths relative to the folder.
     """
     import datasets
-    from datasets import Dataset
-    from datasets import Image as ImageFeature
+    from datasets import Dataset, Image as ImageFeature
 
     root = Path(folder)
     if not root.exists():
