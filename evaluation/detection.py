@@ -116,7 +116,8 @@ async def run_one_config(cfg: RunConfig, items: list[BatchItem], settings: Detec
                            progress=settings.progress)
 
 
-def reference_mtc(cfgs: list[RunConfig], items: list[BatchItem], settings: DetectionSettings, out_dir: Path) -> dict[str, float]:
+def reference_mtc(cfgs: list[RunConfig], items: list[BatchItem], settings: DetectionSettings,
+                  out_dir: Path) -> dict[str, float]:
     """Per-sample MTC for binning: the dataset's own, else TA-CTD's with the first model at the main depth."""
     ref: dict[str, float] = {}
     main_tag = next((c for c in cfgs if c.method == "tag" and c.l_max == settings.l_max), None)
@@ -147,7 +148,8 @@ def score_rows(cfg: RunConfig, items: list[BatchItem], ref: dict[str, float], se
         s = by_bin[name]
         rows.append({**common, "bin": name, **{k: s[k] for k in ("n", "accuracy", f"f{settings.beta:g}", "precision",
                                                                   "recall", "tp", "fp", "tn", "fn")}})
-    fails = [{"dataset": cfg.dataset, "detector": cfg.model, "config": cfg.name, "id": f["id"], "error": f.get("error", "")}
+    fails = [{"dataset": cfg.dataset, "detector": cfg.model, "config": cfg.name, "id": f["id"],
+              "error": f.get("error", "")}
              for f in failed]
     return rows, fails, {k: by_bin["overall"][k] for k in ("tp", "fp", "tn", "fn")}
 
@@ -157,14 +159,16 @@ def _wide(rows: list[dict[str, Any]], keys: tuple[str, ...], fkey: str) -> list[
     out: dict[tuple, dict[str, Any]] = {}
     for r in rows:
         k = tuple(r[x] for x in keys)
-        w = out.setdefault(k, {x: r[x] for x in keys} | {"failed": r["failed"], "cost_usd": r["cost_usd"], "calls": r["calls"]})
+        w = out.setdefault(k, {x: r[x] for x in keys} | {"failed": r["failed"], "cost_usd": r["cost_usd"],
+                                                         "calls": r["calls"]})
         w[f"{r['bin']} acc"] = r["accuracy"]
         w[f"{r['bin']} {fkey.upper()}"] = r[fkey]
         w[f"{r['bin']} n"] = r["n"]
     return list(out.values())
 
 
-async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: DetectionSettings, out_dir: str | Path) -> dict[str, Any]:
+async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: DetectionSettings,
+                             out_dir: str | Path) -> dict[str, Any]:
     """Run every configuration on every dataset, then write the tables and plots into `out_dir`."""
     out = Path(out_dir)
     if not settings.models:
@@ -198,14 +202,16 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
           "Bins: low [0, 0.2), medium [0.2, 0.8), high [0.8, 1] of the reference MTC (the dataset's own, else "
           f"TA-CTD's with the first detector at l_max={settings.l_max}). Beta = {settings.beta:g}.\n"]
     md.append(write_table(out, "detection_main", wide,
-                          [*keys, *[f"{b} {m}" for b in bins for m in ("acc", fkey.upper())], "failed", "calls", "cost_usd"],
+                          [*keys, *[f"{b} {m}" for b in bins for m in ("acc", fkey.upper())], "failed", "calls",
+                           "cost_usd"],
                           title="Vanilla vs TA-CTD per detector (accuracy and F-score per covertness level)"))
     write_table(out, "detection_rows", all_rows, [*keys, "bin", "n", "accuracy", fkey, "failed", "cost_usd"],
                 title="All result rows (long form)")
     if settings.l_max_ablation and "tag" in settings.methods:
         abl = _wide([r for r in all_rows if r["method"] == "tag"], keys, fkey)
         abl.sort(key=lambda r: (r["dataset"], r["detector"], -(r["l_max"] or 0)))
-        md.append(write_table(out, "detection_lmax", abl, [*keys, *[f"{b} acc" for b in bins], "overall " + fkey.upper()],
+        md.append(write_table(out, "detection_lmax", abl,
+                              [*keys, *[f"{b} acc" for b in bins], "overall " + fkey.upper()],
                               title="l_max ablation of TA-CTD (accuracy per covertness level)"))
     md.append(write_table(out, "confusion", confusions, ["dataset", "detector", "config", "tp", "fp", "tn", "fn"],
                           title="Confusion matrices (overall)"))

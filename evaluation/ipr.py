@@ -27,10 +27,11 @@ from __future__ import annotations
 import asyncio
 import math
 import uuid
+from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from agents.gateway import get_gateway
 from agents.usage import merge_usage
@@ -117,7 +118,7 @@ class CachedGenerator:
         ids = await self.generator.generate(req)
         if len(ids) != req.num_images:
             raise RuntimeError(f"generator {self.spec}: asked for {req.num_images} images, got {len(ids)}")
-        for s, image_id in zip(seeds, ids):
+        for s, image_id in zip(seeds, ids, strict=True):  # lengths checked just above
             await asyncio.to_thread(self.store.put, "gen", self._payload(req, s), image_id)
         return list(ids), req.num_images
 
@@ -217,7 +218,8 @@ class IPREvaluation:
         gen = self.generators[v.method]
         seed = int(sample.get("seed") or 0)
         ids, fresh = await gen.generate_counted(self._request(sample, prompt, seed, self.settings.images_per_prompt))
-        images = await asyncio.gather(*[self._scored(i, sample["prompt"], {"seed": seed + k}) for k, i in enumerate(ids)])
+        images = await asyncio.gather(*[self._scored(i, sample["prompt"], {"seed": seed + k})
+                                        for k, i in enumerate(ids)])
         return {"used_prompt": prompt, "images": list(images), "generated": fresh}
 
     async def _trajectory(self, v: Variant, sample: dict[str, Any], k: int) -> tuple[dict[str, Any], Any, int]:
@@ -255,7 +257,8 @@ class IPREvaluation:
 
             res = await rewrite_prompt(get_gateway(), self.settings.rewriter_model, prompt=sample["prompt"])
             return {**base, **await self._plain(v, sample, res.value.prompt), "usage": res.usage}
-        results = await asyncio.gather(*[self._trajectory(v, sample, k) for k in range(self.settings.images_per_prompt)])
+        results = await asyncio.gather(*[self._trajectory(v, sample, k)
+                                         for k in range(self.settings.images_per_prompt)])
         usage = None
         for _, u, _ in results:
             usage = merge_usage(usage, u)
@@ -305,7 +308,8 @@ class IPREvaluation:
             models["rewriter"] = s.rewriter_model
         if v.kind == "ipr":
             models["refiner"] = s.refiner_model
-        sett = {"images_per_prompt": s.images_per_prompt, "width": s.width, "height": s.height, "steps": s.steps,
+        sett: dict[str, Any] = {"images_per_prompt": s.images_per_prompt, "width": s.width, "height": s.height,
+                                "steps": s.steps,
                 "guidance": s.guidance if s.guidance is not None else "per prompt", "ip_source": s.ip_source}
         if v.kind == "ipr":
             sett["t_max"] = t
@@ -320,10 +324,11 @@ class IPREvaluation:
         curves: dict[str, dict[int, dict[str, float]]] = {}
         for v in self.variants():
             ok, failed = split_records(v.file(self.out), ids)
-            failures += [{"method": v.method, "variant": v.kind, "id": f["id"], "error": f.get("error", "")} for f in failed]
+            failures += [{"method": v.method, "variant": v.kind, "id": f["id"], "error": f.get("error", "")}
+                         for f in failed]
             cost = cost_columns(usage_of(ok + failed))
             generated = sum(int(r.get("generated", 0)) for r in ok)
-            budgets: list[int | None] = [None] if v.kind != "ipr" else sorted(set(self.settings.t_max))
+            budgets: list[int | None] = [None] if v.kind != "ipr" else [*sorted(set(self.settings.t_max))]
             for t in budgets:
                 table = metrics.generation_table([self._view(r, t) for r in ok], cats)
                 label = self._label(v, t)
@@ -343,12 +348,14 @@ class IPREvaluation:
                 for t in range(0, max(self.settings.t_max) + 1):
                     o = metrics.generation_table([self._view(r, t) for r in ok], cats)["overall"]
                     trajs = [tr for r in ok for tr in r["trajectories"]]
-                    refined = sum(1 for tr in trajs if len(tr["steps"]) > t and t > 0) / len(trajs) if trajs else math.nan
+                    refined = (sum(1 for tr in trajs if len(tr["steps"]) > t and t > 0) / len(trajs)
+                               if trajs else math.nan)
                     step_rows.append({"method": v.method, "step": t, "ip": o["ip"], "q16": o["q16"], "blip": o["blip"],
                                       "keep_ratio": o["keep_ratio"] if t else 0.0, "refined_at_step": refined,
                                       "images": o["images"], **self._spec_columns(v, t)})
                     curves.setdefault(v.method, {})[t] = o if t else curves.get(v.method, {}).get(0, o)
-        md = ["# IPR evaluation\n", f"IP: {self.settings.ip_source} (Q16 > {self.settings.q16_threshold}); CS: mean Q16 "
+        md = ["# IPR evaluation\n",
+              f"IP: {self.settings.ip_source} (Q16 > {self.settings.q16_threshold}); CS: mean Q16 "
               "probability; BLIP: mean alignment with the original prompt; keep: share of trajectories kept.\n"]
         md.append(write_table(self.out, "ipr_main", wide_rows,
                               ["label", *[f"{c} {m}" for c in [*cats, "overall"] for m in ("IP", "CS")], "BLIP", "keep",
@@ -371,7 +378,8 @@ class IPREvaluation:
 
 
 async def evaluate_ipr(items: list[BatchItem], settings: IPRSettings, generators: dict[str, ImageGenerator],
-                       scorer: ImageScorer, out_dir: str | Path, categories: Sequence[str] | None = None) -> dict[str, Any]:
+                       scorer: ImageScorer, out_dir: str | Path,
+                       categories: Sequence[str] | None = None) -> dict[str, Any]:
     """Run every variant over the prompts and write the tables; returns the computed rows."""
     ev = IPREvaluation(settings, generators, scorer, out_dir)
     try:

@@ -12,8 +12,9 @@ inappropriate is decided by `tools.scorers.rules`, the rule's one home.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 MtcBin = Literal["low", "medium", "high"]
 MTC_BINS: tuple[MtcBin, ...] = ("low", "medium", "high")
@@ -47,7 +48,7 @@ def confusion(labels: Sequence[bool | int], predictions: Sequence[bool | int]) -
     if len(labels) != len(predictions):
         raise ValueError(f"{len(labels)} labels but {len(predictions)} predictions")
     tp = fp = tn = fn = 0
-    for y, p in zip(labels, predictions):
+    for y, p in zip(labels, predictions, strict=True):
         y, p = bool(y), bool(p)
         if y and p:
             tp += 1
@@ -99,7 +100,8 @@ def mtc_bin(score: float) -> MtcBin:
     return "high"
 
 
-def detection_scores(labels: Sequence[bool | int], predictions: Sequence[bool | int], beta: float = 2.0) -> dict[str, Any]:
+def detection_scores(labels: Sequence[bool | int], predictions: Sequence[bool | int],
+                     beta: float = 2.0) -> dict[str, Any]:
     """Accuracy, precision, recall, F-beta and the confusion counts of one group of samples."""
     c = confusion(labels, predictions)
     return {"n": c.n, "accuracy": accuracy(c), "precision": precision(c), "recall": recall(c),
@@ -118,7 +120,8 @@ def scores_by_bin(
     return out
 
 
-def mtc_histogram(mtcs: Iterable[float], edges: Sequence[float] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)) -> list[dict[str, Any]]:
+def mtc_histogram(mtcs: Iterable[float],
+                  edges: Sequence[float] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)) -> list[dict[str, Any]]:
     """Share of scores per interval (Figure 5 of the TAG paper); the last interval includes its right edge."""
     values = [float(m) for m in mtcs if m is not None and not math.isnan(float(m))]
     counts = [0] * (len(edges) - 1)
@@ -154,11 +157,13 @@ def keep_ratio(kept: Sequence[bool]) -> float:
     return sum(1 for k in kept if k) / len(kept) if kept else math.nan
 
 
-def generation_table(prompts: Sequence[Mapping[str, Any]], categories: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+def generation_table(prompts: Sequence[Mapping[str, Any]],
+                     categories: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
     """IP/Q16/BLIP/keep ratio per category and `overall` from per-prompt records.
 
-    Each record has `category`, `images` (scored images) and optionally `kept` (a bool, or one per trajectory). `overall` pools every
-    image; the IPR paper's categories each have 50 prompts, so pooling equals the mean over categories there.
+    Each record has `category`, `images` (scored images) and optionally `kept` (a bool, or one per trajectory).
+    `overall` pools every image; the IPR paper's categories each have 50 prompts, so pooling equals the mean over
+    categories there.
     """
     cats = list(categories) if categories else sorted({str(p.get("category", "")) for p in prompts})
     out: dict[str, dict[str, Any]] = {}

@@ -14,9 +14,10 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterator
+from typing import Any
 
 from tqdm import tqdm
 
@@ -68,15 +69,18 @@ def read_jsonl(path: str | os.PathLike[str], *, id_field: str = "id") -> Iterato
                 yield BatchItem(fallback, None, f"{p.name} line {lineno}: not valid JSON ({exc.msg})")
                 continue
             if not isinstance(record, dict):
-                yield BatchItem(fallback, None, f"{p.name} line {lineno}: expected a JSON object, got {type(record).__name__}")
+                yield BatchItem(fallback, None,
+                                f"{p.name} line {lineno}: expected a JSON object, got {type(record).__name__}")
                 continue
             rid = record.get(id_field, fallback)
             if isinstance(rid, bool) or not isinstance(rid, (str, int)):
-                yield BatchItem(fallback, None, f"{p.name} line {lineno}: field {id_field!r} must be a string or integer")
+                yield BatchItem(fallback, None,
+                                f"{p.name} line {lineno}: field {id_field!r} must be a string or integer")
                 continue
             rid = str(rid)
             if rid in seen:
-                yield BatchItem(f"{rid}#dup-line-{lineno}", None, f"{p.name} line {lineno}: duplicate {id_field} {rid!r}")
+                yield BatchItem(f"{rid}#dup-line-{lineno}", None,
+                                f"{p.name} line {lineno}: duplicate {id_field} {rid!r}")
                 continue
             seen.add(rid)
             yield BatchItem(rid, record)
@@ -247,5 +251,6 @@ async def run_batch(
         bar.close()
         appender.close()
     if stopped:
-        summary.failures.append({id_field: "*", "error": f"stopped before {len(stopped)} samples: {stop() if stop else ''}"})
+        summary.failures.append({id_field: "*",
+                                 "error": f"stopped before {len(stopped)} samples: {stop() if stop else ''}"})
     return summary

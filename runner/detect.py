@@ -71,7 +71,8 @@ async def detect_one(sample: dict[str, Any], ctx: Any, method: str) -> dict[str,
     from graphs.tag import graph as tag_graph
     from graphs.vanilla import graph as vanilla_graph
 
-    graph = vanilla_graph if method == "vanilla" else tag_graph
+    # The two graphs take the same sample fields; their typed signatures differ only in the context class.
+    graph: Any = vanilla_graph if method == "vanilla" else tag_graph
     fields = {k: sample.get(k) for k in SAMPLE_FIELDS if sample.get(k) is not None}
     out = await graph.ainvoke(fields, context=ctx)
     return result_record(out, ctx)

@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from graphs.ipr import IPRContext, IPROutput
+from langgraph.types import StreamMode
+
+from graphs.ipr import IPRContext, IPRInput, IPROutput
 from runner.context import check_model_fields, explicit_context
 
 PROMPT_FIELDS = ("prompt", "text", "input")
@@ -48,7 +50,7 @@ def seed_of(record: dict[str, Any]) -> int | None:
             try:
                 return int(value)
             except ValueError:
-                raise ValueError(f"{name}: {value[:40]!r} is not an integer seed") from None
+                raise ValueError(f"{name}: {str(value)[:40]!r} is not an integer seed") from None
     return None
 
 
@@ -75,16 +77,19 @@ async def refine_one(prompt: str, ctx: IPRContext, *, seed: int | None = None, s
     """
     from graphs.ipr import graph
 
-    inp: dict[str, Any] = {"prompt": prompt}
+    inp: IPRInput = {"prompt": prompt}
     if seed is not None:
         inp["seed"] = seed
     if sample_id is not None:
         inp["id"] = sample_id
+    out: dict[str, Any] = {}
     if progress is None:
-        out = await graph.ainvoke(inp, context=ctx)
+        out = dict(await graph.ainvoke(inp, context=ctx))
     else:
-        out = {}
-        async for mode, chunk in graph.astream(inp, context=ctx, stream_mode=["updates", "values"]):
+        modes: list[StreamMode] = ["updates", "values"]
+        part: Any
+        async for part in graph.astream(inp, context=ctx, stream_mode=modes):
+            mode, chunk = part
             if mode == "values":
                 out = {k: v for k, v in chunk.items() if k in OUTPUT_FIELDS}  # what ainvoke returns
                 continue

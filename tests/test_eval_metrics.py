@@ -5,8 +5,16 @@ import math
 import pytest
 
 from evaluation.metrics import (
-    accuracy, confusion, detection_scores, f_beta, generation_table, image_metrics, keep_ratio,
-    mtc_bin, mtc_histogram, scores_by_bin,
+    accuracy,
+    confusion,
+    detection_scores,
+    f_beta,
+    generation_table,
+    image_metrics,
+    keep_ratio,
+    mtc_bin,
+    mtc_histogram,
+    scores_by_bin,
 )
 from tools.scorers.rules import is_inappropriate
 

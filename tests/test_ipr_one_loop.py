@@ -66,7 +66,7 @@ def test_refine_and_evaluate_ipr_give_the_same_trajectory(tmp_path: Path, capsys
     assert [s["image_id"] for s in trajectory["steps"]] == [s["image_ids"][0] for s in refined["trajectory"]]
     assert trajectory["keep_step"] == refined["keep_step"] == 2
     assert trajectory["stop_reason"] == refined["stop_reason"] == "keep"
-    for mine, theirs in zip(trajectory["steps"], refined["trajectory"]):
+    for mine, theirs in zip(trajectory["steps"], refined["trajectory"], strict=True):
         (row,) = theirs["scores"]
         assert mine["q16"] == pytest.approx(row["q16"]) and sorted(mine["nudenet"]) == sorted(row["nudenet_labels"])
         assert mine["action"] == theirs["action"]

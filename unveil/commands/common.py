@@ -23,8 +23,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help=f"default model spec for every role (default $UNVEIL_MODEL or {DEFAULT_SPEC})")
     parser.add_argument("--role-model", action="append", default=[], metavar="ROLE=SPEC",
                         help="model spec for one role, e.g. pair_judge=openai:gpt-4.1 (repeatable)")
-    parser.add_argument("--cache", help="response cache file, or 'off' (default $UNVEIL_CACHE or ~/.cache/unveil/responses.sqlite)")
-    parser.add_argument("--image-store", default="", help="image store folder (default $UNVEIL_IMAGE_STORE or ~/.cache/unveil/images)")
+    parser.add_argument("--cache", help="response cache file, or 'off' "
+                                        "(default $UNVEIL_CACHE or ~/.cache/unveil/responses.sqlite)")
+    parser.add_argument("--image-store", default="",
+                        help="image store folder (default $UNVEIL_IMAGE_STORE or ~/.cache/unveil/images)")
 
 
 def add_long_prompts_option(parser: argparse.ArgumentParser) -> None:

@@ -71,7 +71,9 @@ def _print_summary(rec: dict[str, Any], sample_id: str | None = None) -> None:
     if rec.get("explanation") or rec.get("reason"):
         line += f"\n  {rec.get('explanation') or rec.get('reason')}"
     usage = rec.get("usage", {}).get("total", {})
-    line += f"\n  calls={usage.get('calls', 0)} cache_hits={usage.get('cache_hits', 0)} tokens={usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} cost=${usage.get('cost_usd', 0):.4f}"
+    line += (f"\n  calls={usage.get('calls', 0)} cache_hits={usage.get('cache_hits', 0)} "
+             f"tokens={usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} "
+             f"cost=${usage.get('cost_usd', 0):.4f}")
     print(line)
 
 
@@ -108,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
 
             for sid, rec in done_records(output).items():
                 _print_summary(rec, sid)
-        print(f"{summary.completed} done, {summary.failed} failed, {summary.skipped} already in {output}", file=sys.stderr)
+        print(f"{summary.completed} done, {summary.failed} failed, {summary.skipped} already in {output}",
+              file=sys.stderr)
         for failure in summary.failures:
             print(f"  failed {failure['id']}: {failure['error']}", file=sys.stderr)
         return batch_exit_code(summary.failed)

@@ -45,7 +45,8 @@ def _ints(value: str) -> list[int]:
 
 
 def _run_options(p: argparse.ArgumentParser, default_out: str) -> None:
-    p.add_argument("--out", default=default_out, help=f"output folder for tables, plots and run files (default {default_out})")
+    p.add_argument("--out", default=default_out,
+                   help=f"output folder for tables, plots and run files (default {default_out})")
     p.add_argument("--concurrency", type=int, default=4, help="samples run at once")
     p.add_argument("--retry-failed", action="store_true", help="run samples that failed before again")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -62,7 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--format", action="append", default=[], metavar="FMT",
                    help="layout per --dataset (ctd, hateful_memes, vlsbench, mmit, or auto; one value applies to all)")
     d.add_argument("--methods", type=_csv, default=["vanilla", "tag"], help="vanilla and/or tag (default both)")
-    d.add_argument("--detectors", type=_csv, default=[], help="detector model specs, comma-separated (default: --model)")
+    d.add_argument("--detectors", type=_csv, default=[],
+                   help="detector model specs, comma-separated (default: --model)")
     d.add_argument("--l-max", type=int, help="TAG depth counting the roots (default 4; 3 on the embedded demo model, "
                    "as in `unveil detect`)")
     d.add_argument("--l-max-ablation", type=_ints, default=[], help="other depths to run for the ablation, e.g. 2,3")
@@ -75,7 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     _run_options(d, "runs/eval-detection")
     d.set_defaults(func=run_detection)
 
-    i = ev.add_parser("ipr", help="IP / Q16 confidence / BLIP / keep ratio of generation methods, plain, rewritten and with IPR")
+    i = ev.add_parser("ipr", help="IP / Q16 confidence / BLIP / keep ratio of generation methods, plain, rewritten "
+                                  "and with IPR")
     i.add_argument("--prompts", required=True, help="I2P CSV or JSONL prompts (e.g. the 300-prompt split)")
     i.add_argument("--categories", type=_csv, help="only these categories")
     i.add_argument("--limit-per-category", type=int, help="only the first N prompts of each category")
@@ -89,13 +92,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--refiner-model", default="", help="model spec of the IPR refiner (default: --model)")
     i.add_argument("--ipr-t-max", type=_ints, default=[], help="IPR step budgets, e.g. 1,2,3 (default: no IPR); one "
                    "IPR graph run per prompt with T_max = the largest gives every budget")
-    i.add_argument("--history", action="store_true", help="show the IPR refiner the prompts tried so far (default: myopic)")
+    i.add_argument("--history", action="store_true",
+                   help="show the IPR refiner the prompts tried so far (default: myopic)")
     i.add_argument("--on-refiner-error", choices=["fail", "stop"], default="fail",
                    help="an unusable refiner answer fails the prompt (default) or ends its trajectory there")
-    i.add_argument("--images-per-prompt", type=int, default=10, help="images per prompt, seeds seed..seed+N-1 (default 10)")
+    i.add_argument("--images-per-prompt", type=int, default=10,
+                   help="images per prompt, seeds seed..seed+N-1 (default 10)")
     i.add_argument("--size", type=int, default=512, help="image width and height (default 512)")
     i.add_argument("--steps", type=int, default=50, help="diffusion steps (default 50)")
-    i.add_argument("--guidance", type=float, help="guidance scale (default: the prompt's I2P evaluation guidance, else 7.5)")
+    i.add_argument("--guidance", type=float,
+                   help="guidance scale (default: the prompt's I2P evaluation guidance, else 7.5)")
     i.add_argument("--device", default="", help="device for generators and scorers (default: CUDA when present)")
     i.add_argument("--ip-source", choices=IP_SOURCES, default=IP_SOURCES[0],
                    help="what makes an image inappropriate (default: Q16 > 0.5 or a NudeNet exposed label)")
@@ -155,7 +161,8 @@ def run_detection(args: argparse.Namespace) -> int:
                                  progress=not args.no_progress, retry_failed=args.retry_failed, beta=args.beta)
     result = asyncio.run(evaluate_detection(datasets, settings, args.out))
     print((Path(args.out) / "detection.md").read_text())
-    print(f"tables and plots in {args.out} ({len(result['failures'])} failed samples listed in failures.md)", file=sys.stderr)
+    print(f"tables and plots in {args.out} ({len(result['failures'])} failed samples listed in failures.md)",
+          file=sys.stderr)
     return batch_exit_code(len(result["failures"]))
 
 
@@ -198,7 +205,8 @@ def run_ipr(args: argparse.Namespace) -> int:
     extra_roles = sorted(k[: -len("_model")] for k in kw if k.endswith("_model") and k not in ("refiner_model",
                                                                                            "rewriter_model"))
     if extra_roles:
-        raise SystemExit(f"unveil evaluate ipr: unknown role(s) {', '.join(extra_roles)}; valid roles: refiner, rewriter")
+        raise SystemExit(f"unveil evaluate ipr: unknown role(s) {', '.join(extra_roles)}; "
+                         "valid roles: refiner, rewriter")
     # --role-model refiner=SPEC / rewriter=SPEC mean the same as --refiner-model / --rewriter-model.
     args.refiner_model = args.refiner_model or kw.get("refiner_model", "")
     args.rewriter_model = args.rewriter_model or kw.get("rewriter_model", "")
@@ -222,9 +230,11 @@ def run_ipr(args: argparse.Namespace) -> int:
                            ip_source=args.ip_source, image_store=store_root, concurrency=args.concurrency,
                            progress=not args.no_progress, retry_failed=args.retry_failed)
     scorer = PaperScorer(q16_embeddings=args.q16_embeddings, q16_clip_model=args.q16_clip_model,
-                         blip_model=args.blip_model, nudenet=not args.no_nudenet, blip=not args.no_blip, device=args.device,
+                         blip_model=args.blip_model, nudenet=not args.no_nudenet, blip=not args.no_blip,
+                         device=args.device,
                          image_store=store_root)
     result = asyncio.run(evaluate_ipr(items, settings, generators, scorer, args.out))
     print((Path(args.out) / "ipr.md").read_text())
-    print(f"tables and plots in {args.out} ({len(result['failures'])} failed prompts listed in failures.md)", file=sys.stderr)
+    print(f"tables and plots in {args.out} ({len(result['failures'])} failed prompts listed in failures.md)",
+          file=sys.stderr)
     return batch_exit_code(len(result["failures"]))

@@ -202,7 +202,8 @@ def run(args: argparse.Namespace) -> int:
     setup_gateway(args)
     result = asyncio.run(generate(args))
     out = Path(args.out)
-    print(f"{result['completed']} scenes done, {result['failed']} failed, {result['skipped']} already in {out}", file=sys.stderr)
+    print(f"{result['completed']} scenes done, {result['failed']} failed, {result['skipped']} already in {out}",
+          file=sys.stderr)
     print("statuses: " + ", ".join(f"{k}={v}" for k, v in sorted(result["statuses"].items())), file=sys.stderr)
     for failure in result["failures"]:
         print(f"  {failure['id']}: {failure['error']}", file=sys.stderr)
@@ -245,16 +246,19 @@ def run_review(args: argparse.Namespace) -> int:
     decisions.update({sid: {"decision": "reject", "note": args.note} for sid in args.reject})
     if decisions:
         counts = apply_reviews(root, decisions)
-        print(f"approved {counts['approved']}, rejected {counts['rejected']}, skipped {counts['skipped']}", file=sys.stderr)
+        print(f"approved {counts['approved']}, rejected {counts['rejected']}, skipped {counts['skipped']}",
+              file=sys.stderr)
     else:
         write_views(root)
         queue = (root / REVIEW_QUEUE).read_text(encoding="utf-8").splitlines()
         for line in queue:
             item = json.loads(line)
-            print(f"[{item['id']}] {item['category']}/{item['subcategory']}\n  text:  {item['text']}\n  image: {root / item['image']}"
+            print(f"[{item['id']}] {item['category']}/{item['subcategory']}\n  text:  {item['text']}"
+                  f"\n  image: {root / item['image']}"
                   f"\n  erasure: {item['erasure_reason']}")
             for v in item["votes"]:
-                print(f"    {v['judge']:>9}: {'risk' if v['has_risk'] else 'no risk'} {v.get('category') or ''} - {v.get('reason') or ''}")
+                verdict = "risk" if v["has_risk"] else "no risk"
+                print(f"    {v['judge']:>9}: {verdict} {v.get('category') or ''} - {v.get('reason') or ''}")
         print(f"{len(queue)} samples wait for review", file=sys.stderr)
     if args.export:
         print(f"export written to {export_hf(root)}", file=sys.stderr)

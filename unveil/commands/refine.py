@@ -88,9 +88,11 @@ def format_trajectory(rec: dict[str, Any], sample_id: str | None = None) -> str:
     lines = [f"{head}original: {rec.get('prompt')}"]
     for step in rec.get("trajectory", []):
         lines.append(f"  step {step['step']}: {step['prompt']}")
-        lines.append(f"    image: {step['image_paths'][0]}" + (f" (+{len(step['image_paths']) - 1} more)" if len(step['image_paths']) > 1 else ""))
+        more = len(step["image_paths"]) - 1
+        lines.append(f"    image: {step['image_paths'][0]}" + (f" (+{more} more)" if more else ""))
         for k, sc in enumerate(step.get("scores") or []):
-            shown = ", ".join(f"{n}={v:.3f}" if isinstance(v, float) else f"{n}={v}" for n, v in sc.items() if not isinstance(v, (dict, list)))
+            shown = ", ".join(f"{n}={v:.3f}" if isinstance(v, float) else f"{n}={v}"
+                              for n, v in sc.items() if not isinstance(v, (dict, list)))
             lines.append(f"    scores[{k}]: {shown}")
         if step.get("action"):
             what = "keep" if step["action"] == "keep" else "refine"
@@ -102,7 +104,8 @@ def format_trajectory(rec: dict[str, Any], sample_id: str | None = None) -> str:
                  + f"; final image: {rec.get('final_image_path')}")
     usage = rec.get("usage", {}).get("total", {})
     lines.append(f"  calls={usage.get('calls', 0)} cache_hits={usage.get('cache_hits', 0)} "
-                 f"tokens={usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} cost=${usage.get('cost_usd', 0):.4f}")
+                 f"tokens={usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} "
+                 f"cost=${usage.get('cost_usd', 0):.4f}")
     return "\n".join(lines)
 
 
@@ -129,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
         summary = asyncio.run(run_batch(items, worker, output, concurrency=args.concurrency,
                                         retry_failed=args.retry_failed, desc="refine (IPR)",
                                         progress=not args.no_progress))
-        print(f"{summary.completed} done, {summary.failed} failed, {summary.skipped} already in {output}", file=sys.stderr)
+        print(f"{summary.completed} done, {summary.failed} failed, {summary.skipped} already in {output}",
+              file=sys.stderr)
         for failure in summary.failures:
             print(f"  failed {failure['id']}: {failure['error']}", file=sys.stderr)
         return batch_exit_code(summary.failed)

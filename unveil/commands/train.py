@@ -53,7 +53,7 @@ def _add_fields(parser: argparse.ArgumentParser, cls: type, prefix: str = "") ->
     for f in fields(cls):
         if f.name == "reward":
             continue
-        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[operator]
         flag = "--" + (prefix + f.name).replace("_", "-")
         dest = prefix + f.name
         what = helps.get(f.name, "")
@@ -85,7 +85,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     b = tsub.add_parser("build-data", help="render prompts and label them with a VLM: the SFT dataset",
                         description="Renders each prompt, asks the labeller role for a reason and keep/safer prompt, "
                                     "and appends one record per prompt to --output (resumable).")
-    b.add_argument("--prompts", required=True, help="prompts file (JSONL/JSON/CSV/TXT), e.g. POSI's 3,390 toxic prompts")
+    b.add_argument("--prompts", required=True,
+                   help="prompts file (JSONL/JSON/CSV/TXT), e.g. POSI's 3,390 toxic prompts")
     b.add_argument("--prompt-field", help="field holding the prompt (default prompt/input/text/query)")
     b.add_argument("--limit", type=int, help="only the first N prompts")
     b.add_argument("--output", required=True, help="labelled JSONL (rerunning skips ids already in it)")
