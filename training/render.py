@@ -91,12 +91,22 @@ def make_renderer(spec: str, *, store: Any, device: str | None, steps: int, guid
             options["device"] = device
     generator = open_generator(spec, store=store, long_prompts=long_prompts, **options)
     if scheduler == "dpm":
-        # DPM-Solver++ reaches SD's 50-step PNDM quality in about 20 steps; the swap applies to this process's
-        # copy of the pipeline, which only the reward uses during training.
+        # DPM-Solver++ reaches SD's 50-step PNDM quality in about 20 steps. The renderer gets a pipeline object of
+        # its own (sharing the weights, not copying them) with the new scheduler; the process-wide pipeline that
+        # other users of the same spec hold keeps its scheduler.
+        import copy
+
         from diffusers import DPMSolverMultistepScheduler
 
-        pipe = generator.pipeline
-        pipe.scheduler = DPMSolverMultistepScheduler.from_config(pipe.scheduler.config)
+        shared = generator.pipeline
+        own = copy.copy(shared)
+        own.scheduler = DPMSolverMultistepScheduler.from_config(shared.scheduler.config)
+        from tools.t2i import diffusers_backend as backend
+
+        # The copy shares the tokenizers, so it must share their lock too (keyed by pipeline id in the backend).
+        backend._TOKENIZER_LOCKS.setdefault(id(own), backend.tokenizer_lock(shared))
+        generator = copy.copy(generator)
+        generator._pipe = own  # the generator's loaded pipeline (tools/t2i/diffusers_backend.py)
     elif scheduler != "default":
         raise ValueError(f"t2i_scheduler {scheduler!r}: expected default or dpm")
     return GeneratorRenderer(generator, store=store, width=size, height=size, steps=steps, guidance=guidance)
