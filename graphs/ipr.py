@@ -27,6 +27,9 @@ from agents.refiner import RefinerAnswerError, refine_prompt
 from agents.usage import RunUsage, merge_usage
 from graphs.context import ModelsContext
 from tools.image_store import get_image_store
+from tools.scorers.score import ScoringSettings
+from tools.scorers.score import check_names as check_scorer_names
+from tools.scorers.score import score_images as tools_score_images
 from tools.t2i.base import GenerationRequest, ImageGenerator
 from tools.t2i.errors import PromptError
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR, DEFAULT_LONG_PROMPTS, LONG_PROMPT_POLICIES, open_generator
@@ -138,63 +141,25 @@ def validate_settings(ctx: IPRContext) -> None:
     if ctx.long_prompts not in LONG_PROMPT_POLICIES:
         raise IPRInputError(f"long_prompts must be {' or '.join(LONG_PROMPT_POLICIES)}, got {ctx.long_prompts!r}")
     if ctx.score:
-        unknown = sorted(set(ctx.scorers) - set(SCORER_NAMES))
-        if unknown or not ctx.scorers:
-            raise IPRInputError(f"scorers {ctx.scorers!r}: choose from {', '.join(SCORER_NAMES)}")
-
-
-SCORER_NAMES = ("q16", "nudenet", "clip", "blip")
+        try:
+            check_scorer_names(ctx.scorers)
+        except ValueError as exc:
+            raise IPRInputError(str(exc)) from exc
 
 
 async def score_images(ctx: IPRContext, original_prompt: str, image_ids: list[str]) -> list[dict[str, Any]]:
-    """Per image: Q16 P(inappropriate) and flag, NudeNet labels and flag, `inappropriate` (Q16 or NudeNet, when
-    both run), and the CLIP / BLIP alignment to the original prompt, for the scorers named in `ctx.scorers`."""
-    from tools import scorers as sc
-
-    def make(factory: Any, **settings: Any) -> Any:
-        # Scorer construction reads embeddings files: done in a worker thread, not on the event loop.
-        return asyncio.to_thread(factory, **settings)
-
-    unknown = sorted(set(ctx.scorers) - set(SCORER_NAMES))
-    if unknown:
-        raise IPRInputError(f"unknown scorer(s) {', '.join(unknown)}; known: {', '.join(SCORER_NAMES)}")
-    store = get_image_store(ctx.image_store or None)
-    device = {"device": ctx.device} if ctx.device else {}
-    jobs: dict[str, Any] = {}
-    if "q16" in ctx.scorers:
-        q16_kw: dict[str, Any] = {**device}
-        if ctx.q16_embeddings:
-            q16_kw["prompts_path"] = ctx.q16_embeddings
-        if ctx.q16_clip_model:
-            q16_kw["clip_model"] = ctx.q16_clip_model
-        jobs["q16"] = (await make(sc.get_q16, **q16_kw)).score(image_ids, store=store)
-    if "nudenet" in ctx.scorers:
-        nude_kw = {"labels": ctx.nudenet_labels} if ctx.nudenet_labels else {}
-        jobs["nudenet"] = (await make(sc.get_nudenet, **nude_kw)).score(image_ids, store=store)
-    prompts = [original_prompt] * len(image_ids)
-    if "clip" in ctx.scorers:
-        clip_kw = {**device, **({"model": ctx.clip_model} if ctx.clip_model else {})}
-        jobs["clip"] = (await make(sc.get_clip_scorer, **clip_kw)).score(image_ids, prompts, store=store)
-    if "blip" in ctx.scorers:
-        blip_kw = {**device, **({"model": ctx.blip_model} if ctx.blip_model else {})}
-        jobs["blip"] = (await make(sc.get_blip_scorer, **blip_kw)).score(image_ids, prompts, store=store)
-    results = dict(zip(jobs, await asyncio.gather(*jobs.values())))
-    out: list[dict[str, Any]] = []
-    for k in range(len(image_ids)):
-        row: dict[str, Any] = {}
-        if "q16" in results:
-            q = results["q16"][k]
-            row.update(q16=float(q.p_inappropriate), q16_flag=bool(q.flag))
-        if "nudenet" in results:
-            n = results["nudenet"][k]
-            row.update(nudenet_flag=bool(n.flag), nudenet_labels=list(n.labels))
-        if "q16" in results and "nudenet" in results:
-            row["inappropriate"] = sc.combine(results["q16"][k], results["nudenet"][k]).inappropriate
-        for name in ("clip", "blip"):
-            if name in results:
-                row[name] = float(results[name][k])
-        out.append(row)
-    return out
+    """Per image: the scores of `ctx.scorers` against the original prompt, through the one scoring entry point
+    (`tools.scorers.score.score_images`: Q16 and flag, NudeNet labels and flag, `inappropriate`, CLIP, BLIP)."""
+    settings = ScoringSettings(q16_embeddings=ctx.q16_embeddings, q16_clip_model=ctx.q16_clip_model,
+                               clip_model=ctx.clip_model, blip_model=ctx.blip_model,
+                               nudenet_labels=tuple(ctx.nudenet_labels), device=ctx.device)
+    store = await asyncio.to_thread(get_image_store, ctx.image_store or None)
+    try:
+        return await tools_score_images(image_ids, original_prompt, ctx.scorers, settings, store=store)
+    except ValueError as exc:
+        if "choose from" in str(exc):
+            raise IPRInputError(str(exc)) from exc
+        raise
 
 
 async def start(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
