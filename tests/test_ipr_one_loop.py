@@ -81,3 +81,36 @@ def csv_rows(path: Path) -> list[dict[str, str]]:
 
     with path.open() as fh:
         return list(csv.DictReader(fh))
+
+
+DATA = Path("/work/shared/data/i2p/ipr_eval_300.jsonl")
+
+
+@pytest.mark.skipif(not DATA.is_file(), reason="the papers' 300-prompt split is not present")
+def test_the_papers_long_prompts_are_truncated_not_failed(tmp_path: Path, capsys) -> None:
+    from transformers import CLIPTokenizer
+
+    from tests.tiny import build_tiny_clip, build_tiny_sd
+    from unveil.cli import main
+
+    sd = build_tiny_sd(tmp_path / "sd")
+    tok = CLIPTokenizer.from_pretrained(str(Path(sd) / "tokenizer"))
+    rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+    long_rows = [r for r in rows if len(tok(r["prompt"], truncation=False).input_ids) > tok.model_max_length]
+    assert len(long_rows) == 11  # the issue's count for the IPR paper's split
+    prompts = tmp_path / "long.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in long_rows))
+    clip = build_tiny_clip(tmp_path / "clip")
+    q16 = tmp_path / "q16.npy"
+    np.save(q16, np.random.default_rng(0).standard_normal((2, 768)).astype(np.float16))
+    common = ["--prompts", str(prompts), "--generator", f"sd=diffusers:{sd}", "--images-per-prompt", "1",
+              "--size", "32", "--steps", "2", "--no-blip", "--no-nudenet", "--q16-embeddings", str(q16),
+              "--q16-clip-model", clip, "--device", "cpu", "--cache", "off", "--no-progress",
+              "--image-store", str(tmp_path / "images")]
+    assert main(["evaluate", "ipr", *common, "--out", str(tmp_path / "cut")]) == 0  # the default policy cuts
+    assert "Failed prompts (0;" in (tmp_path / "cut" / "failures.md").read_text()
+    # The strict policy fails every one of them, each with the reason, and the run still finishes.
+    assert main(["evaluate", "ipr", *common, "--long-prompts", "error", "--out", str(tmp_path / "strict")]) == 2
+    failures = (tmp_path / "strict" / "failures.md").read_text()
+    assert "Failed prompts (11" in failures and "77" in failures
+    capsys.readouterr()
