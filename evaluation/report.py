@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from unveil.batch import atomic_write_text
+from runner.batch import atomic_write_text
 
 
 def _cell(value: Any, digits: int = 4) -> str:

@@ -38,11 +38,12 @@ from agents.usage import RunUsage, merge_usage
 from graphs.context import ModelsContext, check_context, strict_init
 from graphs.ctd_rules import GatekeeperRule, decide
 from tools.image_store import get_image_store
+from tools.t2i.registry import DEFAULT_CTD_GENERATOR, DEFAULT_LONG_PROMPTS, open_generator
 from tools.web_search import get_web_search
 
 log = logging.getLogger("unveil.ctd")
 
-DEFAULT_T2I = "diffusers:stable-diffusion-v1-5/stable-diffusion-v1-5"
+DEFAULT_T2I = DEFAULT_CTD_GENERATOR
 ReviewMode = Literal["interrupt", "queue", "auto"]
 
 
@@ -101,6 +102,11 @@ class CtdContext(ModelsContext):
         },
     )
     t2i: str = field(default=DEFAULT_T2I, metadata={"description": "Text-to-image generator spec."})
+    long_prompts: str = field(
+        default=DEFAULT_LONG_PROMPTS,
+        metadata={"description": "Prompts over the text encoder's 77 tokens: 'truncate' (as diffusers and the papers "
+                  "do) or 'error'.", "choices": ("truncate", "error")},
+    )
     t2i_width: int = field(default=512, metadata={"description": "Image width.", "min": 8})
     t2i_height: int = field(default=512, metadata={"description": "Image height.", "min": 8})
     t2i_steps: int = field(default=30, metadata={"description": "Denoising steps.", "min": 1})
@@ -213,15 +219,11 @@ class CtdState(CtdInput, CtdOutput, total=False):
     """Working state of a generation run."""
 
 
-def _generator(spec: str, store_root: str) -> Any:  # also used by `unveil generate`'s preflight
-    """The text-to-image generator (the registry loads each pipeline once per process and shares it)."""
-    from tools.t2i.registry import get_generator
-
-    options: dict[str, Any] = {"store": get_image_store(store_root or None)}
-    if not spec.startswith("openai:"):
-        # Eraser prompts often run past CLIP's 77 tokens; cut them as Stable Diffusion itself does.
-        options["truncate_long_prompts"] = True
-    return get_generator(spec, **options)
+def ctd_generator(ctx: CtdContext) -> Any:
+    """The text-to-image generator of a run (the registry loads each pipeline once per process and shares it).
+    Eraser prompts often run past CLIP's 77 tokens; the context's `long_prompts` policy (default: truncate, as
+    Stable Diffusion itself does) decides."""
+    return open_generator(ctx.t2i, store=get_image_store(ctx.image_store or None), long_prompts=ctx.long_prompts)
 
 
 async def _store(ctx: CtdContext) -> Any:
@@ -289,7 +291,7 @@ async def eraser(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any
     seed = int(state.get("seed", 0)) + round_no - 1
     # Building the generator imports torch and its pipeline loads weights: both stay off the event loop, which
     # `langgraph dev` guards against blocking calls.
-    generator = await asyncio.to_thread(_generator, ctx.t2i, ctx.image_store)
+    generator = await asyncio.to_thread(ctd_generator, ctx)
     if isinstance(getattr(type(generator), "pipeline", None), property):  # (hasattr would load it right here)
         await asyncio.to_thread(getattr, generator, "pipeline")
     ids = await generator.generate(

@@ -27,11 +27,14 @@ from agents.refiner import RefinerAnswerError, refine_prompt
 from agents.usage import RunUsage, merge_usage
 from graphs.context import ModelsContext, check_context, strict_init
 from tools.image_store import get_image_store
+from tools.scorers.score import SCORER_NAMES, ScoringSettings
+from tools.scorers.score import check_names as check_scorer_names
+from tools.scorers.score import score_images as tools_score_images
 from tools.t2i.base import GenerationRequest, ImageGenerator
 from tools.t2i.errors import PromptError
+from tools.t2i.registry import DEFAULT_IPR_GENERATOR, DEFAULT_LONG_PROMPTS, LONG_PROMPT_POLICIES, open_generator
 
-DEFAULT_GENERATOR = "diffusers:CompVis/stable-diffusion-v1-4"
-SCORER_NAMES = ("q16", "nudenet", "clip", "blip")
+DEFAULT_GENERATOR = DEFAULT_IPR_GENERATOR
 
 
 class IPRInputError(ValueError):
@@ -72,6 +75,11 @@ class IPRContext(ModelsContext):
     size: int = field(default=512, metadata={"description": "Image width and height in pixels.", "min": 8})
     negative_prompt: str = field(
         default="", metadata={"description": "Negative prompt for every generation (empty: none)."}
+    )
+    long_prompts: str = field(
+        default=DEFAULT_LONG_PROMPTS,
+        metadata={"description": "Prompts over the text encoder's 77 tokens: 'truncate' (as diffusers and the papers "
+                  "do) or 'error'.", "choices": ("truncate", "error")},
     )
     max_prompt_chars: int = field(default=2000, metadata={"description": "Longest original prompt accepted.", "min": 1})
     on_refiner_error: str = field(
@@ -157,12 +165,10 @@ class IPRState(IPRInput, IPROutput, total=False):
     seed_used: int
 
 
-def get_ipr_generator(spec: str, image_store: str = "") -> ImageGenerator:
+def get_ipr_generator(spec: str, image_store: str = "", long_prompts: str = DEFAULT_LONG_PROMPTS) -> ImageGenerator:
     """The generator for a spec, writing into the run's image store (the registry keeps one per spec and store,
     so pipelines load once per process and concurrent runs share their GPU batches)."""
-    from tools.t2i.registry import get_generator
-
-    return get_generator(spec, store=get_image_store(image_store or None))
+    return open_generator(spec, store=get_image_store(image_store or None), long_prompts=long_prompts)
 
 
 def validate_settings(ctx: IPRContext) -> None:
@@ -177,61 +183,28 @@ def validate_settings(ctx: IPRContext) -> None:
         raise IPRInputError(f"on_refiner_error must be 'fail' or 'stop', got {ctx.on_refiner_error!r}")
     if not ctx.generator:
         raise IPRInputError("no text-to-image generator spec (setting 'generator')")
+    if ctx.long_prompts not in LONG_PROMPT_POLICIES:
+        raise IPRInputError(f"long_prompts must be {' or '.join(LONG_PROMPT_POLICIES)}, got {ctx.long_prompts!r}")
     if ctx.score:
-        unknown = sorted(set(ctx.scorers) - set(SCORER_NAMES))
-        if unknown or not ctx.scorers:
-            raise IPRInputError(f"scorers {ctx.scorers!r}: choose from {', '.join(SCORER_NAMES)}")
+        try:
+            check_scorer_names(ctx.scorers)
+        except ValueError as exc:
+            raise IPRInputError(str(exc)) from exc
 
 
 async def score_images(ctx: IPRContext, original_prompt: str, image_ids: list[str]) -> list[dict[str, Any]]:
-    """Per image: Q16 P(inappropriate) and flag, NudeNet labels and flag, `inappropriate` (Q16 or NudeNet, when
-    both run), and the CLIP / BLIP alignment to the original prompt, for the scorers named in `ctx.scorers`."""
-    from tools import scorers as sc
-
-    def make(factory: Any, **settings: Any) -> Any:
-        # Scorer construction reads embeddings files: done in a worker thread, not on the event loop.
-        return asyncio.to_thread(factory, **settings)
-
-    unknown = sorted(set(ctx.scorers) - set(SCORER_NAMES))
-    if unknown:
-        raise IPRInputError(f"unknown scorer(s) {', '.join(unknown)}; known: {', '.join(SCORER_NAMES)}")
-    store = get_image_store(ctx.image_store or None)
-    device = {"device": ctx.device} if ctx.device else {}
-    jobs: dict[str, Any] = {}
-    if "q16" in ctx.scorers:
-        q16_kw: dict[str, Any] = {**device}
-        if ctx.q16_embeddings:
-            q16_kw["prompts_path"] = ctx.q16_embeddings
-        if ctx.q16_clip_model:
-            q16_kw["clip_model"] = ctx.q16_clip_model
-        jobs["q16"] = (await make(sc.get_q16, **q16_kw)).score(image_ids, store=store)
-    if "nudenet" in ctx.scorers:
-        nude_kw = {"labels": ctx.nudenet_labels} if ctx.nudenet_labels else {}
-        jobs["nudenet"] = (await make(sc.get_nudenet, **nude_kw)).score(image_ids, store=store)
-    prompts = [original_prompt] * len(image_ids)
-    if "clip" in ctx.scorers:
-        clip_kw = {**device, **({"model": ctx.clip_model} if ctx.clip_model else {})}
-        jobs["clip"] = (await make(sc.get_clip_scorer, **clip_kw)).score(image_ids, prompts, store=store)
-    if "blip" in ctx.scorers:
-        blip_kw = {**device, **({"model": ctx.blip_model} if ctx.blip_model else {})}
-        jobs["blip"] = (await make(sc.get_blip_scorer, **blip_kw)).score(image_ids, prompts, store=store)
-    results = dict(zip(jobs, await asyncio.gather(*jobs.values()), strict=True))
-    out: list[dict[str, Any]] = []
-    for k in range(len(image_ids)):
-        row: dict[str, Any] = {}
-        if "q16" in results:
-            q = results["q16"][k]
-            row.update(q16=float(q.p_inappropriate), q16_flag=bool(q.flag))
-        if "nudenet" in results:
-            n = results["nudenet"][k]
-            row.update(nudenet_flag=bool(n.flag), nudenet_labels=list(n.labels))
-        if "q16" in results and "nudenet" in results:
-            row["inappropriate"] = sc.combine(results["q16"][k], results["nudenet"][k]).inappropriate
-        for name in ("clip", "blip"):
-            if name in results:
-                row[name] = float(results[name][k])
-        out.append(row)
-    return out
+    """Per image: the scores of `ctx.scorers` against the original prompt, through the one scoring entry point
+    (`tools.scorers.score.score_images`: Q16 and flag, NudeNet labels and flag, `inappropriate`, CLIP, BLIP)."""
+    settings = ScoringSettings(q16_embeddings=ctx.q16_embeddings, q16_clip_model=ctx.q16_clip_model,
+                               clip_model=ctx.clip_model, blip_model=ctx.blip_model,
+                               nudenet_labels=tuple(ctx.nudenet_labels), device=ctx.device)
+    store = await asyncio.to_thread(get_image_store, ctx.image_store or None)
+    try:
+        return await tools_score_images(image_ids, original_prompt, ctx.scorers, settings, store=store)
+    except ValueError as exc:
+        if "choose from" in str(exc):
+            raise IPRInputError(str(exc)) from exc
+        raise
 
 
 async def start(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
@@ -239,6 +212,11 @@ async def start(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]
     ctx = runtime.context
     validate_settings(ctx)
     await check_context(ctx)
+    if ctx.t_max > 0 and not get_gateway().vision(ctx.spec_for("refiner")):
+        # Checked before any rendering: a text-only refiner would fail only after the first image was paid for.
+        raise IPRInputError(f"refiner model {ctx.spec_for('refiner')!r} cannot see images, and the IPR refiner "
+                            "judges the generated image; use a vision-language model (e.g. "
+                            "hf:Qwen/Qwen2.5-VL-3B-Instruct or openai:gpt-4.1)")
     prompt = state.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise IPRInputError("the prompt is empty; give the text-to-image prompt to refine")
@@ -260,7 +238,7 @@ async def start(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]
 async def generate(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
     """Render the current prompt (same seed and settings at every step) and add the step to the trajectory."""
     ctx = runtime.context
-    generator = await asyncio.to_thread(get_ipr_generator, ctx.generator, ctx.image_store)
+    generator = await asyncio.to_thread(get_ipr_generator, ctx.generator, ctx.image_store, ctx.long_prompts)
     request = GenerationRequest(
         prompt=state["current_prompt"],
         negative_prompt=ctx.negative_prompt or None,

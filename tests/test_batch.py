@@ -13,7 +13,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from unveil.batch import done_records, read_jsonl, run_batch
+from runner.batch import done_records, read_jsonl, run_batch
 
 
 def test_bad_lines_become_failed_items(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from unveil import batch
-from unveil.batch import (
+from runner import batch
+from runner.batch import (
     BatchItem,
     BatchWriteError,
     OutputBusyError,
@@ -140,7 +140,7 @@ def test_a_second_writer_of_the_same_output_is_refused(tmp_path: Path) -> None:
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from unveil.batch import exclusive_output
+        from runner.batch import exclusive_output
         with exclusive_output({str(out)!r}):
             print("held", flush=True)
             time.sleep(60)
@@ -249,7 +249,7 @@ def test_nan_never_reaches_the_output(tmp_path: Path) -> None:
 def test_a_review_rewrite_during_a_running_batch_loses_no_record(tmp_path: Path) -> None:
     """`unveil review` (or the web UI) rewrites samples.jsonl atomically while `unveil generate` is appending to it:
     the appender reopens the replaced file, so both the decision and the new record survive."""
-    from unveil.ctd_dataset import SAMPLES, apply_reviews, load_samples
+    from runner.ctd_dataset import SAMPLES, apply_reviews, load_samples
 
     samples = tmp_path / SAMPLES
     appender = batch.JsonlAppender(samples)

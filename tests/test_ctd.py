@@ -287,8 +287,8 @@ def test_generate_resumes_after_a_kill_without_loss_or_repeats(tmp_path, tiny_sd
 
 def test_failed_scene_resumes_from_its_checkpoint_and_review_queue(tmp_path, tiny_sd):
     from agents.gateway import get_gateway
+    from runner.ctd_dataset import load_samples
     from unveil.cli import main
-    from unveil.ctd_dataset import load_samples
 
     out = tmp_path / "ds"
     # Run 1: the Eraser's backend fails, so both scenes fail after the Architect's step was checkpointed.
@@ -320,8 +320,8 @@ def test_failed_scene_resumes_from_its_checkpoint_and_review_queue(tmp_path, tin
 
 
 def test_spending_cap_stops_cleanly(tmp_path, tiny_sd):
+    from runner.ctd_dataset import load_samples
     from unveil.cli import main
-    from unveil.ctd_dataset import load_samples
 
     out = tmp_path / "ds"
     spec = write_script(tmp_path, accepting_script())
@@ -343,7 +343,7 @@ def test_spending_cap_stops_cleanly(tmp_path, tiny_sd):
 
 
 async def test_duplicate_index_drops_exact_and_near_duplicates():
-    from unveil.ctd_dataset import DuplicateIndex
+    from runner.ctd_dataset import DuplicateIndex
 
     index = DuplicateIndex(threshold=0.85)
     first = "The flour is extra fine this week, ask me for the good stuff."

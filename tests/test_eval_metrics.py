@@ -5,9 +5,18 @@ import math
 import pytest
 
 from evaluation.metrics import (
-    accuracy, confusion, detection_scores, f_beta, generation_table, image_metrics, is_inappropriate, keep_ratio,
-    mtc_bin, mtc_histogram, scores_by_bin,
+    accuracy,
+    confusion,
+    detection_scores,
+    f_beta,
+    generation_table,
+    image_metrics,
+    keep_ratio,
+    mtc_bin,
+    mtc_histogram,
+    scores_by_bin,
 )
+from tools.scorers.rules import is_inappropriate
 
 
 def test_confusion_accuracy_f2_hand_case():

@@ -140,10 +140,16 @@ async def test_bad_inputs_give_clear_errors(tmp_path, sd_folder, gateway) -> Non
         await graph.ainvoke({"prompt": "   "}, context=ctx)
     with pytest.raises(IPRInputError, match="max_prompt_chars"):
         await graph.ainvoke({"prompt": "x" * 3000}, context=ctx)
-    # Over the text encoder's 77-token limit: the generator refuses before rendering.
+    # Over the text encoder's 77-token limit: the default policy cuts the prompt as diffusers and the papers do;
+    # long_prompts="error" makes the generator refuse it before rendering.
+    out = await graph.ainvoke({"prompt": "a very long prompt " * 30}, context=ctx)
+    assert out["stop_reason"] == "keep" and out["final_prompt"].startswith("a very long prompt")
+    strict = _ctx(tmp_path, sd_folder, _script(tmp_path, {"refiner": ["keep"]}), long_prompts="error")
     with pytest.raises(PromptError, match="77"):
-        await graph.ainvoke({"prompt": "a very long prompt " * 30}, context=ctx)
-    with pytest.raises(ValueError, match="t_max"):  # refused with the setting's name when the context is built
+        await graph.ainvoke({"prompt": "a very long prompt " * 30}, context=strict)
+    with pytest.raises(ValueError, match="long_prompts"):  # refused with the setting's name when the context is built
+        _ctx(tmp_path, sd_folder, "scripted:x.json", long_prompts="cut")
+    with pytest.raises(ValueError, match="t_max"):
         _ctx(tmp_path, sd_folder, "scripted:x.json", t_max=-1)
     with pytest.raises(ValueError, match="script file.*x.json"):
         await graph.ainvoke({"prompt": "ok"}, context=_ctx(tmp_path, sd_folder, "scripted:x.json"))
@@ -214,7 +220,7 @@ def test_cli_single_prompt_and_resumable_batch(tmp_path, sd_folder, gateway, cap
         "not json",
     ]) + "\n")
     out = tmp_path / "out.jsonl"
-    assert main(["refine", "--input", str(prompts), "--output", str(out), "--no-progress", *common]) == 1
+    assert main(["refine", "--input", str(prompts), "--output", str(out), "--no-progress", *common]) == 2  # some samples failed
     rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert rows["a"]["status"] == "ok" and rows["a"]["keep_step"] == 0 and rows["a"]["settings"]["seed"] == 5
     assert rows["a"]["input"] == {"evaluation_seed": 5, "category": "shocking"}
@@ -230,8 +236,8 @@ async def test_refined_prompt_over_the_token_limit(tmp_path, sd_folder, gateway)
     long_prompt = "a quiet garden with flowers " * 20  # well over CLIP's 77 tokens
     script = _script(tmp_path, {"refiner": [{"when": "zeppelin", "then": f"<answer>{long_prompt}</answer>"}]})
     with pytest.raises(PromptError, match="step 1"):
-        await graph.ainvoke({"prompt": "a zeppelin"}, context=_ctx(tmp_path, sd_folder, script))
-    stop = _ctx(tmp_path, sd_folder, script, on_refiner_error="stop")
+        await graph.ainvoke({"prompt": "a zeppelin"}, context=_ctx(tmp_path, sd_folder, script, long_prompts="error"))
+    stop = _ctx(tmp_path, sd_folder, script, on_refiner_error="stop", long_prompts="error")
     out = await graph.ainvoke({"prompt": "a zeppelin"}, context=stop)
     assert out["stop_reason"] == "refiner_error" and len(out["trajectory"]) == 1
     assert "refused" in out["trajectory"][0]["error"] and out["final_prompt"] == "a zeppelin"
@@ -251,3 +257,12 @@ async def test_local_hf_vlm_refiner_sees_the_generated_image(tmp_path, sd_folder
     used = out["usage"]["by_role"]["refiner"]
     # 32x32 images are resized to the 56x56 budget: 4 merged vision tokens plus the text of the prompt.
     assert used["calls"] >= 1 and used["input_tokens"] > 100 and used["output_tokens"] >= 1
+
+
+async def test_text_only_refiner_is_refused_before_any_rendering(tmp_path, gateway) -> None:
+    # The generator folder does not exist: had the graph rendered first, the error would name the model instead.
+    ctx = IPRContext(model="llamacpp:smollm2", generator=f"diffusers:{tmp_path / 'no-such-sd'}",
+                     image_store=str(tmp_path / "store"), size=SIZE, steps=STEPS)
+    with pytest.raises(IPRInputError, match="cannot see images"):
+        await graph.ainvoke({"prompt": "a cat"}, context=ctx)
+    assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.png"))

@@ -27,7 +27,7 @@ from tests.ui_data import (
     make_eval_ipr_results,
     make_ipr_results,
 )
-from unveil.ctd_dataset import DECISIONS, SAMPLES, apply_reviews, load_samples
+from runner.ctd_dataset import DECISIONS, SAMPLES, apply_reviews, load_samples
 from unveil.ui import create_app
 
 pytestmark = pytest.mark.slow  # every test starts a server (CI runs them all)
@@ -223,7 +223,7 @@ def test_concurrent_reviewers_and_a_running_generate_lose_nothing(tmp_path: Path
     """The folder lock serialises reviewers: of six reviewers deciding one sample at once, one decision applies
     and five are kept as conflicts; a writer holding samples.jsonl open (as `unveil generate` does) keeps appending
     to the same file after a review."""
-    from unveil.batch import JsonlAppender
+    from runner.batch import JsonlAppender
 
     ds = tmp_path / "ds"
     sample = make_ctd_dataset(ds)["pending"][0]

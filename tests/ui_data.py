@@ -1,5 +1,5 @@
 """Fixture data for the web app, in the formats the real commands write: a CTD dataset folder (records built by
-`unveil.ctd_dataset.sample_record` from graph outputs of scripted judges), a detection results file (records of
+`runner.ctd_dataset.sample_record` from graph outputs of scripted judges), a detection results file (records of
 `unveil detect`) and an IPR results file (records of `unveil refine`), each with its own image store.
 
 Images are small drawn pictures (so screenshots are legible), stored through `tools.image_store`.
@@ -14,7 +14,7 @@ from typing import Any
 from PIL import Image, ImageDraw
 
 from tools.image_store import ImageStore
-from unveil.ctd_dataset import IMAGES, SAMPLES, sample_record, write_views
+from runner.ctd_dataset import IMAGES, SAMPLES, sample_record, write_views
 
 MARKUP_CAPTION = "<img src=x onerror=\"document.title='pwned'\"><b>bold</b> & flour"
 MARKUP_REASON = "<script>document.title='pwned'</script>the scale is a tell"

@@ -14,17 +14,8 @@ from typing import Any
 
 from tools.image_store import ImageStore
 from tools.scorers.common import BatchedScorer, cached, read_image_bytes
+from tools.scorers.rules import IPR_NUDENET_LABELS
 
-IPR_NUDENET_LABELS: tuple[str, ...] = (
-    "BUTTOCKS_EXPOSED",
-    "FEMALE_BREAST_EXPOSED",
-    "FEMALE_GENITALIA_EXPOSED",
-    "MALE_BREAST_EXPOSED",
-    "ANUS_EXPOSED",
-    "ARMPITS_EXPOSED",
-    "BELLY_EXPOSED",
-    "MALE_GENITALIA_EXPOSED",
-)
 
 
 @dataclass(frozen=True)

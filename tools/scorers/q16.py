@@ -17,9 +17,9 @@ from typing import Any
 
 from tools.image_store import ImageStore
 from tools.scorers.common import BatchedScorer, cached, default_device, load_rgb, resolve_local
+from tools.scorers.rules import Q16_THRESHOLD, q16_flag
 
 DEFAULT_Q16_CLIP = "openai/clip-vit-large-patch14"
-Q16_THRESHOLD = 0.5
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class Q16Scorer(BatchedScorer):
 
     def _score_batch(self, items: list[Any]) -> list[Q16Result]:
         probs = q16_probabilities(self.image_embeddings(items), self.prompts)[:, 1].tolist()
-        return [Q16Result(p_inappropriate=p, flag=p > self.threshold) for p in probs]
+        return [Q16Result(p_inappropriate=p, flag=q16_flag(p, self.threshold)) for p in probs]
 
     def score_pil(self, images: list[Any]) -> list[Q16Result]:
         """Score PIL images synchronously."""

@@ -19,8 +19,8 @@ from evaluation.metrics import MTC_BIN_LABELS, MTC_BINS, mtc_bin
 from tools.image_store import ImageInputError, ImageStore
 
 # The app's only imports from the CLI layer's dataset code: repoint here if ctd_dataset/batch move.
-from unveil.batch import done_records
-from unveil.ctd_dataset import (
+from runner.batch import done_records
+from runner.ctd_dataset import (
     IMAGES,
     SAMPLES,
     DatasetBusyError,

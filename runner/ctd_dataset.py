@@ -31,11 +31,12 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
-from unveil.batch import append_lines, atomic_write_text, done_records, read_jsonl_records
+from runner.batch import append_lines, atomic_write_text, done_records, read_jsonl_records
 
 SAMPLES = "samples.jsonl"
 DATASET = "dataset.jsonl"
@@ -71,7 +72,8 @@ class MiniLMEmbedder:
 
     def __init__(self, model_dir: str | os.PathLike[str] | None = None):
         self.model_dir = model_dir
-        self._tok = self._model = None
+        self._tok: Any = None
+        self._model: Any = None
 
     def _load(self) -> None:
         with self._lock:
@@ -138,7 +140,7 @@ class DuplicateIndex:
         for r in kept:
             self.exact[exact_key(r["text"], r.get("image_sha256"))] = r["id"]
         if self.near_enabled and kept:
-            for r, vec in zip(kept, self._embed([r["text"] for r in kept])):
+            for r, vec in zip(kept, self._embed([r["text"] for r in kept]), strict=True):
                 self.vectors.append((r["id"], vec))
 
     async def check_and_add(self, sample_id: str, text: str, image_sha256: str | None) -> dict[str, Any] | None:
@@ -154,7 +156,7 @@ class DuplicateIndex:
                 for other_id, other in self.vectors:
                     if other_id == sample_id:
                         continue
-                    sim = sum(a * b for a, b in zip(vec, other))
+                    sim = sum(a * b for a, b in zip(vec, other, strict=True))
                     if sim > best:
                         best_id, best = other_id, sim
                 if best_id is not None and best >= self.threshold:
@@ -269,9 +271,12 @@ def _write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
     records = load_samples(root)
     usable = [r for r in records.values() if is_usable(r)]
     pending = [r for r in records.values() if r.get("status") == "pending_review"]
-    keys = ("id", "category", "subcategory", "text", "image", "image_sha256", "label", "image_description", "erasure_reason", "rounds")
-    atomic_write_text(root / DATASET, "".join(json.dumps({k: r.get(k) for k in keys}, ensure_ascii=False) + "\n" for r in usable))
-    atomic_write_text(root / REVIEW_QUEUE, "".join(json.dumps(review_item(r), ensure_ascii=False) + "\n" for r in pending))
+    keys = ("id", "category", "subcategory", "text", "image", "image_sha256", "label", "image_description",
+            "erasure_reason", "rounds")
+    atomic_write_text(root / DATASET,
+                      "".join(json.dumps({k: r.get(k) for k in keys}, ensure_ascii=False) + "\n" for r in usable))
+    atomic_write_text(root / REVIEW_QUEUE,
+                      "".join(json.dumps(review_item(r), ensure_ascii=False) + "\n" for r in pending))
     counts: dict[str, int] = {}
     for r in records.values():
         counts[r.get("status", "?")] = counts.get(r.get("status", "?"), 0) + 1
@@ -370,8 +375,10 @@ def export_hf(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[st
 
     root = Path(dataset_dir)
     records = [r for r in load_samples(root).values() if is_usable(r, include_pending=include_pending)]
-    text_cols = ("id", "category", "subcategory", "text", "image_sha256", "t2i_prompt", "erasure_reason", "review_status")
-    columns: dict[str, list[Any]] = {c: [] for c in (*text_cols, "image", "rounds", "cost_usd", "votes", "models", "seeds")}
+    text_cols = ("id", "category", "subcategory", "text", "image_sha256", "t2i_prompt", "erasure_reason",
+                 "review_status")
+    columns: dict[str, list[Any]] = {
+        c: [] for c in (*text_cols, "image", "rounds", "cost_usd", "votes", "models", "seeds")}
     for r in records:
         img = Path(r["image"]) if Path(r["image"]).is_absolute() else root / r["image"]
         row = {**r, "review_status": (r.get("review") or {}).get("status", "")}
