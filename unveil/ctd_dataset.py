@@ -276,6 +276,21 @@ def read_decisions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _inside(root: Path, ref: str, *, sample_id: str) -> Path:
+    """The file a record's `image` names, which must resolve (symlinks followed) inside the dataset folder.
+
+    `samples.jsonl` can be edited by hand or come from someone else: without this check an absolute path, a
+    `../` or a symlink would let it embed any file of the machine in the export.
+    """
+    base = root.resolve()
+    full = (base / ref).resolve()  # an absolute `ref` replaces `base` here, and is then checked like any other
+    if base not in full.parents:
+        raise ValueError(f"sample {sample_id!r}: image path {ref!r} is outside the dataset folder {str(base)!r}")
+    if not full.is_file():
+        raise ValueError(f"sample {sample_id!r}: image {ref!r} not found in the dataset folder")
+    return full
+
+
 def export_hf(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
               *, include_pending: bool = False) -> Path:
     """Write the usable samples as Parquet with an `Image` column (bytes embedded); returns the Parquet path.
@@ -289,7 +304,7 @@ def export_hf(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[st
     text_cols = ("id", "category", "subcategory", "text", "image_sha256", "t2i_prompt", "erasure_reason", "review_status")
     columns: dict[str, list[Any]] = {c: [] for c in (*text_cols, "image", "rounds", "cost_usd", "votes", "models", "seeds")}
     for r in records:
-        img = Path(r["image"]) if Path(r["image"]).is_absolute() else root / r["image"]
+        img = _inside(root, r["image"], sample_id=str(r.get("id")))
         row = {**r, "review_status": (r.get("review") or {}).get("status", "")}
         for c in text_cols:
             columns[c].append(str(row.get(c) or ""))
