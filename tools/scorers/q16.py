@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from tools.image_store import ImageStore
+from tools.image_store import ImageStore, to_8bit
 from tools.scorers.common import BatchedScorer, cached, default_device, load_rgb, resolve_local
 
 DEFAULT_Q16_CLIP = "openai/clip-vit-large-patch14"
@@ -127,7 +127,7 @@ class Q16Scorer(BatchedScorer):
 
     def score_pil(self, images: list[Any]) -> list[Q16Result]:
         """Score PIL images synchronously."""
-        return self.score_items([im.convert("RGB") for im in images])
+        return self.score_items([to_8bit(im).convert("RGB") for im in images])
 
     async def score(self, image_ids: list[str], *, store: ImageStore | None = None) -> list[Q16Result]:
         """Score stored images (ids, or file paths), batched with concurrent callers."""
