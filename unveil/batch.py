@@ -16,7 +16,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterator
+from typing import IO, Any, Awaitable, Callable, Iterator
 
 from tqdm import tqdm
 
@@ -43,6 +43,24 @@ class BatchSummary:
     failures: list[dict[str, str]] = field(default_factory=list)
 
 
+def capped_lines(fh: IO[bytes], cap: int) -> Iterator[bytes]:
+    """The `\\n`-separated lines of a binary file, each read with at most `cap + 1` bytes in memory.
+
+    A longer line is yielded cut to `cap + 1` bytes (so the caller sees it is over the cap) and the rest of it is
+    skipped in bounded chunks: a 1 GB line costs a scan, never 1 GB of memory.
+    """
+    while True:
+        line = fh.readline(cap + 1)
+        if not line:
+            return
+        if len(line) > cap and not line.endswith(b"\n"):
+            while True:
+                rest = fh.readline(1 << 20)
+                if not rest or rest.endswith(b"\n"):
+                    break
+        yield line
+
+
 def read_jsonl(path: str | os.PathLike[str], *, id_field: str = "id") -> Iterator[BatchItem]:
     """Samples of a JSONL file; bad lines and duplicate ids become error items named by line."""
     p = Path(path)
@@ -50,7 +68,7 @@ def read_jsonl(path: str | os.PathLike[str], *, id_field: str = "id") -> Iterato
         raise FileNotFoundError(f"input {str(path)!r}: file not found")
     seen: set[str] = set()
     with p.open("rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
+        for lineno, raw in enumerate(capped_lines(fh, MAX_LINE_BYTES), 1):
             if not raw.strip():
                 continue
             fallback = f"line-{lineno}"
