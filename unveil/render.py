@@ -50,6 +50,8 @@ LABEL_RISE = 0.2  # edge labels sit this far above the child's top, on the edge 
 ROW_GAP = 0.75  # between the lowest box edge of a row and the highest of the next: lane, labels, air
 MARGIN = 0.35
 LEFT = 1.0  # room for the layer labels
+MIN_TREE_W = 3.2  # the width of a tree's title
+MIN_WIDTH = 10.0  # the width of the two-column legend and its title
 
 
 @dataclass
@@ -234,13 +236,20 @@ def layout_tag(result: dict[str, Any]) -> TagLayout:
     x0 = MARGIN + LEFT
     for name in ("visual", "textual"):
         xs = _tree_x(nodes[name])
-        span_w = max([x + NODE_W / 2 for x in xs.values()] or [NODE_W * 2])
+        drawn_w = max([x + NODE_W / 2 for x in xs.values()] or [NODE_W])
+        span_w = max(drawn_w, MIN_TREE_W)  # a narrow tree still gets room for its title, and sits centred in it
+        shift = (span_w - drawn_w) / 2
         for n in nodes[name]:
-            boxes[n["id"]] = Box(x0 + xs[n["id"]], row_y[int(n.get("layer", 0))], NODE_W, heights[n["id"]])
+            boxes[n["id"]] = Box(x0 + shift + xs[n["id"]], row_y[int(n.get("layer", 0))], NODE_W, heights[n["id"]])
             tree_of[n["id"]] = name
         spans[name] = (x0, x0 + span_w)
         x0 += span_w + GUTTER
     width = x0 - GUTTER + MARGIN
+    if width < MIN_WIDTH:  # room for the legend and the header: centre the drawing instead of squeezing them
+        pad = (MIN_WIDTH - width) / 2
+        boxes = {k: Box(b.x + pad, b.y, b.w, b.h) for k, b in boxes.items()}
+        spans = {k: (lo + pad, hi + pad) for k, (lo, hi) in spans.items()}
+        width = MIN_WIDTH
     parent = {n["id"]: (n.get("parent") if n.get("parent") in boxes else None) for n in visual + textual}
     labels: dict[str, Box] = {}
     edge_texts: dict[str, str] = {}
@@ -333,7 +342,7 @@ def _draw_tag(result: dict[str, Any]) -> tuple[Figure, TagLayout]:
         ax.text((lo + hi) / 2, layout.top - 0.2, title, ha="center", va="center", fontsize=10.5, weight="bold",
                 color=INK)
     for layer, y in layout.row_y.items():
-        ax.text(MARGIN + LEFT - 0.15, y, "layer 0\n(roots)" if layer == 0 else f"layer {layer}", ha="right",
+        ax.text(layout.tree_span["visual"][0] - 0.15, y, "layer 0\n(roots)" if layer == 0 else f"layer {layer}", ha="right",
                 va="center", fontsize=8, color="#7f8c8d")
     if layout.tree_span["textual"][0] > layout.tree_span["visual"][1]:
         sep = (layout.tree_span["visual"][1] + layout.tree_span["textual"][0]) / 2
