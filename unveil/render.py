@@ -342,8 +342,8 @@ def _draw_tag(result: dict[str, Any]) -> tuple[Figure, TagLayout]:
         ax.text((lo + hi) / 2, layout.top - 0.2, title, ha="center", va="center", fontsize=10.5, weight="bold",
                 color=INK)
     for layer, y in layout.row_y.items():
-        ax.text(layout.tree_span["visual"][0] - 0.15, y, "layer 0\n(roots)" if layer == 0 else f"layer {layer}", ha="right",
-                va="center", fontsize=8, color="#7f8c8d")
+        ax.text(layout.tree_span["visual"][0] - 0.15, y, "layer 0\n(roots)" if layer == 0 else f"layer {layer}",
+                ha="right", va="center", fontsize=8, color="#7f8c8d")
     if layout.tree_span["textual"][0] > layout.tree_span["visual"][1]:
         sep = (layout.tree_span["visual"][1] + layout.tree_span["textual"][0]) / 2
         bottom = min(layout.row_y.values()) - 0.5
