@@ -278,3 +278,69 @@ def test_a_huge_input_line_is_a_failed_record_read_in_bounded_memory(tmp_path: P
     assert [(i.id, i.error is None) for i in items] == [("a", True), ("line-2", False), ("c", True)]
     assert "over" in (items[1].error or "")
     assert peak < 16 * 1024 * 1024  # the 64 MB line never sat in memory whole
+
+
+# -- HTTPS to a pinned address: SNI and certificate checks still use the host name ----------------------------
+
+def _certificate(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    """A self-signed certificate for `name` (made with `cryptography`, no network)."""
+    import datetime
+
+    pytest.importorskip("cryptography")
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+async def test_https_keeps_the_host_name_for_sni_and_the_certificate(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import ssl
+
+    cert, key = _certificate(tmp_path, "images.test")
+    server = _Server(("127.0.0.2", 0), _Handler)
+    server.requests = []
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    names: list[str | None] = []
+    tls.sni_callback = lambda sock, name, ctx: names.append(name)
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    real = socket.getaddrinfo
+    lookups: list[str] = []
+
+    def resolver(host: str, *args: Any, **kwargs: Any) -> Any:
+        if host.endswith(".test"):
+            lookups.append(host)
+            return real("127.0.0.2", *args, **kwargs)
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    monkeypatch.setattr(image_input, "is_public_address", lambda a: str(a) == "127.0.0.2")
+    trust = ssl.create_default_context(cafile=str(cert))
+    try:
+        data = await fetch_url(f"https://images.test:{server.server_port}/a.png", timeout=5, deadline=10,
+                               verify=trust)
+        assert data == PNG and names == ["images.test"] and lookups == ["images.test"]
+        # The certificate is still checked against the URL's name, not the pinned address.
+        with pytest.raises(ImageInputError, match="CERTIFICATE_VERIFY_FAILED|certificate"):
+            await fetch_url(f"https://other.test:{server.server_port}/a.png", timeout=5, deadline=10, verify=trust)
+    finally:
+        server.shutdown()
+        server.server_close()

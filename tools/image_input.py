@@ -19,6 +19,7 @@ import asyncio
 import ipaddress
 import os
 import socket
+import ssl
 from pathlib import Path
 from urllib.parse import urljoin, urlparse, urlunparse
 
@@ -122,10 +123,13 @@ def _peer(resp: httpx.Response) -> IPAddress | None:
     return ipaddress.ip_address(str(info[0]).split("%")[0])
 
 
-async def _fetch(url: str, *, allow_private: bool, timeout: float, max_bytes: int) -> bytes:
+async def _fetch(url: str, *, allow_private: bool, timeout: float, max_bytes: int,
+                 verify: ssl.SSLContext | None) -> bytes:
     current = url
-    # trust_env=False: no proxy and no .netrc from the environment (see the module docstring).
-    async with httpx.AsyncClient(follow_redirects=False, timeout=timeout, trust_env=False) as client:
+    # trust_env=False: no proxy and no .netrc from the environment (see the module docstring). The certificate
+    # store still honours SSL_CERT_FILE / SSL_CERT_DIR, as it would with the environment trusted.
+    tls = verify if verify is not None else httpx.create_ssl_context(trust_env=True)
+    async with httpx.AsyncClient(follow_redirects=False, timeout=timeout, trust_env=False, verify=tls) as client:
         for _ in range(MAX_REDIRECTS + 1):
             addresses = await asyncio.to_thread(check_url, current, allow_private=allow_private)
             target, headers, extensions = _pinned(current, addresses[0])
@@ -153,15 +157,19 @@ async def _fetch(url: str, *, allow_private: bool, timeout: float, max_bytes: in
 
 
 async def fetch_url(url: str, *, allow_private: bool = False, timeout: float = 20.0,
-                    deadline: float = DEFAULT_DEADLINE_S, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+                    deadline: float = DEFAULT_DEADLINE_S, max_bytes: int = DEFAULT_MAX_BYTES,
+                    verify: ssl.SSLContext | None = None) -> bytes:
     """Download an image URL with the checks above, following at most MAX_REDIRECTS re-checked redirects.
 
     `timeout` bounds each connect and read; `deadline` bounds the whole download, so a server that trickles
-    one byte just inside the read timeout cannot hold a sample for ever.
+    one byte just inside the read timeout cannot hold a sample for ever. `verify`: the TLS context that checks
+    server certificates (default: the system's, or SSL_CERT_FILE / SSL_CERT_DIR); the certificate is checked
+    against the URL's host name even though the connection goes to a pinned address.
     """
     try:
         async with asyncio.timeout(deadline):
-            return await _fetch(url, allow_private=allow_private, timeout=timeout, max_bytes=max_bytes)
+            return await _fetch(url, allow_private=allow_private, timeout=timeout, max_bytes=max_bytes,
+                                verify=verify)
     except TimeoutError as exc:
         raise ImageInputError(f"image URL {url!r}: not downloaded within the {deadline:g} s deadline") from exc
     except httpx.HTTPError as exc:
