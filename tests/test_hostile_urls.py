@@ -217,6 +217,16 @@ async def test_a_connection_to_another_address_is_refused(rebinding: dict[str, l
         await fetch_url(f"http://rebind.test:{internal.server_port}/secret", timeout=5, deadline=10)
 
 
+async def test_every_checked_address_is_tried_in_turn(monkeypatch: pytest.MonkeyPatch, public: _Server) -> None:
+    # Dual-stack hosts: the first address refuses the connection, the second (also checked) serves.
+    real = socket.getaddrinfo
+    answer = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.3", 0)),
+              (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.2", 0))]
+    monkeypatch.setattr(socket, "getaddrinfo", lambda h, *a, **k: answer if h == "two.test" else real(h, *a, **k))
+    monkeypatch.setattr(image_input, "is_public_address", lambda a: str(a) in ("127.0.0.2", "127.0.0.3"))
+    assert await fetch_url(f"http://two.test:{public.server_port}/a.png", timeout=5, deadline=10) == PNG
+
+
 # -- sizes and deadlines --------------------------------------------------------------------------------------
 
 async def test_a_trickling_server_hits_the_overall_deadline(internal: _Server) -> None:

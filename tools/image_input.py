@@ -123,23 +123,20 @@ def _peer(resp: httpx.Response) -> IPAddress | None:
     return ipaddress.ip_address(str(info[0]).split("%")[0])
 
 
-async def _fetch(url: str, *, allow_private: bool, timeout: float, max_bytes: int,
-                 verify: ssl.SSLContext | None) -> bytes:
-    current = url
-    # trust_env=False: no proxy and no .netrc from the environment (see the module docstring). The certificate
-    # store still honours SSL_CERT_FILE / SSL_CERT_DIR, as it would with the environment trusted.
-    tls = verify if verify is not None else httpx.create_ssl_context(trust_env=True)
-    async with httpx.AsyncClient(follow_redirects=False, timeout=timeout, trust_env=False, verify=tls) as client:
-        for _ in range(MAX_REDIRECTS + 1):
-            addresses = await asyncio.to_thread(check_url, current, allow_private=allow_private)
-            target, headers, extensions = _pinned(current, addresses[0])
+async def _get(client: httpx.AsyncClient, url: str, current: str, addresses: list[IPAddress],
+               max_bytes: int) -> tuple[bytes | None, str | None]:
+    """One GET of `current` on the first checked address that accepts a connection: (body, None), or
+    (None, next URL) for a redirect."""
+    last: httpx.ConnectError | None = None
+    for addr in addresses:  # every one was checked; trying the next keeps dual-stack hosts working
+        target, headers, extensions = _pinned(current, addr)
+        try:
             async with client.stream("GET", target, headers=headers, extensions=extensions) as resp:
                 peer = _peer(resp)
                 if peer is None or peer not in addresses:
                     raise ImageInputError(f"image URL {url!r}: connected to {peer}, not to the checked address")
                 if resp.is_redirect:
-                    current = urljoin(current, resp.headers.get("location", ""))
-                    continue
+                    return None, urljoin(current, resp.headers.get("location", ""))
                 if resp.status_code != 200:
                     raise ImageInputError(f"image URL {url!r}: HTTP {resp.status_code}")
                 declared = resp.headers.get("content-length", "")
@@ -152,7 +149,27 @@ async def _fetch(url: str, *, allow_private: bool, timeout: float, max_bytes: in
                     if size > max_bytes:
                         raise ImageInputError(f"image URL {url!r}: body over {max_bytes} bytes")
                     chunks.append(chunk)
-                return b"".join(chunks)
+                return b"".join(chunks), None
+        except httpx.ConnectError as exc:
+            last = exc
+    assert last is not None
+    raise last
+
+
+async def _fetch(url: str, *, allow_private: bool, timeout: float, max_bytes: int,
+                 verify: ssl.SSLContext | None) -> bytes:
+    current = url
+    # trust_env=False: no proxy and no .netrc from the environment (see the module docstring). The certificate
+    # store still honours SSL_CERT_FILE / SSL_CERT_DIR, as it would with the environment trusted.
+    tls = verify if verify is not None else httpx.create_ssl_context(trust_env=True)
+    async with httpx.AsyncClient(follow_redirects=False, timeout=timeout, trust_env=False, verify=tls) as client:
+        for _ in range(MAX_REDIRECTS + 1):
+            addresses = await asyncio.to_thread(check_url, current, allow_private=allow_private)
+            body, redirect = await _get(client, url, current, addresses, max_bytes)
+            if body is not None:
+                return body
+            assert redirect is not None
+            current = redirect
     raise ImageInputError(f"image URL {url!r}: more than {MAX_REDIRECTS} redirects")
 
 
