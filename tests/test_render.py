@@ -274,3 +274,17 @@ def test_cli_vanilla_render_matches_the_verdict(tmp_path: Path, capsys: pytest.C
     assert rc == 0
     text = svg.read_text()
     assert "TOXIC" in text and "drugs" in text and "dealer" in text and "No toxic pair" not in text
+
+
+def test_a_hand_edited_cycle_or_orphan_still_draws(tmp_path: Path) -> None:
+    rec = small_tag()
+    rec["trees"]["visual"][0]["parent"] = "v1.0"  # root points at its own child: a cycle
+    rec["trees"]["textual"][1]["parent"] = "nowhere"  # an orphan
+    layout = layout_tag(rec)
+    assert layout.parent["v0.0"] is None and layout.parent["v1.0"] == "v0.0" and layout.parent["t1.0"] is None
+    assert render_tag(rec, tmp_path / "c.png").stat().st_size > 0
+
+
+def test_a_failed_record_is_not_drawn_as_a_verdict(tmp_path: Path) -> None:
+    text = render_tag({"status": "failed", "error": "backend down", "toxic": False}, tmp_path / "f.svg").read_text()
+    assert "FAILED" in text and "backend down" in text and "Not toxic" not in text

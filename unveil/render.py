@@ -128,14 +128,15 @@ def _edge_text(node: dict[str, Any]) -> str:
 
 
 def _children(nodes: Sequence[dict[str, Any]]) -> tuple[list[str], dict[str, list[str]]]:
-    """Roots and children lists; a node whose parent is missing is treated as a root, so nothing is dropped."""
-    ids = {n["id"] for n in nodes}
+    """Roots and children lists; a node whose parent is missing (or not in a shallower layer, as in a hand-edited
+    record with a cycle) is treated as a root, so nothing is dropped and the layout always terminates."""
+    layer_of = {n["id"]: int(n.get("layer", 0)) for n in nodes}
     kids: dict[str, list[str]] = {n["id"]: [] for n in nodes}
     roots: list[str] = []
     # Children in order of their parent's rank, then their own: the order of the record (ranked by the graph).
     for n in sorted(nodes, key=lambda n: int(n.get("layer", 0))):
         parent = n.get("parent")
-        if isinstance(parent, str) and parent in ids and parent != n["id"]:
+        if isinstance(parent, str) and parent in layer_of and layer_of[parent] < layer_of[n["id"]]:
             kids[parent].append(n["id"])
         else:
             roots.append(n["id"])
@@ -250,7 +251,12 @@ def layout_tag(result: dict[str, Any]) -> TagLayout:
         boxes = {k: Box(b.x + pad, b.y, b.w, b.h) for k, b in boxes.items()}
         spans = {k: (lo + pad, hi + pad) for k, (lo, hi) in spans.items()}
         width = MIN_WIDTH
-    parent = {n["id"]: (n.get("parent") if n.get("parent") in boxes else None) for n in visual + textual}
+    roots_and_kids = [_children(nodes[name]) for name in ("visual", "textual")]
+    parent: dict[str, str | None] = {n["id"]: None for n in visual + textual}
+    for _, kids in roots_and_kids:
+        for p_id, cs in kids.items():
+            for c in cs:
+                parent[c] = p_id
     labels: dict[str, Box] = {}
     edge_texts: dict[str, str] = {}
     for n in visual + textual:
@@ -406,9 +412,11 @@ def _legend(ax: Any, layout: TagLayout) -> None:
 
 def _draw_verdict_only(result: dict[str, Any]) -> Figure:
     """A result with no association trees (the vanilla detector): the verdict, category and reason, nothing more."""
-    toxic = bool(result.get("toxic"))
+    failed = result.get("status") == "failed"
+    toxic = bool(result.get("toxic")) and not failed
     method = result.get("method") or "vanilla (single call)"
-    reason = result.get("reason") or result.get("explanation") or "(no reason given)"
+    reason = (result.get("error") if failed else None) or result.get("reason") or result.get("explanation") \
+        or "(no reason given)"
     lines = _wrap(reason, 90, 12)
     height = 1.9 + 0.2 * len(lines)
     fig = plt.figure(figsize=(8.0, height))
@@ -416,11 +424,12 @@ def _draw_verdict_only(result: dict[str, Any]) -> Figure:
     ax.set_xlim(0, 8.0)
     ax.set_ylim(0, height)
     ax.axis("off")
-    verdict = f"TOXIC \u2014 category: {result.get('category') or 'unnamed'}" if toxic else "Not toxic"
+    verdict = (f"TOXIC \u2014 category: {result.get('category') or 'unnamed'}" if toxic
+               else "FAILED: no verdict" if failed else "Not toxic")
     ax.text(0.35, height - 0.35, verdict, fontsize=14, weight="bold", va="center", color=HIGHLIGHT if toxic else INK)
     ax.text(0.35, height - 0.72, f"Detector: {method}. This method builds no association graph, so there is no "
             "tree, path or MTC to show.", fontsize=8.5, va="center", color="#7f8c8d")
-    ax.text(0.35, height - 1.05, "Reason:", fontsize=9.5, weight="bold", va="top", color=INK)
+    ax.text(0.35, height - 1.05, "Error:" if failed else "Reason:", fontsize=9.5, weight="bold", va="top", color=INK)
     ax.text(0.35, height - 1.3, "\n".join(lines), fontsize=9, va="top", color=INK, linespacing=1.4)
     return fig
 
