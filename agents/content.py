@@ -29,11 +29,12 @@ DATA_NOTICE = (
 # Anything a reader (human or model) could take for the `<` of a tag: the ASCII bracket, its HTML entities
 # (named, decimal, hex, with or without `;`), JSON/Python escapes, and look-alike brackets (fullwidth, small, angle).
 _OPEN = r"(?:<|&lt;?|&#0*60;?|&#x0*3c;?|\\u003c|\\x3c|\uff1c|\ufe64|\u2039|\u2329|\u3008|\u27e8)"
-# Spacing a lenient parser skips: whitespace (line breaks included) and invisible format characters.
-_GAP = r"[\s\u00ad\u200b-\u200f\u2060-\u2064\ufeff]*"
+# Spacing a lenient parser skips: whitespace (line breaks included), control characters, and invisible format
+# characters (soft hyphen, zero-width and joiners, bidirectional controls, word joiner, BOM).
+_GAP = r"[\s\x00-\x08\x0e-\x1f\x7f\u00ad\u034f\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]*"
 _SLASH = r"(?:/|&sol;|&#0*47;?|&#x0*2f;?|\\u002f|\uff0f|\u2215|\u2044)"
 # `<`, optional gap, optional slash, optional gap, then the tag name `data` in any case (fullwidth letters too).
-_INVISIBLE = r"[\u00ad\u200b-\u200f\u2060-\u2064\ufeff]*"
+_INVISIBLE = r"[\x00-\x08\x0e-\x1f\x7f\u00ad\u034f\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]*"
 _NAME = _INVISIBLE.join(("[d\uff44]", "[a\uff41]", "[t\uff54]", "[a\uff41]"))
 _TAG = re.compile(f"{_OPEN}{_GAP}(?P<slash>{_SLASH})?{_GAP}(?={_NAME})", re.IGNORECASE)
 
