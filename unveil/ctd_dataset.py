@@ -299,6 +299,8 @@ def export_hf(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[st
     """
     from datasets import Dataset, Features, Image, Value
 
+    from tools.image_store import read_file_capped  # size checked before reading, like every image input
+
     root = Path(dataset_dir)
     records = [r for r in load_samples(root).values() if is_usable(r, include_pending=include_pending)]
     text_cols = ("id", "category", "subcategory", "text", "image_sha256", "t2i_prompt", "erasure_reason", "review_status")
@@ -308,7 +310,7 @@ def export_hf(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[st
         row = {**r, "review_status": (r.get("review") or {}).get("status", "")}
         for c in text_cols:
             columns[c].append(str(row.get(c) or ""))
-        columns["image"].append({"bytes": img.read_bytes(), "path": r["image"]})
+        columns["image"].append({"bytes": read_file_capped(img), "path": r["image"]})
         columns["rounds"].append(int(r.get("rounds") or 0))
         columns["cost_usd"].append(float(r.get("cost_usd") or 0.0))
         columns["votes"].append(json.dumps(r.get("votes", []), ensure_ascii=False))
