@@ -202,7 +202,7 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
           "Bins: low [0, 0.2), medium [0.2, 0.8), high [0.8, 1] of the reference MTC (the dataset's own, else "
           f"TA-CTD's with the first detector at l_max={settings.l_max}). Beta = {settings.beta:g}.\n"]
     md.append(write_table(out, "detection_main", wide,
-                          [*keys, *[f"{b} {m}" for b in bins for m in ("acc", fkey.upper())], "failed", "calls",
+                          [*keys, *[f"{b} {m}" for b in bins for m in ("n", "acc", fkey.upper())], "failed", "calls",
                            "cost_usd"],
                           title="Vanilla vs TA-CTD per detector (accuracy and F-score per covertness level)"))
     write_table(out, "detection_rows", all_rows, [*keys, "bin", "n", "accuracy", fkey, "failed", "cost_usd"],
@@ -211,11 +211,11 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
         abl = _wide([r for r in all_rows if r["method"] == "tag"], keys, fkey)
         abl.sort(key=lambda r: (r["dataset"], r["detector"], -(r["l_max"] or 0)))
         md.append(write_table(out, "detection_lmax", abl,
-                              [*keys, *[f"{b} acc" for b in bins], "overall " + fkey.upper()],
+                              [*keys, *[f"{b} {m}" for b in bins for m in ("n", "acc")], "overall " + fkey.upper()],
                               title="l_max ablation of TA-CTD (accuracy per covertness level)"))
     md.append(write_table(out, "confusion", confusions, ["dataset", "detector", "config", "tp", "fp", "tn", "fn"],
                           title="Confusion matrices (overall)"))
-    hist_rows = [{"dataset": d, "interval": f"{b['lo']:.1f}-{b['hi']:.1f}", "count": b["count"], "share": b["share"]}
+    hist_rows = [{"dataset": d, "interval": b["label"], "count": b["count"], "share": b["share"]}
                  for d, bins_ in histograms.items() for b in bins_]
     md.append(write_table(out, "mtc_histogram", hist_rows, ["dataset", "interval", "count", "share"],
                           title="MTC distribution of toxic samples (Figure 5)"))

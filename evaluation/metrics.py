@@ -122,18 +122,29 @@ def scores_by_bin(
 
 def mtc_histogram(mtcs: Iterable[float],
                   edges: Sequence[float] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)) -> list[dict[str, Any]]:
-    """Share of scores per interval (Figure 5 of the TAG paper); the last interval includes its right edge."""
+    """Count and share of scores per interval (Figure 5 of the TAG paper), each bin with a `label`.
+
+    MTC = 1 means "no toxic association found", not "very covert", so those samples get their own last bin
+    (`not_found: True`, label "1 (not found)") instead of being merged into the top interval, which is
+    half-open: [0.8, 1).
+    """
     values = [float(m) for m in mtcs if m is not None and not math.isnan(float(m))]
     counts = [0] * (len(edges) - 1)
+    not_found = 0
     for v in values:
+        if v >= edges[-1]:
+            not_found += 1
+            continue
         for i in range(len(edges) - 1):
-            last = i == len(edges) - 2
-            if edges[i] <= v < edges[i + 1] or (last and v == edges[i + 1]):
+            if edges[i] <= v < edges[i + 1]:
                 counts[i] += 1
                 break
     total = len(values)
-    return [{"lo": edges[i], "hi": edges[i + 1], "count": counts[i], "share": counts[i] / total if total else 0.0}
-            for i in range(len(counts))]
+    bins = [{"lo": edges[i], "hi": edges[i + 1], "label": f"[{edges[i]:g}, {edges[i + 1]:g})", "not_found": False,
+             "count": counts[i], "share": counts[i] / total if total else 0.0} for i in range(len(counts))]
+    bins.append({"lo": edges[-1], "hi": edges[-1], "label": f"{edges[-1]:g} (not found)", "not_found": True,
+                 "count": not_found, "share": not_found / total if total else 0.0})
+    return bins
 
 
 # -- generation -----------------------------------------------------------------------------------------------

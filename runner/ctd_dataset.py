@@ -365,6 +365,21 @@ def read_decisions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _inside(root: Path, ref: str, *, sample_id: str) -> Path:
+    """The file a record's `image` names, which must resolve (symlinks followed) inside the dataset folder.
+
+    `samples.jsonl` can be edited by hand or come from someone else: without this check an absolute path, a
+    `../` or a symlink would let it embed any file of the machine in the export.
+    """
+    base = root.resolve()
+    full = (base / ref).resolve()  # an absolute `ref` replaces `base` here, and is then checked like any other
+    if base not in full.parents:
+        raise ValueError(f"sample {sample_id!r}: image path {ref!r} is outside the dataset folder {str(base)!r}")
+    if not full.is_file():
+        raise ValueError(f"sample {sample_id!r}: image {ref!r} not found in the dataset folder")
+    return full
+
+
 def export_hf(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
               *, include_pending: bool = False) -> Path:
     """Write the usable samples as Parquet with an `Image` column (bytes embedded); returns the Parquet path.
@@ -373,6 +388,8 @@ def export_hf(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[st
     """
     from datasets import Dataset, Features, Image, Value
 
+    from tools.image_store import read_file_capped  # size checked before reading, like every image input
+
     root = Path(dataset_dir)
     records = [r for r in load_samples(root).values() if is_usable(r, include_pending=include_pending)]
     text_cols = ("id", "category", "subcategory", "text", "image_sha256", "t2i_prompt", "erasure_reason",
@@ -380,11 +397,11 @@ def export_hf(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[st
     columns: dict[str, list[Any]] = {
         c: [] for c in (*text_cols, "image", "rounds", "cost_usd", "votes", "models", "seeds")}
     for r in records:
-        img = Path(r["image"]) if Path(r["image"]).is_absolute() else root / r["image"]
+        img = _inside(root, r["image"], sample_id=str(r.get("id")))
         row = {**r, "review_status": (r.get("review") or {}).get("status", "")}
         for c in text_cols:
             columns[c].append(str(row.get(c) or ""))
-        columns["image"].append({"bytes": img.read_bytes(), "path": r["image"]})
+        columns["image"].append({"bytes": read_file_capped(img), "path": r["image"]})
         columns["rounds"].append(int(r.get("rounds") or 0))
         columns["cost_usd"].append(float(r.get("cost_usd") or 0.0))
         columns["votes"].append(json.dumps(r.get("votes", []), ensure_ascii=False))

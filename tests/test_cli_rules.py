@@ -15,8 +15,6 @@ from unveil.cli import build_parser, main
     (["detect", "--image", "x.png"], "--text is missing"),
     (["detect", "--input", "pairs.jsonl", "--render", "tag.png"], "--render draws one pair's TAG"),
     (["detect", "--render", "tag.png"], "--render draws one pair's TAG"),
-    (["detect", "--method", "vanilla", "--text", "t", "--image-description", "d", "--render", "t.png"],
-     "vanilla method does not build"),
     (["detect", "--input", "p.jsonl", "--text", "t"], "not both"),
 ])
 def test_detect_refuses_what_it_would_ignore(argv: list[str], words: str) -> None:

@@ -153,7 +153,7 @@ def sft_example(prompt: str, target: str, image: Any | None) -> dict[str, Any]:
 def _resolve_image(rec: dict[str, Any], base_dir: Path, store: Any) -> Any:
     """A record's image as a PIL image: its `image` path (relative to the file), else its id in the store."""
     from tools.image_input import resolve_path
-    from tools.image_store import decode_image
+    from tools.image_store import decode_image, read_file_capped
 
     image_id = rec.get("image_id")
     if isinstance(image_id, str) and store is not None and hasattr(store, "has") and store.has(image_id):
@@ -167,7 +167,7 @@ def _resolve_image(rec: dict[str, Any], base_dir: Path, store: Any) -> Any:
         if not path.is_absolute() or not any(Path(a).resolve() in path.resolve().parents for a in allowed):
             path = resolve_path(ref, base_dir)
         if path.is_file():
-            return decode_image(path.read_bytes(), name=str(path)).convert("RGB")
+            return decode_image(read_file_capped(path), name=str(path)).convert("RGB")  # size checked first
     if rec.get("image_id") and store is not None:
         return store.open(rec["image_id"]).convert("RGB")
     raise FileNotFoundError(f"record {rec.get('id')!r}: image {ref!r} not found (and no image_id in the store)")

@@ -88,8 +88,6 @@ def run(args: argparse.Namespace) -> int:
     if args.render and (args.input or not args.text):
         raise SystemExit("unveil detect: --render draws one pair's TAG; it is not supported with --input or the "
                          "bundled examples (run one pair with --text)")
-    if args.render and args.method == "vanilla":
-        raise SystemExit("unveil detect: --render draws the TAG, which the vanilla method does not build")
     setup_gateway(args)
     ctx = _context(args)
     warn_if_demo(ctx.models())
