@@ -25,8 +25,9 @@ local copy.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from evaluation.datasets import DatasetError, _image, _sample, _text
 from unveil.batch import BatchItem
@@ -78,7 +79,7 @@ def _collect(path: Path, rows: Iterator[tuple[str, Callable[[], list[dict[str, A
 def _records(path: Path, data: Any, key: str | None = None) -> list[Any]:
     if key is not None:
         if not isinstance(data, dict) or key not in data:
-            raise DatasetError(f"{path.name}: field {key!r} missing (expected an object with 'chat' and 'embodied' lists)")
+            raise DatasetError(f"{path.name}: field {key!r} missing (expected 'chat' and 'embodied' lists)")
         data = data[key]
     if not isinstance(data, list):
         raise DatasetError(f"{path.name}{f' field {key!r}' if key else ''}: expected a JSON list of records")
@@ -136,7 +137,7 @@ def load_mssbench(path: Path, base: Path, include_benign: bool = True) -> list[B
             cat = str(r.get("Type", r.get("category", "")))
             out = []
             for k, q in enumerate(_strings(r, "queries", "query")):
-                common = {"text": q, "category": cat, "base_dir": base, "source": "mssbench", "task": "chat",
+                common: dict[str, Any] = {"text": q, "category": cat, "base_dir": base, "source": "mssbench", "task": "chat",
                           "intent": r.get("intent")}
                 out.append(_sample(f"mss-chat-{i}-{k}-safe", image=safe, label=0, **common))
                 out.append(_sample(f"mss-chat-{i}-{k}-unsafe", image=unsafe, label=1,
@@ -156,8 +157,9 @@ def load_mssbench(path: Path, base: Path, include_benign: bool = True) -> list[B
                 raise DatasetError(f"safe_instructions/unsafe_instructions: {len(safe_i)} vs {len(unsafe_i)} items")
             cat = str(r.get("category", r.get("Type", "")))
             out = []
-            for k, (s_text, u_text) in enumerate(zip(safe_i, unsafe_i)):
-                common = {"category": cat, "base_dir": base, "source": "mssbench", "task": "embodied"}
+            for k, (s_text, u_text) in enumerate(zip(safe_i, unsafe_i, strict=True)):
+                common: dict[str, Any] = {"category": cat, "base_dir": base, "source": "mssbench",
+                                          "task": "embodied"}
                 out.append(_sample(f"mss-emb-{i}-{k}-safe", text=s_text, image=safe, label=0,
                                    description=r.get("observation_safe"), **common))
                 out.append(_sample(f"mss-emb-{i}-{k}-unsafe", text=u_text, image=unsafe, label=1,
