@@ -137,8 +137,8 @@ def load_mssbench(path: Path, base: Path, include_benign: bool = True) -> list[B
             cat = str(r.get("Type", r.get("category", "")))
             out = []
             for k, q in enumerate(_strings(r, "queries", "query")):
-                common: dict[str, Any] = {"text": q, "category": cat, "base_dir": base, "source": "mssbench", "task": "chat",
-                          "intent": r.get("intent")}
+                common: dict[str, Any] = {"text": q, "category": cat, "base_dir": base, "source": "mssbench",
+                                          "task": "chat", "intent": r.get("intent")}
                 out.append(_sample(f"mss-chat-{i}-{k}-safe", image=safe, label=0, **common))
                 out.append(_sample(f"mss-chat-{i}-{k}-unsafe", image=unsafe, label=1,
                                    description=r.get("unsafe_image"), **common))
