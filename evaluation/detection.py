@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluation import metrics
+from evaluation.compare import comparison_rows, guard_context, guard_model, is_guard, write_comparison
 from evaluation.report import plot_confusion, plot_histogram, write_table
 from evaluation.runs import as_json, cost_columns, slug, split_records, usage_of
 from unveil.batch import BatchItem, run_batch
@@ -70,8 +71,11 @@ def run_configs(dataset: str, settings: DetectionSettings) -> list[RunConfig]:
             elif method == "tag":
                 for depth in [settings.l_max, *[d for d in settings.l_max_ablation if d != settings.l_max]]:
                     out.append(RunConfig(dataset, model, "tag", depth))
-            else:
-                raise ValueError(f"unknown detection method {method!r} (use vanilla and/or tag)")
+            elif not is_guard(method):
+                raise ValueError(f"unknown detection method {method!r} (use vanilla, tag and/or guard:NAME)")
+    # issue 15: a guard runs once per dataset on its own model, not once per detector model.
+    out.extend(RunConfig(dataset, guard_model(m, settings.role_models, settings.models), m, None)
+               for m in settings.methods if is_guard(m))
     return out
 
 
@@ -79,31 +83,36 @@ def _context(cfg: RunConfig, settings: DetectionSettings) -> Any:
     from graphs.tag import TagContext
     from graphs.vanilla import VanillaContext
 
+    if is_guard(cfg.method):  # issue 15
+        return guard_context(cfg.method, cfg.model, settings.image_store)
     if cfg.method == "vanilla":
         return VanillaContext(model=cfg.model, image_store=settings.image_store,
                               vanilla_detector_model=settings.role_models.get("vanilla_detector_model", ""))
-    roles = {k: v for k, v in settings.role_models.items() if k != "vanilla_detector_model"}
+    roles = {k: v for k, v in settings.role_models.items()
+             if k != "vanilla_detector_model" and not k.startswith("guard")}  # issue 15: guard roles are not TAG's
     return TagContext(model=cfg.model, image_store=settings.image_store, l_max=int(cfg.l_max or settings.l_max),
                       k_max=settings.k_max, children_per_parent=settings.children, **roles)
 
 
 def config_settings(cfg: RunConfig, settings: DetectionSettings) -> dict[str, Any]:
     """The settings that produced a run (stored in every result row)."""
-    if cfg.method == "vanilla":
-        return {"method": "vanilla"}
+    if cfg.method == "vanilla" or is_guard(cfg.method):  # issue 15: guards have no settings of their own
+        return {"method": cfg.method}
     return {"method": "tag", "l_max": cfg.l_max, "k_max": settings.k_max, "children_per_parent": settings.children}
 
 
 async def run_one_config(cfg: RunConfig, items: list[BatchItem], settings: DetectionSettings, out_dir: Path) -> Any:
     """Run (or resume) one configuration over the items."""
+    from graphs.guard import run_guard
     from unveil.commands.detect import detect_one
 
     ctx = _context(cfg, settings)
 
     async def worker(sample_id: str, sample: dict[str, Any]) -> dict[str, Any]:
-        rec = await detect_one(sample, ctx, cfg.method)
+        rec = await (run_guard(sample, ctx) if is_guard(cfg.method) else detect_one(sample, ctx, cfg.method))
         # Ground truth travels with the prediction so the tables need only this file.
-        return {**rec, "label": sample["label"], "category": sample.get("category", ""), "ref_mtc": sample.get("mtc")}
+        return {**rec, "label": sample["label"], "category": sample.get("category", ""), "ref_mtc": sample.get("mtc"),
+                "predicted_category": rec.get("category", "")}
 
     return await run_batch(items, worker, cfg.file(out_dir), concurrency=settings.concurrency,
                            retry_failed=settings.retry_failed, desc=f"{cfg.dataset}: {cfg.name} [{cfg.model}]",
@@ -166,6 +175,7 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
     all_rows: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
     confusions: list[dict[str, Any]] = []
+    compared: list[dict[str, Any]] = []  # issue 15: the method comparison table
     histograms: dict[str, list[dict[str, Any]]] = {}
     fkey = f"f{settings.beta:g}"
     for dataset, items in datasets.items():
@@ -177,6 +187,7 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
         histograms[dataset] = metrics.mtc_histogram(v for k, v in ref.items() if k in toxic_ids)
         for cfg in cfgs:
             rows, fails, counts = score_rows(cfg, items, ref, settings, out)
+            compared.extend(comparison_rows(dataset, cfg.name, cfg.model, cfg.file(out), items, ref))
             all_rows.extend(rows)
             failures.extend(fails)
             confusions.append({"dataset": dataset, "detector": cfg.model, "config": cfg.name, **counts})
@@ -184,7 +195,7 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
                            title=f"{dataset}: {cfg.name}\n{cfg.model}")
 
     keys = ("dataset", "detector", "method", "l_max")
-    main_rows = [r for r in all_rows if r["method"] == "vanilla" or r["l_max"] == settings.l_max]
+    main_rows = [r for r in all_rows if r["l_max"] is None or r["l_max"] == settings.l_max]
     wide = _wide(main_rows, keys, fkey)
     bins = [*metrics.MTC_BINS, "overall"]
     md = ["# Detection evaluation\n",
@@ -200,6 +211,7 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
         abl.sort(key=lambda r: (r["dataset"], r["detector"], -(r["l_max"] or 0)))
         md.append(write_table(out, "detection_lmax", abl, [*keys, *[f"{b} acc" for b in bins], "overall " + fkey.upper()],
                               title="l_max ablation of TA-CTD (accuracy per covertness level)"))
+    md.append(write_comparison(out, compared))
     md.append(write_table(out, "confusion", confusions, ["dataset", "detector", "config", "tp", "fp", "tn", "fn"],
                           title="Confusion matrices (overall)"))
     hist_rows = [{"dataset": d, "interval": f"{b['lo']:.1f}-{b['hi']:.1f}", "count": b["count"], "share": b["share"]}
@@ -213,7 +225,7 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
 
     atomic_write_text(out / "detection.md", "\n".join(md))
     return {"rows": all_rows, "failures": failures, "confusions": confusions, "histograms": histograms,
-            "main": wide, "out_dir": str(out)}
+            "main": wide, "comparison": compared, "out_dir": str(out)}
 
 
 def nan_to_none(value: float) -> float | None:

@@ -48,11 +48,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev = p.add_subparsers(dest="evaluation", required=True)
 
     d = ev.add_parser("detection", help="vanilla vs TA-CTD: accuracy/F2 per MTC bin, l_max ablation, MTC histogram")
-    d.add_argument("--dataset", action="append", required=True, metavar="[NAME=]FILE",
-                   help="dataset file (repeatable); NAME labels it in the tables (default: the file's folder/stem)")
+    d.add_argument("--dataset", action="append", required=True, metavar="[NAME=][FMT:]FILE",
+                   help="dataset file (repeatable), e.g. siuo:data/siuo_gen.json; NAME labels it in the tables "
+                        "(default: the file's folder/stem); FMT is its layout, as --format")
     d.add_argument("--format", action="append", default=[], metavar="FMT",
-                   help="layout per --dataset (ctd, hateful_memes, vlsbench, mmit, or auto; one value applies to all)")
-    d.add_argument("--methods", type=_csv, default=["vanilla", "tag"], help="vanilla and/or tag (default both)")
+                   help="layout per --dataset (ctd, hateful_memes, vlsbench, mmit, siuo, mssbench, holisafe, or "
+                        "auto; one value applies to all)")
+    d.add_argument("--methods", type=_csv, default=["vanilla", "tag"],
+                   help="vanilla, tag and/or guard models: guard:llama-guard-4, guard:llavaguard, "
+                        "guard:guardreasoner-vl, guard:template=FILE (default vanilla,tag); a guard's model is "
+                        "--role-model guard=SPEC (or guard.NAME=SPEC)")
     d.add_argument("--detectors", type=_csv, default=[], help="detector model specs, comma-separated (default: --model)")
     d.add_argument("--l-max", type=int, default=4, help="TAG depth counting the roots (default 4)")
     d.add_argument("--l-max-ablation", type=_ints, default=[], help="other depths to run for the ablation, e.g. 2,3")
@@ -96,6 +101,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _named_datasets(args: argparse.Namespace) -> dict[str, tuple[Path, str]]:
+    from evaluation.datasets import DETECTION_FORMATS
+
     formats = args.format or ["auto"]
     if len(formats) not in (1, len(args.dataset)):
         raise SystemExit(f"--format: give one value or one per --dataset ({len(args.dataset)})")
@@ -103,10 +110,15 @@ def _named_datasets(args: argparse.Namespace) -> dict[str, tuple[Path, str]]:
     for k, item in enumerate(args.dataset):
         name, sep, path = item.partition("=")
         if not sep:
-            path, name = item, f"{Path(item).parent.name}/{Path(item).stem}".strip("/")
+            path, name = item, ""
+        fmt = formats[k] if len(formats) > 1 else formats[0]
+        prefix, colon, rest = path.partition(":")  # issue 15: FMT:FILE, e.g. siuo:data/siuo_gen.json
+        if colon and prefix in DETECTION_FORMATS:
+            fmt, path = prefix, rest
+        name = name or f"{Path(path).parent.name}/{Path(path).stem}".strip("/")
         if name in out:
             raise SystemExit(f"--dataset: the name {name!r} is used twice; label them NAME=FILE")
-        out[name] = (Path(path), formats[k] if len(formats) > 1 else formats[0])
+        out[name] = (Path(path), fmt)
     return out
 
 
