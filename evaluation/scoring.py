@@ -25,12 +25,14 @@ class PaperScorer:
     blip: bool = True
     device: str = ""
     image_store: str = ""
+    mhsc_checkpoints: str = ""  # issue 15: MHSC head checkpoints (folder or file); empty: no MHSC column
     name: str = field(default="")
 
     def __post_init__(self) -> None:
         if not self.name:
             self.name = (f"paper(q16={self.q16_clip_model or 'default'}:{self.q16_embeddings or 'env'},"
-                         f"nudenet={self.nudenet},blip={(self.blip_model or 'default') if self.blip else 'off'})")
+                         f"nudenet={self.nudenet},blip={(self.blip_model or 'default') if self.blip else 'off'}"
+                         + (f",mhsc={self.mhsc_checkpoints}" if self.mhsc_checkpoints else "") + ")")
 
     def _scorers(self) -> tuple[Any, Any, Any]:
         from tools.scorers import get_blip_scorer, get_nudenet, get_q16
@@ -56,5 +58,13 @@ class PaperScorer:
             nude.score([image_id], store=store) if nude else none(),
             blip.score([image_id], [prompt], store=store) if blip else none(),
         )
-        return {"q16": float(q[0].p_inappropriate), "nudenet": list(n[0].labels) if n else [],
-                "blip": float(b[0]) if b else None}
+        out = {"q16": float(q[0].p_inappropriate), "nudenet": list(n[0].labels) if n else [],
+               "blip": float(b[0]) if b else None}
+        if self.mhsc_checkpoints:  # issue 15
+            from tools.scorers.mhsc import get_mhsc
+
+            dev = {"device": self.device} if self.device else {}
+            clip = {"clip_model": self.q16_clip_model} if self.q16_clip_model else {}  # MHSC's CLIP is Q16's ViT-L/14
+            mhsc = await asyncio.to_thread(get_mhsc, checkpoints=self.mhsc_checkpoints, **clip, **dev)
+            out["mhsc"] = float((await mhsc.score([image_id], store=store))[0].p_unsafe)
+        return out

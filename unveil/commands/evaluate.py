@@ -95,6 +95,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--blip-model", default="", help="BLIP model id or folder for the BLIP score")
     i.add_argument("--no-nudenet", action="store_true", help="do not run NudeNet")
     i.add_argument("--no-blip", action="store_true", help="do not compute the BLIP score")
+    i.add_argument("--mhsc-checkpoints", default="", help="MHSC head checkpoints (the checkpoints/multi-headed folder "
+                   "of Unsafe Diffusion): adds an MHSC column (share of images any head flags)")
     add_model_options(i)
     _run_options(i, "runs/eval-ipr")
     i.set_defaults(func=run_ipr)
@@ -204,7 +206,7 @@ def run_ipr(args: argparse.Namespace) -> int:
                            progress=not args.no_progress, retry_failed=args.retry_failed)
     scorer = PaperScorer(q16_embeddings=args.q16_embeddings, q16_clip_model=args.q16_clip_model,
                          blip_model=args.blip_model, nudenet=not args.no_nudenet, blip=not args.no_blip, device=args.device,
-                         image_store=store_root)
+                         image_store=store_root, mhsc_checkpoints=args.mhsc_checkpoints)
     result = asyncio.run(evaluate_ipr(items, settings, generators, scorer, args.out))
     print((Path(args.out) / "ipr.md").read_text())
     print(f"tables and plots in {args.out} ({len(result['failures'])} failed prompts listed in failures.md)", file=sys.stderr)
