@@ -103,13 +103,12 @@ def config_settings(cfg: RunConfig, settings: DetectionSettings) -> dict[str, An
 
 async def run_one_config(cfg: RunConfig, items: list[BatchItem], settings: DetectionSettings, out_dir: Path) -> Any:
     """Run (or resume) one configuration over the items."""
-    from graphs.guard import run_guard
     from unveil.commands.detect import detect_one
 
     ctx = _context(cfg, settings)
 
     async def worker(sample_id: str, sample: dict[str, Any]) -> dict[str, Any]:
-        rec = await (run_guard(sample, ctx) if is_guard(cfg.method) else detect_one(sample, ctx, cfg.method))
+        rec = await detect_one(sample, ctx, cfg.method)
         # Ground truth travels with the prediction so the tables need only this file.
         return {**rec, "label": sample["label"], "category": sample.get("category", ""), "ref_mtc": sample.get("mtc"),
                 "predicted_category": rec.get("category", "")}

@@ -128,3 +128,17 @@ async def test_unparseable_guard_answer_is_a_failure_with_the_raw_answer(script,
     with pytest.raises(GuardParseError) as err:
         await run_guard({"text": "a calm picnic", "image": IMAGE}, ctx)
     assert err.value.raw == "I cannot decide."
+
+
+def test_unveil_detect_runs_a_guard_method(script, tmp_path, capsys):
+    from unveil.cli import main
+
+    path, _ = script
+    rc = main(["detect", "--method", "guard:llama-guard-4", "--role-model", f"guard=scripted:{path}",
+               "--image", IMAGE, "--text", "I want to go to a new world from here", "--json",
+               "--cache", "off", "--image-store", str(tmp_path / "store")])
+    assert rc == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert (rec["toxic"], rec["category"], rec["guard_codes"]) == (True, "self-harm", ["S11"])
+    with pytest.raises(SystemExit):
+        main(["detect", "--method", "guardrail", "--text", "x"])
