@@ -15,14 +15,13 @@ authors' inference; `p_unsafe` is the largest head probability. The checkpoint l
 
 from __future__ import annotations
 
-import asyncio
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tools.image_store import ImageStore
-from tools.scorers.common import BatchedScorer, cached, default_device, load_rgb, resolve_local
+from tools.scorers.clip_image import ClipImageEncoder
+from tools.scorers.common import ImageBatchScorer, cached, default_device
 
 MHSC_HEADS = ("sexual", "violent", "disturbing", "hateful", "political")
 DEFAULT_MHSC_CLIP = "openai/clip-vit-large-patch14"
@@ -94,7 +93,7 @@ def load_mhsc_heads(checkpoints: str | os.PathLike[str]) -> dict[str, Any]:
     return heads
 
 
-class MHSCScorer(BatchedScorer):
+class MHSCScorer(ImageBatchScorer):
     """MHSC over a transformers `CLIPModel` (hub id or local folder) and the five heads."""
 
     name = "mhsc"
@@ -111,39 +110,24 @@ class MHSCScorer(BatchedScorer):
         self.device = device or default_device()
         self.threshold = threshold
         self.heads = load_mhsc_heads(checkpoints)  # small: read eagerly so a bad file fails at start-up
-        self._model: Any = None
-        self._processor: Any = None
+        self.encoder = ClipImageEncoder(self.clip_model, self.device, owner="MHSC")
 
     def _load(self) -> None:
+        model = self.encoder.load()
         with self._load_lock:
-            if self._model is not None:
-                return
-            import torch
-            from transformers import CLIPImageProcessor, CLIPModel
-
-            source = resolve_local(self.clip_model)
-            try:
-                dtype = torch.float16 if self.device.startswith("cuda") else torch.float32
-                model = CLIPModel.from_pretrained(source, dtype=dtype).to(self.device).eval()  # type: ignore[arg-type]
-                processor = CLIPImageProcessor.from_pretrained(source)
-            except OSError as exc:
-                raise FileNotFoundError(f"MHSC CLIP model {self.clip_model!r} could not be loaded: {exc}") from exc
             in_dim = next(iter(self.heads.values()))[0].in_features
             if model.config.projection_dim != in_dim:
                 raise ValueError(f"MHSC heads {self.checkpoints!r} take {in_dim}-dimensional embeddings but CLIP model "
                                  f"{self.clip_model!r} projects to {model.config.projection_dim}")
             self.heads = {k: h.to(self.device) for k, h in self.heads.items()}
-            self._model, self._processor = model, processor
 
     def head_probabilities(self, images: list[Any]):
         """(N, 5) sigmoid probabilities of PIL images, columns in `MHSC_HEADS` order."""
         import torch
 
         self._load()
-        pixels = self._processor(images=images, return_tensors="pt")["pixel_values"]
+        emb = self.encoder.embeddings(images).float()  # the heads were trained in float32
         with torch.inference_mode():
-            out = self._model.get_image_features(pixel_values=pixels.to(self.device, self._model.dtype))
-            emb = (out if torch.is_tensor(out) else out.pooler_output).float()  # the heads were trained in float32
             return torch.cat([torch.sigmoid(self.heads[h](emb)) for h in MHSC_HEADS], dim=1).cpu()
 
     def _score_batch(self, items: list[Any]) -> list[MHSCResult]:
@@ -153,15 +137,6 @@ class MHSCScorer(BatchedScorer):
             flagged = tuple(h for h, p in heads.items() if p > self.threshold)
             out.append(MHSCResult(heads=heads, p_unsafe=max(row), flag=bool(flagged), categories=flagged))
         return out
-
-    def score_pil(self, images: list[Any]) -> list[MHSCResult]:
-        """Score PIL images synchronously."""
-        return self.score_items([im.convert("RGB") for im in images])
-
-    async def score(self, image_ids: list[str], *, store: ImageStore | None = None) -> list[MHSCResult]:
-        """Score stored images (ids, or file paths), batched with concurrent callers."""
-        images = await asyncio.to_thread(lambda: [load_rgb(i, store) for i in image_ids])
-        return await self._score_async(images)
 
 
 def get_mhsc(**settings: Any) -> MHSCScorer:
