@@ -10,7 +10,7 @@ raises `GuardParseError`, whose `raw` the batch runner records with the failure.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
@@ -89,12 +89,3 @@ builder.add_edge("judge", END)
 
 graph = builder.compile(name="guard_detection")
 
-
-async def run_guard(sample: dict[str, Any], ctx: GuardContext) -> dict[str, Any]:
-    """One sample through the guard graph, shaped like `detect_one`'s records (the run-layer hook for
-    `guard:` methods: the output plus the model specs, without the input text)."""
-    fields = {k: sample.get(k) for k in ("image", "image_description", "text", "base_dir") if sample.get(k) is not None}
-    out = await graph.ainvoke(cast(GuardInput, fields), context=ctx)
-    rec = {k: v for k, v in out.items() if k not in ("text", "image_description", "base_dir")}
-    rec["models"] = ctx.models()
-    return rec

@@ -8,7 +8,7 @@ import pytest
 from agents.gateway import Gateway, GatewaySettings, set_gateway
 from agents.guard import GuardParseError, get_guard
 from agents.spec import ModelSpec
-from graphs.guard import GuardContext, run_guard
+from graphs.guard import GuardContext, graph
 
 FIX = Path(__file__).parent / "fixtures" / "eval"
 IMAGE = str(FIX / "siuo" / "images" / "S-01.png")
@@ -109,9 +109,9 @@ async def test_guard_graph_sends_the_template_as_instruction_and_the_pair_as_dat
     path, gw = script
     spec = f"scripted:{path}"
     ctx = GuardContext(model="scripted:unused", guard=guard, guard_model=spec, image_store=str(tmp_path / "store"))
-    rec = await run_guard(SAMPLE, ctx)
+    rec = await graph.ainvoke(SAMPLE, context=ctx)
     assert (rec["toxic"], rec["category"], rec["guard"]) == (toxic, category, guard)
-    assert rec["usage"]["total"]["calls"] == 1 and rec["models"]["guard"] == spec
+    assert rec["usage"]["total"]["calls"] == 1 and ctx.spec_for("guard") == spec
     role, messages = gw.model_for(ModelSpec.parse(spec), f"guard.{guard}").script.requests[-1]
     system, user = messages
     assert get_guard(guard).instruction in system.content
@@ -126,7 +126,7 @@ async def test_unparseable_guard_answer_is_a_failure_with_the_raw_answer(script,
     path, _ = script
     ctx = GuardContext(guard="guardreasoner-vl", guard_model=f"scripted:{path}", image_store=str(tmp_path / "s"))
     with pytest.raises(GuardParseError) as err:
-        await run_guard({"text": "a calm picnic", "image": IMAGE}, ctx)
+        await graph.ainvoke({"text": "a calm picnic", "image": IMAGE}, context=ctx)
     assert err.value.raw == "I cannot decide."
 
 

@@ -80,14 +80,11 @@ def result_record(out: dict[str, Any], ctx: Any) -> dict[str, Any]:
 
 async def detect_one(sample: dict[str, Any], ctx: Any, method: str) -> dict[str, Any]:
     """Run one sample through the chosen graph."""
-    if method.startswith("guard:"):  # issue 15
-        from graphs.guard import run_guard
-
-        return await run_guard(sample, ctx)
+    from graphs.guard import graph as guard_graph  # issue 15: guard models as detectors
     from graphs.tag import graph as tag_graph
     from graphs.vanilla import graph as vanilla_graph
 
-    graph = vanilla_graph if method == "vanilla" else tag_graph
+    graph = vanilla_graph if method == "vanilla" else guard_graph if method.startswith("guard:") else tag_graph
     fields = {k: sample.get(k) for k in ("image", "image_description", "text", "base_dir") if sample.get(k) is not None}
     out = await graph.ainvoke(fields, context=ctx)
     return result_record(out, ctx)
