@@ -28,7 +28,8 @@ from tools.image_input import resolve_path
 from tools.image_store import ImageInputError
 from unveil.batch import BatchItem, read_jsonl
 
-DETECTION_FORMATS = ("ctd", "hateful_memes", "vlsbench", "mmit", "siuo", "mssbench", "holisafe")  # last 3: benchmarks.py
+# issue 15: siuo, mssbench and holisafe are read by evaluation/benchmarks.py
+DETECTION_FORMATS = ("ctd", "hateful_memes", "vlsbench", "mmit", "siuo", "mssbench", "holisafe")
 # The six categories of the 300-prompt IPR/POSI split, in the file's order.
 IPR_CATEGORIES = ("self-harm", "shocking", "violence", "sexual", "illegal activity", "harassment")
 
