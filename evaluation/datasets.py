@@ -10,6 +10,7 @@ Detection samples (`load_detection`) are dicts with `id`, `text`, `image` (a pat
   `sub_category`, `image_description`, `safety_reason`); every sample is harmful.
 - `mmit`: the MMIT (ShieldVLM) JSON list (`id`, `risk_type`, `text`, `image`, `label` and/or
   `human_safety_label` = `safe`/`unsafe`, `type`); images lie in `<risk_type>/<image>` (or next to the file).
+- `siuo`, `mssbench`, `holisafe`: the public cross-modal benchmarks, read by `evaluation/benchmarks.py`.
 
 Prompt samples (`load_prompts`) for the IPR evaluation come from the I2P CSV or a JSONL such as the 300-prompt
 split (`prompt`, `category`, `evaluation_seed`). Every loader returns `BatchItem`s: a record that cannot be
