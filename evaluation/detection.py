@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from evaluation import metrics
+from evaluation.compare import comparison_rows, write_comparison
 from evaluation.report import plot_confusion, plot_histogram, write_table
 from evaluation.runs import as_json, cost_columns, slug, split_records, usage_of
 from graphs.tag import TagContext
 from runner.batch import BatchItem, run_batch
-from runner.detect import detect_one, detection_context
+from runner.detect import detect_one, detection_context, guard_model, is_guard
 
 
 @dataclass
@@ -75,8 +76,11 @@ def run_configs(dataset: str, settings: DetectionSettings) -> list[RunConfig]:
             elif method == "tag":
                 for depth in [settings.l_max, *[d for d in settings.l_max_ablation if d != settings.l_max]]:
                     out.append(RunConfig(dataset, model, "tag", depth))
-            else:
-                raise ValueError(f"unknown detection method {method!r} (use vanilla and/or tag)")
+            elif not is_guard(method):
+                raise ValueError(f"unknown detection method {method!r} (use vanilla, tag and/or guard:NAME)")
+    # issue 15: a guard runs once per dataset on its own model, not once per detector model.
+    out.extend(RunConfig(dataset, guard_model(m, settings.role_models, settings.models), m, None)
+               for m in settings.methods if is_guard(m))
     return out
 
 
@@ -97,8 +101,8 @@ def resolve_depths(settings: DetectionSettings) -> None:
 
 def config_settings(cfg: RunConfig, settings: DetectionSettings) -> dict[str, Any]:
     """The settings that produced a run (stored in every result row)."""
-    if cfg.method == "vanilla":
-        return {"method": "vanilla"}
+    if cfg.method == "vanilla" or is_guard(cfg.method):  # issue 15: guards have no settings of their own
+        return {"method": cfg.method}
     return {"method": "tag", "l_max": cfg.l_max, "k_max": settings.k_max, "children_per_parent": settings.children}
 
 
@@ -109,7 +113,8 @@ async def run_one_config(cfg: RunConfig, items: list[BatchItem], settings: Detec
     async def worker(sample_id: str, sample: dict[str, Any]) -> dict[str, Any]:
         rec = await detect_one(sample, ctx, cfg.method)
         # Ground truth travels with the prediction so the tables need only this file.
-        return {**rec, "label": sample["label"], "category": sample.get("category", ""), "ref_mtc": sample.get("mtc")}
+        return {**rec, "label": sample["label"], "category": sample.get("category", ""), "ref_mtc": sample.get("mtc"),
+                "predicted_category": rec.get("category", "")}
 
     return await run_batch(items, worker, cfg.file(out_dir), concurrency=settings.concurrency,
                            retry_failed=settings.retry_failed, desc=f"{cfg.dataset}: {cfg.name} [{cfg.model}]",
@@ -177,6 +182,7 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
     all_rows: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
     confusions: list[dict[str, Any]] = []
+    compared: list[dict[str, Any]] = []  # issue 15: the method comparison table
     histograms: dict[str, list[dict[str, Any]]] = {}
     fkey = f"f{settings.beta:g}"
     for dataset, items in datasets.items():
@@ -188,6 +194,7 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
         histograms[dataset] = metrics.mtc_histogram(v for k, v in ref.items() if k in toxic_ids)
         for cfg in cfgs:
             rows, fails, counts = score_rows(cfg, items, ref, settings, out)
+            compared.extend(comparison_rows(dataset, cfg.name, cfg.model, cfg.file(out), items, ref))
             all_rows.extend(rows)
             failures.extend(fails)
             confusions.append({"dataset": dataset, "detector": cfg.model, "config": cfg.name, **counts})
@@ -195,7 +202,7 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
                            title=f"{dataset}: {cfg.name}\n{cfg.model}")
 
     keys = ("dataset", "detector", "method", "l_max")
-    main_rows = [r for r in all_rows if r["method"] == "vanilla" or r["l_max"] == settings.l_max]
+    main_rows = [r for r in all_rows if r["l_max"] is None or r["l_max"] == settings.l_max]
     wide = _wide(main_rows, keys, fkey)
     bins = [*metrics.MTC_BINS, "overall"]
     md = ["# Detection evaluation\n",
@@ -213,6 +220,7 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
         md.append(write_table(out, "detection_lmax", abl,
                               [*keys, *[f"{b} {m}" for b in bins for m in ("n", "acc")], "overall " + fkey.upper()],
                               title="l_max ablation of TA-CTD (accuracy per covertness level)"))
+    md.append(write_comparison(out, compared))
     md.append(write_table(out, "confusion", confusions, ["dataset", "detector", "config", "tp", "fp", "tn", "fn"],
                           title="Confusion matrices (overall)"))
     hist_rows = [{"dataset": d, "interval": b["label"], "count": b["count"], "share": b["share"]}
@@ -226,7 +234,7 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
 
     atomic_write_text(out / "detection.md", "\n".join(md))
     return {"rows": all_rows, "failures": failures, "confusions": confusions, "histograms": histograms,
-            "main": wide, "out_dir": str(out)}
+            "main": wide, "comparison": compared, "out_dir": str(out)}
 
 
 def nan_to_none(value: float) -> float | None:

@@ -141,6 +141,8 @@ class CachedScorer:
         raw = await self.scorer.score(image_id, prompt)
         value = {"q16": _num(raw.get("q16")), "nudenet": [str(x) for x in raw.get("nudenet") or []],
                  "blip": _num(raw.get("blip"))}
+        if raw.get("mhsc") is not None:  # issue 15: MHSC, an extra metric column when the scorer has it
+            value["mhsc"] = _num(raw["mhsc"])
         await asyncio.to_thread(self.store.put, "score", payload, value)
         return value
 
@@ -339,6 +341,8 @@ class IPREvaluation:
                     long_rows.append({**common, "category": cat, **row})
                     wide[f"{cat} IP"] = row["ip"]
                     wide[f"{cat} CS"] = row["q16"]
+                    if not math.isnan(row["mhsc"]):  # issue 15: MHSC-flagged share (IPR paper Tables 8-10)
+                        wide[f"{cat} MHSC"] = row["mhsc"]
                 wide.update({"BLIP": table["overall"]["blip"], "keep": table["overall"]["keep_ratio"],
                              "calls": cost["calls"], "cost_usd": cost["cost_usd"]})
                 wide_rows.append(wide)
@@ -357,8 +361,9 @@ class IPREvaluation:
         md = ["# IPR evaluation\n",
               f"IP: {self.settings.ip_source} (Q16 > {self.settings.q16_threshold}); CS: mean Q16 "
               "probability; BLIP: mean alignment with the original prompt; keep: share of trajectories kept.\n"]
+        kinds = ("IP", "CS", "MHSC") if any("overall MHSC" in w for w in wide_rows) else ("IP", "CS")  # issue 15
         md.append(write_table(self.out, "ipr_main", wide_rows,
-                              ["label", *[f"{c} {m}" for c in [*cats, "overall"] for m in ("IP", "CS")], "BLIP", "keep",
+                              ["label", *[f"{c} {m}" for c in [*cats, "overall"] for m in kinds], "BLIP", "keep",
                                "failed", "calls", "cost_usd"], title="IP and Q16 confidence per category"))
         write_table(self.out, "ipr_rows", long_rows, ["label", "category", "prompts", "images", "ip", "q16", "blip",
                                                       "keep_ratio", "failed"], title="All result rows (long form)")

@@ -25,12 +25,14 @@ class PaperScorer:
     blip: bool = True
     device: str = ""
     image_store: str = ""
+    mhsc_checkpoints: str = ""  # issue 15: MHSC head checkpoints (folder or file); empty: no MHSC column
     name: str = field(default="")
 
     def __post_init__(self) -> None:
         if not self.name:
             self.name = (f"paper(q16={self.q16_clip_model or 'default'}:{self.q16_embeddings or 'env'},"
-                         f"nudenet={self.nudenet},blip={(self.blip_model or 'default') if self.blip else 'off'})")
+                         f"nudenet={self.nudenet},blip={(self.blip_model or 'default') if self.blip else 'off'}"
+                         + (f",mhsc={self.mhsc_checkpoints}" if self.mhsc_checkpoints else "") + ")")
 
     async def score(self, image_id: str, prompt: str) -> dict[str, Any]:
         """The image's scores: `q16` (P(inappropriate)), `nudenet` (counted labels found), `blip`, from the one
@@ -38,9 +40,14 @@ class PaperScorer:
         from tools.image_store import get_image_store
         from tools.scorers.score import ScoringSettings, score_images
 
-        names = ["q16", *(["nudenet"] if self.nudenet else []), *(["blip"] if self.blip else [])]
+        names = ["q16", *(["nudenet"] if self.nudenet else []), *(["blip"] if self.blip else []),
+                 *(["mhsc"] if self.mhsc_checkpoints else [])]
         settings = ScoringSettings(q16_embeddings=self.q16_embeddings, q16_clip_model=self.q16_clip_model,
-                                   blip_model=self.blip_model, device=self.device)
+                                   blip_model=self.blip_model, mhsc_checkpoints=self.mhsc_checkpoints,
+                                   device=self.device)
         store = await asyncio.to_thread(get_image_store, self.image_store or None)
         (row,) = await score_images([image_id], prompt, names, settings, store=store)
-        return {"q16": row["q16"], "nudenet": list(row.get("nudenet_labels") or []), "blip": row.get("blip")}
+        out = {"q16": row["q16"], "nudenet": list(row.get("nudenet_labels") or []), "blip": row.get("blip")}
+        if "mhsc" in row:
+            out["mhsc"] = row["mhsc"]
+        return out

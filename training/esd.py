@@ -24,7 +24,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tools.t2i.registry import DEFAULT_IPR_GENERATOR
+
 log = logging.getLogger("unveil.training.esd")
+
+# The paper's ESD runs on SD v1.4, the same model as its other generators.
+DEFAULT_ESD_BASE = DEFAULT_IPR_GENERATOR.split(":", 1)[1]
 
 # Parameters of cross-attention layers in diffusers' UNet2DConditionModel: ESD-u leaves them untouched.
 CROSS_ATTENTION = "attn2"
@@ -34,7 +39,7 @@ CROSS_ATTENTION = "attn2"
 class ESDSettings:
     """Settings of one ESD fine-tuning run (source of each default in the comment)."""
 
-    model: str = "CompVis/stable-diffusion-v1-4"  # base SD 1.x pipeline (Hub id or local folder); the paper's
+    model: str = DEFAULT_ESD_BASE  # base SD 1.x pipeline (Hub id or local folder); the paper's
     concept: str = "nudity"  # the concept to erase (the paper's ESD-u-1 erases nudity)
     output: str = "runs/esd-u-1-nudity.safetensors"  # where the UNet state dict is written
     train_method: str = "noxattn"  # noxattn = ESD-u (the paper's); xattn = ESD-x (cross-attention only)

@@ -91,6 +91,21 @@ class BatchedScorer:
         )
 
 
+class ImageBatchScorer(BatchedScorer):
+    """A scorer of single images: subclasses implement `_score_batch` on decoded RGB PIL images."""
+
+    def score_pil(self, images: list[Any]) -> list[Any]:
+        """Score PIL images synchronously."""
+        from tools.image_store import to_8bit
+
+        return self.score_items([to_8bit(im).convert("RGB") for im in images])
+
+    async def score(self, image_ids: list[str], *, store: ImageStore | None = None) -> list[Any]:
+        """Score stored images (ids, or file paths), batched with concurrent callers."""
+        images = await asyncio.to_thread(lambda: [load_rgb(i, store) for i in image_ids])
+        return await self._score_async(images)
+
+
 _CACHE: dict[tuple, Any] = {}
 _CACHE_LOCK = threading.Lock()
 

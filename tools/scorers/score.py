@@ -3,7 +3,8 @@
 `score_images(image_ids, prompt, names, settings)` returns one row per image with, for the scorers named:
 `q16` (P(inappropriate)) and `q16_flag`; `nudenet_labels` (the counted labels found) and `nudenet_flag`;
 `inappropriate` (the rule of `tools.scorers.rules`, when both Q16 and NudeNet ran); `clip` and `blip` (alignment
-with the prompt). The IPR graph's score step and the evaluation's paper scorer both call it, so a step scored by
+with the prompt); `mhsc` (the largest head probability of the multi-headed safety classifier), `mhsc_flag` and
+`mhsc_categories` (needs `mhsc_checkpoints`). The IPR graph's score step and the evaluation's paper scorer both call it, so a step scored by
 `unveil refine --score` and the same image in `unveil evaluate ipr` get the same numbers. Each model loads once
 per process and concurrent calls are batched (`tools.scorers.common`).
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 from tools.image_store import ImageStore
 
-SCORER_NAMES: tuple[str, ...] = ("q16", "nudenet", "clip", "blip")
+SCORER_NAMES: tuple[str, ...] = ("q16", "nudenet", "clip", "blip", "mhsc")
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class ScoringSettings:
     clip_model: str = ""
     blip_model: str = ""
     nudenet_labels: tuple[str, ...] = field(default_factory=tuple)
+    mhsc_checkpoints: str = ""  # MHSC head checkpoints (a folder of <head>.pt files, or one file)
     device: str = ""
 
 
@@ -39,12 +41,19 @@ def check_names(names: Sequence[str]) -> None:
         raise ValueError(f"scorers {list(names)!r}: choose from {', '.join(SCORER_NAMES)}")
 
 
+def check_settings(names: Sequence[str], settings: ScoringSettings) -> None:
+    """Refuse scorer names whose settings are missing (MHSC has no default checkpoint)."""
+    check_names(names)
+    if "mhsc" in names and not settings.mhsc_checkpoints:
+        raise ValueError("scorer 'mhsc' needs mhsc_checkpoints: the folder of the published MHSC head checkpoints")
+
+
 async def score_images(image_ids: Sequence[str], prompt: str, names: Sequence[str], settings: ScoringSettings,
                        store: ImageStore | None = None) -> list[dict[str, Any]]:
     """One row of scores per image (see the module docstring), for the scorers in `names`."""
     from tools import scorers as sc
 
-    check_names(names)
+    check_settings(names, settings)
     ids = list(image_ids)
     device = {"device": settings.device} if settings.device else {}
 
@@ -70,6 +79,10 @@ async def score_images(image_ids: Sequence[str], prompt: str, names: Sequence[st
     if "blip" in names:
         blip_kw = {**device, **({"model": settings.blip_model} if settings.blip_model else {})}
         jobs["blip"] = (await make(sc.get_blip_scorer, **blip_kw)).score(ids, prompts, store=store)
+    if "mhsc" in names:
+        # MHSC embeds images with the same CLIP ViT-L/14 as Q16.
+        mhsc_kw = {**device, **({"clip_model": settings.q16_clip_model} if settings.q16_clip_model else {})}
+        jobs["mhsc"] = (await make(sc.get_mhsc, checkpoints=settings.mhsc_checkpoints, **mhsc_kw)).score(ids, store=store)
     results = dict(zip(jobs, await asyncio.gather(*jobs.values()), strict=True))
     out: list[dict[str, Any]] = []
     for k in range(len(ids)):
@@ -86,8 +99,11 @@ async def score_images(image_ids: Sequence[str], prompt: str, names: Sequence[st
         for name in ("clip", "blip"):
             if name in results:
                 row[name] = float(results[name][k])
+        if "mhsc" in results:
+            m = results["mhsc"][k]
+            row.update(mhsc=float(m.p_unsafe), mhsc_flag=bool(m.flag), mhsc_categories=list(m.categories))
         out.append(row)
     return out
 
 
-__all__ = ["SCORER_NAMES", "ScoringSettings", "check_names", "score_images"]
+__all__ = ["SCORER_NAMES", "ScoringSettings", "check_names", "check_settings", "score_images"]

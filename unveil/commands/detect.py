@@ -30,7 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--image", help="image path or http(s) URL")
     p.add_argument("--image-description", help="what the image shows (needed by text-only models)")
     p.add_argument("--text", help="the text of the pair")
-    p.add_argument("--method", choices=["tag", "vanilla"], default="tag", help="TAG detection or the one-call baseline")
+    p.add_argument("--method", type=_method, default="tag",
+                   help="tag (TAG detection), vanilla (the one-call baseline), or a guard model: "
+                        "guard:llama-guard-4, guard:llavaguard, guard:guardreasoner-vl, guard:template=FILE "
+                        "(its model: --role-model guard=SPEC)")
     p.add_argument("--l-max", type=int, help="layers per tree, counting the roots (default 4)")
     p.add_argument("--k-max", type=int, help="nodes kept per layer (default 6)")
     p.add_argument("--children", type=int, help="children per parent (default 3)")
@@ -40,6 +43,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_options(p)
     add_batch_options(p)
     p.set_defaults(func=run)
+
+
+def _method(value: str) -> str:
+    if value in ("tag", "vanilla") or value.startswith("guard:"):
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r}: use tag, vanilla or guard:NAME")
 
 
 def _context(args: argparse.Namespace) -> Any:
@@ -93,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
     warn_if_demo(ctx.models())
     if args.input or not args.text:
         source = Path(args.input) if args.input else EXAMPLES
-        output = Path(args.output) if args.output else (Path("runs") / f"detect-{args.method}-{source.stem}.jsonl")
+        method_slug = args.method.replace(":", "-").replace("/", "-").replace("=", "-")  # guard:template=FILE
+        output = Path(args.output) if args.output else (Path("runs") / f"detect-{method_slug}-{source.stem}.jsonl")
         items = list(read_jsonl(source))
         base_dir = str(source.resolve().parent)
 

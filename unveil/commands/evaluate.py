@@ -58,11 +58,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev = p.add_subparsers(dest="evaluation", required=True)
 
     d = ev.add_parser("detection", help="vanilla vs TA-CTD: accuracy/F2 per MTC bin, l_max ablation, MTC histogram")
-    d.add_argument("--dataset", action="append", required=True, metavar="[NAME=]FILE",
-                   help="dataset file (repeatable); NAME labels it in the tables (default: the file's folder/stem)")
+    d.add_argument("--dataset", action="append", required=True, metavar="[NAME=][FMT:]FILE",
+                   help="dataset file (repeatable), e.g. siuo:data/siuo_gen.json; NAME labels it in the tables "
+                        "(default: the file's folder/stem); FMT is its layout, as --format")
     d.add_argument("--format", action="append", default=[], metavar="FMT",
-                   help="layout per --dataset (ctd, hateful_memes, vlsbench, mmit, or auto; one value applies to all)")
-    d.add_argument("--methods", type=_csv, default=["vanilla", "tag"], help="vanilla and/or tag (default both)")
+                   help="layout per --dataset (ctd, hateful_memes, vlsbench, mmit, siuo, mssbench, holisafe, or "
+                        "auto; one value applies to all)")
+    d.add_argument("--methods", type=_csv, default=["vanilla", "tag"],
+                   help="vanilla, tag and/or guard models: guard:llama-guard-4, guard:llavaguard, "
+                        "guard:guardreasoner-vl, guard:template=FILE (default vanilla,tag); a guard's model is "
+                        "--role-model guard=SPEC (or guard.NAME=SPEC)")
     d.add_argument("--detectors", type=_csv, default=[],
                    help="detector model specs, comma-separated (default: --model)")
     d.add_argument("--l-max", type=int, help="TAG depth counting the roots (default 4; 3 on the embedded demo model, "
@@ -111,12 +116,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--no-nudenet", action="store_true", help="do not run NudeNet")
     i.add_argument("--no-blip", action="store_true", help="do not compute the BLIP score")
     add_long_prompts_option(i)
+    i.add_argument("--mhsc-checkpoints", default="", help="MHSC head checkpoints (the checkpoints/multi-headed folder "
+                   "of Unsafe Diffusion): adds an MHSC column (share of images any head flags)")
     add_model_options(i)
     _run_options(i, "runs/eval-ipr")
     i.set_defaults(func=run_ipr)
 
 
 def _named_datasets(args: argparse.Namespace) -> dict[str, tuple[Path, str]]:
+    from evaluation.datasets import DETECTION_FORMATS
+
     formats = args.format or ["auto"]
     if len(formats) not in (1, len(args.dataset)):
         raise SystemExit(f"--format: give one value or one per --dataset ({len(args.dataset)})")
@@ -124,10 +133,15 @@ def _named_datasets(args: argparse.Namespace) -> dict[str, tuple[Path, str]]:
     for k, item in enumerate(args.dataset):
         name, sep, path = item.partition("=")
         if not sep:
-            path, name = item, f"{Path(item).parent.name}/{Path(item).stem}".strip("/")
+            path, name = item, ""
+        fmt = formats[k] if len(formats) > 1 else formats[0]
+        prefix, colon, rest = path.partition(":")  # issue 15: FMT:FILE, e.g. siuo:data/siuo_gen.json
+        if colon and prefix in DETECTION_FORMATS:
+            fmt, path = prefix, rest
+        name = name or f"{Path(path).parent.name}/{Path(path).stem}".strip("/")
         if name in out:
             raise SystemExit(f"--dataset: the name {name!r} is used twice; label them NAME=FILE")
-        out[name] = (Path(path), formats[k] if len(formats) > 1 else formats[0])
+        out[name] = (Path(path), fmt)
     return out
 
 
@@ -145,7 +159,8 @@ def run_detection(args: argparse.Namespace) -> int:
     detectors = args.detectors or [kw.get("model") or ModelsContext().model]
     roles = {k: v for k, v in kw.items() if k.endswith("_model")}
     try:
-        check_model_fields((TagContext, VanillaContext), roles)
+        # guard / guard.NAME models serve the guard methods (runner.detect.guard_model)
+        check_model_fields((TagContext, VanillaContext), {k: v for k, v in roles.items() if not k.startswith("guard")})
     except ValueError as exc:
         raise SystemExit(f"unveil evaluate detection: {exc}") from exc
     warn_if_demo(detectors + list(roles.values()))
@@ -231,8 +246,7 @@ def run_ipr(args: argparse.Namespace) -> int:
                            progress=not args.no_progress, retry_failed=args.retry_failed)
     scorer = PaperScorer(q16_embeddings=args.q16_embeddings, q16_clip_model=args.q16_clip_model,
                          blip_model=args.blip_model, nudenet=not args.no_nudenet, blip=not args.no_blip,
-                         device=args.device,
-                         image_store=store_root)
+                         device=args.device, image_store=store_root, mhsc_checkpoints=args.mhsc_checkpoints)
     result = asyncio.run(evaluate_ipr(items, settings, generators, scorer, args.out))
     print((Path(args.out) / "ipr.md").read_text())
     print(f"tables and plots in {args.out} ({len(result['failures'])} failed prompts listed in failures.md)",
