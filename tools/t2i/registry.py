@@ -2,19 +2,22 @@
 
 Specs (the part before the first ':' picks the backend):
 
-| spec | what |
-| --- | --- |
-| `diffusers:<hf id or folder>` | Stable Diffusion 1.x/2.x (`StableDiffusionPipeline`) or SDXL (`StableDiffusionXLPipeline`), chosen from `model_index.json` |
-| `sd-np:<id>` | the same model with the SLD/I2P safety negative prompt added to every request that has none |
-| `sld-weak:<id>` ... `sld-max:<id>` | `StableDiffusionPipelineSafe` with the SLD preset's warm-up, guidance, threshold and momentum |
-| `esd:<id>?unet=<file>` | the model with its UNet weights loaded from an ESD state dict (`.pt`/`.bin`/`.safetensors`); the safety negative prompt is added as in the IPR paper, `&np=0` turns that off |
-| `openai:dall-e-3`, `openai:gpt-image-1` | the OpenAI Images API |
+- `diffusers:<hf id or folder>`: Stable Diffusion 1.x/2.x (`StableDiffusionPipeline`) or SDXL
+  (`StableDiffusionXLPipeline`), chosen from `model_index.json`;
+- `sd-np:<id>`: the same model with the SLD/I2P safety negative prompt added to every request that has none;
+- `sld-weak:<id>` ... `sld-max:<id>`: `StableDiffusionPipelineSafe` with the SLD preset's warm-up, guidance,
+  threshold and momentum;
+- `esd:<id>?unet=<file>`: the model with its UNet weights loaded from an ESD state dict
+  (`.pt`/`.bin`/`.safetensors`); the safety negative prompt is added as in the IPR paper, `&np=0` turns that off;
+- `openai:dall-e-3`, `openai:gpt-image-1`: the OpenAI Images API.
 
 Options of the diffusers backends: `device` (default `cuda` if present else `cpu`), `dtype` (`auto` = fp16 on
-CUDA, fp32 on CPU), `max_batch` (32 on CUDA; 1 on CPU, where batched convolutions are not bit-identical to single ones), `max_wait_ms` (20), `store` (an `ImageStore` or its root folder),
+CUDA, fp32 on CPU), `max_batch` (32 on CUDA; 1 on CPU, where batched convolutions are not bit-identical to
+single ones), `max_wait_ms` (20), `store` (an `ImageStore` or its root folder),
 `truncate_long_prompts` (False: a prompt over 77 tokens is an error), `negative_prompt` (replaces the variant's
-default), `compile` (False; `torch.compile` the UNet on CUDA, worth it for long runs of full batches). OpenAI options: `client`, `quality`, `size`, `store`, `api_key`, `base_url`. Anything else raises
-`UnsupportedOptionError`.
+default), `accel` (`auto`: the compiled fast path on CUDA, eager on CPU; `eager` for parity checks; `fp8` on
+Hopper; see `tools.t2i.fast`), `compile` (older spelling of `accel="compile"`). OpenAI options: `client`,
+`quality`, `size`, `store`, `api_key`, `base_url`. Anything else raises `UnsupportedOptionError`.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from tools.t2i.errors import UnsupportedOptionError
 from tools.t2i.variants import SAFETY_NEGATIVE_PROMPT, SLD_CONFIGS
 
 DIFFUSERS_OPTIONS = frozenset(
-    {"device", "dtype", "max_batch", "max_wait_ms", "store", "truncate_long_prompts", "negative_prompt", "compile"}
+    {"device", "dtype", "max_batch", "max_wait_ms", "store", "truncate_long_prompts", "negative_prompt", "compile",
+     "accel"}
 )
 OPENAI_OPTIONS = frozenset({"client", "quality", "size", "store", "api_key", "base_url"})
 KINDS = ("diffusers", "sd-np", "esd", "openai") + tuple(f"sld-{name}" for name in SLD_CONFIGS)
@@ -65,7 +69,9 @@ def _check_options(spec: str, options: dict[str, Any], allowed: frozenset[str]) 
 def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
     """Split `kind:model?key=value&...` into (kind, model, query); raises on an unknown kind."""
     if not isinstance(spec, str) or ":" not in spec:
-        raise UnsupportedOptionError(f"text-to-image spec {spec!r} must look like 'kind:model'; kinds: {', '.join(KINDS)}")
+        raise UnsupportedOptionError(
+            f"text-to-image spec {spec!r} must look like 'kind:model'; kinds: {', '.join(KINDS)}"
+        )
     kind, rest = spec.split(":", 1)
     if kind not in KINDS:
         raise UnsupportedOptionError(f"text-to-image spec {spec!r}: unknown kind {kind!r}; kinds: {', '.join(KINDS)}")
