@@ -86,7 +86,9 @@ class GRPOSettings(TrainSettings):
     t2i_size: int = 512  # width and height of the reward renders
     t2i_scheduler: str = "default"  # default (the pipeline's own, PNDM for SD 1.x) or dpm (DPM-Solver++: ~20 steps)
     t2i_max_batch: int = 32  # images per generator batch
-    t2i_compile: bool = False  # torch.compile the reward generator's UNet (CUDA; one-off compile per batch size)
+    t2i_accel: str = "auto"  # reward renders' UNet path: auto (compiled on CUDA, eager on CPU), eager, fp8 (Hopper)
+    t2i_compile: bool = False  # older spelling of t2i_accel = "compile"
+    fast_sampling: str = "auto"  # policy sampling with a static cache and compiled decoding: auto (on CUDA), on, off
     scorer: str = "tools"  # tools (tools.scorers: Q16 + open_clip CLIP score) or fast (GPU-batched transformers CLIPs)
     clip_model: str = ""  # alignment CLIP (default ViT/B-32 as the authors: open_clip "ViT-B-32" or transformers id)
     q16_model: str = "openai/clip-vit-large-patch14"  # transformers CLIP for Q16 (its prompts are for ViT-L/14)

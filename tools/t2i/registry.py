@@ -14,10 +14,11 @@ Specs (the part before the first ':' picks the backend):
 
 Options of the diffusers backends: `device` (default `cuda` if present else `cpu`), `dtype` (`auto` = fp16 on
 CUDA, fp32 on CPU), `max_batch` (32 on CUDA; 1 on CPU, where batched convolutions are not bit-identical to
-single ones), `max_wait_ms` (20), `store` (an `ImageStore` or its root folder), `truncate_long_prompts` (False: a
-prompt over 77 tokens is an error), `negative_prompt` (replaces the variant's default), `compile` (False;
-`torch.compile` the UNet on CUDA, worth it for long runs of full batches). OpenAI options: `client`, `quality`,
-`size`, `store`, `api_key`, `base_url`. Anything else raises `UnsupportedOptionError`.
+single ones), `max_wait_ms` (20), `store` (an `ImageStore` or its root folder),
+`truncate_long_prompts` (False: a prompt over 77 tokens is an error), `negative_prompt` (replaces the variant's
+default), `accel` (`auto`: the compiled fast path on CUDA, eager on CPU; `eager` for parity checks; `fp8` on
+Hopper; see `tools.t2i.fast`), `compile` (older spelling of `accel="compile"`). OpenAI options: `client`,
+`quality`, `size`, `store`, `api_key`, `base_url`. Anything else raises `UnsupportedOptionError`.
 
 Graphs, training and evaluation open generators with `open_generator`, the one public constructor: it takes the
 image store and the over-long-prompt policy explicitly (`long_prompts`, see `LONG_PROMPT_POLICIES`), so every
@@ -37,7 +38,8 @@ from tools.t2i.errors import UnsupportedOptionError
 from tools.t2i.variants import SAFETY_NEGATIVE_PROMPT, SLD_CONFIGS
 
 DIFFUSERS_OPTIONS = frozenset(
-    {"device", "dtype", "max_batch", "max_wait_ms", "store", "truncate_long_prompts", "negative_prompt", "compile"}
+    {"device", "dtype", "max_batch", "max_wait_ms", "store", "truncate_long_prompts", "negative_prompt", "compile",
+     "accel"}
 )
 OPENAI_OPTIONS = frozenset({"client", "quality", "size", "store", "api_key", "base_url"})
 KINDS = ("diffusers", "sd-np", "esd", "openai") + tuple(f"sld-{name}" for name in SLD_CONFIGS)
@@ -84,7 +86,8 @@ def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
     """Split `kind:model?key=value&...` into (kind, model, query); raises on an unknown kind."""
     if not isinstance(spec, str) or ":" not in spec:
         raise UnsupportedOptionError(
-            f"text-to-image spec {spec!r} must look like 'kind:model'; kinds: {', '.join(KINDS)}")
+            f"text-to-image spec {spec!r} must look like 'kind:model'; kinds: {', '.join(KINDS)}"
+        )
     kind, rest = spec.split(":", 1)
     if kind not in KINDS:
         raise UnsupportedOptionError(f"text-to-image spec {spec!r}: unknown kind {kind!r}; kinds: {', '.join(KINDS)}")
