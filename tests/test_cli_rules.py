@@ -16,6 +16,8 @@ from unveil.cli import build_parser, main
     (["detect", "--input", "pairs.jsonl", "--render", "tag.png"], "--render draws one pair's TAG"),
     (["detect", "--render", "tag.png"], "--render draws one pair's TAG"),
     (["detect", "--input", "p.jsonl", "--text", "t"], "not both"),
+    (["detect", "--text", "t", "--image-description", "d", "--render", "tag"], "must end in .png, .svg, .pdf"),
+    (["detect", "--text", "t", "--image-description", "d", "--render", "tag.jpg"], "must end in"),
 ])
 def test_detect_refuses_what_it_would_ignore(argv: list[str], words: str) -> None:
     with pytest.raises(SystemExit, match=words):
@@ -69,3 +71,13 @@ def test_help_is_for_users() -> None:
     undescribed = [a.option_strings[0] for a in grpo._actions
                    if a.option_strings and a.option_strings[0] != "-h" and (not a.help or a.help.startswith(" ("))]
     assert len(described) > 40 and undescribed == []
+
+
+def test_generate_refuses_a_checkpoints_file_that_is_not_a_database_once(tmp_path) -> None:
+    out = tmp_path / "ds"
+    out.mkdir()
+    (out / "checkpoints.sqlite").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(SystemExit, match="checkpoints file .*checkpoints.sqlite.* not a readable SQLite database"):
+        main(["generate", "--category", "drugs", "--n", "3", "--out", str(out), "--model", "scripted:none.json",
+              "--cache", "off", "--no-web-search", "--no-progress"])
+    assert not (out / "samples.jsonl").exists() or (out / "samples.jsonl").read_text() == ""

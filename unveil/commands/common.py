@@ -88,3 +88,12 @@ def warn_if_demo(specs: dict[str, str] | list[str]) -> None:
 def env_flag(name: str) -> bool:
     """A boolean environment variable."""
     return os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
+
+
+def json_text(value: Any, *, indent: int = 2) -> str:
+    """`value` as JSON for printing: NaN and Infinity (not JSON) become null, as in batch outputs."""
+    import json
+
+    from runner.batch import finite_values
+
+    return json.dumps(finite_values(value), indent=indent, ensure_ascii=False, allow_nan=False, default=str)

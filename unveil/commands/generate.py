@@ -155,6 +155,7 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
         check_option_text(option, value)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    check_checkpoints(out / CHECKPOINTS)
     ctx = build_context(args, out)
     warn_if_demo(ctx.models())
     items = scene_items(category, args.n, scene=args.scene, erase_routine=args.erase_routine, seed=args.seed)
@@ -279,3 +280,17 @@ def run_review(args: argparse.Namespace) -> int:
     if args.export:
         print(f"export written to {export_hf(root)}", file=sys.stderr)
     return 0
+
+
+def check_checkpoints(path: Path) -> None:
+    """One upfront error naming the file when the checkpoints database is unreadable (instead of one per scene)."""
+    import sqlite3
+
+    if not path.exists():
+        return
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+            conn.execute("PRAGMA schema_version").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise SystemExit(f"unveil generate: checkpoints file {str(path)!r} is not a readable SQLite database ({exc}); "
+                         "move it away to start the scenes afresh") from exc

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from unveil.commands.common import (
     add_model_options,
     batch_exit_code,
     context_kwargs,
+    json_text,
     setup_gateway,
     warn_if_demo,
 )
@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
 
     rec = asyncio.run(refine_one(args.prompt, ctx, progress=None if args.no_progress else show))
     if args.json:
-        print(json.dumps(rec, indent=2, ensure_ascii=False))
+        print(json_text(rec))
     else:
         print(format_trajectory(rec))
     return 0
