@@ -81,3 +81,15 @@ def test_generate_refuses_a_checkpoints_file_that_is_not_a_database_once(tmp_pat
         main(["generate", "--category", "drugs", "--n", "3", "--out", str(out), "--model", "scripted:none.json",
               "--cache", "off", "--no-web-search", "--no-progress"])
     assert not (out / "samples.jsonl").exists() or (out / "samples.jsonl").read_text() == ""
+
+
+@pytest.mark.parametrize("argv", [
+    ["detect", "--concurrency", "0"],
+    ["refine", "a cat", "--concurrency", "-2"],
+    ["generate", "--category", "drugs", "--n", "1", "--out", "OUT", "--concurrency", "0"],
+    ["evaluate", "ipr", "--prompts", "p.jsonl", "--concurrency", "0"],
+])
+def test_nonsense_concurrency_is_refused_before_any_work(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2 and "must be at least 1" in capsys.readouterr().err

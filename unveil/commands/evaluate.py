@@ -25,6 +25,7 @@ from unveil.commands.common import (
     add_model_options,
     batch_exit_code,
     context_kwargs,
+    positive_int,
     setup_gateway,
     warn_if_demo,
 )
@@ -47,7 +48,7 @@ def _ints(value: str) -> list[int]:
 def _run_options(p: argparse.ArgumentParser, default_out: str) -> None:
     p.add_argument("--out", default=default_out,
                    help=f"output folder for tables, plots and run files (default {default_out})")
-    p.add_argument("--concurrency", type=int, default=4, help="samples run at once")
+    p.add_argument("--concurrency", type=positive_int, default=4, help="samples run at once")
     p.add_argument("--retry-failed", action="store_true", help="run samples that failed before again")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 

@@ -23,6 +23,7 @@ from unveil.commands.common import (
     add_model_options,
     batch_exit_code,
     context_kwargs,
+    positive_int,
     setup_gateway,
     warn_if_demo,
 )
@@ -42,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scene", help="short scene idea given to the Architect")
     p.add_argument("--erase-routine", help="erasure technique the scenes are built for")
     p.add_argument("--seed", type=int, default=0, help="base seed (scene i renders with seed + 1000*i + round)")
-    p.add_argument("--concurrency", type=int, default=4, help="scenes run at once")
+    p.add_argument("--concurrency", type=positive_int, default=4, help="scenes run at once")
     p.add_argument("--max-calls", type=int, help="stop starting scenes once this many model calls were made")
     p.add_argument("--max-cost", type=float, help="stop starting scenes once this many dollars were spent")
     p.add_argument("--max-rounds", type=int, help="erasure attempts per scene (default 3)")

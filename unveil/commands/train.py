@@ -14,7 +14,13 @@ from dataclasses import MISSING, fields
 from typing import Any
 
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
-from unveil.commands.common import add_long_prompts_option, add_model_options, batch_exit_code, setup_gateway
+from unveil.commands.common import (
+    add_long_prompts_option,
+    add_model_options,
+    batch_exit_code,
+    positive_int,
+    setup_gateway,
+)
 
 
 def _parse_bool(text: str) -> bool:
@@ -97,7 +103,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--steps", type=int, default=50, help="diffusion steps (default 50)")
     b.add_argument("--guidance", type=float, default=7.5, help="guidance scale (default 7.5)")
     b.add_argument("--seed", type=int, default=0, help="base seed; a record's own seed wins (default 0)")
-    b.add_argument("--concurrency", type=int, default=8, help="prompts rendered and labelled at once (default 8)")
+    b.add_argument("--concurrency", type=positive_int, default=8,
+                   help="prompts rendered and labelled at once (default 8)")
     b.add_argument("--max-cost", type=float, default=0.0, help="stop starting samples past this USD spend (0: none)")
     b.add_argument("--allow-demo-labeller", action="store_true",
                    help="label with the embedded demo model anyway (checks the pipeline; the labels are noise)")
