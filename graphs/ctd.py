@@ -223,7 +223,8 @@ def ctd_generator(ctx: CtdContext) -> Any:
     """The text-to-image generator of a run (the registry loads each pipeline once per process and shares it).
     Eraser prompts often run past CLIP's 77 tokens; the context's `long_prompts` policy (default: truncate, as
     Stable Diffusion itself does) decides."""
-    return open_generator(ctx.t2i, store=get_image_store(ctx.image_store or None), long_prompts=ctx.long_prompts)
+    return open_generator(ctx.t2i, store=get_image_store(ctx.image_store or None), long_prompts=ctx.long_prompts,
+                          load=True)
 
 
 async def _store(ctx: CtdContext) -> Any:

@@ -168,7 +168,7 @@ class IPRState(IPRInput, IPROutput, total=False):
 def get_ipr_generator(spec: str, image_store: str = "", long_prompts: str = DEFAULT_LONG_PROMPTS) -> ImageGenerator:
     """The generator for a spec, writing into the run's image store (the registry keeps one per spec and store,
     so pipelines load once per process and concurrent runs share their GPU batches)."""
-    return open_generator(spec, store=get_image_store(image_store or None), long_prompts=long_prompts)
+    return open_generator(spec, store=get_image_store(image_store or None), long_prompts=long_prompts, load=True)
 
 
 def validate_settings(ctx: IPRContext) -> None:
