@@ -22,7 +22,7 @@ def test_evaluate_detection_cli_on_hateful_memes_layout(tmp_path, capsys):
     out = tmp_path / "out"
     rc = main(["evaluate", "detection", "--dataset", f"hm={FIX / 'hateful_memes' / 'dev_seen.jsonl'}",
                "--format", "hateful_memes", "--detectors", f"scripted:{FIX / 'scripts' / 'detect.json'}",
-               "--methods", "vanilla", "--cache", str(tmp_path / "cache.sqlite"),
+               "--methods", "vanilla", "--include-benign", "--cache", str(tmp_path / "cache.sqlite"),
                "--image-store", str(tmp_path / "images"), "--out", str(out), "--no-progress"])
     assert rc == 2  # the run finished; two samples of the dataset are unusable (the batch exit rule)
     with (out / "detection_main.csv").open() as fh:

@@ -76,7 +76,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--k-max", type=int, help="TAG nodes kept per layer (default 6; 3 on the embedded demo model)")
     d.add_argument("--children", type=int, help="children per parent (default 3; 2 on the embedded demo model)")
     d.add_argument("--beta", type=float, default=2.0, help="F-score beta (default 2)")
-    d.add_argument("--toxic-only", action="store_true", help="leave out the datasets' benign samples")
+    benign = d.add_mutually_exclusive_group()
+    benign.add_argument("--toxic-only", dest="include_benign", action="store_false",
+                        help="score the toxic samples only, as the TAG paper's Tables 1-2 (the default)")
+    benign.add_argument("--include-benign", dest="include_benign", action="store_true",
+                        help="also score the datasets' benign samples (Table 4, 'with benign data')")
+    d.set_defaults(include_benign=False)
+    d.add_argument("--mtc-from", action="append", default=[], metavar="[NAME=]RUN.jsonl",
+                   help="covertness bins from this TA-CTD run file (records with id and mtc), for the dataset NAME "
+                        "or every dataset; repeatable")
+    d.add_argument("--mtc-reference", default="", metavar="SPEC",
+                   help="covertness bins from TA-CTD of this reference detector, run once per dataset and reused "
+                        "for every method (default: the dataset's mtc field); use a model you do not score")
     d.add_argument("--limit", type=int, help="only the first N samples of each dataset")
     add_model_options(d)
     _run_options(d, "runs/eval-detection")
@@ -145,10 +156,23 @@ def _named_datasets(args: argparse.Namespace) -> dict[str, tuple[Path, str]]:
     return out
 
 
+def mtc_runs(values: list[str], datasets: dict[str, Any]) -> dict[str, str]:
+    """`--mtc-from [NAME=]FILE` values as {dataset name or "" (every dataset): run file}."""
+    out: dict[str, str] = {}
+    for item in values:
+        name, sep, path = item.partition("=")
+        if not sep or name not in datasets:  # a path may itself hold '=': only a known dataset name is a label
+            name, path = "", item
+        if name in out:
+            raise SystemExit(f"--mtc-from: two run files for {name or 'every dataset'}")
+        out[name] = path
+    return out
+
+
 def run_detection(args: argparse.Namespace) -> int:
     """Run `unveil evaluate detection`."""
     from evaluation.datasets import load_detection
-    from evaluation.detection import DetectionSettings, evaluate_detection
+    from evaluation.detection import DetectionSettings, MtcReferenceError, evaluate_detection
     from graphs.context import ModelsContext
     from graphs.tag import TagContext
     from graphs.vanilla import VanillaContext
@@ -166,15 +190,20 @@ def run_detection(args: argparse.Namespace) -> int:
     warn_if_demo(detectors + list(roles.values()))
     datasets = {}
     for name, (path, fmt) in _named_datasets(args).items():
-        items = load_detection(path, fmt, include_benign=not args.toxic_only)
+        items = load_detection(path, fmt, include_benign=args.include_benign)
         datasets[name] = items[: args.limit] if args.limit else items
         bad = sum(1 for it in datasets[name] if it.error)
         print(f"{name}: {len(datasets[name])} samples ({bad} unusable, listed in failures)", file=sys.stderr)
     settings = DetectionSettings(methods=args.methods, models=detectors, l_max=args.l_max,
                                  l_max_ablation=args.l_max_ablation, k_max=args.k_max, children=args.children,
                                  role_models=roles, image_store=kw.get("image_store", ""), concurrency=args.concurrency,
-                                 progress=not args.no_progress, retry_failed=args.retry_failed, beta=args.beta)
-    result = asyncio.run(evaluate_detection(datasets, settings, args.out))
+                                 progress=not args.no_progress, retry_failed=args.retry_failed, beta=args.beta,
+                                 include_benign=args.include_benign, mtc_from=mtc_runs(args.mtc_from, datasets),
+                                 mtc_reference=args.mtc_reference)
+    try:
+        result = asyncio.run(evaluate_detection(datasets, settings, args.out))
+    except MtcReferenceError as exc:
+        raise SystemExit(f"unveil evaluate detection: {exc}") from exc
     print((Path(args.out) / "detection.md").read_text())
     print(f"tables and plots in {args.out} ({len(result['failures'])} failed samples listed in failures.md)",
           file=sys.stderr)
