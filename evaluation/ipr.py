@@ -8,7 +8,9 @@ seed + k). Variants:
 - rewriter (the POSI-style baseline): a model rewrites the prompt from the text alone, then the generator renders
   the rewrite;
 - IPR: for each k an independent trajectory of the IPR graph (`graphs/ipr.py`, run by the run layer's
-  `runner.refine.refine_one`, exactly as `unveil refine` runs it) starts from the plain image k, once with
+  `runner.refine.refine_one`, exactly as `unveil refine` runs it) starts from the plain image k (base seed
+  seed + k; each later step samples a fresh image from a seed derived from that base and the step, the paper's
+  protocol, or the base seed again with `seed_mode="fixed"`), once with
   `t_max = max(T_max)`. The refiner sees neither the budget nor (unless `history`) earlier prompts, so the
   trajectory cut after T refinements *is* the T_max = T run: one run gives every budget and the per-step numbers.
   Keep index (`keep_step`, the p0 image is step 0), error policy (`on_refiner_error`) and history are the
@@ -75,6 +77,7 @@ class IPRSettings:
     ip_source: str = "q16+nudenet"  # or "q16" / "nudenet"
     q16_threshold: float = Q16_THRESHOLD
     history: bool = False  # show the refiner the prompts tried so far (the IPR graph's `history`)
+    seed_mode: str = "fresh"  # the IPR graph's: a fresh image per step (the paper's), or "fixed" seeds
     on_refiner_error: str = "fail"  # the IPR graph's policy: "fail" the prompt, or "stop" with the current image
     image_store: str = ""
     concurrency: int = 4
@@ -232,6 +235,7 @@ class IPREvaluation:
         guidance = s.guidance if s.guidance is not None else (sample.get("guidance") or DEFAULT_GUIDANCE)
         ctx = ipr_context(model=s.refiner_model, refiner_model=s.refiner_model, generator=self.specs[v.method],
                           t_max=max(s.t_max), history=s.history, on_refiner_error=s.on_refiner_error, seed=seed,
+                          seed_mode=s.seed_mode,
                           num_images=1, steps=s.steps, guidance=float(guidance), size=s.width,
                           image_store=s.image_store)
         counter = [0]
@@ -242,8 +246,8 @@ class IPREvaluation:
             _RENDERED.reset(token)
         steps = []
         for entry in rec["trajectory"]:
-            extra = {"t": entry["step"], "prompt": entry["prompt"], "action": entry.get("action"),
-                     "reason": entry.get("reason", "")}
+            extra = {"t": entry["step"], "prompt": entry["prompt"], "seed": entry.get("seed"),
+                     "action": entry.get("action"), "reason": entry.get("reason", "")}
             if entry.get("error"):
                 extra["error"] = entry["error"]
             steps.append(await self._scored(entry["image_ids"][0], original, extra))
@@ -315,6 +319,7 @@ class IPREvaluation:
                 "guidance": s.guidance if s.guidance is not None else "per prompt", "ip_source": s.ip_source}
         if v.kind == "ipr":
             sett["t_max"] = t
+            sett["seed_mode"] = s.seed_mode
         return {"models": as_json(models), "settings": as_json(sett)}
 
     def tables(self, items: list[BatchItem], categories: Sequence[str] | None = None) -> dict[str, Any]:

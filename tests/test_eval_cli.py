@@ -47,3 +47,25 @@ def test_ipr_generator_specs_per_method():
     args = parser.parse_args(["evaluate", "ipr", "--prompts", "p.jsonl", "--methods", "sd",
                               "--generator", "sd=openai:gpt-image-1"])
     assert generator_specs(args) == {"sd": "openai:gpt-image-1"}
+
+
+def test_seed_mode_flags_default_to_the_papers_fresh_images():
+    from unveil.commands.refine import build_context
+
+    parser = build_parser()
+    assert parser.parse_args(["evaluate", "ipr", "--prompts", "p.jsonl"]).seed_mode == "fresh"
+    assert parser.parse_args(["evaluate", "ipr", "--prompts", "p.jsonl", "--seed-mode", "fixed"]).seed_mode == "fixed"
+    assert build_context(parser.parse_args(["refine", "a cat"])).seed_mode == "fresh"
+    assert build_context(parser.parse_args(["refine", "a cat", "--seed-mode", "fixed"])).seed_mode == "fixed"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["refine", "a cat", "--seed-mode", "random"])
+
+
+def test_detection_is_toxic_only_unless_benign_is_asked_for():
+    parser = build_parser()
+    base = ["evaluate", "detection", "--dataset", "d.jsonl"]
+    assert parser.parse_args(base).include_benign is False
+    assert parser.parse_args([*base, "--toxic-only"]).include_benign is False
+    assert parser.parse_args([*base, "--include-benign"]).include_benign is True
+    with pytest.raises(SystemExit):
+        parser.parse_args([*base, "--toxic-only", "--include-benign"])

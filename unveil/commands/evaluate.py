@@ -110,6 +110,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "IPR graph run per prompt with T_max = the largest gives every budget")
     i.add_argument("--history", action="store_true",
                    help="show the IPR refiner the prompts tried so far (default: myopic)")
+    i.add_argument("--seed-mode", choices=["fresh", "fixed"], default="fresh",
+                   help="IPR steps sample a fresh image, seeded from the trajectory's seed and the step (default, the "
+                        "IPR paper's protocol), or re-render with the trajectory's seed (fixed)")
     i.add_argument("--on-refiner-error", choices=["fail", "stop"], default="fail",
                    help="an unusable refiner answer fails the prompt (default) or ends its trajectory there")
     i.add_argument("--images-per-prompt", type=int, default=10,
@@ -269,7 +272,7 @@ def run_ipr(args: argparse.Namespace) -> int:
     items = load_prompts(args.prompts, categories=args.categories, limit_per_category=args.limit_per_category)
     settings = IPRSettings(methods=specs, with_rewriter=args.with_rewriter, rewriter_model=rewriter,
                            refiner_model=refiner, t_max=args.ipr_t_max, images_per_prompt=args.images_per_prompt,
-                           history=args.history, on_refiner_error=args.on_refiner_error,
+                           history=args.history, seed_mode=args.seed_mode, on_refiner_error=args.on_refiner_error,
                            width=args.size, height=args.size, steps=args.steps, guidance=args.guidance,
                            ip_source=args.ip_source, image_store=store_root, concurrency=args.concurrency,
                            progress=not args.no_progress, retry_failed=args.retry_failed)

@@ -36,7 +36,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                        f"or {DEFAULT_IPR_GENERATOR})")
     p.add_argument("--refiner", help="refiner VLM spec (same as --role-model refiner=SPEC)")
     p.add_argument("--history", action="store_true", help="show the refiner the prompts tried so far (default: myopic)")
-    p.add_argument("--seed", type=int, help="generation seed (default 0; batch records may carry their own)")
+    p.add_argument("--seed", type=int, help="base seed (default 0; batch records may carry their own)")
+    p.add_argument("--seed-mode", choices=["fresh", "fixed"],
+                   help="fresh: a new image each step, seeded from the base seed and the step (default, the IPR "
+                        "paper's protocol); fixed: the base seed at every step (a repeated prompt ends the run)")
     p.add_argument("--ignore-record-seeds", action="store_true", help="use --seed even where a record has a seed")
     p.add_argument("--num-images", type=int, help="images per generation (the refiner sees the first)")
     p.add_argument("--steps", type=int, help="diffusion steps (default 50)")
@@ -64,7 +67,7 @@ def build_context(args: argparse.Namespace) -> Any:
     kw = context_kwargs(args)
     if args.refiner:
         kw["refiner_model"] = args.refiner
-    for opt in ("t_max", "generator", "seed", "num_images", "steps", "guidance", "size", "negative_prompt",
+    for opt in ("t_max", "generator", "seed", "seed_mode", "num_images", "steps", "guidance", "size", "negative_prompt",
                 "q16_embeddings", "q16_clip_model", "clip_model", "on_refiner_error", "long_prompts"):
         if getattr(args, opt) is not None:
             kw[opt] = getattr(args, opt)
