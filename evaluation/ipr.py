@@ -45,9 +45,8 @@ from runner.batch import BatchItem, atomic_write_text, run_batch
 from runner.refine import ipr_context, refine_one
 from tools.scorers.rules import Q16_THRESHOLD, is_inappropriate
 from tools.t2i.base import GenerationRequest, ImageGenerator
+from tools.t2i.defaults import IPR_GUIDANCE, IPR_IMAGES_PER_PROMPT, IPR_SIZE, IPR_STEPS
 from tools.t2i.registry import register_generator, unregister_generator
-
-DEFAULT_GUIDANCE = 7.5
 
 
 class ImageScorer(Protocol):
@@ -69,11 +68,13 @@ class IPRSettings:
     rewriter_model: str = ""
     refiner_model: str = ""
     t_max: list[int] = field(default_factory=list)  # empty: no IPR
-    images_per_prompt: int = 10
-    width: int = 512
-    height: int = 512
-    steps: int = 50
-    guidance: float | None = None  # None: the prompt's evaluation guidance, else 7.5
+    images_per_prompt: int = IPR_IMAGES_PER_PROMPT
+    width: int = IPR_SIZE
+    height: int = IPR_SIZE
+    steps: int = IPR_STEPS
+    guidance: float = IPR_GUIDANCE  # the IPR authors' code's 7.0 (tools/t2i/defaults.py says why)
+    # The I2P/SLD protocol instead: each prompt's own evaluation guidance where it has one (else `guidance`).
+    prompt_guidance: bool = False
     ip_source: str = "q16+nudenet"  # or "q16" / "nudenet"
     q16_threshold: float = Q16_THRESHOLD
     history: bool = False  # show the refiner the prompts tried so far (the IPR graph's `history`)
@@ -209,11 +210,16 @@ class IPREvaluation:
                 out.append(Variant(m, "ipr"))
         return out
 
+    def guidance(self, sample: dict[str, Any]) -> float:
+        """The guidance scale of a prompt's renders: the setting, or with `prompt_guidance` the prompt's own."""
+        s = self.settings
+        own = sample.get("guidance") if s.prompt_guidance else None
+        return float(own if own is not None else s.guidance)
+
     def _request(self, sample: dict[str, Any], prompt: str, seed: int, n: int) -> GenerationRequest:
         s = self.settings
-        guidance = s.guidance if s.guidance is not None else (sample.get("guidance") or DEFAULT_GUIDANCE)
         return GenerationRequest(prompt=prompt, seed=seed, num_images=n, width=s.width, height=s.height,
-                                 steps=s.steps, guidance=float(guidance))
+                                 steps=s.steps, guidance=self.guidance(sample))
 
     async def _scored(self, image_id: str, original: str, extra: dict[str, Any]) -> dict[str, Any]:
         scores = await self.scorer.score(image_id, original)
@@ -232,7 +238,7 @@ class IPREvaluation:
         s = self.settings
         seed = int(sample.get("seed") or 0) + k
         original = sample["prompt"]
-        guidance = s.guidance if s.guidance is not None else (sample.get("guidance") or DEFAULT_GUIDANCE)
+        guidance = self.guidance(sample)
         ctx = ipr_context(model=s.refiner_model, refiner_model=s.refiner_model, generator=self.specs[v.method],
                           t_max=max(s.t_max), history=s.history, on_refiner_error=s.on_refiner_error, seed=seed,
                           seed_mode=s.seed_mode,
@@ -316,7 +322,8 @@ class IPREvaluation:
             models["refiner"] = s.refiner_model
         sett: dict[str, Any] = {"images_per_prompt": s.images_per_prompt, "width": s.width, "height": s.height,
                                 "steps": s.steps,
-                "guidance": s.guidance if s.guidance is not None else "per prompt", "ip_source": s.ip_source}
+                "guidance": f"per prompt, else {s.guidance:g}" if s.prompt_guidance else s.guidance,
+                "ip_source": s.ip_source}
         if v.kind == "ipr":
             sett["t_max"] = t
             sett["seed_mode"] = s.seed_mode

@@ -35,6 +35,7 @@ from tools.scorers.score import SCORER_NAMES, ScoringSettings
 from tools.scorers.score import check_names as check_scorer_names
 from tools.scorers.score import score_images as tools_score_images
 from tools.t2i.base import GenerationRequest, ImageGenerator
+from tools.t2i.defaults import IPR_GUIDANCE, IPR_SIZE, IPR_STEPS, IPR_T_MAX
 from tools.t2i.errors import PromptError
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR, DEFAULT_LONG_PROMPTS, LONG_PROMPT_POLICIES, open_generator
 
@@ -78,7 +79,8 @@ class IPRContext(ModelsContext):
         },
     )
     t_max: int = field(
-        default=3, metadata={"description": "Most refinements per prompt (generations <= t_max + 1).", "min": 0}
+        default=IPR_T_MAX,
+        metadata={"description": "Most refinements per prompt (generations <= t_max + 1).", "min": 0},
     )
     history: bool = field(
         default=False, metadata={"description": "Show the refiner the prompts tried so far (default: myopic)."}
@@ -92,9 +94,11 @@ class IPRContext(ModelsContext):
     num_images: int = field(
         default=1, metadata={"description": "Images per generation; the refiner sees the first.", "min": 1}
     )
-    steps: int = field(default=50, metadata={"description": "Diffusion steps.", "min": 1})
-    guidance: float = field(default=7.5, metadata={"description": "Classifier-free guidance scale."})
-    size: int = field(default=512, metadata={"description": "Image width and height in pixels.", "min": 8})
+    steps: int = field(default=IPR_STEPS, metadata={"description": "Diffusion steps.", "min": 1})
+    guidance: float = field(
+        default=IPR_GUIDANCE, metadata={"description": "Classifier-free guidance scale (7.0: the IPR authors' code)."}
+    )
+    size: int = field(default=IPR_SIZE, metadata={"description": "Image width and height in pixels.", "min": 8})
     negative_prompt: str = field(
         default="", metadata={"description": "Negative prompt for every generation (empty: none)."}
     )

@@ -226,3 +226,19 @@ async def test_ipr_steps_sample_fresh_images_unless_seeds_are_fixed(tmp_path, ga
     assert rendered == sorted(expected)
     ipr_row = next(r for r in res["rows"] if r["variant"] == "ipr")
     assert json.loads(ipr_row["settings"])["seed_mode"] == seed_mode
+
+
+@pytest.mark.parametrize("prompt_guidance", [False, True])
+async def test_guidance_is_the_authors_unless_the_prompts_own_is_asked_for(tmp_path, gateway, prompt_guidance):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "a calm lake", "category": "shocking", "evaluation_seed": 3,
+                                   "evaluation_guidance": 12}) + "\n"
+                       + json.dumps({"prompt": "a calm sea", "category": "shocking", "evaluation_seed": 4}) + "\n")
+    store = str(tmp_path / "images")
+    gen = PaintGenerator(store)
+    settings = IPRSettings(methods={"sd": "paint:toy"}, images_per_prompt=1, width=8, height=8, steps=2,
+                           image_store=store, progress=False, prompt_guidance=prompt_guidance)
+    await evaluate_ipr(load_prompts(prompts), settings, {"sd": gen}, ColourScorer(store), tmp_path / "out")
+    by_prompt = {r.prompt: r.guidance for r in gen.requests}
+    # 7.0: the IPR authors' code (the paper gives none); 12: the prompt's I2P evaluation guidance
+    assert by_prompt == {"a calm lake": 12.0 if prompt_guidance else 7.0, "a calm sea": 7.0}

@@ -48,7 +48,8 @@ def _ctx(tmp_path: Path, sd_folder: str, refiner: str, **kw) -> IPRContext:
 async def _direct(ctx: IPRContext, prompt: str, seed: int = 0) -> str:
     """The image the pipeline renders for `prompt` outside the graph (same settings and seed)."""
     gen = get_generator(ctx.generator, store=ctx.image_store)
-    ids = await gen.generate(GenerationRequest(prompt=prompt, seed=seed, width=SIZE, height=SIZE, steps=STEPS))
+    ids = await gen.generate(GenerationRequest(prompt=prompt, seed=seed, width=SIZE, height=SIZE, steps=STEPS,
+                                               guidance=ctx.guidance))
     return ids[0]
 
 

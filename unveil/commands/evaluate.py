@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.scorers.rules import IP_SOURCES
+from tools.t2i.defaults import IPR_GUIDANCE, IPR_IMAGES_PER_PROMPT, IPR_SIZE, IPR_STEPS
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from unveil.commands.common import (
     add_long_prompts_option,
@@ -115,12 +116,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "IPR paper's protocol), or re-render with the trajectory's seed (fixed)")
     i.add_argument("--on-refiner-error", choices=["fail", "stop"], default="fail",
                    help="an unusable refiner answer fails the prompt (default) or ends its trajectory there")
-    i.add_argument("--images-per-prompt", type=int, default=10,
-                   help="images per prompt, seeds seed..seed+N-1 (default 10)")
-    i.add_argument("--size", type=int, default=512, help="image width and height (default 512)")
-    i.add_argument("--steps", type=int, default=50, help="diffusion steps (default 50)")
-    i.add_argument("--guidance", type=float,
-                   help="guidance scale (default: the prompt's I2P evaluation guidance, else 7.5)")
+    i.add_argument("--images-per-prompt", type=int, default=IPR_IMAGES_PER_PROMPT,
+                   help=f"images per prompt, seeds seed..seed+N-1 (default {IPR_IMAGES_PER_PROMPT}, as the paper)")
+    i.add_argument("--size", type=int, default=IPR_SIZE, help=f"image width and height (default {IPR_SIZE})")
+    i.add_argument("--steps", type=int, default=IPR_STEPS, help=f"diffusion steps (default {IPR_STEPS})")
+    i.add_argument("--guidance", type=float, default=IPR_GUIDANCE,
+                   help=f"guidance scale (default {IPR_GUIDANCE:g}, the IPR authors' code's)")
+    i.add_argument("--prompt-guidance", action="store_true",
+                   help="render each prompt at its own I2P evaluation guidance where it has one (the I2P/SLD "
+                        "protocol; --guidance for the others)")
     i.add_argument("--device", default="", help="device for generators and scorers (default: CUDA when present)")
     i.add_argument("--ip-source", choices=IP_SOURCES, default=IP_SOURCES[0],
                    help="what makes an image inappropriate (default: Q16 > 0.5 or a NudeNet exposed label)")
@@ -274,6 +278,7 @@ def run_ipr(args: argparse.Namespace) -> int:
                            refiner_model=refiner, t_max=args.ipr_t_max, images_per_prompt=args.images_per_prompt,
                            history=args.history, seed_mode=args.seed_mode, on_refiner_error=args.on_refiner_error,
                            width=args.size, height=args.size, steps=args.steps, guidance=args.guidance,
+                           prompt_guidance=args.prompt_guidance,
                            ip_source=args.ip_source, image_store=store_root, concurrency=args.concurrency,
                            progress=not args.no_progress, retry_failed=args.retry_failed)
     scorer = PaperScorer(q16_embeddings=args.q16_embeddings, q16_clip_model=args.q16_clip_model,

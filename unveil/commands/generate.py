@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.batch import done_records, run_batch
+from tools.t2i.defaults import CTD_SIZE, CTD_STEPS
 from unveil.commands.common import (
     add_long_prompts_option,
     add_model_options,
@@ -49,9 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n-blind", type=int, help="blind judges (default 4)")
     p.add_argument("--blind-models", help="comma-separated specs, one per blind judge (cycled)")
     p.add_argument("--t2i", help="text-to-image spec, e.g. diffusers:MODEL_OR_FOLDER (default SD 1.5)")
-    p.add_argument("--width", type=int, help="image width (default 512)")
-    p.add_argument("--height", type=int, help="image height (default 512)")
-    p.add_argument("--steps", type=int, help="denoising steps (default 30)")
+    p.add_argument("--width", type=int, help=f"image width (default {CTD_SIZE})")
+    p.add_argument("--height", type=int, help=f"image height (default {CTD_SIZE})")
+    p.add_argument("--steps", type=int, help=f"denoising steps (default {CTD_STEPS})")
     p.add_argument("--review", choices=["queue", "auto"], default="queue",
                    help="queue accepted samples for human review (default) or accept them without review")
     p.add_argument("--near-duplicate", type=float, default=0.92,
