@@ -21,6 +21,7 @@ ROLE_SCHEMAS: dict[str, tuple[str, str]] = {
     "judge.informed / judge.blind.<i> / judge.forced": ("agents.ctd.judges", "Vote"),
     "modality_judge.image / modality_judge.text": ("agents.ctd.judges", "ModalityVerdict"),
     "gatekeeper": ("agents.ctd.gatekeeper", "Feedback"),
+    "benign_rewriter (CTD --benign)": ("agents.ctd.benign", "BenignText"),
     "labeller (training data)": ("agents.labeller", "LabellerAnswer"),
     "rewriter (text-only baseline)": ("agents.rewriter", "RewrittenPrompt"),
 }

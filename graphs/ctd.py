@@ -38,6 +38,7 @@ from agents.usage import RunUsage, merge_usage
 from graphs.context import ModelsContext, check_context, strict_init
 from graphs.ctd_rules import GatekeeperRule, decide
 from tools.image_store import get_image_store
+from tools.t2i.defaults import CTD_GUIDANCE, CTD_SIZE, CTD_STEPS
 from tools.t2i.registry import DEFAULT_CTD_GENERATOR, DEFAULT_LONG_PROMPTS, open_generator
 from tools.web_search import get_web_search
 
@@ -107,10 +108,10 @@ class CtdContext(ModelsContext):
         metadata={"description": "Prompts over the text encoder's 77 tokens: 'truncate' (as diffusers and the papers "
                   "do) or 'error'.", "choices": ("truncate", "error")},
     )
-    t2i_width: int = field(default=512, metadata={"description": "Image width.", "min": 8})
-    t2i_height: int = field(default=512, metadata={"description": "Image height.", "min": 8})
-    t2i_steps: int = field(default=30, metadata={"description": "Denoising steps.", "min": 1})
-    t2i_guidance: float = field(default=7.5, metadata={"description": "Classifier-free guidance scale."})
+    t2i_width: int = field(default=CTD_SIZE, metadata={"description": "Image width.", "min": 8})
+    t2i_height: int = field(default=CTD_SIZE, metadata={"description": "Image height.", "min": 8})
+    t2i_steps: int = field(default=CTD_STEPS, metadata={"description": "Denoising steps.", "min": 1})
+    t2i_guidance: float = field(default=CTD_GUIDANCE, metadata={"description": "Classifier-free guidance scale."})
     negative_prompt: str = field(default="", metadata={"description": "Negative prompt for the generator."})
     web_search: bool = field(
         default=True, metadata={"description": "Let the Architect search the web (needs TAVILY_API_KEY)."}
