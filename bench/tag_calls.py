@@ -24,7 +24,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pydantic import BaseModel  # noqa: E402
 
 from agents.content import build_messages  # noqa: E402
 from agents.gateway import Gateway, GatewaySettings, set_gateway  # noqa: E402
@@ -46,14 +45,26 @@ def script_for(kind: str) -> dict:
     """Scripted answers for an overt, medium (toxic pair at layer 2) or benign sample."""
     toxic_pair = {"toxic_pairs": [{"pair_id": "v2.0|t2.0", "category": "drugs", "reason": "hidden sale"}]}
     root_pair = {"toxic_pairs": [{"pair_id": "v0.0|t0.0", "category": "drugs", "reason": "overt"}]}
-    judge_rules = ([{"when": '"v2.0|t2.0"', "then": toxic_pair}] if kind == "medium" else []) + [{"when": "", "then": NO_PAIRS}]
+    judge_rules = ([{"when": '"v2.0|t2.0"', "then": toxic_pair}] if kind == "medium" else []) + [
+        {"when": "", "then": NO_PAIRS}
+    ]
     # Only the naive detector judges the root pair with the pair judge (TAG uses the synergy review).
     naive_rules = ([{"when": '"v0.0|t0.0"', "then": root_pair}] if kind == "overt" else []) + judge_rules
     return {
         "root_extractor": [{"when": "", "then": {"visual_roots": ["white powder"], "textual_roots": ["usual number"]}}],
         "naive_roots": [{"when": "", "then": {"visual_roots": ["white powder"], "textual_roots": ["usual number"]}}],
-        "root_judge": [{"when": "", "then": {"toxic": kind == "overt", "visual_id": "v0.0", "textual_id": "t0.0",
-                                             "category": "drugs", "reason": "r"}}],
+        "root_judge": [
+            {
+                "when": "",
+                "then": {
+                    "toxic": kind == "overt",
+                    "visual_id": "v0.0",
+                    "textual_id": "t0.0",
+                    "category": "drugs",
+                    "reason": "r",
+                },
+            }
+        ],
         "expander": [{"when": "", "then": GENERIC_EXPANSION}],
         "pair_judge": judge_rules,
         "explainer": [{"when": "", "then": {"explanation": "e", "hidden_meaning": "h"}}],
@@ -74,13 +85,19 @@ async def naive_detect(gw: Gateway, spec: str, l_max: int, k_max: int) -> tuple[
     """Full trees (one call per node), then one call per pair, layer by layer."""
     acc = _Usage()
     sys_prompt = "naive"
-    res = await gw.structured(role="naive_roots", spec=spec, schema=Roots, messages=build_messages(sys_prompt, {"x": "roots"}))
+    res = await gw.structured(
+        role="naive_roots", spec=spec, schema=Roots, messages=build_messages(sys_prompt, {"x": "roots"})
+    )
     acc.add(res.usage)
     trees = {"v": make_roots("v", res.value.visual_roots), "t": make_roots("t", res.value.textual_roots)}
 
     async def expand_node(prefix: str, node: dict, layer: int) -> list[dict]:
-        r = await gw.structured(role=f"naive_expander.{prefix}", spec=spec, schema=Expansion,
-                                messages=build_messages(sys_prompt, {"parent": node["id"], "layer": layer}))
+        r = await gw.structured(
+            role=f"naive_expander.{prefix}",
+            spec=spec,
+            schema=Expansion,
+            messages=build_messages(sys_prompt, {"parent": node["id"], "layer": layer}),
+        )
         acc.add(r.usage)
         return [dict(e.model_dump(), parent_id=node["id"]) for e in r.value.expansions[:1]]
 
@@ -88,13 +105,24 @@ async def naive_detect(gw: Gateway, spec: str, l_max: int, k_max: int) -> tuple[
         for prefix in ("v", "t"):
             frontier = [n for n in trees[prefix] if n["layer"] == layer - 1]
             entries = await asyncio.gather(*[expand_node(prefix, n, layer) for n in frontier])
-            trees[prefix] += grow_layer(frontier, [e for es in entries for e in es], layer=layer, prefix=prefix,
-                                        children_per_parent=k_max, k_max=k_max, allowed_types=["similarity"])
+            trees[prefix] += grow_layer(
+                frontier,
+                [e for es in entries for e in es],
+                layer=layer,
+                prefix=prefix,
+                children_per_parent=k_max,
+                k_max=k_max,
+                allowed_types=["similarity"],
+            )
 
     async def judge(v: dict, t: dict) -> bool:
         pid = f"{v['id']}|{t['id']}"
-        r = await gw.structured(role="naive_judge", spec=spec, schema=PairJudgement,
-                                messages=build_messages(sys_prompt, {"candidate_pairs": [{"pair_id": pid}]}))
+        r = await gw.structured(
+            role="naive_judge",
+            spec=spec,
+            schema=PairJudgement,
+            messages=build_messages(sys_prompt, {"candidate_pairs": [{"pair_id": pid}]}),
+        )
         acc.add(r.usage)
         return any(p.pair_id == pid for p in r.value.toxic_pairs)
 
@@ -124,32 +152,41 @@ async def main() -> None:
         gw = Gateway(GatewaySettings(cache_path=None, max_concurrency=args.concurrency))
         set_gateway(gw)
         t0 = time.perf_counter()
-        out = await graph.ainvoke({"image_description": "a bag of white powder", "text": "text the usual number"},
-                                  context=TagContext(model=spec, l_max=args.l_max, k_max=args.k_max))
+        out = await graph.ainvoke(
+            {"image_description": "a bag of white powder", "text": "text the usual number"},
+            context=TagContext(model=spec, l_max=args.l_max, k_max=args.k_max),
+        )
         tag_wall = time.perf_counter() - t0
         gw2 = Gateway(GatewaySettings(cache_path=None, max_concurrency=args.concurrency))
         t0 = time.perf_counter()
         naive_toxic, naive_usage = await naive_detect(gw2, spec, args.l_max, args.k_max)
         naive_wall = time.perf_counter() - t0
-        rows.append({
-            "sample": kind, "toxic": out["toxic"], "mtc": round(out["mtc"], 4),
-            "tag_calls": out["usage"]["total"]["calls"],
-            "tag_tokens": out["usage"]["total"]["input_tokens"] + out["usage"]["total"]["output_tokens"],
-            "tag_wall_s": round(tag_wall, 2), "naive_toxic": naive_toxic,
-            "naive_calls": naive_usage["total"]["calls"],
-            "naive_tokens": naive_usage["total"]["input_tokens"] + naive_usage["total"]["output_tokens"],
-            "naive_wall_s": round(naive_wall, 2),
-            "calls_ratio": round(naive_usage["total"]["calls"] / max(1, out["usage"]["total"]["calls"]), 1),
-        })
+        rows.append(
+            {
+                "sample": kind,
+                "toxic": out["toxic"],
+                "mtc": round(out["mtc"], 4),
+                "tag_calls": out["usage"]["total"]["calls"],
+                "tag_tokens": out["usage"]["total"]["input_tokens"] + out["usage"]["total"]["output_tokens"],
+                "tag_wall_s": round(tag_wall, 2),
+                "naive_toxic": naive_toxic,
+                "naive_calls": naive_usage["total"]["calls"],
+                "naive_tokens": naive_usage["total"]["input_tokens"] + naive_usage["total"]["output_tokens"],
+                "naive_wall_s": round(naive_wall, 2),
+                "calls_ratio": round(naive_usage["total"]["calls"] / max(1, out["usage"]["total"]["calls"]), 1),
+            }
+        )
     cols = list(rows[0])
     print(f"l_max={args.l_max} k_max={args.k_max} latency={args.latency}s/call concurrency={args.concurrency}")
     print(" | ".join(cols))
     for r in rows:
         print(" | ".join(str(r[c]) for c in cols))
     benign = rows[-1]
-    print(f"\ntargets: overt calls {rows[0]['tag_calls']} <= 3: {rows[0]['tag_calls'] <= 3}; "
-          f"benign calls {benign['tag_calls']} <= {3 * args.l_max + 2}: {benign['tag_calls'] <= 3 * args.l_max + 2}; "
-          f"benign ratio {benign['calls_ratio']}x >= 30x: {benign['calls_ratio'] >= 30}")
+    print(
+        f"\ntargets: overt calls {rows[0]['tag_calls']} <= 3: {rows[0]['tag_calls'] <= 3}; "
+        f"benign calls {benign['tag_calls']} <= {3 * args.l_max + 2}: {benign['tag_calls'] <= 3 * args.l_max + 2}; "
+        f"benign ratio {benign['calls_ratio']}x >= 30x: {benign['calls_ratio'] >= 30}"
+    )
 
 
 if __name__ == "__main__":
