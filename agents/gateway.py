@@ -148,12 +148,26 @@ def retry_after(exc: BaseException) -> float | None:
         return None
 
 
-def _is_method_unsupported(exc: BaseException) -> bool:
-    status = _status_of(exc)
+# A server that lacks a structured-output method says so in words, with whatever status it likes: llama-cpp-python's
+# server answers 500 "Input should be 'text' or 'json_object'" to `response_format: json_schema`, others 400/404/422
+# "tools not supported". Recognised by the message (a method word and a refusal word), never by the status alone.
+_METHOD_WORDS = ("response_format", "json_schema", "json_object", "tool_choice", "tools", "function", "structured")
+_REFUSAL_WORDS = ("not support", "unsupported", "not implemented", "input should be", "literal_error", "not allowed",
+                  "extra inputs", "unrecognized", "unknown", "invalid", "not available", "not enabled")
+
+
+def is_method_unsupported(exc: BaseException) -> bool:
+    """Whether `exc` says the backend does not support the structured-output method that was asked for (any status
+    code, 500 included); such an error is not retried, the gateway falls back to the next method instead."""
+    if _answer_error(exc) is not None or _status_of(exc) in (401, 403, 429):
+        return False  # a bad answer to repair, or an auth/rate fault, whatever its words
     text = str(exc).lower()
-    return (status in (400, 404, 422) or isinstance(exc, (NotImplementedError, TypeError))) and any(
-        k in text for k in ("response_format", "json_schema", "tool", "function", "not implemented", "structured")
-    )
+    body = getattr(exc, "body", None)
+    if body is not None:
+        text += " " + str(body).lower()
+    if not any(k in text for k in _METHOD_WORDS):
+        return False
+    return isinstance(exc, (NotImplementedError, TypeError)) or any(k in text for k in _REFUSAL_WORDS)
 
 
 def _message_key(messages: list[BaseMessage]) -> list[dict[str, Any]]:
@@ -215,7 +229,8 @@ class Gateway:
     def _method(self, spec: ModelSpec) -> str:
         if self.settings.structured_method:
             return self.settings.structured_method
-        return self._methods.get(str(spec), PREFERRED_METHOD.get(spec.provider, "function_calling"))
+        # Remembered per backend (provider + base URL): one server supports the same methods for all its models.
+        return self._methods.get(spec.backend, PREFERRED_METHOD.get(spec.provider, "function_calling"))
 
     # -- calls --------------------------------------------------------------------------------------------
     async def _invoke(self, model: Any, messages: list[BaseMessage], spec: ModelSpec, role: str) -> tuple[dict, int]:
@@ -229,6 +244,8 @@ class Gateway:
                     log.info("role %s (%s): answered in %.2fs", role, spec, time.monotonic() - started)
                     return out, attempt
             except Exception as exc:  # noqa: BLE001 - classified below
+                if is_method_unsupported(exc):
+                    raise  # permanent for this backend: the caller falls back to another method, no retries burnt
                 if not is_transient(exc) or attempt >= self.settings.max_retries:
                     if is_transient(exc) or attempt:
                         raise ModelCallError(role, str(spec), exc, attempt + 1) from exc
@@ -283,7 +300,8 @@ class Gateway:
         retries = 0
         last_raw, last_error = "", "no answer"
         attempts = 0
-        for attempts in range(1, self.settings.max_repairs + 2):
+        while attempts < self.settings.max_repairs + 1:
+            attempts += 1
             method = self._method(parsed_spec)
             # Building a model can read files (scripts, certificates): keep it off the event loop.
             model = await asyncio.to_thread(self.model_for, parsed_spec, role)
@@ -297,10 +315,12 @@ class Gateway:
                 runnable = model.with_structured_output(schema, method=method, include_raw=True)
                 result, used = await self._invoke(runnable, call_msgs, parsed_spec, role)
             except Exception as exc:  # noqa: BLE001
-                if _is_method_unsupported(exc) and method != METHOD_ORDER[-1] and not self.settings.structured_method:
+                if is_method_unsupported(exc) and method != METHOD_ORDER[-1] and not self.settings.structured_method:
                     nxt = METHOD_ORDER[(METHOD_ORDER.index(method) + 1) % len(METHOD_ORDER)]
-                    log.info("role %s (%s): %s unsupported, falling back to %s", role, spec, method, nxt)
-                    self._methods[str(parsed_spec)] = nxt
+                    log.warning("%s does not support structured method %s (%s); using %s from now on",
+                                parsed_spec.backend, method, _describe(exc)[:200], nxt)
+                    self._methods[parsed_spec.backend] = nxt
+                    attempts -= 1  # not a repair: the same request again in another form
                     continue
                 # OpenAI's json_schema parsing raises on a cut, non-JSON or off-schema answer before LangChain
                 # sees it: that is a bad answer to repair, not a backend fault.
