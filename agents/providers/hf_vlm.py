@@ -48,6 +48,7 @@ from langchain_core.outputs import ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict
 
+from agents.providers.fingerprint import file_stamp
 from agents.providers.messages import chat_result, tool_call_message
 from agents.spec import ModelSpec
 
@@ -122,6 +123,20 @@ def parse_hf_spec(spec: ModelSpec | str) -> HFOptions:
     if kw.get("dtype", "auto") not in ("auto", "bfloat16", "float16", "float32"):
         raise HFModelError(f"{parsed}: dtype must be auto, bfloat16, float16 or float32")
     return HFOptions(**kw)
+
+
+def hf_fingerprint(spec: ModelSpec) -> str:
+    """File stamps (path, size, mtime of every file) of a local model folder and of the adapter folder, so a LoRA
+    adapter retrained at the same path is not answered from the response cache of its previous weights; a Hub id
+    contributes its name only."""
+    try:
+        opts = parse_hf_spec(spec)
+    except HFModelError:
+        return "invalid"
+    parts = [file_stamp(Path(opts.model)) if _looks_local(opts.model) else opts.model]
+    if opts.adapter:
+        parts.append(file_stamp(Path(opts.adapter)))
+    return "||".join(parts)
 
 
 @dataclass
