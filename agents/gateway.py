@@ -27,8 +27,9 @@ from pydantic import BaseModel, ValidationError
 
 from agents.cache import ResponseCache, cache_key, default_cache_path
 from agents.content import data_text
+from agents.env import SettingError, check_minimum, env_float, env_int
 from agents.limits import BackendLimits
-from agents.providers.registry import create_chat_model, supports_images
+from agents.providers.registry import create_chat_model, model_fingerprint, supports_images
 from agents.spec import ModelSpec
 from agents.usage import RunUsage, cost_of, empty_usage, merge_usage, single_call_usage
 
@@ -84,16 +85,29 @@ class CallResult(Generic[T]):
 
 @dataclass
 class GatewaySettings:
-    """Knobs of the gateway; defaults come from the environment."""
+    """Knobs of the gateway; defaults come from the environment (a bad value is an error naming its variable)."""
 
     cache_path: str | None = field(default_factory=lambda: str(p) if (p := default_cache_path()) else None)
-    max_repairs: int = field(default_factory=lambda: int(os.environ.get("UNVEIL_MAX_REPAIRS", "2")))
-    max_retries: int = field(default_factory=lambda: int(os.environ.get("UNVEIL_MAX_RETRIES", "4")))
-    backoff_base: float = field(default_factory=lambda: float(os.environ.get("UNVEIL_BACKOFF_BASE", "1.0")))
+    max_repairs: int = field(default_factory=lambda: env_int("UNVEIL_MAX_REPAIRS", 2, minimum=0) or 0)
+    max_retries: int = field(default_factory=lambda: env_int("UNVEIL_MAX_RETRIES", 4, minimum=0) or 0)
+    backoff_base: float = field(default_factory=lambda: env_float("UNVEIL_BACKOFF_BASE", 1.0, minimum=0) or 0.0)
     backoff_max: float = 30.0
     max_concurrency: int | None = None
     rpm: float | None = None
-    structured_method: str | None = field(default_factory=lambda: os.environ.get("UNVEIL_STRUCTURED_METHOD"))
+    structured_method: str | None = field(default_factory=lambda: os.environ.get("UNVEIL_STRUCTURED_METHOD") or None)
+
+    def __post_init__(self) -> None:
+        check_minimum("max_repairs", self.max_repairs, 0)
+        check_minimum("max_retries", self.max_retries, 0)
+        check_minimum("backoff_base", self.backoff_base, 0)
+        if self.max_concurrency is not None:
+            check_minimum("max_concurrency", self.max_concurrency, 1)
+        if self.rpm is not None:
+            check_minimum("rpm", self.rpm, 0, strict=True)
+        if self.structured_method is not None and self.structured_method not in METHOD_ORDER:
+            raise SettingError(
+                f"UNVEIL_STRUCTURED_METHOD={self.structured_method!r}: expected one of {', '.join(METHOD_ORDER)}"
+            )
 
 
 _SECRET_NAME = re.compile(r"(?i)(key|token|secret|passw)")
@@ -212,6 +226,7 @@ class Gateway:
         self.usage: RunUsage = empty_usage()
         self._models: dict[tuple[str, str], BaseChatModel] = {}
         self._methods: dict[str, str] = {}
+        self._fingerprints: dict[str, str] = {}
         self.shared: dict[str, Any] = {}  # provider state shared across roles (scripts, loaded HF models)
 
     # -- models -------------------------------------------------------------------------------------------
@@ -221,6 +236,14 @@ class Gateway:
         if key not in self._models:
             self._models[key] = create_chat_model(spec, role, self.shared)
         return self._models[key]
+
+    async def fingerprint(self, spec: ModelSpec) -> str:
+        """The content fingerprint of a spec's model (script hash, weight/adapter file stamps; "" for APIs), taken
+        once per process: the model itself is also loaded once per process, so the two stay in step."""
+        key = str(spec)
+        if key not in self._fingerprints:
+            self._fingerprints[key] = await asyncio.to_thread(model_fingerprint, spec)
+        return self._fingerprints[key]
 
     def vision(self, spec: str | ModelSpec) -> bool:
         """Whether the spec's model takes images."""
@@ -279,7 +302,7 @@ class Gateway:
         key = None
         if self.cache is not None:
             key = cache_key(
-                spec=str(parsed_spec),
+                spec=str(parsed_spec) + "#" + await self.fingerprint(parsed_spec),
                 messages=_message_key(messages),
                 schema=schema.model_json_schema(),
                 params={**params, "role": role if parsed_spec.provider == "scripted" else ""},
@@ -391,7 +414,7 @@ class Gateway:
         params = dict(params or {})
         key = None
         if self.cache is not None:
-            key = cache_key(spec=str(parsed_spec), messages=_message_key(messages), schema={"type": "text"},
+            key = cache_key(spec=str(parsed_spec) + "#" + await self.fingerprint(parsed_spec), messages=_message_key(messages), schema={"type": "text"},
                             params={**params, "role": role if parsed_spec.provider == "scripted" else ""})
             hit = await asyncio.to_thread(self.cache.get, key)
             if hit is not None:

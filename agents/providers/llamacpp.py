@@ -25,6 +25,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from agents.env import env_int
 from agents.providers.messages import chat_result, tool_call_message
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -59,7 +60,7 @@ def _load(path: Path, n_ctx: int) -> Any:
     key = f"{path}:{n_ctx}"
     with _LOAD_LOCK:
         if key not in _LOADED:
-            threads = int(os.environ.get("UNVEIL_LLAMA_THREADS", "0")) or max(1, (os.cpu_count() or 2))
+            threads = env_int("UNVEIL_LLAMA_THREADS", 0, minimum=0) or max(1, (os.cpu_count() or 2))
             _LOADED[key] = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, verbose=False, seed=0)
     return _LOADED[key]
 

@@ -15,6 +15,8 @@ from urllib.parse import parse_qs
 
 from langchain_core.language_models import BaseChatModel
 
+from agents.env import SettingError, env_float
+from agents.providers.fingerprint import file_stamp
 from agents.spec import ModelSpec
 
 # Providers whose models see images. Anything unknown is assumed to be multimodal; text-only servers can be
@@ -22,12 +24,43 @@ from agents.spec import ModelSpec
 TEXT_ONLY_PROVIDERS = {"llamacpp"}
 
 ProviderFactory = Callable[[ModelSpec, str, dict[str, Any]], BaseChatModel]
+Fingerprint = Callable[[ModelSpec], str]
 _CUSTOM: dict[str, ProviderFactory] = {}
+_CUSTOM_FINGERPRINTS: dict[str, Fingerprint] = {}
 
 
-def register_provider(name: str, factory: ProviderFactory) -> None:
-    """Add a provider (a factory of (spec, call role, shared state) -> chat model)."""
+def register_provider(name: str, factory: ProviderFactory, fingerprint: Fingerprint | None = None) -> None:
+    """Add a provider (a factory of (spec, call role, shared state) -> chat model); `fingerprint` names the content
+    of a file-backed or in-process model for the response cache (see `model_fingerprint`)."""
     _CUSTOM[name] = factory
+    if fingerprint is not None:
+        _CUSTOM_FINGERPRINTS[name] = fingerprint
+
+
+def model_fingerprint(spec: ModelSpec) -> str:
+    """What identifies the content behind a spec whose name alone does not: the response cache keys calls by it.
+
+    Scripts are keyed by a SHA-256 of their bytes (small files); GGUF files, local Hugging Face folders and LoRA
+    adapters by `file_stamp` (path, size, mtime); remote APIs and Hub ids by their name only ("").
+    """
+    if spec.provider in _CUSTOM_FINGERPRINTS:
+        return _CUSTOM_FINGERPRINTS[spec.provider](spec)
+    if spec.provider == "scripted":
+        from agents.providers.scripted import script_fingerprint
+
+        return "sha256:" + script_fingerprint(spec.model.partition("?")[0])
+    if spec.provider == "llamacpp":
+        from agents.providers.llamacpp import resolve_model_path
+
+        try:
+            return file_stamp(resolve_model_path(spec.model))
+        except (OSError, RuntimeError):
+            return "missing"  # building the model reports it with its name
+    if spec.provider == "hf":
+        from agents.providers.hf_vlm import hf_fingerprint
+
+        return hf_fingerprint(spec)
+    return ""
 
 
 def supports_images(spec: ModelSpec) -> bool:
@@ -46,7 +79,14 @@ def _scripted(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatMod
     key = str(Path(path).resolve())
     if key not in scripts:
         scripts[key] = Script(path)
-    latency = float(parse_qs(query).get("latency", [os.environ.get("UNVEIL_SCRIPT_LATENCY", "0")])[0])
+    given = parse_qs(query).get("latency")
+    if given:
+        try:
+            latency = float(given[0])
+        except ValueError:
+            raise SettingError(f"model spec {spec}: latency={given[0]!r} is not a number") from None
+    else:
+        latency = env_float("UNVEIL_SCRIPT_LATENCY", 0.0, minimum=0) or 0.0
     return ScriptedChatModel(script=scripts[key], role=role, latency=latency)
 
 
@@ -66,8 +106,7 @@ def _langchain(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatMo
     from langchain.chat_models import init_chat_model
 
     kwargs: dict[str, Any] = {"temperature": 0, "max_retries": 0}
-    timeout = os.environ.get("UNVEIL_REQUEST_TIMEOUT")
-    kwargs["timeout"] = float(timeout) if timeout else 120.0
+    kwargs["timeout"] = env_float("UNVEIL_REQUEST_TIMEOUT", 120.0, minimum=0, strict=True)
     provider = spec.provider
     if spec.base_url:
         kwargs["base_url"] = spec.base_url
