@@ -32,8 +32,13 @@ from agents.limits import BackendLimits
 from agents.providers.registry import create_chat_model, model_fingerprint, supports_images
 from agents.spec import ModelSpec
 from agents.usage import RunUsage, cost_of, empty_usage, merge_usage, single_call_usage
+from tools.redact import install_log_redaction, redact_secrets, redact_url
 
 log = logging.getLogger("unveil.gateway")
+install_log_redaction()  # HTTP clients log request URLs, a base URL's password included
+
+__all__ = ["CallResult", "Gateway", "GatewaySettings", "ModelCallError", "StructuredOutputError", "get_gateway",
+           "redact_secrets", "redact_url", "salvage_json", "set_gateway"]  # redact_* re-exported: older imports
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -108,19 +113,6 @@ class GatewaySettings:
             raise SettingError(
                 f"UNVEIL_STRUCTURED_METHOD={self.structured_method!r}: expected one of {', '.join(METHOD_ORDER)}"
             )
-
-
-_SECRET_NAME = re.compile(r"(?i)(key|token|secret|passw)")
-
-
-def redact_secrets(text: str) -> str:
-    """`text` without credentials: the value of every secret-looking environment variable (an API key of any
-    shape, e.g. a self-hosted server's token that a 401 answer echoes back), `sk-...` keys and `api_key=...`."""
-    for name, value in os.environ.items():
-        if len(value) >= 8 and _SECRET_NAME.search(name) and value in text:
-            text = text.replace(value, "***")
-    text = re.sub(r"(sk-[A-Za-z0-9_\-]{6})[A-Za-z0-9_\-]+", r"\1…", text)
-    return re.sub(r"(?i)(api[_-]?key['\"=: ]+)[^\s'\",]+", r"\1***", text)
 
 
 def _describe(exc: BaseException) -> str:
@@ -232,7 +224,8 @@ class Gateway:
     # -- models -------------------------------------------------------------------------------------------
     def model_for(self, spec: ModelSpec, role: str) -> BaseChatModel:
         """The chat model for a spec; scripted models are per role (each role has its own answer list)."""
-        key = (str(spec), role if spec.provider == "scripted" else "")
+        # The real base URL (credentials included) is part of the key: str(spec) redacts them.
+        key = (f"{spec.provider}:{spec.model}@{spec.base_url}", role if spec.provider == "scripted" else "")
         if key not in self._models:
             self._models[key] = create_chat_model(spec, role, self.shared)
         return self._models[key]

@@ -11,7 +11,7 @@ import os
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from agents.spec import DEFAULT_SPEC
+from agents.spec import DEFAULT_SPEC, redact_spec
 
 
 def _coerce(value: str, like: Any) -> Any:
@@ -52,6 +52,6 @@ class ModelsContext:
         return own or self.model
 
     def models(self) -> dict[str, str]:
-        """Every role's effective spec, for provenance records."""
-        return {f.name[:-6]: self.spec_for(f.name[:-6]) for f in fields(self) if f.name.endswith("_model")}
+        """Every role's effective spec, for provenance records (base-URL credentials redacted: records are written)."""
+        return {f.name[:-6]: redact_spec(self.spec_for(f.name[:-6])) for f in fields(self) if f.name.endswith("_model")}
 

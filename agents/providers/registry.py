@@ -2,8 +2,12 @@
 
 `scripted`, `llamacpp` and `hf` are Unveil's own providers; every other provider name is passed to LangChain's
 `init_chat_model` (openai, anthropic, google_genai, ollama, ...). A spec with `@base_url` talks to any
-OpenAI-compatible server (vLLM, llama.cpp server, LM Studio) through `langchain-openai`; its key comes from
-`$UNVEIL_OPENAI_API_KEY` or `$OPENAI_API_KEY`, and local servers that need none get a placeholder.
+OpenAI-compatible server (vLLM, llama.cpp server, LM Studio) through `langchain-openai`.
+
+Keys go only where they belong: a provider's default key (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`) is sent only to
+that provider's own endpoint. A custom `@base_url` gets `$UNVEIL_<PROVIDER>_API_KEY` (e.g. `UNVEIL_OPENAI_API_KEY`)
+when set, else a placeholder (local servers need none) -- never the default key, which a self-hosted or mistyped
+server would otherwise receive.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 from langchain_core.language_models import BaseChatModel
 
@@ -102,6 +106,22 @@ def _hf(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatModel:
     return make_hf_chat_model(spec, shared)
 
 
+# Each provider's own endpoints (hosts) and the variable its client library reads the default key from.
+OFFICIAL_HOSTS = {"openai": ("api.openai.com",), "anthropic": ("api.anthropic.com",)}
+DEFAULT_KEY_VARS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+
+def custom_endpoint_key(spec: ModelSpec) -> str | None:
+    """The API key to send to a spec's `@base_url`: None when the URL is the provider's own endpoint (its client
+    then reads the default key as usual), else `$UNVEIL_<PROVIDER>_API_KEY` or the placeholder `not-needed`."""
+    if not spec.base_url or spec.provider not in DEFAULT_KEY_VARS:
+        return None
+    host = (urlsplit(spec.base_url).hostname or "").lower()
+    if host in OFFICIAL_HOSTS.get(spec.provider, ()):
+        return None
+    return os.environ.get(f"UNVEIL_{spec.provider.upper()}_API_KEY") or "not-needed"
+
+
 def _langchain(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatModel:
     from langchain.chat_models import init_chat_model
 
@@ -109,11 +129,10 @@ def _langchain(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatMo
     kwargs["timeout"] = env_float("UNVEIL_REQUEST_TIMEOUT", 120.0, minimum=0, strict=True)
     provider = spec.provider
     if spec.base_url:
-        kwargs["base_url"] = spec.base_url
-        if provider == "openai":
-            kwargs["api_key"] = (
-                os.environ.get("UNVEIL_OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY") or "not-needed"
-            )
+        kwargs["base_url"] = spec.base_url  # the real URL, credentials included: the client needs them
+        key = custom_endpoint_key(spec)
+        if key is not None:
+            kwargs["api_key"] = key
     return init_chat_model(spec.model, model_provider=provider, **kwargs)
 
 

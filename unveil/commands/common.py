@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from agents.gateway import Gateway, GatewaySettings, set_gateway
-from agents.spec import DEFAULT_SPEC
+from agents.spec import DEFAULT_SPEC, is_demo_spec
 
 DEMO_NOTICE = (
     "NOTE: running on the embedded default model, SmolLM2-135M-Instruct (llamacpp:smollm2). A 135M model makes this "
@@ -64,7 +64,7 @@ def setup_gateway(args: argparse.Namespace) -> Gateway:
 def warn_if_demo(specs: dict[str, str] | list[str]) -> None:
     """Say plainly when the embedded 135M model is in use."""
     values = specs.values() if isinstance(specs, dict) else specs
-    if any(str(s).startswith("llamacpp:smollm2") for s in values):
+    if any(is_demo_spec(str(s)) for s in values):
         print(DEMO_NOTICE, file=sys.stderr)
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agents.spec import is_demo_spec
 from unveil.batch import read_jsonl, run_batch
 from unveil.commands.common import add_batch_options, add_model_options, context_kwargs, setup_gateway, warn_if_demo
 
@@ -47,7 +48,7 @@ def _context(args: argparse.Namespace) -> Any:
     if args.screen:
         kw["screen_pairs"] = True
     ctx = TagContext(**kw)
-    if all(spec.startswith("llamacpp:smollm2") for spec in ctx.models().values()) and args.l_max is None and args.k_max is None:
+    if all(is_demo_spec(spec) for spec in ctx.models().values()) and args.l_max is None and args.k_max is None:
         # The 135M demo model is slow on CPU and its long prompts help nobody: a smaller search shows the same
         # pipeline in a fraction of the time. Explicit --l-max/--k-max still win.
         ctx.l_max, ctx.k_max, ctx.children_per_parent = 3, 3, 2

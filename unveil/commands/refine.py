@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agents.spec import redact_spec
 from unveil.batch import read_jsonl, run_batch
 from unveil.commands.common import add_batch_options, add_model_options, context_kwargs, setup_gateway, warn_if_demo
 
@@ -107,7 +108,7 @@ async def refine_one(prompt: str, ctx: Any, *, seed: int | None = None, sample_i
         inp["id"] = sample_id
     out = await graph.ainvoke(inp, context=ctx)
     rec = dict(out)
-    rec["models"] = {"refiner": ctx.spec_for("refiner"), "generator": ctx.generator}
+    rec["models"] = {"refiner": redact_spec(ctx.spec_for("refiner")), "generator": ctx.generator}
     rec["settings"] = {"t_max": ctx.t_max, "history": ctx.history, "seed": seed if seed is not None else ctx.seed,
                        "steps": ctx.steps, "guidance": ctx.guidance, "size": ctx.size, "num_images": ctx.num_images}
     return rec
