@@ -144,3 +144,24 @@ async def test_rate_limiter_spaces_requests() -> None:
     for _ in range(4):
         await limiter.acquire()
     assert loop.time() - t0 >= 0.27
+
+
+async def test_an_unknown_provider_error_lists_every_provider(gateway) -> None:
+    from agents.providers.registry import UnknownProviderError
+
+    with pytest.raises(UnknownProviderError) as err:
+        await gateway.structured(role="judge", spec="nosuch:model", schema=Verdict, messages=msgs())
+    message = str(err.value)
+    assert "'nosuch'" in message
+    for provider in ("scripted", "llamacpp", "hf", "openai", "anthropic", "ollama"):
+        assert provider in message
+
+
+def test_gateway_and_providers_import_without_a_circle() -> None:
+    import subprocess
+    import sys
+
+    # Importing a provider first must not need the gateway (it used to import agents.gateway for salvage_json).
+    for first in ("agents.providers.hf_vlm", "agents.providers.llamacpp", "agents.providers.registry"):
+        code = f"import {first}, sys; assert 'agents.gateway' not in sys.modules, 'imports the gateway'"
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

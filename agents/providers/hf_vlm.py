@@ -49,6 +49,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict
 
 from agents.providers.fingerprint import file_stamp
+from agents.providers.json_salvage import salvage_json
 from agents.providers.messages import chat_result, tool_call_message
 from agents.spec import ModelSpec
 
@@ -319,8 +320,6 @@ def to_hf_conversation(messages: Sequence[BaseMessage], tools: list[dict[str, An
 
 
 def _json_object(text: str) -> dict[str, Any] | None:
-    from agents.gateway import salvage_json  # late import: the gateway imports the provider registry
-
     value = salvage_json(text)
     return value if isinstance(value, dict) else None
 

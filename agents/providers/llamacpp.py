@@ -26,6 +26,7 @@ from langchain_core.outputs import ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from agents.env import env_int
+from agents.providers.json_salvage import close_truncated_json
 from agents.providers.messages import chat_result, tool_call_message
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -77,39 +78,6 @@ def grammar_schema(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     return {k: grammar_schema(v) for k, v in schema.items() if k not in ("maxLength", "minLength")}
-
-
-def close_truncated_json(text: str) -> Any:
-    """Complete a JSON object cut at the token limit (close the open string, arrays and objects); None if the
-    result still does not parse. Grammar-constrained output is valid up to the cut, so closing it is enough."""
-    stack: list[str] = []
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "{[":
-            stack.append("}" if ch == "{" else "]")
-        elif ch in "}]" and stack:
-            stack.pop()
-    tail = text.rstrip()
-    if escaped:
-        tail = tail[:-1]
-    closed = tail + ('"' if in_string else "")
-    closed = closed.rstrip().rstrip(",").rstrip(":")
-    # A dangling key without value ("key") cannot be closed meaningfully: drop it.
-    for candidate in (closed, closed.rsplit(",", 1)[0]):
-        try:
-            return json.loads(candidate + "".join(reversed(stack)), strict=False)
-        except json.JSONDecodeError:
-            continue
-    return None
 
 
 def _flatten(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:

@@ -133,7 +133,36 @@ def _langchain(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatMo
         key = custom_endpoint_key(spec)
         if key is not None:
             kwargs["api_key"] = key
-    return init_chat_model(spec.model, model_provider=provider, **kwargs)
+    try:
+        return init_chat_model(spec.model, model_provider=provider, **kwargs)
+    except ValueError as exc:
+        if "provider" in str(exc).lower() and provider not in langchain_providers():
+            raise UnknownProviderError(
+                f"model spec {spec}: unknown provider {provider!r}; known providers: {', '.join(known_providers())}"
+            ) from None
+        raise
+
+
+class UnknownProviderError(ValueError):
+    """A spec names a provider that neither Unveil nor LangChain knows."""
+
+
+OWN_PROVIDERS = ("scripted", "llamacpp", "hf")
+
+
+def langchain_providers() -> list[str]:
+    """The providers LangChain's `init_chat_model` knows (its table is private: empty if it moved)."""
+    try:
+        from langchain.chat_models import base
+
+        return sorted(getattr(base, "_BUILTIN_PROVIDERS", {}))
+    except ImportError:
+        return []
+
+
+def known_providers() -> list[str]:
+    """Every provider a spec may name: Unveil's own, registered ones, then LangChain's."""
+    return [*OWN_PROVIDERS, *sorted(set(_CUSTOM) - set(OWN_PROVIDERS)), *langchain_providers()]
 
 
 def create_chat_model(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatModel:
