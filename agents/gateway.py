@@ -51,6 +51,7 @@ PREFERRED_METHOD = {
     "google_genai": "function_calling",
     "scripted": "function_calling",
     "llamacpp": "function_calling",
+    "transformers": "function_calling",
     "hf": "function_calling",
 }
 METHOD_ORDER = ("json_schema", "function_calling", "json_mode")

