@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from functools import lru_cache
+
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12 (Studio schemas)
 
 # USD per 1M (input, output) tokens, public list prices at the time of writing; override with $UNVEIL_PRICES.

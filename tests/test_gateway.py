@@ -95,7 +95,8 @@ async def test_concurrency_limit_per_backend(write_script) -> None:
     gw = Gateway(GatewaySettings(cache_path=None, max_concurrency=2))
     spec = write_script({"judge": [{"toxic": True}] * 6}, "s.json") + "?latency=0.05"
     t0 = asyncio.get_running_loop().time()
-    await asyncio.gather(*[gw.structured(role="judge", spec=spec, schema=Verdict, messages=msgs(str(i))) for i in range(6)])
+    calls = [gw.structured(role="judge", spec=spec, schema=Verdict, messages=msgs(str(i))) for i in range(6)]
+    await asyncio.gather(*calls)
     elapsed = asyncio.get_running_loop().time() - t0
     assert elapsed >= 3 * 0.05 * 0.9  # 6 calls of 50 ms, two at a time
 

@@ -17,8 +17,9 @@ import importlib.util
 import json
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -117,7 +118,7 @@ class LlamaCppChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "unveil-llamacpp"
 
-    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any):  # type: ignore[override]
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
         """Bind tool schemas; the first is used to constrain the answer."""
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
@@ -138,7 +139,8 @@ class LlamaCppChatModel(BaseChatModel):
             "repeat_penalty": 1.15,
         }
         if tools:
-            request["response_format"] = {"type": "json_object", "schema": grammar_schema(tools[0]["function"]["parameters"])}
+            schema = grammar_schema(tools[0]["function"]["parameters"])
+            request["response_format"] = {"type": "json_object", "schema": schema}
         with _LOAD_LOCK:  # a Llama context is not thread-safe
             resp = llama.create_chat_completion(**request)
         choice = resp["choices"][0]
@@ -153,7 +155,7 @@ class LlamaCppChatModel(BaseChatModel):
                 args = json.loads(text, strict=False)
             except json.JSONDecodeError:
                 args = close_truncated_json(text) if truncated else None
-        if isinstance(args, dict):
+        if tools and isinstance(args, dict):
             msg = tool_call_message(tools[0], args)
         else:
             msg = AIMessage(content=text)

@@ -24,8 +24,9 @@ import json
 import re
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -132,7 +133,7 @@ class ScriptedChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "unveil-scripted"
 
-    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any):  # type: ignore[override]
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
         """Bind tool schemas; the first one names the tool call of every structured answer."""
         formatted = [convert_to_openai_tool(t) for t in tools]
         return self.bind(tools=formatted, tool_choice=tool_choice, **kwargs)
