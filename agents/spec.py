@@ -22,6 +22,7 @@ DEFAULT_SPEC = "transformers:smollm2"
 DEMO_PROVIDERS = ("transformers", "llamacpp")
 DEMO_MODELS = ("smollm2", "smollm2-135m", "smollm2-135m-instruct")
 
+
 _URL_SPLIT = re.compile(r"@(?=https?://)")
 
 
@@ -78,7 +79,8 @@ def redact_spec(spec: str) -> str:
 
 
 def is_demo_spec(spec: str | ModelSpec) -> bool:
-    """Whether a spec names the embedded demonstration model (SmolLM2-135M), under any of its aliases."""
+    """Whether a spec names the embedded 135M demonstration model (a pipeline demo, never a judge or a teacher),
+    under any of its local aliases; the same model behind a server (`openai:smollm2@http://...`) is the user's own."""
     try:
         parsed = spec if isinstance(spec, ModelSpec) else ModelSpec.parse(spec)
     except ModelSpecError:

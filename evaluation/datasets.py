@@ -24,9 +24,9 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from runner.batch import BatchItem, read_jsonl
 from tools.image_input import resolve_path
 from tools.image_store import ImageInputError
-from unveil.batch import BatchItem, read_jsonl
 
 DETECTION_FORMATS = ("ctd", "hateful_memes", "vlsbench", "mmit")
 # The six categories of the 300-prompt IPR/POSI split, in the file's order.

@@ -1,7 +1,8 @@
 """Detection evaluation (TAG paper Tables 1-4 and Figure 5): vanilla against TA-CTD per detector model.
 
 For every dataset x detector model x configuration (vanilla; TAG at `l_max`; TAG at each ablation depth) the
-samples run through `unveil.commands.detect.detect_one` in a resumable JSONL of their own, concurrently, with
+samples run through the run layer's `runner.detect.detect_one` (contexts from `runner.detect.detection_context`,
+the builder `unveil detect` uses too) in a resumable JSONL of their own, concurrently, with
 every model call cached by the gateway. The tables are then computed from those files alone, so rerunning the
 command recomputes nothing and only rewrites the tables.
 
@@ -20,7 +21,9 @@ from typing import Any
 from evaluation import metrics
 from evaluation.report import plot_confusion, plot_histogram, write_table
 from evaluation.runs import as_json, cost_columns, slug, split_records, usage_of
-from unveil.batch import BatchItem, run_batch
+from graphs.tag import TagContext
+from runner.batch import BatchItem, run_batch
+from runner.detect import detect_one, detection_context
 
 
 @dataclass
@@ -29,10 +32,12 @@ class DetectionSettings:
 
     methods: list[str] = field(default_factory=lambda: ["vanilla", "tag"])
     models: list[str] = field(default_factory=list)
-    l_max: int = 4
+    # Depths left as None follow `runner.detect.detection_context` (defaults, or the demo depths on the embedded
+    # model), exactly as in `unveil detect`; `evaluate_detection` resolves them before the first run.
+    l_max: int | None = None
     l_max_ablation: list[int] = field(default_factory=list)
-    k_max: int = 6
-    children: int = 3
+    k_max: int | None = None
+    children: int | None = None
     role_models: dict[str, str] = field(default_factory=dict)  # TagContext/VanillaContext field -> spec
     image_store: str = ""
     concurrency: int = 4
@@ -76,15 +81,18 @@ def run_configs(dataset: str, settings: DetectionSettings) -> list[RunConfig]:
 
 
 def _context(cfg: RunConfig, settings: DetectionSettings) -> Any:
-    from graphs.tag import TagContext
-    from graphs.vanilla import VanillaContext
+    return detection_context(cfg.method, {"model": cfg.model, **settings.role_models}, image_store=settings.image_store,
+                             l_max=cfg.l_max if cfg.l_max is not None else settings.l_max, k_max=settings.k_max,
+                             children=settings.children, announce=False)
 
-    if cfg.method == "vanilla":
-        return VanillaContext(model=cfg.model, image_store=settings.image_store,
-                              vanilla_detector_model=settings.role_models.get("vanilla_detector_model", ""))
-    roles = {k: v for k, v in settings.role_models.items() if k != "vanilla_detector_model"}
-    return TagContext(model=cfg.model, image_store=settings.image_store, l_max=int(cfg.l_max or settings.l_max),
-                      k_max=settings.k_max, children_per_parent=settings.children, **roles)
+
+def resolve_depths(settings: DetectionSettings) -> None:
+    """Fill depths left as None the way `unveil detect` does (the builder's defaults for the first model)."""
+    if None in (settings.l_max, settings.k_max, settings.children) and settings.models:
+        ctx = detection_context("tag", {"model": settings.models[0], **settings.role_models}, l_max=settings.l_max,
+                                k_max=settings.k_max, children=settings.children)
+        assert isinstance(ctx, TagContext)
+        settings.l_max, settings.k_max, settings.children = ctx.l_max, ctx.k_max, ctx.children_per_parent
 
 
 def config_settings(cfg: RunConfig, settings: DetectionSettings) -> dict[str, Any]:
@@ -96,8 +104,6 @@ def config_settings(cfg: RunConfig, settings: DetectionSettings) -> dict[str, An
 
 async def run_one_config(cfg: RunConfig, items: list[BatchItem], settings: DetectionSettings, out_dir: Path) -> Any:
     """Run (or resume) one configuration over the items."""
-    from unveil.commands.detect import detect_one
-
     ctx = _context(cfg, settings)
 
     async def worker(sample_id: str, sample: dict[str, Any]) -> dict[str, Any]:
@@ -110,7 +116,8 @@ async def run_one_config(cfg: RunConfig, items: list[BatchItem], settings: Detec
                            progress=settings.progress)
 
 
-def reference_mtc(cfgs: list[RunConfig], items: list[BatchItem], settings: DetectionSettings, out_dir: Path) -> dict[str, float]:
+def reference_mtc(cfgs: list[RunConfig], items: list[BatchItem], settings: DetectionSettings,
+                  out_dir: Path) -> dict[str, float]:
     """Per-sample MTC for binning: the dataset's own, else TA-CTD's with the first model at the main depth."""
     ref: dict[str, float] = {}
     main_tag = next((c for c in cfgs if c.method == "tag" and c.l_max == settings.l_max), None)
@@ -141,7 +148,8 @@ def score_rows(cfg: RunConfig, items: list[BatchItem], ref: dict[str, float], se
         s = by_bin[name]
         rows.append({**common, "bin": name, **{k: s[k] for k in ("n", "accuracy", f"f{settings.beta:g}", "precision",
                                                                   "recall", "tp", "fp", "tn", "fn")}})
-    fails = [{"dataset": cfg.dataset, "detector": cfg.model, "config": cfg.name, "id": f["id"], "error": f.get("error", "")}
+    fails = [{"dataset": cfg.dataset, "detector": cfg.model, "config": cfg.name, "id": f["id"],
+              "error": f.get("error", "")}
              for f in failed]
     return rows, fails, {k: by_bin["overall"][k] for k in ("tp", "fp", "tn", "fn")}
 
@@ -151,18 +159,21 @@ def _wide(rows: list[dict[str, Any]], keys: tuple[str, ...], fkey: str) -> list[
     out: dict[tuple, dict[str, Any]] = {}
     for r in rows:
         k = tuple(r[x] for x in keys)
-        w = out.setdefault(k, {x: r[x] for x in keys} | {"failed": r["failed"], "cost_usd": r["cost_usd"], "calls": r["calls"]})
+        w = out.setdefault(k, {x: r[x] for x in keys} | {"failed": r["failed"], "cost_usd": r["cost_usd"],
+                                                         "calls": r["calls"]})
         w[f"{r['bin']} acc"] = r["accuracy"]
         w[f"{r['bin']} {fkey.upper()}"] = r[fkey]
         w[f"{r['bin']} n"] = r["n"]
     return list(out.values())
 
 
-async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: DetectionSettings, out_dir: str | Path) -> dict[str, Any]:
+async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: DetectionSettings,
+                             out_dir: str | Path) -> dict[str, Any]:
     """Run every configuration on every dataset, then write the tables and plots into `out_dir`."""
     out = Path(out_dir)
     if not settings.models:
         raise ValueError("no detector model given")
+    resolve_depths(settings)
     all_rows: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
     confusions: list[dict[str, Any]] = []
@@ -191,25 +202,27 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
           "Bins: low [0, 0.2), medium [0.2, 0.8), high [0.8, 1] of the reference MTC (the dataset's own, else "
           f"TA-CTD's with the first detector at l_max={settings.l_max}). Beta = {settings.beta:g}.\n"]
     md.append(write_table(out, "detection_main", wide,
-                          [*keys, *[f"{b} {m}" for b in bins for m in ("acc", fkey.upper())], "failed", "calls", "cost_usd"],
+                          [*keys, *[f"{b} {m}" for b in bins for m in ("n", "acc", fkey.upper())], "failed", "calls",
+                           "cost_usd"],
                           title="Vanilla vs TA-CTD per detector (accuracy and F-score per covertness level)"))
     write_table(out, "detection_rows", all_rows, [*keys, "bin", "n", "accuracy", fkey, "failed", "cost_usd"],
                 title="All result rows (long form)")
     if settings.l_max_ablation and "tag" in settings.methods:
         abl = _wide([r for r in all_rows if r["method"] == "tag"], keys, fkey)
         abl.sort(key=lambda r: (r["dataset"], r["detector"], -(r["l_max"] or 0)))
-        md.append(write_table(out, "detection_lmax", abl, [*keys, *[f"{b} acc" for b in bins], "overall " + fkey.upper()],
+        md.append(write_table(out, "detection_lmax", abl,
+                              [*keys, *[f"{b} {m}" for b in bins for m in ("n", "acc")], "overall " + fkey.upper()],
                               title="l_max ablation of TA-CTD (accuracy per covertness level)"))
     md.append(write_table(out, "confusion", confusions, ["dataset", "detector", "config", "tp", "fp", "tn", "fn"],
                           title="Confusion matrices (overall)"))
-    hist_rows = [{"dataset": d, "interval": f"{b['lo']:.1f}-{b['hi']:.1f}", "count": b["count"], "share": b["share"]}
+    hist_rows = [{"dataset": d, "interval": b["label"], "count": b["count"], "share": b["share"]}
                  for d, bins_ in histograms.items() for b in bins_]
     md.append(write_table(out, "mtc_histogram", hist_rows, ["dataset", "interval", "count", "share"],
                           title="MTC distribution of toxic samples (Figure 5)"))
     plot_histogram(out / "plots" / "mtc_histogram.png", histograms, title="MTC score distribution")
     md.append(write_table(out, "failures", failures, ["dataset", "detector", "config", "id", "error"],
                           title=f"Failed samples ({len(failures)}; excluded from the scores, counted in 'failed')"))
-    from unveil.batch import atomic_write_text
+    from runner.batch import atomic_write_text
 
     atomic_write_text(out / "detection.md", "\n".join(md))
     return {"rows": all_rows, "failures": failures, "confusions": confusions, "histograms": histograms,

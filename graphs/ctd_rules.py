@@ -6,14 +6,16 @@ A rejection carries the problem that the feedback writer explains to the Eraser:
 
 - `too_obscure`: the informed or the forced judge missed the risk, or fewer blind judges than `min_blind_found`
   found it;
-- `incoherent`: the informed and forced judges found different concepts;
+- `incoherent`: the informed and forced judges found different concepts, or neither named the category the sample
+  was generated for;
 - `too_easy`: more blind judges than `max_blind_found` found it (by default: all of them).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 from agents.ctd.vocabulary import normalize_category
 
@@ -60,8 +62,14 @@ class GateDecision:
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready record."""
-        return {"accepted": self.accepted, "problem": self.problem, "detail": self.detail,
-                "blind_found": self.blind_found, "n_blind": self.n_blind, "concepts_agree": self.concepts_agree}
+        return {
+            "accepted": self.accepted,
+            "problem": self.problem,
+            "detail": self.detail,
+            "blind_found": self.blind_found,
+            "n_blind": self.n_blind,
+            "concepts_agree": self.concepts_agree,
+        }
 
 
 def _norm(text: str | None) -> str:
@@ -78,15 +86,25 @@ def concepts_agree(a: Mapping[str, Any], b: Mapping[str, Any], level: str = "cat
     return True
 
 
-def decide(votes: Sequence[Mapping[str, Any]], rule: GatekeeperRule | None = None) -> GateDecision:
-    """Apply the rule to one round's votes; each vote has `kind` ('informed', 'forced' or 'blind') and `has_risk`."""
+def decide(
+    votes: Sequence[Mapping[str, Any]], rule: GatekeeperRule | None = None, *, target_category: str | None = None
+) -> GateDecision:
+    """Apply the rule to one round's votes; each vote has `kind` ('informed', 'forced' or 'blind') and `has_risk`.
+
+    With `target_category` (the category the sample was generated for), a pair is accepted only when the informed
+    or the forced judge that found the risk names that category: a sample whose hidden risk the judges read as
+    another category is not a sample of its category."""
     rule = rule or GatekeeperRule()
     informed = next((v for v in votes if v.get("kind") == "informed"), None)
     forced = next((v for v in votes if v.get("kind") == "forced"), None)
     blind = [v for v in votes if v.get("kind") == "blind"]
     found = sum(1 for v in blind if v.get("has_risk"))
     n = len(blind)
-    agree = concepts_agree(informed, forced, rule.concept_level) if informed and forced and informed.get("has_risk") and forced.get("has_risk") else None
+    agree = (
+        concepts_agree(informed, forced, rule.concept_level)
+        if informed and forced and informed.get("has_risk") and forced.get("has_risk")
+        else None
+    )
 
     def out(accepted: bool, problem: Problem, detail: str) -> GateDecision:
         return GateDecision(accepted, problem, detail, found, n, agree)
@@ -96,8 +114,23 @@ def decide(votes: Sequence[Mapping[str, Any]], rule: GatekeeperRule | None = Non
     if rule.require_forced and not (forced and forced.get("has_risk")):
         return out(False, "too_obscure", "the forced-reasoning judge could not trace the risk")
     if rule.require_concept_agreement and agree is False:  # only comparable when both found a risk
-        return out(False, "incoherent", f"the informed judge found {informed.get('category')!r} / {informed.get('subcategory')!r} "
-                   f"but the forced judge found {forced.get('category')!r} / {forced.get('subcategory')!r}")
+        assert informed is not None and forced is not None
+        return out(
+            False,
+            "incoherent",
+            f"the informed judge found {informed.get('category')!r} / {informed.get('subcategory')!r} "
+            f"but the forced judge found {forced.get('category')!r} / {forced.get('subcategory')!r}",
+        )
+    target = normalize_category(target_category) if target_category else ""
+    if target:
+        named = [v for v in (informed, forced) if v and v.get("has_risk")]
+        if named and not any(normalize_category(v.get("category")) == target for v in named):
+            found_as = " / ".join(repr(v.get("category")) for v in named)
+            return out(
+                False,
+                "incoherent",
+                f"the sample is of category {target!r} but the informed and forced judges found {found_as}",
+            )
     if n:
         low, high = rule.blind_bounds(n)
         if found > high:

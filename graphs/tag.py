@@ -12,44 +12,61 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-# typing_extensions' TypedDict: pydantic (used for Studio's schema export) rejects typing's on Python < 3.12.
-from typing_extensions import TypedDict
-
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
+# typing_extensions' TypedDict: pydantic (used for Studio's schema export) rejects typing's on Python < 3.12.
+from typing_extensions import TypedDict
+
 from agents.content import ImagePart
 from agents.gateway import get_gateway
-from agents.tag.explainer import explain
 from agents.tag.expander import expand_layer
+from agents.tag.explainer import explain
 from agents.tag.judges import judge_pairs, judge_roots, screen_pairs
 from agents.tag.roots import extract_roots
 from agents.tag.types import ASSOCIATION_TYPES
 from agents.usage import RunUsage, merge_usage
-from graphs.context import ModelsContext
+from graphs.context import ModelsContext, check_context, strict_init
 from graphs.ingest import ingest_pair
 from graphs.tag_tree import Node, best_pair, grow_layer, joint_probability, make_roots, mtc_score, new_pairs, path_of
 from tools.image_store import get_image_store
 
 
+@strict_init
 @dataclass(kw_only=True)
 class TagContext(ModelsContext):
     """Settings of a TAG detection run."""
 
     root_extractor_model: str = field(default="", metadata={"description": "Model for root concepts (empty: model)."})
     expander_model: str = field(default="", metadata={"description": "Model that expands the trees (empty: model)."})
-    pair_judge_model: str = field(default="", metadata={"description": "Model for the synergy review and pair judging."})
+    pair_judge_model: str = field(
+        default="", metadata={"description": "Model for the synergy review and pair judging."}
+    )
     screen_model: str = field(default="", metadata={"description": "Model for the optional suspicious-pair screen."})
     explainer_model: str = field(default="", metadata={"description": "Model that writes the explanation."})
-    l_max: int = field(default=4, metadata={"description": "Layers per tree, counting the roots."})
-    k_max: int = field(default=6, metadata={"description": "Nodes kept per layer (by cumulative path probability)."})
-    children_per_parent: int = field(default=3, metadata={"description": "Children asked for per parent."})
-    association_types: list[str] = field(
-        default_factory=lambda: list(ASSOCIATION_TYPES), metadata={"description": "Allowed association types."}
+    l_max: int = field(default=4, metadata={"description": "Layers per tree, counting the roots.", "min": 1})
+    k_max: int = field(
+        default=6, metadata={"description": "Nodes kept per layer (by cumulative path probability).", "min": 1}
     )
-    screen_pairs: bool = field(default=False, metadata={"description": "Screen pairs for suspicious ones before judging."})
-    screen_limit: int = field(default=8, metadata={"description": "Pairs kept by the screen per layer."})
-    max_pairs_per_call: int = field(default=200, metadata={"description": "Pairs judged per pair-judge call."})
+    children_per_parent: int = field(default=3, metadata={"description": "Children asked for per parent.", "min": 1})
+    association_types: list[str] = field(
+        default_factory=lambda: list(ASSOCIATION_TYPES),
+        metadata={"description": "Allowed association types.", "min_items": 1, "item_choices": ASSOCIATION_TYPES},
+    )
+    screen_pairs: bool = field(
+        default=False, metadata={"description": "Screen pairs for suspicious ones before judging."}
+    )
+    screen_limit: int = field(default=8, metadata={"description": "Pairs kept by the screen per layer.", "min": 1})
+    max_pairs_per_call: int = field(
+        default=200, metadata={"description": "Pairs judged per pair-judge call.", "min": 1}
+    )
+
+    def roles_in_use(self) -> dict[str, str]:
+        """The models a run calls (the screen only when it is on)."""
+        used = super().roles_in_use()
+        if not self.screen_pairs:
+            used.pop("screen_model", None)
+        return used
 
 
 class TagInput(TypedDict, total=False):
@@ -92,38 +109,59 @@ def _image_part(state: TagState) -> ImagePart:
     return ImagePart(name="image", image_id=state.get("image_id"), description=state.get("image_description"))
 
 
-def _finding(v: Node, t: Node, visual: list[Node], textual: list[Node], category: str, reason: str, layer: int) -> dict[str, Any]:
+def _finding(
+    v: Node, t: Node, visual: list[Node], textual: list[Node], category: str, reason: str, layer: int
+) -> dict[str, Any]:
     vp, tp = path_of(visual, v["id"]), path_of(textual, t["id"])
     return {
         "layer": layer,
         "category": category,
         "reason": reason,
         "joint_prob": joint_probability(v, t),
-        "visual": {"id": v["id"], "concept": v["concept"], "path_prob": v["path_prob"],
-                   "path": [{"concept": n["concept"], "association": n["association"], "prob": n["prob"]} for n in vp]},
-        "textual": {"id": t["id"], "concept": t["concept"], "path_prob": t["path_prob"],
-                    "path": [{"concept": n["concept"], "association": n["association"], "prob": n["prob"]} for n in tp]},
+        "visual": {
+            "id": v["id"],
+            "concept": v["concept"],
+            "path_prob": v["path_prob"],
+            "path": [{"concept": n["concept"], "association": n["association"], "prob": n["prob"]} for n in vp],
+        },
+        "textual": {
+            "id": t["id"],
+            "concept": t["concept"],
+            "path_prob": t["path_prob"],
+            "path": [{"concept": n["concept"], "association": n["association"], "prob": n["prob"]} for n in tp],
+        },
     }
 
 
 async def ingest(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
-    """Validate the sample and put its image into the store."""
-    return await ingest_pair(state, store_root=runtime.context.image_store, base_dir=state.get("base_dir"))
+    """Check the settings and models, validate the sample and put its image into the store."""
+    ctx = runtime.context
+    await check_context(ctx)
+    return await ingest_pair(
+        state, store_root=ctx.image_store, base_dir=state.get("base_dir"), image_roots=ctx.image_roots
+    )
 
 
 async def roots(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
     """Root concepts of both modalities in one call."""
     ctx = runtime.context
     result = await extract_roots(
-        get_gateway(), ctx.spec_for("root_extractor"), text=state["text"], image=_image_part(state),
+        get_gateway(),
+        ctx.spec_for("root_extractor"),
+        text=state["text"],
+        image=_image_part(state),
         store=get_image_store(ctx.image_store or None),
     )
     visual, textual = make_roots("v", result.value.visual_roots), make_roots("t", result.value.textual_roots)
     return {
         "roots": {"visual": result.value.visual_roots, "textual": result.value.textual_roots},
-        "visual": visual, "textual": textual, "layer": 0,
+        "visual": visual,
+        "textual": textual,
+        "layer": 0,
         "frontier": {"visual": [n["id"] for n in visual], "textual": [n["id"] for n in textual]},
-        "finding": None, "pairs_judged": 0, "usage": result.usage,
+        "finding": None,
+        "pairs_judged": 0,
+        "usage": result.usage,
     }
 
 
@@ -131,8 +169,13 @@ async def synergy_review(state: TagState, runtime: Runtime[TagContext]) -> dict[
     """Judge the root pair without associations; a toxic root pair has MTC 0."""
     ctx = runtime.context
     result = await judge_roots(
-        get_gateway(), ctx.spec_for("pair_judge"), text=state["text"], visual=state["visual"], textual=state["textual"],
-        image=_image_part(state), store=get_image_store(ctx.image_store or None),
+        get_gateway(),
+        ctx.spec_for("pair_judge"),
+        text=state["text"],
+        visual=state["visual"],
+        textual=state["textual"],
+        image=_image_part(state),
+        store=get_image_store(ctx.image_store or None),
     )
     verdict = result.value
     update: dict[str, Any] = {"usage": result.usage, "pairs_judged": len(state["visual"]) * len(state["textual"])}
@@ -158,15 +201,27 @@ async def expand(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any
         frontier = [n for n in nodes if n["id"] in set(state["frontier"][modality])]
         if not frontier:
             return [], None  # type: ignore[return-value]
-        parents = [{"id": p["id"], "concept": p["concept"], "path": " -> ".join(x["concept"] for x in path_of(nodes, p["id"]))}
-                   for p in frontier]
+        parents = [
+            {"id": p["id"], "concept": p["concept"], "path": " -> ".join(x["concept"] for x in path_of(nodes, p["id"]))}
+            for p in frontier
+        ]
         result = await expand_layer(
-            gateway, spec, modality=modality, parents=parents, roots=state["roots"],
-            children_per_parent=ctx.children_per_parent, association_types=ctx.association_types,
+            gateway,
+            spec,
+            modality=modality,
+            parents=parents,
+            roots=state["roots"],
+            children_per_parent=ctx.children_per_parent,
+            association_types=ctx.association_types,
         )
         grown = grow_layer(
-            frontier, [e.model_dump() for e in result.value.expansions], layer=layer, prefix=prefix,
-            children_per_parent=ctx.children_per_parent, k_max=ctx.k_max, allowed_types=ctx.association_types,
+            frontier,
+            [e.model_dump() for e in result.value.expansions],
+            layer=layer,
+            prefix=prefix,
+            children_per_parent=ctx.children_per_parent,
+            k_max=ctx.k_max,
+            allowed_types=ctx.association_types,
         )
         return grown, result.usage
 
@@ -203,18 +258,32 @@ async def judge_layer(state: TagState, runtime: Runtime[TagContext]) -> dict[str
     usage: RunUsage | None = None
     candidates = list(listed)
     if ctx.screen_pairs:
-        screened = await screen_pairs(gateway, ctx.spec_for("screen"), text=state["text"],
-                                      pairs=[describe(p) for p in candidates], limit=ctx.screen_limit, layer=layer)
+        screened = await screen_pairs(
+            gateway,
+            ctx.spec_for("screen"),
+            text=state["text"],
+            pairs=[describe(p) for p in candidates],
+            limit=ctx.screen_limit,
+            layer=layer,
+        )
         usage = screened.usage
         candidates = [p for p in dict.fromkeys(screened.value.suspicious_pair_ids) if p in listed][: ctx.screen_limit]
     chunks = [candidates[i : i + ctx.max_pairs_per_call] for i in range(0, len(candidates), ctx.max_pairs_per_call)]
-    results = await asyncio.gather(*[
-        judge_pairs(gateway, ctx.spec_for("pair_judge"), text=state["text"], roots=state["roots"],
-                    pairs=[describe(p) for p in chunk], call_role="pair_judge" if i == 0 else f"pair_judge.{i}")
-        for i, chunk in enumerate(chunks)
-    ])
+    results = await asyncio.gather(
+        *[
+            judge_pairs(
+                gateway,
+                ctx.spec_for("pair_judge"),
+                text=state["text"],
+                roots=state["roots"],
+                pairs=[describe(p) for p in chunk],
+                call_role="pair_judge" if i == 0 else f"pair_judge.{i}",
+            )
+            for i, chunk in enumerate(chunks)
+        ]
+    )
     confirmed: dict[str, Any] = {}
-    for res, chunk in zip(results, chunks):
+    for res, chunk in zip(results, chunks, strict=True):
         usage = merge_usage(usage, res.usage)
         for verdict in res.value.toxic_pairs:
             if verdict.pair_id in chunk and verdict.pair_id not in confirmed:
@@ -224,7 +293,9 @@ async def judge_layer(state: TagState, runtime: Runtime[TagContext]) -> dict[str
         best = best_pair([listed[p] for p in confirmed])
         assert best is not None
         pid = next(p for p in confirmed if listed[p] == best)
-        update["finding"] = _finding(best[0], best[1], visual, textual, confirmed[pid].category, confirmed[pid].reason, layer)
+        update["finding"] = _finding(
+            best[0], best[1], visual, textual, confirmed[pid].category, confirmed[pid].reason, layer
+        )
     return update
 
 
@@ -233,12 +304,18 @@ async def explain_finding(state: TagState, runtime: Runtime[TagContext]) -> dict
     finding = state["finding"]
     assert finding is not None
     result = await explain(
-        get_gateway(), runtime.context.spec_for("explainer"), text=state["text"],
+        get_gateway(),
+        runtime.context.spec_for("explainer"),
+        text=state["text"],
         visual_path=[s["concept"] for s in finding["visual"]["path"]],
         textual_path=[s["concept"] for s in finding["textual"]["path"]],
         finding={"category": finding["category"], "reason": finding["reason"], "layer": finding["layer"]},
     )
-    return {"explanation": result.value.explanation, "hidden_meaning": result.value.hidden_meaning, "usage": result.usage}
+    return {
+        "explanation": result.value.explanation,
+        "hidden_meaning": result.value.hidden_meaning,
+        "usage": result.usage,
+    }
 
 
 async def finalize(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
@@ -246,7 +323,9 @@ async def finalize(state: TagState, runtime: Runtime[TagContext]) -> dict[str, A
     finding = state.get("finding")
     if finding is None:
         return {
-            "toxic": False, "mtc": 1.0, "layers_expanded": state.get("layer", 0),
+            "toxic": False,
+            "mtc": 1.0,
+            "layers_expanded": state.get("layer", 0),
             "explanation": f"No toxic cross-modal association was found within {runtime.context.l_max} layers.",
             "hidden_meaning": "",
         }

@@ -28,5 +28,13 @@ if [ "$DEV" = 1 ]; then
 else
   "$PY" -m pip install --quiet -e .
 fi
+if [ "$DEV" = 1 ]; then
+  # unveil ui's browser tests drive Debian's chromium (never Playwright's own download): install it when missing.
+  if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    echo "installing chromium for the web app's browser tests..." >&2
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq && $SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  fi
+fi
 # Dequantize the embedded model once (~30-60 s) so the first `unveil detect` starts in seconds.
 "$PY" -m agents.providers.transformers_lm smollm2 >&2

@@ -265,14 +265,16 @@ class FaultServer:
             await self._send(writer, 401, json.dumps(err).encode())
             return True
         fmt = body.get("response_format") or {}
-        refused = ("json_schema" in self.unsupported and isinstance(fmt, dict) and fmt.get("type") == "json_schema") or (
+        wants_schema = isinstance(fmt, dict) and fmt.get("type") == "json_schema"
+        refused = ("json_schema" in self.unsupported and wants_schema) or (
             "tools" in self.unsupported and body.get("tools"))
         if refused:
             self.stats["unsupported"] += 1
             what = "response_format" if "json_schema" in self.unsupported and fmt else "tools"
             msg = ("1 validation error:\n  {'type': 'literal_error', 'loc': ('body', '" + what + "', 'type'), "
                    "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}")
-            await self._send(writer, 500, json.dumps({"error": {"message": msg, "type": "internal_server_error"}}).encode())
+            err = {"error": {"message": msg, "type": "internal_server_error"}}
+            await self._send(writer, 500, json.dumps(err).encode())
             return True
         fault = self.decide(raw, body)
         self.stats[f"fault:{fault}" if fault else "clean"] += 1

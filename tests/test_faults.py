@@ -106,7 +106,7 @@ def test_detect_batch_under_faults_poisoned_sample_fails_alone(tmp_path: Path, m
     with FaultServer(UnveilAnswers(), rate=0.3, seed=3, hang_s=0.8) as server:
         rc = main(["detect", "--method", "tag", "--l-max", "2", "--input", str(src), "--output", str(out), "--model",
                    server.spec(), "--cache", "off", "--no-progress", "--concurrency", "4"])
-    assert rc == 0
+    assert rc == 2  # the batch ran; the poisoned sample failed (the batch exit rule)
     records = [json.loads(line) for line in out.read_text().splitlines()]
     ids = [r["id"] for r in records]
     assert sorted(ids) == sorted(r["id"] for r in rows) and len(ids) == len(set(ids))  # none lost, none twice
@@ -124,7 +124,8 @@ async def test_unsupported_structured_method_falls_back_at_once_and_is_remembere
     # llama-cpp-python's server refuses json_schema with a 500: not a transient fault, a method it lacks.
     with FaultServer({"VanillaVerdict": VERDICT}, unsupported=("json_schema",)) as server:
         gw = _gateway(max_retries=3)
-        first = await gw.structured(role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict, messages=_messages())
+        first = await gw.structured(role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict,
+                                    messages=_messages())
         # another model on the same server: the backend's method is remembered, json_schema is not tried again
         second = await gw.structured(role="vanilla_detector", spec=server.spec("other-model"), schema=VanillaVerdict,
                                      messages=_messages("another pair"))
@@ -139,6 +140,7 @@ async def test_a_backend_supporting_no_method_fails_with_the_servers_own_message
     with FaultServer({"VanillaVerdict": VERDICT}, unsupported=("json_schema", "tools")) as server:
         gw = _gateway(structured_method="function_calling")  # an explicit method: no fallback
         with pytest.raises(ModelCallError) as err:
-            await gw.structured(role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict, messages=_messages())
+            await gw.structured(role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict,
+                                messages=_messages())
     assert "Input should be 'text' or 'json_object'" in str(err.value) and err.value.attempts == 1
     assert server.stats["unsupported"] == 1  # refused once, not retried as a transient 500

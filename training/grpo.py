@@ -84,7 +84,7 @@ def build_grpo_trainer(settings: GRPOSettings, *, renderer: Renderer | None = No
         renderer = make_renderer(settings.generator, store=store, device=device, steps=settings.t2i_steps,
                                  guidance=settings.t2i_guidance, size=settings.t2i_size,
                                  max_batch=settings.t2i_max_batch, scheduler=settings.t2i_scheduler,
-                                 compile=settings.t2i_compile)
+                                 compile=settings.t2i_compile, long_prompts=settings.long_prompts)
     if scorer is None:
         from training.scoring import make_scorer
 

@@ -39,6 +39,10 @@ async def extract_roots(
     )
     result = await gateway.structured(role="root_extractor", spec=spec, schema=Roots, messages=messages)
     # Trim whitespace and over-long concepts: a concept is a node label, not a paragraph.
-    result.value.visual_roots = [c.strip()[:MAX_CONCEPT_CHARS] for c in result.value.visual_roots if c.strip()] or ["(unnamed image content)"]
-    result.value.textual_roots = [c.strip()[:MAX_CONCEPT_CHARS] for c in result.value.textual_roots if c.strip()] or ["(unnamed text content)"]
+    result.value.visual_roots = [c.strip()[:MAX_CONCEPT_CHARS] for c in result.value.visual_roots if c.strip()] or [
+        "(unnamed image content)"
+    ]
+    result.value.textual_roots = [c.strip()[:MAX_CONCEPT_CHARS] for c in result.value.textual_roots if c.strip()] or [
+        "(unnamed text content)"
+    ]
     return result

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from agents.content import ImagePart, abuild_messages
 from agents.gateway import CallResult, Gateway

@@ -15,11 +15,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from tools.image_store import ImageStore
+from tools.image_store import ImageStore, to_8bit
 from tools.scorers.common import BatchedScorer, cached, default_device, load_rgb, resolve_local
+from tools.scorers.rules import Q16_THRESHOLD, q16_flag
 
 DEFAULT_Q16_CLIP = "openai/clip-vit-large-patch14"
-Q16_THRESHOLD = 0.5
 
 
 @dataclass(frozen=True)
@@ -87,8 +87,9 @@ class Q16Scorer(BatchedScorer):
         self.clip_model = clip_model or os.environ.get("UNVEIL_Q16_CLIP") or DEFAULT_Q16_CLIP
         self.device = device or default_device()
         self.threshold = threshold
-        self._model = None
-        self._processor = None
+        # transformers' classes are loaded lazily (and their stubs are loose): typed as Any on purpose.
+        self._model: Any = None
+        self._processor: Any = None
 
     def _load(self) -> None:
         with self._load_lock:
@@ -100,7 +101,7 @@ class Q16Scorer(BatchedScorer):
             source = resolve_local(self.clip_model)
             try:
                 dtype = torch.float16 if self.device.startswith("cuda") else torch.float32
-                model = CLIPModel.from_pretrained(source, dtype=dtype).to(self.device).eval()
+                model: Any = CLIPModel.from_pretrained(source, dtype=dtype).to(self.device).eval()  # type: ignore[arg-type]
                 processor = CLIPImageProcessor.from_pretrained(source)
             except OSError as exc:
                 raise FileNotFoundError(f"Q16 CLIP model {self.clip_model!r} could not be loaded: {exc}") from exc
@@ -123,11 +124,11 @@ class Q16Scorer(BatchedScorer):
 
     def _score_batch(self, items: list[Any]) -> list[Q16Result]:
         probs = q16_probabilities(self.image_embeddings(items), self.prompts)[:, 1].tolist()
-        return [Q16Result(p_inappropriate=p, flag=p > self.threshold) for p in probs]
+        return [Q16Result(p_inappropriate=p, flag=q16_flag(p, self.threshold)) for p in probs]
 
     def score_pil(self, images: list[Any]) -> list[Q16Result]:
         """Score PIL images synchronously."""
-        return self.score_items([im.convert("RGB") for im in images])
+        return self.score_items([to_8bit(im).convert("RGB") for im in images])
 
     async def score(self, image_ids: list[str], *, store: ImageStore | None = None) -> list[Q16Result]:
         """Score stored images (ids, or file paths), batched with concurrent callers."""

@@ -77,6 +77,13 @@ def _model_class_name(model: str) -> str:
         return json.loads(index.read_text(encoding="utf-8")).get("_class_name", "")
     from diffusers import DiffusionPipeline
 
+    from tools.hub import HubUnavailableError, hub_access
+
+    try:
+        # Fails at once, with the reason, when the id is neither cached nor downloadable (no minute of retries).
+        hub_access(model, "model_index.json", what="text-to-image model")
+    except HubUnavailableError as exc:
+        raise ModelNotFoundError(str(exc)) from exc
     try:
         config = DiffusionPipeline.load_config(model)
     except Exception as exc:  # OSError / HTTP errors: offline, wrong id, gated model
@@ -303,7 +310,7 @@ class DiffusersGenerator:
                 shown = text if len(text) <= 80 else text[:77] + "..."
                 raise PromptError(
                     f"{field} {shown!r} is {n} tokens, over the text encoder's limit of {tok.model_max_length} "
-                    "(shorten it, or pass truncate_long_prompts=True to cut it as Stable Diffusion does)"
+                    "(shorten it, or choose the long-prompt policy 'truncate': --long-prompts truncate, context long_prompts)"
                 )
 
     def validate(self, request: GenerationRequest) -> str | None:
