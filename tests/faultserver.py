@@ -95,6 +95,9 @@ class FaultServer:
     lifetime_s: float = 900.0
     max_requests: int = 1_000_000
     fault_first: int = 0
+    # Structured methods this server lacks ("json_schema", "tools"): refused with a 500 whose message is the one
+    # llama-cpp-python's server gives, so tests see a real server's way of saying "not supported".
+    unsupported: tuple[str, ...] = ()
     bodies: list[dict[str, Any]] = field(default_factory=list)
     stats: Counter = field(default_factory=Counter)
     times: list[float] = field(default_factory=list)
@@ -287,6 +290,18 @@ class FaultServer:
                 }
             }
             await self._send(writer, 401, json.dumps(err).encode())
+            return True
+        fmt = body.get("response_format") or {}
+        wants_schema = isinstance(fmt, dict) and fmt.get("type") == "json_schema"
+        refused = ("json_schema" in self.unsupported and wants_schema) or (
+            "tools" in self.unsupported and body.get("tools"))
+        if refused:
+            self.stats["unsupported"] += 1
+            what = "response_format" if "json_schema" in self.unsupported and fmt else "tools"
+            msg = ("1 validation error:\n  {'type': 'literal_error', 'loc': ('body', '" + what + "', 'type'), "
+                   "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}")
+            err = {"error": {"message": msg, "type": "internal_server_error"}}
+            await self._send(writer, 500, json.dumps(err).encode())
             return True
         fault = self.decide(raw, body)
         self.stats[f"fault:{fault}" if fault else "clean"] += 1

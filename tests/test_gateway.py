@@ -102,9 +102,8 @@ async def test_concurrency_limit_per_backend(write_script) -> None:
     gw = Gateway(GatewaySettings(cache_path=None, max_concurrency=2))
     spec = write_script({"judge": [{"toxic": True}] * 6}, "s.json") + "?latency=0.05"
     t0 = asyncio.get_running_loop().time()
-    await asyncio.gather(
-        *[gw.structured(role="judge", spec=spec, schema=Verdict, messages=msgs(str(i))) for i in range(6)]
-    )
+    calls = [gw.structured(role="judge", spec=spec, schema=Verdict, messages=msgs(str(i))) for i in range(6)]
+    await asyncio.gather(*calls)
     elapsed = asyncio.get_running_loop().time() - t0
     assert elapsed >= 3 * 0.05 * 0.9  # 6 calls of 50 ms, two at a time
 
@@ -153,3 +152,24 @@ async def test_rate_limiter_spaces_requests() -> None:
     for _ in range(4):
         await limiter.acquire()
     assert loop.time() - t0 >= 0.27
+
+
+async def test_an_unknown_provider_error_lists_every_provider(gateway) -> None:
+    from agents.providers.registry import UnknownProviderError
+
+    with pytest.raises(UnknownProviderError) as err:
+        await gateway.structured(role="judge", spec="nosuch:model", schema=Verdict, messages=msgs())
+    message = str(err.value)
+    assert "'nosuch'" in message
+    for provider in ("scripted", "llamacpp", "hf", "openai", "anthropic", "ollama"):
+        assert provider in message
+
+
+def test_gateway_and_providers_import_without_a_circle() -> None:
+    import subprocess
+    import sys
+
+    # Importing a provider first must not need the gateway (it used to import agents.gateway for salvage_json).
+    for first in ("agents.providers.hf_vlm", "agents.providers.llamacpp", "agents.providers.registry"):
+        code = f"import {first}, sys; assert 'agents.gateway' not in sys.modules, 'imports the gateway'"
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
