@@ -30,7 +30,7 @@ def guard_model(method: str, role_models: dict[str, str], models: list[str] | tu
     return role_models.get(f"guard.{name}_model") or role_models.get("guard_model") or (models[0] if models else "")
 # The embedded 135M demo model is slow on CPU and its long prompts help nobody: a smaller search shows the same
 # pipeline in a fraction of the time. Explicit depth settings always win.
-DEMO_DEPTHS = {"l_max": 3, "k_max": 3, "children_per_parent": 2}
+DEMO_DEPTHS = {"l_max": 2, "k_max": 2, "children_per_parent": 2}
 SAMPLE_FIELDS = ("image", "image_description", "text", "base_dir")
 
 

@@ -67,7 +67,7 @@ def _context(args: argparse.Namespace) -> Any:
 def _print_summary(rec: dict[str, Any], sample_id: str | None = None) -> None:
     head = f"[{sample_id}] " if sample_id else ""
     if rec.get("status") == "failed":
-        print(f"{head}FAILED: {rec.get('error')}")
+        print(f"{head}FAILED: {rec.get('error')}", flush=True)
         return
     verdict = "TOXIC" if rec.get("toxic") else "not toxic"
     line = f"{head}{verdict}"
@@ -84,7 +84,7 @@ def _print_summary(rec: dict[str, Any], sample_id: str | None = None) -> None:
     line += (f"\n  calls={usage.get('calls', 0)} cache_hits={usage.get('cache_hits', 0)} "
              f"tokens={usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} "
              f"cost=${usage.get('cost_usd', 0):.4f}")
-    print(line)
+    print(line, flush=True)  # shown as soon as each demo sample is done, also when stdout is a pipe
 
 
 def run(args: argparse.Namespace) -> int:

@@ -72,10 +72,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "--role-model guard=SPEC (or guard.NAME=SPEC)")
     d.add_argument("--detectors", type=_csv, default=[],
                    help="detector model specs, comma-separated (default: --model)")
-    d.add_argument("--l-max", type=int, help="TAG depth counting the roots (default 4; 3 on the embedded demo model, "
+    d.add_argument("--l-max", type=int, help="TAG depth counting the roots (default 4; 2 on the embedded demo model, "
                    "as in `unveil detect`)")
     d.add_argument("--l-max-ablation", type=_ints, default=[], help="other depths to run for the ablation, e.g. 2,3")
-    d.add_argument("--k-max", type=int, help="TAG nodes kept per layer (default 6; 3 on the embedded demo model)")
+    d.add_argument("--k-max", type=int, help="TAG nodes kept per layer (default 6; 2 on the embedded demo model)")
     d.add_argument("--children", type=int, help="children per parent (default 3; 2 on the embedded demo model)")
     d.add_argument("--beta", type=float, default=2.0, help="F-score beta (default 2)")
     benign = d.add_mutually_exclusive_group()
