@@ -49,10 +49,14 @@ class ParentExpansion(BaseModel):
     children: list[Child] = Field(default_factory=list, max_length=MAX_CHILDREN)
 
 
+# Parents per expansion call: a layer with more parents (per_node pruning) is split over several calls.
+MAX_PARENTS_PER_CALL = 12
+
+
 class Expansion(BaseModel):
     """One layer of expansion for one tree."""
 
-    expansions: list[ParentExpansion] = Field(default_factory=list, max_length=12)
+    expansions: list[ParentExpansion] = Field(default_factory=list, max_length=MAX_PARENTS_PER_CALL)
 
 
 async def expand_layer(
@@ -64,6 +68,7 @@ async def expand_layer(
     roots: dict[str, list[str]],
     children_per_parent: int,
     association_types: list[str],
+    call_role: str | None = None,
 ) -> CallResult[Expansion]:
     """Ask for the children of `parents` (dicts with id, concept, path) in one call."""
     guide = ASSOCIATION_GUIDE
@@ -79,5 +84,6 @@ async def expand_layer(
         },
         task=EXPAND_TASK,
     )
-    return await gateway.structured(role=f"expander.{modality}", spec=spec, schema=Expansion, messages=messages)
+    return await gateway.structured(role=call_role or f"expander.{modality}", usage_role="expander", spec=spec,
+                                    schema=Expansion, messages=messages)
 
