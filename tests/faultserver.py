@@ -356,6 +356,7 @@ class UnveilAnswers:
 STRUCTURED_ANSWERS: dict[str, dict[str, Any]] = {
     "VanillaVerdict": {"toxic": False, "reason": "an ordinary pair"},
     "Roots": {"visual_roots": ["kitchen table"], "textual_roots": ["baking"]},
+    "EntityGraph": {"entities": [{"id": "e1", "name": "kitchen table"}], "relations": []},
     "RootVerdict": {"toxic": False, "visual_id": None, "textual_id": None, "category": "", "reason": "benign"},
     "Expansion": {"expansions": [
         {"parent_id": "v0.0", "children": [{"concept": "flour", "association": "similarity", "probability": 1.0}]},

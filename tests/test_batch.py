@@ -108,7 +108,8 @@ async def test_no_image_bytes_in_any_checkpoint(tmp_path: Path, write_script, ga
     img = tmp_path / "photo.png"
     Image.effect_noise((64, 64), 50).convert("RGB").save(img)
     spec = write_script({
-        "root_extractor": [{"visual_roots": ["noise"], "textual_roots": ["static"]}],
+        "root_extractor.image": [{"entities": [{"name": "noise"}]}],
+        "root_extractor.text": [{"entities": [{"name": "static"}]}],
         "root_judge": [{"toxic": False}],
         "expander": [{"expansions": [{"parent_id": "v0.0", "children": [{"concept": "tv", "association": "similarity", "probability": 1}]}]},
                      {"expansions": [{"parent_id": "t0.0", "children": [{"concept": "radio", "association": "similarity", "probability": 1}]}]}],

@@ -70,7 +70,8 @@ async def test_tag_roles_get_the_injection_only_as_data(gateway, write_script) -
     # The root extractor "echoes" the attack as a concept, so it also travels on as model output into the
     # expander, the judges and the explainer.
     spec = write_script({
-        "root_extractor": [{"visual_roots": ["bottle"], "textual_roots": [INJECTION[:60]]}],
+        "root_extractor.image": [{"entities": [{"name": "bottle"}]}],
+        "root_extractor.text": [{"entities": [{"name": INJECTION[:60]}]}],
         "root_judge": [{"toxic": False}],
         "expander.visual": [{"expansions": [{"parent_id": "v0.0", "children": [_ch("bleach")]}]}],
         "expander.textual": [{"expansions": [{"parent_id": "t0.0", "children": [_ch("drink " + INJECTION[:40])]}]}],
@@ -81,8 +82,8 @@ async def test_tag_roles_get_the_injection_only_as_data(gateway, write_script) -
     out = await tag_graph.ainvoke({"image_description": f"a bottle. {INJECTION}", "text": f"drink up. {INJECTION}"},
                                   context=TagContext(model=spec, l_max=2, children_per_parent=1, screen_pairs=True))
     assert out["toxic"] is True  # the scripted judge, not the injected text, decided
-    _check_all(gateway, {"root_extractor", "root_judge", "expander.visual", "expander.textual", "pair_screen",
-                         "pair_judge", "explainer"})
+    _check_all(gateway, {"root_extractor.image", "root_extractor.text", "root_judge", "expander.visual",
+                         "expander.textual", "pair_screen", "pair_judge", "explainer"})
 
 
 async def test_vanilla_detector_gets_the_injection_only_as_data(gateway, write_script) -> None:
@@ -153,4 +154,4 @@ def test_fault_server_bodies_carry_the_injection_only_as_data(tmp_path: Path, mo
         msgs = [(m["role"], m["content"]) for m in body["messages"]]
         name = (body.get("response_format") or {}).get("json_schema", {}).get("name", "text")
         names[name] = names.get(name, 0) + assert_delimited(name, msgs)
-    assert names.get("VanillaVerdict") and names.get("Roots") and names.get("PairJudgement"), names
+    assert names.get("VanillaVerdict") and names.get("EntityGraph") and names.get("PairJudgement"), names

@@ -31,7 +31,8 @@ def test_killed_tag_batch_equals_an_uninterrupted_run(tmp_path: Path) -> None:
     # Rules only, so the answers do not depend on which sample asks first.
     script = tmp_path / "script.json"
     script.write_text(json.dumps({
-        "root_extractor": [{"when": "", "then": {"visual_roots": ["noise"], "textual_roots": ["words"]}}],
+        "root_extractor.image": [{"when": "", "then": {"entities": [{"name": "noise"}]}}],
+        "root_extractor.text": [{"when": "", "then": {"entities": [{"name": "words"}]}}],
         "root_judge": [{"when": "", "then": {"toxic": False}}],
         "expander": [{"when": "", "then": {"expansions": [
             {"parent_id": "v0.0", "children": [{"concept": "static", "association": "similarity", "probability": 1.0}]},

@@ -15,7 +15,8 @@ async def test_tag_and_vanilla_run_under_langgraph_dev(langgraph_server, tmp_pat
 
     script = tmp_path / "script.json"
     script.write_text(json.dumps({
-        "root_extractor": [{"visual_roots": ["white powder"], "textual_roots": ["text the usual number"]}],
+        "root_extractor.image": [{"entities": [{"name": "white powder"}]}],
+        "root_extractor.text": [{"entities": [{"name": "text the usual number"}]}],
         "root_judge": [{"toxic": False}],
         "expander.visual": [{"expansions": [{"parent_id": "v0.0", "children": [
             {"concept": "cocaine", "association": "similarity", "probability": 0.4},
