@@ -30,17 +30,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pydantic import BaseModel  # noqa: E402
 
 from agents.content import build_messages  # noqa: E402
 from agents.gateway import Gateway, GatewaySettings, set_gateway  # noqa: E402
 from agents.tag.expander import Expansion  # noqa: E402
 from agents.tag.judges import PairJudgement  # noqa: E402
 from agents.tag.roots import Roots  # noqa: E402
-from graphs.tag_tree import Node  # noqa: E402
 from agents.usage import RunUsage, merge_usage  # noqa: E402
 from graphs.tag import TagContext, graph  # noqa: E402
-from graphs.tag_tree import grow_layer, make_roots, new_pairs  # noqa: E402
+from graphs.tag_tree import (  # noqa: E402
+    Node,  # noqa: E402
+    grow_layer,
+    make_roots,
+    new_pairs,
+)
 
 CHILDREN = [{"concept": f"c{i}", "association": "similarity", "probability": p} for i, p in enumerate((0.5, 0.3, 0.2))]
 GENERIC_EXPANSION = {"expansions": [{"parent_id": "?", "children": CHILDREN} for _ in range(12)]}
@@ -115,7 +118,8 @@ async def naive_detect(gw: Gateway, spec: str, l_max: int, k_max: int) -> tuple[
     """Full trees (one call per node), then one call per pair, layer by layer."""
     acc = _Usage()
     sys_prompt = "naive"
-    res = await gw.structured(role="naive_roots", spec=spec, schema=Roots, messages=build_messages(sys_prompt, {"x": "roots"}))
+    res = await gw.structured(role="naive_roots", spec=spec, schema=Roots,
+                              messages=build_messages(sys_prompt, {"x": "roots"}))
     acc.add(res.usage)
     trees = {"v": make_roots("v", res.value.visual_roots), "t": make_roots("t", res.value.textual_roots)}
 
@@ -201,10 +205,11 @@ async def main() -> None:
     # The paper's readings: roots from two graph calls or one joint call; k_max per layer or per node.
     configs = [("separate", "per_layer"), ("joint", "per_layer"), ("separate", "per_node")]
     print("\nreadings (calls / tokens / found MTC; '-' = not found, MTC 1):")
-    print("roots_mode | prune | " + " | ".join(f"{k} calls | {k} tokens | {k} mtc" for k in ("overt", "medium", "covert", "benign")))
+    kinds = ("overt", "medium", "covert", "benign")
+    print("roots_mode | prune | " + " | ".join(f"{k} calls | {k} tokens | {k} mtc" for k in kinds))
     for roots_mode, prune in configs:
         cells = []
-        for kind in ("overt", "medium", "covert", "benign"):
+        for kind in kinds:
             covert = covert_pair(prune, args.l_max, args.k_max, 3) if kind == "covert" else ""
             path = tmp / f"{kind}-{roots_mode}-{prune}.json"
             path.write_text(json.dumps(script_for(kind, covert)))
