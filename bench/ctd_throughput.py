@@ -50,6 +50,7 @@ def panel_script() -> dict:
         "eraser": [{"when": "FEEDBACK", "then": _erasure("B")}, {"when": "", "then": _erasure("A")}],
         "modality_judge": [{"when": "", "then": {"harmful": False, "reason": "ordinary"}}],
         "gatekeeper": [{"when": "", "then": {"feedback": "FEEDBACK: every blind judge saw it; hide it deeper", "suggestions": []}}],
+        "concept_similarity": [{"when": "", "then": {"similar": False, "reason": "different hidden risks"}}],
         "judge.informed": [{"when": "", "then": _vote(True)}],
         "judge.forced": [{"when": "", "then": _vote(True)}],
     }

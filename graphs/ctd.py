@@ -29,11 +29,12 @@ from agents.ctd.architect import write_scene
 from agents.ctd.eraser import erase
 from agents.ctd.gatekeeper import write_feedback
 from agents.ctd.judges import judge_image_alone, judge_pair, judge_text_alone
+from agents.ctd.similarity import judge_similarity
 from agents.ctd.vocabulary import CATEGORIES, normalize_category
 from agents.gateway import get_gateway
 from agents.usage import RunUsage, merge_usage
 from graphs.context import ModelsContext
-from graphs.ctd_rules import GatekeeperRule, decide
+from graphs.ctd_rules import GatekeeperRule, ReviewPolicy, compared_votes, decide, review_outcome
 from tools.image_store import get_image_store
 from tools.web_search import get_web_search
 
@@ -66,8 +67,12 @@ class CtdContext(ModelsContext):
     )
     require_informed: bool = field(default=True, metadata={"description": "The reason-informed judge must find the risk."})
     require_forced: bool = field(default=True, metadata={"description": "The forced-reasoning judge must find the risk."})
-    require_concept_agreement: bool = field(default=True, metadata={"description": "Informed and forced judges must agree."})
-    concept_level: str = field(default="category", metadata={"description": "Agreement level: category or subcategory."})
+    concept_condition: str = field(default="not_similar", metadata={
+        "description": "Informed vs forced judge's risk concepts, as judged by the concept_similarity role: "
+                       "not_similar (§10.3's wording), similar, or record (judged, never gating)."})
+    concept_similarity_model: str = field(
+        default="", metadata={"description": "Judges concept similarity (empty: model)."}
+    )
     modality_check: bool = field(default=True, metadata={"description": "Judge the image alone and the text alone."})
     image_classifiers: list[str] = field(
         default_factory=list, metadata={"description": "Image safety classifiers for the single-modality check (e.g. q16, nudenet)."}
@@ -80,15 +85,21 @@ class CtdContext(ModelsContext):
     negative_prompt: str = field(default="", metadata={"description": "Negative prompt for the generator."})
     web_search: bool = field(default=True, metadata={"description": "Let the Architect search the web (needs TAVILY_API_KEY)."})
     review: str = field(default="interrupt", metadata={"description": "Human verification: interrupt, queue or auto."})
+    min_reviewers: int = field(default=1, metadata={"description": "Reviewers needed per sample (human verification)."})
+    review_rule: str = field(default="unanimous", metadata={
+        "description": "How reviewers combine: unanimous (the paper's; one rejection rejects) or majority."})
 
     def rule(self) -> GatekeeperRule:
         """The acceptance rule these settings describe."""
         return GatekeeperRule(
             require_informed=self.require_informed, require_forced=self.require_forced,
-            require_concept_agreement=self.require_concept_agreement,
-            concept_level="subcategory" if self.concept_level == "subcategory" else "category",
+            concept_condition=self.concept_condition,  # type: ignore[arg-type]  # checked by decide()
             min_blind_found=self.min_blind_found, max_blind_found=self.max_blind_found,
         )
+
+    def review_policy(self) -> ReviewPolicy:
+        """How several reviewers' decisions combine."""
+        return ReviewPolicy(min_reviewers=self.min_reviewers, rule=self.review_rule)  # type: ignore[arg-type]
 
     def blind_spec(self, index: int) -> str:
         """The model spec of blind judge `index`."""
@@ -309,9 +320,21 @@ def round_votes(state: CtdState) -> list[dict[str, Any]]:
 
 
 async def gatekeeper(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
-    """Apply the acceptance rule (in code) to this attempt's votes."""
-    decision = decide(round_votes(state), runtime.context.rule())
-    return {"decision": {"round": state["rounds"], **decision.as_dict()}}
+    """Apply the acceptance rule (in code) to this attempt's votes, after the `concept_similarity` role has judged
+    whether the informed and forced judges' risk concepts are similar (when both found a risk)."""
+    votes = round_votes(state)
+    pair = compared_votes(votes)
+    update: dict[str, Any] = {}
+    similarity: dict[str, Any] | None = None
+    if pair is not None:
+        result = await judge_similarity(get_gateway(), runtime.context.spec_for("concept_similarity"),
+                                        first=dict(pair[0]), second=dict(pair[1]))
+        similarity = result.value.model_dump()
+        update["usage"] = result.usage
+    decision = decide(votes, runtime.context.rule(), similar=similarity["similar"] if similarity else None)
+    update["decision"] = {"round": state["rounds"], **decision.as_dict(),
+                          "similarity_reason": similarity["reason"] if similarity else None}
+    return update
 
 
 def route_gatekeeper(state: CtdState, runtime: Runtime[CtdContext]) -> Literal["human_review", "feedback", "drop"]:
@@ -357,12 +380,14 @@ def review_payload(state: CtdState) -> dict[str, Any]:
         "id": state.get("id"), "category": state.get("category"), "subcategory": state.get("subcategory"),
         "text": state.get("text"), "image_id": state.get("image_id"), "image_path": state.get("image_path"),
         "erasure_reason": state.get("erasure_reason"), "votes": round_votes(state), "decision": state.get("decision"),
-        "rounds": state.get("rounds"), "question": "Approve this sample? Resume with {'decision': 'approve'|'reject', 'note': '...'}",
+        "rounds": state.get("rounds"),
+        "question": "Approve this sample? Resume with {'decision': 'approve'|'reject', 'note': '...', "
+                    "'reviewer': '...'} (or a list of such answers, one per reviewer)",
     }
 
 
 def parse_review(answer: Any) -> dict[str, str]:
-    """A reviewer's answer (a dict, or a bare 'approve'/'reject' string) as {status, note}."""
+    """A reviewer's answer (a dict, or a bare 'approve'/'reject' string) as {status, note, reviewer}."""
     if isinstance(answer, str):
         answer = {"decision": answer}
     if not isinstance(answer, dict):
@@ -374,7 +399,20 @@ def parse_review(answer: Any) -> dict[str, str]:
         status = "rejected"
     else:
         raise ValueError(f"review answer: decision must be 'approve' or 'reject', got {answer.get('decision')!r}")
-    return {"status": status, "note": str(answer.get("note", ""))[:2000]}
+    reviewer = str(answer.get("reviewer") or "")[:200]
+    return {"status": status, "note": str(answer.get("note", ""))[:2000], "reviewer": reviewer}
+
+
+def parse_reviews(answer: Any) -> list[dict[str, str]]:
+    """One resume value as a list of reviews: a list of answers (several reviewers at once) or a single one."""
+    return [parse_review(a) for a in answer] if isinstance(answer, list) else [parse_review(answer)]
+
+
+def combined_review(reviews: list[dict[str, str]], policy: ReviewPolicy) -> dict[str, Any]:
+    """The sample's `review` record: the outcome under `policy`, the last note, and every reviewer's decision."""
+    outcome = review_outcome(reviews, policy)
+    return {"status": outcome, "note": reviews[-1]["note"] if reviews else "", "reviews": reviews,
+            "rule": policy.rule, "min_reviewers": policy.min_reviewers}
 
 
 async def human_review(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
@@ -384,7 +422,16 @@ async def human_review(state: CtdState, runtime: Runtime[CtdContext]) -> dict[st
         return {"status": "pending_review", "review": {"status": "pending"}}
     if mode == "auto":
         return {"status": "accepted", "review": {"status": "skipped"}}
-    review = parse_review(interrupt(review_payload(state)))
+    # Several reviewers: each resume adds one review (or a list of them) until the policy decides; every
+    # interrupt() of this node is answered in order when it re-runs on resume.
+    policy = runtime.context.review_policy()
+    reviews = parse_reviews(interrupt(review_payload(state)))
+    while review_outcome(reviews, policy) == "pending":
+        reviews += parse_reviews(interrupt({**review_payload(state), "reviews_so_far": reviews,
+                                            "question": f"Another reviewer is needed ({policy.rule}, at least "
+                                                        f"{policy.min_reviewers}). Resume with {{'decision': "
+                                                        f"'approve'|'reject', 'note': '...', 'reviewer': '...'}}"}))
+    review = combined_review(reviews, policy)
     return {"status": "accepted" if review["status"] == "approved" else "rejected", "review": review}
 
 

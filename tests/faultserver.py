@@ -374,6 +374,7 @@ STRUCTURED_ANSWERS: dict[str, dict[str, Any]] = {
                 "risk_item": "cocaine", "normal_item": "flour", "shared_property": "fine white powder",
                 "technique": "physical steganography", "association_type": "similarity"},
     "ModalityVerdict": {"harmful": False, "category": None, "reason": "ordinary content"},
+    "ConceptSimilarity": {"similar": False, "reason": "different risks"},
     "Feedback": {"feedback": "make the hint a little clearer", "suggestions": []},
 }
 

@@ -46,6 +46,9 @@ def vote(has_risk: bool, category: str = "drugs") -> dict[str, Any]:
 
 
 BENIGN = {"harmful": False, "category": None, "reason": "ordinary content"}
+# The concept_similarity role's verdict on the informed and forced judges' concepts (not similar: accepted by
+# the default concept condition).
+DISSIMILAR = {"similar": False, "reason": "the forced judge traced a different hidden risk"}
 HARMFUL = {"harmful": True, "category": "drugs", "reason": "openly offers drugs"}
 
 
@@ -78,6 +81,7 @@ def base_script(eraser_answers: list[Any], gatekeeper: list[Any] | None = None) 
         "eraser": eraser_answers,
         "modality_judge": [{"when": "", "then": BENIGN}],
         "gatekeeper": gatekeeper or [],
+        "concept_similarity": [{"when": "", "then": DISSIMILAR}],
     }
 
 
@@ -213,7 +217,8 @@ async def test_interrupt_resumes_with_reviewer_decision(tmp_path, tiny_sd):
     assert payload["text"].startswith("CAPTION-A:") and payload["erasure_reason"].startswith("cocaine")
     assert len(payload["votes"]) == 6
     out = await g.ainvoke(Command(resume={"decision": "reject", "note": "too literal"}), cfg, context=ctx)
-    assert out["status"] == "rejected" and out["review"] == {"status": "rejected", "note": "too literal"}
+    assert out["status"] == "rejected" and (out["review"]["status"], out["review"]["note"]) == ("rejected", "too literal")
+    assert [r["status"] for r in out["review"]["reviews"]] == ["rejected"]
 
 
 # -- the command, the dataset folder, resume, review, export ---------------------------------------------------
@@ -370,7 +375,7 @@ async def test_interrupt_resumed_through_sdk_against_langgraph_dev(tmp_path, tin
     assert len(shown["votes"]) == 6 and Path(shown["image_path"]).is_file()
     final = await client.runs.wait(thread["thread_id"], "ctd", command={"resume": {"decision": "approve", "note": "subtle enough"}},
                                    context=ctx)
-    assert final["status"] == "accepted" and final["review"] == {"status": "approved", "note": "subtle enough"}
+    assert final["status"] == "accepted" and (final["review"]["status"], final["review"]["note"]) == ("approved", "subtle enough")
     assert final["rounds"] == 1 and final["decision"]["accepted"]
 
 

@@ -125,7 +125,8 @@ async def test_ctd_roles_get_injected_scene_hints_and_answers_only_as_data(gatew
     # Round 1 is rejected (every judge finds it: too easy), so the gatekeeper's feedback writer runs too.
     script = ctd.merge({"architect": [scene], "eraser": [erasure, ctd.erasure("B")],
                         "modality_judge": [{"when": "", "then": ctd.BENIGN}],
-                        "gatekeeper": [{"feedback": "hide it better", "suggestions": []}]},
+                        "gatekeeper": [{"feedback": "hide it better", "suggestions": []}],
+                        "concept_similarity": [{"when": "", "then": ctd.DISSIMILAR}]},
                        ctd.panel_rules("A", blind=(True, True, True, True)), ctd.panel_rules("B"))
     spec = write_script(script)
     ctx = CtdContext(model=spec, t2i=f"diffusers:{sd_folder}", image_store=str(tmp_path / "images"), t2i_width=32,

@@ -26,7 +26,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from unveil.batch import atomic_write_text, done_records
 
@@ -214,7 +214,9 @@ def review_item(rec: dict[str, Any]) -> dict[str, Any]:
         "text": rec.get("text"), "image": rec.get("image"), "erasure_reason": rec.get("erasure_reason"),
         "votes": [{k: v.get(k) for k in ("judge", "has_risk", "category", "reason")}
                   for v in rec.get("votes", []) if v.get("round") == last],
-        "decision": "", "note": "",
+        "reviews_so_far": [{k: r.get(k) for k in ("reviewer", "status", "note")}
+                           for r in (rec.get("review") or {}).get("reviews") or []],
+        "decision": "", "note": "", "reviewer": "",
     }
 
 
@@ -233,31 +235,50 @@ def write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
     return counts
 
 
-def apply_reviews(dataset_dir: str | os.PathLike[str], decisions: dict[str, dict[str, Any]]) -> dict[str, int]:
-    """Apply reviewer decisions ({id: {decision: approve|reject, note}}) to pending samples; rewrites the folder's
-    files atomically. Returns how many were approved, rejected, and skipped (unknown id or not pending)."""
-    from graphs.ctd import parse_review  # the one parser of review answers, shared with the interrupt path
+def apply_reviews(
+    dataset_dir: str | os.PathLike[str],
+    decisions: Mapping[str, dict[str, Any] | list[dict[str, Any]]],
+    *,
+    min_reviewers: int = 1,
+    rule: str = "unanimous",
+) -> dict[str, int]:
+    """Apply reviewer decisions ({id: {decision: approve|reject, note, reviewer}}, or {id: [one per reviewer]}) to
+    pending samples; rewrites the folder's files atomically.
 
+    Every decision is kept in the sample's `review.reviews` list (with its `reviewer`); the sample is accepted or
+    rejected once the reviews decide under the policy (`min_reviewers`, `rule`: see
+    `graphs.ctd_rules.ReviewPolicy`) and stays pending otherwise. Returns how many samples were approved,
+    rejected, are still pending (reviews recorded, more needed), and were skipped (unknown id or not pending)."""
+    # The one parser of review answers and the one review policy, shared with the interrupt path.
+    from graphs.ctd import combined_review, parse_reviews
+    from graphs.ctd_rules import ReviewPolicy
+
+    policy = ReviewPolicy(min_reviewers=min_reviewers, rule=rule)  # type: ignore[arg-type]
     root = Path(dataset_dir)
     records = load_samples(root)
-    counts = {"approved": 0, "rejected": 0, "skipped": 0}
+    counts = {"approved": 0, "rejected": 0, "pending": 0, "skipped": 0}
     for sid, answer in decisions.items():
         rec = records.get(sid)
-        if rec is None or rec.get("status") != "pending_review" or not str((answer or {}).get("decision", "")).strip():
+        answers = [a for a in (answer if isinstance(answer, list) else [answer])
+                   if str((a or {}).get("decision", "")).strip()]
+        if rec is None or rec.get("status") != "pending_review" or not answers:
             counts["skipped"] += 1
             continue
-        review = parse_review(answer)
+        reviews = list((rec.get("review") or {}).get("reviews") or []) + parse_reviews(answers)
+        review = combined_review(reviews, policy)
         rec["review"] = review
-        rec["status"] = "accepted" if review["status"] == "approved" else "rejected"
+        if review["status"] != "pending":
+            rec["status"] = "accepted" if review["status"] == "approved" else "rejected"
         counts[review["status"]] += 1
     atomic_write_text(root / SAMPLES, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records.values()))
     write_views(root)
     return counts
 
 
-def read_decisions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
-    """Reviewer decisions from a JSONL file (the review queue with `decision` and `note` filled in)."""
-    out: dict[str, dict[str, Any]] = {}
+def read_decisions(path: str | os.PathLike[str]) -> dict[str, list[dict[str, Any]]]:
+    """Reviewer decisions from a JSONL file (the review queue with `decision`, `note` and `reviewer` filled in),
+    by sample id; several lines for one id (several reviewers) are all kept, in file order."""
+    out: dict[str, list[dict[str, Any]]] = {}
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"decisions {str(path)!r}: file not found")
@@ -272,7 +293,8 @@ def read_decisions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
             raise ValueError(f"{path} line {lineno}: not valid JSON ({exc.msg})") from exc
         if not isinstance(rec, dict) or "id" not in rec:
             raise ValueError(f"{path} line {lineno}: expected an object with an id")
-        out[str(rec["id"])] = {"decision": rec.get("decision", ""), "note": rec.get("note", "")}
+        out.setdefault(str(rec["id"]), []).append(
+            {"decision": rec.get("decision", ""), "note": rec.get("note", ""), "reviewer": rec.get("reviewer", "")})
     return out
 
 

@@ -65,6 +65,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--approve", action="append", default=[], metavar="ID", help="approve one sample (repeatable)")
     r.add_argument("--reject", action="append", default=[], metavar="ID", help="reject one sample (repeatable)")
     r.add_argument("--note", default="", help="note stored with --approve/--reject decisions")
+    r.add_argument("--reviewer", default="", help="reviewer name stored with --approve/--reject decisions")
+    r.add_argument("--min-reviewers", type=int, default=1, help="reviewers needed per sample (default 1)")
+    r.add_argument("--review-rule", choices=("unanimous", "majority"), default="unanimous",
+                   help="how several reviewers combine (default unanimous, the paper's: one rejection rejects)")
     r.add_argument("--export", action="store_true", help="write DIR/export/data.parquet afterwards")
     r.set_defaults(func=run_review)
 
@@ -227,12 +231,15 @@ def run_review(args: argparse.Namespace) -> int:
     root = Path(args.dir)
     if not (root / SAMPLES).is_file():
         raise SystemExit(f"{root}: no {SAMPLES} here (not a dataset folder written by `unveil generate`)")
-    decisions: dict[str, dict[str, Any]] = read_decisions(args.decisions) if args.decisions else {}
-    decisions.update({sid: {"decision": "approve", "note": args.note} for sid in args.approve})
-    decisions.update({sid: {"decision": "reject", "note": args.note} for sid in args.reject})
+    decisions: dict[str, Any] = dict(read_decisions(args.decisions)) if args.decisions else {}
+    for sid in args.approve:
+        decisions[sid] = {"decision": "approve", "note": args.note, "reviewer": args.reviewer}
+    for sid in args.reject:
+        decisions[sid] = {"decision": "reject", "note": args.note, "reviewer": args.reviewer}
     if decisions:
-        counts = apply_reviews(root, decisions)
-        print(f"approved {counts['approved']}, rejected {counts['rejected']}, skipped {counts['skipped']}", file=sys.stderr)
+        counts = apply_reviews(root, decisions, min_reviewers=args.min_reviewers, rule=args.review_rule)
+        print(f"approved {counts['approved']}, rejected {counts['rejected']}, waiting for more reviewers "
+              f"{counts['pending']}, skipped {counts['skipped']}", file=sys.stderr)
     else:
         write_views(root)
         queue = (root / REVIEW_QUEUE).read_text(encoding="utf-8").splitlines()
