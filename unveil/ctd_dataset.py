@@ -275,6 +275,15 @@ def apply_reviews(
     return counts
 
 
+def moderation_summary(dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The paper's benign-modality statistic (§4.2) over the usable samples scored by the moderation API: the
+    mean moderation score and flagged fraction of the images and of the texts (their last round's scores)."""
+    from tools.moderation import mean_scores
+
+    records = [r for r in load_samples(dataset_dir).values() if is_usable(r)]
+    return mean_scores([(r.get("modality") or {}).get("moderation") or {} for r in records])
+
+
 def read_decisions(path: str | os.PathLike[str]) -> dict[str, list[dict[str, Any]]]:
     """Reviewer decisions from a JSONL file (the review queue with `decision`, `note` and `reviewer` filled in),
     by sample id; several lines for one id (several reviewers) are all kept, in file order."""

@@ -51,6 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="cosine threshold of near-duplicate texts (MiniLM); 0 turns the check off")
     p.add_argument("--no-web-search", action="store_true", help="never search the web, even with TAVILY_API_KEY set")
     p.add_argument("--no-modality-check", action="store_true", help="skip the single-modality check")
+    p.add_argument("--moderation", nargs="?", const="openai:omni-moderation-latest", default=None, metavar="SPEC",
+                   help="score each modality with the OpenAI Moderation API (default SPEC "
+                        "openai:omni-moderation-latest; openai:MODEL@BASE_URL for another endpoint)")
     p.add_argument("--retry-failed", action="store_true", help="run failed scenes again")
     p.add_argument("--export", action="store_true", help="also write DIR/export/data.parquet (Hugging Face datasets)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -91,6 +94,8 @@ def build_context(args: argparse.Namespace, dataset_dir: Path) -> Any:
         kw["web_search"] = False
     if args.no_modality_check:
         kw["modality_check"] = False
+    if args.moderation:
+        kw["moderation"], kw["moderation_model"] = True, args.moderation
     return CtdContext(**kw)
 
 
@@ -226,7 +231,15 @@ def run(args: argparse.Namespace) -> int:
 
 def run_review(args: argparse.Namespace) -> int:
     """Run `unveil review`."""
-    from unveil.ctd_dataset import REVIEW_QUEUE, SAMPLES, apply_reviews, export_hf, read_decisions, write_views
+    from unveil.ctd_dataset import (
+        REVIEW_QUEUE,
+        SAMPLES,
+        apply_reviews,
+        export_hf,
+        moderation_summary,
+        read_decisions,
+        write_views,
+    )
 
     root = Path(args.dir)
     if not (root / SAMPLES).is_file():
@@ -250,6 +263,10 @@ def run_review(args: argparse.Namespace) -> int:
             for v in item["votes"]:
                 print(f"    {v['judge']:>9}: {'risk' if v['has_risk'] else 'no risk'} {v.get('category') or ''} - {v.get('reason') or ''}")
         print(f"{len(queue)} samples wait for review", file=sys.stderr)
+    stats = moderation_summary(root)
+    if stats["n"]:
+        print(f"moderation (usable samples scored: {stats['n']}): mean image score {stats['image_mean']:.4g}, "
+              f"mean text score {stats['text_mean']:.4g}", file=sys.stderr)
     if args.export:
         print(f"export written to {export_hf(root)}", file=sys.stderr)
     return 0

@@ -1,0 +1,83 @@
+"""A loopback fake of the OpenAI Moderation API (`POST /v1/moderations`), for the moderation scorer's tests.
+
+A real HTTP server (the standard library's, in a background thread, bound to 127.0.0.1 on a free port) that the
+`openai` client reaches with `base_url=http://127.0.0.1:PORT/v1`. A text input containing `flag_word` (default
+"ATTACK") scores 0.9 for violence and is flagged; anything else scores `low` (0.001) in every category; an image
+input scores `image_score`. Every request body is kept in `bodies`, with the Authorization headers in `auth`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+CATEGORIES = ("harassment", "hate", "illicit", "self-harm", "sexual", "violence")
+
+
+class ModerationServer:
+    """`with ModerationServer() as server:` serves until the block ends; `server.spec()` is the scorer's spec."""
+
+    def __init__(self, *, flag_word: str = "ATTACK", low: float = 0.001, image_score: float = 0.002):
+        self.flag_word, self.low, self.image_score = flag_word, low, image_score
+        self.bodies: list[dict[str, Any]] = []
+        self.auth: list[str] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # keep test output quiet
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - the http.server API
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+                owner.bodies.append(body)
+                owner.auth.append(self.headers.get("Authorization", ""))
+                if self.path.rstrip("/") != "/v1/moderations":
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                data = json.dumps(
+                    {
+                        "id": "modr-1",
+                        "model": body.get("model"),
+                        "results": [owner.result(item) for item in body.get("input") or []],
+                    }
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def result(self, item: dict[str, Any]) -> dict[str, Any]:
+        """The moderation result of one input item."""
+        scores = dict.fromkeys(CATEGORIES, self.low)
+        if item.get("type") == "image_url":
+            scores = dict.fromkeys(CATEGORIES, self.image_score)
+        elif self.flag_word in str(item.get("text", "")):
+            scores["violence"] = 0.9
+        flagged = max(scores.values()) >= 0.5
+        return {
+            "flagged": flagged,
+            "categories": {k: v >= 0.5 for k, v in scores.items()},
+            "category_scores": scores,
+            "category_applied_input_types": {k: [item.get("type", "text")] for k in scores},
+        }
+
+    def spec(self, model: str = "omni-moderation-latest") -> str:
+        """The scorer spec that reaches this server."""
+        port = self._server.server_address[1]
+        return f"openai:{model}@http://127.0.0.1:{port}/v1"
+
+    def __enter__(self) -> ModerationServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
