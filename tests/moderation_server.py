@@ -1,4 +1,6 @@
-"""A loopback fake of the OpenAI Moderation API (`POST /v1/moderations`), for the moderation scorer's tests.
+"""A loopback fake of the OpenAI Moderation API (`POST /v1/moderations`) and Images API
+(`POST /v1/images/generations`, answering one small PNG as `b64_json`), for the moderation scorer's and the
+GPT-Image-1 backend's tests.
 
 A real HTTP server (the standard library's, in a background thread, bound to 127.0.0.1 on a free port) that the
 `openai` client reaches with `base_url=http://127.0.0.1:PORT/v1`. A text input containing `flag_word` (default
@@ -33,17 +35,17 @@ class ModerationServer:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
                 owner.bodies.append(body)
                 owner.auth.append(self.headers.get("Authorization", ""))
-                if self.path.rstrip("/") != "/v1/moderations":
+                path = self.path.rstrip("/")
+                if path == "/v1/images/generations":
+                    images = [{"b64_json": owner.png_b64()}] * int(body.get("n") or 1)
+                    data = json.dumps({"created": 0, "data": images}).encode()
+                elif path == "/v1/moderations":
+                    results = [owner.result(item) for item in body.get("input") or []]
+                    data = json.dumps({"id": "modr-1", "model": body.get("model"), "results": results}).encode()
+                else:
                     self.send_response(404)
                     self.end_headers()
                     return
-                data = json.dumps(
-                    {
-                        "id": "modr-1",
-                        "model": body.get("model"),
-                        "results": [owner.result(item) for item in body.get("input") or []],
-                    }
-                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -67,6 +69,23 @@ class ModerationServer:
             "category_scores": scores,
             "category_applied_input_types": {k: [item.get("type", "text")] for k in scores},
         }
+
+    @staticmethod
+    def png_b64() -> str:
+        """A small PNG, base64-encoded, as the Images API returns it."""
+        import base64
+        import io
+
+        from PIL import Image
+
+        buf = io.BytesIO()
+        Image.new("RGB", (16, 16), (200, 200, 190)).save(buf, format="PNG")
+        return base64.b64encode(buf.getvalue()).decode("ascii")
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-compatible base URL of this server."""
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     def spec(self, model: str = "omni-moderation-latest") -> str:
         """The scorer spec that reaches this server."""

@@ -266,3 +266,29 @@ async def test_interrupt_asks_again_until_the_reviewers_decide(tmp_path, tiny_sd
         Command(resume={"decision": "approve", "reviewer": "bob", "note": "subtle"}), cfg, context=ctx
     )
     assert out["status"] == "accepted" and [r["reviewer"] for r in out["review"]["reviews"]] == ["ann", "bob"]
+
+
+# -- GPT-Image-1, the paper's renderer ------------------------------------------------------------------------
+
+
+async def test_ctd_renders_with_gpt_image_1_through_the_openai_images_api(tmp_path, fresh_gateway, monkeypatch):
+    # The paper's generator (§4.1): `t2i = openai:gpt-image-1`, reached here through OPENAI_BASE_URL (the openai
+    # SDK's own variable, documented in docs/ctd.md) on a loopback fake of the Images API.
+    from tools.t2i import registry
+
+    monkeypatch.setattr(registry, "_CACHE", {}, raising=False)
+    spec = write_script(tmp_path, merge(base_script([erasure("A")]), panel_rules("A")))
+    with ModerationServer() as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        out = await graph.ainvoke(
+            {"id": "o1", "category": "drugs"}, context=context(tmp_path, spec, "openai:gpt-image-1")
+        )
+    (request,) = [b for b in server.bodies if "prompt" in b]
+    assert request["model"] == "gpt-image-1" and request["size"] == "1024x1024"
+    assert request["prompt"] == erasure("A")["t2i_prompt"] and "negative_prompt" not in request
+    assert (
+        out["status"] == "accepted"
+        and Path(out["image_path"]).is_file()
+        and out["models"]["t2i"] == "openai:gpt-image-1"
+    )
