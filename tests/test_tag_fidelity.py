@@ -315,3 +315,21 @@ async def test_per_node_splits_wide_layers_over_several_expander_calls(gateway, 
     (script,) = gateway.shared["scripts"].values()
     assert script.calls.get("expander.visual.1") == 1 and script.calls.get("expander.textual.1") == 1
     assert out["usage"]["by_role"]["expander"]["calls"] == 2 * (1 + 1 + 2)
+
+
+def test_detect_cli_switches_roots_mode_and_pruning(write_script, capsys) -> None:
+    import json as _json
+
+    from unveil.cli import main
+
+    spec = write_script({
+        "root_extractor": [{"when": "", "then": {"visual_roots": ["powder"], "textual_roots": ["number"]}}],
+        "root_judge": [{"when": "", "then": {"toxic": False}}],
+        "expander": [{"when": "", "then": SKEWED}],
+        "pair_judge": [{"when": "", "then": NONE}],
+    })
+    args = ["detect", "--model", spec, "--image-description", "d", "--text", "t", "--l-max", "3", "--json"]
+    assert main([*args, "--roots-mode", "joint", "--prune", "per_node"]) == 0
+    out = _json.loads(capsys.readouterr().out)
+    assert out["usage"]["by_role"]["root_extractor"]["calls"] == 1
+    assert sum(1 for n in out["trees"]["visual"] if n["layer"] == 2) == 9

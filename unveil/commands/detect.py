@@ -24,7 +24,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--text", help="the text of the pair")
     p.add_argument("--method", choices=["tag", "vanilla"], default="tag", help="TAG detection or the one-call baseline")
     p.add_argument("--l-max", type=int, help="layers per tree, counting the roots (default 4)")
-    p.add_argument("--k-max", type=int, help="nodes kept per layer (default 6)")
+    p.add_argument("--k-max", type=int, help="nodes kept per layer, or per node with --prune per_node (default 6)")
+    p.add_argument("--prune", choices=("per_layer", "per_node"),
+                   help="how k_max bounds a tree (default per_layer; see docs/tag.md)")
+    p.add_argument("--roots-mode", choices=("separate", "joint"),
+                   help="root concepts from two entity-graph calls (default separate, the paper's) or one joint call")
     p.add_argument("--children", type=int, help="children per parent (default 3)")
     p.add_argument("--screen", action="store_true", help="screen suspicious pairs before judging")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
@@ -41,7 +45,8 @@ def _context(args: argparse.Namespace) -> Any:
     kw = context_kwargs(args)
     if args.method == "vanilla":
         return VanillaContext(**{k: v for k, v in kw.items() if k in ("model", "vanilla_detector_model", "image_store")})
-    for opt, name in (("l_max", "l_max"), ("k_max", "k_max"), ("children", "children_per_parent")):
+    for opt, name in (("l_max", "l_max"), ("k_max", "k_max"), ("children", "children_per_parent"),
+                      ("prune", "prune"), ("roots_mode", "roots_mode")):
         if getattr(args, opt) is not None:
             kw[name] = getattr(args, opt)
     if args.screen:
