@@ -45,7 +45,7 @@ async def test_tag_and_vanilla_run_under_langgraph_dev(langgraph_server, tmp_pat
     assert out["toxic"] is True
     assert out["mtc"] == pytest.approx(1 - 0.4 * 0.5)
     assert out["finding"]["visual"]["concept"] == "cocaine"
-    assert out["usage"]["total"]["calls"] == 6
+    assert out["usage"]["total"]["calls"] == 7  # two root graphs, synergy review, 1 layer (2 + 1), explainer
 
     # ids follow probability order: cocaine (0.4) is v1.1 after flour (0.6)
     # state and checkpoints on the server hold ids and text, never image data
