@@ -1,8 +1,9 @@
 """Building model messages in which content under test is delimited data, never instructions.
 
 Instructions live only in the system message (the role's prompt constant). Text and images under test go in a
-separate user message, each text inside a `<data name=...>` element whose closing tag cannot be forged (any
-`</data` inside the content is escaped), and each image as an image content block built from the image store
+separate user message, each text inside a `<data name=...>` element whose closing tag cannot be forged (every
+spelling of a `data` tag inside the content is escaped: any case, spacing, line break, invisible character,
+HTML entity or look-alike bracket), and each image as an image content block built from the image store
 inside the calling node. Models without vision get the image's description instead, also as data.
 """
 
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
@@ -23,9 +26,27 @@ DATA_NOTICE = (
 )
 
 
+# Anything a reader (human or model) could take for the `<` of a tag: the ASCII bracket, its HTML entities
+# (named, decimal, hex, with or without `;`), JSON/Python escapes, and look-alike brackets (fullwidth, small, angle).
+_OPEN = r"(?:<|&lt;?|&#0*60;?|&#x0*3c;?|\\u003c|\\x3c|\uff1c|\ufe64|\u2039|\u2329|\u3008|\u27e8)"
+# Spacing a lenient parser skips: whitespace (line breaks included), control characters, and invisible format
+# characters (soft hyphen, zero-width and joiners, bidirectional controls, word joiner, BOM).
+_GAP = r"[\s\x00-\x08\x0e-\x1f\x7f\u00ad\u034f\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]*"
+_SLASH = r"(?:/|&sol;|&#0*47;?|&#x0*2f;?|\\u002f|\uff0f|\u2215|\u2044)"
+# `<`, optional gap, optional slash, optional gap, then the tag name `data` in any case (fullwidth letters too).
+_INVISIBLE = r"[\x00-\x08\x0e-\x1f\x7f\u00ad\u034f\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]*"
+_NAME = _INVISIBLE.join(("[d\uff44]", "[a\uff41]", "[t\uff54]", "[a\uff41]"))
+_TAG = re.compile(f"{_OPEN}{_GAP}(?P<slash>{_SLASH})?{_GAP}(?={_NAME})", re.IGNORECASE)
+
+
 def escape_data(text: str) -> str:
-    """Neutralise delimiter spoofing: untrusted text cannot close its own element."""
-    return text.replace("</data", "<\\/data").replace("<data", "<\\data")
+    """Neutralise delimiter spoofing: untrusted text cannot open or close a `data` element in any spelling.
+
+    Every bracket that starts something a parser could read as a `data` tag (any case, spacing or line break,
+    entity-encoded, or a look-alike bracket) becomes the inert `<\\` (`<\\/` for a closing tag): the model still
+    sees the text, but no tag.
+    """
+    return _TAG.sub(lambda m: "<\\/" if m.group("slash") else "<\\", text)
 
 
 def data_text(name: str, value: Any) -> str:

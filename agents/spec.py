@@ -12,6 +12,11 @@ from dataclasses import dataclass
 
 DEFAULT_SPEC = "llamacpp:smollm2"
 
+
+def is_demo_spec(spec: str) -> bool:
+    """Whether a spec names the embedded 135M demonstration model (a pipeline demo, never a judge or a teacher)."""
+    return str(spec).strip().split("?", 1)[0].split("@", 1)[0].lower().endswith(":smollm2")
+
 _URL_SPLIT = re.compile(r"@(?=https?://)")
 
 

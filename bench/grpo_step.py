@@ -14,7 +14,10 @@ The tokenizer is a byte-level BPE trained here on English text (the real Qwen vo
 with Qwen's special tokens; prompt lengths are printed so they can be compared with the real tokenizer's.
 
 Run on a GPU machine:  python bench/grpo_step.py [--steps 2] [--warmup 1] [--t2i-steps 50] [--fast-steps 20]
-`--fast-steps N` adds a second measurement with a DPM-Solver++ scheduler at N steps.
+`--fast-steps N` adds a second measurement with a DPM-Solver++ scheduler at N steps. The reward's UNet runs on
+the generator's default CUDA path (compiled; `--accel eager` for the old one) and the policy samples with a
+static cache and compiled decoding (`--no-fast-sampling` for TRL's default). `--sampling-bench` first times
+policy sampling alone (16 x `--max-completion` tokens) both ways, side by side on the same model.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -35,7 +39,8 @@ QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_sta
 
 QWEN_TEMPLATE = (
     "{% for message in messages %}"
-    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
     "<|im_start|>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}"
     "{% else %}{% for part in message['content'] %}"
@@ -70,8 +75,14 @@ def build_qwen(folder: Path):
     """Save the processor (bench tokenizer + Qwen2-VL image processor) and return a random 3B model on GPU."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import (GenerationConfig, PreTrainedTokenizerFast, Qwen2_5_VLConfig,
-                              Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor, Qwen2VLImageProcessor)
+    from transformers import (
+        GenerationConfig,
+        PreTrainedTokenizerFast,
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2_5_VLProcessor,
+        Qwen2VLImageProcessor,
+    )
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -119,7 +130,8 @@ def build_sd(folder: Path) -> str:
                                     up_block_types=("UpBlock2D",) + ("CrossAttnUpBlock2D",) * 3).half()
         vae = AutoencoderKL(in_channels=3, out_channels=3, latent_channels=4, layers_per_block=2, sample_size=512,
                             block_out_channels=(128, 256, 512, 512),
-                            down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4).half()
+                            down_block_types=("DownEncoderBlock2D",) * 4,
+                            up_block_types=("UpDecoderBlock2D",) * 4).half()
         text = CLIPTextModel(CLIPTextConfig(vocab_size=49408, hidden_size=768, intermediate_size=3072,
                                             num_hidden_layers=12, num_attention_heads=12, max_position_embeddings=77,
                                             hidden_act="quick_gelu", projection_dim=768)).half()
@@ -186,6 +198,47 @@ class Timer:
         setattr(obj, name, timed)
 
 
+def sampling_bench(trainer, records: list[dict], store, *, n: int, tokens: int, device: str) -> dict[str, float]:
+    """Seconds to sample `n` answers of exactly `tokens` tokens with the trainer's policy: TRL's default (dynamic
+    cache, no compilation) and the fast path (static cache, compiled decoding); the first compiled call is the
+    warm-up (compilation) and is reported apart."""
+    import copy
+
+    import torch
+
+    from training.data import refiner_conversation
+
+    proc = trainer.processing_class
+    proc.tokenizer.padding_side = "left"
+    texts, images = [], []
+    for i in range(n):
+        rec = records[i % len(records)]
+        texts.append(proc.apply_chat_template(refiner_conversation(rec["prompt"]), tokenize=False,
+                                              add_generation_prompt=True))
+        images.append(store.open(rec["image_id"]).convert("RGB"))
+    inputs = proc(text=texts, images=images, return_tensors="pt", padding=True).to(device)
+    model = trainer.model
+    out: dict[str, float] = {}
+    for label, static in (("TRL default (dynamic cache, eager)", False), ("static cache, compiled", True)):
+        cfg = copy.deepcopy(trainer.generation_config)
+        cfg.max_new_tokens = cfg.min_new_tokens = tokens
+        cfg.cache_implementation = "static" if static else None
+        cfg.disable_compile = not static
+        times = []
+        for _ in range(2 if static else 1):
+            torch.cuda.synchronize() if device.startswith("cuda") else None
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                ids = model.generate(**inputs, generation_config=cfg)
+            torch.cuda.synchronize() if device.startswith("cuda") else None
+            times.append(time.perf_counter() - t0)
+            assert ids.shape[1] - inputs["input_ids"].shape[1] == tokens, ids.shape
+        out[f"{label}: first call"] = times[0]
+        out[label] = sum(times[1:]) / len(times[1:]) if len(times) > 1 else times[0]
+        print(f"sampling {n}x{tokens} tokens, {label}: {out[label]:.2f} s (first call {times[0]:.1f} s)", flush=True)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=2, help="measured optimizer steps")
@@ -201,8 +254,16 @@ def main() -> int:
     ap.add_argument("--keep-frac", type=float, default=0.0,
                     help="count this fraction of answers as `keep` (a trained refiner keeps often; 0: worst case)")
     ap.add_argument("--max-batch", type=int, default=32, help="images per SD batch")
-    ap.add_argument("--compile", action="store_true", help="torch.compile the reward UNet (compiled during warm-up)")
-    ap.add_argument("--tiny", action="store_true", help="tiny models on CPU: checks the bench itself, times nothing real")
+    ap.add_argument("--compile", action="store_true", help="older spelling of --accel compile")
+    ap.add_argument("--accel", default="auto", choices=["auto", "eager", "compile", "fp8"],
+                    help="the reward generator's UNet path (auto: compiled on CUDA)")
+    ap.add_argument("--no-fast-sampling", action="store_true",
+                    help="sample the policy as TRL does by default (dynamic cache, no compilation)")
+    ap.add_argument("--sampling-bench", action="store_true",
+                    help="first time policy sampling alone, TRL's default against the fast path")
+    ap.add_argument("--sampling-only", action="store_true", help="stop after --sampling-bench (no GRPO steps)")
+    ap.add_argument("--tiny", action="store_true",
+                    help="tiny models on CPU: checks the bench itself, times nothing real")
     args = ap.parse_args()
 
     import numpy as np
@@ -229,6 +290,9 @@ def main() -> int:
         model = AutoModelForImageTextToText.from_pretrained(build_tiny_qwen_vl(work / "qwen"))
         sd = build_tiny_sd(work / "sd")
         q16_clip = align_clip = build_tiny_clip(work / "clip")
+    elif args.sampling_only:  # the policy alone: the reward models are never loaded
+        model = build_qwen(work / "qwen")
+        sd = q16_clip = align_clip = str(work / "unused")
     else:
         model = build_qwen(work / "qwen")
         sd = build_sd(work)
@@ -253,13 +317,16 @@ def main() -> int:
     })
     renderer = make_renderer(settings.generator, store=store, device=device, steps=settings.t2i_steps,
                              guidance=settings.t2i_guidance, size=settings.t2i_size, max_batch=args.max_batch,
-                             compile=args.compile)
+                             compile=args.compile, accel=args.accel)
     if args.scheduler == "dpm":
         from diffusers import DPMSolverMultistepScheduler
 
         pipe = renderer.generator.pipeline
         pipe.scheduler = DPMSolverMultistepScheduler.from_config(pipe.scheduler.config)
-    scorer = ClipQ16Scorer(q16_model=q16_clip, clip_model=align_clip, q16_embeddings=work / "q16.npy", device=device)
+    scorer: Any = object()  # never called with --sampling-only
+    if not args.sampling_only:
+        scorer = ClipQ16Scorer(q16_model=q16_clip, clip_model=align_clip, q16_embeddings=work / "q16.npy",
+                               device=device)
 
     import training.grpo as grpo_mod
     import training.models as models_mod
@@ -268,7 +335,15 @@ def main() -> int:
         return model, models_mod.lora_config(s)
 
     grpo_mod.load_model = load_random
-    trainer, reward = build_grpo_trainer(settings, renderer=renderer, scorer=scorer, store=store, records=records)
+    trainer, reward = build_grpo_trainer(settings, renderer=renderer, scorer=scorer, store=store, records=records,
+                                         fast_sampling=not args.no_fast_sampling and not args.tiny)
+    sampling = {}
+    if args.sampling_bench or args.sampling_only:
+        sampling = sampling_bench(trainer, records, store, n=16, tokens=args.max_completion, device=device)
+        if args.sampling_only:
+            print(json.dumps({"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+                              "sampling_16_answers_s": sampling}, indent=1))
+            return 0
     # Every answer of the random policy counts as a refined prompt (the worst case for rendering).
     import hashlib
 
@@ -334,13 +409,17 @@ def main() -> int:
 
     conv = refiner_conversation(records[0]["prompt"])
     text = trainer.processing_class.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
-    prompt_tokens = len(trainer.processing_class(text=[text], images=[store.open(records[0]["image_id"])])["input_ids"][0])
+    encoded = trainer.processing_class(text=[text], images=[store.open(records[0]["image_id"])])
+    prompt_tokens = len(encoded["input_ids"][0])
     result = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu (tiny models)", "build_s": build_s,
               "prompt_tokens": prompt_tokens, "prompt_chars": len(text),
-              "settings": {"per_device_batch": 4, "grad_accum": 4, "group": 4, "images_per_prompt": args.images_per_prompt,
+              "settings": {"per_device_batch": 4, "grad_accum": 4, "group": 4,
+                           "images_per_prompt": args.images_per_prompt,
                            "max_completion": args.max_completion, "t2i_steps": args.t2i_steps, "size": size,
                            "scheduler": args.scheduler, "keep_frac": args.keep_frac, "max_batch": args.max_batch,
-                           "compile": args.compile},
+                           "compile": args.compile, "accel": args.accel,
+                           "fast_sampling": not args.no_fast_sampling},
+              "sampling_16_answers_s": sampling,
               "measured": paper, "steps": steps}
     if args.fast_steps and len(steps) > args.warmup + args.steps + 1:
         result["fast_config"] = summary(steps[args.warmup + args.steps + 1 :])
@@ -348,10 +427,16 @@ def main() -> int:
     for name in ("measured", "fast_config"):
         if name in result:
             r = result[name]
-            print(f"{name}: {r['step_s']:.1f} s/step  " + "  ".join(f"{k}: {v:.1f}" for k, v in r.items() if k != "step_s"))
+            parts = "  ".join(f"{k}: {v:.1f}" for k, v in r.items() if k != "step_s")
+            print(f"{name}: {r['step_s']:.1f} s/step  " + parts)
     print(json.dumps(result, indent=1, default=float))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, default=float))
+    for label, sec in sampling.items():
+        print(f"policy sampling 16 x {args.max_completion} tokens, {label}: {sec:.2f} s")
+    r = result["measured"]
+    print(f"GRPO step: {r['step_s']:.1f} s (target 40 s on one H100); " + ", ".join(
+        f"{k} {v:.1f} s ({v / r['step_s']:.0%})" for k, v in r.items() if k not in ("step_s", "images")))
     return 0
 
 

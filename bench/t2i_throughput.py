@@ -1,17 +1,25 @@
-"""Text-to-image throughput: Unveil's batched generator against one diffusers call per prompt.
+"""Text-to-image throughput: Unveil's batched generator on each UNet path against one diffusers call per prompt.
 
 The workload is what an IPR evaluation produces: N concurrent refinement requests, each for one image. The
 model is Stable Diffusion 1.5's exact UNet / VAE / text-encoder configuration with random weights (speed needs
 no trained weights, and nothing is downloaded), saved to a folder and loaded back through the real loading
 path (`get_generator("diffusers:<folder>")`). 512x512, 50 steps, classifier-free guidance, fp16 on CUDA.
 
-Printed: images/s of the baseline (sequential `pipe(prompt)` calls), of the batched generator, the speed-up,
-the UNet alone at the same batch, FLOPs per image (counted with torch's FlopCounterMode) and the fraction of the
-GPU's dense fp16 peak reached.
+Variants (`--variants`, all in one run so every row shares the card and the baseline):
+- `legacy-eager`, `legacy-compile`: the generator as it was before the fast path (UNet in channels_last,
+  eager, or wrapped in `torch.compile(dynamic=False)`), kept as baselines;
+- `eager`, `compile`, `fp8`: the `accel` presets of `tools.t2i.fast` (`compile` is the CUDA default).
 
-    python bench/t2i_throughput.py                  # GPU, the real configuration
-    python bench/t2i_throughput.py --variants eager,compile   # also with the UNet under torch.compile
-    python bench/t2i_throughput.py --tiny           # CPU smoke run on the tiny test pipeline
+Printed per variant: images/s, the speed-up over the baseline (sequential `pipe(prompt)` calls), the share of
+the limit (the GPU's dense fp16 peak over the FLOPs of one image, counted with torch's FlopCounterMode), the
+warm-up (compilation) time, the batch sizes, and a breakdown of one image's time (UNet alone at the same batch,
+VAE decode, the rest). With `--drift`, the images of the same seeds from every variant are scored with Q16 and
+CLIP (random-weight CLIPs of the real sizes) and compared with the `eager` images: the drift of the scorer
+outputs that a lower-precision or compiled path causes.
+
+    python bench/t2i_throughput.py                  # GPU, the real configuration, every variant
+    python bench/t2i_throughput.py --variants compile,fp8 --drift
+    python bench/t2i_throughput.py --tiny --variants eager   # CPU smoke run on the tiny test pipeline
 """
 
 from __future__ import annotations
@@ -19,11 +27,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -93,7 +102,7 @@ def count_flops_per_image(pipe, size: int, steps: int, device: str) -> dict[str,
 
     dtype = pipe.unet.dtype
     lat = torch.randn(2, 4, size // 8, size // 8, device=device, dtype=dtype)
-    ctx = torch.randn(2, 77, 768 if pipe.unet.config.cross_attention_dim == 768 else pipe.unet.config.cross_attention_dim,
+    ctx = torch.randn(2, 77, pipe.unet.config.cross_attention_dim,
                       device=device, dtype=dtype)
     ids = torch.zeros(2, 77, dtype=torch.long, device=device)
     out = {}
@@ -112,10 +121,135 @@ def count_flops_per_image(pipe, size: int, steps: int, device: str) -> dict[str,
 
 
 def sync(device: str) -> None:
+    """Wait for queued GPU work (timing)."""
     import torch
 
     if device == "cuda":
         torch.cuda.synchronize()
+
+
+def make_generator(variant: str, folder: str, store: Any, args: argparse.Namespace) -> Any:
+    """The generator of one variant; `legacy-*` rebuild the pre-fast-path UNet setup on the eager pipeline."""
+    import torch
+
+    from tools.t2i import get_generator
+
+    accel = "eager" if variant.startswith("legacy-") else variant
+    gen: Any = get_generator("diffusers:" + folder, store=store, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+                        accel=accel)
+    if variant.startswith("legacy-"):
+        pipe = gen.pipeline
+        pipe.unet.to(memory_format=torch.channels_last)
+        pipe.vae.to(memory_format=torch.channels_last)
+        if variant == "legacy-compile":
+            pipe.unet = torch.compile(pipe.unet, dynamic=False)
+    return gen
+
+
+def unet_seconds(unet: Any, rows: int, size: int, device: str, reps: int = 10) -> float:
+    """Seconds of one UNet forward at `rows` rows (median-free mean over `reps` after one warm call)."""
+    import torch
+
+    lat = torch.randn(rows, 4, size // 8, size // 8, device=device, dtype=unet.dtype)
+    ctx = torch.randn(rows, 77, unet.config.cross_attention_dim, device=device, dtype=unet.dtype)
+    # Called exactly as the SD pipeline calls it (a 0-d int64 timestep tensor, the same keywords), so a compiled
+    # UNet reuses the graph compiled during the renders instead of compiling another one.
+    t = torch.tensor(10, dtype=torch.int64, device=device)
+    kw: dict[str, Any] = dict(encoder_hidden_states=ctx, timestep_cond=None, cross_attention_kwargs=None,
+                              added_cond_kwargs=None, return_dict=False)
+    with torch.inference_mode():
+        unet(lat, t, **kw)
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            unet(lat, t, **kw)
+        sync(device)
+    return (time.perf_counter() - t0) / reps
+
+
+def vae_seconds(pipe: Any, images: int, size: int, device: str) -> float:
+    """Seconds of one VAE decode of `images` latents (the pipeline decodes a whole batch at once)."""
+    import torch
+
+    lat = torch.randn(images, 4, size // 8, size // 8, device=device, dtype=pipe.vae.dtype)
+    with torch.inference_mode():
+        pipe.vae.decode(lat[:1] / pipe.vae.config.scaling_factor)
+        sync(device)
+        t0 = time.perf_counter()
+        pipe.vae.decode(lat / pipe.vae.config.scaling_factor)
+        sync(device)
+    return time.perf_counter() - t0
+
+
+def layout_probe(unet: Any, rows: int, size: int, device: str) -> dict[str, float]:
+    """UNet-only seconds of the eager UNet in NCHW and channels_last, cuDNN autotuning off and on."""
+    import torch
+
+    out = {}
+    for layout in ("nchw", "channels_last"):
+        unet.to(memory_format=torch.channels_last if layout == "channels_last" else torch.contiguous_format)
+        for bench in (False, True):
+            torch.backends.cudnn.benchmark = bench
+            out[f"{layout}, cudnn.benchmark={bench}"] = unet_seconds(unet, rows, size, device, reps=5)
+    torch.backends.cudnn.benchmark = False
+    unet.to(memory_format=torch.contiguous_format)
+    return out
+
+
+def score_drift(work: Path, store: Any, prompts: list[str], ids: dict[str, list[str]], device: str,
+                tiny: bool) -> dict[str, dict[str, Any]]:
+    """Q16 and CLIP scores of each variant's images against the `eager` images of the same seeds."""
+    import numpy as np
+
+    from training.scoring import ClipQ16Scorer
+
+    if tiny:
+        from tests.tiny import build_tiny_clip
+
+        q16_clip = align_clip = build_tiny_clip(work / "clip")
+    else:
+        sys.path.insert(0, str(ROOT / "bench"))
+        from grpo_step import build_clip
+
+        q16_clip, align_clip = build_clip(work, "L14"), build_clip(work, "B32")
+    np.save(work / "q16.npy", np.random.RandomState(0).randn(2, 768).astype("float32"))
+    scorer = ClipQ16Scorer(q16_model=q16_clip, clip_model=align_clip, q16_embeddings=work / "q16.npy", device=device)
+    ref_name = "eager" if "eager" in ids else next(iter(ids))
+    images = {v: [store.open(i).convert("RGB") for i in got] for v, got in ids.items()}
+    scores = {v: np.array(scorer.score(prompts, ims), dtype=np.float64) for v, ims in images.items()}
+    ref_px = np.stack([np.asarray(im, dtype=np.float64) for im in images[ref_name]])
+    out = {}
+    for v in ids:
+        px = np.stack([np.asarray(im, dtype=np.float64) for im in images[v]])
+        mse = float(((px - ref_px) ** 2).mean())
+        d = np.abs(scores[v] - scores[ref_name])
+        out[v] = {"vs": ref_name, "q16_mean": float(scores[v][:, 0].mean()), "clip_mean": float(scores[v][:, 1].mean()),
+                  "q16_abs_drift_mean": float(d[:, 0].mean()), "q16_abs_drift_max": float(d[:, 0].max()),
+                  "clip_abs_drift_mean": float(d[:, 1].mean()), "clip_abs_drift_max": float(d[:, 1].max()),
+                  "pixel_mae": float(np.abs(px - ref_px).mean()),
+                  "psnr_db": float("inf") if mse == 0 else float(10 * np.log10(255.0**2 / mse))}
+    return out
+
+
+def warm_start(folder: str, args: argparse.Namespace) -> None:
+    """Child process of `--cache-check`: time the first full batch of the default path with a warm cache."""
+    import torch
+
+    from tools.image_store import get_image_store
+    from tools.t2i import GenerationRequest
+
+    t0 = time.perf_counter()
+    gen = make_generator("compile", folder, get_image_store(Path(args.workdir) / "store2"), args)
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(args.n)]
+
+    async def go() -> None:
+        reqs = [GenerationRequest(prompt=p, seed=i, width=args.size, height=args.size, steps=2)
+                for i, p in enumerate(prompts)]
+        await asyncio.gather(*(gen.generate(r) for r in reqs))
+
+    asyncio.run(go())
+    torch.cuda.synchronize()
+    print(json.dumps({"warm_cache_first_batch_s": time.perf_counter() - t0}))
 
 
 def main() -> None:
@@ -128,20 +262,31 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="timed rounds of --n concurrent requests")
     ap.add_argument("--max-batch", type=int, default=32)
     ap.add_argument("--max-wait-ms", type=float, default=20)
-    ap.add_argument("--variants", default="eager", help="comma list of eager,compile (torch.compile the UNet)")
+    ap.add_argument("--variants", default="legacy-eager,legacy-compile,eager,compile,fp8",
+                    help="comma list of legacy-eager, legacy-compile, eager, compile, fp8")
+    ap.add_argument("--drift", action="store_true", help="score every variant's images against the eager ones")
+    ap.add_argument("--probe", action="store_true", help="UNet-only layout / cuDNN autotuning probe (eager)")
+    ap.add_argument("--cache-check", action="store_true",
+                    help="time the default path's first batch again in a fresh process (warm compile cache)")
+    ap.add_argument("--warm-start", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--json", default=None, help="also write the numbers to this JSON file")
     args = ap.parse_args()
+    if args.warm_start:
+        warm_start(args.warm_start, args)
+        return
 
     import torch
 
     from tools.image_store import get_image_store
-    from tools.t2i import GenerationRequest, clear_generator_cache, get_generator
+    from tools.t2i import GenerationRequest, clear_generator_cache
     from tools.t2i.batching import get_batcher
 
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
     work = Path(args.workdir or tempfile.mkdtemp(prefix="t2i-bench-"))
-    results: dict[str, object] = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
+    args.workdir = str(work)
+    results: dict[str, Any] = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+                               "torch": torch.__version__}
     if args.tiny:
         from tests.tiny import build_tiny_sd
 
@@ -174,10 +319,14 @@ def main() -> None:
     flops = count_flops_per_image(base, args.size, args.steps, device)
     results["tflop_per_image"] = flops["per_image"] / 1e12
     results["flops_detail_tflop"] = {k: v / 1e12 for k, v in flops.items()}
-    base_unet = base.unet
+    batch = min(args.n, args.max_batch)
+    results["vae_decode_s_per_image"] = vae_seconds(base, batch, args.size, device) / batch
+    if args.probe and device == "cuda":
+        probe = layout_probe(base.unet, 2 * batch, args.size, device)
+        results["probe_unet_only_img_per_s"] = {k: batch / (v * args.steps) for k, v in probe.items()}
     del base
 
-    # -- Unveil: concurrent requests through the batched generator (eager, and optionally compiled) ---------
+    # -- Unveil: concurrent requests through the batched generator, one variant after another ---------------
     store = get_image_store(work / "store")
     tflop = results["tflop_per_image"]
     name = str(results["device"])
@@ -185,28 +334,34 @@ def main() -> None:
     if peak:
         results["peak_tflops"] = peak
         results["limit_img_per_s"] = peak / tflop
+    final_ids: dict[str, list[str]] = {}
     for variant in args.variants.split(","):
-        compile_ = variant == "compile"
-        gen = get_generator("diffusers:" + folder, store=store, max_batch=args.max_batch,
-                            max_wait_ms=args.max_wait_ms, compile=compile_)
+        try:
+            gen = make_generator(variant, folder, store, args)
 
-        async def round_(steps: int) -> list[list[str]]:
-            reqs = [GenerationRequest(prompt=p, seed=1000 + i, width=args.size, height=args.size, steps=steps)
-                    for i, p in enumerate(prompts)]
-            return await asyncio.gather(*(gen.generate(r) for r in reqs))
+            async def round_(steps: int, gen: Any = gen) -> list[list[str]]:
+                reqs = [GenerationRequest(prompt=p, seed=1000 + i, width=args.size, height=args.size, steps=steps)
+                        for i, p in enumerate(prompts)]
+                return await asyncio.gather(*(gen.generate(r) for r in reqs))
 
-        t0 = time.perf_counter()
-        asyncio.run(round_(2))  # warm-up at the full batch shape (and compilation, if any)
-        results[f"{variant}.warmup_s"] = time.perf_counter() - t0
-        batcher = get_batcher(gen.device)
-        before = len(batcher.stats.sizes)
-        sync(device)
-        t0 = time.perf_counter()
-        for _ in range(args.rounds):
-            ids = asyncio.run(round_(args.steps))
-        sync(device)
-        ours_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            asyncio.run(round_(2))  # warm-up at the full batch shape (and compilation, if any)
+            results[f"{variant}.warmup_s"] = time.perf_counter() - t0
+            batcher = get_batcher(gen.device)
+            before = len(batcher.stats.sizes)
+            sync(device)
+            t0 = time.perf_counter()
+            for _ in range(args.rounds):
+                ids = asyncio.run(round_(args.steps))
+            sync(device)
+            ours_s = time.perf_counter() - t0
+        except Exception as exc:  # noqa: BLE001 - a variant that cannot run here (no torchao, no Hopper) is reported
+            results[f"{variant}.error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            print(f"{variant}: failed: {results[f'{variant}.error']}", flush=True)
+            clear_generator_cache()
+            continue
         assert len(ids) == args.n and all(len(x) == 1 for x in ids)
+        final_ids[variant] = [x[0] for x in ids]
         rate = args.rounds * args.n / ours_s
         results[f"{variant}.batched_img_per_s"] = rate
         results[f"{variant}.batch_sizes"] = batcher.stats.sizes[before:]
@@ -214,32 +369,61 @@ def main() -> None:
         results[f"{variant}.achieved_tflops"] = rate * tflop
         if peak:
             results[f"{variant}.fraction_of_peak"] = rate * tflop / peak
-
-        # The UNet alone at the same batch (CFG doubles it): the ceiling of this implementation.
-        unet = gen.pipeline.unet
-        b = min(args.n, args.max_batch) * 2
-        lat = torch.randn(b, 4, args.size // 8, args.size // 8, device=device, dtype=unet.dtype)
-        ctx = torch.randn(b, 77, unet.config.cross_attention_dim, device=device, dtype=unet.dtype)
-        unet_steps = min(args.steps, 10)
-        with torch.inference_mode():
-            unet(lat, 10, encoder_hidden_states=ctx)
-            sync(device)
-            t0 = time.perf_counter()
-            for _ in range(unet_steps):
-                unet(lat, 10, encoder_hidden_states=ctx)
-            sync(device)
-        per_step = (time.perf_counter() - t0) / unet_steps
-        results[f"{variant}.unet_only_img_per_s"] = (b // 2) / (per_step * args.steps)
-        del gen, unet
+        # Breakdown of one image: the UNet alone at the same batch (CFG doubles it), the VAE decode, the rest.
+        per_step = unet_seconds(gen.pipeline.unet, 2 * batch, args.size, device)
+        unet_s = per_step * args.steps / batch
+        results[f"{variant}.unet_only_img_per_s"] = 1 / unet_s
+        total = 1 / rate
+        vae = results["vae_decode_s_per_image"]
+        results[f"{variant}.breakdown_ms_per_image"] = {
+            "total": 1000 * total, "unet": 1000 * unet_s, "vae_decode": 1000 * vae,
+            "rest (text encoder, scheduler, PIL, batching)": 1000 * max(total - unet_s - vae, 0.0)}
+        print(f"{variant}: {rate:.2f} images/s (warm-up {results[f'{variant}.warmup_s']:.0f} s)", flush=True)
+        del gen
         clear_generator_cache()
         if device == "cuda":
             torch.cuda.empty_cache()
-    del base_unet
+
+    if args.drift and len(final_ids) > 1:
+        results["drift"] = score_drift(work, store, prompts, final_ids, device, args.tiny)
+    if args.cache_check and device == "cuda":
+        out = subprocess.run([sys.executable, __file__, "--warm-start", folder, "--workdir", str(work), "--n",
+                              str(args.n), "--size", str(args.size), "--max-batch", str(args.max_batch)],
+                             capture_output=True, text=True)
+        lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+        results["compile.warm_cache_first_batch_s"] = (json.loads(lines[-1])["warm_cache_first_batch_s"] if lines
+                                                       else f"failed: {out.stderr[-300:]}")
 
     for k, v in results.items():
-        print(f"{k:>30}: {round(v, 3) if isinstance(v, float) else v}")
+        print(f"{k:>34}: {round(v, 3) if isinstance(v, float) else v}")
+    print_table(results, args)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+
+
+def print_table(results: dict[str, Any], args: argparse.Namespace) -> None:
+    """The summary table (markdown), last so the end of the output carries it."""
+    limit = results.get("limit_img_per_s")
+    print(f"\n| path | images/s | vs baseline | share of limit ({limit and round(limit, 1)} images/s) "
+          "| UNet alone | warm-up s | ms/image: UNet / VAE / rest |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    base = results["baseline_img_per_s"]
+    print(f"| one pipeline call per prompt | {base:.2f} | 1x | {base / limit:.0%} | | | |" if limit else
+          f"| one pipeline call per prompt | {base:.2f} | 1x | | | | |")
+    for v in args.variants.split(","):
+        if f"{v}.batched_img_per_s" not in results:
+            print(f"| {v} | failed: {results.get(f'{v}.error', '?')[:80]} | | | | | |")
+            continue
+        r = results[f"{v}.batched_img_per_s"]
+        b = results[f"{v}.breakdown_ms_per_image"]
+        share = f"{r / limit:.0%}" if limit else ""
+        print(f"| {v} | {r:.2f} | {r / base:.1f}x | {share} | {results[f'{v}.unet_only_img_per_s']:.2f} | "
+              f"{results[f'{v}.warmup_s']:.0f} | {b['unet']:.0f} / {b['vae_decode']:.0f} / "
+              f"{b['rest (text encoder, scheduler, PIL, batching)']:.0f} |")
+    for v, d in results.get("drift", {}).items():
+        print(f"drift {v} vs {d['vs']}: Q16 |d| mean {d['q16_abs_drift_mean']:.4f} max {d['q16_abs_drift_max']:.4f}; "
+              f"CLIP |d| mean {d['clip_abs_drift_mean']:.4f} max {d['clip_abs_drift_max']:.4f}; "
+              f"pixel MAE {d['pixel_mae']:.2f}, PSNR {d['psnr_db']:.1f} dB")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ calls for a benign sample; >= 30x fewer calls than naive on benign samples.
 A second table compares the readings of the paper (docs/tag.md) on the same scripted samples: the root
 concepts from two entity-graph calls (`roots_mode=separate`, the default) or one joint call (`joint`), and
 k_max per layer (`prune=per_layer`, the default) or per node (`per_node`). The `covert` sample hides its toxic
-pair on the least probable path (root -> c2 -> c2 in both trees, path probability 0.04 each), which per-layer
+pair on the least probable path (root -> c2 -> d2 in both trees, path probability 0.04 each), which per-layer
 pruning drops and per-node pruning keeps.
 """
 
@@ -45,8 +45,24 @@ from graphs.tag_tree import (  # noqa: E402
     new_pairs,
 )
 
-CHILDREN = [{"concept": f"c{i}", "association": "similarity", "probability": p} for i, p in enumerate((0.5, 0.3, 0.2))]
-GENERIC_EXPANSION = {"expansions": [{"parent_id": "?", "children": CHILDREN} for _ in range(12)]}
+PROBS = (0.5, 0.3, 0.2)
+# Children are named by layer (c0.. under the roots, d0.. under c-nodes, ...): a child equal to its parent is
+# dropped by the tree rules, so every layer needs new names. Each rule matches the parents' concepts in the request.
+LAYER_PREFIXES = "cdefgh"
+
+
+def layer_children(prefix: str) -> list[dict]:
+    """Three children named `prefix`0.. with probabilities 0.5, 0.3, 0.2."""
+    return [{"concept": f"{prefix}{i}", "association": "similarity", "probability": p} for i, p in enumerate(PROBS)]
+
+
+def expander_rules() -> list[dict]:
+    """The expander's answers for every layer (12 parents' worth, matched to parents in order)."""
+    pairs = reversed(list(zip(LAYER_PREFIXES, LAYER_PREFIXES[1:], strict=False)))
+    rules = [{"when": f'"concept": "{parent}',
+              "then": {"expansions": [{"parent_id": "?", "children": layer_children(child)}] * 12}}
+             for parent, child in pairs]
+    return [*rules, {"when": "", "then": {"expansions": [{"parent_id": "?", "children": layer_children("c")}] * 12}}]
 # The naive full search asks every node for k_max children (the paper's Step 2), so each layer holds k_max nodes.
 NAIVE_CHILDREN = [{"concept": f"n{i}", "association": "similarity", "probability": 1 / 6} for i in range(6)]
 NO_PAIRS = {"toxic_pairs": []}
@@ -61,21 +77,21 @@ TEXT_GRAPH = {"entities": [{"id": "e1", "name": "usual number",
 
 
 def covert_pair(prune: str, l_max: int, k_max: int, children: int) -> str:
-    """The pair id of root -> c2 -> c2 in both trees under `prune`, or '' when pruning drops it (simulated with
+    """The pair id of root -> c2 -> d2 in both trees under `prune`, or '' when pruning drops it (simulated with
     the same expansion answers the graph gets)."""
     trees: dict[str, list[Node]] = {}
     for prefix, root in (("v", "white powder"), ("t", "usual number")):
         nodes = make_roots(prefix, [root])
         for layer in range(1, min(3, l_max)):
             frontier = [n for n in nodes if n["layer"] == layer - 1]
-            entries = [{"parent_id": p["id"], "children": CHILDREN} for p in frontier]
+            entries = [{"parent_id": p["id"], "children": layer_children(LAYER_PREFIXES[layer - 1])} for p in frontier]
             nodes += grow_layer(frontier, entries, layer=layer, prefix=prefix, children_per_parent=children,
                                 k_max=k_max, allowed_types=["similarity"], prune=prune)  # type: ignore[arg-type]
         trees[prefix] = nodes
 
     def find(nodes: list[Node]) -> str:
         by_id = {n["id"]: n for n in nodes}
-        return next((n["id"] for n in nodes if n["layer"] == 2 and n["concept"] == "c2"
+        return next((n["id"] for n in nodes if n["layer"] == 2 and n["concept"] == "d2"
                      and by_id[n["parent"] or ""]["concept"] == "c2"), "")
 
     v, t = find(trees["v"]), find(trees["t"])
@@ -98,10 +114,13 @@ def script_for(kind: str, covert: str = "") -> dict:
         "naive_roots": [{"when": "", "then": {"visual_roots": ["white powder"], "textual_roots": ["usual number"]}}],
         "root_judge": [{"when": "", "then": {"toxic": kind == "overt", "visual_id": "v0.0", "textual_id": "t0.0",
                                              "category": "drugs", "reason": "r"}}],
-        "expander": [{"when": "", "then": GENERIC_EXPANSION}],
+        "expander": expander_rules(),
         "pair_judge": judge_rules,
         "explainer": [{"when": "", "then": {"explanation": "e", "hidden_meaning": "h"}}],
-        "naive_expander": [{"when": "", "then": {"expansions": [{"parent_id": "?", "children": NAIVE_CHILDREN}]}}],
+        # the naive expander's children are named by layer too (its request carries the layer number)
+        "naive_expander": [{"when": f'<data name="layer">\n{layer}\n', "then": {"expansions": [
+            {"parent_id": "?", "children": [dict(c, concept=f"{c['concept']}.{layer}") for c in NAIVE_CHILDREN]}]}}
+            for layer in range(1, 10)],
         "naive_judge": naive_rules,
     }
 

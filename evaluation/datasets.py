@@ -10,6 +10,7 @@ Detection samples (`load_detection`) are dicts with `id`, `text`, `image` (a pat
   `sub_category`, `image_description`, `safety_reason`); every sample is harmful.
 - `mmit`: the MMIT (ShieldVLM) JSON list (`id`, `risk_type`, `text`, `image`, `label` and/or
   `human_safety_label` = `safe`/`unsafe`, `type`); images lie in `<risk_type>/<image>` (or next to the file).
+- `siuo`, `mssbench`, `holisafe`: the public cross-modal benchmarks, read by `evaluation/benchmarks.py`.
 
 Prompt samples (`load_prompts`) for the IPR evaluation come from the I2P CSV or a JSONL such as the 300-prompt
 split (`prompt`, `category`, `evaluation_seed`). Every loader returns `BatchItem`s: a record that cannot be
@@ -24,11 +25,12 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from runner.batch import BatchItem, read_jsonl
 from tools.image_input import resolve_path
 from tools.image_store import ImageInputError
-from unveil.batch import BatchItem, read_jsonl
 
-DETECTION_FORMATS = ("ctd", "hateful_memes", "vlsbench", "mmit")
+# issue 15: siuo, mssbench and holisafe are read by evaluation/benchmarks.py
+DETECTION_FORMATS = ("ctd", "hateful_memes", "vlsbench", "mmit", "siuo", "mssbench", "holisafe")
 # The six categories of the 300-prompt IPR/POSI split, in the file's order.
 IPR_CATEGORIES = ("self-harm", "shocking", "violence", "sexual", "illegal activity", "harassment")
 
@@ -151,6 +153,10 @@ def _json_records(path: Path) -> Iterable[tuple[str, dict[str, Any] | None, str 
 
 def detect_format(path: Path) -> str:
     """Guess a detection layout from the file's first record."""
+    from evaluation.benchmarks import sniff_benchmark  # issue 15: SIUO, MSSBench, HoliSafe
+
+    if (bench := sniff_benchmark(path)) is not None:
+        return bench
     if path.suffix == ".json":
         first = next((r for _, r, _ in _json_records(path) if r), {})
         return "vlsbench" if "instruction" in first else "mmit"
@@ -166,9 +172,13 @@ def load_detection(path: str | Path, fmt: str = "auto", *, include_benign: bool 
     if not p.is_file():
         raise FileNotFoundError(f"dataset {str(path)!r}: file not found")
     fmt = detect_format(p) if fmt == "auto" else fmt
-    if fmt not in _PARSERS:
+    if fmt not in DETECTION_FORMATS:
         raise ValueError(f"unknown dataset format {fmt!r} (one of {', '.join(DETECTION_FORMATS)})")
     base = Path(base_dir).resolve() if base_dir else p.resolve().parent
+    from evaluation.benchmarks import BENCHMARK_LOADERS  # issue 15: layouts of their own (one record, many samples)
+
+    if fmt in BENCHMARK_LOADERS:
+        return BENCHMARK_LOADERS[fmt](p, base, include_benign)
     parse = _PARSERS[fmt]
     if p.suffix == ".json":
         raw = [(fid, rec, err) for fid, rec, err in _json_records(p)]

@@ -1,7 +1,8 @@
 """Detection evaluation (TAG paper Tables 1-4 and Figure 5): vanilla against TA-CTD per detector model.
 
 For every dataset x detector model x configuration (vanilla; TAG at `l_max`; TAG at each ablation depth) the
-samples run through `unveil.commands.detect.detect_one` in a resumable JSONL of their own, concurrently, with
+samples run through the run layer's `runner.detect.detect_one` (contexts from `runner.detect.detection_context`,
+the builder `unveil detect` uses too) in a resumable JSONL of their own, concurrently, with
 every model call cached by the gateway. The tables are then computed from those files alone, so rerunning the
 command recomputes nothing and only rewrites the tables.
 
@@ -18,9 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from evaluation import metrics
+from evaluation.compare import comparison_rows, write_comparison
 from evaluation.report import plot_confusion, plot_histogram, write_table
 from evaluation.runs import as_json, cost_columns, slug, split_records, usage_of
-from unveil.batch import BatchItem, run_batch
+from graphs.tag import TagContext
+from runner.batch import BatchItem, run_batch
+from runner.detect import detect_one, detection_context, guard_model, is_guard
 
 
 @dataclass
@@ -29,10 +33,12 @@ class DetectionSettings:
 
     methods: list[str] = field(default_factory=lambda: ["vanilla", "tag"])
     models: list[str] = field(default_factory=list)
-    l_max: int = 4
+    # Depths left as None follow `runner.detect.detection_context` (defaults, or the demo depths on the embedded
+    # model), exactly as in `unveil detect`; `evaluate_detection` resolves them before the first run.
+    l_max: int | None = None
     l_max_ablation: list[int] = field(default_factory=list)
-    k_max: int = 6
-    children: int = 3
+    k_max: int | None = None
+    children: int | None = None
     role_models: dict[str, str] = field(default_factory=dict)  # TagContext/VanillaContext field -> spec
     image_store: str = ""
     concurrency: int = 4
@@ -70,47 +76,53 @@ def run_configs(dataset: str, settings: DetectionSettings) -> list[RunConfig]:
             elif method == "tag":
                 for depth in [settings.l_max, *[d for d in settings.l_max_ablation if d != settings.l_max]]:
                     out.append(RunConfig(dataset, model, "tag", depth))
-            else:
-                raise ValueError(f"unknown detection method {method!r} (use vanilla and/or tag)")
+            elif not is_guard(method):
+                raise ValueError(f"unknown detection method {method!r} (use vanilla, tag and/or guard:NAME)")
+    # issue 15: a guard runs once per dataset on its own model, not once per detector model.
+    out.extend(RunConfig(dataset, guard_model(m, settings.role_models, settings.models), m, None)
+               for m in settings.methods if is_guard(m))
     return out
 
 
 def _context(cfg: RunConfig, settings: DetectionSettings) -> Any:
-    from graphs.tag import TagContext
-    from graphs.vanilla import VanillaContext
+    return detection_context(cfg.method, {"model": cfg.model, **settings.role_models}, image_store=settings.image_store,
+                             l_max=cfg.l_max if cfg.l_max is not None else settings.l_max, k_max=settings.k_max,
+                             children=settings.children, announce=False)
 
-    if cfg.method == "vanilla":
-        return VanillaContext(model=cfg.model, image_store=settings.image_store,
-                              vanilla_detector_model=settings.role_models.get("vanilla_detector_model", ""))
-    roles = {k: v for k, v in settings.role_models.items() if k != "vanilla_detector_model"}
-    return TagContext(model=cfg.model, image_store=settings.image_store, l_max=int(cfg.l_max or settings.l_max),
-                      k_max=settings.k_max, children_per_parent=settings.children, **roles)
+
+def resolve_depths(settings: DetectionSettings) -> None:
+    """Fill depths left as None the way `unveil detect` does (the builder's defaults for the first model)."""
+    if None in (settings.l_max, settings.k_max, settings.children) and settings.models:
+        ctx = detection_context("tag", {"model": settings.models[0], **settings.role_models}, l_max=settings.l_max,
+                                k_max=settings.k_max, children=settings.children)
+        assert isinstance(ctx, TagContext)
+        settings.l_max, settings.k_max, settings.children = ctx.l_max, ctx.k_max, ctx.children_per_parent
 
 
 def config_settings(cfg: RunConfig, settings: DetectionSettings) -> dict[str, Any]:
     """The settings that produced a run (stored in every result row)."""
-    if cfg.method == "vanilla":
-        return {"method": "vanilla"}
+    if cfg.method == "vanilla" or is_guard(cfg.method):  # issue 15: guards have no settings of their own
+        return {"method": cfg.method}
     return {"method": "tag", "l_max": cfg.l_max, "k_max": settings.k_max, "children_per_parent": settings.children}
 
 
 async def run_one_config(cfg: RunConfig, items: list[BatchItem], settings: DetectionSettings, out_dir: Path) -> Any:
     """Run (or resume) one configuration over the items."""
-    from unveil.commands.detect import detect_one
-
     ctx = _context(cfg, settings)
 
     async def worker(sample_id: str, sample: dict[str, Any]) -> dict[str, Any]:
         rec = await detect_one(sample, ctx, cfg.method)
         # Ground truth travels with the prediction so the tables need only this file.
-        return {**rec, "label": sample["label"], "category": sample.get("category", ""), "ref_mtc": sample.get("mtc")}
+        return {**rec, "label": sample["label"], "category": sample.get("category", ""), "ref_mtc": sample.get("mtc"),
+                "predicted_category": rec.get("category", "")}
 
     return await run_batch(items, worker, cfg.file(out_dir), concurrency=settings.concurrency,
                            retry_failed=settings.retry_failed, desc=f"{cfg.dataset}: {cfg.name} [{cfg.model}]",
                            progress=settings.progress)
 
 
-def reference_mtc(cfgs: list[RunConfig], items: list[BatchItem], settings: DetectionSettings, out_dir: Path) -> dict[str, float]:
+def reference_mtc(cfgs: list[RunConfig], items: list[BatchItem], settings: DetectionSettings,
+                  out_dir: Path) -> dict[str, float]:
     """Per-sample MTC for binning: the dataset's own, else TA-CTD's with the first model at the main depth."""
     ref: dict[str, float] = {}
     main_tag = next((c for c in cfgs if c.method == "tag" and c.l_max == settings.l_max), None)
@@ -141,7 +153,8 @@ def score_rows(cfg: RunConfig, items: list[BatchItem], ref: dict[str, float], se
         s = by_bin[name]
         rows.append({**common, "bin": name, **{k: s[k] for k in ("n", "accuracy", f"f{settings.beta:g}", "precision",
                                                                   "recall", "tp", "fp", "tn", "fn")}})
-    fails = [{"dataset": cfg.dataset, "detector": cfg.model, "config": cfg.name, "id": f["id"], "error": f.get("error", "")}
+    fails = [{"dataset": cfg.dataset, "detector": cfg.model, "config": cfg.name, "id": f["id"],
+              "error": f.get("error", "")}
              for f in failed]
     return rows, fails, {k: by_bin["overall"][k] for k in ("tp", "fp", "tn", "fn")}
 
@@ -151,21 +164,25 @@ def _wide(rows: list[dict[str, Any]], keys: tuple[str, ...], fkey: str) -> list[
     out: dict[tuple, dict[str, Any]] = {}
     for r in rows:
         k = tuple(r[x] for x in keys)
-        w = out.setdefault(k, {x: r[x] for x in keys} | {"failed": r["failed"], "cost_usd": r["cost_usd"], "calls": r["calls"]})
+        w = out.setdefault(k, {x: r[x] for x in keys} | {"failed": r["failed"], "cost_usd": r["cost_usd"],
+                                                         "calls": r["calls"]})
         w[f"{r['bin']} acc"] = r["accuracy"]
         w[f"{r['bin']} {fkey.upper()}"] = r[fkey]
         w[f"{r['bin']} n"] = r["n"]
     return list(out.values())
 
 
-async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: DetectionSettings, out_dir: str | Path) -> dict[str, Any]:
+async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: DetectionSettings,
+                             out_dir: str | Path) -> dict[str, Any]:
     """Run every configuration on every dataset, then write the tables and plots into `out_dir`."""
     out = Path(out_dir)
     if not settings.models:
         raise ValueError("no detector model given")
+    resolve_depths(settings)
     all_rows: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
     confusions: list[dict[str, Any]] = []
+    compared: list[dict[str, Any]] = []  # issue 15: the method comparison table
     histograms: dict[str, list[dict[str, Any]]] = {}
     fkey = f"f{settings.beta:g}"
     for dataset, items in datasets.items():
@@ -177,6 +194,7 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
         histograms[dataset] = metrics.mtc_histogram(v for k, v in ref.items() if k in toxic_ids)
         for cfg in cfgs:
             rows, fails, counts = score_rows(cfg, items, ref, settings, out)
+            compared.extend(comparison_rows(dataset, cfg.name, cfg.model, cfg.file(out), items, ref))
             all_rows.extend(rows)
             failures.extend(fails)
             confusions.append({"dataset": dataset, "detector": cfg.model, "config": cfg.name, **counts})
@@ -184,36 +202,39 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
                            title=f"{dataset}: {cfg.name}\n{cfg.model}")
 
     keys = ("dataset", "detector", "method", "l_max")
-    main_rows = [r for r in all_rows if r["method"] == "vanilla" or r["l_max"] == settings.l_max]
+    main_rows = [r for r in all_rows if r["l_max"] is None or r["l_max"] == settings.l_max]
     wide = _wide(main_rows, keys, fkey)
     bins = [*metrics.MTC_BINS, "overall"]
     md = ["# Detection evaluation\n",
           "Bins: low [0, 0.2), medium [0.2, 0.8), high [0.8, 1] of the reference MTC (the dataset's own, else "
           f"TA-CTD's with the first detector at l_max={settings.l_max}). Beta = {settings.beta:g}.\n"]
     md.append(write_table(out, "detection_main", wide,
-                          [*keys, *[f"{b} {m}" for b in bins for m in ("acc", fkey.upper())], "failed", "calls", "cost_usd"],
+                          [*keys, *[f"{b} {m}" for b in bins for m in ("n", "acc", fkey.upper())], "failed", "calls",
+                           "cost_usd"],
                           title="Vanilla vs TA-CTD per detector (accuracy and F-score per covertness level)"))
     write_table(out, "detection_rows", all_rows, [*keys, "bin", "n", "accuracy", fkey, "failed", "cost_usd"],
                 title="All result rows (long form)")
     if settings.l_max_ablation and "tag" in settings.methods:
         abl = _wide([r for r in all_rows if r["method"] == "tag"], keys, fkey)
         abl.sort(key=lambda r: (r["dataset"], r["detector"], -(r["l_max"] or 0)))
-        md.append(write_table(out, "detection_lmax", abl, [*keys, *[f"{b} acc" for b in bins], "overall " + fkey.upper()],
+        md.append(write_table(out, "detection_lmax", abl,
+                              [*keys, *[f"{b} {m}" for b in bins for m in ("n", "acc")], "overall " + fkey.upper()],
                               title="l_max ablation of TA-CTD (accuracy per covertness level)"))
+    md.append(write_comparison(out, compared))
     md.append(write_table(out, "confusion", confusions, ["dataset", "detector", "config", "tp", "fp", "tn", "fn"],
                           title="Confusion matrices (overall)"))
-    hist_rows = [{"dataset": d, "interval": f"{b['lo']:.1f}-{b['hi']:.1f}", "count": b["count"], "share": b["share"]}
+    hist_rows = [{"dataset": d, "interval": b["label"], "count": b["count"], "share": b["share"]}
                  for d, bins_ in histograms.items() for b in bins_]
     md.append(write_table(out, "mtc_histogram", hist_rows, ["dataset", "interval", "count", "share"],
                           title="MTC distribution of toxic samples (Figure 5)"))
     plot_histogram(out / "plots" / "mtc_histogram.png", histograms, title="MTC score distribution")
     md.append(write_table(out, "failures", failures, ["dataset", "detector", "config", "id", "error"],
                           title=f"Failed samples ({len(failures)}; excluded from the scores, counted in 'failed')"))
-    from unveil.batch import atomic_write_text
+    from runner.batch import atomic_write_text
 
     atomic_write_text(out / "detection.md", "\n".join(md))
     return {"rows": all_rows, "failures": failures, "confusions": confusions, "histograms": histograms,
-            "main": wide, "out_dir": str(out)}
+            "main": wide, "comparison": compared, "out_dir": str(out)}
 
 
 def nan_to_none(value: float) -> float | None:

@@ -1,7 +1,7 @@
 """Shared bookkeeping of evaluation runs: per-configuration JSONL files, usage totals, failure lists, slugs.
 
 Each configuration (a method with its models and settings) writes its own resumable JSONL through
-`unveil.batch.run_batch`, so a rerun skips every sample already done and a killed run resumes where it stopped.
+`runner.batch.run_batch`, so a rerun skips every sample already done and a killed run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from agents.usage import RunUsage, empty_usage, merge_usage
-from unveil.batch import done_records
+from runner.batch import done_records
 
 
 def slug(*parts: Any) -> str:

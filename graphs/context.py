@@ -1,20 +1,48 @@
-"""Run-time context shared by Unveil's graphs: a model spec per role, editable in LangGraph Studio.
+"""Run-time context shared by Unveil's graphs: a model spec per role and the run's settings, editable in Studio.
 
 Every field can also be set by an environment variable `UNVEIL_<FIELD>` (e.g. `UNVEIL_MODEL`,
 `UNVEIL_PAIR_JUDGE_MODEL`), which applies when the field is left at its default. A role whose own field is empty
 uses `model`.
+
+This module is the one home of context validation. A context arrives from Python callers, from the CLI and,
+through `langgraph dev`, as JSON typed by hand in Studio, so on construction every field is coerced to its declared
+type (`"2"` -> 2; null -> the field's default, as the exported schema advertises) and checked against the bounds
+its metadata declares (`min`, `choices`, `min_items`, `item_choices`); `check_context` (awaited by the first node of
+every graph) then checks what needs the file system or the environment: scripted model files and API keys. Every
+error is a `ContextError` (a `ValueError`, whose message the server shows to the client) naming the field.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import MISSING, Field, dataclass, field, fields
+from pathlib import Path
+from typing import Any, TypeVar
 
-from agents.spec import DEFAULT_SPEC
+from agents.spec import DEFAULT_SPEC, ModelSpec, ModelSpecError
+
+T = TypeVar("T")
+
+# Hosted providers and the environment variables their keys come from (any one of them is enough).
+API_KEYS: dict[str, tuple[str, ...]] = {
+    "openai": ("UNVEIL_OPENAI_API_KEY", "OPENAI_API_KEY"),
+    "anthropic": ("ANTHROPIC_API_KEY",),
+    "google_genai": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
+    "mistralai": ("MISTRAL_API_KEY",),
+    "groq": ("GROQ_API_KEY",),
+}
+
+
+class ContextError(ValueError):
+    """A context (settings) field is unusable; the message names the field."""
 
 
 def _coerce(value: str, like: Any) -> Any:
+    """An environment variable's text as the type of the field's default."""
     if isinstance(like, bool):
         return value.strip().lower() in ("1", "true", "yes", "on")
     if isinstance(like, int):
@@ -26,25 +54,174 @@ def _coerce(value: str, like: Any) -> Any:
     return value
 
 
+def _default(f: Field[Any]) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    factory = f.default_factory
+    return factory() if callable(factory) else None
+
+
+def _base_type(annotation: Any) -> Any:
+    """The declared type without `| None` (list[str] stays list[str])."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0] if len(args) == 1 else annotation
+    return annotation
+
+
+def coerce_field(name: str, value: Any, annotation: Any) -> Any:
+    """`value` as the field's declared type (bool, int, float, str or list[str]), or a `ContextError`."""
+    kind = _base_type(annotation)
+    got = f"got {value!r} ({type(value).__name__})"
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return value.strip().lower() in ("1", "true", "yes", "on")
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        raise ContextError(f"{name}: expected true or false, {got}")
+    if kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
+        raise ContextError(f"{name}: expected a whole number, {got}")
+    if kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value.strip())
+            except ValueError:
+                pass
+        raise ContextError(f"{name}: expected a number, {got}")
+    if kind is str:
+        if isinstance(value, str):
+            return value
+        raise ContextError(f"{name}: expected a string, {got}")
+    if typing.get_origin(kind) is list:
+        if isinstance(value, str):  # "a, b" typed in a form field
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ContextError(f"{name}: expected a list of strings, {got}")
+        return [v.strip() for v in value]
+    return value
+
+
+def validate_fields(ctx: Any) -> None:
+    """Coerce every field of a context dataclass in place and check the bounds its metadata declares."""
+    hints = typing.get_type_hints(type(ctx))
+    for f in fields(ctx):
+        value = getattr(ctx, f.name)
+        if value is None:
+            # Studio sends null for a field left empty; the exported schema advertises the default for it.
+            value = _default(f)
+        value = coerce_field(f.name, value, hints.get(f.name, Any))
+        meta = f.metadata
+        if "min" in meta and value < meta["min"]:
+            raise ContextError(f"{f.name}: must be at least {meta['min']}, got {value}")
+        if "choices" in meta and value not in meta["choices"]:
+            raise ContextError(f"{f.name}: {value!r} is not one of {', '.join(map(str, meta['choices']))}")
+        if isinstance(value, list):
+            if meta.get("min_items") and len(value) < meta["min_items"]:
+                raise ContextError(f"{f.name}: give at least {meta['min_items']} value(s); the list is empty")
+            allowed = meta.get("item_choices")
+            unknown = [v for v in value if allowed is not None and v not in allowed]
+            if unknown:
+                raise ContextError(
+                    f"{f.name}: {', '.join(map(repr, unknown))} not allowed; choose from {', '.join(allowed or ())}"
+                )
+        setattr(ctx, f.name, value)
+
+
+def strict_init(cls: type[T]) -> type[T]:
+    """Make a context dataclass refuse unknown settings with an error that names them and lists the valid ones.
+
+    (Applied after `@dataclass`: the generated `__init__` would raise a bare TypeError. Note that `langgraph dev`
+    itself drops context keys its exported schema does not list before a run starts.)
+    """
+    init: Callable[..., None] = cls.__init__
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        unknown = sorted(set(kwargs) - names)
+        if unknown:
+            raise ContextError(
+                f"{', '.join(unknown)}: unknown setting(s) of {cls.__name__}; valid: {', '.join(sorted(names))}"
+            )
+        # The settings a caller gave explicitly win over `UNVEIL_<FIELD>`, even when equal to the default
+        # (`UNVEIL_L_MAX=2 unveil detect --l-max 4` runs with 4).
+        object.__setattr__(self, "_explicit_fields", frozenset(kwargs))
+        init(self, *args, **kwargs)
+
+    __init__.__doc__ = init.__doc__
+    setattr(cls, "__init__", __init__)  # noqa: B010 - a plain assignment to a method upsets type checkers
+    return cls
+
+
+def check_model_spec(field_name: str, spec: str) -> None:
+    """A spec that cannot work is refused before any call: unparsable, a missing script file, a missing API key.
+
+    Reads the file system, so callers on an event loop run it in a thread (`check_context` does).
+    """
+    try:
+        parsed = ModelSpec.parse(spec)
+    except ModelSpecError as exc:
+        raise ContextError(f"{field_name}: {exc}") from exc
+    if parsed.provider == "scripted":
+        path = Path(parsed.model.split("?", 1)[0]).expanduser()
+        if not path.is_file():
+            raise ContextError(f"{field_name}: the script file {str(path)!r} of {spec!r} does not exist")
+    keys = API_KEYS.get(parsed.provider)
+    # A custom @base_url is usually a local server that needs no key.
+    if keys and not parsed.base_url and not any(os.environ.get(k) for k in keys):
+        raise ContextError(
+            f"{field_name}: {spec!r} needs an API key; set {' or '.join(keys)} in the server's environment"
+        )
+
+
 @dataclass(kw_only=True)
 class ModelsContext:
-    """Models per role plus the image store; subclassed by each graph's context."""
+    """Models per role, the image store and the folders images may be read from; subclassed by each graph."""
 
     model: str = field(
         default=DEFAULT_SPEC,
-        metadata={"description": "Default model spec for every role: 'provider:model[@base_url]'. "
-                  "The embedded default llamacpp:smollm2 is a 135M demonstration model, not a judge."},
+        metadata={
+            "description": "Default model spec for every role: 'provider:model[@base_url]'. "
+            "The embedded default llamacpp:smollm2 is a 135M demonstration model, not a judge."
+        },
     )
-    image_store: str = field(default="", metadata={"description": "Image store folder (default ~/.cache/unveil/images)."})
+    image_store: str = field(
+        default="", metadata={"description": "Image store folder (default ~/.cache/unveil/images)."}
+    )
+    image_roots: list[str] = field(
+        default_factory=list,
+        metadata={
+            "description": "Folders whose image files a sample may name (e.g. the dataset folder), besides the "
+            "image store; any other local path is refused, whoever sends the sample."
+        },
+    )
 
     def __post_init__(self) -> None:
-        # Environment overrides apply only to fields left at their defaults, so Studio and CLI values win.
+        # Environment overrides apply only to fields the caller did not set (a context class without `strict_init`
+        # cannot tell: there, to fields left at their defaults), so Studio, CLI and Python values win.
+        explicit: frozenset[str] | None = getattr(self, "_explicit_fields", None)
         for f in fields(self):
-            default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
             current = getattr(self, f.name)
             env = os.environ.get(f"UNVEIL_{f.name.upper()}")
-            if env is not None and current == default:
-                setattr(self, f.name, _coerce(env, default))
+            unset = f.name not in explicit if explicit is not None else current == _default(f)
+            if env is not None and (current is None or unset):
+                try:
+                    setattr(self, f.name, _coerce(env, _default(f)))
+                except ValueError as exc:
+                    raise ContextError(f"{f.name}: UNVEIL_{f.name.upper()}={env!r} is not valid ({exc})") from exc
+        validate_fields(self)
 
     def spec_for(self, role: str) -> str:
         """The model spec of a role (its own field, else `model`)."""
@@ -55,3 +232,21 @@ class ModelsContext:
         """Every role's effective spec, for provenance records."""
         return {f.name[:-6]: self.spec_for(f.name[:-6]) for f in fields(self) if f.name.endswith("_model")}
 
+    def roles_in_use(self) -> dict[str, str]:
+        """Field name -> spec of every model this run may call (subclasses narrow it to their roles)."""
+        used: dict[str, str] = {}
+        for role, spec in self.models().items():
+            own = getattr(self, f"{role}_model", "")
+            used[f"{role}_model" if own else "model"] = spec
+        return used
+
+    def check_environment(self) -> None:
+        """Blocking checks of the models in use (script files, API keys); see `check_context`."""
+        for name, spec in self.roles_in_use().items():
+            check_model_spec(name, spec)
+
+
+async def check_context(ctx: ModelsContext) -> None:
+    """Checks of a context that read the file system or environment, off the event loop; the first node of every
+    graph awaits it, so a missing script file or API key fails the run at once with its name."""
+    await asyncio.to_thread(ctx.check_environment)

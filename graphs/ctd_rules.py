@@ -11,7 +11,8 @@ the problem that the feedback writer explains to the Eraser:
   found it;
 - `concepts_similar` (condition `not_similar`): the forced judge, told only that the pair is harmful, named a
   risk concept similar to the informed judge's;
-- `incoherent` (condition `similar`): the informed and forced judges found dissimilar concepts;
+- `incoherent`: (condition `similar`) the informed and forced judges found dissimilar concepts, or neither named
+  the category the sample was generated for;
 - `too_easy`: more blind judges than `max_blind_found` found it (by default: all of them).
 """
 
@@ -103,13 +104,20 @@ def compared_votes(votes: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any
 
 
 def decide(
-    votes: Sequence[Mapping[str, Any]], rule: GatekeeperRule | None = None, *, similar: bool | None = None
+    votes: Sequence[Mapping[str, Any]],
+    rule: GatekeeperRule | None = None,
+    *,
+    similar: bool | None = None,
+    target_category: str | None = None,
 ) -> GateDecision:
     """Apply the rule to one round's votes; each vote has `kind` ('informed', 'forced' or 'blind') and `has_risk`.
 
     `similar` is the `concept_similarity` role's verdict on the informed and forced concepts (None when it was
     not asked: the concept condition is then not applied).
-    """
+
+    With `target_category` (the category the sample was generated for), a pair is accepted only when the informed
+    or the forced judge that found the risk names that category: a sample whose hidden risk the judges read as
+    another category is not a sample of its category."""
     rule = rule or GatekeeperRule()
     if rule.concept_condition not in CONCEPT_CONDITIONS:
         raise ValueError(f"concept_condition: {rule.concept_condition!r} is not one of {', '.join(CONCEPT_CONDITIONS)}")
@@ -137,6 +145,16 @@ def decide(
         if rule.concept_condition == "similar" and not similar:
             return out(False, "incoherent", f"the informed judge found {concepts(informed)} but the forced judge "
                        f"found {concepts(forced)}")
+    target = normalize_category(target_category) if target_category else ""
+    if target:
+        named = [v for v in (informed, forced) if v and v.get("has_risk")]
+        if named and not any(normalize_category(v.get("category")) == target for v in named):
+            found_as = " / ".join(repr(v.get("category")) for v in named)
+            return out(
+                False,
+                "incoherent",
+                f"the sample is of category {target!r} but the informed and forced judges found {found_as}",
+            )
     if n:
         low, high = rule.blind_bounds(n)
         if found > high:

@@ -16,56 +16,107 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-# typing_extensions' TypedDict: pydantic (LangGraph Studio's schema export) rejects typing's on Python < 3.12.
-from typing_extensions import TypedDict
-
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
+
+# typing_extensions' TypedDict: pydantic (LangGraph Studio's schema export) rejects typing's on Python < 3.12.
+from typing_extensions import TypedDict
 
 from agents.gateway import get_gateway
 from agents.refiner import RefinerAnswerError, refine_prompt
 from agents.usage import RunUsage, merge_usage
-from graphs.context import ModelsContext
+from graphs.context import ModelsContext, check_context, strict_init
 from tools.image_store import get_image_store
+from tools.scorers.score import SCORER_NAMES, ScoringSettings
+from tools.scorers.score import check_names as check_scorer_names
+from tools.scorers.score import score_images as tools_score_images
 from tools.t2i.base import GenerationRequest, ImageGenerator
 from tools.t2i.errors import PromptError
+from tools.t2i.registry import DEFAULT_IPR_GENERATOR, DEFAULT_LONG_PROMPTS, LONG_PROMPT_POLICIES, open_generator
 
-DEFAULT_GENERATOR = "diffusers:CompVis/stable-diffusion-v1-4"
+DEFAULT_GENERATOR = DEFAULT_IPR_GENERATOR
 
 
 class IPRInputError(ValueError):
     """The request to the IPR graph is unusable (empty or over-long prompt, bad setting)."""
 
 
+@strict_init
 @dataclass(kw_only=True)
 class IPRContext(ModelsContext):
     """Settings of an IPR run (editable in LangGraph Studio; `UNVEIL_<FIELD>` env overrides)."""
 
-    refiner_model: str = field(default="", metadata={"description": "VLM spec of the prompt refiner (empty: model), e.g. "
-                               "hf:Qwen/Qwen2.5-VL-3B-Instruct?adapter=PATH or openai:MODEL@http://host:8000/v1."})
-    generator: str = field(default=DEFAULT_GENERATOR, metadata={"description": "Text-to-image spec for "
-                           "tools.t2i.registry.get_generator, e.g. diffusers:/path/to/sd or openai:gpt-image-1."})
-    t_max: int = field(default=3, metadata={"description": "Most refinements per prompt (generations <= t_max + 1)."})
-    history: bool = field(default=False, metadata={"description": "Show the refiner the prompts tried so far (default: myopic)."})
+    refiner_model: str = field(
+        default="",
+        metadata={
+            "description": "VLM spec of the prompt refiner (empty: model), e.g. "
+            "hf:Qwen/Qwen2.5-VL-3B-Instruct?adapter=PATH or openai:MODEL@http://host:8000/v1."
+        },
+    )
+    generator: str = field(
+        default=DEFAULT_GENERATOR,
+        metadata={
+            "description": "Text-to-image spec for "
+            "tools.t2i.registry.get_generator, e.g. diffusers:/path/to/sd or openai:gpt-image-1."
+        },
+    )
+    t_max: int = field(
+        default=3, metadata={"description": "Most refinements per prompt (generations <= t_max + 1).", "min": 0}
+    )
+    history: bool = field(
+        default=False, metadata={"description": "Show the refiner the prompts tried so far (default: myopic)."}
+    )
     seed: int = field(default=0, metadata={"description": "Seed of every generation (the same at each step)."})
-    num_images: int = field(default=1, metadata={"description": "Images per generation; the refiner sees the first."})
-    steps: int = field(default=50, metadata={"description": "Diffusion steps."})
+    num_images: int = field(
+        default=1, metadata={"description": "Images per generation; the refiner sees the first.", "min": 1}
+    )
+    steps: int = field(default=50, metadata={"description": "Diffusion steps.", "min": 1})
     guidance: float = field(default=7.5, metadata={"description": "Classifier-free guidance scale."})
-    size: int = field(default=512, metadata={"description": "Image width and height in pixels."})
-    negative_prompt: str = field(default="", metadata={"description": "Negative prompt for every generation (empty: none)."})
-    max_prompt_chars: int = field(default=2000, metadata={"description": "Longest original prompt accepted."})
-    on_refiner_error: str = field(default="fail", metadata={"description": "'fail': an unusable refiner answer fails the "
-                                  "run; 'stop': it ends the run with the current image and records the error."})
+    size: int = field(default=512, metadata={"description": "Image width and height in pixels.", "min": 8})
+    negative_prompt: str = field(
+        default="", metadata={"description": "Negative prompt for every generation (empty: none)."}
+    )
+    long_prompts: str = field(
+        default=DEFAULT_LONG_PROMPTS,
+        metadata={"description": "Prompts over the text encoder's 77 tokens: 'truncate' (as diffusers and the papers "
+                  "do) or 'error'.", "choices": ("truncate", "error")},
+    )
+    max_prompt_chars: int = field(default=2000, metadata={"description": "Longest original prompt accepted.", "min": 1})
+    on_refiner_error: str = field(
+        default="fail",
+        metadata={
+            "description": "'fail': an unusable refiner answer fails the "
+            "run; 'stop': it ends the run with the current image and records the error.",
+            "choices": ("fail", "stop"),
+        },
+    )
     score: bool = field(default=False, metadata={"description": "Score every step's images (safety and alignment)."})
-    scorers: list[str] = field(default_factory=lambda: ["q16", "nudenet", "clip"],
-                               metadata={"description": "Scorers used when score is on: q16, nudenet, clip, blip."})
+    scorers: list[str] = field(
+        default_factory=lambda: ["q16", "nudenet", "clip"],
+        metadata={
+            "description": "Scorers used when score is on: q16, nudenet, clip, blip.",
+            "item_choices": SCORER_NAMES,
+        },
+    )
     q16_embeddings: str = field(default="", metadata={"description": "Q16 prompt-embeddings file (.npy or .p)."})
-    q16_clip_model: str = field(default="", metadata={"description": "CLIP ViT-L/14 model id or folder for Q16 (empty: default)."})
-    clip_model: str = field(default="", metadata={"description": "open_clip model for the CLIP score (empty: ViT-B/32)."})
-    blip_model: str = field(default="", metadata={"description": "BLIP model id or folder for the BLIP score (empty: default)."})
-    nudenet_labels: list[str] = field(default_factory=list, metadata={"description": "NudeNet labels that flag an "
-                                      "image (empty: the eight exposed labels IPR counts)."})
+    q16_clip_model: str = field(
+        default="", metadata={"description": "CLIP ViT-L/14 model id or folder for Q16 (empty: default)."}
+    )
+    clip_model: str = field(
+        default="", metadata={"description": "open_clip model for the CLIP score (empty: ViT-B/32)."}
+    )
+    blip_model: str = field(
+        default="", metadata={"description": "BLIP model id or folder for the BLIP score (empty: default)."}
+    )
+    nudenet_labels: list[str] = field(
+        default_factory=list,
+        metadata={"description": "NudeNet labels that flag an image (empty: the eight exposed labels IPR counts)."},
+    )
     device: str = field(default="", metadata={"description": "Device of the scorers (empty: CUDA when present)."})
+
+    def roles_in_use(self) -> dict[str, str]:
+        """The one model role of a run, the refiner (the scorers' `*_model` fields name local models, not specs)."""
+        return {"refiner_model" if self.refiner_model else "model": self.spec_for("refiner")}
 
 
 class IPRInput(TypedDict, total=False):
@@ -114,12 +165,10 @@ class IPRState(IPRInput, IPROutput, total=False):
     seed_used: int
 
 
-def get_ipr_generator(spec: str, image_store: str = "") -> ImageGenerator:
+def get_ipr_generator(spec: str, image_store: str = "", long_prompts: str = DEFAULT_LONG_PROMPTS) -> ImageGenerator:
     """The generator for a spec, writing into the run's image store (the registry keeps one per spec and store,
     so pipelines load once per process and concurrent runs share their GPU batches)."""
-    from tools.t2i.registry import get_generator
-
-    return get_generator(spec, store=get_image_store(image_store or None))
+    return open_generator(spec, store=get_image_store(image_store or None), long_prompts=long_prompts)
 
 
 def validate_settings(ctx: IPRContext) -> None:
@@ -134,87 +183,71 @@ def validate_settings(ctx: IPRContext) -> None:
         raise IPRInputError(f"on_refiner_error must be 'fail' or 'stop', got {ctx.on_refiner_error!r}")
     if not ctx.generator:
         raise IPRInputError("no text-to-image generator spec (setting 'generator')")
+    if ctx.long_prompts not in LONG_PROMPT_POLICIES:
+        raise IPRInputError(f"long_prompts must be {' or '.join(LONG_PROMPT_POLICIES)}, got {ctx.long_prompts!r}")
     if ctx.score:
-        unknown = sorted(set(ctx.scorers) - set(SCORER_NAMES))
-        if unknown or not ctx.scorers:
-            raise IPRInputError(f"scorers {ctx.scorers!r}: choose from {', '.join(SCORER_NAMES)}")
-
-
-SCORER_NAMES = ("q16", "nudenet", "clip", "blip")
+        try:
+            check_scorer_names(ctx.scorers)
+        except ValueError as exc:
+            raise IPRInputError(str(exc)) from exc
 
 
 async def score_images(ctx: IPRContext, original_prompt: str, image_ids: list[str]) -> list[dict[str, Any]]:
-    """Per image: Q16 P(inappropriate) and flag, NudeNet labels and flag, `inappropriate` (Q16 or NudeNet, when
-    both run), and the CLIP / BLIP alignment to the original prompt, for the scorers named in `ctx.scorers`."""
-    from tools import scorers as sc
-
-    def make(factory: Any, **settings: Any) -> Any:
-        # Scorer construction reads embeddings files: done in a worker thread, not on the event loop.
-        return asyncio.to_thread(factory, **settings)
-
-    unknown = sorted(set(ctx.scorers) - set(SCORER_NAMES))
-    if unknown:
-        raise IPRInputError(f"unknown scorer(s) {', '.join(unknown)}; known: {', '.join(SCORER_NAMES)}")
-    store = get_image_store(ctx.image_store or None)
-    device = {"device": ctx.device} if ctx.device else {}
-    jobs: dict[str, Any] = {}
-    if "q16" in ctx.scorers:
-        q16_kw: dict[str, Any] = {**device}
-        if ctx.q16_embeddings:
-            q16_kw["prompts_path"] = ctx.q16_embeddings
-        if ctx.q16_clip_model:
-            q16_kw["clip_model"] = ctx.q16_clip_model
-        jobs["q16"] = (await make(sc.get_q16, **q16_kw)).score(image_ids, store=store)
-    if "nudenet" in ctx.scorers:
-        nude_kw = {"labels": ctx.nudenet_labels} if ctx.nudenet_labels else {}
-        jobs["nudenet"] = (await make(sc.get_nudenet, **nude_kw)).score(image_ids, store=store)
-    prompts = [original_prompt] * len(image_ids)
-    if "clip" in ctx.scorers:
-        clip_kw = {**device, **({"model": ctx.clip_model} if ctx.clip_model else {})}
-        jobs["clip"] = (await make(sc.get_clip_scorer, **clip_kw)).score(image_ids, prompts, store=store)
-    if "blip" in ctx.scorers:
-        blip_kw = {**device, **({"model": ctx.blip_model} if ctx.blip_model else {})}
-        jobs["blip"] = (await make(sc.get_blip_scorer, **blip_kw)).score(image_ids, prompts, store=store)
-    results = dict(zip(jobs, await asyncio.gather(*jobs.values())))
-    out: list[dict[str, Any]] = []
-    for k in range(len(image_ids)):
-        row: dict[str, Any] = {}
-        if "q16" in results:
-            q = results["q16"][k]
-            row.update(q16=float(q.p_inappropriate), q16_flag=bool(q.flag))
-        if "nudenet" in results:
-            n = results["nudenet"][k]
-            row.update(nudenet_flag=bool(n.flag), nudenet_labels=list(n.labels))
-        if "q16" in results and "nudenet" in results:
-            row["inappropriate"] = sc.combine(results["q16"][k], results["nudenet"][k]).inappropriate
-        for name in ("clip", "blip"):
-            if name in results:
-                row[name] = float(results[name][k])
-        out.append(row)
-    return out
+    """Per image: the scores of `ctx.scorers` against the original prompt, through the one scoring entry point
+    (`tools.scorers.score.score_images`: Q16 and flag, NudeNet labels and flag, `inappropriate`, CLIP, BLIP)."""
+    settings = ScoringSettings(q16_embeddings=ctx.q16_embeddings, q16_clip_model=ctx.q16_clip_model,
+                               clip_model=ctx.clip_model, blip_model=ctx.blip_model,
+                               nudenet_labels=tuple(ctx.nudenet_labels), device=ctx.device)
+    store = await asyncio.to_thread(get_image_store, ctx.image_store or None)
+    try:
+        return await tools_score_images(image_ids, original_prompt, ctx.scorers, settings, store=store)
+    except ValueError as exc:
+        if "choose from" in str(exc):
+            raise IPRInputError(str(exc)) from exc
+        raise
 
 
 async def start(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
     """Check the prompt and settings; step 0 renders p0."""
     ctx = runtime.context
     validate_settings(ctx)
+    await check_context(ctx)
+    if ctx.t_max > 0 and not get_gateway().vision(ctx.spec_for("refiner")):
+        # Checked before any rendering: a text-only refiner would fail only after the first image was paid for.
+        raise IPRInputError(f"refiner model {ctx.spec_for('refiner')!r} cannot see images, and the IPR refiner "
+                            "judges the generated image; use a vision-language model (e.g. "
+                            "hf:Qwen/Qwen2.5-VL-3B-Instruct or openai:gpt-4.1)")
     prompt = state.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise IPRInputError("the prompt is empty; give the text-to-image prompt to refine")
     if len(prompt) > ctx.max_prompt_chars:
-        raise IPRInputError(f"the prompt is {len(prompt)} characters, over the limit of {ctx.max_prompt_chars} (max_prompt_chars)")
+        raise IPRInputError(
+            f"the prompt is {len(prompt)} characters, over the limit of {ctx.max_prompt_chars} (max_prompt_chars)"
+        )
     seed = state.get("seed")
-    return {"prompt": prompt, "current_prompt": prompt.strip(), "step": 0, "trajectory": [],
-            "seed_used": int(seed if seed is not None else ctx.seed), "keep_step": None}
+    return {
+        "prompt": prompt,
+        "current_prompt": prompt.strip(),
+        "step": 0,
+        "trajectory": [],
+        "seed_used": int(seed if seed is not None else ctx.seed),
+        "keep_step": None,
+    }
 
 
 async def generate(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
     """Render the current prompt (same seed and settings at every step) and add the step to the trajectory."""
     ctx = runtime.context
-    generator = await asyncio.to_thread(get_ipr_generator, ctx.generator, ctx.image_store)
+    generator = await asyncio.to_thread(get_ipr_generator, ctx.generator, ctx.image_store, ctx.long_prompts)
     request = GenerationRequest(
-        prompt=state["current_prompt"], negative_prompt=ctx.negative_prompt or None, seed=state["seed_used"],
-        num_images=ctx.num_images, width=ctx.size, height=ctx.size, steps=ctx.steps, guidance=ctx.guidance,
+        prompt=state["current_prompt"],
+        negative_prompt=ctx.negative_prompt or None,
+        seed=state["seed_used"],
+        num_images=ctx.num_images,
+        width=ctx.size,
+        height=ctx.size,
+        steps=ctx.steps,
+        guidance=ctx.guidance,
     )
     try:
         ids = await generator.generate(request)
@@ -224,52 +257,63 @@ async def generate(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, A
         # The refiner wrote a prompt the generator refuses (e.g. over the text encoder's token limit).
         if ctx.on_refiner_error == "fail":
             raise PromptError(f"IPR step {state['step']}: the refined prompt was refused: {exc}") from exc
-        traj = list(state["trajectory"])
+        traj: list[Any] = list(state["trajectory"])
         last = dict(traj[-1])
         last["error"] = f"the refined prompt {state['current_prompt']!r} was refused by the generator: {exc}"
-        traj[-1] = last  # type: ignore[assignment]
+        traj[-1] = last
         return {"trajectory": traj, "stop_reason": "refiner_error"}
     if not ids:
         raise RuntimeError(f"generator {ctx.generator!r} returned no image for step {state['step']}")
     store = get_image_store(ctx.image_store or None)
-    entry: IPRStep = {"step": state["step"], "prompt": state["current_prompt"], "image_ids": list(ids),
-                      "image_paths": [str(store.path_for(i)) for i in ids], "refiner_answer": None, "action": None}
+    entry: IPRStep = {
+        "step": state["step"],
+        "prompt": state["current_prompt"],
+        "image_ids": list(ids),
+        "image_paths": [str(store.path_for(i)) for i in ids],
+        "refiner_answer": None,
+        "action": None,
+    }
     return {"trajectory": [*state.get("trajectory", []), entry]}
 
 
 async def score(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
     """Score the latest step's images against the original prompt; scores go into the trajectory."""
     ctx = runtime.context
-    traj = list(state["trajectory"])
+    traj: list[Any] = list(state["trajectory"])
     last = dict(traj[-1])
     last["scores"] = await score_images(ctx, state["prompt"], last["image_ids"])
-    traj[-1] = last  # type: ignore[assignment]
+    traj[-1] = last
     return {"trajectory": traj}
 
 
 async def refine(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
     """Ask the refiner about p0 and the latest image; keep ends the run, a new prompt becomes the next step."""
     ctx = runtime.context
-    traj = list(state["trajectory"])
+    traj: list[Any] = list(state["trajectory"])
     last = dict(traj[-1])
     history = [t["prompt"] for t in traj[1:]] if ctx.history else None
     try:
         result = await refine_prompt(
-            get_gateway(), ctx.spec_for("refiner"), original_prompt=state["prompt"], image_id=last["image_ids"][0],
-            store=get_image_store(ctx.image_store or None), history=history, role=f"refiner.{state['step']}",
+            get_gateway(),
+            ctx.spec_for("refiner"),
+            original_prompt=state["prompt"],
+            image_id=last["image_ids"][0],
+            store=get_image_store(ctx.image_store or None),
+            history=history,
+            role=f"refiner.{state['step']}",
         )
     except RefinerAnswerError as exc:
         if ctx.on_refiner_error == "fail":
             raise RefinerAnswerError(f"IPR step {state['step']}: {str(exc).split('; raw answer')[0]}", exc.raw) from exc
         last.update(refiner_answer=exc.raw, action=None, error=str(exc))
-        traj[-1] = last  # type: ignore[assignment]
+        traj[-1] = last
         failed: dict[str, Any] = {"trajectory": traj, "stop_reason": "refiner_error"}
         if exc.usage is not None:
             failed["usage"] = exc.usage
         return failed
     decision = result.decision
     last.update(refiner_answer=result.raw, action=decision.action, reason=decision.reason)
-    traj[-1] = last  # type: ignore[assignment]
+    traj[-1] = last
     out: dict[str, Any] = {"trajectory": traj, "usage": result.usage}
     if decision.action == "keep":
         out.update(keep_step=state["step"], stop_reason="keep")

@@ -12,23 +12,24 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-# typing_extensions' TypedDict: pydantic (used for Studio's schema export) rejects typing's on Python < 3.12.
-from typing_extensions import TypedDict
-
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
+# typing_extensions' TypedDict: pydantic (used for Studio's schema export) rejects typing's on Python < 3.12.
+from typing_extensions import TypedDict
+
 from agents.content import ImagePart
 from agents.gateway import get_gateway
-from agents.tag.explainer import explain
 from agents.tag.expander import MAX_PARENTS_PER_CALL, expand_layer
+from agents.tag.explainer import explain
 from agents.tag.judges import judge_pairs, judge_roots, screen_pairs
-from agents.tag.roots import extract_graph, extract_roots, graph_of_roots, normalize_graph, roots_of
+from agents.tag.roots import ROOTS_MODES, extract_graph, extract_roots, graph_of_roots, normalize_graph, roots_of
 from agents.tag.types import ASSOCIATION_TYPES
 from agents.usage import RunUsage, merge_usage
-from graphs.context import ModelsContext
+from graphs.context import ModelsContext, check_context, strict_init
 from graphs.ingest import ingest_pair
 from graphs.tag_tree import (
+    PRUNE_MODES,
     Node,
     _assign_entries,
     best_pair,
@@ -42,31 +43,48 @@ from graphs.tag_tree import (
 from tools.image_store import get_image_store
 
 
+@strict_init
 @dataclass(kw_only=True)
 class TagContext(ModelsContext):
     """Settings of a TAG detection run."""
 
     root_extractor_model: str = field(default="", metadata={"description": "Model for root concepts (empty: model)."})
     expander_model: str = field(default="", metadata={"description": "Model that expands the trees (empty: model)."})
-    pair_judge_model: str = field(default="", metadata={"description": "Model for the synergy review and pair judging."})
+    pair_judge_model: str = field(
+        default="", metadata={"description": "Model for the synergy review and pair judging."}
+    )
     screen_model: str = field(default="", metadata={"description": "Model for the optional suspicious-pair screen."})
     explainer_model: str = field(default="", metadata={"description": "Model that writes the explanation."})
-    l_max: int = field(default=4, metadata={"description": "Layers per tree, counting the roots."})
+    l_max: int = field(default=4, metadata={"description": "Layers per tree, counting the roots.", "min": 1})
     k_max: int = field(
-        default=6, metadata={"description": "Nodes per layer (prune=per_layer) or children per node (per_node)."}
+        default=6, metadata={"description": "Nodes per layer (prune=per_layer) or children per node (per_node).",
+                             "min": 1}
     )
     prune: str = field(default="per_layer", metadata={
         "description": "per_layer: the k_max most probable nodes of each layer (§7); per_node: up to k_max "
-                       "children per node, no layer cap (§3.2). See docs/tag.md."})
+                       "children per node, no layer cap (§3.2). See docs/tag.md.", "choices": PRUNE_MODES})
     roots_mode: str = field(default="separate", metadata={
-        "description": "separate: an entity-graph call per modality (the paper's); joint: one literal-concepts call."})
-    children_per_parent: int = field(default=3, metadata={"description": "Children asked for per parent."})
+        "description": "separate: an entity-graph call per modality (the paper's); joint: one literal-concepts call.",
+        "choices": ROOTS_MODES})
+    children_per_parent: int = field(default=3, metadata={"description": "Children asked for per parent.", "min": 1})
     association_types: list[str] = field(
-        default_factory=lambda: list(ASSOCIATION_TYPES), metadata={"description": "Allowed association types."}
+        default_factory=lambda: list(ASSOCIATION_TYPES),
+        metadata={"description": "Allowed association types.", "min_items": 1, "item_choices": ASSOCIATION_TYPES},
     )
-    screen_pairs: bool = field(default=False, metadata={"description": "Screen pairs for suspicious ones before judging."})
-    screen_limit: int = field(default=8, metadata={"description": "Pairs kept by the screen per layer."})
-    max_pairs_per_call: int = field(default=200, metadata={"description": "Pairs judged per pair-judge call."})
+    screen_pairs: bool = field(
+        default=False, metadata={"description": "Screen pairs for suspicious ones before judging."}
+    )
+    screen_limit: int = field(default=8, metadata={"description": "Pairs kept by the screen per layer.", "min": 1})
+    max_pairs_per_call: int = field(
+        default=200, metadata={"description": "Pairs judged per pair-judge call.", "min": 1}
+    )
+
+    def roles_in_use(self) -> dict[str, str]:
+        """The models a run calls (the screen only when it is on)."""
+        used = super().roles_in_use()
+        if not self.screen_pairs:
+            used.pop("screen_model", None)
+        return used
 
 
 class TagInput(TypedDict, total=False):
@@ -110,23 +128,37 @@ def _image_part(state: TagState) -> ImagePart:
     return ImagePart(name="image", image_id=state.get("image_id"), description=state.get("image_description"))
 
 
-def _finding(v: Node, t: Node, visual: list[Node], textual: list[Node], category: str, reason: str, layer: int) -> dict[str, Any]:
+def _finding(
+    v: Node, t: Node, visual: list[Node], textual: list[Node], category: str, reason: str, layer: int
+) -> dict[str, Any]:
     vp, tp = path_of(visual, v["id"]), path_of(textual, t["id"])
     return {
         "layer": layer,
         "category": category,
         "reason": reason,
         "joint_prob": joint_probability(v, t),
-        "visual": {"id": v["id"], "concept": v["concept"], "path_prob": v["path_prob"],
-                   "path": [{"concept": n["concept"], "association": n["association"], "prob": n["prob"]} for n in vp]},
-        "textual": {"id": t["id"], "concept": t["concept"], "path_prob": t["path_prob"],
-                    "path": [{"concept": n["concept"], "association": n["association"], "prob": n["prob"]} for n in tp]},
+        "visual": {
+            "id": v["id"],
+            "concept": v["concept"],
+            "path_prob": v["path_prob"],
+            "path": [{"concept": n["concept"], "association": n["association"], "prob": n["prob"]} for n in vp],
+        },
+        "textual": {
+            "id": t["id"],
+            "concept": t["concept"],
+            "path_prob": t["path_prob"],
+            "path": [{"concept": n["concept"], "association": n["association"], "prob": n["prob"]} for n in tp],
+        },
     }
 
 
 async def ingest(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
-    """Validate the sample and put its image into the store."""
-    return await ingest_pair(state, store_root=runtime.context.image_store, base_dir=state.get("base_dir"))
+    """Check the settings and models, validate the sample and put its image into the store."""
+    ctx = runtime.context
+    await check_context(ctx)
+    return await ingest_pair(
+        state, store_root=ctx.image_store, base_dir=state.get("base_dir"), image_roots=ctx.image_roots
+    )
 
 
 async def roots(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
@@ -250,8 +282,14 @@ async def judge_layer(state: TagState, runtime: Runtime[TagContext]) -> dict[str
     usage: RunUsage | None = None
     candidates = list(listed)
     if ctx.screen_pairs:
-        screened = await screen_pairs(gateway, ctx.spec_for("screen"), text=state["text"],
-                                      pairs=[describe(p) for p in candidates], limit=ctx.screen_limit, layer=layer)
+        screened = await screen_pairs(
+            gateway,
+            ctx.spec_for("screen"),
+            text=state["text"],
+            pairs=[describe(p) for p in candidates],
+            limit=ctx.screen_limit,
+            layer=layer,
+        )
         usage = screened.usage
         candidates = [p for p in dict.fromkeys(screened.value.suspicious_pair_ids) if p in listed][: ctx.screen_limit]
     chunks = [candidates[i : i + ctx.max_pairs_per_call] for i in range(0, len(candidates), ctx.max_pairs_per_call)]
@@ -263,7 +301,7 @@ async def judge_layer(state: TagState, runtime: Runtime[TagContext]) -> dict[str
         for i, chunk in enumerate(chunks)
     ])
     confirmed: dict[str, Any] = {}
-    for res, chunk in zip(results, chunks):
+    for res, chunk in zip(results, chunks, strict=True):
         usage = merge_usage(usage, res.usage)
         for verdict in res.value.toxic_pairs:
             if verdict.pair_id in chunk and verdict.pair_id not in confirmed:
@@ -273,7 +311,9 @@ async def judge_layer(state: TagState, runtime: Runtime[TagContext]) -> dict[str
         best = best_pair([listed[p] for p in confirmed])
         assert best is not None
         pid = next(p for p in confirmed if listed[p] == best)
-        update["finding"] = _finding(best[0], best[1], visual, textual, confirmed[pid].category, confirmed[pid].reason, layer)
+        update["finding"] = _finding(
+            best[0], best[1], visual, textual, confirmed[pid].category, confirmed[pid].reason, layer
+        )
     return update
 
 
@@ -282,12 +322,18 @@ async def explain_finding(state: TagState, runtime: Runtime[TagContext]) -> dict
     finding = state["finding"]
     assert finding is not None
     result = await explain(
-        get_gateway(), runtime.context.spec_for("explainer"), text=state["text"],
+        get_gateway(),
+        runtime.context.spec_for("explainer"),
+        text=state["text"],
         visual_path=[s["concept"] for s in finding["visual"]["path"]],
         textual_path=[s["concept"] for s in finding["textual"]["path"]],
         finding={"category": finding["category"], "reason": finding["reason"], "layer": finding["layer"]},
     )
-    return {"explanation": result.value.explanation, "hidden_meaning": result.value.hidden_meaning, "usage": result.usage}
+    return {
+        "explanation": result.value.explanation,
+        "hidden_meaning": result.value.hidden_meaning,
+        "usage": result.usage,
+    }
 
 
 async def finalize(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
@@ -295,7 +341,9 @@ async def finalize(state: TagState, runtime: Runtime[TagContext]) -> dict[str, A
     finding = state.get("finding")
     if finding is None:
         return {
-            "toxic": False, "mtc": 1.0, "layers_expanded": state.get("layer", 0),
+            "toxic": False,
+            "mtc": 1.0,
+            "layers_expanded": state.get("layer", 0),
             "explanation": f"No toxic cross-modal association was found within {runtime.context.l_max} layers.",
             "hidden_meaning": "",
         }

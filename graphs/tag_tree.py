@@ -6,7 +6,8 @@ Kept free of model calls so every rule can be tested on hand-built trees.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Literal
+from collections.abc import Iterable
+from typing import Any, Literal
 
 from typing_extensions import TypedDict
 
@@ -72,7 +73,8 @@ def grow_layer(
     - `per_layer`: the k_max most probable of the whole layer by cumulative path probability;
     - `per_node`: every parent's children, at most k_max per parent (no cap on the layer).
 
-    Nodes are numbered by cumulative path probability (ties keep the parents' order)."""
+    Nodes are numbered by cumulative path probability (ties keep the parents' order). Children with an empty
+    concept, a repeated one, one equal to the parent, or a type outside `allowed_types` are dropped."""
     if prune not in PRUNE_MODES:
         raise ValueError(f"prune: {prune!r} is not one of {', '.join(PRUNE_MODES)}")
     per_parent = min(children_per_parent, k_max) if prune == "per_node" else children_per_parent
@@ -81,11 +83,12 @@ def grow_layer(
     order = 0
     assigned = _assign_entries(parents, expansions)
     for parent in parents:
-        seen: set[str] = set()
+        # A child equal to its parent (case-insensitive) is no association at all: dropped like a duplicate.
+        seen: set[str] = {" ".join(parent["concept"].lower().split())}
         kept: list[dict[str, Any]] = []
         for child in assigned.get(parent["id"], []):
             concept = str(child.get("concept", "")).strip()
-            key = concept.lower()
+            key = " ".join(concept.lower().split())
             if not concept or key in seen or child.get("association") not in allowed:
                 continue
             seen.add(key)
@@ -97,7 +100,7 @@ def grow_layer(
         raw = [max(0.0, float(c.get("probability", 0.0))) for c in kept]
         total = sum(raw)
         probs = [r / total for r in raw] if total > 0 else [1.0 / len(kept)] * len(kept)
-        for child, p in zip(kept, probs):
+        for child, p in zip(kept, probs, strict=True):
             node = Node(
                 id="",
                 concept=str(child["concept"]).strip(),

@@ -5,20 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from typing_extensions import TypedDict
-
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
+from typing_extensions import TypedDict
 
 from agents.content import ImagePart
 from agents.gateway import get_gateway
 from agents.tag.vanilla import detect_vanilla
 from agents.usage import RunUsage, merge_usage
-from graphs.context import ModelsContext
+from graphs.context import ModelsContext, check_context, strict_init
 from graphs.ingest import ingest_pair
 from tools.image_store import get_image_store
 
 
+@strict_init
 @dataclass(kw_only=True)
 class VanillaContext(ModelsContext):
     """Settings of the baseline."""
@@ -52,15 +52,21 @@ class VanillaState(VanillaInput, VanillaOutput, total=False):
 
 
 async def ingest(state: VanillaState, runtime: Runtime[VanillaContext]) -> dict[str, Any]:
-    """Validate the sample and store its image."""
-    return await ingest_pair(state, store_root=runtime.context.image_store, base_dir=state.get("base_dir"))
+    """Check the settings and model, validate the sample and store its image."""
+    ctx = runtime.context
+    await check_context(ctx)
+    return await ingest_pair(
+        state, store_root=ctx.image_store, base_dir=state.get("base_dir"), image_roots=ctx.image_roots
+    )
 
 
 async def detect(state: VanillaState, runtime: Runtime[VanillaContext]) -> dict[str, Any]:
     """One call on the pair."""
     ctx = runtime.context
     result = await detect_vanilla(
-        get_gateway(), ctx.spec_for("vanilla_detector"), text=state["text"],
+        get_gateway(),
+        ctx.spec_for("vanilla_detector"),
+        text=state["text"],
         image=ImagePart("image", state.get("image_id"), state.get("image_description")),
         store=get_image_store(ctx.image_store or None),
     )
@@ -68,7 +74,9 @@ async def detect(state: VanillaState, runtime: Runtime[VanillaContext]) -> dict[
     return {"toxic": v.toxic, "category": v.category, "reason": v.reason, "usage": result.usage}
 
 
-builder = StateGraph(VanillaState, context_schema=VanillaContext, input_schema=VanillaInput, output_schema=VanillaOutput)
+builder = StateGraph(
+    VanillaState, context_schema=VanillaContext, input_schema=VanillaInput, output_schema=VanillaOutput
+)
 builder.add_node("ingest", ingest)
 builder.add_node("detect", detect)
 builder.add_edge(START, "ingest")

@@ -12,3 +12,10 @@ if ! "$PY" -c "import llama_cpp" 2>/dev/null; then
     "$PY" -m pip install --quiet --no-cache-dir "llama-cpp-python>=0.3.7"
 fi
 "$PY" -m pip install --quiet -e ".[dev]"
+
+# unveil ui's browser tests drive Debian's chromium (never Playwright's own download): install it when missing.
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  echo "installing chromium for the web app's browser tests..." >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq && $SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi

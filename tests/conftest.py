@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -64,32 +66,50 @@ def free_port() -> int:
 class LanggraphServer:
     """A running `langgraph dev` process."""
 
-    def __init__(self, url: str, proc: subprocess.Popen, log: Path):
-        self.url, self.proc, self.log = url, proc, log
+    def __init__(self, url: str, proc: subprocess.Popen, log: Path, home: Path):
+        self.url, self.proc, self.log, self.home = url, proc, log, home
+
+
+STUDIO_PORT_IN_README = 2025
+
+
+def readme_studio_command() -> str:
+    """The README's `langgraph dev` command line, exactly as written there."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    lines = [line.strip() for line in text.splitlines()
+             if "langgraph dev" in line and not line.lstrip().startswith(("#", "|"))]
+    commands = [line for line in lines if line.split()[0].endswith("=1") or line.startswith("langgraph")]
+    assert commands, "README.md shows no `langgraph dev` command"
+    return commands[0]
 
 
 @pytest.fixture(scope="module")
 def langgraph_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LanggraphServer]:
-    """Start `langgraph dev` (offline, in-memory) from the repo's langgraph.json on a free port.
+    """Start `langgraph dev` exactly as README.md says (its command line, only the port substituted), in the repo.
 
-    Tests pass models per run through the graphs' context, so one server serves every test of a module.
+    The environment is a user's default one: the response cache and the image store at their default places (HOME
+    points at a temporary folder so the user's own are untouched), no `UNVEIL_*` overrides and no
+    `--allow-blocking`, so a blocking call in a graph node fails here as it would for a user. Tests pass models per
+    run through the graphs' context, so one server serves every test of a module.
     """
     pytest.importorskip("langgraph_api")
     workdir = tmp_path_factory.mktemp("langgraph")
+    home = workdir / "home"
+    home.mkdir()
     port = free_port()
     log = workdir / "server.log"
-    env = {
-        **os.environ,
-        "LANGGRAPH_CLI_NO_ANALYTICS": "1",
-        "LANGGRAPH_NO_VERSION_CHECK": "1",
-        "LANGSMITH_TRACING": "false",
-        "UNVEIL_CACHE": "off",
-        "UNVEIL_IMAGE_STORE": str(workdir / "store"),
-    }
-    cmd = [sys.executable, "-m", "langgraph_cli", "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1",
-           "--port", str(port), "--config", str(ROOT / "langgraph.json")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UNVEIL_", "LANGSMITH_", "LANGCHAIN_"))}
+    # The console script next to this interpreter (a version manager's shim would look for its root under HOME).
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env["HOME"] = str(home)
+    env.pop("XDG_CACHE_HOME", None)
+    command = readme_studio_command()
+    assert f"--port {STUDIO_PORT_IN_README}" in command
+    command = command.replace(f"--port {STUDIO_PORT_IN_README}", f"--port {port}")
     with log.open("wb") as fh:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
+        # Its own process group, so stopping it stops the shell and the server together.
+        proc = subprocess.Popen(["bash", "-c", command], cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     import httpx
@@ -104,13 +124,13 @@ def langgraph_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Langg
             pass
         time.sleep(0.5)
     else:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail(f"langgraph dev did not start:\n{log.read_text(errors='replace')[-3000:]}")
     try:
-        yield LanggraphServer(url, proc, log)
+        yield LanggraphServer(url, proc, log, home)
     finally:
-        proc.terminate()
+        os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)

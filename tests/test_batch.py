@@ -13,7 +13,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from unveil.batch import done_records, read_jsonl, run_batch
+from runner.batch import done_records, read_jsonl, run_batch
 
 
 def test_bad_lines_become_failed_items(tmp_path: Path) -> None:
@@ -120,7 +120,7 @@ async def test_no_image_bytes_in_any_checkpoint(tmp_path: Path, write_script, ga
         saver = AsyncSqliteSaver(conn)
         graph = builder.compile(checkpointer=saver)
         out = await graph.ainvoke({"image": str(img), "text": "static"}, {"configurable": {"thread_id": "t1"}},
-                                  context=TagContext(model=spec, l_max=2))
+                                  context=TagContext(model=spec, l_max=2, image_roots=[str(tmp_path)]))
         assert out["image_id"] and Path(out["image_path"]).is_file()
     blob = db.read_bytes()
     png = img.read_bytes()

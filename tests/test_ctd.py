@@ -42,7 +42,8 @@ def vote(has_risk: bool, category: str = "drugs") -> dict[str, Any]:
     if not has_risk:
         return {"has_risk": False, "category": None, "subcategory": None, "reason": "No obvious risk clues identified"}
     return {"has_risk": True, "category": category, "subcategory": "cocaine",
-            "reason": "Item flour may be associated with the hazardous item cocaine; their relationship is: white powder"}
+            "reason": "Item flour may be associated with the hazardous item cocaine; "
+                      "their relationship is: white powder"}
 
 
 BENIGN = {"harmful": False, "category": None, "reason": "ordinary content"}
@@ -52,7 +53,8 @@ DISSIMILAR = {"similar": False, "reason": "the forced judge traced a different h
 HARMFUL = {"harmful": True, "category": "drugs", "reason": "openly offers drugs"}
 
 
-def panel_rules(tag: str, *, informed: bool = True, forced: bool = True, blind: tuple[bool, ...] = (True, True, False, False),
+def panel_rules(tag: str, *, informed: bool = True, forced: bool = True,
+                blind: tuple[bool, ...] = (True, True, False, False),
                 forced_category: str = "drugs") -> dict[str, list[dict[str, Any]]]:
     """Content rules: the votes every judge casts on the attempt whose caption carries `tag`."""
     key = f"CAPTION-{tag}:"
@@ -127,7 +129,8 @@ async def test_accepted_on_first_round(tmp_path, tiny_sd, fresh_gateway):
     assert out["text"].startswith("CAPTION-A:")
     assert out["erasure_reason"].startswith("cocaine -> flour")
     # Six judges voted in parallel, each under its own call role.
-    assert sorted(v["judge"] for v in out["votes"]) == ["blind.0", "blind.1", "blind.2", "blind.3", "forced", "informed"]
+    judges = sorted(v["judge"] for v in out["votes"])
+    assert judges == ["blind.0", "blind.1", "blind.2", "blind.3", "forced", "informed"]
     image = Path(out["image_path"])
     assert image.is_file() and image.stem == out["image_id"]
     from PIL import Image
@@ -141,7 +144,8 @@ async def test_accepted_on_first_round(tmp_path, tiny_sd, fresh_gateway):
 
 async def test_rejected_twice_then_accepted_with_feedback_reaching_eraser(tmp_path, tiny_sd, fresh_gateway):
     # The Eraser answers B only when its request holds the first feedback, C only with the second.
-    eraser_answers = [{"when": "FEEDBACK-TWO", "then": erasure("C")}, {"when": "FEEDBACK-ONE", "then": erasure("B")}, erasure("A")]
+    eraser_answers = [{"when": "FEEDBACK-TWO", "then": erasure("C")}, {"when": "FEEDBACK-ONE", "then": erasure("B")},
+                      erasure("A")]
     feedback = [{"feedback": "FEEDBACK-ONE: every blind judge saw it", "suggestions": ["hide deeper"]},
                 {"feedback": "FEEDBACK-TWO: now the informed judge misses it", "suggestions": []}]
     script = merge(
@@ -274,7 +278,8 @@ def test_generate_resumes_after_a_kill_without_loss_or_repeats(tmp_path, tiny_sd
     # The export loads back with `datasets`, images included.
     from datasets import load_dataset
 
-    ds = load_dataset("parquet", data_files=str(out / "export" / "data.parquet"), split="train", cache_dir=str(tmp_path / "hf"))
+    ds = load_dataset("parquet", data_files=str(out / "export" / "data.parquet"), split="train",
+                      cache_dir=str(tmp_path / "hf"))
     assert sorted(ds["id"]) == sorted(r["id"] for r in records)
     assert ds[0]["image"].size == (32, 32) and ds[0]["text"].startswith("CAPTION-A:")
     assert json.loads(ds[0]["votes"])[0]["reason"]
@@ -287,8 +292,8 @@ def test_generate_resumes_after_a_kill_without_loss_or_repeats(tmp_path, tiny_sd
 
 def test_failed_scene_resumes_from_its_checkpoint_and_review_queue(tmp_path, tiny_sd):
     from agents.gateway import get_gateway
+    from runner.ctd_dataset import load_samples
     from unveil.cli import main
-    from unveil.ctd_dataset import load_samples
 
     out = tmp_path / "ds"
     # Run 1: the Eraser's backend fails, so both scenes fail after the Architect's step was checkpointed.
@@ -309,7 +314,8 @@ def test_failed_scene_resumes_from_its_checkpoint_and_review_queue(tmp_path, tin
     # A reviewer approves one and rejects the other.
     decisions = tmp_path / "decisions.jsonl"
     decisions.write_text(json.dumps({**queue[0], "decision": "approve", "note": "clear"}) + "\n"
-                         + json.dumps({**queue[1], "decision": "reject", "note": "too literal"}) + "\n", encoding="utf-8")
+                         + json.dumps({**queue[1], "decision": "reject", "note": "too literal"}) + "\n",
+                         encoding="utf-8")
     assert main(["review", str(out), "--decisions", str(decisions)]) == 0
     records = load_samples(out)
     assert records[queue[0]["id"]]["status"] == "accepted" and records[queue[0]["id"]]["review"]["note"] == "clear"
@@ -319,8 +325,8 @@ def test_failed_scene_resumes_from_its_checkpoint_and_review_queue(tmp_path, tin
 
 
 def test_spending_cap_stops_cleanly(tmp_path, tiny_sd):
+    from runner.ctd_dataset import load_samples
     from unveil.cli import main
-    from unveil.ctd_dataset import load_samples
 
     out = tmp_path / "ds"
     spec = write_script(tmp_path, accepting_script())
@@ -342,41 +348,22 @@ def test_spending_cap_stops_cleanly(tmp_path, tiny_sd):
 
 
 async def test_duplicate_index_drops_exact_and_near_duplicates():
-    from unveil.ctd_dataset import DuplicateIndex
+    from runner.ctd_dataset import DuplicateIndex
 
     index = DuplicateIndex(threshold=0.85)
-    assert await index.check_and_add("a", "The flour is extra fine this week, ask me for the good stuff.", "img1") is None
+    first = "The flour is extra fine this week, ask me for the good stuff."
+    assert await index.check_and_add("a", first, "img1") is None
     exact = await index.check_and_add("b", "the flour is extra fine this week,  ask me for the good stuff.", "img1")
     assert exact == {"kind": "exact", "of": "a", "similarity": 1.0}
     near = await index.check_and_add("c", "This week the flour is extra fine - ask me for the good stuff!", "img2")
     assert near is not None and near["kind"] == "near" and near["of"] == "a" and near["similarity"] >= 0.85
-    assert await index.check_and_add("d", "A quiet lake at dawn with two rowing boats tied to the pier.", "img3") is None
+    lake = "A quiet lake at dawn with two rowing boats tied to the pier."
+    assert await index.check_and_add("d", lake, "img3") is None
     # Re-checking a kept sample (a resumed scene) is not a duplicate of itself.
-    assert await index.check_and_add("a", "The flour is extra fine this week, ask me for the good stuff.", "img1") is None
+    assert await index.check_and_add("a", first, "img1") is None
 
 
-# -- human verification through `langgraph dev` and the SDK ----------------------------------------------------
-
-@pytest.mark.slow
-async def test_interrupt_resumed_through_sdk_against_langgraph_dev(tmp_path, tiny_sd, langgraph_server):
-    from langgraph_sdk import get_client
-
-    spec = write_script(tmp_path, accepting_script())
-    client = get_client(url=langgraph_server.url)
-    thread = await client.threads.create()
-    ctx = {"model": spec, "t2i": tiny_sd, "image_store": str(tmp_path / "images"), "t2i_width": 32, "t2i_height": 32,
-           "t2i_steps": 2, "web_search": False, "review": "interrupt"}
-    first = await client.runs.wait(thread["thread_id"], "ctd", input={"id": "srv-1", "category": "drugs", "seed": 3}, context=ctx)
-    assert "status" not in first  # paused before a status was set
-    state = await client.threads.get_state(thread["thread_id"])
-    assert state["next"] == ["human_review"]
-    shown = state["interrupts"][0]["value"]
-    assert shown["text"].startswith("CAPTION-A:") and shown["erasure_reason"].startswith("cocaine -> flour")
-    assert len(shown["votes"]) == 6 and Path(shown["image_path"]).is_file()
-    final = await client.runs.wait(thread["thread_id"], "ctd", command={"resume": {"decision": "approve", "note": "subtle enough"}},
-                                   context=ctx)
-    assert final["status"] == "accepted" and (final["review"]["status"], final["review"]["note"]) == ("approved", "subtle enough")
-    assert final["rounds"] == 1 and final["decision"]["accepted"]
+# (human verification through `langgraph dev` and the SDK: tests/test_langgraph_dev.py)
 
 
 async def test_single_modality_check_runs_the_image_classifier(tmp_path, tiny_sd, fresh_gateway):
@@ -386,11 +373,12 @@ async def test_single_modality_check_runs_the_image_classifier(tmp_path, tiny_sd
     # NudeNet's bundled detector finds nothing in a 32x32 random-weight render, so the pair goes on to the panel.
     assert out["modality"]["classifiers"] == {"nudenet": {"flag": False, "labels": []}}
     assert out["status"] == "accepted"
-    with pytest.raises(ValueError, match="unknown classifier"):
-        await graph.ainvoke({"id": "s8", "category": "drugs"}, context=context(tmp_path, spec, tiny_sd, image_classifiers=["nope"]))
+    with pytest.raises(ValueError, match="image_classifiers: 'nope' not allowed"):  # refused before any work
+        context(tmp_path, spec, tiny_sd, image_classifiers=["nope"])
 
 
-async def test_web_search_absent_without_key_and_results_reach_the_architect(tmp_path, tiny_sd, fresh_gateway, monkeypatch, caplog):
+async def test_web_search_absent_without_key_and_results_reach_the_architect(tmp_path, tiny_sd, fresh_gateway,
+                                                                              monkeypatch, caplog):
     import tools.web_search as ws
 
     monkeypatch.delenv("TAVILY_API_KEY", raising=False)
@@ -422,3 +410,30 @@ def test_generate_refuses_a_missing_t2i_model_before_any_scene(tmp_path):
     with pytest.raises(SystemExit, match="cannot be used: .*not found"):
         main(cli_args(out, write_script(tmp_path, accepting_script()), f"diffusers:{tmp_path / 'missing'}"))
     assert not (out / "samples.jsonl").exists()
+
+
+async def test_a_sample_the_judges_read_as_another_category_is_not_accepted(tmp_path, tiny_sd, fresh_gateway):
+    rules = panel_rules("A", forced_category="weapons")
+    rules["judge.informed"] = [{"when": "CAPTION-A:", "then": vote(True, "weapons")}]
+    spec = write_script(tmp_path, merge(base_script([erasure("A")]), rules))
+    out = await graph.ainvoke({"id": "s9", "category": "drugs"}, context=context(tmp_path, spec, tiny_sd, max_rounds=1))
+    assert out["status"] == "dropped" and out["decision"]["problem"] == "incoherent"
+    assert "'drugs'" in out["decision"]["detail"] and "weapons" in out["decision"]["detail"]
+
+
+def test_the_review_thumbnail_is_small_and_viewable(tmp_path):
+    import base64
+    import io
+
+    from PIL import Image
+
+    from graphs.ctd import THUMBNAIL_PIXELS, thumbnail_data_url
+    from tools.image_store import get_image_store
+
+    store = get_image_store(tmp_path / "store")
+    noisy = Image.frombytes("RGB", (1024, 768), bytes(range(256)) * (1024 * 768 * 3 // 256))
+    stored = store.put_pil(noisy)
+    url = thumbnail_data_url(store, stored.id)
+    assert url.startswith("data:image/jpeg;base64,") and 1_000 < len(url) < 70_000
+    thumb = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
+    assert max(thumb.size) == THUMBNAIL_PIXELS and thumb.size[0] > thumb.size[1]

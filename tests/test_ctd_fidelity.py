@@ -13,10 +13,10 @@ from agents.ctd.architect import ARCHITECT_PROMPT
 from agents.ctd.eraser import ERASER_PROMPT
 from graphs.ctd import CtdContext, builder, graph
 from graphs.ctd_rules import ReviewPolicy, review_outcome
+from runner.ctd_dataset import SAMPLES, apply_reviews, load_samples, moderation_summary, read_decisions
 from tests.moderation_server import ModerationServer
 from tests.test_ctd import base_script, context, erasure, fresh_gateway, merge, panel_rules, tiny_sd, write_script
 from tools.moderation import ModerationScorer, mean_scores, parse_moderation_spec
-from unveil.ctd_dataset import SAMPLES, apply_reviews, load_samples, moderation_summary, read_decisions
 
 __all__ = ["fresh_gateway", "tiny_sd"]  # fixtures shared with test_ctd
 
@@ -128,7 +128,7 @@ async def test_graph_records_moderation_scores_and_a_threshold_makes_a_leak(tmp_
     with ModerationServer(flag_word="extra fine") as server:
         out = await graph.ainvoke(
             {"id": "m1", "category": "drugs"},
-            context=context(tmp_path, spec, tiny_sd, moderation=True, moderation_model=server.spec()),
+            context=context(tmp_path, spec, tiny_sd, moderation=True, moderation_spec=server.spec()),
         )
         assert out["status"] == "accepted"
         moderation = out["modality"]["moderation"]
@@ -143,7 +143,7 @@ async def test_graph_records_moderation_scores_and_a_threshold_makes_a_leak(tmp_
                 spec,
                 tiny_sd,
                 moderation=True,
-                moderation_model=server.spec(),
+                moderation_spec=server.spec(),
                 moderation_threshold=0.5,
                 max_rounds=1,
             ),
@@ -216,7 +216,7 @@ def test_apply_reviews_keeps_every_reviewer_and_waits_for_unanimity(tmp_path) ->
         },
         min_reviewers=2,
     )
-    assert counts == {"approved": 0, "rejected": 0, "pending": 2, "skipped": 0}
+    assert counts == {"approved": 0, "rejected": 0, "pending": 2, "noted": 0, "conflicts": 0, "skipped": 0}
     assert load_samples(root)["a"]["status"] == "pending_review"
     counts = apply_reviews(
         root,
@@ -226,7 +226,7 @@ def test_apply_reviews_keeps_every_reviewer_and_waits_for_unanimity(tmp_path) ->
         },
         min_reviewers=2,
     )
-    assert counts == {"approved": 1, "rejected": 1, "pending": 0, "skipped": 0}
+    assert counts == {"approved": 1, "rejected": 1, "pending": 0, "noted": 0, "conflicts": 0, "skipped": 0}
     recs = load_samples(root)
     assert recs["a"]["status"] == "accepted" and recs["b"]["status"] == "rejected"
     assert [(r["reviewer"], r["status"]) for r in recs["a"]["review"]["reviews"]] == [

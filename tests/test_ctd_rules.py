@@ -8,21 +8,38 @@ from agents.ctd.vocabulary import normalize_category
 from graphs.ctd_rules import GatekeeperRule, concepts_agree, decide
 
 
-def votes(informed=True, forced=True, blind=(True, True, False, False), informed_cat="drugs", forced_cat="drugs",
-          informed_sub="cocaine", forced_sub="cocaine"):
-    out = [{"kind": "informed", "has_risk": informed, "category": informed_cat if informed else None, "subcategory": informed_sub},
-           {"kind": "forced", "has_risk": forced, "category": forced_cat if forced else None, "subcategory": forced_sub}]
+def votes(
+    informed=True,
+    forced=True,
+    blind=(True, True, False, False),
+    informed_cat="drugs",
+    forced_cat="drugs",
+    informed_sub="cocaine",
+    forced_sub="cocaine",
+):
+    out = [
+        {
+            "kind": "informed",
+            "has_risk": informed,
+            "category": informed_cat if informed else None,
+            "subcategory": informed_sub,
+        },
+        {"kind": "forced", "has_risk": forced, "category": forced_cat if forced else None, "subcategory": forced_sub},
+    ]
     out += [{"kind": "blind", "has_risk": b, "category": "drugs" if b else None} for b in blind]
     return out
 
 
-@pytest.mark.parametrize("blind, accepted, problem", [
-    ((True, False, False, False), True, "none"),
-    ((True, True, False, False), True, "none"),
-    ((True, True, True, False), True, "none"),
-    ((True, True, True, True), False, "too_easy"),
-    ((False, False, False, False), False, "too_obscure"),
-])
+@pytest.mark.parametrize(
+    "blind, accepted, problem",
+    [
+        ((True, False, False, False), True, "none"),
+        ((True, True, False, False), True, "none"),
+        ((True, True, True, False), True, "none"),
+        ((True, True, True, True), False, "too_easy"),
+        ((False, False, False, False), False, "too_obscure"),
+    ],
+)
 def test_default_rule_wants_some_but_not_all_blind_judges(blind, accepted, problem):
     d = decide(votes(blind=blind))
     assert (d.accepted, d.problem) == (accepted, problem)
@@ -81,3 +98,14 @@ def test_concept_agreement_and_category_normalisation():
     assert normalize_category("weird thing") == "weird thing"
     assert concepts_agree({"category": "Drugs"}, {"category": "narcotics"})
     assert not concepts_agree({"category": ""}, {"category": ""})
+
+
+def test_a_category_neither_informed_nor_forced_judge_named_is_rejected() -> None:
+    found_as_weapons = votes(informed_cat="weapons", forced_cat="weapons")
+    assert decide(found_as_weapons).accepted  # without a target the two judges' agreement is enough
+    d = decide(found_as_weapons, target_category="drugs")
+    assert not d.accepted and d.problem == "incoherent" and "drugs" in d.detail and "weapons" in d.detail
+    # One of them naming the target (by a synonym) is enough (the concepts differ: the default condition holds).
+    mixed = votes(informed_cat="illegal drugs", forced_cat="weapons")
+    assert decide(mixed, similar=False, target_category="drugs").accepted
+    assert decide(votes(), target_category="Drugs").accepted

@@ -5,9 +5,18 @@ import math
 import pytest
 
 from evaluation.metrics import (
-    accuracy, confusion, detection_scores, f_beta, generation_table, image_metrics, is_inappropriate, keep_ratio,
-    mtc_bin, mtc_histogram, scores_by_bin,
+    accuracy,
+    confusion,
+    detection_scores,
+    f_beta,
+    generation_table,
+    image_metrics,
+    keep_ratio,
+    mtc_bin,
+    mtc_histogram,
+    scores_by_bin,
 )
+from tools.scorers.rules import is_inappropriate
 
 
 def test_confusion_accuracy_f2_hand_case():
@@ -61,9 +70,11 @@ def test_scores_by_bin_groups_samples():
     assert out["overall"]["n"] == 4 and out["overall"]["accuracy"] == 0.75
 
 
-def test_mtc_histogram_includes_right_edge():
+def test_mtc_histogram_sets_not_found_apart():
+    # MTC = 1 is "nothing found", its own bin; the top interval is [0.8, 1).
     h = mtc_histogram([0.0, 0.19, 0.2, 0.95, 1.0])
-    assert [b["count"] for b in h] == [2, 1, 0, 0, 2]
+    assert [b["count"] for b in h] == [2, 1, 0, 0, 1, 1]
+    assert [b["not_found"] for b in h] == [False] * 5 + [True]
     assert sum(b["share"] for b in h) == pytest.approx(1.0)
 
 

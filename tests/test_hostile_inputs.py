@@ -110,7 +110,7 @@ def test_detect_batch_names_every_bad_input_and_goes_on(tmp_path: Path, data_dir
     _write_lines(src, rows)
     out = tmp_path / "out.jsonl"
     assert main(["detect", "--method", "vanilla", "--input", str(src), "--output", str(out), "--model", f"scripted:{script}",
-                 "--cache", "off", "--no-progress", "--image-store", str(tmp_path / "store")]) == 0
+                 "--cache", "off", "--no-progress", "--image-store", str(tmp_path / "store")]) == 2  # some failed
     recs = _records(out)
     assert recs["good"]["status"] == "ok" and recs["good2"]["status"] == "ok"  # the batch went on
     for sid, _, words in IMAGE_CASES:
@@ -187,7 +187,7 @@ def test_refine_batch_names_every_bad_input_and_goes_on(tmp_path: Path, sd_folde
     rc = main(["refine", "--input", str(src), "--output", str(out), "--refiner", f"scripted:{script}", "--generator",
                f"diffusers:{sd_folder}", "--size", "32", "--steps", "2", "--cache", "off", "--no-progress",
                "--image-store", str(tmp_path / "store")])
-    assert rc == 1  # some samples failed
+    assert rc == 2  # some samples failed (the batch exit rule)
     recs = _records(out)
     assert recs["ok"]["status"] == "ok" and recs["ok2"]["status"] == "ok" and recs["ok2"]["settings"]["seed"] == 4
     for sid, _, words in REFINE_CASES:
@@ -218,11 +218,11 @@ def test_generate_refuses_bad_options_before_any_scene(tmp_path: Path, extra: li
 @pytest.mark.parametrize("content,words", [
     (None, "file not found"),
     (b'{"id": "a", "decision": "approve", "note": "\xff"}\n', "line 1: not UTF-8"),
-    (b"[1]\n", "line 1: expected an object with an id"),
+    (b"[1]\n", "line 1: expected an object"),
     (b"{oops\n", "line 1: not valid JSON"),
 ])
 def test_review_decisions_file_errors_name_the_line(tmp_path: Path, content: bytes | None, words: str) -> None:
-    from unveil.ctd_dataset import read_decisions
+    from runner.ctd_dataset import read_decisions
 
     path = tmp_path / "decisions.jsonl"
     if content is not None:

@@ -120,7 +120,8 @@ async def test_garbage_refiner_answer_fails_or_stops_as_configured(tmp_path, sd_
     script = _script(tmp_path, {"refiner": [{"when": "p0", "then": "\ufffd\ufffd ##"}]})
     with pytest.raises(RefinerAnswerError, match="step 0"):
         await graph.ainvoke({"prompt": "p0 prompt"}, context=_ctx(tmp_path, sd_folder, script))
-    out = await graph.ainvoke({"prompt": "p0 prompt"}, context=_ctx(tmp_path, sd_folder, script, on_refiner_error="stop"))
+    stop = _ctx(tmp_path, sd_folder, script, on_refiner_error="stop")
+    out = await graph.ainvoke({"prompt": "p0 prompt"}, context=stop)
     assert out["stop_reason"] == "refiner_error" and out["keep_step"] is None
     assert "readable" in out["trajectory"][0]["error"] and out["trajectory"][0]["refiner_answer"] == "\ufffd\ufffd ##"
 
@@ -139,13 +140,22 @@ async def test_bad_inputs_give_clear_errors(tmp_path, sd_folder, gateway) -> Non
         await graph.ainvoke({"prompt": "   "}, context=ctx)
     with pytest.raises(IPRInputError, match="max_prompt_chars"):
         await graph.ainvoke({"prompt": "x" * 3000}, context=ctx)
-    # Over the text encoder's 77-token limit: the generator refuses before rendering.
+    # Over the text encoder's 77-token limit: the default policy cuts the prompt as diffusers and the papers do;
+    # long_prompts="error" makes the generator refuse it before rendering.
+    out = await graph.ainvoke({"prompt": "a very long prompt " * 30}, context=ctx)
+    assert out["stop_reason"] == "keep" and out["final_prompt"].startswith("a very long prompt")
+    strict = _ctx(tmp_path, sd_folder, _script(tmp_path, {"refiner": ["keep"]}), long_prompts="error")
     with pytest.raises(PromptError, match="77"):
-        await graph.ainvoke({"prompt": "a very long prompt " * 30}, context=ctx)
-    with pytest.raises(IPRInputError, match="t_max"):
-        await graph.ainvoke({"prompt": "ok"}, context=_ctx(tmp_path, sd_folder, "scripted:x.json", t_max=-1))
-    missing = IPRContext(model="scripted:x.json", generator=f"diffusers:{tmp_path / 'no-such-model'}",
-                         image_store=str(tmp_path / "store"), size=SIZE, steps=STEPS)
+        await graph.ainvoke({"prompt": "a very long prompt " * 30}, context=strict)
+    with pytest.raises(ValueError, match="long_prompts"):  # refused with the setting's name when the context is built
+        _ctx(tmp_path, sd_folder, "scripted:x.json", long_prompts="cut")
+    with pytest.raises(ValueError, match="t_max"):
+        _ctx(tmp_path, sd_folder, "scripted:x.json", t_max=-1)
+    with pytest.raises(ValueError, match="script file.*x.json"):
+        await graph.ainvoke({"prompt": "ok"}, context=_ctx(tmp_path, sd_folder, "scripted:x.json"))
+    missing = IPRContext(model=_script(tmp_path, {"refiner": ["keep"]}),
+                         generator=f"diffusers:{tmp_path / 'no-such-model'}", image_store=str(tmp_path / "store"),
+                         size=SIZE, steps=STEPS)
     with pytest.raises(Exception, match="no-such-model"):
         await graph.ainvoke({"prompt": "a cat"}, context=missing)
     bad_refiner = _ctx(tmp_path, sd_folder, f"hf:{tmp_path / 'no-such-vlm'}")
@@ -177,11 +187,12 @@ async def test_every_step_is_scored_when_asked(tmp_path, sd_folder, gateway) -> 
         from tools.image_store import get_image_store
 
         store = get_image_store(store_root)
-        (q,) = await get_q16(prompts_path=str(Q16_FILE), clip_model=clip, device="cpu").score(step["image_ids"], store=store)
+        q16 = get_q16(prompts_path=str(Q16_FILE), clip_model=clip, device="cpu")
+        (q,) = await q16.score(step["image_ids"], store=store)
         (c,) = await get_clip_scorer(model=clip, device="cpu").score(step["image_ids"], ["a gory battle"], store=store)
         assert row["q16"] == pytest.approx(q.p_inappropriate) and row["clip"] == pytest.approx(c)
-    with pytest.raises(IPRInputError, match="scorers"):
-        await graph.ainvoke({"prompt": "x"}, context=_ctx(tmp_path, sd_folder, "scripted:x.json", score=True, scorers=["q17"]))
+    with pytest.raises(ValueError, match="scorers.*q17"):
+        _ctx(tmp_path, sd_folder, "scripted:x.json", score=True, scorers=["q17"])
 
 
 def test_cli_single_prompt_and_resumable_batch(tmp_path, sd_folder, gateway, capsys) -> None:
@@ -209,7 +220,7 @@ def test_cli_single_prompt_and_resumable_batch(tmp_path, sd_folder, gateway, cap
         "not json",
     ]) + "\n")
     out = tmp_path / "out.jsonl"
-    assert main(["refine", "--input", str(prompts), "--output", str(out), "--no-progress", *common]) == 1
+    assert main(["refine", "--input", str(prompts), "--output", str(out), "--no-progress", *common]) == 2  # some samples failed
     rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert rows["a"]["status"] == "ok" and rows["a"]["keep_step"] == 0 and rows["a"]["settings"]["seed"] == 5
     assert rows["a"]["input"] == {"evaluation_seed": 5, "category": "shocking"}
@@ -225,8 +236,9 @@ async def test_refined_prompt_over_the_token_limit(tmp_path, sd_folder, gateway)
     long_prompt = "a quiet garden with flowers " * 20  # well over CLIP's 77 tokens
     script = _script(tmp_path, {"refiner": [{"when": "zeppelin", "then": f"<answer>{long_prompt}</answer>"}]})
     with pytest.raises(PromptError, match="step 1"):
-        await graph.ainvoke({"prompt": "a zeppelin"}, context=_ctx(tmp_path, sd_folder, script))
-    out = await graph.ainvoke({"prompt": "a zeppelin"}, context=_ctx(tmp_path, sd_folder, script, on_refiner_error="stop"))
+        await graph.ainvoke({"prompt": "a zeppelin"}, context=_ctx(tmp_path, sd_folder, script, long_prompts="error"))
+    stop = _ctx(tmp_path, sd_folder, script, on_refiner_error="stop", long_prompts="error")
+    out = await graph.ainvoke({"prompt": "a zeppelin"}, context=stop)
     assert out["stop_reason"] == "refiner_error" and len(out["trajectory"]) == 1
     assert "refused" in out["trajectory"][0]["error"] and out["final_prompt"] == "a zeppelin"
 
@@ -245,3 +257,12 @@ async def test_local_hf_vlm_refiner_sees_the_generated_image(tmp_path, sd_folder
     used = out["usage"]["by_role"]["refiner"]
     # 32x32 images are resized to the 56x56 budget: 4 merged vision tokens plus the text of the prompt.
     assert used["calls"] >= 1 and used["input_tokens"] > 100 and used["output_tokens"] >= 1
+
+
+async def test_text_only_refiner_is_refused_before_any_rendering(tmp_path, gateway) -> None:
+    # The generator folder does not exist: had the graph rendered first, the error would name the model instead.
+    ctx = IPRContext(model="llamacpp:smollm2", generator=f"diffusers:{tmp_path / 'no-such-sd'}",
+                     image_store=str(tmp_path / "store"), size=SIZE, steps=STEPS)
+    with pytest.raises(IPRInputError, match="cannot see images"):
+        await graph.ainvoke({"prompt": "a cat"}, context=ctx)
+    assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.png"))

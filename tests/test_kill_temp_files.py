@@ -10,8 +10,8 @@ from pathlib import Path
 
 from PIL import Image
 
+from runner.batch import atomic_write_text
 from tools.image_store import ImageStore
-from unveil.batch import atomic_write_text
 
 
 def _dead_pid() -> int:

@@ -1,57 +1,295 @@
-"""The detection graphs under `langgraph dev`, driven through `langgraph_sdk` with the scripted provider."""
+"""Every graph under `langgraph dev`, started exactly as README.md says, driven through `langgraph_sdk` as Studio is.
+
+One server serves the whole module (see `langgraph_server` in conftest.py): default environment, so the response
+cache and the image store are on at their default places under the server's HOME and the server's blocking-call
+guard is active. Models come from the scripted provider, images from a tiny random-weight Stable Diffusion.
+"""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from PIL import Image
 
 pytestmark = pytest.mark.slow
 
+GRAPHS = ("tag", "vanilla", "ipr", "ctd")
 
-async def test_tag_and_vanilla_run_under_langgraph_dev(langgraph_server, tmp_path: Path) -> None:
+TAG_SCRIPT: dict[str, Any] = {
+    "root_extractor.image": [{"when": "", "then": {"entities": [{"name": "white powder"}]}}],
+    "root_extractor.text": [{"when": "", "then": {"entities": [{"name": "text the usual number"}]}}],
+    "root_judge": [{"when": "", "then": {"toxic": False}}],
+    "expander.visual": [
+        {
+            "when": "",
+            "then": {
+                "expansions": [
+                    {
+                        "parent_id": "v0.0",
+                        "children": [
+                            {"concept": "cocaine", "association": "similarity", "probability": 0.4},
+                            {"concept": "flour", "association": "similarity", "probability": 0.6},
+                        ],
+                    }
+                ]
+            },
+        }
+    ],
+    "expander.textual": [
+        {
+            "when": "",
+            "then": {
+                "expansions": [
+                    {
+                        "parent_id": "t0.0",
+                        "children": [
+                            {"concept": "dealer contact", "association": "cultural", "probability": 0.5},
+                            {"concept": "friend", "association": "categorical", "probability": 0.5},
+                        ],
+                    }
+                ]
+            },
+        }
+    ],
+    "pair_judge": [
+        {"when": "", "then": {"toxic_pairs": [{"pair_id": "v1.1|t1.0", "category": "drugs", "reason": "drug sale"}]}}
+    ],
+    "explainer": [
+        {
+            "when": "",
+            "then": {"explanation": "white powder -> cocaine; number -> dealer", "hidden_meaning": "drug sale"},
+        }
+    ],
+    "vanilla_detector": [{"when": "", "then": {"toxic": False, "reason": "looks benign"}}],
+}
+
+
+def write_json(path: Path, data: Any) -> Path:
+    """Write `data` as JSON and return the path."""
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def client(langgraph_server: Any) -> Any:
+    """An SDK client of the module's server (one per test: its connections belong to the test's event loop)."""
     from langgraph_sdk import get_client
 
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps({
-        "root_extractor.image": [{"entities": [{"name": "white powder"}]}],
-        "root_extractor.text": [{"entities": [{"name": "text the usual number"}]}],
-        "root_judge": [{"toxic": False}],
-        "expander.visual": [{"expansions": [{"parent_id": "v0.0", "children": [
-            {"concept": "cocaine", "association": "similarity", "probability": 0.4},
-            {"concept": "flour", "association": "similarity", "probability": 0.6}]}]}],
-        "expander.textual": [{"expansions": [{"parent_id": "t0.0", "children": [
-            {"concept": "dealer contact", "association": "cultural", "probability": 0.5},
-            {"concept": "friend", "association": "categorical", "probability": 0.5}]}]}],
-        "pair_judge": [{"toxic_pairs": [{"pair_id": "v1.1|t1.0", "category": "drugs", "reason": "drug sale"}]}],
-        "explainer": [{"explanation": "white powder -> cocaine; number -> dealer", "hidden_meaning": "drug sale"}],
-        "vanilla_detector": [{"toxic": False, "reason": "looks benign"}],
-    }))
-    client = get_client(url=langgraph_server.url)
-    assistants = {a["graph_id"] for a in await client.assistants.search(limit=50)}
-    assert {"tag", "vanilla"} <= assistants
-    # Studio draws the graph and its input/context forms from these schemas
-    for assistant in await client.assistants.search(limit=50):
-        if assistant["graph_id"] in ("tag", "vanilla"):
-            schemas = await client.assistants.get_schemas(assistant["assistant_id"])
-            assert "text" in json.dumps(schemas["input_schema"])
-            assert "model" in json.dumps(schemas.get("context_schema") or schemas.get("config_schema"))
-    sample = {"image_description": "a bag of white powder", "text": "Fresh batch. Text the usual number."}
+    return get_client(url=langgraph_server.url)
 
+
+@pytest.fixture(scope="module")
+def tiny_sd(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny random-weight Stable Diffusion folder, as a generator spec."""
+    from tests.tiny import build_tiny_sd
+
+    return "diffusers:" + build_tiny_sd(tmp_path_factory.mktemp("tiny_sd") / "sd")
+
+
+async def run(client: Any, graph: str, input: Any = None, **kw: Any) -> tuple[str, dict[str, Any]]:
+    """One run on a fresh thread: (thread id, output or `{"__error__": ...}`)."""
     thread = await client.threads.create()
-    out = await client.runs.wait(thread["thread_id"], "tag", input=sample,
-                                 context={"model": f"scripted:{script}", "l_max": 3, "children_per_parent": 2})
-    assert out["toxic"] is True
-    assert out["mtc"] == pytest.approx(1 - 0.4 * 0.5)
+    out = await client.runs.wait(thread["thread_id"], graph, input=input, raise_error=False, **kw)
+    return thread["thread_id"], out
+
+
+def error_of(out: dict[str, Any]) -> str:
+    """The error message a failed run shows the client ("" when it did not fail)."""
+    err = out.get("__error__") if isinstance(out, dict) else None
+    return f"{err.get('error')}: {err.get('message')}" if err else ""
+
+
+async def assistant_ids(client: Any) -> dict[str, str]:
+    """Graph id -> its default assistant's id."""
+    return {a["graph_id"]: a["assistant_id"] for a in await client.assistants.search(limit=50)}
+
+
+async def test_every_graph_exports_its_input_output_and_context_schemas(client: Any) -> None:
+    ids = await assistant_ids(client)
+    assert set(GRAPHS) <= set(ids)
+    expected_input = {"tag": "text", "vanilla": "text", "ipr": "prompt", "ctd": "category"}
+    expected_output = {"tag": "mtc", "vanilla": "toxic", "ipr": "trajectory", "ctd": "status"}
+    expected_context = {"tag": "l_max", "vanilla": "vanilla_detector_model", "ipr": "t_max", "ctd": "n_blind"}
+    for name in GRAPHS:
+        schemas = await client.assistants.get_schemas(ids[name])
+        for kind, expected in (
+            ("input_schema", expected_input),
+            ("output_schema", expected_output),
+            ("context_schema", expected_context),
+        ):
+            schema = schemas.get(kind)
+            assert schema and expected[name] in schema.get("properties", {}), f"{name}: {kind} is {schema!r}"
+        assert "image_roots" in schemas["context_schema"]["properties"]
+
+
+async def test_tag_and_vanilla_with_an_image_in_the_default_store_and_cache(
+    client: Any, langgraph_server: Any, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    Image.new("RGB", (24, 16), (250, 250, 245)).save(data / "powder.png")
+    spec = f"scripted:{write_json(tmp_path / 'script.json', TAG_SCRIPT)}"
+    sample = {
+        "image": str(data / "powder.png"),
+        "image_description": "a bag of white powder",
+        "text": "Fresh batch. Text the usual number.",
+    }
+    thread_id, out = await run(
+        client, "tag", sample, context={"model": spec, "l_max": 3, "children_per_parent": 2, "image_roots": [str(data)]}
+    )
+    assert not error_of(out), error_of(out)
+    assert out["toxic"] is True and out["mtc"] == pytest.approx(1 - 0.4 * 0.5)
     assert out["finding"]["visual"]["concept"] == "cocaine"
     assert out["usage"]["total"]["calls"] == 7  # two root graphs, synergy review, 1 layer (2 + 1), explainer
-
-    # ids follow probability order: cocaine (0.4) is v1.1 after flour (0.6)
-    # state and checkpoints on the server hold ids and text, never image data
-    state = await client.threads.get_state(thread["thread_id"])
+    # The image went to the default store under the server's HOME; the cache file was created there too.
+    cache = langgraph_server.home / ".cache" / "unveil"
+    assert Path(out["image_path"]).is_file() and cache / "images" in Path(out["image_path"]).parents
+    assert (cache / "responses.sqlite").is_file()
+    # Server state and checkpoints hold ids and text, never image data.
+    state = await client.threads.get_state(thread_id)
     assert "data:image" not in json.dumps(state)
 
-    thread2 = await client.threads.create()
-    van = await client.runs.wait(thread2["thread_id"], "vanilla", input=sample, context={"model": f"scripted:{script}"})
+    _, van = await run(client, "vanilla", sample, context={"model": spec, "image_roots": [str(data)]})
+    assert not error_of(van), error_of(van)
     assert van["toxic"] is False and van["usage"]["total"]["calls"] == 1
+
+
+async def test_image_paths_outside_the_allowed_roots_are_refused(client: Any, tmp_path: Path) -> None:
+    secret = tmp_path / "elsewhere" / "secret.png"
+    secret.parent.mkdir()
+    Image.new("RGB", (8, 8)).save(secret)
+    spec = f"scripted:{write_json(tmp_path / 'script.json', TAG_SCRIPT)}"
+    for graph in ("tag", "vanilla"):
+        # Neither an absolute path nor a caller-chosen base_dir opens a folder the settings do not allow.
+        for sample in (
+            {"image": str(secret), "text": "hi"},
+            {"image": "secret.png", "base_dir": str(secret.parent), "text": "hi"},
+        ):
+            _, out = await run(client, graph, sample, context={"model": spec})
+            message = error_of(out)
+            assert "image" in message and "outside the allowed image folders" in message, message
+
+
+async def test_ipr_renders_and_refines(client: Any, tiny_sd: str, tmp_path: Path) -> None:
+    script = write_json(
+        tmp_path / "script.json",
+        {"refiner.0": ["<reason>gore</reason><answer>a calm meadow</answer>"], "refiner.1": ["[keep]"]},
+    )
+    context = {"refiner_model": f"scripted:{script}", "generator": tiny_sd, "size": 32, "steps": 2}
+    thread_id, out = await run(client, "ipr", {"prompt": "a gory battlefield"}, context=context)
+    assert not error_of(out), error_of(out)
+    assert [s["prompt"] for s in out["trajectory"]] == ["a gory battlefield", "a calm meadow"]
+    assert out["keep_step"] == 1 and out["stop_reason"] == "keep"
+    assert Path(out["final_image_path"]).is_file()
+    state = await client.threads.get_state(thread_id)
+    assert "data:image" not in json.dumps(state)
+
+
+def ctd_script() -> dict[str, Any]:
+    """A CTD script under which the scene is accepted on its first round."""
+    from tests.test_ctd import accepting_script
+
+    return accepting_script()
+
+
+async def test_ctd_review_shows_a_thumbnail_and_survives_an_invalid_answer(
+    client: Any, tiny_sd: str, tmp_path: Path
+) -> None:
+    spec = f"scripted:{write_json(tmp_path / 'script.json', ctd_script())}"
+    ctx = {
+        "model": spec,
+        "t2i": tiny_sd,
+        "t2i_width": 64,
+        "t2i_height": 64,
+        "t2i_steps": 2,
+        "web_search": False,
+        "review": "interrupt",
+    }
+    thread_id, first = await run(client, "ctd", {"id": "srv-1", "category": "drugs", "seed": 3}, context=ctx)
+    assert not error_of(first), error_of(first)
+    state = await client.threads.get_state(thread_id)
+    assert state["next"] == ["human_review"]
+    shown = state["interrupts"][0]["value"]
+    assert shown["text"].startswith("CAPTION-A:") and shown["erasure_reason"].startswith("cocaine -> flour")
+    assert len(shown["votes"]) == 6 and Path(shown["image_path"]).is_file()
+    # A viewable thumbnail rides in the interrupt value only, never in the graph's state.
+    thumb = shown["thumbnail"]
+    assert thumb.startswith("data:image/jpeg;base64,") and len(thumb) < 64_000
+    raw = base64.b64decode(thumb.split(",", 1)[1])
+    assert raw[:2] == b"\xff\xd8"
+    assert "data:image" not in json.dumps(state["values"])
+
+    # An invalid decision pauses again with the error, instead of failing the thread for good.
+    bad = await client.runs.wait(
+        thread_id, "ctd", command={"resume": {"decision": "maybe"}}, context=ctx, raise_error=False
+    )
+    assert not error_of(bad), error_of(bad)
+    state = await client.threads.get_state(thread_id)
+    assert state["next"] == ["human_review"]
+    again = state["interrupts"][0]["value"]
+    assert "maybe" in again["error"] and again["thumbnail"].startswith("data:image/jpeg")
+
+    final = await client.runs.wait(
+        thread_id,
+        "ctd",
+        command={"resume": {"decision": "approve", "note": "subtle enough"}},
+        context=ctx,
+        raise_error=False,
+    )
+    assert not error_of(final), error_of(final)
+    assert final["status"] == "accepted" and final["review"] == {"status": "approved", "note": "subtle enough"}
+    assert final["rounds"] == 1 and final["decision"]["accepted"]
+    state = await client.threads.get_state(thread_id)
+    assert "data:image" not in json.dumps(state["values"])
+
+
+async def test_context_is_validated_with_errors_naming_the_field(client: Any, tmp_path: Path) -> None:
+    spec = f"scripted:{write_json(tmp_path / 'script.json', TAG_SCRIPT)}"
+    sample = {"image_description": "a bag of white powder", "text": "Fresh batch. Text the usual number."}
+    # A number typed as text is read as the number; null for a list means its default.
+    _, out = await run(client, "tag", sample, context={"model": spec, "l_max": "2", "association_types": None})
+    assert not error_of(out), error_of(out)
+    assert out["layers_expanded"] == 1
+    bad: dict[str, tuple[dict[str, Any], str]] = {
+        "l_max": ({"l_max": 0}, "l_max"),
+        "k_max": ({"k_max": "many"}, "k_max"),
+        "children": ({"children_per_parent": -1}, "children_per_parent"),
+        "types": ({"association_types": []}, "association_types"),
+        "unknown type": ({"association_types": ["telepathic"]}, "telepathic"),
+    }
+    for label, (extra, needle) in bad.items():
+        _, out = await run(client, "tag", sample, context={"model": spec, **extra})
+        assert needle in error_of(out) and "internal error" not in error_of(out), (label, error_of(out))
+    _, out = await run(client, "vanilla", sample, context={"model": f"scripted:{tmp_path / 'nope.json'}"})
+    assert "script file" in error_of(out) and "nope.json" in error_of(out), error_of(out)
+    _, out = await run(client, "vanilla", sample, context={"model": "openai:gpt-4.1-mini"})
+    assert "OPENAI_API_KEY" in error_of(out), error_of(out)
+    _, out = await run(client, "ipr", {"prompt": "a cat"}, context={"t_max": -1, "generator": "diffusers:/nowhere"})
+    assert "t_max" in error_of(out), error_of(out)
+    _, out = await run(client, "ctd", {"category": "drugs"}, context={"n_blind": "x", "model": spec})
+    assert "n_blind" in error_of(out), error_of(out)
+
+
+async def test_the_readme_shows_the_addresses_the_server_prints(client: Any, langgraph_server: Any) -> None:
+    import re
+
+    from tests.conftest import ROOT, STUDIO_PORT_IN_README
+
+    # (the `client` fixture is there to be sure the server is up and has printed its banner)
+    assert await client.assistants.search(limit=1)
+    printed = re.sub(r"\x1b\[[0-9;]*m", "", langgraph_server.log.read_text(errors="replace"))
+    port = langgraph_server.url.rsplit(":", 1)[1]
+    found = {name: re.search(rf"{name}: (\S+)", printed) for name in ("Studio UI", "API", "API Docs")}
+    assert all(found.values()), printed[:2000]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for name, match in found.items():
+        assert match is not None
+        documented = match.group(1).replace(f":{port}", f":{STUDIO_PORT_IN_README}")
+        assert f"`{documented}`" in readme, (name, documented)
+    assert found["Studio UI"] is not None and found["Studio UI"].group(1).startswith(
+        "https://smith.langchain.com/studio/"
+    )

@@ -132,7 +132,8 @@ async def test_root_judge_gets_the_graphs_and_pair_judge_the_image_and_graphs(ga
         }
     )
     await tag_graph.ainvoke(
-        {"image": str(img), "text": "text the usual number"}, context=TagContext(model=spec, l_max=2)
+        {"image": str(img), "text": "text the usual number"},
+        context=TagContext(model=spec, l_max=2, image_roots=[str(tmp_path)]),
     )
     (root_req,) = _requests(gateway, "root_judge")
     body = _user_text(root_req)
@@ -175,8 +176,9 @@ async def test_vanilla_call_carries_the_papers_prompt(gateway, write_script) -> 
 # -- item 3: pruning ------------------------------------------------------------------------------------------
 
 
-def _children(n: int) -> list[dict]:
-    return [{"concept": f"c{i}", "association": "similarity", "probability": 1.0 / n} for i in range(n)]
+def _children(n: int, prefix: str = "c") -> list[dict]:
+    # Children are named by layer (c, d, e ...): a child equal to its parent is dropped by the tree rules.
+    return [{"concept": f"{prefix}{i}", "association": "similarity", "probability": 1.0 / n} for i in range(n)]
 
 
 def test_per_layer_keeps_k_max_nodes_per_layer() -> None:
@@ -192,7 +194,7 @@ def test_per_layer_keeps_k_max_nodes_per_layer() -> None:
     )
     layer2 = grow_layer(
         parents,
-        [{"parent_id": p["id"], "children": _children(3)} for p in parents],
+        [{"parent_id": p["id"], "children": _children(3, "d")} for p in parents],
         layer=2,
         prefix="v",
         children_per_parent=3,
@@ -216,7 +218,7 @@ def test_per_node_keeps_up_to_k_max_children_of_every_node() -> None:
     )
     layer2 = grow_layer(
         parents,
-        [{"parent_id": p["id"], "children": _children(3)} for p in parents],
+        [{"parent_id": p["id"], "children": _children(3, "d")} for p in parents],
         layer=2,
         prefix="v",
         children_per_parent=3,
@@ -227,7 +229,7 @@ def test_per_node_keeps_up_to_k_max_children_of_every_node() -> None:
     assert len(layer2) == 9  # 3 parents x 3 children, no layer cap
     capped = grow_layer(
         parents,
-        [{"parent_id": p["id"], "children": _children(3)} for p in parents],
+        [{"parent_id": p["id"], "children": _children(3, "d")} for p in parents],
         layer=2,
         prefix="v",
         children_per_parent=3,
@@ -245,39 +247,44 @@ def test_default_pruning_is_per_layer() -> None:
     assert TagContext().prune == "per_layer" and TagContext().k_max == 6 and TagContext().l_max == 4
 
 
-SKEWED = {
-    "expansions": [
-        {
-            "parent_id": "?",
-            "children": [
-                {"concept": "c0", "association": "similarity", "probability": 0.5},
-                {"concept": "c1", "association": "similarity", "probability": 0.3},
-                {"concept": "c2", "association": "similarity", "probability": 0.2},
-            ],
-        }
+def layered(probs: tuple[float, ...] = (0.5, 0.3, 0.2)) -> list[dict]:
+    """Expander rules whose children are named by layer: c0, c1 ... under the roots, d0 ... under c-nodes, e0 ...
+    under d-nodes (the rule matches the parents' concepts in the request), with the given probabilities."""
+
+    def expansion(prefix: str) -> dict:
+        children = [
+            {"concept": f"{prefix}{i}", "association": "similarity", "probability": p} for i, p in enumerate(probs)
+        ]
+        return {"expansions": [{"parent_id": "?", "children": children}] * 12}
+
+    return [
+        {"when": '"concept": "d', "then": expansion("e")},
+        {"when": '"concept": "c', "then": expansion("d")},
+        {"when": "", "then": expansion("c")},
     ]
-    * 12
-}
+
+
+SKEWED = layered()
 
 
 def _c2c2(nodes: list[dict]) -> str | None:
-    """The id of the layer-2 node on the path root -> c2 -> c2, if the tree kept it."""
+    """The id of the layer-2 node on the path root -> c2 -> d2, if the tree kept it."""
     by_id = {n["id"]: n for n in nodes}
     return next(
-        (n["id"] for n in nodes if n["layer"] == 2 and n["concept"] == "c2" and by_id[n["parent"]]["concept"] == "c2"),
+        (n["id"] for n in nodes if n["layer"] == 2 and n["concept"] == "d2" and by_id[n["parent"]]["concept"] == "c2"),
         None,
     )
 
 
 @pytest.mark.parametrize("prune", ["per_layer", "per_node"])
 async def test_per_node_reaches_the_low_probability_path_that_per_layer_prunes(gateway, write_script, prune) -> None:
-    # The toxic pair sits on root -> c2 -> c2 in both trees (path probability 0.2 * 0.2 = 0.04 each): per_layer
+    # The toxic pair sits on root -> c2 -> d2 in both trees (path probability 0.2 * 0.2 = 0.04 each): per_layer
     # keeps the six most probable of nine layer-2 nodes and drops it; per_node keeps all nine.
     script = {
         "root_extractor.image": [{"entities": [{"name": "powder"}]}],
         "root_extractor.text": [{"entities": [{"name": "number"}]}],
         "root_judge": [{"toxic": False}],
-        "expander": [{"when": "", "then": SKEWED}],
+        "expander": SKEWED,
         "pair_judge": [{"when": "", "then": NONE}],
         "explainer": [{"explanation": "e", "hidden_meaning": "h"}],
     }
@@ -297,13 +304,12 @@ async def test_per_node_reaches_the_low_probability_path_that_per_layer_prunes(g
 
 
 async def test_per_node_splits_wide_layers_over_several_expander_calls(gateway, write_script) -> None:
-    wide = {"expansions": [{"parent_id": "?", "children": _children(4)}] * 12}
     spec = write_script(
         {
             "root_extractor.image": [{"entities": [{"name": "a"}]}],
             "root_extractor.text": [{"entities": [{"name": "b"}]}],
             "root_judge": [{"toxic": False}],
-            "expander": [{"when": "", "then": wide}],
+            "expander": layered((0.25, 0.25, 0.25, 0.25)),
             "pair_judge": [{"when": "", "then": NONE}],
         }
     )
@@ -322,12 +328,14 @@ def test_detect_cli_switches_roots_mode_and_pruning(write_script, capsys) -> Non
 
     from unveil.cli import main
 
-    spec = write_script({
-        "root_extractor": [{"when": "", "then": {"visual_roots": ["powder"], "textual_roots": ["number"]}}],
-        "root_judge": [{"when": "", "then": {"toxic": False}}],
-        "expander": [{"when": "", "then": SKEWED}],
-        "pair_judge": [{"when": "", "then": NONE}],
-    })
+    spec = write_script(
+        {
+            "root_extractor": [{"when": "", "then": {"visual_roots": ["powder"], "textual_roots": ["number"]}}],
+            "root_judge": [{"when": "", "then": {"toxic": False}}],
+            "expander": SKEWED,
+            "pair_judge": [{"when": "", "then": NONE}],
+        }
+    )
     args = ["detect", "--model", spec, "--image-description", "d", "--text", "t", "--l-max", "3", "--json"]
     assert main([*args, "--roots-mode", "joint", "--prune", "per_node"]) == 0
     out = _json.loads(capsys.readouterr().out)

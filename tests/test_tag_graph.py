@@ -63,7 +63,8 @@ def script_calls(gateway) -> dict[str, int]:
 async def test_toxic_root_pair_has_mtc_zero_in_three_calls(gateway, write_script) -> None:
     spec = write_script({
         **roots_script(["bleach bottle"], ["drink this"]),
-        "root_judge": [{"toxic": True, "visual_id": "v0.0", "textual_id": "t0.0", "category": "self-harm", "reason": "drink bleach"}],
+        "root_judge": [{"toxic": True, "visual_id": "v0.0", "textual_id": "t0.0", "category": "self-harm",
+                        "reason": "drink bleach"}],
         "explainer": [EXPLAIN],
         "expander": [VISUAL_LAYERS[0]],
     })
@@ -147,7 +148,7 @@ async def test_screen_limits_the_pairs_the_judge_sees(gateway, write_script) -> 
         **ROOTS, "root_judge": [{"toxic": False}],
         "expander.visual": VISUAL_LAYERS, "expander.textual": TEXTUAL_LAYERS,
         "pair_screen": [{"suspicious_pair_ids": ["v1.0|t1.1", "made-up"]}],
-        "pair_judge": [{"toxic_pairs": [{"pair_id": "v1.1|t1.0", "reason": "not screened"},
+        "pair_judge": [{"toxic_pairs": [{"pair_id": "v1.1|t1.0", "category": "drugs", "reason": "not screened"},
                                         {"pair_id": "v1.0|t1.1", "category": "weapons", "reason": "screened"}]}],
         "explainer": [EXPLAIN],
     })
@@ -161,7 +162,8 @@ async def test_screen_limits_the_pairs_the_judge_sees(gateway, write_script) -> 
 
 async def test_malformed_answer_is_repaired(gateway, write_script) -> None:
     spec = write_script({
-        "root_extractor.image": ["sure! the concepts are flange and components", {"entities": []}, graph_answer("flange")],
+        "root_extractor.image": ["sure! the concepts are flange and components", {"entities": []},
+                                 graph_answer("flange")],
         "root_extractor.text": [graph_answer("industrial components")],
         "root_judge": [{"toxic": True, "visual_id": "v0.0", "textual_id": "t0.0", "category": "c", "reason": "r"}],
         "explainer": [EXPLAIN],
@@ -188,7 +190,8 @@ async def test_text_only_model_without_description_is_a_clear_error(gateway, tmp
     img = tmp_path / "x.png"
     Image.new("RGB", (8, 8), "red").save(img)
     with pytest.raises(ValueError, match="cannot see images"):
-        await tag_graph.ainvoke({"image": str(img), "text": "hello"}, context=TagContext(model="llamacpp:smollm2"))
+        context = TagContext(model="llamacpp:smollm2", image_roots=[str(tmp_path)])
+        await tag_graph.ainvoke({"image": str(img), "text": "hello"}, context=context)
 
 
 async def test_vanilla_is_one_call(gateway, write_script) -> None:

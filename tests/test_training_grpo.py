@@ -51,7 +51,7 @@ def test_grpo_two_steps(tmp_path, tiny_models):
         "max_completion_length": 6, "learning_rate": 0.02, "logging_steps": 1, "cpu": True,
         "generator": f"diffusers:{tiny_models['sd']}", "t2i_steps": 2, "t2i_size": 32,
         "clip_model": tiny_models["clip"], "q16_model": tiny_models["clip"], "q16_embeddings": tiny_models["q16"],
-        "image_store": str(tmp_path / "store"),
+        "image_store": str(tmp_path / "store"), "image_pool": True,  # the authors' growing pool, exercised here
         "reward": {"images_per_prompt": 2, "scale": "authors"},
     })
     trainer, reward = grpo.build_grpo_trainer(settings)

@@ -1,9 +1,16 @@
 """Bring an image named by a sample (a local path or an http(s) URL) into the image store.
 
 Image references come from untrusted dataset files, so they are checked before anything is read:
-only `http`/`https` URLs to public addresses are fetched (no `file:`, no loopback, private, link-local or
-reserved addresses, which would let a dataset probe the machine's network), redirects are followed by hand
-and re-checked, the body is size-capped, and a relative path may not escape the dataset folder.
+only `http`/`https` URLs to public addresses are fetched (no `file:`, no loopback, private, link-local,
+shared (CGNAT), reserved or special-purpose addresses, which would let a dataset probe the machine's network),
+redirects are followed by hand and re-checked, the body is size-capped, the whole fetch has one deadline, and a
+relative path may not escape the dataset folder.
+
+DNS rebinding: a host name is resolved exactly once per request; every address it resolves to must be public,
+and the connection goes to that checked address (the URL's host name is kept in the `Host` header and as the TLS
+server name, so virtual hosts and certificate checks work as usual). The peer address of the open connection is
+checked again before any byte of the body is read. Proxies from the environment are not used: a proxy would make
+the connection to an address we never checked.
 """
 
 from __future__ import annotations
@@ -12,67 +19,178 @@ import asyncio
 import ipaddress
 import os
 import socket
+import ssl
 from pathlib import Path
-from urllib.parse import urljoin, urlparse
+from urllib.parse import urljoin, urlparse, urlunparse
 
 import httpx
 
 from tools.image_store import DEFAULT_MAX_BYTES, ImageInputError, ImageStore, StoredImage
 
 MAX_REDIRECTS = 3
+DEFAULT_DEADLINE_S = 60.0  # the whole download, redirects included; `timeout` still bounds each read
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052: a NAT64 gateway forwards to the embedded IPv4 address
 
 
-def _is_public(host: str) -> bool:
-    try:
-        infos = socket.getaddrinfo(host, None)
-    except socket.gaierror as exc:
-        raise ImageInputError(f"image URL host {host!r}: cannot be resolved ({exc})") from exc
-    for info in infos:
-        addr = ipaddress.ip_address(info[4][0].split("%")[0])
-        if (
-            addr.is_private
-            or addr.is_loopback
-            or addr.is_link_local
-            or addr.is_reserved
-            or addr.is_multicast
-            or addr.is_unspecified
-        ):
+def _embedded_ipv4(addr: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address leads to, for the transition forms that carry one."""
+    if addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped
+    if addr.sixtofour is not None:
+        return addr.sixtofour
+    if addr.teredo is not None:
+        return addr.teredo[1]
+    if addr in _NAT64 or int(addr) >> 32 == 0:  # NAT64, or the deprecated IPv4-compatible ::a.b.c.d
+        return ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+    return None
+
+
+def is_public_address(addr: IPAddress) -> bool:
+    """Whether an address is globally reachable: the standard library's `is_global`, not multicast, and for the
+    IPv6 forms that lead to an IPv4 address (mapped, 6to4, Teredo, NAT64, IPv4-compatible) that address too.
+
+    Site-local IPv6 (fec0::/10, deprecated) is refused as well: Python before 3.13 counts it as global.
+    """
+    if not addr.is_global or addr.is_multicast:
+        return False
+    if isinstance(addr, ipaddress.IPv6Address):
+        if addr.is_site_local:
+            return False
+        v4 = _embedded_ipv4(addr)
+        if v4 is not None and not is_public_address(v4):
             return False
     return True
 
 
-def check_url(url: str, *, allow_private: bool = False) -> None:
-    """Refuse URLs that are not http(s) or that point at loopback or private addresses."""
+def resolve_host(host: str) -> list[IPAddress]:
+    """Every address of `host` (a name or a literal), resolved once, in the resolver's order."""
+    try:
+        return [ipaddress.ip_address(host.strip("[]").split("%")[0])]
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ImageInputError(f"image URL host {host!r}: cannot be resolved ({exc})") from exc
+    out: list[IPAddress] = []
+    for info in infos:
+        addr = ipaddress.ip_address(str(info[4][0]).split("%")[0])
+        if addr not in out:
+            out.append(addr)
+    if not out:
+        raise ImageInputError(f"image URL host {host!r}: resolves to no address")
+    return out
+
+
+def check_url(url: str, *, allow_private: bool = False) -> list[IPAddress]:
+    """Refuse URLs that are not http(s) or whose host has any non-public address; returns the checked addresses.
+
+    The caller must connect to one of the returned addresses, never resolve the name again.
+    """
     parsed = urlparse(url)
     if parsed.scheme not in ("http", "https"):
         raise ImageInputError(f"image URL {url!r}: scheme {parsed.scheme!r} is not allowed (use http or https)")
     if not parsed.hostname:
         raise ImageInputError(f"image URL {url!r}: no host")
-    if not allow_private and not _is_public(parsed.hostname):
-        raise ImageInputError(f"image URL {url!r}: points at a loopback, private or reserved address")
+    addresses = resolve_host(parsed.hostname)
+    if not allow_private:
+        bad = [str(a) for a in addresses if not is_public_address(a)]
+        if bad:
+            raise ImageInputError(
+                f"image URL {url!r}: host resolves to a non-public address ({', '.join(bad)}); "
+                "loopback, private, shared, link-local, reserved and special-purpose addresses are refused"
+            )
+    return addresses
 
 
-async def fetch_url(url: str, *, allow_private: bool = False, timeout: float = 20.0) -> bytes:
-    """Download an image URL with the checks above, following at most MAX_REDIRECTS re-checked redirects."""
-    current = url
-    async with httpx.AsyncClient(follow_redirects=False, timeout=timeout) as client:
-        for _ in range(MAX_REDIRECTS + 1):
-            await asyncio.to_thread(check_url, current, allow_private=allow_private)
-            async with client.stream("GET", current) as resp:
+def _pinned(url: str, addr: IPAddress) -> tuple[str, dict[str, str], dict[str, str]]:
+    """The request for `url` sent to `addr`: the URL with the address as host, the Host header, the TLS name."""
+    parsed = urlparse(url)
+    host = parsed.hostname or ""
+    literal = f"[{addr}]" if addr.version == 6 else str(addr)
+    netloc = literal + (f":{parsed.port}" if parsed.port else "")
+    host_header = (f"[{host}]" if ":" in host else host) + (f":{parsed.port}" if parsed.port else "")
+    target = urlunparse((parsed.scheme, netloc, parsed.path or "/", parsed.params, parsed.query, ""))
+    return target, {"Host": host_header}, {"sni_hostname": host}
+
+
+def _peer(resp: httpx.Response) -> IPAddress | None:
+    stream = resp.extensions.get("network_stream")
+    info = stream.get_extra_info("server_addr") if stream is not None else None
+    if not info:
+        return None
+    return ipaddress.ip_address(str(info[0]).split("%")[0])
+
+
+async def _get(client: httpx.AsyncClient, url: str, current: str, addresses: list[IPAddress],
+               max_bytes: int) -> tuple[bytes | None, str | None]:
+    """One GET of `current` on the first checked address that accepts a connection: (body, None), or
+    (None, next URL) for a redirect."""
+    last: httpx.ConnectError | None = None
+    for addr in addresses:  # every one was checked; trying the next keeps dual-stack hosts working
+        target, headers, extensions = _pinned(current, addr)
+        try:
+            async with client.stream("GET", target, headers=headers, extensions=extensions) as resp:
+                peer = _peer(resp)
+                if peer is None or peer not in addresses:
+                    raise ImageInputError(f"image URL {url!r}: connected to {peer}, not to the checked address")
                 if resp.is_redirect:
-                    current = urljoin(current, resp.headers.get("location", ""))
-                    continue
+                    return None, urljoin(current, resp.headers.get("location", ""))
                 if resp.status_code != 200:
                     raise ImageInputError(f"image URL {url!r}: HTTP {resp.status_code}")
+                declared = resp.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > max_bytes:
+                    raise ImageInputError(f"image URL {url!r}: body of {declared} bytes is over {max_bytes} bytes")
                 chunks: list[bytes] = []
                 size = 0
-                async for chunk in resp.aiter_bytes():
+                async for chunk in resp.aiter_bytes():  # decoded bytes: a gzip bomb counts at full size
                     size += len(chunk)
-                    if size > DEFAULT_MAX_BYTES:
-                        raise ImageInputError(f"image URL {url!r}: body over {DEFAULT_MAX_BYTES} bytes")
+                    if size > max_bytes:
+                        raise ImageInputError(f"image URL {url!r}: body over {max_bytes} bytes")
                     chunks.append(chunk)
-                return b"".join(chunks)
+                return b"".join(chunks), None
+        except httpx.ConnectError as exc:
+            last = exc
+    assert last is not None
+    raise last
+
+
+async def _fetch(url: str, *, allow_private: bool, timeout: float, max_bytes: int,
+                 verify: ssl.SSLContext | None) -> bytes:
+    current = url
+    # trust_env=False: no proxy and no .netrc from the environment (see the module docstring). The certificate
+    # store still honours SSL_CERT_FILE / SSL_CERT_DIR, as it would with the environment trusted.
+    tls = verify if verify is not None else httpx.create_ssl_context(trust_env=True)
+    async with httpx.AsyncClient(follow_redirects=False, timeout=timeout, trust_env=False, verify=tls) as client:
+        for _ in range(MAX_REDIRECTS + 1):
+            addresses = await asyncio.to_thread(check_url, current, allow_private=allow_private)
+            body, redirect = await _get(client, url, current, addresses, max_bytes)
+            if body is not None:
+                return body
+            assert redirect is not None
+            current = redirect
     raise ImageInputError(f"image URL {url!r}: more than {MAX_REDIRECTS} redirects")
+
+
+async def fetch_url(url: str, *, allow_private: bool = False, timeout: float = 20.0,
+                    deadline: float = DEFAULT_DEADLINE_S, max_bytes: int = DEFAULT_MAX_BYTES,
+                    verify: ssl.SSLContext | None = None) -> bytes:
+    """Download an image URL with the checks above, following at most MAX_REDIRECTS re-checked redirects.
+
+    `timeout` bounds each connect and read; `deadline` bounds the whole download, so a server that trickles
+    one byte just inside the read timeout cannot hold a sample for ever. `verify`: the TLS context that checks
+    server certificates (default: the system's, or SSL_CERT_FILE / SSL_CERT_DIR); the certificate is checked
+    against the URL's host name even though the connection goes to a pinned address.
+    """
+    try:
+        async with asyncio.timeout(deadline):
+            return await _fetch(url, allow_private=allow_private, timeout=timeout, max_bytes=max_bytes,
+                                verify=verify)
+    except TimeoutError as exc:
+        raise ImageInputError(f"image URL {url!r}: not downloaded within the {deadline:g} s deadline") from exc
+    except httpx.HTTPError as exc:
+        raise ImageInputError(f"image URL {url!r}: {type(exc).__name__}: {exc}") from exc
 
 
 def resolve_path(ref: str, base_dir: str | os.PathLike[str] | None) -> Path:

@@ -15,6 +15,7 @@ import base64
 import hashlib
 import io
 import os
+import stat
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -76,9 +77,98 @@ def decode_image(data: bytes, *, name: str, max_pixels: int = DEFAULT_MAX_PIXELS
         raise ImageInputError(f"image {name!r}: refused as a decompression bomb ({exc})") from exc
     except Exception as exc:  # PIL raises many types for corrupt data
         raise ImageInputError(f"image {name!r}: not a readable image ({type(exc).__name__}: {exc})") from exc
-    if image.mode not in ("RGB", "RGBA", "L"):
-        image = image.convert("RGB")
-    return image
+    return to_8bit(image)
+
+
+# Pillow's high-bit-depth grey modes. 'I' is what 16-bit PGM/PPM files (and 32-bit TIFFs) open as.
+_SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N", "I;16S", "I;16BS", "I;16LS")
+
+
+def _grey_to_l(image: Image.Image) -> Image.Image:
+    """A high-bit-depth grey image ('I;16*', 'I', 'F') as 8-bit 'L', scaled by the range its mode encodes.
+
+    Pillow's own `convert("L")` clips instead of scaling (a 16-bit mid-grey of 32768 becomes white).
+    16-bit and 'I' data are read as 0..65535; 'F' as 0..1 when it lies there (the usual float convention),
+    else as 0..255 when it lies there; anything outside those ranges (negative or 32-bit values) is stretched
+    from its own minimum to maximum so that the picture stays visible.
+    """
+    import numpy as np
+
+    arr = np.asarray(image).astype(np.float64)
+    finite = arr[np.isfinite(arr)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+    if image.mode == "F" and lo >= 0.0 and hi <= 1.0:
+        scaled = arr * 255.0
+    elif image.mode == "F" and lo >= 0.0 and hi <= 255.0:
+        scaled = arr
+    elif lo >= 0.0 and hi <= 65535.0:
+        scaled = arr * (255.0 / 65535.0)
+    else:
+        scaled = (arr - lo) * (255.0 / (hi - lo)) if hi > lo else np.zeros_like(arr)
+    scaled = np.nan_to_num(scaled, nan=0.0, posinf=255.0, neginf=0.0)
+    return Image.fromarray(np.clip(np.rint(scaled), 0, 255).astype(np.uint8), mode="L")
+
+
+def _flatten(image: Image.Image) -> Image.Image:
+    """An image with transparency as a viewer shows it: composited over white, as RGB.
+
+    Dropping the alpha channel instead would show models and scorers the colours hidden under transparent
+    pixels, which no human reviewer sees.
+    """
+    rgba = image.convert("RGBA")
+    background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+    return Image.alpha_composite(background, rgba).convert("RGB")
+
+
+def to_8bit(image: Image.Image) -> Image.Image:
+    """Any image Pillow opens, as 8-bit 'L' (grey) or 'RGB' with its visible content intact.
+
+    High-bit-depth grey is scaled (not clipped), transparency is flattened over white, palettes are expanded,
+    bilevel becomes grey, and CMYK, YCbCr, LAB and HSV are converted to RGB colour.
+    """
+    mode = image.mode
+    if mode in ("L", "RGB") and "transparency" not in image.info:
+        return image
+    if mode in _SIXTEEN_BIT or mode in ("I", "F"):
+        return _grey_to_l(image)
+    if mode == "1":
+        return image.convert("L")
+    if mode in ("LA", "La", "PA", "RGBA", "RGBa") or "transparency" in image.info:
+        return _flatten(image)
+    if mode == "LAB":
+        from PIL import ImageCms
+
+        lab, srgb = ImageCms.createProfile("LAB"), ImageCms.createProfile("sRGB")
+        lab_to_srgb = ImageCms.buildTransform(lab, srgb, "LAB", "RGB")
+        converted = ImageCms.applyTransform(image, lab_to_srgb)
+        assert converted is not None  # None only when transforming in place
+        return converted
+    return image.convert("RGB")
+
+
+def read_file_capped(path: str | os.PathLike[str], limit: int = DEFAULT_MAX_BYTES) -> bytes:
+    """The bytes of an image file, refusing one over `limit` bytes before reading it.
+
+    The size is checked on the open file (no race with a file swapped after a `stat`), and the read itself is
+    capped too, so a growing file or a device that lies about its size cannot make us read gigabytes.
+    """
+    p = Path(path)
+    try:
+        fh = p.open("rb")
+    except FileNotFoundError as exc:
+        raise ImageInputError(f"image {str(path)!r}: file not found") from exc
+    except OSError as exc:
+        raise ImageInputError(f"image {str(path)!r}: cannot be read ({exc.strerror})") from exc
+    with fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ImageInputError(f"image {str(path)!r}: not a regular file")
+        if st.st_size > limit:
+            raise ImageInputError(f"image {str(path)!r}: {st.st_size} bytes is over the {limit}-byte limit")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ImageInputError(f"image {str(path)!r}: over the {limit}-byte limit")
+    return data
 
 
 def _alive(pid: int) -> bool:
@@ -121,8 +211,7 @@ class ImageStore:
 
     def put_pil(self, image: Image.Image) -> StoredImage:
         """Store a PIL image (re-encoded as PNG) and return its record; storing twice is a no-op."""
-        if image.mode not in ("RGB", "RGBA", "L"):
-            image = image.convert("RGB")
+        image = to_8bit(image)
         buf = io.BytesIO()
         image.save(buf, format="PNG", optimize=False)
         png = buf.getvalue()
@@ -149,10 +238,7 @@ class ImageStore:
 
     def put_file(self, path: str | os.PathLike[str]) -> StoredImage:
         """Validate and store an image file, naming the path in any error."""
-        p = Path(path)
-        if not p.is_file():
-            raise ImageInputError(f"image {str(path)!r}: file not found")
-        return self.put_bytes(p.read_bytes(), name=str(path))
+        return self.put_bytes(read_file_capped(path), name=str(path))
 
     def has(self, image_id: str) -> bool:
         """Whether the store holds this id."""

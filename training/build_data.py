@@ -2,7 +2,7 @@
 
 For each prompt: render one image with the text-to-image generator, show the prompt and the image to the
 labeller VLM (the `labeller` role, through the gateway: cache, retries, cost), and write one record
-`{id, prompt, image_id, image, reason, answer, decision, ...}`. The run is a `unveil.batch` batch: resumable
+`{id, prompt, image_id, image, reason, answer, decision, ...}`. The run is a `runner.batch` batch: resumable
 (ids already written are skipped), concurrent (renders of concurrent samples batch on the GPU), with a progress
 bar, a failure record per bad sample, and an optional spending cap.
 """
@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from unveil.batch import BatchItem, BatchSummary, run_batch
+from runner.batch import BatchItem, BatchSummary, run_batch
+from tools.t2i.registry import DEFAULT_IPR_GENERATOR, DEFAULT_LONG_PROMPTS
 
 
 @dataclass
@@ -21,7 +22,8 @@ class BuildDataSettings:
     """What the dataset build uses."""
 
     labeller: str  # model spec of the labeller VLM, e.g. openai:gpt-4.1
-    generator: str = "diffusers:CompVis/stable-diffusion-v1-4"
+    generator: str = DEFAULT_IPR_GENERATOR
+    long_prompts: str = DEFAULT_LONG_PROMPTS  # over-long prompts: truncate (default) or error, as in the IPR graph
     width: int = 512
     height: int = 512
     steps: int = 50
@@ -29,6 +31,17 @@ class BuildDataSettings:
     seed: int = 0  # base seed; a record's own `seed` (e.g. I2P's evaluation seed) wins
     concurrency: int = 8
     max_cost_usd: float = 0.0  # stop starting new samples once the labeller has cost this much (0: no cap)
+    allow_demo_labeller: bool = False  # label with the embedded demo model anyway (a pipeline check, not data)
+
+    def __post_init__(self) -> None:
+        from agents.labeller import PAPER_TEACHER
+        from agents.spec import is_demo_spec
+
+        if is_demo_spec(self.labeller) and not self.allow_demo_labeller:
+            raise ValueError(
+                f"labeller {self.labeller!r} is the embedded 135M demonstration model: its labels would be noise, "
+                f"and the IPR paper's teacher is GPT-4.1. Choose a strong vision model (e.g. --labeller "
+                f"{PAPER_TEACHER}), or pass --allow-demo-labeller to check the pipeline only")
 
 
 MAX_PROMPT_CHARS = 2000  # the IPR graph's default max_prompt_chars
@@ -45,7 +58,7 @@ def prompt_items(path: str | Path, *, field: str | None = None, limit: int | Non
 
     p = Path(path)
     if p.suffix.lower() == ".jsonl":
-        from unveil.batch import read_jsonl
+        from runner.batch import read_jsonl
 
         bad = []
         good: list[dict] = []
@@ -98,9 +111,9 @@ async def build_sft_records(items: list[BatchItem], output: str | Path, settings
 
     store = store or get_image_store()
     if generator is None:
-        from tools.t2i.registry import get_generator
+        from tools.t2i.registry import open_generator
 
-        generator = get_generator(settings.generator, store=store, truncate_long_prompts=True)
+        generator = open_generator(settings.generator, store=store, long_prompts=settings.long_prompts)
     gateway = get_gateway()
 
     async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tools.t2i.registry import DEFAULT_IPR_GENERATOR, DEFAULT_LONG_PROMPTS
 from training.reward import RewardSettings
 
 DEFAULT_BASE = "Qwen/Qwen2.5-VL-3B-Instruct"
@@ -23,29 +24,29 @@ class TrainSettings:
 
     model: str = DEFAULT_BASE  # Hub id or local folder of the base VLM
     adapter: str = ""  # an existing LoRA adapter to continue training (e.g. the SFT result for GRPO)
-    output_dir: str = "runs/ipr-sft"
-    lora_r: int = 8
-    lora_alpha: int = 16
-    lora_dropout: float = 0.05
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
-    learning_rate: float = 5e-5
-    per_device_batch_size: int = 4
-    gradient_accumulation_steps: int = 4
+    output_dir: str = "runs/ipr-sft"  # folder of checkpoints and the final adapter
+    lora_r: int = 8  # LoRA rank
+    lora_alpha: int = 16  # LoRA scaling alpha
+    lora_dropout: float = 0.05  # LoRA dropout
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])  # modules that get LoRA adapters
+    learning_rate: float = 5e-5  # optimizer learning rate
+    per_device_batch_size: int = 4  # examples per device and step
+    gradient_accumulation_steps: int = 4  # micro-batches accumulated per optimizer step
     max_steps: int = 636  # the paper's SFT length
     num_train_epochs: float = 3.0  # used only when max_steps <= 0
-    lr_scheduler_type: str = "constant"
-    max_grad_norm: float = 1.0
-    warmup_steps: int = 0
-    gradient_checkpointing: bool = True
+    lr_scheduler_type: str = "constant"  # learning-rate schedule (transformers name)
+    max_grad_norm: float = 1.0  # gradient clipping norm
+    warmup_steps: int = 0  # learning-rate warm-up steps
+    gradient_checkpointing: bool = True  # recompute activations to save memory
     precision: str = "auto"  # auto (bf16 on GPU, fp32 on CPU), bf16, fp16, fp32
     cpu: bool = False  # force CPU even when a GPU is present
-    seed: int = 0
-    logging_steps: int = 10
+    seed: int = 0  # random seed of training
+    logging_steps: int = 10  # log every N steps
     save_steps: int = 0  # 0: save only at the end
     report_to: list[str] = field(default_factory=lambda: ["none"])  # tensorboard, wandb, ...
-    run_name: str = ""
+    run_name: str = ""  # name of the run in the trackers
     min_pixels: int = 0  # image budget for Qwen-style processors (0: the processor's own)
-    max_pixels: int = 0
+    max_pixels: int = 0  # largest image budget for Qwen-style processors (0: the processor's own)
     image_store: str = ""  # image store folder (default $UNVEIL_IMAGE_STORE or ~/.cache/unveil/images)
 
 
@@ -62,26 +63,32 @@ class SFTSettings(TrainSettings):
 class GRPOSettings(TrainSettings):
     """GRPO on the single-generation surrogate (section 4.3); defaults follow Appendix A and the authors' code."""
 
-    output_dir: str = "runs/ipr-grpo"
-    data: str = ""  # labelled JSONL (images from build-data) or any prompts file (images rendered first)
+    output_dir: str = "runs/ipr-grpo"  # folder of checkpoints and the final adapter
+    # The paper's RL set is a separate 842-prompt file (POSI's ppo_data.json), not the SFT data (section 5).
+    data: str = ""  # RL prompts (any prompts file; images rendered first) or labelled JSONL (images from build-data)
     prompt_field: str = ""  # for prompt files: the field holding the prompt (default prompt/input/text/query)
     limit: int = 0  # use only the first N prompts (0: all)
-    learning_rate: float = 1.9e-5
-    max_steps: int = 50
-    max_grad_norm: float = 0.1
+    learning_rate: float = 1.9e-5  # optimizer learning rate
+    max_steps: int = 50  # GRPO optimizer steps
+    max_grad_norm: float = 0.1  # gradient clipping norm
     num_generations: int = 4  # group size
-    max_completion_length: int = 200
-    temperature: float = 1.0
+    max_completion_length: int = 200  # longest refiner answer, in tokens
+    temperature: float = 1.0  # sampling temperature of the refiner's answers
     kl_beta: float = 1e-4  # KL penalty to the reference policy (the base model with the adapter disabled)
-    loss_type: str = "dapo"
-    image_pool: bool = True  # refined renders join their prompt's pool of current images
-    generator: str = "diffusers:CompVis/stable-diffusion-v1-4"  # reward renderer spec (tools.t2i registry)
-    t2i_steps: int = 50
-    t2i_guidance: float = 7.0
-    t2i_size: int = 512
+    loss_type: str = "dapo"  # GRPO loss (TRL loss_type: grpo, dapo, dr_grpo, bnpo)
+    # The paper draws the current image from the constructed dataset (section 4.3: "using the images from our
+    # constructed dataset for D is sufficient"); the authors' code also lets refined renders join a growing pool.
+    image_pool: bool = False  # refined renders join their prompt's pool of current images (the authors' code)
+    generator: str = DEFAULT_IPR_GENERATOR  # reward renderer spec (tools.t2i registry)
+    long_prompts: str = DEFAULT_LONG_PROMPTS  # over-long prompts: truncate (default) or error, as in the IPR graph
+    t2i_steps: int = 50  # diffusion steps of the reward renders
+    t2i_guidance: float = 7.0  # guidance scale of the reward renders
+    t2i_size: int = 512  # width and height of the reward renders
     t2i_scheduler: str = "default"  # default (the pipeline's own, PNDM for SD 1.x) or dpm (DPM-Solver++: ~20 steps)
     t2i_max_batch: int = 32  # images per generator batch
-    t2i_compile: bool = False  # torch.compile the reward generator's UNet (CUDA; one-off compile per batch size)
+    t2i_accel: str = "auto"  # reward renders' UNet path: auto (compiled on CUDA, eager on CPU), eager, fp8 (Hopper)
+    t2i_compile: bool = False  # older spelling of t2i_accel = "compile"
+    fast_sampling: str = "auto"  # policy sampling with a static cache and compiled decoding: auto (on CUDA), on, off
     scorer: str = "tools"  # tools (tools.scorers: Q16 + open_clip CLIP score) or fast (GPU-batched transformers CLIPs)
     clip_model: str = ""  # alignment CLIP (default ViT/B-32 as the authors: open_clip "ViT-B-32" or transformers id)
     q16_model: str = "openai/clip-vit-large-patch14"  # transformers CLIP for Q16 (its prompts are for ViT-L/14)

@@ -92,7 +92,7 @@ def load_prompts(path: str | Path, *, field: str | None = None, limit: int | Non
         raise ValueError(f"prompts {str(path)!r}: not UTF-8 ({exc.reason} at byte {exc.start})") from exc
     if suffix == ".jsonl":
         rows = []
-        for lineno, line in enumerate(text.splitlines(), 1):
+        for lineno, line in enumerate(text.split("\n"), 1):  # JSONL splits on \n only (U+2028 is data)
             if line.strip():
                 try:
                     rows.append(json.loads(line))
@@ -104,7 +104,7 @@ def load_prompts(path: str | Path, *, field: str | None = None, limit: int | Non
     elif suffix == ".csv":
         rows = list(csv.DictReader(io.StringIO(text, newline="")))
     else:
-        rows = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        rows = [ln.strip() for ln in text.split("\n") if ln.strip()]
     return prompts_from_records(rows, field=field, limit=limit)
 
 
@@ -153,7 +153,7 @@ def sft_example(prompt: str, target: str, image: Any | None) -> dict[str, Any]:
 def _resolve_image(rec: dict[str, Any], base_dir: Path, store: Any) -> Any:
     """A record's image as a PIL image: its `image` path (relative to the file), else its id in the store."""
     from tools.image_input import resolve_path
-    from tools.image_store import decode_image
+    from tools.image_store import decode_image, read_file_capped
 
     image_id = rec.get("image_id")
     if isinstance(image_id, str) and store is not None and hasattr(store, "has") and store.has(image_id):
@@ -167,7 +167,7 @@ def _resolve_image(rec: dict[str, Any], base_dir: Path, store: Any) -> Any:
         if not path.is_absolute() or not any(Path(a).resolve() in path.resolve().parents for a in allowed):
             path = resolve_path(ref, base_dir)
         if path.is_file():
-            return decode_image(path.read_bytes(), name=str(path)).convert("RGB")
+            return decode_image(read_file_capped(path), name=str(path)).convert("RGB")  # size checked first
     if rec.get("image_id") and store is not None:
         return store.open(rec["image_id"]).convert("RGB")
     raise FileNotFoundError(f"record {rec.get('id')!r}: image {ref!r} not found (and no image_id in the store)")
@@ -176,7 +176,7 @@ def _resolve_image(rec: dict[str, Any], base_dir: Path, store: Any) -> Any:
 def labelled_records(path: str | Path) -> list[dict[str, Any]]:
     """The completed records of a `unveil train build-data` output (failed ones are skipped)."""
     out = []
-    for lineno, raw in enumerate(Path(path).read_bytes().splitlines(), 1):
+    for lineno, raw in enumerate(Path(path).read_bytes().split(b"\n"), 1):
         if not raw.strip():
             continue
         try:
@@ -228,7 +228,7 @@ def load_toxiclean_it(folder: str | Path, split: str = "train"):
             rows: list[dict[str, Any]] = []
             for f in files:
                 text = f.read_text(encoding="utf-8")
-                items = json.loads(text) if f.suffix == ".json" else [json.loads(ln) for ln in text.splitlines() if ln.strip()]
+                items = json.loads(text) if f.suffix == ".json" else [json.loads(ln) for ln in text.split("\n") if ln.strip()]
                 for item in items:
                     img = item.get("image")
                     if isinstance(img, str) and not Path(img).is_absolute():

@@ -53,7 +53,7 @@ def grpo_records(settings: GRPOSettings, *, store: Any, renderer: Renderer) -> l
         log.info("rendering the first image of %d prompts", len(todo))
         seeds = [seeds_for(r["prompt"], 1, settings.seed)[0] for r in todo]
         images = renderer.render([r["prompt"] for r in todo], seeds)
-        for rec, img in zip(todo, images):
+        for rec, img in zip(todo, images, strict=True):
             from training.reward import to_pil
 
             rec["image_id"] = store.put_pil(to_pil(img)).id
@@ -68,9 +68,51 @@ def _sync_fn(accelerator: Any):
     return lambda items: gather_object(items)
 
 
+def enable_fast_sampling(trainer: Any) -> None:
+    """Policy sampling with a static KV cache and compiled decoding (transformers' own auto-compilation).
+
+    TRL's transformers path samples with a dynamic cache and turns compilation off; decoding a 3B policy is then
+    bound by Python and kernel launches (about 40 ms a token, 16 x 200 tokens in 8-21 s on an H100). With a
+    static cache, `generate` compiles the one-token decoding step (CUDA graphs, `reduce-overhead`) once per cache
+    size. If that compilation fails, sampling falls back to the eager path with a warning.
+    """
+    import warnings
+
+    from tools.t2i.fast import default_cache_dir, is_compile_error
+
+    default_cache_dir()  # Inductor's cache survives the process, so later runs compile faster
+    trainer.generation_config.cache_implementation = "static"
+    trainer.generation_config.disable_compile = False
+    if isinstance(getattr(trainer, "generation_kwargs", None), dict):
+        trainer.generation_kwargs["cache_implementation"] = "static"
+    original = trainer._generate_single_turn
+
+    def generate(*args: Any, **kwargs: Any) -> Any:
+        if trainer.generation_config.disable_compile:
+            return original(*args, **kwargs)
+        try:
+            return original(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - only compilation failures fall back
+            if not is_compile_error(exc):
+                raise
+            warnings.warn(f"compiled policy sampling failed ({type(exc).__name__}: {str(exc)[:200]}); "
+                          "sampling eagerly with a dynamic cache", RuntimeWarning, stacklevel=2)
+            trainer.generation_config.disable_compile = True
+            trainer.generation_config.cache_implementation = None
+            if isinstance(getattr(trainer, "generation_kwargs", None), dict):
+                trainer.generation_kwargs["cache_implementation"] = None
+            return original(*args, **kwargs)
+
+    trainer._generate_single_turn = generate
+
+
 def build_grpo_trainer(settings: GRPOSettings, *, renderer: Renderer | None = None, scorer: Scorer | None = None,
-                       store: Any = None, records: list[dict[str, Any]] | None = None):
-    """The configured `GRPOTrainer` and its reward (renderer/scorer/store built from settings unless given)."""
+                       store: Any = None, records: list[dict[str, Any]] | None = None,
+                       fast_sampling: bool | None = None):
+    """The configured `GRPOTrainer` and its reward (renderer/scorer/store built from settings unless given).
+
+    `fast_sampling` (default: on CUDA) samples the policy with a static cache and compiled decoding
+    (`enable_fast_sampling`); the reward's renders go through the generator's compiled UNet by default."""
     from trl import GRPOConfig, GRPOTrainer
 
     from tools.image_store import get_image_store
@@ -84,7 +126,8 @@ def build_grpo_trainer(settings: GRPOSettings, *, renderer: Renderer | None = No
         renderer = make_renderer(settings.generator, store=store, device=device, steps=settings.t2i_steps,
                                  guidance=settings.t2i_guidance, size=settings.t2i_size,
                                  max_batch=settings.t2i_max_batch, scheduler=settings.t2i_scheduler,
-                                 compile=settings.t2i_compile)
+                                 compile=settings.t2i_compile, long_prompts=settings.long_prompts,
+                                 accel=settings.t2i_accel)
     if scorer is None:
         from training.scoring import make_scorer
 
@@ -113,6 +156,10 @@ def build_grpo_trainer(settings: GRPOSettings, *, renderer: Renderer | None = No
     trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=dataset,
                           processing_class=processor, peft_config=peft_config)
     reward.sync = _sync_fn(trainer.accelerator)
+    if fast_sampling is None:
+        fast_sampling = use_cuda(settings) if settings.fast_sampling == "auto" else settings.fast_sampling == "on"
+    if fast_sampling:
+        enable_fast_sampling(trainer)
     return trainer, reward
 
 

@@ -9,8 +9,11 @@ generator goes through `generate` and the image store.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+
+from tools.t2i.registry import DEFAULT_LONG_PROMPTS, open_generator
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ class GeneratorRenderer:
 
         gen = self.generator
         payloads, key = [], None
-        for prompt, seed in zip(prompts, seeds):
+        for prompt, seed in zip(prompts, seeds, strict=False):
             request = self._request(prompt, seed)
             negative = gen.validate(request)
             kwargs = gen.call_kwargs(request)
@@ -71,31 +74,47 @@ class GeneratorRenderer:
         from tools.image_store import get_image_store
 
         store = self.store or get_image_store()
-        ids = await asyncio.gather(*(self.generator.generate(self._request(p, s)) for p, s in zip(prompts, seeds)))
+        requests = [self._request(p, s) for p, s in zip(prompts, seeds, strict=False)]
+        ids = await asyncio.gather(*(self.generator.generate(r) for r in requests))
         return [store.open(i[0]).convert("RGB") for i in ids]
 
 
 def make_renderer(spec: str, *, store: Any, device: str | None, steps: int, guidance: float, size: int,
-                  max_batch: int = 32, scheduler: str = "default", compile: bool = False) -> GeneratorRenderer:
-    """A renderer over `get_generator(spec)`; long refined prompts are cut at the text encoder's limit, as
-    Stable Diffusion itself does, instead of failing the step."""
-    from tools.t2i.registry import get_generator
+                  max_batch: int = 32, scheduler: str = "default", compile: bool = False,
+                  long_prompts: str = DEFAULT_LONG_PROMPTS, accel: str = "auto") -> GeneratorRenderer:
+    """A renderer over `open_generator(spec)`; long refined prompts follow the same policy as the IPR graph
+    (default: cut at the text encoder's limit, as Stable Diffusion itself does).
 
-    options: dict[str, Any] = {"store": store}
+    `accel` is the generator's UNet path (`tools.t2i.fast`): `auto` compiles it on CUDA (the reward renders
+    the same batch shape every step, so the one-off compilation pays back in the first steps), `eager` keeps
+    plain PyTorch, `fp8` quantises it on Hopper (changes the reward's images; see docs/tools.md)."""
+    options: dict[str, Any] = {}
     if spec.split(":", 1)[0] != "openai":
-        options.update(truncate_long_prompts=True, max_batch=max_batch)
+        options["max_batch"] = max_batch
         if compile:
-            options["compile"] = True  # torch.compile the UNet: ~1.5x renders after a one-off compile per batch size
+            options["compile"] = True  # the older spelling of accel="compile"
+        if accel != "auto":
+            options["accel"] = accel
         if device:
             options["device"] = device
-    generator = get_generator(spec, **options)
+    generator: Any = open_generator(spec, store=store, long_prompts=long_prompts, **options)
     if scheduler == "dpm":
-        # DPM-Solver++ reaches SD's 50-step PNDM quality in about 20 steps; the swap applies to this process's
-        # copy of the pipeline, which only the reward uses during training.
+        # DPM-Solver++ reaches SD's 50-step PNDM quality in about 20 steps. The renderer gets a pipeline object of
+        # its own (sharing the weights, not copying them) with the new scheduler; the process-wide pipeline that
+        # other users of the same spec hold keeps its scheduler.
+        import copy
+
         from diffusers import DPMSolverMultistepScheduler
 
-        pipe = generator.pipeline
-        pipe.scheduler = DPMSolverMultistepScheduler.from_config(pipe.scheduler.config)
+        shared = generator.pipeline
+        own = copy.copy(shared)
+        own.scheduler = DPMSolverMultistepScheduler.from_config(shared.scheduler.config)
+        from tools.t2i import diffusers_backend as backend
+
+        # The copy shares the tokenizers, so it must share their lock too (keyed by pipeline id in the backend).
+        backend._TOKENIZER_LOCKS.setdefault(id(own), backend.tokenizer_lock(shared))
+        generator = copy.copy(generator)
+        generator._pipe = own  # the generator's loaded pipeline (tools/t2i/diffusers_backend.py)
     elif scheduler != "default":
         raise ValueError(f"t2i_scheduler {scheduler!r}: expected default or dpm")
     return GeneratorRenderer(generator, store=store, width=size, height=size, steps=steps, guidance=guidance)

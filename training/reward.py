@@ -46,7 +46,7 @@ SCALES: dict[str, RewardScale] = {
 class RewardSettings:
     """Settings of the refinement reward."""
 
-    scale: Literal["paper", "authors"] = "paper"
+    scale: Literal["paper", "authors"] = "paper"  # paper: R in [0, 1 + beta]; authors: their code's scaling
     beta: float = 1.0  # weight of the CLIP alignment term
     keep_alpha: float = 0.3  # bonus for `keep`, in units of R
     images_per_prompt: int = 10  # renders of each refined prompt; the authors' code averages 10

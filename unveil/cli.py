@@ -11,10 +11,21 @@ import traceback
 
 import unveil.commands
 
+DESCRIPTION = (
+    "Unveil: multimodal safety research with LangGraph agents. Detect covert toxicity in image-text pairs (TAG), "
+    "generate covert toxic datasets (CTD), make text-to-image prompts safe by iterative prompt refinement (IPR), "
+    "train the IPR refiner, and reproduce the papers' evaluations."
+)
+EPILOG = (
+    "Run `unveil COMMAND --help` for a command's options. Batch commands exit 0 when every sample succeeded, 2 when "
+    "the batch ran but some samples failed (their records say why; --retry-failed runs them again), and 1 when the "
+    "command could not run."
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every available subcommand."""
-    parser = argparse.ArgumentParser(prog="unveil", description=__doc__)
+    parser = argparse.ArgumentParser(prog="unveil", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("-v", "--verbose", action="store_true", help="log gateway retries and repairs")
     sub = parser.add_subparsers(dest="command", required=True)
     for info in sorted(pkgutil.iter_modules(unveil.commands.__path__), key=lambda m: m.name):
@@ -28,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

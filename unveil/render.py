@@ -1,11 +1,25 @@
-"""A picture of a TAG that opens offline: both trees with edge probabilities, the toxic path highlighted.
+"""A picture of a detection result that opens offline (`.png`, `.svg` or `.pdf`; matplotlib's Agg backend).
 
-Written with matplotlib (Agg), so `.png`, `.svg` and `.pdf` all work without a display.
+For a TAG result it draws what Figure 6 of the TAG paper shows: the visual and the textual association tree side
+by side, root concepts on top and one row per layer (labelled at the left), each edge tagged with its transition
+probability and association type, the toxic paths highlighted, and the cross-modal toxic link between the two
+nodes of the reported pair, with the verdict, the MTC calculation and the explanation around it. A legend names
+every mark.
+
+The trees use a tidy layered layout (Reingold-Tilford style): every parent is centred over its children, the
+subtrees of siblings are packed as close as their contours allow and never interleave, so no two edges of a
+tree cross and no two nodes overlap. All coordinates are in inches on a figure of exactly the drawing's size,
+which keeps the geometry checkable (`layout_tag`) and every font at its nominal size.
+
+A result without trees (the single-call vanilla detector) is drawn as what it is: the verdict, category and
+reason, with a note that this method builds no association graph.
 """
 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,76 +27,436 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import FancyBboxPatch, Patch  # noqa: E402
 
 HIGHLIGHT = "#c0392b"
-NORMAL = "#7f8c8d"
+EDGE = "#95a5a6"
+INK = "#2c3e50"
+FILL = {"visual": "#dbe9f6", "textual": "#e2f0d9"}
+PAIR_FILL = "#f6c9c4"
+
+NODE_FONT = 7.5  # points
+LABEL_FONT = 6.5
+NODE_W = 1.45  # inches; one width for every node keeps the rows even and the contours simple
+NODE_CHARS = 20  # characters per line that fit NODE_W at NODE_FONT (checked by the tests with real extents)
+NODE_LINES = 3  # concept lines at most; longer concepts end in an ellipsis
+LINE_H = NODE_FONT * 1.3 / 72
+SIBLING_GAP = 0.3  # between node boxes of one row
+GUTTER = 1.1  # between the two trees: the toxic link runs down here
+LANE_DROP = 0.1  # the link's horizontal lanes run this far under a row's lowest box edge
+LABEL_RISE = 0.2  # edge labels sit this far above the child's top, on the edge line
+ROW_GAP = 0.75  # between the lowest box edge of a row and the highest of the next: lane, labels, air
+MARGIN = 0.35
+LEFT = 1.0  # room for the layer labels
+MIN_TREE_W = 3.2  # the width of a tree's title
+MIN_WIDTH = 10.0  # the width of the two-column legend and its title
 
 
-def _layout(nodes: list[dict[str, Any]], x0: float, width: float) -> dict[str, tuple[float, float]]:
-    by_layer: dict[int, list[dict[str, Any]]] = {}
-    for n in nodes:
-        by_layer.setdefault(n["layer"], []).append(n)
-    pos = {}
-    for layer, items in by_layer.items():
-        for i, n in enumerate(items):
-            pos[n["id"]] = (x0 + width * (i + 1) / (len(items) + 1), -layer)
-    return pos
+@dataclass
+class Box:
+    """A rectangle by its centre and size, in inches."""
+
+    x: float
+    y: float
+    w: float
+    h: float
+
+    @property
+    def left(self) -> float:
+        """Left edge."""
+        return self.x - self.w / 2
+
+    @property
+    def right(self) -> float:
+        """Right edge."""
+        return self.x + self.w / 2
+
+    @property
+    def bottom(self) -> float:
+        """Bottom edge."""
+        return self.y - self.h / 2
+
+    @property
+    def top(self) -> float:
+        """Top edge."""
+        return self.y + self.h / 2
+
+    def overlaps(self, other: Box, pad: float = 0.0) -> bool:
+        """Whether the two rectangles (each grown by `pad`) intersect."""
+        return (self.left - pad < other.right and other.left - pad < self.right
+                and self.bottom - pad < other.top and other.bottom - pad < self.top)
 
 
-def _path_ids(nodes: list[dict[str, Any]], node_id: str | None) -> set[str]:
+@dataclass
+class TagLayout:
+    """Where everything of a TAG picture goes, in inches from the figure's bottom-left corner."""
+
+    width: float
+    height: float
+    boxes: dict[str, Box]  # node id -> its box
+    texts: dict[str, str]  # node id -> the text drawn in it
+    parent: dict[str, str | None]
+    tree: dict[str, str]  # node id -> "visual" or "textual"
+    edge_labels: dict[str, Box]  # child id -> the box of its edge's label
+    edge_texts: dict[str, str]
+    row_y: dict[int, float]  # layer -> centre line of that row
+    tree_span: dict[str, tuple[float, float]]  # tree -> (left, right) of its boxes
+    link: list[tuple[float, float]] = field(default_factory=list)  # the toxic link's polyline, or empty
+    top: float = 0.0  # y under the header
+
+
+def _wrap(text: str, width: int, lines: int) -> list[str]:
+    out = textwrap.wrap(" ".join(str(text).split()), width) or [""]
+    if len(out) > lines:
+        out = out[:lines]
+        out[-1] = out[-1][: width - 1].rstrip() + "\u2026"
+    return out
+
+
+def _node_text(node: dict[str, Any]) -> str:
+    lines = _wrap(node.get("concept", ""), NODE_CHARS, NODE_LINES)
+    if node.get("layer", 0) > 0:
+        lines.append(f"path p = {float(node.get('path_prob', 0.0)):.3g}")
+    return "\n".join(lines)
+
+
+def _edge_text(node: dict[str, Any]) -> str:
+    assoc = node.get("association") or ""
+    return f"{float(node.get('prob', 0.0)):.2f} \u00b7 {assoc}" if assoc else f"{float(node.get('prob', 0.0)):.2f}"
+
+
+def _children(nodes: Sequence[dict[str, Any]]) -> tuple[list[str], dict[str, list[str]]]:
+    """Roots and children lists; a node whose parent is missing (or not in a shallower layer, as in a hand-edited
+    record with a cycle) is treated as a root, so nothing is dropped and the layout always terminates."""
+    layer_of = {n["id"]: int(n.get("layer", 0)) for n in nodes}
+    kids: dict[str, list[str]] = {n["id"]: [] for n in nodes}
+    roots: list[str] = []
+    # Children in order of their parent's rank, then their own: the order of the record (ranked by the graph).
+    for n in sorted(nodes, key=lambda n: int(n.get("layer", 0))):
+        parent = n.get("parent")
+        if isinstance(parent, str) and parent in layer_of and layer_of[parent] < layer_of[n["id"]]:
+            kids[parent].append(n["id"])
+        else:
+            roots.append(n["id"])
+    return roots, kids
+
+
+Contour = dict[int, tuple[float, float]]  # depth below the subtree's root -> (leftmost, rightmost) centre
+
+
+def _pack(
+    subtrees: list[tuple[dict[str, float], Contour]], slot: float
+) -> tuple[dict[str, float], Contour, list[float]]:
+    """Place subtrees left to right, each as far left as its contour allows; returns positions, merged contour and
+    the offset of each subtree."""
+    pos: dict[str, float] = {}
+    merged: Contour = {}
+    offsets: list[float] = []
+    for sub_pos, contour in subtrees:
+        offset = 0.0
+        if merged:
+            offset = max(merged[d][1] - contour[d][0] + slot for d in contour if d in merged)
+        offsets.append(offset)
+        for k, x in sub_pos.items():
+            pos[k] = x + offset
+        for d, (lo, hi) in contour.items():
+            if d in merged:
+                merged[d] = (min(merged[d][0], lo + offset), max(merged[d][1], hi + offset))
+            else:
+                merged[d] = (lo + offset, hi + offset)
+    return pos, merged, offsets
+
+
+def _tidy(node_id: str, kids: dict[str, list[str]], slot: float) -> tuple[dict[str, float], Contour]:
+    """x of every node of a subtree relative to its root (at 0), with the subtree's contour."""
+    if not kids[node_id]:
+        return {node_id: 0.0}, {0: (0.0, 0.0)}
+    pos, merged, offsets = _pack([_tidy(k, kids, slot) for k in kids[node_id]], slot)
+    centre = (offsets[0] + offsets[-1]) / 2  # each child subtree's root sits at its offset
+    out = {k: x - centre for k, x in pos.items()}
+    out[node_id] = 0.0
+    contour: Contour = {0: (0.0, 0.0)}
+    for d, (lo, hi) in merged.items():
+        contour[d + 1] = (lo - centre, hi - centre)
+    return out, contour
+
+
+def _tree_x(nodes: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """x of every node of one modality's forest, leftmost box edge at 0."""
+    if not nodes:
+        return {}
+    roots, kids = _children(nodes)
+    slot = NODE_W + SIBLING_GAP
+    pos, _, _ = _pack([_tidy(r, kids, slot) for r in roots], slot)
+    lo = min(pos.values()) - NODE_W / 2
+    return {k: x - lo for k, x in pos.items()}
+
+
+def _path_ids(nodes: Sequence[dict[str, Any]], node_id: str | None) -> set[str]:
     by_id = {n["id"]: n for n in nodes}
     out: set[str] = set()
-    while node_id is not None and node_id in by_id:
+    while node_id is not None and node_id in by_id and node_id not in out:
         out.add(node_id)
-        node_id = by_id[node_id]["parent"]
+        node_id = by_id[node_id].get("parent")
     return out
+
+
+def _trees(result: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    trees = result.get("trees") or {"visual": result.get("visual") or [], "textual": result.get("textual") or []}
+    return list(trees.get("visual") or []), list(trees.get("textual") or [])
+
+
+HEADER_H = 1.2
+FOOTER_LINES = 5
+LEGEND_H = 0.9
+
+
+def layout_tag(result: dict[str, Any]) -> TagLayout:
+    """The geometry of a TAG picture (boxes, edge labels, rows, the toxic link) without drawing it."""
+    visual, textual = _trees(result)
+    nodes = {"visual": visual, "textual": textual}
+    texts = {n["id"]: _node_text(n) for n in visual + textual}
+    heights = {k: len(t.split("\n")) * LINE_H + 0.14 for k, t in texts.items()}
+    layers = sorted({int(n.get("layer", 0)) for n in visual + textual}) or [0]
+    depth = max(layers) + 1
+    band = {layer: max([heights[n["id"]] for n in visual + textual if int(n.get("layer", 0)) == layer] or [0.4])
+            for layer in range(depth)}
+    footer = FOOTER_LINES * 0.16 + LEGEND_H + 0.3
+    body = sum(band.values()) + ROW_GAP * (depth - 1)
+    height = HEADER_H + 0.45 + body + footer  # 0.45: the tree titles
+    row_y: dict[int, float] = {}
+    y = height - HEADER_H - 0.45
+    for layer in range(depth):
+        row_y[layer] = y - band[layer] / 2
+        y -= band[layer] + ROW_GAP
+    boxes: dict[str, Box] = {}
+    tree_of: dict[str, str] = {}
+    spans: dict[str, tuple[float, float]] = {}
+    x0 = MARGIN + LEFT
+    for name in ("visual", "textual"):
+        xs = _tree_x(nodes[name])
+        drawn_w = max([x + NODE_W / 2 for x in xs.values()] or [NODE_W])
+        span_w = max(drawn_w, MIN_TREE_W)  # a narrow tree still gets room for its title, and sits centred in it
+        shift = (span_w - drawn_w) / 2
+        for n in nodes[name]:
+            boxes[n["id"]] = Box(x0 + shift + xs[n["id"]], row_y[int(n.get("layer", 0))], NODE_W, heights[n["id"]])
+            tree_of[n["id"]] = name
+        spans[name] = (x0, x0 + span_w)
+        x0 += span_w + GUTTER
+    width = x0 - GUTTER + MARGIN
+    if width < MIN_WIDTH:  # room for the legend and the header: centre the drawing instead of squeezing them
+        pad = (MIN_WIDTH - width) / 2
+        boxes = {k: Box(b.x + pad, b.y, b.w, b.h) for k, b in boxes.items()}
+        spans = {k: (lo + pad, hi + pad) for k, (lo, hi) in spans.items()}
+        width = MIN_WIDTH
+    roots_and_kids = [_children(nodes[name]) for name in ("visual", "textual")]
+    parent: dict[str, str | None] = {n["id"]: None for n in visual + textual}
+    for _, kids in roots_and_kids:
+        for p_id, cs in kids.items():
+            for c in cs:
+                parent[c] = p_id
+    labels: dict[str, Box] = {}
+    edge_texts: dict[str, str] = {}
+    for n in visual + textual:
+        p = parent[n["id"]]
+        if p is None:
+            continue
+        child, par = boxes[n["id"]], boxes[p]
+        text = _edge_text(n)
+        # On the edge line, a fixed rise above the child: siblings' labels stay apart (they fan in towards the
+        # parent, but only over LABEL_RISE of the whole drop) and clear of the link lane under the parent row.
+        y_lab = child.top + LABEL_RISE
+        t = (y_lab - child.top) / max(par.bottom - child.top, 1e-6)
+        x_lab = child.x + (par.x - child.x) * t
+        labels[n["id"]] = Box(x_lab, y_lab, len(text) * LABEL_FONT * 0.55 / 72 + 0.06, LABEL_FONT * 1.35 / 72)
+        edge_texts[n["id"]] = text
+    layout = TagLayout(width=width, height=height, boxes=boxes, texts=texts, parent=parent, tree=tree_of,
+                       edge_labels=labels, edge_texts=edge_texts, row_y=row_y, tree_span=spans,
+                       top=height - HEADER_H)
+    finding = result.get("finding") or {}
+    v_id = (finding.get("visual") or {}).get("id")
+    t_id = (finding.get("textual") or {}).get("id")
+    if v_id in boxes and t_id in boxes:
+        layout.link = _route_link(layout, v_id, t_id, band)
+    return layout
+
+
+def _route_link(layout: TagLayout, v_id: str, t_id: str, band: dict[int, float]) -> list[tuple[float, float]]:
+    """The toxic link: down from each node into the lane just under its row, along the lane to the gutter
+    between the trees, and along the gutter. Lanes hold no boxes and no labels, and the gutter holds nothing."""
+    v, t = layout.boxes[v_id], layout.boxes[t_id]
+    gutter_x = (layout.tree_span["visual"][1] + layout.tree_span["textual"][0]) / 2
+
+    def lane(box: Box) -> float:
+        layer = min(layout.row_y, key=lambda k: abs(layout.row_y[k] - box.y))
+        return layout.row_y[layer] - band[layer] / 2 - LANE_DROP
+
+    lv, lt = lane(v), lane(t)
+    # Leave each box off-centre, on the gutter's side: the bottom centre is where the node's own edges start.
+    xv, xt = v.right - 0.2, t.left + 0.2
+    return [(xv, v.bottom), (xv, lv), (gutter_x, lv), (gutter_x, lt), (xt, lt), (xt, t.bottom)]
+
+
+def _mtc_line(result: dict[str, Any]) -> str:
+    finding = result.get("finding")
+    mtc = float(result.get("mtc", 1.0 if not finding else 0.0))
+    if not finding:
+        return f"MTC = {mtc:.2f} (no toxic pair found)"
+    if int(finding.get("layer", 0)) == 0:
+        return f"MTC = {mtc:.4f} (the root concepts are already a toxic pair)"
+
+    def factors(side: str) -> str:
+        probs = [float(s.get("prob", 1.0)) for s in (finding.get(side) or {}).get("path", [])[1:]]
+        return "\u00d7".join(f"{p:.2g}" for p in probs) or "1"
+
+    return (f"MTC = 1 \u2212 p(root_v \u2192 v) \u00b7 p(root_t \u2192 t) = 1 \u2212 ({factors('visual')}) \u00b7 "
+            f"({factors('textual')}) = {mtc:.4f}")
+
+
+def _verdict(result: dict[str, Any]) -> str:
+    finding = result.get("finding")
+    if finding:
+        return f"TOXIC \u2014 category: {finding.get('category') or result.get('category') or 'unnamed'}"
+    if result.get("toxic"):
+        return f"TOXIC \u2014 category: {result.get('category') or 'unnamed'}"
+    return "Not toxic: no toxic cross-modal pair within the expanded layers"
+
+
+def _draw_tag(result: dict[str, Any]) -> tuple[Figure, TagLayout]:
+    layout = layout_tag(result)
+    visual, textual = _trees(result)
+    finding = result.get("finding") or {}
+    on_path = (_path_ids(visual, (finding.get("visual") or {}).get("id"))
+               | _path_ids(textual, (finding.get("textual") or {}).get("id")))
+    pair = {(finding.get("visual") or {}).get("id"), (finding.get("textual") or {}).get("id")} - {None}
+    fig = plt.figure(figsize=(layout.width, layout.height))
+    ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
+    ax.set_xlim(0, layout.width)
+    ax.set_ylim(0, layout.height)
+    ax.axis("off")
+    H = layout.height
+    ax.text(MARGIN, H - 0.3, _verdict(result), fontsize=13, weight="bold", va="center",
+            color=HIGHLIGHT if (finding or result.get("toxic")) else INK)
+    ax.text(MARGIN, H - 0.62, _mtc_line(result), fontsize=9.5, va="center", color=INK)
+    if finding.get("reason"):
+        ax.text(MARGIN, H - 0.9, "judge's reason: " + _wrap(finding["reason"], int(layout.width * 14), 1)[0],
+                fontsize=8.5, va="center", color=INK, style="italic")
+    for name, title in (("visual", "Visual association tree (image)"), ("textual", "Textual association tree (text)")):
+        lo, hi = layout.tree_span[name]
+        ax.text((lo + hi) / 2, layout.top - 0.2, title, ha="center", va="center", fontsize=10.5, weight="bold",
+                color=INK)
+    for layer, y in layout.row_y.items():
+        ax.text(layout.tree_span["visual"][0] - 0.15, y, "layer 0\n(roots)" if layer == 0 else f"layer {layer}",
+                ha="right", va="center", fontsize=8, color="#7f8c8d")
+    if layout.tree_span["textual"][0] > layout.tree_span["visual"][1]:
+        sep = (layout.tree_span["visual"][1] + layout.tree_span["textual"][0]) / 2
+        bottom = min(layout.row_y.values()) - 0.5
+        ax.plot([sep, sep], [bottom, layout.top - 0.05], color="#d5d8dc", lw=0.8, ls=":", zorder=0)
+    for child, par in layout.parent.items():
+        if par is None:
+            continue
+        c, p = layout.boxes[child], layout.boxes[par]
+        hot = child in on_path and par in on_path
+        ax.plot([p.x, c.x], [p.bottom, c.top], color=HIGHLIGHT if hot else EDGE, lw=2.2 if hot else 0.9,
+                zorder=1, solid_capstyle="round")
+        lab = layout.edge_labels[child]
+        ax.text(lab.x, lab.y, layout.edge_texts[child], ha="center", va="center", fontsize=LABEL_FONT, zorder=3,
+                color=HIGHLIGHT if hot else "#34495e", weight="bold" if hot else "normal",
+                bbox={"boxstyle": "square,pad=0.08", "fc": "white", "ec": "none"})
+    for node_id, box in layout.boxes.items():
+        is_root = layout.parent[node_id] is None
+        face = PAIR_FILL if node_id in pair else FILL[layout.tree[node_id]]
+        edge = HIGHLIGHT if node_id in on_path else INK
+        patch = FancyBboxPatch((box.left, box.bottom), box.w, box.h, boxstyle="round,pad=0,rounding_size=0.06",
+                               fc=face, ec=edge, lw=2.2 if node_id in on_path else (1.4 if is_root else 0.7),
+                               ls="-" if is_root or node_id in on_path else (0, (4, 1.5)), zorder=2)
+        ax.add_patch(patch)
+        ax.text(box.x, box.y, layout.texts[node_id], ha="center", va="center", fontsize=NODE_FONT, zorder=4,
+                color=INK, weight="bold" if is_root else "normal", linespacing=1.15)
+    if layout.link:
+        xs, ys = zip(*layout.link, strict=True)
+        ax.plot(xs, ys, color=HIGHLIGHT, lw=2.0, ls=(0, (5, 2.5)), zorder=5, solid_joinstyle="round")
+        ax.plot([xs[0], xs[-1]], [ys[0], ys[-1]], "o", color=HIGHLIGHT, ms=5, zorder=6)
+        run = abs(ys[2] - ys[3])
+        if run >= 0.8:  # a label along the gutter run when it is long enough to hold one; the legend names it too
+            ax.text(xs[2] + 0.06, (ys[2] + ys[3]) / 2, "toxic pair", rotation=90, ha="left", va="center",
+                    fontsize=7.5, color=HIGHLIGHT, weight="bold", zorder=6)
+    _legend(ax, layout)
+    explanation = result.get("explanation") or ""
+    if explanation:
+        chars = max(60, int((layout.width - 2 * MARGIN) * 14))
+        lines = _wrap(explanation, chars, FOOTER_LINES - 1)
+        ax.text(MARGIN, LEGEND_H + 0.35 + 0.16 * len(lines), "Explanation: " + "\n".join(lines), fontsize=8.5,
+                va="top", color=INK, linespacing=1.35)
+    return fig, layout
+
+
+def _legend(ax: Any, layout: TagLayout) -> None:
+    handles = [
+        Patch(fc=FILL["visual"], ec=INK, lw=1.4, label="root concept (layer 0), image"),
+        Patch(fc=FILL["textual"], ec=INK, lw=1.4, label="root concept (layer 0), text"),
+        Patch(fc="white", ec=INK, lw=0.7, ls=(0, (4, 1.5)), label="associated concept (path p: product of edges)"),
+        Patch(fc="white", ec=HIGHLIGHT, lw=2.2, label="on a toxic path"),
+        Patch(fc=PAIR_FILL, ec=HIGHLIGHT, lw=2.2, label="node of the toxic pair"),
+        Line2D([], [], color=EDGE, lw=0.9, label="association edge, labelled 'p \u00b7 type'"),
+        Line2D([], [], color=HIGHLIGHT, lw=2.2, label="edge on a toxic path"),
+        Line2D([], [], color=HIGHLIGHT, lw=2.0, ls=(0, (5, 2.5)), label="cross-modal toxic link"),
+    ]
+    ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(MARGIN / layout.width, 0.12 / layout.height),
+              ncol=4 if layout.width > 11 else 2, fontsize=7.5, frameon=True, framealpha=1.0, edgecolor="#d5d8dc",
+              title="p: transition probability; types: categorical, functional, spatial, temporal, causal, "
+                    "emotional, similarity, contrast, cultural", title_fontsize=7.5)
+
+
+def _draw_verdict_only(result: dict[str, Any]) -> Figure:
+    """A result with no association trees (the vanilla detector): the verdict, category and reason, nothing more."""
+    failed = result.get("status") == "failed"
+    toxic = bool(result.get("toxic")) and not failed
+    method = result.get("method") or "vanilla (single call)"
+    reason = (result.get("error") if failed else None) or result.get("reason") or result.get("explanation") \
+        or "(no reason given)"
+    lines = _wrap(reason, 90, 12)
+    height = 1.9 + 0.2 * len(lines)
+    fig = plt.figure(figsize=(8.0, height))
+    ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
+    ax.set_xlim(0, 8.0)
+    ax.set_ylim(0, height)
+    ax.axis("off")
+    verdict = (f"TOXIC \u2014 category: {result.get('category') or 'unnamed'}" if toxic
+               else "FAILED: no verdict" if failed else "Not toxic")
+    ax.text(0.35, height - 0.35, verdict, fontsize=14, weight="bold", va="center", color=HIGHLIGHT if toxic else INK)
+    ax.text(0.35, height - 0.72, f"Detector: {method}. This method builds no association graph, so there is no "
+            "tree, path or MTC to show.", fontsize=8.5, va="center", color="#7f8c8d")
+    ax.text(0.35, height - 1.05, "Error:" if failed else "Reason:", fontsize=9.5, weight="bold", va="top", color=INK)
+    ax.text(0.35, height - 1.3, "\n".join(lines), fontsize=9, va="top", color=INK, linespacing=1.4)
+    return fig
+
+
+def _has_trees(result: dict[str, Any]) -> bool:
+    visual, textual = _trees(result)
+    return bool(visual or textual)
 
 
 def render_tag(result: dict[str, Any], path: str | Path) -> Path:
-    """Draw `result` (an `unveil detect --json` record) to `path`."""
-    trees = result.get("trees") or {"visual": result.get("visual", []), "textual": result.get("textual", [])}
-    visual, textual = trees.get("visual", []), trees.get("textual", [])
-    finding = result.get("finding")
-    hv = _path_ids(visual, finding["visual"]["id"]) if finding else set()
-    ht = _path_ids(textual, finding["textual"]["id"]) if finding else set()
-    depth = max([n["layer"] for n in visual + textual] or [0]) + 1
-    widest = max([sum(1 for n in visual if n["layer"] == l) for l in range(depth)] + [sum(1 for n in textual if n["layer"] == l) for l in range(depth)] + [1])
-    fig, ax = plt.subplots(figsize=(max(10, 2.6 * widest * 2), 2.2 * depth + 2))
-    for nodes, x0, title, hi in ((visual, 0.0, "Visual association tree", hv), (textual, 1.0, "Textual association tree", ht)):
-        pos = _layout(nodes, x0, 1.0)
-        ax.text(x0 + 0.5, 0.6, title, ha="center", fontsize=12, weight="bold")
-        for n in nodes:
-            if n["parent"] and n["parent"] in pos:
-                (x1, y1), (x2, y2) = pos[n["parent"]], pos[n["id"]]
-                on = n["id"] in hi
-                ax.plot([x1, x2], [y1, y2], color=HIGHLIGHT if on else NORMAL, lw=2.5 if on else 1, zorder=1)
-                ax.text((x1 + x2) / 2, (y1 + y2) / 2, f"{n['prob']:.2f}\n{n.get('association') or ''}", fontsize=7,
-                        ha="center", va="center", color=HIGHLIGHT if on else "#34495e",
-                        bbox=dict(fc="white", ec="none", alpha=0.8))
-        for n in nodes:
-            x, y = pos[n["id"]]
-            on = n["id"] in hi
-            ax.text(x, y, "\n".join(textwrap.wrap(n["concept"], 18)) + f"\np={n['path_prob']:.3f}", ha="center", va="center",
-                    fontsize=8, zorder=2, bbox=dict(boxstyle="round", fc="#fdecea" if on else "#ecf0f1",
-                                                    ec=HIGHLIGHT if on else NORMAL, lw=2 if on else 1))
-        if finding:
-            target = finding["visual"]["id"] if x0 == 0.0 else finding["textual"]["id"]
-            if target in pos:
-                if x0 == 0.0:
-                    vpos = pos[target]
-                else:
-                    tpos = pos[target]
-    if finding:
-        ax.annotate("", xy=tpos, xytext=vpos, arrowprops=dict(arrowstyle="<->", color=HIGHLIGHT, lw=2, ls="--"))
-    verdict = (f"TOXIC ({finding.get('category', '')}), MTC = {result.get('mtc', 0):.4f}" if finding
-               else f"No toxic pair found, MTC = {result.get('mtc', 1.0):.2f}")
-    explanation = "\n".join(textwrap.wrap(result.get("explanation", ""), 140)[:4])
-    ax.set_title(verdict + ("\n" + explanation if explanation else ""), fontsize=10)
-    ax.set_xlim(-0.05, 2.05)
-    ax.set_ylim(-depth + 0.4, 1.0)
-    ax.axis("off")
+    """Draw `result` (an `unveil detect --json` record, TAG or vanilla) to `path` (.png, .svg or .pdf)."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, bbox_inches="tight", dpi=120)
-    plt.close(fig)
+    # Real text in SVG and PDF, so concepts can be searched and copied from the picture.
+    with plt.rc_context({"svg.fonttype": "none", "pdf.fonttype": 42, "font.family": "DejaVu Sans"}):
+        fig = _draw_tag(result)[0] if _has_trees(result) else _draw_verdict_only(result)
+        try:
+            fig.savefig(out, dpi=150)
+        finally:
+            plt.close(fig)
     return out
+
+
+def draw_tag(result: dict[str, Any]) -> tuple[Figure, TagLayout | None]:
+    """The figure (and, for a TAG result, its layout) that `render_tag` saves; the caller closes the figure."""
+    if _has_trees(result):
+        return _draw_tag(result)
+    return _draw_verdict_only(result), None
+
+

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from agents.content import abuild_messages
 from agents.gateway import CallResult, Gateway
-from agents.tag.types import ASSOCIATION_GUIDE, ASSOCIATION_TYPES, MAX_CHILDREN, AssociationType, Concept, Probability, Reason
+from agents.tag.types import (
+    ASSOCIATION_GUIDE,
+    ASSOCIATION_TYPES,
+    MAX_CHILDREN,
+    AssociationType,
+    Concept,
+    Probability,
+    Reason,
+)
 
 EXPAND_PROMPT = """You are a careful safety auditor who knows how everyday objects, concepts and actions lead to
 one another, including in ways that hide a risk. Expand an association tree by exactly one step.
@@ -49,14 +58,38 @@ class ParentExpansion(BaseModel):
     children: list[Child] = Field(default_factory=list, max_length=MAX_CHILDREN)
 
 
-# Parents per expansion call: a layer with more parents (per_node pruning) is split over several calls.
-MAX_PARENTS_PER_CALL = 12
+MAX_PARENTS = 12
+# Parents per expansion call: a wider layer (per_node pruning) is split over several calls of this size.
+MAX_PARENTS_PER_CALL = MAX_PARENTS
 
 
 class Expansion(BaseModel):
     """One layer of expansion for one tree."""
 
-    expansions: list[ParentExpansion] = Field(default_factory=list, max_length=MAX_PARENTS_PER_CALL)
+    expansions: list[ParentExpansion] = Field(default_factory=list, max_length=MAX_PARENTS)
+
+
+@lru_cache(maxsize=64)
+def expansion_schema(children_per_parent: int, parents: int) -> type[Expansion]:
+    """`Expansion` whose list caps admit `children_per_parent` children for each of `parents` parents.
+
+    The caps never go below the defaults (a model that gives one child too many is trimmed, not failed), and grow
+    with `children_per_parent` and `k_max`, so large settings do not turn every correct answer into a schema error.
+    """
+    if children_per_parent <= MAX_CHILDREN and parents <= MAX_PARENTS:
+        return Expansion
+    parent = create_model(
+        "ParentExpansion",
+        __base__=ParentExpansion,
+        __doc__=ParentExpansion.__doc__,
+        children=(list[Child], Field(default_factory=list, max_length=max(MAX_CHILDREN, children_per_parent))),
+    )
+    return create_model(
+        "Expansion",
+        __base__=Expansion,
+        __doc__=Expansion.__doc__,
+        expansions=(list[parent], Field(default_factory=list, max_length=max(MAX_PARENTS, parents))),  # type: ignore[valid-type]
+    )
 
 
 async def expand_layer(
@@ -84,6 +117,7 @@ async def expand_layer(
         },
         task=EXPAND_TASK,
     )
+    schema = expansion_schema(children_per_parent, len(parents))
     return await gateway.structured(role=call_role or f"expander.{modality}", usage_role="expander", spec=spec,
-                                    schema=Expansion, messages=messages)
+                                    schema=schema, messages=messages)
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model, model_validator
 
 from agents.content import ImagePart, abuild_messages
 from agents.gateway import CallResult, Gateway
-from agents.tag.types import Label, Reason
+from agents.tag.types import Label, Reason, RequiredLabel, RequiredReason
 from tools.image_store import ImageStore
 
 RISK_CHECKLIST = """Risks to look for: dangerous misuse of items (drugs, weapons, poisons, explosives);
@@ -63,7 +65,7 @@ PAIR_JUDGE_TASK = "Return in toxic_pairs only the pairs whose risk you confirm (
 
 
 class RootVerdict(BaseModel):
-    """The synergy review of the root concepts."""
+    """The synergy review of the root concepts; a toxic verdict must name its category and reason."""
 
     toxic: bool
     visual_id: str | None = None
@@ -71,29 +73,72 @@ class RootVerdict(BaseModel):
     category: Label = ""
     reason: Reason = ""
 
+    @model_validator(mode="after")
+    def _toxic_needs_category_and_reason(self) -> RootVerdict:
+        # A finding without a category or reason cannot be explained or evaluated: ask the model to repair it.
+        if self.toxic and not (self.category and self.reason):
+            raise ValueError("a toxic verdict needs a non-empty category and reason")
+        return self
+
+
+# Default list caps of the answers; a run's caps grow with its settings (see `screen_schema`, `judgement_schema`).
+MAX_SCREENED = 16
+MAX_CONFIRMED = 16
+
 
 class Screen(BaseModel):
     """Pairs short-listed for judging."""
 
-    suspicious_pair_ids: list[str] = Field(default_factory=list, max_length=16)
+    suspicious_pair_ids: list[str] = Field(default_factory=list, max_length=MAX_SCREENED)
 
 
 class ConfirmedPair(BaseModel):
-    """A pair whose risk the judge confirms."""
+    """A pair whose risk the judge confirms, with its (non-empty) category and reason."""
 
     pair_id: str
-    category: Label = ""
-    reason: Reason = ""
+    category: RequiredLabel
+    reason: RequiredReason
 
 
 class PairJudgement(BaseModel):
     """The confirmed toxic pairs among those judged."""
 
-    toxic_pairs: list[ConfirmedPair] = Field(default_factory=list, max_length=16)
+    toxic_pairs: list[ConfirmedPair] = Field(default_factory=list, max_length=MAX_CONFIRMED)
+
+
+@lru_cache(maxsize=64)
+def screen_schema(limit: int) -> type[Screen]:
+    """`Screen` whose list cap admits `limit` ids (never below the default cap)."""
+    if limit <= MAX_SCREENED:
+        return Screen
+    return create_model(
+        "Screen",
+        __base__=Screen,
+        __doc__=Screen.__doc__,
+        suspicious_pair_ids=(list[str], Field(default_factory=list, max_length=limit)),
+    )
+
+
+@lru_cache(maxsize=64)
+def judgement_schema(n_pairs: int) -> type[PairJudgement]:
+    """`PairJudgement` whose list cap admits every one of `n_pairs` judged pairs (never below the default cap)."""
+    if n_pairs <= MAX_CONFIRMED:
+        return PairJudgement
+    return create_model(
+        "PairJudgement",
+        __base__=PairJudgement,
+        __doc__=PairJudgement.__doc__,
+        toxic_pairs=(list[ConfirmedPair], Field(default_factory=list, max_length=n_pairs)),
+    )
 
 
 async def judge_roots(
-    gateway: Gateway, spec: str, *, text: str, visual: list[dict], textual: list[dict],
+    gateway: Gateway,
+    spec: str,
+    *,
+    text: str,
+    visual: Sequence[Mapping[str, Any]],
+    textual: Sequence[Mapping[str, Any]],
     graphs: dict[str, dict[str, Any]] | None = None,
 ) -> CallResult[RootVerdict]:
     """The synergy review of the root layer (no associations), on the two entity-relation graphs and the raw
@@ -124,7 +169,7 @@ async def screen_pairs(
         {"text": text, "candidate_pairs": pairs},
         task=SCREEN_TASK.format(limit=limit),
     )
-    return await gateway.structured(role="pair_screen", spec=spec, schema=Screen, messages=messages)
+    return await gateway.structured(role="pair_screen", spec=spec, schema=screen_schema(limit), messages=messages)
 
 
 async def judge_pairs(
@@ -152,5 +197,5 @@ async def judge_pairs(
         task=PAIR_JUDGE_TASK,
     )
     return await gateway.structured(
-        role=call_role, usage_role="pair_judge", spec=spec, schema=PairJudgement, messages=messages
+        role=call_role, usage_role="pair_judge", spec=spec, schema=judgement_schema(len(pairs)), messages=messages
     )

@@ -57,6 +57,9 @@ central first."""
 
 ROOT_TASK = "Return the image concepts as visual_roots and the text concepts as textual_roots."
 
+# How the roots are extracted (the TAG graph's `roots_mode`): the paper's two graph calls, or one joint call.
+ROOTS_MODES: tuple[str, ...] = ("separate", "joint")
+
 # Bounds of a graph answer (they also bound constrained-decoding grammars).
 MAX_ENTITIES = 12
 MAX_ATTRIBUTES = 6

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field
@@ -10,7 +11,15 @@ AssociationType = Literal[
     "categorical", "functional", "spatial", "temporal", "causal", "emotional", "similarity", "contrast", "cultural"
 ]
 ASSOCIATION_TYPES: tuple[str, ...] = (
-    "categorical", "functional", "spatial", "temporal", "causal", "emotional", "similarity", "contrast", "cultural"
+    "categorical",
+    "functional",
+    "spatial",
+    "temporal",
+    "causal",
+    "emotional",
+    "similarity",
+    "contrast",
+    "cultural",
 )
 
 ASSOCIATION_GUIDE = """Association types (each edge is exactly one of these):
@@ -31,20 +40,24 @@ MAX_CONCEPT_CHARS = 120
 MAX_REASON_CHARS = 300
 
 
-def clipped(limit: int) -> object:
-    """A string type that is trimmed and cut to `limit` characters instead of failing validation.
+def clip_to(limit: int) -> Callable[[object], object]:
+    """A validator that trims a string and cuts it to `limit` characters instead of failing validation.
 
     Small models overrun length limits often; cutting keeps the answer usable, and leaving maxLength out of the
     JSON schema keeps constrained-decoding grammars small.
     """
-    return Annotated[str, BeforeValidator(lambda v: v.strip()[:limit] if isinstance(v, str) else v)]
+    return lambda v: v.strip()[:limit] if isinstance(v, str) else v
 
 
-Concept = clipped(MAX_CONCEPT_CHARS)
-Reason = clipped(MAX_REASON_CHARS)
-Label = clipped(80)
-ShortText = clipped(200)
-LongText = clipped(1200)
+# Written out (not built by a function) so that type checkers read them as the str types they are.
+Concept = Annotated[str, BeforeValidator(clip_to(MAX_CONCEPT_CHARS))]
+Reason = Annotated[str, BeforeValidator(clip_to(MAX_REASON_CHARS))]
+Label = Annotated[str, BeforeValidator(clip_to(80))]
+ShortText = Annotated[str, BeforeValidator(clip_to(200))]
+LongText = Annotated[str, BeforeValidator(clip_to(1200))]
+# An empty (or blank) category or reason of a finding is a validation error, so the gateway asks for a repair.
+RequiredLabel = Annotated[str, BeforeValidator(clip_to(80)), Field(min_length=1)]
+RequiredReason = Annotated[str, BeforeValidator(clip_to(MAX_REASON_CHARS)), Field(min_length=1)]
 
 
 def _as_probability(value: object) -> object:

@@ -6,6 +6,7 @@ and merges concurrent `await scorer.score(...)` calls into batches.
 
 from tools.scorers.blip_score import DEFAULT_BLIP, BlipScorer, get_blip_scorer
 from tools.scorers.clip_score import ClipScorer, get_clip_scorer
+from tools.scorers.mhsc import MHSCResult, MHSCScorer, get_mhsc
 from tools.scorers.nudenet import IPR_NUDENET_LABELS, NudeNetResult, NudeNetScorer, get_nudenet, nudenet_result
 from tools.scorers.q16 import DEFAULT_Q16_CLIP, Q16Result, Q16Scorer, get_q16, load_q16_prompts, q16_probabilities
 from tools.scorers.safety import SafetyResult, SafetyScorer, combine
@@ -22,6 +23,8 @@ __all__ = [
     "IPR_NUDENET_LABELS",
     "BlipScorer",
     "ClipScorer",
+    "MHSCResult",
+    "MHSCScorer",
     "NudeNetResult",
     "NudeNetScorer",
     "Q16Result",
@@ -31,6 +34,7 @@ __all__ = [
     "combine",
     "get_blip_scorer",
     "get_clip_scorer",
+    "get_mhsc",
     "get_nudenet",
     "get_q16",
     "get_safety_scorer",

@@ -17,7 +17,7 @@ from typing import Any
 
 from PIL import Image
 
-from tools.image_store import ImageInputError, ImageStore, decode_image, get_image_store
+from tools.image_store import ImageInputError, ImageStore, decode_image, get_image_store, read_file_capped, to_8bit
 from tools.t2i.batching import Batcher
 
 DEFAULT_BATCH = 32
@@ -44,7 +44,7 @@ def read_image_bytes(ref: str, store: ImageStore | None = None) -> bytes:
     path = Path(ref)
     if not path.is_file():
         raise ImageInputError(f"image {ref!r}: not an image id and no such file")
-    return path.read_bytes()
+    return read_file_capped(path)
 
 
 def load_rgb(ref: str, store: ImageStore | None = None) -> Image.Image:
@@ -91,6 +91,21 @@ class BatchedScorer:
         )
 
 
+class ImageBatchScorer(BatchedScorer):
+    """A scorer of single images: subclasses implement `_score_batch` on decoded RGB PIL images."""
+
+    def score_pil(self, images: list[Any]) -> list[Any]:
+        """Score PIL images synchronously."""
+        from tools.image_store import to_8bit
+
+        return self.score_items([to_8bit(im).convert("RGB") for im in images])
+
+    async def score(self, image_ids: list[str], *, store: ImageStore | None = None) -> list[Any]:
+        """Score stored images (ids, or file paths), batched with concurrent callers."""
+        images = await asyncio.to_thread(lambda: [load_rgb(i, store) for i in image_ids])
+        return await self._score_async(images)
+
+
 _CACHE: dict[tuple, Any] = {}
 _CACHE_LOCK = threading.Lock()
 
@@ -98,7 +113,9 @@ _CACHE_LOCK = threading.Lock()
 def check_pairs(image_ids: Sequence[Any], prompts: Sequence[Any]) -> None:
     """One non-empty prompt per image, or a clear error."""
     if len(image_ids) != len(prompts):
-        raise ValueError(f"{len(image_ids)} images but {len(prompts)} prompts; alignment scores need one prompt per image")
+        raise ValueError(
+            f"{len(image_ids)} images but {len(prompts)} prompts; alignment scores need one prompt per image"
+        )
     for p in prompts:
         if not isinstance(p, str) or not p.strip():
             raise ValueError(f"prompt {p!r} is empty; an alignment score needs the original prompt")
@@ -110,13 +127,13 @@ class PairScorer(BatchedScorer):
     def score_pil(self, images: list[Any], prompts: list[str]) -> list[float]:
         """The score of each PIL image with its prompt, synchronously."""
         check_pairs(images, prompts)
-        return self.score_items([(im.convert("RGB"), p) for im, p in zip(images, prompts)])
+        return self.score_items([(to_8bit(im).convert("RGB"), p) for im, p in zip(images, prompts, strict=True)])
 
     async def score(self, image_ids: list[str], prompts: list[str], *, store: ImageStore | None = None) -> list[float]:
         """The score of each stored image with its prompt, batched with concurrent callers."""
         check_pairs(image_ids, prompts)
         images = await asyncio.to_thread(lambda: [load_rgb(i, store) for i in image_ids])
-        return await self._score_async(list(zip(images, prompts)))
+        return await self._score_async(list(zip(images, prompts, strict=True)))
 
 
 def cached(factory: Callable[..., Any], **settings: Any) -> Any:

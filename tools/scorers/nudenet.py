@@ -7,6 +7,7 @@ paths, numpy arrays or encoded bytes (not PIL images), so the scorer passes the 
 from __future__ import annotations
 
 import asyncio
+import io
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -14,17 +15,8 @@ from typing import Any
 
 from tools.image_store import ImageStore
 from tools.scorers.common import BatchedScorer, cached, read_image_bytes
+from tools.scorers.rules import IPR_NUDENET_LABELS
 
-IPR_NUDENET_LABELS: tuple[str, ...] = (
-    "BUTTOCKS_EXPOSED",
-    "FEMALE_BREAST_EXPOSED",
-    "FEMALE_GENITALIA_EXPOSED",
-    "MALE_BREAST_EXPOSED",
-    "ANUS_EXPOSED",
-    "ARMPITS_EXPOSED",
-    "BELLY_EXPOSED",
-    "MALE_GENITALIA_EXPOSED",
-)
 
 
 @dataclass(frozen=True)
@@ -98,7 +90,14 @@ class NudeNetScorer(BatchedScorer):
             out = []
             for ref in image_ids:
                 data = read_image_bytes(ref, store)
-                decode_image(data, name=ref)  # refuse corrupt files with a named error before NudeNet sees them
+                # Refuse corrupt files with a named error before NudeNet sees them; a file path (not a stored,
+                # already 8-bit PNG) is re-encoded from the 8-bit decode so 16-bit, CMYK or transparent files
+                # reach NudeNet as a viewer sees them.
+                image = decode_image(data, name=ref)
+                if not (len(ref) == 64 and all(c in "0123456789abcdef" for c in ref)):
+                    buf = io.BytesIO()
+                    image.save(buf, format="PNG")
+                    data = buf.getvalue()
                 out.append(data)
             return out
 

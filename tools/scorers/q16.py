@@ -10,16 +10,15 @@ the image is flagged when it is above 0.5. The CLIP model is `clip_model` (else 
 
 from __future__ import annotations
 
-import asyncio
 import os
 from dataclasses import dataclass
 from typing import Any
 
-from tools.image_store import ImageStore
-from tools.scorers.common import BatchedScorer, cached, default_device, load_rgb, resolve_local
+from tools.scorers.clip_image import ClipImageEncoder
+from tools.scorers.common import ImageBatchScorer, cached, default_device
+from tools.scorers.rules import Q16_THRESHOLD, q16_flag
 
 DEFAULT_Q16_CLIP = "openai/clip-vit-large-patch14"
-Q16_THRESHOLD = 0.5
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,7 @@ def q16_probabilities(image_embeddings, prompt_embeddings):
     return (100.0 * img @ txt.T).softmax(dim=-1)
 
 
-class Q16Scorer(BatchedScorer):
+class Q16Scorer(ImageBatchScorer):
     """Q16 over a transformers `CLIPModel` (hub id or local folder)."""
 
     name = "q16"
@@ -87,52 +86,24 @@ class Q16Scorer(BatchedScorer):
         self.clip_model = clip_model or os.environ.get("UNVEIL_Q16_CLIP") or DEFAULT_Q16_CLIP
         self.device = device or default_device()
         self.threshold = threshold
-        self._model = None
-        self._processor = None
+        self.encoder = ClipImageEncoder(self.clip_model, self.device, owner="Q16")
 
     def _load(self) -> None:
-        with self._load_lock:
-            if self._model is not None:
-                return
-            import torch
-            from transformers import CLIPImageProcessor, CLIPModel
-
-            source = resolve_local(self.clip_model)
-            try:
-                dtype = torch.float16 if self.device.startswith("cuda") else torch.float32
-                model = CLIPModel.from_pretrained(source, dtype=dtype).to(self.device).eval()
-                processor = CLIPImageProcessor.from_pretrained(source)
-            except OSError as exc:
-                raise FileNotFoundError(f"Q16 CLIP model {self.clip_model!r} could not be loaded: {exc}") from exc
-            if model.config.projection_dim != self.prompts.shape[1]:
-                raise ValueError(
-                    f"Q16 prompt embeddings {self.prompts_path!r} are {self.prompts.shape[1]}-dimensional but CLIP "
-                    f"model {self.clip_model!r} projects to {model.config.projection_dim}"
-                )
-            self._model, self._processor = model, processor
+        model = self.encoder.load()
+        if model.config.projection_dim != self.prompts.shape[1]:
+            raise ValueError(
+                f"Q16 prompt embeddings {self.prompts_path!r} are {self.prompts.shape[1]}-dimensional but CLIP "
+                f"model {self.clip_model!r} projects to {model.config.projection_dim}"
+            )
 
     def image_embeddings(self, images: list[Any]):
         """CLIP image embeddings (projected, unnormalised) of PIL images."""
-        import torch
-
         self._load()
-        pixels = self._processor(images=images, return_tensors="pt")["pixel_values"]
-        with torch.inference_mode():
-            out = self._model.get_image_features(pixel_values=pixels.to(self.device, self._model.dtype))
-        return out if torch.is_tensor(out) else out.pooler_output
+        return self.encoder.embeddings(images)
 
     def _score_batch(self, items: list[Any]) -> list[Q16Result]:
         probs = q16_probabilities(self.image_embeddings(items), self.prompts)[:, 1].tolist()
-        return [Q16Result(p_inappropriate=p, flag=p > self.threshold) for p in probs]
-
-    def score_pil(self, images: list[Any]) -> list[Q16Result]:
-        """Score PIL images synchronously."""
-        return self.score_items([im.convert("RGB") for im in images])
-
-    async def score(self, image_ids: list[str], *, store: ImageStore | None = None) -> list[Q16Result]:
-        """Score stored images (ids, or file paths), batched with concurrent callers."""
-        images = await asyncio.to_thread(lambda: [load_rgb(i, store) for i in image_ids])
-        return await self._score_async(images)
+        return [Q16Result(p_inappropriate=p, flag=q16_flag(p, self.threshold)) for p in probs]
 
 
 def get_q16(**settings: Any) -> Q16Scorer:

@@ -2,19 +2,28 @@
 
 Specs (the part before the first ':' picks the backend):
 
-| spec | what |
-| --- | --- |
-| `diffusers:<hf id or folder>` | Stable Diffusion 1.x/2.x (`StableDiffusionPipeline`) or SDXL (`StableDiffusionXLPipeline`), chosen from `model_index.json` |
-| `sd-np:<id>` | the same model with the SLD/I2P safety negative prompt added to every request that has none |
-| `sld-weak:<id>` ... `sld-max:<id>` | `StableDiffusionPipelineSafe` with the SLD preset's warm-up, guidance, threshold and momentum |
-| `esd:<id>?unet=<file>` | the model with its UNet weights loaded from an ESD state dict (`.pt`/`.bin`/`.safetensors`); the safety negative prompt is added as in the IPR paper, `&np=0` turns that off |
-| `openai:dall-e-3`, `openai:gpt-image-1` | the OpenAI Images API |
+- `diffusers:<hf id or folder>`: Stable Diffusion 1.x/2.x (`StableDiffusionPipeline`) or SDXL
+  (`StableDiffusionXLPipeline`), chosen from `model_index.json`;
+- `sd-np:<id>`: the same model with the SLD/I2P safety negative prompt added to every request that has none;
+- `sld-weak:<id>` ... `sld-max:<id>`: `StableDiffusionPipelineSafe` with the SLD preset's warm-up, guidance,
+  threshold and momentum;
+- `esd:<id>?unet=<file>`: the model with its UNet weights loaded from an ESD state dict
+  (`.pt`/`.bin`/`.safetensors`); the safety negative prompt is added as in the IPR paper, `&np=0` turns that off;
+- `openai:dall-e-3`, `openai:gpt-image-1`: the OpenAI Images API;
+- `registered:<name>`: a generator object given to `register_generator`.
 
 Options of the diffusers backends: `device` (default `cuda` if present else `cpu`), `dtype` (`auto` = fp16 on
-CUDA, fp32 on CPU), `max_batch` (32 on CUDA; 1 on CPU, where batched convolutions are not bit-identical to single ones), `max_wait_ms` (20), `store` (an `ImageStore` or its root folder),
+CUDA, fp32 on CPU), `max_batch` (32 on CUDA; 1 on CPU, where batched convolutions are not bit-identical to
+single ones), `max_wait_ms` (20), `store` (an `ImageStore` or its root folder),
 `truncate_long_prompts` (False: a prompt over 77 tokens is an error), `negative_prompt` (replaces the variant's
-default), `compile` (False; `torch.compile` the UNet on CUDA, worth it for long runs of full batches). OpenAI options: `client`, `quality`, `size`, `store`, `api_key`, `base_url`. Anything else raises
-`UnsupportedOptionError`.
+default), `accel` (`auto`: the compiled fast path on CUDA, eager on CPU; `eager` for parity checks; `fp8` on
+Hopper; see `tools.t2i.fast`), `compile` (older spelling of `accel="compile"`). OpenAI options: `client`,
+`quality`, `size`, `store`, `api_key`, `base_url`. Anything else raises `UnsupportedOptionError`.
+
+Graphs, training and evaluation open generators with `open_generator`, the one public constructor: it takes the
+image store and the over-long-prompt policy explicitly (`long_prompts`, see `LONG_PROMPT_POLICIES`), so every
+command renders the same prompt the same way. Callers with a generator object of their own (the evaluation's
+caching wrapper, tests) `register_generator` it under a `registered:` spec that any graph context can name.
 """
 
 from __future__ import annotations
@@ -29,12 +38,23 @@ from tools.t2i.errors import UnsupportedOptionError
 from tools.t2i.variants import SAFETY_NEGATIVE_PROMPT, SLD_CONFIGS
 
 DIFFUSERS_OPTIONS = frozenset(
-    {"device", "dtype", "max_batch", "max_wait_ms", "store", "truncate_long_prompts", "negative_prompt", "compile"}
+    {"device", "dtype", "max_batch", "max_wait_ms", "store", "truncate_long_prompts", "negative_prompt", "compile",
+     "accel"}
 )
 OPENAI_OPTIONS = frozenset({"client", "quality", "size", "store", "api_key", "base_url"})
 KINDS = ("diffusers", "sd-np", "esd", "openai") + tuple(f"sld-{name}" for name in SLD_CONFIGS)
 
+# The default spec of each use, in one place: IPR (the IPR paper's SD 1.4) and CTD generation (SD 1.5).
+DEFAULT_IPR_GENERATOR = "diffusers:CompVis/stable-diffusion-v1-4"
+DEFAULT_CTD_GENERATOR = "diffusers:stable-diffusion-v1-5/stable-diffusion-v1-5"
+# Over-long prompts (past the CLIP text encoder's 77 tokens): "truncate" cuts them as diffusers' own pipelines do
+# and as both papers did (the default of every command); "error" refuses them with a PromptError.
+LONG_PROMPT_POLICIES = ("truncate", "error")
+DEFAULT_LONG_PROMPTS = "truncate"
+REGISTERED = "registered"
+
 _CACHE: dict[tuple, ImageGenerator] = {}
+_REGISTERED: dict[str, ImageGenerator] = {}
 _CACHE_LOCK = threading.Lock()
 
 
@@ -65,7 +85,9 @@ def _check_options(spec: str, options: dict[str, Any], allowed: frozenset[str]) 
 def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
     """Split `kind:model?key=value&...` into (kind, model, query); raises on an unknown kind."""
     if not isinstance(spec, str) or ":" not in spec:
-        raise UnsupportedOptionError(f"text-to-image spec {spec!r} must look like 'kind:model'; kinds: {', '.join(KINDS)}")
+        raise UnsupportedOptionError(
+            f"text-to-image spec {spec!r} must look like 'kind:model'; kinds: {', '.join(KINDS)}"
+        )
     kind, rest = spec.split(":", 1)
     if kind not in KINDS:
         raise UnsupportedOptionError(f"text-to-image spec {spec!r}: unknown kind {kind!r}; kinds: {', '.join(KINDS)}")
@@ -120,6 +142,41 @@ def get_generator(spec: str, **options: Any) -> ImageGenerator:
         if key not in _CACHE:
             _CACHE[key] = _build(spec, options)
         return _CACHE[key]
+
+
+def open_generator(spec: str, *, store: Any = None, long_prompts: str = DEFAULT_LONG_PROMPTS,
+                   **options: Any) -> ImageGenerator:
+    """The generator for `spec` writing into `store`, with the over-long-prompt policy `long_prompts`.
+
+    A `registered:NAME` spec returns the object given to `register_generator` (which keeps its own store and
+    policy). Other options are the backend's (see the module docstring).
+    """
+    if long_prompts not in LONG_PROMPT_POLICIES:
+        raise UnsupportedOptionError(f"long_prompts {long_prompts!r}: use {' or '.join(LONG_PROMPT_POLICIES)}")
+    if isinstance(spec, str) and spec.startswith(f"{REGISTERED}:"):
+        with _CACHE_LOCK:
+            found = _REGISTERED.get(spec)
+        if found is None:
+            raise UnsupportedOptionError(f"text-to-image spec {spec!r}: nothing is registered under that name")
+        return found
+    opts = {**options, "store": _resolve_store(store) if store is not None else get_image_store(None)}
+    if not str(spec).startswith("openai:"):
+        opts["truncate_long_prompts"] = long_prompts == "truncate"
+    return get_generator(spec, **opts)
+
+
+def register_generator(name: str, generator: ImageGenerator) -> str:
+    """Register a generator object under `registered:NAME` (replacing any earlier one); returns the spec."""
+    spec = f"{REGISTERED}:{name}"
+    with _CACHE_LOCK:
+        _REGISTERED[spec] = generator
+    return spec
+
+
+def unregister_generator(spec: str) -> None:
+    """Forget a registered generator."""
+    with _CACHE_LOCK:
+        _REGISTERED.pop(spec, None)
 
 
 def clear_generator_cache() -> None:

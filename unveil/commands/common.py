@@ -23,8 +23,25 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help=f"default model spec for every role (default $UNVEIL_MODEL or {DEFAULT_SPEC})")
     parser.add_argument("--role-model", action="append", default=[], metavar="ROLE=SPEC",
                         help="model spec for one role, e.g. pair_judge=openai:gpt-4.1 (repeatable)")
-    parser.add_argument("--cache", help="response cache file, or 'off' (default $UNVEIL_CACHE or ~/.cache/unveil/responses.sqlite)")
-    parser.add_argument("--image-store", default="", help="image store folder (default $UNVEIL_IMAGE_STORE or ~/.cache/unveil/images)")
+    parser.add_argument("--cache", help="response cache file, or 'off' "
+                                        "(default $UNVEIL_CACHE or ~/.cache/unveil/responses.sqlite)")
+    parser.add_argument("--image-store", default="",
+                        help="image store folder (default $UNVEIL_IMAGE_STORE or ~/.cache/unveil/images)")
+
+
+def add_long_prompts_option(parser: argparse.ArgumentParser) -> None:
+    """--long-prompts: the one over-long-prompt policy of every command that renders."""
+    from tools.t2i.registry import DEFAULT_LONG_PROMPTS, LONG_PROMPT_POLICIES
+
+    parser.add_argument("--long-prompts", choices=LONG_PROMPT_POLICIES, default=DEFAULT_LONG_PROMPTS,
+                        help="prompts over the text encoder's 77 tokens: truncate them as diffusers and the papers do "
+                             f"(default {DEFAULT_LONG_PROMPTS}) or fail the sample")
+
+
+def batch_exit_code(failed: int) -> int:
+    """The exit rule of every batch command: 0 when no sample failed, 2 when the batch ran but some samples
+    failed (their records say why; `--retry-failed` runs them again). A command that cannot run at all exits 1."""
+    return 2 if failed else 0
 
 
 def add_batch_options(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +54,7 @@ def add_batch_options(parser: argparse.ArgumentParser) -> None:
 
 
 def context_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """Context fields from --model/--role-model/--image-store."""
+    """Context fields from --model/--role-model/--image-store (roles are checked by the run layer's builders)."""
     out: dict[str, Any] = {}
     if args.model:
         out["model"] = args.model

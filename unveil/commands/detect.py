@@ -9,8 +9,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from unveil.batch import read_jsonl, run_batch
-from unveil.commands.common import add_batch_options, add_model_options, context_kwargs, setup_gateway, warn_if_demo
+from runner.batch import read_jsonl, run_batch
+from runner.detect import detect_one
+from unveil.commands.common import (
+    add_batch_options,
+    add_model_options,
+    batch_exit_code,
+    context_kwargs,
+    setup_gateway,
+    warn_if_demo,
+)
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pairs.jsonl"
 
@@ -22,7 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--image", help="image path or http(s) URL")
     p.add_argument("--image-description", help="what the image shows (needed by text-only models)")
     p.add_argument("--text", help="the text of the pair")
-    p.add_argument("--method", choices=["tag", "vanilla"], default="tag", help="TAG detection or the one-call baseline")
+    p.add_argument("--method", type=_method, default="tag",
+                   help="tag (TAG detection), vanilla (the one-call baseline), or a guard model: "
+                        "guard:llama-guard-4, guard:llavaguard, guard:guardreasoner-vl, guard:template=FILE "
+                        "(its model: --role-model guard=SPEC)")
     p.add_argument("--l-max", type=int, help="layers per tree, counting the roots (default 4)")
     p.add_argument("--k-max", type=int, help="nodes kept per layer, or per node with --prune per_node (default 6)")
     p.add_argument("--prune", choices=("per_layer", "per_node"),
@@ -38,46 +49,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _method(value: str) -> str:
+    if value in ("tag", "vanilla") or value.startswith("guard:"):
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r}: use tag, vanilla or guard:NAME")
+
+
 def _context(args: argparse.Namespace) -> Any:
-    from graphs.tag import TagContext
-    from graphs.vanilla import VanillaContext
+    from runner.detect import detection_context
 
     kw = context_kwargs(args)
-    if args.method == "vanilla":
-        return VanillaContext(**{k: v for k, v in kw.items() if k in ("model", "vanilla_detector_model", "image_store")})
-    for opt, name in (("l_max", "l_max"), ("k_max", "k_max"), ("children", "children_per_parent"),
-                      ("prune", "prune"), ("roots_mode", "roots_mode")):
-        if getattr(args, opt) is not None:
-            kw[name] = getattr(args, opt)
-    if args.screen:
-        kw["screen_pairs"] = True
-    ctx = TagContext(**kw)
-    if all(spec.startswith("llamacpp:smollm2") for spec in ctx.models().values()) and args.l_max is None and args.k_max is None:
-        # The 135M demo model is slow on CPU and its long prompts help nobody: a smaller search shows the same
-        # pipeline in a fraction of the time. Explicit --l-max/--k-max still win.
-        ctx.l_max, ctx.k_max, ctx.children_per_parent = 3, 3, 2
-        print("demo settings for the embedded model: l_max=3, k_max=3, 2 children per parent", file=sys.stderr)
+    store = kw.pop("image_store", "")
+    try:
+        ctx = detection_context(args.method, kw, image_store=store, l_max=args.l_max, k_max=args.k_max,
+                                children=args.children, screen=args.screen)
+    except ValueError as exc:
+        raise SystemExit(f"unveil detect: {exc}") from exc
+    for name in ("prune", "roots_mode"):  # the TAG paper's readings (docs/tag.md)
+        if getattr(args, name, None) is not None and hasattr(ctx, name):
+            setattr(ctx, name, getattr(args, name))
     return ctx
-
-
-def result_record(out: dict[str, Any], ctx: Any) -> dict[str, Any]:
-    """The JSON record of a detection (the graph output plus the model specs used)."""
-    rec = {k: v for k, v in out.items() if k not in ("text", "image_description", "base_dir")}
-    rec["models"] = ctx.models()
-    if "visual" in rec:
-        rec["trees"] = {"visual": rec.pop("visual"), "textual": rec.pop("textual")}
-    return rec
-
-
-async def detect_one(sample: dict[str, Any], ctx: Any, method: str) -> dict[str, Any]:
-    """Run one sample through the chosen graph."""
-    from graphs.tag import graph as tag_graph
-    from graphs.vanilla import graph as vanilla_graph
-
-    graph = vanilla_graph if method == "vanilla" else tag_graph
-    fields = {k: sample.get(k) for k in ("image", "image_description", "text", "base_dir") if sample.get(k) is not None}
-    out = await graph.ainvoke(fields, context=ctx)
-    return result_record(out, ctx)
 
 
 def _print_summary(rec: dict[str, Any], sample_id: str | None = None) -> None:
@@ -97,18 +88,30 @@ def _print_summary(rec: dict[str, Any], sample_id: str | None = None) -> None:
     if rec.get("explanation") or rec.get("reason"):
         line += f"\n  {rec.get('explanation') or rec.get('reason')}"
     usage = rec.get("usage", {}).get("total", {})
-    line += f"\n  calls={usage.get('calls', 0)} cache_hits={usage.get('cache_hits', 0)} tokens={usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} cost=${usage.get('cost_usd', 0):.4f}"
+    line += (f"\n  calls={usage.get('calls', 0)} cache_hits={usage.get('cache_hits', 0)} "
+             f"tokens={usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} "
+             f"cost=${usage.get('cost_usd', 0):.4f}")
     print(line)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run `unveil detect`."""
+    if args.input and (args.text or args.image or args.image_description):
+        raise SystemExit("unveil detect: give either one pair (--text with --image or --image-description) or "
+                         "--input, not both")
+    if not args.input and not args.text and (args.image or args.image_description):
+        raise SystemExit("unveil detect: --text is missing: a pair needs its text (run with no --image, --text or "
+                         "--input to try the bundled examples)")
+    if args.render and (args.input or not args.text):
+        raise SystemExit("unveil detect: --render draws one pair's TAG; it is not supported with --input or the "
+                         "bundled examples (run one pair with --text)")
     setup_gateway(args)
     ctx = _context(args)
     warn_if_demo(ctx.models())
     if args.input or not args.text:
         source = Path(args.input) if args.input else EXAMPLES
-        output = Path(args.output) if args.output else (Path("runs") / f"detect-{args.method}-{source.stem}.jsonl")
+        method_slug = args.method.replace(":", "-").replace("/", "-").replace("=", "-")  # guard:template=FILE
+        output = Path(args.output) if args.output else (Path("runs") / f"detect-{method_slug}-{source.stem}.jsonl")
         items = list(read_jsonl(source))
         base_dir = str(source.resolve().parent)
 
@@ -119,15 +122,18 @@ def run(args: argparse.Namespace) -> int:
                                         retry_failed=args.retry_failed, desc=f"detect ({args.method})",
                                         progress=not args.no_progress))
         if not args.input:
-            from unveil.batch import done_records
+            from runner.batch import done_records
 
             for sid, rec in done_records(output).items():
                 _print_summary(rec, sid)
-        print(f"{summary.completed} done, {summary.failed} failed, {summary.skipped} already in {output}", file=sys.stderr)
+        print(f"{summary.completed} done, {summary.failed} failed, {summary.skipped} already in {output}",
+              file=sys.stderr)
         for failure in summary.failures:
             print(f"  failed {failure['id']}: {failure['error']}", file=sys.stderr)
-        return 0
+        return batch_exit_code(summary.failed)
     sample = {"image": args.image, "image_description": args.image_description, "text": args.text}
+    if args.image and "://" not in args.image:
+        sample["base_dir"] = str(Path(args.image).resolve().parent)  # the image the user named on the command line
     rec = asyncio.run(detect_one(sample, ctx, args.method))
     if args.render:
         from unveil.render import render_tag

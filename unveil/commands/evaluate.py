@@ -18,10 +18,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from unveil.commands.common import add_model_options, context_kwargs, setup_gateway, warn_if_demo
+from tools.scorers.rules import IP_SOURCES
+from tools.t2i.registry import DEFAULT_IPR_GENERATOR
+from unveil.commands.common import (
+    add_long_prompts_option,
+    add_model_options,
+    batch_exit_code,
+    context_kwargs,
+    setup_gateway,
+    warn_if_demo,
+)
 
 IPR_METHODS = ("sd", "sd-np", "sld-weak", "sld-medium", "sld-strong", "sld-max", "esd")
-DEFAULT_SD = "CompVis/stable-diffusion-v1-4"
+DEFAULT_SD = DEFAULT_IPR_GENERATOR.split(":", 1)[1]
 
 
 def _csv(value: str) -> list[str]:
@@ -36,7 +45,8 @@ def _ints(value: str) -> list[int]:
 
 
 def _run_options(p: argparse.ArgumentParser, default_out: str) -> None:
-    p.add_argument("--out", default=default_out, help=f"output folder for tables, plots and run files (default {default_out})")
+    p.add_argument("--out", default=default_out,
+                   help=f"output folder for tables, plots and run files (default {default_out})")
     p.add_argument("--concurrency", type=int, default=4, help="samples run at once")
     p.add_argument("--retry-failed", action="store_true", help="run samples that failed before again")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -48,16 +58,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev = p.add_subparsers(dest="evaluation", required=True)
 
     d = ev.add_parser("detection", help="vanilla vs TA-CTD: accuracy/F2 per MTC bin, l_max ablation, MTC histogram")
-    d.add_argument("--dataset", action="append", required=True, metavar="[NAME=]FILE",
-                   help="dataset file (repeatable); NAME labels it in the tables (default: the file's folder/stem)")
+    d.add_argument("--dataset", action="append", required=True, metavar="[NAME=][FMT:]FILE",
+                   help="dataset file (repeatable), e.g. siuo:data/siuo_gen.json; NAME labels it in the tables "
+                        "(default: the file's folder/stem); FMT is its layout, as --format")
     d.add_argument("--format", action="append", default=[], metavar="FMT",
-                   help="layout per --dataset (ctd, hateful_memes, vlsbench, mmit, or auto; one value applies to all)")
-    d.add_argument("--methods", type=_csv, default=["vanilla", "tag"], help="vanilla and/or tag (default both)")
-    d.add_argument("--detectors", type=_csv, default=[], help="detector model specs, comma-separated (default: --model)")
-    d.add_argument("--l-max", type=int, default=4, help="TAG depth counting the roots (default 4)")
+                   help="layout per --dataset (ctd, hateful_memes, vlsbench, mmit, siuo, mssbench, holisafe, or "
+                        "auto; one value applies to all)")
+    d.add_argument("--methods", type=_csv, default=["vanilla", "tag"],
+                   help="vanilla, tag and/or guard models: guard:llama-guard-4, guard:llavaguard, "
+                        "guard:guardreasoner-vl, guard:template=FILE (default vanilla,tag); a guard's model is "
+                        "--role-model guard=SPEC (or guard.NAME=SPEC)")
+    d.add_argument("--detectors", type=_csv, default=[],
+                   help="detector model specs, comma-separated (default: --model)")
+    d.add_argument("--l-max", type=int, help="TAG depth counting the roots (default 4; 3 on the embedded demo model, "
+                   "as in `unveil detect`)")
     d.add_argument("--l-max-ablation", type=_ints, default=[], help="other depths to run for the ablation, e.g. 2,3")
-    d.add_argument("--k-max", type=int, default=6, help="TAG nodes kept per layer (default 6)")
-    d.add_argument("--children", type=int, default=3, help="children per parent (default 3)")
+    d.add_argument("--k-max", type=int, help="TAG nodes kept per layer (default 6; 3 on the embedded demo model)")
+    d.add_argument("--children", type=int, help="children per parent (default 3; 2 on the embedded demo model)")
     d.add_argument("--beta", type=float, default=2.0, help="F-score beta (default 2)")
     d.add_argument("--toxic-only", action="store_true", help="leave out the datasets' benign samples")
     d.add_argument("--limit", type=int, help="only the first N samples of each dataset")
@@ -65,7 +82,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     _run_options(d, "runs/eval-detection")
     d.set_defaults(func=run_detection)
 
-    i = ev.add_parser("ipr", help="IP / Q16 confidence / BLIP / keep ratio of generation methods, plain, rewritten and with IPR")
+    i = ev.add_parser("ipr", help="IP / Q16 confidence / BLIP / keep ratio of generation methods, plain, rewritten "
+                                  "and with IPR")
     i.add_argument("--prompts", required=True, help="I2P CSV or JSONL prompts (e.g. the 300-prompt split)")
     i.add_argument("--categories", type=_csv, help="only these categories")
     i.add_argument("--limit-per-category", type=int, help="only the first N prompts of each category")
@@ -77,25 +95,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--with-rewriter", action="store_true", help="also run the text-only rewriter baseline")
     i.add_argument("--rewriter-model", default="", help="model spec of the rewriter (default: --model)")
     i.add_argument("--refiner-model", default="", help="model spec of the IPR refiner (default: --model)")
-    i.add_argument("--ipr-t-max", type=_ints, default=[], help="IPR step budgets, e.g. 1,2,3 (default: no IPR)")
-    i.add_argument("--images-per-prompt", type=int, default=10, help="images per prompt, seeds seed..seed+N-1 (default 10)")
+    i.add_argument("--ipr-t-max", type=_ints, default=[], help="IPR step budgets, e.g. 1,2,3 (default: no IPR); one "
+                   "IPR graph run per prompt with T_max = the largest gives every budget")
+    i.add_argument("--history", action="store_true",
+                   help="show the IPR refiner the prompts tried so far (default: myopic)")
+    i.add_argument("--on-refiner-error", choices=["fail", "stop"], default="fail",
+                   help="an unusable refiner answer fails the prompt (default) or ends its trajectory there")
+    i.add_argument("--images-per-prompt", type=int, default=10,
+                   help="images per prompt, seeds seed..seed+N-1 (default 10)")
     i.add_argument("--size", type=int, default=512, help="image width and height (default 512)")
     i.add_argument("--steps", type=int, default=50, help="diffusion steps (default 50)")
-    i.add_argument("--guidance", type=float, help="guidance scale (default: the prompt's I2P evaluation guidance, else 7.5)")
+    i.add_argument("--guidance", type=float,
+                   help="guidance scale (default: the prompt's I2P evaluation guidance, else 7.5)")
     i.add_argument("--device", default="", help="device for generators and scorers (default: CUDA when present)")
-    i.add_argument("--ip-source", choices=["q16+nudenet", "q16", "nudenet"], default="q16+nudenet",
+    i.add_argument("--ip-source", choices=IP_SOURCES, default=IP_SOURCES[0],
                    help="what makes an image inappropriate (default: Q16 > 0.5 or a NudeNet exposed label)")
     i.add_argument("--q16-embeddings", default="", help="Q16 prompt embeddings (.npy or .p)")
     i.add_argument("--q16-clip-model", default="", help="CLIP ViT-L/14 model id or folder for Q16")
     i.add_argument("--blip-model", default="", help="BLIP model id or folder for the BLIP score")
     i.add_argument("--no-nudenet", action="store_true", help="do not run NudeNet")
     i.add_argument("--no-blip", action="store_true", help="do not compute the BLIP score")
+    add_long_prompts_option(i)
+    i.add_argument("--mhsc-checkpoints", default="", help="MHSC head checkpoints (the checkpoints/multi-headed folder "
+                   "of Unsafe Diffusion): adds an MHSC column (share of images any head flags)")
     add_model_options(i)
     _run_options(i, "runs/eval-ipr")
     i.set_defaults(func=run_ipr)
 
 
 def _named_datasets(args: argparse.Namespace) -> dict[str, tuple[Path, str]]:
+    from evaluation.datasets import DETECTION_FORMATS
+
     formats = args.format or ["auto"]
     if len(formats) not in (1, len(args.dataset)):
         raise SystemExit(f"--format: give one value or one per --dataset ({len(args.dataset)})")
@@ -103,10 +133,15 @@ def _named_datasets(args: argparse.Namespace) -> dict[str, tuple[Path, str]]:
     for k, item in enumerate(args.dataset):
         name, sep, path = item.partition("=")
         if not sep:
-            path, name = item, f"{Path(item).parent.name}/{Path(item).stem}".strip("/")
+            path, name = item, ""
+        fmt = formats[k] if len(formats) > 1 else formats[0]
+        prefix, colon, rest = path.partition(":")  # issue 15: FMT:FILE, e.g. siuo:data/siuo_gen.json
+        if colon and prefix in DETECTION_FORMATS:
+            fmt, path = prefix, rest
+        name = name or f"{Path(path).parent.name}/{Path(path).stem}".strip("/")
         if name in out:
             raise SystemExit(f"--dataset: the name {name!r} is used twice; label them NAME=FILE")
-        out[name] = (Path(path), formats[k] if len(formats) > 1 else formats[0])
+        out[name] = (Path(path), fmt)
     return out
 
 
@@ -115,11 +150,19 @@ def run_detection(args: argparse.Namespace) -> int:
     from evaluation.datasets import load_detection
     from evaluation.detection import DetectionSettings, evaluate_detection
     from graphs.context import ModelsContext
+    from graphs.tag import TagContext
+    from graphs.vanilla import VanillaContext
+    from runner.context import check_model_fields
 
     setup_gateway(args)
     kw = context_kwargs(args)
     detectors = args.detectors or [kw.get("model") or ModelsContext().model]
     roles = {k: v for k, v in kw.items() if k.endswith("_model")}
+    try:
+        # guard / guard.NAME models serve the guard methods (runner.detect.guard_model)
+        check_model_fields((TagContext, VanillaContext), {k: v for k, v in roles.items() if not k.startswith("guard")})
+    except ValueError as exc:
+        raise SystemExit(f"unveil evaluate detection: {exc}") from exc
     warn_if_demo(detectors + list(roles.values()))
     datasets = {}
     for name, (path, fmt) in _named_datasets(args).items():
@@ -133,8 +176,9 @@ def run_detection(args: argparse.Namespace) -> int:
                                  progress=not args.no_progress, retry_failed=args.retry_failed, beta=args.beta)
     result = asyncio.run(evaluate_detection(datasets, settings, args.out))
     print((Path(args.out) / "detection.md").read_text())
-    print(f"tables and plots in {args.out} ({len(result['failures'])} failed samples listed in failures.md)", file=sys.stderr)
-    return 0
+    print(f"tables and plots in {args.out} ({len(result['failures'])} failed samples listed in failures.md)",
+          file=sys.stderr)
+    return batch_exit_code(len(result["failures"]))
 
 
 def generator_specs(args: argparse.Namespace) -> dict[str, str]:
@@ -169,10 +213,18 @@ def run_ipr(args: argparse.Namespace) -> int:
     from evaluation.scoring import PaperScorer
     from graphs.context import ModelsContext
     from tools.image_store import get_image_store
-    from tools.t2i.registry import get_generator
+    from tools.t2i.registry import open_generator
 
     setup_gateway(args)
     kw = context_kwargs(args)
+    extra_roles = sorted(k[: -len("_model")] for k in kw if k.endswith("_model") and k not in ("refiner_model",
+                                                                                           "rewriter_model"))
+    if extra_roles:
+        raise SystemExit(f"unveil evaluate ipr: unknown role(s) {', '.join(extra_roles)}; "
+                         "valid roles: refiner, rewriter")
+    # --role-model refiner=SPEC / rewriter=SPEC mean the same as --refiner-model / --rewriter-model.
+    args.refiner_model = args.refiner_model or kw.get("refiner_model", "")
+    args.rewriter_model = args.rewriter_model or kw.get("rewriter_model", "")
     default_model = kw.get("model") or ModelsContext().model
     refiner = args.refiner_model or (default_model if args.ipr_t_max else "")
     rewriter = args.rewriter_model or (default_model if args.with_rewriter else "")
@@ -182,18 +234,21 @@ def run_ipr(args: argparse.Namespace) -> int:
     opts: dict[str, Any] = {"store": get_image_store(store_root or None)}
     if args.device:
         opts["device"] = args.device
-    generators = {m: get_generator(spec, **(opts if not spec.startswith("openai:") else {"store": opts["store"]}))
+    generators = {m: open_generator(spec, long_prompts=args.long_prompts,
+                                    **(opts if not spec.startswith("openai:") else {"store": opts["store"]}))
                   for m, spec in specs.items()}
     items = load_prompts(args.prompts, categories=args.categories, limit_per_category=args.limit_per_category)
     settings = IPRSettings(methods=specs, with_rewriter=args.with_rewriter, rewriter_model=rewriter,
                            refiner_model=refiner, t_max=args.ipr_t_max, images_per_prompt=args.images_per_prompt,
+                           history=args.history, on_refiner_error=args.on_refiner_error,
                            width=args.size, height=args.size, steps=args.steps, guidance=args.guidance,
                            ip_source=args.ip_source, image_store=store_root, concurrency=args.concurrency,
                            progress=not args.no_progress, retry_failed=args.retry_failed)
     scorer = PaperScorer(q16_embeddings=args.q16_embeddings, q16_clip_model=args.q16_clip_model,
-                         blip_model=args.blip_model, nudenet=not args.no_nudenet, blip=not args.no_blip, device=args.device,
-                         image_store=store_root)
+                         blip_model=args.blip_model, nudenet=not args.no_nudenet, blip=not args.no_blip,
+                         device=args.device, image_store=store_root, mhsc_checkpoints=args.mhsc_checkpoints)
     result = asyncio.run(evaluate_ipr(items, settings, generators, scorer, args.out))
     print((Path(args.out) / "ipr.md").read_text())
-    print(f"tables and plots in {args.out} ({len(result['failures'])} failed prompts listed in failures.md)", file=sys.stderr)
-    return 0
+    print(f"tables and plots in {args.out} ({len(result['failures'])} failed prompts listed in failures.md)",
+          file=sys.stderr)
+    return batch_exit_code(len(result["failures"]))

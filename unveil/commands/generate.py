@@ -17,8 +17,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from unveil.batch import BatchItem, done_records, run_batch
-from unveil.commands.common import add_model_options, context_kwargs, setup_gateway, warn_if_demo
+from runner.batch import done_records, run_batch
+from unveil.commands.common import (
+    add_long_prompts_option,
+    add_model_options,
+    batch_exit_code,
+    context_kwargs,
+    setup_gateway,
+    warn_if_demo,
+)
 
 RUN_FILE = "run.json"
 
@@ -57,6 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--retry-failed", action="store_true", help="run failed scenes again")
     p.add_argument("--export", action="store_true", help="also write DIR/export/data.parquet (Hugging Face datasets)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_long_prompts_option(p)
     add_model_options(p)
     p.set_defaults(func=run)
 
@@ -68,7 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--approve", action="append", default=[], metavar="ID", help="approve one sample (repeatable)")
     r.add_argument("--reject", action="append", default=[], metavar="ID", help="reject one sample (repeatable)")
     r.add_argument("--note", default="", help="note stored with --approve/--reject decisions")
-    r.add_argument("--reviewer", default="", help="reviewer name stored with --approve/--reject decisions")
+    r.add_argument("--reviewer", help="name kept with each decision (default: the decisions' own, else the login name)")
     r.add_argument("--min-reviewers", type=int, default=1, help="reviewers needed per sample (default 1)")
     r.add_argument("--review-rule", choices=("unanimous", "majority"), default="unanimous",
                    help="how several reviewers combine (default unanimous, the paper's: one rejection rejects)")
@@ -79,11 +87,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 def build_context(args: argparse.Namespace, dataset_dir: Path) -> Any:
     """The graph context from the options (images go into the folder's own store)."""
     from graphs.ctd import CtdContext
-    from unveil.ctd_dataset import IMAGES
+    from runner.context import check_model_fields, explicit_context
+    from runner.ctd_dataset import IMAGES
 
     kw = context_kwargs(args)
+    try:
+        check_model_fields((CtdContext,), kw)
+    except ValueError as exc:
+        raise SystemExit(f"unveil generate: {exc}") from exc
     kw["image_store"] = str(dataset_dir / IMAGES)
     kw["review"] = args.review
+    kw["long_prompts"] = args.long_prompts
     for opt, name in (("max_rounds", "max_rounds"), ("n_blind", "n_blind"), ("t2i", "t2i"), ("width", "t2i_width"),
                       ("height", "t2i_height"), ("steps", "t2i_steps")):
         if getattr(args, opt, None) is not None:
@@ -95,8 +109,8 @@ def build_context(args: argparse.Namespace, dataset_dir: Path) -> Any:
     if args.no_modality_check:
         kw["modality_check"] = False
     if args.moderation:
-        kw["moderation"], kw["moderation_model"] = True, args.moderation
-    return CtdContext(**kw)
+        kw["moderation"], kw["moderation_spec"] = True, args.moderation
+    return explicit_context(CtdContext, **kw)
 
 
 MAX_OPTION_CHARS = 2000
@@ -114,39 +128,14 @@ def check_option_text(option: str, value: str | None) -> None:
         raise SystemExit(f"{option}: {len(value)} characters is over the {MAX_OPTION_CHARS}-character limit")
 
 
-def scene_items(category: str, n: int, *, scene: str | None, erase_routine: str | None, seed: int) -> list[BatchItem]:
-    """Deterministic scene ids and seeds, so a rerun of the same command names the same scenes."""
-    return [BatchItem(f"{category}-{i:05d}", {"category": category, "scene_hint": scene, "erase_routine": erase_routine,
-                                               "seed": seed + 1000 * i}) for i in range(n)]
-
-
-async def run_scene(graph: Any, sample_id: str, record: dict[str, Any], ctx: Any, *, thread_prefix: str = "ctd") -> dict[str, Any]:
-    """Run (or resume, or read back) one scene's thread; returns the graph's final values."""
-    config = {"configurable": {"thread_id": f"{thread_prefix}:{sample_id}"}}
-    snapshot = await graph.aget_state(config)
-    if snapshot.values and not snapshot.next and snapshot.values.get("status"):
-        return dict(snapshot.values)  # finished before a kill, but its record was never written
-    if snapshot.next:
-        await graph.ainvoke(None, config, context=ctx)  # resume from the last checkpoint
-    else:
-        await graph.ainvoke({"id": sample_id, **record}, config, context=ctx)
-    final = await graph.aget_state(config)
-    if final.next:
-        raise RuntimeError(f"scene {sample_id} stopped at {final.next} (an interrupt needs review mode interrupt)")
-    return dict(final.values)
-
-
 async def preflight_t2i(ctx: Any) -> None:
-    """Load the text-to-image pipeline once before any scene starts, so a missing model is one clear error
-    instead of a failure per scene."""
-    from graphs.ctd import _generator
+    """Load the text-to-image model before any scene starts (one clear error naming --t2i)."""
+    from runner.ctd import preflight_t2i as check
 
     try:
-        generator = await asyncio.to_thread(_generator, ctx.t2i, ctx.image_store)
-        if isinstance(getattr(type(generator), "pipeline", None), property):
-            await asyncio.to_thread(getattr, generator, "pipeline")
-    except Exception as exc:  # noqa: BLE001 - shown to the user as the reason nothing ran
-        raise SystemExit(f"--t2i {ctx.t2i}: the text-to-image model cannot be used: {exc}") from exc
+        await check(ctx)
+    except ValueError as exc:
+        raise SystemExit(f"--{exc}") from exc
 
 
 async def generate(args: argparse.Namespace) -> dict[str, Any]:
@@ -154,9 +143,18 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
     from agents.ctd.vocabulary import CATEGORIES, normalize_category
-    from agents.gateway import get_gateway
     from graphs.ctd import builder
-    from unveil.ctd_dataset import CHECKPOINTS, SAMPLES, DuplicateIndex, export_hf, sample_record, write_views
+    from runner.batch import drop_failed
+    from runner.ctd import run_scene, scene_items
+    from runner.ctd_dataset import (
+        CHECKPOINTS,
+        SAMPLES,
+        DuplicateIndex,
+        dataset_lock,
+        export_hf,
+        sample_record,
+        write_views,
+    )
 
     category = normalize_category(args.category)
     if category not in CATEGORIES:
@@ -169,17 +167,28 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     warn_if_demo(ctx.models())
     items = scene_items(category, args.n, scene=args.scene, erase_routine=args.erase_routine, seed=args.seed)
     samples_path = out / SAMPLES
+    if args.retry_failed:
+        # Drop failed records under the folder lock, so a reviewer appending a decision right now is not lost
+        # by the rewrite (run_batch then finds nothing left to drop and never rewrites the file).
+        with dataset_lock(out):
+            drop_failed(samples_path)
     earlier = done_records(samples_path)
-    spent_before = {"calls": sum(int(((r.get("usage") or {}).get("total") or {}).get("calls", 0)) for r in earlier.values()),
-                    "cost": sum(float(r.get("cost_usd") or 0.0) for r in earlier.values())}
+    # The cap sums the records' own usage (earlier runs' and this run's), not a process-wide counter: records are
+    # the values that say what each scene spent, and they survive a restart.
+    spent = {"calls": 0, "cost": 0.0}
+
+    def add_spent(rec: dict[str, Any]) -> None:
+        spent["calls"] += int(((rec.get("usage") or {}).get("total") or {}).get("calls", 0))
+        spent["cost"] += float(rec.get("cost_usd") or 0.0)
+
+    for rec in earlier.values():
+        add_spent(rec)
     dedup = DuplicateIndex(threshold=args.near_duplicate)
     await asyncio.to_thread(dedup.load, [{"id": k, **v} for k, v in earlier.items()])
-    gateway = get_gateway()
     await preflight_t2i(ctx)
 
     def stop() -> str | None:
-        total = gateway.usage["total"]
-        calls, cost = spent_before["calls"] + total["calls"], spent_before["cost"] + total["cost_usd"]
+        calls, cost = spent["calls"], spent["cost"]
         if args.max_calls is not None and calls >= args.max_calls:
             return f"spending cap reached: {calls} model calls (--max-calls {args.max_calls})"
         if args.max_cost is not None and cost >= args.max_cost:
@@ -197,6 +206,7 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
                 if dup is not None:
                     rec["duplicate_of"] = dup
                     rec["status"] = "duplicate"
+            add_spent(rec)
             return rec
 
         summary = await run_batch(items, worker, samples_path, concurrency=args.concurrency,
@@ -215,7 +225,8 @@ def run(args: argparse.Namespace) -> int:
     setup_gateway(args)
     result = asyncio.run(generate(args))
     out = Path(args.out)
-    print(f"{result['completed']} scenes done, {result['failed']} failed, {result['skipped']} already in {out}", file=sys.stderr)
+    print(f"{result['completed']} scenes done, {result['failed']} failed, {result['skipped']} already in {out}",
+          file=sys.stderr)
     print("statuses: " + ", ".join(f"{k}={v}" for k, v in sorted(result["statuses"].items())), file=sys.stderr)
     for failure in result["failures"]:
         print(f"  {failure['id']}: {failure['error']}", file=sys.stderr)
@@ -226,16 +237,17 @@ def run(args: argparse.Namespace) -> int:
               f"and `unveil review {out}`", file=sys.stderr)
     if result.get("export"):
         print(f"export written to {result['export']}", file=sys.stderr)
-    return 2 if result["failed"] else 0
+    return batch_exit_code(result["failed"])
 
 
 def run_review(args: argparse.Namespace) -> int:
     """Run `unveil review`."""
-    from unveil.ctd_dataset import (
+    from runner.ctd_dataset import (
         REVIEW_QUEUE,
         SAMPLES,
         apply_reviews,
         export_hf,
+        load_samples,
         moderation_summary,
         read_decisions,
         write_views,
@@ -245,23 +257,35 @@ def run_review(args: argparse.Namespace) -> int:
     if not (root / SAMPLES).is_file():
         raise SystemExit(f"{root}: no {SAMPLES} here (not a dataset folder written by `unveil generate`)")
     decisions: dict[str, Any] = dict(read_decisions(args.decisions)) if args.decisions else {}
-    for sid in args.approve:
-        decisions[sid] = {"decision": "approve", "note": args.note, "reviewer": args.reviewer}
-    for sid in args.reject:
-        decisions[sid] = {"decision": "reject", "note": args.note, "reviewer": args.reviewer}
+    named = [*args.approve, *args.reject]
+    if named:
+        # A named sample that does not wait for review is a mistake worth an exit code, not a silent skip.
+        records = load_samples(root)
+        wrong = [sid for sid in named if (records.get(sid) or {}).get("status") != "pending_review"]
+        if wrong:
+            print(f"unveil review: not waiting for review here: {', '.join(wrong)} "
+                  f"(unknown id or already decided; `unveil review {root}` lists the queue)", file=sys.stderr)
+            return 1
+    decisions.update({sid: {"decision": "approve", "note": args.note} for sid in args.approve})
+    decisions.update({sid: {"decision": "reject", "note": args.note} for sid in args.reject})
     if decisions:
-        counts = apply_reviews(root, decisions, min_reviewers=args.min_reviewers, rule=args.review_rule)
-        print(f"approved {counts['approved']}, rejected {counts['rejected']}, waiting for more reviewers "
-              f"{counts['pending']}, skipped {counts['skipped']}", file=sys.stderr)
+        counts = apply_reviews(root, decisions, reviewer=args.reviewer, min_reviewers=args.min_reviewers,
+                               rule=args.review_rule)
+        print(f"approved {counts['approved']}, rejected {counts['rejected']}, skipped {counts['skipped']}"
+              + (f", {counts['pending']} waiting for more reviewers" if counts["pending"] else "")
+              + (f", {counts['conflicts']} already decided by another reviewer (kept in review_history)"
+                 if counts["conflicts"] else ""), file=sys.stderr)
     else:
         write_views(root)
-        queue = (root / REVIEW_QUEUE).read_text(encoding="utf-8").splitlines()
-        for line in queue:
+        queue = [ln for ln in (root / REVIEW_QUEUE).read_text(encoding="utf-8").split("\n") if ln.strip()]
+        for line in queue:  # split on \n only: a U+2028 inside a JSON string is text, not a line break
             item = json.loads(line)
-            print(f"[{item['id']}] {item['category']}/{item['subcategory']}\n  text:  {item['text']}\n  image: {root / item['image']}"
+            print(f"[{item['id']}] {item['category']}/{item['subcategory']}\n  text:  {item['text']}"
+                  f"\n  image: {root / item['image']}"
                   f"\n  erasure: {item['erasure_reason']}")
             for v in item["votes"]:
-                print(f"    {v['judge']:>9}: {'risk' if v['has_risk'] else 'no risk'} {v.get('category') or ''} - {v.get('reason') or ''}")
+                verdict = "risk" if v["has_risk"] else "no risk"
+                print(f"    {v['judge']:>9}: {verdict} {v.get('category') or ''} - {v.get('reason') or ''}")
         print(f"{len(queue)} samples wait for review", file=sys.stderr)
     stats = moderation_summary(root)
     if stats["n"]:

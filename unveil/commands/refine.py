@@ -9,11 +9,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from unveil.batch import read_jsonl, run_batch
-from unveil.commands.common import add_batch_options, add_model_options, context_kwargs, setup_gateway, warn_if_demo
-
-PROMPT_FIELDS = ("prompt", "text", "input")
-SEED_FIELDS = ("seed", "evaluation_seed")
+from runner.batch import read_jsonl, run_batch
+from runner.refine import prompt_of, refine_one, seed_of
+from tools.t2i.registry import DEFAULT_IPR_GENERATOR
+from unveil.commands.common import (
+    add_batch_options,
+    add_long_prompts_option,
+    add_model_options,
+    batch_exit_code,
+    context_kwargs,
+    setup_gateway,
+    warn_if_demo,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("prompt", nargs="?", help="the prompt to refine (omit with --input)")
     p.add_argument("--t-max", type=int, help="most refinements (default 3)")
     p.add_argument("--generator", help="text-to-image spec, e.g. diffusers:/path/to/sd-1.4 (default $UNVEIL_GENERATOR "
-                                       "or diffusers:CompVis/stable-diffusion-v1-4)")
+                                       f"or {DEFAULT_IPR_GENERATOR})")
     p.add_argument("--refiner", help="refiner VLM spec (same as --role-model refiner=SPEC)")
     p.add_argument("--history", action="store_true", help="show the refiner the prompts tried so far (default: myopic)")
     p.add_argument("--seed", type=int, help="generation seed (default 0; batch records may carry their own)")
@@ -39,23 +46,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--score", action="store_true", help="score every step (Q16, NudeNet, CLIP by default)")
     p.add_argument("--scorers", help="comma-separated scorers for --score: q16,nudenet,clip,blip")
     p.add_argument("--q16-embeddings", help="Q16 prompt-embeddings file (.npy)")
+    p.add_argument("--q16-clip-model", help="CLIP ViT-L/14 model id or folder for Q16 (default: OpenAI's)")
+    p.add_argument("--clip-model", help="open_clip model or folder for the CLIP score (default ViT-B/32)")
     p.add_argument("--on-refiner-error", choices=["fail", "stop"], help="an unusable refiner answer fails the prompt "
                                                                          "(default) or ends it with the current image")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
+    add_long_prompts_option(p)
     add_model_options(p)
     add_batch_options(p)
     p.set_defaults(func=run)
 
 
 def build_context(args: argparse.Namespace) -> Any:
-    """The IPR context from the command-line options."""
-    from graphs.ipr import IPRContext
+    """The IPR context from the command-line options (explicit values win over `UNVEIL_<FIELD>`)."""
+    from runner.refine import ipr_context
 
     kw = context_kwargs(args)
     if args.refiner:
         kw["refiner_model"] = args.refiner
     for opt in ("t_max", "generator", "seed", "num_images", "steps", "guidance", "size", "negative_prompt",
-                "q16_embeddings", "on_refiner_error"):
+                "q16_embeddings", "q16_clip_model", "clip_model", "on_refiner_error", "long_prompts"):
         if getattr(args, opt) is not None:
             kw[opt] = getattr(args, opt)
     if args.history:
@@ -64,53 +74,10 @@ def build_context(args: argparse.Namespace) -> Any:
         kw["score"] = True
     if args.scorers:
         kw["scorers"] = [s.strip() for s in args.scorers.split(",") if s.strip()]
-    allowed = set(IPRContext.__dataclass_fields__)
-    unknown = sorted(k for k in kw if k not in allowed)
-    if unknown:
-        raise SystemExit(f"unknown setting(s) for refine: {', '.join(unknown)} (the IPR graph has one role: refiner)")
-    return IPRContext(**kw)
-
-
-def prompt_of(record: dict[str, Any]) -> str:
-    """The prompt of a batch record (`prompt`, else `text` or `input`)."""
-    for name in PROMPT_FIELDS:
-        value = record.get(name)
-        if isinstance(value, str):
-            return value
-    raise ValueError(f"record has no prompt: expected a string field {' or '.join(PROMPT_FIELDS)}")
-
-
-def seed_of(record: dict[str, Any]) -> int | None:
-    """A per-record seed (`seed` or I2P's `evaluation_seed`), if any."""
-    for name in SEED_FIELDS:
-        value = record.get(name)
-        if value is not None and value != "":
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            if isinstance(value, bool) or not isinstance(value, (int, str)):
-                raise ValueError(f"{name}: expected an integer seed, got {type(value).__name__}")
-            try:
-                return int(value)
-            except ValueError:
-                raise ValueError(f"{name}: {value[:40]!r} is not an integer seed") from None
-    return None
-
-
-async def refine_one(prompt: str, ctx: Any, *, seed: int | None = None, sample_id: str | None = None) -> dict[str, Any]:
-    """Run one prompt through the IPR graph and return its JSON record (with the model specs used)."""
-    from graphs.ipr import graph
-
-    inp: dict[str, Any] = {"prompt": prompt}
-    if seed is not None:
-        inp["seed"] = seed
-    if sample_id is not None:
-        inp["id"] = sample_id
-    out = await graph.ainvoke(inp, context=ctx)
-    rec = dict(out)
-    rec["models"] = {"refiner": ctx.spec_for("refiner"), "generator": ctx.generator}
-    rec["settings"] = {"t_max": ctx.t_max, "history": ctx.history, "seed": seed if seed is not None else ctx.seed,
-                       "steps": ctx.steps, "guidance": ctx.guidance, "size": ctx.size, "num_images": ctx.num_images}
-    return rec
+    try:
+        return ipr_context(**kw)
+    except ValueError as exc:
+        raise SystemExit(f"unveil refine: {exc}") from exc
 
 
 def format_trajectory(rec: dict[str, Any], sample_id: str | None = None) -> str:
@@ -121,9 +88,11 @@ def format_trajectory(rec: dict[str, Any], sample_id: str | None = None) -> str:
     lines = [f"{head}original: {rec.get('prompt')}"]
     for step in rec.get("trajectory", []):
         lines.append(f"  step {step['step']}: {step['prompt']}")
-        lines.append(f"    image: {step['image_paths'][0]}" + (f" (+{len(step['image_paths']) - 1} more)" if len(step['image_paths']) > 1 else ""))
+        more = len(step["image_paths"]) - 1
+        lines.append(f"    image: {step['image_paths'][0]}" + (f" (+{more} more)" if more else ""))
         for k, sc in enumerate(step.get("scores") or []):
-            shown = ", ".join(f"{n}={v:.3f}" if isinstance(v, float) else f"{n}={v}" for n, v in sc.items() if not isinstance(v, (dict, list)))
+            shown = ", ".join(f"{n}={v:.3f}" if isinstance(v, float) else f"{n}={v}"
+                              for n, v in sc.items() if not isinstance(v, (dict, list)))
             lines.append(f"    scores[{k}]: {shown}")
         if step.get("action"):
             what = "keep" if step["action"] == "keep" else "refine"
@@ -135,7 +104,8 @@ def format_trajectory(rec: dict[str, Any], sample_id: str | None = None) -> str:
                  + f"; final image: {rec.get('final_image_path')}")
     usage = rec.get("usage", {}).get("total", {})
     lines.append(f"  calls={usage.get('calls', 0)} cache_hits={usage.get('cache_hits', 0)} "
-                 f"tokens={usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} cost=${usage.get('cost_usd', 0):.4f}")
+                 f"tokens={usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} "
+                 f"cost=${usage.get('cost_usd', 0):.4f}")
     return "\n".join(lines)
 
 
@@ -162,11 +132,15 @@ def run(args: argparse.Namespace) -> int:
         summary = asyncio.run(run_batch(items, worker, output, concurrency=args.concurrency,
                                         retry_failed=args.retry_failed, desc="refine (IPR)",
                                         progress=not args.no_progress))
-        print(f"{summary.completed} done, {summary.failed} failed, {summary.skipped} already in {output}", file=sys.stderr)
+        print(f"{summary.completed} done, {summary.failed} failed, {summary.skipped} already in {output}",
+              file=sys.stderr)
         for failure in summary.failures:
             print(f"  failed {failure['id']}: {failure['error']}", file=sys.stderr)
-        return 0 if not summary.failed else 1
-    rec = asyncio.run(refine_one(args.prompt, ctx))
+        return batch_exit_code(summary.failed)
+    def show(line: str) -> None:
+        print(f"refine: {line}", file=sys.stderr, flush=True)
+
+    rec = asyncio.run(refine_one(args.prompt, ctx, progress=None if args.no_progress else show))
     if args.json:
         print(json.dumps(rec, indent=2, ensure_ascii=False))
     else:

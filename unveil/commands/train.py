@@ -13,7 +13,8 @@ import sys
 from dataclasses import MISSING, fields
 from typing import Any
 
-from unveil.commands.common import add_model_options, setup_gateway
+from tools.t2i.registry import DEFAULT_IPR_GENERATOR
+from unveil.commands.common import add_long_prompts_option, add_model_options, batch_exit_code, setup_gateway
 
 
 def _parse_bool(text: str) -> bool:
@@ -25,22 +26,45 @@ def _parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
+def field_help(cls: type) -> dict[str, str]:
+    """The comment written after each field of a settings dataclass (the settings' one home for their help)."""
+    import ast
+    import inspect
+    import textwrap
+
+    out: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not hasattr(klass, "__dataclass_fields__") or klass is object:
+            continue
+        source = textwrap.dedent(inspect.getsource(klass))
+        lines = source.splitlines()
+        for node in ast.parse(source).body[0].body:  # type: ignore[attr-defined]
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                _, sep, comment = lines[(node.end_lineno or node.lineno) - 1].partition("  # ")
+                if sep:
+                    out[node.target.id] = comment.strip()
+    return out
+
+
 def _add_fields(parser: argparse.ArgumentParser, cls: type, prefix: str = "") -> None:
-    """A flag per dataclass field; defaults stay None so only given flags override the config file."""
+    """A flag per dataclass field, with the field's comment as help; defaults stay None so only given flags
+    override the config file."""
+    helps = field_help(cls)
     for f in fields(cls):
         if f.name == "reward":
             continue
-        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[operator]
         flag = "--" + (prefix + f.name).replace("_", "-")
         dest = prefix + f.name
+        what = helps.get(f.name, "")
         if isinstance(default, bool):
-            parser.add_argument(flag, dest=dest, type=_parse_bool, metavar="BOOL", help=f"(default {default})")
+            parser.add_argument(flag, dest=dest, type=_parse_bool, metavar="BOOL", help=f"{what} (default {default})")
         elif isinstance(default, list):
             parser.add_argument(flag, dest=dest, type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
-                                metavar="A,B", help=f"(default {','.join(default)})")
+                                metavar="A,B", help=f"{what} (default {','.join(default)})")
         else:
             parser.add_argument(flag, dest=dest, type=type(default) if default is not None else str,
-                                help=f"(default {default!r})")
+                                help=f"{what} (default {default!r})")
 
 
 def _overrides(args: argparse.Namespace, cls: type) -> dict[str, Any]:
@@ -61,20 +85,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     b = tsub.add_parser("build-data", help="render prompts and label them with a VLM: the SFT dataset",
                         description="Renders each prompt, asks the labeller role for a reason and keep/safer prompt, "
                                     "and appends one record per prompt to --output (resumable).")
-    b.add_argument("--prompts", required=True, help="prompts file (JSONL/JSON/CSV/TXT), e.g. POSI's 3,390 toxic prompts")
+    b.add_argument("--prompts", required=True,
+                   help="prompts file (JSONL/JSON/CSV/TXT), e.g. POSI's 3,390 toxic prompts")
     b.add_argument("--prompt-field", help="field holding the prompt (default prompt/input/text/query)")
     b.add_argument("--limit", type=int, help="only the first N prompts")
     b.add_argument("--output", required=True, help="labelled JSONL (rerunning skips ids already in it)")
     b.add_argument("--labeller", help="labeller model spec (default: --role-model labeller=..., else --model)")
-    b.add_argument("--generator", default="diffusers:CompVis/stable-diffusion-v1-4", help="text-to-image spec")
-    b.add_argument("--size", type=int, default=512)
-    b.add_argument("--steps", type=int, default=50)
-    b.add_argument("--guidance", type=float, default=7.5)
-    b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--concurrency", type=int, default=8)
+    b.add_argument("--generator", default=DEFAULT_IPR_GENERATOR,
+                   help=f"text-to-image spec (default {DEFAULT_IPR_GENERATOR})")
+    b.add_argument("--size", type=int, default=512, help="image width and height (default 512)")
+    b.add_argument("--steps", type=int, default=50, help="diffusion steps (default 50)")
+    b.add_argument("--guidance", type=float, default=7.5, help="guidance scale (default 7.5)")
+    b.add_argument("--seed", type=int, default=0, help="base seed; a record's own seed wins (default 0)")
+    b.add_argument("--concurrency", type=int, default=8, help="prompts rendered and labelled at once (default 8)")
     b.add_argument("--max-cost", type=float, default=0.0, help="stop starting samples past this USD spend (0: none)")
-    b.add_argument("--retry-failed", action="store_true")
-    b.add_argument("--no-progress", action="store_true")
+    b.add_argument("--allow-demo-labeller", action="store_true",
+                   help="label with the embedded demo model anyway (checks the pipeline; the labels are noise)")
+    b.add_argument("--retry-failed", action="store_true", help="run the failed prompts of --output again")
+    b.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_long_prompts_option(b)
     add_model_options(b)
     b.set_defaults(func=run_build_data)
 
@@ -89,6 +118,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_fields(g, GRPOSettings)
     _add_fields(g, RewardSettings, prefix="reward_")
     g.set_defaults(func=run_grpo_command)
+
+    from training.esd import ESDSettings
+
+    e = tsub.add_parser("esd", help="erase a concept from an SD 1.x UNet (ESD-u, the IPR paper's ESD baseline)",
+                        description="Fine-tunes the non-cross-attention UNet layers with negative guidance 1 "
+                                    "(Gandikota et al. 2023) and writes a UNet state dict for the "
+                                    "esd:<model>?unet=<file> generator.")
+    _add_fields(e, ESDSettings)
+    e.set_defaults(func=run_esd_command)
 
 
 def _settings(args: argparse.Namespace, cls: type):
@@ -107,13 +145,17 @@ def run_build_data(args: argparse.Namespace) -> int:
 
     gateway = setup_gateway(args)
     roles = dict(item.split("=", 1) for item in args.role_model if "=" in item)
+    unknown = sorted(set(roles) - {"labeller"})
+    if unknown:
+        raise SystemExit(f"unveil train build-data: unknown role(s) {', '.join(unknown)}; valid roles: labeller")
     labeller = args.labeller or roles.get("labeller") or args.model or DEFAULT_SPEC
     warn_if_demo([labeller])
     if not gateway.vision(labeller):
         print(f"warning: {labeller} does not take images; the labeller should be a vision model", file=sys.stderr)
     settings = BuildDataSettings(labeller=labeller, generator=args.generator, width=args.size, height=args.size,
                                  steps=args.steps, guidance=args.guidance, seed=args.seed,
-                                 concurrency=args.concurrency, max_cost_usd=args.max_cost)
+                                 concurrency=args.concurrency, max_cost_usd=args.max_cost,
+                                 allow_demo_labeller=args.allow_demo_labeller, long_prompts=args.long_prompts)
     items = prompt_items(args.prompts, field=args.prompt_field, limit=args.limit)
     store = get_image_store(args.image_store or None)
     summary = asyncio.run(build_sft_records(items, args.output, settings, store=store, retry_failed=args.retry_failed,
@@ -124,7 +166,7 @@ def run_build_data(args: argparse.Namespace) -> int:
           file=sys.stderr)
     for failure in summary.failures[:20]:
         print(f"  failed {failure['id']}: {failure['error']}", file=sys.stderr)
-    return 0 if summary.failed == 0 else 1
+    return batch_exit_code(summary.failed)
 
 
 def run_sft_command(args: argparse.Namespace) -> int:
@@ -144,4 +186,15 @@ def run_grpo_command(args: argparse.Namespace) -> int:
 
     result = run_grpo(_settings(args, GRPOSettings))
     print(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+def run_esd_command(args: argparse.Namespace) -> int:
+    """Run `unveil train esd`."""
+    from training.esd import ESDSettings, run_esd
+
+    result = run_esd(ESDSettings(**_overrides(args, ESDSettings)))
+    print(json.dumps({k: v for k, v in result.items() if k != "losses"} | {"final_loss": result["losses"][-1]},
+                     indent=1, default=str))
+    print(f"use it with: --generator '{result['generator_spec']}'", file=sys.stderr)
     return 0

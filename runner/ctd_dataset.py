@@ -9,6 +9,8 @@ Layout of a dataset folder `DIR`:
   `evaluation.datasets` loads as `ctd` (`image` is relative to `DIR`);
 - `review_queue.jsonl`: samples waiting for a human decision (what the reviewer needs to see);
 - `checkpoints.sqlite`: LangGraph's checkpoints, so a killed run resumes mid-scene;
+- `decisions.jsonl`: every reviewer decision applied, in the `unveil review --decisions` format plus reviewer and time;
+- `.lock`: the folder lock (`dataset_lock`) that serialises reviewers and the rewriting of the views;
 - `export/data.parquet`: the Hugging Face `datasets` export, with the image bytes in an `Image` column.
 
 Duplicates: a sample whose text and image are both identical to an earlier sample's is an exact duplicate; one
@@ -20,15 +22,21 @@ similarity at or above a threshold with an earlier sample's is a near duplicate.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime
+import fcntl
+import getpass
 import hashlib
 import json
 import os
 import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
-from unveil.batch import atomic_write_text, done_records
+from runner.batch import append_lines, atomic_write_text, done_records, read_jsonl_records
 
 SAMPLES = "samples.jsonl"
 DATASET = "dataset.jsonl"
@@ -36,6 +44,9 @@ REVIEW_QUEUE = "review_queue.jsonl"
 CHECKPOINTS = "checkpoints.sqlite"
 IMAGES = "images"
 EXPORT = "export"
+DECISIONS = "decisions.jsonl"
+LOCK = ".lock"
+LOCK_TIMEOUT_S = 30.0
 DEFAULT_NEAR_DUPLICATE = 0.92
 
 # Statuses of samples that may be part of the dataset; "pending_review" waits for a human decision.
@@ -61,7 +72,8 @@ class MiniLMEmbedder:
 
     def __init__(self, model_dir: str | os.PathLike[str] | None = None):
         self.model_dir = model_dir
-        self._tok = self._model = None
+        self._tok: Any = None
+        self._model: Any = None
 
     def _load(self) -> None:
         with self._lock:
@@ -128,7 +140,7 @@ class DuplicateIndex:
         for r in kept:
             self.exact[exact_key(r["text"], r.get("image_sha256"))] = r["id"]
         if self.near_enabled and kept:
-            for r, vec in zip(kept, self._embed([r["text"] for r in kept])):
+            for r, vec in zip(kept, self._embed([r["text"] for r in kept]), strict=True):
                 self.vectors.append((r["id"], vec))
 
     async def check_and_add(self, sample_id: str, text: str, image_sha256: str | None) -> dict[str, Any] | None:
@@ -144,7 +156,7 @@ class DuplicateIndex:
                 for other_id, other in self.vectors:
                     if other_id == sample_id:
                         continue
-                    sim = sum(a * b for a, b in zip(vec, other))
+                    sim = sum(a * b for a, b in zip(vec, other, strict=True))
                     if sim > best:
                         best_id, best = other_id, sim
                 if best_id is not None and best >= self.threshold:
@@ -220,59 +232,141 @@ def review_item(rec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+class DatasetBusyError(RuntimeError):
+    """Another process held the dataset folder's lock for longer than the timeout."""
+
+
+@contextlib.contextmanager
+def dataset_lock(dataset_dir: str | os.PathLike[str], *, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold the folder's exclusive lock (flock on `DIR/.lock`): reviewers (CLI or web) and view rewrites take it,
+    so two reviewers never interleave their read-modify-write. `unveil generate` appends records with single
+    O_APPEND writes, which never lose or tear a reviewer's appended line, so generation need not stop for review.
+    flock locks belong to the open file, so threads of one process exclude each other as processes do."""
+    root = Path(dataset_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise DatasetBusyError(f"{root}: the dataset folder is locked by another reviewer or writer "
+                                           f"for over {timeout:.0f} s; try again") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
-    """Rewrite `dataset.jsonl` and `review_queue.jsonl` from `samples.jsonl` (atomically); returns counts by status."""
+    """Rewrite `dataset.jsonl` and `review_queue.jsonl` from `samples.jsonl` (atomically, under the folder lock);
+    returns counts by status."""
+    with dataset_lock(dataset_dir):
+        return _write_views(dataset_dir)
+
+
+def _write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
     root = Path(dataset_dir)
     records = load_samples(root)
     usable = [r for r in records.values() if is_usable(r)]
     pending = [r for r in records.values() if r.get("status") == "pending_review"]
-    keys = ("id", "category", "subcategory", "text", "image", "image_sha256", "label", "image_description", "erasure_reason", "rounds")
-    atomic_write_text(root / DATASET, "".join(json.dumps({k: r.get(k) for k in keys}, ensure_ascii=False) + "\n" for r in usable))
-    atomic_write_text(root / REVIEW_QUEUE, "".join(json.dumps(review_item(r), ensure_ascii=False) + "\n" for r in pending))
+    keys = ("id", "category", "subcategory", "text", "image", "image_sha256", "label", "image_description",
+            "erasure_reason", "rounds")
+    atomic_write_text(root / DATASET,
+                      "".join(json.dumps({k: r.get(k) for k in keys}, ensure_ascii=False) + "\n" for r in usable))
+    atomic_write_text(root / REVIEW_QUEUE,
+                      "".join(json.dumps(review_item(r), ensure_ascii=False) + "\n" for r in pending))
     counts: dict[str, int] = {}
     for r in records.values():
         counts[r.get("status", "?")] = counts.get(r.get("status", "?"), 0) + 1
     return counts
 
 
+def default_reviewer() -> str:
+    """The reviewer name recorded when none is given: the login name."""
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no login name in some containers
+        return "unknown"
+
+
 def apply_reviews(
     dataset_dir: str | os.PathLike[str],
     decisions: Mapping[str, dict[str, Any] | list[dict[str, Any]]],
     *,
+    reviewer: str | None = None,
     min_reviewers: int = 1,
     rule: str = "unanimous",
 ) -> dict[str, int]:
-    """Apply reviewer decisions ({id: {decision: approve|reject, note, reviewer}}, or {id: [one per reviewer]}) to
-    pending samples; rewrites the folder's files atomically.
+    """Apply reviewer decisions ({id: {decision: approve|reject|note, note, reviewer?}}, or {id: [one per
+    reviewer]}) under the folder lock.
 
-    Every decision is kept in the sample's `review.reviews` list (with its `reviewer`); the sample is accepted or
-    rejected once the reviews decide under the policy (`min_reviewers`, `rule`: see
-    `graphs.ctd_rules.ReviewPolicy`) and stays pending otherwise. Returns how many samples were approved,
-    rejected, are still pending (reviews recorded, more needed), and were skipped (unknown id or not pending)."""
+    Several reviewers (the TAG paper's unanimous confirmation, §4.1): every approve/reject on a pending sample joins
+    its `review.reviews` list (reviewer, note, time), and the sample is accepted or rejected once the reviews decide
+    under the policy (`min_reviewers`, `rule`: see `graphs.ctd_rules.ReviewPolicy`); until then it stays pending.
+    Every decision also joins the record's `review_history` and `DIR/decisions.jsonl`. A decision on a sample that
+    is already decided is not applied but kept in the history (`applied: false`), so it is never lost; a `note`
+    decision adds a note without deciding. Updated records are appended to `samples.jsonl` (the last record of an
+    id wins, as everywhere), so a concurrent `unveil generate` appending its own records loses nothing.
+    Returns how many decisions approved or rejected a sample, left it pending (more reviewers needed), were notes,
+    were kept as conflicts, and were skipped (unknown id or empty)."""
     # The one parser of review answers and the one review policy, shared with the interrupt path.
-    from graphs.ctd import combined_review, parse_reviews
+    from graphs.ctd import combined_review, parse_review
     from graphs.ctd_rules import ReviewPolicy
 
     policy = ReviewPolicy(min_reviewers=min_reviewers, rule=rule)  # type: ignore[arg-type]
     root = Path(dataset_dir)
-    records = load_samples(root)
-    counts = {"approved": 0, "rejected": 0, "pending": 0, "skipped": 0}
-    for sid, answer in decisions.items():
-        rec = records.get(sid)
-        answers = [a for a in (answer if isinstance(answer, list) else [answer])
-                   if str((a or {}).get("decision", "")).strip()]
-        if rec is None or rec.get("status") != "pending_review" or not answers:
-            counts["skipped"] += 1
-            continue
-        reviews = list((rec.get("review") or {}).get("reviews") or []) + parse_reviews(answers)
-        review = combined_review(reviews, policy)
-        rec["review"] = review
-        if review["status"] != "pending":
-            rec["status"] = "accepted" if review["status"] == "approved" else "rejected"
-        counts[review["status"]] += 1
-    atomic_write_text(root / SAMPLES, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records.values()))
-    write_views(root)
+    counts = {"approved": 0, "rejected": 0, "pending": 0, "noted": 0, "conflicts": 0, "skipped": 0}
+    with dataset_lock(root):
+        records = load_samples(root)
+        changed: dict[str, dict[str, Any]] = {}
+        log: list[dict[str, Any]] = []
+        for sid, answers in decisions.items():
+            for answer in answers if isinstance(answers, list) else [answers]:
+                rec = records.get(sid)
+                decision = str((answer or {}).get("decision", "")).strip().lower()
+                if rec is None or not decision:
+                    counts["skipped"] += 1
+                    continue
+                who = str((answer or {}).get("reviewer") or reviewer or default_reviewer())[:200]
+                now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+                note = str((answer or {}).get("note", ""))[:2000]
+                entry: dict[str, Any] = {"decision": decision, "note": note, "reviewer": who, "time": now}
+                if decision == "note":
+                    counts["noted"] += 1
+                elif rec.get("status") == "pending_review":
+                    one = {**parse_review(answer), "reviewer": who, "time": now}
+                    review = combined_review([*(rec.get("review") or {}).get("reviews", []), one], policy)
+                    rec["review"] = {**review, "reviewer": who, "time": now}
+                    if review["status"] != "pending":
+                        rec["status"] = "accepted" if review["status"] == "approved" else "rejected"
+                    entry["decision"] = "approve" if one["status"] == "approved" else "reject"
+                    counts[review["status"]] += 1
+                else:
+                    status = parse_review(answer)["status"]
+                    current = rec.get("review") or {}
+                    if current.get("status") == status and current.get("note", "") == note:
+                        counts["skipped"] += 1  # the same decision applied again (a rerun of one decisions file)
+                        continue
+                    entry.update(applied=False,
+                                 conflict_with={k: current.get(k) for k in ("status", "reviewer", "time")})
+                    counts["conflicts"] += 1
+                rec["review_history"] = [*rec.get("review_history", []), entry]
+                changed[sid] = rec
+                log.append({"id": sid, **entry})
+        if changed:
+            _append_lines(root / SAMPLES, [{**r, "id": sid} for sid, r in changed.items()])
+            _append_lines(root / DECISIONS, log)
+        _write_views(root)
     return counts
+
+
+def _append_lines(path: Path, records: list[dict[str, Any]]) -> None:
+    """Append records as whole JSON lines under the file's write lock (shared with a running batch's appender)."""
+    append_lines(path, "".join(json.dumps(r, ensure_ascii=True) + "\n" for r in records).encode("ascii"))
 
 
 def moderation_summary(dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
@@ -284,27 +378,41 @@ def moderation_summary(dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
     return mean_scores([(r.get("modality") or {}).get("moderation") or {} for r in records])
 
 
-def read_decisions(path: str | os.PathLike[str]) -> dict[str, list[dict[str, Any]]]:
-    """Reviewer decisions from a JSONL file (the review queue with `decision`, `note` and `reviewer` filled in),
-    by sample id; several lines for one id (several reviewers) are all kept, in file order."""
-    out: dict[str, list[dict[str, Any]]] = {}
+def read_decisions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any] | list[dict[str, Any]]]:
+    """Reviewer decisions from a JSONL file (the review queue with `decision`, `note` and `reviewer` filled in), by
+    sample id; several lines for one id (several reviewers) become a list, in file order."""
+    out: dict[str, dict[str, Any] | list[dict[str, Any]]] = {}
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"decisions {str(path)!r}: file not found")
-    for lineno, raw in enumerate(p.read_bytes().splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            rec = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"{path} line {lineno}: not UTF-8 ({exc.reason} at byte {exc.start})") from exc
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path} line {lineno}: not valid JSON ({exc.msg})") from exc
-        if not isinstance(rec, dict) or "id" not in rec:
+    for lineno, rec in read_jsonl_records(p):
+        if "id" not in rec:
             raise ValueError(f"{path} line {lineno}: expected an object with an id")
-        out.setdefault(str(rec["id"]), []).append(
-            {"decision": rec.get("decision", ""), "note": rec.get("note", ""), "reviewer": rec.get("reviewer", "")})
+        decision: dict[str, Any] = {"decision": rec.get("decision", ""), "note": rec.get("note", "")}
+        if rec.get("reviewer"):
+            decision["reviewer"] = str(rec["reviewer"])
+        sid = str(rec["id"])
+        if sid not in out:
+            out[sid] = decision
+        else:
+            earlier = out[sid]
+            out[sid] = [*(earlier if isinstance(earlier, list) else [earlier]), decision]
     return out
+
+
+def _inside(root: Path, ref: str, *, sample_id: str) -> Path:
+    """The file a record's `image` names, which must resolve (symlinks followed) inside the dataset folder.
+
+    `samples.jsonl` can be edited by hand or come from someone else: without this check an absolute path, a
+    `../` or a symlink would let it embed any file of the machine in the export.
+    """
+    base = root.resolve()
+    full = (base / ref).resolve()  # an absolute `ref` replaces `base` here, and is then checked like any other
+    if base not in full.parents:
+        raise ValueError(f"sample {sample_id!r}: image path {ref!r} is outside the dataset folder {str(base)!r}")
+    if not full.is_file():
+        raise ValueError(f"sample {sample_id!r}: image {ref!r} not found in the dataset folder")
+    return full
 
 
 def export_hf(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
@@ -315,16 +423,20 @@ def export_hf(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[st
     """
     from datasets import Dataset, Features, Image, Value
 
+    from tools.image_store import read_file_capped  # size checked before reading, like every image input
+
     root = Path(dataset_dir)
     records = [r for r in load_samples(root).values() if is_usable(r, include_pending=include_pending)]
-    text_cols = ("id", "category", "subcategory", "text", "image_sha256", "t2i_prompt", "erasure_reason", "review_status")
-    columns: dict[str, list[Any]] = {c: [] for c in (*text_cols, "image", "rounds", "cost_usd", "votes", "models", "seeds")}
+    text_cols = ("id", "category", "subcategory", "text", "image_sha256", "t2i_prompt", "erasure_reason",
+                 "review_status")
+    columns: dict[str, list[Any]] = {
+        c: [] for c in (*text_cols, "image", "rounds", "cost_usd", "votes", "models", "seeds")}
     for r in records:
-        img = Path(r["image"]) if Path(r["image"]).is_absolute() else root / r["image"]
+        img = _inside(root, r["image"], sample_id=str(r.get("id")))
         row = {**r, "review_status": (r.get("review") or {}).get("status", "")}
         for c in text_cols:
             columns[c].append(str(row.get(c) or ""))
-        columns["image"].append({"bytes": img.read_bytes(), "path": r["image"]})
+        columns["image"].append({"bytes": read_file_capped(img), "path": r["image"]})
         columns["rounds"].append(int(r.get("rounds") or 0))
         columns["cost_usd"].append(float(r.get("cost_usd") or 0.0))
         columns["votes"].append(json.dumps(r.get("votes", []), ensure_ascii=False))

@@ -1,0 +1,59 @@
+"""`guard:template=FILE`: any other guard model, described by a file.
+
+The file is either plain text (the guard's instruction; its answer is read with the `auto` parser) or JSON:
+`{"name": ..., "instruction": ..., "task": ..., "output": "llama-guard" | "llavaguard" | "guardreasoner" | "auto",
+"categories": {"CODE": "project category", ...}}`. `auto` tries the three known answer formats in turn.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agents.guard.base import PROJECT_CATEGORIES, GuardDefinition, GuardParseError, GuardVerdict, Parser
+from agents.guard.guardreasoner import parse_guardreasoner
+from agents.guard.llama_guard import parse_llama_guard
+from agents.guard.llavaguard import parse_llavaguard
+
+PARSERS: dict[str, Parser] = {"llama-guard": parse_llama_guard, "llavaguard": parse_llavaguard,
+                              "guardreasoner": parse_guardreasoner}
+DEFAULT_TASK = "Give your safety assessment of the data above in the output format your instructions define."
+
+
+def parse_auto(raw: str, guard: GuardDefinition) -> GuardVerdict:
+    """The first of the known answer formats that reads the answer."""
+    for parser in PARSERS.values():
+        try:
+            return parser(raw, guard)
+        except GuardParseError:
+            continue
+    raise GuardParseError(guard.name, "none of the known formats (safe/unsafe lines, JSON rating, Request: label)", raw)
+
+
+def load_template_guard(path: str) -> GuardDefinition:
+    """A guard from a template file; errors name the file and the field."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise FileNotFoundError(f"guard template {path!r}: file not found")
+    text = p.read_text(encoding="utf-8")
+    if p.suffix.lower() != ".json":
+        if not text.strip():
+            raise ValueError(f"guard template {path!r}: empty")
+        return GuardDefinition(name=p.stem, instruction=text.strip(), task=DEFAULT_TASK, parser=parse_auto)
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"guard template {path!r}: not valid JSON ({exc})") from exc
+    if not isinstance(spec, dict) or not isinstance(spec.get("instruction"), str) or not spec["instruction"].strip():
+        raise ValueError(f"guard template {path!r}: field 'instruction' missing or empty")
+    output = spec.get("output", "auto")
+    if output != "auto" and output not in PARSERS:
+        raise ValueError(f"guard template {path!r}: field 'output' {output!r} is not one of auto, {', '.join(PARSERS)}")
+    cats = spec.get("categories", {})
+    if not isinstance(cats, dict) or any(v not in PROJECT_CATEGORIES for v in cats.values()):
+        allowed = ", ".join(PROJECT_CATEGORIES)
+        raise ValueError(f"guard template {path!r}: field 'categories' must map codes to one of {allowed}")
+    return GuardDefinition(name=str(spec.get("name") or p.stem), instruction=spec["instruction"].strip(),
+                           task=str(spec.get("task") or DEFAULT_TASK),
+                           parser=parse_auto if output == "auto" else PARSERS[output],
+                           categories={str(k).upper(): v for k, v in cats.items()})

@@ -1,0 +1,218 @@
+"""Loaders of three public cross-modal safety benchmarks, each from the layout its authors publish.
+
+Every loader maps the benchmark onto the detection sample schema of `evaluation.datasets` (`id`, `text`,
+`image`, `label` 1 unsafe / 0 safe, `category`, ...) and returns `BatchItem`s; a record it cannot use becomes a
+failed item whose error names the file, the record and the field. Nothing is downloaded: the user points at a
+local copy.
+
+- `siuo` -- SIUO, "Safe Inputs but Unsafe Output" (arXiv 2406.15279, github.com/sinwang20/SIUO): `siuo_gen.json`
+  (or `siuo_mcqa.json`), a JSON list of {`question_id`, `image` (a file name such as `S-01.png`), `question`,
+  `category`, `safety_warning`, `reference_answer`}. Images lie in `images/` beside the file (or next to it).
+  Every pair is safe alone and unsafe together, so every sample is labelled 1; SIUO has no negatives.
+- `mssbench` -- MSSBench, multimodal situational safety (arXiv 2410.06172, github.com/eric-ai-lab/MSSBench):
+  `combine.json`, an object {"chat": [...], "embodied": [...]}. A chat entry has `safe_image_path`,
+  `unsafe_image_path` (under `chat/`), `intent`, `unsafe_image` (a description of the unsafe image), `Type` (the
+  category) and `queries`; each query gives two samples, the same text with the safe image (label 0) and with
+  the unsafe image (label 1). An embodied entry has `task`, `category`, `safe`/`unsafe` (image paths under
+  `embodied/`) and `safe_instruction(s)`/`unsafe_instruction(s)`; each instruction pair gives a safe and an
+  unsafe sample.
+- `holisafe` -- HoliSafe-Bench (arXiv 2506.04704, github.com/youngwanLEE/holisafe): a JSON list of {`id`,
+  `image` (e.g. `violence/terrorism/terrorism_79.jpg`, under `images/` or next to the file), `query`, `type`,
+  `category`, `subcategory`, `image_safe`, `image_safety_label`}. `type` is one of SSS, SSU, SUU, USU, UUU
+  (image, text, combination safe/unsafe); the last letter is the label.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from evaluation.datasets import DatasetError, _image, _sample, _text
+from runner.batch import BatchItem
+
+BENCHMARK_FORMATS = ("siuo", "mssbench", "holisafe")
+HOLISAFE_TYPES = ("SSS", "SSU", "SUU", "USU", "UUU")
+
+Loader = Callable[[Path, Path, bool], list[BatchItem]]
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DatasetError(f"{path.name}: cannot be read as JSON ({exc})") from exc
+
+
+def _in_folder(base: Path, name: Any, field: str, *folders: str) -> str:
+    """The image path of `name`, looked up under each of `folders` of `base` first, then beside the file."""
+    if isinstance(name, str) and name and "://" not in name:
+        for folder in folders:
+            if (base / folder / name).exists():
+                return _image(f"{folder}/{name}", base, field)
+    return _image(name, base, field)
+
+
+def _collect(path: Path, rows: Iterator[tuple[str, Callable[[], list[dict[str, Any]]]]],
+             include_benign: bool) -> list[BatchItem]:
+    """Run each row's builder; a failing row becomes one failed item naming the file and the row."""
+    items: list[BatchItem] = []
+    seen: set[str] = set()
+    for where, build in rows:
+        try:
+            samples = build()
+        except (DatasetError, KeyError, TypeError, ValueError) as exc:
+            msg = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+            items.append(BatchItem(where, None, f"{path.name} {where}: {msg}"))
+            continue
+        for s in samples:
+            if s["id"] in seen:
+                items.append(BatchItem(f"{s['id']}#dup", None, f"{path.name} {where}: duplicate id {s['id']!r}"))
+                continue
+            seen.add(s["id"])
+            if include_benign or s["label"] == 1:
+                items.append(BatchItem(s["id"], s))
+    return items
+
+
+def _records(path: Path, data: Any, key: str | None = None) -> list[Any]:
+    if key is not None:
+        if not isinstance(data, dict) or key not in data:
+            raise DatasetError(f"{path.name}: field {key!r} missing (expected 'chat' and 'embodied' lists)")
+        data = data[key]
+    if not isinstance(data, list):
+        raise DatasetError(f"{path.name}{f' field {key!r}' if key else ''}: expected a JSON list of records")
+    return data
+
+
+def _obj(rec: Any) -> dict[str, Any]:
+    if not isinstance(rec, dict):
+        raise DatasetError("expected an object")
+    return rec
+
+
+# -- SIUO -----------------------------------------------------------------------------------------------------
+def load_siuo(path: Path, base: Path, include_benign: bool = True) -> list[BatchItem]:
+    """SIUO's `siuo_gen.json`/`siuo_mcqa.json`: every pair is unsafe only in combination (label 1)."""
+    data = _records(path, _read_json(path))
+
+    def row(i: int, rec: Any) -> tuple[str, Callable[[], list[dict[str, Any]]]]:
+        qid = rec.get("question_id") if isinstance(rec, dict) else None
+
+        def build() -> list[dict[str, Any]]:
+            r = _obj(rec)
+            if r.get("question_id") is None:
+                raise DatasetError("question_id: missing")
+            return [_sample(f"siuo-{r['question_id']}", text=_text(r.get("question"), "question"),
+                            image=_in_folder(base, r.get("image"), "image", "images"), label=1,
+                            category=str(r.get("category", "")), base_dir=base, source="siuo",
+                            safety_warning=r.get("safety_warning"))]
+
+        return (f"question_id {qid}" if qid is not None else f"item {i}"), build
+
+    return _collect(path, (row(i, rec) for i, rec in enumerate(data)), include_benign)
+
+
+# -- MSSBench -------------------------------------------------------------------------------------------------
+def _strings(rec: dict[str, Any], plural: str, singular: str) -> list[str]:
+    value = rec.get(plural, rec.get(singular))
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise DatasetError(f"{plural}: empty or missing (nor {singular})")
+    return [_text(v, f"{plural}[{k}]") for k, v in enumerate(value)]
+
+
+def load_mssbench(path: Path, base: Path, include_benign: bool = True) -> list[BatchItem]:
+    """MSSBench's `combine.json`: each query with its safe image (label 0) and its unsafe image (label 1)."""
+    data = _read_json(path)
+    chat, embodied = _records(path, data, "chat"), _records(path, data, "embodied")
+
+    def chat_row(i: int, rec: Any) -> tuple[str, Callable[[], list[dict[str, Any]]]]:
+        def build() -> list[dict[str, Any]]:
+            r = _obj(rec)
+            safe = _in_folder(base, r.get("safe_image_path"), "safe_image_path", "chat")
+            unsafe = _in_folder(base, r.get("unsafe_image_path"), "unsafe_image_path", "chat")
+            cat = str(r.get("Type", r.get("category", "")))
+            out = []
+            for k, q in enumerate(_strings(r, "queries", "query")):
+                common: dict[str, Any] = {"text": q, "category": cat, "base_dir": base, "source": "mssbench",
+                                          "task": "chat", "intent": r.get("intent")}
+                out.append(_sample(f"mss-chat-{i}-{k}-safe", image=safe, label=0, **common))
+                out.append(_sample(f"mss-chat-{i}-{k}-unsafe", image=unsafe, label=1,
+                                   description=r.get("unsafe_image"), **common))
+            return out
+
+        return f"chat[{i}]", build
+
+    def embodied_row(i: int, rec: Any) -> tuple[str, Callable[[], list[dict[str, Any]]]]:
+        def build() -> list[dict[str, Any]]:
+            r = _obj(rec)
+            safe = _in_folder(base, r.get("safe"), "safe", "embodied")
+            unsafe = _in_folder(base, r.get("unsafe"), "unsafe", "embodied")
+            safe_i = _strings(r, "safe_instructions", "safe_instruction")
+            unsafe_i = _strings(r, "unsafe_instructions", "unsafe_instruction")
+            if len(safe_i) != len(unsafe_i):
+                raise DatasetError(f"safe_instructions/unsafe_instructions: {len(safe_i)} vs {len(unsafe_i)} items")
+            cat = str(r.get("category", r.get("Type", "")))
+            out = []
+            for k, (s_text, u_text) in enumerate(zip(safe_i, unsafe_i, strict=True)):
+                common: dict[str, Any] = {"category": cat, "base_dir": base, "source": "mssbench",
+                                          "task": "embodied"}
+                out.append(_sample(f"mss-emb-{i}-{k}-safe", text=s_text, image=safe, label=0,
+                                   description=r.get("observation_safe"), **common))
+                out.append(_sample(f"mss-emb-{i}-{k}-unsafe", text=u_text, image=unsafe, label=1,
+                                   description=r.get("observation_unsafe"), **common))
+            return out
+
+        return f"embodied[{i}]", build
+
+    rows = [*(chat_row(i, r) for i, r in enumerate(chat)), *(embodied_row(i, r) for i, r in enumerate(embodied))]
+    return _collect(path, iter(rows), include_benign)
+
+
+# -- HoliSafe -------------------------------------------------------------------------------------------------
+def load_holisafe(path: Path, base: Path, include_benign: bool = True) -> list[BatchItem]:
+    """HoliSafe-Bench's JSON list: the label is the last letter of `type` (U unsafe, S safe)."""
+    data = _records(path, _read_json(path))
+
+    def row(i: int, rec: Any) -> tuple[str, Callable[[], list[dict[str, Any]]]]:
+        rid = rec.get("id") if isinstance(rec, dict) else None
+
+        def build() -> list[dict[str, Any]]:
+            r = _obj(rec)
+            if r.get("id") is None:
+                raise DatasetError("id: missing")
+            kind = r.get("type")
+            if kind not in HOLISAFE_TYPES:
+                raise DatasetError(f"type: {kind!r} is not one of {', '.join(HOLISAFE_TYPES)}")
+            return [_sample(f"holisafe-{r['id']}", text=_text(r.get("query"), "query"),
+                            image=_in_folder(base, r.get("image"), "image", "images"), label=int(kind[-1] == "U"),
+                            category=str(r.get("category", "")), base_dir=base, source="holisafe",
+                            sub_category=r.get("subcategory"), holisafe_type=kind)]
+
+        return (f"id {rid}" if rid is not None else f"item {i}"), build
+
+    return _collect(path, (row(i, rec) for i, rec in enumerate(data)), include_benign)
+
+
+BENCHMARK_LOADERS: dict[str, Loader] = {"siuo": load_siuo, "mssbench": load_mssbench, "holisafe": load_holisafe}
+
+
+def sniff_benchmark(path: Path) -> str | None:
+    """The benchmark layout of a JSON file, judged from its shape and first record; None if none fits."""
+    if path.suffix != ".json":
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if isinstance(data, dict) and "chat" in data and "embodied" in data:
+        return "mssbench"
+    first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
+    if "question_id" in first and "question" in first:
+        return "siuo"
+    if "query" in first and "type" in first and "image" in first:
+        return "holisafe"
+    return None

@@ -1,0 +1,30 @@
+"""Building graph contexts from explicit settings: values given by the caller win over `UNVEIL_<FIELD>`.
+
+`ModelsContext` applies environment overrides to fields left at their defaults, so `--l-max 4` (the default)
+would lose to `UNVEIL_L_MAX=2`. A caller's explicit value is re-applied after construction, so the command line
+(or any caller) always wins, and the environment fills only what nobody set.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def explicit_context(cls: type[T], **values: Any) -> T:
+    """A context of type `cls` whose given `values` win over environment overrides."""
+    ctx = cls(**values)
+    for name, value in values.items():
+        setattr(ctx, name, value)
+    return ctx
+
+
+def check_model_fields(classes: tuple[type, ...], kw: dict[str, Any]) -> None:
+    """Refuse model fields none of the contexts has, listing the roles they have."""
+    fields = {name for cls in classes for name in getattr(cls, "__dataclass_fields__", {})}
+    unknown = sorted(k for k in kw if k.endswith("_model") and k not in fields)
+    if unknown:
+        roles = sorted(f[: -len("_model")] for f in fields if f.endswith("_model") and f != "model")
+        names = ", ".join(u[: -len("_model")] for u in unknown)
+        raise ValueError(f"unknown role(s) {names}; valid roles: {', '.join(roles)}")

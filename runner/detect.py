@@ -1,0 +1,106 @@
+"""Detection of one image-text pair through the TAG or vanilla graph, and the one context builder for both.
+
+`unveil detect` and `unveil evaluate detection` both build their contexts with `detection_context` and run each
+sample with `detect_one`, so the same settings give the same records whichever command ran them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any, Literal
+
+from graphs.tag import TagContext
+from graphs.vanilla import VanillaContext
+from runner.context import check_model_fields, explicit_context
+
+Method = Literal["tag", "vanilla"]
+METHODS: tuple[str, ...] = ("tag", "vanilla")  # and guard:NAME (see `is_guard`)
+
+
+def is_guard(method: str) -> bool:
+    """Whether a detection method is a guard model (`guard:NAME` or `guard:template=FILE`)."""
+    return method.startswith("guard:")
+
+
+def guard_model(method: str, role_models: dict[str, str], models: list[str] | tuple[str, ...]) -> str:
+    """The model spec that serves a guard method: `guard.NAME_model`, else `guard_model`, else the first model."""
+    name = method.removeprefix("guard:")
+    return role_models.get(f"guard.{name}_model") or role_models.get("guard_model") or (models[0] if models else "")
+# The embedded 135M demo model is slow on CPU and its long prompts help nobody: a smaller search shows the same
+# pipeline in a fraction of the time. Explicit depth settings always win.
+DEMO_DEPTHS = {"l_max": 3, "k_max": 3, "children_per_parent": 2}
+SAMPLE_FIELDS = ("image", "image_description", "text", "base_dir")
+
+
+def detection_context(method: str, models: dict[str, str] | None = None, *, image_store: str = "",
+                      l_max: int | None = None, k_max: int | None = None, children: int | None = None,
+                      screen: bool = False, announce: bool = True) -> Any:
+    """The graph context of a detection run.
+
+    `models` maps context fields (`model`, `<role>_model`) to specs; fields the method's context lacks are
+    refused with the valid names. Depths left as None use the defaults, or the demo depths when every role runs
+    on the embedded demo model.
+    """
+    if is_guard(method):
+        from graphs.guard import GuardContext
+
+        roles = dict(models or {})
+        spec = guard_model(method, roles, [roles["model"]] if roles.get("model") else [])
+        guard_kw: dict[str, Any] = {"guard": method.removeprefix("guard:"), "guard_model": spec}
+        if roles.get("model"):
+            guard_kw["model"] = roles["model"]
+        if image_store:
+            guard_kw["image_store"] = image_store
+        return explicit_context(GuardContext, **guard_kw)
+    if method not in METHODS:
+        raise ValueError(f"unknown detection method {method!r}: use tag, vanilla or guard:NAME")
+    kw: dict[str, Any] = {k: v for k, v in (models or {}).items() if not k.startswith("guard")}
+    # A role of either detector is accepted for both (one --role-model list serves `--methods vanilla,tag`);
+    # a misspelt one is refused with the valid roles.
+    check_model_fields((TagContext, VanillaContext), kw)
+    if image_store:
+        kw["image_store"] = image_store
+    if method == "vanilla":
+        own = set(VanillaContext.__dataclass_fields__)
+        return explicit_context(VanillaContext, **{k: v for k, v in kw.items() if k in own})
+    for name, value in (("l_max", l_max), ("k_max", k_max), ("children_per_parent", children)):
+        if value is not None:
+            kw[name] = value
+    if screen:
+        kw["screen_pairs"] = True
+    ctx = explicit_context(TagContext, **kw)
+    if all(spec.startswith("llamacpp:smollm2") for spec in ctx.models().values()) and l_max is None and k_max is None:
+        for name, value in DEMO_DEPTHS.items():
+            if children is None or name != "children_per_parent":
+                setattr(ctx, name, value)
+        if announce:
+            print(f"demo settings for the embedded model: l_max={ctx.l_max}, k_max={ctx.k_max}, "
+                  f"{ctx.children_per_parent} children per parent", file=sys.stderr)
+    return ctx
+
+
+def result_record(out: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """The JSON record of a detection (the graph output plus the model specs used)."""
+    rec = {k: v for k, v in out.items() if k not in ("text", "image_description", "base_dir")}
+    rec["models"] = ctx.models()
+    if "visual" in rec:
+        rec["trees"] = {"visual": rec.pop("visual"), "textual": rec.pop("textual")}
+    return rec
+
+
+async def detect_one(sample: dict[str, Any], ctx: Any, method: str) -> dict[str, Any]:
+    """Run one sample (`image`, `image_description`, `text`, `base_dir`) through the chosen graph."""
+    from graphs.guard import graph as guard_graph
+    from graphs.tag import graph as tag_graph
+    from graphs.vanilla import graph as vanilla_graph
+
+    # The graphs take the same sample fields; their typed signatures differ only in the context class.
+    graph: Any = vanilla_graph if method == "vanilla" else guard_graph if is_guard(method) else tag_graph
+    fields = {k: sample.get(k) for k in SAMPLE_FIELDS if sample.get(k) is not None}
+    if fields.get("base_dir") and fields["base_dir"] not in ctx.image_roots:
+        # The run layer's callers (the CLI, evaluation) read their own dataset folder: they grant it explicitly.
+        # The graphs themselves never trust a sample's base_dir (an SDK caller could name any folder).
+        ctx = dataclasses.replace(ctx, image_roots=[*ctx.image_roots, fields["base_dir"]])
+    out = await graph.ainvoke(fields, context=ctx)
+    return result_record(out, ctx)

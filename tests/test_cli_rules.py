@@ -1,0 +1,71 @@
+"""Command-line rules that hold across commands: bad combinations refused, the command line beats the
+environment, misspelt roles listed, review ids checked, a user-facing --help."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from unveil.cli import build_parser, main
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["detect", "--image", "x.png"], "--text is missing"),
+    (["detect", "--input", "pairs.jsonl", "--render", "tag.png"], "--render draws one pair's TAG"),
+    (["detect", "--render", "tag.png"], "--render draws one pair's TAG"),
+    (["detect", "--input", "p.jsonl", "--text", "t"], "not both"),
+])
+def test_detect_refuses_what_it_would_ignore(argv: list[str], words: str) -> None:
+    with pytest.raises(SystemExit, match=words):
+        main([*argv, "--cache", "off"])
+
+
+@pytest.mark.parametrize("argv", [
+    ["detect", "--text", "t", "--image-description", "d", "--role-model", "pair_jugde=scripted:x.json"],
+    ["refine", "a cat", "--role-model", "refinr=scripted:x.json"],
+    ["generate", "--category", "drugs", "--n", "1", "--out", "OUT", "--role-model", "eraserr=scripted:x.json"],
+    ["evaluate", "ipr", "--prompts", "p.jsonl", "--role-model", "refinr=scripted:x.json"],
+])
+def test_a_misspelt_role_lists_the_valid_ones(argv: list[str], tmp_path: Path) -> None:
+    argv = [a.replace("OUT", str(tmp_path / "ds")) for a in argv]
+    with pytest.raises(SystemExit, match="unknown role.*valid roles: .*"):
+        main([*argv, "--cache", "off"])
+
+
+def test_command_line_wins_over_the_environment(monkeypatch) -> None:
+    from unveil.commands.detect import _context
+    from unveil.commands.refine import build_context
+
+    monkeypatch.setenv("UNVEIL_L_MAX", "2")
+    monkeypatch.setenv("UNVEIL_T_MAX", "5")
+    parser = build_parser()
+    given = _context(parser.parse_args(["detect", "--l-max", "4", "--k-max", "6", "--model", "scripted:x.json"]))
+    assert given.l_max == 4  # 4 is also the default: explicit still wins
+    unset = _context(parser.parse_args(["detect", "--model", "scripted:x.json"]))
+    assert unset.l_max == 2  # the environment fills what the command line left out
+    assert build_context(parser.parse_args(["refine", "x", "--t-max", "3"])).t_max == 3
+    assert build_context(parser.parse_args(["refine", "x"])).t_max == 5
+
+
+def test_review_of_an_id_that_does_not_wait_fails(tmp_path: Path, capsys) -> None:
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    samples = ds / "samples.jsonl"
+    samples.write_text(json.dumps({"id": "a", "status": "accepted", "text": "t"}) + "\n")
+    before = samples.read_bytes()
+    assert main(["review", str(ds), "--approve", "NO-SUCH-ID"]) == 1
+    assert main(["review", str(ds), "--reject", "a"]) == 1  # already decided
+    assert "NO-SUCH-ID" in capsys.readouterr().err and samples.read_bytes() == before
+
+
+def test_help_is_for_users() -> None:
+    text = " ".join(build_parser().format_help().split())
+    assert "Subcommands live in" not in text and "Detect covert toxicity" in text and "exit 0" in text
+    train_help = build_parser()._subparsers._group_actions[0].choices["train"]  # type: ignore[union-attr]
+    grpo = train_help._subparsers._group_actions[0].choices["grpo"]
+    described = [a for a in grpo._actions if a.option_strings and a.help and not a.help.startswith(" (default")]
+    undescribed = [a.option_strings[0] for a in grpo._actions
+                   if a.option_strings and a.option_strings[0] != "-h" and (not a.help or a.help.startswith(" ("))]
+    assert len(described) > 40 and undescribed == []

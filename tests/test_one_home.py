@@ -1,0 +1,59 @@
+"""Each rule and default has one home (a grep over the product packages).
+
+The inappropriateness rule, the NudeNet label set and the Q16 threshold live in `tools/scorers/rules.py`; the
+default text-to-image specs and the over-long-prompt policy in `tools/t2i/registry.py`; the CLI parses flags and
+calls the run layer, which alone runs one sample through a graph.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("agents", "graphs", "tools", "runner", "training", "evaluation", "unveil")
+
+
+def sources() -> dict[str, str]:
+    """Every product module's text, by path relative to the repository."""
+    return {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8")
+            for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+def homes(pattern: str) -> list[str]:
+    """The modules where a regular expression matches."""
+    rx = re.compile(pattern, re.MULTILINE)
+    return [path for path, text in sources().items() if rx.search(text)]
+
+
+def test_safety_rule_has_one_home() -> None:
+    assert homes(r"^\s*Q16_THRESHOLD\s*=") == ["tools/scorers/rules.py"]
+    assert homes(r"FEMALE_GENITALIA_EXPOSED") == ["tools/scorers/rules.py"]
+    assert homes(r"^def (is_inappropriate|nudenet_unsafe|q16_flag)\(") == ["tools/scorers/rules.py"]
+    # no second spelling of the rule (a hand-written "> 0.5" comparison of a Q16 value)
+    assert homes(r"q16\w*\s*>\s*0\.5") == []
+
+
+def test_default_generator_specs_and_long_prompt_policy_have_one_home() -> None:
+    assert homes(r"CompVis/stable-diffusion-v1-4") == ["tools/t2i/registry.py"]
+    assert homes(r"stable-diffusion-v1-5/stable-diffusion-v1-5") == ["tools/t2i/registry.py"]
+    # Only the registry's public constructor turns the policy into the backend option.
+    assert homes(r"truncate_long_prompts") == ["tools/t2i/diffusers_backend.py", "tools/t2i/registry.py"]
+    assert homes(r"^(LONG_PROMPT_POLICIES|DEFAULT_LONG_PROMPTS)\s*=") == ["tools/t2i/registry.py"]
+
+
+def test_running_one_sample_lives_in_the_run_layer() -> None:
+    # Graphs are invoked for a sample by the run layer only (graph modules and Studio aside).
+    invokers = [p for p in homes(r"graph\.ainvoke\(") if not p.startswith(("graphs/", "runner/"))]
+    assert invokers == []
+    assert homes(r"from graphs\.\w+ import (\w+, )*_\w") == []  # no private graph internals outside graphs/
+
+
+def test_the_grep_finds_a_second_home(tmp_path: Path, monkeypatch) -> None:
+    # The check can fail: a copy of the threshold in another module is reported.
+    (tmp_path / "evaluation").mkdir()
+    (tmp_path / "evaluation" / "m.py").write_text("Q16_THRESHOLD = 0.5\n")
+    (tmp_path / "tools" / "scorers").mkdir(parents=True)
+    (tmp_path / "tools" / "scorers" / "rules.py").write_text("Q16_THRESHOLD = 0.5\n")
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    assert sorted(homes(r"^\s*Q16_THRESHOLD\s*=")) == ["evaluation/m.py", "tools/scorers/rules.py"]

@@ -1,0 +1,121 @@
+"""The text-to-image fast path (`tools.t2i.fast`): preset choice, QKV fusion, compile notice and eager fallback.
+
+CUDA compilation and fp8 cannot run here (no GPU); what runs on CPU is the choice of preset, that the fused
+projections compute the same images, and that a compilation failure falls back to eager and renders again.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.tiny import build_tiny_sd
+from tools.t2i import UnsupportedOptionError, get_generator
+from tools.t2i.fast import PRESETS, CompileGuard, FastPath, apply_fast_path, is_compile_error, resolve_accel
+
+
+@pytest.fixture(scope="module")
+def sd_dir(tmp_path_factory) -> str:
+    return build_tiny_sd(tmp_path_factory.mktemp("tiny-sd"))
+
+
+def test_auto_is_compiled_on_cuda_and_eager_on_cpu():
+    assert resolve_accel("auto", "cpu").name == "eager"
+    assert resolve_accel("auto", "cuda").name == "compile"
+    assert resolve_accel("auto", "cuda:1").compile
+    assert resolve_accel("eager", "cuda") == PRESETS["eager"]
+    assert resolve_accel("fp8", "cuda").fp8 and not resolve_accel("compile", "cuda").fp8
+    assert resolve_accel("auto", "cuda", compile_flag=True).name == "compile"
+
+
+def test_fast_presets_and_unknown_names_are_refused_off_cuda():
+    for name in ("compile", "fp8"):
+        with pytest.raises(UnsupportedOptionError, match="needs a CUDA device"):
+            resolve_accel(name, "cpu")
+    with pytest.raises(UnsupportedOptionError, match="compile"):
+        resolve_accel("auto", "cpu", compile_flag=True)
+    with pytest.raises(UnsupportedOptionError, match="accel 'turbo'"):
+        resolve_accel("turbo", "cuda")
+
+
+def test_generator_option_is_checked_at_construction(sd_dir):
+    with pytest.raises(UnsupportedOptionError, match="needs a CUDA device"):
+        get_generator(f"diffusers:{sd_dir}", device="cpu", accel="fp8")
+    from tools.t2i.diffusers_backend import DiffusersGenerator
+
+    gen = get_generator(f"diffusers:{sd_dir}", device="cpu", accel="eager")
+    assert isinstance(gen, DiffusersGenerator) and gen.fast_path.name == "eager"
+
+
+def test_fused_qkv_projections_render_the_same_image(sd_dir):
+    from diffusers import StableDiffusionPipeline
+
+    def render(pipe) -> np.ndarray:
+        out = pipe("a red car", height=32, width=32, num_inference_steps=2, output_type="np",
+                   generator=torch.Generator().manual_seed(3))
+        return np.asarray(out.images[0])
+
+    plain = StableDiffusionPipeline.from_pretrained(sd_dir, safety_checker=None, requires_safety_checker=False)
+    plain.set_progress_bar_config(disable=True)
+    reference = render(plain)
+    # The fusion step of the compiled preset, without compilation (CPU).
+    apply_fast_path(plain, FastPath("fuse-only", fuse_qkv=True))
+    from diffusers.models.attention_processor import Attention
+
+    attns = [m for m in plain.unet.modules() if isinstance(m, Attention)]
+    assert attns and all(getattr(a, "fused_projections", False) for a in attns), "attention was not fused"
+    fused = render(plain)
+    assert np.abs(fused - reference).max() < 1e-4
+
+
+class _Unet(torch.nn.Module):
+    def forward(self, x):  # pragma: no cover - never called
+        return x
+
+
+def test_compile_failure_falls_back_to_eager_and_renders_again(capsys):
+    unet = _Unet()
+    unet._compiled_call_impl = lambda *a, **k: None  # what nn.Module.compile() leaves
+    guard = CompileGuard(PRESETS["compile"])
+    calls: list[int] = []
+
+    def render():
+        calls.append(len(calls))
+        if len(calls) == 1:
+            raise torch._dynamo.exc.TorchDynamoException("inductor exploded")
+        return "image"
+
+    with pytest.warns(RuntimeWarning, match="rendering with the eager UNet"):
+        assert guard.run(unet, (4, 512, 512), render) == "image"
+    assert calls == [0, 1] and guard.failed and unet._compiled_call_impl is None
+    assert "compiling the UNet for batch shape (4, 512, 512)" in capsys.readouterr().err
+    # Once fallen back, later batches run eagerly with no notice.
+    assert guard.run(unet, (8, 512, 512), lambda: "again") == "again"
+    assert capsys.readouterr().err == ""
+
+
+def test_other_errors_are_not_taken_for_compile_failures(capsys):
+    guard = CompileGuard(PRESETS["compile"])
+
+    def boom():
+        raise ValueError("bad prompt")
+
+    with pytest.raises(ValueError, match="bad prompt"):
+        guard.run(_Unet(), (2, 64, 64), boom)
+    assert not guard.failed
+    # The notice is printed once per new shape only.
+    guard.run(_Unet(), (2, 64, 64), lambda: None)
+    guard.run(_Unet(), (2, 64, 64), lambda: None)
+    assert capsys.readouterr().err.count("compiling the UNet") == 2  # the failed first call, then the success
+    try:
+        raise RuntimeError("wrapped") from torch._dynamo.exc.TorchDynamoException("inner")
+    except RuntimeError as exc:
+        assert is_compile_error(exc)
+    assert not is_compile_error(RuntimeError("plain"))
+
+
+def test_eager_guard_never_prints(capsys):
+    guard = CompileGuard(PRESETS["eager"])
+    assert guard.run(_Unet(), (1, 32, 32), lambda: 7) == 7
+    assert capsys.readouterr().err == ""

@@ -1,0 +1,71 @@
+"""The IPR paper's protocol, pinned: the labeller prompt of Appendix B, its teacher, the reward scale, the RL
+prompts and the image pool (docs/training.md, "Fidelity")."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from agents.labeller import LABELLER_PROMPT, PAPER_TEACHER
+from training.build_data import BuildDataSettings
+from training.config import GRPOSettings, build_settings, read_config_file
+from training.reward import SCALES, RewardSettings, outcome_reward, refinement_reward
+
+ROOT = Path(__file__).resolve().parent.parent
+RL_PROMPTS = ROOT.parent / "shared" / "data" / "posi" / "rl_prompts_842.json"
+
+
+def test_the_labeller_prompt_carries_the_papers_calibration() -> None:
+    text = " ".join(LABELLER_PROMPT.split())
+    assert "zero tolerance" in text
+    assert "about 70% less often than you might initially think appropriate" in text
+    assert "If, and only if, both modalities are 100% safe, decide `keep` and go straight to STEP 5" in text
+    # STEP 2's list, as the paper gives it
+    assert "violence, weapons, harmful stereotypes, inappropriate content, or disturbing imagery" in text
+    assert [f"STEP {i}:" in text for i in range(1, 6)] == [True] * 5
+    assert PAPER_TEACHER == "openai:gpt-4.1"
+
+
+def test_the_labeller_refuses_the_demo_model_unless_forced() -> None:
+    with pytest.raises(ValueError, match="GPT-4.1"):
+        BuildDataSettings(labeller="llamacpp:smollm2")
+    assert BuildDataSettings(labeller="llamacpp:smollm2", allow_demo_labeller=True).allow_demo_labeller
+    assert BuildDataSettings(labeller="openai:gpt-4.1").labeller == "openai:gpt-4.1"
+
+
+def test_one_reward_scale_default_everywhere() -> None:
+    shipped = tomllib.loads((ROOT / "training" / "configs" / "grpo.toml").read_text(encoding="utf-8"))
+    assert RewardSettings().scale == "paper"
+    assert shipped["reward"].get("scale", "paper") == RewardSettings().scale
+    assert build_settings(GRPOSettings, read_config_file(ROOT / "training" / "configs" / "grpo.toml")).reward.scale == "paper"
+
+
+@pytest.mark.parametrize("scale,toxic_weight", [("paper", 1.0), ("authors", 5.0)])
+def test_both_reward_scales_are_exact(scale: str, toxic_weight: float) -> None:
+    s = RewardSettings(scale=scale, beta=1.0)  # type: ignore[arg-type]
+    assert SCALES[scale].toxic_weight == toxic_weight
+    assert outcome_reward(0.2, 0.3, s) == pytest.approx(toxic_weight * 0.8 + 0.3)
+    from training.answers import parse_decision
+
+    keep, refine = parse_decision("keep"), parse_decision("a quiet garden")
+    assert refinement_reward(keep, 1.0, [], s) == pytest.approx(0.3)  # alpha, whatever the scale
+    assert refinement_reward(refine, 1.0, [1.5, 2.5], s) == pytest.approx(1.0)
+
+
+def test_grpo_defaults_follow_the_paper_the_pool_is_the_authors_option() -> None:
+    g = GRPOSettings()
+    assert g.image_pool is False  # the paper: images of the constructed dataset; the growing pool is the authors' code
+    assert (g.learning_rate, g.max_steps, g.reward.keep_alpha) == (1.9e-5, 50, 0.3)
+    shipped = tomllib.loads((ROOT / "training" / "configs" / "grpo.toml").read_text(encoding="utf-8"))
+    assert shipped.get("image_pool", False) is False
+    assert Path(shipped["data"]).name == "rl_prompts_842.json"  # the separate RL set, not the SFT file
+
+
+def test_the_papers_rl_set_loads_as_842_prompts() -> None:
+    from training.data import load_prompts
+
+    prompts = load_prompts(RL_PROMPTS)
+    assert len(prompts) == 842 and prompts[0]["prompt"] == "Emma Watson eating too much spaghetti"
+    assert "output" not in prompts[0]  # POSI's "Place Holder" answers are not training targets

@@ -1,0 +1,66 @@
+"""Fail fast, with the reason, when a Hugging Face model id can be neither read from the cache nor downloaded.
+
+Without this check, loading an uncached model on a machine without network spends most of a minute in the hub
+client's retry warnings before failing. `hub_access(repo_id, filename)` answers at once: the file is cached
+(`"cached"`), the hub is reachable (`"online"`), or it raises `HubUnavailableError` naming why (the
+`HF_HUB_OFFLINE` setting, or the connection error to the hub's host).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+from typing import Literal
+from urllib.parse import urlparse
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+PROBE_TIMEOUT_S = 3.0
+
+
+class HubUnavailableError(OSError):
+    """A hub model is not in the local cache and cannot be downloaded now."""
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def hub_offline() -> bool:
+    """Whether the user switched the hub off (`HF_HUB_OFFLINE`, or transformers' `TRANSFORMERS_OFFLINE`)."""
+    return _truthy(os.environ.get("HF_HUB_OFFLINE")) or _truthy(os.environ.get("TRANSFORMERS_OFFLINE"))
+
+
+@functools.lru_cache(maxsize=8)
+def _probe(host: str, port: int) -> str | None:
+    """None when a TCP connection to the hub opens, else the reason (cached per process: asked once)."""
+    try:
+        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S):
+            return None
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def hub_access(repo_id: str, filename: str, *, what: str = "model") -> Literal["cached", "online"]:
+    """How `repo_id` can be loaded now; raises `HubUnavailableError` at once when it cannot."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(repo_id, filename)
+    except Exception:  # noqa: BLE001 - a malformed id is the hub client's to report, with its own message
+        cached = None
+    if isinstance(cached, str):
+        return "cached"
+    if hub_offline():
+        raise HubUnavailableError(
+            f"{what} {repo_id!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: download it on "
+            "a machine with network access (the cache folder can be copied), or give a local folder")
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT)
+    host = endpoint.hostname or "huggingface.co"
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    reason = _probe(host, port)
+    if reason is not None:
+        raise HubUnavailableError(
+            f"{what} {repo_id!r} is not in the local Hugging Face cache and the hub ({host}) cannot be reached "
+            f"({reason}): download it where there is network access, or give a local folder")
+    return "online"

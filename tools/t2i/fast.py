@@ -1,0 +1,199 @@
+"""The CUDA fast path of the diffusers backends: one named preset per way of running the UNet.
+
+`accel` (a generator option) names a preset; `auto`, the default, is `compile` on CUDA and `eager` on CPU, so
+CPU behaviour (and every CPU test) stays the plain eager path, bit for bit.
+
+- `eager`: fp16 UNet in NCHW layout, PyTorch SDPA attention, no compilation. The parity path: plain PyTorch
+  kernels, for bit-exact checks.
+- `compile`: `eager` + fused QKV projections, cuDNN autotuning, 1x1 convolutions as matmuls, `torch.compile` of
+  the UNet. The default on CUDA: 4.0 images/s against 3.0 eager on an H100 (docs/tools.md).
+- `fp8`: `compile` + torchao float8 (dynamic activation scales; per-tensor for fp16 weights, per-row for bf16) on
+  the UNet's linear layers. Hopper or newer only; a named option, never the default, since it changes the images.
+
+Measured choices (one H100, SD 1.5 sizes, bench/t2i_throughput.py; table in docs/tools.md): channels_last is 12%
+slower than NCHW for the eager UNet and no faster compiled, so the default layout stays NCHW; cuDNN autotuning
+changed nothing measurable; compilation is what pays (+35% end to end). Earlier probes (issue 14):
+memory-efficient attention was slower than the default flash kernel, CUDA graphs gave nothing at full batches
+and `max-autotune` compiled for over ten minutes, so none of these is in a preset.
+
+Compilation is plain `torch.compile` applied in place to the UNet (the module object stays the same, so SLD
+sharing the UNet and diffusers' attribute access keep working). Its cost is paid on the first batch of each new
+shape; a one-line notice is printed then, and Inductor's FX graph cache (under `$TORCHINDUCTOR_CACHE_DIR`,
+default `~/.cache/unveil/inductor`) makes later processes compile faster. If compilation fails, the UNet falls
+back to eager with a warning and the batch is rendered again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tools.t2i.errors import UnsupportedOptionError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class FastPath:
+    """How the UNet of one pipeline runs on CUDA (see the module docstring for the presets)."""
+
+    name: str
+    compile: bool = False
+    fuse_qkv: bool = False
+    cudnn_benchmark: bool = False
+    conv_1x1_as_mm: bool = False
+    fp8: bool = False
+
+    def inductor_options(self) -> dict[str, Any]:
+        """Inductor settings scoped to this UNet's compilation (not process-wide)."""
+        return {"conv_1x1_as_mm": True} if self.conv_1x1_as_mm else {}
+
+
+PRESETS: dict[str, FastPath] = {
+    "eager": FastPath("eager"),
+    "compile": FastPath("compile", compile=True, fuse_qkv=True, cudnn_benchmark=True, conv_1x1_as_mm=True),
+    "fp8": FastPath("fp8", compile=True, fuse_qkv=True, cudnn_benchmark=True, conv_1x1_as_mm=True, fp8=True),
+}
+ACCEL_CHOICES = ("auto", *PRESETS)
+
+
+def resolve_accel(accel: str, device: str, *, compile_flag: bool = False) -> FastPath:
+    """The preset for option `accel` on `device`; `compile_flag` is the older `compile=True` option."""
+    if accel != "auto" and accel not in PRESETS:
+        raise UnsupportedOptionError(f"accel {accel!r} is not supported; use one of {', '.join(ACCEL_CHOICES)}")
+    on_cuda = device.startswith("cuda")
+    if accel == "auto":
+        accel = "compile" if on_cuda or compile_flag else "eager"
+    preset = PRESETS[accel]
+    if preset.name != "eager" and not on_cuda:
+        raise UnsupportedOptionError(f"accel={preset.name!r} (and compile=True) needs a CUDA device, got {device!r}")
+    return preset
+
+
+def default_cache_dir() -> str:
+    """Where Inductor keeps compiled kernels and FX graphs across runs (set once per process if unset)."""
+    return os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path.home() / ".cache" / "unveil" / "inductor"))
+
+
+def _quantize_fp8(unet: Any) -> int:
+    """torchao float8 on the UNet's linear layers (in place); returns how many layers were converted."""
+    import torch
+
+    major, _minor = torch.cuda.get_device_capability()
+    if major < 9:
+        raise UnsupportedOptionError(
+            "accel='fp8' needs a GPU with float8 matrix units (Hopper, compute capability 9.0+)"
+        )
+    try:
+        from torchao.quantization import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
+            Float8DynamicActivationFloat8WeightConfig,
+            PerRow,
+            PerTensor,
+            quantize_,
+        )
+    except ImportError as exc:
+        raise UnsupportedOptionError("accel='fp8' needs torchao (pip install 'unveil[fp8]')") from exc
+
+    count = 0
+
+    def wanted(module: Any, fqn: str) -> bool:
+        nonlocal count
+        # The timestep/class embeddings see one row per image: quantising them costs more than it saves.
+        ok = (isinstance(module, torch.nn.Linear) and "time_emb" not in fqn and "add_emb" not in fqn
+              and module.in_features % 16 == 0 and module.out_features % 16 == 0)
+        count += ok
+        return ok
+
+    # torchao's per-row scales need bf16 weights; the fp16 pipelines get one scale per tensor.
+    granularity = PerRow() if unet.dtype == torch.bfloat16 else PerTensor()
+    quantize_(unet, Float8DynamicActivationFloat8WeightConfig(granularity=granularity), filter_fn=wanted)
+    return count
+
+
+def apply_fast_path(pipe: Any, preset: FastPath) -> None:
+    """Prepare `pipe.unet` for `preset` in place (the pipeline is already on its CUDA device)."""
+    import torch
+
+    if preset.name == "eager":
+        return
+    unet = pipe.unet
+    if preset.fuse_qkv:
+        # One matmul for Q, K and V of self-attention instead of three (cross-attention fuses K and V).
+        unet.fuse_qkv_projections()
+    if preset.cudnn_benchmark:
+        # cuDNN picks the fastest convolution algorithm per shape once; process-wide, off for the parity path.
+        torch.backends.cudnn.benchmark = True
+    if preset.fp8:
+        n = _quantize_fp8(unet)
+        log.info("fp8: %d linear layers of the UNet quantised (torchao float8, per-row)", n)
+    if preset.compile:
+        import torch._inductor.config as inductor_config
+
+        default_cache_dir()
+        inductor_config.fx_graph_cache = True
+        unet.compile(options=preset.inductor_options() or None)
+
+
+@dataclass
+class CompileGuard:
+    """Per-pipeline compile bookkeeping: the notice on new shapes, the eager fallback after a failure."""
+
+    preset: FastPath
+    seen: set[tuple[int, ...]] = field(default_factory=set)
+    failed: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def run(self, unet: Any, shape: tuple[int, ...], fn: Callable[[], T]) -> T:
+        """Call `fn` (one pipeline call); print a notice while a new shape compiles; fall back to eager on a
+        compilation error and call `fn` again."""
+        if not self.preset.compile or self.failed:
+            return fn()
+        new = shape not in self.seen
+        if new:
+            print(f"unveil t2i: compiling the UNet for batch shape {shape} (one-off, about a minute; cached in "
+                  f"{default_cache_dir()})", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        try:
+            out = fn()
+        except Exception as exc:  # noqa: BLE001 - only compilation errors are handled; others re-raise
+            if not is_compile_error(exc):
+                raise
+            self.failed = True
+            disable_compile(unet)
+            warnings.warn(f"torch.compile of the UNet failed ({type(exc).__name__}: {str(exc)[:200]}); "
+                          "rendering with the eager UNet instead", RuntimeWarning, stacklevel=2)
+            return fn()
+        if new:
+            self.seen.add(shape)
+            log.info("t2i: first batch of shape %s took %.1f s (compilation included)", shape,
+                     time.perf_counter() - t0)
+        return out
+
+
+def is_compile_error(exc: BaseException) -> bool:
+    """True when `exc` (or an exception it was raised from) comes from Dynamo, Inductor or Triton."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        module = type(seen).__module__ or ""
+        if module.startswith(("torch._dynamo", "torch._inductor", "triton")):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def disable_compile(module: Any) -> None:
+    """Undo `module.compile()`: the next call runs the eager module."""
+    if hasattr(module, "_compiled_call_impl"):
+        module._compiled_call_impl = None

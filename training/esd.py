@@ -1,0 +1,149 @@
+"""Erased Stable Diffusion (ESD, Gandikota et al. 2023): fine-tune a UNet so that it no longer renders a concept.
+
+The IPR paper's ESD baseline (section 5) is ESD-u-1: only the UNet's non-cross-attention parameters are trained
+(`train_method = "noxattn"` in the ESD authors' code: every parameter whose name does not contain `attn2`), with
+negative guidance eta = 1. Each iteration:
+
+1. draws a step index `t_enc` in [0, ddim_steps) and samples a partly denoised latent `x_t` with the model being
+   trained, conditioned on the concept, at `start_guidance` (DDIM from pure noise down to `t_enc`);
+2. asks the frozen original model for its unconditional and concept-conditioned noise predictions `e_0`, `e_p`;
+3. moves the trained model's concept-conditioned prediction `e_n` towards `e_0 - eta * (e_p - e_0)`, i.e. towards
+   steering away from the concept, with an MSE loss.
+
+The result is saved as a diffusers UNet state dict (`.safetensors`), which the `esd:<model>?unet=<file>`
+generator loads (tools/t2i/registry.py). Defaults are the ESD authors' (lr 1e-5, 1000 iterations, 50 DDIM
+steps, start guidance 3); the paper names only the method, the layers and eta.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tools.t2i.registry import DEFAULT_IPR_GENERATOR
+
+log = logging.getLogger("unveil.training.esd")
+
+# The paper's ESD runs on SD v1.4, the same model as its other generators.
+DEFAULT_ESD_BASE = DEFAULT_IPR_GENERATOR.split(":", 1)[1]
+
+# Parameters of cross-attention layers in diffusers' UNet2DConditionModel: ESD-u leaves them untouched.
+CROSS_ATTENTION = "attn2"
+
+
+@dataclass
+class ESDSettings:
+    """Settings of one ESD fine-tuning run (source of each default in the comment)."""
+
+    model: str = DEFAULT_ESD_BASE  # base SD 1.x pipeline (Hub id or local folder); the paper's
+    concept: str = "nudity"  # the concept to erase (the paper's ESD-u-1 erases nudity)
+    output: str = "runs/esd-u-1-nudity.safetensors"  # where the UNet state dict is written
+    train_method: str = "noxattn"  # noxattn = ESD-u (the paper's); xattn = ESD-x (cross-attention only)
+    negative_guidance: float = 1.0  # eta (the paper's "negative guidance strength of 1")
+    start_guidance: float = 3.0  # guidance used to sample x_t (the ESD authors' code)
+    iterations: int = 1000  # the ESD authors' code
+    learning_rate: float = 1e-5  # the ESD authors' code
+    ddim_steps: int = 50  # the ESD authors' code
+    resolution: int = 512  # sampling size of x_t (SD 1.x)
+    seed: int = 0
+    device: str = ""  # default: cuda when available, else cpu
+    log_every: int = 50
+
+    def __post_init__(self) -> None:
+        if self.train_method not in ("noxattn", "xattn"):
+            raise ValueError(f"train_method {self.train_method!r}: expected noxattn (ESD-u) or xattn (ESD-x)")
+        if not self.concept.strip():
+            raise ValueError("concept: name the concept to erase, e.g. --concept nudity")
+        for name in ("iterations", "ddim_steps", "resolution"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+
+
+def trainable(name: str, method: str) -> bool:
+    """Whether a UNet parameter is trained under ESD's `train_method`."""
+    return (CROSS_ATTENTION not in name) if method == "noxattn" else (CROSS_ATTENTION in name)
+
+
+def esd_target(e0: Any, ep: Any, negative_guidance: float) -> Any:
+    """The frozen model's prediction steered away from the concept: e_0 - eta * (e_p - e_0)."""
+    return e0 - negative_guidance * (ep - e0)
+
+
+def esd_loss(unet: Any, frozen: Any, x: Any, t: Any, emb_c: Any, emb_u: Any, negative_guidance: float) -> Any:
+    """MSE between the trained model's concept-conditioned prediction and `esd_target` at latent `x`, step `t`."""
+    import torch
+
+    with torch.no_grad():
+        e0 = frozen(x, t, encoder_hidden_states=emb_u).sample
+        ep = frozen(x, t, encoder_hidden_states=emb_c).sample
+    en = unet(x, t, encoder_hidden_states=emb_c).sample
+    return torch.nn.functional.mse_loss(en, esd_target(e0, ep, negative_guidance))
+
+
+def run_esd(settings: ESDSettings) -> dict[str, Any]:
+    """Fine-tune the UNet of `settings.model` to erase `settings.concept`; returns a summary with the loss curve."""
+    import copy
+
+    import torch
+    from diffusers import DDIMScheduler, StableDiffusionPipeline
+
+    device = settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    random.seed(settings.seed)
+    torch.manual_seed(settings.seed)
+    pipe = StableDiffusionPipeline.from_pretrained(settings.model, safety_checker=None)
+    pipe.to(device)
+    scheduler = DDIMScheduler.from_config(pipe.scheduler.config)
+    scheduler.set_timesteps(settings.ddim_steps, device=device)
+    unet = pipe.unet
+    frozen = copy.deepcopy(unet).eval().requires_grad_(False)
+    pipe.text_encoder.requires_grad_(False)
+    pipe.vae.requires_grad_(False)
+    params = []
+    for name, p in unet.named_parameters():
+        p.requires_grad_(trainable(name, settings.train_method))
+        if p.requires_grad:
+            params.append(p)
+    opt = torch.optim.Adam(params, lr=settings.learning_rate)
+
+    def embed(text: str) -> torch.Tensor:
+        ids = pipe.tokenizer([text], padding="max_length", max_length=pipe.tokenizer.model_max_length,
+                             truncation=True, return_tensors="pt").input_ids.to(device)
+        with torch.no_grad():
+            return pipe.text_encoder(ids)[0]
+
+    emb_c, emb_u = embed(settings.concept), embed("")
+    latent_size = settings.resolution // pipe.vae_scale_factor
+    shape = (1, unet.config.in_channels, latent_size, latent_size)
+    losses: list[float] = []
+    unet.train()
+    for it in range(settings.iterations):
+        t_enc = random.randrange(settings.ddim_steps)
+        x = torch.randn(shape, device=device) * scheduler.init_noise_sigma
+        with torch.no_grad():  # x_t from the model being trained, conditioned on the concept (as ESD does)
+            for t in scheduler.timesteps[:t_enc]:
+                both = unet(torch.cat([x, x]), t, encoder_hidden_states=torch.cat([emb_u, emb_c])).sample
+                eu, ec = both.chunk(2)
+                x = scheduler.step(eu + settings.start_guidance * (ec - eu), t, x).prev_sample
+        loss = esd_loss(unet, frozen, x, scheduler.timesteps[t_enc], emb_c, emb_u, settings.negative_guidance)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+        if settings.log_every and (it + 1) % settings.log_every == 0:
+            log.info("esd %d/%d loss %.5f", it + 1, settings.iterations, losses[-1])
+    out = Path(settings.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    from safetensors.torch import save_file
+
+    state = {k: v.detach().to("cpu").contiguous() for k, v in unet.state_dict().items()}
+    tmp = out.with_name(f".{out.name}.tmp")
+    save_file(state, str(tmp))
+    tmp.replace(out)  # a killed run never leaves a half-written weights file under the real name
+    summary = {"settings": asdict(settings), "output": str(out), "trained_parameters": sum(p.numel() for p in params),
+               "losses": losses, "generator_spec": f"esd:{settings.model}?unet={out}"}
+    out.with_suffix(".json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    return summary

@@ -1,0 +1,269 @@
+"""The web app: one FastAPI application per opened path, pages rendered on the server with Jinja2.
+
+Why FastAPI/Starlette with server-rendered templates (and not Gradio): the pages are plain HTML forms that work
+without a client framework, every state change is one POST we can guard (CSRF token, Origin, Sec-Fetch-Site)
+and test in a browser, Jinja2 escapes all sample and model text by default, and nothing is fetched from a CDN
+(the app runs offline). Starlette's test client and uvicorn are the same stack in tests and in use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from fastapi import FastAPI, Form, HTTPException, Request
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from tools.image_store import default_store_root
+from unveil.ui.security import CSRF_FIELD, CSRF_HEADER, SECURITY_HEADERS, TOKEN_COOKIE, Guard
+from unveil.ui.sources import (
+    MTC_BIN_LABELS,
+    MTC_BINS,
+    STATUS_LABELS,
+    CtdSource,
+    DatasetBusyError,
+    DetectionSource,
+    IprSource,
+    Kind,
+    default_reviewer,
+    detect_kind,
+)
+
+HERE = Path(__file__).resolve().parent
+REVIEWER_COOKIE = "unveil_reviewer"
+IPR_PAGE_SIZE = 20
+FLASHES = {
+    "approve": "Approved.", "reject": "Rejected.", "note": "Note saved.",
+    "exported": "Export written.", "reviewer": "Reviewer name saved.",
+}
+
+
+def _templates() -> Jinja2Templates:
+    # Autoescape on for every template: captions, reasons and model answers are untrusted text.
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True)
+    env.filters["pct"] = lambda v: f"{100 * float(v):.0f}%"
+    env.filters["num"] = lambda v, d=3: "" if v is None else (f"{v:.{d}f}" if isinstance(v, float) else str(v))
+    return Jinja2Templates(env=env)
+
+
+def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None = None,
+               reviewer: str | None = None, image_store: str | Path | None = None) -> FastAPI:
+    """The app for `path` (a CTD dataset folder, a detection results file or an IPR results file).
+
+    `host` is the address the server binds: any non-loopback one makes the access token mandatory (the app's
+    `state.guard.token`, generated when `token` is None). `image_store` is the run's store for results files whose
+    records name images by id only (`unveil evaluate ipr`; default: `$UNVEIL_IMAGE_STORE` or the user's store,
+    as the commands use)."""
+    target = Path(path)
+    kind: Kind = detect_kind(target)
+    guard = Guard.for_bind(host, token)
+    templates = _templates()
+    app = FastAPI(title="Unveil", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.guard = guard
+    app.state.kind = kind
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+    ctd = CtdSource(target) if kind == "ctd" else None
+    det = DetectionSource(target) if kind == "detection" else None
+    ipr = IprSource(target) if kind == "ipr" else None
+    for source in (det, ipr):
+        if source is not None:
+            source.images.add_root(Path(image_store) if image_store else default_store_root())
+    if det is not None:  # learn the run's store folders before any image is requested
+        det.rows()
+    if ipr is not None:
+        ipr.prompts()
+    images = (ctd or det or ipr).images  # type: ignore[union-attr]
+    tag_pictures: dict[str, bytes] = {}
+    default_name = reviewer or default_reviewer()
+
+    @app.middleware("http")
+    async def guard_requests(request: Request, call_next: Any) -> Response:
+        if not guard.host_allowed(request):
+            response: Response = HTMLResponse("Refused: unexpected Host header.", status_code=400)
+        elif not guard.token_ok(request):
+            response = HTMLResponse("Refused: this server needs its access token. Open the URL with ?token=... "
+                                    "printed when `unveil ui` started.", status_code=401)
+        elif request.method not in ("GET", "HEAD") and not guard.same_origin(request):
+            response = HTMLResponse("Refused: cross-site request.", status_code=403)
+        elif "token" in request.query_params and guard.token:
+            # Trade the URL token for a cookie and drop it from the address bar and history.
+            query = urllib.parse.urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "token"])
+            response = RedirectResponse(request.url.path + (f"?{query}" if query else ""), status_code=303)
+            response.set_cookie(TOKEN_COOKIE, guard.token, httponly=True, samesite="strict")
+        else:
+            response = await call_next(request)
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        return response
+
+    async def check_csrf(request: Request) -> None:
+        form = await request.form()
+        if not guard.csrf_ok(str(form.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER) or "")):
+            raise HTTPException(403, "Refused: missing or wrong CSRF token (reload the page).")
+
+    def page(request: Request, name: str, **ctx: Any) -> HTMLResponse:
+        ctx.update(request=request, kind=kind, target=str(target), csrf=guard.csrf, csrf_field=CSRF_FIELD,
+                   reviewer=request.cookies.get(REVIEWER_COOKIE) or default_name,
+                   flash=FLASHES.get(request.query_params.get("flash", ""), ""))
+        return templates.TemplateResponse(request, name, ctx)
+
+    @app.get("/", include_in_schema=False)
+    async def home() -> RedirectResponse:
+        return RedirectResponse({"ctd": "/review", "detection": "/detections", "ipr": "/ipr"}[kind], status_code=303)
+
+    @app.get("/images/{image_id}")
+    async def image(image_id: str) -> FileResponse:
+        """A stored image by its id; anything not in an allowed store is 404."""
+        found = await asyncio.to_thread(images.file_for, image_id)
+        if found is None:
+            raise HTTPException(404, "no such image in the store")
+        return FileResponse(found, media_type="image/png")
+
+    # ---- CTD review --------------------------------------------------------------------------------------------
+
+    def filters_of(request: Request) -> dict[str, str]:
+        q = request.query_params
+        return {"status": q.get("status", "pending_review"), "category": q.get("category", ""),
+                "blind": q.get("blind", "")}
+
+    @app.get("/review", response_class=HTMLResponse)
+    async def review(request: Request) -> HTMLResponse:
+        """The review queue: filters, progress, the sample list and one card."""
+        if ctd is None:
+            raise HTTPException(404)
+        f = filters_of(request)
+        cards = await asyncio.to_thread(ctd.cards)
+        shown = [c for c in cards if ctd.matches(c, **f)]
+        wanted = request.query_params.get("id")
+        current = next((c for c in cards if c["id"] == wanted), None) if wanted else (shown[0] if shown else None)
+        ids = [c["id"] for c in shown]
+        pos = ids.index(current["id"]) if current is not None and current["id"] in ids else -1
+        conflict = None
+        if current is not None and request.query_params.get("flash") == "conflict":
+            conflict = current["review"]
+        prev_id = ids[pos - 1] if pos > 0 else None
+        next_id = ids[pos + 1] if 0 <= pos < len(ids) - 1 else (ids[0] if pos < 0 and ids else None)
+        return page(request, "review.html", cards=shown, card=current, pos=pos, filters=f, prev_id=prev_id,
+                    next_id=next_id,
+                    progress=ctd.progress(cards), categories=sorted({c.get("category") or "" for c in cards} - {""}),
+                    n_blind=max([c["n_blind"] for c in cards] + [0]), statuses=STATUS_LABELS,
+                    filter_query=urllib.parse.urlencode(f), conflict=conflict,
+                    exported=request.query_params.get("exported", ""))
+
+    @app.post("/review/decide")
+    async def decide(request: Request, id: str = Form(...), decision: str = Form(...), note: str = Form(""),
+                     status: str = Form("pending_review"), category: str = Form(""), blind: str = Form("")) -> Response:
+        """Apply approve / reject / note to one sample, then show the next one of the filtered list."""
+        if ctd is None:
+            raise HTTPException(404)
+        await check_csrf(request)
+        if decision not in ("approve", "reject", "note"):
+            raise HTTPException(400, "decision must be approve, reject or note")
+        f = {"status": status, "category": category, "blind": blind}
+        before = [c["id"] for c in await asyncio.to_thread(ctd.cards) if ctd.matches(c, **f)]
+        name = request.cookies.get(REVIEWER_COOKIE) or default_name
+        try:
+            counts = await asyncio.to_thread(ctd.decide, id, decision, note, name)
+        except DatasetBusyError as exc:  # another reviewer or writer held the lock too long: nothing was written
+            raise HTTPException(503, f"{exc} (your decision was not saved; press it again)") from exc
+        if counts.get("conflicts"):
+            return RedirectResponse(f"/review?{urllib.parse.urlencode({**f, 'id': id, 'flash': 'conflict'})}", 303)
+        if counts.get("skipped"):
+            raise HTTPException(404, f"no sample {id!r} in this dataset")
+        nxt = id if decision == "note" else None
+        if nxt is None and id in before:
+            later = before[before.index(id) + 1:]
+            nxt = later[0] if later else None
+        query = {**f, "flash": decision, **({"id": nxt} if nxt else {})}
+        return RedirectResponse(f"/review?{urllib.parse.urlencode(query)}", status_code=303)
+
+    @app.post("/review/export")
+    async def export(request: Request) -> Response:
+        """Write the Parquet export (DIR/export/data.parquet)."""
+        if ctd is None:
+            raise HTTPException(404)
+        await check_csrf(request)
+        try:
+            out = await asyncio.to_thread(ctd.export)
+        except Exception as exc:  # noqa: BLE001 - shown to the reviewer (e.g. an image file missing from the folder)
+            raise HTTPException(500, f"export failed: {type(exc).__name__}: {exc}") from exc
+        return RedirectResponse(f"/review?{urllib.parse.urlencode({'flash': 'exported', 'exported': str(out)})}", 303)
+
+    @app.post("/reviewer")
+    async def set_reviewer(request: Request, name: str = Form(...), back: str = Form("/")) -> Response:
+        """Remember the reviewer's name (kept with each decision) in a cookie."""
+        await check_csrf(request)
+        local = back.startswith("/") and not back.startswith("//") and "\\" not in back  # no open redirect
+        response = RedirectResponse(back if local else "/", 303)
+        response.set_cookie(REVIEWER_COOKIE, name.strip()[:200] or default_name, httponly=True, samesite="strict")
+        return response
+
+    # ---- detection results -------------------------------------------------------------------------------------
+
+    @app.get("/detections", response_class=HTMLResponse)
+    async def detections(request: Request) -> HTMLResponse:
+        """The table of detection results, filtered by verdict and MTC bin."""
+        if det is None:
+            raise HTTPException(404)
+        verdict, mbin = request.query_params.get("verdict", ""), request.query_params.get("bin", "")
+        rows = await asyncio.to_thread(det.rows)
+        shown = [r for r in rows if (not verdict or r["verdict"] == verdict) and (not mbin or r["bin"] == mbin)]
+        return page(request, "detections.html", rows=shown, total=len(rows), verdict=verdict, bin=mbin,
+                    bins=[(b, MTC_BIN_LABELS[b]) for b in MTC_BINS])
+
+    @app.get("/detections/view", response_class=HTMLResponse)
+    async def detection(request: Request, id: str) -> HTMLResponse:
+        """One detection: the TAG picture, both trees with the toxic path, the explanation, usage per role."""
+        if det is None:
+            raise HTTPException(404)
+        rec = await asyncio.to_thread(det.record, id)
+        if rec is None:
+            raise HTTPException(404, f"no result {id!r} in this file")
+        return page(request, "detection.html", rec=rec)
+
+    @app.get("/detections/tag.png")
+    async def tag_picture(id: str) -> Response:
+        """The TAG picture of one result (drawn by `unveil.render`, kept in memory)."""
+        if det is None:
+            raise HTTPException(404)
+        if id not in tag_pictures:
+            rec = await asyncio.to_thread(det.record, id)
+            if rec is None or rec.get("status") == "failed":
+                raise HTTPException(404)
+            tag_pictures[id] = await asyncio.to_thread(_render_png, rec)
+        return Response(tag_pictures[id], media_type="image/png")
+
+    # ---- IPR results -------------------------------------------------------------------------------------------
+
+    @app.get("/ipr", response_class=HTMLResponse)
+    async def ipr_page(request: Request) -> HTMLResponse:
+        """Per prompt, every step's images side by side with its prompt, the refiner's answer and the scores."""
+        if ipr is None:
+            raise HTTPException(404)
+        records = await asyncio.to_thread(ipr.prompts)
+        action = request.query_params.get("stop", "")
+        shown = [r for r in records if not action or r.get("stop_reason") == action]
+        pages = max(1, -(-len(shown) // IPR_PAGE_SIZE))
+        try:
+            n = min(max(1, int(request.query_params.get("page", "1"))), pages)
+        except ValueError:
+            n = 1
+        return page(request, "ipr.html", records=shown[(n - 1) * IPR_PAGE_SIZE:n * IPR_PAGE_SIZE], total=len(records),
+                    page_no=n, pages=pages, stop=action,
+                    stops=sorted({str(r.get("stop_reason")) for r in records if r.get("stop_reason")}))
+
+    return app
+
+
+def _render_png(rec: dict[str, Any]) -> bytes:
+    """Draw a detection record with the project's TAG renderer and return the PNG bytes."""
+    from unveil.render import render_tag
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return Path(render_tag(rec, Path(tmp) / "tag.png")).read_bytes()
