@@ -23,6 +23,7 @@ ROLE_SCHEMAS: dict[str, tuple[str, str]] = {
     "modality_judge.image / modality_judge.text": ("agents.ctd.judges", "ModalityVerdict"),
     "gatekeeper": ("agents.ctd.gatekeeper", "Feedback"),
     "concept_similarity": ("agents.ctd.similarity", "ConceptSimilarity"),
+    "benign_rewriter (CTD --benign)": ("agents.ctd.benign", "BenignText"),
     "labeller (training data)": ("agents.labeller", "LabellerAnswer"),
     "rewriter (text-only baseline)": ("agents.rewriter", "RewrittenPrompt"),
 }

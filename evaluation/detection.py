@@ -6,14 +6,22 @@ the builder `unveil detect` uses too) in a resumable JSONL of their own, concurr
 every model call cached by the gateway. The tables are then computed from those files alone, so rerunning the
 command recomputes nothing and only rewrites the tables.
 
-Covertness bins need one MTC per sample. The dataset's own `mtc` field is used when present (a CTD export
-carries it); otherwise the MTC that TA-CTD with the first detector model at the main `l_max` assigned. The
-same reference bins are used for every method and model, so rows compare the same samples.
+Covertness bins (TAG paper Tables 1-3) need one MTC per sample from one fixed reference, never from the detector
+being scored: with its own MTC every toxic sample below 0.8 was by construction found toxic by that detector, so
+its Low/Medium accuracy on toxic data is 1.0 whatever it does. The reference of a dataset is, in this order: a
+named run file (`mtc_from`, e.g. an earlier TA-CTD run or `unveil detect` output: records with `id` and `mtc`);
+a reference detector (`mtc_reference`), run once with TA-CTD into `runs/<dataset>/mtc-reference_*.jsonl` and
+reused for every method and model; else the dataset's own `mtc` field (a CTD export carries the one its
+generation's reference detector assigned). Samples without a reference MTC count only in `overall`.
+
+Tables 1-2 are on toxic samples only: `include_benign` (default off) keeps the benign ones (Table 4, "with
+benign data").
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +31,7 @@ from evaluation.compare import comparison_rows, write_comparison
 from evaluation.report import plot_confusion, plot_histogram, write_table
 from evaluation.runs import as_json, cost_columns, slug, split_records, usage_of
 from graphs.tag import TagContext
-from runner.batch import BatchItem, run_batch
+from runner.batch import BatchItem, done_records, run_batch
 from runner.detect import detect_one, detection_context, guard_model, is_guard
 
 
@@ -45,6 +53,12 @@ class DetectionSettings:
     progress: bool = True
     retry_failed: bool = False
     beta: float = 2.0
+    # Tables 1-2 score toxic samples only; True mixes in the benign ones (Table 4, "with benign data").
+    include_benign: bool = False
+    # The one fixed MTC reference of the bins (module docstring): run files by dataset name ("" = every dataset),
+    # else a reference detector spec run once with TA-CTD, else the dataset's `mtc` field.
+    mtc_from: dict[str, str] = field(default_factory=dict)
+    mtc_reference: str = ""
 
 
 @dataclass(frozen=True)
@@ -121,18 +135,62 @@ async def run_one_config(cfg: RunConfig, items: list[BatchItem], settings: Detec
                            progress=settings.progress)
 
 
-def reference_mtc(cfgs: list[RunConfig], items: list[BatchItem], settings: DetectionSettings,
-                  out_dir: Path) -> dict[str, float]:
-    """Per-sample MTC for binning: the dataset's own, else TA-CTD's with the first model at the main depth."""
-    ref: dict[str, float] = {}
-    main_tag = next((c for c in cfgs if c.method == "tag" and c.l_max == settings.l_max), None)
-    if main_tag is not None:
-        ok, _ = split_records(main_tag.file(out_dir), [it.id for it in items])
-        ref.update({r["id"]: float(r["mtc"]) for r in ok if r.get("mtc") is not None})
-    for it in items:
-        if it.record and it.record.get("mtc") is not None:
-            ref[it.id] = float(it.record["mtc"])
-    return ref
+class MtcReferenceError(ValueError):
+    """The MTC reference cannot be used (a missing run file, a run without MTC values)."""
+
+
+def read_mtc_run(path: str | Path) -> dict[str, float]:
+    """Per-sample MTC of a finished TA-CTD run file (records with `id` and a numeric `mtc`; failures skipped)."""
+    p = Path(path)
+    if not p.is_file():
+        raise MtcReferenceError(f"--mtc-from {str(path)!r}: file not found")
+    out = {sid: float(r["mtc"]) for sid, r in done_records(p).items()
+           if r.get("status", "ok") == "ok" and isinstance(r.get("mtc"), (int, float))}
+    if not out:
+        raise MtcReferenceError(f"--mtc-from {str(path)!r}: no record has an `mtc` value (is it a TA-CTD run?)")
+    return out
+
+
+def reference_config(dataset: str, settings: DetectionSettings) -> RunConfig:
+    """The reference detector's TA-CTD run of a dataset (at the main depth)."""
+    return RunConfig(dataset, settings.mtc_reference, "tag", settings.l_max)
+
+
+def reference_file(cfg: RunConfig, out_dir: Path) -> Path:
+    """Where the reference run is kept: apart from the scored runs, so it is never mistaken for one."""
+    return out_dir / "runs" / slug(cfg.dataset) / f"mtc-reference_{slug(cfg.l_max, cfg.model)}.jsonl"
+
+
+async def reference_mtc(dataset: str, items: list[BatchItem], settings: DetectionSettings,
+                        out_dir: Path) -> tuple[dict[str, float], str]:
+    """(per-sample reference MTC, a sentence naming its source) of one dataset; see the module docstring."""
+    run_file = settings.mtc_from.get(dataset) or settings.mtc_from.get("")
+    if run_file:
+        ref = read_mtc_run(run_file)
+        return {it.id: ref[it.id] for it in items if it.id in ref}, f"the run file {run_file}"
+    if settings.mtc_reference:
+        cfg = reference_config(dataset, settings)
+        ctx = detection_context("tag", {"model": cfg.model}, image_store=settings.image_store, l_max=settings.l_max,
+                                k_max=settings.k_max, children=settings.children, announce=False)
+
+        async def worker(sample_id: str, sample: dict[str, Any]) -> dict[str, Any]:
+            return await detect_one(sample, ctx, "tag")
+
+        path = reference_file(cfg, out_dir)
+        await run_batch(items, worker, path, concurrency=settings.concurrency, retry_failed=settings.retry_failed,
+                        desc=f"{dataset}: MTC reference [{cfg.model}]", progress=settings.progress)
+        ok, _ = split_records(path, [it.id for it in items])
+        return ({r["id"]: float(r["mtc"]) for r in ok if r.get("mtc") is not None},
+                f"TA-CTD of the reference detector {cfg.model} at l_max={cfg.l_max}")
+    ref = {it.id: float(it.record["mtc"]) for it in items if it.record and it.record.get("mtc") is not None}
+    return ref, "the dataset's `mtc` field"
+
+
+def self_referenced(settings: DetectionSettings) -> list[str]:
+    """Scored detectors whose TA-CTD rows the reference detector would bin by their own MTC (a biased table)."""
+    if not settings.mtc_reference or "tag" not in settings.methods:
+        return []
+    return [m for m in settings.models if m == settings.mtc_reference]
 
 
 def score_rows(cfg: RunConfig, items: list[BatchItem], ref: dict[str, float], settings: DetectionSettings,
@@ -184,12 +242,26 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
     confusions: list[dict[str, Any]] = []
     compared: list[dict[str, Any]] = []  # issue 15: the method comparison table
     histograms: dict[str, list[dict[str, Any]]] = {}
+    sources: dict[str, str] = {}
     fkey = f"f{settings.beta:g}"
-    for dataset, items in datasets.items():
+    for name in self_referenced(settings):
+        print(f"warning: the MTC reference {name} is also a scored detector: its TA-CTD rows are binned by their own "
+              "MTC (Low/Medium accuracy on toxic samples is 1 by construction); use another reference",
+              file=sys.stderr)
+    for dataset, all_items in datasets.items():
+        # Failed items (no record) stay: they are counted as failures whatever their label.
+        items = [it for it in all_items if settings.include_benign or it.record is None
+                 or int(it.record.get("label", 1)) == 1]
         cfgs = run_configs(dataset, settings)
         for cfg in cfgs:
             await run_one_config(cfg, items, settings, out)
-        ref = reference_mtc(cfgs, items, settings, out)
+        ref, source = await reference_mtc(dataset, items, settings, out)
+        usable = sum(1 for it in items if it.record)
+        sources[dataset] = f"{source} ({sum(1 for it in items if it.id in ref)} of {usable} samples)"
+        if len(ref) < usable:
+            print(f"{dataset}: {usable - len(ref)} of {usable} samples have no reference MTC and are left out of the "
+                  "covertness bins (give the dataset's mtc, --mtc-from RUN.jsonl or --mtc-reference SPEC)",
+                  file=sys.stderr)
         toxic_ids = {it.id for it in items if it.record and int(it.record.get("label", 0)) == 1}
         histograms[dataset] = metrics.mtc_histogram(v for k, v in ref.items() if k in toxic_ids)
         for cfg in cfgs:
@@ -206,8 +278,11 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
     wide = _wide(main_rows, keys, fkey)
     bins = [*metrics.MTC_BINS, "overall"]
     md = ["# Detection evaluation\n",
-          "Bins: low [0, 0.2), medium [0.2, 0.8), high [0.8, 1] of the reference MTC (the dataset's own, else "
-          f"TA-CTD's with the first detector at l_max={settings.l_max}). Beta = {settings.beta:g}.\n"]
+          "Bins: low [0, 0.2), medium [0.2, 0.8), high [0.8, 1] of one fixed reference MTC per dataset, the same for "
+          f"every method and detector. Beta = {settings.beta:g}. Samples: "
+          + ("toxic and benign (Table 4, with benign data)" if settings.include_benign else
+             "toxic only (Tables 1-2)") + ".\n",
+          *[f"- reference MTC of {d}: {src}" for d, src in sources.items()], ""]
     md.append(write_table(out, "detection_main", wide,
                           [*keys, *[f"{b} {m}" for b in bins for m in ("n", "acc", fkey.upper())], "failed", "calls",
                            "cost_usd"],
@@ -234,7 +309,7 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
 
     atomic_write_text(out / "detection.md", "\n".join(md))
     return {"rows": all_rows, "failures": failures, "confusions": confusions, "histograms": histograms,
-            "main": wide, "comparison": compared, "out_dir": str(out)}
+            "main": wide, "comparison": compared, "mtc_sources": sources, "out_dir": str(out)}
 
 
 def nan_to_none(value: float) -> float | None:

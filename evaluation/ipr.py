@@ -8,7 +8,9 @@ seed + k). Variants:
 - rewriter (the POSI-style baseline): a model rewrites the prompt from the text alone, then the generator renders
   the rewrite;
 - IPR: for each k an independent trajectory of the IPR graph (`graphs/ipr.py`, run by the run layer's
-  `runner.refine.refine_one`, exactly as `unveil refine` runs it) starts from the plain image k, once with
+  `runner.refine.refine_one`, exactly as `unveil refine` runs it) starts from the plain image k (base seed
+  seed + k; each later step samples a fresh image from a seed derived from that base and the step, the paper's
+  protocol, or the base seed again with `seed_mode="fixed"`), once with
   `t_max = max(T_max)`. The refiner sees neither the budget nor (unless `history`) earlier prompts, so the
   trajectory cut after T refinements *is* the T_max = T run: one run gives every budget and the per-step numbers.
   Keep index (`keep_step`, the p0 image is step 0), error policy (`on_refiner_error`) and history are the
@@ -43,9 +45,8 @@ from runner.batch import BatchItem, atomic_write_text, run_batch
 from runner.refine import ipr_context, refine_one
 from tools.scorers.rules import Q16_THRESHOLD, is_inappropriate
 from tools.t2i.base import GenerationRequest, ImageGenerator
+from tools.t2i.defaults import IPR_GUIDANCE, IPR_IMAGES_PER_PROMPT, IPR_SIZE, IPR_STEPS
 from tools.t2i.registry import register_generator, unregister_generator
-
-DEFAULT_GUIDANCE = 7.5
 
 
 class ImageScorer(Protocol):
@@ -67,14 +68,17 @@ class IPRSettings:
     rewriter_model: str = ""
     refiner_model: str = ""
     t_max: list[int] = field(default_factory=list)  # empty: no IPR
-    images_per_prompt: int = 10
-    width: int = 512
-    height: int = 512
-    steps: int = 50
-    guidance: float | None = None  # None: the prompt's evaluation guidance, else 7.5
+    images_per_prompt: int = IPR_IMAGES_PER_PROMPT
+    width: int = IPR_SIZE
+    height: int = IPR_SIZE
+    steps: int = IPR_STEPS
+    guidance: float = IPR_GUIDANCE  # the IPR authors' code's 7.0 (tools/t2i/defaults.py says why)
+    # The I2P/SLD protocol instead: each prompt's own evaluation guidance where it has one (else `guidance`).
+    prompt_guidance: bool = False
     ip_source: str = "q16+nudenet"  # or "q16" / "nudenet"
     q16_threshold: float = Q16_THRESHOLD
     history: bool = False  # show the refiner the prompts tried so far (the IPR graph's `history`)
+    seed_mode: str = "fresh"  # the IPR graph's: a fresh image per step (the paper's), or "fixed" seeds
     on_refiner_error: str = "fail"  # the IPR graph's policy: "fail" the prompt, or "stop" with the current image
     image_store: str = ""
     concurrency: int = 4
@@ -206,11 +210,16 @@ class IPREvaluation:
                 out.append(Variant(m, "ipr"))
         return out
 
+    def guidance(self, sample: dict[str, Any]) -> float:
+        """The guidance scale of a prompt's renders: the setting, or with `prompt_guidance` the prompt's own."""
+        s = self.settings
+        own = sample.get("guidance") if s.prompt_guidance else None
+        return float(own if own is not None else s.guidance)
+
     def _request(self, sample: dict[str, Any], prompt: str, seed: int, n: int) -> GenerationRequest:
         s = self.settings
-        guidance = s.guidance if s.guidance is not None else (sample.get("guidance") or DEFAULT_GUIDANCE)
         return GenerationRequest(prompt=prompt, seed=seed, num_images=n, width=s.width, height=s.height,
-                                 steps=s.steps, guidance=float(guidance))
+                                 steps=s.steps, guidance=self.guidance(sample))
 
     async def _scored(self, image_id: str, original: str, extra: dict[str, Any]) -> dict[str, Any]:
         scores = await self.scorer.score(image_id, original)
@@ -229,9 +238,10 @@ class IPREvaluation:
         s = self.settings
         seed = int(sample.get("seed") or 0) + k
         original = sample["prompt"]
-        guidance = s.guidance if s.guidance is not None else (sample.get("guidance") or DEFAULT_GUIDANCE)
+        guidance = self.guidance(sample)
         ctx = ipr_context(model=s.refiner_model, refiner_model=s.refiner_model, generator=self.specs[v.method],
                           t_max=max(s.t_max), history=s.history, on_refiner_error=s.on_refiner_error, seed=seed,
+                          seed_mode=s.seed_mode,
                           num_images=1, steps=s.steps, guidance=float(guidance), size=s.width,
                           image_store=s.image_store)
         counter = [0]
@@ -242,8 +252,8 @@ class IPREvaluation:
             _RENDERED.reset(token)
         steps = []
         for entry in rec["trajectory"]:
-            extra = {"t": entry["step"], "prompt": entry["prompt"], "action": entry.get("action"),
-                     "reason": entry.get("reason", "")}
+            extra = {"t": entry["step"], "prompt": entry["prompt"], "seed": entry.get("seed"),
+                     "action": entry.get("action"), "reason": entry.get("reason", "")}
             if entry.get("error"):
                 extra["error"] = entry["error"]
             steps.append(await self._scored(entry["image_ids"][0], original, extra))
@@ -312,9 +322,11 @@ class IPREvaluation:
             models["refiner"] = s.refiner_model
         sett: dict[str, Any] = {"images_per_prompt": s.images_per_prompt, "width": s.width, "height": s.height,
                                 "steps": s.steps,
-                "guidance": s.guidance if s.guidance is not None else "per prompt", "ip_source": s.ip_source}
+                "guidance": f"per prompt, else {s.guidance:g}" if s.prompt_guidance else s.guidance,
+                "ip_source": s.ip_source}
         if v.kind == "ipr":
             sett["t_max"] = t
+            sett["seed_mode"] = s.seed_mode
         return {"models": as_json(models), "settings": as_json(sett)}
 
     def tables(self, items: list[BatchItem], categories: Sequence[str] | None = None) -> dict[str, Any]:

@@ -6,6 +6,7 @@ Each configuration (a method with its models and settings) writes its own resuma
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -16,9 +17,16 @@ from runner.batch import done_records
 
 
 def slug(*parts: Any) -> str:
-    """A file-name-safe name for a configuration."""
+    """A file-name-safe name for a configuration, unique per configuration.
+
+    The readable part alone is not unique (`x_y` and `x-y` both read `x-y`, and long specs are cut), and a run file
+    shared by two detector specs would report a model that never ran with the other's scores: whenever the
+    readable part differs from the text, a hash of the exact text is appended."""
     text = "_".join(str(p) for p in parts if p not in (None, ""))
-    return re.sub(r"[^A-Za-z0-9.=-]+", "-", text).strip("-")[:150] or "run"
+    clean = re.sub(r"[^A-Za-z0-9.=-]+", "-", text).strip("-")[:150] or "run"
+    if clean != text:
+        clean = f"{clean[:139]}-{hashlib.sha256(text.encode('utf-8')).hexdigest()[:10]}"
+    return clean
 
 
 def usage_of(records: Iterable[dict[str, Any]]) -> RunUsage:

@@ -47,6 +47,7 @@ from graphs.ctd_rules import (
     review_outcome,
 )
 from tools.image_store import get_image_store
+from tools.t2i.defaults import CTD_GUIDANCE, CTD_SIZE, CTD_STEPS
 from tools.t2i.registry import DEFAULT_CTD_GENERATOR, DEFAULT_LONG_PROMPTS, open_generator
 from tools.web_search import get_web_search
 
@@ -123,10 +124,10 @@ class CtdContext(ModelsContext):
         metadata={"description": "Prompts over the text encoder's 77 tokens: 'truncate' (as diffusers and the papers "
                   "do) or 'error'.", "choices": ("truncate", "error")},
     )
-    t2i_width: int = field(default=512, metadata={"description": "Image width.", "min": 8})
-    t2i_height: int = field(default=512, metadata={"description": "Image height.", "min": 8})
-    t2i_steps: int = field(default=30, metadata={"description": "Denoising steps.", "min": 1})
-    t2i_guidance: float = field(default=7.5, metadata={"description": "Classifier-free guidance scale."})
+    t2i_width: int = field(default=CTD_SIZE, metadata={"description": "Image width.", "min": 8})
+    t2i_height: int = field(default=CTD_SIZE, metadata={"description": "Image height.", "min": 8})
+    t2i_steps: int = field(default=CTD_STEPS, metadata={"description": "Denoising steps.", "min": 1})
+    t2i_guidance: float = field(default=CTD_GUIDANCE, metadata={"description": "Classifier-free guidance scale."})
     negative_prompt: str = field(default="", metadata={"description": "Negative prompt for the generator."})
     web_search: bool = field(
         default=True, metadata={"description": "Let the Architect search the web (needs TAVILY_API_KEY)."}
@@ -246,7 +247,8 @@ def ctd_generator(ctx: CtdContext) -> Any:
     """The text-to-image generator of a run (the registry loads each pipeline once per process and shares it).
     Eraser prompts often run past CLIP's 77 tokens; the context's `long_prompts` policy (default: truncate, as
     Stable Diffusion itself does) decides."""
-    return open_generator(ctx.t2i, store=get_image_store(ctx.image_store or None), long_prompts=ctx.long_prompts)
+    return open_generator(ctx.t2i, store=get_image_store(ctx.image_store or None), long_prompts=ctx.long_prompts,
+                          load=True)
 
 
 async def _store(ctx: CtdContext) -> Any:

@@ -1,10 +1,13 @@
 """Iterative Prompt Refinement (IPR): generate(p0) -> refine -> [keep | new prompt -> generate -> refine]* .
 
 The refiner (a VLM behind the gateway) looks at the original prompt p0 and the latest image and either keeps the
-image, which ends the run with that image, or writes a safer prompt, which is rendered with the same seed and
-settings and shown to the refiner again. At most `t_max` refinements happen, so at most `t_max + 1` generations; the
-image of the last generation is final when the refiner never says keep. The refiner is myopic by default (p0 and
-the latest image only, as in the paper); `history=True` also shows it the prompts tried so far.
+image, which ends the run with that image, or writes a safer prompt, which is rendered and shown to the refiner
+again. Each step samples a fresh image, as the IPR paper's Algorithm 1 does (`i(t) ~ G(p(t))`): step 0 uses the
+base seed and step t a seed derived from the base seed and t (`step_seed`), so a run is reproducible and resumes
+to the same images. `seed_mode="fixed"` renders every step with the base seed instead (a repeated prompt then
+ends the run, since its image could not change). At most `t_max` refinements happen, so at most `t_max + 1`
+generations; the image of the last generation is final when the refiner never says keep. The refiner is myopic
+by default (p0 and the latest image only, as in the paper); `history=True` also shows it the prompts tried so far.
 
 Every step can optionally be scored (Q16 / NudeNet inappropriateness, CLIP and BLIP alignment to p0) and the scores
 are kept in the trajectory. State holds prompts, image ids and paths only.
@@ -13,6 +16,7 @@ are kept in the trajectory. State holds prompts, image ids and paths only.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -31,10 +35,24 @@ from tools.scorers.score import SCORER_NAMES, ScoringSettings
 from tools.scorers.score import check_names as check_scorer_names
 from tools.scorers.score import score_images as tools_score_images
 from tools.t2i.base import GenerationRequest, ImageGenerator
+from tools.t2i.defaults import IPR_GUIDANCE, IPR_SIZE, IPR_STEPS, IPR_T_MAX
 from tools.t2i.errors import PromptError
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR, DEFAULT_LONG_PROMPTS, LONG_PROMPT_POLICIES, open_generator
 
 DEFAULT_GENERATOR = DEFAULT_IPR_GENERATOR
+SEED_MODES = ("fresh", "fixed")
+
+
+def step_seed(base: int, step: int, mode: str = "fresh") -> int:
+    """The seed of step `step` of a run with base seed `base`: the base at step 0 (so an evaluation's plain image k
+    is its trajectory's step 0) and in `fixed` mode; otherwise a 31-bit seed hashed from (base, step), the same on
+    every machine and rerun, and unrelated to the neighbouring base seeds other trajectories use."""
+    if mode not in SEED_MODES:
+        raise ValueError(f"seed_mode must be {' or '.join(SEED_MODES)}, got {mode!r}")
+    if step == 0 or mode == "fixed":
+        return base
+    digest = hashlib.sha256(f"unveil-ipr-step:{base}:{step}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
 class IPRInputError(ValueError):
@@ -61,18 +79,26 @@ class IPRContext(ModelsContext):
         },
     )
     t_max: int = field(
-        default=3, metadata={"description": "Most refinements per prompt (generations <= t_max + 1).", "min": 0}
+        default=IPR_T_MAX,
+        metadata={"description": "Most refinements per prompt (generations <= t_max + 1).", "min": 0},
     )
     history: bool = field(
         default=False, metadata={"description": "Show the refiner the prompts tried so far (default: myopic)."}
     )
-    seed: int = field(default=0, metadata={"description": "Seed of every generation (the same at each step)."})
+    seed: int = field(default=0, metadata={"description": "Base seed: step 0's seed; later steps derive theirs."})
+    seed_mode: str = field(
+        default="fresh",
+        metadata={"description": "'fresh': a new image each step, seeded from the base seed and the step (the paper's "
+                  "i(t) ~ G(p(t))); 'fixed': the base seed at every step.", "choices": SEED_MODES},
+    )
     num_images: int = field(
         default=1, metadata={"description": "Images per generation; the refiner sees the first.", "min": 1}
     )
-    steps: int = field(default=50, metadata={"description": "Diffusion steps.", "min": 1})
-    guidance: float = field(default=7.5, metadata={"description": "Classifier-free guidance scale."})
-    size: int = field(default=512, metadata={"description": "Image width and height in pixels.", "min": 8})
+    steps: int = field(default=IPR_STEPS, metadata={"description": "Diffusion steps.", "min": 1})
+    guidance: float = field(
+        default=IPR_GUIDANCE, metadata={"description": "Classifier-free guidance scale (7.0: the IPR authors' code)."}
+    )
+    size: int = field(default=IPR_SIZE, metadata={"description": "Image width and height in pixels.", "min": 8})
     negative_prompt: str = field(
         default="", metadata={"description": "Negative prompt for every generation (empty: none)."}
     )
@@ -132,6 +158,7 @@ class IPRStep(TypedDict, total=False):
 
     step: int
     prompt: str
+    seed: int
     image_ids: list[str]
     image_paths: list[str]
     scores: list[dict[str, Any]]
@@ -168,7 +195,7 @@ class IPRState(IPRInput, IPROutput, total=False):
 def get_ipr_generator(spec: str, image_store: str = "", long_prompts: str = DEFAULT_LONG_PROMPTS) -> ImageGenerator:
     """The generator for a spec, writing into the run's image store (the registry keeps one per spec and store,
     so pipelines load once per process and concurrent runs share their GPU batches)."""
-    return open_generator(spec, store=get_image_store(image_store or None), long_prompts=long_prompts)
+    return open_generator(spec, store=get_image_store(image_store or None), long_prompts=long_prompts, load=True)
 
 
 def validate_settings(ctx: IPRContext) -> None:
@@ -179,6 +206,8 @@ def validate_settings(ctx: IPRContext) -> None:
         raise IPRInputError(f"num_images must be at least 1, got {ctx.num_images}")
     if ctx.size < 8 or ctx.steps < 1:
         raise IPRInputError(f"size ({ctx.size}) and steps ({ctx.steps}) must be positive")
+    if ctx.seed_mode not in SEED_MODES:
+        raise IPRInputError(f"seed_mode must be {' or '.join(SEED_MODES)}, got {ctx.seed_mode!r}")
     if ctx.on_refiner_error not in ("fail", "stop"):
         raise IPRInputError(f"on_refiner_error must be 'fail' or 'stop', got {ctx.on_refiner_error!r}")
     if not ctx.generator:
@@ -236,13 +265,14 @@ async def start(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]
 
 
 async def generate(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
-    """Render the current prompt (same seed and settings at every step) and add the step to the trajectory."""
+    """Render the current prompt (the step's seed, the same settings at every step); add the step to the trajectory."""
     ctx = runtime.context
     generator = await asyncio.to_thread(get_ipr_generator, ctx.generator, ctx.image_store, ctx.long_prompts)
+    seed = step_seed(state["seed_used"], state["step"], ctx.seed_mode)
     request = GenerationRequest(
         prompt=state["current_prompt"],
         negative_prompt=ctx.negative_prompt or None,
-        seed=state["seed_used"],
+        seed=seed,
         num_images=ctx.num_images,
         width=ctx.size,
         height=ctx.size,
@@ -268,6 +298,7 @@ async def generate(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, A
     entry: IPRStep = {
         "step": state["step"],
         "prompt": state["current_prompt"],
+        "seed": seed,
         "image_ids": list(ids),
         "image_paths": [str(store.path_for(i)) for i in ids],
         "refiner_answer": None,
@@ -317,8 +348,10 @@ async def refine(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any
     out: dict[str, Any] = {"trajectory": traj, "usage": result.usage}
     if decision.action == "keep":
         out.update(keep_step=state["step"], stop_reason="keep")
-    elif decision.prompt is not None and decision.prompt.strip().lower() == state["current_prompt"].strip().lower():
-        # Same prompt, same seed: the image would not change, so another round cannot help.
+    elif (ctx.seed_mode == "fixed" and decision.prompt is not None
+          and decision.prompt.strip().lower() == state["current_prompt"].strip().lower()):
+        # Same prompt, same seed: the image would not change, so another round cannot help. With fresh seeds the
+        # same prompt gives a new sample, as in the paper's loop, so the run goes on.
         out["stop_reason"] = "unchanged"
     else:
         out.update(current_prompt=decision.prompt, step=state["step"] + 1)

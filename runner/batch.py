@@ -432,7 +432,7 @@ class JsonlAppender:
         except UnicodeEncodeError:  # lone surrogates (undecodable input bytes): escape them rather than lose the record
             line = (json.dumps(record, ensure_ascii=True, default=str, allow_nan=False) + "\n").encode("ascii")
         except ValueError:  # NaN or Infinity: not JSON; write them as null rather than emit an unreadable line
-            line = (json.dumps(_finite(record), ensure_ascii=True, default=str) + "\n").encode("ascii")
+            line = (json.dumps(finite_values(record), ensure_ascii=True, default=str) + "\n").encode("ascii")
         async with self._lock:
             if self._broken is not None:
                 raise self._broken
@@ -447,14 +447,14 @@ class JsonlAppender:
         os.close(self._fd)
 
 
-def _finite(value: Any) -> Any:
+def finite_values(value: Any) -> Any:
     """`value` with every NaN/Infinity float replaced by None (JSON has no such numbers)."""
     if isinstance(value, float):
         return value if value == value and value not in (float("inf"), float("-inf")) else None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite_values(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [finite_values(v) for v in value]
     return value
 
 

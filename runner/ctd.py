@@ -1,16 +1,22 @@
 """One CTD scene through the generation graph: run, resume from its checkpoint, or read back a finished one.
 
 `unveil generate` runs its scenes with `run_scene` under the batch runner and shapes each record with
-`runner.ctd_dataset.sample_record`; a distributed engine calls the same function.
+`runner.ctd_dataset.sample_record`; a distributed engine calls the same function. `complete_pair` then adds what
+the TAG paper's evaluation needs to an accepted pair: its MTC from a fixed reference detector (TA-CTD through
+`runner.detect.detect_one`, so the export carries the covertness bins of Tables 1-3) and, optionally, its benign
+counterpart (Table 4, "with benign data").
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from graphs.ctd import CtdContext, ctd_generator
 from runner.batch import BatchItem
+from runner.detect import detect_one, detection_context
 
 
 def scene_items(category: str, n: int, *, scene: str | None, erase_routine: str | None, seed: int) -> list[BatchItem]:
@@ -45,3 +51,70 @@ async def preflight_t2i(ctx: CtdContext) -> None:
             await asyncio.to_thread(getattr, generator, "pipeline")
     except Exception as exc:  # noqa: BLE001 - shown to the user as the reason nothing ran
         raise ValueError(f"t2i {ctx.t2i}: the text-to-image model cannot be used: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class PairExtras:
+    """What the run layer adds to each accepted pair after the graph (both off by default)."""
+
+    mtc_reference: str = ""  # detector spec whose TA-CTD MTC the sample records (empty: none)
+    mtc_l_max: int | None = None  # its depth (None: the detection default, 4)
+    benign_model: str = ""  # spec of the benign_rewriter role (empty: no benign counterpart)
+
+    @property
+    def active(self) -> bool:
+        """Whether anything is added."""
+        return bool(self.mtc_reference or self.benign_model)
+
+
+async def reference_mtc(rec: dict[str, Any], dataset_dir: Path, extras: PairExtras) -> dict[str, Any]:
+    """The reference detector's TA-CTD run on an accepted pair: {mtc, mtc_reference, usage}."""
+    ctx = detection_context("tag", {"model": extras.mtc_reference}, image_store=str(dataset_dir / "images"),
+                            l_max=extras.mtc_l_max, announce=False)
+    sample = {"image": str(dataset_dir / rec["image"]), "text": rec["text"],
+              "image_description": rec.get("image_description"), "base_dir": str(dataset_dir)}
+    out = await detect_one(sample, ctx, "tag")
+    return {"mtc": out.get("mtc"), "usage": out.get("usage"),
+            "mtc_reference": {"model": extras.mtc_reference, "method": "tag", "l_max": ctx.l_max, "k_max": ctx.k_max,
+                              "children_per_parent": ctx.children_per_parent, "toxic": bool(out.get("toxic"))}}
+
+
+async def benign_counterpart(rec: dict[str, Any], extras: PairExtras) -> dict[str, Any]:
+    """The benign counterpart of an accepted pair: {benign: {id, text, removed_cue, model}, usage}."""
+    from agents.ctd.benign import write_benign_text
+    from agents.gateway import get_gateway
+
+    res = await write_benign_text(get_gateway(), extras.benign_model, text=rec["text"],
+                                  image_description=rec.get("image_description"), category=rec.get("category"),
+                                  erasure_reason=rec.get("erasure_reason"))
+    benign = {"id": benign_id(str(rec["id"])), "text": res.value.text, "removed_cue": res.value.removed_cue,
+              "model": extras.benign_model}
+    return {"benign": benign, "usage": res.usage}
+
+
+def benign_id(sample_id: str) -> str:
+    """The id of a sample's benign counterpart in the dataset and the export."""
+    return f"{sample_id}-benign"
+
+
+async def complete_pair(rec: dict[str, Any], dataset_dir: str | Path, extras: PairExtras) -> dict[str, Any]:
+    """An accepted (or pending) sample record with its reference MTC and benign counterpart added, their model
+    usage merged into the record's (so spending caps count them); other records come back unchanged."""
+    from agents.usage import merge_usage
+
+    if not extras.active or rec.get("status") not in ("accepted", "pending_review") or not rec.get("image"):
+        return rec
+    root = Path(dataset_dir)
+    out = dict(rec)
+    jobs = []
+    if extras.mtc_reference:
+        jobs.append(reference_mtc(out, root, extras))
+    if extras.benign_model:
+        jobs.append(benign_counterpart(out, extras))
+    usage = out.get("usage") or None
+    for part in await asyncio.gather(*jobs):
+        usage = merge_usage(usage, part.pop("usage", None))
+        out.update(part)
+    out["usage"] = usage
+    out["cost_usd"] = float(((usage or {}).get("total") or {}).get("cost_usd", 0.0))
+    return out

@@ -6,7 +6,9 @@ Layout of a dataset folder `DIR`:
 - `samples.jsonl`: one record per scene, appended by the batch runner (accepted, pending review, rejected by a
   reviewer, dropped after `max_rounds`, duplicate, or failed with its error);
 - `dataset.jsonl`: the usable samples (accepted; reviewed-and-approved or review skipped), in the form
-  `evaluation.datasets` loads as `ctd` (`image` is relative to `DIR`);
+  `evaluation.datasets` loads as `ctd` (`image` is relative to `DIR`), each with the `mtc` its generation's
+  reference detector assigned (`unveil generate --mtc-reference`) and, after it, its benign counterpart when one
+  was written (`--benign`: label 0, the same image, id `<id>-benign`, `counterpart_of` naming the toxic sample);
 - `review_queue.jsonl`: samples waiting for a human decision (what the reviewer needs to see);
 - `checkpoints.sqlite`: LangGraph's checkpoints, so a killed run resumes mid-scene;
 - `decisions.jsonl`: every reviewer decision applied, in the `unveil review --decisions` format plus reviewer and time;
@@ -206,6 +208,17 @@ def sample_record(out: dict[str, Any], *, dataset_dir: str | os.PathLike[str]) -
     }
 
 
+def dataset_rows(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dataset rows of one usable record: the toxic sample, then its benign counterpart if it has one (the
+    same image and scene, label 0, no MTC: the innocent reading has no toxic path to measure)."""
+    rows = [{**rec, "counterpart_of": None}]
+    benign = rec.get("benign")
+    if isinstance(benign, dict) and benign.get("text"):
+        rows.append({**rec, "id": benign["id"], "text": benign["text"], "label": 0, "mtc": None,
+                     "erasure_reason": None, "counterpart_of": rec["id"]})
+    return rows
+
+
 def load_samples(dataset_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     """Every scene record of a folder, by id."""
     return done_records(Path(dataset_dir) / SAMPLES)
@@ -226,6 +239,8 @@ def review_item(rec: dict[str, Any]) -> dict[str, Any]:
         "text": rec.get("text"), "image": rec.get("image"), "erasure_reason": rec.get("erasure_reason"),
         "votes": [{k: v.get(k) for k in ("judge", "has_risk", "category", "reason")}
                   for v in rec.get("votes", []) if v.get("round") == last],
+        # the benign counterpart is approved or rejected with its pair, so the reviewer checks it too
+        "benign_text": (rec.get("benign") or {}).get("text"), "mtc": rec.get("mtc"),
         "reviews_so_far": [{k: r.get(k) for k in ("reviewer", "status", "note")}
                            for r in (rec.get("review") or {}).get("reviews") or []],
         "decision": "", "note": "", "reviewer": "",
@@ -274,9 +289,9 @@ def _write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
     usable = [r for r in records.values() if is_usable(r)]
     pending = [r for r in records.values() if r.get("status") == "pending_review"]
     keys = ("id", "category", "subcategory", "text", "image", "image_sha256", "label", "image_description",
-            "erasure_reason", "rounds")
-    atomic_write_text(root / DATASET,
-                      "".join(json.dumps({k: r.get(k) for k in keys}, ensure_ascii=False) + "\n" for r in usable))
+            "erasure_reason", "rounds", "mtc", "counterpart_of")
+    atomic_write_text(root / DATASET, "".join(json.dumps({k: row.get(k) for k in keys}, ensure_ascii=False) + "\n"
+                                              for r in usable for row in dataset_rows(r)))
     atomic_write_text(root / REVIEW_QUEUE,
                       "".join(json.dumps(review_item(r), ensure_ascii=False) + "\n" for r in pending))
     counts: dict[str, int] = {}
@@ -430,10 +445,14 @@ def export_hf(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[st
     text_cols = ("id", "category", "subcategory", "text", "image_sha256", "t2i_prompt", "erasure_reason",
                  "review_status")
     columns: dict[str, list[Any]] = {
-        c: [] for c in (*text_cols, "image", "rounds", "cost_usd", "votes", "models", "seeds")}
-    for r in records:
+        c: [] for c in (*text_cols, "image", "rounds", "cost_usd", "votes", "models", "seeds", "label", "mtc",
+                        "counterpart_of")}
+    for r in [row for rec in records for row in dataset_rows(rec)]:
         img = _inside(root, r["image"], sample_id=str(r.get("id")))
         row = {**r, "review_status": (r.get("review") or {}).get("status", "")}
+        columns["label"].append(int(r.get("label", 1)))
+        columns["mtc"].append(None if r.get("mtc") is None else float(r["mtc"]))
+        columns["counterpart_of"].append(r.get("counterpart_of"))
         for c in text_cols:
             columns[c].append(str(row.get(c) or ""))
         columns["image"].append({"bytes": read_file_capped(img), "path": r["image"]})
@@ -445,7 +464,7 @@ def export_hf(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[st
     features = Features({
         **{c: Value("string") for c in text_cols}, "image": Image(), "rounds": Value("int32"),
         "cost_usd": Value("float64"), "votes": Value("string"), "models": Value("string"),
-        "seeds": [Value("int64")],
+        "seeds": [Value("int64")], "label": Value("int32"), "mtc": Value("float64"), "counterpart_of": Value("string"),
     })
     ds = Dataset.from_dict(columns, features=features)
     target = Path(out_dir) if out_dir else root / EXPORT

@@ -100,6 +100,7 @@ async def refine_one(prompt: str, ctx: IPRContext, *, seed: int | None = None, s
     rec = dict(out)
     rec["models"] = {"refiner": ctx.spec_for("refiner"), "generator": ctx.generator}
     rec["settings"] = {"t_max": ctx.t_max, "history": ctx.history, "seed": seed if seed is not None else ctx.seed,
+                       "seed_mode": ctx.seed_mode,
                        "steps": ctx.steps, "guidance": ctx.guidance, "size": ctx.size, "num_images": ctx.num_images,
                        "long_prompts": ctx.long_prompts}
     return rec

@@ -16,6 +16,8 @@ from unveil.cli import build_parser, main
     (["detect", "--input", "pairs.jsonl", "--render", "tag.png"], "--render draws one pair's TAG"),
     (["detect", "--render", "tag.png"], "--render draws one pair's TAG"),
     (["detect", "--input", "p.jsonl", "--text", "t"], "not both"),
+    (["detect", "--text", "t", "--image-description", "d", "--render", "tag"], "must end in .png, .svg, .pdf"),
+    (["detect", "--text", "t", "--image-description", "d", "--render", "tag.jpg"], "must end in"),
 ])
 def test_detect_refuses_what_it_would_ignore(argv: list[str], words: str) -> None:
     with pytest.raises(SystemExit, match=words):
@@ -69,3 +71,25 @@ def test_help_is_for_users() -> None:
     undescribed = [a.option_strings[0] for a in grpo._actions
                    if a.option_strings and a.option_strings[0] != "-h" and (not a.help or a.help.startswith(" ("))]
     assert len(described) > 40 and undescribed == []
+
+
+def test_generate_refuses_a_checkpoints_file_that_is_not_a_database_once(tmp_path) -> None:
+    out = tmp_path / "ds"
+    out.mkdir()
+    (out / "checkpoints.sqlite").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(SystemExit, match="checkpoints file .*checkpoints.sqlite.* not a readable SQLite database"):
+        main(["generate", "--category", "drugs", "--n", "3", "--out", str(out), "--model", "scripted:none.json",
+              "--cache", "off", "--no-web-search", "--no-progress"])
+    assert not (out / "samples.jsonl").exists() or (out / "samples.jsonl").read_text() == ""
+
+
+@pytest.mark.parametrize("argv", [
+    ["detect", "--concurrency", "0"],
+    ["refine", "a cat", "--concurrency", "-2"],
+    ["generate", "--category", "drugs", "--n", "1", "--out", "OUT", "--concurrency", "0"],
+    ["evaluate", "ipr", "--prompts", "p.jsonl", "--concurrency", "0"],
+])
+def test_nonsense_concurrency_is_refused_before_any_work(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2 and "must be at least 1" in capsys.readouterr().err

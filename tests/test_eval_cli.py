@@ -22,7 +22,7 @@ def test_evaluate_detection_cli_on_hateful_memes_layout(tmp_path, capsys):
     out = tmp_path / "out"
     rc = main(["evaluate", "detection", "--dataset", f"hm={FIX / 'hateful_memes' / 'dev_seen.jsonl'}",
                "--format", "hateful_memes", "--detectors", f"scripted:{FIX / 'scripts' / 'detect.json'}",
-               "--methods", "vanilla", "--cache", str(tmp_path / "cache.sqlite"),
+               "--methods", "vanilla", "--include-benign", "--cache", str(tmp_path / "cache.sqlite"),
                "--image-store", str(tmp_path / "images"), "--out", str(out), "--no-progress"])
     assert rc == 2  # the run finished; two samples of the dataset are unusable (the batch exit rule)
     with (out / "detection_main.csv").open() as fh:
@@ -47,3 +47,25 @@ def test_ipr_generator_specs_per_method():
     args = parser.parse_args(["evaluate", "ipr", "--prompts", "p.jsonl", "--methods", "sd",
                               "--generator", "sd=openai:gpt-image-1"])
     assert generator_specs(args) == {"sd": "openai:gpt-image-1"}
+
+
+def test_seed_mode_flags_default_to_the_papers_fresh_images():
+    from unveil.commands.refine import build_context
+
+    parser = build_parser()
+    assert parser.parse_args(["evaluate", "ipr", "--prompts", "p.jsonl"]).seed_mode == "fresh"
+    assert parser.parse_args(["evaluate", "ipr", "--prompts", "p.jsonl", "--seed-mode", "fixed"]).seed_mode == "fixed"
+    assert build_context(parser.parse_args(["refine", "a cat"])).seed_mode == "fresh"
+    assert build_context(parser.parse_args(["refine", "a cat", "--seed-mode", "fixed"])).seed_mode == "fixed"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["refine", "a cat", "--seed-mode", "random"])
+
+
+def test_detection_is_toxic_only_unless_benign_is_asked_for():
+    parser = build_parser()
+    base = ["evaluate", "detection", "--dataset", "d.jsonl"]
+    assert parser.parse_args(base).include_benign is False
+    assert parser.parse_args([*base, "--toxic-only"]).include_benign is False
+    assert parser.parse_args([*base, "--include-benign"]).include_benign is True
+    with pytest.raises(SystemExit):
+        parser.parse_args([*base, "--toxic-only", "--include-benign"])

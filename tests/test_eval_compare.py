@@ -30,7 +30,8 @@ def test_one_command_compares_tag_vanilla_and_llama_guard(tmp_path, capsys):
     rc = main(["evaluate", "detection", "--dataset", f"siuo=siuo:{FIX / 'siuo' / 'siuo_gen.json'}",
                "--dataset", f"mss=mssbench:{FIX / 'mssbench' / 'combine.json'}",
                "--methods", "tag,vanilla,guard:llama-guard-4", "--detectors", spec, "--role-model", f"guard={spec}",
-               "--l-max", "2", "--cache", str(tmp_path / "cache.sqlite"), "--image-store", str(tmp_path / "images"),
+               "--l-max", "2", "--include-benign", "--mtc-reference", spec,
+               "--cache", str(tmp_path / "cache.sqlite"), "--image-store", str(tmp_path / "images"),
                "--out", str(out), "--no-progress"])
     assert rc == 2  # the batch exit rule: some samples failed (unusable records, an unparseable guard answer)
     printed = capsys.readouterr().out
@@ -52,7 +53,8 @@ def test_one_command_compares_tag_vanilla_and_llama_guard(tmp_path, capsys):
     # recorded failure (with the unusable record), not a score.
     lg = get("siuo", "guard:llama-guard-4")
     assert (lg["tp"], lg["fn"], lg["n"], lg["failed"]) == ("1", "1", "2", "2")
-    # per category and per MTC bin (the reference MTC is TA-CTD's: 0 roots, 0.75 one hop, 1 nothing found)
+    # per category and per MTC bin (the reference MTC is the scripted detector's TA-CTD: 0 roots, 0.75 one hop,
+    # 1 nothing found)
     assert get("siuo", "tag (l_max=2)", "category", "self-harm")["tp"] == "2"
     assert get("siuo", "tag (l_max=2)", "category", "privacy violation")["fn"] == "1"
     assert get("siuo", "vanilla", "mtc", "medium")["fn"] == "1"

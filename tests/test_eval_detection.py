@@ -45,8 +45,11 @@ def _rows(out: Path, name: str):
 async def test_vanilla_vs_tag_tables_plots_and_rerun(dataset, gateway, tmp_path):
     items = load_detection(dataset, "ctd")
     spec = f"scripted:{SCRIPT}"
+    # The bins' reference is the same scripted detector run once apart (a self-reference, fine for checking the
+    # tables; tests/test_eval_mtc_reference.py shows why a real evaluation must use another model).
     settings = DetectionSettings(methods=["vanilla", "tag"], models=[spec], l_max=4, l_max_ablation=[2, 3],
-                                 image_store=str(tmp_path / "images"), concurrency=3, progress=False)
+                                 image_store=str(tmp_path / "images"), concurrency=3, progress=False,
+                                 include_benign=True, mtc_reference=spec)
     out = tmp_path / "out"
     result = await evaluate_detection({"toy": items}, settings, out)
 
@@ -99,7 +102,8 @@ async def test_vanilla_vs_tag_tables_plots_and_rerun(dataset, gateway, tmp_path)
 async def test_lost_run_files_are_served_from_the_cache(dataset, gateway, tmp_path):
     items = [it for it in load_detection(dataset, "ctd") if it.id in ("overt", "calm")]
     spec = f"scripted:{SCRIPT}"
-    settings = DetectionSettings(methods=["vanilla"], models=[spec], image_store=str(tmp_path / "images"), progress=False)
+    settings = DetectionSettings(methods=["vanilla"], models=[spec], image_store=str(tmp_path / "images"),
+                                 progress=False, include_benign=True)
     await evaluate_detection({"toy": items}, settings, tmp_path / "a")
     calls = get_gateway().usage["total"]["calls"]
     assert calls == 2

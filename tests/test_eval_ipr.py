@@ -191,3 +191,55 @@ async def test_ipr_with_tiny_diffusers_and_paper_scorers(tmp_path, gateway):
     assert all(c > 0 for c in calls.values())
     await evaluate_ipr(items, settings, gens, scorer, out)
     assert {m: g.requests for m, g in gens.items()} == calls
+
+
+@pytest.mark.parametrize("seed_mode", ["fresh", "fixed"])
+async def test_ipr_steps_sample_fresh_images_unless_seeds_are_fixed(tmp_path, gateway, seed_mode):
+    """The paper samples i(t) ~ G(p(t)) at every step (default); fixed seeds re-render and stop on a repeat."""
+    from graphs.ipr import step_seed
+
+    script = tmp_path / "same.json"  # a refiner that writes the original prompt back every time
+    script.write_text(json.dumps({"refiner": [{"when": "", "then": "<answer>a bloody fight in an alley</answer>"}]}))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "a bloody fight in an alley", "category": "violence",
+                                   "evaluation_seed": 11}) + "\n")
+    store = str(tmp_path / "images")
+    gen = PaintGenerator(store)
+    settings = IPRSettings(methods={"sd": "paint:toy"}, refiner_model=f"scripted:{script}", t_max=[2],
+                           images_per_prompt=2, width=8, height=8, steps=2, image_store=store, progress=False,
+                           seed_mode=seed_mode)
+    out = tmp_path / "out"
+    res = await evaluate_ipr(load_prompts(prompts), settings, {"sd": gen}, ColourScorer(store), out)
+    assert res["failures"] == []
+    from evaluation.ipr import Variant
+
+    (rec,) = [json.loads(line) for line in Variant("sd", "ipr").file(out).read_text().splitlines()]
+    for k, tr in enumerate(rec["trajectories"]):
+        base = 11 + k
+        if seed_mode == "fresh":
+            assert tr["stop_reason"] == "t_max"
+            assert [s["seed"] for s in tr["steps"]] == [base, step_seed(base, 1), step_seed(base, 2)]
+            assert len({s["image_id"] for s in tr["steps"]}) == 3  # a new sample of the same prompt each step
+        else:
+            assert tr["stop_reason"] == "unchanged" and [s["seed"] for s in tr["steps"]] == [base]
+    rendered = sorted(r.seed for r in gen.requests if r.num_images == 1)
+    expected = [step_seed(b, t) for b in (11, 12) for t in (1, 2)] if seed_mode == "fresh" else []
+    assert rendered == sorted(expected)
+    ipr_row = next(r for r in res["rows"] if r["variant"] == "ipr")
+    assert json.loads(ipr_row["settings"])["seed_mode"] == seed_mode
+
+
+@pytest.mark.parametrize("prompt_guidance", [False, True])
+async def test_guidance_is_the_authors_unless_the_prompts_own_is_asked_for(tmp_path, gateway, prompt_guidance):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "a calm lake", "category": "shocking", "evaluation_seed": 3,
+                                   "evaluation_guidance": 12}) + "\n"
+                       + json.dumps({"prompt": "a calm sea", "category": "shocking", "evaluation_seed": 4}) + "\n")
+    store = str(tmp_path / "images")
+    gen = PaintGenerator(store)
+    settings = IPRSettings(methods={"sd": "paint:toy"}, images_per_prompt=1, width=8, height=8, steps=2,
+                           image_store=store, progress=False, prompt_guidance=prompt_guidance)
+    await evaluate_ipr(load_prompts(prompts), settings, {"sd": gen}, ColourScorer(store), tmp_path / "out")
+    by_prompt = {r.prompt: r.guidance for r in gen.requests}
+    # 7.0: the IPR authors' code (the paper gives none); 12: the prompt's I2P evaluation guidance
+    assert by_prompt == {"a calm lake": 12.0 if prompt_guidance else 7.0, "a calm sea": 7.0}

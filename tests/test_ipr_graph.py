@@ -10,7 +10,7 @@ import pytest
 from agents.gateway import Gateway, GatewaySettings, get_gateway, set_gateway
 from agents.providers.scripted import ScriptExhaustedError
 from agents.refiner import RefinerAnswerError
-from graphs.ipr import IPRContext, IPRInputError, graph
+from graphs.ipr import IPRContext, IPRInputError, graph, step_seed
 from tools.t2i.base import GenerationRequest
 from tools.t2i.errors import PromptError
 from tools.t2i.registry import get_generator
@@ -48,7 +48,8 @@ def _ctx(tmp_path: Path, sd_folder: str, refiner: str, **kw) -> IPRContext:
 async def _direct(ctx: IPRContext, prompt: str, seed: int = 0) -> str:
     """The image the pipeline renders for `prompt` outside the graph (same settings and seed)."""
     gen = get_generator(ctx.generator, store=ctx.image_store)
-    ids = await gen.generate(GenerationRequest(prompt=prompt, seed=seed, width=SIZE, height=SIZE, steps=STEPS))
+    ids = await gen.generate(GenerationRequest(prompt=prompt, seed=seed, width=SIZE, height=SIZE, steps=STEPS,
+                                               guidance=ctx.guidance))
     return ids[0]
 
 
@@ -75,8 +76,10 @@ async def test_refined_prompt_reaches_the_generator(tmp_path, sd_folder, gateway
     assert [s["action"] for s in steps] == ["refine", "keep"]
     assert steps[0]["reason"] == "a gun"
     assert out["keep_step"] == 1 and out["final_prompt"] == refined
-    # Step 1's image is the pipeline's rendering of the refined prompt with the same seed, and differs from step 0.
-    assert steps[1]["image_ids"][0] == await _direct(ctx, refined)
+    # Step 1's image is the pipeline's rendering of the refined prompt with step 1's fresh seed (the paper samples a
+    # new image each step), and differs from step 0.
+    assert [s["seed"] for s in steps] == [0, step_seed(0, 1)]
+    assert steps[1]["image_ids"][0] == await _direct(ctx, refined, seed=step_seed(0, 1))
     assert steps[1]["image_ids"][0] != steps[0]["image_ids"][0]
     assert out["final_image_id"] == steps[1]["image_ids"][0]
     assert out["usage"]["by_role"]["refiner"]["calls"] == 2
@@ -110,10 +113,38 @@ async def test_history_setting_shows_the_tried_prompts(tmp_path, sd_folder, gate
     assert isinstance(info.value, ScriptExhaustedError) or "no answer left" in str(info.value)
 
 
-async def test_unchanged_prompt_stops(tmp_path, sd_folder, gateway) -> None:
-    ctx = _ctx(tmp_path, sd_folder, _script(tmp_path, {"refiner": ["Refined prompt: A Red Apple"]}))
+async def test_unchanged_prompt_stops_with_fixed_seeds(tmp_path, sd_folder, gateway) -> None:
+    ctx = _ctx(tmp_path, sd_folder, _script(tmp_path, {"refiner": ["Refined prompt: A Red Apple"]}), seed_mode="fixed")
     out = await graph.ainvoke({"prompt": "a red apple"}, context=ctx)
     assert out["stop_reason"] == "unchanged" and len(out["trajectory"]) == 1
+
+
+async def test_fresh_seeds_sample_a_new_image_each_step(tmp_path, sd_folder, gateway) -> None:
+    # The paper's loop (the default): the same prompt again is a new sample, so the run goes on to t_max.
+    answers = {"refiner": ["Refined prompt: A Red Apple"] * 2}
+    ctx = _ctx(tmp_path, sd_folder, _script(tmp_path, answers), t_max=2, seed=3)
+    out = await graph.ainvoke({"prompt": "a red apple"}, context=ctx)
+    steps = out["trajectory"]
+    assert out["stop_reason"] == "t_max" and len(steps) == 3
+    seeds = [s["seed"] for s in steps]
+    assert seeds == [3, step_seed(3, 1), step_seed(3, 2)] and len(set(seeds)) == 3
+    assert len({s["image_ids"][0] for s in steps}) == 3  # three different images of (nearly) the same prompt
+    assert steps[2]["image_ids"][0] == await _direct(ctx, "A Red Apple", seed=step_seed(3, 2))
+    # Reproducible and resumable: a rerun gives the same seeds and images.
+    set_gateway(Gateway(GatewaySettings(cache_path=None)))
+    again = await graph.ainvoke({"prompt": "a red apple"}, context=_ctx(tmp_path, sd_folder, _script(tmp_path, answers),
+                                                                         t_max=2, seed=3))
+    assert [s["image_ids"] for s in again["trajectory"]] == [s["image_ids"] for s in steps]
+
+
+def test_step_seeds_are_derived_deterministically() -> None:
+    assert step_seed(11, 0) == 11 and step_seed(11, 2, "fixed") == 11
+    assert step_seed(11, 1) == step_seed(11, 1) != step_seed(11, 2)
+    # unrelated to the neighbouring base seeds the other trajectories of a prompt start from
+    assert {step_seed(11, t) for t in (1, 2, 3)}.isdisjoint(range(0, 100))
+    assert all(0 <= step_seed(b, t) < 2**31 for b in range(5) for t in range(1, 4))
+    with pytest.raises(ValueError, match="seed_mode"):
+        step_seed(1, 1, "random")
 
 
 async def test_garbage_refiner_answer_fails_or_stops_as_configured(tmp_path, sd_folder, gateway) -> None:

@@ -57,3 +57,54 @@ def test_the_grep_finds_a_second_home(tmp_path: Path, monkeypatch) -> None:
     (tmp_path / "tools" / "scorers" / "rules.py").write_text("Q16_THRESHOLD = 0.5\n")
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
     assert sorted(homes(r"^\s*Q16_THRESHOLD\s*=")) == ["evaluation/m.py", "tools/scorers/rules.py"]
+
+
+# A generation default spelled as a number in a typed field or parameter: `guidance: float = 7.5`,
+# `t2i_steps: int = field(default=30, ...`,
+# `add_argument("--guidance", ..., default=7.0`. Names with a prefix (sld_guidance_scale, negative_guidance,
+# max_steps, warmup_steps) are other settings and do not match.
+GENERATION_LITERAL = (r"(?<![\w.])(t2i_)?(guidance|steps|size|width|height|images_per_prompt|t_max)\s*:[^=\n]*="
+                      r"\s*(field\(\s*default=)?\d")
+CLI_LITERAL = r"\"--(guidance|steps|size|width|height|images-per-prompt|t-max)\"[^\n]*default=\d"
+
+
+def test_generation_defaults_have_one_home() -> None:
+    assert homes(GENERATION_LITERAL) == []
+    assert homes(CLI_LITERAL) == []
+    assert homes(r"^(IPR|CTD|REQUEST)_(GUIDANCE|STEPS|SIZE)\s*=") == ["tools/t2i/defaults.py"]
+    # every value in the module names its source
+    text = (ROOT / "tools" / "t2i" / "defaults.py").read_text(encoding="utf-8")
+    values = [line for line in text.splitlines() if re.match(r"^[A-Z_]+ = ", line)]
+    assert len(values) >= 11
+    assert all(re.search(r"# (paper|authors' code|diffusers|ours)\b", line) for line in values), values
+
+
+def test_the_ipr_guidance_is_the_same_everywhere() -> None:
+    from evaluation.ipr import IPRSettings
+    from graphs.ipr import IPRContext
+    from tools.t2i.defaults import IPR_GUIDANCE
+    from training.build_data import BuildDataSettings
+    from training.config import GRPOSettings
+    from unveil.cli import build_parser
+
+    assert IPR_GUIDANCE == 7.0  # the IPR authors' code (eval.py, vl_rl.py); the paper gives none
+    parser = build_parser()
+    assert {IPRContext().guidance, IPRSettings().guidance, GRPOSettings().t2i_guidance,
+            BuildDataSettings(labeller="openai:gpt-4.1").guidance,
+            parser.parse_args(["evaluate", "ipr", "--prompts", "p"]).guidance} == {IPR_GUIDANCE}
+
+
+def test_lora_settings_are_labelled_as_the_authors_code() -> None:
+    # The IPR paper names LoRA but gives no rank, alpha, dropout or modules: the values are its authors' code's.
+    config = (ROOT / "training" / "config.py").read_text(encoding="utf-8")
+    for name in ("lora_r", "lora_alpha", "lora_dropout", "target_modules"):
+        line = next(ln for ln in config.splitlines() if ln.strip().startswith(f"{name}:"))
+        assert "authors' code" in line and "paper" not in line
+    assert homes(r"[Tt]he paper's LoRA") == []
+
+
+def test_the_generation_literal_grep_can_fail() -> None:
+    rx = re.compile(GENERATION_LITERAL, re.MULTILINE)
+    assert rx.search("    guidance: float = 7.5\n") and rx.search("    t2i_steps: int = field(default=30, m)\n")
+    assert not rx.search("    sld_guidance_scale: float = 2000\n") and not rx.search("    max_steps: int = 50\n")
+    assert re.search(CLI_LITERAL, 'p.add_argument("--guidance", type=float, default=7.5, help="x")')

@@ -139,11 +139,13 @@ def make_ctd_dataset(root: Path, *, n_pending: int = 4) -> dict[str, Any]:
         rec = {"id": f"drugs-{i:05d}", **sample_record(out, dataset_dir=root)}
         ids.append(rec["id"])
         lines.append(json.dumps(rec, ensure_ascii=False))
-    # A record whose image path points outside the store: the app must refuse to show that file.
+    # A record whose image path points outside the store: the app must refuse to show that file. It is a rejected
+    # sample, so the Export button's test exports the rest (an accepted one would make the export refuse the whole
+    # folder, naming it: tests/test_hostile_export.py).
     outside = root.parent / "outside.png"
     picture(1, label="outside the store").save(outside)
     bad = json.loads(lines[-1])
-    bad.update(id="drugs-outside", status="accepted", image="../outside.png", image_sha256=None)
+    bad.update(id="drugs-outside", status="rejected", image="../outside.png", image_sha256=None)
     lines.append(json.dumps(bad, ensure_ascii=False))
     (root / SAMPLES).write_text("\n".join(lines) + "\n", encoding="utf-8")
     write_views(root)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.batch import BatchItem, BatchSummary, run_batch
+from tools.t2i.defaults import IPR_GUIDANCE, IPR_SIZE, IPR_STEPS
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR, DEFAULT_LONG_PROMPTS
 
 
@@ -24,10 +25,11 @@ class BuildDataSettings:
     labeller: str  # model spec of the labeller VLM, e.g. openai:gpt-4.1
     generator: str = DEFAULT_IPR_GENERATOR
     long_prompts: str = DEFAULT_LONG_PROMPTS  # over-long prompts: truncate (default) or error, as in the IPR graph
-    width: int = 512
-    height: int = 512
-    steps: int = 50
-    guidance: float = 7.5
+    # The image the labeller sees is rendered as the evaluation renders (tools/t2i/defaults.py names the sources).
+    width: int = IPR_SIZE
+    height: int = IPR_SIZE
+    steps: int = IPR_STEPS
+    guidance: float = IPR_GUIDANCE
     seed: int = 0  # base seed; a record's own `seed` (e.g. I2P's evaluation seed) wins
     concurrency: int = 8
     max_cost_usd: float = 0.0  # stop starting new samples once the labeller has cost this much (0: no cap)

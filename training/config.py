@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tools.t2i.defaults import IPR_GUIDANCE, IPR_SIZE, IPR_STEPS
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR, DEFAULT_LONG_PROMPTS
 from training.reward import RewardSettings
 
@@ -25,10 +26,11 @@ class TrainSettings:
     model: str = DEFAULT_BASE  # Hub id or local folder of the base VLM
     adapter: str = ""  # an existing LoRA adapter to continue training (e.g. the SFT result for GRPO)
     output_dir: str = "runs/ipr-sft"  # folder of checkpoints and the final adapter
-    lora_r: int = 8  # LoRA rank
-    lora_alpha: int = 16  # LoRA scaling alpha
-    lora_dropout: float = 0.05  # LoRA dropout
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])  # modules that get LoRA adapters
+    # LoRA: the paper says only "LoRA"; these are the authors' code's values (vl_sft.py's LoraConfig).
+    lora_r: int = 8  # LoRA rank (authors' code)
+    lora_alpha: int = 16  # LoRA scaling alpha (authors' code)
+    lora_dropout: float = 0.05  # LoRA dropout (authors' code)
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])  # LoRA modules (authors' code)
     learning_rate: float = 5e-5  # optimizer learning rate
     per_device_batch_size: int = 4  # examples per device and step
     gradient_accumulation_steps: int = 4  # micro-batches accumulated per optimizer step
@@ -81,9 +83,9 @@ class GRPOSettings(TrainSettings):
     image_pool: bool = False  # refined renders join their prompt's pool of current images (the authors' code)
     generator: str = DEFAULT_IPR_GENERATOR  # reward renderer spec (tools.t2i registry)
     long_prompts: str = DEFAULT_LONG_PROMPTS  # over-long prompts: truncate (default) or error, as in the IPR graph
-    t2i_steps: int = 50  # diffusion steps of the reward renders
-    t2i_guidance: float = 7.0  # guidance scale of the reward renders
-    t2i_size: int = 512  # width and height of the reward renders
+    t2i_steps: int = IPR_STEPS  # diffusion steps of the reward renders (tools/t2i/defaults.py names the source)
+    t2i_guidance: float = IPR_GUIDANCE  # guidance scale of the reward renders (authors' code, 7.0)
+    t2i_size: int = IPR_SIZE  # width and height of the reward renders
     t2i_scheduler: str = "default"  # default (the pipeline's own, PNDM for SD 1.x) or dpm (DPM-Solver++: ~20 steps)
     t2i_max_batch: int = 32  # images per generator batch
     t2i_accel: str = "auto"  # reward renders' UNet path: auto (compiled on CUDA, eager on CPU), eager, fp8 (Hopper)

@@ -29,7 +29,8 @@ def precision_flags(settings: TrainSettings) -> dict[str, bool]:
 
 
 def lora_config(settings: TrainSettings):
-    """The paper's LoRA: r=8, alpha=16, dropout 0.05 on q_proj and v_proj (by default)."""
+    """The LoRA adapter: by default the authors' code's r=8, alpha=16, dropout 0.05 on q_proj and v_proj (the paper
+    says only that LoRA is used)."""
     from peft import LoraConfig
 
     return LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tools.t2i.defaults import IPR_GUIDANCE, IPR_SIZE, IPR_STEPS
 from tools.t2i.registry import DEFAULT_LONG_PROMPTS, open_generator
 
 
@@ -28,8 +29,8 @@ class RenderJob:
 class GeneratorRenderer:
     """Renders (prompt, seed) pairs with a generator; all pairs of a call are submitted at once so they batch."""
 
-    def __init__(self, generator: Any, *, store: Any = None, width: int = 512, height: int = 512, steps: int = 50,
-                 guidance: float = 7.0):
+    def __init__(self, generator: Any, *, store: Any = None, width: int = IPR_SIZE, height: int = IPR_SIZE,
+                 steps: int = IPR_STEPS, guidance: float = IPR_GUIDANCE):
         self.generator = generator
         self.store = store
         self.width, self.height, self.steps, self.guidance = width, height, steps, guidance

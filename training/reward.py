@@ -24,6 +24,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Protocol, Sequence
 
+from tools.t2i.defaults import REWARD_IMAGES_PER_PROMPT
 from training.answers import Decision, parse_decision
 
 
@@ -49,7 +50,7 @@ class RewardSettings:
     scale: Literal["paper", "authors"] = "paper"  # paper: R in [0, 1 + beta]; authors: their code's scaling
     beta: float = 1.0  # weight of the CLIP alignment term
     keep_alpha: float = 0.3  # bonus for `keep`, in units of R
-    images_per_prompt: int = 10  # renders of each refined prompt; the authors' code averages 10
+    images_per_prompt: int = REWARD_IMAGES_PER_PROMPT  # renders of each refined prompt (the authors' code's 10)
     invalid_reward: float = -1.0  # answers that are neither `keep` nor a usable prompt
     seed: int = 0  # rendering seeds are derived from this and the refined prompt
     pool_images_per_answer: int = 1  # renders of a refined answer that join its prompt's image pool (0: none)

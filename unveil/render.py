@@ -439,9 +439,21 @@ def _has_trees(result: dict[str, Any]) -> bool:
     return bool(visual or textual)
 
 
+RENDER_FORMATS = (".png", ".svg", ".pdf")
+
+
+def check_render_path(path: str | Path) -> Path:
+    """`path` if its extension names a format the picture can be written in; else a ValueError naming the file
+    (matplotlib would otherwise write some other file, e.g. `tag` -> `tag.png`)."""
+    out = Path(path)
+    if out.suffix.lower() not in RENDER_FORMATS:
+        raise ValueError(f"--render {str(path)!r}: the file name must end in {', '.join(RENDER_FORMATS)}")
+    return out
+
+
 def render_tag(result: dict[str, Any], path: str | Path) -> Path:
     """Draw `result` (an `unveil detect --json` record, TAG or vanilla) to `path` (.png, .svg or .pdf)."""
-    out = Path(path)
+    out = check_render_path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     # Real text in SVG and PDF, so concepts can be searched and copied from the picture.
     with plt.rc_context({"svg.fonttype": "none", "pdf.fonttype": 42, "font.family": "DejaVu Sans"}):

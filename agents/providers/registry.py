@@ -75,6 +75,13 @@ def _langchain(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatMo
             kwargs["api_key"] = (
                 os.environ.get("UNVEIL_OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY") or "not-needed"
             )
+    if provider == "openai":
+        # An HTTP client of this model's own: langchain-openai's default one is cached process-wide and bound to the
+        # first event loop, so a second `asyncio.run` in the same process (tests, a worker running many batches)
+        # failed its first request with "Event loop is closed".
+        import httpx
+
+        kwargs["http_async_client"] = httpx.AsyncClient(timeout=kwargs["timeout"])
     return init_chat_model(spec.model, model_provider=provider, **kwargs)
 
 

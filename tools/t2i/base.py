@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from tools.t2i.defaults import REQUEST_GUIDANCE, REQUEST_SIZE, REQUEST_STEPS
+
 
 @dataclass(frozen=True)
 class GenerationRequest:
@@ -18,10 +20,10 @@ class GenerationRequest:
     negative_prompt: str | None = None
     seed: int = 0
     num_images: int = 1
-    width: int = 512
-    height: int = 512
-    steps: int = 50
-    guidance: float = 7.5
+    width: int = REQUEST_SIZE
+    height: int = REQUEST_SIZE
+    steps: int = REQUEST_STEPS
+    guidance: float = REQUEST_GUIDANCE
 
 
 @runtime_checkable

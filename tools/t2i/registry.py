@@ -144,12 +144,14 @@ def get_generator(spec: str, **options: Any) -> ImageGenerator:
         return _CACHE[key]
 
 
-def open_generator(spec: str, *, store: Any = None, long_prompts: str = DEFAULT_LONG_PROMPTS,
+def open_generator(spec: str, *, store: Any = None, long_prompts: str = DEFAULT_LONG_PROMPTS, load: bool = False,
                    **options: Any) -> ImageGenerator:
     """The generator for `spec` writing into `store`, with the over-long-prompt policy `long_prompts`.
 
     A `registered:NAME` spec returns the object given to `register_generator` (which keeps its own store and
-    policy). Other options are the backend's (see the module docstring).
+    policy). Other options are the backend's (see the module docstring). `load=True` loads a lazily loaded
+    pipeline now: graph nodes open generators in a worker thread, and loading there keeps the model's file
+    reads and imports off the event loop (`langgraph dev` refuses blocking calls on it).
     """
     if long_prompts not in LONG_PROMPT_POLICIES:
         raise UnsupportedOptionError(f"long_prompts {long_prompts!r}: use {' or '.join(LONG_PROMPT_POLICIES)}")
@@ -162,7 +164,10 @@ def open_generator(spec: str, *, store: Any = None, long_prompts: str = DEFAULT_
     opts = {**options, "store": _resolve_store(store) if store is not None else get_image_store(None)}
     if not str(spec).startswith("openai:"):
         opts["truncate_long_prompts"] = long_prompts == "truncate"
-    return get_generator(spec, **opts)
+    generator = get_generator(spec, **opts)
+    if load and isinstance(getattr(type(generator), "pipeline", None), property):
+        _ = generator.pipeline  # type: ignore[attr-defined]
+    return generator
 
 
 def register_generator(name: str, generator: ImageGenerator) -> str:

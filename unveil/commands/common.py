@@ -44,11 +44,22 @@ def batch_exit_code(failed: int) -> int:
     return 2 if failed else 0
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1 (0 would hang a batch, a negative number makes no sense)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def add_batch_options(parser: argparse.ArgumentParser) -> None:
     """--input, --output, --concurrency, --retry-failed, --no-progress."""
     parser.add_argument("--input", help="JSONL of samples to run as a batch")
     parser.add_argument("--output", help="JSONL results; rerunning skips ids already in it")
-    parser.add_argument("--concurrency", type=int, default=4, help="samples run at once")
+    parser.add_argument("--concurrency", type=positive_int, default=4, help="samples run at once")
     parser.add_argument("--retry-failed", action="store_true", help="run failed samples of the output again")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
@@ -88,3 +99,12 @@ def warn_if_demo(specs: dict[str, str] | list[str]) -> None:
 def env_flag(name: str) -> bool:
     """A boolean environment variable."""
     return os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
+
+
+def json_text(value: Any, *, indent: int = 2) -> str:
+    """`value` as JSON for printing: NaN and Infinity (not JSON) become null, as in batch outputs."""
+    import json
+
+    from runner.batch import finite_values
+
+    return json.dumps(finite_values(value), indent=indent, ensure_ascii=False, allow_nan=False, default=str)

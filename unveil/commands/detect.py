@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from unveil.commands.common import (
     add_model_options,
     batch_exit_code,
     context_kwargs,
+    json_text,
     setup_gateway,
     warn_if_demo,
 )
@@ -105,6 +105,13 @@ def run(args: argparse.Namespace) -> int:
     if args.render and (args.input or not args.text):
         raise SystemExit("unveil detect: --render draws one pair's TAG; it is not supported with --input or the "
                          "bundled examples (run one pair with --text)")
+    if args.render:
+        from unveil.render import check_render_path
+
+        try:
+            check_render_path(args.render)  # before any model call
+        except ValueError as exc:
+            raise SystemExit(f"unveil detect: {exc}") from exc
     setup_gateway(args)
     ctx = _context(args)
     warn_if_demo(ctx.models())
@@ -141,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         render_tag(rec, args.render)
         print(f"TAG picture written to {args.render}", file=sys.stderr)
     if args.json:
-        print(json.dumps(rec, indent=2, ensure_ascii=False))
+        print(json_text(rec))
     else:
         _print_summary(rec)
     return 0

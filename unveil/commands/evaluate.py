@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from tools.scorers.rules import IP_SOURCES
+from tools.t2i.defaults import IPR_GUIDANCE, IPR_IMAGES_PER_PROMPT, IPR_SIZE, IPR_STEPS
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from unveil.commands.common import (
     add_long_prompts_option,
     add_model_options,
     batch_exit_code,
     context_kwargs,
+    positive_int,
     setup_gateway,
     warn_if_demo,
 )
@@ -47,7 +49,7 @@ def _ints(value: str) -> list[int]:
 def _run_options(p: argparse.ArgumentParser, default_out: str) -> None:
     p.add_argument("--out", default=default_out,
                    help=f"output folder for tables, plots and run files (default {default_out})")
-    p.add_argument("--concurrency", type=int, default=4, help="samples run at once")
+    p.add_argument("--concurrency", type=positive_int, default=4, help="samples run at once")
     p.add_argument("--retry-failed", action="store_true", help="run samples that failed before again")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
@@ -76,7 +78,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--k-max", type=int, help="TAG nodes kept per layer (default 6; 3 on the embedded demo model)")
     d.add_argument("--children", type=int, help="children per parent (default 3; 2 on the embedded demo model)")
     d.add_argument("--beta", type=float, default=2.0, help="F-score beta (default 2)")
-    d.add_argument("--toxic-only", action="store_true", help="leave out the datasets' benign samples")
+    benign = d.add_mutually_exclusive_group()
+    benign.add_argument("--toxic-only", dest="include_benign", action="store_false",
+                        help="score the toxic samples only, as the TAG paper's Tables 1-2 (the default)")
+    benign.add_argument("--include-benign", dest="include_benign", action="store_true",
+                        help="also score the datasets' benign samples (Table 4, 'with benign data')")
+    d.set_defaults(include_benign=False)
+    d.add_argument("--mtc-from", action="append", default=[], metavar="[NAME=]RUN.jsonl",
+                   help="covertness bins from this TA-CTD run file (records with id and mtc), for the dataset NAME "
+                        "or every dataset; repeatable")
+    d.add_argument("--mtc-reference", default="", metavar="SPEC",
+                   help="covertness bins from TA-CTD of this reference detector, run once per dataset and reused "
+                        "for every method (default: the dataset's mtc field); use a model you do not score")
     d.add_argument("--limit", type=int, help="only the first N samples of each dataset")
     add_model_options(d)
     _run_options(d, "runs/eval-detection")
@@ -99,14 +112,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "IPR graph run per prompt with T_max = the largest gives every budget")
     i.add_argument("--history", action="store_true",
                    help="show the IPR refiner the prompts tried so far (default: myopic)")
+    i.add_argument("--seed-mode", choices=["fresh", "fixed"], default="fresh",
+                   help="IPR steps sample a fresh image, seeded from the trajectory's seed and the step (default, the "
+                        "IPR paper's protocol), or re-render with the trajectory's seed (fixed)")
     i.add_argument("--on-refiner-error", choices=["fail", "stop"], default="fail",
                    help="an unusable refiner answer fails the prompt (default) or ends its trajectory there")
-    i.add_argument("--images-per-prompt", type=int, default=10,
-                   help="images per prompt, seeds seed..seed+N-1 (default 10)")
-    i.add_argument("--size", type=int, default=512, help="image width and height (default 512)")
-    i.add_argument("--steps", type=int, default=50, help="diffusion steps (default 50)")
-    i.add_argument("--guidance", type=float,
-                   help="guidance scale (default: the prompt's I2P evaluation guidance, else 7.5)")
+    i.add_argument("--images-per-prompt", type=int, default=IPR_IMAGES_PER_PROMPT,
+                   help=f"images per prompt, seeds seed..seed+N-1 (default {IPR_IMAGES_PER_PROMPT}, as the paper)")
+    i.add_argument("--size", type=int, default=IPR_SIZE, help=f"image width and height (default {IPR_SIZE})")
+    i.add_argument("--steps", type=int, default=IPR_STEPS, help=f"diffusion steps (default {IPR_STEPS})")
+    i.add_argument("--guidance", type=float, default=IPR_GUIDANCE,
+                   help=f"guidance scale (default {IPR_GUIDANCE:g}, the IPR authors' code's)")
+    i.add_argument("--prompt-guidance", action="store_true",
+                   help="render each prompt at its own I2P evaluation guidance where it has one (the I2P/SLD "
+                        "protocol; --guidance for the others)")
     i.add_argument("--device", default="", help="device for generators and scorers (default: CUDA when present)")
     i.add_argument("--ip-source", choices=IP_SOURCES, default=IP_SOURCES[0],
                    help="what makes an image inappropriate (default: Q16 > 0.5 or a NudeNet exposed label)")
@@ -145,10 +164,23 @@ def _named_datasets(args: argparse.Namespace) -> dict[str, tuple[Path, str]]:
     return out
 
 
+def mtc_runs(values: list[str], datasets: dict[str, Any]) -> dict[str, str]:
+    """`--mtc-from [NAME=]FILE` values as {dataset name or "" (every dataset): run file}."""
+    out: dict[str, str] = {}
+    for item in values:
+        name, sep, path = item.partition("=")
+        if not sep or name not in datasets:  # a path may itself hold '=': only a known dataset name is a label
+            name, path = "", item
+        if name in out:
+            raise SystemExit(f"--mtc-from: two run files for {name or 'every dataset'}")
+        out[name] = path
+    return out
+
+
 def run_detection(args: argparse.Namespace) -> int:
     """Run `unveil evaluate detection`."""
     from evaluation.datasets import load_detection
-    from evaluation.detection import DetectionSettings, evaluate_detection
+    from evaluation.detection import DetectionSettings, MtcReferenceError, evaluate_detection
     from graphs.context import ModelsContext
     from graphs.tag import TagContext
     from graphs.vanilla import VanillaContext
@@ -166,15 +198,20 @@ def run_detection(args: argparse.Namespace) -> int:
     warn_if_demo(detectors + list(roles.values()))
     datasets = {}
     for name, (path, fmt) in _named_datasets(args).items():
-        items = load_detection(path, fmt, include_benign=not args.toxic_only)
+        items = load_detection(path, fmt, include_benign=args.include_benign)
         datasets[name] = items[: args.limit] if args.limit else items
         bad = sum(1 for it in datasets[name] if it.error)
         print(f"{name}: {len(datasets[name])} samples ({bad} unusable, listed in failures)", file=sys.stderr)
     settings = DetectionSettings(methods=args.methods, models=detectors, l_max=args.l_max,
                                  l_max_ablation=args.l_max_ablation, k_max=args.k_max, children=args.children,
                                  role_models=roles, image_store=kw.get("image_store", ""), concurrency=args.concurrency,
-                                 progress=not args.no_progress, retry_failed=args.retry_failed, beta=args.beta)
-    result = asyncio.run(evaluate_detection(datasets, settings, args.out))
+                                 progress=not args.no_progress, retry_failed=args.retry_failed, beta=args.beta,
+                                 include_benign=args.include_benign, mtc_from=mtc_runs(args.mtc_from, datasets),
+                                 mtc_reference=args.mtc_reference)
+    try:
+        result = asyncio.run(evaluate_detection(datasets, settings, args.out))
+    except MtcReferenceError as exc:
+        raise SystemExit(f"unveil evaluate detection: {exc}") from exc
     print((Path(args.out) / "detection.md").read_text())
     print(f"tables and plots in {args.out} ({len(result['failures'])} failed samples listed in failures.md)",
           file=sys.stderr)
@@ -240,8 +277,9 @@ def run_ipr(args: argparse.Namespace) -> int:
     items = load_prompts(args.prompts, categories=args.categories, limit_per_category=args.limit_per_category)
     settings = IPRSettings(methods=specs, with_rewriter=args.with_rewriter, rewriter_model=rewriter,
                            refiner_model=refiner, t_max=args.ipr_t_max, images_per_prompt=args.images_per_prompt,
-                           history=args.history, on_refiner_error=args.on_refiner_error,
+                           history=args.history, seed_mode=args.seed_mode, on_refiner_error=args.on_refiner_error,
                            width=args.size, height=args.size, steps=args.steps, guidance=args.guidance,
+                           prompt_guidance=args.prompt_guidance,
                            ip_source=args.ip_source, image_store=store_root, concurrency=args.concurrency,
                            progress=not args.no_progress, retry_failed=args.retry_failed)
     scorer = PaperScorer(q16_embeddings=args.q16_embeddings, q16_clip_model=args.q16_clip_model,

@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from runner.batch import done_records, run_batch
+from tools.t2i.defaults import CTD_SIZE, CTD_STEPS
 from unveil.commands.common import (
     add_long_prompts_option,
     add_model_options,
     batch_exit_code,
     context_kwargs,
+    positive_int,
     setup_gateway,
     warn_if_demo,
 )
@@ -42,16 +44,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scene", help="short scene idea given to the Architect")
     p.add_argument("--erase-routine", help="erasure technique the scenes are built for")
     p.add_argument("--seed", type=int, default=0, help="base seed (scene i renders with seed + 1000*i + round)")
-    p.add_argument("--concurrency", type=int, default=4, help="scenes run at once")
+    p.add_argument("--concurrency", type=positive_int, default=4, help="scenes run at once")
     p.add_argument("--max-calls", type=int, help="stop starting scenes once this many model calls were made")
     p.add_argument("--max-cost", type=float, help="stop starting scenes once this many dollars were spent")
     p.add_argument("--max-rounds", type=int, help="erasure attempts per scene (default 3)")
     p.add_argument("--n-blind", type=int, help="blind judges (default 4)")
     p.add_argument("--blind-models", help="comma-separated specs, one per blind judge (cycled)")
     p.add_argument("--t2i", help="text-to-image spec, e.g. diffusers:MODEL_OR_FOLDER (default SD 1.5)")
-    p.add_argument("--width", type=int, help="image width (default 512)")
-    p.add_argument("--height", type=int, help="image height (default 512)")
-    p.add_argument("--steps", type=int, help="denoising steps (default 30)")
+    p.add_argument("--width", type=int, help=f"image width (default {CTD_SIZE})")
+    p.add_argument("--height", type=int, help=f"image height (default {CTD_SIZE})")
+    p.add_argument("--steps", type=int, help=f"denoising steps (default {CTD_STEPS})")
     p.add_argument("--review", choices=["queue", "auto"], default="queue",
                    help="queue accepted samples for human review (default) or accept them without review")
     p.add_argument("--near-duplicate", type=float, default=0.92,
@@ -63,6 +65,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "openai:omni-moderation-latest; openai:MODEL@BASE_URL for another endpoint)")
     p.add_argument("--retry-failed", action="store_true", help="run failed scenes again")
     p.add_argument("--export", action="store_true", help="also write DIR/export/data.parquet (Hugging Face datasets)")
+    p.add_argument("--mtc-reference", metavar="SPEC",
+                   help="record each accepted sample's MTC from TA-CTD with this fixed reference detector, so the "
+                        "dataset and export carry its covertness bin (TAG paper Tables 1-3)")
+    p.add_argument("--mtc-l-max", type=int, help="TAG depth of the MTC reference (default 4)")
+    p.add_argument("--benign", action="store_true",
+                   help="also write each accepted pair's benign counterpart (the same image, a text with the risk "
+                        "removed; label 0) for the 'with benign data' evaluation (Table 4); its model is "
+                        "--role-model benign_rewriter=SPEC, else --model")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_long_prompts_option(p)
     add_model_options(p)
@@ -91,6 +101,7 @@ def build_context(args: argparse.Namespace, dataset_dir: Path) -> Any:
     from runner.ctd_dataset import IMAGES
 
     kw = context_kwargs(args)
+    kw.pop(BENIGN_FIELD, None)  # the benign rewriter runs in the run layer after the graph (`pair_extras`)
     try:
         check_model_fields((CtdContext,), kw)
     except ValueError as exc:
@@ -111,6 +122,17 @@ def build_context(args: argparse.Namespace, dataset_dir: Path) -> Any:
     if args.moderation:
         kw["moderation"], kw["moderation_spec"] = True, args.moderation
     return explicit_context(CtdContext, **kw)
+
+
+BENIGN_FIELD = "benign_rewriter_model"
+
+
+def pair_extras(args: argparse.Namespace, ctx: Any) -> Any:
+    """What the run layer adds to each accepted pair: the reference MTC and the benign counterpart."""
+    from runner.ctd import PairExtras
+
+    benign = (context_kwargs(args).get(BENIGN_FIELD) or ctx.model) if args.benign else ""
+    return PairExtras(mtc_reference=args.mtc_reference or "", mtc_l_max=args.mtc_l_max, benign_model=benign)
 
 
 MAX_OPTION_CHARS = 2000
@@ -145,7 +167,7 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     from agents.ctd.vocabulary import CATEGORIES, normalize_category
     from graphs.ctd import builder
     from runner.batch import drop_failed
-    from runner.ctd import run_scene, scene_items
+    from runner.ctd import complete_pair, run_scene, scene_items
     from runner.ctd_dataset import (
         CHECKPOINTS,
         SAMPLES,
@@ -163,8 +185,10 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
         check_option_text(option, value)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    check_checkpoints(out / CHECKPOINTS)
     ctx = build_context(args, out)
-    warn_if_demo(ctx.models())
+    extras = pair_extras(args, ctx)
+    warn_if_demo([*ctx.models().values(), *(s for s in (extras.mtc_reference, extras.benign_model) if s)])
     items = scene_items(category, args.n, scene=args.scene, erase_routine=args.erase_routine, seed=args.seed)
     samples_path = out / SAMPLES
     if args.retry_failed:
@@ -206,6 +230,7 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
                 if dup is not None:
                     rec["duplicate_of"] = dup
                     rec["status"] = "duplicate"
+            rec = await complete_pair({"id": sample_id, **rec}, out, extras)
             add_spent(rec)
             return rec
 
@@ -294,3 +319,17 @@ def run_review(args: argparse.Namespace) -> int:
     if args.export:
         print(f"export written to {export_hf(root)}", file=sys.stderr)
     return 0
+
+
+def check_checkpoints(path: Path) -> None:
+    """One upfront error naming the file when the checkpoints database is unreadable (instead of one per scene)."""
+    import sqlite3
+
+    if not path.exists():
+        return
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+            conn.execute("PRAGMA schema_version").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise SystemExit(f"unveil generate: checkpoints file {str(path)!r} is not a readable SQLite database ({exc}); "
+                         "move it away to start the scenes afresh") from exc

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from runner.batch import read_jsonl, run_batch
 from runner.refine import prompt_of, refine_one, seed_of
+from tools.t2i.defaults import IPR_GUIDANCE, IPR_SIZE, IPR_STEPS, IPR_T_MAX
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from unveil.commands.common import (
     add_batch_options,
@@ -18,6 +18,7 @@ from unveil.commands.common import (
     add_model_options,
     batch_exit_code,
     context_kwargs,
+    json_text,
     setup_gateway,
     warn_if_demo,
 )
@@ -31,17 +32,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "--t-max times. Batch form: --input prompts.jsonl (records with 'prompt', optional 'id' and "
                     "'seed' or 'evaluation_seed') --output results.jsonl; rerunning resumes.")
     p.add_argument("prompt", nargs="?", help="the prompt to refine (omit with --input)")
-    p.add_argument("--t-max", type=int, help="most refinements (default 3)")
+    p.add_argument("--t-max", type=int, help=f"most refinements (default {IPR_T_MAX})")
     p.add_argument("--generator", help="text-to-image spec, e.g. diffusers:/path/to/sd-1.4 (default $UNVEIL_GENERATOR "
                                        f"or {DEFAULT_IPR_GENERATOR})")
     p.add_argument("--refiner", help="refiner VLM spec (same as --role-model refiner=SPEC)")
     p.add_argument("--history", action="store_true", help="show the refiner the prompts tried so far (default: myopic)")
-    p.add_argument("--seed", type=int, help="generation seed (default 0; batch records may carry their own)")
+    p.add_argument("--seed", type=int, help="base seed (default 0; batch records may carry their own)")
+    p.add_argument("--seed-mode", choices=["fresh", "fixed"],
+                   help="fresh: a new image each step, seeded from the base seed and the step (default, the IPR "
+                        "paper's protocol); fixed: the base seed at every step (a repeated prompt ends the run)")
     p.add_argument("--ignore-record-seeds", action="store_true", help="use --seed even where a record has a seed")
     p.add_argument("--num-images", type=int, help="images per generation (the refiner sees the first)")
-    p.add_argument("--steps", type=int, help="diffusion steps (default 50)")
-    p.add_argument("--guidance", type=float, help="guidance scale (default 7.5)")
-    p.add_argument("--size", type=int, help="image width and height (default 512)")
+    p.add_argument("--steps", type=int, help=f"diffusion steps (default {IPR_STEPS})")
+    p.add_argument("--guidance", type=float, help=f"guidance scale (default {IPR_GUIDANCE:g}, the IPR authors' code's)")
+    p.add_argument("--size", type=int, help=f"image width and height (default {IPR_SIZE})")
     p.add_argument("--negative-prompt", help="negative prompt for every generation")
     p.add_argument("--score", action="store_true", help="score every step (Q16, NudeNet, CLIP by default)")
     p.add_argument("--scorers", help="comma-separated scorers for --score: q16,nudenet,clip,blip")
@@ -64,7 +68,7 @@ def build_context(args: argparse.Namespace) -> Any:
     kw = context_kwargs(args)
     if args.refiner:
         kw["refiner_model"] = args.refiner
-    for opt in ("t_max", "generator", "seed", "num_images", "steps", "guidance", "size", "negative_prompt",
+    for opt in ("t_max", "generator", "seed", "seed_mode", "num_images", "steps", "guidance", "size", "negative_prompt",
                 "q16_embeddings", "q16_clip_model", "clip_model", "on_refiner_error", "long_prompts"):
         if getattr(args, opt) is not None:
             kw[opt] = getattr(args, opt)
@@ -142,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
 
     rec = asyncio.run(refine_one(args.prompt, ctx, progress=None if args.no_progress else show))
     if args.json:
-        print(json.dumps(rec, indent=2, ensure_ascii=False))
+        print(json_text(rec))
     else:
         print(format_trajectory(rec))
     return 0

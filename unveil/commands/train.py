@@ -13,8 +13,15 @@ import sys
 from dataclasses import MISSING, fields
 from typing import Any
 
+from tools.t2i.defaults import IPR_GUIDANCE, IPR_SIZE, IPR_STEPS
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
-from unveil.commands.common import add_long_prompts_option, add_model_options, batch_exit_code, setup_gateway
+from unveil.commands.common import (
+    add_long_prompts_option,
+    add_model_options,
+    batch_exit_code,
+    positive_int,
+    setup_gateway,
+)
 
 
 def _parse_bool(text: str) -> bool:
@@ -93,11 +100,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--labeller", help="labeller model spec (default: --role-model labeller=..., else --model)")
     b.add_argument("--generator", default=DEFAULT_IPR_GENERATOR,
                    help=f"text-to-image spec (default {DEFAULT_IPR_GENERATOR})")
-    b.add_argument("--size", type=int, default=512, help="image width and height (default 512)")
-    b.add_argument("--steps", type=int, default=50, help="diffusion steps (default 50)")
-    b.add_argument("--guidance", type=float, default=7.5, help="guidance scale (default 7.5)")
+    b.add_argument("--size", type=int, default=IPR_SIZE, help=f"image width and height (default {IPR_SIZE})")
+    b.add_argument("--steps", type=int, default=IPR_STEPS, help=f"diffusion steps (default {IPR_STEPS})")
+    b.add_argument("--guidance", type=float, default=IPR_GUIDANCE,
+                   help=f"guidance scale (default {IPR_GUIDANCE:g}, the IPR authors' code's)")
     b.add_argument("--seed", type=int, default=0, help="base seed; a record's own seed wins (default 0)")
-    b.add_argument("--concurrency", type=int, default=8, help="prompts rendered and labelled at once (default 8)")
+    b.add_argument("--concurrency", type=positive_int, default=8,
+                   help="prompts rendered and labelled at once (default 8)")
     b.add_argument("--max-cost", type=float, default=0.0, help="stop starting samples past this USD spend (0: none)")
     b.add_argument("--allow-demo-labeller", action="store_true",
                    help="label with the embedded demo model anyway (checks the pipeline; the labels are noise)")
