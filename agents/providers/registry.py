@@ -9,6 +9,7 @@ OpenAI-compatible server (vLLM, llama.cpp server, LM Studio) through `langchain-
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import parse_qs
@@ -38,14 +39,20 @@ def supports_images(spec: ModelSpec) -> bool:
     return not any(str(spec).startswith(prefix) for prefix in declared)
 
 
+_SCRIPTS_LOCK = threading.Lock()
+
+
 def _scripted(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatModel:
     from agents.providers.scripted import Script, ScriptedChatModel
 
     path, _, query = spec.model.partition("?")
-    scripts = shared.setdefault("scripts", {})
     key = str(Path(path).resolve())
-    if key not in scripts:
-        scripts[key] = Script(path)
+    # One Script per file even when two roles' first calls build their models at once (the TAG graph's two root
+    # calls do, from threads): a second Script would keep its own cursors and requests.
+    with _SCRIPTS_LOCK:
+        scripts = shared.setdefault("scripts", {})
+        if key not in scripts:
+            scripts[key] = Script(path)
     latency = float(parse_qs(query).get("latency", [os.environ.get("UNVEIL_SCRIPT_LATENCY", "0")])[0])
     return ScriptedChatModel(script=scripts[key], role=role, latency=latency)
 
