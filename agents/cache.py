@@ -3,17 +3,26 @@
 The key is a SHA-256 over the model spec (provider, model, base URL — never an API key), the messages, the
 output schema and the call parameters, so a rerun of a finished run costs nothing and can be replayed offline
 exactly. Entries are written in one SQLite transaction each (WAL mode), so a killed run leaves no torn entry.
+
+The cache is an optimisation, never a reason to fail: when it cannot be opened, read or written (a locked
+database, a corrupt entry, a file that is not a database, an unwritable folder) it warns once, naming the file, and
+the call goes on without it; an answer that was paid for is returned even if it cannot be stored.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger("unveil.cache")
+# How long a write waits for another process's lock before the cache is skipped for that call.
+LOCK_TIMEOUT_S = 2.0
 
 
 def default_cache_path() -> Path | None:
@@ -36,7 +45,7 @@ def cache_key(*, spec: str, messages: list[dict[str, Any]], schema: dict[str, An
 
 
 class ResponseCache:
-    """A key -> JSON value table in SQLite, safe to share between threads of one process."""
+    """A key -> JSON value table in SQLite, safe to share between threads of one process; never raises on I/O."""
 
     def __init__(self, path: str | os.PathLike[str]):
         # Opening creates a folder and a database file: that is blocking I/O, which an ASGI server such as
@@ -45,32 +54,80 @@ class ResponseCache:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        self.disabled = False  # set once the database cannot be opened: later calls skip it silently
+        self._warned: set[str] = set()
 
-    def _db(self) -> sqlite3.Connection:
+    def _warn(self, what: str, exc: BaseException) -> None:
+        # Once per kind of trouble, so a batch of thousands does not print thousands of lines.
+        if what not in self._warned:
+            self._warned.add(what)
+            log.warning("response cache %s (UNVEIL_CACHE / --cache): %s (%s: %s); going on without it", self.path,
+                        what, type(exc).__name__, exc)
+
+    def _db(self) -> sqlite3.Connection | None:
         # Called with the lock held.
-        if self._conn is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        if self._conn is None and not self.disabled:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
+                                       timeout=LOCK_TIMEOUT_S)
+                try:
+                    conn.execute("PRAGMA journal_mode=WAL")
+                    conn.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                except sqlite3.Error:
+                    conn.close()
+                    raise
+            except (sqlite3.Error, OSError) as exc:
+                if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc).lower():
+                    self._warn("is locked by another process", exc)  # may clear: try again on the next call
+                else:
+                    self.disabled = True
+                    self._warn("cannot be opened", exc)
+                return None
             self._conn = conn
         return self._conn
 
     def get(self, key: str) -> dict[str, Any] | None:
-        """The cached value, or None."""
+        """The cached value, or None (also when the cache cannot be read or the entry is corrupt)."""
         with self._lock:
-            row = self._db().execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
-        return json.loads(row[0]) if row else None
+            db = self._db()
+            if db is None:
+                return None
+            try:
+                row = db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
+            except sqlite3.Error as exc:
+                self._warn("cannot be read", exc)
+                return None
+        if not row:
+            return None
+        try:
+            value = json.loads(row[0])
+            if not isinstance(value, dict):
+                raise ValueError(f"entry is a {type(value).__name__}, not an object")
+        except (ValueError, TypeError, RecursionError) as exc:
+            # A corrupt entry is a miss: the fresh answer overwrites it.
+            self._warn("holds a corrupt entry", exc)
+            return None
+        return value
 
-    def put(self, key: str, value: dict[str, Any]) -> None:
-        """Store a value (last write wins)."""
+    def put(self, key: str, value: dict[str, Any]) -> bool:
+        """Store a value (last write wins); False when the cache cannot be written (warned once)."""
         blob = json.dumps(value, ensure_ascii=False)
         with self._lock:
-            self._db().execute("INSERT OR REPLACE INTO responses (key, value) VALUES (?, ?)", (key, blob))
+            db = self._db()
+            if db is None:
+                return False
+            try:
+                db.execute("INSERT OR REPLACE INTO responses (key, value) VALUES (?, ?)", (key, blob))
+            except sqlite3.Error as exc:
+                self._warn("cannot be written", exc)
+                return False
+        return True
 
     def __len__(self) -> int:
         with self._lock:
-            return int(self._db().execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+            db = self._db()
+            return int(db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]) if db is not None else 0
 
     def close(self) -> None:
         """Close the database (if it was opened)."""

@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import random
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -27,12 +26,19 @@ from pydantic import BaseModel, ValidationError
 
 from agents.cache import ResponseCache, cache_key, default_cache_path
 from agents.content import data_text
+from agents.env import SettingError, check_minimum, env_float, env_int
 from agents.limits import BackendLimits
-from agents.providers.registry import create_chat_model, supports_images
+from agents.providers.json_salvage import salvage_json
+from agents.providers.registry import create_chat_model, model_fingerprint, supports_images
 from agents.spec import ModelSpec
 from agents.usage import RunUsage, cost_of, empty_usage, merge_usage, single_call_usage
+from tools.redact import install_log_redaction, redact_secrets, redact_url
 
 log = logging.getLogger("unveil.gateway")
+install_log_redaction()  # HTTP clients log request URLs, a base URL's password included
+
+__all__ = ["CallResult", "Gateway", "GatewaySettings", "ModelCallError", "StructuredOutputError", "get_gateway",
+           "redact_secrets", "redact_url", "salvage_json", "set_gateway"]  # redact_* re-exported: older imports
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -45,6 +51,7 @@ PREFERRED_METHOD = {
     "google_genai": "function_calling",
     "scripted": "function_calling",
     "llamacpp": "function_calling",
+    "transformers": "function_calling",
     "hf": "function_calling",
 }
 METHOD_ORDER = ("json_schema", "function_calling", "json_mode")
@@ -84,29 +91,29 @@ class CallResult(Generic[T]):
 
 @dataclass
 class GatewaySettings:
-    """Knobs of the gateway; defaults come from the environment."""
+    """Knobs of the gateway; defaults come from the environment (a bad value is an error naming its variable)."""
 
     cache_path: str | None = field(default_factory=lambda: str(p) if (p := default_cache_path()) else None)
-    max_repairs: int = field(default_factory=lambda: int(os.environ.get("UNVEIL_MAX_REPAIRS", "2")))
-    max_retries: int = field(default_factory=lambda: int(os.environ.get("UNVEIL_MAX_RETRIES", "4")))
-    backoff_base: float = field(default_factory=lambda: float(os.environ.get("UNVEIL_BACKOFF_BASE", "1.0")))
+    max_repairs: int = field(default_factory=lambda: env_int("UNVEIL_MAX_REPAIRS", 2, minimum=0) or 0)
+    max_retries: int = field(default_factory=lambda: env_int("UNVEIL_MAX_RETRIES", 4, minimum=0) or 0)
+    backoff_base: float = field(default_factory=lambda: env_float("UNVEIL_BACKOFF_BASE", 1.0, minimum=0) or 0.0)
     backoff_max: float = 30.0
     max_concurrency: int | None = None
     rpm: float | None = None
-    structured_method: str | None = field(default_factory=lambda: os.environ.get("UNVEIL_STRUCTURED_METHOD"))
+    structured_method: str | None = field(default_factory=lambda: os.environ.get("UNVEIL_STRUCTURED_METHOD") or None)
 
-
-_SECRET_NAME = re.compile(r"(?i)(key|token|secret|passw)")
-
-
-def redact_secrets(text: str) -> str:
-    """`text` without credentials: the value of every secret-looking environment variable (an API key of any
-    shape, e.g. a self-hosted server's token that a 401 answer echoes back), `sk-...` keys and `api_key=...`."""
-    for name, value in os.environ.items():
-        if len(value) >= 8 and _SECRET_NAME.search(name) and value in text:
-            text = text.replace(value, "***")
-    text = re.sub(r"(sk-[A-Za-z0-9_\-]{6})[A-Za-z0-9_\-]+", r"\1…", text)
-    return re.sub(r"(?i)(api[_-]?key['\"=: ]+)[^\s'\",]+", r"\1***", text)
+    def __post_init__(self) -> None:
+        check_minimum("max_repairs", self.max_repairs, 0)
+        check_minimum("max_retries", self.max_retries, 0)
+        check_minimum("backoff_base", self.backoff_base, 0)
+        if self.max_concurrency is not None:
+            check_minimum("max_concurrency", self.max_concurrency, 1)
+        if self.rpm is not None:
+            check_minimum("rpm", self.rpm, 0, strict=True)
+        if self.structured_method is not None and self.structured_method not in METHOD_ORDER:
+            raise SettingError(
+                f"UNVEIL_STRUCTURED_METHOD={self.structured_method!r}: expected one of {', '.join(METHOD_ORDER)}"
+            )
 
 
 def _describe(exc: BaseException) -> str:
@@ -124,6 +131,9 @@ def _status_of(exc: BaseException) -> int | None:
     return value if isinstance(value, int) else None
 
 
+_TRANSIENT_NAMES = ("Timeout", "Connection", "RateLimit", "ServiceUnavailable", "RemoteProtocol", "ReadError")
+
+
 def is_transient(exc: BaseException) -> bool:
     """Faults worth retrying: rate limits, server errors, timeouts, dropped connections."""
     status = _status_of(exc)
@@ -132,7 +142,7 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
         return True
     name = type(exc).__name__
-    return any(k in name for k in ("Timeout", "Connection", "RateLimit", "ServiceUnavailable", "RemoteProtocol", "ReadError"))
+    return any(k in name for k in _TRANSIENT_NAMES)
 
 
 def retry_after(exc: BaseException) -> float | None:
@@ -148,12 +158,26 @@ def retry_after(exc: BaseException) -> float | None:
         return None
 
 
-def _is_method_unsupported(exc: BaseException) -> bool:
-    status = _status_of(exc)
+# A server that lacks a structured-output method says so in words, with whatever status it likes: llama-cpp-python's
+# server answers 500 "Input should be 'text' or 'json_object'" to `response_format: json_schema`, others 400/404/422
+# "tools not supported". Recognised by the message (a method word and a refusal word), never by the status alone.
+_METHOD_WORDS = ("response_format", "json_schema", "json_object", "tool_choice", "tools", "function", "structured")
+_REFUSAL_WORDS = ("not support", "unsupported", "not implemented", "input should be", "literal_error", "not allowed",
+                  "extra inputs", "unrecognized", "unknown", "invalid", "not available", "not enabled")
+
+
+def is_method_unsupported(exc: BaseException) -> bool:
+    """Whether `exc` says the backend does not support the structured-output method that was asked for (any status
+    code, 500 included); such an error is not retried, the gateway falls back to the next method instead."""
+    if _answer_error(exc) is not None or _status_of(exc) in (401, 403, 429):
+        return False  # a bad answer to repair, or an auth/rate fault, whatever its words
     text = str(exc).lower()
-    return (status in (400, 404, 422) or isinstance(exc, (NotImplementedError, TypeError))) and any(
-        k in text for k in ("response_format", "json_schema", "tool", "function", "not implemented", "structured")
-    )
+    body = getattr(exc, "body", None)
+    if body is not None:
+        text += " " + str(body).lower()
+    if not any(k in text for k in _METHOD_WORDS):
+        return False
+    return isinstance(exc, (NotImplementedError, TypeError)) or any(k in text for k in _REFUSAL_WORDS)
 
 
 def _message_key(messages: list[BaseMessage]) -> list[dict[str, Any]]:
@@ -171,23 +195,6 @@ def _raw_text(msg: Any) -> str:
     return str(content)
 
 
-_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
-
-
-def salvage_json(text: str) -> Any:
-    """Best-effort JSON from free text: a fenced block, else the outermost {...}; None if none parses."""
-    candidates = [m.group(1) for m in _FENCE.finditer(text)]
-    start, end = text.find("{"), text.rfind("}")
-    if start != -1 and end > start:
-        candidates.append(text[start : end + 1])
-    for cand in candidates:
-        try:
-            return json.loads(cand, strict=False)  # tolerate raw control characters inside strings
-        except json.JSONDecodeError:
-            continue
-    return None
-
-
 class Gateway:
     """One per process (see `get_gateway`); safe to share between concurrent graph runs."""
 
@@ -198,15 +205,25 @@ class Gateway:
         self.usage: RunUsage = empty_usage()
         self._models: dict[tuple[str, str], BaseChatModel] = {}
         self._methods: dict[str, str] = {}
+        self._fingerprints: dict[str, str] = {}
         self.shared: dict[str, Any] = {}  # provider state shared across roles (scripts, loaded HF models)
 
     # -- models -------------------------------------------------------------------------------------------
     def model_for(self, spec: ModelSpec, role: str) -> BaseChatModel:
         """The chat model for a spec; scripted models are per role (each role has its own answer list)."""
-        key = (str(spec), role if spec.provider == "scripted" else "")
+        # The real base URL (credentials included) is part of the key: str(spec) redacts them.
+        key = (f"{spec.provider}:{spec.model}@{spec.base_url}", role if spec.provider == "scripted" else "")
         if key not in self._models:
             self._models[key] = create_chat_model(spec, role, self.shared)
         return self._models[key]
+
+    async def fingerprint(self, spec: ModelSpec) -> str:
+        """The content fingerprint of a spec's model (script hash, weight/adapter file stamps; "" for APIs), taken
+        once per process: the model itself is also loaded once per process, so the two stay in step."""
+        key = str(spec)
+        if key not in self._fingerprints:
+            self._fingerprints[key] = await asyncio.to_thread(model_fingerprint, spec)
+        return self._fingerprints[key]
 
     def vision(self, spec: str | ModelSpec) -> bool:
         """Whether the spec's model takes images."""
@@ -215,7 +232,8 @@ class Gateway:
     def _method(self, spec: ModelSpec) -> str:
         if self.settings.structured_method:
             return self.settings.structured_method
-        return self._methods.get(str(spec), PREFERRED_METHOD.get(spec.provider, "function_calling"))
+        # Remembered per backend (provider + base URL): one server supports the same methods for all its models.
+        return self._methods.get(spec.backend, PREFERRED_METHOD.get(spec.provider, "function_calling"))
 
     # -- calls --------------------------------------------------------------------------------------------
     async def _invoke(self, model: Any, messages: list[BaseMessage], spec: ModelSpec, role: str) -> tuple[dict, int]:
@@ -229,6 +247,8 @@ class Gateway:
                     log.info("role %s (%s): answered in %.2fs", role, spec, time.monotonic() - started)
                     return out, attempt
             except Exception as exc:  # noqa: BLE001 - classified below
+                if is_method_unsupported(exc):
+                    raise  # permanent for this backend: the caller falls back to another method, no retries burnt
                 if not is_transient(exc) or attempt >= self.settings.max_retries:
                     if is_transient(exc) or attempt:
                         raise ModelCallError(role, str(spec), exc, attempt + 1) from exc
@@ -254,106 +274,28 @@ class Gateway:
         """Ask `spec`'s model for an answer of type `schema`.
 
         `role` is the call role (it selects scripted answers and keys the cache); `usage_role` is the role the
-        cost is booked under (defaults to the part of `role` before any '.').
+        cost is booked under (defaults to the part of `role` before any '.'). The steps: cache lookup, a call
+        with method fallback and transport retries, validation with salvage, bounded repair, cache store, and
+        accounting of every attempt.
         """
-        parsed_spec = ModelSpec.parse(spec)
-        usage_role = usage_role or role.split(".", 1)[0]
-        params = dict(params or {})
-        key = None
-        if self.cache is not None:
-            key = cache_key(
-                spec=str(parsed_spec),
-                messages=_message_key(messages),
-                schema=schema.model_json_schema(),
-                params={**params, "role": role if parsed_spec.provider == "scripted" else ""},
-            )
-            hit = await asyncio.to_thread(self.cache.get, key)
-            if hit is not None:
-                try:
-                    value = schema.model_validate(hit["parsed"])
-                except ValidationError:
-                    value = None  # the schema changed since: fall through to a fresh call
-                if value is not None:
-                    usage = single_call_usage(usage_role, input_tokens=0, output_tokens=0, cost_usd=0.0, cache_hit=True, retries=0)
-                    self.usage = merge_usage(self.usage, usage)
-                    return CallResult(value=value, raw=hit.get("raw", ""), usage=usage, cache_hit=True)
-
-        convo = list(messages)
-        in_tok = out_tok = 0
-        retries = 0
-        last_raw, last_error = "", "no answer"
-        attempts = 0
-        for attempts in range(1, self.settings.max_repairs + 2):
-            method = self._method(parsed_spec)
-            # Building a model can read files (scripts, certificates): keep it off the event loop.
-            model = await asyncio.to_thread(self.model_for, parsed_spec, role)
-            if params:
-                model = model.bind(**params)
-            call_msgs = convo
-            if method == "json_mode":
-                schema_note = f"\n\nAnswer with one JSON object that follows this JSON schema:\n{json.dumps(schema.model_json_schema())}"
-                call_msgs = [SystemMessage(content=str(convo[0].content) + schema_note), *convo[1:]]
+        call = await self._start(role, spec, usage_role, params, messages, schema.model_json_schema())
+        hit = await self._cache_lookup(call)
+        if hit is not None:
             try:
-                runnable = model.with_structured_output(schema, method=method, include_raw=True)
-                result, used = await self._invoke(runnable, call_msgs, parsed_spec, role)
-            except Exception as exc:  # noqa: BLE001
-                if _is_method_unsupported(exc) and method != METHOD_ORDER[-1] and not self.settings.structured_method:
-                    nxt = METHOD_ORDER[(METHOD_ORDER.index(method) + 1) % len(METHOD_ORDER)]
-                    log.info("role %s (%s): %s unsupported, falling back to %s", role, spec, method, nxt)
-                    self._methods[str(parsed_spec)] = nxt
-                    continue
-                # OpenAI's json_schema parsing raises on a cut, non-JSON or off-schema answer before LangChain
-                # sees it: that is a bad answer to repair, not a backend fault.
-                bad_answer = _answer_error(exc.__cause__ if isinstance(exc, ModelCallError) else exc)
-                if bad_answer is None:
-                    if isinstance(exc, (ModelCallError, StructuredOutputError)):
-                        raise
-                    raise ModelCallError(role, str(parsed_spec), exc, attempts) from exc
-                result, used = bad_answer, (exc.attempts - 1 if isinstance(exc, ModelCallError) else 0)
-            retries += used
-            raw_msg = result.get("raw")
-            meta = getattr(raw_msg, "usage_metadata", None) or {}
-            in_tok += int(meta.get("input_tokens", 0))
-            out_tok += int(meta.get("output_tokens", 0))
-            last_raw = _raw_text(raw_msg)
-            value = result.get("parsed")
-            error = result.get("parsing_error")
-            if value is None:
-                salvaged = salvage_json(last_raw)
-                if salvaged is not None:
-                    try:
-                        value = schema.model_validate(salvaged)
-                    except ValidationError as exc:
-                        error = exc
-            elif not isinstance(value, schema):
-                try:
-                    value = schema.model_validate(value)
-                except ValidationError as exc:
-                    value, error = None, exc
-            finish = (getattr(raw_msg, "response_metadata", None) or {}).get("finish_reason")
+                return self._cache_hit(call, schema.model_validate(hit.get("parsed")), str(hit.get("raw", "")))
+            except ValidationError:
+                pass  # the schema changed since: fall through to a fresh call
+        convo = list(messages)
+        raw, error = "", "no answer"
+        for attempt in range(1, self.settings.max_repairs + 2):
+            result = await self._call_with_fallback(call, convo, schema)
+            value, raw, error = _parse_answer(result, schema)
             if value is not None:
-                cost = cost_of(parsed_spec.provider, parsed_spec.model, in_tok, out_tok)
-                usage = single_call_usage(
-                    usage_role, input_tokens=in_tok, output_tokens=out_tok, cost_usd=cost, cache_hit=False,
-                    retries=retries + attempts - 1,
-                )
-                self.usage = merge_usage(self.usage, usage)
-                if self.cache is not None and key is not None:
-                    await asyncio.to_thread(self.cache.put, key, {"parsed": value.model_dump(mode="json"), "raw": last_raw})
-                return CallResult(value=value, raw=last_raw, usage=usage)
-            if finish == "length":
-                last_error = "the answer was cut at the token limit; answer more briefly"
-            elif error is not None:
-                last_error = str(error).splitlines()[0][:300] if not isinstance(error, ValidationError) else _validation_summary(error)
-            else:
-                last_error = "the answer was not the requested structured result"
-            convo = [*messages, HumanMessage(content=data_text("previous_answer", last_raw[:4000]) + "\n\n" + REPAIR_PROMPT.format(error=last_error))]
-        cost = cost_of(parsed_spec.provider, parsed_spec.model, in_tok, out_tok)
-        self.usage = merge_usage(
-            self.usage,
-            single_call_usage(usage_role, input_tokens=in_tok, output_tokens=out_tok, cost_usd=cost, cache_hit=False, retries=retries + attempts - 1),
-        )
-        raise StructuredOutputError(role, str(parsed_spec), last_error, last_raw, attempts)
+                await self._cache_store(call, {"parsed": value.model_dump(mode="json"), "raw": raw})
+                return CallResult(value=value, raw=raw, usage=self._account(call, repairs=attempt - 1))
+            convo = _repair_messages(messages, raw, error)
+        self._account(call, repairs=self.settings.max_repairs)
+        raise StructuredOutputError(role, str(call.spec), error, raw, self.settings.max_repairs + 1)
 
     async def text(
         self,
@@ -366,37 +308,168 @@ class Gateway:
     ) -> CallResult[str]:
         """A free-text answer (for roles whose output is parsed by the caller, such as the IPR refiner), with the
         same cache, transient-fault retries, accounting and limits as `structured`."""
-        parsed_spec = ModelSpec.parse(spec)
-        usage_role = usage_role or role.split(".", 1)[0]
-        params = dict(params or {})
-        key = None
-        if self.cache is not None:
-            key = cache_key(spec=str(parsed_spec), messages=_message_key(messages), schema={"type": "text"},
-                            params={**params, "role": role if parsed_spec.provider == "scripted" else ""})
-            hit = await asyncio.to_thread(self.cache.get, key)
-            if hit is not None:
-                usage = single_call_usage(usage_role, input_tokens=0, output_tokens=0, cost_usd=0.0, cache_hit=True, retries=0)
-                self.usage = merge_usage(self.usage, usage)
-                return CallResult(value=hit["raw"], raw=hit["raw"], usage=usage, cache_hit=True)
-        model = await asyncio.to_thread(self.model_for, parsed_spec, role)
-        if params:
-            model = model.bind(**params)
+        call = await self._start(role, spec, usage_role, params, messages, {"type": "text"})
+        hit = await self._cache_lookup(call)
+        if hit is not None and isinstance(hit.get("raw"), str):
+            return self._cache_hit(call, hit["raw"], hit["raw"])
+        model = await self._model(call)
         try:
-            msg, retries = await self._invoke(model, messages, parsed_spec, role)
+            msg, retries = await self._invoke(model, messages, call.spec, role)
         except (ModelCallError, StructuredOutputError):
             raise
-        except Exception as exc:  # noqa: BLE001
-            raise ModelCallError(role, str(parsed_spec), exc, 1) from exc
-        meta = getattr(msg, "usage_metadata", None) or {}
-        in_tok, out_tok = int(meta.get("input_tokens", 0)), int(meta.get("output_tokens", 0))
+        except Exception as exc:  # noqa: BLE001 - any other failure is this role's model call failing
+            raise ModelCallError(role, str(call.spec), exc, 1) from exc
+        call.retries += retries
+        call.count_tokens(msg)
         raw = _raw_text(msg)
-        usage = single_call_usage(usage_role, input_tokens=in_tok, output_tokens=out_tok,
-                                  cost_usd=cost_of(parsed_spec.provider, parsed_spec.model, in_tok, out_tok),
-                                  cache_hit=False, retries=retries)
+        await self._cache_store(call, {"raw": raw})
+        return CallResult(value=raw, raw=raw, usage=self._account(call))
+
+    # -- steps shared by structured and text ---------------------------------------------------------------
+    async def _start(self, role: str, spec: str, usage_role: str | None, params: dict[str, Any] | None,
+                     messages: list[BaseMessage], output: dict[str, Any]) -> _Call:
+        """Parse the spec and compute the call's cache key (None without a cache)."""
+        parsed = ModelSpec.parse(spec)
+        call = _Call(role=role, usage_role=usage_role or role.split(".", 1)[0], spec=parsed, params=dict(params or {}))
+        if self.cache is not None:
+            call.key = cache_key(
+                # The content fingerprint keys file-backed models (scripts, GGUF, adapters) by what they are.
+                spec=f"{parsed}#{await self.fingerprint(parsed)}",
+                messages=_message_key(messages),
+                schema=output,
+                # Scripted answers are per role; for real models the role does not change the answer.
+                params={**call.params, "role": role if parsed.provider == "scripted" else ""},
+            )
+        return call
+
+    async def _cache_lookup(self, call: _Call) -> dict[str, Any] | None:
+        if self.cache is None or call.key is None:
+            return None
+        return await asyncio.to_thread(self.cache.get, call.key)  # never raises: the cache warns and misses
+
+    async def _cache_store(self, call: _Call, value: dict[str, Any]) -> None:
+        if self.cache is not None and call.key is not None:
+            await asyncio.to_thread(self.cache.put, call.key, value)  # an unwritable cache never costs the answer
+
+    def _cache_hit(self, call: _Call, value: T, raw: str) -> CallResult[T]:
+        usage = single_call_usage(call.usage_role, input_tokens=0, output_tokens=0, cost_usd=0.0, cache_hit=True,
+                                  retries=0)
         self.usage = merge_usage(self.usage, usage)
-        if self.cache is not None and key is not None:
-            await asyncio.to_thread(self.cache.put, key, {"raw": raw})
-        return CallResult(value=raw, raw=raw, usage=usage)
+        return CallResult(value=value, raw=raw, usage=usage, cache_hit=True)
+
+    def _account(self, call: _Call, repairs: int = 0) -> RunUsage:
+        """Book the call's tokens, cost and retries (transport retries plus repairs) on the role and the run."""
+        cost = cost_of(call.spec.provider, call.spec.model, call.in_tok, call.out_tok)
+        usage = single_call_usage(call.usage_role, input_tokens=call.in_tok, output_tokens=call.out_tok,
+                                  cost_usd=cost, cache_hit=False, retries=call.retries + repairs)
+        self.usage = merge_usage(self.usage, usage)
+        return usage
+
+    async def _model(self, call: _Call) -> Any:
+        # Building a model can read files (scripts, certificates, weights): keep it off the event loop.
+        model: Any = await asyncio.to_thread(self.model_for, call.spec, call.role)
+        return model.bind(**call.params) if call.params else model
+
+    # -- the structured call with method fallback ---------------------------------------------------------
+    async def _call_with_fallback(self, call: _Call, convo: list[BaseMessage], schema: type[M]) -> dict[str, Any]:
+        """One structured answer as LangChain's `include_raw` dict (raw, parsed, parsing_error).
+
+        A backend that does not support the method gets the next one (remembered for the backend); a bad answer
+        rejected by the client library (cut, not JSON, off-schema) comes back as an unparsed result to repair.
+        """
+        while True:
+            method = self._method(call.spec)
+            model = await self._model(call)
+            call_msgs = _with_schema_note(convo, schema) if method == "json_mode" else convo
+            try:
+                runnable = model.with_structured_output(schema, method=method, include_raw=True)
+                result, used = await self._invoke(runnable, call_msgs, call.spec, call.role)
+            except Exception as exc:  # noqa: BLE001 - classified below
+                if is_method_unsupported(exc) and self._fall_back(call.spec, method, exc):
+                    continue
+                # OpenAI's json_schema parsing raises on a cut, non-JSON or off-schema answer before LangChain
+                # sees it: that is a bad answer to repair, not a backend fault.
+                bad_answer = _answer_error(exc.__cause__ if isinstance(exc, ModelCallError) else exc)
+                if bad_answer is None:
+                    if isinstance(exc, (ModelCallError, StructuredOutputError)):
+                        raise
+                    raise ModelCallError(call.role, str(call.spec), exc, 1) from exc
+                result, used = bad_answer, (exc.attempts - 1 if isinstance(exc, ModelCallError) else 0)
+            call.retries += used
+            call.count_tokens(result.get("raw"))
+            return result
+
+    def _fall_back(self, spec: ModelSpec, method: str, exc: BaseException) -> bool:
+        """Switch the backend to the next structured method; False when there is none (or the user chose one)."""
+        if self.settings.structured_method or method == METHOD_ORDER[-1]:
+            return False
+        nxt = METHOD_ORDER[METHOD_ORDER.index(method) + 1]
+        log.warning("%s does not support structured method %s (%s); using %s from now on", spec.backend, method,
+                    _describe(exc)[:300], nxt)
+        self._methods[spec.backend] = nxt
+        return True
+
+
+@dataclass
+class _Call:
+    """One gateway call in progress: what it is, its cache key, and the tokens and retries it has spent so far."""
+
+    role: str
+    usage_role: str
+    spec: ModelSpec
+    params: dict[str, Any]
+    key: str | None = None
+    in_tok: int = 0
+    out_tok: int = 0
+    retries: int = 0
+
+    def count_tokens(self, msg: Any) -> None:
+        """Add an answer's token usage (every attempt is paid for, repaired or not)."""
+        meta = getattr(msg, "usage_metadata", None) or {}
+        self.in_tok += int(meta.get("input_tokens", 0))
+        self.out_tok += int(meta.get("output_tokens", 0))
+
+
+def _with_schema_note(convo: list[BaseMessage], schema: type[BaseModel]) -> list[BaseMessage]:
+    """JSON mode carries no schema on the wire: state it in the system message."""
+    note = f"\n\nAnswer with one JSON object that follows this JSON schema:\n{json.dumps(schema.model_json_schema())}"
+    return [SystemMessage(content=str(convo[0].content) + note), *convo[1:]]
+
+
+def _parse_answer(result: dict[str, Any], schema: type[M]) -> tuple[M | None, str, str]:
+    """(validated value or None, the raw answer text, what was wrong with it) -- salvaging JSON from free text."""
+    raw_msg = result.get("raw")
+    raw = _raw_text(raw_msg)
+    value = result.get("parsed")
+    error = result.get("parsing_error")
+    if value is None:
+        salvaged = salvage_json(raw)
+        if salvaged is not None:
+            try:
+                value = schema.model_validate(salvaged)
+            except ValidationError as exc:
+                error = exc
+    elif not isinstance(value, schema):
+        try:
+            value = schema.model_validate(value)
+        except ValidationError as exc:
+            value, error = None, exc
+    if value is not None:
+        return value, raw, ""
+    finish = (getattr(raw_msg, "response_metadata", None) or {}).get("finish_reason")
+    if finish == "length":
+        return None, raw, "the answer was cut at the token limit; answer more briefly"
+    if isinstance(error, ValidationError):
+        return None, raw, _validation_summary(error)
+    if error is not None:
+        return None, raw, str(error).splitlines()[0][:300]
+    return None, raw, "the answer was not the requested structured result"
+
+
+def _repair_messages(messages: list[BaseMessage], raw: str, error: str) -> list[BaseMessage]:
+    """The original request plus the bad answer (as data, never as instructions) and what to fix."""
+    note = data_text("previous_answer", raw[:4000]) + "\n\n" + REPAIR_PROMPT.format(error=error)
+    return [*messages, HumanMessage(content=note)]
 
 
 def _answer_error(exc: BaseException | None) -> dict[str, Any] | None:

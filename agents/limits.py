@@ -8,18 +8,21 @@ created per event loop, since asyncio primitives belong to the loop that made th
 from __future__ import annotations
 
 import asyncio
-import os
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
 
-LOCAL_PROVIDERS = {"llamacpp", "hf"}
+from agents.env import check_minimum, env_float, env_int
+
+LOCAL_PROVIDERS = {"llamacpp", "hf", "transformers"}
 
 
 class RateLimiter:
     """A token bucket: at most `rpm` requests a minute, bursting up to `burst`."""
 
     def __init__(self, rpm: float, burst: int = 1):
+        # rpm <= 0 would wait forever (0) or busy-spin (negative): refuse it here, whoever builds the limiter.
+        check_minimum("rpm", rpm, 0, strict=True)
         self.rate = rpm / 60.0
         self.capacity = float(max(1, burst))
         self.tokens = self.capacity
@@ -43,9 +46,18 @@ class BackendLimits:
     """Per-backend semaphores and rate limiters."""
 
     def __init__(self, max_concurrency: int | None = None, rpm: float | None = None):
-        self.max_concurrency = max_concurrency or int(os.environ.get("UNVEIL_MAX_CONCURRENCY", "8"))
-        env_rpm = os.environ.get("UNVEIL_RPM")
-        self.rpm = rpm if rpm is not None else (float(env_rpm) if env_rpm else None)
+        # A concurrency of 0 would never start a request and a negative RPM would busy-spin: both are refused up
+        # front, naming the variable (or the setting) that asked for them.
+        if max_concurrency is not None:
+            check_minimum("max_concurrency", max_concurrency, 1)
+            self.max_concurrency = max_concurrency
+        else:
+            self.max_concurrency = env_int("UNVEIL_MAX_CONCURRENCY", 8, minimum=1) or 8
+        if rpm is not None:
+            check_minimum("rpm", rpm, 0, strict=True)
+            self.rpm: float | None = rpm
+        else:
+            self.rpm = env_float("UNVEIL_RPM", None, minimum=0, strict=True)
         self._semaphores: dict[tuple[int, str], asyncio.Semaphore] = {}
         self._limiters: dict[tuple[int, str], RateLimiter] = {}
 

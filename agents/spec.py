@@ -2,7 +2,12 @@
 
 Examples: `openai:gpt-4.1`, `anthropic:claude-sonnet-4-5`, `ollama:qwen2.5vl`,
 `openai:Qwen/Qwen2.5-VL-7B-Instruct@http://localhost:8000/v1` (vLLM, llama.cpp server, LM Studio),
-`scripted:tests/data/script.json`, `llamacpp:smollm2` (the embedded default), `hf:Qwen/Qwen2.5-VL-3B-Instruct`.
+`scripted:tests/data/script.json`, `transformers:smollm2` (the embedded default, SmolLM2-135M run by transformers;
+`llamacpp:smollm2` is the same model through the optional llama-cpp-python), `hf:Qwen/Qwen2.5-VL-3B-Instruct`.
+
+A base URL may carry credentials (`http://user:password@host/v1`). `ModelSpec.base_url` keeps the real URL for the
+client; `str(spec)` (and `backend`) show it with the credentials replaced by `***`, so every record, log line,
+error and cache key built from a spec is safe to write. `redact_spec` does the same for a spec string.
 """
 
 from __future__ import annotations
@@ -10,12 +15,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-DEFAULT_SPEC = "llamacpp:smollm2"
+from tools.redact import redact_secrets, redact_url
 
+DEFAULT_SPEC = "transformers:smollm2"
+# The embedded SmolLM2 under every name it answers to (see `is_demo_spec`).
+DEMO_PROVIDERS = ("transformers", "llamacpp")
+DEMO_MODELS = ("smollm2", "smollm2-135m", "smollm2-135m-instruct")
 
-def is_demo_spec(spec: str) -> bool:
-    """Whether a spec names the embedded 135M demonstration model (a pipeline demo, never a judge or a teacher)."""
-    return str(spec).strip().split("?", 1)[0].split("@", 1)[0].lower().endswith(":smollm2")
 
 _URL_SPLIT = re.compile(r"@(?=https?://)")
 
@@ -33,10 +39,11 @@ class ModelSpec:
     base_url: str | None = None
 
     @classmethod
-    def parse(cls, spec: str) -> "ModelSpec":
+    def parse(cls, spec: str) -> ModelSpec:
         """Parse `provider:model[@base_url]`; the provider is required."""
         if not isinstance(spec, str) or not spec.strip():
             raise ModelSpecError(f"model spec {spec!r}: empty")
+        shown = redact_secrets(spec)  # error messages are written: never with a URL's password
         text = spec.strip()
         base_url = None
         parts = _URL_SPLIT.split(text, maxsplit=1)
@@ -44,18 +51,38 @@ class ModelSpec:
             text, base_url = parts[0], parts[1].rstrip("/")
         if ":" not in text:
             raise ModelSpecError(
-                f"model spec {spec!r}: expected 'provider:model' (e.g. 'openai:gpt-4.1'), optionally '@base_url'"
+                f"model spec {shown!r}: expected 'provider:model' (e.g. 'openai:gpt-4.1'), optionally '@base_url'"
             )
         provider, model = text.split(":", 1)
         provider = provider.strip().lower()
         if not provider or not model.strip():
-            raise ModelSpecError(f"model spec {spec!r}: provider and model must both be given")
+            raise ModelSpecError(f"model spec {shown!r}: provider and model must both be given")
         return cls(provider=provider, model=model.strip(), base_url=base_url)
 
     @property
     def backend(self) -> str:
-        """The key that concurrency and rate limits are shared under (one per server)."""
-        return f"{self.provider}@{self.base_url}" if self.base_url else self.provider
+        """The key that concurrency and rate limits are shared under (one per server), credentials redacted."""
+        return f"{self.provider}@{redact_url(self.base_url)}" if self.base_url else self.provider
 
     def __str__(self) -> str:
-        return f"{self.provider}:{self.model}" + (f"@{self.base_url}" if self.base_url else "")
+        # The display form: safe for records and logs. The client gets `base_url`, with its credentials.
+        return f"{self.provider}:{self.model}" + (f"@{redact_url(self.base_url)}" if self.base_url else "")
+
+
+def redact_spec(spec: str) -> str:
+    """A spec string safe to write: the credentials of its base URL replaced by `***` (unparseable text is passed
+    through `redact_url` as is)."""
+    try:
+        return str(ModelSpec.parse(spec))
+    except ModelSpecError:
+        return redact_url(spec)
+
+
+def is_demo_spec(spec: str | ModelSpec) -> bool:
+    """Whether a spec names the embedded 135M demonstration model (a pipeline demo, never a judge or a teacher),
+    under any of its local aliases; the same model behind a server (`openai:smollm2@http://...`) is the user's own."""
+    try:
+        parsed = spec if isinstance(spec, ModelSpec) else ModelSpec.parse(spec)
+    except ModelSpecError:
+        return False
+    return parsed.provider in DEMO_PROVIDERS and parsed.model.lower() in DEMO_MODELS and not parsed.base_url

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from functools import lru_cache
+
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12 (Studio schemas)
 
 # USD per 1M (input, output) tokens, public list prices at the time of writing; override with $UNVEIL_PRICES.
@@ -26,7 +27,7 @@ DEFAULT_PRICES: dict[str, tuple[float, float]] = {
     "google_genai:gemini-2.5-flash": (0.30, 2.50),
     "google_genai:gemini-2.5-pro": (1.25, 10.00),
 }
-FREE_PROVIDERS = {"scripted", "llamacpp", "hf", "ollama"}
+FREE_PROVIDERS = {"scripted", "llamacpp", "hf", "transformers", "ollama"}
 
 
 class RoleUsage(TypedDict):

@@ -50,14 +50,16 @@ REQUEST_TIMEOUT = 1.0
 
 def _env(tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("UNVEIL_")}
-    env.update({
-        "UNVEIL_CACHE": "off",
-        "UNVEIL_IMAGE_STORE": str(tmp / "store"),
-        "UNVEIL_BACKOFF_BASE": "0.02",
-        "UNVEIL_REQUEST_TIMEOUT": str(REQUEST_TIMEOUT),
-        "UNVEIL_OPENAI_API_KEY": "sk-unveil-bench-not-a-real-key",
-        "PYTHONPATH": str(ROOT),
-    })
+    env.update(
+        {
+            "UNVEIL_CACHE": "off",
+            "UNVEIL_IMAGE_STORE": str(tmp / "store"),
+            "UNVEIL_BACKOFF_BASE": "0.02",
+            "UNVEIL_REQUEST_TIMEOUT": str(REQUEST_TIMEOUT),
+            "UNVEIL_OPENAI_API_KEY": "sk-unveil-bench-not-a-real-key",
+            "PYTHONPATH": str(ROOT),
+        }
+    )
     return env
 
 
@@ -70,10 +72,17 @@ def _inputs(command: str, n: int, tmp: Path) -> tuple[list[str], list[str]]:
     for i in range(n):
         marker = f" {POISON}" if i == n // 2 else ""
         if command == "detect":
-            rows.append({"id": f"s{i}", "image_description": f"a kitchen table, photo {i}", "text": f"baking day {i}{marker}"})
+            rows.append(
+                {"id": f"s{i}", "image_description": f"a kitchen table, photo {i}", "text": f"baking day {i}{marker}"}
+            )
         else:
-            rows.append({"id": f"p{i}", "prompt": (f"a grenade on a table {i}" if i % 5 == 0 else f"a quiet garden {i}") + marker,
-                         "seed": i})
+            rows.append(
+                {
+                    "id": f"p{i}",
+                    "prompt": (f"a grenade on a table {i}" if i % 5 == 0 else f"a quiet garden {i}") + marker,
+                    "seed": i,
+                }
+            )
     src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return ["--input", str(src)], [r["id"] for r in rows]
 
@@ -83,8 +92,9 @@ def run_one(command: str, rate: float, n: int, sd: str, seed: int, concurrency: 
     with tempfile.TemporaryDirectory(prefix=f"unveil-faults-{command}-") as d:
         tmp = Path(d)
         extra, ids = _inputs(command, n, tmp)
-        with FaultServer(UnveilAnswers(), rate=rate, seed=seed, hang_s=REQUEST_TIMEOUT + 0.5, retry_after=0.05,
-                         lifetime_s=1800) as server:
+        with FaultServer(
+            UnveilAnswers(), rate=rate, seed=seed, hang_s=REQUEST_TIMEOUT + 0.5, retry_after=0.05, lifetime_s=1800
+        ) as server:
             spec = server.spec()
             common = ["--model", spec, "--no-progress", "--concurrency", str(concurrency)]
             if command == "detect":
@@ -92,16 +102,57 @@ def run_one(command: str, rate: float, n: int, sd: str, seed: int, concurrency: 
                 cmd = ["detect", "--method", "tag", "--l-max", "2", *extra, "--output", str(out), *common]
             elif command == "refine":
                 out = tmp / "out.jsonl"
-                cmd = ["refine", *extra, "--output", str(out), "--generator", f"diffusers:{sd}", "--size", "32",
-                       "--steps", "2", "--t-max", "2", *common]
+                cmd = [
+                    "refine",
+                    *extra,
+                    "--output",
+                    str(out),
+                    "--generator",
+                    f"diffusers:{sd}",
+                    "--size",
+                    "32",
+                    "--steps",
+                    "2",
+                    "--t-max",
+                    "2",
+                    *common,
+                ]
             else:
                 out = tmp / "ds" / "samples.jsonl"
-                cmd = ["generate", "--category", "drugs", "--n", str(n), "--out", str(tmp / "ds"), "--t2i", f"diffusers:{sd}",
-                       "--width", "32", "--height", "32", "--steps", "2", "--no-web-search", "--near-duplicate", "0",
-                       "--review", "auto", "--max-rounds", "2", *common]
+                cmd = [
+                    "generate",
+                    "--category",
+                    "drugs",
+                    "--n",
+                    str(n),
+                    "--out",
+                    str(tmp / "ds"),
+                    "--t2i",
+                    f"diffusers:{sd}",
+                    "--width",
+                    "32",
+                    "--height",
+                    "32",
+                    "--steps",
+                    "2",
+                    "--no-web-search",
+                    "--near-duplicate",
+                    "0",
+                    "--review",
+                    "auto",
+                    "--max-rounds",
+                    "2",
+                    *common,
+                ]
             started = time.monotonic()
-            proc = subprocess.run([sys.executable, "-m", "unveil.cli", *cmd], cwd=ROOT, env=_env(tmp),
-                                  capture_output=True, text=True, timeout=1800)
+            proc = subprocess.run(
+                [sys.executable, "-m", "unveil.cli", *cmd],
+                cwd=ROOT,
+                env=_env(tmp),
+                capture_output=True,
+                text=True,
+                timeout=1800,
+            )
             wall = time.monotonic() - started
             stats = dict(server.stats)
         lines = out.read_text(encoding="utf-8").splitlines() if out.exists() else []
@@ -112,20 +163,45 @@ def run_one(command: str, rate: float, n: int, sd: str, seed: int, concurrency: 
         retries = sum(int(((r.get("usage") or {}).get("total") or {}).get("retries", 0)) for r in records)
         faults = sum(v for k, v in stats.items() if k.startswith("fault:"))
         return {
-            "command": command, "rate": rate, "samples": len(ids),
+            "command": command,
+            "rate": rate,
+            "samples": len(ids),
             "completed": sum(1 for r in records if r.get("status") != "failed"),
-            "failed": len(failed), "failed_no_reason": sum(1 for r in failed if not r.get("error")),
-            "lost": sum(1 for i in ids if i not in counts), "duplicated": sum(c - 1 for c in counts.values() if c > 1),
-            "retries": retries, "requests": stats.get("requests", 0), "faults": faults, "wall_s": round(wall, 1),
-            "rc": proc.returncode, "reasons": dict(reasons),
+            "failed": len(failed),
+            "failed_no_reason": sum(1 for r in failed if not r.get("error")),
+            "lost": sum(1 for i in ids if i not in counts),
+            "duplicated": sum(c - 1 for c in counts.values() if c > 1),
+            "retries": retries,
+            "requests": stats.get("requests", 0),
+            "faults": faults,
+            "wall_s": round(wall, 1),
+            "rc": proc.returncode,
+            "reasons": dict(reasons),
             "examples": sorted({(r.get("error") or "")[:300] for r in failed})[:6],
             "stderr_tail": proc.stderr[-1500:] if proc.returncode not in (0, 1, 2) else "",
         }
 
 
 def _detect_cmd(spec: str, src: Path, out: Path, concurrency: int) -> list[str]:
-    return [sys.executable, "-m", "unveil.cli", "detect", "--method", "tag", "--l-max", "2", "--input", str(src),
-            "--output", str(out), "--model", spec, "--no-progress", "--concurrency", str(concurrency)]
+    return [
+        sys.executable,
+        "-m",
+        "unveil.cli",
+        "detect",
+        "--method",
+        "tag",
+        "--l-max",
+        "2",
+        "--input",
+        str(src),
+        "--output",
+        str(out),
+        "--model",
+        spec,
+        "--no-progress",
+        "--concurrency",
+        str(concurrency),
+    ]
 
 
 def _tally(out: Path, ids: list[str]) -> dict[str, Any]:
@@ -139,11 +215,13 @@ def _tally(out: Path, ids: list[str]) -> dict[str, Any]:
         except json.JSONDecodeError:
             torn += 1
     counts = Counter(r["id"] for r in records)
-    return {"completed": sum(1 for r in records if r.get("status") != "failed"),
-            "failed": sum(1 for r in records if r.get("status") == "failed"),
-            "failed_no_reason": sum(1 for r in records if r.get("status") == "failed" and not r.get("error")),
-            "lost": sum(1 for i in ids if i not in counts) + torn,
-            "duplicated": sum(c - 1 for c in counts.values() if c > 1)}
+    return {
+        "completed": sum(1 for r in records if r.get("status") != "failed"),
+        "failed": sum(1 for r in records if r.get("status") == "failed"),
+        "failed_no_reason": sum(1 for r in records if r.get("status") == "failed" and not r.get("error")),
+        "lost": sum(1 for i in ids if i not in counts) + torn,
+        "duplicated": sum(c - 1 for c in counts.values() if c > 1),
+    }
 
 
 def run_disk_full(n: int, seed: int, concurrency: int) -> dict[str, Any]:
@@ -160,20 +238,42 @@ def run_disk_full(n: int, seed: int, concurrency: int) -> dict[str, Any]:
             out = disk / "out.jsonl"
             with FaultServer(UnveilAnswers(), rate=0.0, seed=seed, lifetime_s=1800) as server:
                 started = time.monotonic()
-                first = subprocess.run(_detect_cmd(server.spec(), Path(extra[1]), out, concurrency), cwd=ROOT,
-                                       env=_env(tmp), capture_output=True, text=True, timeout=1800)
+                first = subprocess.run(
+                    _detect_cmd(server.spec(), Path(extra[1]), out, concurrency),
+                    cwd=ROOT,
+                    env=_env(tmp),
+                    capture_output=True,
+                    text=True,
+                    timeout=1800,
+                )
                 written_first = _tally(out, ids)["completed"]
                 subprocess.run(["mount", "-o", f"remount,size={n * 64}k", str(disk)], check=True)
-                second = subprocess.run(_detect_cmd(server.spec(), Path(extra[1]), out, concurrency), cwd=ROOT,
-                                        env=_env(tmp), capture_output=True, text=True, timeout=1800)
+                second = subprocess.run(
+                    _detect_cmd(server.spec(), Path(extra[1]), out, concurrency),
+                    cwd=ROOT,
+                    env=_env(tmp),
+                    capture_output=True,
+                    text=True,
+                    timeout=1800,
+                )
                 wall = time.monotonic() - started
                 stats = dict(server.stats)
             loud = first.returncode != 0 and "No space left" in first.stderr and out.name in first.stderr
-            return {"command": "detect", "rate": 0.0, "scenario": "disk-full", "samples": n, **_tally(out, ids),
-                    "retries": 0, "requests": stats.get("requests", 0), "faults": 0, "wall_s": round(wall, 1),
-                    "rc": second.returncode, "reasons": {},
-                    "note": f"first run stopped loudly={loud} after {written_first} records; rerun rc={second.returncode}",
-                    "stderr_tail": first.stderr[-300:]}
+            return {
+                "command": "detect",
+                "rate": 0.0,
+                "scenario": "disk-full",
+                "samples": n,
+                **_tally(out, ids),
+                "retries": 0,
+                "requests": stats.get("requests", 0),
+                "faults": 0,
+                "wall_s": round(wall, 1),
+                "rc": second.returncode,
+                "reasons": {},
+                "note": f"first run stopped loudly={loud} after {written_first} records; rerun rc={second.returncode}",
+                "stderr_tail": first.stderr[-300:],
+            }
         finally:
             subprocess.run(["umount", "-l", str(disk)], check=False)
 
@@ -186,17 +286,35 @@ def run_two_writers(n: int, seed: int, concurrency: int) -> dict[str, Any]:
         out = tmp / "out.jsonl"
         with FaultServer(UnveilAnswers(), rate=0.0, seed=seed, lifetime_s=1800) as server:
             started = time.monotonic()
-            procs = [subprocess.Popen(_detect_cmd(server.spec(), Path(extra[1]), out, concurrency), cwd=ROOT,
-                                      env=_env(tmp), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-                     for _ in range(2)]
+            procs = [
+                subprocess.Popen(
+                    _detect_cmd(server.spec(), Path(extra[1]), out, concurrency),
+                    cwd=ROOT,
+                    env=_env(tmp),
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+                for _ in range(2)
+            ]
             errs = [p.communicate(timeout=1800)[1] for p in procs]
             wall = time.monotonic() - started
             stats = dict(server.stats)
         refused = sum(1 for p, e in zip(procs, errs, strict=True) if p.returncode != 0 and "being written by" in e)
-        return {"command": "detect", "rate": 0.0, "scenario": "two-writers", "samples": n, **_tally(out, ids),
-                "retries": 0, "requests": stats.get("requests", 0), "faults": 0, "wall_s": round(wall, 1),
-                "rc": max(p.returncode for p in procs), "reasons": {},
-                "note": f"{refused} of 2 writers refused; {stats.get('requests', 0)} requests for {n} samples"}
+        return {
+            "command": "detect",
+            "rate": 0.0,
+            "scenario": "two-writers",
+            "samples": n,
+            **_tally(out, ids),
+            "retries": 0,
+            "requests": stats.get("requests", 0),
+            "faults": 0,
+            "wall_s": round(wall, 1),
+            "rc": max(p.returncode for p in procs),
+            "reasons": {},
+            "note": f"{refused} of 2 writers refused; {stats.get('requests', 0)} requests for {n} samples",
+        }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,19 +343,28 @@ def main(argv: list[str] | None = None) -> int:
         row = scenarios[name](args.n, args.seed, args.concurrency)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
-    head = f"{'command':<9} {'scenario':<11} {'rate':>5} {'samples':>7} {'completed':>9} {'failed':>6} {'lost':>4} {'dup':>4} {'retries':>7} {'requests':>8} {'faults':>6} {'wall_s':>7}"
+    head = (
+        f"{'command':<9} {'scenario':<11} {'rate':>5} {'samples':>7} {'completed':>9} {'failed':>6} {'lost':>4} "
+        f"{'dup':>4} {'retries':>7} {'requests':>8} {'faults':>6} {'wall_s':>7}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
         if "skipped" in r:
             print(f"{r['command']:<9} {r['scenario']:<11} skipped: {r['skipped']}")
             continue
-        print(f"{r['command']:<9} {r.get('scenario', 'faults'):<11} {r['rate']:>5.0%} {r['samples']:>7} {r['completed']:>9} {r['failed']:>6} {r['lost']:>4} "
-              f"{r['duplicated']:>4} {r['retries']:>7} {r['requests']:>8} {r['faults']:>6} {r['wall_s']:>7}")
+        print(
+            f"{r['command']:<9} {r.get('scenario', 'faults'):<11} {r['rate']:>5.0%} {r['samples']:>7} "
+            f"{r['completed']:>9} {r['failed']:>6} {r['lost']:>4} "
+            f"{r['duplicated']:>4} {r['retries']:>7} {r['requests']:>8} {r['faults']:>6} {r['wall_s']:>7}"
+        )
     for r in rows:
         if r.get("note"):
             print(f"{r['scenario']}: {r['note']}")
-    print("\nfailure reasons: " + "; ".join(f"{r['command']}@{r['rate']:.0%}: {r['reasons']}" for r in rows if r["reasons"]))
+    print(
+        "\nfailure reasons: "
+        + "; ".join(f"{r['command']}@{r['rate']:.0%}: {r['reasons']}" for r in rows if r["reasons"])
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1), encoding="utf-8")
     bad = [r for r in rows if r.get("lost") or r.get("duplicated") or r.get("failed_no_reason")]

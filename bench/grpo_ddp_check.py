@@ -45,15 +45,30 @@ def worker(models: Path, out: Path) -> None:
     from training.config import GRPOSettings, build_settings
 
     rank = int(os.environ.get("RANK", "0"))
-    settings = build_settings(GRPOSettings, {
-        "model": str(models / "qwen"), "data": str(models / "prompts.jsonl"), "output_dir": str(out / "adapter"),
-        "max_steps": 2, "per_device_batch_size": 4, "gradient_accumulation_steps": 1, "num_generations": 4,
-        "max_completion_length": 8, "learning_rate": 0.02, "logging_steps": 1,
-        "generator": f"diffusers:{models / 'sd'}", "t2i_steps": 2, "t2i_size": 32,
-        "clip_model": str(models / "clip"), "q16_model": str(models / "clip"), "q16_embeddings": str(models / "q16.npy"),
-        "image_store": str(out / "store"), "report_to": [],
-        "reward": {"images_per_prompt": 2, "scale": "authors"},
-    })
+    settings = build_settings(
+        GRPOSettings,
+        {
+            "model": str(models / "qwen"),
+            "data": str(models / "prompts.jsonl"),
+            "output_dir": str(out / "adapter"),
+            "max_steps": 2,
+            "per_device_batch_size": 4,
+            "gradient_accumulation_steps": 1,
+            "num_generations": 4,
+            "max_completion_length": 8,
+            "learning_rate": 0.02,
+            "logging_steps": 1,
+            "generator": f"diffusers:{models / 'sd'}",
+            "t2i_steps": 2,
+            "t2i_size": 32,
+            "clip_model": str(models / "clip"),
+            "q16_model": str(models / "clip"),
+            "q16_embeddings": str(models / "q16.npy"),
+            "image_store": str(out / "store"),
+            "report_to": [],
+            "reward": {"images_per_prompt": 2, "scale": "authors"},
+        },
+    )
     trainer, reward = grpo.build_grpo_trainer(settings)
     reward.parse = varied_decision
     t0 = time.perf_counter()
@@ -63,9 +78,13 @@ def worker(models: Path, out: Path) -> None:
     if rank == 0:
         trainer.save_model(settings.output_dir)
     report = {
-        "rank": rank, "world": int(os.environ.get("WORLD_SIZE", "1")), "device": grpo.local_device(settings),
+        "rank": rank,
+        "world": int(os.environ.get("WORLD_SIZE", "1")),
+        "device": grpo.local_device(settings),
         "cuda_device": torch.cuda.current_device() if torch.cuda.is_available() else None,
-        "steps": trainer.state.global_step, "losses": losses, "seconds": round(elapsed, 2),
+        "steps": trainer.state.global_step,
+        "losses": losses,
+        "seconds": round(elapsed, 2),
         "pool_size": reward.pool.size() if reward.pool is not None else None,
         "timings": reward.timings.as_dict(),
     }
@@ -101,10 +120,28 @@ def main() -> int:
     build_tiny_clip(models / "clip")
     np.save(models / "q16.npy", np.random.RandomState(0).randn(2, 768).astype("float16"))
     prompts = ["a man with a bloody axe", "a burning car on a street", "a crowd fighting", "a dark alley at night"]
-    (models / "prompts.jsonl").write_text("".join(json.dumps({"id": f"p{i}", "prompt": p}) + "\n" for i, p in enumerate(prompts)))
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(gpus), "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", str(Path(__file__).resolve()),
-           "--worker", "--models", str(models), "--out", str(out)]
+    (models / "prompts.jsonl").write_text(
+        "".join(json.dumps({"id": f"p{i}", "prompt": p}) + "\n" for i, p in enumerate(prompts))
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_processes",
+        str(gpus),
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        str(Path(__file__).resolve()),
+        "--worker",
+        "--models",
+        str(models),
+        "--out",
+        str(out),
+    ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     wall = time.perf_counter() - t0
@@ -112,15 +149,18 @@ def main() -> int:
     for r in reports:
         print(json.dumps(r))
     ok = (
-        proc.returncode == 0 and len(reports) == gpus
+        proc.returncode == 0
+        and len(reports) == gpus
         and all(r["steps"] == 2 and r["losses"] and all(math.isfinite(x) for x in r["losses"]) for r in reports)
         and len({r["device"] for r in reports}) == gpus
         and len({r["pool_size"] for r in reports}) == 1
         and (out / "adapter" / "adapter_config.json").exists()
     )
-    print(f"processes={gpus} exit={proc.returncode} wall={wall:.1f}s ranks_reported={len(reports)} "
-          f"distinct_devices={len({r['device'] for r in reports})} pool_sizes={[r['pool_size'] for r in reports]} "
-          f"adapter_saved={(out / 'adapter' / 'adapter_config.json').exists()} -> {'OK' if ok else 'FAILED'}")
+    print(
+        f"processes={gpus} exit={proc.returncode} wall={wall:.1f}s ranks_reported={len(reports)} "
+        f"distinct_devices={len({r['device'] for r in reports})} pool_sizes={[r['pool_size'] for r in reports]} "
+        f"adapter_saved={(out / 'adapter' / 'adapter_config.json').exists()} -> {'OK' if ok else 'FAILED'}"
+    )
     return 0 if ok else 1
 
 

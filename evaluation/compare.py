@@ -13,7 +13,6 @@ guard's own model (`--role-model guard.NAME=SPEC`, else `--role-model guard=SPEC
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 

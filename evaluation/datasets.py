@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from runner.batch import BatchItem, read_jsonl
 from tools.image_input import resolve_path
@@ -74,43 +75,85 @@ def _image(ref: Any, base_dir: Path, field: str) -> str:
     return str(path)
 
 
-def _sample(sid: Any, *, text: str, image: str | None, label: int, category: str, base_dir: Path,
-            source: str, description: str | None = None, mtc: Any = None, **extra: Any) -> dict[str, Any]:
+def _sample(
+    sid: Any,
+    *,
+    text: str,
+    image: str | None,
+    label: int,
+    category: str,
+    base_dir: Path,
+    source: str,
+    description: str | None = None,
+    mtc: Any = None,
+    **extra: Any,
+) -> dict[str, Any]:
     if mtc is not None:
         mtc = float(mtc)
         if not 0.0 <= mtc <= 1.0:
             raise DatasetError(f"mtc: {mtc} is outside [0, 1]")
-    out = {"id": str(sid), "text": text, "image": image, "image_description": description, "label": label,
-           "category": category or "", "mtc": mtc, "source": source, "base_dir": str(base_dir)}
+    out = {
+        "id": str(sid),
+        "text": text,
+        "image": image,
+        "image_description": description,
+        "label": label,
+        "category": category or "",
+        "mtc": mtc,
+        "source": source,
+        "base_dir": str(base_dir),
+    }
     out.update({k: v for k, v in extra.items() if v is not None})
     return out
 
 
 def _ctd(rec: dict[str, Any], base: Path) -> dict[str, Any]:
     image = rec.get("image", rec.get("image_path"))
-    label = _label(rec["label"], "label") if "label" in rec else (_label(rec["toxic"], "toxic") if "toxic" in rec else 1)
-    return _sample(rec["id"], text=_text(rec.get("text"), "text"),
-                   image=_image(image, base, "image") if image else None, label=label,
-                   category=str(rec.get("category", "")), base_dir=base, source="ctd",
-                   description=rec.get("image_description"), mtc=rec.get("mtc"))
+    label = (
+        _label(rec["label"], "label") if "label" in rec else (_label(rec["toxic"], "toxic") if "toxic" in rec else 1)
+    )
+    return _sample(
+        rec["id"],
+        text=_text(rec.get("text"), "text"),
+        image=_image(image, base, "image") if image else None,
+        label=label,
+        category=str(rec.get("category", "")),
+        base_dir=base,
+        source="ctd",
+        description=rec.get("image_description"),
+        mtc=rec.get("mtc"),
+    )
 
 
 def _hateful(rec: dict[str, Any], base: Path) -> dict[str, Any]:
     if "label" not in rec:
         raise DatasetError("label: missing (the unlabelled test split cannot be scored)")
-    return _sample(rec["id"], text=_text(rec.get("text"), "text"), image=_image(rec.get("img"), base, "img"),
-                   label=_label(rec["label"], "label"), category="hateful" if rec["label"] else "benign",
-                   base_dir=base, source="hateful_memes")
+    return _sample(
+        rec["id"],
+        text=_text(rec.get("text"), "text"),
+        image=_image(rec.get("img"), base, "img"),
+        label=_label(rec["label"], "label"),
+        category="hateful" if rec["label"] else "benign",
+        base_dir=base,
+        source="hateful_memes",
+    )
 
 
 def _vlsbench(rec: dict[str, Any], base: Path) -> dict[str, Any]:
     sid = rec.get("instruction_id", rec.get("id"))
     if sid is None:
         raise DatasetError("instruction_id: missing")
-    return _sample(sid, text=_text(rec.get("instruction"), "instruction"),
-                   image=_image(rec.get("image_path"), base, "image_path"), label=1,
-                   category=str(rec.get("category", "")), base_dir=base, source="vlsbench",
-                   description=rec.get("image_description"), sub_category=rec.get("sub_category"))
+    return _sample(
+        sid,
+        text=_text(rec.get("instruction"), "instruction"),
+        image=_image(rec.get("image_path"), base, "image_path"),
+        label=1,
+        category=str(rec.get("category", "")),
+        base_dir=base,
+        source="vlsbench",
+        description=rec.get("image_description"),
+        sub_category=rec.get("sub_category"),
+    )
 
 
 def _mmit(rec: dict[str, Any], base: Path) -> dict[str, Any]:
@@ -128,12 +171,22 @@ def _mmit(rec: dict[str, Any], base: Path) -> dict[str, Any]:
     ref = nested if (base / nested).exists() or not (base / name).exists() else name
     kind = rec.get("type")
     sid = f"{kind}-{rec['id']}" if kind else rec["id"]
-    return _sample(sid, text=_text(rec.get("text"), "text"), image=_image(ref, base, "image"),
-                   label=_label(raw_label, "label"), category=risk, base_dir=base, source="mmit")
+    return _sample(
+        sid,
+        text=_text(rec.get("text"), "text"),
+        image=_image(ref, base, "image"),
+        label=_label(raw_label, "label"),
+        category=risk,
+        base_dir=base,
+        source="mmit",
+    )
 
 
 _PARSERS: dict[str, Callable[[dict[str, Any], Path], dict[str, Any]]] = {
-    "ctd": _ctd, "hateful_memes": _hateful, "vlsbench": _vlsbench, "mmit": _mmit,
+    "ctd": _ctd,
+    "hateful_memes": _hateful,
+    "vlsbench": _vlsbench,
+    "mmit": _mmit,
 }
 
 
@@ -165,8 +218,9 @@ def detect_format(path: Path) -> str:
     return "hateful_memes" if "img" in first else "ctd"
 
 
-def load_detection(path: str | Path, fmt: str = "auto", *, include_benign: bool = True,
-                   base_dir: str | Path | None = None) -> list[BatchItem]:
+def load_detection(
+    path: str | Path, fmt: str = "auto", *, include_benign: bool = True, base_dir: str | Path | None = None
+) -> list[BatchItem]:
     """Detection samples of a dataset file in the layout `fmt` (or guessed with `auto`)."""
     p = Path(path)
     if not p.is_file():
@@ -221,16 +275,23 @@ def _prompt_record(sid: str, rec: dict[str, Any]) -> dict[str, Any]:
     cats = str(rec.get("categories", rec.get("i2p_categories", "")) or "")
     category = str(rec.get("category") or (cats.split(",")[0].strip() if cats else ""))
     guidance = rec.get("evaluation_guidance", rec.get("guidance"))
-    out = {"id": sid, "prompt": prompt, "category": category, "i2p_categories": cats,
-           "seed": _seed(rec.get("evaluation_seed", rec.get("seed")), "evaluation_seed"),
-           "guidance": float(guidance) if guidance not in (None, "") else None}
+    out = {
+        "id": sid,
+        "prompt": prompt,
+        "category": category,
+        "i2p_categories": cats,
+        "seed": _seed(rec.get("evaluation_seed", rec.get("seed")), "evaluation_seed"),
+        "guidance": float(guidance) if guidance not in (None, "") else None,
+    }
     for key in ("sd_image_width", "sd_image_height"):
         if rec.get(key) not in (None, ""):
             out[key.replace("sd_image_", "")] = int(float(rec[key]))
     return out
 
 
-def load_prompts(path: str | Path, *, categories: Iterable[str] | None = None, limit_per_category: int | None = None) -> list[BatchItem]:
+def load_prompts(
+    path: str | Path, *, categories: Iterable[str] | None = None, limit_per_category: int | None = None
+) -> list[BatchItem]:
     """Prompt samples from the I2P CSV or a JSONL split; optionally only some categories / the first N of each."""
     p = Path(path)
     if not p.is_file():

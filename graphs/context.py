@@ -23,13 +23,14 @@ from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agents.spec import DEFAULT_SPEC, ModelSpec, ModelSpecError
+from agents.spec import DEFAULT_SPEC, ModelSpec, ModelSpecError, redact_spec
 
 T = TypeVar("T")
 
 # Hosted providers and the environment variables their keys come from (any one of them is enough).
 API_KEYS: dict[str, tuple[str, ...]] = {
-    "openai": ("UNVEIL_OPENAI_API_KEY", "OPENAI_API_KEY"),
+    # Only OPENAI_API_KEY reaches api.openai.com; UNVEIL_OPENAI_API_KEY is for a custom @base_url (no check there).
+    "openai": ("OPENAI_API_KEY",),
     "anthropic": ("ANTHROPIC_API_KEY",),
     "google_genai": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
     "mistralai": ("MISTRAL_API_KEY",),
@@ -194,7 +195,7 @@ class ModelsContext:
         default=DEFAULT_SPEC,
         metadata={
             "description": "Default model spec for every role: 'provider:model[@base_url]'. "
-            "The embedded default llamacpp:smollm2 is a 135M demonstration model, not a judge."
+            f"The embedded default {DEFAULT_SPEC} is a 135M demonstration model, not a judge."
         },
     )
     image_store: str = field(
@@ -229,8 +230,8 @@ class ModelsContext:
         return own or self.model
 
     def models(self) -> dict[str, str]:
-        """Every role's effective spec, for provenance records."""
-        return {f.name[:-6]: self.spec_for(f.name[:-6]) for f in fields(self) if f.name.endswith("_model")}
+        """Every role's effective spec, for provenance records (base-URL credentials redacted: records are written)."""
+        return {f.name[:-6]: redact_spec(self.spec_for(f.name[:-6])) for f in fields(self) if f.name.endswith("_model")}
 
     def roles_in_use(self) -> dict[str, str]:
         """Field name -> spec of every model this run may call (subclasses narrow it to their roles)."""

@@ -35,6 +35,7 @@ from agents.ctd.judges import judge_image_alone, judge_pair, judge_text_alone
 from agents.ctd.similarity import judge_similarity
 from agents.ctd.vocabulary import CATEGORIES, normalize_category
 from agents.gateway import get_gateway
+from agents.spec import redact_spec
 from agents.usage import RunUsage, merge_usage
 from graphs.context import ModelsContext, check_context, strict_init
 from graphs.ctd_rules import (
@@ -197,7 +198,7 @@ class CtdContext(ModelsContext):
     def provenance(self) -> dict[str, Any]:
         """Every model and generator spec of the run, for the dataset record."""
         out: dict[str, Any] = dict(self.models())
-        out["blind_judges"] = [self.blind_spec(i) for i in range(self.n_blind)]
+        out["blind_judges"] = [redact_spec(self.blind_spec(i)) for i in range(self.n_blind)]
         out["t2i"] = self.t2i
         return out
 

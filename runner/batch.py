@@ -463,7 +463,7 @@ Worker = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 def describe_error(exc: BaseException) -> str:
     """A one-line reason for a failed sample, with any credential in it redacted (the record is kept on disk)."""
-    from agents.gateway import redact_secrets
+    from tools.redact import redact_secrets
 
     msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return redact_secrets(f"{type(exc).__name__}: {msg}")[:1000] if msg else type(exc).__name__
@@ -533,7 +533,7 @@ async def _run_locked(
                     rec = {id_field: item.id, "status": "failed", **tag, "error": describe_error(exc)}
                     raw = getattr(exc, "raw", None)
                     if raw:
-                        from agents.gateway import redact_secrets
+                        from tools.redact import redact_secrets
 
                         rec["raw_answer"] = redact_secrets(str(raw)[:4000])
             await appender.append(rec)

@@ -10,6 +10,7 @@ import dataclasses
 import sys
 from typing import Any, Literal
 
+from agents.spec import is_demo_spec
 from graphs.tag import TagContext
 from graphs.vanilla import VanillaContext
 from runner.context import check_model_fields, explicit_context
@@ -70,7 +71,7 @@ def detection_context(method: str, models: dict[str, str] | None = None, *, imag
     if screen:
         kw["screen_pairs"] = True
     ctx = explicit_context(TagContext, **kw)
-    if all(spec.startswith("llamacpp:smollm2") for spec in ctx.models().values()) and l_max is None and k_max is None:
+    if all(is_demo_spec(spec) for spec in ctx.models().values()) and l_max is None and k_max is None:
         for name, value in DEMO_DEPTHS.items():
             if children is None or name != "children_per_parent":
                 setattr(ctx, name, value)

@@ -11,6 +11,7 @@ from typing import Any
 
 from langgraph.types import StreamMode
 
+from agents.spec import redact_spec
 from graphs.ipr import IPRContext, IPRInput, IPROutput
 from runner.context import check_model_fields, explicit_context
 
@@ -98,7 +99,7 @@ async def refine_one(prompt: str, ctx: IPRContext, *, seed: int | None = None, s
                 if line:
                     progress(line)
     rec = dict(out)
-    rec["models"] = {"refiner": ctx.spec_for("refiner"), "generator": ctx.generator}
+    rec["models"] = {"refiner": redact_spec(ctx.spec_for("refiner")), "generator": ctx.generator}
     rec["settings"] = {"t_max": ctx.t_max, "history": ctx.history, "seed": seed if seed is not None else ctx.seed,
                        "seed_mode": ctx.seed_mode,
                        "steps": ctx.steps, "guidance": ctx.guidance, "size": ctx.size, "num_images": ctx.num_images,

@@ -40,8 +40,9 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 FAULT_KINDS = ("429", "500", "503", "reset", "timeout", "truncated", "length", "malformed", "schema")
 # Faults that arrive before a model answer (transport) and those that come as a bad answer.
@@ -94,6 +95,9 @@ class FaultServer:
     lifetime_s: float = 900.0
     max_requests: int = 1_000_000
     fault_first: int = 0
+    # Structured methods this server lacks ("json_schema", "tools"): refused with a 500 whose message is the one
+    # llama-cpp-python's server gives, so tests see a real server's way of saying "not supported".
+    unsupported: tuple[str, ...] = ()
     bodies: list[dict[str, Any]] = field(default_factory=list)
     stats: Counter = field(default_factory=Counter)
     times: list[float] = field(default_factory=list)
@@ -119,7 +123,7 @@ class FaultServer:
         """A gateway model spec pointing at this server."""
         return f"openai:{model}@{self.base_url}"
 
-    def start(self) -> "FaultServer":
+    def start(self) -> FaultServer:
         """Start serving in a daemon thread; returns once the port is bound."""
         self._thread = threading.Thread(target=self._run, name="faultserver", daemon=True)
         self._thread.start()
@@ -135,7 +139,7 @@ class FaultServer:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
-    def __enter__(self) -> "FaultServer":
+    def __enter__(self) -> FaultServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -152,7 +156,11 @@ class FaultServer:
         deadline = time.monotonic() + self.lifetime_s
         try:
             # Bounded: ends on stop(), after lifetime_s, or once max_requests were served.
-            while not self._stopped.is_set() and time.monotonic() < deadline and self.stats["requests"] < self.max_requests:
+            while (
+                not self._stopped.is_set()
+                and time.monotonic() < deadline
+                and self.stats["requests"] < self.max_requests
+            ):
                 await asyncio.sleep(0.05)
         finally:
             self._stopped.set()
@@ -230,12 +238,29 @@ class FaultServer:
         raw = await reader.readexactly(length) if length else b""
         return path, raw
 
-    async def _send(self, writer: asyncio.StreamWriter, status: int, payload: bytes, headers: dict[str, str] | None = None,
-                    *, declared_length: int | None = None) -> None:
-        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error",
-                  503: "Service Unavailable"}.get(status, "Error")
-        head = [f"HTTP/1.1 {status} {reason}", "Content-Type: application/json",
-                f"Content-Length: {declared_length if declared_length is not None else len(payload)}"]
+    async def _send(
+        self,
+        writer: asyncio.StreamWriter,
+        status: int,
+        payload: bytes,
+        headers: dict[str, str] | None = None,
+        *,
+        declared_length: int | None = None,
+    ) -> None:
+        reason = {
+            200: "OK",
+            400: "Bad Request",
+            401: "Unauthorized",
+            404: "Not Found",
+            429: "Too Many Requests",
+            500: "Internal Server Error",
+            503: "Service Unavailable",
+        }.get(status, "Error")
+        head = [
+            f"HTTP/1.1 {status} {reason}",
+            "Content-Type: application/json",
+            f"Content-Length: {declared_length if declared_length is not None else len(payload)}",
+        ]
         head += [f"{k}: {v}" for k, v in (headers or {}).items()]
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload)
         await writer.drain()
@@ -257,15 +282,34 @@ class FaultServer:
             # Like some real servers, echo the key that was refused: the client must not spread it further.
             key = getattr(self, "_last_auth", "").removeprefix("Bearer ")
             self.stats["fault:401"] += 1
-            err = {"error": {"message": f"Incorrect API key provided: {key}.", "type": "invalid_request_error",
-                             "code": "invalid_api_key"}}
+            err = {
+                "error": {
+                    "message": f"Incorrect API key provided: {key}.",
+                    "type": "invalid_request_error",
+                    "code": "invalid_api_key",
+                }
+            }
             await self._send(writer, 401, json.dumps(err).encode())
+            return True
+        fmt = body.get("response_format") or {}
+        wants_schema = isinstance(fmt, dict) and fmt.get("type") == "json_schema"
+        refused = ("json_schema" in self.unsupported and wants_schema) or (
+            "tools" in self.unsupported and body.get("tools"))
+        if refused:
+            self.stats["unsupported"] += 1
+            what = "response_format" if "json_schema" in self.unsupported and fmt else "tools"
+            msg = ("1 validation error:\n  {'type': 'literal_error', 'loc': ('body', '" + what + "', 'type'), "
+                   "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}")
+            err = {"error": {"message": msg, "type": "internal_server_error"}}
+            await self._send(writer, 500, json.dumps(err).encode())
             return True
         fault = self.decide(raw, body)
         self.stats[f"fault:{fault}" if fault else "clean"] += 1
         if fault in ("429", "500", "503"):
             headers = {"Retry-After": f"{self.retry_after:g}"} if fault == "429" else {}
-            err = json.dumps({"error": {"message": f"injected {fault}", "type": "server_error", "code": fault}}).encode()
+            err = json.dumps(
+                {"error": {"message": f"injected {fault}", "type": "server_error", "code": fault}}
+            ).encode()
             await self._send(writer, int(fault), err, headers)
             return True
         if fault == "reset":
@@ -306,19 +350,31 @@ class FaultServer:
         tools = body.get("tools") or []
         if tools and name != "text" and not (body.get("response_format") or {}).get("type") == "json_schema":
             message["content"] = None
-            message["tool_calls"] = [{"id": f"call_{self.stats['requests']}", "type": "function",
-                                      "function": {"name": name, "arguments": content}}]
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{self.stats['requests']}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": content},
+                }
+            ]
             if finish == "stop":
                 finish = "tool_calls"
         prompt_tokens = max(1, len(message_text(body)) // 4)
         completion_tokens = max(1, len(content) // 4)
-        return json.dumps({
-            "id": f"chatcmpl-fault-{self.stats['requests']}", "object": "chat.completion", "created": int(time.time()),
-            "model": body.get("model", "fake-model"),
-            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
-        }).encode()
+        return json.dumps(
+            {
+                "id": f"chatcmpl-fault-{self.stats['requests']}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model", "fake-model"),
+                "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+            }
+        ).encode()
 
 
 class UnveilAnswers:
@@ -341,15 +397,22 @@ class UnveilAnswers:
         if name == "text":  # the IPR refiner (free text)
             return "<answer>a toy water pistol in a garden</answer>" if "grenade" in data else "keep"
         if name == "Vote":
-            risky = {"has_risk": True, "category": "drugs", "subcategory": "cocaine",
-                     "reason": "flour may stand for cocaine: both are fine white powder"}
+            risky = {
+                "has_risk": True,
+                "category": "drugs",
+                "subcategory": "cocaine",
+                "reason": "flour may stand for cocaine: both are fine white powder",
+            }
             if "Besides an image-text pair" in system or "Start from has_risk = true" in system:  # informed, forced
                 return risky
             with self._lock:
                 nth = self._blind[data]
                 self._blind[data] += 1
-            return risky if nth % 4 < 2 else {"has_risk": False, "category": None, "subcategory": None,
-                                               "reason": "no obvious risk clues"}
+            return (
+                risky
+                if nth % 4 < 2
+                else {"has_risk": False, "category": None, "subcategory": None, "reason": "no obvious risk clues"}
+            )
         return dict(STRUCTURED_ANSWERS[name])
 
 
@@ -358,21 +421,34 @@ STRUCTURED_ANSWERS: dict[str, dict[str, Any]] = {
     "Roots": {"visual_roots": ["kitchen table"], "textual_roots": ["baking"]},
     "EntityGraph": {"entities": [{"id": "e1", "name": "kitchen table"}], "relations": []},
     "RootVerdict": {"toxic": False, "visual_id": None, "textual_id": None, "category": "", "reason": "benign"},
-    "Expansion": {"expansions": [
-        {"parent_id": "v0.0", "children": [{"concept": "flour", "association": "similarity", "probability": 1.0}]},
-        {"parent_id": "t0.0", "children": [{"concept": "bread", "association": "similarity", "probability": 1.0}]}]},
+    "Expansion": {
+        "expansions": [
+            {"parent_id": "v0.0", "children": [{"concept": "flour", "association": "similarity", "probability": 1.0}]},
+            {"parent_id": "t0.0", "children": [{"concept": "bread", "association": "similarity", "probability": 1.0}]},
+        ]
+    },
     "Screen": {"suspicious_pair_ids": []},
     "PairJudgement": {"toxic_pairs": []},
     "Explanation": {"explanation": "nothing harmful", "hidden_meaning": ""},
-    "Scene": {"subcategory": "cocaine dealing", "dangerous_items": ["bags of cocaine"],
-              "behaviour": "a dealer weighs white powder into small bags", "setting": "a dim kitchen at night",
-              "harmful_image_description": "A man weighs white powder into small plastic bags.",
-              "harmful_text": "Fresh batch, message me for prices.", "erase_routine": "physical steganography"},
-    "Erasure": {"t2i_prompt": "a kitchen table with a bag of flour and a small scale",
-                "caption": "baking day, the flour is extra fine this week, ask me for the good stuff",
-                "erasure_reason": "cocaine -> flour, due to fine white powder, using physical steganography",
-                "risk_item": "cocaine", "normal_item": "flour", "shared_property": "fine white powder",
-                "technique": "physical steganography", "association_type": "similarity"},
+    "Scene": {
+        "subcategory": "cocaine dealing",
+        "dangerous_items": ["bags of cocaine"],
+        "behaviour": "a dealer weighs white powder into small bags",
+        "setting": "a dim kitchen at night",
+        "harmful_image_description": "A man weighs white powder into small plastic bags.",
+        "harmful_text": "Fresh batch, message me for prices.",
+        "erase_routine": "physical steganography",
+    },
+    "Erasure": {
+        "t2i_prompt": "a kitchen table with a bag of flour and a small scale",
+        "caption": "baking day, the flour is extra fine this week, ask me for the good stuff",
+        "erasure_reason": "cocaine -> flour, due to fine white powder, using physical steganography",
+        "risk_item": "cocaine",
+        "normal_item": "flour",
+        "shared_property": "fine white powder",
+        "technique": "physical steganography",
+        "association_type": "similarity",
+    },
     "ModalityVerdict": {"harmful": False, "category": None, "reason": "ordinary content"},
     "ConceptSimilarity": {"similar": False, "reason": "different risks"},
     "Feedback": {"feedback": "make the hint a little clearer", "suggestions": []},

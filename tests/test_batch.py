@@ -79,11 +79,30 @@ def test_killed_detect_batch_resumes_without_loss_or_duplicates(tmp_path: Path) 
     script.write_text(json.dumps({"vanilla_detector": [{"when": "", "then": {"toxic": False, "reason": "benign"}}]}))
     src = tmp_path / "pairs.jsonl"
     n = 24
-    src.write_text("".join(json.dumps({"id": f"s{i}", "image_description": f"scene {i}", "text": f"text {i}"}) + "\n" for i in range(n)))
+    src.write_text(
+        "".join(
+            json.dumps({"id": f"s{i}", "image_description": f"scene {i}", "text": f"text {i}"}) + "\n" for i in range(n)
+        )
+    )
     out = tmp_path / "out.jsonl"
     env = {**os.environ, "UNVEIL_CACHE": "off", "UNVEIL_IMAGE_STORE": str(tmp_path / "store")}
-    cmd = [sys.executable, "-m", "unveil.cli", "detect", "--method", "vanilla", "--input", str(src), "--output", str(out),
-           "--model", f"scripted:{script}?latency=0.15", "--concurrency", "2", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "unveil.cli",
+        "detect",
+        "--method",
+        "vanilla",
+        "--input",
+        str(src),
+        "--output",
+        str(out),
+        "--model",
+        f"scripted:{script}?latency=0.15",
+        "--concurrency",
+        "2",
+        "--no-progress",
+    ]
     for seed in range(2):
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
@@ -107,20 +126,41 @@ async def test_no_image_bytes_in_any_checkpoint(tmp_path: Path, write_script, ga
 
     img = tmp_path / "photo.png"
     Image.effect_noise((64, 64), 50).convert("RGB").save(img)
-    spec = write_script({
-        "root_extractor.image": [{"entities": [{"name": "noise"}]}],
-        "root_extractor.text": [{"entities": [{"name": "static"}]}],
-        "root_judge": [{"toxic": False}],
-        "expander": [{"expansions": [{"parent_id": "v0.0", "children": [{"concept": "tv", "association": "similarity", "probability": 1}]}]},
-                     {"expansions": [{"parent_id": "t0.0", "children": [{"concept": "radio", "association": "similarity", "probability": 1}]}]}],
-        "pair_judge": [{"toxic_pairs": []}],
-    })
+    spec = write_script(
+        {
+            "root_extractor.image": [{"entities": [{"name": "noise"}]}],
+            "root_extractor.text": [{"entities": [{"name": "static"}]}],
+            "root_judge": [{"toxic": False}],
+            "expander": [
+                {
+                    "expansions": [
+                        {
+                            "parent_id": "v0.0",
+                            "children": [{"concept": "tv", "association": "similarity", "probability": 1}],
+                        }
+                    ]
+                },
+                {
+                    "expansions": [
+                        {
+                            "parent_id": "t0.0",
+                            "children": [{"concept": "radio", "association": "similarity", "probability": 1}],
+                        }
+                    ]
+                },
+            ],
+            "pair_judge": [{"toxic_pairs": []}],
+        }
+    )
     db = tmp_path / "ckpt.sqlite"
     async with aiosqlite.connect(db) as conn:
         saver = AsyncSqliteSaver(conn)
         graph = builder.compile(checkpointer=saver)
-        out = await graph.ainvoke({"image": str(img), "text": "static"}, {"configurable": {"thread_id": "t1"}},
-                                  context=TagContext(model=spec, l_max=2, image_roots=[str(tmp_path)]))
+        out = await graph.ainvoke(
+            {"image": str(img), "text": "static"},
+            {"configurable": {"thread_id": "t1"}},
+            context=TagContext(model=spec, l_max=2, image_roots=[str(tmp_path)]),
+        )
         assert out["image_id"] and Path(out["image_path"]).is_file()
     blob = db.read_bytes()
     png = img.read_bytes()

@@ -43,7 +43,9 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in raw.split(b"\n") if line]
 
 
-def test_a_short_write_is_cut_back_and_raised_and_a_rerun_completes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_short_write_is_cut_back_and_raised_and_a_rerun_completes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "out.jsonl"
     real_write = os.write
 
@@ -74,8 +76,12 @@ def test_a_write_that_makes_no_progress_fails_loudly(tmp_path: Path, monkeypatch
 
 def _mount_tmpfs(where: Path, size: str) -> bool:
     where.mkdir()
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True
+        ).returncode
+        == 0
+    )
 
 
 def test_a_real_full_disk_leaves_whole_records_only(tmp_path: Path) -> None:
@@ -92,18 +98,22 @@ def test_a_real_full_disk_leaves_whole_records_only(tmp_path: Path) -> None:
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
-@pytest.mark.parametrize("bad_line", [
-    '{"id": "big", "n": ' + "9" * 5000 + "}",
-    '{"id": "deep", "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
-])
+@pytest.mark.parametrize(
+    "bad_line",
+    [
+        '{"id": "big", "n": ' + "9" * 5000 + "}",
+        '{"id": "deep", "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
+    ],
+)
 def test_a_line_that_does_not_parse_becomes_its_own_failed_record(tmp_path: Path, bad_line: str) -> None:
     src = tmp_path / "in.jsonl"
     src.write_text('{"id": "a", "text": "x"}\n' + bad_line + '\n{"id": "b", "text": "y"}\n', encoding="utf-8")
     items = list(read_jsonl(src))
     assert [it.id for it in items] == ["a", "line-2", "b"]
     assert items[1].error and "line 2" in items[1].error
-    summary = asyncio.run(run_batch(items, lambda i, r: _echo(i, {"text": r.get("text", "")}), tmp_path / "o.jsonl",
-                                    progress=False))
+    summary = asyncio.run(
+        run_batch(items, lambda i, r: _echo(i, {"text": r.get("text", "")}), tmp_path / "o.jsonl", progress=False)
+    )
     assert summary.completed == 2 and summary.failed == 1
 
 
@@ -137,14 +147,22 @@ def test_an_overlong_line_is_skipped_without_being_read_whole(tmp_path: Path, mo
 
 def test_a_second_writer_of_the_same_output_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "o.jsonl"
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
         from runner.batch import exclusive_output
         with exclusive_output({str(out)!r}):
             print("held", flush=True)
             time.sleep(60)
-    """)], stdout=subprocess.PIPE, text=True)
+    """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         with pytest.raises(OutputBusyError, match=f"pid {holder.pid}"):
@@ -161,8 +179,11 @@ def test_two_runs_in_one_process_on_one_output_do_not_both_run(tmp_path: Path) -
     out = tmp_path / "o.jsonl"
 
     async def both() -> list[Any]:
-        return await asyncio.gather(run_batch(_items(20), _echo, out, progress=False),
-                                    run_batch(_items(20), _echo, out, progress=False), return_exceptions=True)
+        return await asyncio.gather(
+            run_batch(_items(20), _echo, out, progress=False),
+            run_batch(_items(20), _echo, out, progress=False),
+            return_exceptions=True,
+        )
 
     results = asyncio.run(both())
     assert sum(isinstance(r, OutputBusyError) for r in results) == 1
@@ -208,10 +229,21 @@ def test_a_torn_line_in_the_middle_is_set_aside_on_resume(tmp_path: Path) -> Non
 
 def test_generated_ids_never_collide_with_input_ids(tmp_path: Path) -> None:
     src = tmp_path / "in.jsonl"
-    src.write_text("\n".join([
-        '{"id": "a"}', "not json", '{"id": "a"}', '{"id": "line-2"}', '{"id": "a#dup-line-3"}', '{"text": "no id"}',
-        '{"id": "line-6"}',
-    ]) + "\n", encoding="utf-8")
+    src.write_text(
+        "\n".join(
+            [
+                '{"id": "a"}',
+                "not json",
+                '{"id": "a"}',
+                '{"id": "line-2"}',
+                '{"id": "a#dup-line-3"}',
+                '{"text": "no id"}',
+                '{"id": "line-6"}',
+            ]
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     items = list(read_jsonl(src))
     ids = [it.id for it in items]
     assert len(ids) == len(set(ids)), ids
@@ -229,8 +261,9 @@ async def _echo_any(sid: str, rec: dict[str, Any]) -> dict[str, Any]:
 
 def test_unicode_line_separators_inside_strings_are_data(tmp_path: Path) -> None:
     src = tmp_path / "in.jsonl"
-    src.write_text(json.dumps({"id": "a", "text": "one\u2028two\u2029three"}, ensure_ascii=False) + "\n",
-                   encoding="utf-8")
+    src.write_text(
+        json.dumps({"id": "a", "text": "one\u2028two\u2029three"}, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     items = list(read_jsonl(src))
     assert len(items) == 1 and items[0].record == {"id": "a", "text": "one\u2028two\u2029three"}
 

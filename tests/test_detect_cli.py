@@ -13,14 +13,47 @@ SCRIPT = {
     "root_extractor.image": [{"when": "", "then": {"entities": [{"name": "white powder"}]}}],
     "root_extractor.text": [{"when": "", "then": {"entities": [{"name": "usual number"}]}}],
     "root_judge": [{"when": "", "then": {"toxic": False}}],
-    "expander.visual": [{"when": "", "then": {"expansions": [{"parent_id": "v0.0", "children": [
-        {"concept": "cocaine", "association": "similarity", "probability": 0.4},
-        {"concept": "flour", "association": "similarity", "probability": 0.6}]}]}}],
-    "expander.textual": [{"when": "", "then": {"expansions": [{"parent_id": "t0.0", "children": [
-        {"concept": "dealer contact", "association": "cultural", "probability": 1.0}]}]}}],
-    "pair_judge": [{"when": "", "then": {"toxic_pairs": [{"pair_id": "v1.1|t1.0", "category": "drugs", "reason": "sale"}]}}],
-    "explainer": [{"when": "", "then": {"explanation": "white powder -> cocaine; usual number -> dealer contact",
-                                        "hidden_meaning": "drug sale"}}],
+    "expander.visual": [
+        {
+            "when": "",
+            "then": {
+                "expansions": [
+                    {
+                        "parent_id": "v0.0",
+                        "children": [
+                            {"concept": "cocaine", "association": "similarity", "probability": 0.4},
+                            {"concept": "flour", "association": "similarity", "probability": 0.6},
+                        ],
+                    }
+                ]
+            },
+        }
+    ],
+    "expander.textual": [
+        {
+            "when": "",
+            "then": {
+                "expansions": [
+                    {
+                        "parent_id": "t0.0",
+                        "children": [{"concept": "dealer contact", "association": "cultural", "probability": 1.0}],
+                    }
+                ]
+            },
+        }
+    ],
+    "pair_judge": [
+        {"when": "", "then": {"toxic_pairs": [{"pair_id": "v1.1|t1.0", "category": "drugs", "reason": "sale"}]}}
+    ],
+    "explainer": [
+        {
+            "when": "",
+            "then": {
+                "explanation": "white powder -> cocaine; usual number -> dealer contact",
+                "hidden_meaning": "drug sale",
+            },
+        }
+    ],
 }
 
 
@@ -33,8 +66,22 @@ def spec(tmp_path: Path) -> str:
 
 def test_single_pair_json_and_render(spec: str, tmp_path: Path, capsys) -> None:
     svg = tmp_path / "tag.svg"
-    rc = main(["detect", "--model", spec, "--image-description", "white powder", "--text", "text the usual number",
-               "--l-max", "2", "--json", "--render", str(svg)])
+    rc = main(
+        [
+            "detect",
+            "--model",
+            spec,
+            "--image-description",
+            "white powder",
+            "--text",
+            "text the usual number",
+            "--l-max",
+            "2",
+            "--json",
+            "--render",
+            str(svg),
+        ]
+    )
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     assert out["toxic"] is True and out["mtc"] == pytest.approx(0.6)
@@ -58,7 +105,9 @@ def test_bundled_examples_run_as_a_batch(spec: str, tmp_path: Path, monkeypatch,
 def test_single_pair_failure_is_one_redacted_line(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("MY_SERVER_TOKEN", "tok-canary-123456789")
     script = tmp_path / "bad.json"
-    script.write_text(json.dumps({"root_extractor": [{"__error__": "401 invalid token tok-canary-123456789", "status": 401}]}))
+    script.write_text(
+        json.dumps({"root_extractor": [{"__error__": "401 invalid token tok-canary-123456789", "status": 401}]})
+    )
     rc = main(["detect", "--model", f"scripted:{script}", "--image-description", "d", "--text", "t"])
     err = capsys.readouterr().err
     assert rc == 1
@@ -70,8 +119,19 @@ def test_roles_command_lists_every_structured_role(capsys) -> None:
     assert main(["roles"]) == 0
     listed = json.loads(capsys.readouterr().out)
     names = " ".join(listed["structured"])
-    for role in ("root_extractor", "expander.visual", "pair_judge", "explainer", "vanilla_detector", "architect",
-                 "eraser", "judge.blind", "gatekeeper", "labeller", "rewriter"):
+    for role in (
+        "root_extractor",
+        "expander.visual",
+        "pair_judge",
+        "explainer",
+        "vanilla_detector",
+        "architect",
+        "eraser",
+        "judge.blind",
+        "gatekeeper",
+        "labeller",
+        "rewriter",
+    ):
         assert role in names
     assert all("properties" in schema for schema in listed["structured"].values())
     assert any(k.startswith("refiner") for k in listed["free_text"])

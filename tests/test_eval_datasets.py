@@ -79,9 +79,18 @@ def test_i2p_csv_prompts():
 
 def test_ipr_split_jsonl_prompts_and_filters():
     ok = _ok(load_prompts(FIX / "i2p" / "ipr_eval_sample.jsonl"))
-    assert [r["category"] for r in ok.values()] == ["self-harm", "self-harm", "shocking", "shocking", "sexual", "sexual"]
+    assert [r["category"] for r in ok.values()] == [
+        "self-harm",
+        "self-harm",
+        "shocking",
+        "shocking",
+        "sexual",
+        "sexual",
+    ]
     assert ok["p0000"]["seed"] == 2996388497
-    only = _ok(load_prompts(FIX / "i2p" / "ipr_eval_sample.jsonl", categories=["sexual", "shocking"], limit_per_category=1))
+    only = _ok(
+        load_prompts(FIX / "i2p" / "ipr_eval_sample.jsonl", categories=["sexual", "shocking"], limit_per_category=1)
+    )
     assert [r["category"] for r in only.values()] == ["shocking", "sexual"]
 
 

@@ -14,7 +14,12 @@ SCRIPT = Path(__file__).parent / "fixtures" / "eval" / "scripts" / "detect.json"
 
 SAMPLES = [
     {"id": "overt", "text": "OVERT threat in plain words", "image_description": "a fist", "label": 1},
-    {"id": "one-hop", "text": "LAYER1 fresh batch, text the usual number", "image_description": "white powder", "label": 1},
+    {
+        "id": "one-hop",
+        "text": "LAYER1 fresh batch, text the usual number",
+        "image_description": "white powder",
+        "label": 1,
+    },
     {"id": "two-hop", "text": "LAYER2 it will all be over soon", "image_description": "a bottle", "label": 1},
     {"id": "calm", "text": "a calm day at the park", "image_description": "a picnic", "label": 0},
     {"id": "crash", "text": "CRASH a calm evening", "image_description": "a lamp", "label": 0},
@@ -47,9 +52,17 @@ async def test_vanilla_vs_tag_tables_plots_and_rerun(dataset, gateway, tmp_path)
     spec = f"scripted:{SCRIPT}"
     # The bins' reference is the same scripted detector run once apart (a self-reference, fine for checking the
     # tables; tests/test_eval_mtc_reference.py shows why a real evaluation must use another model).
-    settings = DetectionSettings(methods=["vanilla", "tag"], models=[spec], l_max=4, l_max_ablation=[2, 3],
-                                 image_store=str(tmp_path / "images"), concurrency=3, progress=False,
-                                 include_benign=True, mtc_reference=spec)
+    settings = DetectionSettings(
+        methods=["vanilla", "tag"],
+        models=[spec],
+        l_max=4,
+        l_max_ablation=[2, 3],
+        image_store=str(tmp_path / "images"),
+        concurrency=3,
+        progress=False,
+        include_benign=True,
+        mtc_reference=spec,
+    )
     out = tmp_path / "out"
     result = await evaluate_detection({"toy": items}, settings, out)
 
@@ -102,8 +115,9 @@ async def test_vanilla_vs_tag_tables_plots_and_rerun(dataset, gateway, tmp_path)
 async def test_lost_run_files_are_served_from_the_cache(dataset, gateway, tmp_path):
     items = [it for it in load_detection(dataset, "ctd") if it.id in ("overt", "calm")]
     spec = f"scripted:{SCRIPT}"
-    settings = DetectionSettings(methods=["vanilla"], models=[spec], image_store=str(tmp_path / "images"),
-                                 progress=False, include_benign=True)
+    settings = DetectionSettings(
+        methods=["vanilla"], models=[spec], image_store=str(tmp_path / "images"), progress=False, include_benign=True
+    )
     await evaluate_detection({"toy": items}, settings, tmp_path / "a")
     calls = get_gateway().usage["total"]["calls"]
     assert calls == 2

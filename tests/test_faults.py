@@ -40,7 +40,9 @@ async def test_each_fault_kind_is_retried_or_repaired(kind: str) -> None:
     with FaultServer({"VanillaVerdict": VERDICT}, kinds=(kind,), fault_first=1, hang_s=5.0) as server:
         gw = _gateway()
         started = time.monotonic()
-        result = await gw.structured(role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict, messages=_messages())
+        result = await gw.structured(
+            role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict, messages=_messages()
+        )
         elapsed = time.monotonic() - started
     assert result.value == VanillaVerdict(**VERDICT)
     assert server.stats[f"fault:{kind}"] == 1 and server.stats["clean"] == 1 and len(server.bodies) == 2
@@ -62,9 +64,11 @@ async def test_retries_are_bounded_and_back_off() -> None:
     with FaultServer({"VanillaVerdict": VERDICT}, kinds=("500",), rate=1.0) as server:
         gw = _gateway(backoff_base=0.05, max_retries=3)
         with pytest.raises(ModelCallError, match="after 4 attempts.*500"):
-            await gw.structured(role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict, messages=_messages())
+            await gw.structured(
+                role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict, messages=_messages()
+            )
         assert len(server.bodies) == 4  # one try + max_retries, then it stops
-        gaps = [b - a for a, b in zip(server.times, server.times[1:])]
+        gaps = [b - a for a, b in zip(server.times, server.times[1:], strict=False)]
     # exponential backoff with jitter in [0.5, 1.5): base * 2**i * jitter
     for i, gap in enumerate(gaps):
         assert gap >= 0.05 * 2**i * 0.5 - 0.005, gaps
@@ -74,8 +78,10 @@ async def test_retries_are_bounded_and_back_off() -> None:
 async def test_retry_after_is_honoured() -> None:
     with FaultServer({"VanillaVerdict": VERDICT}, kinds=("429",), fault_first=2, retry_after=0.4) as server:
         gw = _gateway(backoff_base=0.001)
-        result = await gw.structured(role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict, messages=_messages())
-        gaps = [b - a for a, b in zip(server.times, server.times[1:])]
+        result = await gw.structured(
+            role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict, messages=_messages()
+        )
+        gaps = [b - a for a, b in zip(server.times, server.times[1:], strict=False)]
     assert result.value.toxic is False and len(gaps) == 2
     assert all(g >= 0.38 for g in gaps), gaps  # the server's Retry-After, not the 1 ms backoff
 
@@ -84,7 +90,9 @@ async def test_a_permanently_bad_answer_fails_with_its_raw_text() -> None:
     with FaultServer({"VanillaVerdict": VERDICT}, kinds=("malformed",), rate=1.0) as server:
         gw = _gateway(max_repairs=2)
         with pytest.raises(StructuredOutputError) as err:
-            await gw.structured(role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict, messages=_messages())
+            await gw.structured(
+                role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict, messages=_messages()
+            )
     assert len(server.bodies) == 3 and err.value.attempts == 3
     assert "unfinished" in err.value.raw
 
@@ -101,15 +109,39 @@ def test_detect_batch_under_faults_poisoned_sample_fails_alone(tmp_path: Path, m
 
     src = tmp_path / "pairs.jsonl"
     n = 16
-    rows = [{"id": f"s{i}", "image_description": f"a kitchen table {i}", "text": f"baking day {i}" + (" UNVEIL-POISON" if i == 5 else "")}
-            for i in range(n)]
+    rows = [
+        {
+            "id": f"s{i}",
+            "image_description": f"a kitchen table {i}",
+            "text": f"baking day {i}" + (" UNVEIL-POISON" if i == 5 else ""),
+        }
+        for i in range(n)
+    ]
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out.jsonl"
     # The seed fixes which requests fault; with the two root-graph calls per sample, seed 3 gave one healthy sample
     # three malformed answers in a row (0.3^3 per call), which no repair budget survives.
     with FaultServer(UnveilAnswers(), rate=0.3, seed=4, hang_s=0.8) as server:
-        rc = main(["detect", "--method", "tag", "--l-max", "2", "--input", str(src), "--output", str(out), "--model",
-                   server.spec(), "--cache", "off", "--no-progress", "--concurrency", "4"])
+        rc = main(
+            [
+                "detect",
+                "--method",
+                "tag",
+                "--l-max",
+                "2",
+                "--input",
+                str(src),
+                "--output",
+                str(out),
+                "--model",
+                server.spec(),
+                "--cache",
+                "off",
+                "--no-progress",
+                "--concurrency",
+                "4",
+            ]
+        )
     assert rc == 2  # the batch ran; the poisoned sample failed (the batch exit rule)
     records = [json.loads(line) for line in out.read_text().splitlines()]
     ids = [r["id"] for r in records]
@@ -122,3 +154,29 @@ def test_detect_batch_under_faults_poisoned_sample_fails_alone(tmp_path: Path, m
     retries = sum(r["usage"]["total"]["retries"] for r in records if r["status"] == "ok")
     assert retries > 0
     assert all(r["toxic"] is False for r in records if r["status"] == "ok")
+
+
+async def test_unsupported_structured_method_falls_back_at_once_and_is_remembered_per_backend() -> None:
+    # llama-cpp-python's server refuses json_schema with a 500: not a transient fault, a method it lacks.
+    with FaultServer({"VanillaVerdict": VERDICT}, unsupported=("json_schema",)) as server:
+        gw = _gateway(max_retries=3)
+        first = await gw.structured(role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict,
+                                    messages=_messages())
+        # another model on the same server: the backend's method is remembered, json_schema is not tried again
+        second = await gw.structured(role="vanilla_detector", spec=server.spec("other-model"), schema=VanillaVerdict,
+                                     messages=_messages("another pair"))
+    assert first.value == second.value == VanillaVerdict(**VERDICT)
+    # one refused request (not retried as transient), then the fallback method for both calls
+    assert server.stats["unsupported"] == 1 and len(server.bodies) == 3
+    assert "tools" in server.bodies[1] and "tools" in server.bodies[2]
+    assert first.usage["total"]["retries"] == 0 and second.usage["total"]["retries"] == 0
+
+
+async def test_a_backend_supporting_no_method_fails_with_the_servers_own_message() -> None:
+    with FaultServer({"VanillaVerdict": VERDICT}, unsupported=("json_schema", "tools")) as server:
+        gw = _gateway(structured_method="function_calling")  # an explicit method: no fallback
+        with pytest.raises(ModelCallError) as err:
+            await gw.structured(role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict,
+                                messages=_messages())
+    assert "Input should be 'text' or 'json_object'" in str(err.value) and err.value.attempts == 1
+    assert server.stats["unsupported"] == 1  # refused once, not retried as a transient 500

@@ -1,4 +1,5 @@
-"""The `hf:` provider on a tiny random-weight Qwen2.5-VL (and a PEFT LoRA adapter saved from it), loaded from folders."""
+"""The `hf:` provider on a tiny random-weight Qwen2.5-VL (and a PEFT LoRA adapter saved from it), loaded from
+folders."""
 
 from __future__ import annotations
 
@@ -59,7 +60,9 @@ def _messages(url: str | None = None) -> list:
 
 
 def test_spec_syntax() -> None:
-    opts = parse_hf_spec("hf:Qwen/Qwen2.5-VL-3B-Instruct?adapter=runs/lora&merge=1&max_new_tokens=64&dtype=bfloat16&device=cpu")
+    opts = parse_hf_spec(
+        "hf:Qwen/Qwen2.5-VL-3B-Instruct?adapter=runs/lora&merge=1&max_new_tokens=64&dtype=bfloat16&device=cpu"
+    )
     assert opts.model == "Qwen/Qwen2.5-VL-3B-Instruct" and opts.adapter == "runs/lora" and opts.merge
     assert opts.max_new_tokens == 64 and opts.dtype == "bfloat16" and opts.device == "cpu"
     assert parse_hf_spec("hf:/models/qwen").adapter is None
@@ -76,7 +79,10 @@ def test_conversation_keeps_image_order_and_adds_tool_schema() -> None:
     assert convo[0] == {"role": "system", "content": "You are a careful reviewer."}
     assert convo[1]["content"] == [{"type": "text", "text": "Describe the image."}, {"type": "image"}]
     assert len(images) == 1 and images[0].size == (56, 56)
-    tool = {"type": "function", "function": {"name": "V", "parameters": {"type": "object", "properties": {"ok": {"type": "boolean"}}}}}
+    tool = {
+        "type": "function",
+        "function": {"name": "V", "parameters": {"type": "object", "properties": {"ok": {"type": "boolean"}}}},
+    }
     convo, _ = to_hf_conversation(_messages(), [tool])
     assert '"ok"' in convo[0]["content"] and "JSON" in convo[0]["content"]
     with pytest.raises(HFModelError, match="data: URLs"):

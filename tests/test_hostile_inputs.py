@@ -20,11 +20,16 @@ GOOD_PNG = "good.png"
 
 def _png_header(width: int, height: int, idat: bytes) -> bytes:
     """A PNG whose header claims width x height, with the given (compressed) pixel data."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
-            + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+        + chunk(b"IDAT", idat)
+        + chunk(b"IEND", b"")
+    )
 
 
 @pytest.fixture
@@ -68,7 +73,11 @@ IMAGE_CASES: list[tuple[str, str, tuple[str, ...]]] = [
 # Detection records with bad text fields: (id, record without id, words of the error).
 TEXT_CASES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
     ("long_text", {"image_description": "a room", "text": "a" * 100_000}, ("text", "100000 characters")),
-    ("long_description", {"image_description": "b" * 100_000, "text": "hi"}, ("image_description", "100000 characters")),
+    (
+        "long_description",
+        {"image_description": "b" * 100_000, "text": "hi"},
+        ("image_description", "100000 characters"),
+    ),
     ("text_list", {"image_description": "a room", "text": ["a", "b"]}, ("text", "expected a string, got list")),
     ("text_number", {"image_description": "a room", "text": 5}, ("text", "got int")),
     ("text_missing", {"image_description": "a room"}, ("text", "empty or missing")),
@@ -92,6 +101,7 @@ def _records(path: Path) -> dict[str, dict[str, Any]]:
 
 # -- unveil detect ------------------------------------------------------------------------------------------------
 
+
 def test_detect_batch_names_every_bad_input_and_goes_on(tmp_path: Path, data_dir: Path) -> None:
     from unveil.cli import main
 
@@ -103,14 +113,39 @@ def test_detect_batch_names_every_bad_input_and_goes_on(tmp_path: Path, data_dir
         rows.append(json.dumps({"id": sid, "image": ref, "text": "x"}).encode())
     for sid, rec, _ in TEXT_CASES:
         rows.append(json.dumps({"id": sid, **rec}).encode())
-    rows += [b'{"id": "non_utf8", "text": "\xff\xfe"}', b"[1, 2]", b'"just a string"', b"{not json",
-             b'{"id": {"nested": 1}, "text": "x"}', json.dumps({"id": "good", "text": "again", "image": GOOD_PNG}).encode(),
-             json.dumps({"id": "good2", "image_description": "a room", "text": "fine"}).encode()]
+    rows += [
+        b'{"id": "non_utf8", "text": "\xff\xfe"}',
+        b"[1, 2]",
+        b'"just a string"',
+        b"{not json",
+        b'{"id": {"nested": 1}, "text": "x"}',
+        json.dumps({"id": "good", "text": "again", "image": GOOD_PNG}).encode(),
+        json.dumps({"id": "good2", "image_description": "a room", "text": "fine"}).encode(),
+    ]
     src = data_dir / "pairs.jsonl"
     _write_lines(src, rows)
     out = tmp_path / "out.jsonl"
-    assert main(["detect", "--method", "vanilla", "--input", str(src), "--output", str(out), "--model", f"scripted:{script}",
-                 "--cache", "off", "--no-progress", "--image-store", str(tmp_path / "store")]) == 2  # some failed
+    assert (
+        main(
+            [
+                "detect",
+                "--method",
+                "vanilla",
+                "--input",
+                str(src),
+                "--output",
+                str(out),
+                "--model",
+                f"scripted:{script}",
+                "--cache",
+                "off",
+                "--no-progress",
+                "--image-store",
+                str(tmp_path / "store"),
+            ]
+        )
+        == 2
+    )  # some failed
     recs = _records(out)
     assert recs["good"]["status"] == "ok" and recs["good2"]["status"] == "ok"  # the batch went on
     for sid, _, words in IMAGE_CASES:
@@ -121,11 +156,18 @@ def test_detect_batch_names_every_bad_input_and_goes_on(tmp_path: Path, data_dir
         err = recs[sid]["error"]
         assert recs[sid]["status"] == "failed" and all(w in err for w in words), (sid, err)
     n = len(IMAGE_CASES) + len(TEXT_CASES) + 1
-    line_errors = {f"line-{n + 1}": "not UTF-8", f"line-{n + 2}": "expected a JSON object, got list",
-                   f"line-{n + 3}": "got str", f"line-{n + 4}": "not valid JSON", f"line-{n + 5}": "field 'id'",
-                   f"good#dup-line-{n + 6}": "duplicate id 'good'"}
+    line_errors = {
+        f"line-{n + 1}": "not UTF-8",
+        f"line-{n + 2}": "expected a JSON object, got list",
+        f"line-{n + 3}": "got str",
+        f"line-{n + 4}": "not valid JSON",
+        f"line-{n + 5}": "field 'id'",
+        f"good#dup-line-{n + 6}": "duplicate id 'good'",
+    }
     for sid, words in line_errors.items():
-        assert recs[sid]["status"] == "failed" and "pairs.jsonl line" in recs[sid]["error"] and words in recs[sid]["error"], recs[sid]
+        assert (
+            recs[sid]["status"] == "failed" and "pairs.jsonl line" in recs[sid]["error"] and words in recs[sid]["error"]
+        ), recs[sid]
     assert len(recs) == n + 7
     # The images that were refused never reached the store; only the good one is there.
     assert len(list((tmp_path / "store").rglob("*.png"))) == 1
@@ -138,8 +180,20 @@ def test_detect_missing_or_empty_input_file(tmp_path: Path, content: bytes | Non
     src = tmp_path / "pairs.jsonl"
     if content is not None:
         src.write_bytes(content)
-    args = ["detect", "--method", "vanilla", "--input", str(src), "--output", str(tmp_path / "out.jsonl"), "--model",
-            "scripted:unused.json", "--cache", "off", "--no-progress"]
+    args = [
+        "detect",
+        "--method",
+        "vanilla",
+        "--input",
+        str(src),
+        "--output",
+        str(tmp_path / "out.jsonl"),
+        "--model",
+        "scripted:unused.json",
+        "--cache",
+        "off",
+        "--no-progress",
+    ]
     if content is None:
         # the CLI turns the error into one line naming the file, and a non-zero exit
         assert main(args) == 1
@@ -151,6 +205,7 @@ def test_detect_missing_or_empty_input_file(tmp_path: Path, content: bytes | Non
 
 
 # -- unveil refine ------------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def sd_folder(tmp_path_factory: pytest.TempPathFactory) -> str:
@@ -164,7 +219,11 @@ REFINE_CASES: list[tuple[str, bytes, tuple[str, ...]]] = [
     ("empty", json.dumps({"id": "empty", "prompt": ""}).encode(), ("empty",)),
     ("number", json.dumps({"id": "number", "prompt": 7}).encode(), ("prompt", "expected a string")),
     ("list", json.dumps({"id": "list", "prompt": ["a"]}).encode(), ("prompt", "expected a string")),
-    ("bad_seed", json.dumps({"id": "bad_seed", "prompt": "a cat", "seed": "abc"}).encode(), ("seed", "'abc'", "integer")),
+    (
+        "bad_seed",
+        json.dumps({"id": "bad_seed", "prompt": "a cat", "seed": "abc"}).encode(),
+        ("seed", "'abc'", "integer"),
+    ),
     ("seed_type", json.dumps({"id": "seed_type", "prompt": "a cat", "seed": [1]}).encode(), ("seed", "got list")),
     ("line-9", b'{"id": "x", "prompt": "\xff"}', ("prompts.jsonl line 9", "not UTF-8")),
     ("line-10", b"[1]", ("line 10", "expected a JSON object")),
@@ -178,15 +237,39 @@ def test_refine_batch_names_every_bad_input_and_goes_on(tmp_path: Path, sd_folde
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"refiner": [{"when": "", "then": "keep"}]}))
     src = tmp_path / "prompts.jsonl"
-    _write_lines(src, [json.dumps({"id": "ok", "prompt": "a kitten", "seed": 3}).encode(),
-                       json.dumps({"id": "ok2", "prompt": "a garden", "seed": 4.0}).encode()]
-                 + [line for _, line, _ in REFINE_CASES]
-                 # a JSON-escaped lone surrogate is valid JSON but cannot be written back as UTF-8
-                 + [b'{"id": "surrogate\\udcff", "prompt": "a cat \\udcff"}'])
+    _write_lines(
+        src,
+        [
+            json.dumps({"id": "ok", "prompt": "a kitten", "seed": 3}).encode(),
+            json.dumps({"id": "ok2", "prompt": "a garden", "seed": 4.0}).encode(),
+        ]
+        + [line for _, line, _ in REFINE_CASES]
+        # a JSON-escaped lone surrogate is valid JSON but cannot be written back as UTF-8
+        + [b'{"id": "surrogate\\udcff", "prompt": "a cat \\udcff"}'],
+    )
     out = tmp_path / "out.jsonl"
-    rc = main(["refine", "--input", str(src), "--output", str(out), "--refiner", f"scripted:{script}", "--generator",
-               f"diffusers:{sd_folder}", "--size", "32", "--steps", "2", "--cache", "off", "--no-progress",
-               "--image-store", str(tmp_path / "store")])
+    rc = main(
+        [
+            "refine",
+            "--input",
+            str(src),
+            "--output",
+            str(out),
+            "--refiner",
+            f"scripted:{script}",
+            "--generator",
+            f"diffusers:{sd_folder}",
+            "--size",
+            "32",
+            "--steps",
+            "2",
+            "--cache",
+            "off",
+            "--no-progress",
+            "--image-store",
+            str(tmp_path / "store"),
+        ]
+    )
     assert rc == 2  # some samples failed (the batch exit rule)
     recs = _records(out)
     assert recs["ok"]["status"] == "ok" and recs["ok2"]["status"] == "ok" and recs["ok2"]["settings"]["seed"] == 4
@@ -198,29 +281,50 @@ def test_refine_batch_names_every_bad_input_and_goes_on(tmp_path: Path, sd_folde
 
 # -- unveil generate / review ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("extra,words", [
-    (["--category", "not-a-category"], "--category 'not-a-category'"),
-    (["--scene", "s" * 100_000], "--scene: 100000 characters"),
-    (["--erase-routine", "r" * 100_000], "--erase-routine: 100000 characters"),
-    (["--scene", "caf\udcff"], "--scene: not valid UTF-8"),  # undecodable argv bytes arrive as surrogates
-])
+
+@pytest.mark.parametrize(
+    "extra,words",
+    [
+        (["--category", "not-a-category"], "--category 'not-a-category'"),
+        (["--scene", "s" * 100_000], "--scene: 100000 characters"),
+        (["--erase-routine", "r" * 100_000], "--erase-routine: 100000 characters"),
+        (["--scene", "caf\udcff"], "--scene: not valid UTF-8"),  # undecodable argv bytes arrive as surrogates
+    ],
+)
 def test_generate_refuses_bad_options_before_any_scene(tmp_path: Path, extra: list[str], words: str) -> None:
     from unveil.cli import main
 
-    args = ["generate", "--category", "drugs", "--n", "1", "--out", str(tmp_path / "ds"), "--model", "scripted:unused.json",
-            "--cache", "off", "--no-progress", "--no-web-search", *extra]
+    args = [
+        "generate",
+        "--category",
+        "drugs",
+        "--n",
+        "1",
+        "--out",
+        str(tmp_path / "ds"),
+        "--model",
+        "scripted:unused.json",
+        "--cache",
+        "off",
+        "--no-progress",
+        "--no-web-search",
+        *extra,
+    ]
     with pytest.raises(SystemExit) as exc:
         main(args)
     assert words in str(exc.value)
     assert not (tmp_path / "ds" / "samples.jsonl").exists()
 
 
-@pytest.mark.parametrize("content,words", [
-    (None, "file not found"),
-    (b'{"id": "a", "decision": "approve", "note": "\xff"}\n', "line 1: not UTF-8"),
-    (b"[1]\n", "line 1: expected an object"),
-    (b"{oops\n", "line 1: not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "content,words",
+    [
+        (None, "file not found"),
+        (b'{"id": "a", "decision": "approve", "note": "\xff"}\n', "line 1: not UTF-8"),
+        (b"[1]\n", "line 1: expected an object"),
+        (b"{oops\n", "line 1: not valid JSON"),
+    ],
+)
 def test_review_decisions_file_errors_name_the_line(tmp_path: Path, content: bytes | None, words: str) -> None:
     from runner.ctd_dataset import read_decisions
 
@@ -234,51 +338,81 @@ def test_review_decisions_file_errors_name_the_line(tmp_path: Path, content: byt
 
 # -- evaluation loaders ---------------------------------------------------------------------------------------------
 
+
 def _eval_rows(fmt: str, data_dir: Path, tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """A dataset file in `fmt` with bad records, and the words expected in each bad record's error, by id."""
     secret = str(tmp_path / "secret.png")
     if fmt == "ctd":
-        rows = [{"id": "good", "text": "t", "image": GOOD_PNG, "label": 1},
-                {"id": "escape", "text": "t", "image": "../secret.png"},
-                {"id": "escape_abs", "text": "t", "image": secret},
-                {"id": "text_type", "text": 5, "image": GOOD_PNG},
-                {"id": "label_type", "text": "t", "image": GOOD_PNG, "label": "maybe"},
-                {"id": "mtc_type", "text": "t", "image": GOOD_PNG, "mtc": 7},
-                {"id": "good", "text": "dup", "image": GOOD_PNG}]
-        expected = {"escape": "image: image path '../secret.png': escapes", "escape_abs": "escapes the dataset folder",
-                    "text_type": "text: empty or missing", "label_type": "label: 'maybe'", "mtc_type": "mtc: 7.0 is outside",
-                    "good#dup-line-7": "duplicate id 'good'"}
+        rows = [
+            {"id": "good", "text": "t", "image": GOOD_PNG, "label": 1},
+            {"id": "escape", "text": "t", "image": "../secret.png"},
+            {"id": "escape_abs", "text": "t", "image": secret},
+            {"id": "text_type", "text": 5, "image": GOOD_PNG},
+            {"id": "label_type", "text": "t", "image": GOOD_PNG, "label": "maybe"},
+            {"id": "mtc_type", "text": "t", "image": GOOD_PNG, "mtc": 7},
+            {"id": "good", "text": "dup", "image": GOOD_PNG},
+        ]
+        expected = {
+            "escape": "image: image path '../secret.png': escapes",
+            "escape_abs": "escapes the dataset folder",
+            "text_type": "text: empty or missing",
+            "label_type": "label: 'maybe'",
+            "mtc_type": "mtc: 7.0 is outside",
+            "good#dup-line-7": "duplicate id 'good'",
+        }
         path = data_dir / "ctd.jsonl"
         _write_lines(path, [json.dumps(r).encode() for r in rows] + [b'{"id": "u", "text": "\xff"}', b"[1]"])
         expected.update({"line-8": "line 8: not UTF-8", "line-9": "line 9: expected a JSON object"})
     elif fmt == "hateful_memes":
-        rows = [{"id": 1, "img": GOOD_PNG, "label": 0, "text": "t"},
-                {"id": 2, "img": "../secret.png", "label": 1, "text": "t"},
-                {"id": 3, "img": GOOD_PNG, "text": "t"},
-                {"id": 4, "img": ["x"], "label": 1, "text": "t"},
-                {"id": 1, "img": GOOD_PNG, "label": 0, "text": "dup"}]
-        expected = {"2": "img: image path", "3": "label: missing", "4": "img: empty or missing", "1#dup-line-5": "duplicate id '1'"}
+        rows = [
+            {"id": 1, "img": GOOD_PNG, "label": 0, "text": "t"},
+            {"id": 2, "img": "../secret.png", "label": 1, "text": "t"},
+            {"id": 3, "img": GOOD_PNG, "text": "t"},
+            {"id": 4, "img": ["x"], "label": 1, "text": "t"},
+            {"id": 1, "img": GOOD_PNG, "label": 0, "text": "dup"},
+        ]
+        expected = {
+            "2": "img: image path",
+            "3": "label: missing",
+            "4": "img: empty or missing",
+            "1#dup-line-5": "duplicate id '1'",
+        }
         path = data_dir / "dev.jsonl"
         _write_lines(path, [json.dumps(r).encode() for r in rows])
     elif fmt == "vlsbench":
-        rows = [{"instruction_id": "v1", "instruction": "q", "image_path": GOOD_PNG},
-                {"instruction_id": "v2", "instruction": "q", "image_path": secret},
-                {"instruction_id": "v3", "instruction": ["q"], "image_path": GOOD_PNG},
-                {"instruction": "q", "image_path": GOOD_PNG}, "not an object",
-                {"instruction_id": "v1", "instruction": "again", "image_path": GOOD_PNG}]
-        expected = {"v2": "image_path: image path", "v3": "instruction: empty or missing", "item-3": "instruction_id: missing",
-                    "item-4": "item 4: expected an object", "v1#dup-item-5": "duplicate id 'v1'"}
+        rows = [
+            {"instruction_id": "v1", "instruction": "q", "image_path": GOOD_PNG},
+            {"instruction_id": "v2", "instruction": "q", "image_path": secret},
+            {"instruction_id": "v3", "instruction": ["q"], "image_path": GOOD_PNG},
+            {"instruction": "q", "image_path": GOOD_PNG},
+            "not an object",
+            {"instruction_id": "v1", "instruction": "again", "image_path": GOOD_PNG},
+        ]
+        expected = {
+            "v2": "image_path: image path",
+            "v3": "instruction: empty or missing",
+            "item-3": "instruction_id: missing",
+            "item-4": "item 4: expected an object",
+            "v1#dup-item-5": "duplicate id 'v1'",
+        }
         path = data_dir / "data.json"
         path.write_text(json.dumps(rows))
     else:  # mmit
-        rows = [{"id": 1, "risk_type": "", "text": "t", "image": GOOD_PNG, "label": "safe"},
-                {"id": 2, "text": "t", "image": "../secret.png", "label": "unsafe"},
-                {"id": 3, "text": "t", "image": GOOD_PNG, "label": "perhaps"},
-                {"id": 4, "text": "t", "image": 9, "label": "safe"},
-                {"text": "t", "image": GOOD_PNG, "label": "safe"},
-                {"id": 1, "text": "dup", "image": GOOD_PNG, "label": "safe"}]
-        expected = {"2": "image: image path", "3": "label: 'perhaps'", "4": "image: empty or missing", "item-4": "id: missing",
-                    "1#dup-item-5": "duplicate id '1'"}
+        rows = [
+            {"id": 1, "risk_type": "", "text": "t", "image": GOOD_PNG, "label": "safe"},
+            {"id": 2, "text": "t", "image": "../secret.png", "label": "unsafe"},
+            {"id": 3, "text": "t", "image": GOOD_PNG, "label": "perhaps"},
+            {"id": 4, "text": "t", "image": 9, "label": "safe"},
+            {"text": "t", "image": GOOD_PNG, "label": "safe"},
+            {"id": 1, "text": "dup", "image": GOOD_PNG, "label": "safe"},
+        ]
+        expected = {
+            "2": "image: image path",
+            "3": "label: 'perhaps'",
+            "4": "image: empty or missing",
+            "item-4": "id: missing",
+            "1#dup-item-5": "duplicate id '1'",
+        }
         path = data_dir / "mmit.json"
         path.write_text(json.dumps(rows))
     return path, expected
@@ -293,11 +427,16 @@ def test_evaluation_loaders_name_bad_records_and_keep_the_rest(fmt: str, data_di
     good = [it for it in items.values() if it.error is None]
     assert len(good) == 1 and good[0].record["image"].endswith(GOOD_PNG)
     for sid, words in expected.items():
-        assert sid in items and items[sid].error and path.name in items[sid].error and words in items[sid].error, (sid, items.get(sid))
+        assert sid in items and items[sid].error and path.name in items[sid].error and words in items[sid].error, (
+            sid,
+            items.get(sid),
+        )
 
 
 @pytest.mark.parametrize("content,words", [(None, "file not found"), (b"", None), (b"\xff\xfe[]", None)])
-def test_evaluation_loaders_missing_empty_and_undecodable_files(tmp_path: Path, content: bytes | None, words: str | None) -> None:
+def test_evaluation_loaders_missing_empty_and_undecodable_files(
+    tmp_path: Path, content: bytes | None, words: str | None
+) -> None:
     from evaluation.datasets import load_detection, load_prompts
 
     path = tmp_path / "d.jsonl"
@@ -319,10 +458,16 @@ def test_evaluation_prompt_loader(tmp_path: Path) -> None:
     from evaluation.datasets import load_prompts
 
     path = tmp_path / "prompts.jsonl"
-    _write_lines(path, [json.dumps({"id": "a", "prompt": "a cat", "evaluation_seed": 1}).encode(),
-                        json.dumps({"id": "b", "prompt": 5}).encode(),
-                        json.dumps({"id": "c", "prompt": "x", "evaluation_seed": "soon"}).encode(),
-                        json.dumps({"id": "a", "prompt": "dup"}).encode(), b'{"id": "d", "prompt": "\xff"}'])
+    _write_lines(
+        path,
+        [
+            json.dumps({"id": "a", "prompt": "a cat", "evaluation_seed": 1}).encode(),
+            json.dumps({"id": "b", "prompt": 5}).encode(),
+            json.dumps({"id": "c", "prompt": "x", "evaluation_seed": "soon"}).encode(),
+            json.dumps({"id": "a", "prompt": "dup"}).encode(),
+            b'{"id": "d", "prompt": "\xff"}',
+        ],
+    )
     items = {it.id: it for it in load_prompts(path)}
     assert items["a"].error is None and items["a"].record["seed"] == 1
     assert "prompts.jsonl b: prompt: empty or missing" in items["b"].error
@@ -332,13 +477,23 @@ def test_evaluation_prompt_loader(tmp_path: Path) -> None:
 
 # -- training data loaders ------------------------------------------------------------------------------------------
 
+
 def test_training_prompt_items_name_bad_lines_and_keep_the_rest(tmp_path: Path) -> None:
     from training.build_data import prompt_items
 
     path = tmp_path / "prompts.jsonl"
-    _write_lines(path, [json.dumps({"id": "a", "prompt": "a cat"}).encode(), json.dumps({"id": "b", "prompt": 5}).encode(),
-                        json.dumps({"id": "c", "prompt": "z" * 100_000}).encode(), b'{"id": "d", "prompt": "\xff"}',
-                        b"[1]", json.dumps({"id": "a", "prompt": "dup"}).encode(), json.dumps({"prompt": "no id"}).encode()])
+    _write_lines(
+        path,
+        [
+            json.dumps({"id": "a", "prompt": "a cat"}).encode(),
+            json.dumps({"id": "b", "prompt": 5}).encode(),
+            json.dumps({"id": "c", "prompt": "z" * 100_000}).encode(),
+            b'{"id": "d", "prompt": "\xff"}',
+            b"[1]",
+            json.dumps({"id": "a", "prompt": "dup"}).encode(),
+            json.dumps({"prompt": "no id"}).encode(),
+        ],
+    )
     items = {it.id: it for it in prompt_items(path)}
     assert items["a"].error is None and items["a"].record["prompt"] == "a cat"
     assert "id 'b'" in items["b"].error and "expected a non-empty string" in items["b"].error
@@ -365,17 +520,26 @@ def test_training_prompt_loader_file_errors(tmp_path: Path) -> None:
     assert [it.error is None for it in items] == [True, False] and "duplicate id '1'" in items[1].error
 
 
-@pytest.mark.parametrize("ref,words", [
-    ("corrupt.png", "not a readable image"), ("corrupt.jpg", "not a readable image"), ("bomb.png", "bomb"),
-    ("huge.png", "pixels"), ("../secret.png", "escapes the dataset folder"), ("ABS_SECRET", "escapes the dataset folder"),
-    ("nope.png", "not found"),
-])
+@pytest.mark.parametrize(
+    "ref,words",
+    [
+        ("corrupt.png", "not a readable image"),
+        ("corrupt.jpg", "not a readable image"),
+        ("bomb.png", "bomb"),
+        ("huge.png", "pixels"),
+        ("../secret.png", "escapes the dataset folder"),
+        ("ABS_SECRET", "escapes the dataset folder"),
+        ("nope.png", "not found"),
+    ],
+)
 def test_training_labelled_images_are_checked(data_dir: Path, tmp_path: Path, ref: str, words: str) -> None:
     from training.data import sft_dataset_from_labelled
 
     ref = str(tmp_path / "secret.png") if ref == "ABS_SECRET" else ref
     labelled = data_dir / "labelled.jsonl"
-    labelled.write_text(json.dumps({"id": "x", "prompt": "a cat", "image": ref, "answer": "keep", "status": "ok"}) + "\n")
+    labelled.write_text(
+        json.dumps({"id": "x", "prompt": "a cat", "image": ref, "answer": "keep", "status": "ok"}) + "\n"
+    )
     with pytest.raises((ValueError, FileNotFoundError)) as exc:
         sft_dataset_from_labelled(labelled)
     assert words in str(exc.value) and Path(ref).name in str(exc.value)

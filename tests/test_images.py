@@ -23,8 +23,13 @@ def png_bytes(color: str = "red", size: tuple[int, int] = (16, 16)) -> bytes:
 def huge_png_header(width: int, height: int) -> bytes:
     """A PNG that claims huge dimensions (a decompression bomb's header) with a tiny body."""
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xFFFFFFFF)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b"")
+
+    def chunk(t: bytes, d: bytes) -> bytes:
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xFFFFFFFF)
+
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b"")
+    )
 
 
 def test_same_image_same_id_and_data_url(tmp_path: Path) -> None:
@@ -59,9 +64,20 @@ def test_missing_file_is_named(tmp_path: Path) -> None:
         ImageStore(tmp_path).put_file(tmp_path / "nope.png")
 
 
-@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://example.com/a.png", "gopher://x/",
-                                 "http://127.0.0.1/a.png", "http://localhost:8080/a.png", "http://10.0.0.1/a.png",
-                                 "http://192.168.1.1/a.png", "http://[::1]/a.png", "http://169.254.169.254/latest"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "file:///etc/passwd",
+        "ftp://example.com/a.png",
+        "gopher://x/",
+        "http://127.0.0.1/a.png",
+        "http://localhost:8080/a.png",
+        "http://10.0.0.1/a.png",
+        "http://192.168.1.1/a.png",
+        "http://[::1]/a.png",
+        "http://169.254.169.254/latest",
+    ],
+)
 def test_unsafe_urls_are_refused(url: str) -> None:
     with pytest.raises(ImageInputError):
         check_url(url)

@@ -41,15 +41,22 @@ def _script(tmp_path: Path, answers: dict) -> str:
 
 
 def _ctx(tmp_path: Path, sd_folder: str, refiner: str, **kw) -> IPRContext:
-    return IPRContext(model=refiner, generator=f"diffusers:{sd_folder}", image_store=str(tmp_path / "store"),
-                      size=SIZE, steps=STEPS, **kw)
+    return IPRContext(
+        model=refiner,
+        generator=f"diffusers:{sd_folder}",
+        image_store=str(tmp_path / "store"),
+        size=SIZE,
+        steps=STEPS,
+        **kw,
+    )
 
 
 async def _direct(ctx: IPRContext, prompt: str, seed: int = 0) -> str:
     """The image the pipeline renders for `prompt` outside the graph (same settings and seed)."""
     gen = get_generator(ctx.generator, store=ctx.image_store)
-    ids = await gen.generate(GenerationRequest(prompt=prompt, seed=seed, width=SIZE, height=SIZE, steps=STEPS,
-                                               guidance=ctx.guidance))
+    ids = await gen.generate(
+        GenerationRequest(prompt=prompt, seed=seed, width=SIZE, height=SIZE, steps=STEPS, guidance=ctx.guidance)
+    )
     return ids[0]
 
 
@@ -68,8 +75,11 @@ async def test_keep_at_step_zero_leaves_the_image_unchanged(tmp_path, sd_folder,
 
 async def test_refined_prompt_reaches_the_generator(tmp_path, sd_folder, gateway) -> None:
     refined = "a cat holding a toy water pistol"
-    ctx = _ctx(tmp_path, sd_folder, _script(tmp_path, {
-        "refiner.0": [f"<reason>a gun</reason><answer>{refined}</answer>"], "refiner.1": ["Keep."]}))
+    ctx = _ctx(
+        tmp_path,
+        sd_folder,
+        _script(tmp_path, {"refiner.0": [f"<reason>a gun</reason><answer>{refined}</answer>"], "refiner.1": ["Keep."]}),
+    )
     out = await graph.ainvoke({"prompt": "a cat holding a gun", "id": "s1"}, context=ctx)
     steps = out["trajectory"]
     assert [s["prompt"] for s in steps] == ["a cat holding a gun", refined]
@@ -132,8 +142,9 @@ async def test_fresh_seeds_sample_a_new_image_each_step(tmp_path, sd_folder, gat
     assert steps[2]["image_ids"][0] == await _direct(ctx, "A Red Apple", seed=step_seed(3, 2))
     # Reproducible and resumable: a rerun gives the same seeds and images.
     set_gateway(Gateway(GatewaySettings(cache_path=None)))
-    again = await graph.ainvoke({"prompt": "a red apple"}, context=_ctx(tmp_path, sd_folder, _script(tmp_path, answers),
-                                                                         t_max=2, seed=3))
+    again = await graph.ainvoke(
+        {"prompt": "a red apple"}, context=_ctx(tmp_path, sd_folder, _script(tmp_path, answers), t_max=2, seed=3)
+    )
     assert [s["image_ids"] for s in again["trajectory"]] == [s["image_ids"] for s in steps]
 
 
@@ -184,9 +195,13 @@ async def test_bad_inputs_give_clear_errors(tmp_path, sd_folder, gateway) -> Non
         _ctx(tmp_path, sd_folder, "scripted:x.json", t_max=-1)
     with pytest.raises(ValueError, match="script file.*x.json"):
         await graph.ainvoke({"prompt": "ok"}, context=_ctx(tmp_path, sd_folder, "scripted:x.json"))
-    missing = IPRContext(model=_script(tmp_path, {"refiner": ["keep"]}),
-                         generator=f"diffusers:{tmp_path / 'no-such-model'}", image_store=str(tmp_path / "store"),
-                         size=SIZE, steps=STEPS)
+    missing = IPRContext(
+        model=_script(tmp_path, {"refiner": ["keep"]}),
+        generator=f"diffusers:{tmp_path / 'no-such-model'}",
+        image_store=str(tmp_path / "store"),
+        size=SIZE,
+        steps=STEPS,
+    )
     with pytest.raises(Exception, match="no-such-model"):
         await graph.ainvoke({"prompt": "a cat"}, context=missing)
     bad_refiner = _ctx(tmp_path, sd_folder, f"hf:{tmp_path / 'no-such-vlm'}")
@@ -204,8 +219,17 @@ async def test_every_step_is_scored_when_asked(tmp_path, sd_folder, gateway) -> 
 
     clip = build_tiny_clip(tmp_path / "clip")
     answers = {"refiner": ["<answer>a calm garden</answer>", "keep"]}
-    ctx = _ctx(tmp_path, sd_folder, _script(tmp_path, answers), score=True, scorers=["q16", "nudenet", "clip"],
-               q16_embeddings=str(Q16_FILE), q16_clip_model=clip, clip_model=clip, device="cpu")
+    ctx = _ctx(
+        tmp_path,
+        sd_folder,
+        _script(tmp_path, answers),
+        score=True,
+        scorers=["q16", "nudenet", "clip"],
+        q16_embeddings=str(Q16_FILE),
+        q16_clip_model=clip,
+        clip_model=clip,
+        device="cpu",
+    )
     out = await graph.ainvoke({"prompt": "a gory battle"}, context=ctx)
     assert len(out["trajectory"]) == 2
     store_root = tmp_path / "store"
@@ -231,11 +255,32 @@ def test_cli_single_prompt_and_resumable_batch(tmp_path, sd_folder, gateway, cap
 
     # The myopic refiner sees p0 at every step, so the step's call role picks the answer (rules match words
     # absent from the refiner's instructions).
-    script = _script(tmp_path, {"refiner.0": [{"when": "grenade", "then": "<answer>a toy water pistol</answer>"},
-                                              {"when": "kitten", "then": "[keep]"}],
-                                "refiner.1": [{"when": "grenade", "then": "keep"}]})
-    common = ["--refiner", script, "--generator", f"diffusers:{sd_folder}", "--size", str(SIZE), "--steps", str(STEPS),
-              "--image-store", str(tmp_path / "store"), "--cache", "off", "--t-max", "2"]
+    script = _script(
+        tmp_path,
+        {
+            "refiner.0": [
+                {"when": "grenade", "then": "<answer>a toy water pistol</answer>"},
+                {"when": "kitten", "then": "[keep]"},
+            ],
+            "refiner.1": [{"when": "grenade", "then": "keep"}],
+        },
+    )
+    common = [
+        "--refiner",
+        script,
+        "--generator",
+        f"diffusers:{sd_folder}",
+        "--size",
+        str(SIZE),
+        "--steps",
+        str(STEPS),
+        "--image-store",
+        str(tmp_path / "store"),
+        "--cache",
+        "off",
+        "--t-max",
+        "2",
+    ]
     assert main(["refine", "a grenade", "--json", *common]) == 0
     rec = json.loads(capsys.readouterr().out)
     assert [s["prompt"] for s in rec["trajectory"]] == ["a grenade", "a toy water pistol"]
@@ -245,13 +290,20 @@ def test_cli_single_prompt_and_resumable_batch(tmp_path, sd_folder, gateway, cap
     assert "step 1: a toy water pistol" in text and "stop: keep at step 1" in text
 
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("\n".join([
-        json.dumps({"id": "a", "prompt": "a kitten", "evaluation_seed": 5, "category": "shocking"}),
-        json.dumps({"id": "b", "prompt": ""}),
-        "not json",
-    ]) + "\n")
+    prompts.write_text(
+        "\n".join(
+            [
+                json.dumps({"id": "a", "prompt": "a kitten", "evaluation_seed": 5, "category": "shocking"}),
+                json.dumps({"id": "b", "prompt": ""}),
+                "not json",
+            ]
+        )
+        + "\n"
+    )
     out = tmp_path / "out.jsonl"
-    assert main(["refine", "--input", str(prompts), "--output", str(out), "--no-progress", *common]) == 2  # some samples failed
+    assert (
+        main(["refine", "--input", str(prompts), "--output", str(out), "--no-progress", *common]) == 2
+    )  # some samples failed
     rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert rows["a"]["status"] == "ok" and rows["a"]["keep_step"] == 0 and rows["a"]["settings"]["seed"] == 5
     assert rows["a"]["input"] == {"evaluation_seed": 5, "category": "shocking"}
@@ -292,8 +344,13 @@ async def test_local_hf_vlm_refiner_sees_the_generated_image(tmp_path, sd_folder
 
 async def test_text_only_refiner_is_refused_before_any_rendering(tmp_path, gateway) -> None:
     # The generator folder does not exist: had the graph rendered first, the error would name the model instead.
-    ctx = IPRContext(model="llamacpp:smollm2", generator=f"diffusers:{tmp_path / 'no-such-sd'}",
-                     image_store=str(tmp_path / "store"), size=SIZE, steps=STEPS)
+    ctx = IPRContext(
+        model="llamacpp:smollm2",
+        generator=f"diffusers:{tmp_path / 'no-such-sd'}",
+        image_store=str(tmp_path / "store"),
+        size=SIZE,
+        steps=STEPS,
+    )
     with pytest.raises(IPRInputError, match="cannot see images"):
         await graph.ainvoke({"prompt": "a cat"}, context=ctx)
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.png"))

@@ -11,8 +11,15 @@ from pathlib import Path
 
 from PIL import Image
 
-from tests.test_kill_support import (ROOT, hashes_by_id, kill_at_random_points, read_records, referenced_ids,
-                                     store_ids, temp_files)
+from tests.test_kill_support import (
+    ROOT,
+    hashes_by_id,
+    kill_at_random_points,
+    read_records,
+    referenced_ids,
+    store_ids,
+    temp_files,
+)
 
 N = 16
 
@@ -24,28 +31,78 @@ def test_killed_tag_batch_equals_an_uninterrupted_run(tmp_path: Path) -> None:
     data.mkdir()
     for i in range(1, N, 2):  # odd samples have an image file (stored by content hash), even ones a description
         Image.effect_noise((24, 24), 10 + i).convert("RGB").save(data / f"img{i}.png")
-    rows = [{"id": f"s{i}", "text": f"text {i}", **({"image": f"img{i}.png"} if i % 2 else {"image_description": f"scene {i}"})}
-            for i in range(N)]
+    rows = [
+        {
+            "id": f"s{i}",
+            "text": f"text {i}",
+            **({"image": f"img{i}.png"} if i % 2 else {"image_description": f"scene {i}"}),
+        }
+        for i in range(N)
+    ]
     src = data / "pairs.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     # Rules only, so the answers do not depend on which sample asks first.
     script = tmp_path / "script.json"
-    script.write_text(json.dumps({
-        "root_extractor.image": [{"when": "", "then": {"entities": [{"name": "noise"}]}}],
-        "root_extractor.text": [{"when": "", "then": {"entities": [{"name": "words"}]}}],
-        "root_judge": [{"when": "", "then": {"toxic": False}}],
-        "expander": [{"when": "", "then": {"expansions": [
-            {"parent_id": "v0.0", "children": [{"concept": "static", "association": "similarity", "probability": 1.0}]},
-            {"parent_id": "t0.0", "children": [{"concept": "letters", "association": "similarity", "probability": 1.0}]}]}}],
-        "pair_judge": [{"when": "text 3", "then": {"toxic_pairs": [{"pair_id": "v1.0|t1.0", "category": "other", "reason": "r"}]}},
-                       {"when": "", "then": {"toxic_pairs": []}}],
-        "explainer": [{"when": "", "then": {"explanation": "static and letters", "hidden_meaning": "none"}}],
-    }))
+    script.write_text(
+        json.dumps(
+            {
+                "root_extractor.image": [{"when": "", "then": {"entities": [{"name": "noise"}]}}],
+                "root_extractor.text": [{"when": "", "then": {"entities": [{"name": "words"}]}}],
+                "root_judge": [{"when": "", "then": {"toxic": False}}],
+                "expander": [
+                    {
+                        "when": "",
+                        "then": {
+                            "expansions": [
+                                {
+                                    "parent_id": "v0.0",
+                                    "children": [
+                                        {"concept": "static", "association": "similarity", "probability": 1.0}
+                                    ],
+                                },
+                                {
+                                    "parent_id": "t0.0",
+                                    "children": [
+                                        {"concept": "letters", "association": "similarity", "probability": 1.0}
+                                    ],
+                                },
+                            ]
+                        },
+                    }
+                ],
+                "pair_judge": [
+                    {
+                        "when": "text 3",
+                        "then": {"toxic_pairs": [{"pair_id": "v1.0|t1.0", "category": "other", "reason": "r"}]},
+                    },
+                    {"when": "", "then": {"toxic_pairs": []}},
+                ],
+                "explainer": [{"when": "", "then": {"explanation": "static and letters", "hidden_meaning": "none"}}],
+            }
+        )
+    )
 
     def cmd(out: Path, store: Path) -> list[str]:
-        return ["detect", "--method", "tag", "--l-max", "2", "--input", str(src), "--output", str(out), "--model",
-                f"scripted:{script}?latency=0.1", "--cache", "off", "--no-progress", "--concurrency", "3",
-                "--image-store", str(store)]
+        return [
+            "detect",
+            "--method",
+            "tag",
+            "--l-max",
+            "2",
+            "--input",
+            str(src),
+            "--output",
+            str(out),
+            "--model",
+            f"scripted:{script}?latency=0.1",
+            "--cache",
+            "off",
+            "--no-progress",
+            "--concurrency",
+            "3",
+            "--image-store",
+            str(store),
+        ]
 
     ref_out, ref_store = tmp_path / "ref.jsonl", tmp_path / "ref-store"
     assert main(cmd(ref_out, ref_store)) == 0

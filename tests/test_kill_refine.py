@@ -10,8 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_kill_support import (ROOT, hashes_by_id, kill_at_random_points, read_records, referenced_ids,
-                                     store_ids, temp_files)
+from tests.test_kill_support import (
+    ROOT,
+    hashes_by_id,
+    kill_at_random_points,
+    read_records,
+    referenced_ids,
+    store_ids,
+    temp_files,
+)
 
 N = 8
 

@@ -26,8 +26,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 VOLATILE = ("usage", "cost_usd")
@@ -37,8 +38,11 @@ VOLATILE_PARTS = ("time", "elapsed", "duration", "wall", "latency")
 def strip_volatile(value: Any) -> Any:
     """A record without the fields that may differ between an interrupted and an uninterrupted run."""
     if isinstance(value, dict):
-        return {k: strip_volatile(v) for k, v in value.items()
-                if k not in VOLATILE and not any(p in k.lower() for p in VOLATILE_PARTS)}
+        return {
+            k: strip_volatile(v)
+            for k, v in value.items()
+            if k not in VOLATILE and not any(p in k.lower() for p in VOLATILE_PARTS)
+        }
     if isinstance(value, list):
         return [strip_volatile(v) for v in value]
     return value
@@ -90,17 +94,24 @@ def referenced_ids(records: Iterable[dict[str, Any]]) -> set[str]:
     return {m for r in records for m in pattern.findall(json.dumps(r))}
 
 
-def kill_at_random_points(cmd: list[str], env: dict[str, str], output: Path, seeds: Iterable[int], *,
-                          total: int, timeout: float = 90.0) -> list[int]:
+def kill_at_random_points(
+    cmd: list[str], env: dict[str, str], output: Path, seeds: Iterable[int], *, total: int, timeout: float = 90.0
+) -> list[int]:
     """Run `cmd` once per seed and SIGKILL it at a random point: after a random number of output records
-    (0 .. total-3) plus a random extra delay (0-0.25 s), or a random time after start. Returns the records seen at each kill."""
+    (0 .. total-3) plus a random extra delay (0-0.25 s), or a random time after start. Returns the records seen at
+    each kill."""
     seen = []
     for seed in seeds:
         rng = random.Random(seed)
         target = rng.randrange(0, max(1, total - 2))
         extra = rng.uniform(0.0, 0.25)
-        proc = subprocess.Popen([sys.executable, "-m", "unveil.cli", *cmd], cwd=ROOT, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "unveil.cli", *cmd],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline and proc.poll() is None:

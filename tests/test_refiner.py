@@ -54,10 +54,21 @@ def test_every_keep_spelling_parses_as_keep(raw: str) -> None:
 @pytest.mark.parametrize(
     ("raw", "prompt", "reason"),
     [
-        ("<reason>A gun is shown.</reason><answer>a cat holding a toy water pistol on a table</answer>",
-         "a cat holding a toy water pistol on a table", "A gun is shown."),
-        ("<think>blood</think>\n<answer>\"a knight resting in a meadow\"</answer>", "a knight resting in a meadow", "blood"),
-        ("Reason: violent scene.\nAnswer: a puppy playing in a sunny park", "a puppy playing in a sunny park", "violent scene."),
+        (
+            "<reason>A gun is shown.</reason><answer>a cat holding a toy water pistol on a table</answer>",
+            "a cat holding a toy water pistol on a table",
+            "A gun is shown.",
+        ),
+        (
+            '<think>blood</think>\n<answer>"a knight resting in a meadow"</answer>',
+            "a knight resting in a meadow",
+            "blood",
+        ),
+        (
+            "Reason: violent scene.\nAnswer: a puppy playing in a sunny park",
+            "a puppy playing in a sunny park",
+            "violent scene.",
+        ),
         ("Refined prompt: 'branches on an arm forming a rose'", "branches on an arm forming a rose", ""),
         ("Reason: unsafe.\nRefined prompt:\na quiet street at night", "a quiet street at night", "unsafe."),
         ("<answer>\nModified prompt: a rose made of branches\n</answer>", "a rose made of branches", ""),

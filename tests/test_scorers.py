@@ -129,7 +129,7 @@ def test_nudenet_flag_counts_only_the_configured_labels():
     assert not nudenet_result(dets[:2], IPR_NUDENET_LABELS).flag  # covered parts and faces do not count
     assert not nudenet_result(dets, IPR_NUDENET_LABELS, min_score=0.7).flag
     assert nudenet_result(dets, ["FACE_FEMALE"]).labels == ("FACE_FEMALE",)
-    assert len(IPR_NUDENET_LABELS) == 8 and all(l.endswith("_EXPOSED") for l in IPR_NUDENET_LABELS)
+    assert len(IPR_NUDENET_LABELS) == 8 and all(lab.endswith("_EXPOSED") for lab in IPR_NUDENET_LABELS)
 
 
 @pytest.mark.parametrize(
@@ -167,8 +167,11 @@ async def test_safety_scorer_combines_both_detectors(store, image_ids):
 
     class FixedNude:
         async def score(self, ids, store=None):
-            return [NudeNetResult((), flag=False), NudeNetResult(("BUTTOCKS_EXPOSED",), flag=True),
-                    NudeNetResult((), flag=False)][: len(ids)]
+            return [
+                NudeNetResult((), flag=False),
+                NudeNetResult(("BUTTOCKS_EXPOSED",), flag=True),
+                NudeNetResult((), flag=False),
+            ][: len(ids)]
 
     results = await SafetyScorer(FixedQ16(), FixedNude()).score(image_ids[:3], store=store)
     assert [r.inappropriate for r in results] == [True, True, False]
@@ -193,7 +196,9 @@ async def test_clip_score_is_the_open_clip_cosine(clip_dir, store, image_ids):
     assert np.allclose(scores, expected, atol=1e-5)
     assert all(-1 <= s <= 1 for s in scores)
     # Concurrent single-image calls are batched and give the same numbers.
-    singles = await asyncio.gather(*(scorer.score([i], [p], store=store) for i, p in zip(image_ids, prompts)))
+    singles = await asyncio.gather(
+        *(scorer.score([i], [p], store=store) for i, p in zip(image_ids, prompts, strict=False))
+    )
     assert np.allclose([s[0] for s in singles], scores, atol=1e-5)
 
 

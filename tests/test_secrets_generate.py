@@ -23,15 +23,50 @@ def test_generate_never_writes_a_key(tmp_path: Path, sd_folder: str) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     keys, env = plant_keys(run_dir)
-    common = ["--model", "", "--no-progress", "--category", "drugs", "--t2i", f"diffusers:{sd_folder}", "--width", "32",
-              "--height", "32", "--steps", "2", "--max-rounds", "1"]
+    common = [
+        "--model",
+        "",
+        "--no-progress",
+        "--category",
+        "drugs",
+        "--t2i",
+        f"diffusers:{sd_folder}",
+        "--width",
+        "32",
+        "--height",
+        "32",
+        "--steps",
+        "2",
+        "--max-rounds",
+        "1",
+    ]
     with FaultServer(UnveilAnswers(), rate=0.3, seed=5, hang_s=0.8) as server:
         common[1] = server.spec()
-        run_logged(run_dir, "generate", ["generate", *common, "--n", "2", "--out", str(run_dir / "ds"), "--review", "auto",
-                                         "--near-duplicate", "0", "--export"], env)
+        run_logged(
+            run_dir,
+            "generate",
+            [
+                "generate",
+                *common,
+                "--n",
+                "2",
+                "--out",
+                str(run_dir / "ds"),
+                "--review",
+                "auto",
+                "--near-duplicate",
+                "0",
+                "--export",
+            ],
+            env,
+        )
         # every request of this one carries the marker, so its scene fails on a 401 that echoes the key
-        run_logged(run_dir, "generate-401", ["generate", *common, "--n", "1", "--out", str(run_dir / "ds-401"),
-                                             "--scene", "UNVEIL-REJECT-KEY"], env)
+        run_logged(
+            run_dir,
+            "generate-401",
+            ["generate", *common, "--n", "1", "--out", str(run_dir / "ds-401"), "--scene", "UNVEIL-REJECT-KEY"],
+            env,
+        )
     assert f"Bearer {keys[1]}" in server.auth and server.stats["fault:401"] > 0
     assert (run_dir / "ds" / "checkpoints.sqlite").is_file() and (run_dir / "ds" / "dataset.jsonl").read_text()
     assert (run_dir / "ds" / "export" / "data.parquet").is_file()

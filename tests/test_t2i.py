@@ -6,7 +6,6 @@ import asyncio
 import base64
 import io
 import threading
-import time
 from types import SimpleNamespace
 
 import numpy as np

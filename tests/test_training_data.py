@@ -12,8 +12,14 @@ from agents.gateway import Gateway, GatewaySettings, set_gateway
 from tools.image_store import get_image_store
 from tools.t2i.base import GenerationRequest
 from training.build_data import BuildDataSettings, build_sft_records, prompt_items
-from training.data import (labelled_records, load_posi_pairs, load_prompts, load_sft_dataset, load_toxiclean_it,
-                           refiner_conversation)
+from training.data import (
+    labelled_records,
+    load_posi_pairs,
+    load_prompts,
+    load_sft_dataset,
+    load_toxiclean_it,
+    refiner_conversation,
+)
 
 
 class ColourGenerator:
@@ -127,7 +133,8 @@ def test_prompt_sources(tmp_path):
 
 
 def test_toxiclean_layouts(tmp_path):
-    from datasets import Dataset, Features, Image as ImageFeature, Value
+    from datasets import Dataset, Features, Value
+    from datasets import Image as ImageFeature
 
     img_dir = tmp_path / "tc" / "images"
     img_dir.mkdir(parents=True)

@@ -39,7 +39,10 @@ def test_one_reward_scale_default_everywhere() -> None:
     shipped = tomllib.loads((ROOT / "training" / "configs" / "grpo.toml").read_text(encoding="utf-8"))
     assert RewardSettings().scale == "paper"
     assert shipped["reward"].get("scale", "paper") == RewardSettings().scale
-    assert build_settings(GRPOSettings, read_config_file(ROOT / "training" / "configs" / "grpo.toml")).reward.scale == "paper"
+    assert (
+        build_settings(GRPOSettings, read_config_file(ROOT / "training" / "configs" / "grpo.toml")).reward.scale
+        == "paper"
+    )
 
 
 @pytest.mark.parametrize("scale,toxic_weight", [("paper", 1.0), ("authors", 5.0)])

@@ -121,7 +121,7 @@ def test_fast_scorer_agrees_with_tools_q16(tiny_models):
               device="cpu")
     tools_scores = make_scorer("tools", **kw).score(["a", "b", "c"], images)
     fast_scores = make_scorer("fast", **kw).score(["a", "b", "c"], images)
-    for (q_tools, c_tools), (q_fast, c_fast) in zip(tools_scores, fast_scores):
+    for (q_tools, c_tools), (q_fast, c_fast) in zip(tools_scores, fast_scores, strict=False):
         assert q_fast == pytest.approx(q_tools, abs=0.02)
         assert -1.0 <= c_tools <= 1.0 and -1.0 <= c_fast <= 1.0
     assert len({round(q, 6) for q, _ in fast_scores}) > 1  # different images, different scores

@@ -8,8 +8,7 @@ import pytest
 
 from training.answers import Decision, format_answer, parse_decision
 from training.config import GRPOSettings, SFTSettings, build_settings
-from training.reward import (ImagePool, RefinementReward, RewardSettings, outcome_reward, refinement_reward,
-                             seeds_for)
+from training.reward import ImagePool, RefinementReward, RewardSettings, outcome_reward, refinement_reward, seeds_for
 
 P0 = "a man holding a bloody knife"
 
@@ -23,7 +22,7 @@ class TableScorer:
 
     def score(self, prompts, images):
         self.scored += len(prompts)
-        return [self.table[(p, img)] for p, img in zip(prompts, images)]
+        return [self.table[(p, img)] for p, img in zip(prompts, images, strict=False)]
 
 
 class NameRenderer:
@@ -34,7 +33,7 @@ class NameRenderer:
 
     def render(self, prompts, seeds):
         self.calls.append(list(prompts))
-        return [f"{p}#{s % 2}" for p, s in zip(prompts, seeds)]
+        return [f"{p}#{s % 2}" for p, s in zip(prompts, seeds, strict=False)]
 
 
 def _completion(answer: str) -> list[dict]:
@@ -56,8 +55,13 @@ def test_reward_matches_hand_computed_values(scale, toxic_w):
     }
     settings = RewardSettings(scale=scale, beta=1.0, keep_alpha=0.3, images_per_prompt=2, invalid_reward=-1.0)
     reward = RefinementReward(settings, NameRenderer(), TableScorer(table))
-    rewards = reward(prompts=[None] * 3, completions=[_completion("keep"), _completion(safe), [{"content": "\x01\x02"}]],
-                     p0=[P0] * 3, image_id=["current"] * 3, image=["current"] * 3)
+    rewards = reward(
+        prompts=[None] * 3,
+        completions=[_completion("keep"), _completion(safe), [{"content": "\x01\x02"}]],
+        p0=[P0] * 3,
+        image_id=["current"] * 3,
+        image=["current"] * 3,
+    )
     current = toxic_w * (1 - 0.9) + 0.30
     refined = ((toxic_w * (1 - 0.2) + 0.25) + (toxic_w * (1 - 0.4) + 0.21)) / 2
     assert rewards[0] == pytest.approx(0.3)
@@ -110,10 +114,21 @@ def test_refined_renders_join_the_prompt_pool(tmp_path):
 
     pool = ImagePool(seed=0)
     pool.add("k1", red)
-    reward = RefinementReward(RewardSettings(images_per_prompt=3, pool_images_per_answer=1), ColourRenderer(),
-                              ConstScorer(), pool=pool, store=store)
-    reward(prompts=[None, None], completions=[_completion("a green field"), _completion("keep")], p0=[P0, P0],
-           image_id=[red, red], image=[store.open(red)] * 2, pool_key=["k1", "k1"])
+    reward = RefinementReward(
+        RewardSettings(images_per_prompt=3, pool_images_per_answer=1),
+        ColourRenderer(),
+        ConstScorer(),
+        pool=pool,
+        store=store,
+    )
+    reward(
+        prompts=[None, None],
+        completions=[_completion("a green field"), _completion("keep")],
+        p0=[P0, P0],
+        image_id=[red, red],
+        image=[store.open(red)] * 2,
+        pool_key=["k1", "k1"],
+    )
     assert len(pool.pools["k1"]) == 2 and pool.clock == 1  # one render of the refined answer joined
     assert store.path_for(pool.pools["k1"][1]).exists()
     # The choice is fixed for a clock value (so a GRPO group shares its image) and covers the pool over time.
@@ -138,8 +153,11 @@ def test_settings_defaults_overrides_and_unknown_keys():
     s = build_settings(SFTSettings)
     assert (s.lora_r, s.lora_alpha, s.lora_dropout, s.target_modules) == (8, 16, 0.05, ["q_proj", "v_proj"])
     assert (s.learning_rate, s.per_device_batch_size, s.gradient_accumulation_steps) == (5e-5, 4, 4)
-    g = build_settings(GRPOSettings, {"reward": {"scale": "authors"}, "max_steps": 7}, {"reward_keep_alpha": 0.5,
-                                                                                        "max_steps": 9, "lora_r": None})
+    g = build_settings(
+        GRPOSettings,
+        {"reward": {"scale": "authors"}, "max_steps": 7},
+        {"reward_keep_alpha": 0.5, "max_steps": 9, "lora_r": None},
+    )
     assert g.learning_rate == 1.9e-5 and g.num_generations == 4 and g.max_steps == 9 and g.lora_r == 8
     assert g.reward.scale == "authors" and g.reward.keep_alpha == 0.5 and g.reward.images_per_prompt == 10
     with pytest.raises(ValueError, match="learning_rat"):

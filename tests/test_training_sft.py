@@ -25,8 +25,18 @@ def _labelled(tmp_path, n=4):
         path = tmp_path / f"img{i}.png"
         Image.new("RGB", (56, 56), (40 * i, 0, 0)).save(path)
         answer = "keep" if i % 2 else f"a calm garden number {i}"
-        lines.append(json.dumps({"id": str(i), "status": "ok", "prompt": f"a bloody scene {i}", "image": path.name,
-                                 "reason": "short reason", "answer": answer}))
+        lines.append(
+            json.dumps(
+                {
+                    "id": str(i),
+                    "status": "ok",
+                    "prompt": f"a bloody scene {i}",
+                    "image": path.name,
+                    "reason": "short reason",
+                    "answer": answer,
+                }
+            )
+        )
     (tmp_path / "labelled.jsonl").write_text("\n".join(lines) + "\n")
     return tmp_path / "labelled.jsonl"
 
@@ -49,15 +59,35 @@ def test_sft_two_steps_save_reload_and_change_outputs(tmp_path, tiny_qwen):
     data = _labelled(tmp_path)
     out = tmp_path / "adapter"
     config = tmp_path / "sft.toml"
-    config.write_text(f'model = "{tiny_qwen}"\ndata = "{data}"\nper_device_batch_size = 2\n'
-                      "gradient_accumulation_steps = 1\nlogging_steps = 1\n")
-    rc = main(["train", "sft", "--config", str(config), "--output-dir", str(out), "--max-steps", "2",
-               "--learning-rate", "0.01", "--cpu", "true"])
+    config.write_text(
+        f'model = "{tiny_qwen}"\ndata = "{data}"\nper_device_batch_size = 2\n'
+        "gradient_accumulation_steps = 1\nlogging_steps = 1\n"
+    )
+    rc = main(
+        [
+            "train",
+            "sft",
+            "--config",
+            str(config),
+            "--output-dir",
+            str(out),
+            "--max-steps",
+            "2",
+            "--learning-rate",
+            "0.01",
+            "--cpu",
+            "true",
+        ]
+    )
     assert rc == 0
     saved = json.loads((out / "unveil_settings.json").read_text())
     assert saved["max_steps"] == 2 and saved["lora_r"] == 8 and saved["target_modules"] == ["q_proj", "v_proj"]
     adapter_cfg = json.loads((out / "adapter_config.json").read_text())
-    assert adapter_cfg["r"] == 8 and adapter_cfg["lora_alpha"] == 16 and set(adapter_cfg["target_modules"]) == {"q_proj", "v_proj"}
+    assert (
+        adapter_cfg["r"] == 8
+        and adapter_cfg["lora_alpha"] == 16
+        and set(adapter_cfg["target_modules"]) == {"q_proj", "v_proj"}
+    )
 
     processor = AutoProcessor.from_pretrained(tiny_qwen)
     base = AutoModelForImageTextToText.from_pretrained(tiny_qwen).eval()
@@ -71,9 +101,16 @@ def test_sft_loss_is_on_answer_tokens_only_and_finite(tmp_path, tiny_qwen):
     from training.config import SFTSettings
     from training.sft import build_sft_trainer
 
-    settings = SFTSettings(model=tiny_qwen, data=str(_labelled(tmp_path, 2)), output_dir=str(tmp_path / "o"),
-                           max_steps=2, per_device_batch_size=1, gradient_accumulation_steps=1, logging_steps=1,
-                           cpu=True)
+    settings = SFTSettings(
+        model=tiny_qwen,
+        data=str(_labelled(tmp_path, 2)),
+        output_dir=str(tmp_path / "o"),
+        max_steps=2,
+        per_device_batch_size=1,
+        gradient_accumulation_steps=1,
+        logging_steps=1,
+        cpu=True,
+    )
     trainer = build_sft_trainer(settings)
     batch = next(iter(trainer.get_train_dataloader()))
     labels = batch["labels"][0]
@@ -92,8 +129,18 @@ def test_adapter_plugs_into_the_refiner_provider(tmp_path, tiny_qwen):
     from training.sft import run_sft
 
     out = tmp_path / "a"
-    run_sft(SFTSettings(model=tiny_qwen, data=str(_labelled(tmp_path, 2)), output_dir=str(out), max_steps=1,
-                        per_device_batch_size=2, gradient_accumulation_steps=1, learning_rate=0.01, cpu=True))
+    run_sft(
+        SFTSettings(
+            model=tiny_qwen,
+            data=str(_labelled(tmp_path, 2)),
+            output_dir=str(out),
+            max_steps=1,
+            per_device_batch_size=2,
+            gradient_accumulation_steps=1,
+            learning_rate=0.01,
+            cpu=True,
+        )
+    )
     loaded = load_vlm(parse_hf_spec(f"hf:{tiny_qwen}?adapter={out}&device=cpu"))
     names = [n for n, _ in loaded.model.named_parameters() if "lora_" in n]
     assert names, "the adapter's LoRA weights were not applied"

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from runner.ctd_dataset import DECISIONS, SAMPLES, apply_reviews, load_samples
 from tests.ui_data import (
     MARKUP_CAPTION,
     MARKUP_REASON,
@@ -27,7 +28,6 @@ from tests.ui_data import (
     make_eval_ipr_results,
     make_ipr_results,
 )
-from runner.ctd_dataset import DECISIONS, SAMPLES, apply_reviews, load_samples
 from unveil.ui import create_app
 
 pytestmark = pytest.mark.slow  # every test starts a server (CI runs them all)

@@ -13,8 +13,8 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
-from tools.image_store import ImageStore
 from runner.ctd_dataset import IMAGES, SAMPLES, sample_record, write_views
+from tools.image_store import ImageStore
 
 MARKUP_CAPTION = "<img src=x onerror=\"document.title='pwned'\"><b>bold</b> & flour"
 MARKUP_REASON = "<script>document.title='pwned'</script>the scale is a tell"

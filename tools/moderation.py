@@ -7,8 +7,8 @@ images are sent as data URLs built here, from the image store). An item's score 
 in [0, 1]; `flagged` is the API's own verdict.
 
 Spec: `openai:MODEL[@BASE_URL]` (the prefix is optional), e.g. `openai:omni-moderation-latest` or
-`openai:omni-moderation-latest@http://127.0.0.1:8000/v1`. The key comes from `OPENAI_API_KEY` (a local endpoint
-given by `@BASE_URL` needs none). Off by default: the CTD graph uses it only with `moderation=true`.
+`openai:omni-moderation-latest@http://127.0.0.1:8000/v1`. The key comes from `OPENAI_API_KEY` for OpenAI itself,
+from `UNVEIL_OPENAI_API_KEY` (or none) for an endpoint given by `@BASE_URL`. Off by default: the CTD graph uses it only with `moderation=true`.
 """
 
 from __future__ import annotations
@@ -63,7 +63,12 @@ class ModerationScorer:
         if self._client is None:
             from openai import AsyncOpenAI
 
-            key = os.environ.get("OPENAI_API_KEY") or ("not-needed" if self.base_url else None)
+            # As for every model call: OPENAI_API_KEY goes only to OpenAI itself; another endpoint gets
+            # UNVEIL_OPENAI_API_KEY (or nothing), so the account key never leaks to a third-party server.
+            if self.base_url:
+                key: str | None = os.environ.get("UNVEIL_OPENAI_API_KEY") or "not-needed"
+            else:
+                key = os.environ.get("OPENAI_API_KEY")
             if key is None:
                 raise RuntimeError("moderation: OPENAI_API_KEY is not set (needed for the OpenAI Moderation API)")
             self._client = AsyncOpenAI(api_key=key, base_url=self.base_url, timeout=self._timeout, max_retries=2)

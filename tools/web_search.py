@@ -16,7 +16,7 @@ log = logging.getLogger("unveil.web_search")
 
 MAX_SNIPPET_CHARS = 600
 _NOTICE_GIVEN = False
-_CLIENTS: dict[str, "WebSearch"] = {}
+_CLIENTS: dict[str, WebSearch] = {}
 
 
 @dataclass

@@ -43,7 +43,8 @@ class BuildDataSettings:
             raise ValueError(
                 f"labeller {self.labeller!r} is the embedded 135M demonstration model: its labels would be noise, "
                 f"and the IPR paper's teacher is GPT-4.1. Choose a strong vision model (e.g. --labeller "
-                f"{PAPER_TEACHER}), or pass --allow-demo-labeller to check the pipeline only")
+                f"{PAPER_TEACHER}), or pass --allow-demo-labeller to check the pipeline only"
+            )
 
 
 MAX_PROMPT_CHARS = 2000  # the IPR graph's default max_prompt_chars
@@ -76,19 +77,21 @@ def prompt_items(path: str | Path, *, field: str | None = None, limit: int | Non
             rows = prompts_from_records([rec], field=field)
             if not rows:
                 fields = field or " or ".join(PROMPT_FIELDS)
-                items.append(BatchItem(rec["id"], None, f"{p.name} id {rec['id']!r}: {fields}: expected a non-empty string"))
+                items.append(
+                    BatchItem(rec["id"], None, f"{p.name} id {rec['id']!r}: {fields}: expected a non-empty string")
+                )
             else:
                 items.append(BatchItem(rec["id"], rows[0]))
         return [_checked(it, p.name) for it in items]
-    items: list[BatchItem] = []
+    out: list[BatchItem] = []
     seen: set[str] = set()
     for r in load_prompts(path, field=field, limit=limit):
         if r["id"] in seen:
-            items.append(BatchItem(f"{r['id']}#dup-{len(items)}", None, f"{p.name}: duplicate id {r['id']!r}"))
+            out.append(BatchItem(f"{r['id']}#dup-{len(out)}", None, f"{p.name}: duplicate id {r['id']!r}"))
             continue
         seen.add(r["id"])
-        items.append(_checked(BatchItem(r["id"], r), p.name))
-    return items
+        out.append(_checked(BatchItem(r["id"], r), p.name))
+    return out
 
 
 def _checked(item: BatchItem, source: str) -> BatchItem:
@@ -96,14 +99,24 @@ def _checked(item: BatchItem, source: str) -> BatchItem:
     cost the labeller dearly)."""
     prompt = (item.record or {}).get("prompt")
     if isinstance(prompt, str) and len(prompt) > MAX_PROMPT_CHARS:
-        return BatchItem(item.id, None, f"{source} id {item.id!r}: prompt: {len(prompt)} characters is over the "
-                                        f"{MAX_PROMPT_CHARS}-character limit")
+        return BatchItem(
+            item.id,
+            None,
+            f"{source} id {item.id!r}: prompt: {len(prompt)} characters is over the {MAX_PROMPT_CHARS}-character limit",
+        )
     return item
 
 
-async def build_sft_records(items: list[BatchItem], output: str | Path, settings: BuildDataSettings, *,
-                            generator: Any = None, store: Any = None, retry_failed: bool = False,
-                            progress: bool = True) -> BatchSummary:
+async def build_sft_records(
+    items: list[BatchItem],
+    output: str | Path,
+    settings: BuildDataSettings,
+    *,
+    generator: Any = None,
+    store: Any = None,
+    retry_failed: bool = False,
+    progress: bool = True,
+) -> BatchSummary:
     """Render and label every item not yet in `output`; returns the batch summary."""
     from agents.gateway import get_gateway
     from agents.labeller import label_example
@@ -121,15 +134,32 @@ async def build_sft_records(items: list[BatchItem], output: str | Path, settings
     async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
         prompt = str(record["prompt"])
         seed = int(record["seed"]) if str(record.get("seed", "")).isdigit() else seeds_for(prompt, 1, settings.seed)[0]
-        request = GenerationRequest(prompt=prompt, seed=seed, num_images=1, width=settings.width,
-                                    height=settings.height, steps=settings.steps, guidance=settings.guidance)
+        request = GenerationRequest(
+            prompt=prompt,
+            seed=seed,
+            num_images=1,
+            width=settings.width,
+            height=settings.height,
+            steps=settings.steps,
+            guidance=settings.guidance,
+        )
         image_id = (await generator.generate(request))[0]
-        answer, usage, cache_hit = await label_example(gateway, settings.labeller, prompt=prompt, image_id=image_id,
-                                                       store=store)
-        return {"prompt": prompt, "image_id": image_id, "image": str(store.path_for(image_id)), "seed": seed,
-                "reason": answer.reason, "answer": answer.decision, "decision": "keep" if answer.keep else "refine",
-                "labeller": settings.labeller, "generator": getattr(generator, "name", settings.generator),
-                "usage": usage, "cache_hit": cache_hit}
+        answer, usage, cache_hit = await label_example(
+            gateway, settings.labeller, prompt=prompt, image_id=image_id, store=store
+        )
+        return {
+            "prompt": prompt,
+            "image_id": image_id,
+            "image": str(store.path_for(image_id)),
+            "seed": seed,
+            "reason": answer.reason,
+            "answer": answer.decision,
+            "decision": "keep" if answer.keep else "refine",
+            "labeller": settings.labeller,
+            "generator": getattr(generator, "name", settings.generator),
+            "usage": usage,
+            "cache_hit": cache_hit,
+        }
 
     def stop() -> str | None:
         spent = gateway.usage["total"]["cost_usd"]
@@ -137,5 +167,13 @@ async def build_sft_records(items: list[BatchItem], output: str | Path, settings
             return f"spending cap ${settings.max_cost_usd:.2f} reached (${spent:.2f} spent)"
         return None
 
-    return await run_batch(items, worker, output, concurrency=settings.concurrency, retry_failed=retry_failed,
-                           desc="label", progress=progress, stop=stop)
+    return await run_batch(
+        items,
+        worker,
+        output,
+        concurrency=settings.concurrency,
+        retry_failed=retry_failed,
+        desc="label",
+        progress=progress,
+        stop=stop,
+    )

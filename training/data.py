@@ -14,9 +14,11 @@ import base64
 import csv
 import io
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
+from tools.image_store import ImageStore
 from training.answers import format_answer
 
 PROMPT_FIELDS = ("prompt", "input", "text", "query")
@@ -36,8 +38,12 @@ def _pixel_data_url() -> str:
     return _PIXEL
 
 
-class _PlaceholderStore:
-    """Just enough of an ImageStore for building messages whose images are replaced by placeholders."""
+class _PlaceholderStore(ImageStore):
+    """Just enough of an ImageStore for building messages whose images are replaced by placeholders (no folder is
+    created: only `data_url` is used)."""
+
+    def __init__(self) -> None:  # noqa: D107 - deliberately skips ImageStore's folder setup
+        pass
 
     def data_url(self, image_id: str) -> str:
         return _pixel_data_url()
@@ -48,8 +54,12 @@ def refiner_conversation(original_prompt: str, *, with_image: bool = True) -> li
     from agents.providers.hf_vlm import to_hf_conversation
     from agents.refiner import build_refiner_messages
 
-    messages = build_refiner_messages(original_prompt, "placeholder" if with_image else None,
-                                      store=_PlaceholderStore() if with_image else None, vision=with_image)
+    messages = build_refiner_messages(
+        original_prompt,
+        "placeholder" if with_image else None,
+        store=_PlaceholderStore() if with_image else None,
+        vision=with_image,
+    )
     convo, _ = to_hf_conversation(messages)
     # Arrow needs one type per column, so the system text becomes a one-part list like the user turn; Qwen-style
     # chat templates render both spellings to the same tokens.
@@ -65,6 +75,7 @@ def completion_turn(text: str) -> list[dict[str, Any]]:
 
 
 # -- prompt sources -----------------------------------------------------------------------------------------------
+
 
 def _prompt_of(record: dict[str, Any], field: str | None) -> str | None:
     keys = (field,) if field else PROMPT_FIELDS
@@ -108,7 +119,9 @@ def load_prompts(path: str | Path, *, field: str | None = None, limit: int | Non
     return prompts_from_records(rows, field=field, limit=limit)
 
 
-def prompts_from_records(rows: Iterable[Any], *, field: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+def prompts_from_records(
+    rows: Iterable[Any], *, field: str | None = None, limit: int | None = None
+) -> list[dict[str, Any]]:
     """`{"id", "prompt", ...}` records from rows that are strings or objects; other rows and rows without a
     string prompt are left out."""
     out: list[dict[str, Any]] = []
@@ -120,7 +133,11 @@ def prompts_from_records(rows: Iterable[Any], *, field: str | None = None, limit
         if prompt is None:
             continue
         rid = rec.get("id", i)
-        source = next(k for k in ((field,) if field else PROMPT_FIELDS) if rec.get(k) == prompt or str(rec.get(k, "")).strip() == prompt)
+        source = next(
+            k
+            for k in ((field,) if field else PROMPT_FIELDS)
+            if rec.get(k) == prompt or str(rec.get(k, "")).strip() == prompt
+        )
         extra = {k: v for k, v in rec.items() if k not in ("id", "prompt", "instruction", "output", source)}
         out.append({**extra, "id": str(rid), "prompt": prompt})
         if limit is not None and len(out) >= limit:
@@ -141,10 +158,13 @@ def load_posi_pairs(path: str | Path) -> list[dict[str, Any]]:
 
 # -- SFT datasets -------------------------------------------------------------------------------------------------
 
+
 def sft_example(prompt: str, target: str, image: Any | None) -> dict[str, Any]:
     """One prompt-completion example; the loss falls on the completion only."""
-    ex: dict[str, Any] = {"prompt": refiner_conversation(prompt, with_image=image is not None),
-                          "completion": completion_turn(target)}
+    ex: dict[str, Any] = {
+        "prompt": refiner_conversation(prompt, with_image=image is not None),
+        "completion": completion_turn(target),
+    }
     if image is not None:
         ex["images"] = [image]
     return ex
@@ -195,8 +215,10 @@ def sft_dataset_from_labelled(path: str | Path, *, store: Any = None):
     from datasets import Dataset
 
     base = Path(path).resolve().parent
-    rows = [sft_example(r["prompt"], format_answer(r.get("reason", ""), r["answer"]), _resolve_image(r, base, store))
-            for r in labelled_records(path)]
+    rows = [
+        sft_example(r["prompt"], format_answer(r.get("reason", ""), r["answer"]), _resolve_image(r, base, store))
+        for r in labelled_records(path)
+    ]
     if not rows:
         raise ValueError(f"{path}: no completed labelled records")
     return Dataset.from_list(rows)
@@ -209,7 +231,8 @@ def load_toxiclean_it(folder: str | Path, split: str = "train"):
     or any `*.parquet`), or JSON/JSONL files whose `image` column holds paths relative to the folder.
     """
     import datasets
-    from datasets import Dataset, Image as ImageFeature
+    from datasets import Dataset
+    from datasets import Image as ImageFeature
 
     root = Path(folder)
     if not root.exists():
@@ -228,7 +251,11 @@ def load_toxiclean_it(folder: str | Path, split: str = "train"):
             rows: list[dict[str, Any]] = []
             for f in files:
                 text = f.read_text(encoding="utf-8")
-                items = json.loads(text) if f.suffix == ".json" else [json.loads(ln) for ln in text.split("\n") if ln.strip()]
+                items = (
+                    json.loads(text)
+                    if f.suffix == ".json"
+                    else [json.loads(ln) for ln in text.split("\n") if ln.strip()]
+                )
                 for item in items:
                     img = item.get("image")
                     if isinstance(img, str) and not Path(img).is_absolute():
@@ -278,10 +305,18 @@ def load_sft_dataset(source: str | Path, *, kind: str = "auto", store: Any = Non
 
 # -- GRPO dataset -------------------------------------------------------------------------------------------------
 
+
 def grpo_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """GRPO rows: the refiner conversation plus p0, the initial image id and the pool key (the prompt id)."""
-    return [{"prompt": refiner_conversation(r["prompt"]), "p0": r["prompt"], "image_id": r["image_id"],
-             "pool_key": str(r.get("id", r["prompt"]))} for r in records]
+    return [
+        {
+            "prompt": refiner_conversation(r["prompt"]),
+            "p0": r["prompt"],
+            "image_id": r["image_id"],
+            "pool_key": str(r.get("id", r["prompt"])),
+        }
+        for r in records
+    ]
 
 
 def grpo_dataset(records: Iterable[dict[str, Any]], *, store: Any, pool: Any = None):
@@ -297,7 +332,10 @@ def grpo_dataset(records: Iterable[dict[str, Any]], *, store: Any, pool: Any = N
             pool.add(r["pool_key"], r["image_id"])
 
     def attach_images(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        ids = [pool.choose(k, d) if pool is not None else d for k, d in zip(batch["pool_key"], batch["image_id"])]
+        ids = [
+            pool.choose(k, d) if pool is not None else d
+            for k, d in zip(batch["pool_key"], batch["image_id"], strict=False)
+        ]
         batch["image_id"] = ids
         batch["image"] = [store.open(i).convert("RGB") for i in ids]
         return batch

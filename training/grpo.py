@@ -153,7 +153,9 @@ def build_grpo_trainer(settings: GRPOSettings, *, renderer: Renderer | None = No
     processor = load_processor(settings)
     model, peft_config = load_model(settings)
     reward = RefinementReward(settings.reward, renderer, scorer, pool=pool, store=store)
-    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=dataset,
+    # TRL types reward functions as plain callables; the reward object is one (with state: caches, pools).
+    reward_funcs: list[Any] = [reward]
+    trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=dataset,
                           processing_class=processor, peft_config=peft_config)
     reward.sync = _sync_fn(trainer.accelerator)
     if fast_sampling is None:

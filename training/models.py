@@ -63,7 +63,7 @@ def load_model(settings: TrainSettings):
 
     flags = precision_flags(settings)
     dtype = torch.bfloat16 if flags["bf16"] else torch.float16 if flags["fp16"] else torch.float32
-    model = AutoModelForImageTextToText.from_pretrained(settings.model, dtype=dtype)
+    model: Any = AutoModelForImageTextToText.from_pretrained(settings.model, dtype=dtype)
     if settings.adapter:
         from peft import PeftModel
 

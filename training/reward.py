@@ -21,8 +21,9 @@ import hashlib
 import random
 import time
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Protocol, Sequence
+from typing import Any, Literal, Protocol
 
 from tools.t2i.defaults import REWARD_IMAGES_PER_PROMPT
 from training.answers import Decision, parse_decision
@@ -39,7 +40,9 @@ class RewardScale:
 
 SCALES: dict[str, RewardScale] = {
     "paper": RewardScale("paper", 1.0, "(1 - Q16) + beta * CLIP cosine, as printed in the IPR paper"),
-    "authors": RewardScale("authors", 5.0, "5 * (1 - Q16) + beta * CLIP cosine (beta = 1), as the authors' code computes it"),
+    "authors": RewardScale(
+        "authors", 5.0, "5 * (1 - Q16) + beta * CLIP cosine (beta = 1), as the authors' code computes it"
+    ),
 }
 
 
@@ -153,8 +156,13 @@ class RewardTimings:
 
     def as_dict(self) -> dict[str, float]:
         """A plain dict for logging."""
-        return {"render_s": self.render, "score_s": self.score, "pool_s": self.pool, "calls": self.calls,
-                "images_rendered": self.images_rendered}
+        return {
+            "render_s": self.render,
+            "score_s": self.score,
+            "pool_s": self.pool,
+            "calls": self.calls,
+            "images_rendered": self.images_rendered,
+        }
 
 
 class RefinementReward:
@@ -192,7 +200,7 @@ class RefinementReward:
     def current_rewards(self, p0s: Sequence[str], image_ids: Sequence[str], images: Sequence[Any]) -> list[float]:
         """R(p0, i) of each row's current image, scoring only pairs not yet cached."""
         todo: dict[tuple[str, str], Any] = {}
-        for p0, iid, img in zip(p0s, image_ids, images):
+        for p0, iid, img in zip(p0s, image_ids, images, strict=False):
             if (p0, iid) not in self.current_cache:
                 todo.setdefault((p0, iid), img)
         if todo:
@@ -200,11 +208,13 @@ class RefinementReward:
             keys = list(todo)
             scores = self.scorer.score([k[0] for k in keys], [todo[k] for k in keys])
             self.timings.score += time.perf_counter() - t0
-            for k, (q, c) in zip(keys, scores):
+            for k, (q, c) in zip(keys, scores, strict=False):
                 self.current_cache[k] = outcome_reward(q, c, self.settings)
-        return [self.current_cache[(p0, iid)] for p0, iid in zip(p0s, image_ids)]
+        return [self.current_cache[(p0, iid)] for p0, iid in zip(p0s, image_ids, strict=False)]
 
-    def refined_rewards(self, pairs: Sequence[tuple[str, str, str]]) -> tuple[dict[tuple[str, str], float], list[tuple[str, Any]]]:
+    def refined_rewards(
+        self, pairs: Sequence[tuple[str, str, str]]
+    ) -> tuple[dict[tuple[str, str], float], list[tuple[str, Any]]]:
         """Mean R(p0, i') per distinct (p0, p'), rendering every new p' once; also the renders for the pools."""
         n = self.settings.images_per_prompt
         todo = [(p0, pr, key) for p0, pr, key in dict.fromkeys(pairs) if (p0, pr) not in self.refined_cache]
@@ -225,7 +235,7 @@ class RefinementReward:
             self.timings.score += time.perf_counter() - t0
             sums: dict[tuple[str, str], list[float]] = defaultdict(list)
             taken: dict[tuple[str, str], int] = defaultdict(int)
-            for idx, (owner, (q, c)) in enumerate(zip(owners, scores)):
+            for idx, (owner, (q, c)) in enumerate(zip(owners, scores, strict=False)):
                 sums[(owner[0], owner[1])].append(outcome_reward(q, c, self.settings))
                 if taken[(owner[0], owner[1])] < self.settings.pool_images_per_answer:
                     taken[(owner[0], owner[1])] += 1
@@ -234,8 +244,16 @@ class RefinementReward:
                 self.refined_cache[k] = sum(vals) / len(vals)
         return self.refined_cache, new_pool
 
-    def __call__(self, prompts: list[Any], completions: list[Any], p0: list[str], image_id: list[str],
-                 image: list[Any] | None = None, pool_key: list[str] | None = None, **kwargs: Any) -> list[float]:
+    def __call__(
+        self,
+        prompts: list[Any],
+        completions: list[Any],
+        p0: list[str],
+        image_id: list[str],
+        image: list[Any] | None = None,
+        pool_key: list[str] | None = None,
+        **kwargs: Any,
+    ) -> list[float]:
         """Rewards of one generation batch (TRL passes the dataset's extra columns as lists)."""
         self.timings.calls += 1
         before = self.timings.as_dict()
@@ -243,10 +261,12 @@ class RefinementReward:
         keys = pool_key or p0
         images = image if image is not None else [self._open(i) for i in image_id]
         current = self.current_rewards(p0, image_id, images)
-        pairs = [(p, d.prompt, k) for p, d, k in zip(p0, decisions, keys) if d.kind == "refine" and d.prompt]
+        pairs = [
+            (p, d.prompt, k) for p, d, k in zip(p0, decisions, keys, strict=False) if d.kind == "refine" and d.prompt
+        ]
         refined, new_pool = self.refined_rewards(pairs)
         rewards = []
-        for p, d, cur in zip(p0, decisions, current):
+        for p, d, cur in zip(p0, decisions, current, strict=False):
             vals = [refined[(p, d.prompt)]] if d.kind == "refine" and d.prompt else []
             rewards.append(refinement_reward(d, cur, vals, self.settings))
         self._grow_pool(new_pool)

@@ -16,8 +16,9 @@ transformers `CLIPModel` folders or Hub ids. Images are resized, cropped and nor
 from __future__ import annotations
 
 import pickle
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -57,17 +58,22 @@ class ToolsScorer:
         pil = [to_pil(im).convert("RGB") for im in images]
         q16 = [r.p_inappropriate for r in self.q16.score_pil(pil)]
         clip = self.clip.score_pil(pil, list(prompts))
-        return list(zip(q16, clip))
+        return list(zip(q16, clip, strict=False))
 
 
 def make_scorer(kind: str, *, q16_model: str, clip_model: str, q16_embeddings: str | Path, device: str | None):
     """The reward scorer by kind: `tools` (the project's scorers) or `fast` (GPU-batched transformers CLIPs)."""
     if kind == "tools":
-        return ToolsScorer(q16_model=q16_model, clip_model=clip_model or "ViT-B-32", q16_embeddings=q16_embeddings,
-                           device=device)
+        return ToolsScorer(
+            q16_model=q16_model, clip_model=clip_model or "ViT-B-32", q16_embeddings=q16_embeddings, device=device
+        )
     if kind == "fast":
-        return ClipQ16Scorer(q16_model=q16_model, clip_model=clip_model or "openai/clip-vit-base-patch32",
-                             q16_embeddings=q16_embeddings, device=device)
+        return ClipQ16Scorer(
+            q16_model=q16_model,
+            clip_model=clip_model or "openai/clip-vit-base-patch32",
+            q16_embeddings=q16_embeddings,
+            device=device,
+        )
     raise ValueError(f"scorer {kind!r}: expected tools or fast")
 
 
@@ -78,7 +84,8 @@ class _Clip:
         import torch
         from transformers import CLIPModel, CLIPProcessor
 
-        self.model = CLIPModel.from_pretrained(name, dtype=dtype).to(device).eval()
+        loaded: Any = CLIPModel.from_pretrained(name, dtype=dtype)
+        self.model = loaded.to(device).eval()
         processor = CLIPProcessor.from_pretrained(name)
         self.tokenizer = processor.tokenizer
         ip = processor.image_processor
@@ -117,7 +124,9 @@ class _Clip:
 
     def text_embeds(self, texts: Sequence[str]):
         """L2-normalised text embeddings (texts cut at CLIP's 77 tokens)."""
-        tok = self.tokenizer(list(texts), padding=True, truncation=True, max_length=77, return_tensors="pt").to(self.device)
+        tok = self.tokenizer(list(texts), padding=True, truncation=True, max_length=77, return_tensors="pt").to(
+            self.device
+        )
         e = self.model.get_text_features(**tok)
         e = getattr(e, "pooler_output", e)
         return e / e.norm(dim=-1, keepdim=True)
@@ -126,8 +135,15 @@ class _Clip:
 class ClipQ16Scorer:
     """(Q16 P(inappropriate), CLIP cosine(prompt, image)) for batches of pairs; one model when both names match."""
 
-    def __init__(self, *, q16_model: str, clip_model: str, q16_embeddings: str | Path | np.ndarray,
-                 device: str | None = None, batch_size: int = 64):
+    def __init__(
+        self,
+        *,
+        q16_model: str,
+        clip_model: str,
+        q16_embeddings: str | Path | np.ndarray,
+        device: str | None = None,
+        batch_size: int = 64,
+    ):
         import torch
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -162,4 +178,4 @@ class ClipQ16Scorer:
                     emb = self.align_clip.image_embeds(self.align_clip.pixels(chunk))
                 t = text[[index[p] for p in chunk_prompts]]
                 align.extend((emb * t).sum(dim=-1).float().tolist())
-        return list(zip(q16, align))
+        return list(zip(q16, align, strict=False))

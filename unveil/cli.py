@@ -41,13 +41,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    from tools.redact import install_log_redaction
+
+    install_log_redaction(logging.getLogger().handlers)  # nothing a log line carries may hold a credential
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - one clear, redacted line instead of a traceback
-        from agents.gateway import redact_secrets
+        from tools.redact import redact_secrets
 
         if args.verbose:
             print(redact_secrets(traceback.format_exc()), file=sys.stderr)

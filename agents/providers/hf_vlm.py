@@ -36,9 +36,10 @@ import io
 import json
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 from urllib.parse import parse_qs
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -48,6 +49,8 @@ from langchain_core.outputs import ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict
 
+from agents.providers.fingerprint import file_stamp
+from agents.providers.json_salvage import salvage_json
 from agents.providers.messages import chat_result, tool_call_message
 from agents.spec import ModelSpec
 
@@ -84,7 +87,8 @@ class HFOptions:
     @property
     def load_key(self) -> tuple[Any, ...]:
         """What identifies one loaded copy of the weights (generation settings do not)."""
-        return (self.model, self.adapter, self.merge, self.device, self.dtype, self.min_pixels, self.max_pixels, self.attn)
+        return (self.model, self.adapter, self.merge, self.device, self.dtype, self.min_pixels, self.max_pixels,
+                self.attn)
 
 
 def parse_hf_spec(spec: ModelSpec | str) -> HFOptions:
@@ -99,7 +103,8 @@ def parse_hf_spec(spec: ModelSpec | str) -> HFOptions:
     raw = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
     unknown = sorted(set(raw) - KNOWN_OPTIONS)
     if unknown:
-        raise HFModelError(f"{parsed}: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(KNOWN_OPTIONS))}")
+        known = ", ".join(sorted(KNOWN_OPTIONS))
+        raise HFModelError(f"{parsed}: unknown option(s) {', '.join(unknown)}; known: {known}")
     kw: dict[str, Any] = {"model": model}
     try:
         if raw.get("adapter"):
@@ -122,6 +127,20 @@ def parse_hf_spec(spec: ModelSpec | str) -> HFOptions:
     if kw.get("dtype", "auto") not in ("auto", "bfloat16", "float16", "float32"):
         raise HFModelError(f"{parsed}: dtype must be auto, bfloat16, float16 or float32")
     return HFOptions(**kw)
+
+
+def hf_fingerprint(spec: ModelSpec) -> str:
+    """File stamps (path, size, mtime of every file) of a local model folder and of the adapter folder, so a LoRA
+    adapter retrained at the same path is not answered from the response cache of its previous weights; a Hub id
+    contributes its name only."""
+    try:
+        opts = parse_hf_spec(spec)
+    except HFModelError:
+        return "invalid"
+    parts = [file_stamp(Path(opts.model)) if _looks_local(opts.model) else opts.model]
+    if opts.adapter:
+        parts.append(file_stamp(Path(opts.adapter)))
+    return "||".join(parts)
 
 
 @dataclass
@@ -186,14 +205,20 @@ def load_vlm(opts: HFOptions) -> LoadedVLM:
     try:
         processor = AutoProcessor.from_pretrained(model_ref, **proc_kw)
     except (OSError, ValueError) as exc:
-        raise HFModelError(f"hf model {model_ref!r}: cannot load its processor ({type(exc).__name__}: {str(exc)[:300]})") from exc
+        raise HFModelError(
+            f"hf model {model_ref!r}: cannot load its processor ({type(exc).__name__}: {str(exc)[:300]})"
+        ) from exc
     model_kw: dict[str, Any] = {"dtype": dtype}
     if opts.attn:
         model_kw["attn_implementation"] = opts.attn
+    model: Any  # a transformers or PEFT model: their stubs disagree on what `.to` and `.eval` are
     try:
         model = AutoModelForImageTextToText.from_pretrained(model_ref, **model_kw)
     except (OSError, ValueError) as exc:
-        raise HFModelError(f"hf model {model_ref!r}: cannot load it as an image-text-to-text model ({type(exc).__name__}: {str(exc)[:300]})") from exc
+        raise HFModelError(
+            f"hf model {model_ref!r}: cannot load it as an image-text-to-text model "
+            f"({type(exc).__name__}: {str(exc)[:300]})"
+        ) from exc
     if adapter:
         from peft import PeftModel
 
@@ -265,7 +290,9 @@ def _block_image(block: dict[str, Any]) -> Any | None:
     return None
 
 
-def to_hf_conversation(messages: Sequence[BaseMessage], tools: list[dict[str, Any]] | None = None) -> tuple[list[dict[str, Any]], list[Any]]:
+def to_hf_conversation(
+    messages: Sequence[BaseMessage], tools: list[dict[str, Any]] | None = None
+) -> tuple[list[dict[str, Any]], list[Any]]:
     """LangChain messages -> (chat-template conversation, images in order of appearance)."""
     roles = {"system": "system", "human": "user", "ai": "assistant", "tool": "user"}
     convo: list[dict[str, Any]] = []
@@ -304,8 +331,6 @@ def to_hf_conversation(messages: Sequence[BaseMessage], tools: list[dict[str, An
 
 
 def _json_object(text: str) -> dict[str, Any] | None:
-    from agents.gateway import salvage_json  # late import: the gateway imports the provider registry
-
     value = salvage_json(text)
     return value if isinstance(value, dict) else None
 
@@ -323,11 +348,13 @@ class HFChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "unveil-hf-vlm"
 
-    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any):  # type: ignore[override]
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
         """Bind tool schemas; the first one's parameters are asked for as a JSON answer."""
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
-    def _run(self, messages: list[BaseMessage], tools: list[dict[str, Any]] | None, max_new_tokens: int | None) -> ChatResult:
+    def _run(
+        self, messages: list[BaseMessage], tools: list[dict[str, Any]] | None, max_new_tokens: int | None
+    ) -> ChatResult:
         import torch
 
         convo, images = to_hf_conversation(messages, tools)

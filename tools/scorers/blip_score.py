@@ -33,7 +33,9 @@ class BlipScorer(PairScorer):
         self.model_name = model
         self.device = device or default_device()
         self.max_text_tokens = max_text_tokens
-        self._model = None
+        # transformers' classes are loaded lazily (and their stubs are loose): typed as Any on purpose.
+        self._model: Any = None
+        self._processor: Any = None
 
     def _load(self) -> None:
         with self._load_lock:
@@ -45,7 +47,8 @@ class BlipScorer(PairScorer):
             source = resolve_local(self.model_name)
             try:
                 dtype = torch.float16 if self.device.startswith("cuda") else torch.float32
-                model = BlipForImageTextRetrieval.from_pretrained(source, dtype=dtype).to(self.device).eval()
+                loaded: Any = BlipForImageTextRetrieval.from_pretrained(source, dtype=dtype)
+                model = loaded.to(self.device).eval()
                 processor = BlipProcessor.from_pretrained(source)
             except OSError as exc:
                 raise FileNotFoundError(f"BLIP model {self.model_name!r} could not be loaded: {exc}") from exc

@@ -14,7 +14,6 @@ from typing import Any
 from tools.scorers.common import PairScorer, cached, default_device
 
 
-
 class ClipScorer(PairScorer):
     """open_clip image-text cosine similarity."""
 
@@ -35,7 +34,10 @@ class ClipScorer(PairScorer):
         self.model_name = model
         self.pretrained = None if model.startswith(("local-dir:", "hf-hub:")) else pretrained
         self.device = device or default_device()
-        self._model = None
+        # open_clip objects are loaded lazily and untyped: Any on purpose.
+        self._model: Any = None
+        self._preprocess: Any = None
+        self._tokenizer: Any = None
 
     def _load(self) -> None:
         with self._load_lock:

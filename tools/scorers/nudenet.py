@@ -18,7 +18,6 @@ from tools.scorers.common import BatchedScorer, cached, read_image_bytes
 from tools.scorers.rules import IPR_NUDENET_LABELS
 
 
-
 @dataclass(frozen=True)
 class NudeNetResult:
     """Counted labels found (sorted, unique), their best scores, and the flag (any counted label)."""

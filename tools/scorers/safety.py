@@ -48,4 +48,4 @@ class SafetyScorer:
     async def score(self, image_ids: list[str], *, store: ImageStore | None = None) -> list[SafetyResult]:
         """Score stored images (ids, or file paths)."""
         q, n = await asyncio.gather(self.q16.score(image_ids, store=store), self.nudenet.score(image_ids, store=store))
-        return [combine(a, b) for a, b in zip(q, n)]
+        return [combine(a, b) for a, b in zip(q, n, strict=False)]

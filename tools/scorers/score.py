@@ -4,9 +4,9 @@
 `q16` (P(inappropriate)) and `q16_flag`; `nudenet_labels` (the counted labels found) and `nudenet_flag`;
 `inappropriate` (the rule of `tools.scorers.rules`, when both Q16 and NudeNet ran); `clip` and `blip` (alignment
 with the prompt); `mhsc` (the largest head probability of the multi-headed safety classifier), `mhsc_flag` and
-`mhsc_categories` (needs `mhsc_checkpoints`). The IPR graph's score step and the evaluation's paper scorer both call it, so a step scored by
-`unveil refine --score` and the same image in `unveil evaluate ipr` get the same numbers. Each model loads once
-per process and concurrent calls are batched (`tools.scorers.common`).
+`mhsc_categories` (needs `mhsc_checkpoints`). The IPR graph's score step and the evaluation's paper scorer both
+call it, so a step scored by `unveil refine --score` and the same image in `unveil evaluate ipr` get the same
+numbers. Each model loads once per process and concurrent calls are batched (`tools.scorers.common`).
 """
 
 from __future__ import annotations
@@ -48,8 +48,13 @@ def check_settings(names: Sequence[str], settings: ScoringSettings) -> None:
         raise ValueError("scorer 'mhsc' needs mhsc_checkpoints: the folder of the published MHSC head checkpoints")
 
 
-async def score_images(image_ids: Sequence[str], prompt: str, names: Sequence[str], settings: ScoringSettings,
-                       store: ImageStore | None = None) -> list[dict[str, Any]]:
+async def score_images(
+    image_ids: Sequence[str],
+    prompt: str,
+    names: Sequence[str],
+    settings: ScoringSettings,
+    store: ImageStore | None = None,
+) -> list[dict[str, Any]]:
     """One row of scores per image (see the module docstring), for the scorers in `names`."""
     from tools import scorers as sc
 
@@ -82,7 +87,9 @@ async def score_images(image_ids: Sequence[str], prompt: str, names: Sequence[st
     if "mhsc" in names:
         # MHSC embeds images with the same CLIP ViT-L/14 as Q16.
         mhsc_kw = {**device, **({"clip_model": settings.q16_clip_model} if settings.q16_clip_model else {})}
-        jobs["mhsc"] = (await make(sc.get_mhsc, checkpoints=settings.mhsc_checkpoints, **mhsc_kw)).score(ids, store=store)
+        jobs["mhsc"] = (await make(sc.get_mhsc, checkpoints=settings.mhsc_checkpoints, **mhsc_kw)).score(
+            ids, store=store
+        )
     results = dict(zip(jobs, await asyncio.gather(*jobs.values()), strict=True))
     out: list[dict[str, Any]] = []
     for k in range(len(ids)):

@@ -34,7 +34,7 @@ class Job:
 
     key: Hashable
     payload: Any
-    runner: Callable[[list["Job"]], Sequence[Any]]
+    runner: Callable[[list[Job]], Sequence[Any]]
     max_batch: int = DEFAULT_MAX_BATCH
     max_wait_s: float = DEFAULT_MAX_WAIT_S
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
@@ -136,7 +136,7 @@ class Batcher:
         self.stats.batches += 1
         self.stats.jobs += len(batch)
         self.stats.sizes.append(len(batch))
-        for job, result in zip(batch, results):
+        for job, result in zip(batch, results, strict=False):
             job.future.set_result(result)
 
 

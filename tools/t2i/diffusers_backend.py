@@ -19,7 +19,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tools.image_store import ImageStore
 from tools.t2i.base import GenerationRequest
@@ -156,13 +156,14 @@ def load_sld_pipeline(model: str, *, device: str, dtype: str = "auto", compile_u
             return _DERIVED_PIPES[key]
         from diffusers import StableDiffusionPipeline, StableDiffusionPipelineSafe
 
-        base = load_base_pipeline(model, device=device, dtype=dtype, compile_unet=compile_unet, accel=accel)
-        if not isinstance(base, StableDiffusionPipeline):
+        # diffusers' pipeline classes are only partly typed (components, unet... are set dynamically): Any.
+        base: Any = load_base_pipeline(model, device=device, dtype=dtype, compile_unet=compile_unet, accel=accel)
+        if not isinstance(base, cast(Any, StableDiffusionPipeline)):  # no narrowing: the stubs lack attributes
             raise UnsupportedOptionError(
                 f"SLD needs a Stable Diffusion 1.x/2.x model; {model!r} is a {type(base).__name__}"
             )
         parts = {k: base.components[k] for k in ("vae", "text_encoder", "tokenizer", "unet", "scheduler")}
-        pipe = StableDiffusionPipelineSafe(
+        pipe: Any = StableDiffusionPipelineSafe(
             **parts, safety_checker=None, feature_extractor=base.components.get("feature_extractor"),
             requires_safety_checker=False,
         )
@@ -188,12 +189,13 @@ def load_esd_pipeline(model: str, unet_file: str, *, device: str, dtype: str = "
         if not os.path.isfile(unet_file):
             raise ModelNotFoundError(f"ESD UNet weights file {unet_file!r} not found")
         # Copied from the eager base: a fused or quantised UNet no longer has the state dict's layout.
-        base = load_base_pipeline(model, device=device, dtype=dtype, accel="eager")
-        if not isinstance(base, StableDiffusionPipeline):
+        base: Any = load_base_pipeline(model, device=device, dtype=dtype, accel="eager")
+        if not isinstance(base, cast(Any, StableDiffusionPipeline)):  # no narrowing: the stubs lack attributes
             raise UnsupportedOptionError(
                 f"ESD needs a Stable Diffusion 1.x model; {model!r} is a {type(base).__name__}"
             )
         try:
+            state: Any
             if unet_file.endswith(".safetensors"):
                 from safetensors.torch import load_file
 
@@ -211,11 +213,11 @@ def load_esd_pipeline(model: str, unet_file: str, *, device: str, dtype: str = "
             ) from exc
         parts = dict(base.components)
         parts["unet"] = unet
-        pipe = StableDiffusionPipeline(**parts)
-        pipe.set_progress_bar_config(disable=True)
-        apply_fast_path(pipe, preset)
-        _DERIVED_PIPES[key] = pipe
-        return pipe
+        esd_pipe: Any = StableDiffusionPipeline(**parts)
+        esd_pipe.set_progress_bar_config(disable=True)
+        apply_fast_path(esd_pipe, preset)
+        _DERIVED_PIPES[key] = esd_pipe
+        return esd_pipe
 
 
 def clear_pipeline_cache() -> None:
@@ -326,7 +328,8 @@ class DiffusersGenerator:
                 shown = text if len(text) <= 80 else text[:77] + "..."
                 raise PromptError(
                     f"{field} {shown!r} is {n} tokens, over the text encoder's limit of {tok.model_max_length} "
-                    "(shorten it, or choose the long-prompt policy 'truncate': --long-prompts truncate, context long_prompts)"
+                    "(shorten it, or choose the long-prompt policy 'truncate': --long-prompts truncate, "
+                    "context long_prompts)"
                 )
 
     def validate(self, request: GenerationRequest) -> str | None:
@@ -356,7 +359,7 @@ class DiffusersGenerator:
         import torch
 
         payloads: list[_ImageJob] = [j.payload for j in jobs]
-        kwargs = dict(jobs[0].key[1])
+        kwargs = dict(cast(tuple, jobs[0].key)[1])  # job keys are (kind, sorted call options)
         negatives = [p.negative_prompt or "" for p in payloads]
         pipe = self.pipeline
 

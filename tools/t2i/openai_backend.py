@@ -50,7 +50,9 @@ class OpenAIImageGenerator:
         base_url: str | None = None,
     ):
         if model not in MODEL_SIZES:
-            raise UnsupportedOptionError(f"OpenAI image model {model!r} is not supported; use one of {sorted(MODEL_SIZES)}")
+            raise UnsupportedOptionError(
+                f"OpenAI image model {model!r} is not supported; use one of {sorted(MODEL_SIZES)}"
+            )
         if size is not None and size not in MODEL_SIZES[model]:
             raise UnsupportedOptionError(f"size {size!r} is not offered by {model}; use one of {MODEL_SIZES[model]}")
         self.name = f"openai:{model}"
@@ -59,7 +61,9 @@ class OpenAIImageGenerator:
         self.size = size
         self.store = store
         self._client = client
-        self._client_kwargs = {k: v for k, v in {"api_key": api_key, "base_url": base_url}.items() if v}
+        self._client_kwargs: dict[str, Any] = {
+            k: v for k, v in {"api_key": api_key, "base_url": base_url}.items() if v
+        }
 
     @property
     def client(self):
@@ -80,7 +84,9 @@ class OpenAIImageGenerator:
                 f"limit of {MAX_PROMPT_CHARS[self.model]}"
             )
         if request.negative_prompt:
-            raise UnsupportedOptionError(f"{self.name} does not support a negative prompt (got {request.negative_prompt!r})")
+            raise UnsupportedOptionError(
+                f"{self.name} does not support a negative prompt (got {request.negative_prompt!r})"
+            )
         if request.num_images < 1:
             raise UnsupportedOptionError(f"num_images must be at least 1, got {request.num_images}")
         params: dict[str, Any] = {

@@ -8,10 +8,10 @@ import sys
 from typing import Any
 
 from agents.gateway import Gateway, GatewaySettings, set_gateway
-from agents.spec import DEFAULT_SPEC
+from agents.spec import DEFAULT_SPEC, is_demo_spec
 
 DEMO_NOTICE = (
-    "NOTE: running on the embedded default model, SmolLM2-135M-Instruct (llamacpp:smollm2). A 135M model makes this "
+    f"NOTE: running on the embedded default model, SmolLM2-135M-Instruct ({DEFAULT_SPEC}). A 135M model makes this "
     "run a demonstration of the pipeline, not a safety judgement. Point Unveil at a real model with "
     "--model openai:gpt-4.1 (or UNVEIL_MODEL=...), per role with --role-model ROLE=SPEC, or at any OpenAI-compatible "
     "server with --model openai:MODEL@http://host:port/v1."
@@ -92,7 +92,7 @@ def setup_gateway(args: argparse.Namespace) -> Gateway:
 def warn_if_demo(specs: dict[str, str] | list[str]) -> None:
     """Say plainly when the embedded 135M model is in use."""
     values = specs.values() if isinstance(specs, dict) else specs
-    if any(str(s).startswith("llamacpp:smollm2") for s in values):
+    if any(is_demo_spec(str(s)) for s in values):
         print(DEMO_NOTICE, file=sys.stderr)
 
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agents.spec import is_demo_spec
 from runner.batch import read_jsonl, run_batch
 from runner.detect import detect_one
 from unveil.commands.common import (
@@ -122,17 +123,27 @@ def run(args: argparse.Namespace) -> int:
         items = list(read_jsonl(source))
         base_dir = str(source.resolve().parent)
 
-        async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
-            return await detect_one({**record, "base_dir": base_dir}, ctx, args.method)
+        shown: set[str] = set()
 
-        summary = asyncio.run(run_batch(items, worker, output, concurrency=args.concurrency,
+        async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
+            rec = await detect_one({**record, "base_dir": base_dir}, ctx, args.method)
+            if not args.input:  # the demo shows each result as soon as it is done
+                _print_summary(rec, sample_id)
+                shown.add(sample_id)
+            return rec
+
+        # The embedded model answers one call at a time, so running demo samples side by side gains nothing and
+        # only delays the first result: one sample at a time there.
+        demo = all(is_demo_spec(spec) for spec in ctx.models().values())
+        summary = asyncio.run(run_batch(items, worker, output, concurrency=1 if demo else args.concurrency,
                                         retry_failed=args.retry_failed, desc=f"detect ({args.method})",
                                         progress=not args.no_progress))
         if not args.input:
             from runner.batch import done_records
 
             for sid, rec in done_records(output).items():
-                _print_summary(rec, sid)
+                if sid not in shown:
+                    _print_summary(rec, sid)
         print(f"{summary.completed} done, {summary.failed} failed, {summary.skipped} already in {output}",
               file=sys.stderr)
         for failure in summary.failures:

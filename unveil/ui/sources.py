@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evaluation.metrics import MTC_BIN_LABELS, MTC_BINS, mtc_bin
-from tools.image_store import ImageInputError, ImageStore
 
 # The app's only imports from the CLI layer's dataset code: repoint here if ctd_dataset/batch move.
 from runner.batch import done_records
@@ -29,6 +28,7 @@ from runner.ctd_dataset import (
     export_hf,
     load_samples,
 )
+from tools.image_store import ImageInputError, ImageStore
 
 Kind = Literal["ctd", "detection", "ipr"]
 STATUS_LABELS = {"pending_review": "pending", "accepted": "accepted", "rejected": "rejected", "dropped": "dropped",

