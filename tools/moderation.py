@@ -8,7 +8,8 @@ in [0, 1]; `flagged` is the API's own verdict.
 
 Spec: `openai:MODEL[@BASE_URL]` (the prefix is optional), e.g. `openai:omni-moderation-latest` or
 `openai:omni-moderation-latest@http://127.0.0.1:8000/v1`. The key comes from `OPENAI_API_KEY` for OpenAI itself,
-from `UNVEIL_OPENAI_API_KEY` (or none) for an endpoint given by `@BASE_URL`. Off by default: the CTD graph uses it only with `moderation=true`.
+from `UNVEIL_OPENAI_API_KEY` (or none) for an endpoint given by `@BASE_URL`. Off by default: the CTD graph uses it
+only with `moderation=true`.
 """
 
 from __future__ import annotations
