@@ -221,7 +221,8 @@ async def test_interrupt_resumes_with_reviewer_decision(tmp_path, tiny_sd):
     assert payload["text"].startswith("CAPTION-A:") and payload["erasure_reason"].startswith("cocaine")
     assert len(payload["votes"]) == 6
     out = await g.ainvoke(Command(resume={"decision": "reject", "note": "too literal"}), cfg, context=ctx)
-    assert out["status"] == "rejected" and (out["review"]["status"], out["review"]["note"]) == ("rejected", "too literal")
+    assert out["status"] == "rejected"
+    assert (out["review"]["status"], out["review"]["note"]) == ("rejected", "too literal")
     assert [r["status"] for r in out["review"]["reviews"]] == ["rejected"]
 
 
