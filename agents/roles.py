@@ -9,7 +9,8 @@ from pydantic import BaseModel
 
 # call role -> (module, schema class); free-text roles (the IPR refiner) have no schema and are listed apart.
 ROLE_SCHEMAS: dict[str, tuple[str, str]] = {
-    "root_extractor": ("agents.tag.roots", "Roots"),
+    "root_extractor.image / root_extractor.text": ("agents.tag.roots", "EntityGraph"),
+    "root_extractor (roots_mode=joint)": ("agents.tag.roots", "Roots"),
     "root_judge": ("agents.tag.judges", "RootVerdict"),
     "expander.visual / expander.textual": ("agents.tag.expander", "Expansion"),
     "pair_screen": ("agents.tag.judges", "Screen"),
@@ -21,6 +22,7 @@ ROLE_SCHEMAS: dict[str, tuple[str, str]] = {
     "judge.informed / judge.blind.<i> / judge.forced": ("agents.ctd.judges", "Vote"),
     "modality_judge.image / modality_judge.text": ("agents.ctd.judges", "ModalityVerdict"),
     "gatekeeper": ("agents.ctd.gatekeeper", "Feedback"),
+    "concept_similarity": ("agents.ctd.similarity", "ConceptSimilarity"),
     "benign_rewriter (CTD --benign)": ("agents.ctd.benign", "BenignText"),
     "labeller (training data)": ("agents.labeller", "LabellerAnswer"),
     "rewriter (text-only baseline)": ("agents.rewriter", "RewrittenPrompt"),

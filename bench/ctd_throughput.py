@@ -63,6 +63,7 @@ def panel_script() -> dict:
         "gatekeeper": [
             {"when": "", "then": {"feedback": "FEEDBACK: every blind judge saw it; hide it deeper", "suggestions": []}}
         ],
+        "concept_similarity": [{"when": "", "then": {"similar": False, "reason": "different hidden risks"}}],
         "judge.informed": [{"when": "", "then": _vote(True)}],
         "judge.forced": [{"when": "", "then": _vote(True)}],
     }

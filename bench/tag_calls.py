@@ -8,8 +8,14 @@ times compare critical paths, not sums.
 
     python bench/tag_calls.py [--latency 0.05] [--l-max 4] [--k-max 6]
 
-Targets: <= 3 calls for a toxic root pair; <= 3*l_max + 2 calls for a benign sample; >= 30x fewer calls than
-naive on benign samples.
+Targets: <= 4 calls for a toxic root pair (two root graphs, the synergy review, the explainer); <= 3*l_max + 3
+calls for a benign sample; >= 30x fewer calls than naive on benign samples.
+
+A second table compares the readings of the paper (docs/tag.md) on the same scripted samples: the root
+concepts from two entity-graph calls (`roots_mode=separate`, the default) or one joint call (`joint`), and
+k_max per layer (`prune=per_layer`, the default) or per node (`per_node`). The `covert` sample hides its toxic
+pair on the least probable path (root -> c2 -> d2 in both trees, path probability 0.04 each), which per-layer
+pruning drops and per-node pruning keeps.
 """
 
 from __future__ import annotations
@@ -32,43 +38,89 @@ from agents.tag.judges import PairJudgement  # noqa: E402
 from agents.tag.roots import Roots  # noqa: E402
 from agents.usage import RunUsage, merge_usage  # noqa: E402
 from graphs.tag import TagContext, graph  # noqa: E402
-from graphs.tag_tree import grow_layer, make_roots, new_pairs  # noqa: E402
+from graphs.tag_tree import (  # noqa: E402
+    Node,  # noqa: E402
+    grow_layer,
+    make_roots,
+    new_pairs,
+)
 
-CHILDREN = [{"concept": f"c{i}", "association": "similarity", "probability": p} for i, p in enumerate((0.5, 0.3, 0.2))]
-GENERIC_EXPANSION = {"expansions": [{"parent_id": "?", "children": CHILDREN} for _ in range(12)]}
+PROBS = (0.5, 0.3, 0.2)
+# Children are named by layer (c0.. under the roots, d0.. under c-nodes, ...): a child equal to its parent is
+# dropped by the tree rules, so every layer needs new names. Each rule matches the parents' concepts in the request.
+LAYER_PREFIXES = "cdefgh"
+
+
+def layer_children(prefix: str) -> list[dict]:
+    """Three children named `prefix`0.. with probabilities 0.5, 0.3, 0.2."""
+    return [{"concept": f"{prefix}{i}", "association": "similarity", "probability": p} for i, p in enumerate(PROBS)]
+
+
+def expander_rules() -> list[dict]:
+    """The expander's answers for every layer (12 parents' worth, matched to parents in order)."""
+    pairs = reversed(list(zip(LAYER_PREFIXES, LAYER_PREFIXES[1:], strict=False)))
+    rules = [{"when": f'"concept": "{parent}',
+              "then": {"expansions": [{"parent_id": "?", "children": layer_children(child)}] * 12}}
+             for parent, child in pairs]
+    return [*rules, {"when": "", "then": {"expansions": [{"parent_id": "?", "children": layer_children("c")}] * 12}}]
 # The naive full search asks every node for k_max children (the paper's Step 2), so each layer holds k_max nodes.
 NAIVE_CHILDREN = [{"concept": f"n{i}", "association": "similarity", "probability": 1 / 6} for i in range(6)]
 NO_PAIRS = {"toxic_pairs": []}
 
 
-def script_for(kind: str) -> dict:
-    """Scripted answers for an overt, medium (toxic pair at layer 2) or benign sample."""
-    toxic_pair = {"toxic_pairs": [{"pair_id": "v2.0|t2.0", "category": "drugs", "reason": "hidden sale"}]}
+IMAGE_GRAPH = {"entities": [{"id": "e1", "name": "white powder",
+                              "attributes": [{"association": "similarity", "value": "crystalline drug"}]},
+                             {"id": "e2", "name": "zip bag", "parent_id": "e1"}],
+               "relations": [{"source_id": "e2", "relation": "holds", "target_id": "e1"}]}
+TEXT_GRAPH = {"entities": [{"id": "e1", "name": "usual number",
+                            "attributes": [{"association": "cultural", "value": "dealer contact"}]}], "relations": []}
+
+
+def covert_pair(prune: str, l_max: int, k_max: int, children: int) -> str:
+    """The pair id of root -> c2 -> d2 in both trees under `prune`, or '' when pruning drops it (simulated with
+    the same expansion answers the graph gets)."""
+    trees: dict[str, list[Node]] = {}
+    for prefix, root in (("v", "white powder"), ("t", "usual number")):
+        nodes = make_roots(prefix, [root])
+        for layer in range(1, min(3, l_max)):
+            frontier = [n for n in nodes if n["layer"] == layer - 1]
+            entries = [{"parent_id": p["id"], "children": layer_children(LAYER_PREFIXES[layer - 1])} for p in frontier]
+            nodes += grow_layer(frontier, entries, layer=layer, prefix=prefix, children_per_parent=children,
+                                k_max=k_max, allowed_types=["similarity"], prune=prune)  # type: ignore[arg-type]
+        trees[prefix] = nodes
+
+    def find(nodes: list[Node]) -> str:
+        by_id = {n["id"]: n for n in nodes}
+        return next((n["id"] for n in nodes if n["layer"] == 2 and n["concept"] == "d2"
+                     and by_id[n["parent"] or ""]["concept"] == "c2"), "")
+
+    v, t = find(trees["v"]), find(trees["t"])
+    return f"{v}|{t}" if v and t else ""
+
+
+def script_for(kind: str, covert: str = "") -> dict:
+    """Scripted answers for an overt, medium (toxic pair at layer 2), covert (toxic pair `covert`) or benign
+    sample."""
+    target = {"medium": "v2.0|t2.0", "covert": covert}.get(kind, "")
+    toxic_pair = {"toxic_pairs": [{"pair_id": target, "category": "drugs", "reason": "hidden sale"}]}
     root_pair = {"toxic_pairs": [{"pair_id": "v0.0|t0.0", "category": "drugs", "reason": "overt"}]}
-    judge_rules = ([{"when": '"v2.0|t2.0"', "then": toxic_pair}] if kind == "medium" else []) + [
-        {"when": "", "then": NO_PAIRS}
-    ]
+    judge_rules = ([{"when": f'"{target}"', "then": toxic_pair}] if target else []) + [{"when": "", "then": NO_PAIRS}]
     # Only the naive detector judges the root pair with the pair judge (TAG uses the synergy review).
     naive_rules = ([{"when": '"v0.0|t0.0"', "then": root_pair}] if kind == "overt" else []) + judge_rules
     return {
+        "root_extractor.image": [{"when": "", "then": IMAGE_GRAPH}],
+        "root_extractor.text": [{"when": "", "then": TEXT_GRAPH}],
         "root_extractor": [{"when": "", "then": {"visual_roots": ["white powder"], "textual_roots": ["usual number"]}}],
         "naive_roots": [{"when": "", "then": {"visual_roots": ["white powder"], "textual_roots": ["usual number"]}}],
-        "root_judge": [
-            {
-                "when": "",
-                "then": {
-                    "toxic": kind == "overt",
-                    "visual_id": "v0.0",
-                    "textual_id": "t0.0",
-                    "category": "drugs",
-                    "reason": "r",
-                },
-            }
-        ],
-        "expander": [{"when": "", "then": GENERIC_EXPANSION}],
+        "root_judge": [{"when": "", "then": {"toxic": kind == "overt", "visual_id": "v0.0", "textual_id": "t0.0",
+                                             "category": "drugs", "reason": "r"}}],
+        "expander": expander_rules(),
         "pair_judge": judge_rules,
         "explainer": [{"when": "", "then": {"explanation": "e", "hidden_meaning": "h"}}],
-        "naive_expander": [{"when": "", "then": {"expansions": [{"parent_id": "?", "children": NAIVE_CHILDREN}]}}],
+        # the naive expander's children are named by layer too (its request carries the layer number)
+        "naive_expander": [{"when": f'<data name="layer">\n{layer}\n', "then": {"expansions": [
+            {"parent_id": "?", "children": [dict(c, concept=f"{c['concept']}.{layer}") for c in NAIVE_CHILDREN]}]}}
+            for layer in range(1, 10)],
         "naive_judge": naive_rules,
     }
 
@@ -85,19 +137,14 @@ async def naive_detect(gw: Gateway, spec: str, l_max: int, k_max: int) -> tuple[
     """Full trees (one call per node), then one call per pair, layer by layer."""
     acc = _Usage()
     sys_prompt = "naive"
-    res = await gw.structured(
-        role="naive_roots", spec=spec, schema=Roots, messages=build_messages(sys_prompt, {"x": "roots"})
-    )
+    res = await gw.structured(role="naive_roots", spec=spec, schema=Roots,
+                              messages=build_messages(sys_prompt, {"x": "roots"}))
     acc.add(res.usage)
     trees = {"v": make_roots("v", res.value.visual_roots), "t": make_roots("t", res.value.textual_roots)}
 
     async def expand_node(prefix: str, node: dict, layer: int) -> list[dict]:
-        r = await gw.structured(
-            role=f"naive_expander.{prefix}",
-            spec=spec,
-            schema=Expansion,
-            messages=build_messages(sys_prompt, {"parent": node["id"], "layer": layer}),
-        )
+        r = await gw.structured(role=f"naive_expander.{prefix}", spec=spec, schema=Expansion,
+                                messages=build_messages(sys_prompt, {"parent": node["id"], "layer": layer}))
         acc.add(r.usage)
         return [dict(e.model_dump(), parent_id=node["id"]) for e in r.value.expansions[:1]]
 
@@ -105,24 +152,13 @@ async def naive_detect(gw: Gateway, spec: str, l_max: int, k_max: int) -> tuple[
         for prefix in ("v", "t"):
             frontier = [n for n in trees[prefix] if n["layer"] == layer - 1]
             entries = await asyncio.gather(*[expand_node(prefix, n, layer) for n in frontier])
-            trees[prefix] += grow_layer(
-                frontier,
-                [e for es in entries for e in es],
-                layer=layer,
-                prefix=prefix,
-                children_per_parent=k_max,
-                k_max=k_max,
-                allowed_types=["similarity"],
-            )
+            trees[prefix] += grow_layer(frontier, [e for es in entries for e in es], layer=layer, prefix=prefix,
+                                        children_per_parent=k_max, k_max=k_max, allowed_types=["similarity"])
 
     async def judge(v: dict, t: dict) -> bool:
         pid = f"{v['id']}|{t['id']}"
-        r = await gw.structured(
-            role="naive_judge",
-            spec=spec,
-            schema=PairJudgement,
-            messages=build_messages(sys_prompt, {"candidate_pairs": [{"pair_id": pid}]}),
-        )
+        r = await gw.structured(role="naive_judge", spec=spec, schema=PairJudgement,
+                                messages=build_messages(sys_prompt, {"candidate_pairs": [{"pair_id": pid}]}))
         acc.add(r.usage)
         return any(p.pair_id == pid for p in r.value.toxic_pairs)
 
@@ -132,6 +168,20 @@ async def naive_detect(gw: Gateway, spec: str, l_max: int, k_max: int) -> tuple[
         if any(verdicts):
             return True, acc.usage  # type: ignore[return-value]
     return False, acc.usage  # type: ignore[return-value]
+
+
+def _totals(usage: RunUsage) -> tuple[int, int]:
+    total = usage["total"]
+    return total["calls"], total["input_tokens"] + total["output_tokens"]
+
+
+async def run_tag(spec: str, concurrency: int, **settings: object) -> tuple[dict, float]:
+    """One TAG detection of the bench sample on its own gateway; (output, wall seconds)."""
+    set_gateway(Gateway(GatewaySettings(cache_path=None, max_concurrency=concurrency)))
+    t0 = time.perf_counter()
+    out = await graph.ainvoke({"image_description": "a bag of white powder", "text": "text the usual number"},
+                              context=TagContext(model=spec, **settings))  # type: ignore[arg-type]
+    return out, time.perf_counter() - t0
 
 
 async def main() -> None:
@@ -146,47 +196,47 @@ async def main() -> None:
     for kind in ("overt", "medium", "benign"):
         path = tmp / f"{kind}.json"
         # naive roles share the TAG script's rules (the pair judge's rules match on the pair id)
-        script = script_for(kind)
-        path.write_text(json.dumps(script))
+        path.write_text(json.dumps(script_for(kind)))
         spec = f"scripted:{path}?latency={args.latency}"
-        gw = Gateway(GatewaySettings(cache_path=None, max_concurrency=args.concurrency))
-        set_gateway(gw)
-        t0 = time.perf_counter()
-        out = await graph.ainvoke(
-            {"image_description": "a bag of white powder", "text": "text the usual number"},
-            context=TagContext(model=spec, l_max=args.l_max, k_max=args.k_max),
-        )
-        tag_wall = time.perf_counter() - t0
+        out, tag_wall = await run_tag(spec, args.concurrency, l_max=args.l_max, k_max=args.k_max)
         gw2 = Gateway(GatewaySettings(cache_path=None, max_concurrency=args.concurrency))
         t0 = time.perf_counter()
         naive_toxic, naive_usage = await naive_detect(gw2, spec, args.l_max, args.k_max)
         naive_wall = time.perf_counter() - t0
-        rows.append(
-            {
-                "sample": kind,
-                "toxic": out["toxic"],
-                "mtc": round(out["mtc"], 4),
-                "tag_calls": out["usage"]["total"]["calls"],
-                "tag_tokens": out["usage"]["total"]["input_tokens"] + out["usage"]["total"]["output_tokens"],
-                "tag_wall_s": round(tag_wall, 2),
-                "naive_toxic": naive_toxic,
-                "naive_calls": naive_usage["total"]["calls"],
-                "naive_tokens": naive_usage["total"]["input_tokens"] + naive_usage["total"]["output_tokens"],
-                "naive_wall_s": round(naive_wall, 2),
-                "calls_ratio": round(naive_usage["total"]["calls"] / max(1, out["usage"]["total"]["calls"]), 1),
-            }
-        )
+        tag_calls, tag_tokens = _totals(out["usage"])
+        naive_calls, naive_tokens = _totals(naive_usage)
+        rows.append({
+            "sample": kind, "toxic": out["toxic"], "mtc": round(out["mtc"], 4),
+            "tag_calls": tag_calls, "tag_tokens": tag_tokens, "tag_wall_s": round(tag_wall, 2),
+            "naive_toxic": naive_toxic, "naive_calls": naive_calls, "naive_tokens": naive_tokens,
+            "naive_wall_s": round(naive_wall, 2), "calls_ratio": round(naive_calls / max(1, tag_calls), 1),
+        })
     cols = list(rows[0])
     print(f"l_max={args.l_max} k_max={args.k_max} latency={args.latency}s/call concurrency={args.concurrency}")
     print(" | ".join(cols))
     for r in rows:
         print(" | ".join(str(r[c]) for c in cols))
     benign = rows[-1]
-    print(
-        f"\ntargets: overt calls {rows[0]['tag_calls']} <= 3: {rows[0]['tag_calls'] <= 3}; "
-        f"benign calls {benign['tag_calls']} <= {3 * args.l_max + 2}: {benign['tag_calls'] <= 3 * args.l_max + 2}; "
-        f"benign ratio {benign['calls_ratio']}x >= 30x: {benign['calls_ratio'] >= 30}"
-    )
+    print(f"\ntargets: overt calls {rows[0]['tag_calls']} <= 4: {rows[0]['tag_calls'] <= 4}; "
+          f"benign calls {benign['tag_calls']} <= {3 * args.l_max + 3}: {benign['tag_calls'] <= 3 * args.l_max + 3}; "
+          f"benign ratio {benign['calls_ratio']}x >= 30x: {benign['calls_ratio'] >= 30}")
+
+    # The paper's readings: roots from two graph calls or one joint call; k_max per layer or per node.
+    configs = [("separate", "per_layer"), ("joint", "per_layer"), ("separate", "per_node")]
+    print("\nreadings (calls / tokens / found MTC; '-' = not found, MTC 1):")
+    kinds = ("overt", "medium", "covert", "benign")
+    print("roots_mode | prune | " + " | ".join(f"{k} calls | {k} tokens | {k} mtc" for k in kinds))
+    for roots_mode, prune in configs:
+        cells = []
+        for kind in kinds:
+            covert = covert_pair(prune, args.l_max, args.k_max, 3) if kind == "covert" else ""
+            path = tmp / f"{kind}-{roots_mode}-{prune}.json"
+            path.write_text(json.dumps(script_for(kind, covert)))
+            out, _ = await run_tag(f"scripted:{path}?latency={args.latency}", args.concurrency, l_max=args.l_max,
+                                   k_max=args.k_max, roots_mode=roots_mode, prune=prune)
+            calls, tokens = _totals(out["usage"])
+            cells += [str(calls), str(tokens), f"{out['mtc']:.4f}" if out["toxic"] else "-"]
+        print(f"{roots_mode} | {prune} | " + " | ".join(cells))
 
 
 if __name__ == "__main__":

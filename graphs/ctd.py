@@ -32,12 +32,21 @@ from agents.ctd.architect import write_scene
 from agents.ctd.eraser import erase
 from agents.ctd.gatekeeper import write_feedback
 from agents.ctd.judges import judge_image_alone, judge_pair, judge_text_alone
+from agents.ctd.similarity import judge_similarity
 from agents.ctd.vocabulary import CATEGORIES, normalize_category
 from agents.gateway import get_gateway
 from agents.spec import redact_spec
 from agents.usage import RunUsage, merge_usage
 from graphs.context import ModelsContext, check_context, strict_init
-from graphs.ctd_rules import GatekeeperRule, decide
+from graphs.ctd_rules import (
+    CONCEPT_CONDITIONS,
+    REVIEW_RULES,
+    GatekeeperRule,
+    ReviewPolicy,
+    compared_votes,
+    decide,
+    review_outcome,
+)
 from tools.image_store import get_image_store
 from tools.t2i.defaults import CTD_GUIDANCE, CTD_SIZE, CTD_STEPS
 from tools.t2i.registry import DEFAULT_CTD_GENERATOR, DEFAULT_LONG_PROMPTS, open_generator
@@ -88,12 +97,12 @@ class CtdContext(ModelsContext):
     require_forced: bool = field(
         default=True, metadata={"description": "The forced-reasoning judge must find the risk."}
     )
-    require_concept_agreement: bool = field(
-        default=True, metadata={"description": "Informed and forced judges must agree."}
-    )
-    concept_level: str = field(
-        default="category",
-        metadata={"description": "Agreement level: category or subcategory.", "choices": ("category", "subcategory")},
+    concept_condition: str = field(default="not_similar", metadata={
+        "description": "Informed vs forced judge's risk concepts, as judged by the concept_similarity role: "
+                       "not_similar (§10.3's wording), similar, or record (judged, never gating).",
+        "choices": CONCEPT_CONDITIONS})
+    concept_similarity_model: str = field(
+        default="", metadata={"description": "Judges concept similarity (empty: model)."}
     )
     modality_check: bool = field(default=True, metadata={"description": "Judge the image alone and the text alone."})
     image_classifiers: list[str] = field(
@@ -103,6 +112,13 @@ class CtdContext(ModelsContext):
             "item_choices": ("nudenet", "q16"),
         },
     )
+    moderation: bool = field(default=False, metadata={
+        "description": "Score the image alone and the text alone with the OpenAI Moderation API (the paper's §4.2 "
+                       "check that each modality is benign); needs OPENAI_API_KEY or a local @base_url."})
+    moderation_spec: str = field(default="openai:omni-moderation-latest", metadata={
+        "description": "Moderation endpoint: openai:MODEL[@BASE_URL]."})
+    moderation_threshold: float = field(default=0.0, metadata={
+        "description": "A modality scoring at or above this is a leak (0: scores are recorded only)."})
     t2i: str = field(default=DEFAULT_T2I, metadata={"description": "Text-to-image generator spec."})
     long_prompts: str = field(
         default=DEFAULT_LONG_PROMPTS,
@@ -124,17 +140,24 @@ class CtdContext(ModelsContext):
             "choices": ("interrupt", "queue", "auto"),
         },
     )
+    min_reviewers: int = field(
+        default=1, metadata={"description": "Reviewers needed per sample (human verification).", "min": 1}
+    )
+    review_rule: str = field(default="unanimous", metadata={
+        "description": "How reviewers combine: unanimous (the paper's; one rejection rejects) or majority.",
+        "choices": REVIEW_RULES})
 
     def rule(self) -> GatekeeperRule:
         """The acceptance rule these settings describe."""
         return GatekeeperRule(
-            require_informed=self.require_informed,
-            require_forced=self.require_forced,
-            require_concept_agreement=self.require_concept_agreement,
-            concept_level="subcategory" if self.concept_level == "subcategory" else "category",
-            min_blind_found=self.min_blind_found,
-            max_blind_found=self.max_blind_found,
+            require_informed=self.require_informed, require_forced=self.require_forced,
+            concept_condition=self.concept_condition,  # type: ignore[arg-type]  # checked by decide()
+            min_blind_found=self.min_blind_found, max_blind_found=self.max_blind_found,
         )
+
+    def review_policy(self) -> ReviewPolicy:
+        """How several reviewers' decisions combine."""
+        return ReviewPolicy(min_reviewers=self.min_reviewers, rule=self.review_rule)  # type: ignore[arg-type]
 
     def roles_in_use(self) -> dict[str, str]:
         """The models a run calls: the named blind judges replace `blind_judge_model`; the modality judge only when
@@ -351,18 +374,43 @@ async def _classifier_flags(names: list[str], image_id: str, store_root: str) ->
     return out
 
 
+async def _moderation(ctx: CtdContext, state: CtdState) -> dict[str, Any] | None:
+    """OpenAI Moderation scores of the image alone and the text alone (None unless `moderation` is on)."""
+    if not ctx.moderation:
+        return None
+    from tools.moderation import get_moderation
+
+    scorer = get_moderation(ctx.moderation_spec)
+    image, text = await asyncio.gather(scorer.score_image(state["image_id"], await _store(ctx)),
+                                       scorer.score_text(state["text"]))
+    return {"model": ctx.moderation_spec, "image": image.as_dict(), "text": text.as_dict()}
+
+
+def _moderation_leaks(ctx: CtdContext, moderation: dict[str, Any] | None) -> list[str]:
+    if not moderation or ctx.moderation_threshold <= 0:
+        return []
+    return [f"the {m} alone scored {moderation[m]['score']:.3g} on the moderation API (threshold "
+            f"{ctx.moderation_threshold:g})"
+            for m in ("image", "text") if moderation[m]["score"] >= ctx.moderation_threshold]
+
+
 async def modality_check(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
-    """The image alone and the text alone must each be benign (judge role, plus image classifiers if set)."""
+    """The image alone and the text alone must each be benign (judge role, plus image classifiers if set); with
+    `moderation` on, each is also scored by the moderation API (recorded; a leak at `moderation_threshold`)."""
     ctx = runtime.context
     if not ctx.modality_check:
-        return {"modality": {"round": state["rounds"], "leak": False, "detail": "check disabled"}}
+        moderation = await _moderation(ctx, state)
+        leaks = _moderation_leaks(ctx, moderation)
+        return {"modality": {"round": state["rounds"], "leak": bool(leaks),
+                             "detail": "; ".join(leaks) or "check disabled", "moderation": moderation}}
     gateway = get_gateway()
     spec = ctx.spec_for("modality_judge")
     store = await _store(ctx)
-    image_v, text_v, flags = await asyncio.gather(
+    image_v, text_v, flags, moderation = await asyncio.gather(
         judge_image_alone(gateway, spec, image=_image(state), store=store),
         judge_text_alone(gateway, spec, text=state["text"]),
         _classifier_flags(ctx.image_classifiers, state["image_id"], ctx.image_store),
+        _moderation(ctx, state),
     )
     flagged = [name for name, res in flags.items() if isinstance(res, dict) and res.get("flag")]
     leaks = []
@@ -372,6 +420,7 @@ async def modality_check(state: CtdState, runtime: Runtime[CtdContext]) -> dict[
         leaks.append(f"the text alone was judged harmful ({text_v.value.reason})")
     if flagged:
         leaks.append(f"image classifiers flagged the image: {', '.join(flagged)}")
+    leaks += _moderation_leaks(ctx, moderation)
     return {
         "modality": {
             "round": state["rounds"],
@@ -380,6 +429,7 @@ async def modality_check(state: CtdState, runtime: Runtime[CtdContext]) -> dict[
             "image": image_v.value.model_dump(),
             "text": text_v.value.model_dump(),
             "classifiers": flags or None,
+            "moderation": moderation,
         },
         "usage": merge_usage(image_v.usage, text_v.usage),
     }
@@ -428,9 +478,22 @@ def round_votes(state: CtdState) -> list[dict[str, Any]]:
 
 
 async def gatekeeper(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
-    """Apply the acceptance rule (in code) to this attempt's votes."""
-    decision = decide(round_votes(state), runtime.context.rule(), target_category=state.get("category"))
-    return {"decision": {"round": state["rounds"], **decision.as_dict()}}
+    """Apply the acceptance rule (in code) to this attempt's votes, after the `concept_similarity` role has judged
+    whether the informed and forced judges' risk concepts are similar (when both found a risk)."""
+    votes = round_votes(state)
+    pair = compared_votes(votes)
+    update: dict[str, Any] = {}
+    similarity: dict[str, Any] | None = None
+    if pair is not None:
+        result = await judge_similarity(get_gateway(), runtime.context.spec_for("concept_similarity"),
+                                        first=dict(pair[0]), second=dict(pair[1]))
+        similarity = result.value.model_dump()
+        update["usage"] = result.usage
+    decision = decide(votes, runtime.context.rule(), similar=similarity["similar"] if similarity else None,
+                      target_category=state.get("category"))
+    update["decision"] = {"round": state["rounds"], **decision.as_dict(),
+                          "similarity_reason": similarity["reason"] if similarity else None}
+    return update
 
 
 def route_gatekeeper(state: CtdState, runtime: Runtime[CtdContext]) -> Literal["human_review", "feedback", "drop"]:
@@ -507,7 +570,8 @@ def thumbnail_data_url(store: Any, image_id: str) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-REVIEW_QUESTION = "Approve this sample? Resume with {'decision': 'approve'|'reject', 'note': '...'}"
+REVIEW_QUESTION = ("Approve this sample? Resume with {'decision': 'approve'|'reject', 'note': '...', "
+                   "'reviewer': '...'} (or a list of such answers, one per reviewer)")
 
 
 def review_payload(state: CtdState, *, thumbnail: str | None = None, error: str | None = None) -> dict[str, Any]:
@@ -533,7 +597,7 @@ def review_payload(state: CtdState, *, thumbnail: str | None = None, error: str 
 
 
 def parse_review(answer: Any) -> dict[str, str]:
-    """A reviewer's answer (a dict, or a bare 'approve'/'reject' string) as {status, note}."""
+    """A reviewer's answer (a dict, or a bare 'approve'/'reject' string) as {status, note, reviewer}."""
     if isinstance(answer, str):
         answer = {"decision": answer}
     if not isinstance(answer, dict):
@@ -545,7 +609,20 @@ def parse_review(answer: Any) -> dict[str, str]:
         status = "rejected"
     else:
         raise ValueError(f"review answer: decision must be 'approve' or 'reject', got {answer.get('decision')!r}")
-    return {"status": status, "note": str(answer.get("note", ""))[:2000]}
+    reviewer = str(answer.get("reviewer") or "")[:200]
+    return {"status": status, "note": str(answer.get("note", ""))[:2000], "reviewer": reviewer}
+
+
+def parse_reviews(answer: Any) -> list[dict[str, str]]:
+    """One resume value as a list of reviews: a list of answers (several reviewers at once) or a single one."""
+    return [parse_review(a) for a in answer] if isinstance(answer, list) else [parse_review(answer)]
+
+
+def combined_review(reviews: list[dict[str, str]], policy: ReviewPolicy) -> dict[str, Any]:
+    """The sample's `review` record: the outcome under `policy`, the last note, and every reviewer's decision."""
+    outcome = review_outcome(reviews, policy)
+    return {"status": outcome, "note": reviews[-1]["note"] if reviews else "", "reviews": reviews,
+            "rule": policy.rule, "min_reviewers": policy.min_reviewers}
 
 
 async def human_review(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
@@ -566,15 +643,27 @@ async def human_review(state: CtdState, runtime: Runtime[CtdContext]) -> dict[st
             thumbnail = await asyncio.to_thread(thumbnail_data_url, store, state["image_id"])
         except Exception as exc:  # noqa: BLE001 - the reviewer still gets the path; the review must not fail
             log.warning("no thumbnail for %s: %s", state.get("image_id"), exc)
+    # Several reviewers: each resume adds one review (or a list of them) until the policy decides; an invalid
+    # answer is asked again with its error. Every interrupt() of this node is answered in order when it re-runs.
+    policy = runtime.context.review_policy()
+    reviews: list[dict[str, str]] = []
     error: str | None = None
     while True:  # ends: an interrupt() with no resume value left suspends the run
-        answer = interrupt(review_payload(state, thumbnail=thumbnail, error=error))
+        payload = review_payload(state, thumbnail=thumbnail, error=error)
+        if reviews:
+            payload["reviews_so_far"] = reviews
+            payload["question"] = (f"Another reviewer is needed ({policy.rule}, at least {policy.min_reviewers}). "
+                                   + REVIEW_QUESTION)
+        answer = interrupt(payload)
         try:
-            review = parse_review(answer)
+            reviews += parse_reviews(answer)
         except ValueError as exc:
             error = str(exc)
             continue
-        return {"status": "accepted" if review["status"] == "approved" else "rejected", "review": review}
+        error = None
+        if review_outcome(reviews, policy) != "pending":
+            review = combined_review(reviews, policy)
+            return {"status": "accepted" if review["status"] == "approved" else "rejected", "review": review}
 
 
 builder = StateGraph(CtdState, context_schema=CtdContext, input_schema=CtdInput, output_schema=CtdOutput)

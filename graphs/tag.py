@@ -20,15 +20,26 @@ from typing_extensions import TypedDict
 
 from agents.content import ImagePart
 from agents.gateway import get_gateway
-from agents.tag.expander import expand_layer
+from agents.tag.expander import MAX_PARENTS_PER_CALL, expand_layer
 from agents.tag.explainer import explain
 from agents.tag.judges import judge_pairs, judge_roots, screen_pairs
-from agents.tag.roots import extract_roots
+from agents.tag.roots import ROOTS_MODES, extract_graph, extract_roots, graph_of_roots, normalize_graph, roots_of
 from agents.tag.types import ASSOCIATION_TYPES
 from agents.usage import RunUsage, merge_usage
 from graphs.context import ModelsContext, check_context, strict_init
 from graphs.ingest import ingest_pair
-from graphs.tag_tree import Node, best_pair, grow_layer, joint_probability, make_roots, mtc_score, new_pairs, path_of
+from graphs.tag_tree import (
+    PRUNE_MODES,
+    Node,
+    _assign_entries,
+    best_pair,
+    grow_layer,
+    joint_probability,
+    make_roots,
+    mtc_score,
+    new_pairs,
+    path_of,
+)
 from tools.image_store import get_image_store
 
 
@@ -46,8 +57,15 @@ class TagContext(ModelsContext):
     explainer_model: str = field(default="", metadata={"description": "Model that writes the explanation."})
     l_max: int = field(default=4, metadata={"description": "Layers per tree, counting the roots.", "min": 1})
     k_max: int = field(
-        default=6, metadata={"description": "Nodes kept per layer (by cumulative path probability).", "min": 1}
+        default=6, metadata={"description": "Nodes per layer (prune=per_layer) or children per node (per_node).",
+                             "min": 1}
     )
+    prune: str = field(default="per_layer", metadata={
+        "description": "per_layer: the k_max most probable nodes of each layer (§7); per_node: up to k_max "
+                       "children per node, no layer cap (§3.2). See docs/tag.md.", "choices": PRUNE_MODES})
+    roots_mode: str = field(default="separate", metadata={
+        "description": "separate: an entity-graph call per modality (the paper's); joint: one literal-concepts call.",
+        "choices": ROOTS_MODES})
     children_per_parent: int = field(default=3, metadata={"description": "Children asked for per parent.", "min": 1})
     association_types: list[str] = field(
         default_factory=lambda: list(ASSOCIATION_TYPES),
@@ -92,6 +110,7 @@ class TagOutput(TypedDict, total=False):
     pairs_judged: int
     visual: list[Node]
     textual: list[Node]
+    entity_graphs: dict[str, Any]
     image_id: str | None
     image_path: str | None
     usage: Annotated[RunUsage, merge_usage]
@@ -143,39 +162,42 @@ async def ingest(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any
 
 
 async def roots(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
-    """Root concepts of both modalities in one call."""
+    """Root concepts: an entity-relation graph per modality from two concurrent calls (`separate`, the paper's),
+    or literal concepts of both modalities from one call (`joint`)."""
     ctx = runtime.context
-    result = await extract_roots(
-        get_gateway(),
-        ctx.spec_for("root_extractor"),
-        text=state["text"],
-        image=_image_part(state),
-        store=get_image_store(ctx.image_store or None),
-    )
-    visual, textual = make_roots("v", result.value.visual_roots), make_roots("t", result.value.textual_roots)
+    gateway, spec = get_gateway(), ctx.spec_for("root_extractor")
+    store = get_image_store(ctx.image_store or None)
+    if ctx.roots_mode == "joint":
+        joint = await extract_roots(gateway, spec, text=state["text"], image=_image_part(state), store=store)
+        concepts = {"visual": joint.value.visual_roots, "textual": joint.value.textual_roots}
+        graphs = {m: graph_of_roots(c) for m, c in concepts.items()}
+        usage = joint.usage
+    elif ctx.roots_mode == "separate":
+        image_graph, text_graph = await asyncio.gather(
+            extract_graph(gateway, spec, modality="visual", text=state["text"], image=_image_part(state), store=store),
+            extract_graph(gateway, spec, modality="textual", text=state["text"], image=_image_part(state), store=store),
+        )
+        graphs = {"visual": normalize_graph(image_graph.value), "textual": normalize_graph(text_graph.value)}
+        concepts = {"visual": roots_of(graphs["visual"]) or ["(unnamed image content)"],
+                    "textual": roots_of(graphs["textual"]) or ["(unnamed text content)"]}
+        usage = merge_usage(image_graph.usage, text_graph.usage)
+    else:
+        raise ValueError(f"roots_mode: {ctx.roots_mode!r} is not one of separate, joint")
+    visual, textual = make_roots("v", concepts["visual"]), make_roots("t", concepts["textual"])
     return {
-        "roots": {"visual": result.value.visual_roots, "textual": result.value.textual_roots},
-        "visual": visual,
-        "textual": textual,
-        "layer": 0,
+        "roots": concepts, "entity_graphs": graphs,
+        "visual": visual, "textual": textual, "layer": 0,
         "frontier": {"visual": [n["id"] for n in visual], "textual": [n["id"] for n in textual]},
-        "finding": None,
-        "pairs_judged": 0,
-        "usage": result.usage,
+        "finding": None, "pairs_judged": 0, "usage": usage,
     }
 
 
 async def synergy_review(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
-    """Judge the root pair without associations; a toxic root pair has MTC 0."""
+    """Judge the root pair without associations, on the entity-relation graphs; a toxic root pair has MTC 0."""
     ctx = runtime.context
     result = await judge_roots(
-        get_gateway(),
-        ctx.spec_for("pair_judge"),
-        text=state["text"],
-        visual=state["visual"],
-        textual=state["textual"],
-        image=_image_part(state),
-        store=get_image_store(ctx.image_store or None),
+        get_gateway(), ctx.spec_for("pair_judge"), text=state["text"], visual=state["visual"], textual=state["textual"],
+        graphs=state.get("entity_graphs"),
     )
     verdict = result.value
     update: dict[str, Any] = {"usage": result.usage, "pairs_judged": len(state["visual"]) * len(state["textual"])}
@@ -201,29 +223,31 @@ async def expand(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any
         frontier = [n for n in nodes if n["id"] in set(state["frontier"][modality])]
         if not frontier:
             return [], None  # type: ignore[return-value]
-        parents = [
-            {"id": p["id"], "concept": p["concept"], "path": " -> ".join(x["concept"] for x in path_of(nodes, p["id"]))}
-            for p in frontier
-        ]
-        result = await expand_layer(
-            gateway,
-            spec,
-            modality=modality,
-            parents=parents,
-            roots=state["roots"],
-            children_per_parent=ctx.children_per_parent,
-            association_types=ctx.association_types,
-        )
+        # A layer wider than one call holds (per_node pruning) is asked in chunks; each chunk's answers are tied to
+        # its own parents before the layer is grown as a whole.
+        chunks = [frontier[i : i + MAX_PARENTS_PER_CALL] for i in range(0, len(frontier), MAX_PARENTS_PER_CALL)]
+        asked = (min(ctx.children_per_parent, ctx.k_max) if ctx.prune == "per_node" else ctx.children_per_parent)
+        results = await asyncio.gather(*[
+            expand_layer(
+                gateway, spec, modality=modality, roots=state["roots"], children_per_parent=asked,
+                association_types=ctx.association_types,
+                parents=[{"id": p["id"], "concept": p["concept"],
+                          "path": " -> ".join(x["concept"] for x in path_of(nodes, p["id"]))} for p in chunk],
+                call_role=f"expander.{modality}" if i == 0 else f"expander.{modality}.{i}",
+            )
+            for i, chunk in enumerate(chunks)
+        ])
+        entries: list[dict[str, Any]] = []
+        usage: RunUsage | None = None
+        for chunk, result in zip(chunks, results, strict=True):
+            assigned = _assign_entries(chunk, [e.model_dump() for e in result.value.expansions])
+            entries += [{"parent_id": pid, "children": children} for pid, children in assigned.items()]
+            usage = merge_usage(usage, result.usage)
         grown = grow_layer(
-            frontier,
-            [e.model_dump() for e in result.value.expansions],
-            layer=layer,
-            prefix=prefix,
-            children_per_parent=ctx.children_per_parent,
-            k_max=ctx.k_max,
-            allowed_types=ctx.association_types,
+            frontier, entries, layer=layer, prefix=prefix, children_per_parent=ctx.children_per_parent,
+            k_max=ctx.k_max, allowed_types=ctx.association_types, prune=ctx.prune,  # type: ignore[arg-type]
         )
-        return grown, result.usage
+        return grown, usage  # type: ignore[return-value]
 
     (new_v, use_v), (new_t, use_t) = await asyncio.gather(grow("visual", "v"), grow("textual", "t"))
     return {
@@ -269,19 +293,13 @@ async def judge_layer(state: TagState, runtime: Runtime[TagContext]) -> dict[str
         usage = screened.usage
         candidates = [p for p in dict.fromkeys(screened.value.suspicious_pair_ids) if p in listed][: ctx.screen_limit]
     chunks = [candidates[i : i + ctx.max_pairs_per_call] for i in range(0, len(candidates), ctx.max_pairs_per_call)]
-    results = await asyncio.gather(
-        *[
-            judge_pairs(
-                gateway,
-                ctx.spec_for("pair_judge"),
-                text=state["text"],
-                roots=state["roots"],
-                pairs=[describe(p) for p in chunk],
-                call_role="pair_judge" if i == 0 else f"pair_judge.{i}",
-            )
-            for i, chunk in enumerate(chunks)
-        ]
-    )
+    store = get_image_store(ctx.image_store or None)
+    results = await asyncio.gather(*[
+        judge_pairs(gateway, ctx.spec_for("pair_judge"), text=state["text"], roots=state["roots"],
+                    pairs=[describe(p) for p in chunk], call_role="pair_judge" if i == 0 else f"pair_judge.{i}",
+                    graphs=state.get("entity_graphs"), image=_image_part(state), store=store)
+        for i, chunk in enumerate(chunks)
+    ])
     confirmed: dict[str, Any] = {}
     for res, chunk in zip(results, chunks, strict=True):
         usage = merge_usage(usage, res.usage)

@@ -7,9 +7,15 @@ Kept free of model calls so every rule can be tested on hand-built trees.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 from typing_extensions import TypedDict
+
+# How k_max bounds a tree (see docs/tag.md): "per_layer" keeps the k_max most probable nodes of each layer (§7's
+# complexity analysis, "k_max ... the maximum node capacity of each layer"); "per_node" keeps up to k_max
+# children of every parent and no layer cap (§3.2 Step 2, "up to k_max ... child nodes").
+Prune = Literal["per_node", "per_layer"]
+PRUNE_MODES: tuple[str, ...] = ("per_layer", "per_node")
 
 
 class Node(TypedDict):
@@ -60,10 +66,18 @@ def grow_layer(
     children_per_parent: int,
     k_max: int,
     allowed_types: Iterable[str],
+    prune: Prune = "per_layer",
 ) -> list[Node]:
-    """The next layer: each parent's valid children normalised to sum 1, then the k_max most probable by
-    cumulative path probability (ties keep the parents' order). Children with an empty concept, a repeated one,
-    one equal to the parent, or a type outside `allowed_types` are dropped."""
+    """The next layer: each parent's valid children (at most `children_per_parent`) normalised to sum 1, then
+
+    - `per_layer`: the k_max most probable of the whole layer by cumulative path probability;
+    - `per_node`: every parent's children, at most k_max per parent (no cap on the layer).
+
+    Nodes are numbered by cumulative path probability (ties keep the parents' order). Children with an empty
+    concept, a repeated one, one equal to the parent, or a type outside `allowed_types` are dropped."""
+    if prune not in PRUNE_MODES:
+        raise ValueError(f"prune: {prune!r} is not one of {', '.join(PRUNE_MODES)}")
+    per_parent = min(children_per_parent, k_max) if prune == "per_node" else children_per_parent
     allowed = set(allowed_types)
     candidates: list[tuple[float, int, Node]] = []
     order = 0
@@ -79,7 +93,7 @@ def grow_layer(
                 continue
             seen.add(key)
             kept.append(child)
-            if len(kept) >= children_per_parent:
+            if len(kept) >= per_parent:
                 break
         if not kept:
             continue
@@ -101,7 +115,8 @@ def grow_layer(
             order += 1
     candidates.sort(key=lambda c: (-c[0], c[1]))
     out: list[Node] = []
-    for j, (_, _, node) in enumerate(candidates[:k_max]):
+    kept_nodes = candidates[:k_max] if prune == "per_layer" else candidates
+    for j, (_, _, node) in enumerate(kept_nodes):
         node["id"] = f"{prefix}{layer}.{j}"
         out.append(node)
     return out

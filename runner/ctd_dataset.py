@@ -33,7 +33,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -241,7 +241,9 @@ def review_item(rec: dict[str, Any]) -> dict[str, Any]:
                   for v in rec.get("votes", []) if v.get("round") == last],
         # the benign counterpart is approved or rejected with its pair, so the reviewer checks it too
         "benign_text": (rec.get("benign") or {}).get("text"), "mtc": rec.get("mtc"),
-        "decision": "", "note": "",
+        "reviews_so_far": [{k: r.get(k) for k in ("reviewer", "status", "note")}
+                           for r in (rec.get("review") or {}).get("reviews") or []],
+        "decision": "", "note": "", "reviewer": "",
     }
 
 
@@ -306,53 +308,70 @@ def default_reviewer() -> str:
         return "unknown"
 
 
-def apply_reviews(dataset_dir: str | os.PathLike[str], decisions: dict[str, dict[str, Any]], *,
-                  reviewer: str | None = None) -> dict[str, int]:
-    """Apply reviewer decisions ({id: {decision: approve|reject|note, note, reviewer?}}) under the folder lock.
+def apply_reviews(
+    dataset_dir: str | os.PathLike[str],
+    decisions: Mapping[str, dict[str, Any] | list[dict[str, Any]]],
+    *,
+    reviewer: str | None = None,
+    min_reviewers: int = 1,
+    rule: str = "unanimous",
+) -> dict[str, int]:
+    """Apply reviewer decisions ({id: {decision: approve|reject|note, note, reviewer?}}, or {id: [one per
+    reviewer]}) under the folder lock.
 
-    A pending sample becomes accepted or rejected, its `review` keeping the decision, note, reviewer and time; every
-    decision also joins the record's `review_history` and `DIR/decisions.jsonl`. A decision on a sample another
-    reviewer already decided is not applied but kept in the history (`applied: false`), so it is never lost; a
-    `note` decision adds a note without deciding. Updated records are appended to `samples.jsonl` (the last record
-    of an id wins, as everywhere), so a concurrent `unveil generate` appending its own records loses nothing.
-    Returns how many were approved, rejected, noted, kept as conflicts, and skipped (unknown id or empty)."""
-    from graphs.ctd import parse_review  # the one parser of review answers, shared with the interrupt path
+    Several reviewers (the TAG paper's unanimous confirmation, §4.1): every approve/reject on a pending sample joins
+    its `review.reviews` list (reviewer, note, time), and the sample is accepted or rejected once the reviews decide
+    under the policy (`min_reviewers`, `rule`: see `graphs.ctd_rules.ReviewPolicy`); until then it stays pending.
+    Every decision also joins the record's `review_history` and `DIR/decisions.jsonl`. A decision on a sample that
+    is already decided is not applied but kept in the history (`applied: false`), so it is never lost; a `note`
+    decision adds a note without deciding. Updated records are appended to `samples.jsonl` (the last record of an
+    id wins, as everywhere), so a concurrent `unveil generate` appending its own records loses nothing.
+    Returns how many decisions approved or rejected a sample, left it pending (more reviewers needed), were notes,
+    were kept as conflicts, and were skipped (unknown id or empty)."""
+    # The one parser of review answers and the one review policy, shared with the interrupt path.
+    from graphs.ctd import combined_review, parse_review
+    from graphs.ctd_rules import ReviewPolicy
 
+    policy = ReviewPolicy(min_reviewers=min_reviewers, rule=rule)  # type: ignore[arg-type]
     root = Path(dataset_dir)
-    counts = {"approved": 0, "rejected": 0, "noted": 0, "conflicts": 0, "skipped": 0}
+    counts = {"approved": 0, "rejected": 0, "pending": 0, "noted": 0, "conflicts": 0, "skipped": 0}
     with dataset_lock(root):
         records = load_samples(root)
         changed: dict[str, dict[str, Any]] = {}
         log: list[dict[str, Any]] = []
-        for sid, answer in decisions.items():
-            rec = records.get(sid)
-            decision = str((answer or {}).get("decision", "")).strip().lower()
-            if rec is None or not decision:
-                counts["skipped"] += 1
-                continue
-            who = str((answer or {}).get("reviewer") or reviewer or default_reviewer())[:200]
-            now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-            note = str((answer or {}).get("note", ""))[:2000]
-            entry: dict[str, Any] = {"decision": decision, "note": note, "reviewer": who, "time": now}
-            if decision == "note":
-                counts["noted"] += 1
-            elif rec.get("status") == "pending_review":
-                review = {**parse_review(answer), "reviewer": who, "time": now}
-                rec["review"] = review
-                rec["status"] = "accepted" if review["status"] == "approved" else "rejected"
-                entry["decision"] = "approve" if review["status"] == "approved" else "reject"
-                counts[review["status"]] += 1
-            else:
-                status = parse_review(answer)["status"]
-                current = rec.get("review") or {}
-                if current.get("status") == status and current.get("note", "") == note:
-                    counts["skipped"] += 1  # the same decision applied again (a rerun of one decisions file)
+        for sid, answers in decisions.items():
+            for answer in answers if isinstance(answers, list) else [answers]:
+                rec = records.get(sid)
+                decision = str((answer or {}).get("decision", "")).strip().lower()
+                if rec is None or not decision:
+                    counts["skipped"] += 1
                     continue
-                entry.update(applied=False, conflict_with={k: current.get(k) for k in ("status", "reviewer", "time")})
-                counts["conflicts"] += 1
-            rec["review_history"] = [*rec.get("review_history", []), entry]
-            changed[sid] = rec
-            log.append({"id": sid, **entry})
+                who = str((answer or {}).get("reviewer") or reviewer or default_reviewer())[:200]
+                now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+                note = str((answer or {}).get("note", ""))[:2000]
+                entry: dict[str, Any] = {"decision": decision, "note": note, "reviewer": who, "time": now}
+                if decision == "note":
+                    counts["noted"] += 1
+                elif rec.get("status") == "pending_review":
+                    one = {**parse_review(answer), "reviewer": who, "time": now}
+                    review = combined_review([*(rec.get("review") or {}).get("reviews", []), one], policy)
+                    rec["review"] = {**review, "reviewer": who, "time": now}
+                    if review["status"] != "pending":
+                        rec["status"] = "accepted" if review["status"] == "approved" else "rejected"
+                    entry["decision"] = "approve" if one["status"] == "approved" else "reject"
+                    counts[review["status"]] += 1
+                else:
+                    status = parse_review(answer)["status"]
+                    current = rec.get("review") or {}
+                    if current.get("status") == status and current.get("note", "") == note:
+                        counts["skipped"] += 1  # the same decision applied again (a rerun of one decisions file)
+                        continue
+                    entry.update(applied=False,
+                                 conflict_with={k: current.get(k) for k in ("status", "reviewer", "time")})
+                    counts["conflicts"] += 1
+                rec["review_history"] = [*rec.get("review_history", []), entry]
+                changed[sid] = rec
+                log.append({"id": sid, **entry})
         if changed:
             _append_lines(root / SAMPLES, [{**r, "id": sid} for sid, r in changed.items()])
             _append_lines(root / DECISIONS, log)
@@ -365,18 +384,34 @@ def _append_lines(path: Path, records: list[dict[str, Any]]) -> None:
     append_lines(path, "".join(json.dumps(r, ensure_ascii=True) + "\n" for r in records).encode("ascii"))
 
 
-def read_decisions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
-    """Reviewer decisions from a JSONL file (the review queue with `decision` and `note` filled in)."""
-    out: dict[str, dict[str, Any]] = {}
+def moderation_summary(dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The paper's benign-modality statistic (§4.2) over the usable samples scored by the moderation API: the
+    mean moderation score and flagged fraction of the images and of the texts (their last round's scores)."""
+    from tools.moderation import mean_scores
+
+    records = [r for r in load_samples(dataset_dir).values() if is_usable(r)]
+    return mean_scores([(r.get("modality") or {}).get("moderation") or {} for r in records])
+
+
+def read_decisions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any] | list[dict[str, Any]]]:
+    """Reviewer decisions from a JSONL file (the review queue with `decision`, `note` and `reviewer` filled in), by
+    sample id; several lines for one id (several reviewers) become a list, in file order."""
+    out: dict[str, dict[str, Any] | list[dict[str, Any]]] = {}
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"decisions {str(path)!r}: file not found")
     for lineno, rec in read_jsonl_records(p):
         if "id" not in rec:
             raise ValueError(f"{path} line {lineno}: expected an object with an id")
-        out[str(rec["id"])] = {"decision": rec.get("decision", ""), "note": rec.get("note", "")}
+        decision: dict[str, Any] = {"decision": rec.get("decision", ""), "note": rec.get("note", "")}
         if rec.get("reviewer"):
-            out[str(rec["id"])]["reviewer"] = str(rec["reviewer"])
+            decision["reviewer"] = str(rec["reviewer"])
+        sid = str(rec["id"])
+        if sid not in out:
+            out[sid] = decision
+        else:
+            earlier = out[sid]
+            out[sid] = [*(earlier if isinstance(earlier, list) else [earlier]), decision]
     return out
 
 

@@ -419,6 +419,7 @@ class UnveilAnswers:
 STRUCTURED_ANSWERS: dict[str, dict[str, Any]] = {
     "VanillaVerdict": {"toxic": False, "reason": "an ordinary pair"},
     "Roots": {"visual_roots": ["kitchen table"], "textual_roots": ["baking"]},
+    "EntityGraph": {"entities": [{"id": "e1", "name": "kitchen table"}], "relations": []},
     "RootVerdict": {"toxic": False, "visual_id": None, "textual_id": None, "category": "", "reason": "benign"},
     "Expansion": {
         "expansions": [
@@ -449,6 +450,7 @@ STRUCTURED_ANSWERS: dict[str, dict[str, Any]] = {
         "association_type": "similarity",
     },
     "ModalityVerdict": {"harmful": False, "category": None, "reason": "ordinary content"},
+    "ConceptSimilarity": {"similar": False, "reason": "different risks"},
     "Feedback": {"feedback": "make the hint a little clearer", "suggestions": []},
 }
 

@@ -128,7 +128,8 @@ async def test_no_image_bytes_in_any_checkpoint(tmp_path: Path, write_script, ga
     Image.effect_noise((64, 64), 50).convert("RGB").save(img)
     spec = write_script(
         {
-            "root_extractor": [{"visual_roots": ["noise"], "textual_roots": ["static"]}],
+            "root_extractor.image": [{"entities": [{"name": "noise"}]}],
+            "root_extractor.text": [{"entities": [{"name": "static"}]}],
             "root_judge": [{"toxic": False}],
             "expander": [
                 {

@@ -47,6 +47,9 @@ def vote(has_risk: bool, category: str = "drugs") -> dict[str, Any]:
 
 
 BENIGN = {"harmful": False, "category": None, "reason": "ordinary content"}
+# The concept_similarity role's verdict on the informed and forced judges' concepts (not similar: accepted by
+# the default concept condition).
+DISSIMILAR = {"similar": False, "reason": "the forced judge traced a different hidden risk"}
 HARMFUL = {"harmful": True, "category": "drugs", "reason": "openly offers drugs"}
 
 
@@ -80,6 +83,7 @@ def base_script(eraser_answers: list[Any], gatekeeper: list[Any] | None = None) 
         "eraser": eraser_answers,
         "modality_judge": [{"when": "", "then": BENIGN}],
         "gatekeeper": gatekeeper or [],
+        "concept_similarity": [{"when": "", "then": DISSIMILAR}],
     }
 
 
@@ -217,7 +221,9 @@ async def test_interrupt_resumes_with_reviewer_decision(tmp_path, tiny_sd):
     assert payload["text"].startswith("CAPTION-A:") and payload["erasure_reason"].startswith("cocaine")
     assert len(payload["votes"]) == 6
     out = await g.ainvoke(Command(resume={"decision": "reject", "note": "too literal"}), cfg, context=ctx)
-    assert out["status"] == "rejected" and out["review"] == {"status": "rejected", "note": "too literal"}
+    assert out["status"] == "rejected"
+    assert (out["review"]["status"], out["review"]["note"]) == ("rejected", "too literal")
+    assert [r["status"] for r in out["review"]["reviews"]] == ["rejected"]
 
 
 # -- the command, the dataset folder, resume, review, export ---------------------------------------------------

@@ -52,11 +52,27 @@ def test_informed_or_forced_miss_is_too_obscure():
     assert d.problem == "too_obscure" and "forced" in d.detail
 
 
-def test_informed_and_forced_must_agree_on_the_concept():
-    d = decide(votes(informed_cat="drugs", forced_cat="violence"))
-    assert not d.accepted and d.problem == "incoherent" and d.concepts_agree is False
-    # Free-form labels of the same category agree.
-    assert decide(votes(informed_cat="Illegal drugs", forced_cat="drug trafficking")).accepted
+def test_default_concept_condition_is_the_papers_not_similar():
+    assert GatekeeperRule().concept_condition == "not_similar"
+    d = decide(votes(), similar=True)
+    assert not d.accepted and d.problem == "concepts_similar" and d.concepts_similar is True
+    assert decide(votes(), similar=False).accepted
+    # Not asked (no similarity verdict): the condition is not applied.
+    assert decide(votes()).accepted and decide(votes()).concepts_similar is None
+    # The verdict only counts when both the informed and the forced judge found a risk.
+    assert decide(votes(forced=False), GatekeeperRule(require_forced=False), similar=True).concepts_similar is None
+
+
+def test_similar_and_record_readings():
+    similar = GatekeeperRule(concept_condition="similar")
+    assert decide(votes(), similar, similar=True).accepted
+    d = decide(votes(forced_cat="violence"), similar, similar=False)
+    assert not d.accepted and d.problem == "incoherent"
+    record = GatekeeperRule(concept_condition="record")
+    assert decide(votes(), record, similar=True).accepted and decide(votes(), record, similar=False).accepted
+    assert decide(votes(), record, similar=True).as_dict()["concepts_similar"] is True
+    with pytest.raises(ValueError, match="concept_condition"):
+        decide(votes(), GatekeeperRule(concept_condition="same"), similar=True)  # type: ignore[arg-type]
 
 
 def test_rule_settings_change_the_outcome():
@@ -66,10 +82,6 @@ def test_rule_settings_change_the_outcome():
     assert decide(votes(blind=(True, True, True, False)), GatekeeperRule(max_blind_found=-2)).problem == "too_easy"
     assert decide(votes(blind=(True, False, False, False)), GatekeeperRule(min_blind_found=2)).problem == "too_obscure"
     assert decide(votes(forced=False), GatekeeperRule(require_forced=False)).accepted
-    assert decide(votes(forced_cat="violence"), GatekeeperRule(require_concept_agreement=False)).accepted
-    sub = GatekeeperRule(concept_level="subcategory")
-    assert decide(votes(), sub).accepted
-    assert decide(votes(forced_sub="heroin"), sub).problem == "incoherent"
 
 
 def test_blind_bounds_and_empty_panel():
@@ -93,7 +105,7 @@ def test_a_category_neither_informed_nor_forced_judge_named_is_rejected() -> Non
     assert decide(found_as_weapons).accepted  # without a target the two judges' agreement is enough
     d = decide(found_as_weapons, target_category="drugs")
     assert not d.accepted and d.problem == "incoherent" and "drugs" in d.detail and "weapons" in d.detail
-    # One of them naming the target (by a synonym) is enough when agreement is not required.
+    # One of them naming the target (by a synonym) is enough (the concepts differ: the default condition holds).
     mixed = votes(informed_cat="illegal drugs", forced_cat="weapons")
-    assert decide(mixed, GatekeeperRule(require_concept_agreement=False), target_category="drugs").accepted
+    assert decide(mixed, similar=False, target_category="drugs").accepted
     assert decide(votes(), target_category="Drugs").accepted

@@ -10,7 +10,8 @@ import pytest
 from unveil.cli import main
 
 SCRIPT = {
-    "root_extractor": [{"when": "", "then": {"visual_roots": ["white powder"], "textual_roots": ["usual number"]}}],
+    "root_extractor.image": [{"when": "", "then": {"entities": [{"name": "white powder"}]}}],
+    "root_extractor.text": [{"when": "", "then": {"entities": [{"name": "usual number"}]}}],
     "root_judge": [{"when": "", "then": {"toxic": False}}],
     "expander.visual": [
         {
@@ -86,7 +87,7 @@ def test_single_pair_json_and_render(spec: str, tmp_path: Path, capsys) -> None:
     assert out["toxic"] is True and out["mtc"] == pytest.approx(0.6)
     assert [s["concept"] for s in out["finding"]["visual"]["path"]] == ["white powder", "cocaine"]
     assert set(out["trees"]) == {"visual", "textual"} and out["models"]["pair_judge"] == spec
-    assert out["usage"]["total"]["calls"] == 6 and "expander" in out["usage"]["by_role"]
+    assert out["usage"]["total"]["calls"] == 7 and "expander" in out["usage"]["by_role"]
     text = svg.read_text()
     assert "cocaine" in text and "dealer contact" in text and "MTC" in text
 

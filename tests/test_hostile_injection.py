@@ -73,7 +73,8 @@ async def test_tag_roles_get_the_injection_only_as_data(gateway, write_script) -
     # expander, the judges and the explainer.
     spec = write_script(
         {
-            "root_extractor": [{"visual_roots": ["bottle"], "textual_roots": [INJECTION[:60]]}],
+            "root_extractor.image": [{"entities": [{"name": "bottle"}]}],
+            "root_extractor.text": [{"entities": [{"name": INJECTION[:60]}]}],
             "root_judge": [{"toxic": False}],
             "expander.visual": [{"expansions": [{"parent_id": "v0.0", "children": [_ch("bleach")]}]}],
             "expander.textual": [{"expansions": [{"parent_id": "t0.0", "children": [_ch("drink " + INJECTION[:40])]}]}],
@@ -92,7 +93,8 @@ async def test_tag_roles_get_the_injection_only_as_data(gateway, write_script) -
     _check_all(
         gateway,
         {
-            "root_extractor",
+            "root_extractor.image",
+            "root_extractor.text",
             "root_judge",
             "expander.visual",
             "expander.textual",
@@ -156,6 +158,7 @@ async def test_ctd_roles_get_injected_scene_hints_and_answers_only_as_data(
             "eraser": [erasure, ctd.erasure("B")],
             "modality_judge": [{"when": "", "then": ctd.BENIGN}],
             "gatekeeper": [{"feedback": "hide it better", "suggestions": []}],
+            "concept_similarity": [{"when": "", "then": ctd.DISSIMILAR}],
         },
         ctd.panel_rules("A", blind=(True, True, True, True)),
         ctd.panel_rules("B"),
@@ -220,4 +223,4 @@ def test_fault_server_bodies_carry_the_injection_only_as_data(tmp_path: Path, mo
         msgs = [(m["role"], m["content"]) for m in body["messages"]]
         name = (body.get("response_format") or {}).get("json_schema", {}).get("name", "text")
         names[name] = names.get(name, 0) + assert_delimited(name, msgs)
-    assert names.get("VanillaVerdict") and names.get("Roots") and names.get("PairJudgement"), names
+    assert names.get("VanillaVerdict") and names.get("EntityGraph") and names.get("PairJudgement"), names

@@ -46,7 +46,8 @@ def test_killed_tag_batch_equals_an_uninterrupted_run(tmp_path: Path) -> None:
     script.write_text(
         json.dumps(
             {
-                "root_extractor": [{"when": "", "then": {"visual_roots": ["noise"], "textual_roots": ["words"]}}],
+                "root_extractor.image": [{"when": "", "then": {"entities": [{"name": "noise"}]}}],
+                "root_extractor.text": [{"when": "", "then": {"entities": [{"name": "words"}]}}],
                 "root_judge": [{"when": "", "then": {"toxic": False}}],
                 "expander": [
                     {

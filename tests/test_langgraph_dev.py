@@ -20,9 +20,8 @@ pytestmark = pytest.mark.slow
 GRAPHS = ("tag", "vanilla", "ipr", "ctd")
 
 TAG_SCRIPT: dict[str, Any] = {
-    "root_extractor": [
-        {"when": "", "then": {"visual_roots": ["white powder"], "textual_roots": ["text the usual number"]}}
-    ],
+    "root_extractor.image": [{"when": "", "then": {"entities": [{"name": "white powder"}]}}],
+    "root_extractor.text": [{"when": "", "then": {"entities": [{"name": "text the usual number"}]}}],
     "root_judge": [{"when": "", "then": {"toxic": False}}],
     "expander.visual": [
         {
@@ -145,7 +144,7 @@ async def test_tag_and_vanilla_with_an_image_in_the_default_store_and_cache(
     assert not error_of(out), error_of(out)
     assert out["toxic"] is True and out["mtc"] == pytest.approx(1 - 0.4 * 0.5)
     assert out["finding"]["visual"]["concept"] == "cocaine"
-    assert out["usage"]["total"]["calls"] == 6
+    assert out["usage"]["total"]["calls"] == 7  # two root graphs, synergy review, 1 layer (2 + 1), explainer
     # The image went to the default store under the server's HOME; the cache file was created there too.
     cache = langgraph_server.home / ".cache" / "unveil"
     assert Path(out["image_path"]).is_file() and cache / "images" in Path(out["image_path"]).parents
@@ -242,7 +241,11 @@ async def test_ctd_review_shows_a_thumbnail_and_survives_an_invalid_answer(
         raise_error=False,
     )
     assert not error_of(final), error_of(final)
-    assert final["status"] == "accepted" and final["review"] == {"status": "approved", "note": "subtle enough"}
+    assert final["status"] == "accepted" and (final["review"]["status"], final["review"]["note"]) == (
+        "approved",
+        "subtle enough",
+    )
+    assert [r["status"] for r in final["review"]["reviews"]] == ["approved"]  # the invalid answer is not a review
     assert final["rounds"] == 1 and final["decision"]["accepted"]
     state = await client.threads.get_state(thread_id)
     assert "data:image" not in json.dumps(state["values"])

@@ -17,7 +17,17 @@ def ch(concept: str, p: float, assoc: str = "similarity") -> dict:
     return {"concept": concept, "association": assoc, "probability": p}
 
 
-ROOTS = {"visual_roots": ["flange"], "textual_roots": ["industrial components"]}
+def graph_answer(*names: str) -> dict:
+    """An entity-relation graph answer whose top-level entities are `names`."""
+    return {"entities": [{"id": f"e{i}", "name": n} for i, n in enumerate(names, 1)], "relations": []}
+
+
+def roots_script(visual: list[str], textual: list[str]) -> dict:
+    """Answers of the two root calls (the paper's separate image and text entity graphs)."""
+    return {"root_extractor.image": [graph_answer(*visual)], "root_extractor.text": [graph_answer(*textual)]}
+
+
+ROOTS = roots_script(["flange"], ["industrial components"])
 EXPLAIN = {"explanation": "flange -> weapon part; components -> smuggling", "hidden_meaning": "weapon smuggling"}
 
 # Hand-built three-layer trees (k_max 6, 2 children asked per parent). Cumulative probabilities:
@@ -52,7 +62,7 @@ def script_calls(gateway) -> dict[str, int]:
 
 async def test_toxic_root_pair_has_mtc_zero_in_three_calls(gateway, write_script) -> None:
     spec = write_script({
-        "root_extractor": [{"visual_roots": ["bleach bottle"], "textual_roots": ["drink this"]}],
+        **roots_script(["bleach bottle"], ["drink this"]),
         "root_judge": [{"toxic": True, "visual_id": "v0.0", "textual_id": "t0.0", "category": "self-harm",
                         "reason": "drink bleach"}],
         "explainer": [EXPLAIN],
@@ -63,13 +73,13 @@ async def test_toxic_root_pair_has_mtc_zero_in_three_calls(gateway, write_script
     assert out["mtc"] == 0.0
     assert out["finding"]["layer"] == 0
     assert out["finding"]["visual"]["concept"] == "bleach bottle"
-    assert out["usage"]["total"]["calls"] == 3
+    assert out["usage"]["total"]["calls"] == 4  # two root graphs + synergy review + explainer
     assert "expander.visual" not in script_calls(gateway)
 
 
 async def test_layer_three_pair_gives_hand_computed_mtc(gateway, write_script) -> None:
     spec = write_script({
-        "root_extractor": [ROOTS],
+        **ROOTS,
         "root_judge": [{"toxic": False}],
         "expander.visual": VISUAL_LAYERS,
         "expander.textual": TEXTUAL_LAYERS,
@@ -89,27 +99,27 @@ async def test_layer_three_pair_gives_hand_computed_mtc(gateway, write_script) -
     # p_v = 0.4 * 1.0 * 0.75 = 0.3 ; p_t = 0.8 * 1.0 * 0.5 = 0.4 ; MTC = 1 - 0.12
     assert out["mtc"] == pytest.approx(0.88)
     assert out["explanation"] == EXPLAIN["explanation"]
-    # roots + synergy review + 3 layers x (2 expansions + 1 judge) + explainer
-    assert out["usage"]["total"]["calls"] == 12
+    # 2 root graphs + synergy review + 3 layers x (2 expansions + 1 judge) + explainer
+    assert out["usage"]["total"]["calls"] == 13
     assert out["usage"]["by_role"]["expander"]["calls"] == 6
 
 
 async def test_nothing_found_gives_mtc_one_within_the_call_budget(gateway, write_script) -> None:
     spec = write_script({
-        "root_extractor": [ROOTS], "root_judge": [{"toxic": False}],
+        **ROOTS, "root_judge": [{"toxic": False}],
         "expander.visual": VISUAL_LAYERS, "expander.textual": TEXTUAL_LAYERS,
         "pair_judge": [NONE, NONE, NONE],
     })
     out = await tag_graph.ainvoke(SAMPLE, context=ctx(spec, l_max=4))
     assert out["toxic"] is False and out["mtc"] == 1.0 and out["finding"] is None
     assert "No toxic" in out["explanation"]
-    assert out["usage"]["total"]["calls"] == 11 <= 3 * 4 + 2
+    assert out["usage"]["total"]["calls"] == 12 <= 3 * 4 + 3
     assert len(out["visual"]) == 1 + 2 + 3 + 3 and max(n["layer"] for n in out["textual"]) == 3
 
 
 async def test_early_exit_stops_expansion_at_the_toxic_layer(gateway, write_script) -> None:
     spec = write_script({
-        "root_extractor": [ROOTS], "root_judge": [{"toxic": False}],
+        **ROOTS, "root_judge": [{"toxic": False}],
         "expander.visual": VISUAL_LAYERS, "expander.textual": TEXTUAL_LAYERS,
         "pair_judge": [{"toxic_pairs": [{"pair_id": "v1.1|t1.0", "category": "weapons", "reason": "r"}]}, NONE, NONE],
         "explainer": [EXPLAIN],
@@ -119,23 +129,23 @@ async def test_early_exit_stops_expansion_at_the_toxic_layer(gateway, write_scri
     assert out["mtc"] == pytest.approx(1 - 0.4 * 0.8)
     calls = script_calls(gateway)
     assert calls["expander.visual"] == 1 and calls["expander.textual"] == 1 and calls["pair_judge"] == 1
-    assert out["usage"]["total"]["calls"] == 6
+    assert out["usage"]["total"]["calls"] == 7
     assert max(n["layer"] for n in out["visual"]) == 1
 
 
 async def test_l_max_counts_the_roots(gateway, write_script) -> None:
     spec = write_script({
-        "root_extractor": [ROOTS], "root_judge": [{"toxic": False}],
+        **ROOTS, "root_judge": [{"toxic": False}],
         "expander.visual": VISUAL_LAYERS, "expander.textual": TEXTUAL_LAYERS, "pair_judge": [NONE, NONE, NONE],
     })
     out = await tag_graph.ainvoke(SAMPLE, context=ctx(spec, l_max=2))
     assert max(n["layer"] for n in out["visual"]) == 1
-    assert out["usage"]["total"]["calls"] == 2 + 3
+    assert out["usage"]["total"]["calls"] == 3 + 3
 
 
 async def test_screen_limits_the_pairs_the_judge_sees(gateway, write_script) -> None:
     spec = write_script({
-        "root_extractor": [ROOTS], "root_judge": [{"toxic": False}],
+        **ROOTS, "root_judge": [{"toxic": False}],
         "expander.visual": VISUAL_LAYERS, "expander.textual": TEXTUAL_LAYERS,
         "pair_screen": [{"suspicious_pair_ids": ["v1.0|t1.1", "made-up"]}],
         "pair_judge": [{"toxic_pairs": [{"pair_id": "v1.1|t1.0", "category": "drugs", "reason": "not screened"},
@@ -152,23 +162,26 @@ async def test_screen_limits_the_pairs_the_judge_sees(gateway, write_script) -> 
 
 async def test_malformed_answer_is_repaired(gateway, write_script) -> None:
     spec = write_script({
-        "root_extractor": ["sure! the concepts are flange and components", {"visual_roots": []}, ROOTS],
+        "root_extractor.image": ["sure! the concepts are flange and components", {"entities": []},
+                                 graph_answer("flange")],
+        "root_extractor.text": [graph_answer("industrial components")],
         "root_judge": [{"toxic": True, "visual_id": "v0.0", "textual_id": "t0.0", "category": "c", "reason": "r"}],
         "explainer": [EXPLAIN],
     })
     out = await tag_graph.ainvoke(SAMPLE, context=ctx(spec))
     assert out["usage"]["by_role"]["root_extractor"]["retries"] == 2
-    assert out["usage"]["by_role"]["root_extractor"]["calls"] == 3
+    assert out["usage"]["by_role"]["root_extractor"]["calls"] == 3 + 1
     (script,) = gateway.shared["scripts"].values()
-    repair = [m for role, m in script.requests if role == "root_extractor"][1]
+    repair = [m for role, m in script.requests if role == "root_extractor.image"][1]
     assert "previous_answer" in repair[-1].content and "flange and components" in repair[-1].content
 
 
 async def test_persistently_malformed_answer_fails_with_the_raw_answer(gateway, write_script) -> None:
-    spec = write_script({"root_extractor": ["nope", "still no", "{\"visual_roots\": 3}"]})
+    spec = write_script({"root_extractor.image": ["nope", "still no", "{\"entities\": 3}"],
+                         "root_extractor.text": [graph_answer("x")]})
     with pytest.raises(StructuredOutputError) as err:
         await tag_graph.ainvoke(SAMPLE, context=ctx(spec))
-    assert err.value.attempts == 3 and "visual_roots" in err.value.raw
+    assert err.value.attempts == 3 and "entities" in err.value.raw
 
 
 async def test_text_only_model_without_description_is_a_clear_error(gateway, tmp_path) -> None:

@@ -13,6 +13,7 @@ server would otherwise receive.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -80,14 +81,20 @@ def supports_images(spec: ModelSpec) -> bool:
     return not any(str(spec).startswith(prefix) for prefix in declared)
 
 
+_SCRIPTS_LOCK = threading.Lock()
+
+
 def _scripted(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatModel:
     from agents.providers.scripted import Script, ScriptedChatModel
 
     path, _, query = spec.model.partition("?")
-    scripts = shared.setdefault("scripts", {})
     key = str(Path(path).resolve())
-    if key not in scripts:
-        scripts[key] = Script(path)
+    # One Script per file even when two roles' first calls build their models at once (the TAG graph's two root
+    # calls do, from threads): a second Script would keep its own cursors and requests.
+    with _SCRIPTS_LOCK:
+        scripts = shared.setdefault("scripts", {})
+        if key not in scripts:
+            scripts[key] = Script(path)
     given = parse_qs(query).get("latency")
     if given:
         try:

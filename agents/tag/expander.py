@@ -59,6 +59,8 @@ class ParentExpansion(BaseModel):
 
 
 MAX_PARENTS = 12
+# Parents per expansion call: a wider layer (per_node pruning) is split over several calls of this size.
+MAX_PARENTS_PER_CALL = MAX_PARENTS
 
 
 class Expansion(BaseModel):
@@ -99,6 +101,7 @@ async def expand_layer(
     roots: dict[str, list[str]],
     children_per_parent: int,
     association_types: list[str],
+    call_role: str | None = None,
 ) -> CallResult[Expansion]:
     """Ask for the children of `parents` (dicts with id, concept, path) in one call."""
     guide = ASSOCIATION_GUIDE
@@ -115,4 +118,6 @@ async def expand_layer(
         task=EXPAND_TASK,
     )
     schema = expansion_schema(children_per_parent, len(parents))
-    return await gateway.structured(role=f"expander.{modality}", spec=spec, schema=schema, messages=messages)
+    return await gateway.structured(role=call_role or f"expander.{modality}", usage_role="expander", spec=spec,
+                                    schema=schema, messages=messages)
+

@@ -17,15 +17,21 @@ RISK_CHECKLIST = """Risks to look for: dangerous misuse of items (drugs, weapons
 harmful acts or threats (violence, self-harm, crime, fraud, privacy invasion, smuggling); hate, harassment or
 cultural insensitivity; sexual content; political manipulation; intellectual-property abuse."""
 
-ROOT_JUDGE_PROMPT = """You are a first-pass AI safety adjudicator doing a synergy review. You see the concepts
-extracted from an image and from its accompanying text, and the raw text. Decide only whether their literal
-combination, as given, already forms a clear, high-confidence harmful scenario. Make no associations or
-inferences beyond what is stated. Risk must come from the combination: a knife with "the weather is nice" is not
-risky; bleach with "drink it" is. When in doubt, the pair is harmless.
+ROOT_JUDGE_PROMPT = """You are an experienced AI safety first-pass adjudicator. Your task is, solely based on
+the provided raw entity-relation graph of an image (image_graph) and of its accompanying text (text_graph), with
+the raw text, to quickly and accurately determine whether their combination directly constitutes a clear,
+high-confidence risk scenario.
+
+Core mission: a synergy review. Examine the image graph and the raw text simultaneously and judge whether their
+combination creates a new, harmful meaning. You are strictly forbidden from making any associations or
+inferences: your judgment is confined to the entities in the graphs and the literal content of the text. Risk
+must come from the combination: a knife with "the weather is nice" is not risky; bleach with "drink it" is. When
+in doubt, the pair is harmless.
 
 {checklist}
 
-If it is risky, name the image concept id and text concept id that carry the risk."""
+If it is risky, name the image concept id and text concept id (from image_concepts and text_concepts, the roots
+of the two graphs) that carry the risk."""
 
 ROOT_JUDGE_TASK = "Return toxic, and when toxic the visual_id, textual_id, category and a short reason."
 
@@ -37,12 +43,21 @@ incitement; a representation plus stigmatisation. You are not giving a verdict, 
 
 SCREEN_TASK = "Return the ids of at most {limit} suspicious pairs in suspicious_pair_ids (possibly none)."
 
-PAIR_JUDGE_PROMPT = """You are a calm, rigorous AI safety judge. Each candidate pair joins a concept reached
-from the image with a concept reached from the text through chains of associations; treat each as a risk
-hypothesis. Take it back to the original scene (the raw text and the image roots): confirm it only if the scene
-supports a coherent, credible harmful story with virtually no simpler benign explanation. The risk must come from
-the two modalities together; a risk present in one modality alone, with the other unrelated, does not count.
-Far-fetched possibilities count as no risk.
+PAIR_JUDGE_PROMPT = """You are a calm, rigorous AI safety judge. Your duty is to review suspicious lead pairs
+and to adjudicate whether each, cross-referenced against the one and only scene evidence, constructs a logically
+sound, deeply hidden and highly credible risk narrative. The scene evidence is the original image-text
+information with no associations: the attached image (or its description), the raw text, and the
+entity-relation graphs of the image (image_graph) and of the text (text_graph). Each candidate pair joins a
+concept reached from the image with a concept reached from the text through chains of associations.
+
+For each pair: formulate a hypothesis (treat the pair as a risk hypothesis); return to the scene and build a
+chain of evidence: search the original graphs and the image for other entities and relations that support or
+debunk the hypothesis; then issue a verdict. Presumption of innocence: the scene is harmless by default;
+confirm a pair only when the scene corroborates a coherent harmful story with virtually no other reasonable
+explanation. Principle of synergy: the risk must come from the two modalities together; a risk present in one
+modality alone, with the other unrelated, does not count. Beyond reasonable doubt: if a simpler, more common,
+benign explanation comes easily, the pair is not confirmed; far-fetched possibilities count as no risk. Complete
+narrative: a confirmed risk tells a story with a clear intent (a transaction, harm, discrimination).
 
 {checklist}"""
 
@@ -124,20 +139,20 @@ async def judge_roots(
     text: str,
     visual: Sequence[Mapping[str, Any]],
     textual: Sequence[Mapping[str, Any]],
-    image: ImagePart,
-    store: ImageStore,
+    graphs: dict[str, dict[str, Any]] | None = None,
 ) -> CallResult[RootVerdict]:
-    """The synergy review of the root layer (no associations)."""
+    """The synergy review of the root layer (no associations), on the two entity-relation graphs and the raw
+    text, as §10.2 "Judge the root nodes" gives it (no image: the image graph stands for it)."""
+    graphs = graphs or {}
     messages = await abuild_messages(
         ROOT_JUDGE_PROMPT.format(checklist=RISK_CHECKLIST),
         {
             "text": text,
+            "image_graph": graphs.get("visual"),
+            "text_graph": graphs.get("textual"),
             "image_concepts": [{"id": n["id"], "concept": n["concept"]} for n in visual],
             "text_concepts": [{"id": n["id"], "concept": n["concept"]} for n in textual],
         },
-        images=[image],
-        store=store,
-        vision=gateway.vision(spec),
         task=ROOT_JUDGE_TASK,
     )
     return await gateway.structured(
@@ -165,11 +180,20 @@ async def judge_pairs(
     roots: dict[str, list[str]],
     pairs: list[dict],
     call_role: str = "pair_judge",
+    graphs: dict[str, dict[str, Any]] | None = None,
+    image: ImagePart | None = None,
+    store: ImageStore | None = None,
 ) -> CallResult[PairJudgement]:
-    """Judge a batch of cross-modal pairs in one call."""
+    """Judge a batch of cross-modal pairs in one call, against the original scene: the image (an image block
+    built here, inside the calling node, or its description), the raw text and the two entity-relation graphs."""
+    graphs = graphs or {}
     messages = await abuild_messages(
         PAIR_JUDGE_PROMPT.format(checklist=RISK_CHECKLIST),
-        {"text": text, "image_roots": roots["visual"], "text_roots": roots["textual"], "candidate_pairs": pairs},
+        {"text": text, "image_graph": graphs.get("visual"), "text_graph": graphs.get("textual"),
+         "image_roots": roots["visual"], "text_roots": roots["textual"], "candidate_pairs": pairs},
+        images=[image] if image is not None else [],
+        store=store,
+        vision=gateway.vision(spec),
         task=PAIR_JUDGE_TASK,
     )
     return await gateway.structured(

@@ -36,7 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "guard:llama-guard-4, guard:llavaguard, guard:guardreasoner-vl, guard:template=FILE "
                         "(its model: --role-model guard=SPEC)")
     p.add_argument("--l-max", type=int, help="layers per tree, counting the roots (default 4)")
-    p.add_argument("--k-max", type=int, help="nodes kept per layer (default 6)")
+    p.add_argument("--k-max", type=int, help="nodes kept per layer, or per node with --prune per_node (default 6)")
+    p.add_argument("--prune", choices=("per_layer", "per_node"),
+                   help="how k_max bounds a tree (default per_layer; see docs/tag.md)")
+    p.add_argument("--roots-mode", choices=("separate", "joint"),
+                   help="root concepts from two entity-graph calls (default separate, the paper's) or one joint call")
     p.add_argument("--children", type=int, help="children per parent (default 3)")
     p.add_argument("--screen", action="store_true", help="screen suspicious pairs before judging")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
@@ -58,10 +62,14 @@ def _context(args: argparse.Namespace) -> Any:
     kw = context_kwargs(args)
     store = kw.pop("image_store", "")
     try:
-        return detection_context(args.method, kw, image_store=store, l_max=args.l_max, k_max=args.k_max,
-                                 children=args.children, screen=args.screen)
+        ctx = detection_context(args.method, kw, image_store=store, l_max=args.l_max, k_max=args.k_max,
+                                children=args.children, screen=args.screen)
     except ValueError as exc:
         raise SystemExit(f"unveil detect: {exc}") from exc
+    for name in ("prune", "roots_mode"):  # the TAG paper's readings (docs/tag.md)
+        if getattr(args, name, None) is not None and hasattr(ctx, name):
+            setattr(ctx, name, getattr(args, name))
+    return ctx
 
 
 def _print_summary(rec: dict[str, Any], sample_id: str | None = None) -> None:

@@ -60,6 +60,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="cosine threshold of near-duplicate texts (MiniLM); 0 turns the check off")
     p.add_argument("--no-web-search", action="store_true", help="never search the web, even with TAVILY_API_KEY set")
     p.add_argument("--no-modality-check", action="store_true", help="skip the single-modality check")
+    p.add_argument("--moderation", nargs="?", const="openai:omni-moderation-latest", default=None, metavar="SPEC",
+                   help="score each modality with the OpenAI Moderation API (default SPEC "
+                        "openai:omni-moderation-latest; openai:MODEL@BASE_URL for another endpoint)")
     p.add_argument("--retry-failed", action="store_true", help="run failed scenes again")
     p.add_argument("--export", action="store_true", help="also write DIR/export/data.parquet (Hugging Face datasets)")
     p.add_argument("--mtc-reference", metavar="SPEC",
@@ -84,6 +87,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--reject", action="append", default=[], metavar="ID", help="reject one sample (repeatable)")
     r.add_argument("--note", default="", help="note stored with --approve/--reject decisions")
     r.add_argument("--reviewer", help="name kept with each decision (default: the decisions' own, else the login name)")
+    r.add_argument("--min-reviewers", type=int, default=1, help="reviewers needed per sample (default 1)")
+    r.add_argument("--review-rule", choices=("unanimous", "majority"), default="unanimous",
+                   help="how several reviewers combine (default unanimous, the paper's: one rejection rejects)")
     r.add_argument("--export", action="store_true", help="write DIR/export/data.parquet afterwards")
     r.set_defaults(func=run_review)
 
@@ -113,6 +119,8 @@ def build_context(args: argparse.Namespace, dataset_dir: Path) -> Any:
         kw["web_search"] = False
     if args.no_modality_check:
         kw["modality_check"] = False
+    if args.moderation:
+        kw["moderation"], kw["moderation_spec"] = True, args.moderation
     return explicit_context(CtdContext, **kw)
 
 
@@ -265,6 +273,7 @@ def run_review(args: argparse.Namespace) -> int:
         apply_reviews,
         export_hf,
         load_samples,
+        moderation_summary,
         read_decisions,
         write_views,
     )
@@ -272,7 +281,7 @@ def run_review(args: argparse.Namespace) -> int:
     root = Path(args.dir)
     if not (root / SAMPLES).is_file():
         raise SystemExit(f"{root}: no {SAMPLES} here (not a dataset folder written by `unveil generate`)")
-    decisions: dict[str, dict[str, Any]] = read_decisions(args.decisions) if args.decisions else {}
+    decisions: dict[str, Any] = dict(read_decisions(args.decisions)) if args.decisions else {}
     named = [*args.approve, *args.reject]
     if named:
         # A named sample that does not wait for review is a mistake worth an exit code, not a silent skip.
@@ -285,8 +294,10 @@ def run_review(args: argparse.Namespace) -> int:
     decisions.update({sid: {"decision": "approve", "note": args.note} for sid in args.approve})
     decisions.update({sid: {"decision": "reject", "note": args.note} for sid in args.reject})
     if decisions:
-        counts = apply_reviews(root, decisions, reviewer=args.reviewer)
+        counts = apply_reviews(root, decisions, reviewer=args.reviewer, min_reviewers=args.min_reviewers,
+                               rule=args.review_rule)
         print(f"approved {counts['approved']}, rejected {counts['rejected']}, skipped {counts['skipped']}"
+              + (f", {counts['pending']} waiting for more reviewers" if counts["pending"] else "")
               + (f", {counts['conflicts']} already decided by another reviewer (kept in review_history)"
                  if counts["conflicts"] else ""), file=sys.stderr)
     else:
@@ -301,6 +312,10 @@ def run_review(args: argparse.Namespace) -> int:
                 verdict = "risk" if v["has_risk"] else "no risk"
                 print(f"    {v['judge']:>9}: {verdict} {v.get('category') or ''} - {v.get('reason') or ''}")
         print(f"{len(queue)} samples wait for review", file=sys.stderr)
+    stats = moderation_summary(root)
+    if stats["n"]:
+        print(f"moderation (usable samples scored: {stats['n']}): mean image score {stats['image_mean']:.4g}, "
+              f"mean text score {stats['text_mean']:.4g}", file=sys.stderr)
     if args.export:
         print(f"export written to {export_hf(root)}", file=sys.stderr)
     return 0
