@@ -31,6 +31,9 @@ def guard_model(method: str, role_models: dict[str, str], models: list[str] | tu
 # The embedded 135M demo model is slow on CPU and its long prompts help nobody: a smaller search shows the same
 # pipeline in a fraction of the time. Explicit depth settings always win.
 DEMO_DEPTHS = {"l_max": 2, "k_max": 2, "children_per_parent": 2}
+# ... and one joint root call instead of the paper's two entity-graph calls (one call and ~1,100 tokens less a
+# sample on bench/tag_calls.py), unless the caller chose the roots mode.
+DEMO_ROOTS_MODE = "joint"
 SAMPLE_FIELDS = ("image", "image_description", "text", "base_dir")
 
 
@@ -75,9 +78,11 @@ def detection_context(method: str, models: dict[str, str] | None = None, *, imag
         for name, value in DEMO_DEPTHS.items():
             if children is None or name != "children_per_parent":
                 setattr(ctx, name, value)
+        if "roots_mode" not in kw:
+            ctx.roots_mode = DEMO_ROOTS_MODE
         if announce:
             print(f"demo settings for the embedded model: l_max={ctx.l_max}, k_max={ctx.k_max}, "
-                  f"{ctx.children_per_parent} children per parent", file=sys.stderr)
+                  f"{ctx.children_per_parent} children per parent, {ctx.roots_mode} root call", file=sys.stderr)
     return ctx
 
 
