@@ -119,3 +119,16 @@ def test_eager_guard_never_prints(capsys):
     guard = CompileGuard(PRESETS["eager"])
     assert guard.run(_Unet(), (1, 32, 32), lambda: 7) == 7
     assert capsys.readouterr().err == ""
+
+
+def test_a_spec_can_name_the_unet_path(tmp_path) -> None:
+    """`diffusers:MODEL?accel=eager` picks the UNet path from any graph context or command; other keys are refused."""
+    import pytest
+
+    from tools.t2i.errors import UnsupportedOptionError
+    from tools.t2i.registry import get_generator
+
+    gen = get_generator(f"diffusers:{tmp_path}?accel=eager")
+    assert gen.fast_path.name == "eager"  # type: ignore[attr-defined]
+    with pytest.raises(UnsupportedOptionError, match="accel= only"):
+        get_generator(f"diffusers:{tmp_path}?speed=fast")

@@ -9,6 +9,7 @@ Specs (the part before the first ':' picks the backend):
   threshold and momentum;
 - `esd:<id>?unet=<file>`: the model with its UNet weights loaded from an ESD state dict
   (`.pt`/`.bin`/`.safetensors`); the safety negative prompt is added as in the IPR paper, `&np=0` turns that off;
+- any diffusers spec may add `?accel=eager|compile|fp8` (`&accel=` after an ESD's `unet=`): the UNet path;
 - `openai:dall-e-3`, `openai:gpt-image-1`: the OpenAI Images API;
 - `registered:<name>`: a generator object given to `register_generator`.
 
@@ -109,12 +110,16 @@ def _build(spec: str, options: dict[str, Any]) -> ImageGenerator:
         return OpenAIImageGenerator(model, **{**options, "store": _resolve_store(options.get("store"))})
 
     _check_options(spec, options, DIFFUSERS_OPTIONS)
-    allowed_query = {"unet", "np"} if kind == "esd" else set()
+    # `accel` may ride in the spec (`diffusers:MODEL?accel=eager`), so any graph context or command can pick the
+    # UNet path without a setting of its own.
+    allowed_query = {"unet", "np", "accel"} if kind == "esd" else {"accel"}
     if set(query) - allowed_query:
         raise UnsupportedOptionError(
             f"text-to-image spec {spec!r}: parameter(s) {sorted(set(query) - allowed_query)} not supported"
-            + (" (esd takes unet= and np=)" if kind == "esd" else f" ({kind} takes none)")
+            + (" (esd takes unet=, np= and accel=)" if kind == "esd" else f" ({kind} takes accel= only)")
         )
+    if "accel" in query:
+        options = {**options, "accel": query["accel"]}
     from tools.t2i.diffusers_backend import DiffusersGenerator
 
     variant, unet_file, negative = "plain", None, None
