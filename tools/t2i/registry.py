@@ -169,7 +169,7 @@ def open_generator(spec: str, *, store: Any = None, long_prompts: str = DEFAULT_
         if found is None:
             raise UnsupportedOptionError(f"text-to-image spec {spec!r}: nothing is registered under that name")
         return found
-    resolved = _resolve_store(store) if store is not None else get_image_store(None)
+    resolved = _resolve_store(store) or get_image_store(None)
     with _CACHE_LOCK:
         remote = _REMOTE[0] if _REMOTE else None
     if remote is not None:
