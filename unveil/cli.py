@@ -41,8 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    from runner.engine import engine_session
+    from unveil.commands.common import engine_settings
+
     try:
-        return int(args.func(args) or 0)
+        with engine_session(engine_settings(args)):
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted; rerun the same command to resume", file=sys.stderr)
         return 130

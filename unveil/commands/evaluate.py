@@ -21,6 +21,7 @@ from typing import Any
 from tools.scorers.rules import IP_SOURCES
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from unveil.commands.common import (
+    add_engine_options,
     add_long_prompts_option,
     add_model_options,
     batch_exit_code,
@@ -79,6 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--toxic-only", action="store_true", help="leave out the datasets' benign samples")
     d.add_argument("--limit", type=int, help="only the first N samples of each dataset")
     add_model_options(d)
+    add_engine_options(d)
     _run_options(d, "runs/eval-detection")
     d.set_defaults(func=run_detection)
 
@@ -119,6 +121,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--mhsc-checkpoints", default="", help="MHSC head checkpoints (the checkpoints/multi-headed folder "
                    "of Unsafe Diffusion): adds an MHSC column (share of images any head flags)")
     add_model_options(i)
+    add_engine_options(i)
     _run_options(i, "runs/eval-ipr")
     i.set_defaults(func=run_ipr)
 
