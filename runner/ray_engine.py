@@ -120,11 +120,28 @@ def scorer_settings() -> PoolSettings:
 # -- actors ---------------------------------------------------------------------------------------------------
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class _Scratch:
     """A per-member scratch image store: images live there only until their bytes went back to the driver."""
 
     def __init__(self, kind: str):
-        self.root = tempfile.mkdtemp(prefix=f"unveil-ray-{kind}-")
+        base = os.path.join(tempfile.gettempdir(), "unveil-ray")
+        os.makedirs(base, exist_ok=True)
+        for name in os.listdir(base):  # scratch of members killed before they could clean up
+            pid = name.rsplit("-", 1)[-1]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        self.root = os.path.join(base, f"{kind}-{os.getpid()}")
+        shutil.rmtree(self.root, ignore_errors=True)
         self.store = ImageStore(self.root)
         self.users: dict[str, int] = {}
 
