@@ -249,3 +249,25 @@ def test_model_api_limits_hold_across_workers(cluster: Any) -> None:
             assert most_at_once <= concurrency
         else:  # the control: two processes with only their own limits send twice the rate
             assert not within_rate and most_at_once > concurrency
+
+
+def test_scoring_on_the_scorer_pool_equals_scoring_here(cluster: Any, tmp_path: Path) -> None:
+    import numpy as np
+    from PIL import Image
+
+    from runner.engine import EngineSettings, engine_session
+    from tools.image_store import ImageStore
+    from tools.scorers import score
+
+    store = ImageStore(tmp_path / "store")
+    rng = np.random.default_rng(0)
+    ids = [store.put_pil(Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8))).id for _ in range(2)]
+    settings = score.ScoringSettings()
+    here = asyncio.run(score.score_images(ids, "a photo", ["nudenet"], settings, store=store))
+    with engine_session(EngineSettings("ray")):
+        remote = asyncio.run(score.score_images(ids, "a photo", ["nudenet"], settings, store=store))
+        pool = score._REMOTE[0].pool  # type: ignore[attr-defined]
+        assert pool is not None and len(pool.members) == 1  # the rows came from the scorer pool
+        (where,) = pool.ready()
+        assert where["pid"] != os.getpid()
+    assert remote == here and len(here) == 2 and "nudenet_flag" in here[0]
