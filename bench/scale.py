@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -172,7 +173,7 @@ def bench_render(args: argparse.Namespace) -> None:
         torch.cuda.empty_cache()
     import ray
 
-    ray.init(include_dashboard=False, logging_level="WARNING", namespace="unveil")
+    ray.init(include_dashboard=False, logging_level=logging.WARNING, namespace="unveil")
     skipped = []
     for n in [int(x) for x in args.gpus.split(",")]:
         if cuda and n > gpus:

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -470,7 +471,7 @@ def connect(address: str | None) -> bool:
     """
     if ray.is_initialized():
         return False
-    kwargs: dict[str, Any] = {"namespace": NAMESPACE, "logging_level": "WARNING"}
+    kwargs: dict[str, Any] = {"namespace": NAMESPACE, "logging_level": logging.WARNING}
     if address:
         kwargs["address"] = address
     else:

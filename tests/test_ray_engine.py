@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -69,7 +70,7 @@ def cluster() -> Any:
 
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
     render_node = c.add_node(num_cpus=2, resources={"unveil_render": 1})
-    ray.init(address=c.address, namespace="unveil", logging_level="WARNING")
+    ray.init(address=c.address, namespace="unveil", logging_level=logging.WARNING)
     try:
         yield c, render_node
     finally:
