@@ -89,15 +89,16 @@ def bench_detect(args: argparse.Namespace) -> None:
     script.write_text(json.dumps(SCRIPT))
     spec = f"scripted:{script}?latency={args.latency}"
     rows = []
-    for engine in args.engines.split(","):
+    for run_no, engine in enumerate(args.engines.split(",")):
         fresh_gateway()
         started = time.perf_counter()
         with engine_session(EngineSettings(engine)):
             setup = time.perf_counter() - started
             # Untimed warm-up: imports, graph compilation, the limiter actor's first calls.
-            asyncio.run(detect_batch(work, f"{engine}-warm", min(100, args.samples), spec, args.concurrency))
+            name = f"{engine}-{run_no}"  # a fresh output per run (a repeated name would resume, with nothing to do)
+            asyncio.run(detect_batch(work, f"{name}-warm", min(100, args.samples), spec, args.concurrency))
             fresh_gateway()
-            seconds, summary = asyncio.run(detect_batch(work, engine, args.samples, spec, args.concurrency))
+            seconds, summary = asyncio.run(detect_batch(work, name, args.samples, spec, args.concurrency))
         assert summary.failed == 0, summary.failures[:3]
         from agents.gateway import get_gateway
 

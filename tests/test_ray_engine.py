@@ -272,3 +272,17 @@ def test_scoring_on_the_scorer_pool_equals_scoring_here(cluster: Any, tmp_path: 
         (where,) = pool.ready()
         assert where["pid"] != os.getpid()
     assert remote == here and len(here) == 2 and "nudenet_flag" in here[0]
+
+
+def test_cluster_info_lists_nodes_resources_and_pools(cluster: Any, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from unveil.cli import main
+
+    monkeypatch.setenv("UNVEIL_RAY_RENDER_RESOURCES", json.dumps({"unveil_render": 1}))
+    assert main(["cluster", "info"]) == 0
+    out = capsys.readouterr().out
+    assert "cluster: 2 node(s), 4 CPUs, 0 GPUs" in out
+    assert "unveil_render=1" in out and "render pool: 1 actor(s)" in out and "needs unveil_render=1" in out
+    assert main(["cluster", "info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert len(info["nodes"]) == 2 and info["pools"]["scorer"]["actors"] == 1
