@@ -279,7 +279,8 @@ def test_cluster_info_lists_nodes_resources_and_pools(cluster: Any, capsys: pyte
     from unveil.cli import main
 
     monkeypatch.setenv("UNVEIL_RAY_RENDER_RESOURCES", json.dumps({"unveil_render": 1}))
-    assert main(["cluster", "info"]) == 0
+    c, _ = cluster
+    assert main(["cluster", "info", "--ray-address", c.address]) == 0
     out = capsys.readouterr().out
     assert "cluster: 2 node(s), 4 CPUs, 0 GPUs" in out
     assert "unveil_render=1" in out and "render pool: 1 actor(s)" in out and "needs unveil_render=1" in out

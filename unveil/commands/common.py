@@ -60,11 +60,12 @@ def engine_settings(args: argparse.Namespace) -> Any:
     """The run layer's engine settings from --engine/--ray-address (local for commands without them)."""
     from runner.engine import EngineSettings
 
-    engine = getattr(args, "engine", "local") or "local"
+    if not hasattr(args, "engine"):  # a command without the engine options (`unveil cluster info` has its own)
+        return EngineSettings()
     address = getattr(args, "ray_address", None)
-    if address and engine != "ray":
+    if address and args.engine != "ray":
         raise SystemExit("--ray-address needs --engine ray")
-    return EngineSettings(engine=engine, ray_address=address)
+    return EngineSettings(engine=args.engine, ray_address=address)
 
 
 def add_batch_options(parser: argparse.ArgumentParser) -> None:
