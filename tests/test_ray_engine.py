@@ -287,3 +287,23 @@ def test_cluster_info_lists_nodes_resources_and_pools(cluster: Any, capsys: pyte
     assert main(["cluster", "info", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert len(info["nodes"]) == 2 and info["pools"]["scorer"]["actors"] == 1
+
+
+def test_engine_flags_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.engine import EngineSettings
+    from runner.ray_engine import render_settings
+    from unveil.cli import main
+
+    with pytest.raises(SystemExit, match="needs --engine ray"):
+        main(["detect", "--ray-address", "auto", "--text", "t", "--image-description", "d"])
+    with pytest.raises(ValueError, match="engine 'spark'"):
+        EngineSettings("spark")
+    monkeypatch.setenv("UNVEIL_RAY_ADDRESS", "ray://head:10001")
+    assert EngineSettings("ray").address() == "ray://head:10001"
+    monkeypatch.setenv("UNVEIL_RAY_RENDER_RESOURCES", "render")
+    with pytest.raises(ValueError, match="UNVEIL_RAY_RENDER_RESOURCES: expected a JSON object"):
+        render_settings()
+    monkeypatch.setenv("UNVEIL_RAY_RENDER_RESOURCES", '{"render": 1}')
+    monkeypatch.setenv("UNVEIL_RAY_RENDER_ACTORS", "")
+    assert render_settings().plan(4.0) == (4, 0.75) and render_settings().plan(0.0) == (1, 0.0)
+    assert render_settings().resources == {"render": 1.0}
