@@ -3,6 +3,11 @@
 A backend gets a semaphore (`$UNVEIL_MAX_CONCURRENCY`, default 8; in-process local models 1) and, when
 `$UNVEIL_RPM` or a per-backend setting asks for one, a token-bucket limit on requests per minute. Both are
 created per event loop, since asyncio primitives belong to the loop that made them.
+
+With a distributed engine on (`--engine ray`), `set_shared_limiter` installs a cluster-wide limiter (the run
+layer's named Ray actor): every slot is then also held there, so all drivers and workers of a cluster together
+stay under the same per-backend concurrency and requests per minute; the per-process semaphore still bounds this
+process, and the rate is kept by the shared bucket alone.
 """
 
 from __future__ import annotations
@@ -10,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Protocol
 
 from agents.env import check_minimum, env_float, env_int
 
@@ -40,6 +46,29 @@ class RateLimiter:
                     self.tokens -= 1
                     return
                 await asyncio.sleep((1 - self.tokens) / self.rate)
+
+
+class SharedLimiter(Protocol):
+    """A limiter shared by every process of a cluster (see the module docstring)."""
+
+    def slot(self, backend: str, max_concurrency: int, rpm: float | None) -> AbstractAsyncContextManager[None]:
+        """Hold one cluster-wide slot of `backend` (and a rate token when `rpm` is set)."""
+        ...
+
+
+_SHARED: list[SharedLimiter] = []  # at most one: the engine of the current run
+
+
+def set_shared_limiter(limiter: SharedLimiter | None) -> None:
+    """Install (or remove, with None) the cluster-wide limiter every `BackendLimits` also holds."""
+    _SHARED.clear()
+    if limiter is not None:
+        _SHARED.append(limiter)
+
+
+def shared_limiter() -> SharedLimiter | None:
+    """The installed cluster-wide limiter, if any."""
+    return _SHARED[0] if _SHARED else None
 
 
 class BackendLimits:
@@ -72,6 +101,11 @@ class BackendLimits:
         sem = self._semaphores.get(key)
         if sem is None:
             sem = self._semaphores[key] = asyncio.Semaphore(self._limit_for(backend))
+        shared = shared_limiter()
+        if shared is not None:
+            async with sem, shared.slot(backend, self._limit_for(backend), self.rpm):
+                yield
+            return
         if self.rpm:
             limiter = self._limiters.get(key)
             if limiter is None:

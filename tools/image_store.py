@@ -214,7 +214,17 @@ class ImageStore:
         image = to_8bit(image)
         buf = io.BytesIO()
         image.save(buf, format="PNG", optimize=False)
-        png = buf.getvalue()
+        return self._put_png(buf.getvalue(), image.width, image.height)
+
+    def put_png(self, png: bytes, *, name: str) -> StoredImage:
+        """Store PNG bytes made by another store (a render worker on another node) exactly as they are, so the
+        image keeps the id it had where it was rendered; the bytes must decode as a PNG image."""
+        if not png.startswith(b"\x89PNG\r\n\x1a\n"):
+            raise ImageInputError(f"image {name!r}: expected PNG bytes")
+        image = decode_image(png, name=name, max_pixels=self.max_pixels)
+        return self._put_png(png, image.width, image.height)
+
+    def _put_png(self, png: bytes, width: int, height: int) -> StoredImage:
         image_id = hashlib.sha256(png).hexdigest()
         path = self.path_for(image_id)
         if not path.exists():
@@ -230,7 +240,7 @@ class ImageStore:
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
-        return StoredImage(id=image_id, path=str(path), width=image.width, height=image.height)
+        return StoredImage(id=image_id, path=str(path), width=width, height=height)
 
     def put_bytes(self, data: bytes, *, name: str) -> StoredImage:
         """Validate encoded image bytes (PNG, JPEG, ...) and store them."""

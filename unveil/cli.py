@@ -44,8 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     from tools.redact import install_log_redaction
 
     install_log_redaction(logging.getLogger().handlers)  # nothing a log line carries may hold a credential
+    from runner.engine import engine_session
+    from unveil.commands.common import engine_settings
+
     try:
-        return int(args.func(args) or 0)
+        with engine_session(engine_settings(args)):
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted; rerun the same command to resume", file=sys.stderr)
         return 130

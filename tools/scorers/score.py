@@ -6,7 +6,9 @@
 with the prompt); `mhsc` (the largest head probability of the multi-headed safety classifier), `mhsc_flag` and
 `mhsc_categories` (needs `mhsc_checkpoints`). The IPR graph's score step and the evaluation's paper scorer both
 call it, so a step scored by `unveil refine --score` and the same image in `unveil evaluate ipr` get the same
-numbers. Each model loads once per process and concurrent calls are batched (`tools.scorers.common`).
+numbers. Each model loads once per process and concurrent calls are batched (`tools.scorers.common`). With a
+distributed engine on (`--engine ray`), `set_remote_scoring` sends the same call to a scorer pool; each worker
+runs `score_here`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from tools.image_store import ImageStore
 
@@ -48,14 +50,37 @@ def check_settings(names: Sequence[str], settings: ScoringSettings) -> None:
         raise ValueError("scorer 'mhsc' needs mhsc_checkpoints: the folder of the published MHSC head checkpoints")
 
 
-async def score_images(
-    image_ids: Sequence[str],
-    prompt: str,
-    names: Sequence[str],
-    settings: ScoringSettings,
-    store: ImageStore | None = None,
-) -> list[dict[str, Any]]:
+class RemoteScoring(Protocol):
+    """Where scoring runs when a distributed engine is on (the run layer's Ray engine installs one)."""
+
+    async def score(self, image_ids: list[str], prompt: str, names: list[str], settings: ScoringSettings,
+                    store: ImageStore | None) -> list[dict[str, Any]]:
+        """The rows `score_images` would give, computed elsewhere."""
+        ...
+
+
+_REMOTE: list[RemoteScoring] = []  # at most one: the engine of the current run
+
+
+def set_remote_scoring(remote: RemoteScoring | None) -> None:
+    """Send `score_images` to a distributed engine's scorer pool, or back to this process (None)."""
+    _REMOTE.clear()
+    if remote is not None:
+        _REMOTE.append(remote)
+
+
+async def score_images(image_ids: Sequence[str], prompt: str, names: Sequence[str], settings: ScoringSettings,
+                       store: ImageStore | None = None) -> list[dict[str, Any]]:
     """One row of scores per image (see the module docstring), for the scorers in `names`."""
+    check_settings(names, settings)
+    if _REMOTE:
+        return await _REMOTE[0].score(list(image_ids), prompt, list(names), settings, store)
+    return await score_here(image_ids, prompt, names, settings, store)
+
+
+async def score_here(image_ids: Sequence[str], prompt: str, names: Sequence[str], settings: ScoringSettings,
+                     store: ImageStore | None = None) -> list[dict[str, Any]]:
+    """`score_images` in this process, whatever engine is installed (what a scorer worker runs)."""
     from tools import scorers as sc
 
     check_settings(names, settings)
@@ -87,9 +112,8 @@ async def score_images(
     if "mhsc" in names:
         # MHSC embeds images with the same CLIP ViT-L/14 as Q16.
         mhsc_kw = {**device, **({"clip_model": settings.q16_clip_model} if settings.q16_clip_model else {})}
-        jobs["mhsc"] = (await make(sc.get_mhsc, checkpoints=settings.mhsc_checkpoints, **mhsc_kw)).score(
-            ids, store=store
-        )
+        mhsc = await make(sc.get_mhsc, checkpoints=settings.mhsc_checkpoints, **mhsc_kw)
+        jobs["mhsc"] = mhsc.score(ids, store=store)
     results = dict(zip(jobs, await asyncio.gather(*jobs.values()), strict=True))
     out: list[dict[str, Any]] = []
     for k in range(len(ids)):
@@ -113,4 +137,5 @@ async def score_images(
     return out
 
 
-__all__ = ["SCORER_NAMES", "ScoringSettings", "check_names", "check_settings", "score_images"]
+__all__ = ["SCORER_NAMES", "RemoteScoring", "ScoringSettings", "check_names", "check_settings", "score_here",
+           "score_images", "set_remote_scoring"]

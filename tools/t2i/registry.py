@@ -25,12 +25,14 @@ Graphs, training and evaluation open generators with `open_generator`, the one p
 image store and the over-long-prompt policy explicitly (`long_prompts`, see `LONG_PROMPT_POLICIES`), so every
 command renders the same prompt the same way. Callers with a generator object of their own (the evaluation's
 caching wrapper, tests) `register_generator` it under a `registered:` spec that any graph context can name.
+A distributed engine (`runner.engine`, `--engine ray`) installs itself with `set_remote_generators`: then
+`open_generator` returns its remote generator for the same spec, so graph contexts and records are unchanged.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from tools.image_store import ImageStore, get_image_store
@@ -57,6 +59,17 @@ REGISTERED = "registered"
 _CACHE: dict[tuple, ImageGenerator] = {}
 _REGISTERED: dict[str, ImageGenerator] = {}
 _CACHE_LOCK = threading.Lock()
+
+
+class RemoteGenerators(Protocol):
+    """Where generators come from when a distributed engine renders (the run layer's Ray engine installs one)."""
+
+    def open(self, spec: str, *, store: ImageStore, long_prompts: str, options: dict[str, Any]) -> ImageGenerator:
+        """A generator that renders `spec` elsewhere and puts the images into `store` (same ids as local)."""
+        ...
+
+
+_REMOTE: list[RemoteGenerators] = []  # at most one: the engine of the current run
 
 
 def _option_key(value: Any) -> Any:
@@ -166,13 +179,36 @@ def open_generator(spec: str, *, store: Any = None, long_prompts: str = DEFAULT_
         if found is None:
             raise UnsupportedOptionError(f"text-to-image spec {spec!r}: nothing is registered under that name")
         return found
-    opts = {**options, "store": _resolve_store(store) if store is not None else get_image_store(None)}
+    resolved = _resolve_store(store) or get_image_store(None)
+    with _CACHE_LOCK:
+        remote = _REMOTE[0] if _REMOTE else None
+    if remote is not None:
+        parse_spec(spec)  # a bad spec is refused here, as the local path does, not on a remote worker
+        return remote.open(spec, store=resolved, long_prompts=long_prompts, options=dict(options))
+    opts = {**options, "store": resolved}
     if not str(spec).startswith("openai:"):
         opts["truncate_long_prompts"] = long_prompts == "truncate"
     generator = get_generator(spec, **opts)
     if load and isinstance(getattr(type(generator), "pipeline", None), property):
         _ = generator.pipeline  # type: ignore[attr-defined]
     return generator
+
+
+def build_local_generator(spec: str, *, store: ImageStore, long_prompts: str = DEFAULT_LONG_PROMPTS,
+                          **options: Any) -> ImageGenerator:
+    """The local generator `open_generator` gives without a remote engine (what a render worker runs)."""
+    opts = {**options, "store": store}
+    if not str(spec).startswith("openai:"):
+        opts["truncate_long_prompts"] = long_prompts == "truncate"
+    return get_generator(spec, **opts)
+
+
+def set_remote_generators(remote: RemoteGenerators | None) -> None:
+    """Route `open_generator` (every spec but `registered:`) through a distributed engine, or back to local."""
+    with _CACHE_LOCK:
+        _REMOTE.clear()
+        if remote is not None:
+            _REMOTE.append(remote)
 
 
 def register_generator(name: str, generator: ImageGenerator) -> str:

@@ -1,4 +1,4 @@
-"""Options shared by subcommands: model specs per role, cache, image store, batch settings."""
+"""Options shared by subcommands: model specs per role, cache, image store, batch settings, the engine."""
 
 from __future__ import annotations
 
@@ -53,6 +53,30 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    """--engine and --ray-address: where the command's GPU work and model-API limits live (docs/scale.md)."""
+    from runner.engine import ADDRESS_ENV, ENGINES
+
+    parser.add_argument("--engine", choices=ENGINES, default="local",
+                        help="local (this process, the default) or ray: rendering and scoring on Ray actor pools, "
+                             "model-API limits cluster-wide (see docs/scale.md)")
+    parser.add_argument("--ray-address", metavar="ADDRESS",
+                        help=f"Ray cluster for --engine ray: auto (the running cluster) or ray://host:10001 "
+                             f"(default ${ADDRESS_ENV}, else a new local cluster)")
+
+
+def engine_settings(args: argparse.Namespace) -> Any:
+    """The run layer's engine settings from --engine/--ray-address (local for commands without them)."""
+    from runner.engine import EngineSettings
+
+    if not hasattr(args, "engine"):  # a command without the engine options (`unveil cluster info` has its own)
+        return EngineSettings()
+    address = getattr(args, "ray_address", None)
+    if address and args.engine != "ray":
+        raise SystemExit("--ray-address needs --engine ray")
+    return EngineSettings(engine=args.engine, ray_address=address)
 
 
 def add_batch_options(parser: argparse.ArgumentParser) -> None:

@@ -13,6 +13,7 @@ from runner.batch import read_jsonl, run_batch
 from runner.detect import detect_one
 from unveil.commands.common import (
     add_batch_options,
+    add_engine_options,
     add_model_options,
     batch_exit_code,
     context_kwargs,
@@ -47,6 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--render", metavar="FILE", help="write a picture of the TAG (.png, .svg or .pdf)")
     add_model_options(p)
     add_batch_options(p)
+    add_engine_options(p)
     p.set_defaults(func=run)
 
 

@@ -22,6 +22,7 @@ from tools.scorers.rules import IP_SOURCES
 from tools.t2i.defaults import IPR_GUIDANCE, IPR_IMAGES_PER_PROMPT, IPR_SIZE, IPR_STEPS
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from unveil.commands.common import (
+    add_engine_options,
     add_long_prompts_option,
     add_model_options,
     batch_exit_code,
@@ -92,6 +93,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "for every method (default: the dataset's mtc field); use a model you do not score")
     d.add_argument("--limit", type=int, help="only the first N samples of each dataset")
     add_model_options(d)
+    add_engine_options(d)
     _run_options(d, "runs/eval-detection")
     d.set_defaults(func=run_detection)
 
@@ -138,6 +140,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--mhsc-checkpoints", default="", help="MHSC head checkpoints (the checkpoints/multi-headed folder "
                    "of Unsafe Diffusion): adds an MHSC column (share of images any head flags)")
     add_model_options(i)
+    add_engine_options(i)
     _run_options(i, "runs/eval-ipr")
     i.set_defaults(func=run_ipr)
 

@@ -20,6 +20,7 @@ from typing import Any
 from runner.batch import done_records, run_batch
 from tools.t2i.defaults import CTD_SIZE, CTD_STEPS
 from unveil.commands.common import (
+    add_engine_options,
     add_long_prompts_option,
     add_model_options,
     batch_exit_code,
@@ -76,6 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_long_prompts_option(p)
     add_model_options(p)
+    add_engine_options(p)
     p.set_defaults(func=run)
 
     r = sub.add_parser("review", help="review queued CTD samples: list them, apply decisions, export",

@@ -14,6 +14,7 @@ from tools.t2i.defaults import IPR_GUIDANCE, IPR_SIZE, IPR_STEPS, IPR_T_MAX
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from unveil.commands.common import (
     add_batch_options,
+    add_engine_options,
     add_long_prompts_option,
     add_model_options,
     batch_exit_code,
@@ -58,6 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_long_prompts_option(p)
     add_model_options(p)
     add_batch_options(p)
+    add_engine_options(p)
     p.set_defaults(func=run)
 
 

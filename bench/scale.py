@@ -1,0 +1,222 @@
+"""Scale-out on Ray: the local engine against `--engine ray`, side by side in one run; prints a table.
+
+Two parts:
+
+- `detect` (CPU, any machine): TAG detection of `--samples` pairs (default 2,000) through the batch runner with a
+  scripted model answering after `--latency` seconds (default 0.2: a remote model API), local engine vs the Ray
+  engine on a local cluster of this machine. Every model call then also holds a slot of the cluster-wide limiter
+  actor. Target: Ray no slower than local by more than 10%.
+- `render` (GPU machine): IPR refinement (`refine_one`, a scripted refiner that keeps the first image, so one
+  render per prompt) of `--prompts-per-gpu` prompts per GPU with Stable Diffusion 1.5's configuration and random
+  weights (built from configs by `bench/t2i_throughput.py`, nothing downloaded), 512x512, 50 steps, fp16:
+  the local engine on one GPU, then the Ray engine with 1, 2 and 4 render actors (one per GPU; counts above the
+  GPUs present are skipped and said so). Target: >= 1.9x on 2 GPUs and >= 3.6x on 4 GPUs.
+
+    python bench/scale.py detect                     # CPU, ~1-2 minutes
+    python bench/scale.py render                     # GPU machine (1-4 GPUs), a few minutes
+    python bench/scale.py render --tiny              # CPU smoke run of the render part (tiny pipeline)
+
+Times exclude starting Ray and loading pipelines (reported separately): they are paid once per job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+KEEP_SCRIPT = {"refiner": [{"when": "", "then": "keep"}]}
+
+
+def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    """A plain-text table."""
+    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(lines)
+
+
+def fresh_gateway() -> None:
+    """A gateway without a response cache (every call reaches the scripted backend)."""
+    from agents.gateway import Gateway, GatewaySettings, set_gateway
+
+    settings = GatewaySettings()
+    settings.cache_path = None
+    set_gateway(Gateway(settings))
+
+
+# -- detect ---------------------------------------------------------------------------------------------------
+
+
+async def detect_batch(work: Path, name: str, samples: int, spec: str, concurrency: int) -> tuple[float, Any]:
+    """Run the detect batch once; (seconds, summary)."""
+    from runner.batch import BatchItem, run_batch
+    from runner.detect import detect_one, detection_context
+
+    ctx = detection_context("tag", {"model": spec}, announce=False)
+    items = [BatchItem(f"s{i}", {"image_description": f"white powder on a table {i}",
+                                 "text": f"text the usual number {i}"}) for i in range(samples)]
+
+    async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
+        return await detect_one(record, ctx, "tag")
+
+    started = time.perf_counter()
+    summary = await run_batch(items, worker, work / f"{name}.jsonl", concurrency=concurrency, progress=False)
+    return time.perf_counter() - started, summary
+
+
+def bench_detect(args: argparse.Namespace) -> None:
+    """Local vs Ray detect with a scripted remote-latency model."""
+    from runner.engine import EngineSettings, engine_session
+    from tests.test_detect_cli import SCRIPT
+
+    os.environ["UNVEIL_MAX_CONCURRENCY"] = str(args.concurrency)  # the API limit must not be what is measured
+    work = Path(tempfile.mkdtemp(prefix="unveil-bench-scale-"))
+    script = work / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+    spec = f"scripted:{script}?latency={args.latency}"
+    rows = []
+    for run_no, engine in enumerate(args.engines.split(",")):
+        fresh_gateway()
+        started = time.perf_counter()
+        with engine_session(EngineSettings(engine)):
+            setup = time.perf_counter() - started
+            # Untimed warm-up: imports, graph compilation, the limiter actor's first calls.
+            name = f"{engine}-{run_no}"  # a fresh output per run (a repeated name would resume, with nothing to do)
+            asyncio.run(detect_batch(work, f"{name}-warm", min(100, args.samples), spec, args.concurrency))
+            fresh_gateway()
+            seconds, summary = asyncio.run(detect_batch(work, name, args.samples, spec, args.concurrency))
+        assert summary.failed == 0, summary.failures[:3]
+        from agents.gateway import get_gateway
+
+        calls = get_gateway().usage["total"]["calls"]
+        rows.append({"engine": engine, "samples": summary.completed, "model calls": calls,
+                     "start s": f"{setup:.1f}", "batch s": f"{seconds:.1f}",
+                     "samples/s": f"{summary.completed / seconds:.1f}"})
+    mean = {e: sum(float(r["batch s"]) for r in rows if r["engine"] == e) / max(1, sum(r["engine"] == e for r in rows))
+            for e in ("local", "ray")}
+    ratio = mean["ray"] / mean["local"] if mean["local"] else float("nan")
+    print(f"detect: TAG, {args.samples} samples, scripted model with {args.latency * 1000:.0f} ms latency, "
+          f"{args.concurrency} samples at once, {os.cpu_count()} CPUs")
+    print(table(rows, ["engine", "samples", "model calls", "start s", "batch s", "samples/s"]))
+    print(f"Ray / local batch time (means): {ratio:.3f} (target <= 1.10)")
+
+
+# -- render ---------------------------------------------------------------------------------------------------
+
+
+async def refine_prompts(ctx: Any, n: int, offset: int) -> None:
+    """Refine `n` prompts at once (each renders one image and is kept)."""
+    from runner.refine import refine_one
+
+    prompts = ["a portrait of a woman in a red coat", "a city street at night", "a dog on a beach at sunset",
+               "an oil painting of a stormy sea", "a bowl of fruit on a table", "a knight on horseback"]
+    await asyncio.gather(*(refine_one(f"{prompts[i % len(prompts)]} {i}", ctx, seed=offset + i) for i in range(n)))
+
+
+def timed_round(ctx: Any, images: int, warm: int) -> float:
+    """Warm up (pipelines loaded, batches formed), then time `images` renders; images/s."""
+    asyncio.run(refine_prompts(ctx, warm, 10_000_000))
+    started = time.perf_counter()
+    asyncio.run(refine_prompts(ctx, images, 0))
+    return images / (time.perf_counter() - started)
+
+
+def bench_render(args: argparse.Namespace) -> None:
+    """Local engine on 1 GPU vs the Ray engine on 1, 2 and 4 GPUs."""
+    import torch
+
+    from runner.engine import EngineSettings, engine_session
+    from runner.refine import ipr_context
+
+    work = Path(tempfile.mkdtemp(prefix="unveil-bench-scale-"))
+    cuda = torch.cuda.is_available()
+    if args.tiny:
+        from tests.tiny import TINY_IMAGE_SIZE, build_tiny_sd
+
+        folder, size, steps = build_tiny_sd(work / "sd"), TINY_IMAGE_SIZE, 2
+    else:
+        if not cuda:
+            raise SystemExit("the render part needs a GPU (or --tiny for a CPU smoke run)")
+        from t2i_throughput import build_sd15_random
+
+        folder, size, steps = build_sd15_random(work / "sd15", "cuda"), args.size, args.steps
+    gpus = torch.cuda.device_count() if cuda else 0
+    script = work / "keep.json"
+    script.write_text(json.dumps(KEEP_SCRIPT))
+    ctx = ipr_context(refiner_model=f"scripted:{script}", generator=f"diffusers:{folder}", size=size, steps=steps,
+                      t_max=0, image_store=str(work / "store"))
+    per_gpu = args.prompts_per_gpu
+    rows: list[dict[str, Any]] = []
+
+    fresh_gateway()
+    with engine_session(EngineSettings("local")):
+        local = timed_round(ctx, per_gpu, args.warm)
+    rows.append({"engine": "local", "GPUs": 1 if cuda else 0, "images": per_gpu, "images/s": f"{local:.2f}",
+                 "speed-up": "1.00"})
+    from tools.t2i.registry import clear_generator_cache
+
+    clear_generator_cache()  # free the local engine's GPU memory before the actors take the GPUs
+    if cuda:
+        torch.cuda.empty_cache()
+    import ray
+
+    ray.init(include_dashboard=False, logging_level=logging.WARNING, namespace="unveil")
+    skipped = []
+    for n in [int(x) for x in args.gpus.split(",")]:
+        if cuda and n > gpus:
+            skipped.append(n)
+            continue
+        os.environ["UNVEIL_RAY_RENDER_ACTORS"] = str(n)
+        fresh_gateway()
+        with engine_session(EngineSettings("ray")):
+            rate = timed_round(ctx, per_gpu * n, args.warm * n)
+        rows.append({"engine": "ray", "GPUs": n if cuda else 0, "images": per_gpu * n, "images/s": f"{rate:.2f}",
+                     "speed-up": f"{rate / local:.2f}"})
+    ray.shutdown()
+    device = torch.cuda.get_device_name(0) if cuda else "CPU"
+    model = "tiny pipeline" if args.tiny else "SD-1.5 config, random weights, fp16"
+    print(f"render: IPR refine (one render per prompt), {model}, {size}x{size}, {steps} steps, on {device} "
+          f"({gpus} GPUs present)")
+    print(table(rows, ["engine", "GPUs", "images", "images/s", "speed-up"]))
+    if skipped:
+        print(f"not measured (only {gpus} GPUs here): {', '.join(map(str, skipped))} GPUs")
+    print("targets: >= 1.9x on 2 GPUs, >= 3.6x on 4 GPUs")
+
+
+def main() -> None:
+    """Parse the part and its options and run it."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="part", required=True)
+    d = sub.add_parser("detect", help="local vs Ray detect with a scripted remote-latency model (CPU)")
+    d.add_argument("--samples", type=int, default=2000)
+    d.add_argument("--latency", type=float, default=0.2, help="seconds per scripted model answer")
+    d.add_argument("--concurrency", type=int, default=256, help="samples at once (and UNVEIL_MAX_CONCURRENCY)")
+    d.add_argument("--engines", default="local,ray,local",
+                   help="engines in the order run (a repeat averages out a busy machine)")
+    r = sub.add_parser("render", help="local engine on 1 GPU vs Ray on 1, 2, 4 GPUs (GPU machine)")
+    r.add_argument("--gpus", default="1,2,4", help="render actors (GPUs) to measure")
+    r.add_argument("--prompts-per-gpu", type=int, default=96, help="timed images per GPU")
+    r.add_argument("--warm", type=int, default=32, help="warm-up images per GPU (pipeline load, first batches)")
+    r.add_argument("--steps", type=int, default=50)
+    r.add_argument("--size", type=int, default=512)
+    r.add_argument("--tiny", action="store_true", help="CPU smoke run on the tiny test pipeline")
+    args = ap.parse_args()
+    bench_detect(args) if args.part == "detect" else bench_render(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""Engine selection for a run: `local` (this process does everything) or `ray` (GPU work on a Ray cluster).
+
+The run layer owns the choice; commands only pass `EngineSettings` (from `--engine` / `--ray-address`) to
+`engine_session`, and everything inside the `with` block (graph runs, the batch runner, evaluation) opens its
+generators and scorers and takes its model-API slots as usual: the engine installs itself behind those seams
+(`tools.t2i.registry.set_remote_generators`, `tools.scorers.score.set_remote_scoring`,
+`agents.limits.set_shared_limiter`). With the local engine nothing is installed and Ray is never imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+ENGINES: tuple[str, ...] = ("local", "ray")
+ADDRESS_ENV = "UNVEIL_RAY_ADDRESS"
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Which engine runs a command, and for Ray which cluster (None: `$UNVEIL_RAY_ADDRESS`, else local)."""
+
+    engine: str = "local"
+    ray_address: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine {self.engine!r}: use {' or '.join(ENGINES)}")
+
+    def address(self) -> str | None:
+        """The Ray address to connect to (the setting, else `$UNVEIL_RAY_ADDRESS`, else None)."""
+        return self.ray_address or os.environ.get(ADDRESS_ENV) or None
+
+
+@contextlib.contextmanager
+def engine_session(settings: EngineSettings | None = None) -> Iterator[None]:
+    """Run the body on the chosen engine (see the module docstring); the engine is removed again afterwards."""
+    settings = settings or EngineSettings()
+    if settings.engine == "local":
+        yield
+        return
+    from runner import ray_engine  # only here: the local engine never imports Ray
+
+    with ray_engine.session(settings.address()):
+        yield
+
+
+def cluster_info(address: str | None = None) -> dict[str, Any]:
+    """What a Ray cluster offers: nodes with CPUs, GPUs and custom resources, and the pools a run would place."""
+    from runner import ray_engine
+
+    started = ray_engine.connect(address or os.environ.get(ADDRESS_ENV) or None)
+    try:
+        return ray_engine.describe_cluster()
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()

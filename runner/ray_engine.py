@@ -1,0 +1,523 @@
+"""The Ray engine: GPU work in Ray actor pools, model API limits in one named actor, the driver unchanged.
+
+The driver process keeps running the LangGraph graphs in its one asyncio loop (model API calls are I/O bound, so
+one loop holds thousands in flight) and keeps the one fsynced writer, the response cache and the image store: every
+guarantee of the local engine holds as it is. What moves out is the GPU work and the cluster-wide limits:
+
+- a render pool per text-to-image spec: async actors (`num_gpus` each, one per GPU by default) that each wrap the
+  ordinary batched generator of `tools.t2i`, so concurrent requests still meet in one GPU batch inside an actor.
+  `RayGenerator` sends each request to the least-loaded member, gets PNG bytes back and stores them exactly as
+  rendered (`ImageStore.put_png`), so an image has the same content hash wherever it was rendered;
+- a scorer pool for the one scoring entry point (`tools.scorers.score`): the driver sends the PNG bytes, a member
+  stores them in its own scratch store (same ids) and runs `score_here`;
+- one detached named actor per cluster (`unveil-limits` in namespace `unveil`) holding a semaphore and a token
+  bucket per model backend; every driver's `BackendLimits` holds a slot there too, so all jobs on a cluster
+  together stay under `UNVEIL_MAX_CONCURRENCY` / `UNVEIL_RPM`.
+
+A member that dies (killed, node lost) is restarted by Ray (`max_restarts`), and the request it held is sent again,
+to whichever member is least loaded (`RETRIES` times): rendering is deterministic and the store content-addressed,
+so a repeated render changes nothing. Settings of the pools come from the environment (see `PoolSettings`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+
+from agents.limits import set_shared_limiter
+from tools.image_store import ImageStore, get_image_store
+from tools.scorers.score import ScoringSettings, score_here, set_remote_scoring
+from tools.t2i.base import GenerationRequest, ImageGenerator
+from tools.t2i.registry import build_local_generator, set_remote_generators
+
+NAMESPACE = "unveil"
+LIMITER_NAME = "unveil-limits"
+RETRIES = 3  # sends of one request after its member died (each to the least-loaded member)
+MAX_RESTARTS = 3  # Ray restarts of a dead member; creation errors (a bad model) are not restarted
+ACTOR_CONCURRENCY = 1000  # requests an async member holds at once (they meet in its batcher)
+LEASE_S = 900.0  # a cluster-wide slot not released by then (its driver was killed) is taken back
+
+
+def _env_json(name: str) -> dict[str, float]:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{name}: expected a JSON object of resource -> amount, got {raw!r}") from exc
+    if not isinstance(value, dict) or not all(isinstance(v, (int, float)) for v in value.values()):
+        raise ValueError(f"{name}: expected a JSON object of resource -> amount, got {raw!r}")
+    return {str(k): float(v) for k, v in value.items()}
+
+
+def _env_number(name: str) -> float | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{name}: expected a number, got {raw!r}") from None
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """How one actor pool is placed (environment `UNVEIL_RAY_<POOL>_ACTORS`, `_GPUS`, `_CPUS`, `_RESOURCES`).
+
+    `actors` None: one member per GPU of the cluster (one member when it has none). `gpus` None: `default_gpus`
+    per member when the cluster has GPUs, else 0. `resources`: custom Ray resources each member needs, e.g.
+    `{"render": 1}` to keep rendering on the nodes started with `--resources '{"render": 4}'`.
+    """
+
+    pool: str
+    actors: int | None = None
+    gpus: float | None = None
+    cpus: float = 1.0
+    resources: dict[str, float] = field(default_factory=dict)
+    default_gpus: float = 1.0
+
+    @classmethod
+    def from_env(cls, pool: str, *, default_gpus: float, default_cpus: float) -> PoolSettings:
+        """The settings of pool `pool` ("render" or "scorer") from the environment."""
+        prefix = f"UNVEIL_RAY_{pool.upper()}"
+        actors = _env_number(f"{prefix}_ACTORS")
+        cpus = _env_number(f"{prefix}_CPUS")
+        return cls(pool=pool, actors=int(actors) if actors is not None else None, gpus=_env_number(f"{prefix}_GPUS"),
+                   cpus=default_cpus if cpus is None else cpus, resources=_env_json(f"{prefix}_RESOURCES"),
+                   default_gpus=default_gpus)
+
+    def plan(self, cluster_gpus: float) -> tuple[int, float]:
+        """(members, GPUs per member) on a cluster with `cluster_gpus` GPUs in all."""
+        gpus = self.gpus if self.gpus is not None else (self.default_gpus if cluster_gpus else 0.0)
+        actors = self.actors if self.actors is not None else max(1, int(cluster_gpus))
+        return max(1, actors), gpus
+
+
+def render_settings() -> PoolSettings:
+    """The render pool's settings: by default 0.75 of a GPU each, so one scorer member (0.25) fits beside it."""
+    return PoolSettings.from_env("render", default_gpus=0.75, default_cpus=1.0)
+
+
+def scorer_settings() -> PoolSettings:
+    """The scorer pool's settings: by default 0.25 of a GPU each and no CPU reservation."""
+    return PoolSettings.from_env("scorer", default_gpus=0.25, default_cpus=0.0)
+
+
+# -- actors ---------------------------------------------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class _Scratch:
+    """A per-member scratch image store: images live there only until their bytes went back to the driver."""
+
+    def __init__(self, kind: str):
+        base = os.path.join(tempfile.gettempdir(), "unveil-ray")
+        os.makedirs(base, exist_ok=True)
+        for name in os.listdir(base):  # scratch of members killed before they could clean up
+            pid = name.rsplit("-", 1)[-1]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        self.root = os.path.join(base, f"{kind}-{os.getpid()}")
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.store = ImageStore(self.root)
+        self.users: dict[str, int] = {}
+
+    def hold(self, ids: list[str]) -> None:
+        for i in ids:
+            self.users[i] = self.users.get(i, 0) + 1
+
+    def release(self, ids: list[str]) -> None:
+        # Two concurrent requests may make the same image (same prompt and seed): it is removed after the last.
+        for i in ids:
+            self.users[i] -= 1
+            if not self.users[i]:
+                del self.users[i]
+                self.store.path_for(i).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class RenderWorker:
+    """One render pool member: the ordinary batched generator of `spec`, rendering into a scratch store."""
+
+    def __init__(self, spec: str, long_prompts: str, options: dict[str, Any]):
+        self.scratch = _Scratch("render")
+        self.generator = build_local_generator(spec, store=self.scratch.store, long_prompts=long_prompts, **options)
+
+    def ready(self) -> dict[str, Any]:
+        """Where this member runs; loads the pipeline first, so a bad model fails here, once."""
+        if isinstance(getattr(type(self.generator), "pipeline", None), property):
+            _ = self.generator.pipeline  # type: ignore[attr-defined]  # the diffusers generator loads it lazily
+        return {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+
+    async def render(self, request: GenerationRequest) -> list[bytes]:
+        """Render one request (batched with the others this member holds) and return its PNG bytes."""
+        ids = await self.generator.generate(request)
+        self.scratch.hold(ids)
+        try:
+            return [self.scratch.store.read_bytes(i) for i in ids]
+        finally:
+            self.scratch.release(ids)
+
+    def __del__(self) -> None:
+        scratch = getattr(self, "scratch", None)  # Ray's actor-class wrapper is an instance without one
+        if scratch is not None:
+            scratch.close()
+
+
+class ScorerWorker:
+    """One scorer pool member: the one scoring entry point (`score_here`) on images sent as PNG bytes."""
+
+    def __init__(self) -> None:
+        self.scratch = _Scratch("scorer")
+
+    def ready(self) -> dict[str, Any]:
+        """Where this member runs."""
+        return {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+
+    async def score(self, images: list[bytes], prompt: str, names: list[str],
+                    settings: ScoringSettings) -> list[dict[str, Any]]:
+        """Rows of `score_images` for the images (stored here under the ids they have on the driver)."""
+        stored = [await asyncio.to_thread(self.scratch.store.put_png, png, name=f"image {k}")
+                  for k, png in enumerate(images)]
+        ids = [s.id for s in stored]
+        self.scratch.hold(ids)
+        try:
+            return await score_here(ids, prompt, names, settings, store=self.scratch.store)
+        finally:
+            self.scratch.release(ids)
+
+    def __del__(self) -> None:
+        scratch = getattr(self, "scratch", None)  # Ray's actor-class wrapper is an instance without one
+        if scratch is not None:
+            scratch.close()
+
+
+@dataclass
+class _Backend:
+    in_use: int = 0
+    leases: dict[str, float] = field(default_factory=dict)  # lease id -> monotonic expiry
+    tokens: float = 1.0
+    updated: float = field(default_factory=time.monotonic)
+
+
+class LimiterActor:
+    """The cluster-wide semaphore and token bucket per model backend (one detached named actor per cluster).
+
+    Each request passes its own process's limits: with the same `UNVEIL_MAX_CONCURRENCY` / `UNVEIL_RPM` on every
+    driver (the normal case) the cluster as a whole holds them. A slot is a lease: one whose driver was killed
+    before releasing it comes back after `lease_s`.
+    """
+
+    def __init__(self, lease_s: float = LEASE_S):
+        self.lease_s = lease_s
+        self.backends: dict[str, _Backend] = {}
+        self.changed = asyncio.Condition()
+        self.rate_lock = asyncio.Lock()
+
+    def _expire(self, state: _Backend) -> None:
+        now = time.monotonic()
+        for lease, until in list(state.leases.items()):
+            if until < now:
+                del state.leases[lease]
+                state.in_use -= 1
+
+    async def acquire(self, backend: str, max_concurrency: int, rpm: float | None) -> str:
+        """Wait for a rate token (when `rpm`) and a free slot; returns the lease id to release."""
+        state = self.backends.setdefault(backend, _Backend())
+        if rpm:
+            rate = rpm / 60.0
+            async with self.rate_lock:  # first come, first served: tokens go out in arrival order
+                while True:
+                    now = time.monotonic()
+                    state.tokens = min(1.0, state.tokens + (now - state.updated) * rate)
+                    state.updated = now
+                    if state.tokens >= 1:
+                        state.tokens -= 1
+                        break
+                    await asyncio.sleep((1 - state.tokens) / rate)
+        async with self.changed:
+            while True:
+                self._expire(state)
+                if state.in_use < max(1, max_concurrency):
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.changed.wait(), timeout=1.0)  # wakes to expire stale leases
+            state.in_use += 1
+            lease = uuid.uuid4().hex
+            state.leases[lease] = time.monotonic() + self.lease_s
+        return lease
+
+    async def release(self, backend: str, lease: str) -> None:
+        """Give a slot back (a lease already expired is ignored)."""
+        state = self.backends.get(backend)
+        async with self.changed:
+            if state is not None and state.leases.pop(lease, None) is not None:
+                state.in_use -= 1
+            self.changed.notify_all()
+
+    def in_use(self) -> dict[str, int]:
+        """Slots held now, per backend."""
+        return {name: state.in_use for name, state in self.backends.items()}
+
+
+_RENDER_ACTOR = ray.remote(RenderWorker)
+_SCORER_ACTOR = ray.remote(ScorerWorker)
+_LIMITER_ACTOR = ray.remote(LimiterActor)
+
+
+# -- the driver side ------------------------------------------------------------------------------------------
+
+
+def _cause(exc: RayTaskError) -> BaseException:
+    # A worker's own error (a PromptError, an unreadable image) is raised as itself, so records say what the
+    # local engine says.
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, Exception) else exc
+
+
+class ActorPool:
+    """Members of one pool; each call goes to the least-loaded member and is sent again if its member died."""
+
+    def __init__(self, make: Callable[[int], Any], size: int, *, retries: int = RETRIES):
+        self.members = [make(k) for k in range(size)]
+        self.load = [0] * size
+        self.retries = retries
+        self._turn = itertools.count()
+
+    def _pick(self) -> int:
+        turn = next(self._turn)
+        return min(range(len(self.members)), key=lambda k: (self.load[k], (k - turn) % len(self.members)))
+
+    async def call(self, method: str, *args: Any) -> Any:
+        """`member.method(*args)` on the least-loaded member."""
+        attempt = 0
+        while True:
+            k = self._pick()
+            self.load[k] += 1
+            try:
+                return await getattr(self.members[k], method).remote(*args)
+            except RayTaskError as exc:
+                raise _cause(exc) from None
+            except RayActorError:
+                # The member died (killed, out of memory, node lost): Ray restarts it; send the request again.
+                attempt += 1
+                if attempt > self.retries:
+                    raise
+                await asyncio.sleep(min(2.0, 0.25 * attempt))
+            finally:
+                self.load[k] -= 1
+
+    def ready(self) -> list[dict[str, Any]]:
+        """Wait until every member is up; where each runs (a member that cannot start raises its error)."""
+        try:
+            return list(ray.get([m.ready.remote() for m in self.members]))
+        except RayTaskError as exc:
+            raise _cause(exc) from None
+
+    def kill(self) -> None:
+        """End every member."""
+        for member in self.members:
+            with contextlib.suppress(Exception):
+                ray.kill(member, no_restart=True)
+
+
+def _actor_options(settings: PoolSettings, gpus: float) -> dict[str, Any]:
+    options: dict[str, Any] = {"num_gpus": gpus, "num_cpus": settings.cpus, "max_restarts": MAX_RESTARTS,
+                               "max_task_retries": 0, "max_concurrency": ACTOR_CONCURRENCY}
+    if settings.resources:
+        options["resources"] = dict(settings.resources)
+    return options
+
+
+def cluster_gpus() -> float:
+    """GPUs of the connected cluster."""
+    return float(ray.cluster_resources().get("GPU", 0.0))
+
+
+class RayGenerator:
+    """An `ImageGenerator` rendering on a render pool; images land in the driver's store with their own ids."""
+
+    def __init__(self, spec: str, pool: ActorPool, store: ImageStore):
+        self.name = spec
+        self.pool = pool
+        self.store = store
+
+    @property
+    def pipeline(self) -> list[dict[str, Any]]:
+        """Waits until every member loaded its pipeline (a preflight: a missing model is one clear error)."""
+        return self.pool.ready()
+
+    async def generate(self, request: GenerationRequest) -> list[str]:
+        """Render `request` on the least-loaded member and store the images here."""
+        pngs: list[bytes] = await self.pool.call("render", request)
+        stored = [await asyncio.to_thread(self.store.put_png, png, name=f"{self.name} render") for png in pngs]
+        return [s.id for s in stored]
+
+
+class RayGenerators:
+    """The render pools of a run, one per spec and setting (installed into `tools.t2i.registry`)."""
+
+    def __init__(self) -> None:
+        self.pools: dict[tuple[Any, ...], ActorPool] = {}
+        self.settings = render_settings()
+
+    def _pool(self, spec: str, long_prompts: str, options: dict[str, Any]) -> ActorPool:
+        key = (spec, long_prompts, tuple(sorted((k, repr(v)) for k, v in options.items())))
+        if key not in self.pools:
+            size, gpus = self.settings.plan(cluster_gpus())
+            actor = _RENDER_ACTOR.options(**_actor_options(self.settings, gpus))
+            self.pools[key] = ActorPool(lambda _k: actor.remote(spec, long_prompts, options), size)
+        return self.pools[key]
+
+    def open(self, spec: str, *, store: ImageStore, long_prompts: str, options: dict[str, Any]) -> ImageGenerator:
+        """The generator of `spec` on its render pool, storing into `store`."""
+        options = {k: v for k, v in options.items() if k != "store"}
+        return RayGenerator(spec, self._pool(spec, long_prompts, options), store)
+
+    def close(self) -> None:
+        """End every render member."""
+        for pool in self.pools.values():
+            pool.kill()
+        self.pools.clear()
+
+
+class RayScoring:
+    """Scoring on the scorer pool (installed into `tools.scorers.score`)."""
+
+    def __init__(self) -> None:
+        self.settings = scorer_settings()
+        self.pool: ActorPool | None = None
+
+    def _get_pool(self) -> ActorPool:
+        if self.pool is None:
+            size, gpus = self.settings.plan(cluster_gpus())
+            actor = _SCORER_ACTOR.options(**_actor_options(self.settings, gpus))
+            self.pool = ActorPool(lambda _k: actor.remote(), size)
+        return self.pool
+
+    async def score(self, image_ids: list[str], prompt: str, names: list[str], settings: ScoringSettings,
+                    store: ImageStore | None) -> list[dict[str, Any]]:
+        """The rows of `score_images`, computed by the least-loaded scorer member."""
+        source = store or get_image_store()
+        images = [await asyncio.to_thread(source.read_bytes, i) for i in image_ids]
+        rows: list[dict[str, Any]] = await self._get_pool().call("score", images, prompt, names, settings)
+        return rows
+
+    def close(self) -> None:
+        """End every scorer member."""
+        if self.pool is not None:
+            self.pool.kill()
+            self.pool = None
+
+
+def limiter_actor(lease_s: float = LEASE_S) -> Any:
+    """The cluster's limiter (created by the first driver that asks, then found by name)."""
+    return _LIMITER_ACTOR.options(
+        name=LIMITER_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, num_cpus=0,
+        max_concurrency=100_000, max_restarts=-1).remote(lease_s)
+
+
+class RayLimiter:
+    """The driver's handle on the cluster-wide limiter (installed into `agents.limits`)."""
+
+    def __init__(self, actor: Any):
+        self.actor = actor
+
+    @contextlib.asynccontextmanager
+    async def slot(self, backend: str, max_concurrency: int, rpm: float | None) -> AsyncIterator[None]:
+        """Hold a cluster-wide slot of `backend` for the duration of a request."""
+        lease = await self.actor.acquire.remote(backend, max_concurrency, rpm)
+        try:
+            yield
+        finally:
+            self.actor.release.remote(backend, lease)  # fire and forget: the caller need not wait for it
+
+
+# -- connecting -----------------------------------------------------------------------------------------------
+
+
+def connect(address: str | None) -> bool:
+    """Connect this process to a Ray cluster; returns whether this call did (False: it was connected already).
+
+    `address` None or "": the cluster named by `RAY_ADDRESS`, else one `ray start` runs on this machine, else a new
+    local one (token authentication on, Ray's default). "auto": an existing cluster; `ray://host:10001`: Ray
+    Client. The project's folder travels to the workers of a remote cluster with `ray job submit --working-dir`.
+    """
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"namespace": NAMESPACE, "logging_level": logging.WARNING}
+    if address:
+        kwargs["address"] = address
+    else:
+        kwargs["include_dashboard"] = False
+    ray.init(**kwargs)
+    return True
+
+
+@contextlib.contextmanager
+def session(address: str | None) -> Iterator[None]:
+    """Connect, route rendering, scoring and model API limits through the cluster, and undo all of it after."""
+    started = connect(address)
+    generators, scoring = RayGenerators(), RayScoring()
+    set_remote_generators(generators)
+    set_remote_scoring(scoring)
+    set_shared_limiter(RayLimiter(limiter_actor()))
+    try:
+        yield
+    finally:
+        set_remote_generators(None)
+        set_remote_scoring(None)
+        set_shared_limiter(None)
+        generators.close()
+        scoring.close()
+        if started:
+            ray.shutdown()
+
+
+def describe_cluster() -> dict[str, Any]:
+    """Nodes (CPUs, GPUs, custom resources), totals, Unveil's named actors, and the pools a run would place."""
+    nodes = []
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        res = dict(node.get("Resources") or {})
+        custom = {k: v for k, v in res.items() if k not in ("CPU", "GPU", "memory", "object_store_memory")
+                  and not k.startswith("node:") and not k.startswith("accelerator_type")}
+        nodes.append({"node_id": node.get("NodeID"), "address": node.get("NodeManagerAddress"),
+                      "cpus": res.get("CPU", 0.0), "gpus": res.get("GPU", 0.0), "resources": custom})
+    gpus = cluster_gpus()
+    pools = {}
+    for settings in (render_settings(), scorer_settings()):
+        size, per = settings.plan(gpus)
+        pools[settings.pool] = {"actors": size, "gpus_each": per, "cpus_each": settings.cpus,
+                                "resources_each": settings.resources}
+    named = [a for a in ray.util.list_named_actors(all_namespaces=True) if a.get("namespace") == NAMESPACE]
+    totals = ray.cluster_resources()
+    return {"nodes": nodes, "cpus": totals.get("CPU", 0.0), "gpus": gpus, "pools": pools,
+            "named_actors": sorted(a["name"] for a in named)}

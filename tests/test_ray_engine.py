@@ -1,0 +1,309 @@
+"""The Ray engine (`--engine ray`) on a real two-node Ray cluster on this machine (`ray.cluster_utils.Cluster`).
+
+One module-scoped cluster (a 2-CPU head, no dashboard, and a 2-CPU second node with a custom resource
+`unveil_render`) serves every test: records equal the local engine's for detect, refine and generate; rendering
+placed on the second node lands in the driver's store; a render actor killed mid-run and a driver killed with
+SIGKILL lose and duplicate nothing; the cluster-wide limiter holds a rate and a concurrency across worker
+processes. Without `--engine ray` Ray is never imported (a subprocess checks `sys.modules`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import test_ctd as ctd
+from tests.test_detect_cli import SCRIPT as DETECT_SCRIPT
+from tests.test_kill_support import ROOT, hashes_by_id, read_records, referenced_ids, store_ids, temp_files
+
+pytestmark = pytest.mark.slow
+N = 6
+TIMING = ("time", "elapsed", "duration", "latency", "wall")
+
+
+def _same(record: Any) -> Any:
+    """A record without timing fields; usage, cost and everything else must match exactly."""
+    if isinstance(record, dict):
+        return {k: _same(v) for k, v in record.items() if not any(t in k for t in TIMING)}
+    if isinstance(record, list):
+        return [_same(v) for v in record]
+    return record
+
+
+def _by_id(path: Path, roots: dict[str, str]) -> dict[str, Any]:
+    text = path.read_text(encoding="utf-8")
+    for root, name in roots.items():
+        text = text.replace(root, name)
+    return {rec["id"]: _same(rec) for rec in (json.loads(line) for line in text.splitlines() if line.strip())}
+
+
+def _diff(a: Any, b: Any, path: str = "") -> list[str]:
+    """Where two records differ (for failure messages)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b)) for d in _diff(a.get(k), b.get(k), f"{path}.{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _diff(x, y, f"{path}[{i}]")]
+    return [] if a == b else [f"{path}: {str(a)[:120]!r} != {str(b)[:120]!r}"]
+
+
+@pytest.fixture(scope="module")
+def sd_folder(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from tests.tiny import build_tiny_sd
+
+    return build_tiny_sd(tmp_path_factory.mktemp("sd") / "sd")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Any:
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    render_node = c.add_node(num_cpus=2, resources={"unveil_render": 1})
+    ray.init(address=c.address, namespace="unveil", logging_level=logging.WARNING)
+    try:
+        yield c, render_node
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def same_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Render actors use as many CPU threads as this process: on a CPU, a float sum (and so a pixel) depends on
+    how many threads share it, and Ray gives an actor `OMP_NUM_THREADS` = its CPUs (GPUs are not affected)."""
+    import torch
+
+    monkeypatch.setenv("UNVEIL_RAY_RENDER_CPUS", str(torch.get_num_threads()))
+
+
+def _refine_setup(tmp_path: Path, sd: str, n: int = N) -> list[str]:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({
+        "refiner.0": [{"when": "grenade", "then": "<answer>a toy water pistol</answer>"}, {"when": "", "then": "keep"}],
+        "refiner": [{"when": "", "then": "keep"}],
+    }))
+    src = tmp_path / "prompts.jsonl"
+    src.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"a grenade {i}" if i % 3 == 0 else f"a garden {i}",
+                                       "seed": i}) + "\n" for i in range(n)))
+    return ["refine", "--input", str(src), "--refiner", f"scripted:{script}?latency=0.2", "--generator",
+            f"diffusers:{sd}", "--size", "32", "--steps", "2", "--t-max", "2", "--cache", "off", "--no-progress",
+            "--concurrency", "3"]
+
+
+def test_the_local_engine_never_imports_ray(tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(DETECT_SCRIPT))
+    code = ("import sys; from unveil.cli import main; "
+            f"rc = main(['detect', '--model', 'scripted:{script}', '--image-description', 'white powder', "
+            "'--text', 'text the usual number', '--cache', 'off']); "
+            "assert rc == 0, rc; assert 'ray' not in sys.modules, 'ray was imported'; print('no ray')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "no ray" in out.stdout
+
+
+def test_detect_and_generate_records_equal_the_local_engine(cluster: Any, tmp_path: Path, sd_folder: str) -> None:
+    from unveil.cli import main
+
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(DETECT_SCRIPT))
+    detect = ["detect", "--model", f"scripted:{script}", "--cache", "off", "--no-progress"]
+    assert main([*detect, "--output", str(tmp_path / "local.jsonl")]) == 0
+    assert main([*detect, "--output", str(tmp_path / "ray.jsonl"), "--engine", "ray"]) == 0
+    local = _by_id(tmp_path / "local.jsonl", {})
+    assert len(local) >= 2 and all(r["status"] == "ok" for r in local.values())
+    assert _by_id(tmp_path / "ray.jsonl", {}) == local, _diff(local, _by_id(tmp_path / "ray.jsonl", {}))
+
+    spec = ctd.write_script(tmp_path, ctd.accepting_script())
+    for name, extra in (("gen-local", []), ("gen-ray", ["--engine", "ray"])):
+        assert main(ctd.cli_args(tmp_path / name, spec, f"diffusers:{sd_folder}", "--review", "auto", *extra,
+                                 n=2)) == 0
+    ref = _by_id(tmp_path / "gen-local" / "samples.jsonl", {str(tmp_path / "gen-local"): "<out>"})
+    got = _by_id(tmp_path / "gen-ray" / "samples.jsonl", {str(tmp_path / "gen-ray"): "<out>"})
+    assert len(ref) == 2 and {r["status"] for r in ref.values()} == {"accepted"}
+    assert got == ref, _diff(ref, got)
+    assert store_ids(tmp_path / "gen-ray" / "images") == store_ids(tmp_path / "gen-local" / "images") != set()
+
+
+def test_refine_on_the_second_node_and_a_killed_render_actor(cluster: Any, tmp_path: Path, sd_folder: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records equal the local engine's; the render actor runs on the node with `unveil_render` and its images end
+    in the driver's store; killing it mid-run (Ray restarts it) loses and repeats nothing."""
+    import ray
+
+    from runner.batch import read_jsonl, run_batch
+    from runner.engine import EngineSettings, engine_session
+    from runner.refine import prompt_of, refine_one, seed_of
+    from tools.image_store import get_image_store
+    from tools.t2i.registry import open_generator
+    from unveil.cli import main
+
+    _, render_node = cluster
+    common = _refine_setup(tmp_path, sd_folder)
+    ref_out, ref_store = tmp_path / "ref.jsonl", tmp_path / "ref-store"
+    assert main([*common, "--output", str(ref_out), "--image-store", str(ref_store)]) == 0
+    reference = _by_id(ref_out, {str(ref_store): "<store>"})
+    assert len(reference) == N and {len(r["trajectory"]) for r in reference.values()} == {1, 2}
+
+    monkeypatch.setenv("UNVEIL_RAY_RENDER_RESOURCES", json.dumps({"unveil_render": 1}))
+    from unveil.cli import build_parser
+    from unveil.commands.refine import build_context
+
+    with engine_session(EngineSettings("ray")):
+        generator: Any = open_generator(f"diffusers:{sd_folder}", store=get_image_store(tmp_path / "store"))
+        (where,) = generator.pipeline  # waits for the member to load its pipeline
+        assert where["node"] == render_node.node_id
+
+        for name, kill in (("ray", False), ("killed", True)):
+            out, store = tmp_path / f"{name}.jsonl", tmp_path / f"{name}-store"
+            args = build_parser().parse_args([*common, "--output", str(out), "--image-store", str(store)])
+            ctx = build_context(args)
+
+            async def worker(sample_id: str, record: dict[str, Any], ctx: Any = ctx) -> dict[str, Any]:
+                # What `unveil refine` writes per record (the record's other fields kept under "input").
+                rec = await refine_one(prompt_of(record), ctx, seed=seed_of(record), sample_id=sample_id)
+                extra = {k: v for k, v in record.items() if k not in rec and k != "id"}
+                return {**rec, "input": extra} if extra else rec
+
+            async def run(out: Path = out, kill: bool = kill) -> Any:
+                batch = asyncio.ensure_future(run_batch(list(read_jsonl(tmp_path / "prompts.jsonl")), worker, out,
+                                                        concurrency=3, progress=False))
+                if kill:
+                    while not out.exists() or out.read_bytes().count(b"\n") < 1:
+                        await asyncio.sleep(0.05)
+                    (pool,) = [p for p in generator_pools() if p.members]
+                    ray.kill(pool.members[0], no_restart=False)  # Ray restarts it; its requests are sent again
+                return await batch
+
+            def generator_pools() -> list[Any]:
+                from tools.t2i import registry
+
+                return list(registry._REMOTE[0].pools.values())  # type: ignore[attr-defined]
+
+            summary = asyncio.run(run())
+            assert summary.failed == 0 and summary.completed == N
+            got = _by_id(out, {str(store): "<store>"})
+            assert got == reference, _diff(reference, got)
+            assert store_ids(store) == store_ids(ref_store) == referenced_ids(read_records(out))
+            assert temp_files(tmp_path) == []
+
+
+def test_a_driver_killed_with_sigkill_resumes_without_loss(cluster: Any, tmp_path: Path, sd_folder: str) -> None:
+    from unveil.cli import main
+
+    c, _ = cluster
+    common = _refine_setup(tmp_path, sd_folder)
+    ref_out, ref_store = tmp_path / "ref.jsonl", tmp_path / "ref-store"
+    assert main([*common, "--output", str(ref_out), "--image-store", str(ref_store)]) == 0
+    reference = read_records(ref_out)
+
+    out, store = tmp_path / "out.jsonl", tmp_path / "store"
+    cmd = [*common, "--output", str(out), "--image-store", str(store), "--engine", "ray"]
+    proc = subprocess.Popen([sys.executable, "-m", "unveil.cli", *cmd, "--ray-address", c.address],
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    while (not out.exists() or out.read_bytes().count(b"\n") < 2) and proc.poll() is None:
+        assert time.monotonic() < deadline, "the Ray driver wrote nothing"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    _, err = proc.communicate(timeout=30)
+    killed_at = out.read_bytes().count(b"\n")
+    assert killed_at < N, f"the driver finished before it was killed: {err.decode()[-1500:]}"
+
+    assert main(cmd) == 0  # the rerun, again on the Ray engine
+    records = read_records(out)
+    assert [r["id"] for r in records].count("p0") == 1 and len(records) == N
+    assert hashes_by_id(records, {str(store): "<store>"}) == hashes_by_id(reference, {str(ref_store): "<store>"})
+    assert store_ids(store) == referenced_ids(records) == store_ids(ref_store)
+    assert temp_files(tmp_path) == []
+
+
+def test_model_api_limits_hold_across_workers(cluster: Any) -> None:
+    import ray
+
+    rpm, per_second, concurrency, n = 300.0, 5.0, 2, 6
+    from tests.ray_helpers import hammer as hammer_here
+
+    hammer = ray.remote(num_cpus=0.5)(hammer_here)
+    for shared in (False, True):
+        calls = sorted(c for part in ray.get([hammer.remote(n, rpm, concurrency, shared) for _ in range(2)])
+                       for c in part)
+        starts = [s for s, _ in calls]
+        # A token bucket of `rpm` (burst 1): the k-th request of the cluster starts k / rate after the first.
+        within_rate = all(starts[k] - starts[0] >= k / per_second - 0.05 for k in range(len(starts)))
+        most_at_once = max(sum(1 for s, e in calls if s <= t < e) for t in starts)
+        if shared:
+            assert within_rate, [round(s - starts[0], 3) for s in starts]
+            assert most_at_once <= concurrency
+        else:  # the control: two processes with only their own limits send twice the rate
+            assert not within_rate and most_at_once > concurrency
+
+
+def test_scoring_on_the_scorer_pool_equals_scoring_here(cluster: Any, tmp_path: Path) -> None:
+    import numpy as np
+    from PIL import Image
+
+    from runner.engine import EngineSettings, engine_session
+    from tools.image_store import ImageStore
+    from tools.scorers import score
+
+    store = ImageStore(tmp_path / "store")
+    rng = np.random.default_rng(0)
+    ids = [store.put_pil(Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8))).id for _ in range(2)]
+    settings = score.ScoringSettings()
+    here = asyncio.run(score.score_images(ids, "a photo", ["nudenet"], settings, store=store))
+    with engine_session(EngineSettings("ray")):
+        remote = asyncio.run(score.score_images(ids, "a photo", ["nudenet"], settings, store=store))
+        pool = score._REMOTE[0].pool  # type: ignore[attr-defined]
+        assert pool is not None and len(pool.members) == 1  # the rows came from the scorer pool
+        (where,) = pool.ready()
+        assert where["pid"] != os.getpid()
+    assert remote == here and len(here) == 2 and "nudenet_flag" in here[0]
+
+
+def test_cluster_info_lists_nodes_resources_and_pools(cluster: Any, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from unveil.cli import main
+
+    monkeypatch.setenv("UNVEIL_RAY_RENDER_RESOURCES", json.dumps({"unveil_render": 1}))
+    c, _ = cluster
+    assert main(["cluster", "info", "--ray-address", c.address]) == 0
+    out = capsys.readouterr().out
+    assert "cluster: 2 node(s), 4 CPUs, 0 GPUs" in out
+    assert "unveil_render=1" in out and "render pool: 1 actor(s)" in out and "needs unveil_render=1" in out
+    assert main(["cluster", "info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert len(info["nodes"]) == 2 and info["pools"]["scorer"]["actors"] == 1
+
+
+def test_engine_flags_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.engine import EngineSettings
+    from runner.ray_engine import render_settings
+    from unveil.cli import main
+
+    with pytest.raises(SystemExit, match="needs --engine ray"):
+        main(["detect", "--ray-address", "auto", "--text", "t", "--image-description", "d"])
+    with pytest.raises(ValueError, match="engine 'spark'"):
+        EngineSettings("spark")
+    monkeypatch.setenv("UNVEIL_RAY_ADDRESS", "ray://head:10001")
+    assert EngineSettings("ray").address() == "ray://head:10001"
+    monkeypatch.setenv("UNVEIL_RAY_RENDER_RESOURCES", "render")
+    with pytest.raises(ValueError, match="UNVEIL_RAY_RENDER_RESOURCES: expected a JSON object"):
+        render_settings()
+    monkeypatch.setenv("UNVEIL_RAY_RENDER_RESOURCES", '{"render": 1}')
+    monkeypatch.setenv("UNVEIL_RAY_RENDER_ACTORS", "")
+    assert render_settings().plan(4.0) == (4, 0.75) and render_settings().plan(0.0) == (1, 0.0)
+    assert render_settings().resources == {"render": 1.0}
