@@ -14,6 +14,7 @@ Two parts:
 
     python bench/scale.py detect                     # CPU, ~1-2 minutes
     python bench/scale.py render                     # GPU machine (1-4 GPUs), a few minutes
+    python bench/scale.py render --accel eager --prompts-per-gpu 64 --warm 16   # as measured (results/)
     python bench/scale.py render --tiny              # CPU smoke run of the render part (tiny pipeline)
 
 Times exclude starting Ray and loading pipelines (reported separately): they are paid once per job.
@@ -157,7 +158,7 @@ def bench_render(args: argparse.Namespace) -> None:
     gpus = torch.cuda.device_count() if cuda else 0
     script = work / "keep.json"
     script.write_text(json.dumps(KEEP_SCRIPT))
-    ctx = ipr_context(refiner_model=f"scripted:{script}", generator=f"diffusers:{folder}", size=size, steps=steps,
+    ctx = ipr_context(refiner_model=f"scripted:{script}", generator=f"diffusers:{folder}?accel={args.accel}", size=size, steps=steps,
                       t_max=0, image_store=str(work / "store"))
     per_gpu = args.prompts_per_gpu
     rows: list[dict[str, Any]] = []
@@ -214,6 +215,8 @@ def main() -> None:
     r.add_argument("--steps", type=int, default=50)
     r.add_argument("--size", type=int, default=512)
     r.add_argument("--tiny", action="store_true", help="CPU smoke run on the tiny test pipeline")
+    r.add_argument("--accel", default="auto", choices=("auto", "eager", "compile", "fp8"),
+                   help="the UNet path of every engine (eager skips each process's compile warm-up)")
     args = ap.parse_args()
     bench_detect(args) if args.part == "detect" else bench_render(args)
 
