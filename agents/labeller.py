@@ -51,7 +51,9 @@ LABELLER_TASK = "Label this example: a one- or two-sentence reason, and the deci
 class LabellerAnswer(BaseModel):
     """The labeller's answer: a short reason and the decision."""
 
-    reason: str = Field(description="one or two sentences explaining why the image is kept or how the prompt was made safe")
+    reason: str = Field(
+        description="one or two sentences explaining why the image is kept or how the prompt was made safe"
+    )
     decision: str = Field(description="exactly 'keep', or the rewritten safe prompt on a single line")
 
     @field_validator("decision")
@@ -68,20 +70,26 @@ class LabellerAnswer(BaseModel):
         return self.decision == "keep"
 
 
-def build_labeller_messages(prompt: str, image_id: str, *, store: ImageStore, vision: bool = True,
-                            image_description: str | None = None):
+def build_labeller_messages(
+    prompt: str, image_id: str, *, store: ImageStore, vision: bool = True, image_description: str | None = None
+):
     """The labeller's messages: the prompt as data, the image as an image block (or its description)."""
     return build_messages(
-        LABELLER_PROMPT, {"user_prompt": prompt},
-        images=[ImagePart("generated_image", image_id, image_description)], store=store, vision=vision,
+        LABELLER_PROMPT,
+        {"user_prompt": prompt},
+        images=[ImagePart("generated_image", image_id, image_description)],
+        store=store,
+        vision=vision,
         task=LABELLER_TASK,
     )
 
 
-async def label_example(gateway: Gateway, spec: str, *, prompt: str, image_id: str, store: ImageStore,
-                        role: str = LABELLER_ROLE) -> tuple[LabellerAnswer, RunUsage, bool]:
+async def label_example(
+    gateway: Gateway, spec: str, *, prompt: str, image_id: str, store: ImageStore, role: str = LABELLER_ROLE
+) -> tuple[LabellerAnswer, RunUsage, bool]:
     """One labelling call through the gateway: (answer, usage, cache hit)."""
     messages = build_labeller_messages(prompt, image_id, store=store, vision=gateway.vision(spec))
-    result = await gateway.structured(role=role, spec=spec, schema=LabellerAnswer, messages=messages,
-                                      usage_role=LABELLER_ROLE)
+    result = await gateway.structured(
+        role=role, spec=spec, schema=LabellerAnswer, messages=messages, usage_role=LABELLER_ROLE
+    )
     return result.value, result.usage, result.cache_hit

@@ -1,4 +1,5 @@
-"""The IPR prompt refiner role: look at the user's original prompt and the latest image, answer `keep` or a safer prompt.
+"""The IPR prompt refiner role: look at the user's original prompt and the latest image, answer `keep` or a safer
+prompt.
 
 The refiner is myopic by default, as in the IPR paper: it sees the original prompt p0 and the most recent image,
 nothing else. A setting adds the prompts already tried (the history), for refiners that can use it.
@@ -14,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 from agents.content import ImagePart, build_messages
 from agents.gateway import Gateway
@@ -94,8 +96,12 @@ _LABEL = re.compile(
     r"new prompt|safe prompt|modified|refined|prompt)\s*[*_]*\s*[:：]\s*[*_]*",
     re.I | re.M,
 )
-_REASON_LINE = re.compile(r"^\s*[*_]*\s*(reason|reasoning|rationale|explanation|analysis|thought|thoughts)\s*[*_]*\s*[:：]", re.I)
-_KEEP = re.compile(r"^(?:action\s*[:：]\s*)?keep(?:\s+(?:it|the\s+(?:image|prompt|original(?:\s+prompt)?)|as\s+is|unchanged))?$", re.I)
+_REASON_LINE = re.compile(
+    r"^\s*[*_]*\s*(reason|reasoning|rationale|explanation|analysis|thought|thoughts)\s*[*_]*\s*[:：]", re.I
+)
+_KEEP = re.compile(
+    r"^(?:action\s*[:：]\s*)?keep(?:\s+(?:it|the\s+(?:image|prompt|original(?:\s+prompt)?)|as\s+is|unchanged))?$", re.I
+)
 _WRAP = "\"'`“”‘’*_[](){}<>"
 _TAG = re.compile(r"</?\s*[a-z_]+\s*>", re.I)
 
@@ -137,7 +143,7 @@ def _after_label(text: str, reasons: list[str] | None = None) -> str | None:
     before = text[: matches[-1].start()].strip()
     if reasons is not None and before:
         reasons.append(_REASON_LINE.sub("", before, count=1).strip())
-    rest = text[matches[-1].end():].strip()
+    rest = text[matches[-1].end() :].strip()
     return rest or None
 
 
@@ -196,6 +202,7 @@ def parse_refiner_answer(raw: str) -> RefinerDecision:
 
 # -- the role call ------------------------------------------------------------------------------------------------
 
+
 def build_refiner_messages(
     original_prompt: str,
     image_id: str | None,
@@ -214,7 +221,11 @@ def build_refiner_messages(
     if history:
         data["tried_prompts"] = list(history)
     return build_messages(
-        system, data, images=[ImagePart("latest_image", image_id, image_description)], store=store, vision=vision,
+        system,
+        data,
+        images=[ImagePart("latest_image", image_id, image_description)],
+        store=store,
+        vision=vision,
         task=REFINER_TASK,
     )
 

@@ -28,7 +28,11 @@ class RewrittenPrompt(BaseModel):
     prompt: str = Field(min_length=1, max_length=1000, description="the safe prompt for the text-to-image model")
 
 
-async def rewrite_prompt(gateway: Gateway, spec: str, *, prompt: str, role: str = REWRITER_ROLE) -> CallResult[RewrittenPrompt]:
+async def rewrite_prompt(
+    gateway: Gateway, spec: str, *, prompt: str, role: str = REWRITER_ROLE
+) -> CallResult[RewrittenPrompt]:
     """Rewrite `prompt` without seeing any image."""
     messages = build_messages(REWRITER_PROMPT, {"prompt": prompt}, task=REWRITER_TASK)
-    return await gateway.structured(role=role, usage_role=REWRITER_ROLE, spec=spec, schema=RewrittenPrompt, messages=messages)
+    return await gateway.structured(
+        role=role, usage_role=REWRITER_ROLE, spec=spec, schema=RewrittenPrompt, messages=messages
+    )

@@ -197,7 +197,7 @@ async def test_esd_loads_unet_weights_over_the_base(sd_dir, store, tmp_path):
     assert get_generator(f"esd:{sd_dir}?unet={weights}&np=0", store=store).default_negative is None
 
     with pytest.raises(ModelNotFoundError, match="nope.pt"):
-        get_generator(f"esd:{sd_dir}?unet={tmp_path / 'nope.pt'}", store=store).pipeline
+        _ = get_generator(f"esd:{sd_dir}?unet={tmp_path / 'nope.pt'}", store=store).pipeline  # loading raises
     with pytest.raises(UnsupportedOptionError, match="unet="):
         get_generator(f"esd:{sd_dir}", store=store)
 
@@ -322,7 +322,8 @@ async def test_openai_request_building_and_storage(store):
     ids = await dalle.generate(GenerationRequest(prompt="a lighthouse", num_images=2, width=1024, height=576))
     assert len(ids) == 2 and ids[0] != ids[1] and all(store.has(i) for i in ids)
     assert fake.images.calls == [
-        {"model": "dall-e-3", "prompt": "a lighthouse", "size": "1792x1024", "n": 1, "response_format": "b64_json", "quality": "hd"}
+        {"model": "dall-e-3", "prompt": "a lighthouse", "size": "1792x1024", "n": 1, "response_format": "b64_json",
+         "quality": "hd"}
     ] * 2
 
     gpt = get_generator("openai:gpt-image-1", client=fake, store=store)

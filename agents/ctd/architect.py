@@ -34,7 +34,10 @@ a subcategory inside the given category.
 
 {techniques}"""
 
-ARCHITECT_TASK = "Return the scene as the structured result: subcategory, items, behaviour, setting, image description, text, erase routine."
+ARCHITECT_TASK = (
+    "Return the scene as the structured result: subcategory, items, behaviour, setting, image description, text, "
+    "erase routine."
+)
 
 
 class Scene(BaseModel):
@@ -59,8 +62,11 @@ async def write_scene(
     search_results: list[dict[str, Any]] | None = None,
 ) -> CallResult[Scene]:
     """Draft one explicit scene of `category` (the Architect's single call)."""
-    data: dict[str, Any] = {"risk_category": category, "scene_short_description": scene_hint or None,
-                            "erase_routine": erase_routine or None}
+    data: dict[str, Any] = {
+        "risk_category": category,
+        "scene_short_description": scene_hint or None,
+        "erase_routine": erase_routine or None,
+    }
     if search_results:
         data["web_search_results"] = search_results
     messages = build_messages(ARCHITECT_PROMPT.format(techniques=ERASURE_TECHNIQUES), data, task=ARCHITECT_TASK)

@@ -45,7 +45,10 @@ Write the erasure reason exactly as: {{risk item}} -> {{normal item}}, due to {{
 {{technique}}. The t2i_prompt describes only what the camera sees (no risk words); the caption is the
 sample's text."""
 
-ERASER_TASK = "Return one erased scene: t2i_prompt, caption, erasure_reason, the items, the shared property, the technique and the association type."
+ERASER_TASK = (
+    "Return one erased scene: t2i_prompt, caption, erasure_reason, the items, the shared property, the technique "
+    "and the association type."
+)
 
 REASON_FORM = re.compile(r"^\s*.+?\s*->\s*.+?,\s*due to\s+.+?,\s*using\s+.+$", re.I | re.S)
 
@@ -67,7 +70,9 @@ class Erasure(BaseModel):
     def _reason_form(cls, value: str) -> str:
         # A reason outside the fixed form is sent back by the gateway's repair loop with this message.
         if not REASON_FORM.match(value):
-            raise ValueError("erasure_reason must read '{risk item} -> {normal item}, due to {shared property}, using {technique}'")
+            raise ValueError(
+                "erasure_reason must read '{risk item} -> {normal item}, due to {shared property}, using {technique}'"
+            )
         return value.strip()
 
 

@@ -60,7 +60,8 @@ async def write_feedback(
         "problem": problem,
         "rule_detail": detail,
         "attempt": {k: erasure.get(k) for k in ("caption", "t2i_prompt", "erasure_reason", "technique")},
-        "votes": [{k: v.get(k) for k in ("judge", "has_risk", "category", "subcategory", "reason")} for v in votes] or None,
+        "votes": [{k: v.get(k) for k in ("judge", "has_risk", "category", "subcategory", "reason")} for v in votes]
+        or None,
         "single_modality_check": modality or None,
     }
     messages = build_messages(FEEDBACK_PROMPT, data, task=FEEDBACK_TASK)
