@@ -29,6 +29,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -247,9 +248,17 @@ class LimiterActor:
                 del state.leases[lease]
                 state.in_use -= 1
 
+    async def token(self, backend: str, rpm: float) -> None:
+        """Wait for a rate token of `backend` (for a request that already holds a slot)."""
+        await self._token(self.backends.setdefault(backend, _Backend()), rpm)
+
     async def acquire(self, backend: str, max_concurrency: int, rpm: float | None) -> str:
         """Wait for a rate token (when `rpm`) and a free slot; returns the lease id to release."""
         state = self.backends.setdefault(backend, _Backend())
+        await self._token(state, rpm)
+        return await self._slot(state, max_concurrency)
+
+    async def _token(self, state: _Backend, rpm: float | None) -> None:
         if rpm:
             rate = rpm / 60.0
             async with self.rate_lock:  # first come, first served: tokens go out in arrival order
@@ -261,6 +270,8 @@ class LimiterActor:
                         state.tokens -= 1
                         break
                     await asyncio.sleep((1 - state.tokens) / rate)
+
+    async def _slot(self, state: _Backend, max_concurrency: int) -> str:
         async with self.changed:
             while True:
                 self._expire(state)
@@ -444,19 +455,81 @@ def limiter_actor(lease_s: float = LEASE_S) -> Any:
 
 
 class RayLimiter:
-    """The driver's handle on the cluster-wide limiter (installed into `agents.limits`)."""
+    """The driver's handle on the cluster-wide limiter (installed into `agents.limits`).
 
-    def __init__(self, actor: Any):
+    A slot given back is kept for `KEEP_S` before it goes back to the actor: a request of this driver that starts
+    meanwhile (under load, the next call of some graph run) takes it without a round trip, up to `REUSES` times
+    and while the lease is young, so other drivers still get their turn and a lease never outlives its term in
+    use. The driver never holds more slots than the actor granted, so the cluster-wide limit holds.
+    """
+
+    KEEP_S = 0.05
+    REUSES = 32
+
+    def __init__(self, actor: Any, lease_s: float = LEASE_S):
         self.actor = actor
+        self.max_age = lease_s / 4
+        # backend -> kept slots (lease, uses, granted at, kept since); a thread returns the unused ones, so a slot
+        # goes back even when the event loop that kept it has ended (commands run several `asyncio.run`s).
+        self.free: dict[str, list[tuple[str, int, float, float]]] = {}
+        self.lock = threading.Lock()
+        self.closed = threading.Event()
+        self.flusher = threading.Thread(target=self._flush, name="unveil-limits-flush", daemon=True)
+        self.flusher.start()
+
+    def _flush(self) -> None:
+        while not self.closed.wait(self.KEEP_S):
+            now = time.monotonic()
+            with self.lock:
+                for backend, kept in self.free.items():
+                    stale = [e for e in kept if now - e[3] >= self.KEEP_S]
+                    for entry in stale:
+                        kept.remove(entry)
+                        self.actor.release.remote(backend, entry[0])
+
+    async def _take(self, backend: str, max_concurrency: int, rpm: float | None) -> tuple[str, int, float]:
+        while True:
+            with self.lock:
+                kept = self.free.get(backend)
+                entry = kept.pop() if kept else None
+            if entry is None:
+                break
+            lease, uses, granted, _ = entry
+            if time.monotonic() - granted < self.max_age:
+                if rpm:
+                    await self.actor.token.remote(backend, rpm)
+                return lease, uses, granted
+            self.actor.release.remote(backend, lease)
+        lease = await self.actor.acquire.remote(backend, max_concurrency, rpm)
+        return lease, 0, time.monotonic()
+
+    def _give_back(self, backend: str, held: tuple[str, int, float]) -> None:
+        lease, uses, granted = held
+        now = time.monotonic()
+        if uses + 1 >= self.REUSES or now - granted >= self.max_age or self.closed.is_set():
+            self.actor.release.remote(backend, lease)  # fire and forget: the caller need not wait for it
+            return
+        with self.lock:
+            self.free.setdefault(backend, []).append((lease, uses + 1, granted, now))
 
     @contextlib.asynccontextmanager
     async def slot(self, backend: str, max_concurrency: int, rpm: float | None) -> AsyncIterator[None]:
         """Hold a cluster-wide slot of `backend` for the duration of a request."""
-        lease = await self.actor.acquire.remote(backend, max_concurrency, rpm)
+        held = await self._take(backend, max_concurrency, rpm)
         try:
             yield
         finally:
-            self.actor.release.remote(backend, lease)  # fire and forget: the caller need not wait for it
+            self._give_back(backend, held)
+
+    def close(self) -> None:
+        """Give every kept slot back to the cluster and stop the flusher."""
+        self.closed.set()
+        self.flusher.join()
+        with self.lock:
+            for backend, kept in self.free.items():
+                for entry in kept:
+                    self.actor.release.remote(backend, entry[0])
+                kept.clear()
 
 
 # -- connecting -----------------------------------------------------------------------------------------------
@@ -487,13 +560,15 @@ def session(address: str | None) -> Iterator[None]:
     generators, scoring = RayGenerators(), RayScoring()
     set_remote_generators(generators)
     set_remote_scoring(scoring)
-    set_shared_limiter(RayLimiter(limiter_actor()))
+    limiter = RayLimiter(limiter_actor())
+    set_shared_limiter(limiter)
     try:
         yield
     finally:
         set_remote_generators(None)
         set_remote_scoring(None)
         set_shared_limiter(None)
+        limiter.close()
         generators.close()
         scoring.close()
         if started:
