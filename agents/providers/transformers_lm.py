@@ -180,10 +180,18 @@ class TransformersChatModel(BaseChatModel):
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
     def _run(self, messages: list[BaseMessage], tools: list[dict[str, Any]] | None, max_tokens: int) -> ChatResult:
+        lm = load_lm(self.model_ref)
+        # Everything that touches the model, its tokenizer or the grammar compiler runs under the model's lock: the
+        # TAG roots and expansions call concurrently, and a Hugging Face fast tokenizer shared by two threads can
+        # garble the inputs (seen as random tokens the grammar then rejects).
+        with lm.lock:
+            return self._run_locked(lm, messages, tools, max_tokens)
+
+    def _run_locked(self, lm: Any, messages: list[BaseMessage], tools: list[dict[str, Any]] | None,
+                    max_tokens: int) -> ChatResult:
         import torch
         import xgrammar as xgr
 
-        lm = load_lm(self.model_ref)
         ids = lm.tokenizer.apply_chat_template(_flatten(messages), add_generation_prompt=True, return_tensors="pt",
                                                return_dict=True)
         n_in = int(ids["input_ids"].shape[1])
@@ -193,7 +201,7 @@ class TransformersChatModel(BaseChatModel):
         if tools:
             schema = grammar_schema(tools[0]["function"]["parameters"])
             gen["logits_processor"] = [xgr.contrib.hf.LogitsProcessor(lm.grammar(schema))]  # one per generate()
-        with lm.lock, torch.inference_mode():
+        with torch.inference_mode():
             out = lm.model.generate(**ids, **gen)
         new = out[0, n_in:]
         text = lm.tokenizer.decode(new, skip_special_tokens=True).strip()
