@@ -37,9 +37,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
+from langchain_core.language_models import BaseChatModel
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import ConfigDict
 from ray.exceptions import RayActorError, RayTaskError
 
 from agents.limits import set_shared_limiter
+from agents.providers.registry import set_remote_chat_models
 from tools.image_store import ImageStore, get_image_store
 from tools.scorers.score import ScoringSettings, score_here, set_remote_scoring
 from tools.t2i.base import GenerationRequest, ImageGenerator
@@ -115,8 +119,14 @@ def render_settings() -> PoolSettings:
 
 
 def scorer_settings() -> PoolSettings:
-    """The scorer pool's settings: by default 0.25 of a GPU each and no CPU reservation."""
-    return PoolSettings.from_env("scorer", default_gpus=0.25, default_cpus=0.0)
+    """The scorer pool's settings: by default 0.1 of a GPU each and no CPU reservation."""
+    return PoolSettings.from_env("scorer", default_gpus=0.1, default_cpus=0.0)
+
+
+def vlm_settings() -> PoolSettings:
+    """The pool of in-process chat models (`hf:` VLMs such as the IPR refiner): 0.15 of a GPU each, so a render
+    (0.75), a scorer (0.1) and a VLM member (0.15) share every GPU; their memory, not these shares, is the limit."""
+    return PoolSettings.from_env("vlm", default_gpus=0.15, default_cpus=1.0)
 
 
 # -- actors ---------------------------------------------------------------------------------------------------
@@ -189,6 +199,24 @@ class RenderWorker:
         scratch = getattr(self, "scratch", None)  # Ray's actor-class wrapper is an instance without one
         if scratch is not None:
             scratch.close()
+
+
+class VLMWorker:
+    """One member of an in-process chat model's pool (`hf:` specs): the model loaded once, answering requests."""
+
+    def __init__(self, spec: str):
+        from agents.providers.registry import build_local_chat_model
+        from agents.spec import ModelSpec
+
+        self.model = build_local_chat_model(ModelSpec.parse(spec), "", {})
+
+    def ready(self) -> dict[str, Any]:
+        """Where this member runs."""
+        return {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+
+    async def generate(self, messages: list[Any], options: dict[str, Any]) -> Any:
+        """The model's `ChatResult` for `messages` (images travel inside them as data URLs)."""
+        return await self.model._agenerate(messages, **options)
 
 
 class ScorerWorker:
@@ -299,6 +327,7 @@ class LimiterActor:
 
 _RENDER_ACTOR = ray.remote(RenderWorker)
 _SCORER_ACTOR = ray.remote(ScorerWorker)
+_VLM_ACTOR = ray.remote(VLMWorker)
 _LIMITER_ACTOR = ray.remote(LimiterActor)
 
 
@@ -413,6 +442,54 @@ class RayGenerators:
 
     def close(self) -> None:
         """End every render member."""
+        for pool in self.pools.values():
+            pool.kill()
+        self.pools.clear()
+
+
+class RemoteChatModel(BaseChatModel):
+    """A chat model whose weights live in a Ray pool: the gateway binds tools and calls it like the local one."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    spec: str
+    pool: Any
+
+    @property
+    def _llm_type(self) -> str:
+        return "unveil-ray-remote"
+
+    def bind_tools(self, tools: Any, *, tool_choice: Any = None, **kwargs: Any) -> Any:
+        """Bind tool schemas, as the local in-process models do (the member's model reads them)."""
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+    def _generate(self, messages: list[Any], stop: list[str] | None = None, run_manager: Any = None,
+                  **kwargs: Any) -> Any:
+        raise NotImplementedError(f"{self.spec}: a model on the Ray engine answers asynchronous calls only")
+
+    async def _agenerate(self, messages: list[Any], stop: list[str] | None = None, run_manager: Any = None,
+                         **kwargs: Any) -> Any:
+        options = {k: kwargs[k] for k in ("tools", "max_new_tokens", "max_tokens") if k in kwargs}
+        return await self.pool.call("generate", list(messages), options)
+
+
+class RayChatModels:
+    """The pools of in-process chat models (installed into `agents.providers.registry`), one per spec."""
+
+    def __init__(self) -> None:
+        self.pools: dict[str, ActorPool] = {}
+        self.settings = vlm_settings()
+
+    def __call__(self, spec: Any, role: str) -> BaseChatModel:
+        key = str(spec)  # in-process providers take no base URL, so the display form is the whole spec
+        if key not in self.pools:
+            size, gpus = self.settings.plan(cluster_gpus())
+            actor = _VLM_ACTOR.options(**_actor_options(self.settings, gpus))
+            self.pools[key] = ActorPool(lambda _k: actor.remote(key), size)
+        return RemoteChatModel(spec=key, pool=self.pools[key])
+
+    def close(self) -> None:
+        """End every member."""
         for pool in self.pools.values():
             pool.kill()
         self.pools.clear()
@@ -557,9 +634,10 @@ def connect(address: str | None) -> bool:
 def session(address: str | None) -> Iterator[None]:
     """Connect, route rendering, scoring and model API limits through the cluster, and undo all of it after."""
     started = connect(address)
-    generators, scoring = RayGenerators(), RayScoring()
+    generators, scoring, chat_models = RayGenerators(), RayScoring(), RayChatModels()
     set_remote_generators(generators)
     set_remote_scoring(scoring)
+    set_remote_chat_models(chat_models)
     limiter = RayLimiter(limiter_actor())
     set_shared_limiter(limiter)
     try:
@@ -567,10 +645,12 @@ def session(address: str | None) -> Iterator[None]:
     finally:
         set_remote_generators(None)
         set_remote_scoring(None)
+        set_remote_chat_models(None)
         set_shared_limiter(None)
         limiter.close()
         generators.close()
         scoring.close()
+        chat_models.close()
         if started:
             ray.shutdown()
 
@@ -588,7 +668,7 @@ def describe_cluster() -> dict[str, Any]:
                       "cpus": res.get("CPU", 0.0), "gpus": res.get("GPU", 0.0), "resources": custom})
     gpus = cluster_gpus()
     pools = {}
-    for settings in (render_settings(), scorer_settings()):
+    for settings in (render_settings(), scorer_settings(), vlm_settings()):
         size, per = settings.plan(gpus)
         pools[settings.pool] = {"actors": size, "gpus_each": per, "cpus_each": settings.cpus,
                                 "resources_each": settings.resources}

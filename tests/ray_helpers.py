@@ -6,8 +6,8 @@ import asyncio
 import time
 
 
-def hammer(n: int, rpm: float, concurrency: int, shared: bool) -> list[tuple[float, float]]:
-    """A worker process's model calls: `n` concurrent requests through its own `BackendLimits`."""
+def hammer(n: int, rpm: float, concurrency: int, shared: bool, backend: str = "scripted") -> list[tuple[float, float]]:
+    """A worker process's model calls: `n` concurrent requests to `backend` through its own `BackendLimits`."""
     from agents.limits import BackendLimits, set_shared_limiter
 
     set_shared_limiter(None)  # Ray reuses worker processes: start from no shared limiter
@@ -18,7 +18,7 @@ def hammer(n: int, rpm: float, concurrency: int, shared: bool) -> list[tuple[flo
     limits = BackendLimits(max_concurrency=concurrency, rpm=rpm)
 
     async def one() -> tuple[float, float]:
-        async with limits.slot("scripted"):
+        async with limits.slot(backend):
             start = time.time()
             await asyncio.sleep(0.5)  # the backend's answer
             return start, time.time()

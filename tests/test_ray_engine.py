@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -238,8 +239,11 @@ def test_model_api_limits_hold_across_workers(cluster: Any) -> None:
     from tests.ray_helpers import hammer as hammer_here
 
     hammer = ray.remote(num_cpus=0.5)(hammer_here)
+    # A backend of this test's own: the cluster's limiter outlives each command, and a driver SIGKILLed by an
+    # earlier test may still hold leases on "scripted" until they expire.
+    backend = f"scripted-limits-{uuid.uuid4().hex[:8]}"
     for shared in (False, True):
-        calls = sorted(c for part in ray.get([hammer.remote(n, rpm, concurrency, shared) for _ in range(2)])
+        calls = sorted(c for part in ray.get([hammer.remote(n, rpm, concurrency, shared, backend) for _ in range(2)])
                        for c in part)
         starts = [s for s, _ in calls]
         # A token bucket of `rpm` (burst 1): the k-th request of the cluster starts k / rate after the first.
@@ -307,3 +311,30 @@ def test_engine_flags_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("UNVEIL_RAY_RENDER_ACTORS", "")
     assert render_settings().plan(4.0) == (4, 0.75) and render_settings().plan(0.0) == (1, 0.0)
     assert render_settings().resources == {"render": 1.0}
+
+
+def test_an_hf_refiner_runs_in_the_vlm_pool_with_the_local_records(cluster: Any, tmp_path: Path, sd_folder: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`hf:` VLMs (the IPR refiner) load in a Ray actor, not in the driver, and answer exactly as in process."""
+    import agents.providers.hf_vlm as hf_vlm
+    from tests.tiny_vlm import build_tiny_qwen_vl
+    from unveil.cli import main
+
+    vlm = build_tiny_qwen_vl(tmp_path / "qwen")
+    src = tmp_path / "prompts.jsonl"
+    src.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"a garden {i}", "seed": i}) + "\n" for i in range(2)))
+    args = ["refine", "--input", str(src), "--refiner", f"hf:{vlm}?max_new_tokens=8", "--generator",
+            f"diffusers:{sd_folder}", "--size", "32", "--steps", "2", "--t-max", "1", "--cache", "off", "--no-progress",
+            "--on-refiner-error", "stop"]  # the random VLM writes noise: each record keeps it as its stop reason
+    local_rc = main([*args, "--output", str(tmp_path / "local.jsonl")])
+
+    def not_in_the_driver(*_a: Any, **_k: Any) -> Any:
+        raise AssertionError("the driver loaded the hf: model itself")
+
+    # Only the driver is patched: the VLM actor, another process, loads the model as usual.
+    monkeypatch.setattr(hf_vlm, "make_hf_chat_model", not_in_the_driver)
+    ray_rc = main([*args, "--output", str(tmp_path / "ray.jsonl"), "--engine", "ray"])
+    assert local_rc == ray_rc
+    local = _by_id(tmp_path / "local.jsonl", {})
+    assert len(local) == 2 and all(r["status"] == "ok" and r["trajectory"][0]["refiner_answer"] for r in local.values())
+    assert _by_id(tmp_path / "ray.jsonl", {}) == local, _diff(local, _by_id(tmp_path / "ray.jsonl", {}))

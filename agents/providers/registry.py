@@ -190,8 +190,29 @@ def known_providers() -> list[str]:
     return [*OWN_PROVIDERS, *sorted(set(_CUSTOM) - set(OWN_PROVIDERS)), *langchain_providers()]
 
 
+# Providers whose weights load into this process: a distributed engine may host them in actors instead.
+IN_PROCESS_PROVIDERS: tuple[str, ...] = ("hf",)
+RemoteChatModels = Callable[[ModelSpec, str], BaseChatModel]
+_REMOTE_CHAT: list[RemoteChatModels] = []  # at most one: the engine of the current run
+
+
+def set_remote_chat_models(factory: RemoteChatModels | None) -> None:
+    """Build chat models of `IN_PROCESS_PROVIDERS` through a distributed engine's factory (its actor pool), or in
+    this process again (None). The gateway, the roles and the records see the same model either way."""
+    _REMOTE_CHAT.clear()
+    if factory is not None:
+        _REMOTE_CHAT.append(factory)
+
+
 def create_chat_model(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatModel:
     """The chat model for a spec; `role` matters only to the scripted provider."""
+    if _REMOTE_CHAT and spec.provider in IN_PROCESS_PROVIDERS:
+        return _REMOTE_CHAT[0](spec, role)
+    return build_local_chat_model(spec, role, shared)
+
+
+def build_local_chat_model(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatModel:
+    """The chat model for a spec, in this process (what an engine's model actors run)."""
     if spec.provider in _CUSTOM:
         return _CUSTOM[spec.provider](spec, role, shared)
     if spec.provider == "scripted":
