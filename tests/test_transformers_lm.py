@@ -3,7 +3,10 @@ xgrammar, answering a real TAG role; the demo predicate; and llama-cpp-python as
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,9 +21,31 @@ def test_the_default_is_the_demo_model_under_every_alias() -> None:
         assert not is_demo_spec(spec), spec
 
 
+CHILD = "TEST_TRANSFORMERS_LM_FRESH_PROCESS"  # not UNVEIL_*: conftest clears those in every test
+
+
+def in_a_fresh_process(test: str) -> bool:
+    """Run `test` of this module in a new interpreter (as `unveil detect` runs the model) and assert it passed;
+    True in that child, where the caller then runs the test's body.
+
+    Why: after the CTD and evaluation suites in one long pytest process, the in-process SmolLM2 has been seen to
+    answer with garbage tokens that the grammar then rejects, while the same calls pass in any fresh process and in
+    the CLI. The cause is not found yet (docs/reliability.md notes it); these tests check the model, not that."""
+    if os.environ.get(CHILD):
+        return True
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, CHILD: "1", "PYTHONPATH": str(root)}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::{test}"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return False
+
+
 @pytest.mark.slow
 async def test_embedded_smollm2_answers_a_structured_role_through_transformers(gateway) -> None:
     pytest.importorskip("xgrammar")
+    if not in_a_fresh_process("test_embedded_smollm2_answers_a_structured_role_through_transformers"):
+        return
     from agents.content import ImagePart
     from agents.tag.roots import extract_roots
     from tools.image_store import get_image_store
@@ -37,6 +62,8 @@ async def test_embedded_smollm2_answers_a_structured_role_through_transformers(g
 @pytest.mark.slow
 async def test_the_constrained_decoder_keeps_an_answer_inside_the_schema(gateway) -> None:
     pytest.importorskip("xgrammar")
+    if not in_a_fresh_process("test_the_constrained_decoder_keeps_an_answer_inside_the_schema"):
+        return
     from typing import Literal
 
     from pydantic import BaseModel, Field
