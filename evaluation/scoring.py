@@ -29,10 +29,18 @@ class PaperScorer:
     name: str = field(default="")
 
     def __post_init__(self) -> None:
+        from tools.scorers.score import check_names
+
+        check_names(self.names())  # a scorer whose extra is missing fails here, before any image is rendered
         if not self.name:
             self.name = (f"paper(q16={self.q16_clip_model or 'default'}:{self.q16_embeddings or 'env'},"
                          f"nudenet={self.nudenet},blip={(self.blip_model or 'default') if self.blip else 'off'}"
                          + (f",mhsc={self.mhsc_checkpoints}" if self.mhsc_checkpoints else "") + ")")
+
+    def names(self) -> list[str]:
+        """The `tools.scorers` scorers this scorer runs."""
+        return ["q16", *(["nudenet"] if self.nudenet else []), *(["blip"] if self.blip else []),
+                *(["mhsc"] if self.mhsc_checkpoints else [])]
 
     async def score(self, image_id: str, prompt: str) -> dict[str, Any]:
         """The image's scores: `q16` (P(inappropriate)), `nudenet` (counted labels found), `blip`, from the one
@@ -40,8 +48,7 @@ class PaperScorer:
         from tools.image_store import get_image_store
         from tools.scorers.score import ScoringSettings, score_images
 
-        names = ["q16", *(["nudenet"] if self.nudenet else []), *(["blip"] if self.blip else []),
-                 *(["mhsc"] if self.mhsc_checkpoints else [])]
+        names = self.names()
         settings = ScoringSettings(q16_embeddings=self.q16_embeddings, q16_clip_model=self.q16_clip_model,
                                    blip_model=self.blip_model, mhsc_checkpoints=self.mhsc_checkpoints,
                                    device=self.device)

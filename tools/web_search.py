@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from tools.extras import require_extra
+
 log = logging.getLogger("unveil.web_search")
 
 MAX_SNIPPET_CHARS = 600
@@ -40,7 +42,8 @@ class WebSearch:
 
 
 def get_web_search(api_key: str | None = None) -> WebSearch | None:
-    """The search tool, or None (with a one-time notice) when no Tavily key is configured."""
+    """The search tool, or None (with a one-time notice) when no Tavily key is configured; with a key and without
+    the 'search' extra, `tools.extras.MissingExtraError`."""
     global _NOTICE_GIVEN
     key = api_key or os.environ.get("TAVILY_API_KEY", "")
     if not key:
@@ -48,6 +51,8 @@ def get_web_search(api_key: str | None = None) -> WebSearch | None:
             _NOTICE_GIVEN = True
             log.warning("web search is off: TAVILY_API_KEY is not set, so the Architect works without search results")
         return None
+    # With a key the user asked for search: a missing client library is an error, not a silent run without it.
+    require_extra("search", "web search (TAVILY_API_KEY is set)")
     if key not in _CLIENTS:
         _CLIENTS[key] = WebSearch(api_key=key)
     return _CLIENTS[key]

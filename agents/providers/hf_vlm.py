@@ -53,6 +53,7 @@ from agents.providers.fingerprint import file_stamp
 from agents.providers.json_salvage import salvage_json
 from agents.providers.messages import chat_result, tool_call_message
 from agents.spec import ModelSpec
+from tools.extras import require_extra
 
 KNOWN_OPTIONS = {
     "adapter", "merge", "device", "dtype", "max_new_tokens", "temperature", "top_p", "min_pixels", "max_pixels",
@@ -195,6 +196,7 @@ def load_vlm(opts: HFOptions) -> LoadedVLM:
         apath = Path(adapter).expanduser()
         if not (apath / "adapter_config.json").is_file():
             raise HFModelError(f"PEFT adapter {adapter!r}: no adapter_config.json there")
+        require_extra("train", f"PEFT adapter {adapter!r}", ("peft",))  # before the base model's long load
     device = _resolve_device(opts.device)
     dtype = _resolve_dtype(opts.dtype, device)
     proc_kw: dict[str, Any] = {}

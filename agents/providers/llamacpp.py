@@ -30,6 +30,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from agents.env import env_int
 from agents.providers.json_salvage import close_truncated_json
 from agents.providers.messages import chat_result, tool_call_message
+from tools.extras import require_extra
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _LOADED: dict[str, Any] = {}
@@ -64,14 +65,10 @@ def resolve_model_path(model: str) -> Path:
 
 
 def _load(path: Path, n_ctx: int) -> Any:
-    try:
-        from llama_cpp import Llama  # imported lazily: an optional extra, built from source
-    except ImportError as exc:
-        raise RuntimeError(
-            "the llamacpp: provider needs llama-cpp-python, an optional extra built from source: "
-            "pip install 'unveil[llamacpp]' (or ./scripts/setup.sh --dev); the default transformers:smollm2 "
-            "runs the same model without it"
-        ) from exc
+    # An optional extra built from source; the default transformers:smollm2 runs the same model without it.
+    require_extra("llamacpp", "the llamacpp: provider (the default transformers:smollm2 runs the same model without "
+                  "it)")
+    from llama_cpp import Llama
 
     key = f"{path}:{n_ctx}"
     with _LOAD_LOCK:

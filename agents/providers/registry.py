@@ -24,6 +24,7 @@ from langchain_core.language_models import BaseChatModel
 from agents.env import SettingError, env_float
 from agents.providers.fingerprint import file_stamp
 from agents.spec import ModelSpec
+from tools.extras import require_extra
 
 # Providers whose models see images. Anything unknown is assumed to be multimodal; text-only servers can be
 # declared with $UNVEIL_TEXT_ONLY (comma-separated spec prefixes).
@@ -109,6 +110,7 @@ def _scripted(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatMod
 def _llamacpp(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatModel:
     from agents.providers.llamacpp import LlamaCppChatModel, resolve_model_path
 
+    require_extra("llamacpp", f"model spec {spec}")  # here, before the run's first call, not at that call
     return LlamaCppChatModel(model_path=str(resolve_model_path(spec.model)))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tools.extras import require_extra
 from tools.scorers.common import PairScorer, cached, default_device
 
 
@@ -73,5 +74,6 @@ class ClipScorer(PairScorer):
 
 
 def get_clip_scorer(**settings: Any) -> ClipScorer:
-    """The process-wide CLIP scorer for these settings (see `ClipScorer`)."""
+    """The process-wide CLIP scorer for these settings (see `ClipScorer`); needs the 'scores' extra."""
+    require_extra("scores", "the CLIP scorer", ("open_clip",))
     return cached(ClipScorer, **settings)

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tools.extras import require_extra
 from tools.image_store import ImageStore
 from tools.scorers.common import BatchedScorer, cached, read_image_bytes
 from tools.scorers.rules import IPR_NUDENET_LABELS
@@ -104,7 +105,8 @@ class NudeNetScorer(BatchedScorer):
 
 
 def get_nudenet(**settings: Any) -> NudeNetScorer:
-    """The process-wide NudeNet scorer for these settings (see `NudeNetScorer`)."""
+    """The process-wide NudeNet scorer for these settings (see `NudeNetScorer`); needs the 'scores' extra."""
+    require_extra("scores", "the NudeNet scorer", ("nudenet",))
     if "labels" in settings:
         settings["labels"] = tuple(settings["labels"])
     return cached(NudeNetScorer, **settings)

@@ -18,9 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from tools.extras import require_extra
 from tools.image_store import ImageStore
 
 SCORER_NAMES: tuple[str, ...] = ("q16", "nudenet", "clip", "blip", "mhsc")
+# Scorers whose stack is the optional 'scores' extra (Q16, BLIP and MHSC run on transformers, in the core install).
+SCORER_MODULES: dict[str, tuple[str, ...]] = {"clip": ("open_clip",), "nudenet": ("nudenet",)}
 
 
 @dataclass(frozen=True)
@@ -37,10 +40,13 @@ class ScoringSettings:
 
 
 def check_names(names: Sequence[str]) -> None:
-    """Refuse unknown scorer names, listing the known ones."""
+    """Refuse unknown scorer names, listing the known ones, and scorers whose 'scores' extra is not installed."""
     unknown = sorted(set(names) - set(SCORER_NAMES))
     if unknown or not names:
         raise ValueError(f"scorers {list(names)!r}: choose from {', '.join(SCORER_NAMES)}")
+    for name in names:
+        if name in SCORER_MODULES:
+            require_extra("scores", f"scorer {name!r}", SCORER_MODULES[name])
 
 
 def check_settings(names: Sequence[str], settings: ScoringSettings) -> None:
@@ -137,5 +143,5 @@ async def score_here(image_ids: Sequence[str], prompt: str, names: Sequence[str]
     return out
 
 
-__all__ = ["SCORER_NAMES", "RemoteScoring", "ScoringSettings", "check_names", "check_settings", "score_here",
-           "score_images", "set_remote_scoring"]
+__all__ = ["SCORER_MODULES", "SCORER_NAMES", "RemoteScoring", "ScoringSettings", "check_names", "check_settings",
+           "score_here", "score_images", "set_remote_scoring"]

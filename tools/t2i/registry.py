@@ -21,6 +21,9 @@ default), `accel` (`auto`: the compiled fast path on CUDA, eager on CPU; `eager`
 Hopper; see `tools.t2i.fast`), `compile` (older spelling of `accel="compile"`). OpenAI options: `client`,
 `quality`, `size`, `store`, `api_key`, `base_url`. Anything else raises `UnsupportedOptionError`.
 
+The diffusers kinds need the optional 't2i' extra (`tools.extras`); `check_generator(spec)` refuses a spec that
+cannot be opened here before any work starts.
+
 Graphs, training and evaluation open generators with `open_generator`, the one public constructor: it takes the
 image store and the over-long-prompt policy explicitly (`long_prompts`, see `LONG_PROMPT_POLICIES`), so every
 command renders the same prompt the same way. Callers with a generator object of their own (the evaluation's
@@ -35,6 +38,7 @@ import threading
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 
+from tools.extras import require_extra
 from tools.image_store import ImageStore, get_image_store
 from tools.t2i.base import ImageGenerator
 from tools.t2i.errors import UnsupportedOptionError
@@ -112,7 +116,19 @@ def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
     return kind, model, query
 
 
+def check_generator(spec: str) -> None:
+    """Refuse a spec that cannot be opened here: a malformed spec, or a diffusers kind without the 't2i' extra
+    (`tools.extras.MissingExtraError`). Commands call it before any work, so a run never fails at its first render.
+    """
+    if isinstance(spec, str) and spec.startswith(f"{REGISTERED}:"):
+        return
+    kind, _model, _query = parse_spec(spec)
+    if kind != "openai":
+        require_extra("t2i", f"text-to-image spec {spec!r}")
+
+
 def _build(spec: str, options: dict[str, Any]) -> ImageGenerator:
+    check_generator(spec)
     kind, model, query = parse_spec(spec)
     if kind == "openai":
         _check_options(spec, options, OPENAI_OPTIONS)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.batch import done_records, run_batch
+from tools.extras import require_extra
 from tools.t2i.defaults import CTD_SIZE, CTD_STEPS
 from unveil.commands.common import (
     add_engine_options,
@@ -185,6 +186,8 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"--category {args.category!r}: not one of {', '.join(CATEGORIES)}")
     for option, value in (("--scene", args.scene), ("--erase-routine", args.erase_routine)):
         check_option_text(option, value)
+    if args.export:
+        require_extra("ctd", "--export", ("datasets",))  # before the scenes, not after them
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     check_checkpoints(out / CHECKPOINTS)

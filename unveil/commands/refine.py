@@ -11,7 +11,7 @@ from typing import Any
 from runner.batch import read_jsonl, run_batch
 from runner.refine import prompt_of, refine_one, seed_of
 from tools.t2i.defaults import IPR_GUIDANCE, IPR_SIZE, IPR_STEPS, IPR_T_MAX
-from tools.t2i.registry import DEFAULT_IPR_GENERATOR
+from tools.t2i.registry import DEFAULT_IPR_GENERATOR, check_generator
 from unveil.commands.common import (
     add_batch_options,
     add_engine_options,
@@ -123,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("give either a PROMPT or --input, not both")
     setup_gateway(args)
     ctx = build_context(args)
+    check_generator(ctx.generator)  # a missing 't2i' extra fails here, before any prompt starts
     warn_if_demo({"refiner": ctx.spec_for("refiner")})
     if args.input:
         source = Path(args.input)

@@ -13,8 +13,9 @@ import sys
 from dataclasses import MISSING, fields
 from typing import Any
 
+from tools.extras import require_extra
 from tools.t2i.defaults import IPR_GUIDANCE, IPR_SIZE, IPR_STEPS
-from tools.t2i.registry import DEFAULT_IPR_GENERATOR
+from tools.t2i.registry import DEFAULT_IPR_GENERATOR, check_generator
 from unveil.commands.common import (
     add_long_prompts_option,
     add_model_options,
@@ -152,6 +153,7 @@ def run_build_data(args: argparse.Namespace) -> int:
     from training.build_data import BuildDataSettings, build_sft_records, prompt_items
     from unveil.commands.common import warn_if_demo
 
+    check_generator(args.generator)  # a missing 't2i' extra fails here, before any prompt is labelled
     gateway = setup_gateway(args)
     roles = dict(item.split("=", 1) for item in args.role_model if "=" in item)
     unknown = sorted(set(roles) - {"labeller"})
@@ -180,6 +182,7 @@ def run_build_data(args: argparse.Namespace) -> int:
 
 def run_sft_command(args: argparse.Namespace) -> int:
     """Run `unveil train sft`."""
+    require_extra("train", "unveil train sft")
     from training.config import SFTSettings
     from training.sft import run_sft
 
@@ -190,16 +193,22 @@ def run_sft_command(args: argparse.Namespace) -> int:
 
 def run_grpo_command(args: argparse.Namespace) -> int:
     """Run `unveil train grpo`."""
+    require_extra("train", "unveil train grpo")
     from training.config import GRPOSettings
     from training.grpo import run_grpo
 
-    result = run_grpo(_settings(args, GRPOSettings))
+    settings = _settings(args, GRPOSettings)
+    check_generator(settings.generator)  # the reward renders
+    if settings.scorer == "tools":  # the reward's CLIP score is open_clip's
+        require_extra("scores", "unveil train grpo (scorer 'tools': the reward's CLIP score)", ("open_clip",))
+    result = run_grpo(settings)
     print(json.dumps(result, indent=1, default=str))
     return 0
 
 
 def run_esd_command(args: argparse.Namespace) -> int:
     """Run `unveil train esd`."""
+    require_extra("t2i", "unveil train esd")
     from training.esd import ESDSettings, run_esd
 
     result = run_esd(ESDSettings(**_overrides(args, ESDSettings)))

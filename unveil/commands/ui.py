@@ -25,6 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve the app until interrupted."""
+    from tools.extras import require_extra
+
+    require_extra("ui", "unveil ui")
     import uvicorn
 
     from unveil.ui import create_app
