@@ -39,7 +39,8 @@ def main() -> int:
     args = p.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
     home = Path(tempfile.mkdtemp(prefix="unveil-first-run-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("UNVEIL_")}
+    # A user's UNVEIL_* settings would change what is measured; the thread count is a knob of the measurement.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UNVEIL_") or k == "UNVEIL_TORCH_THREADS"}
     if args.fresh_home:
         # pip reads this machine's index and find-links from ~/.config/pip: they stay with the real HOME.
         user_pip_conf = Path.home() / ".config" / "pip" / "pip.conf"

@@ -71,7 +71,7 @@ class LoadedLM:
 
 def _source(model: str) -> tuple[Path, str | None]:
     """(folder, GGUF file name or None) of a `transformers:` model reference."""
-    if model.lower() in SMOLLM2_ALIASES:
+    if is_smollm2(model):
         gguf = resolve_model_path("smollm2")
         return gguf.parent, gguf.name
     path = Path(model).expanduser()
@@ -120,6 +120,14 @@ def _from_gguf(folder: Path, gguf: str) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+SMALL_MODEL_THREADS = 1
+
+
+def is_smollm2(model: str) -> bool:
+    """Whether a `transformers:` model name is the embedded SmolLM2."""
+    return model.lower() in SMOLLM2_ALIASES
+
+
 def load_lm(model: str) -> LoadedLM:
     """The process-wide copy of a `transformers:` model (loaded on first use)."""
     with _LOAD_LOCK:
@@ -129,7 +137,11 @@ def load_lm(model: str) -> LoadedLM:
         import xgrammar as xgr
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        threads = env_int("UNVEIL_TORCH_THREADS", 0, minimum=0)
+        # The embedded 135M model decodes one token at a time with small matrices: torch's thread pool gains nothing
+        # there and, on a busy 2-core machine, its threads wait on each other (first demo result 17-60 s with the
+        # default pool against 12-18 s with one thread; bench/first_run.py, docs/install.md). Larger models keep
+        # torch's default; UNVEIL_TORCH_THREADS overrides both.
+        threads = env_int("UNVEIL_TORCH_THREADS", 0, minimum=0) or (SMALL_MODEL_THREADS if is_smollm2(model) else 0)
         if threads:
             torch.set_num_threads(threads)
         folder, gguf = _source(model)
