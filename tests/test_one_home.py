@@ -89,9 +89,12 @@ def test_the_ipr_guidance_is_the_same_everywhere() -> None:
 
     assert IPR_GUIDANCE == 7.0  # the IPR authors' code (eval.py, vl_rl.py); the paper gives none
     parser = build_parser()
-    assert {IPRContext().guidance, IPRSettings().guidance, GRPOSettings().t2i_guidance,
-            BuildDataSettings(labeller="openai:gpt-4.1").guidance,
-            parser.parse_args(["evaluate", "ipr", "--prompts", "p"]).guidance} == {IPR_GUIDANCE}
+    from tools.t2i.settings import RenderSettings
+    from unveil.commands.common import render_overrides
+
+    cli = RenderSettings(**render_overrides(parser.parse_args(["evaluate", "ipr", "--prompts", "p"])))
+    assert {IPRContext().guidance, IPRSettings().guidance, GRPOSettings().guidance,
+            BuildDataSettings(labeller="openai:gpt-4.1").guidance, cli.guidance} == {IPR_GUIDANCE}
 
 
 def test_lora_settings_are_labelled_as_the_authors_code() -> None:

@@ -49,7 +49,7 @@ def test_grpo_two_steps(tmp_path, tiny_models):
         "model": tiny_models["qwen"], "data": str(prompts), "output_dir": str(tmp_path / "out"), "max_steps": 2,
         "per_device_batch_size": 4, "gradient_accumulation_steps": 1, "num_generations": 4,
         "max_completion_length": 6, "learning_rate": 0.02, "logging_steps": 1, "cpu": True,
-        "generator": f"diffusers:{tiny_models['sd']}", "t2i_steps": 2, "t2i_size": 32,
+        "generator": f"diffusers:{tiny_models['sd']}", "steps": 2, "width": 32, "height": 32,
         "clip_model": tiny_models["clip"], "q16_model": tiny_models["clip"], "q16_embeddings": tiny_models["q16"],
         "image_store": str(tmp_path / "store"), "image_pool": True,  # the authors' growing pool, exercised here
         "reward": {"images_per_prompt": 2, "scale": "authors"},

@@ -121,13 +121,13 @@ def build_grpo_trainer(settings: GRPOSettings, *, renderer: Renderer | None = No
     store = store or get_image_store(settings.image_store or None)
     device = local_device(settings)
     if renderer is None:
+        from tools.t2i.settings import RenderSettings, render_kwargs
         from training.render import make_renderer
 
-        renderer = make_renderer(settings.generator, store=store, device=device, steps=settings.t2i_steps,
-                                 guidance=settings.t2i_guidance, size=settings.t2i_size,
+        renderer = make_renderer(settings.generator, store=store, device=device,
+                                 render=RenderSettings(**render_kwargs(settings)),
                                  max_batch=settings.t2i_max_batch, scheduler=settings.t2i_scheduler,
-                                 compile=settings.t2i_compile, long_prompts=settings.long_prompts,
-                                 accel=settings.t2i_accel)
+                                 compile=settings.t2i_compile, accel=settings.t2i_accel)
     if scorer is None:
         from training.scoring import make_scorer
 
