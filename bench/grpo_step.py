@@ -271,12 +271,12 @@ def main() -> int:
     from transformers import TrainerCallback
 
     from tools.image_store import get_image_store
+    from tools.scorers.pixels import ClipQ16PixelScorer as ClipQ16Scorer
     from tools.t2i.settings import RenderSettings, render_kwargs
     from training.answers import Decision
     from training.config import GRPOSettings, build_settings
     from training.grpo import build_grpo_trainer
     from training.render import make_renderer
-    from training.scoring import ClipQ16Scorer
 
     t_start = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="grpo-bench-"))

@@ -201,7 +201,7 @@ def score_drift(work: Path, store: Any, prompts: list[str], ids: dict[str, list[
     """Q16 and CLIP scores of each variant's images against the `eager` images of the same seeds."""
     import numpy as np
 
-    from training.scoring import ClipQ16Scorer
+    from tools.scorers.pixels import ClipQ16PixelScorer as ClipQ16Scorer
 
     if tiny:
         from tests.tiny import build_tiny_clip

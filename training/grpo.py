@@ -54,7 +54,7 @@ def grpo_records(settings: GRPOSettings, *, store: Any, renderer: Renderer) -> l
         seeds = [seeds_for(r["prompt"], 1, settings.seed)[0] for r in todo]
         images = renderer.render([r["prompt"] for r in todo], seeds)
         for rec, img in zip(todo, images, strict=True):
-            from training.reward import to_pil
+            from tools.scorers.pixels import to_pil
 
             rec["image_id"] = store.put_pil(to_pil(img)).id
     return [r for r in records if r.get("image_id")]
@@ -129,11 +129,11 @@ def build_grpo_trainer(settings: GRPOSettings, *, renderer: Renderer | None = No
                                  max_batch=settings.t2i_max_batch, scheduler=settings.t2i_scheduler,
                                  compile=settings.t2i_compile, accel=settings.t2i_accel)
     if scorer is None:
-        from training.scoring import make_scorer
+        from tools.scorers.score import pixel_scorer
 
         if not settings.q16_embeddings:
             raise ValueError("GRPO needs the Q16 prompt embeddings file (--q16-embeddings)")
-        scorer = make_scorer(settings.scorer, q16_model=settings.q16_model, clip_model=settings.clip_model,
+        scorer = pixel_scorer(settings.scorer, q16_model=settings.q16_model, clip_model=settings.clip_model,
                              q16_embeddings=settings.q16_embeddings, device=device)
     if records is None:
         if not settings.data:
