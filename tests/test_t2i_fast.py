@@ -207,3 +207,9 @@ def test_own_decode_gives_the_pipelines_images_bit_for_bit(sd_dir):
     for mine, theirs in zip(ours, reference, strict=True):
         assert np.array_equal(np.asarray(mine), np.asarray(theirs))
     assert not np.array_equal(np.asarray(ours[0]), np.asarray(ours[1]))
+
+
+def test_a_spec_can_name_switches(tmp_path) -> None:
+    """`?accel=compile+freeze` survives URL query parsing (which turns `+` into a space)."""
+    with pytest.raises(UnsupportedOptionError, match=r"accel='compile\+freeze' .*needs a CUDA device"):
+        get_generator(f"diffusers:{tmp_path}?accel=compile+freeze", device="cpu")
