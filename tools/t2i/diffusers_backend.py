@@ -41,6 +41,30 @@ def tokenizer_lock(pipeline: Any) -> threading.Lock:
     pipeline's own encoding (padded to 77 on the batcher thread) made a batch fail with mismatched tensor sizes."""
     with _LOCK:
         return _TOKENIZER_LOCKS.setdefault(id(pipeline), threading.Lock())
+
+
+_CHECK_TOKENIZERS: dict[int, tuple[threading.Lock, list[Any]]] = {}
+
+
+def check_tokenizers(pipeline: Any) -> tuple[threading.Lock, list[Any]]:
+    """Copies of `pipeline`'s tokenizers for the prompt check, and the lock that serialises their use. The check
+    must not share the pipeline's own tokenizers: their lock is held for a whole batch (the pipeline encodes
+    inside its call), so requests arriving meanwhile were not validated, hence not queued, when the next batch
+    was cut, and batches came out smaller and of new sizes (each new size compiles the UNet again)."""
+    import copy
+
+    with _LOCK:
+        found = _CHECK_TOKENIZERS.get(id(pipeline))
+    if found is not None:
+        return found
+    # Copied once, outside `_LOCK`: this may wait for a running batch, which must not hold up other loaders.
+    with tokenizer_lock(pipeline):
+        toks = [copy.deepcopy(t) for t in (getattr(pipeline, "tokenizer", None), getattr(pipeline, "tokenizer_2", None))
+                if t]
+    with _LOCK:
+        return _CHECK_TOKENIZERS.setdefault(id(pipeline), (threading.Lock(), toks))
+
+
 _BASE_PIPES: dict[tuple, Any] = {}
 _DERIVED_PIPES: dict[tuple, Any] = {}
 _GUARDS: dict[int, CompileGuard] = {}
@@ -228,6 +252,7 @@ def clear_pipeline_cache() -> None:
         _BASE_PIPES.clear()
         _DERIVED_PIPES.clear()
         _GUARDS.clear()
+        _CHECK_TOKENIZERS.clear()
 
 
 @dataclass(frozen=True)
@@ -394,9 +419,9 @@ class DiffusersGenerator:
     def _check_prompt(self, text: str, field: str) -> None:
         if self.truncate_long_prompts:
             return
-        tokenizers = (getattr(self.pipeline, "tokenizer", None), getattr(self.pipeline, "tokenizer_2", None))
-        for tok in (t for t in tokenizers if t):
-            with tokenizer_lock(self.pipeline):
+        lock, tokenizers = check_tokenizers(self.pipeline)
+        for tok in tokenizers:
+            with lock:
                 n = len(tok(text, truncation=False).input_ids)
             if n > tok.model_max_length:
                 shown = text if len(text) <= 80 else text[:77] + "..."
