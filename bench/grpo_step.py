@@ -255,8 +255,9 @@ def main() -> int:
                     help="count this fraction of answers as `keep` (a trained refiner keeps often; 0: worst case)")
     ap.add_argument("--max-batch", type=int, default=32, help="images per SD batch")
     ap.add_argument("--compile", action="store_true", help="older spelling of --accel compile")
-    ap.add_argument("--accel", default="auto", choices=["auto", "eager", "compile", "fp8"],
-                    help="the reward generator's UNet path (auto: compiled on CUDA)")
+    ap.add_argument("--accel", default="auto",
+                    help="the reward generator's UNet path: auto (compiled on CUDA), eager, compile, fp8, "
+                         "PRESET+switch... (tools.t2i.fast)")
     ap.add_argument("--no-fast-sampling", action="store_true",
                     help="sample the policy as TRL does by default (dynamic cache, no compilation)")
     ap.add_argument("--sampling-bench", action="store_true",

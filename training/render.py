@@ -64,8 +64,12 @@ class GeneratorRenderer:
             kwargs = gen.call_kwargs(request)
             key = (id(gen.pipeline), tuple(sorted(kwargs.items())))
             payloads.append(RenderJob(prompt, negative, seed))
-        return await get_batcher(gen.device).run(key, payloads, gen.render_batch, max_batch=gen.max_batch,
-                                                 max_wait_s=gen.max_wait_s)
+        from tools.t2i.diffusers_backend import finished_images
+
+        results = await get_batcher(gen.device).run(key, payloads, gen.render_batch, max_batch=gen.max_batch,
+                                                    max_wait_s=gen.max_wait_s)
+        # With the overlapped decode (`accel` switch `overlap`), a result may still be decoding.
+        return await finished_images(results)
 
     async def _render_via_store(self, prompts: Sequence[str], seeds: Sequence[int]) -> list[Any]:
         from tools.image_store import get_image_store
