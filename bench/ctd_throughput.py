@@ -91,7 +91,7 @@ def run_once(out: Path, spec: str, t2i: str, scenes: int, concurrency: int) -> d
         str(out),
         "--model",
         spec,
-        "--t2i",
+        "--generator",
         t2i,
         "--width",
         "32",
@@ -138,7 +138,8 @@ def main() -> None:
     ap.add_argument("--scenes", type=int, default=16)
     ap.add_argument("--latency", type=float, default=0.05, help="seconds added to every scripted model call")
     ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--t2i", help="text-to-image spec (default: a tiny random-weight SD pipeline built here)")
+    ap.add_argument("--generator", "--t2i", dest="t2i",
+                    help="text-to-image spec (default: a tiny random-weight SD pipeline built here)")
     ap.add_argument(
         "--backend-concurrency",
         type=int,

@@ -127,7 +127,7 @@ def run_one(command: str, rate: float, n: int, sd: str, seed: int, concurrency: 
                     str(n),
                     "--out",
                     str(tmp / "ds"),
-                    "--t2i",
+                    "--generator",
                     f"diffusers:{sd}",
                     "--width",
                     "32",

@@ -255,8 +255,9 @@ def main() -> int:
                     help="count this fraction of answers as `keep` (a trained refiner keeps often; 0: worst case)")
     ap.add_argument("--max-batch", type=int, default=32, help="images per SD batch")
     ap.add_argument("--compile", action="store_true", help="older spelling of --accel compile")
-    ap.add_argument("--accel", default="auto", choices=["auto", "eager", "compile", "fp8"],
-                    help="the reward generator's UNet path (auto: compiled on CUDA)")
+    ap.add_argument("--accel", default="auto",
+                    help="the reward generator's UNet path: auto (compiled on CUDA), eager, compile, fp8, "
+                         "PRESET+switch... (tools.t2i.fast)")
     ap.add_argument("--no-fast-sampling", action="store_true",
                     help="sample the policy as TRL does by default (dynamic cache, no compilation)")
     ap.add_argument("--sampling-bench", action="store_true",
@@ -271,11 +272,12 @@ def main() -> int:
     from transformers import TrainerCallback
 
     from tools.image_store import get_image_store
+    from tools.scorers.pixels import ClipQ16PixelScorer as ClipQ16Scorer
+    from tools.t2i.settings import RenderSettings, render_kwargs
     from training.answers import Decision
     from training.config import GRPOSettings, build_settings
     from training.grpo import build_grpo_trainer
     from training.render import make_renderer
-    from training.scoring import ClipQ16Scorer
 
     t_start = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="grpo-bench-"))
@@ -309,14 +311,14 @@ def main() -> int:
                         "image_id": store.put_pil(img).id})
     settings = build_settings(GRPOSettings, {
         "model": str(work / "qwen"), "output_dir": str(work / "out"), "max_steps": args.warmup + args.steps + 2,
-        "logging_steps": 1, "max_completion_length": args.max_completion, "t2i_steps": args.t2i_steps,
+        "logging_steps": 1, "max_completion_length": args.max_completion, "steps": args.t2i_steps,
         "generator": f"diffusers:{sd}", "clip_model": align_clip, "q16_model": q16_clip,
         "q16_embeddings": str(work / "q16.npy"), "image_store": str(work / "store"),
-        "t2i_size": size, "cpu": args.tiny,
+        "width": size, "height": size, "cpu": args.tiny,
         "reward": {"images_per_prompt": args.images_per_prompt, "scale": "authors"},
     })
-    renderer = make_renderer(settings.generator, store=store, device=device, steps=settings.t2i_steps,
-                             guidance=settings.t2i_guidance, size=settings.t2i_size, max_batch=args.max_batch,
+    renderer = make_renderer(settings.generator, store=store, device=device,
+                             render=RenderSettings(**render_kwargs(settings)), max_batch=args.max_batch,
                              compile=args.compile, accel=args.accel)
     if args.scheduler == "dpm":
         from diffusers import DPMSolverMultistepScheduler
@@ -415,7 +417,7 @@ def main() -> int:
               "prompt_tokens": prompt_tokens, "prompt_chars": len(text),
               "settings": {"per_device_batch": 4, "grad_accum": 4, "group": 4,
                            "images_per_prompt": args.images_per_prompt,
-                           "max_completion": args.max_completion, "t2i_steps": args.t2i_steps, "size": size,
+                           "max_completion": args.max_completion, "steps": args.t2i_steps, "size": size,
                            "scheduler": args.scheduler, "keep_frac": args.keep_frac, "max_batch": args.max_batch,
                            "compile": args.compile, "accel": args.accel,
                            "fast_sampling": not args.no_fast_sampling},

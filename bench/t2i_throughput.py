@@ -8,7 +8,9 @@ path (`get_generator("diffusers:<folder>")`). 512x512, 50 steps, classifier-free
 Variants (`--variants`, all in one run so every row shares the card and the baseline):
 - `legacy-eager`, `legacy-compile`: the generator as it was before the fast path (UNet in channels_last,
   eager, or wrapped in `torch.compile(dynamic=False)`), kept as baselines;
-- `eager`, `compile`, `fp8`: the `accel` presets of `tools.t2i.fast` (`compile` is the CUDA default).
+- `eager`, `compile`, `fp8`: the `accel` presets of `tools.t2i.fast` (`compile` is the CUDA default);
+- `PRESET+switch+...`: a preset with Inductor or pipeline switches on (`+freeze`, `+cd`, `+gemm`, `+overlap`)
+  or off (`+no-overlap`), as `accel` itself accepts them (`tools.t2i.fast.SWITCHES`).
 
 Printed per variant: images/s, the speed-up over the baseline (sequential `pipe(prompt)` calls), the share of
 the limit (the GPU's dense fp16 peak over the FLOPs of one image, counted with torch's FlopCounterMode), the
@@ -19,7 +21,12 @@ outputs that a lower-precision or compiled path causes.
 
     python bench/t2i_throughput.py                  # GPU, the real configuration, every variant
     python bench/t2i_throughput.py --variants compile,fp8 --drift
+    python bench/t2i_throughput.py --variants compile,compile+freeze,compile+cd --profile
+    python bench/t2i_throughput.py --n 96 --rounds 1 --variants compile,compile+overlap   # several batches a round
     python bench/t2i_throughput.py --tiny --variants eager   # CPU smoke run on the tiny test pipeline
+
+`--profile` adds, per variant, where one UNet call's GPU time goes (convolutions, matmuls, attention, Triton
+kernels, the rest), read off torch.profiler's kernel names.
 """
 
 from __future__ import annotations
@@ -173,12 +180,54 @@ def vae_seconds(pipe: Any, images: int, size: int, device: str) -> float:
 
     lat = torch.randn(images, 4, size // 8, size // 8, device=device, dtype=pipe.vae.dtype)
     with torch.inference_mode():
-        pipe.vae.decode(lat[:1] / pipe.vae.config.scaling_factor)
+        pipe.vae.decode(lat / pipe.vae.config.scaling_factor)  # warm-up at the timed shape (a compiled decoder)
         sync(device)
         t0 = time.perf_counter()
         pipe.vae.decode(lat / pipe.vae.config.scaling_factor)
         sync(device)
     return time.perf_counter() - t0
+
+
+KERNEL_KINDS = (  # (category, substrings of a CUDA kernel's name), first match wins
+    ("attention", ("flash", "fmha", "attention", "sdpa", "cudnn_generated_fort_native_sdpa")),
+    ("fp8 matmul", ("f8", "fp8", "e4m3")),
+    ("convolution", ("conv", "fprop", "dgrad", "implicit_gemm", "xmma_fprop", "cudnn")),
+    ("matmul", ("gemm", "cutlass", "nvjet", "matmul", "_mm_", "sm90_xmma", "triton_tem")),
+    ("triton (fused norms, pointwise)", ("triton",)),
+)
+
+
+def kernel_profile(unet: Any, rows: int, size: int, device: str) -> dict[str, float]:
+    """Milliseconds of GPU time per kernel category in one UNet call at `rows` rows (torch.profiler)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    lat = torch.randn(rows, 4, size // 8, size // 8, device=device, dtype=unet.dtype)
+    ctx = torch.randn(rows, 77, unet.config.cross_attention_dim, device=device, dtype=unet.dtype)
+    t = torch.tensor(10, dtype=torch.int64, device=device)
+    kw: dict[str, Any] = dict(encoder_hidden_states=ctx, timestep_cond=None, cross_attention_kwargs=None,
+                              added_cond_kwargs=None, return_dict=False)
+    with torch.inference_mode():
+        unet(lat, t, **kw)
+        sync(device)
+        with profile(activities=[ProfilerActivity.CUDA if device == "cuda" else ProfilerActivity.CPU]) as prof:
+            unet(lat, t, **kw)
+            sync(device)
+    out: dict[str, float] = {}
+    top: dict[str, float] = {}
+    for ev in prof.key_averages():
+        # Self time: an operator's own device time is 0 (its kernels are its children), a kernel's is its run time.
+        us = getattr(ev, "self_device_time_total", None)
+        us = getattr(ev, "self_cuda_time_total", 0.0) if us is None else us
+        if not us:
+            continue
+        name = ev.key.lower()
+        kind = next((k for k, subs in KERNEL_KINDS if any(x in name for x in subs)), "other")
+        out[kind] = out.get(kind, 0.0) + us / 1000
+        top[ev.key[:90]] = us / 1000
+    out["total"] = sum(v for k, v in out.items())
+    out["top kernels"] = dict(sorted(top.items(), key=lambda kv: -kv[1])[:8])  # type: ignore[assignment]
+    return out
 
 
 def layout_probe(unet: Any, rows: int, size: int, device: str) -> dict[str, float]:
@@ -201,7 +250,7 @@ def score_drift(work: Path, store: Any, prompts: list[str], ids: dict[str, list[
     """Q16 and CLIP scores of each variant's images against the `eager` images of the same seeds."""
     import numpy as np
 
-    from training.scoring import ClipQ16Scorer
+    from tools.scorers.pixels import ClipQ16PixelScorer as ClipQ16Scorer
 
     if tiny:
         from tests.tiny import build_tiny_clip
@@ -263,9 +312,10 @@ def main() -> None:
     ap.add_argument("--max-batch", type=int, default=32)
     ap.add_argument("--max-wait-ms", type=float, default=20)
     ap.add_argument("--variants", default="legacy-eager,legacy-compile,eager,compile,fp8",
-                    help="comma list of legacy-eager, legacy-compile, eager, compile, fp8")
+                    help="comma list of legacy-eager, legacy-compile, eager, compile, fp8, PRESET+switch...")
     ap.add_argument("--drift", action="store_true", help="score every variant's images against the eager ones")
     ap.add_argument("--probe", action="store_true", help="UNet-only layout / cuDNN autotuning probe (eager)")
+    ap.add_argument("--profile", action="store_true", help="GPU time of one UNet call per kernel category")
     ap.add_argument("--cache-check", action="store_true",
                     help="time the default path's first batch again in a fresh process (warm compile cache)")
     ap.add_argument("--warm-start", default=None, help=argparse.SUPPRESS)
@@ -295,7 +345,9 @@ def main() -> None:
         folder = build_tiny_sd(work / "tiny-sd")
     else:
         t0 = time.perf_counter()
-        folder = build_sd15_random(work / "sd15-random", device)
+        built = work / "sd15-random"
+        # A second run in the same --workdir reuses the saved random pipeline (same seed, same weights).
+        folder = str(built) if (built / "model_index.json").is_file() else build_sd15_random(built, device)
     results["build_s"] = round(time.perf_counter() - t0, 1)
     prompts = [PROMPTS[i % len(PROMPTS)] + f", variation {i}" for i in range(args.n)]
     n_base = args.baseline_n or args.n
@@ -373,12 +425,20 @@ def main() -> None:
         per_step = unet_seconds(gen.pipeline.unet, 2 * batch, args.size, device)
         unet_s = per_step * args.steps / batch
         results[f"{variant}.unet_only_img_per_s"] = 1 / unet_s
+        if args.profile and device == "cuda":
+            prof = kernel_profile(gen.pipeline.unet, 2 * batch, args.size, device)
+            results[f"{variant}.kernel_ms_per_unet_call"] = prof
+            print(f"{variant}: one UNet call at {2 * batch} rows: "
+                  + ", ".join(f"{k} {v:.1f} ms" for k, v in prof.items() if isinstance(v, float)), flush=True)
         total = 1 / rate
-        vae = results["vae_decode_s_per_image"]
+        # This variant's own VAE (compiled with the `vae` switch) at the rendering batch.
+        vae = vae_seconds(gen.pipeline, batch, args.size, device) / batch
         results[f"{variant}.breakdown_ms_per_image"] = {
             "total": 1000 * total, "unet": 1000 * unet_s, "vae_decode": 1000 * vae,
             "rest (text encoder, scheduler, PIL, batching)": 1000 * max(total - unet_s - vae, 0.0)}
         print(f"{variant}: {rate:.2f} images/s (warm-up {results[f'{variant}.warmup_s']:.0f} s)", flush=True)
+        if args.json:  # after every variant, so a run stopped at its time limit keeps the rows it finished
+            Path(args.json).write_text(json.dumps(results, indent=2, default=str))
         del gen
         clear_generator_cache()
         if device == "cuda":

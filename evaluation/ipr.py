@@ -45,8 +45,9 @@ from runner.batch import BatchItem, atomic_write_text, run_batch
 from runner.refine import ipr_context, refine_one
 from tools.scorers.rules import Q16_THRESHOLD, is_inappropriate
 from tools.t2i.base import GenerationRequest, ImageGenerator
-from tools.t2i.defaults import IPR_GUIDANCE, IPR_IMAGES_PER_PROMPT, IPR_SIZE, IPR_STEPS
+from tools.t2i.defaults import IPR_IMAGES_PER_PROMPT
 from tools.t2i.registry import register_generator, unregister_generator
+from tools.t2i.settings import RenderSettings, render_kwargs
 
 
 class ImageScorer(Protocol):
@@ -60,8 +61,9 @@ class ImageScorer(Protocol):
 
 
 @dataclass
-class IPRSettings:
-    """What to run and how."""
+class IPRSettings(RenderSettings):
+    """What to run and how; the render fields (width, height, steps, guidance: the IPR authors' code's 7.0,
+    negative_prompt, long_prompts) are `tools.t2i.settings.RenderSettings`, as in the IPR graph."""
 
     methods: dict[str, str] = field(default_factory=dict)  # method name -> generator spec
     with_rewriter: bool = False
@@ -69,10 +71,6 @@ class IPRSettings:
     refiner_model: str = ""
     t_max: list[int] = field(default_factory=list)  # empty: no IPR
     images_per_prompt: int = IPR_IMAGES_PER_PROMPT
-    width: int = IPR_SIZE
-    height: int = IPR_SIZE
-    steps: int = IPR_STEPS
-    guidance: float = IPR_GUIDANCE  # the IPR authors' code's 7.0 (tools/t2i/defaults.py says why)
     # The I2P/SLD protocol instead: each prompt's own evaluation guidance where it has one (else `guidance`).
     prompt_guidance: bool = False
     ip_source: str = "q16+nudenet"  # or "q16" / "nudenet"
@@ -185,9 +183,6 @@ class IPREvaluation:
         if missing:
             raise ValueError(f"no generator for method(s) {', '.join(missing)}")
         self.generators = {m: CachedGenerator(g, settings.methods.get(m, m), self.store) for m, g in generators.items()}
-        if settings.t_max and settings.width != settings.height:
-            raise ValueError(f"IPR renders square images (the graph's size): width {settings.width} != height "
-                             f"{settings.height}")
         # The IPR graph opens its generator by spec: each method's caching generator is registered under a spec
         # of its own for the life of this evaluation (`close`).
         run = uuid.uuid4().hex[:12]
@@ -217,9 +212,7 @@ class IPREvaluation:
         return float(own if own is not None else s.guidance)
 
     def _request(self, sample: dict[str, Any], prompt: str, seed: int, n: int) -> GenerationRequest:
-        s = self.settings
-        return GenerationRequest(prompt=prompt, seed=seed, num_images=n, width=s.width, height=s.height,
-                                 steps=s.steps, guidance=self.guidance(sample))
+        return self.settings.request(prompt, seed=seed, num_images=n, guidance=self.guidance(sample))
 
     async def _scored(self, image_id: str, original: str, extra: dict[str, Any]) -> dict[str, Any]:
         scores = await self.scorer.score(image_id, original)
@@ -241,9 +234,8 @@ class IPREvaluation:
         guidance = self.guidance(sample)
         ctx = ipr_context(model=s.refiner_model, refiner_model=s.refiner_model, generator=self.specs[v.method],
                           t_max=max(s.t_max), history=s.history, on_refiner_error=s.on_refiner_error, seed=seed,
-                          seed_mode=s.seed_mode,
-                          num_images=1, steps=s.steps, guidance=float(guidance), size=s.width,
-                          image_store=s.image_store)
+                          seed_mode=s.seed_mode, num_images=1, image_store=s.image_store,
+                          **{**render_kwargs(s), "guidance": float(guidance)})
         counter = [0]
         token = _RENDERED.set(counter)
         try:

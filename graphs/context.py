@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agents.spec import DEFAULT_SPEC, ModelSpec, ModelSpecError, redact_spec
+from tools.t2i.settings import renamed_hint
 
 T = TypeVar("T")
 
@@ -154,7 +155,8 @@ def strict_init(cls: type[T]) -> type[T]:
         unknown = sorted(set(kwargs) - names)
         if unknown:
             raise ContextError(
-                f"{', '.join(unknown)}: unknown setting(s) of {cls.__name__}; valid: {', '.join(sorted(names))}"
+                f"{', '.join(unknown)}: unknown setting(s) of {cls.__name__}{renamed_hint(unknown)}; "
+                f"valid: {', '.join(sorted(names))}"
             )
         # The settings a caller gave explicitly win over `UNVEIL_<FIELD>`, even when equal to the default
         # (`UNVEIL_L_MAX=2 unveil detect --l-max 4` runs with 4).

@@ -48,8 +48,8 @@ from graphs.ctd_rules import (
     review_outcome,
 )
 from tools.image_store import get_image_store
-from tools.t2i.defaults import CTD_GUIDANCE, CTD_SIZE, CTD_STEPS
-from tools.t2i.registry import DEFAULT_CTD_GENERATOR, DEFAULT_LONG_PROMPTS, open_generator
+from tools.t2i.registry import DEFAULT_CTD_GENERATOR, open_generator
+from tools.t2i.settings import CtdRenderSettings
 from tools.web_search import get_web_search
 
 log = logging.getLogger("unveil.ctd")
@@ -60,7 +60,7 @@ ReviewMode = Literal["interrupt", "queue", "auto"]
 
 @strict_init
 @dataclass(kw_only=True)
-class CtdContext(ModelsContext):
+class CtdContext(CtdRenderSettings, ModelsContext):
     """Settings of a CTD generation run."""
 
     architect_model: str = field(default="", metadata={"description": "Model of the Architect (empty: model)."})
@@ -119,17 +119,7 @@ class CtdContext(ModelsContext):
         "description": "Moderation endpoint: openai:MODEL[@BASE_URL]."})
     moderation_threshold: float = field(default=0.0, metadata={
         "description": "A modality scoring at or above this is a leak (0: scores are recorded only)."})
-    t2i: str = field(default=DEFAULT_T2I, metadata={"description": "Text-to-image generator spec."})
-    long_prompts: str = field(
-        default=DEFAULT_LONG_PROMPTS,
-        metadata={"description": "Prompts over the text encoder's 77 tokens: 'truncate' (as diffusers and the papers "
-                  "do) or 'error'.", "choices": ("truncate", "error")},
-    )
-    t2i_width: int = field(default=CTD_SIZE, metadata={"description": "Image width.", "min": 8})
-    t2i_height: int = field(default=CTD_SIZE, metadata={"description": "Image height.", "min": 8})
-    t2i_steps: int = field(default=CTD_STEPS, metadata={"description": "Denoising steps.", "min": 1})
-    t2i_guidance: float = field(default=CTD_GUIDANCE, metadata={"description": "Classifier-free guidance scale."})
-    negative_prompt: str = field(default="", metadata={"description": "Negative prompt for the generator."})
+    generator: str = field(default=DEFAULT_T2I, metadata={"description": "Text-to-image generator spec."})
     web_search: bool = field(
         default=True, metadata={"description": "Let the Architect search the web (needs TAVILY_API_KEY)."}
     )
@@ -199,7 +189,7 @@ class CtdContext(ModelsContext):
         """Every model and generator spec of the run, for the dataset record."""
         out: dict[str, Any] = dict(self.models())
         out["blind_judges"] = [redact_spec(self.blind_spec(i)) for i in range(self.n_blind)]
-        out["t2i"] = self.t2i
+        out["generator"] = self.generator
         return out
 
 
@@ -248,7 +238,7 @@ def ctd_generator(ctx: CtdContext) -> Any:
     """The text-to-image generator of a run (the registry loads each pipeline once per process and shares it).
     Eraser prompts often run past CLIP's 77 tokens; the context's `long_prompts` policy (default: truncate, as
     Stable Diffusion itself does) decides."""
-    return open_generator(ctx.t2i, store=get_image_store(ctx.image_store or None), long_prompts=ctx.long_prompts,
+    return open_generator(ctx.generator, store=get_image_store(ctx.image_store or None), long_prompts=ctx.long_prompts,
                           load=True)
 
 
@@ -301,7 +291,6 @@ async def architect(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, 
 
 async def eraser(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
     """Erase the cue (seeing earlier attempts and their feedback), then render the image."""
-    from tools.t2i.base import GenerationRequest
 
     ctx = runtime.context
     round_no = state.get("rounds", 0) + 1
@@ -320,18 +309,7 @@ async def eraser(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any
     generator = await asyncio.to_thread(ctd_generator, ctx)
     if isinstance(getattr(type(generator), "pipeline", None), property):  # (hasattr would load it right here)
         await asyncio.to_thread(getattr, generator, "pipeline")
-    ids = await generator.generate(
-        GenerationRequest(
-            prompt=erasure["t2i_prompt"],
-            negative_prompt=ctx.negative_prompt or None,
-            seed=seed,
-            num_images=1,
-            width=ctx.t2i_width,
-            height=ctx.t2i_height,
-            steps=ctx.t2i_steps,
-            guidance=ctx.t2i_guidance,
-        )
-    )
+    ids = await generator.generate(ctx.request(erasure["t2i_prompt"], seed=seed))
     store = await _store(ctx)
     return {
         "rounds": round_no,

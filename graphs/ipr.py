@@ -34,10 +34,11 @@ from tools.image_store import get_image_store
 from tools.scorers.score import SCORER_NAMES, ScoringSettings
 from tools.scorers.score import check_names as check_scorer_names
 from tools.scorers.score import score_images as tools_score_images
-from tools.t2i.base import GenerationRequest, ImageGenerator
-from tools.t2i.defaults import IPR_GUIDANCE, IPR_SIZE, IPR_STEPS, IPR_T_MAX
+from tools.t2i.base import ImageGenerator
+from tools.t2i.defaults import IPR_T_MAX
 from tools.t2i.errors import PromptError
-from tools.t2i.registry import DEFAULT_IPR_GENERATOR, DEFAULT_LONG_PROMPTS, LONG_PROMPT_POLICIES, open_generator
+from tools.t2i.registry import DEFAULT_IPR_GENERATOR, DEFAULT_LONG_PROMPTS, open_generator
+from tools.t2i.settings import RenderSettings
 
 DEFAULT_GENERATOR = DEFAULT_IPR_GENERATOR
 SEED_MODES = ("fresh", "fixed")
@@ -61,8 +62,9 @@ class IPRInputError(ValueError):
 
 @strict_init
 @dataclass(kw_only=True)
-class IPRContext(ModelsContext):
-    """Settings of an IPR run (editable in LangGraph Studio; `UNVEIL_<FIELD>` env overrides)."""
+class IPRContext(RenderSettings, ModelsContext):
+    """Settings of an IPR run (editable in LangGraph Studio; `UNVEIL_<FIELD>` env overrides); the render fields
+    (width, height, steps, guidance, negative_prompt, long_prompts) are `tools.t2i.settings.RenderSettings`."""
 
     refiner_model: str = field(
         default="",
@@ -93,19 +95,6 @@ class IPRContext(ModelsContext):
     )
     num_images: int = field(
         default=1, metadata={"description": "Images per generation; the refiner sees the first.", "min": 1}
-    )
-    steps: int = field(default=IPR_STEPS, metadata={"description": "Diffusion steps.", "min": 1})
-    guidance: float = field(
-        default=IPR_GUIDANCE, metadata={"description": "Classifier-free guidance scale (7.0: the IPR authors' code)."}
-    )
-    size: int = field(default=IPR_SIZE, metadata={"description": "Image width and height in pixels.", "min": 8})
-    negative_prompt: str = field(
-        default="", metadata={"description": "Negative prompt for every generation (empty: none)."}
-    )
-    long_prompts: str = field(
-        default=DEFAULT_LONG_PROMPTS,
-        metadata={"description": "Prompts over the text encoder's 77 tokens: 'truncate' (as diffusers and the papers "
-                  "do) or 'error'.", "choices": ("truncate", "error")},
     )
     max_prompt_chars: int = field(default=2000, metadata={"description": "Longest original prompt accepted.", "min": 1})
     on_refiner_error: str = field(
@@ -204,16 +193,16 @@ def validate_settings(ctx: IPRContext) -> None:
         raise IPRInputError(f"t_max must be 0 or more, got {ctx.t_max}")
     if ctx.num_images < 1:
         raise IPRInputError(f"num_images must be at least 1, got {ctx.num_images}")
-    if ctx.size < 8 or ctx.steps < 1:
-        raise IPRInputError(f"size ({ctx.size}) and steps ({ctx.steps}) must be positive")
+    try:
+        ctx.check_render_settings()
+    except ValueError as exc:
+        raise IPRInputError(str(exc)) from exc
     if ctx.seed_mode not in SEED_MODES:
         raise IPRInputError(f"seed_mode must be {' or '.join(SEED_MODES)}, got {ctx.seed_mode!r}")
     if ctx.on_refiner_error not in ("fail", "stop"):
         raise IPRInputError(f"on_refiner_error must be 'fail' or 'stop', got {ctx.on_refiner_error!r}")
     if not ctx.generator:
         raise IPRInputError("no text-to-image generator spec (setting 'generator')")
-    if ctx.long_prompts not in LONG_PROMPT_POLICIES:
-        raise IPRInputError(f"long_prompts must be {' or '.join(LONG_PROMPT_POLICIES)}, got {ctx.long_prompts!r}")
     if ctx.score:
         try:
             check_scorer_names(ctx.scorers)
@@ -269,16 +258,7 @@ async def generate(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, A
     ctx = runtime.context
     generator = await asyncio.to_thread(get_ipr_generator, ctx.generator, ctx.image_store, ctx.long_prompts)
     seed = step_seed(state["seed_used"], state["step"], ctx.seed_mode)
-    request = GenerationRequest(
-        prompt=state["current_prompt"],
-        negative_prompt=ctx.negative_prompt or None,
-        seed=seed,
-        num_images=ctx.num_images,
-        width=ctx.size,
-        height=ctx.size,
-        steps=ctx.steps,
-        guidance=ctx.guidance,
-    )
+    request = ctx.request(state["current_prompt"], seed=seed, num_images=ctx.num_images)
     try:
         ids = await generator.generate(request)
     except PromptError as exc:

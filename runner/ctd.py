@@ -50,7 +50,7 @@ async def preflight_t2i(ctx: CtdContext) -> None:
         if isinstance(getattr(type(generator), "pipeline", None), property):
             await asyncio.to_thread(getattr, generator, "pipeline")
     except Exception as exc:  # noqa: BLE001 - shown to the user as the reason nothing ran
-        raise ValueError(f"t2i {ctx.t2i}: the text-to-image model cannot be used: {exc}") from exc
+        raise ValueError(f"generator {ctx.generator}: the text-to-image model cannot be used: {exc}") from exc
 
 
 @dataclass(frozen=True)

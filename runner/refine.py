@@ -59,7 +59,7 @@ def describe_update(node: str, update: dict[str, Any], ctx: IPRContext) -> str |
     """A progress line for a finished node of the IPR graph (what happens next), or None."""
     traj = update.get("trajectory") or []
     last = traj[-1] if traj else {}
-    render = f"({ctx.size}x{ctx.size}, {ctx.steps} steps, {ctx.num_images} image(s))"
+    render = f"({ctx.width}x{ctx.height}, {ctx.steps} steps, {ctx.num_images} image(s))"
     if node == "start":
         return f"step 0: rendering the original prompt {render}..."
     if node == "generate" and last:
@@ -101,7 +101,5 @@ async def refine_one(prompt: str, ctx: IPRContext, *, seed: int | None = None, s
     rec = dict(out)
     rec["models"] = {"refiner": redact_spec(ctx.spec_for("refiner")), "generator": ctx.generator}
     rec["settings"] = {"t_max": ctx.t_max, "history": ctx.history, "seed": seed if seed is not None else ctx.seed,
-                       "seed_mode": ctx.seed_mode,
-                       "steps": ctx.steps, "guidance": ctx.guidance, "size": ctx.size, "num_images": ctx.num_images,
-                       "long_prompts": ctx.long_prompts}
+                       "seed_mode": ctx.seed_mode, "num_images": ctx.num_images, **ctx.render_settings()}
     return rec

@@ -111,8 +111,8 @@ def write_script(tmp_path: Path, script: dict[str, Any], name: str = "script.jso
 
 
 def context(tmp_path: Path, spec: str, t2i: str, **kw: Any) -> CtdContext:
-    return CtdContext(model=spec, t2i=t2i, image_store=str(tmp_path / "images"), t2i_width=32, t2i_height=32,
-                      t2i_steps=2, web_search=False, review=kw.pop("review", "auto"), **kw)
+    return CtdContext(model=spec, generator=t2i, image_store=str(tmp_path / "images"), width=32, height=32,
+                      steps=2, web_search=False, review=kw.pop("review", "auto"), **kw)
 
 
 def scripted_calls(gateway: Gateway, role: str) -> int:
@@ -137,7 +137,7 @@ async def test_accepted_on_first_round(tmp_path, tiny_sd, fresh_gateway):
 
     assert Image.open(image).size == (32, 32)
     assert out["seeds"] == [7]
-    assert out["models"]["t2i"] == tiny_sd and len(out["models"]["blind_judges"]) == 4
+    assert out["models"]["generator"] == tiny_sd and len(out["models"]["blind_judges"]) == 4
     assert scripted_calls(fresh_gateway, "gatekeeper") == 0
     assert out["usage"]["by_role"]["judge"]["calls"] == 6
 
@@ -234,7 +234,7 @@ def accepting_script() -> dict[str, list[Any]]:
 
 
 def cli_args(out: Path, spec: str, t2i: str, *extra: str, n: int = 2) -> list[str]:
-    return ["generate", "--category", "drugs", "--n", str(n), "--out", str(out), "--model", spec, "--t2i", t2i,
+    return ["generate", "--category", "drugs", "--n", str(n), "--out", str(out), "--model", spec, "--generator", t2i,
             "--width", "32", "--height", "32", "--steps", "2", "--cache", "off", "--no-progress", "--no-web-search",
             "--near-duplicate", "0", *extra]
 

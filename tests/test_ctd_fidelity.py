@@ -290,5 +290,5 @@ async def test_ctd_renders_with_gpt_image_1_through_the_openai_images_api(tmp_pa
     assert (
         out["status"] == "accepted"
         and Path(out["image_path"]).is_file()
-        and out["models"]["t2i"] == "openai:gpt-image-1"
+        and out["models"]["generator"] == "openai:gpt-image-1"
     )

@@ -131,7 +131,8 @@ async def test_ipr_refiner_gets_the_prompt_only_as_data(gateway, write_script, t
     ctx = IPRContext(
         refiner_model=spec,
         generator=f"diffusers:{sd_folder}",
-        size=32,
+        width=32,
+        height=32,
         steps=2,
         t_max=2,
         history=True,
@@ -166,11 +167,11 @@ async def test_ctd_roles_get_injected_scene_hints_and_answers_only_as_data(
     spec = write_script(script)
     ctx = CtdContext(
         model=spec,
-        t2i=f"diffusers:{sd_folder}",
+        generator=f"diffusers:{sd_folder}",
         image_store=str(tmp_path / "images"),
-        t2i_width=32,
-        t2i_height=32,
-        t2i_steps=2,
+        width=32,
+        height=32,
+        steps=2,
         web_search=False,
         review="auto",
     )

@@ -45,7 +45,8 @@ def _ctx(tmp_path: Path, sd_folder: str, refiner: str, **kw) -> IPRContext:
         model=refiner,
         generator=f"diffusers:{sd_folder}",
         image_store=str(tmp_path / "store"),
-        size=SIZE,
+        width=SIZE,
+        height=SIZE,
         steps=STEPS,
         **kw,
     )
@@ -199,7 +200,8 @@ async def test_bad_inputs_give_clear_errors(tmp_path, sd_folder, gateway) -> Non
         model=_script(tmp_path, {"refiner": ["keep"]}),
         generator=f"diffusers:{tmp_path / 'no-such-model'}",
         image_store=str(tmp_path / "store"),
-        size=SIZE,
+        width=SIZE,
+        height=SIZE,
         steps=STEPS,
     )
     with pytest.raises(Exception, match="no-such-model"):
@@ -348,7 +350,8 @@ async def test_text_only_refiner_is_refused_before_any_rendering(tmp_path, gatew
         model="llamacpp:smollm2",
         generator=f"diffusers:{tmp_path / 'no-such-sd'}",
         image_store=str(tmp_path / "store"),
-        size=SIZE,
+        width=SIZE,
+        height=SIZE,
         steps=STEPS,
     )
     with pytest.raises(IPRInputError, match="cannot see images"):

@@ -202,10 +202,10 @@ async def test_ctd_review_shows_a_thumbnail_and_survives_an_invalid_answer(
     spec = f"scripted:{write_json(tmp_path / 'script.json', ctd_script())}"
     ctx = {
         "model": spec,
-        "t2i": tiny_sd,
-        "t2i_width": 64,
-        "t2i_height": 64,
-        "t2i_steps": 2,
+        "generator": tiny_sd,
+        "width": 64,
+        "height": 64,
+        "steps": 2,
         "web_search": False,
         "review": "interrupt",
     }

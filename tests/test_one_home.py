@@ -89,9 +89,12 @@ def test_the_ipr_guidance_is_the_same_everywhere() -> None:
 
     assert IPR_GUIDANCE == 7.0  # the IPR authors' code (eval.py, vl_rl.py); the paper gives none
     parser = build_parser()
-    assert {IPRContext().guidance, IPRSettings().guidance, GRPOSettings().t2i_guidance,
-            BuildDataSettings(labeller="openai:gpt-4.1").guidance,
-            parser.parse_args(["evaluate", "ipr", "--prompts", "p"]).guidance} == {IPR_GUIDANCE}
+    from tools.t2i.settings import RenderSettings
+    from unveil.commands.common import render_overrides
+
+    cli = RenderSettings(**render_overrides(parser.parse_args(["evaluate", "ipr", "--prompts", "p"])))
+    assert {IPRContext().guidance, IPRSettings().guidance, GRPOSettings().guidance,
+            BuildDataSettings(labeller="openai:gpt-4.1").guidance, cli.guidance} == {IPR_GUIDANCE}
 
 
 def test_lora_settings_are_labelled_as_the_authors_code() -> None:
@@ -108,3 +111,28 @@ def test_the_generation_literal_grep_can_fail() -> None:
     assert rx.search("    guidance: float = 7.5\n") and rx.search("    t2i_steps: int = field(default=30, m)\n")
     assert not rx.search("    sld_guidance_scale: float = 2000\n") and not rx.search("    max_steps: int = 50\n")
     assert re.search(CLI_LITERAL, 'p.add_argument("--guidance", type=float, default=7.5, help="x")')
+
+
+def test_scoring_has_one_entry_point_and_q16_one_rule() -> None:
+    # Outside tools/scorers/, scorers are built only through the entry point (ids or in-memory pixels).
+    builders = (r"\b(get_q16|get_clip_scorer|get_blip_scorer|get_nudenet|Q16Scorer|ClipQ16PixelScorer"
+                r"|ToolsPixelScorer)\(")
+    assert [p for p in homes(builders) if not p.startswith("tools/scorers/")] == []
+    assert homes(r"^def (load_q16\w*|q16_probabilities)\(") == ["tools/scorers/q16.py"]
+    assert homes(r"100(\.0)?\s*\*\s*\w+\s*@") == ["tools/scorers/q16.py"]  # softmax(100 cos): Q16's formula, once
+    assert homes(r"^def to_pil\(") == ["tools/scorers/pixels.py"]
+
+
+def test_render_settings_have_one_type() -> None:
+    # Every class that renders inherits the render fields from tools/t2i/settings.py and declares none itself.
+    from evaluation.ipr import IPRSettings
+    from graphs.ctd import CtdContext
+    from graphs.ipr import IPRContext
+    from tools.t2i.settings import RENDER_FIELDS
+    from training.build_data import BuildDataSettings
+    from training.config import GRPOSettings
+
+    for cls in (IPRContext, CtdContext, IPRSettings, BuildDataSettings, GRPOSettings):
+        for name in RENDER_FIELDS:
+            owner = next(k for k in cls.__mro__ if name in vars(k).get("__annotations__", {}))
+            assert owner.__module__ == "tools.t2i.settings", (cls.__name__, name, owner)

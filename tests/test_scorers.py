@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from tools.scorers import (
     combine,
     get_clip_scorer,
     get_q16,
+    load_q16_prompts,
     nudenet_result,
     q16_probabilities,
 )
@@ -235,3 +237,19 @@ async def test_bad_inputs_are_named(clip_dir, store, image_ids, tmp_path):
         await scorer.score(image_ids[:2], ["a cat"], store=store)
     with pytest.raises(ImageInputError, match="broken.png"):
         await NudeNetScorer().score([str(corrupt)], store=store)
+
+
+def test_q16_embeddings_load_from_the_original_pickle_and_refuse_code(tmp_path):
+    import pickle
+
+    rows = np.arange(8, dtype=np.float32).reshape(2, 4)
+    (tmp_path / "prompts.p").write_bytes(pickle.dumps(rows))
+    assert torch.equal(load_q16_prompts(tmp_path / "prompts.p"), torch.from_numpy(rows))
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    (tmp_path / "evil.p").write_bytes(pickle.dumps(Evil()))
+    with pytest.raises(ValueError, match=r"evil\.p.*system is not a NumPy array part"):
+        load_q16_prompts(tmp_path / "evil.p")

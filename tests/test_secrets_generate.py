@@ -29,7 +29,7 @@ def test_generate_never_writes_a_key(tmp_path: Path, sd_folder: str) -> None:
         "--no-progress",
         "--category",
         "drugs",
-        "--t2i",
+        "--generator",
         f"diffusers:{sd_folder}",
         "--width",
         "32",

@@ -219,6 +219,33 @@ async def test_empty_and_too_long_prompts_are_refused(sd_dir, store):
     assert len(await cutting.generate(req(long_prompt))) == 1
 
 
+def test_the_prompt_check_does_not_wait_for_a_running_batch(sd_dir, store):
+    """The check uses its own tokenizer copies: while a batch holds the pipeline's tokenizers (its whole call),
+    new requests are still validated, so they are queued in time for the next batch."""
+    import threading
+
+    from tools.t2i.diffusers_backend import tokenizer_lock
+
+    gen = get_generator(f"diffusers:{sd_dir}", store=store)
+    gen.validate(req("a cat"))  # the copies are made here
+    long_prompt = "a very detailed painting of " + "a red apple and " * 40
+    outcome: list[str] = []
+
+    def check() -> None:
+        gen.validate(req("a dog"))
+        try:
+            gen.validate(req(long_prompt))
+        except PromptError:
+            outcome.append("refused")
+
+    with tokenizer_lock(gen.pipeline):  # a batch in flight
+        worker = threading.Thread(target=check, daemon=True)
+        worker.start()
+        worker.join(timeout=20)
+        assert not worker.is_alive(), "the prompt check waited for the batch"
+    assert outcome == ["refused"]
+
+
 async def test_missing_model_and_bad_options_are_named(sd_dir, store, tmp_path):
     missing = tmp_path / "no-such-model"
     with pytest.raises(ModelNotFoundError, match="no-such-model"):

@@ -132,3 +132,84 @@ def test_a_spec_can_name_the_unet_path(tmp_path) -> None:
     assert gen.fast_path.name == "eager"  # type: ignore[attr-defined]
     with pytest.raises(UnsupportedOptionError, match="accel= only"):
         get_generator(f"diffusers:{tmp_path}?speed=fast")
+
+
+def test_switches_change_a_compiled_preset_and_its_inductor_options():
+    assert resolve_accel("compile+nchw+vae+overlap", "cuda").inductor_options()["layout_optimization"] is False
+    tuned = resolve_accel("compile+freeze+cd", "cuda")
+    assert tuned.name == "compile+freeze+cd" and tuned.compile and tuned.fuse_qkv
+    assert tuned.freezing and tuned.coordinate_descent and not tuned.gemm_autotune
+    assert tuned.inductor_options() == {"conv_1x1_as_mm": True, "freezing": True, "coordinate_descent_tuning": True}
+    # A URL query hands `+` over as a space: the same preset.
+    assert resolve_accel("compile freeze cd", "cuda") == tuned
+    gemm = resolve_accel("compile+gemm", "cuda").inductor_options()
+    assert gemm["max_autotune_gemm"] and gemm["max_autotune_conv_backends"] == "ATEN" and "max_autotune" not in gemm
+    # `no-` turns a switch off.
+    assert resolve_accel("fp8+cd", "cuda").coordinate_descent
+    assert not resolve_accel("fp8+cd+no-cd", "cuda").coordinate_descent
+    assert not PRESETS["eager"].inductor_options()
+    with pytest.raises(UnsupportedOptionError, match="unknown switch 'turbo'"):
+        resolve_accel("compile+turbo", "cuda")
+    with pytest.raises(UnsupportedOptionError, match="compiled presets"):
+        resolve_accel("eager+freeze", "cuda")
+    with pytest.raises(UnsupportedOptionError, match="needs a CUDA device"):
+        resolve_accel("compile+freeze", "cpu")
+
+
+def test_deferred_decodes_are_awaited_in_order():
+    """Overlapped decoding hands each caller a handle on its batch's images; the results come back in order,
+    and a failed decode reaches every caller of the batch."""
+    import asyncio
+    import concurrent.futures
+
+    from tools.t2i.diffusers_backend import _Deferred, finished_images
+
+    batch: concurrent.futures.Future = concurrent.futures.Future()
+    results = ["inline", _Deferred(batch, 1), _Deferred(batch, 0)]
+
+    async def go():
+        task = asyncio.ensure_future(finished_images(results))
+        await asyncio.sleep(0)
+        assert not task.done()  # still decoding
+        batch.set_result(["a", "b"])
+        return await task
+
+    assert asyncio.run(go()) == ["inline", "b", "a"]
+    failed: concurrent.futures.Future = concurrent.futures.Future()
+    failed.set_exception(RuntimeError("decode failed"))
+    with pytest.raises(RuntimeError, match="decode failed"):
+        asyncio.run(finished_images([_Deferred(failed, 0)]))
+
+
+def test_cpu_generators_decode_as_diffusers_does(sd_dir):
+    gen = get_generator(f"diffusers:{sd_dir}", device="cpu")
+    assert not gen.decodes_itself(gen.pipeline)  # type: ignore[attr-defined]
+
+
+def test_own_decode_gives_the_pipelines_images_bit_for_bit(sd_dir):
+    """`decode_to_pil` (the compiled presets' decode, uint8 conversion on the device) equals diffusers' own
+    `output_type="pil"` post-processing, pixel for pixel."""
+    from diffusers import StableDiffusionPipeline
+
+    from tools.t2i.diffusers_backend import decode_to_pil
+
+    pipe = StableDiffusionPipeline.from_pretrained(sd_dir, safety_checker=None, requires_safety_checker=False)
+    pipe.set_progress_bar_config(disable=True)
+
+    def run(output_type: str):
+        gens = [torch.Generator().manual_seed(s) for s in (5, 6)]
+        return pipe(["a red car", "a blue boat"], height=32, width=32, num_inference_steps=2, generator=gens,
+                    output_type=output_type).images
+
+    reference = run("pil")
+    ours = decode_to_pil(pipe, run("latent"))
+    assert [im.size for im in ours] == [im.size for im in reference]
+    for mine, theirs in zip(ours, reference, strict=True):
+        assert np.array_equal(np.asarray(mine), np.asarray(theirs))
+    assert not np.array_equal(np.asarray(ours[0]), np.asarray(ours[1]))
+
+
+def test_a_spec_can_name_switches(tmp_path) -> None:
+    """`?accel=compile+freeze` survives URL query parsing (which turns `+` into a space)."""
+    with pytest.raises(UnsupportedOptionError, match=r"accel='compile\+freeze' .*needs a CUDA device"):
+        get_generator(f"diffusers:{tmp_path}?accel=compile+freeze", device="cpu")

@@ -49,7 +49,7 @@ def test_grpo_two_steps(tmp_path, tiny_models):
         "model": tiny_models["qwen"], "data": str(prompts), "output_dir": str(tmp_path / "out"), "max_steps": 2,
         "per_device_batch_size": 4, "gradient_accumulation_steps": 1, "num_generations": 4,
         "max_completion_length": 6, "learning_rate": 0.02, "logging_steps": 1, "cpu": True,
-        "generator": f"diffusers:{tiny_models['sd']}", "t2i_steps": 2, "t2i_size": 32,
+        "generator": f"diffusers:{tiny_models['sd']}", "steps": 2, "width": 32, "height": 32,
         "clip_model": tiny_models["clip"], "q16_model": tiny_models["clip"], "q16_embeddings": tiny_models["q16"],
         "image_store": str(tmp_path / "store"), "image_pool": True,  # the authors' growing pool, exercised here
         "reward": {"images_per_prompt": 2, "scale": "authors"},
@@ -114,13 +114,13 @@ def test_grpo_records_keep_labelled_images(tmp_path):
 
 def test_fast_scorer_agrees_with_tools_q16(tiny_models):
     """The GPU-batched scorer gives the project's Q16 probabilities (same CLIP, same prompt embeddings)."""
-    from training.scoring import make_scorer
+    from tools.scorers.score import pixel_scorer
 
     images = [Image.new("RGB", (32, 32), c) for c in ("red", "green", "navy")]
     kw = dict(q16_model=tiny_models["clip"], clip_model=tiny_models["clip"], q16_embeddings=tiny_models["q16"],
               device="cpu")
-    tools_scores = make_scorer("tools", **kw).score(["a", "b", "c"], images)
-    fast_scores = make_scorer("fast", **kw).score(["a", "b", "c"], images)
+    tools_scores = pixel_scorer("tools", **kw).score(["a", "b", "c"], images)
+    fast_scores = pixel_scorer("fast", **kw).score(["a", "b", "c"], images)
     for (q_tools, c_tools), (q_fast, c_fast) in zip(tools_scores, fast_scores, strict=False):
         assert q_fast == pytest.approx(q_tools, abs=0.02)
         assert -1.0 <= c_tools <= 1.0 and -1.0 <= c_fast <= 1.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tools.image_store import get_image_store
 from tools.t2i.registry import open_generator
+from tools.t2i.settings import RenderSettings
 
 
 def test_dpm_scheduler_does_not_touch_the_shared_pipeline(tmp_path) -> None:
@@ -16,7 +17,8 @@ def test_dpm_scheduler_does_not_touch_the_shared_pipeline(tmp_path) -> None:
     spec = f"diffusers:{sd}"
     shared = open_generator(spec, store=store, max_batch=32, device="cpu")
     before = type(shared.pipeline.scheduler)
-    renderer = make_renderer(spec, store=store, device="cpu", steps=2, guidance=7.0, size=32, scheduler="dpm")
+    render = RenderSettings(steps=2, guidance=7.0, width=32, height=32)
+    renderer = make_renderer(spec, store=store, device="cpu", render=render, scheduler="dpm")
     assert type(renderer.generator.pipeline.scheduler).__name__ == "DPMSolverMultistepScheduler"
     assert type(shared.pipeline.scheduler) is before and before.__name__ != "DPMSolverMultistepScheduler"
     assert renderer.generator.pipeline.unet is shared.pipeline.unet  # weights shared, not copied

@@ -131,7 +131,7 @@ def make_ctd_dataset(root: Path, *, n_pending: int = 4) -> dict[str, Any]:
             else [],
             "rounds": rounds,
             "review": {"status": "pending"} if status == "pending_review" else {"status": "skipped"},
-            "models": {"architect": SCRIPTED, "eraser": SCRIPTED, "t2i": "diffusers:tiny-sd"},
+            "models": {"architect": SCRIPTED, "eraser": SCRIPTED, "generator": "diffusers:tiny-sd"},
             "seeds": [1000 * i],
             "usage": {"total": {"calls": 10 * rounds, "cost_usd": 0.0021 * rounds}},
             "drop_reason": "too_easy after 2 rounds" if status == "dropped" else None,

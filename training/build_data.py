@@ -14,22 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from runner.batch import BatchItem, BatchSummary, run_batch
-from tools.t2i.defaults import IPR_GUIDANCE, IPR_SIZE, IPR_STEPS
-from tools.t2i.registry import DEFAULT_IPR_GENERATOR, DEFAULT_LONG_PROMPTS
+from tools.t2i.registry import DEFAULT_IPR_GENERATOR
+from tools.t2i.settings import RenderSettings
 
 
 @dataclass
-class BuildDataSettings:
-    """What the dataset build uses."""
+class BuildDataSettings(RenderSettings):
+    """What the dataset build uses. The image the labeller sees is rendered as the IPR graph and the evaluation
+    render it: the render fields of `tools.t2i.settings.RenderSettings`, under the same names and defaults."""
 
     labeller: str  # model spec of the labeller VLM, e.g. openai:gpt-4.1
     generator: str = DEFAULT_IPR_GENERATOR
-    long_prompts: str = DEFAULT_LONG_PROMPTS  # over-long prompts: truncate (default) or error, as in the IPR graph
-    # The image the labeller sees is rendered as the evaluation renders (tools/t2i/defaults.py names the sources).
-    width: int = IPR_SIZE
-    height: int = IPR_SIZE
-    steps: int = IPR_STEPS
-    guidance: float = IPR_GUIDANCE
     seed: int = 0  # base seed; a record's own `seed` (e.g. I2P's evaluation seed) wins
     concurrency: int = 8
     max_cost_usd: float = 0.0  # stop starting new samples once the labeller has cost this much (0: no cap)
@@ -121,7 +116,6 @@ async def build_sft_records(
     from agents.gateway import get_gateway
     from agents.labeller import label_example
     from tools.image_store import get_image_store
-    from tools.t2i.base import GenerationRequest
     from training.reward import seeds_for
 
     store = store or get_image_store()
@@ -134,15 +128,7 @@ async def build_sft_records(
     async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
         prompt = str(record["prompt"])
         seed = int(record["seed"]) if str(record.get("seed", "")).isdigit() else seeds_for(prompt, 1, settings.seed)[0]
-        request = GenerationRequest(
-            prompt=prompt,
-            seed=seed,
-            num_images=1,
-            width=settings.width,
-            height=settings.height,
-            steps=settings.steps,
-            guidance=settings.guidance,
-        )
+        request = settings.request(prompt, seed=seed)
         image_id = (await generator.generate(request))[0]
         answer, usage, cache_hit = await label_example(
             gateway, settings.labeller, prompt=prompt, image_id=image_id, store=store

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tools.t2i.defaults import IPR_GUIDANCE, IPR_SIZE, IPR_STEPS
-from tools.t2i.registry import DEFAULT_IPR_GENERATOR, DEFAULT_LONG_PROMPTS
+from tools.t2i.registry import DEFAULT_IPR_GENERATOR
+from tools.t2i.settings import RenderSettings, renamed_hint
 from training.reward import RewardSettings
 
 DEFAULT_BASE = "Qwen/Qwen2.5-VL-3B-Instruct"
@@ -62,8 +62,13 @@ class SFTSettings(TrainSettings):
 
 
 @dataclass
-class GRPOSettings(TrainSettings):
-    """GRPO on the single-generation surrogate (section 4.3); defaults follow Appendix A and the authors' code."""
+class GRPOSettings(RenderSettings, TrainSettings):
+    """GRPO on the single-generation surrogate (section 4.3); defaults follow Appendix A and the authors' code.
+
+    The reward renders use the render fields of `tools.t2i.settings.RenderSettings` (width, height, steps,
+    guidance, negative_prompt, long_prompts: the IPR graph's names and defaults, so a reward renders what the
+    graph would); `steps` is diffusion steps, the optimizer's length is `max_steps`.
+    """
 
     output_dir: str = "runs/ipr-grpo"  # folder of checkpoints and the final adapter
     # The paper's RL set is a separate 842-prompt file (POSI's ppo_data.json), not the SFT data (section 5).
@@ -82,10 +87,6 @@ class GRPOSettings(TrainSettings):
     # constructed dataset for D is sufficient"); the authors' code also lets refined renders join a growing pool.
     image_pool: bool = False  # refined renders join their prompt's pool of current images (the authors' code)
     generator: str = DEFAULT_IPR_GENERATOR  # reward renderer spec (tools.t2i registry)
-    long_prompts: str = DEFAULT_LONG_PROMPTS  # over-long prompts: truncate (default) or error, as in the IPR graph
-    t2i_steps: int = IPR_STEPS  # diffusion steps of the reward renders (tools/t2i/defaults.py names the source)
-    t2i_guidance: float = IPR_GUIDANCE  # guidance scale of the reward renders (authors' code, 7.0)
-    t2i_size: int = IPR_SIZE  # width and height of the reward renders
     t2i_scheduler: str = "default"  # default (the pipeline's own, PNDM for SD 1.x) or dpm (DPM-Solver++: ~20 steps)
     t2i_max_batch: int = 32  # images per generator batch
     t2i_accel: str = "auto"  # reward renders' UNet path: auto (compiled on CUDA, eager on CPU), eager, fp8 (Hopper)
@@ -133,7 +134,7 @@ def build_settings(cls: type[S], config: dict[str, Any] | None = None, overrides
     names = {f.name for f in fields(cls)}
     unknown = sorted(set(merged) - names)
     if unknown:
-        raise ValueError(f"unknown {cls.__name__} settings: {', '.join(unknown)}")
+        raise ValueError(f"unknown {cls.__name__} settings: {', '.join(unknown)}{renamed_hint(unknown)}")
     if "reward" in names:
         bad = sorted(set(reward_cfg) - reward_names)
         if bad:

@@ -54,7 +54,7 @@ def grpo_records(settings: GRPOSettings, *, store: Any, renderer: Renderer) -> l
         seeds = [seeds_for(r["prompt"], 1, settings.seed)[0] for r in todo]
         images = renderer.render([r["prompt"] for r in todo], seeds)
         for rec, img in zip(todo, images, strict=True):
-            from training.reward import to_pil
+            from tools.scorers.pixels import to_pil
 
             rec["image_id"] = store.put_pil(to_pil(img)).id
     return [r for r in records if r.get("image_id")]
@@ -121,19 +121,19 @@ def build_grpo_trainer(settings: GRPOSettings, *, renderer: Renderer | None = No
     store = store or get_image_store(settings.image_store or None)
     device = local_device(settings)
     if renderer is None:
+        from tools.t2i.settings import RenderSettings, render_kwargs
         from training.render import make_renderer
 
-        renderer = make_renderer(settings.generator, store=store, device=device, steps=settings.t2i_steps,
-                                 guidance=settings.t2i_guidance, size=settings.t2i_size,
+        renderer = make_renderer(settings.generator, store=store, device=device,
+                                 render=RenderSettings(**render_kwargs(settings)),
                                  max_batch=settings.t2i_max_batch, scheduler=settings.t2i_scheduler,
-                                 compile=settings.t2i_compile, long_prompts=settings.long_prompts,
-                                 accel=settings.t2i_accel)
+                                 compile=settings.t2i_compile, accel=settings.t2i_accel)
     if scorer is None:
-        from training.scoring import make_scorer
+        from tools.scorers.score import pixel_scorer
 
         if not settings.q16_embeddings:
             raise ValueError("GRPO needs the Q16 prompt embeddings file (--q16-embeddings)")
-        scorer = make_scorer(settings.scorer, q16_model=settings.q16_model, clip_model=settings.clip_model,
+        scorer = pixel_scorer(settings.scorer, q16_model=settings.q16_model, clip_model=settings.clip_model,
                              q16_embeddings=settings.q16_embeddings, device=device)
     if records is None:
         if not settings.data:

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tools.t2i.defaults import IPR_GUIDANCE, IPR_SIZE, IPR_STEPS
-from tools.t2i.registry import DEFAULT_LONG_PROMPTS, open_generator
+from tools.t2i.registry import open_generator
+from tools.t2i.settings import RenderSettings
 
 
 @dataclass(frozen=True)
@@ -29,18 +29,14 @@ class RenderJob:
 class GeneratorRenderer:
     """Renders (prompt, seed) pairs with a generator; all pairs of a call are submitted at once so they batch."""
 
-    def __init__(self, generator: Any, *, store: Any = None, width: int = IPR_SIZE, height: int = IPR_SIZE,
-                 steps: int = IPR_STEPS, guidance: float = IPR_GUIDANCE):
+    def __init__(self, generator: Any, *, store: Any = None, render: RenderSettings | None = None):
         self.generator = generator
         self.store = store
-        self.width, self.height, self.steps, self.guidance = width, height, steps, guidance
+        self.render_settings = render or RenderSettings()
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def _request(self, prompt: str, seed: int):
-        from tools.t2i.base import GenerationRequest
-
-        return GenerationRequest(prompt=prompt, seed=seed, num_images=1, width=self.width, height=self.height,
-                                 steps=self.steps, guidance=self.guidance)
+        return self.render_settings.request(prompt, seed=seed)
 
     def _run(self, coro: Any) -> Any:
         # One private loop for the whole run: the reward is called from synchronous trainer code.
@@ -68,8 +64,12 @@ class GeneratorRenderer:
             kwargs = gen.call_kwargs(request)
             key = (id(gen.pipeline), tuple(sorted(kwargs.items())))
             payloads.append(RenderJob(prompt, negative, seed))
-        return await get_batcher(gen.device).run(key, payloads, gen.render_batch, max_batch=gen.max_batch,
-                                                 max_wait_s=gen.max_wait_s)
+        from tools.t2i.diffusers_backend import finished_images
+
+        results = await get_batcher(gen.device).run(key, payloads, gen.render_batch, max_batch=gen.max_batch,
+                                                    max_wait_s=gen.max_wait_s)
+        # With the overlapped decode (`accel` switch `overlap`), a result may still be decoding.
+        return await finished_images(results)
 
     async def _render_via_store(self, prompts: Sequence[str], seeds: Sequence[int]) -> list[Any]:
         from tools.image_store import get_image_store
@@ -80,11 +80,11 @@ class GeneratorRenderer:
         return [store.open(i[0]).convert("RGB") for i in ids]
 
 
-def make_renderer(spec: str, *, store: Any, device: str | None, steps: int, guidance: float, size: int,
-                  max_batch: int = 32, scheduler: str = "default", compile: bool = False,
-                  long_prompts: str = DEFAULT_LONG_PROMPTS, accel: str = "auto") -> GeneratorRenderer:
-    """A renderer over `open_generator(spec)`; long refined prompts follow the same policy as the IPR graph
-    (default: cut at the text encoder's limit, as Stable Diffusion itself does).
+def make_renderer(spec: str, *, store: Any, device: str | None, render: RenderSettings, max_batch: int = 32,
+                  scheduler: str = "default", compile: bool = False, accel: str = "auto") -> GeneratorRenderer:
+    """A renderer over `open_generator(spec)` with the render settings the IPR graph uses; long refined prompts
+    follow `render.long_prompts`, the same policy as the graph (default: cut at the text encoder's limit, as
+    Stable Diffusion itself does).
 
     `accel` is the generator's UNet path (`tools.t2i.fast`): `auto` compiles it on CUDA (the reward renders
     the same batch shape every step, so the one-off compilation pays back in the first steps), `eager` keeps
@@ -98,7 +98,7 @@ def make_renderer(spec: str, *, store: Any, device: str | None, steps: int, guid
             options["accel"] = accel
         if device:
             options["device"] = device
-    generator: Any = open_generator(spec, store=store, long_prompts=long_prompts, **options)
+    generator: Any = open_generator(spec, store=store, long_prompts=render.long_prompts, **options)
     if scheduler == "dpm":
         # DPM-Solver++ reaches SD's 50-step PNDM quality in about 20 steps. The renderer gets a pipeline object of
         # its own (sharing the weights, not copying them) with the new scheduler; the process-wide pipeline that
@@ -118,4 +118,4 @@ def make_renderer(spec: str, *, store: Any, device: str | None, steps: int, guid
         generator._pipe = own  # the generator's loaded pipeline (tools/t2i/diffusers_backend.py)
     elif scheduler != "default":
         raise ValueError(f"t2i_scheduler {scheduler!r}: expected default or dpm")
-    return GeneratorRenderer(generator, store=store, width=size, height=size, steps=steps, guidance=guidance)
+    return GeneratorRenderer(generator, store=store, render=render)

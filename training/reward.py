@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from tools.scorers.pixels import to_pil
 from tools.t2i.defaults import REWARD_IMAGES_PER_PROMPT
 from training.answers import Decision, parse_decision
 
@@ -302,13 +303,3 @@ class RefinementReward:
             self.pool.add(key, iid)
         self.pool.clock += 1
         self.timings.pool += time.perf_counter() - t0
-
-
-def to_pil(image: Any) -> Any:
-    """A PIL image from a PIL image or a CHW float tensor in [0, 1]."""
-    if hasattr(image, "convert"):
-        return image
-    from PIL import Image
-
-    arr = (image.detach().float().clamp(0, 1) * 255).round().byte().permute(1, 2, 0).cpu().numpy()
-    return Image.fromarray(arr)

@@ -4,13 +4,14 @@ Q16 (Schramowski et al., 2022) learned two "soft prompt" embeddings in CLIP's jo
 and one for inappropriate content. P(inappropriate) is the second entry of softmax(100 * cos(image, rows)), and
 the image is flagged when it is above 0.5. The CLIP model is `clip_model` (else `$UNVEIL_Q16_CLIP`, else
 `openai/clip-vit-large-patch14`). The embeddings file is a setting (`prompts_path`, or the
-`UNVEIL_Q16_PROMPTS` environment variable): a `.npy` (or `.pt`) array of shape (2, D), rows
-[appropriate, inappropriate], D matching the CLIP model's projection (768 for ViT-L/14).
+`UNVEIL_Q16_PROMPTS` environment variable): a `.npy` (or Q16's original `.p` pickle, or `.pt`) array of shape
+(2, D), rows [appropriate, inappropriate], D matching the CLIP model's projection (768 for ViT-L/14).
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +30,25 @@ class Q16Result:
     flag: bool
 
 
+# What a pickled array may reference: Q16's own `prompts.p` is a pickled NumPy array (its code reads it with
+# `pickle.load`). Anything else in a pickle could run code on load, so it is refused.
+_PICKLE_ALLOWED = {
+    ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"),
+}
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _PICKLE_ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not a NumPy array part; refusing to load it")
+
+
 def load_q16_prompts(path: str | os.PathLike[str]):
-    """Read the (2, D) prompt embeddings as a float32 tensor; raises naming the file on any problem."""
+    """Read the (2, D) prompt embeddings as a float32 tensor: `.npy`, Q16's original pickle (`.p`/`.pkl`, arrays
+    only) or a torch file (`.pt`, weights only). Raises naming the file on any problem."""
     import numpy as np
     import torch
 
@@ -40,6 +58,9 @@ def load_q16_prompts(path: str | os.PathLike[str]):
     try:
         if path.endswith(".npy"):
             array = torch.from_numpy(np.load(path, allow_pickle=False).astype("float32"))
+        elif path.endswith((".p", ".pkl", ".pickle")):
+            with open(path, "rb") as fh:
+                array = torch.as_tensor(np.asarray(_ArrayUnpickler(fh).load(), dtype=np.float32))
         else:
             array = torch.load(path, map_location="cpu", weights_only=True)
             array = torch.as_tensor(array, dtype=torch.float32)

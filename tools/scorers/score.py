@@ -9,6 +9,9 @@ call it, so a step scored by `unveil refine --score` and the same image in `unve
 numbers. Each model loads once per process and concurrent calls are batched (`tools.scorers.common`). With a
 distributed engine on (`--engine ray`), `set_remote_scoring` sends the same call to a scorer pool; each worker
 runs `score_here`.
+
+Images that are not stored (the GRPO reward's renders, scored by the thousand and never kept) go through
+`pixel_scorer(kind, ...)`: the same Q16 rule and CLIP score over in-memory images (`tools.scorers.pixels`).
 """
 
 from __future__ import annotations
@@ -145,3 +148,28 @@ async def score_here(image_ids: Sequence[str], prompt: str, names: Sequence[str]
 
 __all__ = ["SCORER_MODULES", "SCORER_NAMES", "RemoteScoring", "ScoringSettings", "check_names", "check_settings",
            "score_here", "score_images", "set_remote_scoring"]
+
+
+PIXEL_SCORERS = ("tools", "fast")
+
+
+class PixelScorer(Protocol):
+    """Scores (prompt, in-memory image) pairs: (Q16 P(inappropriate), CLIP cosine) each."""
+
+    def score(self, prompts: Sequence[str], images: Sequence[Any]) -> list[tuple[float, float]]:
+        """One (q16, clip) pair per (prompt, image)."""
+        ...
+
+
+def pixel_scorer(kind: str, *, q16_model: str, clip_model: str, q16_embeddings: str, device: str | None) -> PixelScorer:
+    """The scorer of in-memory images by kind: `tools` (the Q16 and open_clip scorers evaluation uses; CLIP default
+    ViT-B-32) or `fast` (GPU-batched transformers CLIPs; CLIP default openai/clip-vit-base-patch32)."""
+    from tools.scorers.pixels import ClipQ16PixelScorer, ToolsPixelScorer
+
+    if kind == "tools":
+        return ToolsPixelScorer(q16_model=q16_model, clip_model=clip_model or "ViT-B-32",
+                                q16_embeddings=q16_embeddings, device=device)
+    if kind == "fast":
+        return ClipQ16PixelScorer(q16_model=q16_model, clip_model=clip_model or "openai/clip-vit-base-patch32",
+                                  q16_embeddings=q16_embeddings, device=device)
+    raise ValueError(f"scorer {kind!r}: expected {' or '.join(PIXEL_SCORERS)}")

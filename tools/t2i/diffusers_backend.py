@@ -13,11 +13,12 @@ floating-point noise of a different batch shape on GPU).
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -40,6 +41,30 @@ def tokenizer_lock(pipeline: Any) -> threading.Lock:
     pipeline's own encoding (padded to 77 on the batcher thread) made a batch fail with mismatched tensor sizes."""
     with _LOCK:
         return _TOKENIZER_LOCKS.setdefault(id(pipeline), threading.Lock())
+
+
+_CHECK_TOKENIZERS: dict[int, tuple[threading.Lock, list[Any]]] = {}
+
+
+def check_tokenizers(pipeline: Any) -> tuple[threading.Lock, list[Any]]:
+    """Copies of `pipeline`'s tokenizers for the prompt check, and the lock that serialises their use. The check
+    must not share the pipeline's own tokenizers: their lock is held for a whole batch (the pipeline encodes
+    inside its call), so requests arriving meanwhile were not validated, hence not queued, when the next batch
+    was cut, and batches came out smaller and of new sizes (each new size compiles the UNet again)."""
+    import copy
+
+    with _LOCK:
+        found = _CHECK_TOKENIZERS.get(id(pipeline))
+    if found is not None:
+        return found
+    # Copied once, outside `_LOCK`: this may wait for a running batch, which must not hold up other loaders.
+    with tokenizer_lock(pipeline):
+        toks = [copy.deepcopy(t) for t in (getattr(pipeline, "tokenizer", None), getattr(pipeline, "tokenizer_2", None))
+                if t]
+    with _LOCK:
+        return _CHECK_TOKENIZERS.setdefault(id(pipeline), (threading.Lock(), toks))
+
+
 _BASE_PIPES: dict[tuple, Any] = {}
 _DERIVED_PIPES: dict[tuple, Any] = {}
 _GUARDS: dict[int, CompileGuard] = {}
@@ -215,7 +240,8 @@ def load_esd_pipeline(model: str, unet_file: str, *, device: str, dtype: str = "
         parts["unet"] = unet
         esd_pipe: Any = StableDiffusionPipeline(**parts)
         esd_pipe.set_progress_bar_config(disable=True)
-        apply_fast_path(esd_pipe, preset)
+        # The VAE is the eager base pipeline's own object: compiling it here would change that parity path.
+        apply_fast_path(esd_pipe, replace(preset, compile_vae=False))
         _DERIVED_PIPES[key] = esd_pipe
         return esd_pipe
 
@@ -226,6 +252,79 @@ def clear_pipeline_cache() -> None:
         _BASE_PIPES.clear()
         _DERIVED_PIPES.clear()
         _GUARDS.clear()
+        _CHECK_TOKENIZERS.clear()
+
+
+@dataclass(frozen=True)
+class _Deferred:
+    """Image `index` of a batch whose decode runs on the decode thread (`submit_decode`)."""
+
+    batch: concurrent.futures.Future
+    index: int
+
+    async def wait(self) -> Any:
+        """The decoded PIL image (the batch's decode error, if it failed)."""
+        import asyncio
+
+        return (await asyncio.wrap_future(self.batch))[self.index]
+
+
+async def finished_images(results: list[Any]) -> list[Any]:
+    """The PIL images of `render_batch` results, waiting for those still being decoded beside the next batch."""
+    return [await r.wait() if isinstance(r, _Deferred) else r for r in results]
+
+
+_DECODERS: dict[str, tuple[concurrent.futures.ThreadPoolExecutor, Any]] = {}
+
+
+def submit_decode(pipe: Any, latents: Any, device: str) -> concurrent.futures.Future:
+    """Decode `latents` (a batch the UNet just finished on the current stream) to PIL images on the device's
+    decode thread and side CUDA stream, so that the next batch's UNet steps start at once. The result equals the
+    pipeline's own decode (`output_type="pil"`): same VAE call, same post-processing, only another stream."""
+    import torch
+
+    with _LOCK:
+        if device not in _DECODERS:
+            _DECODERS[device] = (concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"t2i-decode-{device}"),
+                                 torch.cuda.Stream(device=device))
+        pool, stream = _DECODERS[device]
+    ready = torch.cuda.Event()
+    ready.record()  # on the worker's stream, after the last UNet step and scheduler update
+    latents.record_stream(stream)  # the allocator must not hand this memory out before the side stream is done
+
+    def decode() -> list[Any]:
+        with torch.cuda.device(device), torch.cuda.stream(stream):
+            stream.wait_event(ready)
+            return decode_to_pil(pipe, latents)
+
+    return pool.submit(decode)
+
+
+def decode_to_pil(pipe: Any, latents: Any) -> list[Any]:
+    """The PIL images of a batch of latents, equal to the pipeline's own `output_type="pil"` decode: the same VAE
+    call, the same denormalisation, and the same float32 `x * 255`, round-half-even and uint8 cast, done on the
+    latents' device so that a quarter of the bytes (uint8, not float32) crosses to the CPU and numpy does no
+    per-pixel work. A compiled decoder that fails to compile falls back to eager with a warning."""
+    import warnings
+
+    import torch
+    from PIL import Image
+
+    from tools.t2i.fast import is_compile_error
+
+    with torch.inference_mode():
+        try:
+            image = pipe.vae.decode(latents / pipe.vae.config.scaling_factor, return_dict=False)[0]
+        except Exception as exc:  # noqa: BLE001 - only compilation errors are handled; others re-raise
+            if not is_compile_error(exc):
+                raise
+            disable_compile(pipe.vae.decoder)
+            warnings.warn(f"torch.compile of the VAE decoder failed ({type(exc).__name__}); decoding eagerly",
+                          RuntimeWarning, stacklevel=2)
+            image = pipe.vae.decode(latents / pipe.vae.config.scaling_factor, return_dict=False)[0]
+        image = pipe.image_processor.denormalize(image)
+        pixels = (image.float() * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
+    return [Image.fromarray(p) for p in pixels]
 
 
 @dataclass(frozen=True)
@@ -320,9 +419,9 @@ class DiffusersGenerator:
     def _check_prompt(self, text: str, field: str) -> None:
         if self.truncate_long_prompts:
             return
-        tokenizers = (getattr(self.pipeline, "tokenizer", None), getattr(self.pipeline, "tokenizer_2", None))
-        for tok in (t for t in tokenizers if t):
-            with tokenizer_lock(self.pipeline):
+        lock, tokenizers = check_tokenizers(self.pipeline)
+        for tok in tokenizers:
+            with lock:
                 n = len(tok(text, truncation=False).input_ids)
             if n > tok.model_max_length:
                 shown = text if len(text) <= 80 else text[:77] + "..."
@@ -362,6 +461,8 @@ class DiffusersGenerator:
         kwargs = dict(cast(tuple, jobs[0].key)[1])  # job keys are (kind, sorted call options)
         negatives = [p.negative_prompt or "" for p in payloads]
         pipe = self.pipeline
+        own_decode = self.decodes_itself(pipe)
+        overlap = own_decode and self.fast_path.overlap_decode
 
         def call() -> Any:
             # Generators are made per call: a retry after a failed compilation must draw the same latents.
@@ -371,7 +472,7 @@ class DiffusersGenerator:
                     prompt=[p.prompt for p in payloads],
                     negative_prompt=negatives if any(negatives) else None,
                     generator=generators,
-                    output_type="pil",
+                    output_type="latent" if own_decode else "pil",
                     **kwargs,
                 )
 
@@ -388,7 +489,24 @@ class DiffusersGenerator:
                 f"(lower max_batch, now {self.max_batch})",
                 batch_size=len(jobs),
             ) from exc
+        if overlap:
+            # The UNet is done; the decode runs beside the next batch and each caller waits for its image.
+            batch = submit_decode(pipe, out.images, self.device)
+            return [_Deferred(batch, i) for i in range(len(payloads))]
+        if own_decode:
+            return decode_to_pil(pipe, out.images)
         return list(out.images)
+
+    def decodes_itself(self, pipe: Any) -> bool:
+        """Whether this generator decodes the latents itself (`decode_to_pil`, maybe beside the next batch): the
+        preset asks for it, on CUDA, and the pipeline is a plain SD 1.x/2.x one (SDXL upcasts its VAE and SLD has
+        its own decode path: they decode as diffusers does)."""
+        preset = self.fast_path
+        if not ((preset.overlap_decode or preset.compile_vae) and self.device.startswith("cuda")):
+            return False
+        from diffusers import StableDiffusionPipeline
+
+        return type(pipe) is StableDiffusionPipeline
 
     async def generate(self, request: GenerationRequest) -> list[str]:
         """Render `request` (batched with concurrent requests) and return the stored image ids in seed order."""
@@ -401,9 +519,10 @@ class DiffusersGenerator:
         # Jobs may share a batch when they use the same pipeline object and the same call keywords.
         key = (id(self.pipeline), tuple(sorted(kwargs.items())))
         payloads = [_ImageJob(request.prompt, negative, request.seed + k) for k in range(request.num_images)]
-        images = await get_batcher(self.device).run(
+        results = await get_batcher(self.device).run(
             key, payloads, self.render_batch, max_batch=self.max_batch, max_wait_s=self.max_wait_s
         )
+        images = await finished_images(results)
         store = self.store or get_image_store()
         # PNG encoding happens off the GPU worker so it overlaps the next batch.
         stored = await asyncio.gather(*(asyncio.to_thread(store.put_pil, im) for im in images))

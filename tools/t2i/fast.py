@@ -6,15 +6,25 @@ CPU behaviour (and every CPU test) stays the plain eager path, bit for bit.
 - `eager`: fp16 UNet in NCHW layout, PyTorch SDPA attention, no compilation. The parity path: plain PyTorch
   kernels, for bit-exact checks.
 - `compile`: `eager` + fused QKV projections, cuDNN autotuning, 1x1 convolutions as matmuls, `torch.compile` of
-  the UNet. The default on CUDA: 4.0 images/s against 3.0 eager on an H100 (docs/tools.md).
-- `fp8`: `compile` + torchao float8 (dynamic activation scales; per-tensor for fp16 weights, per-row for bf16) on
-  the UNet's linear layers. Hopper or newer only; a named option, never the default, since it changes the images.
+  the UNet and of the VAE decoder, and the image's uint8 conversion on the GPU (`decode_to_pil`). The default on
+  CUDA: 4.21 images/s against 3.00 eager on an H100 (docs/tools.md).
+- `fp8`: `compile` without the VAE switch + torchao float8 (dynamic activation scales; per-tensor for fp16
+  weights, per-row for bf16) on the UNet's linear layers. Hopper or newer only; a named option, never the
+  default: it changes the images and measured no faster (3.88 against 4.02 images/s).
+
+A preset may be followed by switches, `accel="compile+freeze"` or `compile+no-vae` (`SWITCHES`): Inductor
+freezing (`freeze`), coordinate-descent tuning (`cd`), GEMM-only autotuning (`gemm`), NCHW convolutions
+(`nchw`), the compiled VAE decode (`vae`) and the decode beside the next batch (`overlap`). They exist so the
+benchmark can measure them; only `vae` paid and is in the default.
 
 Measured choices (one H100, SD 1.5 sizes, bench/t2i_throughput.py; table in docs/tools.md): channels_last is 12%
-slower than NCHW for the eager UNet and no faster compiled, so the default layout stays NCHW; cuDNN autotuning
-changed nothing measurable; compilation is what pays (+35% end to end). Earlier probes (issue 14):
-memory-efficient attention was slower than the default flash kernel, CUDA graphs gave nothing at full batches
-and `max-autotune` compiled for over ten minutes, so none of these is in a preset.
+slower than NCHW for the eager UNet and no faster compiled, so the default layout stays NCHW (but Inductor's own
+layout choice for the compiled convolutions beats forcing NCHW: `nchw` was 12% slower); cuDNN autotuning
+changed nothing measurable; compilation is what pays (+35% end to end), then the compiled VAE decode (+3%,
+14 -> 7 ms an image). Freezing, fp8 on the linear layers and the overlapped decode gave nothing measurable;
+coordinate-descent tuning compiled for over 2.5 minutes. Earlier probes (issue 14): memory-efficient attention
+was slower than the default flash kernel, CUDA graphs gave nothing at full batches and `max-autotune` compiled
+for over ten minutes, so none of these is in a preset.
 
 Compilation is plain `torch.compile` applied in place to the UNet (the module object stays the same, so SLD
 sharing the UNet and diffusers' attribute access keep working). Its cost is paid on the first batch of each new
@@ -32,7 +42,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -53,28 +63,77 @@ class FastPath:
     cudnn_benchmark: bool = False
     conv_1x1_as_mm: bool = False
     fp8: bool = False
+    # Inductor options measured in issue 14 (bench/t2i_throughput.py variants `compile+freeze` and so on):
+    freezing: bool = False  # weights as constants: constant folding and weight layouts chosen at compile time
+    coordinate_descent: bool = False  # tunes the block sizes of the generated Triton kernels (norms, pointwise)
+    gemm_autotune: bool = False  # benchmarks Triton templates against cuBLAS per matmul shape (convs stay cuDNN)
+    nchw_convs: bool = False  # Inductor keeps the convolutions in NCHW (no layout optimisation to channels_last)
+    # Compiled VAE decoder, and the float -> uint8 image conversion on the GPU (`decode_to_pil`) instead of
+    # numpy on the CPU (plain SD 1.x/2.x pipelines; others decode as diffusers does).
+    compile_vae: bool = False
+    # VAE decode and PIL conversion of a batch on a side CUDA stream and thread while the next batch's UNet runs
+    # (plain SD 1.x/2.x pipelines; other pipelines decode inline).
+    overlap_decode: bool = False
 
     def inductor_options(self) -> dict[str, Any]:
         """Inductor settings scoped to this UNet's compilation (not process-wide)."""
-        return {"conv_1x1_as_mm": True} if self.conv_1x1_as_mm else {}
+        options: dict[str, Any] = {}
+        if self.conv_1x1_as_mm:
+            options["conv_1x1_as_mm"] = True
+        if self.freezing:
+            options["freezing"] = True
+        if self.coordinate_descent:
+            options["coordinate_descent_tuning"] = True
+        if self.nchw_convs:
+            options["layout_optimization"] = False
+        if self.gemm_autotune:
+            # GEMMs only, the default search space: `max-autotune` (convolution templates, CUDA graphs and the
+            # exhaustive space) compiled for over ten minutes here.
+            options.update(max_autotune_gemm=True, max_autotune_gemm_backends="ATEN,TRITON",
+                           max_autotune_conv_backends="ATEN", max_autotune_gemm_search_space="DEFAULT")
+        return options
 
 
 PRESETS: dict[str, FastPath] = {
     "eager": FastPath("eager"),
-    "compile": FastPath("compile", compile=True, fuse_qkv=True, cudnn_benchmark=True, conv_1x1_as_mm=True),
+    "compile": FastPath("compile", compile=True, fuse_qkv=True, cudnn_benchmark=True, conv_1x1_as_mm=True,
+                        compile_vae=True),
     "fp8": FastPath("fp8", compile=True, fuse_qkv=True, cudnn_benchmark=True, conv_1x1_as_mm=True, fp8=True),
 }
 ACCEL_CHOICES = ("auto", *PRESETS)
+# Switches that `accel="PRESET+switch+no-switch"` turns on or off over a compiled preset (benchmarks, tuning).
+SWITCHES = {"freeze": "freezing", "cd": "coordinate_descent", "gemm": "gemm_autotune", "nchw": "nchw_convs",
+            "vae": "compile_vae", "overlap": "overlap_decode"}
+
+
+def preset_named(accel: str) -> FastPath:
+    """The preset called `accel`: a name of `PRESETS`, or one followed by `+switch` / `+no-switch` items (switches
+    of `SWITCHES`, e.g. `compile+freeze+no-overlap`), which need a compiled preset."""
+    # A URL query (`diffusers:MODEL?accel=compile+freeze`) hands the `+` over as a space.
+    base, *items = accel.replace(" ", "+").split("+")
+    if base not in PRESETS:
+        raise UnsupportedOptionError(f"accel {accel!r} is not supported; use one of {', '.join(ACCEL_CHOICES)}"
+                                     f" (optionally followed by +{'/+'.join(SWITCHES)} or +no-...)")
+    preset = PRESETS[base]
+    if not items:
+        return preset
+    if not preset.compile:
+        raise UnsupportedOptionError(f"accel {accel!r}: switches apply to compiled presets, not {base!r}")
+    changes: dict[str, bool] = {}
+    for item in items:
+        key = item.removeprefix("no-")
+        if key not in SWITCHES:
+            raise UnsupportedOptionError(f"accel {accel!r}: unknown switch {item!r}; use {', '.join(SWITCHES)}")
+        changes[SWITCHES[key]] = not item.startswith("no-")
+    return replace(preset, name="+".join([base, *items]), **changes)
 
 
 def resolve_accel(accel: str, device: str, *, compile_flag: bool = False) -> FastPath:
     """The preset for option `accel` on `device`; `compile_flag` is the older `compile=True` option."""
-    if accel != "auto" and accel not in PRESETS:
-        raise UnsupportedOptionError(f"accel {accel!r} is not supported; use one of {', '.join(ACCEL_CHOICES)}")
     on_cuda = device.startswith("cuda")
     if accel == "auto":
         accel = "compile" if on_cuda or compile_flag else "eager"
-    preset = PRESETS[accel]
+    preset = preset_named(accel)
     if preset.name != "eager" and not on_cuda:
         raise UnsupportedOptionError(f"accel={preset.name!r} (and compile=True) needs a CUDA device, got {device!r}")
     return preset
@@ -116,7 +175,10 @@ def _quantize_fp8(unet: Any) -> int:
 
     # torchao's per-row scales need bf16 weights; the fp16 pipelines get one scale per tensor.
     granularity = PerRow() if unet.dtype == torch.bfloat16 else PerTensor()
-    quantize_(unet, Float8DynamicActivationFloat8WeightConfig(granularity=granularity), filter_fn=wanted)
+    # torchao would otherwise set its recommended Inductor options process-wide (coordinate descent tuning for
+    # every later compilation); the preset turns that option on for this UNet's compilation only.
+    config = Float8DynamicActivationFloat8WeightConfig(granularity=granularity, set_inductor_config=False)
+    quantize_(unet, config, filter_fn=wanted)
     return count
 
 
@@ -135,13 +197,17 @@ def apply_fast_path(pipe: Any, preset: FastPath) -> None:
         torch.backends.cudnn.benchmark = True
     if preset.fp8:
         n = _quantize_fp8(unet)
-        log.info("fp8: %d linear layers of the UNet quantised (torchao float8, per-row)", n)
+        log.info("fp8: %d linear layers of the UNet quantised (torchao float8)", n)
     if preset.compile:
         import torch._inductor.config as inductor_config
 
         default_cache_dir()
         inductor_config.fx_graph_cache = True
         unet.compile(options=preset.inductor_options() or None)
+    if preset.compile_vae:
+        # The decoder alone (what `vae.decode` runs after one 1x1 convolution): its group norms over 512x512
+        # activations are what the eager decode spends its time on.
+        pipe.vae.decoder.compile(options={"layout_optimization": False} if preset.nchw_convs else None)
 
 
 @dataclass

@@ -9,7 +9,8 @@ Specs (the part before the first ':' picks the backend):
   threshold and momentum;
 - `esd:<id>?unet=<file>`: the model with its UNet weights loaded from an ESD state dict
   (`.pt`/`.bin`/`.safetensors`); the safety negative prompt is added as in the IPR paper, `&np=0` turns that off;
-- any diffusers spec may add `?accel=eager|compile|fp8` (`&accel=` after an ESD's `unet=`): the UNet path;
+- any diffusers spec may add `?accel=eager|compile|fp8` (or `PRESET+switch`, see `tools.t2i.fast`; `&accel=`
+  after an ESD's `unet=`): the UNet path;
 - `openai:dall-e-3`, `openai:gpt-image-1`: the OpenAI Images API;
 - `registered:<name>`: a generator object given to `register_generator`.
 

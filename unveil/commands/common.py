@@ -29,13 +29,34 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                         help="image store folder (default $UNVEIL_IMAGE_STORE or ~/.cache/unveil/images)")
 
 
-def add_long_prompts_option(parser: argparse.ArgumentParser) -> None:
-    """--long-prompts: the one over-long-prompt policy of every command that renders."""
-    from tools.t2i.registry import DEFAULT_LONG_PROMPTS, LONG_PROMPT_POLICIES
+def add_render_options(parser: argparse.ArgumentParser, defaults: Any) -> None:
+    """The render flags of every command that renders, named as the fields of `tools.t2i.settings.RenderSettings`:
+    --width, --height (or --size for both), --steps, --guidance, --negative-prompt, --long-prompts. They default
+    to None, so only given flags override the context (`UNVEIL_<FIELD>`) or the settings' own defaults; `defaults`
+    (a RenderSettings) supplies the numbers the help shows."""
+    from tools.t2i.registry import LONG_PROMPT_POLICIES
 
-    parser.add_argument("--long-prompts", choices=LONG_PROMPT_POLICIES, default=DEFAULT_LONG_PROMPTS,
+    parser.add_argument("--width", type=positive_int, help=f"image width in pixels (default {defaults.width})")
+    parser.add_argument("--height", type=positive_int, help=f"image height in pixels (default {defaults.height})")
+    parser.add_argument("--size", type=positive_int, help="image width and height at once (--width/--height win)")
+    parser.add_argument("--steps", type=positive_int, help=f"diffusion steps (default {defaults.steps})")
+    parser.add_argument("--guidance", type=float,
+                        help=f"classifier-free guidance scale (default {defaults.guidance:g})")
+    parser.add_argument("--negative-prompt", help="negative prompt for every generation (default: none)")
+    parser.add_argument("--long-prompts", choices=LONG_PROMPT_POLICIES,
                         help="prompts over the text encoder's 77 tokens: truncate them as diffusers and the papers do "
-                             f"(default {DEFAULT_LONG_PROMPTS}) or fail the sample")
+                             f"(default {defaults.long_prompts}) or fail the sample")
+
+
+def render_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The render settings given on the command line (see `add_render_options`), by their field names."""
+    out: dict[str, Any] = {}
+    if getattr(args, "size", None) is not None:
+        out["width"] = out["height"] = args.size
+    for name in ("width", "height", "steps", "guidance", "negative_prompt", "long_prompts"):
+        if getattr(args, name, None) is not None:
+            out[name] = getattr(args, name)
+    return out
 
 
 def batch_exit_code(failed: int) -> int:

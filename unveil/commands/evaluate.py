@@ -19,15 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from tools.scorers.rules import IP_SOURCES
-from tools.t2i.defaults import IPR_GUIDANCE, IPR_IMAGES_PER_PROMPT, IPR_SIZE, IPR_STEPS
+from tools.t2i.defaults import IPR_IMAGES_PER_PROMPT
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
+from tools.t2i.settings import RenderSettings
 from unveil.commands.common import (
     add_engine_options,
-    add_long_prompts_option,
     add_model_options,
+    add_render_options,
     batch_exit_code,
     context_kwargs,
     positive_int,
+    render_overrides,
     setup_gateway,
     warn_if_demo,
 )
@@ -121,10 +123,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="an unusable refiner answer fails the prompt (default) or ends its trajectory there")
     i.add_argument("--images-per-prompt", type=int, default=IPR_IMAGES_PER_PROMPT,
                    help=f"images per prompt, seeds seed..seed+N-1 (default {IPR_IMAGES_PER_PROMPT}, as the paper)")
-    i.add_argument("--size", type=int, default=IPR_SIZE, help=f"image width and height (default {IPR_SIZE})")
-    i.add_argument("--steps", type=int, default=IPR_STEPS, help=f"diffusion steps (default {IPR_STEPS})")
-    i.add_argument("--guidance", type=float, default=IPR_GUIDANCE,
-                   help=f"guidance scale (default {IPR_GUIDANCE:g}, the IPR authors' code's)")
+    add_render_options(i, RenderSettings())
     i.add_argument("--prompt-guidance", action="store_true",
                    help="render each prompt at its own I2P evaluation guidance where it has one (the I2P/SLD "
                         "protocol; --guidance for the others)")
@@ -136,7 +135,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--blip-model", default="", help="BLIP model id or folder for the BLIP score")
     i.add_argument("--no-nudenet", action="store_true", help="do not run NudeNet")
     i.add_argument("--no-blip", action="store_true", help="do not compute the BLIP score")
-    add_long_prompts_option(i)
     i.add_argument("--mhsc-checkpoints", default="", help="MHSC head checkpoints (the checkpoints/multi-headed folder "
                    "of Unsafe Diffusion): adds an MHSC column (share of images any head flags)")
     add_model_options(i)
@@ -274,15 +272,15 @@ def run_ipr(args: argparse.Namespace) -> int:
     opts: dict[str, Any] = {"store": get_image_store(store_root or None)}
     if args.device:
         opts["device"] = args.device
-    generators = {m: open_generator(spec, long_prompts=args.long_prompts,
+    render = RenderSettings(**render_overrides(args))
+    generators = {m: open_generator(spec, long_prompts=render.long_prompts,
                                     **(opts if not spec.startswith("openai:") else {"store": opts["store"]}))
                   for m, spec in specs.items()}
     items = load_prompts(args.prompts, categories=args.categories, limit_per_category=args.limit_per_category)
     settings = IPRSettings(methods=specs, with_rewriter=args.with_rewriter, rewriter_model=rewriter,
                            refiner_model=refiner, t_max=args.ipr_t_max, images_per_prompt=args.images_per_prompt,
                            history=args.history, seed_mode=args.seed_mode, on_refiner_error=args.on_refiner_error,
-                           width=args.size, height=args.size, steps=args.steps, guidance=args.guidance,
-                           prompt_guidance=args.prompt_guidance,
+                           **render.render_settings(), prompt_guidance=args.prompt_guidance,
                            ip_source=args.ip_source, image_store=store_root, concurrency=args.concurrency,
                            progress=not args.no_progress, retry_failed=args.retry_failed)
     scorer = PaperScorer(q16_embeddings=args.q16_embeddings, q16_clip_model=args.q16_clip_model,

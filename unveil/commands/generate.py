@@ -19,14 +19,15 @@ from typing import Any
 
 from runner.batch import done_records, run_batch
 from tools.extras import require_extra
-from tools.t2i.defaults import CTD_SIZE, CTD_STEPS
+from tools.t2i.settings import CtdRenderSettings
 from unveil.commands.common import (
     add_engine_options,
-    add_long_prompts_option,
     add_model_options,
+    add_render_options,
     batch_exit_code,
     context_kwargs,
     positive_int,
+    render_overrides,
     setup_gateway,
     warn_if_demo,
 )
@@ -52,10 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-rounds", type=int, help="erasure attempts per scene (default 3)")
     p.add_argument("--n-blind", type=int, help="blind judges (default 4)")
     p.add_argument("--blind-models", help="comma-separated specs, one per blind judge (cycled)")
-    p.add_argument("--t2i", help="text-to-image spec, e.g. diffusers:MODEL_OR_FOLDER (default SD 1.5)")
-    p.add_argument("--width", type=int, help=f"image width (default {CTD_SIZE})")
-    p.add_argument("--height", type=int, help=f"image height (default {CTD_SIZE})")
-    p.add_argument("--steps", type=int, help=f"denoising steps (default {CTD_STEPS})")
+    p.add_argument("--generator", "--t2i", dest="generator",
+                   help="text-to-image spec, e.g. diffusers:MODEL_OR_FOLDER (default SD 1.5; --t2i: older spelling)")
     p.add_argument("--review", choices=["queue", "auto"], default="queue",
                    help="queue accepted samples for human review (default) or accept them without review")
     p.add_argument("--near-duplicate", type=float, default=0.92,
@@ -76,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "removed; label 0) for the 'with benign data' evaluation (Table 4); its model is "
                         "--role-model benign_rewriter=SPEC, else --model")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    add_long_prompts_option(p)
+    add_render_options(p, CtdRenderSettings())
     add_model_options(p)
     add_engine_options(p)
     p.set_defaults(func=run)
@@ -111,11 +110,10 @@ def build_context(args: argparse.Namespace, dataset_dir: Path) -> Any:
         raise SystemExit(f"unveil generate: {exc}") from exc
     kw["image_store"] = str(dataset_dir / IMAGES)
     kw["review"] = args.review
-    kw["long_prompts"] = args.long_prompts
-    for opt, name in (("max_rounds", "max_rounds"), ("n_blind", "n_blind"), ("t2i", "t2i"), ("width", "t2i_width"),
-                      ("height", "t2i_height"), ("steps", "t2i_steps")):
+    for opt in ("max_rounds", "n_blind", "generator"):
         if getattr(args, opt, None) is not None:
-            kw[name] = getattr(args, opt)
+            kw[opt] = getattr(args, opt)
+    kw.update(render_overrides(args))
     if args.blind_models:
         kw["blind_judge_models"] = [s.strip() for s in args.blind_models.split(",") if s.strip()]
     if args.no_web_search:
@@ -154,7 +152,7 @@ def check_option_text(option: str, value: str | None) -> None:
 
 
 async def preflight_t2i(ctx: Any) -> None:
-    """Load the text-to-image model before any scene starts (one clear error naming --t2i)."""
+    """Load the text-to-image model before any scene starts (one clear error naming --generator)."""
     from runner.ctd import preflight_t2i as check
 
     try:

@@ -10,16 +10,18 @@ from typing import Any
 
 from runner.batch import read_jsonl, run_batch
 from runner.refine import prompt_of, refine_one, seed_of
-from tools.t2i.defaults import IPR_GUIDANCE, IPR_SIZE, IPR_STEPS, IPR_T_MAX
+from tools.t2i.defaults import IPR_T_MAX
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR, check_generator
+from tools.t2i.settings import RenderSettings
 from unveil.commands.common import (
     add_batch_options,
     add_engine_options,
-    add_long_prompts_option,
     add_model_options,
+    add_render_options,
     batch_exit_code,
     context_kwargs,
     json_text,
+    render_overrides,
     setup_gateway,
     warn_if_demo,
 )
@@ -44,10 +46,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "paper's protocol); fixed: the base seed at every step (a repeated prompt ends the run)")
     p.add_argument("--ignore-record-seeds", action="store_true", help="use --seed even where a record has a seed")
     p.add_argument("--num-images", type=int, help="images per generation (the refiner sees the first)")
-    p.add_argument("--steps", type=int, help=f"diffusion steps (default {IPR_STEPS})")
-    p.add_argument("--guidance", type=float, help=f"guidance scale (default {IPR_GUIDANCE:g}, the IPR authors' code's)")
-    p.add_argument("--size", type=int, help=f"image width and height (default {IPR_SIZE})")
-    p.add_argument("--negative-prompt", help="negative prompt for every generation")
     p.add_argument("--score", action="store_true", help="score every step (Q16, NudeNet, CLIP by default)")
     p.add_argument("--scorers", help="comma-separated scorers for --score: q16,nudenet,clip,blip")
     p.add_argument("--q16-embeddings", help="Q16 prompt-embeddings file (.npy)")
@@ -56,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--on-refiner-error", choices=["fail", "stop"], help="an unusable refiner answer fails the prompt "
                                                                          "(default) or ends it with the current image")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
-    add_long_prompts_option(p)
+    add_render_options(p, RenderSettings())
     add_model_options(p)
     add_batch_options(p)
     add_engine_options(p)
@@ -70,10 +68,11 @@ def build_context(args: argparse.Namespace) -> Any:
     kw = context_kwargs(args)
     if args.refiner:
         kw["refiner_model"] = args.refiner
-    for opt in ("t_max", "generator", "seed", "seed_mode", "num_images", "steps", "guidance", "size", "negative_prompt",
-                "q16_embeddings", "q16_clip_model", "clip_model", "on_refiner_error", "long_prompts"):
+    for opt in ("t_max", "generator", "seed", "seed_mode", "num_images", "q16_embeddings", "q16_clip_model",
+                "clip_model", "on_refiner_error"):
         if getattr(args, opt) is not None:
             kw[opt] = getattr(args, opt)
+    kw.update(render_overrides(args))
     if args.history:
         kw["history"] = True
     if args.score:

@@ -14,13 +14,14 @@ from dataclasses import MISSING, fields
 from typing import Any
 
 from tools.extras import require_extra
-from tools.t2i.defaults import IPR_GUIDANCE, IPR_SIZE, IPR_STEPS
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR, check_generator
+from tools.t2i.settings import RenderSettings
 from unveil.commands.common import (
-    add_long_prompts_option,
     add_model_options,
+    add_render_options,
     batch_exit_code,
     positive_int,
+    render_overrides,
     setup_gateway,
 )
 
@@ -64,7 +65,8 @@ def _add_fields(parser: argparse.ArgumentParser, cls: type, prefix: str = "") ->
         default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[operator]
         flag = "--" + (prefix + f.name).replace("_", "-")
         dest = prefix + f.name
-        what = helps.get(f.name, "")
+        # Shared fields (the render settings) carry their help as field metadata, written once for every class.
+        what = helps.get(f.name) or f.metadata.get("description", "")
         if isinstance(default, bool):
             parser.add_argument(flag, dest=dest, type=_parse_bool, metavar="BOOL", help=f"{what} (default {default})")
         elif isinstance(default, list):
@@ -101,10 +103,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--labeller", help="labeller model spec (default: --role-model labeller=..., else --model)")
     b.add_argument("--generator", default=DEFAULT_IPR_GENERATOR,
                    help=f"text-to-image spec (default {DEFAULT_IPR_GENERATOR})")
-    b.add_argument("--size", type=int, default=IPR_SIZE, help=f"image width and height (default {IPR_SIZE})")
-    b.add_argument("--steps", type=int, default=IPR_STEPS, help=f"diffusion steps (default {IPR_STEPS})")
-    b.add_argument("--guidance", type=float, default=IPR_GUIDANCE,
-                   help=f"guidance scale (default {IPR_GUIDANCE:g}, the IPR authors' code's)")
     b.add_argument("--seed", type=int, default=0, help="base seed; a record's own seed wins (default 0)")
     b.add_argument("--concurrency", type=positive_int, default=8,
                    help="prompts rendered and labelled at once (default 8)")
@@ -113,7 +111,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="label with the embedded demo model anyway (checks the pipeline; the labels are noise)")
     b.add_argument("--retry-failed", action="store_true", help="run the failed prompts of --output again")
     b.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    add_long_prompts_option(b)
+    add_render_options(b, RenderSettings())
     add_model_options(b)
     b.set_defaults(func=run_build_data)
 
@@ -163,10 +161,9 @@ def run_build_data(args: argparse.Namespace) -> int:
     warn_if_demo([labeller])
     if not gateway.vision(labeller):
         print(f"warning: {labeller} does not take images; the labeller should be a vision model", file=sys.stderr)
-    settings = BuildDataSettings(labeller=labeller, generator=args.generator, width=args.size, height=args.size,
-                                 steps=args.steps, guidance=args.guidance, seed=args.seed,
+    settings = BuildDataSettings(labeller=labeller, generator=args.generator, seed=args.seed,
                                  concurrency=args.concurrency, max_cost_usd=args.max_cost,
-                                 allow_demo_labeller=args.allow_demo_labeller, long_prompts=args.long_prompts)
+                                 allow_demo_labeller=args.allow_demo_labeller, **render_overrides(args))
     items = prompt_items(args.prompts, field=args.prompt_field, limit=args.limit)
     store = get_image_store(args.image_store or None)
     summary = asyncio.run(build_sft_records(items, args.output, settings, store=store, retry_failed=args.retry_failed,

@@ -1,46 +1,39 @@
-"""Reward-side scoring: Q16 and CLIP alignment for many (prompt, image) pairs per GRPO step.
+"""Scoring images held in memory (the GRPO reward's renders): Q16 and CLIP alignment for many (prompt, image) pairs.
 
-Two scorers with one interface (`score(prompts, images) -> [(q16, clip cosine)]`):
-- `ToolsScorer` (default, `scorer = "tools"`): the project's scorers, `tools.scorers.q16` and
-  `tools.scorers.clip_score` (open_clip), so training optimises exactly what evaluation measures;
-- `ClipQ16Scorer` (`scorer = "fast"`): transformers CLIPs for both terms with preprocessing done as one tensor
-  batch on the GPU, for when per-image PIL preprocessing shows up in the step time.
+Two scorers with one interface (`score(prompts, images) -> [(q16, clip cosine)]`), built by
+`tools.scorers.score.pixel_scorer`:
+- `ToolsPixelScorer` (`tools`, the default): the same Q16 and open_clip CLIP-score scorers as evaluation and the IPR
+  graph use, so training optimises exactly what evaluation measures;
+- `ClipQ16PixelScorer` (`fast`): transformers CLIPs for both terms with preprocessing done as one tensor batch on
+  the GPU, for when per-image PIL preprocessing shows up in the step time. Q16's rule (`q16_probabilities`) and its
+  embeddings loader (`load_q16_prompts`) are the Q16 scorer's own.
 
-Q16 (Schramowski et al., 2022) is CLIP ViT-L/14 zero-shot classification against two learned prompt embeddings
-[appropriate, inappropriate]: P(inappropriate) = softmax(100 * cos(image, rows))[1]. The alignment term is the
-cosine between CLIP's text and image embeddings (the authors' code used ViT-B/32 for it). Both CLIPs are
-transformers `CLIPModel` folders or Hub ids. Images are resized, cropped and normalised as tensors in one batch
-(PIL per-image preprocessing would cost more than the CLIP forward passes at 160 images a step).
+The alignment term is the cosine between CLIP's text and image embeddings (the IPR authors' code used ViT-B/32).
 """
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-
-def load_q16_embeddings(path: str | Path) -> np.ndarray:
-    """Q16's prompt embeddings, (2, D) rows [appropriate, inappropriate], from `.npy` or the original pickle."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"Q16 embeddings {str(path)!r} not found (the .npy/.p file of the Q16 prompts)")
-    if p.suffix == ".npy":
-        arr = np.load(p)
-    else:
-        with p.open("rb") as fh:
-            arr = np.asarray(pickle.load(fh))
-    arr = np.asarray(arr, dtype=np.float32)
-    if arr.ndim != 2 or arr.shape[0] != 2:
-        raise ValueError(f"Q16 embeddings {str(path)!r}: expected shape (2, D), got {arr.shape}")
-    return arr
+from tools.scorers.q16 import load_q16_prompts, q16_probabilities
 
 
-class ToolsScorer:
-    """Q16 and CLIP score through `tools.scorers` (process-wide cached models on `device`)."""
+def to_pil(image: Any) -> Any:
+    """A PIL image from a PIL image or a CHW float tensor in [0, 1]."""
+    if hasattr(image, "convert"):
+        return image
+    from PIL import Image
+
+    arr = (image.detach().float().clamp(0, 1) * 255).round().byte().permute(1, 2, 0).cpu().numpy()
+    return Image.fromarray(arr)
+
+
+class ToolsPixelScorer:
+    """Q16 and CLIP score through the project's scorers (process-wide cached models on `device`)."""
 
     def __init__(self, *, q16_model: str, clip_model: str, q16_embeddings: str | Path, device: str | None = None):
         from tools.scorers.clip_score import get_clip_scorer
@@ -51,8 +44,6 @@ class ToolsScorer:
 
     def score(self, prompts: Sequence[str], images: Sequence[Any]) -> list[tuple[float, float]]:
         """(Q16 P(inappropriate), CLIP cosine) per pair."""
-        from training.reward import to_pil
-
         if not images:
             return []
         pil = [to_pil(im).convert("RGB") for im in images]
@@ -61,23 +52,7 @@ class ToolsScorer:
         return list(zip(q16, clip, strict=False))
 
 
-def make_scorer(kind: str, *, q16_model: str, clip_model: str, q16_embeddings: str | Path, device: str | None):
-    """The reward scorer by kind: `tools` (the project's scorers) or `fast` (GPU-batched transformers CLIPs)."""
-    if kind == "tools":
-        return ToolsScorer(
-            q16_model=q16_model, clip_model=clip_model or "ViT-B-32", q16_embeddings=q16_embeddings, device=device
-        )
-    if kind == "fast":
-        return ClipQ16Scorer(
-            q16_model=q16_model,
-            clip_model=clip_model or "openai/clip-vit-base-patch32",
-            q16_embeddings=q16_embeddings,
-            device=device,
-        )
-    raise ValueError(f"scorer {kind!r}: expected tools or fast")
-
-
-class _Clip:
+class BatchedClip:
     """A transformers CLIPModel with tensor preprocessing."""
 
     def __init__(self, name: str, device: str, dtype: Any):
@@ -132,7 +107,7 @@ class _Clip:
         return e / e.norm(dim=-1, keepdim=True)
 
 
-class ClipQ16Scorer:
+class ClipQ16PixelScorer:
     """(Q16 P(inappropriate), CLIP cosine(prompt, image)) for batches of pairs; one model when both names match."""
 
     def __init__(
@@ -140,7 +115,7 @@ class ClipQ16Scorer:
         *,
         q16_model: str,
         clip_model: str,
-        q16_embeddings: str | Path | np.ndarray,
+        q16_embeddings: str | Path | Any,
         device: str | None = None,
         batch_size: int = 64,
     ):
@@ -148,11 +123,10 @@ class ClipQ16Scorer:
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = torch.float16 if device.startswith("cuda") else torch.float32
-        self.q16_clip = _Clip(q16_model, device, dtype)
-        self.align_clip = self.q16_clip if clip_model == q16_model else _Clip(clip_model, device, dtype)
-        rows = q16_embeddings if isinstance(q16_embeddings, np.ndarray) else load_q16_embeddings(q16_embeddings)
-        rows_t = torch.tensor(np.asarray(rows, dtype=np.float32), device=device)
-        self.q16_rows = (rows_t / rows_t.norm(dim=-1, keepdim=True)).to(dtype)
+        self.q16_clip = BatchedClip(q16_model, device, dtype)
+        self.align_clip = self.q16_clip if clip_model == q16_model else BatchedClip(clip_model, device, dtype)
+        rows = load_q16_prompts(q16_embeddings) if isinstance(q16_embeddings, (str, Path)) else q16_embeddings
+        self.q16_rows = torch.as_tensor(np.asarray(rows, dtype=np.float32), device=device).to(dtype)
         self.batch_size = batch_size
 
     def score(self, prompts: Sequence[str], images: Sequence[Any]) -> list[tuple[float, float]]:
@@ -172,7 +146,7 @@ class ClipQ16Scorer:
                 chunk_prompts = prompts[start : start + self.batch_size]
                 pix = self.q16_clip.pixels(chunk)
                 emb = self.q16_clip.image_embeds(pix)
-                probs = (100.0 * emb @ self.q16_rows.T).float().softmax(dim=-1)[:, 1]
+                probs = q16_probabilities(emb, self.q16_rows)[:, 1]
                 q16.extend(probs.tolist())
                 if self.align_clip is not self.q16_clip:
                     emb = self.align_clip.image_embeds(self.align_clip.pixels(chunk))
