@@ -153,17 +153,25 @@ def make_generator(variant: str, folder: str, store: Any, args: argparse.Namespa
     return gen
 
 
-def unet_seconds(unet: Any, rows: int, size: int, device: str, reps: int = 10) -> float:
-    """Seconds of one UNet forward at `rows` rows (median-free mean over `reps` after one warm call)."""
+def unet_inputs(unet: Any, rows: int, size: int, device: str) -> tuple[Any, Any, dict[str, Any]]:
+    """Random latents, a timestep and the keywords of one UNet call at `rows` rows, exactly as the SD pipeline
+    calls it (a 0-d int64 timestep tensor, the same keywords), so a compiled UNet reuses the graph compiled during
+    the renders instead of compiling another one."""
     import torch
 
     lat = torch.randn(rows, 4, size // 8, size // 8, device=device, dtype=unet.dtype)
     ctx = torch.randn(rows, 77, unet.config.cross_attention_dim, device=device, dtype=unet.dtype)
-    # Called exactly as the SD pipeline calls it (a 0-d int64 timestep tensor, the same keywords), so a compiled
-    # UNet reuses the graph compiled during the renders instead of compiling another one.
     t = torch.tensor(10, dtype=torch.int64, device=device)
     kw: dict[str, Any] = dict(encoder_hidden_states=ctx, timestep_cond=None, cross_attention_kwargs=None,
                               added_cond_kwargs=None, return_dict=False)
+    return lat, t, kw
+
+
+def unet_seconds(unet: Any, rows: int, size: int, device: str, reps: int = 10) -> float:
+    """Seconds of one UNet forward at `rows` rows (median-free mean over `reps` after one warm call)."""
+    import torch
+
+    lat, t, kw = unet_inputs(unet, rows, size, device)
     with torch.inference_mode():
         unet(lat, t, **kw)
         sync(device)
@@ -202,11 +210,7 @@ def kernel_profile(unet: Any, rows: int, size: int, device: str) -> dict[str, fl
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    lat = torch.randn(rows, 4, size // 8, size // 8, device=device, dtype=unet.dtype)
-    ctx = torch.randn(rows, 77, unet.config.cross_attention_dim, device=device, dtype=unet.dtype)
-    t = torch.tensor(10, dtype=torch.int64, device=device)
-    kw: dict[str, Any] = dict(encoder_hidden_states=ctx, timestep_cond=None, cross_attention_kwargs=None,
-                              added_cond_kwargs=None, return_dict=False)
+    lat, t, kw = unet_inputs(unet, rows, size, device)
     with torch.inference_mode():
         unet(lat, t, **kw)
         sync(device)
