@@ -29,7 +29,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from agents.env import env_int
 from agents.providers.json_salvage import close_truncated_json
-from agents.providers.messages import chat_result, tool_call_message
+from agents.providers.messages import chat_result, text_chat_messages, tool_call_message
 from tools.extras import require_extra
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -92,20 +92,6 @@ def grammar_schema(schema: Any) -> Any:
     return {k: grammar_schema(v) for k, v in schema.items() if k not in ("maxLength", "minLength")}
 
 
-def _flatten(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
-    out = []
-    roles = {"system": "system", "human": "user", "ai": "assistant", "tool": "user"}
-    for m in messages:
-        if isinstance(m.content, str):
-            text = m.content
-        else:
-            if any(isinstance(b, dict) and b.get("type") in ("image_url", "image") for b in m.content):
-                raise ValueError("the llamacpp provider is text-only: give an image description instead of an image")
-            text = "\n".join(b.get("text", "") for b in m.content if isinstance(b, dict))
-        out.append({"role": roles.get(m.type, "user"), "content": text})
-    return out
-
-
 class LlamaCppChatModel(BaseChatModel):
     """A llama.cpp chat model; a bound tool's parameters become the JSON schema that constrains decoding."""
 
@@ -132,7 +118,7 @@ class LlamaCppChatModel(BaseChatModel):
         llama = _load(Path(self.model_path), self.n_ctx)
         tools = kwargs.get("tools")
         request: dict[str, Any] = {
-            "messages": _flatten(messages),
+            "messages": text_chat_messages(messages, "llamacpp"),
             "max_tokens": kwargs.get("max_tokens", self.max_tokens),
             "temperature": self.temperature,
             # Small models loop on phrases under greedy decoding; a mild penalty keeps answers moving.

@@ -37,7 +37,7 @@ from agents.env import env_int
 from agents.providers.fingerprint import file_stamp
 from agents.providers.json_salvage import close_truncated_json
 from agents.providers.llamacpp import SMOLLM2_ALIASES, grammar_schema, resolve_model_path
-from agents.providers.messages import chat_result, tool_call_message
+from agents.providers.messages import chat_result, text_chat_messages, tool_call_message
 
 log = logging.getLogger("unveil.transformers")
 
@@ -158,22 +158,6 @@ def load_lm(model: str) -> LoadedLM:
         return _LOADED[model]
 
 
-def _flatten(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
-    roles = {"system": "system", "human": "user", "ai": "assistant", "tool": "user"}
-    out = []
-    for m in messages:
-        if isinstance(m.content, str):
-            text = m.content
-        else:
-            if any(isinstance(b, dict) and b.get("type") in ("image_url", "image") for b in m.content):
-                raise ValueError("the transformers provider is text-only: give an image description instead")
-            text = "\n".join(b.get("text", "") for b in m.content if isinstance(b, dict))
-        if isinstance(m, AIMessage) and m.tool_calls:
-            text = json.dumps(m.tool_calls[0].get("args", {}), ensure_ascii=False)
-        out.append({"role": roles.get(m.type, "user"), "content": text})
-    return out
-
-
 class TransformersChatModel(BaseChatModel):
     """A transformers causal LM as a chat model; a bound tool's parameters constrain decoding (xgrammar)."""
 
@@ -204,8 +188,8 @@ class TransformersChatModel(BaseChatModel):
         import torch
         import xgrammar as xgr
 
-        ids = lm.tokenizer.apply_chat_template(_flatten(messages), add_generation_prompt=True, return_tensors="pt",
-                                               return_dict=True)
+        turns = text_chat_messages(messages, "transformers")
+        ids = lm.tokenizer.apply_chat_template(turns, add_generation_prompt=True, return_tensors="pt", return_dict=True)
         n_in = int(ids["input_ids"].shape[1])
         gen: dict[str, Any] = {"max_new_tokens": max_tokens, "do_sample": False, "temperature": None, "top_p": None,
                                "top_k": None, "repetition_penalty": self.repetition_penalty,
