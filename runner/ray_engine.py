@@ -44,7 +44,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from agents.limits import set_shared_limiter
 from agents.providers.registry import set_remote_chat_models
-from tools.image_store import ImageStore, get_image_store
+from tools.image_store import ImageStore, get_image_store, pid_alive
 from tools.scorers.score import ScoringSettings, score_here, set_remote_scoring
 from tools.t2i.base import GenerationRequest, ImageGenerator
 from tools.t2i.registry import build_local_generator, set_remote_generators
@@ -132,16 +132,6 @@ def vlm_settings() -> PoolSettings:
 # -- actors ---------------------------------------------------------------------------------------------------
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class _Scratch:
     """A per-member scratch image store: images live there only until their bytes went back to the driver."""
 
@@ -150,7 +140,7 @@ class _Scratch:
         os.makedirs(base, exist_ok=True)
         for name in os.listdir(base):  # scratch of members killed before they could clean up
             pid = name.rsplit("-", 1)[-1]
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and not pid_alive(int(pid)):
                 shutil.rmtree(os.path.join(base, name), ignore_errors=True)
         self.root = os.path.join(base, f"{kind}-{os.getpid()}")
         shutil.rmtree(self.root, ignore_errors=True)

@@ -171,7 +171,9 @@ def read_file_capped(path: str | os.PathLike[str], limit: int = DEFAULT_MAX_BYTE
     return data
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` is running on this machine (a temporary file or scratch folder of a dead process
+    may be removed)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -191,7 +193,7 @@ def remove_dead_temp_files(folder: Path) -> None:
         if not name.endswith(".tmp") or not name.startswith("."):
             continue
         pid = name[1:].split(".", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             (folder / name).unlink(missing_ok=True)
 
 
