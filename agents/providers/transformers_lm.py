@@ -36,7 +36,7 @@ from pydantic import ConfigDict
 from agents.env import env_int
 from agents.providers.fingerprint import file_stamp
 from agents.providers.json_salvage import close_truncated_json
-from agents.providers.llamacpp import SMOLLM2_ALIASES, grammar_schema, resolve_model_path
+from agents.providers.llamacpp import SMOLLM2_ALIASES, resolve_model_path
 from agents.providers.messages import chat_result, text_chat_messages, tool_call_message
 
 log = logging.getLogger("unveil.transformers")
@@ -158,6 +158,26 @@ def load_lm(model: str) -> LoadedLM:
         return _LOADED[model]
 
 
+# Longest string the grammar lets the model write. A small model can ramble inside one string (an id) until the
+# token limit, and the answer then lacks its later required fields on every repair; a bounded string makes it move
+# on. xgrammar compiles a bound as a counted repetition, so a bound costs nothing (unlike llama.cpp's grammars).
+GRAMMAR_MAX_STRING = 160
+
+
+def bounded_strings(schema: Any, limit: int = GRAMMAR_MAX_STRING) -> Any:
+    """The JSON schema with every free string's maxLength at most `limit` (enums and consts untouched)."""
+    if isinstance(schema, list):
+        return [bounded_strings(v, limit) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: bounded_strings(v, limit) for k, v in schema.items()}
+    if out.get("type") == "string" and "enum" not in out and "const" not in out:
+        out["maxLength"] = min(int(out.get("maxLength", limit)), limit)
+        if "minLength" in out:
+            out["minLength"] = min(int(out["minLength"]), out["maxLength"])
+    return out
+
+
 class TransformersChatModel(BaseChatModel):
     """A transformers causal LM as a chat model; a bound tool's parameters constrain decoding (xgrammar)."""
 
@@ -195,7 +215,7 @@ class TransformersChatModel(BaseChatModel):
                                "top_k": None, "repetition_penalty": self.repetition_penalty,
                                "pad_token_id": lm.tokenizer.pad_token_id or lm.tokenizer.eos_token_id}
         if tools:
-            schema = grammar_schema(tools[0]["function"]["parameters"])
+            schema = bounded_strings(tools[0]["function"]["parameters"])
             gen["logits_processor"] = [xgr.contrib.hf.LogitsProcessor(lm.grammar(schema))]  # one per generate()
         with torch.inference_mode():
             out = lm.model.generate(**ids, **gen)
