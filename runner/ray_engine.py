@@ -163,7 +163,20 @@ class _Scratch:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-class RenderWorker:
+class _Member:
+    """What every pool member shares: where it runs, and its scratch store (if any) removed when it goes."""
+
+    def ready(self) -> dict[str, Any]:
+        """Where this member runs."""
+        return {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+
+    def __del__(self) -> None:
+        scratch = getattr(self, "scratch", None)  # Ray's actor-class wrapper is an instance without one
+        if scratch is not None:
+            scratch.close()
+
+
+class RenderWorker(_Member):
     """One render pool member: the ordinary batched generator of `spec`, rendering into a scratch store."""
 
     def __init__(self, spec: str, long_prompts: str, options: dict[str, Any]):
@@ -174,7 +187,7 @@ class RenderWorker:
         """Where this member runs; loads the pipeline first, so a bad model fails here, once."""
         if isinstance(getattr(type(self.generator), "pipeline", None), property):
             _ = self.generator.pipeline  # type: ignore[attr-defined]  # the diffusers generator loads it lazily
-        return {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+        return super().ready()
 
     async def render(self, request: GenerationRequest) -> list[bytes]:
         """Render one request (batched with the others this member holds) and return its PNG bytes."""
@@ -185,13 +198,8 @@ class RenderWorker:
         finally:
             self.scratch.release(ids)
 
-    def __del__(self) -> None:
-        scratch = getattr(self, "scratch", None)  # Ray's actor-class wrapper is an instance without one
-        if scratch is not None:
-            scratch.close()
 
-
-class VLMWorker:
+class VLMWorker(_Member):
     """One member of an in-process chat model's pool (`hf:` specs): the model loaded once, answering requests."""
 
     def __init__(self, spec: str):
@@ -200,24 +208,16 @@ class VLMWorker:
 
         self.model = build_local_chat_model(ModelSpec.parse(spec), "", {})
 
-    def ready(self) -> dict[str, Any]:
-        """Where this member runs."""
-        return {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
-
     async def generate(self, messages: list[Any], options: dict[str, Any]) -> Any:
         """The model's `ChatResult` for `messages` (images travel inside them as data URLs)."""
         return await self.model._agenerate(messages, **options)
 
 
-class ScorerWorker:
+class ScorerWorker(_Member):
     """One scorer pool member: the one scoring entry point (`score_here`) on images sent as PNG bytes."""
 
     def __init__(self) -> None:
         self.scratch = _Scratch("scorer")
-
-    def ready(self) -> dict[str, Any]:
-        """Where this member runs."""
-        return {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
 
     async def score(self, images: list[bytes], prompt: str, names: list[str],
                     settings: ScoringSettings) -> list[dict[str, Any]]:
@@ -230,11 +230,6 @@ class ScorerWorker:
             return await score_here(ids, prompt, names, settings, store=self.scratch.store)
         finally:
             self.scratch.release(ids)
-
-    def __del__(self) -> None:
-        scratch = getattr(self, "scratch", None)  # Ray's actor-class wrapper is an instance without one
-        if scratch is not None:
-            scratch.close()
 
 
 @dataclass
