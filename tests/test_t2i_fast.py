@@ -213,3 +213,104 @@ def test_a_spec_can_name_switches(tmp_path) -> None:
     """`?accel=compile+freeze` survives URL query parsing (which turns `+` into a space)."""
     with pytest.raises(UnsupportedOptionError, match=r"accel='compile\+freeze' .*needs a CUDA device"):
         get_generator(f"diffusers:{tmp_path}?accel=compile+freeze", device="cpu")
+
+
+# -- batch buckets and static compilation (issue 14) --------------------------------------------------------
+
+
+def test_compiled_presets_pad_batches_to_a_few_buckets():
+    compiled = resolve_accel("compile", "cuda")
+    sizes = {compiled.padded_batch(n, 32) for n in range(1, 33)}
+    assert sizes == {1, 2, 4, 8, 16, 24, 32}  # 7 static UNet graphs for any batch up to 32
+    assert all(compiled.padded_batch(n, 32) - n <= 7 for n in range(9, 33))
+    assert compiled.padded_batch(10, 12) == 12  # never above max_batch ...
+    assert compiled.padded_batch(40, 32) == 40  # ... nor below the batch itself
+    assert resolve_accel("fp8", "cuda").padded_batch(3, 32) == 4
+    assert PRESETS["eager"].padded_batch(3, 32) == 3  # the parity path renders exactly what was asked
+    assert resolve_accel("compile+no-bucket", "cuda").padded_batch(3, 32) == 3
+
+
+def _recording_backend(kinds: list[str], used: list[int]):
+    """A Dynamo backend that records whether each graph it gets has a symbolic (dynamic) shape."""
+
+    def backend(gm, example_inputs):
+        symbolic = any(isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and any(
+            isinstance(d, torch.SymInt) for d in x.shape)) for x in example_inputs)
+        kinds.append("symbolic" if symbolic else "static")
+        index = len(kinds) - 1
+
+        def run(*args):
+            used.append(index)
+            return gm(*args)
+
+        return run
+
+    return backend
+
+
+def test_static_compilation_keeps_full_batches_on_their_own_graph():
+    from tools.t2i.fast import compile_static
+
+    torch._dynamo.reset()
+    # Plain `module.compile()`: one odd batch and the symbolic graph serves every later call, full batches and a
+    # second module of the same class included. This is what `compile_static` avoids (Inductor turns off its
+    # convolution layout optimisation for symbolic shapes).
+    kinds: list[str] = []
+    used: list[int] = []
+    first, second = torch.nn.Conv2d(4, 4, 3), torch.nn.Conv2d(4, 4, 3)
+    for m in (first, second):
+        m.compile(backend=_recording_backend(kinds, used))
+    for m, rows in ((first, 4), (first, 3), (first, 4), (second, 4)):
+        m(torch.randn(rows, 4, 8, 8))
+    assert [kinds[i] for i in used] == ["static", "symbolic", "symbolic", "symbolic"]
+
+    torch._dynamo.reset()
+    kinds, used = [], []
+    first, second = torch.nn.Conv2d(4, 4, 3), torch.nn.Conv2d(4, 4, 3)
+    for m in (first, second):
+        compile_static(m, backend=_recording_backend(kinds, used))
+    for m, rows in ((first, 4), (first, 3), (first, 4), (second, 4)):
+        m(torch.randn(rows, 4, 8, 8))
+    assert set(kinds) == {"static"} and used[2] == used[0] != used[1]
+    torch._dynamo.reset()
+
+
+async def test_padded_rows_are_rendered_and_dropped(sd_dir, tmp_path):
+    """A bucketed batch of 3 images is rendered as 4 rows; the 3 images are those of an unpadded render."""
+    from dataclasses import replace
+
+    from tools.image_store import get_image_store
+    from tools.t2i import GenerationRequest
+    from tools.t2i.batching import Job
+    from tools.t2i.diffusers_backend import _ImageJob
+
+    store = get_image_store(tmp_path / "store")
+    gen = get_generator(f"diffusers:{sd_dir}", store=store, device="cpu", max_batch=8)
+    reqs = [GenerationRequest(prompt=p, seed=40 + i, width=32, height=32, steps=2)
+            for i, p in enumerate(["a red car", "a blue boat", "a green tree"])]
+    key = (id(gen.pipeline), tuple(sorted(gen.call_kwargs(reqs[0]).items())))
+    jobs = [Job(key, _ImageJob(r.prompt, gen.validate(r), r.seed), gen.render_batch) for r in reqs]
+    calls: list[int] = []
+    real_pipe = gen.pipeline
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(real_pipe, name)
+
+        def __call__(self, **kwargs):
+            calls.append(len(kwargs["prompt"]))
+            return real_pipe(**kwargs)
+
+    # The bucketing of the compiled presets, on the eager UNet (no compilation on CPU).
+    gen.fast_path = replace(PRESETS["eager"], bucket_batches=True)
+    gen._pipe = Spy()
+    try:
+        images = gen.render_batch(jobs)
+    finally:
+        gen._pipe = None
+        gen.fast_path = PRESETS["eager"]
+    assert calls == [4] and len(images) == 3
+    solo = get_generator(f"diffusers:{sd_dir}", store=store, device="cpu", max_batch=1)
+    for r, image in zip(reqs, images, strict=True):
+        alone = np.asarray(store.open((await solo.generate(r))[0])).astype(int)
+        assert np.abs(np.asarray(image).astype(int) - alone).max() <= 1

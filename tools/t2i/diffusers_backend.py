@@ -457,7 +457,11 @@ class DiffusersGenerator:
         """Render compatible jobs in one pipeline call (runs on the batcher's worker thread)."""
         import torch
 
-        payloads: list[_ImageJob] = [j.payload for j in jobs]
+        real: list[_ImageJob] = [j.payload for j in jobs]
+        # A compiled UNet renders a bucket size of rows (`FastPath.padded_batch`): padding rows repeat the last
+        # image and are dropped, so a batch of odd size reuses a static graph instead of compiling a symbolic one.
+        rows = self.fast_path.padded_batch(len(real), self.max_batch)
+        payloads = real + [real[-1]] * (rows - len(real))
         kwargs = dict(cast(tuple, jobs[0].key)[1])  # job keys are (kind, sorted call options)
         negatives = [p.negative_prompt or "" for p in payloads]
         pipe = self.pipeline
@@ -489,13 +493,14 @@ class DiffusersGenerator:
                 f"(lower max_batch, now {self.max_batch})",
                 batch_size=len(jobs),
             ) from exc
+        # The padding rows are decoded with the rest (the compiled decoder keeps the bucket shapes) and dropped.
         if overlap:
             # The UNet is done; the decode runs beside the next batch and each caller waits for its image.
             batch = submit_decode(pipe, out.images, self.device)
-            return [_Deferred(batch, i) for i in range(len(payloads))]
+            return [_Deferred(batch, i) for i in range(len(real))]
         if own_decode:
-            return decode_to_pil(pipe, out.images)
-        return list(out.images)
+            return decode_to_pil(pipe, out.images)[: len(real)]
+        return list(out.images)[: len(real)]
 
     def decodes_itself(self, pipe: Any) -> bool:
         """Whether this generator decodes the latents itself (`decode_to_pil`, maybe beside the next batch): the

@@ -6,16 +6,18 @@ CPU behaviour (and every CPU test) stays the plain eager path, bit for bit.
 - `eager`: fp16 UNet in NCHW layout, PyTorch SDPA attention, no compilation. The parity path: plain PyTorch
   kernels, for bit-exact checks.
 - `compile`: `eager` + fused QKV projections, cuDNN autotuning, 1x1 convolutions as matmuls, `torch.compile` of
-  the UNet and of the VAE decoder, and the image's uint8 conversion on the GPU (`decode_to_pil`). The default on
-  CUDA: 4.21 images/s against 3.00 eager on an H100 (docs/tools.md).
+  the UNet and of the VAE decoder with static shapes, batches padded to bucket sizes (1, 2, 4, 8, then multiples
+  of 8) so that a few static graphs serve every batch, and the image's uint8 conversion on the GPU
+  (`decode_to_pil`). The default on CUDA: 4.21 images/s against 3.00 eager on an H100 (docs/tools.md).
 - `fp8`: `compile` without the VAE switch + torchao float8 (dynamic activation scales; per-tensor for fp16
   weights, per-row for bf16) on the UNet's linear layers. Hopper or newer only; a named option, never the
   default: it changes the images and measured no faster (3.88 against 4.02 images/s).
 
 A preset may be followed by switches, `accel="compile+freeze"` or `compile+no-vae` (`SWITCHES`): Inductor
 freezing (`freeze`), coordinate-descent tuning (`cd`), GEMM-only autotuning (`gemm`), NCHW convolutions
-(`nchw`), the compiled VAE decode (`vae`) and the decode beside the next batch (`overlap`). They exist so the
-benchmark can measure them; only `vae` paid and is in the default.
+(`nchw`), the compiled VAE decode (`vae`), the decode beside the next batch (`overlap`) and the batch buckets
+(`bucket`). They exist so the benchmark can measure them; `vae` paid and is in the default, and `bucket` keeps
+odd-sized batches off a slow symbolic-shape graph (see the comment above `PRESETS`).
 
 Measured choices (one H100, SD 1.5 sizes, bench/t2i_throughput.py; table in docs/tools.md): channels_last is 12%
 slower than NCHW for the eager UNet and no faster compiled, so the default layout stays NCHW (but Inductor's own
@@ -26,11 +28,11 @@ coordinate-descent tuning compiled for over 2.5 minutes. Earlier probes (issue 1
 was slower than the default flash kernel, CUDA graphs gave nothing at full batches and `max-autotune` compiled
 for over ten minutes, so none of these is in a preset.
 
-Compilation is plain `torch.compile` applied in place to the UNet (the module object stays the same, so SLD
-sharing the UNet and diffusers' attribute access keep working). Its cost is paid on the first batch of each new
-shape; a one-line notice is printed then, and Inductor's FX graph cache (under `$TORCHINDUCTOR_CACHE_DIR`,
-default `~/.cache/unveil/inductor`) makes later processes compile faster. If compilation fails, the UNet falls
-back to eager with a warning and the batch is rendered again.
+Compilation is plain `torch.compile` with static shapes, applied in place to the UNet (the module object stays
+the same, so SLD sharing the UNet and diffusers' attribute access keep working). Its cost is paid on the first
+batch of each new bucket size; a one-line notice is printed then, and Inductor's FX graph cache (under
+`$TORCHINDUCTOR_CACHE_DIR`, default `~/.cache/unveil/inductor`) makes later processes compile faster. If
+compilation fails, the UNet falls back to eager with a warning and the batch is rendered again.
 """
 
 from __future__ import annotations
@@ -74,6 +76,18 @@ class FastPath:
     # VAE decode and PIL conversion of a batch on a side CUDA stream and thread while the next batch's UNet runs
     # (plain SD 1.x/2.x pipelines; other pipelines decode inline).
     overlap_decode: bool = False
+    # Pad each batch to a bucket size (`padded_batch`) so the compiled UNet sees a few static shapes: a batch of
+    # an odd size would otherwise compile a graph with a symbolic batch (see the comment above `PRESETS`).
+    bucket_batches: bool = False
+
+    def padded_batch(self, n: int, max_batch: int) -> int:
+        """How many rows a batch of `n` images is rendered as: `n` itself unless batches are bucketed, else the
+        next of 1, 2, 4, 8 and then the multiples of 8, at most `max(n, max_batch)` (the padding rows repeat an
+        image of the batch and are dropped)."""
+        if not self.bucket_batches or n < 1:
+            return n
+        bucket = 1 << (n - 1).bit_length() if n <= 8 else -(-n // 8) * 8
+        return max(n, min(bucket, max_batch))
 
     def inductor_options(self) -> dict[str, Any]:
         """Inductor settings scoped to this UNet's compilation (not process-wide)."""
@@ -94,16 +108,31 @@ class FastPath:
         return options
 
 
+# Why compiled batches are padded to bucket sizes and compiled with static shapes: by default Dynamo recompiles
+# a frame that meets a second input shape with that dimension symbolic, and the symbolic graph then serves every
+# later call of the frame, full batches and other UNet instances of the same class included (tests/
+# test_t2i_fast.py shows it). Inductor skips its convolution layout optimisation for symbolic shapes
+# (torch/_inductor/graph.py, decide_layout_opt; pytorch#102670), so after one odd-sized batch the convolutions
+# run as in the forced-NCHW rows of docs/tools.md (89 instead of 63 ms of a 64-row UNet call on an H100). The fp8
+# row at 0.48 images/s had those convolution times (85 ms) when it ran after other variants of the same UNet
+# class in one process: a symbolic graph explains it (not re-measured on a GPU). Static compilation keeps one
+# graph per bucket (at most 7 for 32 images a batch); the padding costs at most 7 rows above 8 images.
+
+# Static graphs per UNet frame: buckets x image sizes x pipelines sharing the class; Dynamo's default limit (8)
+# would send the UNet back to eager after the eighth.
+RECOMPILE_LIMIT = 64
+
 PRESETS: dict[str, FastPath] = {
     "eager": FastPath("eager"),
     "compile": FastPath("compile", compile=True, fuse_qkv=True, cudnn_benchmark=True, conv_1x1_as_mm=True,
-                        compile_vae=True),
-    "fp8": FastPath("fp8", compile=True, fuse_qkv=True, cudnn_benchmark=True, conv_1x1_as_mm=True, fp8=True),
+                        compile_vae=True, bucket_batches=True),
+    "fp8": FastPath("fp8", compile=True, fuse_qkv=True, cudnn_benchmark=True, conv_1x1_as_mm=True, fp8=True,
+                    bucket_batches=True),
 }
 ACCEL_CHOICES = ("auto", *PRESETS)
 # Switches that `accel="PRESET+switch+no-switch"` turns on or off over a compiled preset (benchmarks, tuning).
 SWITCHES = {"freeze": "freezing", "cd": "coordinate_descent", "gemm": "gemm_autotune", "nchw": "nchw_convs",
-            "vae": "compile_vae", "overlap": "overlap_decode"}
+            "vae": "compile_vae", "overlap": "overlap_decode", "bucket": "bucket_batches"}
 
 
 def preset_named(accel: str) -> FastPath:
@@ -203,11 +232,21 @@ def apply_fast_path(pipe: Any, preset: FastPath) -> None:
 
         default_cache_dir()
         inductor_config.fx_graph_cache = True
-        unet.compile(options=preset.inductor_options() or None)
+        compile_static(unet, options=preset.inductor_options() or None)
     if preset.compile_vae:
         # The decoder alone (what `vae.decode` runs after one 1x1 convolution): its group norms over 512x512
         # activations are what the eager decode spends its time on.
-        pipe.vae.decoder.compile(options={"layout_optimization": False} if preset.nchw_convs else None)
+        compile_static(pipe.vae.decoder, options={"layout_optimization": False} if preset.nchw_convs else None)
+
+
+def compile_static(module: Any, *, options: dict[str, Any] | None = None, backend: Any = "inductor") -> None:
+    """`module.compile()` in place with static shapes: each new input shape gets a graph of its own instead of
+    one with symbolic sizes (see the comment above `PRESETS`). Raises the per-frame recompile limit to
+    `RECOMPILE_LIMIT`."""
+    import torch._dynamo.config as dynamo_config
+
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
+    module.compile(backend=backend, dynamic=False, options=options)
 
 
 @dataclass
