@@ -8,7 +8,7 @@ import pytest
 from agents.tag import judges, roots, vanilla
 from graphs.tag import TagContext
 from graphs.tag import graph as tag_graph
-from graphs.tag_tree import grow_layer, make_roots
+from graphs.tag_tree import Prune, grow_layer, make_roots
 from graphs.vanilla import VanillaContext
 from graphs.vanilla import graph as vanilla_graph
 
@@ -181,62 +181,24 @@ def _children(n: int, prefix: str = "c") -> list[dict]:
     return [{"concept": f"{prefix}{i}", "association": "similarity", "probability": 1.0 / n} for i in range(n)]
 
 
+def _grow(parents: list[dict], children: str, *, layer: int, k_max: int, prune: Prune) -> list[dict]:
+    """One layer of three similarity children (named `children`0..2) under every parent."""
+    expansions = [{"parent_id": p["id"], "children": _children(3, children)} for p in parents]
+    return grow_layer(parents, expansions, layer=layer, prefix="v", children_per_parent=3, k_max=k_max,
+                      allowed_types=["similarity"], prune=prune)
+
+
 def test_per_layer_keeps_k_max_nodes_per_layer() -> None:
-    parents = grow_layer(
-        make_roots("v", ["r"]),
-        [{"parent_id": "v0.0", "children": _children(3)}],
-        layer=1,
-        prefix="v",
-        children_per_parent=3,
-        k_max=6,
-        allowed_types=["similarity"],
-        prune="per_layer",
-    )
-    layer2 = grow_layer(
-        parents,
-        [{"parent_id": p["id"], "children": _children(3, "d")} for p in parents],
-        layer=2,
-        prefix="v",
-        children_per_parent=3,
-        k_max=6,
-        allowed_types=["similarity"],
-        prune="per_layer",
-    )
+    parents = _grow(make_roots("v", ["r"]), "c", layer=1, k_max=6, prune="per_layer")
+    layer2 = _grow(parents, "d", layer=2, k_max=6, prune="per_layer")
     assert len(layer2) == 6
 
 
 def test_per_node_keeps_up_to_k_max_children_of_every_node() -> None:
-    parents = grow_layer(
-        make_roots("v", ["r"]),
-        [{"parent_id": "v0.0", "children": _children(3)}],
-        layer=1,
-        prefix="v",
-        children_per_parent=3,
-        k_max=6,
-        allowed_types=["similarity"],
-        prune="per_node",
-    )
-    layer2 = grow_layer(
-        parents,
-        [{"parent_id": p["id"], "children": _children(3, "d")} for p in parents],
-        layer=2,
-        prefix="v",
-        children_per_parent=3,
-        k_max=6,
-        allowed_types=["similarity"],
-        prune="per_node",
-    )
+    parents = _grow(make_roots("v", ["r"]), "c", layer=1, k_max=6, prune="per_node")
+    layer2 = _grow(parents, "d", layer=2, k_max=6, prune="per_node")
     assert len(layer2) == 9  # 3 parents x 3 children, no layer cap
-    capped = grow_layer(
-        parents,
-        [{"parent_id": p["id"], "children": _children(3, "d")} for p in parents],
-        layer=2,
-        prefix="v",
-        children_per_parent=3,
-        k_max=2,
-        allowed_types=["similarity"],
-        prune="per_node",
-    )
+    capped = _grow(parents, "d", layer=2, k_max=2, prune="per_node")
     assert len(capped) == 6 and all(sum(1 for n in capped if n["parent"] == p["id"]) == 2 for p in parents)
     assert sum(n["prob"] for n in capped if n["parent"] == parents[0]["id"]) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="prune"):
