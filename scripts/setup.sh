@@ -82,7 +82,10 @@ case " ${EXTRAS[*]} " in
     if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
       echo "installing chromium for the web app's browser tests..." >&2
       SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-      $SUDO apt-get update -qq && $SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+      # `env` sets the variable for apt-get whether or not sudo is in front (a bare `$SUDO VAR=x cmd` with an empty
+      # $SUDO runs VAR=x as a command and exits 127).
+      $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+        && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
       step "chromium installed"
     fi
     ;;
