@@ -77,3 +77,23 @@ def test_batch_image_paths_are_relative_to_the_batch_file(tmp_path: Path, monkey
     # A batch may not reach out of its folder (docs/reliability.md): one failure naming the path and the folder.
     assert records["up"]["status"] == "failed"
     assert "../outside.png" in records["up"]["error"] and str(data) in records["up"]["error"]
+
+
+def test_evaluation_datasets_resolve_images_against_the_dataset_file(tmp_path: Path, monkeypatch,
+                                                                     write_script) -> None:
+    data = tmp_path / "data"
+    _png(data / "img" / "a.png", 10)
+    _png(data / "img" / "b.png", 20)
+    (data / "ds.jsonl").write_text(json.dumps({"id": "a", "image": "img/a.png", "text": "ta", "label": 1}) + "\n"
+                                   + json.dumps({"id": "b", "image": "img/../img/b.png", "text": "tb", "label": 1})
+                                   + "\n")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    rc = main(["evaluate", "detection", "--dataset", "d=../data/ds.jsonl", "--format", "ctd", "--methods", "vanilla",
+               "--detectors", write_script(VANILLA), "--out", "ev", "--no-progress"])
+    assert rc == 0
+    runs = (tmp_path / "elsewhere" / "ev").rglob("*.jsonl")
+    rows = [json.loads(line) for p in runs for line in p.read_text().splitlines()]
+    got = {r["id"]: r for r in rows if "image_path" in r}
+    assert Path(got["a"]["image_path"]).read_bytes() == (data / "img" / "a.png").read_bytes()
+    assert Path(got["b"]["image_path"]).read_bytes() == (data / "img" / "b.png").read_bytes()
