@@ -6,7 +6,7 @@ uses `model`.
 
 This module is the one home of context validation. A context arrives from Python callers, from the CLI and,
 through `langgraph dev`, as JSON typed by hand in Studio, so on construction every field is coerced to its declared
-type (`"2"` -> 2; null -> the field's default, as the exported schema advertises) and checked against the bounds
+type (`"2"` -> 2; null or "" -> the field's default, as the exported schema advertises) and checked against the bounds
 its metadata declares (`min`, `choices`, `min_items`, `item_choices`); `check_context` (awaited by the first node of
 every graph) then checks what needs the file system or the environment: scripted model files and API keys. Every
 error is a `ContextError` (a `ValueError`, whose message the server shows to the client) naming the field.
@@ -116,13 +116,19 @@ def coerce_field(name: str, value: Any, annotation: Any) -> Any:
     return value
 
 
+def is_empty(value: Any) -> bool:
+    """Whether a setting was left empty: null, or a string of nothing but spaces (a cleared form field)."""
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
 def validate_fields(ctx: Any) -> None:
     """Coerce every field of a context dataclass in place and check the bounds its metadata declares."""
     hints = typing.get_type_hints(type(ctx))
     for f in fields(ctx):
         value = getattr(ctx, f.name)
-        if value is None:
-            # Studio sends null for a field left empty; the exported schema advertises the default for it.
+        if is_empty(value):
+            # Studio sends null (or "" for a cleared text box) for a field left empty; both mean the default, which
+            # the exported schema advertises.
             value = _default(f)
         value = coerce_field(f.name, value, hints.get(f.name, Any))
         meta = f.metadata
@@ -219,7 +225,7 @@ class ModelsContext:
             current = getattr(self, f.name)
             env = os.environ.get(f"UNVEIL_{f.name.upper()}")
             unset = f.name not in explicit if explicit is not None else current == _default(f)
-            if env is not None and (current is None or unset):
+            if env is not None and (is_empty(current) or unset):
                 try:
                     setattr(self, f.name, _coerce(env, _default(f)))
                 except ValueError as exc:
