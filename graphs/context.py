@@ -148,22 +148,28 @@ def validate_fields(ctx: Any) -> None:
         setattr(ctx, f.name, value)
 
 
+def check_setting_names(cls: type, settings: Any) -> None:
+    """Refuse setting names the context class `cls` lacks, with one `ContextError` naming them and the valid ones."""
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(str(k) for k in settings if k not in names)
+    if unknown:
+        raise ContextError(
+            f"{', '.join(unknown)}: unknown setting(s) of {cls.__name__}{renamed_hint(unknown)}; "
+            f"valid: {', '.join(sorted(names))}"
+        )
+
+
 def strict_init(cls: type[T]) -> type[T]:
     """Make a context dataclass refuse unknown settings with an error that names them and lists the valid ones.
 
-    (Applied after `@dataclass`: the generated `__init__` would raise a bare TypeError. Note that `langgraph dev`
-    itself drops context keys its exported schema does not list before a run starts.)
+    (Applied after `@dataclass`: the generated `__init__` would raise a bare TypeError. `langgraph dev` itself
+    drops context keys its exported schema does not list before a run starts, so there the graphs are served through
+    `graphs/studio.py`, which checks the names first.)
     """
     init: Callable[..., None] = cls.__init__
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        unknown = sorted(set(kwargs) - names)
-        if unknown:
-            raise ContextError(
-                f"{', '.join(unknown)}: unknown setting(s) of {cls.__name__}{renamed_hint(unknown)}; "
-                f"valid: {', '.join(sorted(names))}"
-            )
+        check_setting_names(cls, kwargs)
         # The settings a caller gave explicitly win over `UNVEIL_<FIELD>`, even when equal to the default
         # (`UNVEIL_L_MAX=2 unveil detect --l-max 4` runs with 4).
         object.__setattr__(self, "_explicit_fields", frozenset(kwargs))
