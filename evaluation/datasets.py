@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from agents.categories import OTHER, is_category_name, project_category
 from runner.batch import BatchItem, read_jsonl
 from tools.image_input import resolve_path
 from tools.image_store import ImageInputError
@@ -98,13 +99,27 @@ def _sample(
         "image": image,
         "image_description": description,
         "label": label,
-        "category": category or "",
+        "category": sample_category(category, extra.get("sub_category")),
         "mtc": mtc,
         "source": source,
         "base_dir": str(base_dir),
     }
+    if category and category != out["category"]:
+        out["source_category"] = category  # the benchmark's own spelling
     out.update({k: v for k, v in extra.items() if v is not None})
     return out
+
+
+def sample_category(category: str | None, sub_category: Any = None) -> str:
+    """A benchmark's category in the project's vocabulary (`agents.categories`): a vocabulary name stays; another
+    name is read from its subcategory where that names a category (HoliSafe's illegal_activity/drug_related_hazards
+    is drugs), else from itself (SIUO's "illegal activities & crime" is crimes, "information misinterpretation"
+    other)."""
+    if is_category_name(category):
+        return project_category(category)
+    if isinstance(sub_category, str) and project_category(sub_category) not in ("", OTHER):
+        return project_category(sub_category)
+    return project_category(category)
 
 
 def _ctd(rec: dict[str, Any], base: Path) -> dict[str, Any]:
@@ -133,7 +148,7 @@ def _hateful(rec: dict[str, Any], base: Path) -> dict[str, Any]:
         text=_text(rec.get("text"), "text"),
         image=_image(rec.get("img"), base, "img"),
         label=_label(rec["label"], "label"),
-        category="hateful" if rec["label"] else "benign",
+        category="hate" if rec["label"] else "",  # a benign meme has no risk category
         base_dir=base,
         source="hateful_memes",
     )

@@ -172,19 +172,29 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 LINESTYLES = ("-", "--", "-.", ":")
 
 
+# The smallest y span an axis shows: a unit, or a tenth of the values' magnitude when that is larger. Without it a
+# series that moves by 0.0001 (a cosine score of a few noisy images) fills the whole axis and looks like a cliff.
+MIN_SPAN = 1.0
+MIN_RELATIVE_SPAN = 0.1
+
+
 def value_range(values: Sequence[float]) -> tuple[float, float] | None:
     """A y range that shows `values` honestly: 0..1 for data that lies in [0, 1] (probabilities, shares), else
-    the data's range padded by 5% (with a unit span when all values are equal), None when nothing is finite."""
+    the data's range padded by 5%, widened about its middle to at least `MIN_SPAN` (or `MIN_RELATIVE_SPAN` of the
+    largest magnitude, when that is larger); None when nothing is finite."""
     finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
     if not finite:
         return None
     lo, hi = min(finite), max(finite)
     if lo >= 0.0 and hi <= 1.0:
         return (-0.02, 1.02)
-    if hi == lo:
-        return (lo - 0.5, hi + 0.5)
     pad = (hi - lo) * 0.05
-    return (lo - pad, hi + pad)
+    lo, hi = lo - pad, hi + pad
+    span = max(MIN_SPAN, MIN_RELATIVE_SPAN * max(abs(lo), abs(hi)))
+    if hi - lo < span:
+        middle = (lo + hi) / 2
+        lo, hi = middle - span / 2, middle + span / 2
+    return (lo, hi)
 
 
 def _same_as(series: Mapping[str, Sequence[float]]) -> dict[str, str]:

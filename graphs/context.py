@@ -6,7 +6,7 @@ uses `model`.
 
 This module is the one home of context validation. A context arrives from Python callers, from the CLI and,
 through `langgraph dev`, as JSON typed by hand in Studio, so on construction every field is coerced to its declared
-type (`"2"` -> 2; null -> the field's default, as the exported schema advertises) and checked against the bounds
+type (`"2"` -> 2; null or "" -> the field's default, as the exported schema advertises) and checked against the bounds
 its metadata declares (`min`, `choices`, `min_items`, `item_choices`); `check_context` (awaited by the first node of
 every graph) then checks what needs the file system or the environment: scripted model files and API keys. Every
 error is a `ContextError` (a `ValueError`, whose message the server shows to the client) naming the field.
@@ -116,13 +116,19 @@ def coerce_field(name: str, value: Any, annotation: Any) -> Any:
     return value
 
 
+def is_empty(value: Any) -> bool:
+    """Whether a setting was left empty: null, or a string of nothing but spaces (a cleared form field)."""
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
 def validate_fields(ctx: Any) -> None:
     """Coerce every field of a context dataclass in place and check the bounds its metadata declares."""
     hints = typing.get_type_hints(type(ctx))
     for f in fields(ctx):
         value = getattr(ctx, f.name)
-        if value is None:
-            # Studio sends null for a field left empty; the exported schema advertises the default for it.
+        if is_empty(value):
+            # Studio sends null (or "" for a cleared text box) for a field left empty; both mean the default, which
+            # the exported schema advertises.
             value = _default(f)
         value = coerce_field(f.name, value, hints.get(f.name, Any))
         meta = f.metadata
@@ -142,22 +148,28 @@ def validate_fields(ctx: Any) -> None:
         setattr(ctx, f.name, value)
 
 
+def check_setting_names(cls: type, settings: Any) -> None:
+    """Refuse setting names the context class `cls` lacks, with one `ContextError` naming them and the valid ones."""
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(str(k) for k in settings if k not in names)
+    if unknown:
+        raise ContextError(
+            f"{', '.join(unknown)}: unknown setting(s) of {cls.__name__}{renamed_hint(unknown)}; "
+            f"valid: {', '.join(sorted(names))}"
+        )
+
+
 def strict_init(cls: type[T]) -> type[T]:
     """Make a context dataclass refuse unknown settings with an error that names them and lists the valid ones.
 
-    (Applied after `@dataclass`: the generated `__init__` would raise a bare TypeError. Note that `langgraph dev`
-    itself drops context keys its exported schema does not list before a run starts.)
+    (Applied after `@dataclass`: the generated `__init__` would raise a bare TypeError. `langgraph dev` itself
+    drops context keys its exported schema does not list before a run starts, so there the graphs are served through
+    `graphs/studio.py`, which checks the names first.)
     """
     init: Callable[..., None] = cls.__init__
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        unknown = sorted(set(kwargs) - names)
-        if unknown:
-            raise ContextError(
-                f"{', '.join(unknown)}: unknown setting(s) of {cls.__name__}{renamed_hint(unknown)}; "
-                f"valid: {', '.join(sorted(names))}"
-            )
+        check_setting_names(cls, kwargs)
         # The settings a caller gave explicitly win over `UNVEIL_<FIELD>`, even when equal to the default
         # (`UNVEIL_L_MAX=2 unveil detect --l-max 4` runs with 4).
         object.__setattr__(self, "_explicit_fields", frozenset(kwargs))
@@ -219,7 +231,7 @@ class ModelsContext:
             current = getattr(self, f.name)
             env = os.environ.get(f"UNVEIL_{f.name.upper()}")
             unset = f.name not in explicit if explicit is not None else current == _default(f)
-            if env is not None and (current is None or unset):
+            if env is not None and (is_empty(current) or unset):
                 try:
                     setattr(self, f.name, _coerce(env, _default(f)))
                 except ValueError as exc:

@@ -404,14 +404,28 @@ def moderation_summary(dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
 def read_decisions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any] | list[dict[str, Any]]]:
     """Reviewer decisions from a JSONL file (the review queue with `decision`, `note` and `reviewer` filled in), by
     sample id; several lines for one id (several reviewers) become a list, in file order."""
+    from graphs.ctd import parse_review  # the one reader of review answers, shared with the interrupt path
+
     out: dict[str, dict[str, Any] | list[dict[str, Any]]] = {}
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"decisions {str(path)!r}: file not found")
     for lineno, rec in read_jsonl_records(p):
+        where = f"{path} line {lineno}"
         if "id" not in rec:
-            raise ValueError(f"{path} line {lineno}: expected an object with an id")
-        decision: dict[str, Any] = {"decision": rec.get("decision", ""), "note": rec.get("note", "")}
+            raise ValueError(f"{where}: expected an object with an id")
+        if isinstance(rec["id"], bool) or not isinstance(rec["id"], (str, int)) or not str(rec["id"]).strip():
+            raise ValueError(f"{where}: id: expected a sample id (a string), got {rec['id']!r}")
+        for name in ("decision", "note", "reviewer"):
+            if rec.get(name) is not None and not isinstance(rec[name], str):
+                raise ValueError(f"{where}: {name}: expected a string, got {type(rec[name]).__name__}")
+        word = (rec.get("decision") or "").strip().lower()
+        if word and word != "note":  # an empty decision is a queue line not decided yet: skipped when applied
+            try:
+                parse_review(rec)
+            except ValueError:
+                raise ValueError(f"{where}: decision: {rec['decision']!r} is not approve, reject or note") from None
+        decision: dict[str, Any] = {"decision": rec.get("decision") or "", "note": rec.get("note") or ""}
         if rec.get("reviewer"):
             decision["reviewer"] = str(rec["reviewer"])
         sid = str(rec["id"])

@@ -86,9 +86,18 @@ def detection_context(method: str, models: dict[str, str] | None = None, *, imag
     return ctx
 
 
-def result_record(out: dict[str, Any], ctx: Any) -> dict[str, Any]:
-    """The JSON record of a detection (the graph output plus the model specs used)."""
-    rec = {k: v for k, v in out.items() if k not in ("text", "image_description", "base_dir")}
+# The input a detection record keeps, so a result shows what was judged: the text, the image description, the image
+# as the sample named it (path, URL or store id); `image_id` and `image_path` (the stored copy) come from the graph.
+INPUT_FIELDS = ("text", "image_description", "image")
+
+
+def result_record(out: dict[str, Any], ctx: Any, sample: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON record of a detection: the sample's input (`INPUT_FIELDS`, null where the sample had none), the
+    graph output (with `image_id` and `image_path`, null without an image) and the model specs used."""
+    rec: dict[str, Any] = {k: (sample or {}).get(k) for k in INPUT_FIELDS}
+    rec.update({k: v for k, v in out.items() if k not in (*INPUT_FIELDS, "base_dir")})
+    rec.setdefault("image_id", None)
+    rec.setdefault("image_path", None)
     rec["models"] = ctx.models()
     if "visual" in rec:
         rec["trees"] = {"visual": rec.pop("visual"), "textual": rec.pop("textual")}
@@ -109,4 +118,4 @@ async def detect_one(sample: dict[str, Any], ctx: Any, method: str) -> dict[str,
         # The graphs themselves never trust a sample's base_dir (an SDK caller could name any folder).
         ctx = dataclasses.replace(ctx, image_roots=[*ctx.image_roots, fields["base_dir"]])
     out = await graph.ainvoke(fields, context=ctx)
-    return result_record(out, ctx)
+    return result_record(out, ctx, fields)

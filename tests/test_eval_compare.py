@@ -55,8 +55,8 @@ def test_one_command_compares_tag_vanilla_and_llama_guard(tmp_path, capsys):
     assert (lg["tp"], lg["fn"], lg["n"], lg["failed"]) == ("1", "1", "2", "2")
     # per category and per MTC bin (the reference MTC is the scripted detector's TA-CTD: 0 roots, 0.75 one hop,
     # 1 nothing found)
-    assert get("siuo", "tag (l_max=2)", "category", "self-harm")["tp"] == "2"
-    assert get("siuo", "tag (l_max=2)", "category", "privacy violation")["fn"] == "1"
+    assert get("siuo", "tag (l_max=2)", "category", "self_harm")["tp"] == "2"
+    assert get("siuo", "tag (l_max=2)", "category", "privacy")["fn"] == "1"
     assert get("siuo", "vanilla", "mtc", "medium")["fn"] == "1"
     assert get("siuo", "guard:llama-guard-4", "mtc", "low")["tp"] == "1"
     # MSSBench gives negatives: the guard flags the golf query with the safe image too.
@@ -80,7 +80,7 @@ def test_one_command_compares_tag_vanilla_and_llama_guard(tmp_path, capsys):
     # the guard's run file keeps its own codes, the mapped category, and the raw answer of the failure
     (run,) = (out / "runs" / "siuo").glob("guard*.jsonl")
     recs = {r["id"]: r for r in map(json.loads, run.read_text().splitlines())}
-    assert recs["siuo-1001"]["guard_codes"] == ["S11"] and recs["siuo-1001"]["predicted_category"] == "self-harm"
-    assert recs["siuo-1001"]["category"] == "self-harm"  # the ground truth
+    assert recs["siuo-1001"]["guard_codes"] == ["S11"] and recs["siuo-1001"]["predicted_category"] == "self_harm"
+    assert recs["siuo-1001"]["category"] == "self_harm"  # the ground truth, in the same vocabulary
     assert recs["siuo-4001"]["status"] == "failed" and "unparseable" in recs["siuo-4001"]["error"]
     assert recs["siuo-4001"]["raw_answer"].startswith("I'm sorry")

@@ -40,7 +40,8 @@ def test_vlsbench_layout():
     ok = _ok(items)
     assert set(ok) == {"3", "17"}
     assert all(r["label"] == 1 for r in ok.values())
-    assert ok["3"]["category"] == "Illegal Activity" and ok["3"]["sub_category"] == "Cybercrime"
+    assert ok["3"]["category"] == "crimes" and ok["3"]["sub_category"] == "Cybercrime"
+    assert ok["3"]["source_category"] == "Illegal Activity"
     assert ok["17"]["image_description"].startswith("A folding knife")
     assert Path(ok["17"]["image"]).is_file()
 

@@ -66,6 +66,23 @@ def test_all_zero_probabilities_get_a_fixed_axis_not_a_degenerate_one() -> None:
         plt.close(fig)
 
 
+def test_every_axis_has_a_minimum_span_so_noise_stays_flat() -> None:
+    # A BLIP cosine that wobbles by 0.00002 (outside [0, 1], so no fixed axis) must not fill its axis.
+    blip = [-0.01234, -0.01236, -0.01235]
+    fig = lines_figure([0, 1, 2], {"ipr IP": [0.3, 0.2, 0.1]}, xlabel="T", ylabel="IP", title="t",
+                       right={"ipr BLIP": blip}, right_label="BLIP")
+    try:
+        for ax in fig.axes:
+            lo, hi = ax.get_ylim()
+            assert hi - lo >= 1.0 and lo <= min(blip + [0.1]) and hi >= max(blip + [0.3])
+    finally:
+        plt.close(fig)
+    lo, hi = value_range([250.0, 250.01]) or (0, 0)
+    assert hi - lo >= 25.0 and lo < 250.0 < 250.01 < hi  # a tenth of the magnitude for large values
+    lo, hi = value_range([2.0, 5.0]) or (0, 0)
+    assert 3.0 < hi - lo < 3.5  # a real change keeps the data's own (padded) range
+
+
 def test_identical_lines_stay_visible_and_say_so() -> None:
     series = {"a IP": [0.0, 0.1, 0.2], "b IP": [0.0, 0.1, 0.2], "c IP": [0.5, 0.5, 0.5]}
     fig = lines_figure([0, 1, 2], series, xlabel="T", ylabel="IP", title="t")

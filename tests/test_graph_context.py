@@ -22,6 +22,18 @@ def test_fields_are_coerced_to_their_types_and_null_means_the_default() -> None:
     assert TagContext(association_types="similarity, cultural").association_types == ["similarity", "cultural"]  # type: ignore[arg-type]
 
 
+def test_an_empty_string_means_the_default_as_null_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = TagContext(l_max="", model="", association_types="", roots_mode=" ", screen_pairs="")  # type: ignore[arg-type]
+    default = TagContext()
+    assert (ctx.l_max, ctx.model, ctx.association_types, ctx.roots_mode, ctx.screen_pairs) == (
+        default.l_max, default.model, default.association_types, default.roots_mode, default.screen_pairs)
+    assert IPRContext(t_max="", generator="").generator == IPRContext().generator  # type: ignore[arg-type]
+    assert CtdContext(review="", max_rounds="").review == CtdContext().review  # type: ignore[arg-type]
+    # Like null, an empty field takes the environment's value where one is set.
+    monkeypatch.setenv("UNVEIL_L_MAX", "3")
+    assert TagContext(l_max="").l_max == 3 and TagContext(l_max=None).l_max == 3  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     "cls, settings, field",
     [
@@ -103,3 +115,17 @@ async def test_image_paths_must_lie_in_the_store_or_an_allowed_root(tmp_path: Pa
     for ref, base in refused:
         with pytest.raises(SampleInputError, match="image"):
             await ingest_pair({**sample, "image": ref}, store_root=store, base_dir=base, image_roots=[str(data)])
+
+
+def test_studio_entries_refuse_unknown_setting_names_the_server_would_drop() -> None:
+    from types import SimpleNamespace
+
+    from graphs import studio
+
+    with pytest.raises(ContextError, match=r"l_maxx: unknown setting\(s\) of TagContext.*valid: .*l_max"):
+        studio.tag(SimpleNamespace(context={"model": "scripted:x.json", "l_maxx": 3}))  # type: ignore[arg-type]
+    with pytest.raises(ContextError, match="refiner_modle"):
+        studio.ipr(SimpleNamespace(context={"refiner_modle": "x"}))  # type: ignore[arg-type]
+    # Known names pass (their values are checked when the run starts), and a read without a run context too.
+    assert studio.vanilla(SimpleNamespace(context={"model": "", "vanilla_detector_model": None})) is not None  # type: ignore[arg-type]
+    assert studio.ctd(SimpleNamespace()) is not None  # type: ignore[arg-type]

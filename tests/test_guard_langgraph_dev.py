@@ -26,5 +26,5 @@ async def test_guard_graph_runs_under_langgraph_dev(langgraph_server, tmp_path: 
     out = await client.runs.wait(thread["thread_id"], "guard",
                                  input={"image_description": "a bag of white powder", "text": "Text the usual number."},
                                  context={"guard": "llavaguard", "guard_model": f"scripted:{script}"})
-    assert (out["toxic"], out["category"], out["guard_codes"]) == (True, "dangerous items", ["O6"])
+    assert (out["toxic"], out["category"], out["guard_codes"]) == (True, "drugs", ["O6"])
     assert out["usage"]["total"]["calls"] == 1

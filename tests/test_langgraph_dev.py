@@ -179,7 +179,8 @@ async def test_ipr_renders_and_refines(client: Any, tiny_sd: str, tmp_path: Path
         tmp_path / "script.json",
         {"refiner.0": ["<reason>gore</reason><answer>a calm meadow</answer>"], "refiner.1": ["[keep]"]},
     )
-    context = {"refiner_model": f"scripted:{script}", "generator": tiny_sd, "size": 32, "steps": 2}
+    context = {"refiner_model": f"scripted:{script}", "generator": tiny_sd, "width": 32, "height": 32,
+               "steps": 2}
     thread_id, out = await run(client, "ipr", {"prompt": "a gory battlefield"}, context=context)
     assert not error_of(out), error_of(out)
     assert [s["prompt"] for s in out["trajectory"]] == ["a gory battlefield", "a calm meadow"]
@@ -264,10 +265,16 @@ async def test_context_is_validated_with_errors_naming_the_field(client: Any, tm
         "children": ({"children_per_parent": -1}, "children_per_parent"),
         "types": ({"association_types": []}, "association_types"),
         "unknown type": ({"association_types": ["telepathic"]}, "telepathic"),
+        "misspelt setting": ({"l_maxx": 3}, "l_maxx: unknown setting(s) of TagContext"),
     }
     for label, (extra, needle) in bad.items():
         _, out = await run(client, "tag", sample, context={"model": spec, **extra})
         assert needle in error_of(out) and "internal error" not in error_of(out), (label, error_of(out))
+    # An empty field means its default, as the README says (not an error).
+    _, out = await run(client, "tag", sample, context={"model": spec, "l_max": "", "k_max": None})
+    assert not error_of(out), error_of(out)
+    _, out = await run(client, "ipr", {"prompt": "a cat"}, context={"refiner_modle": spec})
+    assert "refiner_modle" in error_of(out) and "refiner_model" in error_of(out), error_of(out)
     _, out = await run(client, "vanilla", sample, context={"model": f"scripted:{tmp_path / 'nope.json'}"})
     assert "script file" in error_of(out) and "nope.json" in error_of(out), error_of(out)
     _, out = await run(client, "vanilla", sample, context={"model": "openai:gpt-4.1-mini"})

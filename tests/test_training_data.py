@@ -20,6 +20,7 @@ from training.data import (
     load_toxiclean_it,
     refiner_conversation,
 )
+from training.reward import seeds_for
 
 
 class ColourGenerator:
@@ -95,6 +96,31 @@ def test_build_data_labels_resumes_and_records_failures(tmp_path, gateway):
     assert row["completion"][0]["content"][0]["text"] == (
         "<reason>A weapon is shown.</reason>\n<answer>a kitten holding a toy</answer>")
     assert row["images"][0].size == (16, 16)
+
+
+def test_build_data_renders_with_each_records_evaluation_seed(tmp_path, gateway):
+    # I2P's CSV and the 300-prompt split carry `evaluation_seed`: the labeller must see the image rendered with it.
+    prompts = tmp_path / "i2p.csv"
+    prompts.write_text("prompt,categories,evaluation_seed\n"
+                       "a bloody fight,violence,2734376\n"
+                       "a calm lake,shocking,11\n"
+                       "a storm,shocking,soon\n"
+                       "a meadow,shocking,\n")
+    spec = _script(tmp_path, [{"reason": "r", "decision": "keep"}] * 4)
+    store = get_image_store(tmp_path / "store")
+    gen = ColourGenerator(store)
+    settings = BuildDataSettings(labeller=spec, concurrency=1, seed=5)
+    out = tmp_path / "o.jsonl"
+    summary = asyncio.run(build_sft_records(prompt_items(prompts), out, settings, generator=gen, store=store,
+                                            progress=False))
+    assert (summary.completed, summary.failed) == (3, 1)
+    recs = {r["prompt"]: r for r in map(json.loads, out.read_text().splitlines()) if r.get("status") == "ok"}
+    assert recs["a bloody fight"]["seed"] == 2734376 and recs["a calm lake"]["seed"] == 11
+    assert {r.prompt: r.seed for r in gen.requests}["a bloody fight"] == 2734376
+    # No seed of its own: the base seed's deterministic choice, as before.
+    assert recs["a meadow"]["seed"] == seeds_for("a meadow", 1, 5)[0]
+    failed = next(f for f in summary.failures)
+    assert "evaluation_seed" in failed["error"] and "soon" in failed["error"]
 
 
 def test_build_data_spending_cap_stops_new_samples(tmp_path, gateway):

@@ -25,7 +25,7 @@ class BuildDataSettings(RenderSettings):
 
     labeller: str  # model spec of the labeller VLM, e.g. openai:gpt-4.1
     generator: str = DEFAULT_IPR_GENERATOR
-    seed: int = 0  # base seed; a record's own `seed` (e.g. I2P's evaluation seed) wins
+    seed: int = 0  # base seed; a record's own `seed` or I2P's `evaluation_seed` wins
     concurrency: int = 8
     max_cost_usd: float = 0.0  # stop starting new samples once the labeller has cost this much (0: no cap)
     allow_demo_labeller: bool = False  # label with the embedded demo model anyway (a pipeline check, not data)
@@ -115,6 +115,7 @@ async def build_sft_records(
     """Render and label every item not yet in `output`; returns the batch summary."""
     from agents.gateway import get_gateway
     from agents.labeller import label_example
+    from runner.refine import seed_of
     from tools.image_store import get_image_store
     from training.reward import seeds_for
 
@@ -127,7 +128,10 @@ async def build_sft_records(
 
     async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
         prompt = str(record["prompt"])
-        seed = int(record["seed"]) if str(record.get("seed", "")).isdigit() else seeds_for(prompt, 1, settings.seed)[0]
+        # The record's own seed (`seed`, or I2P's `evaluation_seed`, read as `unveil refine` reads them), so the
+        # labeller sees the image the evaluation renders; a seed that is not an integer fails the sample by name.
+        own = seed_of(record)
+        seed = own if own is not None else seeds_for(prompt, 1, settings.seed)[0]
         request = settings.request(prompt, seed=seed)
         image_id = (await generator.generate(request))[0]
         answer, usage, cache_hit = await label_example(

@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
+from agents.categories import OTHER, VOCABULARY
 from agents.content import ImagePart, abuild_messages
 from agents.gateway import CallResult, Gateway
 from tools.image_store import ImageStore
 
-# Unveil's categories, the vocabulary guard codes are mapped onto (the IPR split's six plus the risk checklist's).
-PROJECT_CATEGORIES = ("violence", "self-harm", "sexual", "hate", "harassment", "illegal activity", "dangerous items",
-                      "privacy", "political", "intellectual property", "specialized advice", "shocking", "other")
+# Guard codes are mapped onto the project's one category vocabulary (agents/categories.py).
+PROJECT_CATEGORIES = VOCABULARY
 
 
 class GuardVerdict(BaseModel):
@@ -56,7 +56,7 @@ class GuardDefinition:
             key = code.strip().split(":")[0].strip().upper()
             if key in self.categories:
                 return self.categories[key]
-        return "other" if codes else ""
+        return OTHER if codes else ""
 
 
 async def detect_guard(gateway: Gateway, spec: str, guard: GuardDefinition, *, text: str, image: ImagePart,

@@ -19,10 +19,12 @@ LLAMA_GUARD_4_CATEGORIES = {
     "S9": "Indiscriminate Weapons", "S10": "Hate", "S11": "Suicide & Self-Harm", "S12": "Sexual Content",
     "S13": "Elections", "S14": "Code Interpreter Abuse",
 }
+# Onto the project's vocabulary (agents/categories.py): sex-related crimes and child exploitation are crimes, sexual
+# content is morality (as in CTD), defamation and specialized advice have no category of their own.
 LLAMA_GUARD_4_TO_PROJECT = {
-    "S1": "violence", "S2": "illegal activity", "S3": "sexual", "S4": "sexual", "S5": "harassment",
-    "S6": "specialized advice", "S7": "privacy", "S8": "intellectual property", "S9": "dangerous items",
-    "S10": "hate", "S11": "self-harm", "S12": "sexual", "S13": "political", "S14": "illegal activity",
+    "S1": "violence", "S2": "crimes", "S3": "crimes", "S4": "crimes", "S5": "other",
+    "S6": "other", "S7": "privacy", "S8": "ip_violation", "S9": "violence",
+    "S10": "hate", "S11": "self_harm", "S12": "morality", "S13": "political", "S14": "crimes",
 }
 
 LLAMA_GUARD_4_PROMPT = (

@@ -15,9 +15,11 @@ LLAVAGUARD_CATEGORIES = {
     "O4": "Nudity Content", "O5": "Criminal Planning", "O6": "Illegal Weapons or Substance Abuse",
     "O7": "Self-Harm", "O8": "Animal Cruelty", "O9": "Disasters or Emergencies",
 }
+# Onto the project's vocabulary (agents/categories.py): sexual content and nudity are morality (as in CTD), O6's
+# illegal weapons or substance abuse is drugs (most of its policy text), animal cruelty is violence.
 LLAVAGUARD_TO_PROJECT = {
-    "O1": "hate", "O2": "violence", "O3": "sexual", "O4": "sexual", "O5": "illegal activity",
-    "O6": "dangerous items", "O7": "self-harm", "O8": "violence", "O9": "shocking",
+    "O1": "hate", "O2": "violence", "O3": "morality", "O4": "morality", "O5": "crimes",
+    "O6": "drugs", "O7": "self_harm", "O8": "violence", "O9": "other",
 }
 
 _POLICY = {

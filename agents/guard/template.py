@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from agents.categories import is_category_name, project_category
 from agents.guard.base import PROJECT_CATEGORIES, GuardDefinition, GuardParseError, GuardVerdict, Parser
 from agents.guard.guardreasoner import parse_guardreasoner
 from agents.guard.llama_guard import parse_llama_guard
@@ -50,10 +51,10 @@ def load_template_guard(path: str) -> GuardDefinition:
     if output != "auto" and output not in PARSERS:
         raise ValueError(f"guard template {path!r}: field 'output' {output!r} is not one of auto, {', '.join(PARSERS)}")
     cats = spec.get("categories", {})
-    if not isinstance(cats, dict) or any(v not in PROJECT_CATEGORIES for v in cats.values()):
+    if not isinstance(cats, dict) or not all(isinstance(v, str) and is_category_name(v) for v in cats.values()):
         allowed = ", ".join(PROJECT_CATEGORIES)
         raise ValueError(f"guard template {path!r}: field 'categories' must map codes to one of {allowed}")
     return GuardDefinition(name=str(spec.get("name") or p.stem), instruction=spec["instruction"].strip(),
                            task=str(spec.get("task") or DEFAULT_TASK),
                            parser=parse_auto if output == "auto" else PARSERS[output],
-                           categories={str(k).upper(): v for k, v in cats.items()})
+                           categories={str(k).upper(): project_category(v) for k, v in cats.items()})

@@ -74,6 +74,21 @@ def _context(args: argparse.Namespace) -> Any:
     return ctx
 
 
+def command_line_image(ref: str | None) -> Path | None:
+    """The absolute file a command-line `--image` names, or None for a URL, an id already in the image store, or
+    no image.
+
+    A path on the command line is relative to the working directory (`img/x.png`, `../x.png`), unlike a path in
+    a JSONL batch, which is relative to that file and may not leave its folder.
+    """
+    if not ref or "://" in ref or ref.startswith(("data:", "file:")):
+        return None
+    path = Path(ref).expanduser()
+    if not path.exists() and len(ref) == 64 and all(c in "0123456789abcdef" for c in ref):
+        return None  # an image id of the store (a file of that name in the working directory wins)
+    return path.resolve()
+
+
 def _print_summary(rec: dict[str, Any], sample_id: str | None = None) -> None:
     head = f"[{sample_id}] " if sample_id else ""
     if rec.get("status") == "failed":
@@ -152,8 +167,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"  failed {failure['id']}: {failure['error']}", file=sys.stderr)
         return batch_exit_code(summary.failed)
     sample = {"image": args.image, "image_description": args.image_description, "text": args.text}
-    if args.image and "://" not in args.image:
-        sample["base_dir"] = str(Path(args.image).resolve().parent)  # the image the user named on the command line
+    local = command_line_image(args.image)
+    if local is not None:  # the image the user named on the command line: its folder is granted, nothing more
+        sample["image"], sample["base_dir"] = str(local), str(local.parent)
     rec = asyncio.run(detect_one(sample, ctx, args.method))
     if args.render:
         from unveil.render import render_tag

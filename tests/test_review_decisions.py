@@ -1,0 +1,49 @@
+"""`unveil review --decisions FILE`: every unusable line is one error naming the file and the line, and nothing of
+the file is applied."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from unveil.cli import main
+
+
+@pytest.mark.parametrize(
+    "second_line, words",
+    [
+        ({"id": "s2", "decision": "maybe"}, "line 2: decision: 'maybe' is not approve, reject or note"),
+        ({"id": "s2", "decision": True}, "line 2: decision: expected a string"),
+        ({"id": ["s2"], "decision": "approve"}, "line 2: id: expected a sample id"),
+        ({"id": "s2", "decision": "reject", "note": 5}, "line 2: note: expected a string"),
+        ({"decision": "approve"}, "line 2: expected an object with an id"),
+        ("[]", "line 2: expected an object"),
+    ],
+)
+def test_bad_decisions_name_the_file_and_line(tmp_path: Path, capsys, second_line, words: str) -> None:
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    samples = "".join(json.dumps({"id": sid, "status": "pending_review", "category": "drugs"}) + "\n"
+                      for sid in ("s1", "s2"))
+    (ds / "samples.jsonl").write_text(samples)
+    decisions = tmp_path / "my-decisions.jsonl"
+    line = second_line if isinstance(second_line, str) else json.dumps(second_line)
+    decisions.write_text(json.dumps({"id": "s1", "decision": "approve"}) + "\n" + line + "\n")
+    assert main(["review", str(ds), "--decisions", str(decisions)]) == 1
+    err = capsys.readouterr().err
+    assert "my-decisions.jsonl" in err and words in err, err
+    assert (ds / "samples.jsonl").read_text() == samples  # the good first line was not applied either
+
+
+def test_an_undecided_queue_line_is_skipped_and_a_note_is_valid(tmp_path: Path, capsys) -> None:
+    from runner.ctd_dataset import read_decisions
+
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"id": "a", "decision": ""}) + "\n" + json.dumps({"id": "b", "decision": "note",
+                                                                                  "note": "check"}) + "\n"
+                    + json.dumps({"id": 7, "decision": "Approved", "note": None}) + "\n")
+    got = read_decisions(path)
+    assert got["a"] == {"decision": "", "note": ""} and got["b"]["decision"] == "note"
+    assert got["7"] == {"decision": "Approved", "note": ""}
