@@ -159,7 +159,7 @@ def bench_render(args: argparse.Namespace) -> None:
     script = work / "keep.json"
     script.write_text(json.dumps(KEEP_SCRIPT))
     ctx = ipr_context(refiner_model=f"scripted:{script}", generator=f"diffusers:{folder}?accel={args.accel}",
-                      size=size, steps=steps, t_max=0, image_store=str(work / "store"))
+                      width=size, height=size, steps=steps, t_max=0, image_store=str(work / "store"))
     per_gpu = args.prompts_per_gpu
     rows: list[dict[str, Any]] = []
 
