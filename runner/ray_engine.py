@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -45,6 +46,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from agents.limits import set_shared_limiter
 from agents.providers.registry import set_remote_chat_models
 from agents.spec import redact_spec
+from runner.engine import ADDRESS_ENV
 from tools.image_store import ImageStore, get_image_store, pid_alive
 from tools.scorers.score import ScoringSettings, score_here, set_remote_scoring
 from tools.t2i.base import GenerationRequest, ImageGenerator
@@ -260,7 +262,7 @@ class ScorerWorker(_Member):
 @dataclass
 class _Backend:
     in_use: int = 0
-    leases: dict[str, float] = field(default_factory=dict)  # lease id -> monotonic expiry
+    leases: dict[str, tuple[float, str]] = field(default_factory=dict)  # lease id -> (monotonic expiry, job id)
     tokens: float = 1.0
     updated: float = field(default_factory=time.monotonic)
 
@@ -269,32 +271,50 @@ class LimiterActor:
     """The cluster-wide semaphore and token bucket per model backend (one detached named actor per cluster).
 
     Each request passes its own process's limits: with the same `UNVEIL_MAX_CONCURRENCY` / `UNVEIL_RPM` on every
-    driver (the normal case) the cluster as a whole holds them. A slot is a lease: one whose driver was killed
-    before releasing it comes back after `lease_s`.
+    driver (the normal case) the cluster as a whole holds them. A slot is a lease held by a Ray job: the slots of
+    a job that ended (its driver was killed before releasing them) come back as soon as a request waits for one,
+    and any slot comes back after `lease_s`.
     """
+
+    JOB_CHECK_S = 1.0  # how often a waiting request asks Ray which jobs ended
 
     def __init__(self, lease_s: float = LEASE_S):
         self.lease_s = lease_s
         self.backends: dict[str, _Backend] = {}
         self.changed = asyncio.Condition()
         self.rate_lock = asyncio.Lock()
+        self.jobs_checked = 0.0
 
-    def _expire(self, state: _Backend) -> None:
+    def _expire(self, state: _Backend, ended: frozenset[str] = frozenset()) -> None:
         now = time.monotonic()
-        for lease, until in list(state.leases.items()):
-            if until < now:
+        for lease, (until, job) in list(state.leases.items()):
+            if until < now or job in ended:
                 del state.leases[lease]
                 state.in_use -= 1
+
+    async def _ended_jobs(self) -> frozenset[str]:
+        """Jobs that ended (their drivers exited or were killed), asked of Ray at most every `JOB_CHECK_S`."""
+        now = time.monotonic()
+        if now - self.jobs_checked < self.JOB_CHECK_S:
+            return frozenset()
+        self.jobs_checked = now
+        from ray._private.state import jobs
+
+        try:
+            table = await asyncio.to_thread(jobs)
+        except Exception:  # noqa: BLE001 - the leases' own term still applies
+            return frozenset()
+        return frozenset(str(j.get("JobID")) for j in table if j.get("IsDead"))
 
     async def token(self, backend: str, rpm: float) -> None:
         """Wait for a rate token of `backend` (for a request that already holds a slot)."""
         await self._token(self.backends.setdefault(backend, _Backend()), rpm)
 
-    async def acquire(self, backend: str, max_concurrency: int, rpm: float | None) -> str:
-        """Wait for a rate token (when `rpm`) and a free slot; returns the lease id to release."""
+    async def acquire(self, backend: str, max_concurrency: int, rpm: float | None, job: str = "") -> str:
+        """Wait for a rate token (when `rpm`) and a free slot for Ray job `job`; returns the lease id to release."""
         state = self.backends.setdefault(backend, _Backend())
         await self._token(state, rpm)
-        return await self._slot(state, max_concurrency)
+        return await self._slot(state, max_concurrency, job)
 
     async def _token(self, state: _Backend, rpm: float | None) -> None:
         if rpm:
@@ -309,17 +329,20 @@ class LimiterActor:
                         break
                     await asyncio.sleep((1 - state.tokens) / rate)
 
-    async def _slot(self, state: _Backend, max_concurrency: int) -> str:
+    async def _slot(self, state: _Backend, max_concurrency: int, job: str) -> str:
         async with self.changed:
             while True:
                 self._expire(state)
+                if state.in_use < max(1, max_concurrency):
+                    break
+                self._expire(state, await self._ended_jobs())
                 if state.in_use < max(1, max_concurrency):
                     break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.changed.wait(), timeout=1.0)  # wakes to expire stale leases
             state.in_use += 1
             lease = uuid.uuid4().hex
-            state.leases[lease] = time.monotonic() + self.lease_s
+            state.leases[lease] = (time.monotonic() + self.lease_s, job)
         return lease
 
     async def release(self, backend: str, lease: str) -> None:
@@ -333,6 +356,14 @@ class LimiterActor:
     def in_use(self) -> dict[str, int]:
         """Slots held now, per backend."""
         return {name: state.in_use for name, state in self.backends.items()}
+
+    def holders(self, backend: str) -> dict[str, int]:
+        """Slots of `backend` held now, per Ray job."""
+        state = self.backends.get(backend) or _Backend()
+        held: dict[str, int] = {}
+        for _until, job in state.leases.values():
+            held[job or "?"] = held.get(job or "?", 0) + 1
+        return held
 
 
 _RENDER_ACTOR = ray.remote(RenderWorker)
@@ -636,6 +667,7 @@ class RayLimiter:
 
     def __init__(self, actor: Any, lease_s: float = LEASE_S):
         self.actor = actor
+        self.job = ray.get_runtime_context().get_job_id()
         self.max_age = lease_s / 4
         # backend -> kept slots (lease, uses, granted at, kept since); a thread returns the unused ones, so a slot
         # goes back even when the event loop that kept it has ended (commands run several `asyncio.run`s).
@@ -668,8 +700,27 @@ class RayLimiter:
                     await self.actor.token.remote(backend, rpm)
                 return lease, uses, granted
             self.actor.release.remote(backend, lease)
-        lease = await self.actor.acquire.remote(backend, max_concurrency, rpm)
+        lease = await self._acquire(backend, max_concurrency, rpm)
         return lease, 0, time.monotonic()
+
+    async def _acquire(self, backend: str, max_concurrency: int, rpm: float | None) -> str:
+        """A new lease from the actor; a long wait says what it waits for (after `WAIT_NOTICE_S`, then each minute)."""
+        waiting = asyncio.ensure_future(_awaited(self.actor.acquire.remote(backend, max_concurrency, rpm, self.job)))
+        started, notice = time.monotonic(), WAIT_NOTICE_S
+        try:
+            while True:
+                done, _ = await asyncio.wait({waiting}, timeout=notice)
+                if done:
+                    return str(waiting.result())
+                held = await self.actor.holders.remote(backend)
+                jobs = ", ".join(f"job {j}: {n}" for j, n in sorted(held.items())) or "none"
+                log.warning("waiting %.0f s for a cluster-wide slot of model backend %r: %d of %d in use (%s; this "
+                            "driver is job %s); UNVEIL_MAX_CONCURRENCY sets the limit, and the slots of an ended job "
+                            "come back", time.monotonic() - started, backend, sum(held.values()),
+                            max(1, max_concurrency), jobs, self.job)
+                notice = 60.0
+        finally:
+            waiting.cancel()
 
     def _give_back(self, backend: str, held: tuple[str, int, float]) -> None:
         lease, uses, granted = held
@@ -709,16 +760,60 @@ def connect(address: str | None) -> bool:
     `address` None or "": the cluster named by `RAY_ADDRESS`, else one `ray start` runs on this machine, else a new
     local one (token authentication on, Ray's default). "auto": an existing cluster; `ray://host:10001`: Ray
     Client. The project's folder travels to the workers of a remote cluster with `ray job submit --working-dir`.
+    A cluster that cannot be reached, or does not answer within `UNVEIL_RAY_CONNECT_TIMEOUT` seconds (default 60),
+    is one `ConnectionError` naming the address (Ray itself retries for many minutes).
     """
     if ray.is_initialized():
         return False
     kwargs: dict[str, Any] = {"namespace": NAMESPACE, "logging_level": logging.WARNING}
-    if address:
-        kwargs["address"] = address
-    else:
+    if not address:
         kwargs["include_dashboard"] = False
-    ray.init(**kwargs)
+        ray.init(**kwargs)
+        return True
+    timeout = _env_seconds("UNVEIL_RAY_CONNECT_TIMEOUT", CONNECT_TIMEOUT_S)
+    probe_address(address, timeout)
+    kwargs["address"] = address
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def init() -> None:
+        try:
+            ray.init(**kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            failed.append(exc)
+        finally:
+            done.set()
+
+    # In a thread, so that the caller can stop waiting: Ray gives no deadline of its own for the first contact.
+    threading.Thread(target=init, name="unveil-ray-connect", daemon=True).start()
+    if not done.wait(timeout):
+        raise ConnectionError(f"Ray cluster at {address!r} (--ray-address / {ADDRESS_ENV}) did not answer within "
+                              f"{timeout:g} s (UNVEIL_RAY_CONNECT_TIMEOUT): is it a Ray head node's GCS port "
+                              "(6379 by default), or ray://HOST:10001 for Ray Client?")
+    if failed:
+        raise ConnectionError(f"could not connect to the Ray cluster at {address!r}: {failed[0]}") from failed[0]
     return True
+
+
+def probe_address(address: str, timeout: float) -> None:
+    """Refuse a `HOST:PORT` or `ray://HOST:PORT` address that is malformed or where nothing accepts a connection,
+    naming it (`auto` and other URL schemes are left to Ray)."""
+    target = address.strip()
+    if target.startswith("ray://"):
+        target = target.removeprefix("ray://")
+    elif target == "auto" or "://" in target:
+        return
+    host, sep, port = target.rstrip("/").rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"Ray address {address!r}: expected HOST:PORT, ray://HOST:PORT or auto")
+    try:
+        with socket.create_connection((host, int(port)), timeout=min(timeout, 10.0)):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConnectionError(f"cannot reach the Ray cluster at {address!r} (--ray-address / {ADDRESS_ENV}): "
+                              f"{reason}") from None
 
 
 @contextlib.contextmanager

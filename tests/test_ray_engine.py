@@ -417,3 +417,96 @@ def test_a_pool_that_cannot_start_fails_its_requests_with_a_clear_error(cluster:
     monkeypatch.setenv("UNVEIL_RAY_REQUEST_TIMEOUT", "-1")
     with pytest.raises(ValueError, match="UNVEIL_RAY_REQUEST_TIMEOUT: expected a number of seconds above 0"):
         render_settings()
+
+
+def _cli(args: list[str], timeout: float, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "unveil.cli", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+
+
+def test_a_bad_or_silent_ray_address_fails_fast_with_a_clear_error(cluster: Any) -> None:
+    """Ray retries an unreachable address for many minutes (590 s seen); the connect has a deadline instead."""
+    import socket
+
+    started = time.monotonic()
+    out = _cli(["cluster", "info", "--ray-address", "127.0.0.1:1"], 120)
+    assert out.returncode == 1 and "cannot reach the Ray cluster at '127.0.0.1:1'" in out.stderr, out.stderr[-1500:]
+    out = _cli(["cluster", "info", "--ray-address", "head:port"], 120)
+    assert out.returncode == 1 and "expected HOST:PORT, ray://HOST:PORT or auto" in out.stderr, out.stderr[-1500:]
+    with socket.socket() as silent:  # accepts connections and never answers: not a Ray node
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        out = _cli(["cluster", "info", "--ray-address", address], 120, UNVEIL_RAY_CONNECT_TIMEOUT="3")
+    assert out.returncode == 1, out.stderr[-1500:]
+    assert f"Ray cluster at '{address}'" in out.stderr and "did not answer within 3 s" in out.stderr
+    assert time.monotonic() - started < 110
+    c, _ = cluster
+    out = _cli(["cluster", "info", "--ray-address", c.address], 120)  # a real cluster through the same path
+    assert out.returncode == 0 and "cluster: 2 node(s)" in out.stdout, out.stderr[-1500:]
+
+
+LEASE_HOLDER = """
+import asyncio, sys, time
+import ray
+from runner.ray_engine import RayLimiter, limiter_actor
+ray.init(address=sys.argv[1], namespace="unveil")
+limiter = RayLimiter(limiter_actor())
+async def hold():
+    for _ in range(2):
+        await limiter._take(sys.argv[2], 2, None)
+asyncio.run(hold())
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_slots_of_a_killed_driver_come_back_when_its_job_ends(cluster: Any, tmp_path: Path,
+                                                              caplog: pytest.LogCaptureFixture,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver SIGKILLed while holding every slot of a backend: the next run gets a slot once the job ended (not
+    after the 15-minute lease), and while it waits it says for what."""
+    import runner.ray_engine as ray_engine
+
+    c, _ = cluster
+    backend = f"scripted-killed-{uuid.uuid4().hex[:8]}"
+    script = tmp_path / "holder.py"
+    script.write_text(LEASE_HOLDER)
+    proc = subprocess.Popen([sys.executable, str(script), c.address, backend], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held", proc.stderr
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    monkeypatch.setattr(ray_engine, "WAIT_NOTICE_S", 0.2)
+    limiter = ray_engine.RayLimiter(ray_engine.limiter_actor())
+
+    async def take() -> None:
+        async with limiter.slot(backend, 2, None):
+            pass
+
+    try:
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="runner.ray_engine"):
+            asyncio.run(asyncio.wait_for(take(), 60))
+        assert time.monotonic() - started < 60
+    finally:
+        limiter.close()
+
+    # A wait that lasts says what it waits for: here this driver holds the one slot itself.
+    limiter = ray_engine.RayLimiter(ray_engine.limiter_actor())
+    other = f"scripted-busy-{uuid.uuid4().hex[:8]}"
+
+    async def blocked() -> None:
+        async with limiter.slot(other, 1, None):
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(limiter._acquire(other, 1, None), 1.5)
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="runner.ray_engine"):
+            asyncio.run(blocked())
+    finally:
+        limiter.close()
+    assert any(f"for a cluster-wide slot of model backend '{other}': 1 of 1 in use (job {limiter.job}: 1"
+               in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
