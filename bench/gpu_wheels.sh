@@ -3,8 +3,8 @@
 # bench/gpu_suite.py needs beyond the machine image's own packages (torch, transformers, accelerate, peft, pyarrow,
 # numpy... are there). Versions are the ones installed here, so the device runs what the tests ran.
 #   bench/gpu_wheels.sh [DEST]      # DEST defaults to .whl in the current directory
-# Ray's wheel (77 MB) is repacked without its Java jars, RLlib, Serve, Tune, Train, LLM and Data folders and with
-# the debug symbols of its three binaries stripped (about 35 MB), so the tree and the wheels fit the 64 MiB carry.
+# Ray's wheel (77 MB) is repacked without its Java jars, RLlib, Serve, Tune, Train, LLM and Data folders and the
+# dashboard's web client, and with the debug symbols of its three binaries stripped (about 35 MB), so the tree and the wheels fit the 64 MiB carry.
 set -euo pipefail
 dest=${1:-.whl}
 mkdir -p "$dest"
@@ -25,11 +25,13 @@ done
 # Repack Ray.
 shopt -s nullglob
 for whl in "$dest"/ray-*.whl; do
-  if unzip -l "$whl" | grep -q "ray/jars/"; then
+  listing=$(unzip -Z1 "$whl")
+  if grep -q '^ray/jars/' <<< "$listing"; then
+    whl=$(realpath "$whl")
     tmp=$(mktemp -d)
-    (cd "$tmp" && unzip -q "$OLDPWD/$whl")
+    (cd "$tmp" && unzip -q "$whl")
     rm -rf "$tmp"/ray/jars "$tmp"/ray/rllib "$tmp"/ray/serve "$tmp"/ray/tune "$tmp"/ray/train "$tmp"/ray/llm \
-           "$tmp"/ray/data
+           "$tmp"/ray/data "$tmp"/ray/dashboard/client/build
     for bin in "$tmp"/ray/_raylet.so "$tmp"/ray/core/src/ray/raylet/raylet "$tmp"/ray/core/src/ray/gcs/gcs_server; do
       [ -f "$bin" ] && strip --strip-debug "$bin"
     done
@@ -38,7 +40,7 @@ for whl in "$dest"/ray-*.whl; do
     record=$(ls "$tmp"/ray-*.dist-info/RECORD)
     (cd "$tmp" && find . -type f ! -path "*RECORD" | sed 's|^\./||; s|$|,,|' > "$record" && echo "$(basename "$(dirname "$record")")/RECORD,," >> "$record")
     rm "$whl"
-    (cd "$tmp" && python3 -m zipfile -c "$OLDPWD/$whl" ./*)
+    (cd "$tmp" && python3 -m zipfile -c "$whl" ./*)
     rm -rf "$tmp"
   fi
 done
