@@ -11,7 +11,8 @@ mkdir -p "$dest"
 names=(ray langgraph langgraph-checkpoint langgraph-checkpoint-sqlite langgraph-prebuilt langgraph-sdk langchain-core
        langchain-protocol langsmith pydantic pydantic-core annotated-types typing-inspection jsonpatch jsonpointer
        orjson ormsgpack tenacity zstandard uuid-utils requests-toolbelt jsonschema jsonschema-specifications
-       referencing rpds-py aiosqlite diffusers trl datasets dill multiprocess sniffio distro websockets)
+       referencing rpds-py aiosqlite diffusers trl datasets dill multiprocess sniffio distro websockets
+       open-clip-torch ftfy wcwidth)
 platforms=()
 for n in 17 24 27 28 31 34 35; do platforms+=(--platform "manylinux_2_${n}_x86_64"); done
 platforms+=(--platform manylinux2014_x86_64 --platform manylinux1_x86_64)
