@@ -105,7 +105,9 @@ def part_commands(args: argparse.Namespace, work: Path, n_gpus: int) -> dict[str
     t2i += (["--variants", "eager", "--n", "4", "--rounds", "1", "--steps", "2", "--baseline-n", "1"] if args.tiny
             else ["--variants", "eager,compile", "--n", "32", "--rounds", "1", "--baseline-n", "4"])
     grpo = [py, "bench/grpo_step.py", *tiny, "--json", str(work / "grpo.json")]
-    grpo += ["--steps", "1", "--warmup", "0"] if args.tiny else ["--steps", "1", "--warmup", "1"]
+    # The tiny VLM writes noise up to the completion limit: a short limit keeps the CPU run short.
+    grpo += (["--steps", "1", "--warmup", "0", "--max-completion", "16", "--images-per-prompt", "2"] if args.tiny
+             else ["--steps", "1", "--warmup", "1"])
     counts = [n for n in (1, 2, 4) if args.tiny and n == 1 or not args.tiny and n <= max(1, n_gpus)]
     scale = [py, "bench/scale.py", "render", *tiny, "--gpus", ",".join(map(str, counts)),
              "--accel", args.scale_accel, "--json", str(work / "scale.json")]
