@@ -20,8 +20,8 @@ def test_the_tiny_suite_runs_every_part_and_writes_one_json(tmp_path: Path) -> N
     out = tmp_path / "suite.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("OUT", None)
-    proc = subprocess.run([sys.executable, "bench/gpu_suite.py", "--tiny", "--budget-s", "840", "--out", str(out)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=900)
+    cmd = [sys.executable, "bench/gpu_suite.py", "--tiny", "--budget-s", "840", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert set(report["versions"]) == {"torch", "diffusers", "transformers", "trl", "ray"}
