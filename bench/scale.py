@@ -119,21 +119,34 @@ def bench_detect(args: argparse.Namespace) -> None:
 # -- render ---------------------------------------------------------------------------------------------------
 
 
-async def refine_prompts(ctx: Any, n: int, offset: int) -> None:
-    """Refine `n` prompts at once (each renders one image and is kept)."""
+async def refine_prompts(ctx: Any, n: int, offset: int) -> list[dict[str, Any]]:
+    """Refine `n` prompts at once (each renders one image and is kept); their records."""
     from runner.refine import refine_one
 
     prompts = ["a portrait of a woman in a red coat", "a city street at night", "a dog on a beach at sunset",
                "an oil painting of a stormy sea", "a bowl of fruit on a table", "a knight on horseback"]
-    await asyncio.gather(*(refine_one(f"{prompts[i % len(prompts)]} {i}", ctx, seed=offset + i) for i in range(n)))
+    return list(await asyncio.gather(*(refine_one(f"{prompts[i % len(prompts)]} {i}", ctx, seed=offset + i)
+                                       for i in range(n))))
 
 
-def timed_round(ctx: Any, images: int, warm: int) -> float:
-    """Warm up (pipelines loaded, batches formed), then time `images` renders; images/s."""
+def timed_round(ctx: Any, images: int, warm: int) -> tuple[float, list[dict[str, Any]]]:
+    """Warm up (pipelines loaded, batches formed), then time `images` renders; (images/s, the timed records)."""
     asyncio.run(refine_prompts(ctx, warm, 10_000_000))
     started = time.perf_counter()
-    asyncio.run(refine_prompts(ctx, images, 0))
-    return images / (time.perf_counter() - started)
+    records = asyncio.run(refine_prompts(ctx, images, 0))
+    return images / (time.perf_counter() - started), records
+
+
+def compare_records(local: list[dict[str, Any]], ray: list[dict[str, Any]]) -> tuple[bool, float]:
+    """(records equal apart from their images, the share of images identical) over the prompts both rendered."""
+    def without_images(rec: dict[str, Any]) -> Any:
+        return [{k: v for k, v in step.items() if k not in ("image_ids", "image_paths")} for step in rec["trajectory"]]
+
+    pairs = list(zip(local, ray, strict=False))
+    same = all(without_images(a) == without_images(b) and a["settings"] == b["settings"] for a, b in pairs)
+    ids = [(x, y) for a, b in pairs for sa, sb in zip(a["trajectory"], b["trajectory"], strict=False)
+           for x, y in zip(sa["image_ids"], sb["image_ids"], strict=False)]
+    return same, sum(x == y for x, y in ids) / max(1, len(ids))
 
 
 def bench_render(args: argparse.Namespace) -> None:
@@ -159,15 +172,15 @@ def bench_render(args: argparse.Namespace) -> None:
     script = work / "keep.json"
     script.write_text(json.dumps(KEEP_SCRIPT))
     ctx = ipr_context(refiner_model=f"scripted:{script}", generator=f"diffusers:{folder}?accel={args.accel}",
-                      size=size, steps=steps, t_max=0, image_store=str(work / "store"))
+                      width=size, height=size, steps=steps, t_max=0, image_store=str(work / "store"))
     per_gpu = args.prompts_per_gpu
     rows: list[dict[str, Any]] = []
 
     fresh_gateway()
     with engine_session(EngineSettings("local")):
-        local = timed_round(ctx, per_gpu, args.warm)
+        local, local_records = timed_round(ctx, per_gpu, args.warm)
     rows.append({"engine": "local", "GPUs": 1 if cuda else 0, "images": per_gpu, "images/s": f"{local:.2f}",
-                 "speed-up": "1.00"})
+                 "speed-up": "1.00", "records": "-", "same images": "-"})
     from tools.t2i.registry import clear_generator_cache
 
     clear_generator_cache()  # free the local engine's GPU memory before the actors take the GPUs
@@ -183,19 +196,26 @@ def bench_render(args: argparse.Namespace) -> None:
             continue
         os.environ["UNVEIL_RAY_RENDER_ACTORS"] = str(n)
         fresh_gateway()
+        started = time.perf_counter()
         with engine_session(EngineSettings("ray")):
-            rate = timed_round(ctx, per_gpu * n, args.warm * n)
+            rate, records = timed_round(ctx, per_gpu * n, args.warm * n)
+        same, share = compare_records(local_records, records)
         rows.append({"engine": "ray", "GPUs": n if cuda else 0, "images": per_gpu * n, "images/s": f"{rate:.2f}",
-                     "speed-up": f"{rate / local:.2f}"})
+                     "speed-up": f"{rate / local:.2f}", "records": "equal" if same else "DIFFER",
+                     "same images": f"{share:.0%}", "round s": f"{time.perf_counter() - started:.0f}"})
     ray.shutdown()
     device = torch.cuda.get_device_name(0) if cuda else "CPU"
     model = "tiny pipeline" if args.tiny else "SD-1.5 config, random weights, fp16"
     print(f"render: IPR refine (one render per prompt), {model}, {size}x{size}, {steps} steps, on {device} "
           f"({gpus} GPUs present)")
-    print(table(rows, ["engine", "GPUs", "images", "images/s", "speed-up"]))
+    print(table(rows, ["engine", "GPUs", "images", "images/s", "speed-up", "records", "same images"]))
     if skipped:
         print(f"not measured (only {gpus} GPUs here): {', '.join(map(str, skipped))} GPUs")
     print("targets: >= 1.9x on 2 GPUs, >= 3.6x on 4 GPUs")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": device, "gpus_present": gpus, "model": model, "size": size,
+                                               "steps": steps, "accel": args.accel, "rows": rows,
+                                               "skipped_gpus": skipped}, indent=2))
 
 
 def main() -> None:
@@ -217,6 +237,7 @@ def main() -> None:
     r.add_argument("--tiny", action="store_true", help="CPU smoke run on the tiny test pipeline")
     r.add_argument("--accel", default="auto", choices=("auto", "eager", "compile", "fp8"),
                    help="the UNet path of every engine (eager skips each process's compile warm-up)")
+    r.add_argument("--json", default=None, help="also write the rows to this JSON file")
     args = ap.parse_args()
     bench_detect(args) if args.part == "detect" else bench_render(args)
 

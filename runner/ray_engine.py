@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -44,10 +45,14 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from agents.limits import set_shared_limiter
 from agents.providers.registry import set_remote_chat_models
+from agents.spec import redact_spec
+from runner.engine import ADDRESS_ENV
 from tools.image_store import ImageStore, get_image_store, pid_alive
 from tools.scorers.score import ScoringSettings, score_here, set_remote_scoring
 from tools.t2i.base import GenerationRequest, ImageGenerator
 from tools.t2i.registry import build_local_generator, set_remote_generators
+
+log = logging.getLogger(__name__)
 
 NAMESPACE = "unveil"
 LIMITER_NAME = "unveil-limits"
@@ -55,6 +60,10 @@ RETRIES = 3  # sends of one request after its member died (each to the least-loa
 MAX_RESTARTS = 3  # Ray restarts of a dead member; creation errors (a bad model) are not restarted
 ACTOR_CONCURRENCY = 1000  # requests an async member holds at once (they meet in its batcher)
 LEASE_S = 900.0  # a cluster-wide slot not released by then (its driver was killed) is taken back
+START_TIMEOUT_S = 600.0  # a pool with no member placed and loaded by then fails its requests (clear error)
+REQUEST_TIMEOUT_S = 3600.0  # a request its member did not answer by then fails (clear error)
+CONNECT_TIMEOUT_S = 60.0  # connecting to a cluster that does not answer by then fails (clear error)
+WAIT_NOTICE_S = 30.0  # a wait for a cluster-wide slot says what it waits for after this long, then every minute
 
 
 def _env_json(name: str) -> dict[str, float]:
@@ -80,6 +89,19 @@ def _env_number(name: str) -> float | None:
         raise ValueError(f"{name}: expected a number, got {raw!r}") from None
 
 
+def _env_seconds(name: str, default: float) -> float:
+    value = _env_number(name)
+    if value is None:
+        return default
+    if not value > 0 or value != value:
+        raise ValueError(f"{name}: expected a number of seconds above 0, got {os.environ[name]!r}")
+    return value
+
+
+class PoolStalledError(RuntimeError):
+    """A pool request that waited past its deadline: no member could start, or its member did not answer."""
+
+
 @dataclass(frozen=True)
 class PoolSettings:
     """How one actor pool is placed (environment `UNVEIL_RAY_<POOL>_ACTORS`, `_GPUS`, `_CPUS`, `_RESOURCES`).
@@ -95,16 +117,21 @@ class PoolSettings:
     cpus: float = 1.0
     resources: dict[str, float] = field(default_factory=dict)
     default_gpus: float = 1.0
+    start_timeout_s: float = START_TIMEOUT_S
+    request_timeout_s: float = REQUEST_TIMEOUT_S
 
     @classmethod
     def from_env(cls, pool: str, *, default_gpus: float, default_cpus: float) -> PoolSettings:
-        """The settings of pool `pool` ("render" or "scorer") from the environment."""
+        """The settings of pool `pool` ("render" or "scorer") from the environment; the deadlines
+        (`UNVEIL_RAY_START_TIMEOUT`, `UNVEIL_RAY_REQUEST_TIMEOUT`, seconds) are shared by every pool."""
         prefix = f"UNVEIL_RAY_{pool.upper()}"
         actors = _env_number(f"{prefix}_ACTORS")
         cpus = _env_number(f"{prefix}_CPUS")
         return cls(pool=pool, actors=int(actors) if actors is not None else None, gpus=_env_number(f"{prefix}_GPUS"),
                    cpus=default_cpus if cpus is None else cpus, resources=_env_json(f"{prefix}_RESOURCES"),
-                   default_gpus=default_gpus)
+                   default_gpus=default_gpus,
+                   start_timeout_s=_env_seconds("UNVEIL_RAY_START_TIMEOUT", START_TIMEOUT_S),
+                   request_timeout_s=_env_seconds("UNVEIL_RAY_REQUEST_TIMEOUT", REQUEST_TIMEOUT_S))
 
     def plan(self, cluster_gpus: float) -> tuple[int, float]:
         """(members, GPUs per member) on a cluster with `cluster_gpus` GPUs in all."""
@@ -235,7 +262,7 @@ class ScorerWorker(_Member):
 @dataclass
 class _Backend:
     in_use: int = 0
-    leases: dict[str, float] = field(default_factory=dict)  # lease id -> monotonic expiry
+    leases: dict[str, tuple[float, str]] = field(default_factory=dict)  # lease id -> (monotonic expiry, job id)
     tokens: float = 1.0
     updated: float = field(default_factory=time.monotonic)
 
@@ -244,32 +271,50 @@ class LimiterActor:
     """The cluster-wide semaphore and token bucket per model backend (one detached named actor per cluster).
 
     Each request passes its own process's limits: with the same `UNVEIL_MAX_CONCURRENCY` / `UNVEIL_RPM` on every
-    driver (the normal case) the cluster as a whole holds them. A slot is a lease: one whose driver was killed
-    before releasing it comes back after `lease_s`.
+    driver (the normal case) the cluster as a whole holds them. A slot is a lease held by a Ray job: the slots of
+    a job that ended (its driver was killed before releasing them) come back as soon as a request waits for one,
+    and any slot comes back after `lease_s`.
     """
+
+    JOB_CHECK_S = 1.0  # how often a waiting request asks Ray which jobs ended
 
     def __init__(self, lease_s: float = LEASE_S):
         self.lease_s = lease_s
         self.backends: dict[str, _Backend] = {}
         self.changed = asyncio.Condition()
         self.rate_lock = asyncio.Lock()
+        self.jobs_checked = 0.0
 
-    def _expire(self, state: _Backend) -> None:
+    def _expire(self, state: _Backend, ended: frozenset[str] = frozenset()) -> None:
         now = time.monotonic()
-        for lease, until in list(state.leases.items()):
-            if until < now:
+        for lease, (until, job) in list(state.leases.items()):
+            if until < now or job in ended:
                 del state.leases[lease]
                 state.in_use -= 1
+
+    async def _ended_jobs(self) -> frozenset[str]:
+        """Jobs that ended (their drivers exited or were killed), asked of Ray at most every `JOB_CHECK_S`."""
+        now = time.monotonic()
+        if now - self.jobs_checked < self.JOB_CHECK_S:
+            return frozenset()
+        self.jobs_checked = now
+        from ray._private.state import jobs
+
+        try:
+            table = await asyncio.to_thread(jobs)
+        except Exception:  # noqa: BLE001 - the leases' own term still applies
+            return frozenset()
+        return frozenset(str(j.get("JobID")) for j in table if j.get("IsDead"))
 
     async def token(self, backend: str, rpm: float) -> None:
         """Wait for a rate token of `backend` (for a request that already holds a slot)."""
         await self._token(self.backends.setdefault(backend, _Backend()), rpm)
 
-    async def acquire(self, backend: str, max_concurrency: int, rpm: float | None) -> str:
-        """Wait for a rate token (when `rpm`) and a free slot; returns the lease id to release."""
+    async def acquire(self, backend: str, max_concurrency: int, rpm: float | None, job: str = "") -> str:
+        """Wait for a rate token (when `rpm`) and a free slot for Ray job `job`; returns the lease id to release."""
         state = self.backends.setdefault(backend, _Backend())
         await self._token(state, rpm)
-        return await self._slot(state, max_concurrency)
+        return await self._slot(state, max_concurrency, job)
 
     async def _token(self, state: _Backend, rpm: float | None) -> None:
         if rpm:
@@ -284,17 +329,20 @@ class LimiterActor:
                         break
                     await asyncio.sleep((1 - state.tokens) / rate)
 
-    async def _slot(self, state: _Backend, max_concurrency: int) -> str:
+    async def _slot(self, state: _Backend, max_concurrency: int, job: str) -> str:
         async with self.changed:
             while True:
                 self._expire(state)
+                if state.in_use < max(1, max_concurrency):
+                    break
+                self._expire(state, await self._ended_jobs())
                 if state.in_use < max(1, max_concurrency):
                     break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.changed.wait(), timeout=1.0)  # wakes to expire stale leases
             state.in_use += 1
             lease = uuid.uuid4().hex
-            state.leases[lease] = time.monotonic() + self.lease_s
+            state.leases[lease] = (time.monotonic() + self.lease_s, job)
         return lease
 
     async def release(self, backend: str, lease: str) -> None:
@@ -308,6 +356,14 @@ class LimiterActor:
     def in_use(self) -> dict[str, int]:
         """Slots held now, per backend."""
         return {name: state.in_use for name, state in self.backends.items()}
+
+    def holders(self, backend: str) -> dict[str, int]:
+        """Slots of `backend` held now, per Ray job."""
+        state = self.backends.get(backend) or _Backend()
+        held: dict[str, int] = {}
+        for _until, job in state.leases.values():
+            held[job or "?"] = held.get(job or "?", 0) + 1
+        return held
 
 
 _RENDER_ACTOR = ray.remote(RenderWorker)
@@ -327,26 +383,84 @@ def _cause(exc: RayTaskError) -> BaseException:
 
 
 class ActorPool:
-    """Members of one pool; each call goes to the least-loaded member and is sent again if its member died."""
+    """Members of one pool; each call goes to the least-loaded started member and is sent again if its member died.
 
-    def __init__(self, make: Callable[[int], Any], size: int, *, retries: int = RETRIES):
+    Every member is asked `ready()` when the pool is made; calls go only to members that answered (a member still
+    waiting to be placed, or loading its model, holds no request). A call that finds no member started within
+    `settings.start_timeout_s`, or whose member does not answer within `settings.request_timeout_s`, raises
+    `PoolStalledError` naming the pool and what it waited for, so a pool that cannot run never hangs a run.
+    """
+
+    def __init__(self, make: Callable[[int], Any], size: int, *, name: str = "pool",
+                 settings: PoolSettings | None = None, gpus: float = 0.0, retries: int = RETRIES):
+        self.name = name
+        self.settings = settings or PoolSettings(pool=name)
+        self.gpus = gpus
         self.members = [make(k) for k in range(size)]
         self.load = [0] * size
         self.retries = retries
         self._turn = itertools.count()
+        self.created = time.monotonic()
+        self.started = [False] * size
+        self._warned = False
+        for k, member in enumerate(self.members):
+            # Resolved on Ray's own thread: a flag per member, read by the event loops of the callers.
+            member.ready.remote().future().add_done_callback(lambda _f, k=k: self._set_started(k))
 
-    def _pick(self) -> int:
-        turn = next(self._turn)
-        return min(range(len(self.members)), key=lambda k: (self.load[k], (k - turn) % len(self.members)))
+    def _set_started(self, k: int) -> None:
+        self.started[k] = True
+
+    def needs(self) -> str:
+        """What one member asks of the cluster, e.g. `GPU 0.75, CPU 1`."""
+        parts = {"GPU": self.gpus, "CPU": self.settings.cpus, **self.settings.resources}
+        return ", ".join(f"{k} {v:g}" for k, v in parts.items() if v)
+
+    def _waiting(self) -> str:
+        waiting = [k for k in range(len(self.members)) if not self.started[k]]
+        try:
+            free = {k: v for k, v in ray.available_resources().items()
+                    if k in ("GPU", "CPU", *self.settings.resources)}
+        except Exception:  # noqa: BLE001 - only for the message
+            free = {}
+        shown = ", ".join(f"{k} {v:g}" for k, v in sorted(free.items())) or "none"
+        return (f"member(s) {', '.join(map(str, waiting))} of {len(self.members)} not started: each needs "
+                f"{self.needs() or 'nothing'} and the cluster has {shown} free; a member is started once Ray placed "
+                "it and it loaded its model")
+
+    async def _member(self) -> int:
+        """The least-loaded started member (ties in turn), waiting for one to start until the start deadline."""
+        deadline = self.created + self.settings.start_timeout_s
+        while True:
+            up = [k for k in range(len(self.members)) if self.started[k]]
+            if up:
+                if len(up) < len(self.members) and time.monotonic() > deadline and not self._warned:
+                    self._warned = True
+                    log.warning("%s: running on %d of %d members; %s", self.name, len(up), len(self.members),
+                                self._waiting())
+                turn = next(self._turn)
+                return min(up, key=lambda k: (self.load[k], (k - turn) % len(self.members)))
+            if time.monotonic() > deadline:
+                raise PoolStalledError(
+                    f"{self.name}: no member started within {self.settings.start_timeout_s:g} s "
+                    f"(UNVEIL_RAY_START_TIMEOUT); {self._waiting()}")
+            await asyncio.sleep(0.05)
 
     async def call(self, method: str, *args: Any) -> Any:
-        """`member.method(*args)` on the least-loaded member."""
+        """`member.method(*args)` on the least-loaded started member."""
         attempt = 0
         while True:
-            k = self._pick()
+            k = await self._member()
             self.load[k] += 1
+            ref = getattr(self.members[k], method).remote(*args)
             try:
-                return await getattr(self.members[k], method).remote(*args)
+                return await asyncio.wait_for(_awaited(ref), self.settings.request_timeout_s)
+            except TimeoutError:
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref)
+                raise PoolStalledError(
+                    f"{self.name}: member {k} did not answer a {method!r} request within "
+                    f"{self.settings.request_timeout_s:g} s (UNVEIL_RAY_REQUEST_TIMEOUT); it holds {self.load[k]} "
+                    "request(s) now") from None
             except RayTaskError as exc:
                 raise _cause(exc) from None
             except RayActorError:
@@ -359,9 +473,16 @@ class ActorPool:
                 self.load[k] -= 1
 
     def ready(self) -> list[dict[str, Any]]:
-        """Wait until every member is up; where each runs (a member that cannot start raises its error)."""
+        """Wait until every member is up; where each runs (a member that cannot start raises its error, one
+        not started within the start deadline raises `PoolStalledError`)."""
+        refs = [m.ready.remote() for m in self.members]
+        left = max(1.0, self.created + self.settings.start_timeout_s - time.monotonic())
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=left)
+        if len(done) < len(refs):
+            raise PoolStalledError(f"{self.name}: not every member started within "
+                                   f"{self.settings.start_timeout_s:g} s (UNVEIL_RAY_START_TIMEOUT); {self._waiting()}")
         try:
-            return list(ray.get([m.ready.remote() for m in self.members]))
+            return list(ray.get(refs))
         except RayTaskError as exc:
             raise _cause(exc) from None
 
@@ -370,6 +491,10 @@ class ActorPool:
         for member in self.members:
             with contextlib.suppress(Exception):
                 ray.kill(member, no_restart=True)
+
+
+async def _awaited(ref: Any) -> Any:
+    return await ref
 
 
 def _actor_options(settings: PoolSettings, gpus: float) -> dict[str, Any]:
@@ -411,14 +536,20 @@ class RayGenerators:
     def __init__(self) -> None:
         self.pools: dict[tuple[Any, ...], ActorPool] = {}
         self.settings = render_settings()
+        # Graph runs open their generator in worker threads, many at once: without the lock each thread that
+        # found no pool made one, and members of several pools then held the GPUs that the others waited for.
+        self.lock = threading.Lock()
 
     def _pool(self, spec: str, long_prompts: str, options: dict[str, Any]) -> ActorPool:
         key = (spec, long_prompts, tuple(sorted((k, repr(v)) for k, v in options.items())))
-        if key not in self.pools:
-            size, gpus = self.settings.plan(cluster_gpus())
-            actor = _RENDER_ACTOR.options(**_actor_options(self.settings, gpus))
-            self.pools[key] = ActorPool(lambda _k: actor.remote(spec, long_prompts, options), size)
-        return self.pools[key]
+        with self.lock:
+            if key not in self.pools:
+                size, gpus = self.settings.plan(cluster_gpus())
+                actor = _RENDER_ACTOR.options(**_actor_options(self.settings, gpus))
+                self.pools[key] = ActorPool(lambda _k: actor.remote(spec, long_prompts, options), size,
+                                            name=f"render pool {redact_spec(spec)!r}", settings=self.settings,
+                                            gpus=gpus)
+            return self.pools[key]
 
     def open(self, spec: str, *, store: ImageStore, long_prompts: str, options: dict[str, Any]) -> ImageGenerator:
         """The generator of `spec` on its render pool, storing into `store`."""
@@ -464,14 +595,17 @@ class RayChatModels:
     def __init__(self) -> None:
         self.pools: dict[str, ActorPool] = {}
         self.settings = vlm_settings()
+        self.lock = threading.Lock()  # one pool per spec, however many threads ask at once
 
     def __call__(self, spec: Any, role: str) -> BaseChatModel:
         key = str(spec)  # in-process providers take no base URL, so the display form is the whole spec
-        if key not in self.pools:
-            size, gpus = self.settings.plan(cluster_gpus())
-            actor = _VLM_ACTOR.options(**_actor_options(self.settings, gpus))
-            self.pools[key] = ActorPool(lambda _k: actor.remote(key), size)
-        return RemoteChatModel(spec=key, pool=self.pools[key])
+        with self.lock:
+            if key not in self.pools:
+                size, gpus = self.settings.plan(cluster_gpus())
+                actor = _VLM_ACTOR.options(**_actor_options(self.settings, gpus))
+                self.pools[key] = ActorPool(lambda _k: actor.remote(key), size, name=f"vlm pool {redact_spec(key)!r}",
+                                            settings=self.settings, gpus=gpus)
+            return RemoteChatModel(spec=key, pool=self.pools[key])
 
     def close(self) -> None:
         """End every member."""
@@ -486,13 +620,16 @@ class RayScoring:
     def __init__(self) -> None:
         self.settings = scorer_settings()
         self.pool: ActorPool | None = None
+        self.lock = threading.Lock()  # one pool, however many threads ask at once
 
     def _get_pool(self) -> ActorPool:
-        if self.pool is None:
-            size, gpus = self.settings.plan(cluster_gpus())
-            actor = _SCORER_ACTOR.options(**_actor_options(self.settings, gpus))
-            self.pool = ActorPool(lambda _k: actor.remote(), size)
-        return self.pool
+        with self.lock:
+            if self.pool is None:
+                size, gpus = self.settings.plan(cluster_gpus())
+                actor = _SCORER_ACTOR.options(**_actor_options(self.settings, gpus))
+                self.pool = ActorPool(lambda _k: actor.remote(), size, name="scorer pool", settings=self.settings,
+                                      gpus=gpus)
+            return self.pool
 
     async def score(self, image_ids: list[str], prompt: str, names: list[str], settings: ScoringSettings,
                     store: ImageStore | None) -> list[dict[str, Any]]:
@@ -530,6 +667,7 @@ class RayLimiter:
 
     def __init__(self, actor: Any, lease_s: float = LEASE_S):
         self.actor = actor
+        self.job = ray.get_runtime_context().get_job_id()
         self.max_age = lease_s / 4
         # backend -> kept slots (lease, uses, granted at, kept since); a thread returns the unused ones, so a slot
         # goes back even when the event loop that kept it has ended (commands run several `asyncio.run`s).
@@ -562,8 +700,27 @@ class RayLimiter:
                     await self.actor.token.remote(backend, rpm)
                 return lease, uses, granted
             self.actor.release.remote(backend, lease)
-        lease = await self.actor.acquire.remote(backend, max_concurrency, rpm)
+        lease = await self._acquire(backend, max_concurrency, rpm)
         return lease, 0, time.monotonic()
+
+    async def _acquire(self, backend: str, max_concurrency: int, rpm: float | None) -> str:
+        """A new lease from the actor; a long wait says what it waits for (after `WAIT_NOTICE_S`, then each minute)."""
+        waiting = asyncio.ensure_future(_awaited(self.actor.acquire.remote(backend, max_concurrency, rpm, self.job)))
+        started, notice = time.monotonic(), WAIT_NOTICE_S
+        try:
+            while True:
+                done, _ = await asyncio.wait({waiting}, timeout=notice)
+                if done:
+                    return str(waiting.result())
+                held = await self.actor.holders.remote(backend)
+                jobs = ", ".join(f"job {j}: {n}" for j, n in sorted(held.items())) or "none"
+                log.warning("waiting %.0f s for a cluster-wide slot of model backend %r: %d of %d in use (%s; this "
+                            "driver is job %s); UNVEIL_MAX_CONCURRENCY sets the limit, and the slots of an ended job "
+                            "come back", time.monotonic() - started, backend, sum(held.values()),
+                            max(1, max_concurrency), jobs, self.job)
+                notice = 60.0
+        finally:
+            waiting.cancel()
 
     def _give_back(self, backend: str, held: tuple[str, int, float]) -> None:
         lease, uses, granted = held
@@ -603,16 +760,60 @@ def connect(address: str | None) -> bool:
     `address` None or "": the cluster named by `RAY_ADDRESS`, else one `ray start` runs on this machine, else a new
     local one (token authentication on, Ray's default). "auto": an existing cluster; `ray://host:10001`: Ray
     Client. The project's folder travels to the workers of a remote cluster with `ray job submit --working-dir`.
+    A cluster that cannot be reached, or does not answer within `UNVEIL_RAY_CONNECT_TIMEOUT` seconds (default 60),
+    is one `ConnectionError` naming the address (Ray itself retries for many minutes).
     """
     if ray.is_initialized():
         return False
     kwargs: dict[str, Any] = {"namespace": NAMESPACE, "logging_level": logging.WARNING}
-    if address:
-        kwargs["address"] = address
-    else:
+    if not address:
         kwargs["include_dashboard"] = False
-    ray.init(**kwargs)
+        ray.init(**kwargs)
+        return True
+    timeout = _env_seconds("UNVEIL_RAY_CONNECT_TIMEOUT", CONNECT_TIMEOUT_S)
+    probe_address(address, timeout)
+    kwargs["address"] = address
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def init() -> None:
+        try:
+            ray.init(**kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            failed.append(exc)
+        finally:
+            done.set()
+
+    # In a thread, so that the caller can stop waiting: Ray gives no deadline of its own for the first contact.
+    threading.Thread(target=init, name="unveil-ray-connect", daemon=True).start()
+    if not done.wait(timeout):
+        raise ConnectionError(f"Ray cluster at {address!r} (--ray-address / {ADDRESS_ENV}) did not answer within "
+                              f"{timeout:g} s (UNVEIL_RAY_CONNECT_TIMEOUT): is it a Ray head node's GCS port "
+                              "(6379 by default), or ray://HOST:10001 for Ray Client?")
+    if failed:
+        raise ConnectionError(f"could not connect to the Ray cluster at {address!r}: {failed[0]}") from failed[0]
     return True
+
+
+def probe_address(address: str, timeout: float) -> None:
+    """Refuse a `HOST:PORT` or `ray://HOST:PORT` address that is malformed or where nothing accepts a connection,
+    naming it (`auto` and other URL schemes are left to Ray)."""
+    target = address.strip()
+    if target.startswith("ray://"):
+        target = target.removeprefix("ray://")
+    elif target == "auto" or "://" in target:
+        return
+    host, sep, port = target.rstrip("/").rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"Ray address {address!r}: expected HOST:PORT, ray://HOST:PORT or auto")
+    try:
+        with socket.create_connection((host, int(port)), timeout=min(timeout, 10.0)):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConnectionError(f"cannot reach the Ray cluster at {address!r} (--ray-address / {ADDRESS_ENV}): "
+                              f"{reason}") from None
 
 
 @contextlib.contextmanager

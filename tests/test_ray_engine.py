@@ -338,3 +338,175 @@ def test_an_hf_refiner_runs_in_the_vlm_pool_with_the_local_records(cluster: Any,
     local = _by_id(tmp_path / "local.jsonl", {})
     assert len(local) == 2 and all(r["status"] == "ok" and r["trajectory"][0]["refiner_answer"] for r in local.values())
     assert _by_id(tmp_path / "ray.jsonl", {}) == local, _diff(local, _by_id(tmp_path / "ray.jsonl", {}))
+
+
+@pytest.fixture()
+def gpu_node(cluster: Any) -> Any:
+    """A node declaring 2 GPUs (none exist: the members render on its CPUs), so the render pool places 2 members of
+    0.75 GPU each, as on a 2-GPU machine: two members can never share one of its GPUs."""
+    import torch
+
+    c, _ = cluster
+    node = c.add_node(num_cpus=2 * torch.get_num_threads() + 1, num_gpus=2)
+    try:
+        yield node
+    finally:
+        c.remove_node(node)
+
+
+def test_many_prompts_at_once_share_one_render_pool_on_gpus(cluster: Any, gpu_node: Any, tmp_path: Path,
+                                                            sd_folder: str) -> None:
+    """Graph runs open their generator in worker threads at once: every one must get the same pool. Before, each
+    thread that found no pool made one, and members of different pools held the GPUs the others waited for: with
+    2 GPUs, 12 prompts and the default IPR settings (3 refinements, a fresh seed per step) the run hung."""
+    from runner.engine import EngineSettings, engine_session
+    from runner.refine import ipr_context, refine_one
+    from tools.t2i import registry
+
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"refiner": [{"when": "", "then": "<answer>a calm lake at dawn</answer>"}]}))
+    ctx = ipr_context(refiner_model=f"scripted:{script}", generator=f"diffusers:{sd_folder}", width=32, height=32,
+                      steps=2, image_store=str(tmp_path / "store"))
+    assert ctx.t_max == 3 and ctx.seed_mode == "fresh"
+
+    async def every() -> list[dict[str, Any]]:
+        runs = asyncio.gather(*(refine_one(f"a garden {i}", ctx, seed=i) for i in range(12)))
+        return list(await asyncio.wait_for(runs, 240))  # the deadline on the run: a stall fails, never hangs
+
+    with engine_session(EngineSettings("ray")):
+        records = asyncio.run(every())
+        pools = list(registry._REMOTE[0].pools.values())  # type: ignore[attr-defined]
+        assert len(pools) == 1 and len(pools[0].members) == 2 and all(pools[0].started)
+        assert {w["node"] for w in pools[0].ready()} == {gpu_node.node_id}
+    assert [len(r["trajectory"]) for r in records] == [4] * 12
+    seeds = [s["seed"] for s in records[0]["trajectory"]]
+    assert len(set(seeds)) == 4  # a fresh seed per step
+
+
+def test_a_pool_that_cannot_start_fails_its_requests_with_a_clear_error(cluster: Any, tmp_path: Path, sd_folder: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A member that Ray cannot place (no node has the resource) fails the request after the start deadline, naming
+    the pool and what its members wait for; a member that does not answer fails it after the request deadline."""
+    from runner.engine import EngineSettings, engine_session
+    from runner.ray_engine import PoolStalledError, render_settings
+    from tools.image_store import get_image_store
+    from tools.t2i.base import GenerationRequest
+    from tools.t2i.registry import open_generator
+
+    monkeypatch.setenv("UNVEIL_RAY_START_TIMEOUT", "3")
+    monkeypatch.setenv("UNVEIL_RAY_RENDER_RESOURCES", json.dumps({"unveil_nowhere": 1}))
+    request = GenerationRequest(prompt="a garden", width=32, height=32, steps=2, seed=1)
+    store = get_image_store(tmp_path / "store")
+    with engine_session(EngineSettings("ray")):
+        generator = open_generator(f"diffusers:{sd_folder}", store=store)
+        started = time.monotonic()
+        with pytest.raises(PoolStalledError, match=r"render pool 'diffusers:.*no member started within 3 s.*"
+                                                   r"unveil_nowhere 1.*free"):
+            asyncio.run(generator.generate(request))
+        assert time.monotonic() - started < 30
+
+    monkeypatch.delenv("UNVEIL_RAY_RENDER_RESOURCES")
+    monkeypatch.setenv("UNVEIL_RAY_START_TIMEOUT", "120")
+    monkeypatch.setenv("UNVEIL_RAY_REQUEST_TIMEOUT", "0.5")
+    with engine_session(EngineSettings("ray")):
+        generator = open_generator(f"diffusers:{sd_folder}", store=store)
+        generator.pipeline  # noqa: B018 - the member is started; only the render itself is timed
+        slow = GenerationRequest(prompt="a garden", width=32, height=32, steps=400, seed=1)
+        with pytest.raises(PoolStalledError, match=r"member 0 did not answer a 'render' request within 0.5 s"):
+            asyncio.run(generator.generate(slow))
+    monkeypatch.setenv("UNVEIL_RAY_REQUEST_TIMEOUT", "-1")
+    with pytest.raises(ValueError, match="UNVEIL_RAY_REQUEST_TIMEOUT: expected a number of seconds above 0"):
+        render_settings()
+
+
+def _cli(args: list[str], timeout: float, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "unveil.cli", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+
+
+def test_a_bad_or_silent_ray_address_fails_fast_with_a_clear_error(cluster: Any) -> None:
+    """Ray retries an unreachable address for many minutes (590 s seen); the connect has a deadline instead."""
+    import socket
+
+    started = time.monotonic()
+    out = _cli(["cluster", "info", "--ray-address", "127.0.0.1:1"], 120)
+    assert out.returncode == 1 and "cannot reach the Ray cluster at '127.0.0.1:1'" in out.stderr, out.stderr[-1500:]
+    out = _cli(["cluster", "info", "--ray-address", "head:port"], 120)
+    assert out.returncode == 1 and "expected HOST:PORT, ray://HOST:PORT or auto" in out.stderr, out.stderr[-1500:]
+    with socket.socket() as silent:  # accepts connections and never answers: not a Ray node
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        out = _cli(["cluster", "info", "--ray-address", address], 120, UNVEIL_RAY_CONNECT_TIMEOUT="3")
+    assert out.returncode == 1, out.stderr[-1500:]
+    assert f"Ray cluster at '{address}'" in out.stderr and "did not answer within 3 s" in out.stderr
+    assert time.monotonic() - started < 110
+    c, _ = cluster
+    out = _cli(["cluster", "info", "--ray-address", c.address], 120)  # a real cluster through the same path
+    assert out.returncode == 0 and "cluster: 2 node(s)" in out.stdout, out.stderr[-1500:]
+
+
+LEASE_HOLDER = """
+import asyncio, sys, time
+import ray
+from runner.ray_engine import RayLimiter, limiter_actor
+ray.init(address=sys.argv[1], namespace="unveil")
+limiter = RayLimiter(limiter_actor())
+async def hold():
+    for _ in range(2):
+        await limiter._take(sys.argv[2], 2, None)
+asyncio.run(hold())
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_slots_of_a_killed_driver_come_back_when_its_job_ends(cluster: Any, tmp_path: Path,
+                                                              caplog: pytest.LogCaptureFixture,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver SIGKILLed while holding every slot of a backend: the next run gets a slot once the job ended (not
+    after the 15-minute lease), and while it waits it says for what."""
+    import runner.ray_engine as ray_engine
+
+    c, _ = cluster
+    backend = f"scripted-killed-{uuid.uuid4().hex[:8]}"
+    script = tmp_path / "holder.py"
+    script.write_text(LEASE_HOLDER)
+    proc = subprocess.Popen([sys.executable, str(script), c.address, backend], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held", proc.stderr
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    monkeypatch.setattr(ray_engine, "WAIT_NOTICE_S", 0.2)
+    limiter = ray_engine.RayLimiter(ray_engine.limiter_actor())
+
+    async def take() -> None:
+        async with limiter.slot(backend, 2, None):
+            pass
+
+    try:
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="runner.ray_engine"):
+            asyncio.run(asyncio.wait_for(take(), 60))
+        assert time.monotonic() - started < 60
+    finally:
+        limiter.close()
+
+    # A wait that lasts says what it waits for: here this driver holds the one slot itself.
+    limiter = ray_engine.RayLimiter(ray_engine.limiter_actor())
+    other = f"scripted-busy-{uuid.uuid4().hex[:8]}"
+
+    async def blocked() -> None:
+        async with limiter.slot(other, 1, None):
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(limiter._acquire(other, 1, None), 1.5)
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="runner.ray_engine"):
+            asyncio.run(blocked())
+    finally:
+        limiter.close()
+    assert any(f"for a cluster-wide slot of model backend '{other}': 1 of 1 in use (job {limiter.job}: 1"
+               in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
