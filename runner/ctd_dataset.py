@@ -38,8 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.batch import append_lines, atomic_write_text, done_records, read_jsonl_records
+from runner.batch import append_lines, done_records, read_jsonl_records
 from tools.extras import require_extra
+from tools.safe_files import atomic_write, atomic_writer, open_in
 
 SAMPLES = "samples.jsonl"
 DATASET = "dataset.jsonl"
@@ -267,7 +268,7 @@ def dataset_lock(dataset_dir: str | os.PathLike[str], *, timeout: float = LOCK_T
     flock locks belong to the open file, so threads of one process exclude each other as processes do."""
     root = Path(dataset_dir)
     root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_in(root, LOCK, os.O_RDWR | os.O_CREAT)  # a link planted at `.lock` is refused, never followed
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -298,10 +299,11 @@ def _write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
     pending = [r for r in records.values() if r.get("status") == "pending_review"]
     keys = ("id", "category", "subcategory", "text", "image", "image_sha256", "label", "image_description",
             "erasure_reason", "rounds", "mtc", "counterpart_of")
-    atomic_write_text(root / DATASET, "".join(json.dumps({k: row.get(k) for k in keys}, ensure_ascii=False) + "\n"
-                                              for r in usable for row in dataset_rows(r)))
-    atomic_write_text(root / REVIEW_QUEUE,
-                      "".join(json.dumps(review_item(r), ensure_ascii=False) + "\n" for r in pending))
+    # Written as new files inside the folder (tools.safe_files): a link planted at either name is replaced.
+    atomic_write(root, DATASET, "".join(json.dumps({k: row.get(k) for k in keys}, ensure_ascii=False) + "\n"
+                                        for r in usable for row in dataset_rows(r)).encode("utf-8"))
+    atomic_write(root, REVIEW_QUEUE,
+                 "".join(json.dumps(review_item(r), ensure_ascii=False) + "\n" for r in pending).encode("utf-8"))
     counts: dict[str, int] = {}
     for r in records.values():
         counts[r.get("status", "?")] = counts.get(r.get("status", "?"), 0) + 1
@@ -476,10 +478,9 @@ def export_hf(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[st
         "seeds": [Value("int64")], "label": Value("int32"), "mtc": Value("float64"), "counterpart_of": Value("string"),
     })
     ds = Dataset.from_dict(columns, features=features)
-    target = Path(out_dir) if out_dir else root / EXPORT
-    target.mkdir(parents=True, exist_ok=True)
-    path = target / "data.parquet"
-    tmp = target / ".data.parquet.tmp"
-    ds.to_parquet(str(tmp))
-    os.replace(tmp, path)
-    return path
+    # A new file renamed into place, its folder reached without following a link (tools.safe_files): a link
+    # planted at `export` or at the file's name cannot make the export overwrite a file outside the folder.
+    base, rel = (Path(out_dir), Path("data.parquet")) if out_dir else (root, Path(EXPORT) / "data.parquet")
+    with atomic_writer(base, rel) as fh:
+        ds.to_parquet(fh)
+    return base / rel

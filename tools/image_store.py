@@ -16,12 +16,15 @@ import hashlib
 import io
 import os
 import stat
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from PIL import Image
+
+from tools.safe_files import StorageError, UnsafePathError, atomic_write
+from tools.safe_files import pid_alive as pid_alive  # re-exported: the run layer's scratch cleanup uses it
+from tools.safe_files import remove_dead_temp_files as remove_dead_temp_files
 
 # Pillow's own bomb guard warns at ~89 Mpx and raises at twice that; we refuse far earlier because
 # nothing in Unveil needs more than a few megapixels.
@@ -31,6 +34,11 @@ DEFAULT_MAX_BYTES = 50 * 1024 * 1024
 
 class ImageInputError(ValueError):
     """An image could not be accepted; the message names the input and the reason."""
+
+
+class ImageStoreError(StorageError):
+    """The image store cannot be written (a full disk, no permission, a link planted in it): no sample can go on,
+    so a batch stops with this one error, which names the store, instead of failing every sample."""
 
 
 @dataclass(frozen=True)
@@ -171,32 +179,6 @@ def read_file_capped(path: str | os.PathLike[str], limit: int = DEFAULT_MAX_BYTE
     return data
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether process `pid` is running on this machine (a temporary file or scratch folder of a dead process
-    may be removed)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's live process
-    return True
-
-
-def remove_dead_temp_files(folder: Path) -> None:
-    """Delete `.PID.*.tmp` files in `folder` whose writing process no longer runs (it was killed mid-write)."""
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return
-    for name in names:
-        if not name.endswith(".tmp") or not name.startswith("."):
-            continue
-        pid = name[1:].split(".", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
-            (folder / name).unlink(missing_ok=True)
-
-
 class ImageStore:
     """A folder of PNG files named by the SHA-256 of their bytes."""
 
@@ -230,18 +212,17 @@ class ImageStore:
         image_id = hashlib.sha256(png).hexdigest()
         path = self.path_for(image_id)
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            remove_dead_temp_files(path.parent)
-            # Write to a temp file and rename: a killed process never leaves a half-written image
-            # under a valid id. The writer's pid in the name lets a later writer remove it if it was killed.
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{os.getpid()}.", suffix=".tmp")
+            # A new file renamed into place (see tools.safe_files): a killed process never leaves a half-written
+            # image under a valid id, and a link planted in the store is never written through.
             try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(png)
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+                atomic_write(self.root, Path(image_id[:2]) / f"{image_id}.png", png)
+            except UnsafePathError as exc:
+                raise ImageStoreError(f"image store {str(self.root)!r}: {exc}") from exc
+            except OSError as exc:
+                raise ImageStoreError(
+                    f"image store {str(self.root)!r}: cannot write {path.name} "
+                    f"({exc.strerror or type(exc).__name__}); free space or choose another store "
+                    "(UNVEIL_IMAGE_STORE / image_store)") from exc
         return StoredImage(id=image_id, path=str(path), width=width, height=height)
 
     def put_bytes(self, data: bytes, *, name: str) -> StoredImage:
