@@ -19,8 +19,9 @@ import stat
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
 from tools.safe_files import StorageError, UnsafePathError, atomic_write
 from tools.safe_files import pid_alive as pid_alive  # re-exported: the run layer's scratch cleanup uses it
@@ -57,6 +58,23 @@ def default_store_root() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "unveil" / "images"
 
 
+# The formats Pillow may open from untrusted input: raster formats Pillow decodes itself, the ones the project reads
+# and tests (tests/test_image_modes.py). Any other plugin never sees the bytes, whatever the file is called: EPS
+# and PostScript would be handed to Ghostscript, and every extra parser is more attack surface.
+ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF", "PPM", "ICO", "TGA", "JPEG2000", "IM", "SGI", "PCX",
+                   "QOI")
+
+
+def open_image(fp: str | os.PathLike[str] | IO[bytes], *, name: str) -> Image.Image:
+    """`Image.open` limited to `ALLOWED_FORMATS` (only their plugins are tried), the one way untrusted image bytes
+    are opened; an image in any other format is an `ImageInputError` naming the input."""
+    try:
+        return Image.open(fp, formats=ALLOWED_FORMATS)
+    except UnidentifiedImageError as exc:
+        raise ImageInputError(f"image {name!r}: not a readable image in an allowed format "
+                              f"({', '.join(ALLOWED_FORMATS)})") from exc
+
+
 def decode_image(data: bytes, *, name: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
     """Decode and validate image bytes, refusing corrupt data, bombs and oversized images.
 
@@ -69,7 +87,7 @@ def decode_image(data: bytes, *, name: str, max_pixels: int = DEFAULT_MAX_PIXELS
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            probe = Image.open(io.BytesIO(data))
+            probe = open_image(io.BytesIO(data), name=name)
             # The header gives the size before any pixel is decoded, so a bomb is refused cheaply.
             width, height = probe.size
             if width * height > max_pixels:
@@ -77,7 +95,7 @@ def decode_image(data: bytes, *, name: str, max_pixels: int = DEFAULT_MAX_PIXELS
                     f"image {name!r}: {width}x{height} pixels is over the limit of {max_pixels} pixels"
                 )
             probe.verify()
-        image = Image.open(io.BytesIO(data))
+        image = open_image(io.BytesIO(data), name=name)
         image.load()
     except ImageInputError:
         raise
@@ -242,7 +260,7 @@ class ImageStore:
         path = self.path_for(image_id)
         if not path.exists():
             raise ImageInputError(f"image id {image_id!r}: not in the store at {self.root}")
-        with Image.open(path) as im:
+        with Image.open(path, formats=("PNG",)) as im:  # the store holds only PNG files it wrote
             im.load()
             return im.copy()
 
