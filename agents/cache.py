@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("unveil.cache")
-# How long a write waits for another process's lock before the cache is skipped for that call.
+# How long a call waits for another process's lock; after the first such wait the cache is off for the rest of the
+# run (each later call would wait as long again, one after the other: the lock serialises them).
 LOCK_TIMEOUT_S = 2.0
 
 
@@ -64,9 +65,20 @@ class ResponseCache:
             log.warning("response cache %s (UNVEIL_CACHE / --cache): %s (%s: %s); going on without it", self.path,
                         what, type(exc).__name__, exc)
 
+    def _locked(self, exc: BaseException, what: str) -> bool:
+        """Whether `exc` is a lock timeout; if so the cache is off for the rest of the run, with one warning."""
+        if not (isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc).lower()):
+            return False
+        self.disabled = True
+        self._warn(f"cannot be {what}: locked by another process for over {LOCK_TIMEOUT_S:g} s, so it is skipped "
+                   "for the rest of this run", exc)
+        return True
+
     def _db(self) -> sqlite3.Connection | None:
         # Called with the lock held.
-        if self._conn is None and not self.disabled:
+        if self.disabled:
+            return None
+        if self._conn is None:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
@@ -78,9 +90,7 @@ class ResponseCache:
                     conn.close()
                     raise
             except (sqlite3.Error, OSError) as exc:
-                if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc).lower():
-                    self._warn("is locked by another process", exc)  # may clear: try again on the next call
-                else:
+                if not self._locked(exc, "opened"):
                     self.disabled = True
                     self._warn("cannot be opened", exc)
                 return None
@@ -96,7 +106,8 @@ class ResponseCache:
             try:
                 row = db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
             except sqlite3.Error as exc:
-                self._warn("cannot be read", exc)
+                if not self._locked(exc, "read"):
+                    self._warn("cannot be read", exc)
                 return None
         if not row:
             return None
@@ -120,7 +131,8 @@ class ResponseCache:
             try:
                 db.execute("INSERT OR REPLACE INTO responses (key, value) VALUES (?, ?)", (key, blob))
             except sqlite3.Error as exc:
-                self._warn("cannot be written", exc)
+                if not self._locked(exc, "written"):
+                    self._warn("cannot be written", exc)
                 return False
         return True
 

@@ -3,15 +3,19 @@
 Instructions live only in the system message (the role's prompt constant). Text and images under test go in a
 separate user message, each text inside a `<data name=...>` element whose closing tag cannot be forged (every
 spelling of a `data` tag inside the content is escaped: any case, spacing, line break, invisible character,
-HTML entity or look-alike bracket), and each image as an image content block built from the image store
-inside the calling node. Models without vision get the image's description instead, also as data.
+HTML entity, look-alike bracket or slash, or look-alike letters: fullwidth, mathematical, Cyrillic, Greek and other
+confusables and combining marks are folded before tags are looked for), and each image as an image content block
+built from the image store inside the calling node. Models without vision get the image's description instead,
+also as data.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,14 +43,54 @@ _NAME = _INVISIBLE.join(("[d\uff44]", "[a\uff41]", "[t\uff54]", "[a\uff41]"))
 _TAG = re.compile(f"{_OPEN}{_GAP}(?P<slash>{_SLASH})?{_GAP}(?={_NAME})", re.IGNORECASE)
 
 
+# Look-alikes of the delimiter's characters that compatibility decomposition (NFKD) does not fold: Cyrillic, Greek,
+# Cherokee, Lisu and Canadian-syllabics letters, small capitals, Latin alpha, and bracket- and slash-like signs.
+_CONFUSABLES = str.maketrans({
+    **dict.fromkeys("\u0501\u0256\u0257\u13e7\u146f\ua4d2\u1d05\u13a0\u15de\ua4d3\u2145\u2146", "d"),
+    **dict.fromkeys("\u0430\u0410\u03b1\u0391\u0251\u237a\u1d00\u13aa\ua4ee\u15c5\u0250\u0252", "a"),
+    **dict.fromkeys("\u0442\u0422\u03c4\u03a4\u1d1b\u13a2\ua4d4\u22a4\u27d9\u2ca6\u01ad\u0167", "t"),
+    **dict.fromkeys("\u2039\u3008\u27e8\u1438\u02c2\u276e\u276c\u2329\u29fc\u1445", "<"),
+    **dict.fromkeys("\u2215\u2044\u2571\u29f8\u141f\u3033\u30ce\u4e3f\u2cc6\u01c0", "/"),
+})
+
+
+@functools.lru_cache(maxsize=4096)
+def _fold(char: str) -> str:
+    """What a reader takes `char` for: compatibility-decomposed (fullwidth, mathematical and circled letters become
+    plain ones), combining marks dropped (a `d` with a dot is still a `d`), look-alikes mapped to the letter."""
+    decomposed = unicodedata.normalize("NFKD", char.translate(_CONFUSABLES))
+    return "".join(c for c in decomposed if not unicodedata.combining(c)).translate(_CONFUSABLES)
+
+
 def escape_data(text: str) -> str:
     """Neutralise delimiter spoofing: untrusted text cannot open or close a `data` element in any spelling.
 
     Every bracket that starts something a parser could read as a `data` tag (any case, spacing or line break,
-    entity-encoded, or a look-alike bracket) becomes the inert `<\\` (`<\\/` for a closing tag): the model still
-    sees the text, but no tag.
+    entity-encoded, a look-alike bracket or look-alike letters) becomes the inert `<\\` (`<\\/` for a closing
+    tag): the model still sees the text, but no tag. Tags are looked for in the text with every character folded
+    (`_fold`); the brackets found are replaced in the text as it was.
     """
-    return _TAG.sub(lambda m: "<\\/" if m.group("slash") else "<\\", text)
+    def inert(m: re.Match[str]) -> str:
+        return "<\\/" if m.group("slash") else "<\\"
+
+    if text.isascii():
+        return _TAG.sub(inert, text)
+    folded: list[str] = []
+    origin: list[int] = []  # index in `text` of the character each folded character comes from
+    for i, char in enumerate(text):
+        f = char if char.isascii() else _fold(char)
+        folded.append(f)
+        origin.extend([i] * len(f))
+    origin.append(len(text))
+    out: list[str] = []
+    last = 0
+    for m in _TAG.finditer("".join(folded)):
+        start, end = origin[m.start()], origin[m.end()]
+        out.append(text[last:start])
+        out.append(inert(m))
+        last = end
+    out.append(text[last:])
+    return "".join(out)
 
 
 def data_text(name: str, value: Any) -> str:

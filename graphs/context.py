@@ -203,7 +203,8 @@ def check_model_spec(field_name: str, spec: str) -> None:
 
 @dataclass(kw_only=True)
 class ModelsContext:
-    """Models per role, the image store and the folders images may be read from; subclassed by each graph."""
+    """Models per role and the image store; subclassed by each graph. The folders images may be read from are the
+    server's setting (`UNVEIL_IMAGE_ROOTS`, see `graphs.ingest`), never a run's."""
 
     model: str = field(
         default=DEFAULT_SPEC,
@@ -214,13 +215,6 @@ class ModelsContext:
     )
     image_store: str = field(
         default="", metadata={"description": "Image store folder (default ~/.cache/unveil/images)."}
-    )
-    image_roots: list[str] = field(
-        default_factory=list,
-        metadata={
-            "description": "Folders whose image files a sample may name (e.g. the dataset folder), besides the "
-            "image store; any other local path is refused, whoever sends the sample."
-        },
     )
 
     def __post_init__(self) -> None:

@@ -69,7 +69,7 @@ async def ingest(state: GuardState, runtime: Runtime[GuardContext]) -> dict[str,
     ctx = runtime.context
     await check_context(ctx)
     return await ingest_pair(
-        dict(state), store_root=ctx.image_store, base_dir=state.get("base_dir"), image_roots=ctx.image_roots
+        dict(state), store_root=ctx.image_store, base_dir=state.get("base_dir")
     )
 
 

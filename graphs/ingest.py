@@ -2,28 +2,70 @@
 
 Errors are `ValueError`s that name the input field, so a batch can record them against the sample.
 
-A local image path is read only from an allowed folder (the image store and the context's `image_roots`), for
-every caller: a sample sent to `langgraph dev` through the SDK must not read any file of the server. A sample's
-`base_dir` only resolves its relative paths (and may not be escaped); it grants no access by itself.
+A local image path is read only from an allowed folder, for every caller: a sample sent to `langgraph dev` through
+the SDK must not read any file of the server. The folders that widen access come from the server's own
+configuration, never from a run's context or input: `UNVEIL_IMAGE_ROOTS` in the server's environment (or in the
+`env` of `langgraph.json`), the default image store, and folders that in-process code grants with
+`grant_image_roots` (the run layer grants the dataset folder of a batch it reads). A context's `image_store` is an
+allowed folder only when it is one of those. A sample's `base_dir` only resolves its relative paths (and may not be
+escaped); it grants no access by itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 from tools.image_input import load_image, resolve_path
-from tools.image_store import ImageInputError, get_image_store
+from tools.image_store import ImageInputError, default_store_root, get_image_store
 
 MAX_TEXT_CHARS = 20_000
 MAX_DESCRIPTION_CHARS = 5_000
 
 
+IMAGE_ROOTS_ENV = "UNVEIL_IMAGE_ROOTS"
+# Folders granted by in-process code for the current task and the tasks it starts (a client cannot set this).
+_GRANTED: ContextVar[tuple[str, ...]] = ContextVar("unveil_granted_image_roots", default=())
+
+
 class SampleInputError(ValueError):
     """A sample's input is unusable; the message names the field."""
+
+
+@contextlib.contextmanager
+def grant_image_roots(roots: Iterable[str | os.PathLike[str]]) -> Iterator[None]:
+    """Let samples read image files under `roots` within this block (and the graph runs it starts): for in-process
+    callers that chose the folders themselves, such as a batch over the user's own dataset file."""
+    token = _GRANTED.set((*_GRANTED.get(), *(str(r) for r in roots if r)))
+    try:
+        yield
+    finally:
+        _GRANTED.reset(token)
+
+
+def server_image_roots() -> list[str]:
+    """The folders a sample's local image path may lie in, besides the image store: `UNVEIL_IMAGE_ROOTS`
+    (separated by the path separator, `:`) and the folders granted in this process."""
+    env = [r.strip() for r in os.environ.get(IMAGE_ROOTS_ENV, "").split(os.pathsep) if r.strip()]
+    return [*env, *_GRANTED.get()]
+
+
+def _within(path: Path, roots: Sequence[Path]) -> bool:
+    return any(root == path or root in path.parents for root in roots)
+
+
+def trusted_store_root(image_store: str) -> Path | None:
+    """The image store folder as an allowed image folder: the default store, or one inside a server root; None for
+    a store a run's context named elsewhere (it is still used to store images, but grants no reads)."""
+    store = Path(image_store or default_store_root()).expanduser().resolve()
+    trusted = [Path(default_store_root()).expanduser().resolve(),
+               *(Path(r).expanduser().resolve() for r in server_image_roots())]
+    return store if _within(store, trusted) else None
 
 
 def check_text(value: Any, field: str, *, required: bool, limit: int) -> str | None:
@@ -53,10 +95,10 @@ def allowed_image_path(ref: str, base_dir: str | None, roots: Sequence[str | os.
     except ImageInputError as exc:
         raise SampleInputError(f"image: {exc}") from exc
     allowed = [Path(r).expanduser().resolve() for r in roots]
-    if not any(root == path or root in path.parents for root in allowed):
+    if not _within(path, allowed):
         raise SampleInputError(
             f"image: {ref!r} is outside the allowed image folders ({', '.join(str(r) for r in allowed)}); "
-            "add its folder to the image_roots setting"
+            f"add its folder to the server's {IMAGE_ROOTS_ENV} setting"
         )
     return path
 
@@ -70,7 +112,8 @@ async def ingest_pair(
 ) -> dict[str, Any]:
     """Validated text and image fields of a detection sample: image_id, image_path and the description.
 
-    A local image path must lie in the image store or one of `image_roots`."""
+    A local image path must lie in the (trusted) image store, a server root (`server_image_roots`) or one of
+    `image_roots`, which only in-process code passes."""
     text = check_text(state.get("text"), "text", required=True, limit=MAX_TEXT_CHARS)
     description = check_text(
         state.get("image_description"), "image_description", required=False, limit=MAX_DESCRIPTION_CHARS
@@ -86,7 +129,9 @@ async def ingest_pair(
         # An id of an image already in the store needs no folder; anything else local must pass the guard (a
         # 64-hex name that is not in the store would otherwise be read as a path).
         if _is_local_path(ref) and not (is_hex_id and await asyncio.to_thread(store.has, ref)):
-            ref = str(await asyncio.to_thread(allowed_image_path, ref, base_dir, [store.root, *image_roots]))
+            trusted = await asyncio.to_thread(trusted_store_root, store_root)
+            roots = [*([trusted] if trusted else []), *server_image_roots(), *image_roots]
+            ref = str(await asyncio.to_thread(allowed_image_path, ref, base_dir, roots))
         try:
             stored = await load_image(ref, store, base_dir=None)
         except ImageInputError as exc:

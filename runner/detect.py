@@ -6,11 +6,11 @@ sample with `detect_one`, so the same settings give the same records whichever c
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from typing import Any, Literal
 
 from agents.spec import is_demo_spec
+from graphs.ingest import grant_image_roots
 from graphs.tag import TagContext
 from graphs.vanilla import VanillaContext
 from runner.context import check_model_fields, explicit_context
@@ -113,9 +113,8 @@ async def detect_one(sample: dict[str, Any], ctx: Any, method: str) -> dict[str,
     # The graphs take the same sample fields; their typed signatures differ only in the context class.
     graph: Any = vanilla_graph if method == "vanilla" else guard_graph if is_guard(method) else tag_graph
     fields = {k: sample.get(k) for k in SAMPLE_FIELDS if sample.get(k) is not None}
-    if fields.get("base_dir") and fields["base_dir"] not in ctx.image_roots:
-        # The run layer's callers (the CLI, evaluation) read their own dataset folder: they grant it explicitly.
-        # The graphs themselves never trust a sample's base_dir (an SDK caller could name any folder).
-        ctx = dataclasses.replace(ctx, image_roots=[*ctx.image_roots, fields["base_dir"]])
-    out = await graph.ainvoke(fields, context=ctx)
+    # The run layer's callers (the CLI, evaluation) read their own dataset folder and store: they grant them here,
+    # in this process. The graphs never trust a sample's base_dir or a context's folders (an SDK caller sets those).
+    with grant_image_roots([fields.get("base_dir") or "", getattr(ctx, "image_store", "")]):
+        out = await graph.ainvoke(fields, context=ctx)
     return result_record(out, ctx, fields)

@@ -66,8 +66,8 @@ def free_port() -> int:
 class LanggraphServer:
     """A running `langgraph dev` process."""
 
-    def __init__(self, url: str, proc: subprocess.Popen, log: Path, home: Path):
-        self.url, self.proc, self.log, self.home = url, proc, log, home
+    def __init__(self, url: str, proc: subprocess.Popen, log: Path, home: Path, images: Path):
+        self.url, self.proc, self.log, self.home, self.images = url, proc, log, home, images
 
 
 STUDIO_PORT_IN_README = 2025
@@ -103,6 +103,9 @@ def langgraph_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Langg
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env["HOME"] = str(home)
     env.pop("XDG_CACHE_HOME", None)
+    images = workdir / "images"  # the one folder of sample images the server allows (its own setting)
+    images.mkdir()
+    env["UNVEIL_IMAGE_ROOTS"] = str(images)
     command = readme_studio_command()
     assert f"--port {STUDIO_PORT_IN_README}" in command
     command = command.replace(f"--port {STUDIO_PORT_IN_README}", f"--port {port}")
@@ -127,7 +130,7 @@ def langgraph_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Langg
         os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail(f"langgraph dev did not start:\n{log.read_text(errors='replace')[-3000:]}")
     try:
-        yield LanggraphServer(url, proc, log, home)
+        yield LanggraphServer(url, proc, log, home, images)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:

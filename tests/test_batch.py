@@ -118,7 +118,8 @@ def test_killed_detect_batch_resumes_without_loss_or_duplicates(tmp_path: Path) 
     assert all(json.loads(line)["status"] == "ok" for line in lines)
 
 
-async def test_no_image_bytes_in_any_checkpoint(tmp_path: Path, write_script, gateway) -> None:
+async def test_no_image_bytes_in_any_checkpoint(tmp_path: Path, write_script, gateway, monkeypatch) -> None:
+    monkeypatch.setenv("UNVEIL_IMAGE_ROOTS", str(tmp_path))  # the server's own setting
     import aiosqlite
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
@@ -159,7 +160,7 @@ async def test_no_image_bytes_in_any_checkpoint(tmp_path: Path, write_script, ga
         out = await graph.ainvoke(
             {"image": str(img), "text": "static"},
             {"configurable": {"thread_id": "t1"}},
-            context=TagContext(model=spec, l_max=2, image_roots=[str(tmp_path)]),
+            context=TagContext(model=spec, l_max=2),
         )
         assert out["image_id"] and Path(out["image_path"]).is_file()
     blob = db.read_bytes()

@@ -123,13 +123,13 @@ async def test_every_graph_exports_its_input_output_and_context_schemas(client: 
         ):
             schema = schemas.get(kind)
             assert schema and expected[name] in schema.get("properties", {}), f"{name}: {kind} is {schema!r}"
-        assert "image_roots" in schemas["context_schema"]["properties"]
+        assert "image_roots" not in schemas["context_schema"]["properties"]  # the server's setting, not a run's
 
 
 async def test_tag_and_vanilla_with_an_image_in_the_default_store_and_cache(
     client: Any, langgraph_server: Any, tmp_path: Path
 ) -> None:
-    data = tmp_path / "data"
+    data = langgraph_server.images / "tag-and-vanilla"
     data.mkdir()
     Image.new("RGB", (24, 16), (250, 250, 245)).save(data / "powder.png")
     spec = f"scripted:{write_json(tmp_path / 'script.json', TAG_SCRIPT)}"
@@ -139,7 +139,7 @@ async def test_tag_and_vanilla_with_an_image_in_the_default_store_and_cache(
         "text": "Fresh batch. Text the usual number.",
     }
     thread_id, out = await run(
-        client, "tag", sample, context={"model": spec, "l_max": 3, "children_per_parent": 2, "image_roots": [str(data)]}
+        client, "tag", sample, context={"model": spec, "l_max": 3, "children_per_parent": 2}
     )
     assert not error_of(out), error_of(out)
     assert out["toxic"] is True and out["mtc"] == pytest.approx(1 - 0.4 * 0.5)
@@ -153,7 +153,7 @@ async def test_tag_and_vanilla_with_an_image_in_the_default_store_and_cache(
     state = await client.threads.get_state(thread_id)
     assert "data:image" not in json.dumps(state)
 
-    _, van = await run(client, "vanilla", sample, context={"model": spec, "image_roots": [str(data)]})
+    _, van = await run(client, "vanilla", sample, context={"model": spec})
     assert not error_of(van), error_of(van)
     assert van["toxic"] is False and van["usage"]["total"]["calls"] == 1
 
@@ -172,6 +172,12 @@ async def test_image_paths_outside_the_allowed_roots_are_refused(client: Any, tm
             _, out = await run(client, graph, sample, context={"model": spec})
             message = error_of(out)
             assert "image" in message and "outside the allowed image folders" in message, message
+        # Nor can a run's context widen the server's folders: image_roots is not a setting, image_store grants none.
+        for context in ({"model": spec, "image_roots": ["/"]}, {"model": spec, "image_store": "/"},
+                        {"model": spec, "image_store": str(secret.parent)}):
+            _, out = await run(client, graph, {"image": str(secret), "text": "hi"}, context=context)
+            message = error_of(out)
+            assert "outside the allowed image folders" in message, (context, message)
 
 
 async def test_ipr_renders_and_refines(client: Any, tiny_sd: str, tmp_path: Path) -> None:

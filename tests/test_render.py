@@ -276,13 +276,19 @@ def test_cli_vanilla_render_matches_the_verdict(tmp_path: Path, capsys: pytest.C
     assert "TOXIC" in text and "drugs" in text and "dealer" in text and "No toxic pair" not in text
 
 
-def test_a_hand_edited_cycle_or_orphan_still_draws(tmp_path: Path) -> None:
-    rec = small_tag()
-    rec["trees"]["visual"][0]["parent"] = "v1.0"  # root points at its own child: a cycle
-    rec["trees"]["textual"][1]["parent"] = "nowhere"  # an orphan
-    layout = layout_tag(rec)
-    assert layout.parent["v0.0"] is None and layout.parent["v1.0"] == "v0.0" and layout.parent["t1.0"] is None
-    assert render_tag(rec, tmp_path / "c.png").stat().st_size > 0
+def test_a_hand_edited_cycle_or_orphan_is_one_clear_error(tmp_path: Path) -> None:
+    from graphs.tag_tree_check import TreeError
+
+    cycle = small_tag()
+    cycle["trees"]["visual"][0]["parent"] = "v1.0"  # root points at its own child: a cycle
+    orphan = small_tag()
+    orphan["trees"]["textual"][1]["parent"] = "nowhere"
+    for rec, match in ((cycle, r"visual tree: parent cycle 'v0.0' -> 'v1.0' -> 'v0.0'"),
+                       (orphan, "textual tree: node 't1.0' names parent 'nowhere'")):
+        with pytest.raises(TreeError, match=match):
+            layout_tag(rec)
+        with pytest.raises(TreeError, match=match):
+            render_tag(rec, tmp_path / "c.png")
 
 
 def test_a_failed_record_is_not_drawn_as_a_verdict(tmp_path: Path) -> None:

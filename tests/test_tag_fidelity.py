@@ -111,7 +111,9 @@ def test_graph_normalisation_fixes_ids_and_dangling_references() -> None:
 # -- item 5: the judges' inputs -------------------------------------------------------------------------------
 
 
-async def test_root_judge_gets_the_graphs_and_pair_judge_the_image_and_graphs(gateway, write_script, tmp_path) -> None:
+async def test_root_judge_gets_the_graphs_and_pair_judge_the_image_and_graphs(gateway, write_script, tmp_path,
+                                                                               monkeypatch) -> None:
+    monkeypatch.setenv("UNVEIL_IMAGE_ROOTS", str(tmp_path))  # the server's own setting
     from PIL import Image
 
     img = tmp_path / "scene.png"
@@ -133,7 +135,7 @@ async def test_root_judge_gets_the_graphs_and_pair_judge_the_image_and_graphs(ga
     )
     await tag_graph.ainvoke(
         {"image": str(img), "text": "text the usual number"},
-        context=TagContext(model=spec, l_max=2, image_roots=[str(tmp_path)]),
+        context=TagContext(model=spec, l_max=2),
     )
     (root_req,) = _requests(gateway, "root_judge")
     body = _user_text(root_req)

@@ -184,13 +184,14 @@ async def test_persistently_malformed_answer_fails_with_the_raw_answer(gateway, 
     assert err.value.attempts == 3 and "entities" in err.value.raw
 
 
-async def test_text_only_model_without_description_is_a_clear_error(gateway, tmp_path) -> None:
+async def test_text_only_model_without_description_is_a_clear_error(gateway, tmp_path, monkeypatch) -> None:
     from PIL import Image
 
     img = tmp_path / "x.png"
     Image.new("RGB", (8, 8), "red").save(img)
     with pytest.raises(ValueError, match="cannot see images"):
-        context = TagContext(model="llamacpp:smollm2", image_roots=[str(tmp_path)])
+        monkeypatch.setenv("UNVEIL_IMAGE_ROOTS", str(tmp_path))  # the server's own setting
+        context = TagContext(model="llamacpp:smollm2")
         await tag_graph.ainvoke({"image": str(img), "text": "hello"}, context=context)
 
 

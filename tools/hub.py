@@ -12,7 +12,8 @@ import functools
 import os
 import socket
 from typing import Literal
-from urllib.parse import urlparse
+
+from tools.addresses import split_url
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 PROBE_TIMEOUT_S = 3.0
@@ -42,7 +43,10 @@ def _probe(host: str, port: int) -> str | None:
 
 
 def hub_access(repo_id: str, filename: str, *, what: str = "model") -> Literal["cached", "online"]:
-    """How `repo_id` can be loaded now; raises `HubUnavailableError` at once when it cannot."""
+    """How `repo_id` can be loaded now; raises `HubUnavailableError` at once when it cannot (and a `BadURLError`
+    naming `HF_ENDPOINT` when that is not a usable http(s) URL)."""
+    # Checked before the hub client is imported: it parses HF_ENDPOINT on import and fails with a bare ValueError.
+    endpoint, host, port = split_url(os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT, what="HF_ENDPOINT")
     from huggingface_hub import try_to_load_from_cache
 
     try:
@@ -55,9 +59,7 @@ def hub_access(repo_id: str, filename: str, *, what: str = "model") -> Literal["
         raise HubUnavailableError(
             f"{what} {repo_id!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: download it on "
             "a machine with network access (the cache folder can be copied), or give a local folder")
-    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT)
-    host = endpoint.hostname or "huggingface.co"
-    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    port = port or (443 if endpoint.scheme == "https" else 80)
     reason = _probe(host, port)
     if reason is not None:
         raise HubUnavailableError(

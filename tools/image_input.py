@@ -2,7 +2,9 @@
 
 Image references come from untrusted dataset files, so they are checked before anything is read:
 only `http`/`https` URLs to public addresses are fetched (no `file:`, no loopback, private, link-local,
-shared (CGNAT), reserved or special-purpose addresses, which would let a dataset probe the machine's network),
+shared (CGNAT), reserved or other special-purpose addresses, which would let a dataset probe the machine's network:
+`tools.addresses` holds the one table, IANA's registries, the same on every Python version), a malformed URL or
+port is one error naming the URL,
 redirects are followed by hand and re-checked, the body is size-capped, the whole fetch has one deadline, and a
 relative path may not escape the dataset folder.
 
@@ -21,48 +23,16 @@ import os
 import socket
 import ssl
 from pathlib import Path
-from urllib.parse import urljoin, urlparse, urlunparse
+from urllib.parse import urljoin, urlunsplit
 
 import httpx
 
+from tools.addresses import BadURLError, IPAddress, refusal, split_url
+from tools.addresses import is_public_address as is_public_address  # re-exported: the check's public name
 from tools.image_store import DEFAULT_MAX_BYTES, ImageInputError, ImageStore, StoredImage
 
 MAX_REDIRECTS = 3
 DEFAULT_DEADLINE_S = 60.0  # the whole download, redirects included; `timeout` still bounds each read
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052: a NAT64 gateway forwards to the embedded IPv4 address
-
-
-def _embedded_ipv4(addr: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 address leads to, for the transition forms that carry one."""
-    if addr.ipv4_mapped is not None:
-        return addr.ipv4_mapped
-    if addr.sixtofour is not None:
-        return addr.sixtofour
-    if addr.teredo is not None:
-        return addr.teredo[1]
-    if addr in _NAT64 or int(addr) >> 32 == 0:  # NAT64, or the deprecated IPv4-compatible ::a.b.c.d
-        return ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
-    return None
-
-
-def is_public_address(addr: IPAddress) -> bool:
-    """Whether an address is globally reachable: the standard library's `is_global`, not multicast, and for the
-    IPv6 forms that lead to an IPv4 address (mapped, 6to4, Teredo, NAT64, IPv4-compatible) that address too.
-
-    Site-local IPv6 (fec0::/10, deprecated) is refused as well: Python before 3.13 counts it as global.
-    """
-    if not addr.is_global or addr.is_multicast:
-        return False
-    if isinstance(addr, ipaddress.IPv6Address):
-        if addr.is_site_local:
-            return False
-        v4 = _embedded_ipv4(addr)
-        if v4 is not None and not is_public_address(v4):
-            return False
-    return True
-
-
 def resolve_host(host: str) -> list[IPAddress]:
     """Every address of `host` (a name or a literal), resolved once, in the resolver's order."""
     try:
@@ -88,30 +58,28 @@ def check_url(url: str, *, allow_private: bool = False) -> list[IPAddress]:
 
     The caller must connect to one of the returned addresses, never resolve the name again.
     """
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https"):
-        raise ImageInputError(f"image URL {url!r}: scheme {parsed.scheme!r} is not allowed (use http or https)")
-    if not parsed.hostname:
-        raise ImageInputError(f"image URL {url!r}: no host")
-    addresses = resolve_host(parsed.hostname)
+    try:
+        _, host, _ = split_url(url, what="image URL")
+    except BadURLError as exc:
+        raise ImageInputError(str(exc)) from exc
+    addresses = resolve_host(host)
     if not allow_private:
-        bad = [str(a) for a in addresses if not is_public_address(a)]
+        bad = [f"{a}: {refusal(a)}" for a in addresses if not is_public_address(a)]
         if bad:
             raise ImageInputError(
-                f"image URL {url!r}: host resolves to a non-public address ({', '.join(bad)}); "
-                "loopback, private, shared, link-local, reserved and special-purpose addresses are refused"
+                f"image URL {url!r}: host resolves to a non-public address ({'; '.join(bad)}); loopback, private, "
+                "shared, link-local, reserved and every other special-purpose address (IANA's registries) are refused"
             )
     return addresses
 
 
 def _pinned(url: str, addr: IPAddress) -> tuple[str, dict[str, str], dict[str, str]]:
     """The request for `url` sent to `addr`: the URL with the address as host, the Host header, the TLS name."""
-    parsed = urlparse(url)
-    host = parsed.hostname or ""
+    parsed, host, port = split_url(url)  # checked by `check_url` already
     literal = f"[{addr}]" if addr.version == 6 else str(addr)
-    netloc = literal + (f":{parsed.port}" if parsed.port else "")
-    host_header = (f"[{host}]" if ":" in host else host) + (f":{parsed.port}" if parsed.port else "")
-    target = urlunparse((parsed.scheme, netloc, parsed.path or "/", parsed.params, parsed.query, ""))
+    netloc = literal + (f":{port}" if port else "")
+    host_header = (f"[{host}]" if ":" in host else host) + (f":{port}" if port else "")
+    target = urlunsplit((parsed.scheme, netloc, parsed.path or "/", parsed.query, ""))
     return target, {"Host": host_header}, {"sni_hostname": host}
 
 

@@ -16,12 +16,16 @@ import hashlib
 import io
 import os
 import stat
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
+
+from tools.safe_files import StorageError, UnsafePathError, atomic_write
+from tools.safe_files import pid_alive as pid_alive  # re-exported: the run layer's scratch cleanup uses it
+from tools.safe_files import remove_dead_temp_files as remove_dead_temp_files
 
 # Pillow's own bomb guard warns at ~89 Mpx and raises at twice that; we refuse far earlier because
 # nothing in Unveil needs more than a few megapixels.
@@ -31,6 +35,11 @@ DEFAULT_MAX_BYTES = 50 * 1024 * 1024
 
 class ImageInputError(ValueError):
     """An image could not be accepted; the message names the input and the reason."""
+
+
+class ImageStoreError(StorageError):
+    """The image store cannot be written (a full disk, no permission, a link planted in it): no sample can go on,
+    so a batch stops with this one error, which names the store, instead of failing every sample."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,23 @@ def default_store_root() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "unveil" / "images"
 
 
+# The formats Pillow may open from untrusted input: raster formats Pillow decodes itself, the ones the project reads
+# and tests (tests/test_image_modes.py). Any other plugin never sees the bytes, whatever the file is called: EPS
+# and PostScript would be handed to Ghostscript, and every extra parser is more attack surface.
+ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF", "PPM", "ICO", "TGA", "JPEG2000", "IM", "SGI", "PCX",
+                   "QOI")
+
+
+def open_image(fp: str | os.PathLike[str] | IO[bytes], *, name: str) -> Image.Image:
+    """`Image.open` limited to `ALLOWED_FORMATS` (only their plugins are tried), the one way untrusted image bytes
+    are opened; an image in any other format is an `ImageInputError` naming the input."""
+    try:
+        return Image.open(fp, formats=ALLOWED_FORMATS)
+    except UnidentifiedImageError as exc:
+        raise ImageInputError(f"image {name!r}: not a readable image in an allowed format "
+                              f"({', '.join(ALLOWED_FORMATS)})") from exc
+
+
 def decode_image(data: bytes, *, name: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
     """Decode and validate image bytes, refusing corrupt data, bombs and oversized images.
 
@@ -61,7 +87,7 @@ def decode_image(data: bytes, *, name: str, max_pixels: int = DEFAULT_MAX_PIXELS
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            probe = Image.open(io.BytesIO(data))
+            probe = open_image(io.BytesIO(data), name=name)
             # The header gives the size before any pixel is decoded, so a bomb is refused cheaply.
             width, height = probe.size
             if width * height > max_pixels:
@@ -69,7 +95,7 @@ def decode_image(data: bytes, *, name: str, max_pixels: int = DEFAULT_MAX_PIXELS
                     f"image {name!r}: {width}x{height} pixels is over the limit of {max_pixels} pixels"
                 )
             probe.verify()
-        image = Image.open(io.BytesIO(data))
+        image = open_image(io.BytesIO(data), name=name)
         image.load()
     except ImageInputError:
         raise
@@ -171,32 +197,6 @@ def read_file_capped(path: str | os.PathLike[str], limit: int = DEFAULT_MAX_BYTE
     return data
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether process `pid` is running on this machine (a temporary file or scratch folder of a dead process
-    may be removed)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's live process
-    return True
-
-
-def remove_dead_temp_files(folder: Path) -> None:
-    """Delete `.PID.*.tmp` files in `folder` whose writing process no longer runs (it was killed mid-write)."""
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return
-    for name in names:
-        if not name.endswith(".tmp") or not name.startswith("."):
-            continue
-        pid = name[1:].split(".", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
-            (folder / name).unlink(missing_ok=True)
-
-
 class ImageStore:
     """A folder of PNG files named by the SHA-256 of their bytes."""
 
@@ -230,18 +230,17 @@ class ImageStore:
         image_id = hashlib.sha256(png).hexdigest()
         path = self.path_for(image_id)
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            remove_dead_temp_files(path.parent)
-            # Write to a temp file and rename: a killed process never leaves a half-written image
-            # under a valid id. The writer's pid in the name lets a later writer remove it if it was killed.
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{os.getpid()}.", suffix=".tmp")
+            # A new file renamed into place (see tools.safe_files): a killed process never leaves a half-written
+            # image under a valid id, and a link planted in the store is never written through.
             try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(png)
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+                atomic_write(self.root, Path(image_id[:2]) / f"{image_id}.png", png)
+            except UnsafePathError as exc:
+                raise ImageStoreError(f"image store {str(self.root)!r}: {exc}") from exc
+            except OSError as exc:
+                raise ImageStoreError(
+                    f"image store {str(self.root)!r}: cannot write {path.name} "
+                    f"({exc.strerror or type(exc).__name__}); free space or choose another store "
+                    "(UNVEIL_IMAGE_STORE / image_store)") from exc
         return StoredImage(id=image_id, path=str(path), width=width, height=height)
 
     def put_bytes(self, data: bytes, *, name: str) -> StoredImage:
@@ -261,7 +260,7 @@ class ImageStore:
         path = self.path_for(image_id)
         if not path.exists():
             raise ImageInputError(f"image id {image_id!r}: not in the store at {self.root}")
-        with Image.open(path) as im:
+        with Image.open(path, formats=("PNG",)) as im:  # the store holds only PNG files it wrote
             im.load()
             return im.copy()
 

@@ -31,6 +31,8 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import FancyBboxPatch, Patch  # noqa: E402
 
+from graphs.tag_tree_check import check_trees, record_trees  # noqa: E402
+
 HIGHLIGHT = "#c0392b"
 EDGE = "#95a5a6"
 INK = "#2c3e50"
@@ -128,8 +130,8 @@ def _edge_text(node: dict[str, Any]) -> str:
 
 
 def _children(nodes: Sequence[dict[str, Any]]) -> tuple[list[str], dict[str, list[str]]]:
-    """Roots and children lists; a node whose parent is missing (or not in a shallower layer, as in a hand-edited
-    record with a cycle) is treated as a root, so nothing is dropped and the layout always terminates."""
+    """Roots and children lists (the trees were checked: no cycle, no dangling parent); a node whose parent is not
+    in a shallower layer is treated as a root, so nothing is dropped and the layout always terminates."""
     layer_of = {n["id"]: int(n.get("layer", 0)) for n in nodes}
     kids: dict[str, list[str]] = {n["id"]: [] for n in nodes}
     roots: list[str] = []
@@ -204,7 +206,8 @@ def _path_ids(nodes: Sequence[dict[str, Any]], node_id: str | None) -> set[str]:
 
 
 def _trees(result: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    trees = result.get("trees") or {"visual": result.get("visual") or [], "textual": result.get("textual") or []}
+    check_trees(result)  # a cycle or a dangling parent is one clear error, before any walk up the parents
+    trees = record_trees(result)
     return list(trees.get("visual") or []), list(trees.get("textual") or [])
 
 

@@ -255,7 +255,9 @@ _DATA_URL = re.compile(r"^data:(?P<mime>[\w/+.-]+)?(?P<b64>;base64)?,(?P<data>.*
 
 def decode_image(url_or_b64: str, *, is_b64: bool = False) -> Any:
     """A PIL image from a `data:` URL or raw base64; remote URLs are refused (the node must pass a data URL)."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import UnidentifiedImageError
+
+    from tools.image_store import ImageInputError, open_image
 
     if is_b64:
         payload = url_or_b64
@@ -268,9 +270,9 @@ def decode_image(url_or_b64: str, *, is_b64: bool = False) -> Any:
         payload = m.group("data")
     try:
         raw = base64.b64decode(payload, validate=False)
-        img = Image.open(io.BytesIO(raw))
+        img = open_image(io.BytesIO(raw), name="image in message")  # the allowed formats only (no Ghostscript)
         img.load()
-    except (binascii.Error, UnidentifiedImageError, OSError) as exc:
+    except (binascii.Error, UnidentifiedImageError, OSError, ImageInputError) as exc:
         raise HFModelError(f"hf provider: unreadable image in message ({type(exc).__name__})") from exc
     return img.convert("RGB")
 

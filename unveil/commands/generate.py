@@ -328,6 +328,9 @@ def check_checkpoints(path: Path) -> None:
     """One upfront error naming the file when the checkpoints database is unreadable (instead of one per scene)."""
     import sqlite3
 
+    from tools.safe_files import refuse_links
+
+    refuse_links(path.parent, tuple(path.name + end for end in ("", "-wal", "-shm", "-journal")))
     if not path.exists():
         return
     try:

@@ -234,7 +234,7 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
             raise HTTPException(404)
         if id not in tag_pictures:
             rec = await asyncio.to_thread(det.record, id)
-            if rec is None or rec.get("status") == "failed":
+            if rec is None or rec.get("status") == "failed" or rec.get("tree_error"):
                 raise HTTPException(404)
             tag_pictures[id] = await asyncio.to_thread(_render_png, rec)
         return Response(tag_pictures[id], media_type="image/png")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evaluation.metrics import MTC_BIN_LABELS, MTC_BINS, mtc_bin
+from graphs.tag_tree_check import TreeError, check_trees
 
 # The app's only imports from the CLI layer's dataset code: repoint here if ctd_dataset/batch move.
 from runner.batch import done_records
@@ -241,6 +242,10 @@ class DetectionSource:
         if rec is None:
             return None
         trees = rec.get("trees") or {"visual": rec.get("visual") or [], "textual": rec.get("textual") or []}
+        try:
+            check_trees(rec)
+        except TreeError as exc:  # a parent cycle would spin the walk below for ever: show the record as bad
+            rec, trees = {**rec, "error": str(exc), "tree_error": str(exc)}, {}
         finding = rec.get("finding") or None
         on_path: set[str] = set()
         for side in ("visual", "textual"):

@@ -1,0 +1,189 @@
+"""Writing inside a folder without following a link out of it.
+
+Dataset folders (`unveil generate --output DIR`), run folders and the image store are shared places: their files
+may come from someone else (a copied dataset, a shared machine), and a symbolic link planted in one would make a
+writer overwrite or append to a file outside it (the export turning a victim file into Parquet bytes, a decision
+appended to someone's file). Every writer of those folders goes through this module:
+
+- the folder the user named (the root) is trusted as it is, links included; every folder below it is opened one
+  component at a time with `O_NOFOLLOW`, relative to its parent's descriptor, so no path is looked up twice and a
+  folder swapped for a link between a check and the write is refused as well;
+- the file itself is opened with `O_NOFOLLOW`: a link in its place is refused, wherever it points;
+- whole files are written to a new temporary file (`O_EXCL`: never an existing file or link) in the same folder,
+  synced and renamed over the old name, so a reader sees the old file or the new one, and a link standing at the
+  name is replaced, never written through.
+
+A refusal is an `UnsafePathError` (a `ValueError`) that names the path and the folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+_LINK_ERRORS = (errno.ELOOP, errno.ENOTDIR, errno.EMLINK)
+
+
+class StorageError(OSError):
+    """A store or folder a whole run writes to cannot be written (a full disk, no permission): no later sample
+    can succeed, so a batch stops with this one error instead of failing every sample with it."""
+
+
+class UnsafePathError(ValueError):
+    """A write would follow a link (or leave its folder); the message names the path and the folder."""
+
+
+def _relative_parts(rel: str | os.PathLike[str]) -> list[str]:
+    parts = list(Path(rel).parts)
+    if Path(rel).is_absolute() or any(p in ("..", ".") for p in parts):
+        raise UnsafePathError(f"{str(rel)!r}: expected a path relative to its folder, without '..'")
+    return parts
+
+
+@contextlib.contextmanager
+def folder_fd(root: str | os.PathLike[str], rel_dir: str | os.PathLike[str] = "", *,
+              create: bool = True) -> Iterator[int]:
+    """A descriptor of the folder `root/rel_dir`, reached without following any link below `root`.
+
+    With `create`, missing folders are made. A link (or a file) standing where a folder is expected is refused.
+    """
+    root_p = Path(root)
+    if create:
+        root_p.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root_p, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        walked = root_p
+        for part in _relative_parts(rel_dir):
+            walked = walked / part
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+            try:
+                nfd = os.open(part, flags, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                nfd = _open_component(walked, root_p, part, flags, fd)
+            except OSError as exc:
+                raise _refusal(walked, root_p, exc) from exc
+            os.close(fd)
+            fd = nfd
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _open_component(path: Path, root: Path, part: str, flags: int, dir_fd: int, mode: int = 0o644) -> int:
+    try:
+        return os.open(part, flags, mode, dir_fd=dir_fd)
+    except OSError as exc:
+        raise _refusal(path, root, exc) from exc
+
+
+def _refusal(path: Path, root: Path, exc: OSError) -> OSError | UnsafePathError:
+    if exc.errno in _LINK_ERRORS:
+        return UnsafePathError(f"{str(path)!r} is a link or not a regular folder/file: refusing to write through "
+                               f"it (writes stay inside {str(root)!r})")
+    return exc
+
+
+def open_in(root: str | os.PathLike[str], rel: str | os.PathLike[str], flags: int, mode: int = 0o644) -> int:
+    """`os.open` of `root/rel` with `O_NOFOLLOW`, its folders reached as `folder_fd` does (made when missing)."""
+    parts = _relative_parts(rel)
+    if not parts:
+        raise UnsafePathError(f"{str(root)!r}: no file name given")
+    with folder_fd(root, Path(*parts[:-1]) if len(parts) > 1 else "", create=True) as dfd:
+        return _open_component(Path(root) / rel, Path(root), parts[-1], flags | os.O_NOFOLLOW, dfd, mode)
+
+
+def open_nofollow(path: str | os.PathLike[str], flags: int, mode: int = 0o644) -> int:
+    """`os.open(path, flags | O_NOFOLLOW)` with a clear `UnsafePathError` when `path` is a link (its folder is the
+    caller's, trusted as named)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW, mode)
+    except OSError as exc:
+        raise _refusal(Path(path), Path(path).parent, exc) from exc
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` is running on this machine (a temporary file or scratch folder of a dead process
+    may be removed)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def _dead_temp(name: str) -> bool:
+    if not name.endswith(".tmp") or not name.startswith("."):
+        return False
+    pid = name[1:].split(".", 1)[0]
+    return pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid))
+
+
+def remove_dead_temp_files(folder: Path | int) -> None:
+    """Delete `.PID.*.tmp` files in `folder` (a path, or a folder descriptor) whose writing process no longer runs
+    (it was killed mid-write)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if _dead_temp(name):
+            with contextlib.suppress(OSError):
+                if isinstance(folder, int):
+                    os.unlink(name, dir_fd=folder)
+                else:
+                    os.unlink(Path(folder) / name)
+
+
+@contextlib.contextmanager
+def atomic_writer(root: str | os.PathLike[str], rel: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """A binary file to fill; on a clean exit it is synced and renamed to `root/rel` (a new file: whatever stood
+    at the name, a link included, is replaced, not written through). On an error nothing changes at the name."""
+    parts = _relative_parts(rel)
+    if not parts:
+        raise UnsafePathError(f"{str(root)!r}: no file name given")
+    name = parts[-1]
+    with folder_fd(root, Path(*parts[:-1]) if len(parts) > 1 else "", create=True) as dfd:
+        remove_dead_temp_files(dfd)
+        # The writer's pid leads the name, so a later writer can remove it if this one is killed.
+        tmp = f".{os.getpid()}.{name}.{secrets.token_hex(4)}.tmp"
+        fd = _open_component(Path(root) / rel, Path(root), tmp,
+                             os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, dfd)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                yield fh
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
+
+
+def atomic_write(root: str | os.PathLike[str], rel: str | os.PathLike[str], data: bytes) -> Path:
+    """Write `data` as the whole new content of `root/rel` (see `atomic_writer`); returns the path."""
+    with atomic_writer(root, rel) as fh:
+        fh.write(data)
+    return Path(root) / rel
+
+
+
+def refuse_links(folder: str | os.PathLike[str], names: tuple[str, ...]) -> None:
+    """Refuse, naming it, any of `names` in `folder` that is a link: for files a library opens by path (SQLite's
+    database and its `-wal`, `-shm` and `-journal` files), which cannot be opened here with `O_NOFOLLOW`."""
+    for name in names:
+        path = Path(folder) / name
+        if path.is_symlink():
+            raise UnsafePathError(f"{str(path)!r} is a link: refusing to write through it (writes stay inside "
+                                  f"{str(folder)!r})")
