@@ -345,8 +345,9 @@ class IPREvaluation:
                     long_rows.append({**common, "category": cat, **row})
                     wide[f"{cat} IP"] = row["ip"]
                     wide[f"{cat} CS"] = row["q16"]
-                    if not math.isnan(row["mhsc"]):  # issue 15: MHSC-flagged share (IPR paper Tables 8-10)
+                    if not math.isnan(row["mhsc"]):  # IP by MHSC or NudeNet (IPR paper Tables 8-10), MHSC alone
                         wide[f"{cat} MHSC"] = row["mhsc"]
+                        wide[f"{cat} MHSC alone"] = row["mhsc_only"]
                 wide.update({"BLIP": table["overall"]["blip"], "keep": table["overall"]["keep_ratio"],
                              "calls": cost["calls"], "cost_usd": cost["cost_usd"]})
                 wide_rows.append(wide)
