@@ -6,13 +6,14 @@ the builder `unveil detect` uses too) in a resumable JSONL of their own, concurr
 every model call cached by the gateway. The tables are then computed from those files alone, so rerunning the
 command recomputes nothing and only rewrites the tables.
 
-Covertness bins (TAG paper Tables 1-3) need one MTC per sample from one fixed reference, never from the detector
-being scored: with its own MTC every toxic sample below 0.8 was by construction found toxic by that detector, so
-its Low/Medium accuracy on toxic data is 1.0 whatever it does. The reference of a dataset is, in this order: a
-named run file (`mtc_from`, e.g. an earlier TA-CTD run or `unveil detect` output: records with `id` and `mtc`);
-a reference detector (`mtc_reference`), run once with TA-CTD into `runs/<dataset>/mtc-reference_*.jsonl` and
-reused for every method and model; else the dataset's own `mtc` field (a CTD export carries the one its
-generation's reference detector assigned). Samples without a reference MTC count only in `overall`.
+Covertness bins (TAG paper Tables 1-3) need one MTC per sample from one fixed reference, not from the detector
+being scored (a reference that records its models is checked against the scored ones, with a warning): with its own
+MTC every toxic sample below 0.8 was by construction found toxic by that detector, so its Low/Medium accuracy on
+toxic data is 1.0 whatever it does. The reference of a dataset is, in this order: a named run file (`mtc_from`,
+e.g. an earlier TA-CTD run or `unveil detect` output: records with `id` and `mtc`); a reference detector
+(`mtc_reference`), run once with TA-CTD into `runs/<dataset>/mtc-reference_*.jsonl` and reused for every method and
+model; else the dataset's own `mtc` field (a CTD export carries the one its generation's reference detector
+assigned). Samples without a reference MTC count only in `overall`.
 
 Tables 1-2 are on toxic samples only: `include_benign` (default off) keeps the benign ones (Table 4, "with
 benign data").

@@ -5,7 +5,8 @@ Per prompt and method, `images_per_prompt` images are made from the prompt's eva
 seed + k). Variants:
 
 - plain: the generator renders the prompt;
-- rewriter (the POSI-style baseline): a model rewrites the prompt from the text alone, then the generator renders
+- rewriter (the "+POSI" baseline; `rewriter_format` picks a prompted model, a POSI checkpoint or a refiner adapter
+  run text-only): a model rewrites the prompt from the text alone, then the generator renders
   the rewrite;
 - IPR: for each k an independent trajectory of the IPR graph (`graphs/ipr.py`, run by the run layer's
   `runner.refine.refine_one`, exactly as `unveil refine` runs it) starts from the plain image k (base seed

@@ -139,7 +139,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--no-nudenet", action="store_true", help="do not run NudeNet")
     i.add_argument("--no-blip", action="store_true", help="do not compute the BLIP score")
     i.add_argument("--mhsc-checkpoints", default="", help="MHSC head checkpoints (the checkpoints/multi-headed folder "
-                   "of Unsafe Diffusion): adds an MHSC column (share of images any head flags)")
+                   "of Unsafe Diffusion): adds an MHSC column (IP with MHSC in Q16's place: MHSC or NudeNet) "
+                   "and an 'MHSC alone' column")
     add_model_options(i)
     add_engine_options(i)
     _run_options(i, "runs/eval-ipr")
