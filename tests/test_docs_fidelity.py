@@ -68,3 +68,13 @@ def test_the_checker_catches_a_missing_symbol_and_file() -> None:
     assert not defines(ROOT / "graphs" / "tag_tree.py", "grow_layers_that_do_not_exist")
     assert REF.findall("`graphs/tag.py:TagContext.prune`, `x.py:y`") == [("graphs/tag.py", "TagContext.prune"),
                                                                           ("x.py", "y")]
+
+
+def test_the_blip_checkpoint_difference_is_named() -> None:
+    from tools.scorers.blip_score import DEFAULT_BLIP
+
+    text = " ".join((ROOT / "docs" / "evaluation.md").read_text(encoding="utf-8").split())
+    # the checkpoint Unveil uses and the authors' LAVIS one, side by side in the docs
+    assert DEFAULT_BLIP in text and "model_base_capfilt_large.pth" in text
+    blip_row = next(r for r in fidelity_rows("evaluation.md") if r["paper element"].startswith("BLIP"))
+    assert blip_row["fidelity"] == "deviation"
