@@ -137,6 +137,7 @@ def _ctd(rec: dict[str, Any], base: Path) -> dict[str, Any]:
         source="ctd",
         description=rec.get("image_description"),
         mtc=rec.get("mtc"),
+        mtc_reference=rec.get("mtc_reference"),  # which detector assigned `mtc` (checked against the scored ones)
     )
 
 

@@ -6,13 +6,14 @@ the builder `unveil detect` uses too) in a resumable JSONL of their own, concurr
 every model call cached by the gateway. The tables are then computed from those files alone, so rerunning the
 command recomputes nothing and only rewrites the tables.
 
-Covertness bins (TAG paper Tables 1-3) need one MTC per sample from one fixed reference, never from the detector
-being scored: with its own MTC every toxic sample below 0.8 was by construction found toxic by that detector, so
-its Low/Medium accuracy on toxic data is 1.0 whatever it does. The reference of a dataset is, in this order: a
-named run file (`mtc_from`, e.g. an earlier TA-CTD run or `unveil detect` output: records with `id` and `mtc`);
-a reference detector (`mtc_reference`), run once with TA-CTD into `runs/<dataset>/mtc-reference_*.jsonl` and
-reused for every method and model; else the dataset's own `mtc` field (a CTD export carries the one its
-generation's reference detector assigned). Samples without a reference MTC count only in `overall`.
+Covertness bins (TAG paper Tables 1-3) need one MTC per sample from one fixed reference, not from the detector
+being scored (a reference that records its models is checked against the scored ones, with a warning): with its own
+MTC every toxic sample below 0.8 was by construction found toxic by that detector, so its Low/Medium accuracy on
+toxic data is 1.0 whatever it does. The reference of a dataset is, in this order: a named run file (`mtc_from`,
+e.g. an earlier TA-CTD run or `unveil detect` output: records with `id` and `mtc`); a reference detector
+(`mtc_reference`), run once with TA-CTD into `runs/<dataset>/mtc-reference_*.jsonl` and reused for every method and
+model; else the dataset's own `mtc` field (a CTD export carries the one its generation's reference detector
+assigned). Samples without a reference MTC count only in `overall`.
 
 Tables 1-2 are on toxic samples only: `include_benign` (default off) keeps the benign ones (Table 4, "with
 benign data").
@@ -22,10 +23,12 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.spec import redact_spec
 from evaluation import metrics
 from evaluation.compare import comparison_rows, write_comparison
 from evaluation.report import plot_confusion, plot_histogram, write_table
@@ -193,6 +196,45 @@ def self_referenced(settings: DetectionSettings) -> list[str]:
     return [m for m in settings.models if m == settings.mtc_reference]
 
 
+def _spec_set(models: Any) -> frozenset[str]:
+    """The model specs a reference used: a record's `models` (role -> spec) or a single spec."""
+    if isinstance(models, Mapping):
+        return frozenset(redact_spec(str(v)) for v in models.values() if v)
+    return frozenset({redact_spec(str(models))}) if models else frozenset()
+
+
+def reference_models(dataset: str, items: list[BatchItem], settings: DetectionSettings) -> set[frozenset[str]]:
+    """The model sets behind a dataset's reference MTC, where the source records them: the `models` of a run
+    file's records (`mtc_from`), or the `mtc_reference` a CTD sample carries (its generation's reference detector).
+    Empty for `mtc_reference` (checked by `self_referenced`) and for sources that record nothing."""
+    run_file = settings.mtc_from.get(dataset) or settings.mtc_from.get("")
+    if run_file:
+        ids = {it.id for it in items}
+        records = [r for sid, r in done_records(Path(run_file)).items() if sid in ids and r.get("mtc") is not None]
+        return {_spec_set(r.get("models")) for r in records} - {frozenset()}
+    if settings.mtc_reference:
+        return set()
+    out: set[frozenset[str]] = set()
+    for it in items:
+        ref = (it.record or {}).get("mtc_reference")
+        if it.record and it.record.get("mtc") is not None and ref:
+            out.add(_spec_set(ref.get("model") if isinstance(ref, Mapping) else ref))
+    return out - {frozenset()}
+
+
+def scored_by_reference(dataset: str, items: list[BatchItem], settings: DetectionSettings) -> list[str]:
+    """Scored TA-CTD detectors whose own models produced the reference MTC of `--mtc-from RUN` or of the dataset's
+    `mtc` field: their rows would be binned by their own MTC (the bias the module docstring describes)."""
+    used = reference_models(dataset, items, settings)
+    if not used:
+        return []
+    hits: list[str] = []
+    for cfg in run_configs(dataset, settings):
+        if cfg.method == "tag" and cfg.model not in hits and _spec_set(_context(cfg, settings).models()) in used:
+            hits.append(cfg.model)
+    return hits
+
+
 def score_rows(cfg: RunConfig, items: list[BatchItem], ref: dict[str, float], settings: DetectionSettings,
                out_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, int]]:
     """(one row per MTC bin + overall, failures, overall confusion counts) of a finished configuration."""
@@ -258,6 +300,12 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
         ref, source = await reference_mtc(dataset, items, settings, out)
         usable = sum(1 for it in items if it.record)
         sources[dataset] = f"{source} ({sum(1 for it in items if it.id in ref)} of {usable} samples)"
+        for name in scored_by_reference(dataset, items, settings):
+            warning = (f"the reference MTC of {dataset} ({source}) was computed by TA-CTD with {name}, which is also a "
+                       "scored detector: its TA-CTD rows are binned by their own MTC (Low/Medium accuracy on toxic "
+                       "samples is 1 by construction); use another reference")
+            print(f"warning: {warning}", file=sys.stderr)
+            sources[dataset] += f"; WARNING: {warning}"
         if len(ref) < usable:
             print(f"{dataset}: {usable - len(ref)} of {usable} samples have no reference MTC and are left out of the "
                   "covertness bins (give the dataset's mtc, --mtc-from RUN.jsonl or --mtc-reference SPEC)",

@@ -5,7 +5,8 @@ Per prompt and method, `images_per_prompt` images are made from the prompt's eva
 seed + k). Variants:
 
 - plain: the generator renders the prompt;
-- rewriter (the POSI-style baseline): a model rewrites the prompt from the text alone, then the generator renders
+- rewriter (the "+POSI" baseline; `rewriter_format` picks a prompted model, a POSI checkpoint or a refiner adapter
+  run text-only): a model rewrites the prompt from the text alone, then the generator renders
   the rewrite;
 - IPR: for each k an independent trajectory of the IPR graph (`graphs/ipr.py`, run by the run layer's
   `runner.refine.refine_one`, exactly as `unveil refine` runs it) starts from the plain image k (base seed
@@ -68,6 +69,10 @@ class IPRSettings(RenderSettings):
     methods: dict[str, str] = field(default_factory=dict)  # method name -> generator spec
     with_rewriter: bool = False
     rewriter_model: str = ""
+    # What the rewriter model reads and writes (agents.rewriter.REWRITER_FORMATS): json (a prompted model), posi
+    # (POSI's own instruction and bare answer: the paper's "+POSI" rows), refiner (a refiner adapter text-only:
+    # the SFT(POSI) baseline of Table 1).
+    rewriter_format: str = "json"
     refiner_model: str = ""
     t_max: list[int] = field(default_factory=list)  # empty: no IPR
     images_per_prompt: int = IPR_IMAGES_PER_PROMPT
@@ -165,10 +170,11 @@ class Variant:
 
     method: str
     kind: str
+    fmt: str = ""  # the rewriter format of a `rewriter` run other than the default json: its own file and label
 
     def file(self, out_dir: Path) -> Path:
         """The run's JSONL."""
-        return out_dir / "runs" / f"{slug(self.method, self.kind)}.jsonl"
+        return out_dir / "runs" / f"{slug(self.method, self.kind, self.fmt)}.jsonl"
 
 
 class IPREvaluation:
@@ -192,6 +198,10 @@ class IPREvaluation:
             raise ValueError("IPR needs a refiner model (--refiner-model)")
         if settings.with_rewriter and not settings.rewriter_model:
             raise ValueError("the rewriter baseline needs a model (--rewriter-model)")
+        from agents.rewriter import REWRITER_FORMATS
+
+        if settings.rewriter_format not in REWRITER_FORMATS:
+            raise ValueError(f"rewriter format {settings.rewriter_format!r}: use one of {', '.join(REWRITER_FORMATS)}")
 
     # -- running ------------------------------------------------------------------------------------------
     def variants(self) -> list[Variant]:
@@ -200,7 +210,8 @@ class IPREvaluation:
         for m in self.settings.methods:
             out.append(Variant(m, "plain"))
             if self.settings.with_rewriter:
-                out.append(Variant(m, "rewriter"))
+                fmt = self.settings.rewriter_format
+                out.append(Variant(m, "rewriter", "" if fmt == "json" else fmt))
             if self.settings.t_max:
                 out.append(Variant(m, "ipr"))
         return out
@@ -259,7 +270,8 @@ class IPREvaluation:
         if v.kind == "rewriter":
             from agents.rewriter import rewrite_prompt
 
-            res = await rewrite_prompt(get_gateway(), self.settings.rewriter_model, prompt=sample["prompt"])
+            res = await rewrite_prompt(get_gateway(), self.settings.rewriter_model, prompt=sample["prompt"],
+                                       fmt=v.fmt or "json")
             return {**base, **await self._plain(v, sample, res.value.prompt), "usage": res.usage}
         results = await asyncio.gather(*[self._trajectory(v, sample, k)
                                          for k in range(self.settings.images_per_prompt)])
@@ -303,7 +315,8 @@ class IPREvaluation:
         return {"category": rec.get("category", ""), "images": images, "kept": kept}
 
     def _label(self, v: Variant, t: int | None) -> str:
-        return {"plain": v.method, "rewriter": f"{v.method} + rewriter"}.get(v.kind, f"{v.method} (T_max={t})")
+        rewriter = f"{v.method} + rewriter" + (f" ({v.fmt})" if v.fmt else "")
+        return {"plain": v.method, "rewriter": rewriter}.get(v.kind, f"{v.method} (T_max={t})")
 
     def _spec_columns(self, v: Variant, t: int | None) -> dict[str, Any]:
         s = self.settings
@@ -316,6 +329,8 @@ class IPREvaluation:
                                 "steps": s.steps,
                 "guidance": f"per prompt, else {s.guidance:g}" if s.prompt_guidance else s.guidance,
                 "ip_source": s.ip_source}
+        if v.kind == "rewriter":
+            sett["rewriter_format"] = v.fmt or "json"
         if v.kind == "ipr":
             sett["t_max"] = t
             sett["seed_mode"] = s.seed_mode
@@ -345,8 +360,9 @@ class IPREvaluation:
                     long_rows.append({**common, "category": cat, **row})
                     wide[f"{cat} IP"] = row["ip"]
                     wide[f"{cat} CS"] = row["q16"]
-                    if not math.isnan(row["mhsc"]):  # issue 15: MHSC-flagged share (IPR paper Tables 8-10)
+                    if not math.isnan(row["mhsc"]):  # IP by MHSC or NudeNet (IPR paper Tables 8-10), MHSC alone
                         wide[f"{cat} MHSC"] = row["mhsc"]
+                        wide[f"{cat} MHSC alone"] = row["mhsc_only"]
                 wide.update({"BLIP": table["overall"]["blip"], "keep": table["overall"]["keep_ratio"],
                              "calls": cost["calls"], "cost_usd": cost["cost_usd"]})
                 wide_rows.append(wide)

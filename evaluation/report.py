@@ -87,44 +87,48 @@ def plot_histogram(path: Path, series: Mapping[str, Sequence[Mapping[str, Any]]]
 
 
 def histogram_figure(series: Mapping[str, Sequence[Mapping[str, Any]]], *, title: str) -> Any:
-    """Grouped bars of MTC shares per interval, one group per dataset (Figure 5 style).
+    """Grouped bars of MTC shares per interval, one group per dataset: Figure 5's five intervals of 0.2.
 
-    The "not found" bin (MTC = 1) is set apart by a gap and a hatched bar, and every bar carries its count, so
-    a reader can tell "no toxic association found" from "very covert" and small samples from large ones.
+    Samples with MTC = 1 ("no toxic association found", the `not_found` bin of `mtc_histogram`) get no sixth
+    bar: the figure has the paper's five bars, and the not-found share of every dataset is written in a note
+    under the axes and in its legend entry. Shares stay relative to all toxic samples, so a dataset's five bars
+    sum to 1 minus its not-found share. Every bar carries its count.
     """
     plt = _pyplot()
     names = list(series)
     if not names:
         return None
-    bins = series[names[0]]
+    bins = [b for b in series[names[0]] if not b.get("not_found")]
     width = 0.8 / max(1, len(names))
-    gap = 0.6  # between the MTC intervals and the "not found" bin
-    centres = [i + (gap if b.get("not_found") else 0.0) for i, b in enumerate(bins)]
+    centres = [float(i) for i in range(len(bins))]
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     colours = plt.get_cmap("tab10").colors
     top = 0.0
+    notes: list[str] = []
     for k, name in enumerate(names):
         total = sum(int(b["count"]) for b in series[name])
+        intervals = [b for b in series[name] if not b.get("not_found")]
+        missing = [b for b in series[name] if b.get("not_found")]
+        not_found = sum(int(b["count"]) for b in missing)
+        nf_share = not_found / total if total else 0.0
         xs = [c + (k - (len(names) - 1) / 2) * width for c in centres]
-        shares = [float(b["share"]) for b in series[name]]
+        shares = [float(b["share"]) for b in intervals]
         top = max([top, *shares])
-        bars = ax.bar(xs, shares, width=width * 0.95, color=colours[k % len(colours)], label=f"{name} (n = {total})",
-                      edgecolor="black", linewidth=0.5)
-        for bar, b in zip(bars, series[name], strict=True):
-            if b.get("not_found"):
-                bar.set_hatch("//")
+        bars = ax.bar(xs, shares, width=width * 0.95, color=colours[k % len(colours)],
+                      label=f"{name} (n = {total}; MTC = 1: {not_found})", edgecolor="black", linewidth=0.5)
+        for bar, b in zip(bars, intervals, strict=True):
             ax.annotate(str(int(b["count"])), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=7)
+        notes.append(f"{name} {not_found} ({nf_share:.0%})")
     ax.set_xticks(centres)
-    ax.set_xticklabels([str(b.get("label") or f"{b['lo']:.1f}-{b['hi']:.1f}").replace(" (", "\n(") for b in bins])
-    if any(b.get("not_found") for b in bins):
-        ax.axvline(centres[-1] - (1 + gap) / 2, color="#7f8c8d", lw=0.8, ls=":")
-    ax.set_xlabel("MTC score of the toxic samples (interval; the last bin: no toxic association found)")
+    ax.set_xticklabels([f"{b['lo']:.1f}-{b['hi']:.1f}" for b in bins])
+    ax.set_xlabel("MTC score of the toxic samples")
     ax.set_ylabel("share of toxic samples (bar label: count)")
     ax.set_ylim(0, max(0.05, min(1.0, top * 1.15 + 0.02)))
     ax.set_title(title)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    fig.tight_layout()
+    fig.text(0.01, 0.01, "MTC = 1 (not found, no bar): " + ", ".join(notes), fontsize=7, ha="left", va="bottom")
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 
 

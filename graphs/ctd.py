@@ -101,6 +101,9 @@ class CtdContext(CtdRenderSettings, ModelsContext):
         "description": "Informed vs forced judge's risk concepts, as judged by the concept_similarity role: "
                        "not_similar (§10.3's wording), similar, or record (judged, never gating).",
         "choices": CONCEPT_CONDITIONS})
+    require_target_category: bool = field(default=True, metadata={
+        "description": "The informed or forced judge must name the sample's own risk category (Unveil's addition "
+                       "to §10.3's rule: keeps each sample's category label the risk the judges found)."})
     concept_similarity_model: str = field(
         default="", metadata={"description": "Judges concept similarity (empty: model)."}
     )
@@ -143,6 +146,7 @@ class CtdContext(CtdRenderSettings, ModelsContext):
             require_informed=self.require_informed, require_forced=self.require_forced,
             concept_condition=self.concept_condition,  # type: ignore[arg-type]  # checked by decide()
             min_blind_found=self.min_blind_found, max_blind_found=self.max_blind_found,
+            require_target_category=self.require_target_category,
         )
 
     def review_policy(self) -> ReviewPolicy:

@@ -325,8 +325,8 @@ async def explain_finding(state: TagState, runtime: Runtime[TagContext]) -> dict
         get_gateway(),
         runtime.context.spec_for("explainer"),
         text=state["text"],
-        visual_path=[s["concept"] for s in finding["visual"]["path"]],
-        textual_path=[s["concept"] for s in finding["textual"]["path"]],
+        visual_path=finding["visual"]["path"],
+        textual_path=finding["textual"]["path"],
         finding={"category": finding["category"], "reason": finding["reason"], "layer": finding["layer"]},
     )
     return {

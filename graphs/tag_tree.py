@@ -57,6 +57,15 @@ def _assign_entries(parents: list[Node], expansions: list[dict[str, Any]]) -> di
     return out
 
 
+def _raw_probability(child: dict[str, Any]) -> float:
+    """A child's stated probability, negative or unreadable values counting as 0."""
+    try:
+        value = float(child.get("probability", 0.0))
+    except (TypeError, ValueError):
+        return 0.0
+    return max(0.0, value) if value == value else 0.0
+
+
 def grow_layer(
     parents: list[Node],
     expansions: list[dict[str, Any]],
@@ -68,7 +77,8 @@ def grow_layer(
     allowed_types: Iterable[str],
     prune: Prune = "per_layer",
 ) -> list[Node]:
-    """The next layer: each parent's valid children (at most `children_per_parent`) normalised to sum 1, then
+    """The next layer: each parent's valid children (the `children_per_parent` most probable, ties in the listed
+    order) normalised to sum 1, then
 
     - `per_layer`: the k_max most probable of the whole layer by cumulative path probability;
     - `per_node`: every parent's children, at most k_max per parent (no cap on the layer).
@@ -85,19 +95,21 @@ def grow_layer(
     for parent in parents:
         # A child equal to its parent (case-insensitive) is no association at all: dropped like a duplicate.
         seen: set[str] = {" ".join(parent["concept"].lower().split())}
-        kept: list[dict[str, Any]] = []
+        valid: list[dict[str, Any]] = []
         for child in assigned.get(parent["id"], []):
             concept = str(child.get("concept", "")).strip()
             key = " ".join(concept.lower().split())
             if not concept or key in seen or child.get("association") not in allowed:
                 continue
             seen.add(key)
-            kept.append(child)
-            if len(kept) >= per_parent:
-                break
+            valid.append(child)
+        # The prompt asks for the most probable associations (§10.1); a model that lists more, or lists them out of
+        # order, must not push a likelier one out: keep the `per_parent` most probable, ties in the listed order.
+        ranked = sorted(enumerate(valid), key=lambda ic: (-_raw_probability(ic[1]), ic[0]))
+        kept = [child for _, child in sorted(ranked[:per_parent], key=lambda ic: ic[0])]
         if not kept:
             continue
-        raw = [max(0.0, float(c.get("probability", 0.0))) for c in kept]
+        raw = [_raw_probability(c) for c in kept]
         total = sum(raw)
         probs = [r / total for r in raw] if total > 0 else [1.0 / len(kept)] * len(kept)
         for child, p in zip(kept, probs, strict=True):

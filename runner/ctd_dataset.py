@@ -302,7 +302,7 @@ def _write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
     usable = [r for r in records.values() if is_usable(r)]
     pending = [r for r in records.values() if r.get("status") == "pending_review"]
     keys = ("id", "category", "subcategory", "text", "image", "image_sha256", "label", "image_description",
-            "erasure_reason", "rounds", "mtc", "counterpart_of")
+            "erasure_reason", "rounds", "mtc", "mtc_reference", "counterpart_of")
     # Written as new files inside the folder (tools.safe_files): a link planted at either name is replaced.
     atomic_write(root, DATASET, "".join(json.dumps({k: row.get(k) for k in keys}, ensure_ascii=False) + "\n"
                                         for r in usable for row in dataset_rows(r)).encode("utf-8"))

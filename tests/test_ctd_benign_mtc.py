@@ -68,6 +68,8 @@ def test_generate_records_reference_mtc_and_a_benign_counterpart(tmp_path, tiny_
     # the evaluation reads both: Tables 1-2 take the toxic one with its reference MTC, Table 4 both
     both = load_detection(out / "dataset.jsonl", "ctd")
     assert [(it.record["label"], it.record["mtc"]) for it in both] == [(1, pytest.approx(0.75)), (0, None)]
+    # ... with the detector that assigned the MTC, so an evaluation can tell it from the detectors it scores
+    assert both[0].record["mtc_reference"]["model"] == f"scripted:{DETECTOR}"
     assert len(load_detection(out / "dataset.jsonl", "ctd", include_benign=False)) == 1
 
     ds = load_dataset("parquet", data_files=str(out / "export" / "data.parquet"), split="train",

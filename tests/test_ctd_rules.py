@@ -109,3 +109,14 @@ def test_a_category_neither_informed_nor_forced_judge_named_is_rejected() -> Non
     mixed = votes(informed_cat="illegal drugs", forced_cat="weapons")
     assert decide(mixed, similar=False, target_category="drugs").accepted
     assert decide(votes(), target_category="Drugs").accepted
+
+
+def test_the_category_gate_is_a_named_setting_on_by_default() -> None:
+    from graphs.ctd import CtdContext
+
+    found_as_weapons = votes(informed_cat="weapons", forced_cat="weapons")
+    assert GatekeeperRule().require_target_category and CtdContext().rule().require_target_category
+    off = CtdContext(require_target_category=False).rule()
+    assert not off.require_target_category
+    assert decide(found_as_weapons, off, target_category="drugs").accepted  # gate off: any category the judges read
+    assert not decide(found_as_weapons, CtdContext().rule(), target_category="drugs").accepted

@@ -69,3 +69,11 @@ def test_detection_is_toxic_only_unless_benign_is_asked_for():
     assert parser.parse_args([*base, "--include-benign"]).include_benign is True
     with pytest.raises(SystemExit):
         parser.parse_args([*base, "--toxic-only", "--include-benign"])
+
+
+def test_rewriter_format_flag_names_posi_and_the_text_only_refiner():
+    parser = build_parser()
+    assert parser.parse_args(["evaluate", "ipr", "--prompts", "p.jsonl"]).rewriter_format == "json"
+    for fmt in ("posi", "refiner"):
+        assert parser.parse_args(["evaluate", "ipr", "--prompts", "p.jsonl", "--rewriter-format", fmt]
+                                 ).rewriter_format == fmt

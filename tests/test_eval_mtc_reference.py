@@ -118,3 +118,40 @@ async def test_a_run_without_mtc_is_refused(items, gateway, tmp_path):
     bad.write_text(json.dumps({"id": "overt", "status": "ok", "toxic": True}) + "\n")
     with pytest.raises(MtcReferenceError, match="no record has an `mtc`"):
         await evaluate_detection({"toy": items}, _settings(tmp_path, mtc_from={"toy": str(bad)}), tmp_path / "o")
+
+
+async def test_a_run_file_of_the_scored_detector_is_flagged_as_its_own_reference(
+        items, gateway, reference_run, tmp_path, capsys):
+    # The scored detector's own TA-CTD run file, named as --mtc-from: same method, same models.
+    first = tmp_path / "first"
+    await evaluate_detection({"toy": items}, _settings(tmp_path), first)
+    (own_run,) = (first / "runs" / "toy").glob("tag-*.jsonl")
+    capsys.readouterr()
+    result = await evaluate_detection({"toy": items}, _settings(tmp_path, mtc_from={"": str(own_run)}),
+                                      tmp_path / "own")
+    err = capsys.readouterr().err
+    assert "warning" in err and "also a scored detector" in err and SPEC in err
+    assert "WARNING" in result["mtc_sources"]["toy"]
+    assert "WARNING" in (tmp_path / "own" / "detection.md").read_text()
+    # A run of another detector (its records name other models, or none) is no self-reference.
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps({"id": k, "status": "ok", "mtc": v, "models": {"model": "scripted:elsewhere"}})
+                             + "\n" for k, v in REFERENCE.items()))
+    for path in (other, reference_run):
+        result = await evaluate_detection({"toy": items}, _settings(tmp_path, mtc_from={"": str(path)}),
+                                          tmp_path / path.stem)
+        assert "also a scored detector" not in capsys.readouterr().err
+        assert "WARNING" not in result["mtc_sources"]["toy"]
+
+
+@pytest.mark.parametrize("reference, flagged", [(SPEC, True), ("scripted:another-detector.json", False)])
+async def test_a_datasets_mtc_from_the_scored_detector_is_flagged(gateway, tmp_path, capsys, reference, flagged):
+    # A CTD export records which detector assigned each sample's mtc (`mtc_reference`, see runner/ctd.py).
+    path = tmp_path / "data" / "ctd.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps({**s, "mtc": REFERENCE.get(s["id"], 1.0),
+                                        "mtc_reference": {"model": reference, "method": "tag"}}) + "\n"
+                            for s in SAMPLES))
+    result = await evaluate_detection({"ctd": load_detection(path, "ctd")}, _settings(tmp_path), tmp_path / "o")
+    assert ("also a scored detector" in capsys.readouterr().err) is flagged
+    assert ("WARNING" in result["mtc_sources"]["ctd"]) is flagged

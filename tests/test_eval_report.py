@@ -116,7 +116,7 @@ def test_the_legend_is_outside_the_data_area() -> None:
         plt.close(fig)
 
 
-def test_histogram_sets_the_not_found_bin_apart_and_labels_counts() -> None:
+def test_histogram_draws_figure_5s_five_bars_and_notes_not_found_apart() -> None:
     hist = mtc_histogram([0.0, 0.1, 0.85, 0.999, 1.0, 1.0])
     assert [b["count"] for b in hist] == [2, 0, 0, 0, 2, 2]
     assert hist[-1]["not_found"] and "not found" in hist[-1]["label"] and hist[-2]["label"] == "[0.8, 1)"
@@ -124,15 +124,15 @@ def test_histogram_sets_the_not_found_bin_apart_and_labels_counts() -> None:
     try:
         ax = fig.axes[0]
         ticks = [t.get_text() for t in ax.get_xticklabels()]
-        assert "not found" in ticks[-1] and ticks[0] == "[0, 0.2)"
-        positions = list(ax.get_xticks())
-        gaps = [b - a for a, b in zip(positions, positions[1:], strict=False)]
-        assert gaps[-1] > max(gaps[:-1])  # the not-found bin stands apart
+        assert ticks == ["0.0-0.2", "0.2-0.4", "0.4-0.6", "0.6-0.8", "0.8-1.0"]  # the paper's five intervals
+        assert len(ax.patches) == 5 * 2  # five bars per dataset, no "not found" bar
         annotations = [t.get_text() for t in ax.texts]
-        assert annotations.count("2") == 3  # counts on the bars
+        assert annotations.count("2") == 2  # counts on the bars
         legend = [t.get_text() for t in ax.get_legend().get_texts()]
-        assert legend == ["ctd (n = 6)", "other (n = 1)"]
-        assert "toxic" in ax.get_ylabel() and "no toxic association found" in ax.get_xlabel()
+        assert legend == ["ctd (n = 6; MTC = 1: 2)", "other (n = 1; MTC = 1: 0)"]
+        (note,) = [t.get_text() for t in fig.texts]
+        assert "MTC = 1 (not found" in note and "ctd 2 (33%)" in note
+        assert "toxic" in ax.get_ylabel()
     finally:
         plt.close(fig)
 

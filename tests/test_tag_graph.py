@@ -104,6 +104,28 @@ async def test_layer_three_pair_gives_hand_computed_mtc(gateway, write_script) -
     assert out["usage"]["by_role"]["expander"]["calls"] == 6
 
 
+async def test_the_explainer_is_given_both_paths_with_their_step_probabilities(gateway, write_script) -> None:
+    spec = write_script({
+        **ROOTS,
+        "root_judge": [{"toxic": False}],
+        "expander.visual": VISUAL_LAYERS,
+        "expander.textual": TEXTUAL_LAYERS,
+        "pair_judge": [NONE, NONE, {"toxic_pairs": [{"pair_id": "v3.0|t3.1", "category": "weapons", "reason": "r"}]}],
+        "explainer": [EXPLAIN],
+    })
+    await tag_graph.ainvoke(SAMPLE, context=ctx(spec, l_max=4))
+    (script,) = gateway.shared["scripts"].values()
+    (messages,) = [m for role, m in script.requests if role == "explainer"]
+    content = messages[-1].content
+    sent = content if isinstance(content, str) else "\n".join(b.get("text", "") for b in content if isinstance(b, dict))
+    # the image path flange -> B (0.4) -> B1 (1.0) -> B1y (0.75), the text path ... -> Y (0.8) -> Y1 -> Y1b (0.5)
+    assert '"concept": "B1y"' in sent and '"probability": 0.75' in sent and '"probability": 0.4' in sent
+    image_block = sent.split('<data name="image_path">')[1].split("</data>")[0]
+    text_block = sent.split('<data name="text_path">')[1].split("</data>")[0]
+    assert '"path_probability": 0.3\n' in image_block and '"path_probability": 0.4\n' in text_block
+    assert '"association": "similarity"' in sent
+
+
 async def test_nothing_found_gives_mtc_one_within_the_call_budget(gateway, write_script) -> None:
     spec = write_script({
         **ROOTS, "root_judge": [{"toxic": False}],

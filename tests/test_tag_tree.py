@@ -87,7 +87,7 @@ def test_invalid_children_are_dropped_and_children_per_parent_is_a_cap() -> None
                     child("c2", 0.0),
                     child("C2", 0.3),
                     child("c3", 0.0),
-                    child("c4", 0.9),
+                    child("c4", 0.0),
                 ],
             }
         ],
@@ -97,7 +97,8 @@ def test_invalid_children_are_dropped_and_children_per_parent_is_a_cap() -> None
         k_max=6,
         allowed_types=ALL,
     )
-    # empty concept, unknown type and the duplicate "C2" are skipped; two children kept; zero mass -> uniform
+    # empty concept, unknown type and the duplicate "C2" are skipped; of three equally likely, the first two listed
+    # are kept; zero mass -> uniform
     assert [n["concept"] for n in layer] == ["c2", "c3"]
     assert [n["prob"] for n in layer] == [pytest.approx(0.5), pytest.approx(0.5)]
 
@@ -188,3 +189,21 @@ def test_a_child_equal_to_its_parent_is_dropped_and_the_rest_renormalised() -> N
     )
     assert [n["concept"] for n in layer] == ["cocaine", "flour"]
     assert [n["prob"] for n in layer] == [pytest.approx(0.5), pytest.approx(0.5)]
+
+
+@pytest.mark.parametrize("prune", ["per_layer", "per_node"])
+def test_a_parent_keeps_its_most_probable_children_not_the_first_listed(prune: str) -> None:
+    # The model lists four children, the likeliest last: the three most probable stay, ties keep the listed order.
+    listed = [child("a", 0.1), child("b", 0.3), child("c", 0.1), child("d", 0.5)]
+    layer = grow_layer(
+        make_roots("v", ["r"]),
+        [{"parent_id": "v0.0", "children": listed}],
+        layer=1,
+        prefix="v",
+        children_per_parent=3,
+        k_max=6,
+        allowed_types=ALL,
+        prune=prune,  # type: ignore[arg-type]
+    )
+    assert sorted(n["concept"] for n in layer) == ["a", "b", "d"]
+    assert {n["concept"]: n["prob"] for n in layer}["d"] == pytest.approx(0.5 / 0.9)

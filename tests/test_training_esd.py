@@ -23,6 +23,18 @@ def test_esd_u_trains_every_parameter_but_cross_attention() -> None:
     assert not trainable("down_blocks.1.attentions.0.transformer_blocks.0.attn2.to_k.weight", "noxattn")
     assert trainable("up_blocks.0.attentions.0.transformer_blocks.0.attn2.to_v.weight", "xattn")
     assert ESDSettings().negative_guidance == 1.0 and ESDSettings().train_method == "noxattn"
+    # the ESD authors' noxattn also freezes the time embedding and the output layers
+    for frozen in ("time_embedding.linear_1.weight", "conv_out.weight", "conv_norm_out.bias"):
+        assert not trainable(frozen, "noxattn") and not trainable(frozen, "xattn")
+    assert trainable("down_blocks.0.resnets.0.time_emb_proj.weight", "noxattn")  # a block's projection trains
+    assert trainable("conv_in.weight", "noxattn")
+
+
+def test_esd_erases_sd_nps_negative_prompt_by_default() -> None:
+    from tools.t2i.variants import SAFETY_NEGATIVE_PROMPT
+
+    assert ESDSettings().concept == SAFETY_NEGATIVE_PROMPT  # App. A: the same negative prompt for SD-NP and ESD
+    assert "nudity" in SAFETY_NEGATIVE_PROMPT and "cruelty" in SAFETY_NEGATIVE_PROMPT
     with pytest.raises(ValueError, match="train_method"):
         ESDSettings(train_method="full")
 
@@ -45,8 +57,11 @@ def test_esd_u_changes_only_non_cross_attention_weights(tiny_sd: str, esd_run: d
     original = pipe.unet.state_dict()
     changed = {k for k, v in state.items() if not torch.equal(v, original[k])}
     assert changed and all("attn2" not in k for k in changed)  # ESD-u: cross-attention untouched
+    assert not any(k.startswith(("time_embedding.", "conv_out.", "conv_norm_out.")) for k in changed)
     assert any("attn1" in k for k in changed) and any("resnets" in k for k in changed)
-    assert summary["trained_parameters"] == sum(v.numel() for k, v in original.items() if "attn2" not in k)
+    frozen = ("attn2", "time_embedding.", "conv_out.", "conv_norm_out.")
+    assert summary["trained_parameters"] == sum(v.numel() for k, v in original.items()
+                                                if "attn2" not in k and not k.startswith(frozen[1:]))
 
 
 

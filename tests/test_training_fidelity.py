@@ -63,7 +63,8 @@ def test_grpo_defaults_follow_the_paper_the_pool_is_the_authors_option() -> None
     assert (g.learning_rate, g.max_steps, g.reward.keep_alpha) == (1.9e-5, 50, 0.3)
     shipped = tomllib.loads((ROOT / "training" / "configs" / "grpo.toml").read_text(encoding="utf-8"))
     assert shipped.get("image_pool", False) is False
-    assert Path(shipped["data"]).name == "rl_prompts_842.json"  # the separate RL set, not the SFT file
+    # section 4.3: the current images come from the constructed dataset (build-data records of the RL set)
+    assert shipped["start_images"] == "dataset" and Path(shipped["data"]).suffix == ".jsonl"
 
 
 def test_the_papers_rl_set_loads_as_842_prompts() -> None:
@@ -72,3 +73,34 @@ def test_the_papers_rl_set_loads_as_842_prompts() -> None:
     prompts = load_prompts(RL_PROMPTS)
     assert len(prompts) == 842 and prompts[0]["prompt"] == "Emma Watson eating too much spaghetti"
     assert "output" not in prompts[0]  # POSI's "Place Holder" answers are not training targets
+
+
+def test_grpo_objective_is_the_papers_and_the_authors_temperature() -> None:
+    from trl import GRPOConfig
+
+    g = GRPOSettings()
+    # GRPO (Shao et al., 2024): per-answer length normalisation, group-standardised advantages; the authors' TRL
+    # sampled at 0.9. TRL's current defaults differ, so each is set explicitly.
+    assert (g.loss_type, g.scale_rewards, g.temperature) == ("grpo", "group", 0.9)
+    assert GRPOConfig.__dataclass_fields__["loss_type"].default != g.loss_type
+    shipped = build_settings(GRPOSettings, read_config_file(ROOT / "training" / "configs" / "grpo.toml"))
+    assert (shipped.loss_type, shipped.scale_rewards, shipped.temperature) == ("grpo", "group", 0.9)
+    assert build_settings(GRPOSettings, {}, {"loss_type": "dapo"}).loss_type == "dapo"  # the other readings
+
+
+def test_start_images_dataset_refuses_a_record_without_its_own_image(tmp_path: Path) -> None:
+    from tools.image_store import get_image_store
+    from training.grpo import grpo_records
+
+    data = tmp_path / "rl.jsonl"
+    data.write_text('{"id": "a", "prompt": "a bare prompt"}\n')
+
+    class NoRender:
+        def render(self, prompts, seeds):  # the paper's protocol never renders a starting image
+            raise AssertionError("rendered")
+
+    store = get_image_store(tmp_path / "store")
+    with pytest.raises(ValueError, match="no image of their own.*section 4.3"):
+        grpo_records(GRPOSettings(data=str(data), start_images="dataset"), store=store, renderer=NoRender())
+    with pytest.raises(ValueError, match="start_images 'bogus'"):
+        grpo_records(GRPOSettings(data=str(data), start_images="bogus"), store=store, renderer=NoRender())

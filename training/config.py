@@ -80,12 +80,22 @@ class GRPOSettings(RenderSettings, TrainSettings):
     max_grad_norm: float = 0.1  # gradient clipping norm
     num_generations: int = 4  # group size
     max_completion_length: int = 200  # longest refiner answer, in tokens
-    temperature: float = 1.0  # sampling temperature of the refiner's answers
+    # Sampling temperature of the refiner's answers: 0.9, the default of the TRL version the authors' code pins
+    # (the paper names none; TRL's own default is now 1.0).
+    temperature: float = 0.9  # sampling temperature of the refiner's answers (the authors' TRL default)
     kl_beta: float = 1e-4  # KL penalty to the reference policy (the base model with the adapter disabled)
-    loss_type: str = "dapo"  # GRPO loss (TRL loss_type: grpo, dapo, dr_grpo, bnpo)
+    # The objective: §4.3 optimises with GRPO (Shao et al., 2024), whose loss averages each answer's token terms
+    # over its own length (TRL loss_type "grpo") and whose advantages are rewards standardised within the group
+    # (scale_rewards "group"). TRL's other losses (dapo, its default; dr_grpo; bnpo; ...) are named readings.
+    loss_type: str = "grpo"  # TRL loss_type: grpo (the paper's GRPO), bnpo (the authors' TRL), dapo, dr_grpo
+    scale_rewards: str = "group"  # TRL scale_rewards: group (GRPO), batch, none (Dr. GRPO's unscaled advantages)
     # The paper draws the current image from the constructed dataset (section 4.3: "using the images from our
     # constructed dataset for D is sufficient"); the authors' code also lets refined renders join a growing pool.
     image_pool: bool = False  # refined renders join their prompt's pool of current images (the authors' code)
+    # Where a row's first current image comes from. "dataset" (section 4.3, the shipped config): its record's own
+    # image (build-data output), and a record without one is an error; "render": a bare prompt is rendered once
+    # before training (a convenience for prompt files, not the paper's protocol).
+    start_images: str = "render"  # dataset (each record's own image, section 4.3) or render (bare prompts once)
     generator: str = DEFAULT_IPR_GENERATOR  # reward renderer spec (tools.t2i registry)
     t2i_scheduler: str = "default"  # default (the pipeline's own, PNDM for SD 1.x) or dpm (DPM-Solver++: ~20 steps)
     t2i_max_batch: int = 32  # images per generator batch

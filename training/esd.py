@@ -1,8 +1,9 @@
 """Erased Stable Diffusion (ESD, Gandikota et al. 2023): fine-tune a UNet so that it no longer renders a concept.
 
-The IPR paper's ESD baseline (section 5) is ESD-u-1: only the UNet's non-cross-attention parameters are trained
-(`train_method = "noxattn"` in the ESD authors' code: every parameter whose name does not contain `attn2`), with
-negative guidance eta = 1. Each iteration:
+The IPR paper's ESD baseline (section 5) is ESD-u-1: only the UNet's non-cross-attention layers are trained
+(`train_method = "noxattn"` in the ESD authors' code, which also leaves the time embedding and the output layers
+(`out.`; diffusers' `conv_norm_out` and `conv_out`) frozen), with negative guidance eta = 1. The concept erased is
+the negative prompt SD-NP uses (App. A: "the same negative prompt for both SD-NP and ESD"). Each iteration:
 
 1. draws a step index `t_enc` in [0, ddim_steps) and samples a partly denoised latent `x_t` with the model being
    trained, conditioned on the concept, at `start_guidance` (DDIM from pure noise down to `t_enc`);
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
+from tools.t2i.variants import SAFETY_NEGATIVE_PROMPT
 
 log = logging.getLogger("unveil.training.esd")
 
@@ -33,6 +35,8 @@ DEFAULT_ESD_BASE = DEFAULT_IPR_GENERATOR.split(":", 1)[1]
 
 # Parameters of cross-attention layers in diffusers' UNet2DConditionModel: ESD-u leaves them untouched.
 CROSS_ATTENTION = "attn2"
+# What else the ESD authors' "noxattn" freezes (their `time_embed` and `out.`), under diffusers' names.
+NOXATTN_FROZEN_PREFIXES = ("time_embedding.", "conv_norm_out.", "conv_out.")
 
 
 @dataclass
@@ -40,9 +44,13 @@ class ESDSettings:
     """Settings of one ESD fine-tuning run (source of each default in the comment)."""
 
     model: str = DEFAULT_ESD_BASE  # base SD 1.x pipeline (Hub id or local folder); the paper's
-    concept: str = "nudity"  # the concept to erase (the paper's ESD-u-1 erases nudity)
-    output: str = "runs/esd-u-1-nudity.safetensors"  # where the UNet state dict is written
-    train_method: str = "noxattn"  # noxattn = ESD-u (the paper's); xattn = ESD-x (cross-attention only)
+    # The concept to erase: App. A's negative prompt, the one SD-NP uses (any other text, e.g. "nudity", is a
+    # setting).
+    concept: str = SAFETY_NEGATIVE_PROMPT
+    output: str = "runs/esd-u-1.safetensors"  # where the UNet state dict is written
+    # noxattn = ESD-u (the paper's): all but cross-attention, the time embedding and the output layers;
+    # xattn = ESD-x (cross-attention only)
+    train_method: str = "noxattn"
     negative_guidance: float = 1.0  # eta (the paper's "negative guidance strength of 1")
     start_guidance: float = 3.0  # guidance used to sample x_t (the ESD authors' code)
     iterations: int = 1000  # the ESD authors' code
@@ -64,8 +72,10 @@ class ESDSettings:
 
 
 def trainable(name: str, method: str) -> bool:
-    """Whether a UNet parameter is trained under ESD's `train_method`."""
-    return (CROSS_ATTENTION not in name) if method == "noxattn" else (CROSS_ATTENTION in name)
+    """Whether a UNet parameter (diffusers name) is trained under ESD's `train_method`."""
+    if method == "noxattn":
+        return CROSS_ATTENTION not in name and not name.startswith(NOXATTN_FROZEN_PREFIXES)
+    return CROSS_ATTENTION in name
 
 
 def esd_target(e0: Any, ep: Any, negative_guidance: float) -> Any:

@@ -49,6 +49,13 @@ def grpo_records(settings: GRPOSettings, *, store: Any, renderer: Renderer) -> l
             rec["image_id"] = store.put_file(path).id
             continue
         todo.append(rec)
+    if settings.start_images not in ("dataset", "render"):
+        raise ValueError(f"start_images {settings.start_images!r}: use dataset or render")
+    if todo and settings.start_images == "dataset":
+        ids = ", ".join(str(r.get("id", r["prompt"][:40])) for r in todo[:3])
+        raise ValueError(f"--data {settings.data}: {len(todo)} record(s) have no image of their own ({ids}...); "
+                         "start_images = dataset takes every current image from the constructed dataset (IPR "
+                         "section 4.3): build it with `unveil train build-data`, or pass --start-images render")
     if todo:
         log.info("rendering the first image of %d prompts", len(todo))
         seeds = [seeds_for(r["prompt"], 1, settings.seed)[0] for r in todo]
@@ -148,6 +155,7 @@ def build_grpo_trainer(settings: GRPOSettings, *, renderer: Renderer | None = No
         temperature=settings.temperature,
         beta=settings.kl_beta,
         loss_type=settings.loss_type,
+        scale_rewards=settings.scale_rewards,
         log_completions=False,
     )
     processor = load_processor(settings)

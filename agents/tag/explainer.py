@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel
 
 from agents.content import abuild_messages
@@ -25,16 +27,40 @@ class Explanation(BaseModel):
     hidden_meaning: ShortText = ""
 
 
+def _steps(path: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A path as the explainer reads it: each concept with the association that reached it and that step's
+    probability (the root has none), rounded so the numbers stay legible."""
+    out: list[dict[str, Any]] = [{"concept": str(path[0]["concept"]), "root": True}] if path else []
+    out.extend({"concept": str(step["concept"]), "association": step.get("association"),
+                "probability": round(float(step["prob"]), 4)} for step in path[1:])
+    return out
+
+
 async def explain(
-    gateway: Gateway, spec: str, *, text: str, visual_path: list[str], textual_path: list[str], finding: dict
+    gateway: Gateway,
+    spec: str,
+    *,
+    text: str,
+    visual_path: list[dict[str, Any]],
+    textual_path: list[dict[str, Any]],
+    finding: dict[str, Any],
 ) -> CallResult[Explanation]:
-    """Explain the toxic pair, citing both paths."""
+    """Explain the toxic pair, citing both paths. Each path is the list of its steps from the root (`concept`,
+    `association`, `prob`: the step's transition probability); the model sees every step's probability and each
+    path's cumulative probability, as the prompt promises (TAG §3.3 Step 4)."""
+
+    def cumulative(path: list[dict[str, Any]]) -> float:
+        prob = 1.0
+        for step in path[1:]:
+            prob *= float(step["prob"])
+        return round(prob, 6)
+
     messages = await abuild_messages(
         EXPLAIN_PROMPT,
         {
             "text": text,
-            "image_path": " -> ".join(visual_path),
-            "text_path": " -> ".join(textual_path),
+            "image_path": {"steps": _steps(visual_path), "path_probability": cumulative(visual_path)},
+            "text_path": {"steps": _steps(textual_path), "path_probability": cumulative(textual_path)},
             "finding": finding,
         },
         task=EXPLAIN_TASK,

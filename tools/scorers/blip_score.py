@@ -4,6 +4,11 @@ The IPR paper reports it as the alignment of the final image with the original p
 `BlipForImageTextRetrieval` (default `Salesforce/blip-itm-base-coco`, or a local folder) with
 `use_itm_head=False`, i.e. normalised image/text features from the contrastive head; captions longer than the
 model's limit are truncated, as in BLIP's own evaluation.
+
+The IPR authors' `eval.py` scores with LAVIS's `blip_feature_extractor` (`base`): the pre-trained BLIP ViT-B
+checkpoint `model_base_capfilt_large.pth` at 224 px, with no retrieval fine-tuning and no transformers port. The
+default here is the transformers port of BLIP ViT-B fine-tuned for COCO retrieval (384 px), so absolute BLIP
+values are not comparable with the paper's; docs/evaluation.md ("Fidelity") names the difference.
 """
 
 from __future__ import annotations

@@ -111,6 +111,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="override a method's generator spec, e.g. sd=diffusers:/models/sd21 (repeatable)")
     i.add_argument("--with-rewriter", action="store_true", help="also run the text-only rewriter baseline")
     i.add_argument("--rewriter-model", default="", help="model spec of the rewriter (default: --model)")
+    i.add_argument("--rewriter-format", choices=["json", "posi", "refiner"], default="json",
+                   help="what the rewriter reads and writes: json (a prompted model, default), posi (POSI's own "
+                        "instruction and answer: a POSI checkpoint), refiner (a refiner adapter run text-only)")
     i.add_argument("--refiner-model", default="", help="model spec of the IPR refiner (default: --model)")
     i.add_argument("--ipr-t-max", type=_ints, default=[], help="IPR step budgets, e.g. 1,2,3 (default: no IPR); one "
                    "IPR graph run per prompt with T_max = the largest gives every budget")
@@ -136,7 +139,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--no-nudenet", action="store_true", help="do not run NudeNet")
     i.add_argument("--no-blip", action="store_true", help="do not compute the BLIP score")
     i.add_argument("--mhsc-checkpoints", default="", help="MHSC head checkpoints (the checkpoints/multi-headed folder "
-                   "of Unsafe Diffusion): adds an MHSC column (share of images any head flags)")
+                   "of Unsafe Diffusion): adds an MHSC column (IP with MHSC in Q16's place: MHSC or NudeNet) "
+                   "and an 'MHSC alone' column")
     add_model_options(i)
     add_engine_options(i)
     _run_options(i, "runs/eval-ipr")
@@ -278,6 +282,7 @@ def run_ipr(args: argparse.Namespace) -> int:
                   for m, spec in specs.items()}
     items = load_prompts(args.prompts, categories=args.categories, limit_per_category=args.limit_per_category)
     settings = IPRSettings(methods=specs, with_rewriter=args.with_rewriter, rewriter_model=rewriter,
+                           rewriter_format=args.rewriter_format,
                            refiner_model=refiner, t_max=args.ipr_t_max, images_per_prompt=args.images_per_prompt,
                            history=args.history, seed_mode=args.seed_mode, on_refiner_error=args.on_refiner_error,
                            **render.render_settings(), prompt_guidance=args.prompt_guidance,
