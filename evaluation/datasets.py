@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.batch import BatchItem, read_jsonl
+from tools.errors import UnveilError
 from tools.image_input import resolve_path
 from tools.image_store import ImageInputError
 
@@ -36,7 +37,7 @@ DETECTION_FORMATS = ("ctd", "hateful_memes", "vlsbench", "mmit", "siuo", "mssben
 IPR_CATEGORIES = ("self-harm", "shocking", "violence", "sexual", "illegal activity", "harassment")
 
 
-class DatasetError(ValueError):
+class DatasetError(UnveilError, ValueError):
     """A record cannot become a sample; the message names the field."""
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agents.spec import DEFAULT_SPEC, ModelSpec, ModelSpecError, redact_spec
+from tools.errors import UnveilError
 from tools.t2i.settings import renamed_hint
 
 T = TypeVar("T")
@@ -39,7 +40,7 @@ API_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
-class ContextError(ValueError):
+class ContextError(UnveilError, ValueError):
     """A context (settings) field is unusable; the message names the field."""
 
 

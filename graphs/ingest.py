@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tools.errors import UnveilError
 from tools.image_input import load_image, resolve_path
 from tools.image_store import ImageInputError, get_image_store
 
@@ -22,7 +23,7 @@ MAX_TEXT_CHARS = 20_000
 MAX_DESCRIPTION_CHARS = 5_000
 
 
-class SampleInputError(ValueError):
+class SampleInputError(UnveilError, ValueError):
     """A sample's input is unusable; the message names the field."""
 
 

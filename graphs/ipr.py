@@ -30,6 +30,7 @@ from agents.gateway import get_gateway
 from agents.refiner import RefinerAnswerError, refine_prompt
 from agents.usage import RunUsage, merge_usage
 from graphs.context import ModelsContext, check_context, strict_init
+from tools.errors import UnveilError
 from tools.image_store import get_image_store
 from tools.scorers.score import SCORER_NAMES, ScoringSettings
 from tools.scorers.score import check_names as check_scorer_names
@@ -56,7 +57,7 @@ def step_seed(base: int, step: int, mode: str = "fresh") -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
-class IPRInputError(ValueError):
+class IPRInputError(UnveilError, ValueError):
     """The request to the IPR graph is unusable (empty or over-long prompt, bad setting)."""
 
 

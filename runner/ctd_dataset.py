@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.batch import append_lines, atomic_write_text, done_records, read_jsonl_records
+from tools.errors import UnveilError
 from tools.extras import require_extra
 
 SAMPLES = "samples.jsonl"
@@ -255,7 +256,7 @@ def review_item(rec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class DatasetBusyError(RuntimeError):
+class DatasetBusyError(UnveilError, RuntimeError):
     """Another process held the dataset folder's lock for longer than the timeout."""
 
 

@@ -23,13 +23,15 @@ from pathlib import Path
 
 from PIL import Image
 
+from tools.errors import UnveilError
+
 # Pillow's own bomb guard warns at ~89 Mpx and raises at twice that; we refuse far earlier because
 # nothing in Unveil needs more than a few megapixels.
 DEFAULT_MAX_PIXELS = 6_000 * 6_000
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
 
 
-class ImageInputError(ValueError):
+class ImageInputError(UnveilError, ValueError):
     """An image could not be accepted; the message names the input and the reason."""
 
 

@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 from agents.content import ImagePart, abuild_messages
 from agents.gateway import CallResult, Gateway
+from tools.errors import UnveilError
 from tools.image_store import ImageStore
 
 # Unveil's categories, the vocabulary guard codes are mapped onto (the IPR split's six plus the risk checklist's).
@@ -25,7 +26,7 @@ class GuardVerdict(BaseModel):
     reason: str = ""
 
 
-class GuardParseError(ValueError):
+class GuardParseError(UnveilError, ValueError):
     """A guard answered outside its own output format; `raw` keeps the answer for the failure record."""
 
     def __init__(self, guard: str, problem: str, raw: str):
