@@ -166,6 +166,7 @@ def strict_init(cls: type[T]) -> type[T]:
 
     __init__.__doc__ = init.__doc__
     setattr(cls, "__init__", __init__)  # noqa: B010 - a plain assignment to a method upsets type checkers
+    setattr(cls, "strict_context", True)  # noqa: B010 - read by runner.context.explicit_context
     return cls
 
 

@@ -103,3 +103,17 @@ async def test_image_paths_must_lie_in_the_store_or_an_allowed_root(tmp_path: Pa
     for ref, base in refused:
         with pytest.raises(SampleInputError, match="image"):
             await ingest_pair({**sample, "image": ref}, store_root=store, base_dir=base, image_roots=[str(data)])
+
+
+def test_explicit_context_coerces_like_the_constructor(monkeypatch) -> None:
+    """Explicit values win over the environment and go through the context's coercion (not raw setattr)."""
+    from graphs.tag import TagContext
+    from runner.context import explicit_context
+
+    monkeypatch.setenv("UNVEIL_L_MAX", "2")
+    ctx = explicit_context(TagContext, l_max="3", screen_pairs="yes")
+    assert (ctx.l_max, ctx.screen_pairs) == (3, True)
+    assert ctx == TagContext(l_max="3", screen_pairs="yes")
+    # A default given explicitly still beats the environment.
+    assert explicit_context(TagContext, l_max=4).l_max == 4
+    assert TagContext().l_max == 2
