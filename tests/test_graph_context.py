@@ -117,3 +117,16 @@ def test_explicit_context_coerces_like_the_constructor(monkeypatch) -> None:
     # A default given explicitly still beats the environment.
     assert explicit_context(TagContext, l_max=4).l_max == 4
     assert TagContext().l_max == 2
+
+
+def test_choices_have_one_spelling_the_literal_type() -> None:
+    """A field's choices come from its Literal type: the same tuple the code checks against, refused with them."""
+    import typing
+
+    from graphs.context import ContextError, field_choices
+    from graphs.tag import TagContext
+    from graphs.tag_tree import PRUNE_MODES, Prune
+
+    assert field_choices(typing.get_type_hints(TagContext)["prune"]) == PRUNE_MODES == typing.get_args(Prune)
+    with pytest.raises(ContextError, match="per_layer, per_node"):
+        TagContext(prune="per_tree")

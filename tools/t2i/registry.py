@@ -16,7 +16,7 @@ graph contexts and records are the same whichever process renders.
 from __future__ import annotations
 
 import threading
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 from urllib.parse import parse_qs
 
 from tools.extras import require_extra
@@ -37,7 +37,8 @@ DEFAULT_IPR_GENERATOR = "diffusers:CompVis/stable-diffusion-v1-4"
 DEFAULT_CTD_GENERATOR = "diffusers:stable-diffusion-v1-5/stable-diffusion-v1-5"
 # Over-long prompts (past the CLIP text encoder's 77 tokens): "truncate" cuts them as diffusers' own pipelines do
 # and as both papers did (the default of every command); "error" refuses them with a PromptError.
-LONG_PROMPT_POLICIES = ("truncate", "error")
+LongPrompts = Literal["truncate", "error"]
+LONG_PROMPT_POLICIES: tuple[str, ...] = get_args(LongPrompts)
 DEFAULT_LONG_PROMPTS = "truncate"
 REGISTERED = "registered"
 
