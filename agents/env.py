@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 
+from tools.errors import UnveilError
 
-class SettingError(ValueError):
+
+class SettingError(UnveilError, ValueError):
     """A setting (an environment variable or its explicit counterpart) has a value that cannot be used."""
 
 

@@ -32,6 +32,7 @@ from agents.providers.json_salvage import salvage_json
 from agents.providers.registry import create_chat_model, model_fingerprint, supports_images
 from agents.spec import ModelSpec
 from agents.usage import RunUsage, cost_of, empty_usage, merge_usage, single_call_usage
+from tools.errors import UnveilError
 from tools.redact import install_log_redaction, redact_secrets, redact_url
 
 log = logging.getLogger("unveil.gateway")
@@ -63,7 +64,7 @@ REPAIR_PROMPT = (
 )
 
 
-class StructuredOutputError(RuntimeError):
+class StructuredOutputError(UnveilError, RuntimeError):
     """A role's answer stayed malformed after the bounded repairs; `raw` keeps the last answer for inspection."""
 
     def __init__(self, role: str, spec: str, error: str, raw: str, attempts: int):
@@ -71,7 +72,7 @@ class StructuredOutputError(RuntimeError):
         self.role, self.spec, self.error, self.raw, self.attempts = role, spec, error, raw, attempts
 
 
-class ModelCallError(RuntimeError):
+class ModelCallError(UnveilError, RuntimeError):
     """A backend kept failing (or failed permanently) for a role."""
 
     def __init__(self, role: str, spec: str, error: BaseException, attempts: int):

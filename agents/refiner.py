@@ -22,6 +22,7 @@ from typing import Literal
 from agents.content import ImagePart, build_messages
 from agents.gateway import Gateway
 from agents.usage import RunUsage
+from tools.errors import UnveilError
 from tools.image_store import ImageStore
 
 REFINER_ROLE = "refiner"
@@ -58,7 +59,7 @@ Use them to avoid repeating a rewrite that still produced an unsafe image."""
 REFINER_TASK = "Review the image against the original prompt and answer with <reason>...</reason><answer>...</answer>."
 
 
-class RefinerAnswerError(ValueError):
+class RefinerAnswerError(UnveilError, ValueError):
     """The refiner's answer holds neither `keep` nor a usable prompt; `raw` keeps the answer."""
 
     def __init__(self, message: str, raw: str):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tools.errors import UnveilError
 from tools.redact import redact_secrets, redact_url
 
 DEFAULT_SPEC = "transformers:smollm2"
@@ -26,7 +27,7 @@ DEMO_MODELS = ("smollm2", "smollm2-135m", "smollm2-135m-instruct")
 _URL_SPLIT = re.compile(r"@(?=https?://)")
 
 
-class ModelSpecError(ValueError):
+class ModelSpecError(UnveilError, ValueError):
     """A model spec string could not be parsed."""
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from agents.categories import OTHER, is_category_name, project_category
 from runner.batch import BatchItem, read_jsonl
+from tools.errors import UnveilError
 from tools.image_input import resolve_path
 from tools.image_store import ImageInputError
 
@@ -37,7 +38,7 @@ DETECTION_FORMATS = ("ctd", "hateful_memes", "vlsbench", "mmit", "siuo", "mssben
 IPR_CATEGORIES = ("self-harm", "shocking", "violence", "sexual", "illegal activity", "harassment")
 
 
-class DatasetError(ValueError):
+class DatasetError(UnveilError, ValueError):
     """A record cannot become a sample; the message names the field."""
 
 

@@ -36,6 +36,7 @@ from evaluation.runs import as_json, cost_columns, slug, split_records, usage_of
 from graphs.tag import TagContext
 from runner.batch import BatchItem, done_records, run_batch
 from runner.detect import detect_one, detection_context, guard_model, is_guard
+from tools.errors import UnveilError
 
 
 @dataclass
@@ -138,7 +139,7 @@ async def run_one_config(cfg: RunConfig, items: list[BatchItem], settings: Detec
                            progress=settings.progress)
 
 
-class MtcReferenceError(ValueError):
+class MtcReferenceError(UnveilError, ValueError):
     """The MTC reference cannot be used (a missing run file, a run without MTC values)."""
 
 

@@ -7,9 +7,10 @@ uses `model`.
 This module is the one home of context validation. A context arrives from Python callers, from the CLI and,
 through `langgraph dev`, as JSON typed by hand in Studio, so on construction every field is coerced to its declared
 type (`"2"` -> 2; null or "" -> the field's default, as the exported schema advertises) and checked against the bounds
-its metadata declares (`min`, `choices`, `min_items`, `item_choices`); `check_context` (awaited by the first node of
-every graph) then checks what needs the file system or the environment: scripted model files and API keys. Every
-error is a `ContextError` (a `ValueError`, whose message the server shows to the client) naming the field.
+its metadata declares (`min`, `min_items`, `item_choices`) and, for a field typed `Literal[...]`, its choices;
+`check_context` (awaited by the first node of every graph) then checks what needs the file system or the
+environment: scripted model files and API keys. Every error is a `ContextError` (a `ValueError`, whose message the
+server shows to the client) naming the field.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agents.spec import DEFAULT_SPEC, ModelSpec, ModelSpecError, redact_spec
+from tools.errors import UnveilError
 from tools.t2i.settings import renamed_hint
 
 T = TypeVar("T")
@@ -39,7 +41,7 @@ API_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
-class ContextError(ValueError):
+class ContextError(UnveilError, ValueError):
     """A context (settings) field is unusable; the message names the field."""
 
 
@@ -75,6 +77,11 @@ def coerce_field(name: str, value: Any, annotation: Any) -> Any:
     """`value` as the field's declared type (bool, int, float, str or list[str]), or a `ContextError`."""
     kind = _base_type(annotation)
     got = f"got {value!r} ({type(value).__name__})"
+    if typing.get_origin(kind) is typing.Literal:
+        # The choices are the Literal's own values (checked in `validate_fields`); here only the type.
+        if isinstance(value, str):
+            return value.strip()
+        raise ContextError(f"{name}: expected one of {', '.join(map(str, typing.get_args(kind)))}, {got}")
     if kind is bool:
         if isinstance(value, bool):
             return value
@@ -121,6 +128,12 @@ def is_empty(value: Any) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
 
+def field_choices(annotation: Any) -> tuple[Any, ...]:
+    """The allowed values of a field typed `Literal[...]` (the one spelling of its choices), else ()."""
+    kind = _base_type(annotation)
+    return typing.get_args(kind) if typing.get_origin(kind) is typing.Literal else ()
+
+
 def validate_fields(ctx: Any) -> None:
     """Coerce every field of a context dataclass in place and check the bounds its metadata declares."""
     hints = typing.get_type_hints(type(ctx))
@@ -134,8 +147,9 @@ def validate_fields(ctx: Any) -> None:
         meta = f.metadata
         if "min" in meta and value < meta["min"]:
             raise ContextError(f"{f.name}: must be at least {meta['min']}, got {value}")
-        if "choices" in meta and value not in meta["choices"]:
-            raise ContextError(f"{f.name}: {value!r} is not one of {', '.join(map(str, meta['choices']))}")
+        choices = field_choices(hints.get(f.name, Any))
+        if choices and value not in choices:
+            raise ContextError(f"{f.name}: {value!r} is not one of {', '.join(map(str, choices))}")
         if isinstance(value, list):
             if meta.get("min_items") and len(value) < meta["min_items"]:
                 raise ContextError(f"{f.name}: give at least {meta['min_items']} value(s); the list is empty")
@@ -177,6 +191,7 @@ def strict_init(cls: type[T]) -> type[T]:
 
     __init__.__doc__ = init.__doc__
     setattr(cls, "__init__", __init__)  # noqa: B010 - a plain assignment to a method upsets type checkers
+    setattr(cls, "strict_context", True)  # noqa: B010 - read by runner.context.explicit_context
     return cls
 
 

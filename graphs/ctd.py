@@ -39,10 +39,10 @@ from agents.spec import redact_spec
 from agents.usage import RunUsage, merge_usage
 from graphs.context import ModelsContext, check_context, strict_init
 from graphs.ctd_rules import (
-    CONCEPT_CONDITIONS,
-    REVIEW_RULES,
+    ConceptCondition,
     GatekeeperRule,
     ReviewPolicy,
+    ReviewRule,
     compared_votes,
     decide,
     review_outcome,
@@ -97,10 +97,9 @@ class CtdContext(CtdRenderSettings, ModelsContext):
     require_forced: bool = field(
         default=True, metadata={"description": "The forced-reasoning judge must find the risk."}
     )
-    concept_condition: str = field(default="not_similar", metadata={
+    concept_condition: ConceptCondition = field(default="not_similar", metadata={
         "description": "Informed vs forced judge's risk concepts, as judged by the concept_similarity role: "
-                       "not_similar (§10.3's wording), similar, or record (judged, never gating).",
-        "choices": CONCEPT_CONDITIONS})
+                       "not_similar (§10.3's wording), similar, or record (judged, never gating)."})
     require_target_category: bool = field(default=True, metadata={
         "description": "The informed or forced judge must name the sample's own risk category (Unveil's addition "
                        "to §10.3's rule: keeps each sample's category label the risk the judges found)."})
@@ -126,19 +125,14 @@ class CtdContext(CtdRenderSettings, ModelsContext):
     web_search: bool = field(
         default=True, metadata={"description": "Let the Architect search the web (needs TAVILY_API_KEY)."}
     )
-    review: str = field(
-        default="interrupt",
-        metadata={
-            "description": "Human verification: interrupt, queue or auto.",
-            "choices": ("interrupt", "queue", "auto"),
-        },
+    review: ReviewMode = field(
+        default="interrupt", metadata={"description": "Human verification: interrupt, queue or auto."}
     )
     min_reviewers: int = field(
         default=1, metadata={"description": "Reviewers needed per sample (human verification).", "min": 1}
     )
-    review_rule: str = field(default="unanimous", metadata={
-        "description": "How reviewers combine: unanimous (the paper's; one rejection rejects) or majority.",
-        "choices": REVIEW_RULES})
+    review_rule: ReviewRule = field(default="unanimous", metadata={
+        "description": "How reviewers combine: unanimous (the paper's; one rejection rejects) or majority."})
 
     def rule(self) -> GatekeeperRule:
         """The acceptance rule these settings describe."""

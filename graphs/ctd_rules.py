@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from agents.ctd.vocabulary import normalize_category
 
@@ -31,7 +31,7 @@ Problem = Literal["none", "too_easy", "too_obscure", "incoherent", "concepts_sim
 # default), "similar" (both must name the same risk), or "record" (judged and recorded, never gating: the
 # paper's "Judge 3 is solely used as a reference for ablation studies").
 ConceptCondition = Literal["not_similar", "similar", "record"]
-CONCEPT_CONDITIONS: tuple[str, ...] = ("not_similar", "similar", "record")
+CONCEPT_CONDITIONS: tuple[str, ...] = get_args(ConceptCondition)
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,7 @@ def decide(
 # -- human verification ---------------------------------------------------------------------------------------
 
 ReviewRule = Literal["unanimous", "majority"]
-REVIEW_RULES: tuple[str, ...] = ("unanimous", "majority")
+REVIEW_RULES: tuple[str, ...] = get_args(ReviewRule)
 ReviewOutcome = Literal["approved", "rejected", "pending"]
 
 

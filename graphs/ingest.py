@@ -21,6 +21,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from tools.errors import UnveilError
 from tools.image_input import load_image, resolve_path
 from tools.image_store import ImageInputError, default_store_root, get_image_store
 
@@ -33,7 +34,7 @@ IMAGE_ROOTS_ENV = "UNVEIL_IMAGE_ROOTS"
 _GRANTED: ContextVar[tuple[str, ...]] = ContextVar("unveil_granted_image_roots", default=())
 
 
-class SampleInputError(ValueError):
+class SampleInputError(UnveilError, ValueError):
     """A sample's input is unusable; the message names the field."""
 
 

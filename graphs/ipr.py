@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
@@ -30,6 +30,7 @@ from agents.gateway import get_gateway
 from agents.refiner import RefinerAnswerError, refine_prompt
 from agents.usage import RunUsage, merge_usage
 from graphs.context import ModelsContext, check_context, strict_init
+from tools.errors import UnveilError
 from tools.image_store import get_image_store
 from tools.scorers.score import SCORER_NAMES, ScoringSettings
 from tools.scorers.score import check_names as check_scorer_names
@@ -41,7 +42,8 @@ from tools.t2i.registry import DEFAULT_IPR_GENERATOR, DEFAULT_LONG_PROMPTS, open
 from tools.t2i.settings import RenderSettings
 
 DEFAULT_GENERATOR = DEFAULT_IPR_GENERATOR
-SEED_MODES = ("fresh", "fixed")
+SeedMode = Literal["fresh", "fixed"]
+SEED_MODES: tuple[str, ...] = get_args(SeedMode)
 
 
 def step_seed(base: int, step: int, mode: str = "fresh") -> int:
@@ -56,8 +58,11 @@ def step_seed(base: int, step: int, mode: str = "fresh") -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
-class IPRInputError(ValueError):
+class IPRInputError(UnveilError, ValueError):
     """The request to the IPR graph is unusable (empty or over-long prompt, bad setting)."""
+
+
+OnRefinerError = Literal["fail", "stop"]
 
 
 @strict_init
@@ -88,21 +93,20 @@ class IPRContext(RenderSettings, ModelsContext):
         default=False, metadata={"description": "Show the refiner the prompts tried so far (default: myopic)."}
     )
     seed: int = field(default=0, metadata={"description": "Base seed: step 0's seed; later steps derive theirs."})
-    seed_mode: str = field(
+    seed_mode: SeedMode = field(
         default="fresh",
         metadata={"description": "'fresh': a new image each step, seeded from the base seed and the step (the paper's "
-                  "i(t) ~ G(p(t))); 'fixed': the base seed at every step.", "choices": SEED_MODES},
+                  "i(t) ~ G(p(t))); 'fixed': the base seed at every step."},
     )
     num_images: int = field(
         default=1, metadata={"description": "Images per generation; the refiner sees the first.", "min": 1}
     )
     max_prompt_chars: int = field(default=2000, metadata={"description": "Longest original prompt accepted.", "min": 1})
-    on_refiner_error: str = field(
+    on_refiner_error: OnRefinerError = field(
         default="fail",
         metadata={
             "description": "'fail': an unusable refiner answer fails the "
             "run; 'stop': it ends the run with the current image and records the error.",
-            "choices": ("fail", "stop"),
         },
     )
     score: bool = field(default=False, metadata={"description": "Score every step's images (safety and alignment)."})

@@ -23,14 +23,14 @@ from agents.gateway import get_gateway
 from agents.tag.expander import MAX_PARENTS_PER_CALL, expand_layer
 from agents.tag.explainer import explain
 from agents.tag.judges import judge_pairs, judge_roots, screen_pairs
-from agents.tag.roots import ROOTS_MODES, extract_graph, extract_roots, graph_of_roots, normalize_graph, roots_of
+from agents.tag.roots import RootsMode, extract_graph, extract_roots, graph_of_roots, normalize_graph, roots_of
 from agents.tag.types import ASSOCIATION_TYPES
 from agents.usage import RunUsage, merge_usage
 from graphs.context import ModelsContext, check_context, strict_init
 from graphs.ingest import ingest_pair
 from graphs.tag_tree import (
-    PRUNE_MODES,
     Node,
+    Prune,
     _assign_entries,
     best_pair,
     grow_layer,
@@ -60,12 +60,11 @@ class TagContext(ModelsContext):
         default=6, metadata={"description": "Nodes per layer (prune=per_layer) or children per node (per_node).",
                              "min": 1}
     )
-    prune: str = field(default="per_layer", metadata={
+    prune: Prune = field(default="per_layer", metadata={
         "description": "per_layer: the k_max most probable nodes of each layer (§7); per_node: up to k_max "
-                       "children per node, no layer cap (§3.2). See docs/tag.md.", "choices": PRUNE_MODES})
-    roots_mode: str = field(default="separate", metadata={
-        "description": "separate: an entity-graph call per modality (the paper's); joint: one literal-concepts call.",
-        "choices": ROOTS_MODES})
+                       "children per node, no layer cap (§3.2). See docs/tag.md."})
+    roots_mode: RootsMode = field(default="separate", metadata={
+        "description": "separate: an entity-graph call per modality (the paper's); joint: one literal-concepts call."})
     children_per_parent: int = field(default=3, metadata={"description": "Children asked for per parent.", "min": 1})
     association_types: list[str] = field(
         default_factory=lambda: list(ASSOCIATION_TYPES),

@@ -7,15 +7,15 @@ Kept free of model calls so every rule can be tested on hand-built trees.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from typing_extensions import TypedDict
 
 # How k_max bounds a tree (see docs/tag.md): "per_layer" keeps the k_max most probable nodes of each layer (§7's
 # complexity analysis, "k_max ... the maximum node capacity of each layer"); "per_node" keeps up to k_max
 # children of every parent and no layer cap (§3.2 Step 2, "up to k_max ... child nodes").
-Prune = Literal["per_node", "per_layer"]
-PRUNE_MODES: tuple[str, ...] = ("per_layer", "per_node")
+Prune = Literal["per_layer", "per_node"]
+PRUNE_MODES: tuple[str, ...] = get_args(Prune)
 
 
 class Node(TypedDict):

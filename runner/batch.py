@@ -33,6 +33,7 @@ from typing import IO, Any
 
 from tqdm import tqdm
 
+from tools.errors import UnveilError
 from tools.safe_files import StorageError, open_nofollow
 
 MAX_LINE_BYTES = 4 * 1024 * 1024
@@ -58,15 +59,15 @@ class BatchSummary:
     failures: list[dict[str, str]] = field(default_factory=list)
 
 
-class BatchWriteError(OSError):
+class BatchWriteError(UnveilError, OSError):
     """A record could not be written whole (disk full, I/O error); the file was cut back to its last whole line."""
 
 
-class OutputBusyError(RuntimeError):
+class OutputBusyError(UnveilError, RuntimeError):
     """Another process is writing the same output."""
 
 
-class OutputMismatchError(ValueError):
+class OutputMismatchError(UnveilError, ValueError):
     """The chosen output exists but is not a result file of this command (or is the input itself)."""
 
 

@@ -1,8 +1,9 @@
 """Building graph contexts from explicit settings: values given by the caller win over `UNVEIL_<FIELD>`.
 
-`ModelsContext` applies environment overrides to fields left at their defaults, so `--l-max 4` (the default)
-would lose to `UNVEIL_L_MAX=2`. A caller's explicit value is re-applied after construction, so the command line
-(or any caller) always wins, and the environment fills only what nobody set.
+The one "explicit beats environment" rule lives in `graphs.context.strict_init`: a context records the fields its
+caller passed and applies `UNVEIL_<FIELD>` only to the others, so `--l-max 4` (the default) still wins over
+`UNVEIL_L_MAX=2`. `explicit_context` is that constructor for callers that hold the class in a variable; the values
+go through the context's own coercion and checks (`"3"` -> 3, `"yes"` -> True), exactly as `cls(**values)`.
 """
 
 from __future__ import annotations
@@ -13,11 +14,10 @@ T = TypeVar("T")
 
 
 def explicit_context(cls: type[T], **values: Any) -> T:
-    """A context of type `cls` whose given `values` win over environment overrides."""
-    ctx = cls(**values)
-    for name, value in values.items():
-        setattr(ctx, name, value)
-    return ctx
+    """A context of type `cls` whose given `values` win over environment overrides, coerced and checked."""
+    if not getattr(cls, "strict_context", False):
+        raise TypeError(f"{cls.__name__} is not a strict_init context: it cannot tell explicit values from defaults")
+    return cls(**values)
 
 
 def check_model_fields(classes: tuple[type, ...], kw: dict[str, Any]) -> None:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.batch import append_lines, done_records, read_jsonl_records
+from tools.errors import UnveilError
 from tools.extras import require_extra
 from tools.safe_files import atomic_write, atomic_writer, open_in
 
@@ -260,7 +261,7 @@ def review_item(rec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class DatasetBusyError(RuntimeError):
+class DatasetBusyError(UnveilError, RuntimeError):
     """Another process held the dataset folder's lock for longer than the timeout."""
 
 

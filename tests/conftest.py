@@ -15,6 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from extras_plugin import (  # noqa: F401 - hooks: a missing extra skips with its name
+    pytest_configure,
+    pytest_make_collect_report,
+    pytest_runtest_makereport,
+    pytest_runtest_setup,
+)
 
 from agents.gateway import Gateway, GatewaySettings, set_gateway
 

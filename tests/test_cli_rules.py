@@ -93,3 +93,39 @@ def test_nonsense_concurrency_is_refused_before_any_work(argv: list[str], capsys
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2 and "must be at least 1" in capsys.readouterr().err
+
+
+def _failing_command(exc: BaseException):
+    def register(sub) -> None:
+        p = sub.add_parser("boom")
+        p.set_defaults(func=lambda args: (_ for _ in ()).throw(exc))
+
+    return register
+
+
+@pytest.mark.parametrize(
+    ("exc", "one_line"),
+    [
+        (__import__("graphs.context", fromlist=["ContextError"]).ContextError("l_max: must be at least 1"), True),
+        (FileNotFoundError("no such file: pairs.jsonl"), True),
+        (KeyError("finding"), False),
+        (AttributeError("'NoneType' object has no attribute 'mtc'"), False),
+    ],
+)
+def test_a_users_mistake_is_one_line_and_a_bug_shows_its_traceback(exc, one_line, monkeypatch, capsys) -> None:
+    import unveil.cli as cli
+
+    real = cli.build_parser
+
+    def build_parser():
+        parser = real()
+        sub = next(a for a in parser._actions if a.dest == "command")
+        _failing_command(exc)(sub)
+        return parser
+
+    monkeypatch.setattr(cli, "build_parser", build_parser)
+    assert cli.main(["boom"]) == 1
+    err = capsys.readouterr().err
+    assert ("Traceback" in err) is not one_line
+    assert ("internal error" in err) is not one_line
+    assert type(exc).__name__ in err

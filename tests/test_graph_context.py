@@ -129,3 +129,30 @@ def test_studio_entries_refuse_unknown_setting_names_the_server_would_drop() -> 
     # Known names pass (their values are checked when the run starts), and a read without a run context too.
     assert studio.vanilla(SimpleNamespace(context={"model": "", "vanilla_detector_model": None})) is not None  # type: ignore[arg-type]
     assert studio.ctd(SimpleNamespace()) is not None  # type: ignore[arg-type]
+
+
+def test_explicit_context_coerces_like_the_constructor(monkeypatch) -> None:
+    """Explicit values win over the environment and go through the context's coercion (not raw setattr)."""
+    from graphs.tag import TagContext
+    from runner.context import explicit_context
+
+    monkeypatch.setenv("UNVEIL_L_MAX", "2")
+    ctx = explicit_context(TagContext, l_max="3", screen_pairs="yes")
+    assert (ctx.l_max, ctx.screen_pairs) == (3, True)
+    assert ctx == TagContext(l_max="3", screen_pairs="yes")
+    # A default given explicitly still beats the environment.
+    assert explicit_context(TagContext, l_max=4).l_max == 4
+    assert TagContext().l_max == 2
+
+
+def test_choices_have_one_spelling_the_literal_type() -> None:
+    """A field's choices come from its Literal type: the same tuple the code checks against, refused with them."""
+    import typing
+
+    from graphs.context import ContextError, field_choices
+    from graphs.tag import TagContext
+    from graphs.tag_tree import PRUNE_MODES, Prune
+
+    assert field_choices(typing.get_type_hints(TagContext)["prune"]) == PRUNE_MODES == typing.get_args(Prune)
+    with pytest.raises(ContextError, match="per_layer, per_node"):
+        TagContext(prune="per_tree")

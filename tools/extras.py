@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Sequence
 
+from tools.errors import UnveilError
+
 # Extra name (as in pyproject.toml) -> the top-level modules whose presence says it is installed.
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "t2i": ("diffusers",),
@@ -32,7 +34,7 @@ def install_hint(extra: str) -> str:
     return f"./scripts/setup.sh --with {extra}  (or: pip install -e '.[{extra}]' in the checkout)"
 
 
-class MissingExtraError(ImportError):
+class MissingExtraError(UnveilError, ImportError):
     """A feature's optional extra is not installed; the message names the extra and how to install it."""
 
     def __init__(self, extra: str, what: str, module: str):

@@ -15,11 +15,13 @@ from typing import Literal
 
 from tools.addresses import split_url
 
+from tools.errors import UnveilError
+
 DEFAULT_ENDPOINT = "https://huggingface.co"
 PROBE_TIMEOUT_S = 3.0
 
 
-class HubUnavailableError(OSError):
+class HubUnavailableError(UnveilError, OSError):
     """A hub model is not in the local cache and cannot be downloaded now."""
 
 

@@ -27,13 +27,15 @@ from tools.safe_files import StorageError, UnsafePathError, atomic_write
 from tools.safe_files import pid_alive as pid_alive  # re-exported: the run layer's scratch cleanup uses it
 from tools.safe_files import remove_dead_temp_files as remove_dead_temp_files
 
+from tools.errors import UnveilError
+
 # Pillow's own bomb guard warns at ~89 Mpx and raises at twice that; we refuse far earlier because
 # nothing in Unveil needs more than a few megapixels.
 DEFAULT_MAX_PIXELS = 6_000 * 6_000
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
 
 
-class ImageInputError(ValueError):
+class ImageInputError(UnveilError, ValueError):
     """An image could not be accepted; the message names the input and the reason."""
 
 

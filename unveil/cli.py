@@ -53,17 +53,34 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 - one clear, redacted line instead of a traceback
-        from tools.redact import redact_secrets
+    except Exception as exc:  # noqa: BLE001 - every escape gets a redacted report; a bug also its traceback
+        return report_error(args, exc)
 
-        if args.verbose:
-            print(redact_secrets(traceback.format_exc()), file=sys.stderr)
-        raw = getattr(exc, "raw", None)
-        print(f"unveil {args.command}: error: {redact_secrets(f'{type(exc).__name__}: {exc}')}", file=sys.stderr)
-        if raw:
-            print(f"last model answer: {redact_secrets(str(raw))[:2000]}", file=sys.stderr)
-        return 1
 
+def is_user_error(exc: BaseException) -> bool:
+    """Whether an error is the user's to fix (one line) rather than a bug (a traceback).
+
+    Unveil raises `UnveilError`s on purpose; `ValueError` (bad values, pydantic's validation) and `OSError` (files,
+    network) come from the libraries a command hands the user's input to, so they are the user's too.
+    """
+    from tools.errors import UnveilError
+
+    return isinstance(exc, (UnveilError, ValueError, OSError))
+
+
+def report_error(args: argparse.Namespace, exc: BaseException) -> int:
+    """Print an error that escaped a command, redacted: one line for a user's mistake, the traceback for a bug."""
+    from tools.redact import redact_secrets
+
+    user = is_user_error(exc)
+    if args.verbose or not user:
+        print(redact_secrets(traceback.format_exc()), file=sys.stderr)
+    kind = "error" if user else "internal error (a bug: please report it with the traceback above)"
+    print(f"unveil {args.command}: {kind}: {redact_secrets(f'{type(exc).__name__}: {exc}')}", file=sys.stderr)
+    raw = getattr(exc, "raw", None)
+    if raw:
+        print(f"last model answer: {redact_secrets(str(raw))[:2000]}", file=sys.stderr)
+    return 1
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from agents.categories import OTHER, VOCABULARY
 from agents.content import ImagePart, abuild_messages
 from agents.gateway import CallResult, Gateway
+from tools.errors import UnveilError
 from tools.image_store import ImageStore
 
 # Guard codes are mapped onto the project's one category vocabulary (agents/categories.py).
@@ -25,7 +26,7 @@ class GuardVerdict(BaseModel):
     reason: str = ""
 
 
-class GuardParseError(ValueError):
+class GuardParseError(UnveilError, ValueError):
     """A guard answered outside its own output format; `raw` keeps the answer for the failure record."""
 
     def __init__(self, guard: str, problem: str, raw: str):

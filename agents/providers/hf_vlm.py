@@ -53,6 +53,7 @@ from agents.providers.fingerprint import file_stamp
 from agents.providers.json_salvage import salvage_json
 from agents.providers.messages import chat_result, tool_call_message
 from agents.spec import ModelSpec
+from tools.errors import UnveilError
 from tools.extras import require_extra
 
 KNOWN_OPTIONS = {
@@ -65,7 +66,7 @@ TOOL_NOTE = (
 )
 
 
-class HFModelError(ValueError):
+class HFModelError(UnveilError, ValueError):
     """An `hf:` spec could not be loaded or used (bad option, missing model or adapter, unreadable image)."""
 
 

@@ -24,6 +24,7 @@ from langchain_core.language_models import BaseChatModel
 from agents.env import SettingError, env_float
 from agents.providers.fingerprint import file_stamp
 from agents.spec import ModelSpec
+from tools.errors import UnveilError
 from tools.extras import require_extra
 
 # Providers whose models see images. Anything unknown is assumed to be multimodal; text-only servers can be
@@ -170,7 +171,7 @@ def _langchain(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatMo
         raise
 
 
-class UnknownProviderError(ValueError):
+class UnknownProviderError(UnveilError, ValueError):
     """A spec names a provider that neither Unveil nor LangChain knows."""
 
 

@@ -36,13 +36,14 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, PrivateAttr
 
 from agents.providers.messages import chat_result, tool_call_message
+from tools.errors import UnveilError
 
 
-class ScriptExhaustedError(RuntimeError):
+class ScriptExhaustedError(UnveilError, RuntimeError):
     """The script has no answer left for a role."""
 
 
-class ScriptedBackendError(RuntimeError):
+class ScriptedBackendError(UnveilError, RuntimeError):
     """A scripted backend failure; `status_code` (e.g. 429, 503) makes it look like an HTTP error."""
 
     def __init__(self, message: str, status_code: int | None = None):

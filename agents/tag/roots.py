@@ -12,7 +12,7 @@ roots mode: fewer calls and tokens, but no graph for the judges beyond the conce
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
 
@@ -58,7 +58,8 @@ central first."""
 ROOT_TASK = "Return the image concepts as visual_roots and the text concepts as textual_roots."
 
 # How the roots are extracted (the TAG graph's `roots_mode`): the paper's two graph calls, or one joint call.
-ROOTS_MODES: tuple[str, ...] = ("separate", "joint")
+RootsMode = Literal["separate", "joint"]
+ROOTS_MODES: tuple[str, ...] = get_args(RootsMode)
 
 # Bounds of a graph answer (they also bound constrained-decoding grammars).
 MAX_ENTITIES = 12

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from tools.errors import UnveilError
 
-class T2IError(RuntimeError):
+
+class T2IError(UnveilError, RuntimeError):
     """Base class for text-to-image failures."""
 
 
@@ -23,5 +25,5 @@ class UnsupportedOptionError(T2IError, ValueError):
     """An option or request field that the chosen backend cannot honour."""
 
 
-class PromptError(ValueError):
+class PromptError(UnveilError, ValueError):
     """A prompt was refused before generation (empty, not text, or over the tokenizer limit)."""

@@ -8,25 +8,16 @@ CPU behaviour (and every CPU test) stays the plain eager path, bit for bit.
 - `compile`: `eager` + fused QKV projections, cuDNN autotuning, 1x1 convolutions as matmuls, `torch.compile` of
   the UNet and of the VAE decoder with static shapes, batches padded to bucket sizes (1, 2, 4, 8, then multiples
   of 8) so that a few static graphs serve every batch, and the image's uint8 conversion on the GPU
-  (`decode_to_pil`). The default on CUDA: 4.21 images/s against 3.00 eager on an H100 (docs/tools.md).
+  (`decode_to_pil`). The default on CUDA.
 - `fp8`: `compile` without the VAE switch + torchao float8 (dynamic activation scales; per-tensor for fp16
   weights, per-row for bf16) on the UNet's linear layers. Hopper or newer only; a named option, never the
-  default: it changes the images and measured no faster (3.88 against 4.02 images/s).
+  default, because it changes the images.
 
 A preset may be followed by switches, `accel="compile+freeze"` or `compile+no-vae` (`SWITCHES`): Inductor
 freezing (`freeze`), coordinate-descent tuning (`cd`), GEMM-only autotuning (`gemm`), NCHW convolutions
 (`nchw`), the compiled VAE decode (`vae`), the decode beside the next batch (`overlap`) and the batch buckets
-(`bucket`). They exist so the benchmark can measure them; `vae` paid and is in the default, and `bucket` keeps
-odd-sized batches off a slow symbolic-shape graph (see the comment above `PRESETS`).
-
-Measured choices (one H100, SD 1.5 sizes, bench/t2i_throughput.py; table in docs/tools.md): channels_last is 12%
-slower than NCHW for the eager UNet and no faster compiled, so the default layout stays NCHW (but Inductor's own
-layout choice for the compiled convolutions beats forcing NCHW: `nchw` was 12% slower); cuDNN autotuning
-changed nothing measurable; compilation is what pays (+35% end to end), then the compiled VAE decode (+3%,
-14 -> 7 ms an image). Freezing, fp8 on the linear layers and the overlapped decode gave nothing measurable;
-coordinate-descent tuning compiled for over 2.5 minutes. Earlier probes (issue 14): memory-efficient attention
-was slower than the default flash kernel, CUDA graphs gave nothing at full batches and `max-autotune` compiled
-for over ten minutes, so none of these is in a preset.
+(`bucket`). They exist so the benchmark can measure them; which ones the presets use, and why, is decided by the
+measurements in docs/tools.md (bench/t2i_throughput.py).
 
 Compilation is plain `torch.compile` with static shapes, applied in place to the UNet (the module object stays
 the same, so SLD sharing the UNet and diffusers' attribute access keep working). Its cost is paid on the first

@@ -1,42 +1,22 @@
-"""`get_generator(spec, **options)`: one text-to-image generator per spec and options, per process.
+"""`open_generator(spec, ...)`: one text-to-image generator per spec and options, per process.
 
-Specs (the part before the first ':' picks the backend):
+The part of a spec before the first ':' picks the backend: `diffusers:` (SD 1.x/2.x or SDXL), `sd-np:`,
+`sld-weak:` ... `sld-max:`, `esd:`, `openai:` and `registered:`; a diffusers spec may add `?accel=` (see
+`tools.t2i.fast`). The spec grammar, each backend's options and their defaults are documented once, in
+docs/tools.md; `DIFFUSERS_OPTIONS` and `OPENAI_OPTIONS` below are the options each accepts (anything else raises
+`UnsupportedOptionError`), and `check_generator(spec)` refuses a spec that cannot be opened here before any work.
 
-- `diffusers:<hf id or folder>`: Stable Diffusion 1.x/2.x (`StableDiffusionPipeline`) or SDXL
-  (`StableDiffusionXLPipeline`), chosen from `model_index.json`;
-- `sd-np:<id>`: the same model with the SLD/I2P safety negative prompt added to every request that has none;
-- `sld-weak:<id>` ... `sld-max:<id>`: `StableDiffusionPipelineSafe` with the SLD preset's warm-up, guidance,
-  threshold and momentum;
-- `esd:<id>?unet=<file>`: the model with its UNet weights loaded from an ESD state dict
-  (`.pt`/`.bin`/`.safetensors`); the safety negative prompt is added as in the IPR paper, `&np=0` turns that off;
-- any diffusers spec may add `?accel=eager|compile|fp8` (or `PRESET+switch`, see `tools.t2i.fast`; `&accel=`
-  after an ESD's `unet=`): the UNet path;
-- `openai:dall-e-3`, `openai:gpt-image-1`: the OpenAI Images API;
-- `registered:<name>`: a generator object given to `register_generator`.
-
-Options of the diffusers backends: `device` (default `cuda` if present else `cpu`), `dtype` (`auto` = fp16 on
-CUDA, fp32 on CPU), `max_batch` (32 on CUDA; 1 on CPU, where batched convolutions are not bit-identical to
-single ones), `max_wait_ms` (20), `store` (an `ImageStore` or its root folder),
-`truncate_long_prompts` (False: a prompt over 77 tokens is an error), `negative_prompt` (replaces the variant's
-default), `accel` (`auto`: the compiled fast path on CUDA, eager on CPU; `eager` for parity checks; `fp8` on
-Hopper; see `tools.t2i.fast`), `compile` (older spelling of `accel="compile"`). OpenAI options: `client`,
-`quality`, `size`, `store`, `api_key`, `base_url`. Anything else raises `UnsupportedOptionError`.
-
-The diffusers kinds need the optional 't2i' extra (`tools.extras`); `check_generator(spec)` refuses a spec that
-cannot be opened here before any work starts.
-
-Graphs, training and evaluation open generators with `open_generator`, the one public constructor: it takes the
-image store and the over-long-prompt policy explicitly (`long_prompts`, see `LONG_PROMPT_POLICIES`), so every
-command renders the same prompt the same way. Callers with a generator object of their own (the evaluation's
-caching wrapper, tests) `register_generator` it under a `registered:` spec that any graph context can name.
-A distributed engine (`runner.engine`, `--engine ray`) installs itself with `set_remote_generators`: then
-`open_generator` returns its remote generator for the same spec, so graph contexts and records are unchanged.
+Why one constructor: graphs, training and evaluation all open generators with `open_generator`, which takes the
+image store and the over-long-prompt policy explicitly (`LONG_PROMPT_POLICIES`), so every command renders the same
+prompt the same way. Callers with a generator object of their own `register_generator` it under a `registered:`
+spec that any graph context can name, and a distributed engine installs itself with `set_remote_generators`, so
+graph contexts and records are the same whichever process renders.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 from urllib.parse import parse_qs
 
 from tools.extras import require_extra
@@ -57,7 +37,8 @@ DEFAULT_IPR_GENERATOR = "diffusers:CompVis/stable-diffusion-v1-4"
 DEFAULT_CTD_GENERATOR = "diffusers:stable-diffusion-v1-5/stable-diffusion-v1-5"
 # Over-long prompts (past the CLIP text encoder's 77 tokens): "truncate" cuts them as diffusers' own pipelines do
 # and as both papers did (the default of every command); "error" refuses them with a PromptError.
-LONG_PROMPT_POLICIES = ("truncate", "error")
+LongPrompts = Literal["truncate", "error"]
+LONG_PROMPT_POLICIES: tuple[str, ...] = get_args(LongPrompts)
 DEFAULT_LONG_PROMPTS = "truncate"
 REGISTERED = "registered"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from tools.t2i.base import GenerationRequest
 from tools.t2i.defaults import CTD_GUIDANCE, CTD_SIZE, CTD_STEPS, IPR_GUIDANCE, IPR_SIZE, IPR_STEPS
-from tools.t2i.registry import DEFAULT_LONG_PROMPTS, LONG_PROMPT_POLICIES
+from tools.t2i.registry import DEFAULT_LONG_PROMPTS, LONG_PROMPT_POLICIES, LongPrompts
 
 # One description per field: graph contexts show it in LangGraph Studio, and its bounds are checked by
 # `graphs.context.check_context` when a run starts.
@@ -27,7 +27,6 @@ RENDER_FIELD_META: dict[str, dict[str, Any]] = {
     "long_prompts": {
         "description": "Prompts over the text encoder's 77 tokens: 'truncate' (as diffusers and the papers do) or "
         "'error'.",
-        "choices": LONG_PROMPT_POLICIES,
     },
 }
 RENDER_FIELDS = tuple(RENDER_FIELD_META)
@@ -47,7 +46,7 @@ class RenderSettings:
     steps: int = render_field("steps", IPR_STEPS)
     guidance: float = render_field("guidance", IPR_GUIDANCE)
     negative_prompt: str = render_field("negative_prompt", "")
-    long_prompts: str = render_field("long_prompts", DEFAULT_LONG_PROMPTS)
+    long_prompts: LongPrompts = render_field("long_prompts", DEFAULT_LONG_PROMPTS)
 
     def request(self, prompt: str, *, seed: int = 0, num_images: int = 1,
                 guidance: float | None = None) -> GenerationRequest:

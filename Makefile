@@ -1,0 +1,22 @@
+# The developer loop. `make test` is exactly what CI runs (.ci/run); the others are its faster parts.
+.PHONY: setup lint format test-fast test
+
+PYTHON ?= python3
+
+setup:  ## the core, every extra, the test tools, llama-cpp-python's server and chromium (once)
+	./scripts/setup.sh --dev
+
+lint:  ## the style and type gate of CI: ruff check, ruff format --check, mypy
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
+	$(PYTHON) -m mypy
+
+format:  ## rewrite the sources in the project's style
+	$(PYTHON) -m ruff check --fix .
+	$(PYTHON) -m ruff format .
+
+test-fast:  ## every test but the slow ones (servers, model pipelines, benches)
+	$(PYTHON) -m pytest -q -m "not slow"
+
+test:  ## exactly CI: setup, the gate, the whole suite
+	bash .ci/run
