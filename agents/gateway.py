@@ -209,17 +209,24 @@ class Gateway:
         self.shared: dict[str, Any] = {}  # provider state shared across roles (scripts, loaded HF models)
 
     # -- models -------------------------------------------------------------------------------------------
-    def model_for(self, spec: ModelSpec, role: str) -> BaseChatModel:
-        """The chat model for a spec; scripted models are per role (each role has its own answer list)."""
+    def model_for(self, spec: ModelSpec, role: str, fingerprint: str = "") -> BaseChatModel:
+        """The chat model for a spec; scripted models are per role (each role has its own answer list) and per
+        script content (`fingerprint`), so an edited script is answered from its new version."""
         # The real base URL (credentials included) is part of the key: str(spec) redacts them.
-        key = (f"{spec.provider}:{spec.model}@{spec.base_url}", role if spec.provider == "scripted" else "")
+        scripted = spec.provider == "scripted"
+        key = (f"{spec.provider}:{spec.model}@{spec.base_url}", *((role, fingerprint) if scripted else ("", "")))
         if key not in self._models:
             self._models[key] = create_chat_model(spec, role, self.shared)
         return self._models[key]
 
     async def fingerprint(self, spec: ModelSpec) -> str:
-        """The content fingerprint of a spec's model (script hash, weight/adapter file stamps; "" for APIs), taken
-        once per process: the model itself is also loaded once per process, so the two stay in step."""
+        """The content fingerprint of a spec's model (script hash, weight/adapter file stamps; "" for APIs).
+
+        A script is hashed at every call (a small file), so a long-lived process such as `langgraph dev` sees an
+        edited script at once; other models' fingerprints are taken once per process, as the model itself is
+        loaded once per process, so the two stay in step."""
+        if spec.provider == "scripted":
+            return await asyncio.to_thread(model_fingerprint, spec)
         key = str(spec)
         if key not in self._fingerprints:
             self._fingerprints[key] = await asyncio.to_thread(model_fingerprint, spec)
@@ -331,10 +338,12 @@ class Gateway:
         """Parse the spec and compute the call's cache key (None without a cache)."""
         parsed = ModelSpec.parse(spec)
         call = _Call(role=role, usage_role=usage_role or role.split(".", 1)[0], spec=parsed, params=dict(params or {}))
+        if self.cache is not None or parsed.provider == "scripted":
+            call.fingerprint = await self.fingerprint(parsed)
         if self.cache is not None:
             call.key = cache_key(
                 # The content fingerprint keys file-backed models (scripts, GGUF, adapters) by what they are.
-                spec=f"{parsed}#{await self.fingerprint(parsed)}",
+                spec=f"{parsed}#{call.fingerprint}",
                 messages=_message_key(messages),
                 schema=output,
                 # Scripted answers are per role; for real models the role does not change the answer.
@@ -367,7 +376,7 @@ class Gateway:
 
     async def _model(self, call: _Call) -> Any:
         # Building a model can read files (scripts, certificates, weights): keep it off the event loop.
-        model: Any = await asyncio.to_thread(self.model_for, call.spec, call.role)
+        model: Any = await asyncio.to_thread(self.model_for, call.spec, call.role, call.fingerprint)
         return model.bind(**call.params) if call.params else model
 
     # -- the structured call with method fallback ---------------------------------------------------------
@@ -419,6 +428,7 @@ class _Call:
     spec: ModelSpec
     params: dict[str, Any]
     key: str | None = None
+    fingerprint: str = ""
     in_tok: int = 0
     out_tok: int = 0
     retries: int = 0

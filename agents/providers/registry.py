@@ -86,12 +86,13 @@ _SCRIPTS_LOCK = threading.Lock()
 
 
 def _scripted(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatModel:
-    from agents.providers.scripted import Script, ScriptedChatModel
+    from agents.providers.scripted import Script, ScriptedChatModel, script_fingerprint
 
     path, _, query = spec.model.partition("?")
-    key = str(Path(path).resolve())
-    # One Script per file even when two roles' first calls build their models at once (the TAG graph's two root
-    # calls do, from threads): a second Script would keep its own cursors and requests.
+    # One Script per file content even when two roles' first calls build their models at once (the TAG graph's two
+    # root calls do, from threads): a second Script would keep its own cursors and requests. An edited file is a new
+    # Script (a long-lived `langgraph dev` process answers from the new version at once).
+    key = (str(Path(path).resolve()), script_fingerprint(path))
     with _SCRIPTS_LOCK:
         scripts = shared.setdefault("scripts", {})
         if key not in scripts:
