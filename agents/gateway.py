@@ -203,7 +203,7 @@ class Gateway:
         self.cache = ResponseCache(self.settings.cache_path) if self.settings.cache_path else None
         self.limits = BackendLimits(self.settings.max_concurrency, self.settings.rpm)
         self.usage: RunUsage = empty_usage()
-        self._models: dict[tuple[str, str], BaseChatModel] = {}
+        self._models: dict[tuple[str, str, str], BaseChatModel] = {}
         self._methods: dict[str, str] = {}
         self._fingerprints: dict[str, str] = {}
         self.shared: dict[str, Any] = {}  # provider state shared across roles (scripts, loaded HF models)
