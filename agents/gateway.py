@@ -277,15 +277,18 @@ class Gateway:
         messages: list[BaseMessage],
         usage_role: str | None = None,
         params: dict[str, Any] | None = None,
+        seed: int | None = None,
     ) -> CallResult[M]:
         """Ask `spec`'s model for an answer of type `schema`.
 
         `role` is the call role (it selects scripted answers and keys the cache); `usage_role` is the role the
-        cost is booked under (defaults to the part of `role` before any '.'). The steps: cache lookup, a call
-        with method fallback and transport retries, validation with salvage, bounded repair, cache store, and
-        accounting of every attempt.
+        cost is booked under (defaults to the part of `role` before any '.'). `seed` names one sample of a role that
+        is sampled more than once from the same messages (a scene, a blind judge, a round, an IPR step): it keys the
+        cache, so each sample is its own request, stored and replayed apart. The steps: cache lookup, a call with
+        method fallback and transport retries, validation with salvage, bounded repair, cache store, and accounting
+        of every attempt.
         """
-        call = await self._start(role, spec, usage_role, params, messages, schema.model_json_schema())
+        call = await self._start(role, spec, usage_role, params, messages, schema.model_json_schema(), seed)
         hit = await self._cache_lookup(call)
         if hit is not None:
             try:
@@ -312,10 +315,11 @@ class Gateway:
         messages: list[BaseMessage],
         usage_role: str | None = None,
         params: dict[str, Any] | None = None,
+        seed: int | None = None,
     ) -> CallResult[str]:
         """A free-text answer (for roles whose output is parsed by the caller, such as the IPR refiner), with the
-        same cache, transient-fault retries, accounting and limits as `structured`."""
-        call = await self._start(role, spec, usage_role, params, messages, {"type": "text"})
+        same cache, sample `seed`, transient-fault retries, accounting and limits as `structured`."""
+        call = await self._start(role, spec, usage_role, params, messages, {"type": "text"}, seed)
         hit = await self._cache_lookup(call)
         if hit is not None and isinstance(hit.get("raw"), str):
             return self._cache_hit(call, hit["raw"], hit["raw"])
@@ -334,7 +338,7 @@ class Gateway:
 
     # -- steps shared by structured and text ---------------------------------------------------------------
     async def _start(self, role: str, spec: str, usage_role: str | None, params: dict[str, Any] | None,
-                     messages: list[BaseMessage], output: dict[str, Any]) -> _Call:
+                     messages: list[BaseMessage], output: dict[str, Any], seed: int | None = None) -> _Call:
         """Parse the spec and compute the call's cache key (None without a cache)."""
         parsed = ModelSpec.parse(spec)
         call = _Call(role=role, usage_role=usage_role or role.split(".", 1)[0], spec=parsed, params=dict(params or {}))
@@ -346,8 +350,10 @@ class Gateway:
                 spec=f"{parsed}#{call.fingerprint}",
                 messages=_message_key(messages),
                 schema=output,
-                # Scripted answers are per role; for real models the role does not change the answer.
-                params={**call.params, "role": role if parsed.provider == "scripted" else ""},
+                # Scripted answers are per role; for real models the role does not change the answer. The sample
+                # seed is in the key only (never sent as a model parameter, which some backends refuse).
+                params={**call.params, "role": role if parsed.provider == "scripted" else "",
+                        **({"sample_seed": seed} if seed is not None else {})},
             )
         return call
 
