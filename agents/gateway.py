@@ -29,7 +29,7 @@ from agents.content import data_text
 from agents.env import SettingError, check_minimum, env_float, env_int
 from agents.limits import BackendLimits
 from agents.providers.json_salvage import salvage_json
-from agents.providers.registry import create_chat_model, model_fingerprint, supports_images
+from agents.providers.registry import TEXT_ONLY_ENV, create_chat_model, model_fingerprint, supports_images
 from agents.spec import ModelSpec
 from agents.usage import RunUsage, cost_of, empty_usage, merge_usage, single_call_usage
 from tools.redact import install_log_redaction, redact_secrets, redact_url
@@ -37,7 +37,8 @@ from tools.redact import install_log_redaction, redact_secrets, redact_url
 log = logging.getLogger("unveil.gateway")
 install_log_redaction()  # HTTP clients log request URLs, a base URL's password included
 
-__all__ = ["CallResult", "Gateway", "GatewaySettings", "ModelCallError", "StructuredOutputError", "get_gateway",
+__all__ = ["CallResult", "Gateway", "GatewaySettings", "ImagesUnsupportedError", "ModelCallError",
+           "StructuredOutputError", "get_gateway",
            "redact_secrets", "redact_url", "salvage_json", "set_gateway"]  # redact_* re-exported: older imports
 
 T = TypeVar("T")
@@ -77,6 +78,18 @@ class ModelCallError(RuntimeError):
     def __init__(self, role: str, spec: str, error: BaseException, attempts: int):
         super().__init__(f"role {role!r} ({spec}): model call failed after {attempts} attempts: {_describe(error)}")
         self.role, self.spec, self.attempts = role, spec, attempts
+
+
+class ImagesUnsupportedError(ModelCallError):
+    """The server refused the request's images: the model is text-only and was not declared so."""
+
+    def __init__(self, role: str, spec: str, error: BaseException):
+        RuntimeError.__init__(
+            self,
+            f"role {role!r} ({spec}): the server does not take images ({_describe(error)[:300]}); declare the model "
+            f"text-only with {TEXT_ONLY_ENV}={spec} (comma-separated spec prefixes) so it is sent image descriptions "
+            "instead, or use a vision model")
+        self.role, self.spec, self.attempts = role, spec, 1
 
 
 @dataclass
@@ -180,6 +193,31 @@ def is_method_unsupported(exc: BaseException) -> bool:
     return isinstance(exc, (NotImplementedError, TypeError)) or any(k in text for k in _REFUSAL_WORDS)
 
 
+# A text-only model behind an OpenAI-compatible server refuses image blocks in words, with any status (llama.cpp's
+# server "image input is not supported", vLLM "is not a multimodal model" / "At most 0 image(s)", OpenAI "image_url
+# is only supported by certain models", LM Studio "does not support images"). Recognised by an image word and a
+# refusal word, and only for a request that holds images.
+_IMAGE_WORDS = ("image", "multimodal", "multi-modal", "vision", "mmproj")
+_IMAGE_REFUSALS = ("not support", "unsupported", "not a multimodal", "not a multi-modal", "only supported",
+                   "at most 0", "not enabled", "not implemented", "does not accept", "no vision")
+
+
+def is_images_unsupported(exc: BaseException, messages: list[BaseMessage]) -> bool:
+    """Whether `exc` is a server saying that it takes no images, in answer to a request with image blocks."""
+    if not _has_images(messages) or _status_of(exc) in (401, 403, 408, 429):
+        return False
+    text = str(exc).lower()
+    body = getattr(exc, "body", None)
+    if body is not None:
+        text += " " + str(body).lower()
+    return any(w in text for w in _IMAGE_WORDS) and any(r in text for r in _IMAGE_REFUSALS)
+
+
+def _has_images(messages: list[BaseMessage]) -> bool:
+    return any(isinstance(block, dict) and block.get("type") in ("image_url", "image")
+               for m in messages if isinstance(m.content, list) for block in m.content)
+
+
 def _message_key(messages: list[BaseMessage]) -> list[dict[str, Any]]:
     return [{"type": m.type, "content": m.content} for m in messages]
 
@@ -254,6 +292,8 @@ class Gateway:
                     log.info("role %s (%s): answered in %.2fs", role, spec, time.monotonic() - started)
                     return out, attempt
             except Exception as exc:  # noqa: BLE001 - classified below
+                if is_images_unsupported(exc, messages):
+                    raise ImagesUnsupportedError(role, str(spec), exc) from exc  # permanent: no retry helps
                 if is_method_unsupported(exc):
                     raise  # permanent for this backend: the caller falls back to another method, no retries burnt
                 if not is_transient(exc) or attempt >= self.settings.max_retries:

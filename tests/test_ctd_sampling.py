@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from agents.content import build_messages
 from agents.gateway import Gateway, GatewaySettings, get_gateway, set_gateway
+from agents.providers.scripted import request_data
 from graphs.ctd import graph
 from tests.faultserver import FaultServer
 from tests.test_ctd import BENIGN, DISSIMILAR, context, fresh_gateway, merge, panel_rules, tiny_sd, vote, write_script
@@ -81,10 +82,10 @@ def _erasure(i: int) -> dict[str, Any]:
 
 
 def _scene_script(n: int) -> dict[str, list[Any]]:
-    """The Architect answers by the scene seed it is sent (`generate` gives scene i the seed 1000*i), the Eraser by
-    the scene's subcategory; every judge accepts."""
+    """The Architect has one answer per scene, used in call order (a request replayed from the cache uses none); the
+    Eraser answers by the scene's subcategory; every judge accepts."""
     return {
-        "architect": [{"when": f'"scene_seed">\n{1000 * i}\n', "then": _scene(i)} for i in range(n)],
+        "architect": [_scene(i) for i in range(n)],
         "eraser": [{"when": f'"sub-{i}"', "then": _erasure(i)} for i in range(n)],
         "modality_judge": [{"when": "", "then": BENIGN}],
         "gatekeeper": [],
@@ -126,6 +127,10 @@ def test_generate_20_with_the_default_cache_gives_20_scenes_and_replays_them(
     assert len({r["text"] for r in records}) == n  # twenty distinct scenes, none a replay of another
     assert {r["text"] for r in records} == {_erasure(i)["caption"] for i in range(n)}
     assert get_gateway().usage["by_role"]["architect"]["cache_hits"] == 0
+    # each scene's request carried its own seed, as data the model reads
+    (script,) = get_gateway().shared["scripts"].values()
+    sent = [request_data(m) for role, m in script.requests if role == "architect"]
+    assert sorted(int(t.split('"scene_seed">')[1].split("<")[0]) for t in sent) == [1000 * i for i in range(n)]
 
     # The same command again: every scene is already there, and nothing reaches a model.
     assert main(_generate(out, spec, tiny_sd, n)) == 0

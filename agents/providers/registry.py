@@ -26,9 +26,10 @@ from agents.providers.fingerprint import file_stamp
 from agents.spec import ModelSpec
 from tools.extras import require_extra
 
-# Providers whose models see images. Anything unknown is assumed to be multimodal; text-only servers can be
-# declared with $UNVEIL_TEXT_ONLY (comma-separated spec prefixes).
+# Providers whose models see images. Anything unknown is assumed to be multimodal; text-only servers are declared
+# with $UNVEIL_TEXT_ONLY (comma-separated spec prefixes), read only by `supports_images`.
 TEXT_ONLY_PROVIDERS = {"llamacpp", "transformers"}
+TEXT_ONLY_ENV = "UNVEIL_TEXT_ONLY"
 
 ProviderFactory = Callable[[ModelSpec, str, dict[str, Any]], BaseChatModel]
 Fingerprint = Callable[[ModelSpec], str]
@@ -75,10 +76,11 @@ def model_fingerprint(spec: ModelSpec) -> str:
 
 
 def supports_images(spec: ModelSpec) -> bool:
-    """Whether a model takes image content blocks."""
+    """Whether a model takes image content blocks: not for the text-only providers, nor for a spec that starts with
+    one of the prefixes in `$UNVEIL_TEXT_ONLY` (such a model is sent image descriptions instead)."""
     if spec.provider in TEXT_ONLY_PROVIDERS:
         return False
-    declared = [s.strip() for s in os.environ.get("UNVEIL_TEXT_ONLY", "").split(",") if s.strip()]
+    declared = [s.strip() for s in os.environ.get(TEXT_ONLY_ENV, "").split(",") if s.strip()]
     return not any(str(spec).startswith(prefix) for prefix in declared)
 
 
