@@ -29,7 +29,13 @@ from agents.content import data_text
 from agents.env import SettingError, check_minimum, env_float, env_int
 from agents.limits import BackendLimits
 from agents.providers.json_salvage import salvage_json
-from agents.providers.registry import TEXT_ONLY_ENV, create_chat_model, model_fingerprint, supports_images
+from agents.providers.registry import (
+    TEXT_ONLY_ENV,
+    create_chat_model,
+    model_fingerprint,
+    self_hosted,
+    supports_images,
+)
 from agents.spec import ModelSpec
 from agents.usage import RunUsage, cost_of, empty_usage, merge_usage, single_call_usage
 from tools.redact import install_log_redaction, redact_secrets, redact_url
@@ -75,8 +81,12 @@ class StructuredOutputError(RuntimeError):
 class ModelCallError(RuntimeError):
     """A backend kept failing (or failed permanently) for a role."""
 
-    def __init__(self, role: str, spec: str, error: BaseException, attempts: int):
-        super().__init__(f"role {role!r} ({spec}): model call failed after {attempts} attempts: {_describe(error)}")
+    def __init__(self, role: str, spec: str, error: BaseException, attempts: int, request: str = ""):
+        # `request` says what was asked (the output schema and structured method): a server that rejects or crashes
+        # on one schema is then named with it.
+        asked = f"; {request}" if request else ""
+        super().__init__(
+            f"role {role!r} ({spec}{asked}): model call failed after {attempts} attempts: {_describe(error)}")
         self.role, self.spec, self.attempts = role, spec, attempts
 
 
@@ -437,7 +447,8 @@ class Gateway:
             model = await self._model(call)
             call_msgs = _with_schema_note(convo, schema) if method == "json_mode" else convo
             try:
-                runnable = model.with_structured_output(schema, method=method, include_raw=True)
+                runnable = model.with_structured_output(wire_schema(schema, call.spec), method=method,
+                                                        include_raw=True)
                 result, used = await self._invoke(runnable, call_msgs, call.spec, call.role)
             except Exception as exc:  # noqa: BLE001 - classified below
                 if is_method_unsupported(exc) and self._fall_back(call.spec, method, exc):
@@ -446,9 +457,13 @@ class Gateway:
                 # sees it: that is a bad answer to repair, not a backend fault.
                 bad_answer = _answer_error(exc.__cause__ if isinstance(exc, ModelCallError) else exc)
                 if bad_answer is None:
-                    if isinstance(exc, (ModelCallError, StructuredOutputError)):
+                    if isinstance(exc, (ImagesUnsupportedError, StructuredOutputError)):
                         raise
-                    raise ModelCallError(call.role, str(call.spec), exc, 1) from exc
+                    asked = f"schema {schema.__name__} by {method}"
+                    if isinstance(exc, ModelCallError):
+                        cause = exc.__cause__ or exc
+                        raise ModelCallError(call.role, str(call.spec), cause, exc.attempts, asked) from cause
+                    raise ModelCallError(call.role, str(call.spec), exc, 1, asked) from exc
                 result, used = bad_answer, (exc.attempts - 1 if isinstance(exc, ModelCallError) else 0)
             call.retries += used
             call.count_tokens(result.get("raw"))
@@ -484,6 +499,30 @@ class _Call:
         meta = getattr(msg, "usage_metadata", None) or {}
         self.in_tok += int(meta.get("input_tokens", 0))
         self.out_tok += int(meta.get("output_tokens", 0))
+
+
+# Self-hosted servers turn a JSON schema into a grammar; llama.cpp (llama-cpp-python's server, Ollama) writes a
+# `maxLength` of n as n nested optional groups and fails, or crashes, past about a thousand. Bounds above this are
+# left out of the schema such a server gets; the answer is still validated against the full schema (and repaired).
+SERVER_BOUND_LIMIT = 200
+_LENGTH_BOUNDS = ("maxLength", "maxItems")
+
+
+def wire_schema(schema: type[M], spec: ModelSpec) -> type[M] | dict[str, Any]:
+    """The schema sent to `spec`'s backend: `schema` itself, or for a self-hosted server (a custom `@base_url`) its
+    JSON schema without length bounds above `SERVER_BOUND_LIMIT`."""
+    if not self_hosted(spec):
+        return schema
+    return _loosen(schema.model_json_schema())
+
+
+def _loosen(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _loosen(v) for k, v in node.items()
+                if not (k in _LENGTH_BOUNDS and isinstance(v, int) and v > SERVER_BOUND_LIMIT)}
+    if isinstance(node, list):
+        return [_loosen(v) for v in node]
+    return node
 
 
 def _with_schema_note(convo: list[BaseMessage], schema: type[BaseModel]) -> list[BaseMessage]:

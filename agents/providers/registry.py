@@ -134,6 +134,13 @@ OFFICIAL_HOSTS = {"openai": ("api.openai.com",), "anthropic": ("api.anthropic.co
 DEFAULT_KEY_VARS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 
+def self_hosted(spec: ModelSpec) -> bool:
+    """Whether a spec names a server of its own (a `@base_url` that is not the provider's official endpoint)."""
+    if not spec.base_url:
+        return False
+    return (urlsplit(spec.base_url).hostname or "").lower() not in OFFICIAL_HOSTS.get(spec.provider, ())
+
+
 def custom_endpoint_key(spec: ModelSpec) -> str | None:
     """The API key to send to a spec's `@base_url`: None when the URL is the provider's own endpoint (its client
     then reads the default key as usual), else `$UNVEIL_<PROVIDER>_API_KEY` or the placeholder `not-needed`."""
