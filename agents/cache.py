@@ -1,8 +1,10 @@
 """A persistent response cache for structured model calls.
 
 The key is a SHA-256 over the model spec (provider, model, base URL — never an API key), the messages, the
-output schema and the call parameters, so a rerun of a finished run costs nothing and can be replayed offline
-exactly. Entries are written in one SQLite transaction each (WAL mode), so a killed run leaves no torn entry.
+output schema, the call parameters and, for a role sampled more than once from the same messages, the sample's seed
+(so every scene, blind judge, round or IPR step is its own entry), so a rerun of a finished run costs nothing and can
+be replayed offline exactly. Entries are written in one SQLite transaction each (WAL mode), so a killed run leaves no
+torn entry.
 
 The cache is an optimisation, never a reason to fail: when it cannot be opened, read or written (a locked
 database, a corrupt entry, a file that is not a database, an unwritable folder) it warns once, naming the file, and
@@ -43,6 +45,13 @@ def cache_key(*, spec: str, messages: list[dict[str, Any]], schema: dict[str, An
         default=str,
     )
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def sample_seed(*parts: Any) -> int:
+    """A 31-bit seed derived from `parts` (a scene's seed and a judge's id, ...), the same on every machine and
+    rerun: it tells apart samples of one role that would otherwise send the same request (see `Gateway.structured`)."""
+    digest = hashlib.sha256(json.dumps(parts, default=str).encode("utf-8")).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
 class ResponseCache:

@@ -29,7 +29,13 @@ from agents.content import data_text
 from agents.env import SettingError, check_minimum, env_float, env_int
 from agents.limits import BackendLimits
 from agents.providers.json_salvage import salvage_json
-from agents.providers.registry import create_chat_model, model_fingerprint, supports_images
+from agents.providers.registry import (
+    TEXT_ONLY_ENV,
+    create_chat_model,
+    model_fingerprint,
+    self_hosted,
+    supports_images,
+)
 from agents.spec import ModelSpec
 from agents.usage import RunUsage, cost_of, empty_usage, merge_usage, single_call_usage
 from tools.errors import UnveilError
@@ -38,7 +44,8 @@ from tools.redact import install_log_redaction, redact_secrets, redact_url
 log = logging.getLogger("unveil.gateway")
 install_log_redaction()  # HTTP clients log request URLs, a base URL's password included
 
-__all__ = ["CallResult", "Gateway", "GatewaySettings", "ModelCallError", "StructuredOutputError", "get_gateway",
+__all__ = ["CallResult", "Gateway", "GatewaySettings", "ImagesUnsupportedError", "ModelCallError",
+           "StructuredOutputError", "get_gateway",
            "redact_secrets", "redact_url", "salvage_json", "set_gateway"]  # redact_* re-exported: older imports
 
 T = TypeVar("T")
@@ -75,9 +82,25 @@ class StructuredOutputError(UnveilError, RuntimeError):
 class ModelCallError(UnveilError, RuntimeError):
     """A backend kept failing (or failed permanently) for a role."""
 
-    def __init__(self, role: str, spec: str, error: BaseException, attempts: int):
-        super().__init__(f"role {role!r} ({spec}): model call failed after {attempts} attempts: {_describe(error)}")
+    def __init__(self, role: str, spec: str, error: BaseException, attempts: int, request: str = ""):
+        # `request` says what was asked (the output schema and structured method): a server that rejects or crashes
+        # on one schema is then named with it.
+        asked = f"; {request}" if request else ""
+        super().__init__(
+            f"role {role!r} ({spec}{asked}): model call failed after {attempts} attempts: {_describe(error)}")
         self.role, self.spec, self.attempts = role, spec, attempts
+
+
+class ImagesUnsupportedError(ModelCallError):
+    """The server refused the request's images: the model is text-only and was not declared so."""
+
+    def __init__(self, role: str, spec: str, error: BaseException):
+        RuntimeError.__init__(
+            self,
+            f"role {role!r} ({spec}): the server does not take images ({_describe(error)[:300]}); declare the model "
+            f"text-only with {TEXT_ONLY_ENV}={spec} (comma-separated spec prefixes) so it is sent image descriptions "
+            "instead, or use a vision model")
+        self.role, self.spec, self.attempts = role, spec, 1
 
 
 @dataclass
@@ -181,6 +204,31 @@ def is_method_unsupported(exc: BaseException) -> bool:
     return isinstance(exc, (NotImplementedError, TypeError)) or any(k in text for k in _REFUSAL_WORDS)
 
 
+# A text-only model behind an OpenAI-compatible server refuses image blocks in words, with any status (llama.cpp's
+# server "image input is not supported", vLLM "is not a multimodal model" / "At most 0 image(s)", OpenAI "image_url
+# is only supported by certain models", LM Studio "does not support images"). Recognised by an image word and a
+# refusal word, and only for a request that holds images.
+_IMAGE_WORDS = ("image", "multimodal", "multi-modal", "vision", "mmproj")
+_IMAGE_REFUSALS = ("not support", "unsupported", "not a multimodal", "not a multi-modal", "only supported",
+                   "at most 0", "not enabled", "not implemented", "does not accept", "no vision")
+
+
+def is_images_unsupported(exc: BaseException, messages: list[BaseMessage]) -> bool:
+    """Whether `exc` is a server saying that it takes no images, in answer to a request with image blocks."""
+    if not _has_images(messages) or _status_of(exc) in (401, 403, 408, 429):
+        return False
+    text = str(exc).lower()
+    body = getattr(exc, "body", None)
+    if body is not None:
+        text += " " + str(body).lower()
+    return any(w in text for w in _IMAGE_WORDS) and any(r in text for r in _IMAGE_REFUSALS)
+
+
+def _has_images(messages: list[BaseMessage]) -> bool:
+    return any(isinstance(block, dict) and block.get("type") in ("image_url", "image")
+               for m in messages if isinstance(m.content, list) for block in m.content)
+
+
 def _message_key(messages: list[BaseMessage]) -> list[dict[str, Any]]:
     return [{"type": m.type, "content": m.content} for m in messages]
 
@@ -204,23 +252,30 @@ class Gateway:
         self.cache = ResponseCache(self.settings.cache_path) if self.settings.cache_path else None
         self.limits = BackendLimits(self.settings.max_concurrency, self.settings.rpm)
         self.usage: RunUsage = empty_usage()
-        self._models: dict[tuple[str, str], BaseChatModel] = {}
+        self._models: dict[tuple[str, str, str], BaseChatModel] = {}
         self._methods: dict[str, str] = {}
         self._fingerprints: dict[str, str] = {}
         self.shared: dict[str, Any] = {}  # provider state shared across roles (scripts, loaded HF models)
 
     # -- models -------------------------------------------------------------------------------------------
-    def model_for(self, spec: ModelSpec, role: str) -> BaseChatModel:
-        """The chat model for a spec; scripted models are per role (each role has its own answer list)."""
+    def model_for(self, spec: ModelSpec, role: str, fingerprint: str = "") -> BaseChatModel:
+        """The chat model for a spec; scripted models are per role (each role has its own answer list) and per
+        script content (`fingerprint`), so an edited script is answered from its new version."""
         # The real base URL (credentials included) is part of the key: str(spec) redacts them.
-        key = (f"{spec.provider}:{spec.model}@{spec.base_url}", role if spec.provider == "scripted" else "")
+        scripted = spec.provider == "scripted"
+        key = (f"{spec.provider}:{spec.model}@{spec.base_url}", *((role, fingerprint) if scripted else ("", "")))
         if key not in self._models:
             self._models[key] = create_chat_model(spec, role, self.shared)
         return self._models[key]
 
     async def fingerprint(self, spec: ModelSpec) -> str:
-        """The content fingerprint of a spec's model (script hash, weight/adapter file stamps; "" for APIs), taken
-        once per process: the model itself is also loaded once per process, so the two stay in step."""
+        """The content fingerprint of a spec's model (script hash, weight/adapter file stamps; "" for APIs).
+
+        A script is hashed at every call (a small file), so a long-lived process such as `langgraph dev` sees an
+        edited script at once; other models' fingerprints are taken once per process, as the model itself is
+        loaded once per process, so the two stay in step."""
+        if spec.provider == "scripted":
+            return await asyncio.to_thread(model_fingerprint, spec)
         key = str(spec)
         if key not in self._fingerprints:
             self._fingerprints[key] = await asyncio.to_thread(model_fingerprint, spec)
@@ -248,6 +303,8 @@ class Gateway:
                     log.info("role %s (%s): answered in %.2fs", role, spec, time.monotonic() - started)
                     return out, attempt
             except Exception as exc:  # noqa: BLE001 - classified below
+                if is_images_unsupported(exc, messages):
+                    raise ImagesUnsupportedError(role, str(spec), exc) from exc  # permanent: no retry helps
                 if is_method_unsupported(exc):
                     raise  # permanent for this backend: the caller falls back to another method, no retries burnt
                 if not is_transient(exc) or attempt >= self.settings.max_retries:
@@ -271,15 +328,18 @@ class Gateway:
         messages: list[BaseMessage],
         usage_role: str | None = None,
         params: dict[str, Any] | None = None,
+        seed: int | None = None,
     ) -> CallResult[M]:
         """Ask `spec`'s model for an answer of type `schema`.
 
         `role` is the call role (it selects scripted answers and keys the cache); `usage_role` is the role the
-        cost is booked under (defaults to the part of `role` before any '.'). The steps: cache lookup, a call
-        with method fallback and transport retries, validation with salvage, bounded repair, cache store, and
-        accounting of every attempt.
+        cost is booked under (defaults to the part of `role` before any '.'). `seed` names one sample of a role that
+        is sampled more than once from the same messages (a scene, a blind judge, a round, an IPR step): it keys the
+        cache, so each sample is its own request, stored and replayed apart. The steps: cache lookup, a call with
+        method fallback and transport retries, validation with salvage, bounded repair, cache store, and accounting
+        of every attempt.
         """
-        call = await self._start(role, spec, usage_role, params, messages, schema.model_json_schema())
+        call = await self._start(role, spec, usage_role, params, messages, schema.model_json_schema(), seed)
         hit = await self._cache_lookup(call)
         if hit is not None:
             try:
@@ -306,10 +366,11 @@ class Gateway:
         messages: list[BaseMessage],
         usage_role: str | None = None,
         params: dict[str, Any] | None = None,
+        seed: int | None = None,
     ) -> CallResult[str]:
         """A free-text answer (for roles whose output is parsed by the caller, such as the IPR refiner), with the
-        same cache, transient-fault retries, accounting and limits as `structured`."""
-        call = await self._start(role, spec, usage_role, params, messages, {"type": "text"})
+        same cache, sample `seed`, transient-fault retries, accounting and limits as `structured`."""
+        call = await self._start(role, spec, usage_role, params, messages, {"type": "text"}, seed)
         hit = await self._cache_lookup(call)
         if hit is not None and isinstance(hit.get("raw"), str):
             return self._cache_hit(call, hit["raw"], hit["raw"])
@@ -328,18 +389,22 @@ class Gateway:
 
     # -- steps shared by structured and text ---------------------------------------------------------------
     async def _start(self, role: str, spec: str, usage_role: str | None, params: dict[str, Any] | None,
-                     messages: list[BaseMessage], output: dict[str, Any]) -> _Call:
+                     messages: list[BaseMessage], output: dict[str, Any], seed: int | None = None) -> _Call:
         """Parse the spec and compute the call's cache key (None without a cache)."""
         parsed = ModelSpec.parse(spec)
         call = _Call(role=role, usage_role=usage_role or role.split(".", 1)[0], spec=parsed, params=dict(params or {}))
+        if self.cache is not None or parsed.provider == "scripted":
+            call.fingerprint = await self.fingerprint(parsed)
         if self.cache is not None:
             call.key = cache_key(
                 # The content fingerprint keys file-backed models (scripts, GGUF, adapters) by what they are.
-                spec=f"{parsed}#{await self.fingerprint(parsed)}",
+                spec=f"{parsed}#{call.fingerprint}",
                 messages=_message_key(messages),
                 schema=output,
-                # Scripted answers are per role; for real models the role does not change the answer.
-                params={**call.params, "role": role if parsed.provider == "scripted" else ""},
+                # Scripted answers are per role; for real models the role does not change the answer. The sample
+                # seed is in the key only (never sent as a model parameter, which some backends refuse).
+                params={**call.params, "role": role if parsed.provider == "scripted" else "",
+                        **({"sample_seed": seed} if seed is not None else {})},
             )
         return call
 
@@ -368,7 +433,7 @@ class Gateway:
 
     async def _model(self, call: _Call) -> Any:
         # Building a model can read files (scripts, certificates, weights): keep it off the event loop.
-        model: Any = await asyncio.to_thread(self.model_for, call.spec, call.role)
+        model: Any = await asyncio.to_thread(self.model_for, call.spec, call.role, call.fingerprint)
         return model.bind(**call.params) if call.params else model
 
     # -- the structured call with method fallback ---------------------------------------------------------
@@ -383,7 +448,8 @@ class Gateway:
             model = await self._model(call)
             call_msgs = _with_schema_note(convo, schema) if method == "json_mode" else convo
             try:
-                runnable = model.with_structured_output(schema, method=method, include_raw=True)
+                runnable = model.with_structured_output(wire_schema(schema, call.spec), method=method,
+                                                        include_raw=True)
                 result, used = await self._invoke(runnable, call_msgs, call.spec, call.role)
             except Exception as exc:  # noqa: BLE001 - classified below
                 if is_method_unsupported(exc) and self._fall_back(call.spec, method, exc):
@@ -392,9 +458,13 @@ class Gateway:
                 # sees it: that is a bad answer to repair, not a backend fault.
                 bad_answer = _answer_error(exc.__cause__ if isinstance(exc, ModelCallError) else exc)
                 if bad_answer is None:
-                    if isinstance(exc, (ModelCallError, StructuredOutputError)):
+                    if isinstance(exc, (ImagesUnsupportedError, StructuredOutputError)):
                         raise
-                    raise ModelCallError(call.role, str(call.spec), exc, 1) from exc
+                    asked = f"schema {schema.__name__} by {method}"
+                    if isinstance(exc, ModelCallError):
+                        cause = exc.__cause__ or exc
+                        raise ModelCallError(call.role, str(call.spec), cause, exc.attempts, asked) from cause
+                    raise ModelCallError(call.role, str(call.spec), exc, 1, asked) from exc
                 result, used = bad_answer, (exc.attempts - 1 if isinstance(exc, ModelCallError) else 0)
             call.retries += used
             call.count_tokens(result.get("raw"))
@@ -420,6 +490,7 @@ class _Call:
     spec: ModelSpec
     params: dict[str, Any]
     key: str | None = None
+    fingerprint: str = ""
     in_tok: int = 0
     out_tok: int = 0
     retries: int = 0
@@ -429,6 +500,30 @@ class _Call:
         meta = getattr(msg, "usage_metadata", None) or {}
         self.in_tok += int(meta.get("input_tokens", 0))
         self.out_tok += int(meta.get("output_tokens", 0))
+
+
+# Self-hosted servers turn a JSON schema into a grammar; llama.cpp (llama-cpp-python's server, Ollama) writes a
+# `maxLength` of n as n nested optional groups and fails, or crashes, past about a thousand. Bounds above this are
+# left out of the schema such a server gets; the answer is still validated against the full schema (and repaired).
+SERVER_BOUND_LIMIT = 200
+_LENGTH_BOUNDS = ("maxLength", "maxItems")
+
+
+def wire_schema(schema: type[M], spec: ModelSpec) -> type[M] | dict[str, Any]:
+    """The schema sent to `spec`'s backend: `schema` itself, or for a self-hosted server (a custom `@base_url`) its
+    JSON schema without length bounds above `SERVER_BOUND_LIMIT`."""
+    if not self_hosted(spec):
+        return schema
+    return _loosen(schema.model_json_schema())
+
+
+def _loosen(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _loosen(v) for k, v in node.items()
+                if not (k in _LENGTH_BOUNDS and isinstance(v, int) and v > SERVER_BOUND_LIMIT)}
+    if isinstance(node, list):
+        return [_loosen(v) for v in node]
+    return node
 
 
 def _with_schema_note(convo: list[BaseMessage], schema: type[BaseModel]) -> list[BaseMessage]:

@@ -241,8 +241,10 @@ async def refine_prompt(
     history: Sequence[str] | None = None,
     role: str = REFINER_ROLE,
     params: dict | None = None,
+    seed: int | None = None,
 ) -> RefinerStep:
-    """One refiner call through the gateway, parsed; raises `RefinerAnswerError` on an unusable answer."""
+    """One refiner call through the gateway, parsed; raises `RefinerAnswerError` on an unusable answer. `seed` (the
+    seed the image was rendered with) makes each IPR step its own request, cached apart."""
     if not gateway.vision(spec):
         raise ValueError(
             f"refiner model {spec!r} cannot see images, and the IPR refiner judges the generated image; "
@@ -252,7 +254,8 @@ async def refine_prompt(
     messages = await asyncio.to_thread(
         build_refiner_messages, original_prompt, image_id, store=store, vision=True, history=history
     )
-    result = await gateway.text(role=role, spec=spec, messages=messages, usage_role=REFINER_ROLE, params=params)
+    result = await gateway.text(role=role, spec=spec, messages=messages, usage_role=REFINER_ROLE, params=params,
+                                seed=seed)
     try:
         decision = parse_refiner_answer(result.raw)
     except RefinerAnswerError as exc:

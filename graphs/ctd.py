@@ -27,6 +27,7 @@ from langgraph.types import Send, interrupt
 # typing_extensions' TypedDict: pydantic (Studio's schema export) rejects typing's on Python < 3.12.
 from typing_extensions import TypedDict
 
+from agents.cache import sample_seed
 from agents.content import ImagePart
 from agents.ctd.architect import write_scene
 from agents.ctd.eraser import erase
@@ -245,6 +246,11 @@ async def _store(ctx: CtdContext) -> Any:
     return await asyncio.to_thread(get_image_store, ctx.image_store or None)
 
 
+def attempt_seed(state: CtdState, round_no: int | None = None) -> int:
+    """The seed of an attempt (default: the current one): the scene's seed plus the round, minus one."""
+    return int(state.get("seed", 0)) + (state.get("rounds", 0) if round_no is None else round_no) - 1
+
+
 def _image(state: CtdState) -> ImagePart:
     # Text-only judges see what the T2I model was asked to draw, as a description of the image.
     return ImagePart(name="image", image_id=state.get("image_id"), description=state.get("t2i_prompt"))
@@ -272,6 +278,7 @@ async def architect(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, 
         scene_hint=state.get("scene_hint"),
         erase_routine=state.get("erase_routine"),
         search_results=results,
+        seed=int(state.get("seed", 0)),  # each scene of a category is its own request, cached apart
     )
     scene = result.value.model_dump()
     return {
@@ -292,16 +299,18 @@ async def eraser(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any
 
     ctx = runtime.context
     round_no = state.get("rounds", 0) + 1
+    # One seed per attempt, derived from the scene's seed, so a rerun renders the same images; every model call of
+    # the attempt carries it, so a repeated request in a later round is sampled again, not replayed.
+    seed = attempt_seed(state, round_no)
     result = await erase(
         get_gateway(),
         ctx.spec_for("eraser"),
         category=state["category"],
         scene=state["scene"],
         attempts=state.get("feedback_history") or None,
+        seed=seed,
     )
     erasure = result.value.model_dump()
-    # One seed per attempt, derived from the scene's seed, so a rerun renders the same images.
-    seed = int(state.get("seed", 0)) + round_no - 1
     # Building the generator imports torch and its pipeline loads weights: both stay off the event loop, which
     # `langgraph dev` guards against blocking calls.
     generator = await asyncio.to_thread(ctd_generator, ctx)
@@ -382,9 +391,10 @@ async def modality_check(state: CtdState, runtime: Runtime[CtdContext]) -> dict[
     gateway = get_gateway()
     spec = ctx.spec_for("modality_judge")
     store = await _store(ctx)
+    seed = attempt_seed(state)
     image_v, text_v, flags, moderation = await asyncio.gather(
-        judge_image_alone(gateway, spec, image=_image(state), store=store),
-        judge_text_alone(gateway, spec, text=state["text"]),
+        judge_image_alone(gateway, spec, image=_image(state), store=store, seed=seed),
+        judge_text_alone(gateway, spec, text=state["text"], seed=seed),
         _classifier_flags(ctx.image_classifiers, state["image_id"], ctx.image_store),
         _moderation(ctx, state),
     )
@@ -417,6 +427,7 @@ def route_modality(state: CtdState, runtime: Runtime[CtdContext]) -> list[Send] 
         return "feedback" if state["rounds"] < runtime.context.max_rounds else "drop"
     task = {
         "round": state["rounds"],
+        "seed": attempt_seed(state),
         "text": state["text"],
         "image_id": state["image_id"],
         "t2i_prompt": state["t2i_prompt"],
@@ -437,6 +448,8 @@ async def judge(task: Any, runtime: Runtime[CtdContext]) -> dict[str, Any]:
         image=ImagePart(name="image", image_id=task["image_id"], description=task["t2i_prompt"]),
         store=await _store(runtime.context),
         erasure_reason=task["erasure_reason"],
+        # Several blind judges of one model see the same request: the judge's id makes each vote its own sample.
+        seed=sample_seed(task.get("seed", task["round"]), task["judge"]),
     )
     vote = {
         "round": task["round"],
@@ -462,7 +475,7 @@ async def gatekeeper(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str,
     similarity: dict[str, Any] | None = None
     if pair is not None:
         result = await judge_similarity(get_gateway(), runtime.context.spec_for("concept_similarity"),
-                                        first=dict(pair[0]), second=dict(pair[1]))
+                                        first=dict(pair[0]), second=dict(pair[1]), seed=attempt_seed(state))
         similarity = result.value.model_dump()
         update["usage"] = result.usage
     decision = decide(votes, runtime.context.rule(), similar=similarity["similar"] if similarity else None,
@@ -500,6 +513,7 @@ async def feedback(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, A
         erasure=state["erasure"],
         votes=votes,
         modality=modality,
+        seed=attempt_seed(state),
     )
     entry = {
         "round": state["rounds"],

@@ -316,6 +316,7 @@ async def refine(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any
             store=get_image_store(ctx.image_store or None),
             history=history,
             role=f"refiner.{state['step']}",
+            seed=last.get("seed"),  # the step's own seed: each step is its own request, as it is its own sample
         )
     except RefinerAnswerError as exc:
         if ctx.on_refiner_error == "fail":

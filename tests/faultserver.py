@@ -22,6 +22,9 @@ that is not JSON) and `schema` (valid JSON that violates the schema). A request 
 `reject_key_marker` (default `UNVEIL-REJECT-KEY`) gets a 401 whose message echoes the API key it was sent,
 as some servers do (the `auth` set keeps every Authorization header received).
 
+`images_refused="..."` answers every request that holds an image block with a 500 carrying that message, as a
+text-only model behind a real server does.
+
 Everything it received is kept (`bodies`, one parsed JSON body per request, and their arrival `times`) with
 per-kind counters (`stats`).
 Only loopback is bound; every loop is bounded, and the server stops by itself after `lifetime_s` seconds or
@@ -98,6 +101,8 @@ class FaultServer:
     # Structured methods this server lacks ("json_schema", "tools"): refused with a 500 whose message is the one
     # llama-cpp-python's server gives, so tests see a real server's way of saying "not supported".
     unsupported: tuple[str, ...] = ()
+    # A text-only model's answer to a request with image blocks: a 500 with this message (off when empty).
+    images_refused: str = ""
     bodies: list[dict[str, Any]] = field(default_factory=list)
     stats: Counter = field(default_factory=Counter)
     times: list[float] = field(default_factory=list)
@@ -290,6 +295,11 @@ class FaultServer:
                 }
             }
             await self._send(writer, 401, json.dumps(err).encode())
+            return True
+        if self.images_refused and '"image_url"' in json.dumps(body.get("messages")):
+            self.stats["images_refused"] += 1
+            err = {"error": {"message": self.images_refused, "type": "internal_server_error"}}
+            await self._send(writer, 500, json.dumps(err).encode())
             return True
         fmt = body.get("response_format") or {}
         wants_schema = isinstance(fmt, dict) and fmt.get("type") == "json_schema"

@@ -42,6 +42,20 @@ async def test_an_edited_script_is_not_answered_from_the_cache(tmp_path: Path) -
     assert not edited.cache_hit and edited.value.reason == "new"
 
 
+async def test_one_long_lived_gateway_answers_from_an_edited_script_at_once(tmp_path: Path) -> None:
+    # A `langgraph dev` server keeps one gateway for its whole life: an edit must reach it without a restart, with
+    # the default cache on and with it off.
+    for cache in (str(tmp_path / "c.sqlite"), None):
+        script = tmp_path / f"live-{cache is None}.json"
+        script.write_text(json.dumps({"judge": [{"toxic": True, "reason": "old"}] * 3}))
+        gw = Gateway(GatewaySettings(cache_path=cache))
+        first = await gw.structured(role="judge", spec=f"scripted:{script}", schema=Verdict, messages=_msgs())
+        assert first.value.reason == "old"
+        script.write_text(json.dumps({"judge": [{"toxic": False, "reason": "new"}]}))
+        edited = await gw.structured(role="judge", spec=f"scripted:{script}", schema=Verdict, messages=_msgs())
+        assert not edited.cache_hit and edited.value.reason == "new", cache
+
+
 def test_file_backed_models_are_fingerprinted_by_their_files(tmp_path: Path) -> None:
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF" + b"\0" * 16)

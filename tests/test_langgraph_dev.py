@@ -158,6 +158,18 @@ async def test_tag_and_vanilla_with_an_image_in_the_default_store_and_cache(
     assert van["toxic"] is False and van["usage"]["total"]["calls"] == 1
 
 
+async def test_an_edited_script_answers_the_next_run_without_a_restart(client: Any, tmp_path: Path) -> None:
+    script = write_json(tmp_path / "edited.json", {"vanilla_detector": [{"when": "", "then": {"toxic": False}}]})
+    sample = {"image_description": "a glass of water", "text": "Cheers."}
+    _, first = await run(client, "vanilla", sample, context={"model": f"scripted:{script}"})
+    assert not error_of(first) and first["toxic"] is False, error_of(first)
+    write_json(script, {"vanilla_detector": [{"when": "", "then": {"toxic": True, "reason": "edited"}}]})
+    _, second = await run(client, "vanilla", sample, context={"model": f"scripted:{script}"})
+    assert not error_of(second), error_of(second)
+    # the same server process, the default cache on: the edit is seen at the next call
+    assert second["toxic"] is True and second["usage"]["total"]["calls"] == 1
+
+
 async def test_image_paths_outside_the_allowed_roots_are_refused(client: Any, tmp_path: Path) -> None:
     secret = tmp_path / "elsewhere" / "secret.png"
     secret.parent.mkdir()

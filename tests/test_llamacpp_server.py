@@ -95,3 +95,45 @@ def test_detect_through_llama_cpp_server_no_method_override(llama_server: str, m
     replay = json.loads(again.stdout)
     assert replay["usage"]["total"]["calls"] == 0 and replay["usage"]["total"]["cache_hits"] >= 1
     assert replay["toxic"] == record["toxic"]
+
+
+@pytest.fixture(scope="module")
+def tiny_t2i(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The tiny random-weight Stable Diffusion folder, as a generator spec."""
+    from tests.tiny import build_tiny_sd
+
+    return "diffusers:" + build_tiny_sd(tmp_path_factory.mktemp("tiny_sd") / "sd")
+
+
+def test_generate_through_llama_cpp_server_keeps_the_server_up(llama_server: str, tiny_t2i: str,
+                                                               tmp_path: Path) -> None:
+    # The CTD schemas' long maxLength bounds once became a grammar that crashed this server ("Connection error").
+    spec = f"openai:smollm2@{llama_server}"
+    env = {**_user_env(tmp_path / "home"), "UNVEIL_TEXT_ONLY": spec}  # README: a text-only model gets descriptions
+    out = tmp_path / "ds"
+    cmd = [sys.executable, "-m", "unveil.cli", "generate", "--category", "drugs", "--n", "1", "--out", str(out),
+           "--model", spec, "--generator", tiny_t2i, "--size", "32", "--steps", "2", "--no-progress",
+           "--no-web-search", "--near-duplicate", "0", "--review", "auto", "--max-rounds", "1", "--n-blind", "1"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=580)
+    assert "Connection error" not in proc.stderr, proc.stderr[-3000:]
+    assert httpx.get(f"{llama_server}/models", timeout=5).status_code == 200  # the server is still up
+    (record,) = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines() if line.strip()]
+    # The 135M model may write an unusable erasure; then the sample fails on its answer, never on the server.
+    if record["status"] == "failed":
+        assert record["error"].startswith("StructuredOutputError") and "'architect'" not in record["error"], record
+        assert record.get("raw_answer")
+    else:
+        assert record["scene"]["subcategory"] and record["text"]
+
+
+def test_refine_with_this_text_only_refiner_is_refused_before_rendering(llama_server: str, tiny_t2i: str,
+                                                                          tmp_path: Path) -> None:
+    # The IPR refiner judges the rendered image, so a text-only refiner does not apply: one clear refusal, and
+    # nothing reaches the server or the generator.
+    spec = f"openai:smollm2@{llama_server}"
+    env = {**_user_env(tmp_path / "home"), "UNVEIL_TEXT_ONLY": spec}
+    cmd = [sys.executable, "-m", "unveil.cli", "refine", "a cat", "--refiner", spec, "--generator", tiny_t2i,
+           "--size", "32", "--steps", "2", "--t-max", "1", "--image-store", str(tmp_path / "store")]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "cannot see images" in proc.stderr, proc.stderr[-3000:]
+    assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.png"))

@@ -155,6 +155,22 @@ async def test_refine_prompt_goes_through_the_gateway(tmp_path) -> None:
         await refine_prompt(gateway, spec, original_prompt="another prompt", image_id=image_id, store=store)
 
 
+async def test_each_ipr_step_seed_is_its_own_request_with_the_cache_on(tmp_path) -> None:
+    # Steps that show the refiner the same prompt and image (fresh seeds of one prompt) are separate samples.
+    store, image_id = _store_with_image(tmp_path)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"refiner": ["keep", "<answer>a cat with a toy</answer>"]}))
+    cache = str(tmp_path / "cache.sqlite")
+    spec = f"scripted:{script}"
+    gateway = Gateway(GatewaySettings(cache_path=cache))
+    steps = [await refine_prompt(gateway, spec, original_prompt="a cat", image_id=image_id, store=store, seed=s)
+             for s in (11, 12)]
+    assert [s.decision.action for s in steps] == ["keep", "refine"] and not steps[1].cache_hit
+    replay = Gateway(GatewaySettings(cache_path=cache))
+    again = await refine_prompt(replay, spec, original_prompt="a cat", image_id=image_id, store=store, seed=12)
+    assert again.cache_hit and again.decision == steps[1].decision
+
+
 async def test_text_only_refiner_is_refused_clearly(tmp_path) -> None:
     store, image_id = _store_with_image(tmp_path)
     gateway = Gateway(GatewaySettings(cache_path=None))

@@ -40,6 +40,20 @@ def test_url_credentials_are_redacted_in_every_written_form() -> None:
     assert "s3cret" not in redact_secrets("POST http://bob:s3cret@10.0.0.1/v1 failed")
 
 
+def test_redaction_keeps_the_missing_key_message_and_still_hides_assigned_keys(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from graphs.context import ContextError, check_model_spec
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ContextError) as err:
+        check_model_spec("model", "openai:gpt-4.1")
+    message = str(err.value)
+    assert "set OPENAI_API_KEY in the server's environment" in message
+    assert redact_secrets(message) == message  # the words after the variable's name are not a secret
+    for written in ("api_key=abc123xyz", 'api-key: "abc123xyz"', '{"api_key": "abc123xyz"}', "API_KEY = abc123xyz"):
+        assert "abc123xyz" not in redact_secrets(written), written
+
+
 def test_default_keys_go_only_to_the_providers_own_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-default-key-0123456789")
     assert custom_endpoint_key(ModelSpec.parse("openai:gpt-4.1")) is None  # the client reads OPENAI_API_KEY itself

@@ -11,6 +11,9 @@ from urllib.parse import urlsplit, urlunsplit
 _SECRET_NAME = re.compile(r"(?i)(key|token|secret|passw)")
 # Credentials in any URL inside free text: `scheme://user:password@host` or `scheme://token@host`.
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/@'\"<>]+@")
+# A key given a value: `api_key=...`, `api-key: ...`, `"api_key": "..."`. An `=` or `:` must separate the two, so
+# prose that names a variable ("set OPENAI_API_KEY in the server's environment") keeps its words.
+_KEY_ASSIGNMENT = re.compile(r"(?i)(api[_-]?key['\"]?\s*[=:]\s*['\"]?)[^\s'\",]+")
 
 
 def redact_url(url: str) -> str:
@@ -37,7 +40,7 @@ def redact_secrets(text: str) -> str:
             text = text.replace(value, "***")
     text = _URL_USERINFO.sub(r"\1***@", text)
     text = re.sub(r"(sk-[A-Za-z0-9_\-]{6})[A-Za-z0-9_\-]+", r"\1…", text)
-    return re.sub(r"(?i)(api[_-]?key['\"=: ]+)[^\s'\",]+", r"\1***", text)
+    return _KEY_ASSIGNMENT.sub(r"\1***", text)
 
 
 class RedactingFilter(logging.Filter):

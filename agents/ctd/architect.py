@@ -36,7 +36,7 @@ a subcategory inside the given category.
 
 ARCHITECT_TASK = (
     "Return the scene as the structured result: subcategory, items, behaviour, setting, image description, text, "
-    "erase routine."
+    "erase routine. Drafts with different scene seeds must be different scenes."
 )
 
 
@@ -60,14 +60,18 @@ async def write_scene(
     scene_hint: str | None = None,
     erase_routine: str | None = None,
     search_results: list[dict[str, Any]] | None = None,
+    seed: int | None = None,
 ) -> CallResult[Scene]:
-    """Draft one explicit scene of `category` (the Architect's single call)."""
+    """Draft one explicit scene of `category` (the Architect's single call). `seed` is the scene's seed: the
+    request carries it (as data, and as the gateway's sample seed), so the scenes of one category are different
+    requests, each drafted, cached and replayed on its own, instead of one answer repeated for all of them."""
     data: dict[str, Any] = {
         "risk_category": category,
         "scene_short_description": scene_hint or None,
         "erase_routine": erase_routine or None,
+        "scene_seed": seed,
     }
     if search_results:
         data["web_search_results"] = search_results
     messages = build_messages(ARCHITECT_PROMPT.format(techniques=ERASURE_TECHNIQUES), data, task=ARCHITECT_TASK)
-    return await gateway.structured(role="architect", spec=spec, schema=Scene, messages=messages)
+    return await gateway.structured(role="architect", spec=spec, schema=Scene, messages=messages, seed=seed)

@@ -83,10 +83,12 @@ async def erase(
     category: str,
     scene: dict[str, Any],
     attempts: list[dict[str, Any]] | None = None,
+    seed: int | None = None,
 ) -> CallResult[Erasure]:
-    """Erase the scene's explicit cue; `attempts` are earlier erasures with the feedback each received."""
+    """Erase the scene's explicit cue; `attempts` are earlier erasures with the feedback each received; `seed` (the
+    attempt's render seed) makes every attempt its own request to the gateway."""
     data: dict[str, Any] = {"risk_category": category, "scene": scene}
     if attempts:
         data["earlier_attempts_and_feedback"] = attempts
     messages = build_messages(ERASER_PROMPT.format(techniques=ERASURE_TECHNIQUES), data, task=ERASER_TASK)
-    return await gateway.structured(role="eraser", spec=spec, schema=Erasure, messages=messages)
+    return await gateway.structured(role="eraser", spec=spec, schema=Erasure, messages=messages, seed=seed)

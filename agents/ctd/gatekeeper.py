@@ -54,8 +54,9 @@ async def write_feedback(
     erasure: dict[str, Any],
     votes: list[dict[str, Any]],
     modality: dict[str, Any] | None = None,
+    seed: int | None = None,
 ) -> CallResult[Feedback]:
-    """Feedback on one rejected attempt."""
+    """Feedback on one rejected attempt (`seed`: the attempt's, so each round's feedback is its own request)."""
     data: dict[str, Any] = {
         "problem": problem,
         "rule_detail": detail,
@@ -65,4 +66,4 @@ async def write_feedback(
         "single_modality_check": modality or None,
     }
     messages = build_messages(FEEDBACK_PROMPT, data, task=FEEDBACK_TASK)
-    return await gateway.structured(role="gatekeeper", spec=spec, schema=Feedback, messages=messages)
+    return await gateway.structured(role="gatekeeper", spec=spec, schema=Feedback, messages=messages, seed=seed)

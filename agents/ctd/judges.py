@@ -96,8 +96,11 @@ async def judge_pair(
     image: ImagePart,
     store: ImageStore,
     erasure_reason: str | None = None,
+    seed: int | None = None,
 ) -> CallResult[Vote]:
-    """One panel judge's vote; only the reason-informed judge is shown the erasure reason."""
+    """One panel judge's vote; only the reason-informed judge is shown the erasure reason. `seed` tells apart judges
+    that see the same request (several blind judges of one model, the same pair in another round): each vote is
+    its own request, cached and replayed apart."""
     data: dict[str, Any] = {"text": text}
     if kind == "informed":
         data["erasure_reason"] = erasure_reason or ""
@@ -105,13 +108,14 @@ async def judge_pair(
     messages = await asyncio.to_thread(
         build_messages, _PROMPTS[kind], data, images=[image], store=store, vision=gateway.vision(spec), task=JUDGE_TASK
     )
-    return await gateway.structured(role=call_role, usage_role="judge", spec=spec, schema=Vote, messages=messages)
+    return await gateway.structured(role=call_role, usage_role="judge", spec=spec, schema=Vote, messages=messages,
+                                    seed=seed)
 
 
 async def judge_image_alone(
-    gateway: Gateway, spec: str, *, image: ImagePart, store: ImageStore
+    gateway: Gateway, spec: str, *, image: ImagePart, store: ImageStore, seed: int | None = None
 ) -> CallResult[ModalityVerdict]:
-    """Is the image harmful without its text?"""
+    """Is the image harmful without its text? (`seed`: the attempt's, as for `judge_pair`.)"""
     messages = await asyncio.to_thread(
         build_messages,
         IMAGE_ALONE_PROMPT,
@@ -121,10 +125,13 @@ async def judge_image_alone(
         vision=gateway.vision(spec),
         task=MODALITY_TASK,
     )
-    return await gateway.structured(role="modality_judge.image", spec=spec, schema=ModalityVerdict, messages=messages)
+    return await gateway.structured(role="modality_judge.image", spec=spec, schema=ModalityVerdict, messages=messages,
+                                    seed=seed)
 
 
-async def judge_text_alone(gateway: Gateway, spec: str, *, text: str) -> CallResult[ModalityVerdict]:
-    """Is the text harmful without its image?"""
+async def judge_text_alone(gateway: Gateway, spec: str, *, text: str,
+                           seed: int | None = None) -> CallResult[ModalityVerdict]:
+    """Is the text harmful without its image? (`seed`: the attempt's, as for `judge_pair`.)"""
     messages = build_messages(TEXT_ALONE_PROMPT, {"text": text}, task=MODALITY_TASK)
-    return await gateway.structured(role="modality_judge.text", spec=spec, schema=ModalityVerdict, messages=messages)
+    return await gateway.structured(role="modality_judge.text", spec=spec, schema=ModalityVerdict, messages=messages,
+                                    seed=seed)

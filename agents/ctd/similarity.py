@@ -36,10 +36,12 @@ def _judgment(vote: dict[str, Any]) -> dict[str, Any]:
 
 
 async def judge_similarity(
-    gateway: Gateway, spec: str, *, first: dict[str, Any], second: dict[str, Any]
+    gateway: Gateway, spec: str, *, first: dict[str, Any], second: dict[str, Any], seed: int | None = None
 ) -> CallResult[ConceptSimilarity]:
-    """Are the risk concepts of `first` and `second` (votes with category, subcategory, reason) similar?"""
+    """Are the risk concepts of `first` and `second` (votes with category, subcategory, reason) similar? (`seed`:
+    the attempt's, so each round's judgment is its own request.)"""
     messages = build_messages(
         SIMILARITY_PROMPT, {"judgment_1": _judgment(first), "judgment_2": _judgment(second)}, task=SIMILARITY_TASK
     )
-    return await gateway.structured(role="concept_similarity", spec=spec, schema=ConceptSimilarity, messages=messages)
+    return await gateway.structured(role="concept_similarity", spec=spec, schema=ConceptSimilarity, messages=messages,
+                                    seed=seed)

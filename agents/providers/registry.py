@@ -27,9 +27,10 @@ from agents.spec import ModelSpec
 from tools.errors import UnveilError
 from tools.extras import require_extra
 
-# Providers whose models see images. Anything unknown is assumed to be multimodal; text-only servers can be
-# declared with $UNVEIL_TEXT_ONLY (comma-separated spec prefixes).
+# Providers whose models see images. Anything unknown is assumed to be multimodal; text-only servers are declared
+# with $UNVEIL_TEXT_ONLY (comma-separated spec prefixes), read only by `supports_images`.
 TEXT_ONLY_PROVIDERS = {"llamacpp", "transformers"}
+TEXT_ONLY_ENV = "UNVEIL_TEXT_ONLY"
 
 ProviderFactory = Callable[[ModelSpec, str, dict[str, Any]], BaseChatModel]
 Fingerprint = Callable[[ModelSpec], str]
@@ -76,10 +77,11 @@ def model_fingerprint(spec: ModelSpec) -> str:
 
 
 def supports_images(spec: ModelSpec) -> bool:
-    """Whether a model takes image content blocks."""
+    """Whether a model takes image content blocks: not for the text-only providers, nor for a spec that starts with
+    one of the prefixes in `$UNVEIL_TEXT_ONLY` (such a model is sent image descriptions instead)."""
     if spec.provider in TEXT_ONLY_PROVIDERS:
         return False
-    declared = [s.strip() for s in os.environ.get("UNVEIL_TEXT_ONLY", "").split(",") if s.strip()]
+    declared = [s.strip() for s in os.environ.get(TEXT_ONLY_ENV, "").split(",") if s.strip()]
     return not any(str(spec).startswith(prefix) for prefix in declared)
 
 
@@ -87,12 +89,13 @@ _SCRIPTS_LOCK = threading.Lock()
 
 
 def _scripted(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatModel:
-    from agents.providers.scripted import Script, ScriptedChatModel
+    from agents.providers.scripted import Script, ScriptedChatModel, script_fingerprint
 
     path, _, query = spec.model.partition("?")
-    key = str(Path(path).resolve())
-    # One Script per file even when two roles' first calls build their models at once (the TAG graph's two root
-    # calls do, from threads): a second Script would keep its own cursors and requests.
+    # One Script per file content even when two roles' first calls build their models at once (the TAG graph's two
+    # root calls do, from threads): a second Script would keep its own cursors and requests. An edited file is a new
+    # Script (a long-lived `langgraph dev` process answers from the new version at once).
+    key = (str(Path(path).resolve()), script_fingerprint(path))
     with _SCRIPTS_LOCK:
         scripts = shared.setdefault("scripts", {})
         if key not in scripts:
@@ -130,6 +133,13 @@ def _hf(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatModel:
 # Each provider's own endpoints (hosts) and the variable its client library reads the default key from.
 OFFICIAL_HOSTS = {"openai": ("api.openai.com",), "anthropic": ("api.anthropic.com",)}
 DEFAULT_KEY_VARS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+
+def self_hosted(spec: ModelSpec) -> bool:
+    """Whether a spec names a server of its own (a `@base_url` that is not the provider's official endpoint)."""
+    if not spec.base_url:
+        return False
+    return (urlsplit(spec.base_url).hostname or "").lower() not in OFFICIAL_HOSTS.get(spec.provider, ())
 
 
 def custom_endpoint_key(spec: ModelSpec) -> str | None:

@@ -12,7 +12,8 @@ values are lists of answers consumed in call order. Each answer is one of:
   delimited `<data name=...>` elements of the request are searched (tags included, so a data name matches too),
   never the role's own system prompt; a request without data elements is searched in its non-system text.
 
-A role that has no key falls back to its base role (`expander.visual` -> `expander`). `$UNVEIL_SCRIPT_LATENCY`
+A role that has no key falls back to its nearest enclosing role, one dotted part at a time (`judge.blind.2` ->
+`judge.blind` -> `judge`, `expander.visual` -> `expander`). `$UNVEIL_SCRIPT_LATENCY`
 (seconds) or `latency` in the spec's query (`scripted:FILE?latency=0.2`) delays every answer, for benchmarks.
 """
 
@@ -70,8 +71,8 @@ class Script:
 
     def next_answer(self, role: str, request_text: str) -> Any:
         """The answer for a call of `role` whose request contains `request_text`."""
-        key = role if role in self.answers else role.split(".", 1)[0]
-        if key not in self.answers:
+        key = script_key(role, self.answers)
+        if key is None:
             raise ScriptExhaustedError(f"script {self.path.name}: no answers for role {role!r}")
         with self._lock:
             self.calls[role] = self.calls.get(role, 0) + 1
@@ -87,6 +88,17 @@ class Script:
                 )
             self.cursors[key] = idx + 1
             return ordered[idx]
+
+
+def script_key(role: str, answers: dict[str, Any]) -> str | None:
+    """The script key answering `role`: the role itself, else its nearest enclosing role, dropping one dotted part at
+    a time (`judge.blind.2` -> `judge.blind` -> `judge`); None when no key matches."""
+    parts = role.split(".")
+    for end in range(len(parts), 0, -1):
+        key = ".".join(parts[:end])
+        if key in answers:
+            return key
+    return None
 
 
 def script_fingerprint(path: str | Path) -> str:
