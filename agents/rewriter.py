@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 from agents.content import build_messages
 from agents.gateway import CallResult, Gateway
 from agents.refiner import MAX_REFINED_PROMPT_CHARS, build_refiner_messages, parse_refiner_answer
+from tools.errors import UnveilError
 
 REWRITER_ROLE = "rewriter"
 REWRITER_FORMATS: tuple[str, ...] = ("json", "posi", "refiner")
@@ -35,7 +36,7 @@ POSI_INSTRUCTION = (
 )
 
 
-class RewriterAnswerError(ValueError):
+class RewriterAnswerError(UnveilError, ValueError):
     """A rewriter's free-text answer holds no usable prompt; `raw` keeps the answer."""
 
     def __init__(self, message: str, raw: str):

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tools.errors import UnveilError
+
 SIDES = ("visual", "textual")
 
 
-class TreeError(ValueError):
+class TreeError(UnveilError, ValueError):
     """A record's tree is not a tree; the message names the record, the side and the node."""
 
 

@@ -47,6 +47,7 @@ from agents.limits import set_shared_limiter
 from agents.providers.registry import set_remote_chat_models
 from agents.spec import redact_spec
 from runner.engine import ADDRESS_ENV
+from tools.errors import UnveilError
 from tools.image_store import ImageStore, get_image_store, pid_alive
 from tools.scorers.score import ScoringSettings, score_here, set_remote_scoring
 from tools.t2i.base import GenerationRequest, ImageGenerator
@@ -98,7 +99,7 @@ def _env_seconds(name: str, default: float) -> float:
     return value
 
 
-class PoolStalledError(RuntimeError):
+class PoolStalledError(UnveilError, RuntimeError):
     """A pool request that waited past its deadline: no member could start, or its member did not answer."""
 
 

@@ -21,6 +21,8 @@ import ipaddress
 from typing import Literal
 from urllib.parse import SplitResult, urlsplit
 
+from tools.errors import UnveilError
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Verdict = bool | Literal["embedded"]
@@ -129,7 +131,7 @@ def is_public_address(addr: IPAddress) -> bool:
     return refusal(addr) is None
 
 
-class BadURLError(ValueError):
+class BadURLError(UnveilError, ValueError):
     """A URL that cannot be used; the message names the URL."""
 
 

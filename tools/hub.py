@@ -14,7 +14,6 @@ import socket
 from typing import Literal
 
 from tools.addresses import split_url
-
 from tools.errors import UnveilError
 
 DEFAULT_ENDPOINT = "https://huggingface.co"

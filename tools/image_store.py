@@ -23,11 +23,10 @@ from typing import IO
 
 from PIL import Image, UnidentifiedImageError
 
+from tools.errors import UnveilError
 from tools.safe_files import StorageError, UnsafePathError, atomic_write
 from tools.safe_files import pid_alive as pid_alive  # re-exported: the run layer's scratch cleanup uses it
 from tools.safe_files import remove_dead_temp_files as remove_dead_temp_files
-
-from tools.errors import UnveilError
 
 # Pillow's own bomb guard warns at ~89 Mpx and raises at twice that; we refuse far earlier because
 # nothing in Unveil needs more than a few megapixels.

@@ -26,15 +26,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from tools.errors import UnveilError
+
 _LINK_ERRORS = (errno.ELOOP, errno.ENOTDIR, errno.EMLINK)
 
 
-class StorageError(OSError):
+class StorageError(UnveilError, OSError):
     """A store or folder a whole run writes to cannot be written (a full disk, no permission): no later sample
     can succeed, so a batch stops with this one error instead of failing every sample with it."""
 
 
-class UnsafePathError(ValueError):
+class UnsafePathError(UnveilError, ValueError):
     """A write would follow a link (or leave its folder); the message names the path and the folder."""
 
 
