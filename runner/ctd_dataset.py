@@ -255,6 +255,40 @@ def review_item(rec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_TEXT_FIELDS = ("status", "category", "subcategory", "text", "image", "image_sha256", "image_description",
+                "t2i_prompt", "erasure_reason", "drop_reason")
+_OBJECT_FIELDS = ("decision", "review", "models", "usage", "benign", "erasure", "scene", "modality", "duplicate")
+
+
+def record_problem(rec: dict[str, Any]) -> str | None:
+    """Why a `samples.jsonl` record cannot be used (a hand edit or a damaged line: a field of the wrong type), or
+    None; a bad record is left out of the views and takes no decision, and the others go on."""
+    def is_int(v: Any) -> bool:
+        return v is None or (isinstance(v, int) and not isinstance(v, bool))
+
+    if not isinstance(rec.get("status"), str):
+        return "no 'status' text"
+    for k in _TEXT_FIELDS:
+        if rec.get(k) is not None and not isinstance(rec[k], str):
+            return f"{k!r} is {type(rec[k]).__name__}, not text"
+    for k in _OBJECT_FIELDS:
+        if rec.get(k) is not None and not isinstance(rec[k], dict):
+            return f"{k!r} is {type(rec[k]).__name__}, not an object"
+    lists = {k: rec.get(k) for k in ("votes", "feedback_history", "review_history")}
+    lists["review.reviews"] = (rec.get("review") or {}).get("reviews")
+    for k, v in lists.items():
+        if v is not None and not (isinstance(v, list) and all(isinstance(x, dict) for x in v)):
+            return f"{k!r} is not a list of objects"
+    if not all(is_int(v.get("round")) for v in rec.get("votes") or []):
+        return "a vote's 'round' is not a whole number"
+    if not all(is_int(x) for x in [rec.get("rounds"), *((rec.get("decision") or {}).get(k) for k in
+                                                        ("round", "blind_found", "n_blind"))]):
+        return "'rounds' or a decision count is not a whole number"
+    if not isinstance(rec.get("seeds") or [], list):
+        return "'seeds' is not a list"
+    return None
+
+
 class DatasetBusyError(RuntimeError):
     """Another process held the dataset folder's lock for longer than the timeout."""
 
@@ -294,6 +328,7 @@ def write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
 def _write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
     root = Path(dataset_dir)
     records = load_samples(root)
+    records = {sid: r for sid, r in records.items() if record_problem(r) is None}  # one bad line spoils nothing
     usable = [r for r in records.values() if is_usable(r)]
     pending = [r for r in records.values() if r.get("status") == "pending_review"]
     keys = ("id", "category", "subcategory", "text", "image", "image_sha256", "label", "image_description",
@@ -323,6 +358,8 @@ def apply_reviews(
     reviewer: str | None = None,
     min_reviewers: int = 1,
     rule: str = "unanimous",
+    records: Callable[[], Mapping[str, dict[str, Any]]] | None = None,
+    views: bool = True,
 ) -> dict[str, int]:
     """Apply reviewer decisions ({id: {decision: approve|reject|note, note, reviewer?}}, or {id: [one per
     reviewer]}) under the folder lock.
@@ -335,7 +372,9 @@ def apply_reviews(
     decision adds a note without deciding. Updated records are appended to `samples.jsonl` (the last record of an
     id wins, as everywhere), so a concurrent `unveil generate` appending its own records loses nothing.
     Returns how many decisions approved or rejected a sample, left it pending (more reviewers needed), were notes,
-    were kept as conflicts, and were skipped (unknown id or empty)."""
+    were kept as conflicts, and were skipped (unknown id, a record that `record_problem` refuses, or empty).
+    `records` reads the folder's records by id under the lock (default `load_samples`; the web app passes its
+    index); `views=False` leaves rewriting `dataset.jsonl` and `review_queue.jsonl` to the caller."""
     # The one parser of review answers and the one review policy, shared with the interrupt path.
     from graphs.ctd import combined_review, parse_review
     from graphs.ctd_rules import ReviewPolicy
@@ -344,14 +383,14 @@ def apply_reviews(
     root = Path(dataset_dir)
     counts = {"approved": 0, "rejected": 0, "pending": 0, "noted": 0, "conflicts": 0, "skipped": 0}
     with dataset_lock(root):
-        records = load_samples(root)
+        by_id = records() if records is not None else load_samples(root)
         changed: dict[str, dict[str, Any]] = {}
         log: list[dict[str, Any]] = []
         for sid, answers in decisions.items():
             for answer in answers if isinstance(answers, list) else [answers]:
-                rec = records.get(sid)
+                rec = by_id.get(sid)
                 decision = str((answer or {}).get("decision", "")).strip().lower()
-                if rec is None or not decision:
+                if rec is None or not decision or record_problem(rec):
                     counts["skipped"] += 1
                     continue
                 who = str((answer or {}).get("reviewer") or reviewer or default_reviewer())[:200]
@@ -383,7 +422,8 @@ def apply_reviews(
         if changed:
             _append_lines(root / SAMPLES, [{**r, "id": sid} for sid, r in changed.items()])
             _append_lines(root / DECISIONS, log)
-        _write_views(root)
+        if views:
+            _write_views(root)
     return counts
 
 
@@ -397,7 +437,7 @@ def moderation_summary(dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
     mean moderation score and flagged fraction of the images and of the texts (their last round's scores)."""
     from tools.moderation import mean_scores
 
-    records = [r for r in load_samples(dataset_dir).values() if is_usable(r)]
+    records = [r for r in load_samples(dataset_dir).values() if is_usable(r) and record_problem(r) is None]
     return mean_scores([(r.get("modality") or {}).get("moderation") or {} for r in records])
 
 
@@ -450,7 +490,8 @@ def export_hf(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[st
     from tools.image_store import read_file_capped  # size checked before reading, like every image input
 
     root = Path(dataset_dir)
-    records = [r for r in load_samples(root).values() if is_usable(r, include_pending=include_pending)]
+    records = [r for r in load_samples(root).values()
+               if is_usable(r, include_pending=include_pending) and record_problem(r) is None]
     text_cols = ("id", "category", "subcategory", "text", "image_sha256", "t2i_prompt", "erasure_reason",
                  "review_status")
     columns: dict[str, list[Any]] = {

@@ -9,14 +9,17 @@ and test in a browser, Jinja2 escapes all sample and model text by default, and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 import urllib.parse
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import jinja2
 from fastapi import FastAPI, Form, HTTPException, Request
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
@@ -31,6 +34,7 @@ from unveil.ui.sources import (
     DetectionSource,
     IprSource,
     Kind,
+    NotARegularFileError,
     default_reviewer,
     detect_kind,
 )
@@ -38,10 +42,21 @@ from unveil.ui.sources import (
 HERE = Path(__file__).resolve().parent
 REVIEWER_COOKIE = "unveil_reviewer"
 IPR_PAGE_SIZE = 20
+LIST_PAGE_SIZE = 100  # rows of the detections table and of the review sidebar per page
+TAG_PICTURES_KEPT = 32
 FLASHES = {
     "approve": "Approved.", "reject": "Rejected.", "note": "Note saved.",
     "exported": "Export written.", "reviewer": "Reviewer name saved.",
+    "already": "Already recorded: this decision was applied before (nothing changed).",
 }
+
+
+def _page_no(request: Request, pages: int, key: str = "page") -> int:
+    """The 1-based page number asked for, clamped to the pages there are."""
+    try:
+        return min(max(1, int(request.query_params.get(key, "1"))), pages)
+    except ValueError:
+        return 1
 
 
 def _templates() -> Jinja2Templates:
@@ -64,22 +79,33 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
     kind: Kind = detect_kind(target)
     guard = Guard.for_bind(host, token)
     templates = _templates()
-    app = FastAPI(title="Unveil", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.guard = guard
-    app.state.kind = kind
-    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     ctd = CtdSource(target) if kind == "ctd" else None
     det = DetectionSource(target) if kind == "detection" else None
     ipr = IprSource(target) if kind == "ipr" else None
     for source in (det, ipr):
         if source is not None:
             source.images.add_root(Path(image_store) if image_store else default_store_root())
-    if det is not None:  # learn the run's store folders before any image is requested
-        det.rows()
-    if ipr is not None:
-        ipr.prompts()
+    try:
+        # Index the file once now (and learn the run's store folders before any image is requested).
+        (ctd or det or ipr).rows()  # type: ignore[union-attr]
+        if ipr is not None:
+            ipr.learn_roots()
+    except NotARegularFileError as exc:
+        raise ValueError(str(exc)) from exc
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        if ctd is not None:  # the views follow every decision before the server stops
+            await asyncio.to_thread(ctd.views.flush)
+
+    app = FastAPI(title="Unveil", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    app.state.guard = guard
+    app.state.kind = kind
+    app.state.source = ctd or det or ipr
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     images = (ctd or det or ipr).images  # type: ignore[union-attr]
-    tag_pictures: dict[str, bytes] = {}
+    tag_pictures: OrderedDict[str, bytes] = OrderedDict()
     default_name = reviewer or default_reviewer()
 
     @app.middleware("http")
@@ -118,12 +144,25 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         return RedirectResponse({"ctd": "/review", "detection": "/detections", "ipr": "/ipr"}[kind], status_code=303)
 
     @app.get("/images/{image_id}")
-    async def image(image_id: str) -> FileResponse:
-        """A stored image by its id; anything not in an allowed store is 404."""
-        found = await asyncio.to_thread(images.file_for, image_id)
-        if found is None:
+    async def image(image_id: str) -> StreamingResponse:
+        """A stored image by its id, streamed; anything not a regular file in an allowed store, under the image
+        size cap and hashing to its id, is 404."""
+        opened = await asyncio.to_thread(images.open_file, image_id)
+        if opened is None:
             raise HTTPException(404, "no such image in the store")
-        return FileResponse(found, media_type="image/png")
+        fh, size = opened
+
+        def chunks() -> Iterator[bytes]:
+            with fh:
+                left = size  # never more than was checked, even if the file grows meanwhile
+                while left > 0:
+                    data = fh.read(min(left, 1 << 16))
+                    if not data:
+                        return
+                    left -= len(data)
+                    yield data
+
+        return StreamingResponse(chunks(), media_type="image/png", headers={"Content-Length": str(size)})
 
     # ---- CTD review --------------------------------------------------------------------------------------------
 
@@ -134,39 +173,50 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
 
     @app.get("/review", response_class=HTMLResponse)
     async def review(request: Request) -> HTMLResponse:
-        """The review queue: filters, progress, the sample list and one card."""
+        """The review queue: filters, progress, one page of the sample list and one card."""
         if ctd is None:
             raise HTTPException(404)
         f = filters_of(request)
-        cards = await asyncio.to_thread(ctd.cards)
-        shown = [c for c in cards if ctd.matches(c, **f)]
+        rows = await asyncio.to_thread(ctd.rows)
+        shown = [r for r in rows if ctd.matches(r, **f)]
         wanted = request.query_params.get("id")
-        current = next((c for c in cards if c["id"] == wanted), None) if wanted else (shown[0] if shown else None)
-        ids = [c["id"] for c in shown]
-        pos = ids.index(current["id"]) if current is not None and current["id"] in ids else -1
+        current_id = wanted if wanted else (shown[0]["id"] if shown else None)
+        ids = [r["id"] for r in shown]
+        pos = ids.index(current_id) if current_id is not None and current_id in ids else -1
+        card = await asyncio.to_thread(ctd.record, current_id) if current_id else None
+        problem = ctd.problem(current_id) if current_id else None
+        if current_id and card is None and problem is None and wanted:
+            raise HTTPException(404, f"no sample {current_id!r} in this dataset")
         conflict = None
-        if current is not None and request.query_params.get("flash") == "conflict":
-            conflict = current["review"]
+        if card is not None and request.query_params.get("flash") == "conflict":
+            conflict = card["review"]
         prev_id = ids[pos - 1] if pos > 0 else None
         next_id = ids[pos + 1] if 0 <= pos < len(ids) - 1 else (ids[0] if pos < 0 and ids else None)
-        return page(request, "review.html", cards=shown, card=current, pos=pos, filters=f, prev_id=prev_id,
-                    next_id=next_id,
-                    progress=ctd.progress(cards), categories=sorted({c.get("category") or "" for c in cards} - {""}),
-                    n_blind=max([c["n_blind"] for c in cards] + [0]), statuses=STATUS_LABELS,
+        pages = max(1, -(-len(shown) // LIST_PAGE_SIZE))
+        list_page = _page_no(request, pages, "list") if "list" in request.query_params else (
+            pos // LIST_PAGE_SIZE + 1 if pos >= 0 else 1)
+        start = (list_page - 1) * LIST_PAGE_SIZE
+        return page(request, "review.html", cards=shown[start:start + LIST_PAGE_SIZE], n_shown=len(shown),
+                    list_start=start, list_page=list_page, list_pages=pages, card=card, card_id=current_id,
+                    problem=problem, pos=pos, filters=f, prev_id=prev_id, next_id=next_id,
+                    progress=ctd.progress(rows), categories=sorted({r.get("category") or "" for r in rows} - {""}),
+                    n_blind=max([int(r.get("n_blind") or 0) for r in rows] + [0]), statuses=STATUS_LABELS,
                     filter_query=urllib.parse.urlencode(f), conflict=conflict,
+                    problems=ctd.index.all_problems(), views_error=ctd.views.last_error,
                     exported=request.query_params.get("exported", ""))
 
     @app.post("/review/decide")
     async def decide(request: Request, id: str = Form(...), decision: str = Form(...), note: str = Form(""),
                      status: str = Form("pending_review"), category: str = Form(""), blind: str = Form("")) -> Response:
-        """Apply approve / reject / note to one sample, then show the next one of the filtered list."""
+        """Apply approve / reject / note to one sample, then show the next one of the filtered list. The same
+        decision sent twice (a double click) is applied once and answers as the first did."""
         if ctd is None:
             raise HTTPException(404)
         await check_csrf(request)
         if decision not in ("approve", "reject", "note"):
             raise HTTPException(400, "decision must be approve, reject or note")
         f = {"status": status, "category": category, "blind": blind}
-        before = [c["id"] for c in await asyncio.to_thread(ctd.cards) if ctd.matches(c, **f)]
+        before = [r["id"] for r in await asyncio.to_thread(ctd.rows) if ctd.matches(r, **f)]
         name = request.cookies.get(REVIEWER_COOKIE) or default_name
         try:
             counts = await asyncio.to_thread(ctd.decide, id, decision, note, name)
@@ -174,13 +224,19 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
             raise HTTPException(503, f"{exc} (your decision was not saved; press it again)") from exc
         if counts.get("conflicts"):
             return RedirectResponse(f"/review?{urllib.parse.urlencode({**f, 'id': id, 'flash': 'conflict'})}", 303)
+        flash = decision
         if counts.get("skipped"):
-            raise HTTPException(404, f"no sample {id!r} in this dataset")
+            if id not in ctd.index.where:
+                raise HTTPException(404, f"no sample {id!r} in this dataset")
+            if ctd.problem(id):
+                raise HTTPException(409, f"sample {id!r} cannot take a decision: its record is unreadable "
+                                         f"({ctd.problem(id).reason})")  # type: ignore[union-attr]
+            flash = "already"
         nxt = id if decision == "note" else None
         if nxt is None and id in before:
             later = before[before.index(id) + 1:]
             nxt = later[0] if later else None
-        query = {**f, "flash": decision, **({"id": nxt} if nxt else {})}
+        query = {**f, "flash": flash, **({"id": nxt} if nxt else {})}
         return RedirectResponse(f"/review?{urllib.parse.urlencode(query)}", status_code=303)
 
     @app.post("/review/export")
@@ -208,14 +264,18 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
 
     @app.get("/detections", response_class=HTMLResponse)
     async def detections(request: Request) -> HTMLResponse:
-        """The table of detection results, filtered by verdict and MTC bin."""
+        """The table of detection results, filtered by verdict and MTC bin, one page at a time."""
         if det is None:
             raise HTTPException(404)
         verdict, mbin = request.query_params.get("verdict", ""), request.query_params.get("bin", "")
         rows = await asyncio.to_thread(det.rows)
-        shown = [r for r in rows if (not verdict or r["verdict"] == verdict) and (not mbin or r["bin"] == mbin)]
-        return page(request, "detections.html", rows=shown, total=len(rows), verdict=verdict, bin=mbin,
-                    bins=[(b, MTC_BIN_LABELS[b]) for b in MTC_BINS])
+        shown = [r for r in rows if (not verdict or r.get("verdict") == verdict) and (not mbin or r.get("bin") == mbin)]
+        pages = max(1, -(-len(shown) // LIST_PAGE_SIZE))
+        n = _page_no(request, pages)
+        part = [{**r, "image_id": det.image_of(r)} for r in shown[(n - 1) * LIST_PAGE_SIZE:n * LIST_PAGE_SIZE]]
+        return page(request, "detections.html", rows=part, n_shown=len(shown), total=len(rows), verdict=verdict,
+                    bin=mbin, bins=[(b, MTC_BIN_LABELS[b]) for b in MTC_BINS], page_no=n, pages=pages,
+                    problems=det.index.all_problems())
 
     @app.get("/detections/view", response_class=HTMLResponse)
     async def detection(request: Request, id: str) -> HTMLResponse:
@@ -224,7 +284,10 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
             raise HTTPException(404)
         rec = await asyncio.to_thread(det.record, id)
         if rec is None:
-            raise HTTPException(404, f"no result {id!r} in this file")
+            problem = det.index.problem(id)
+            if problem is None:
+                raise HTTPException(404, f"no result {id!r} in this file")
+            return page(request, "bad.html", problem=problem, back="/detections")
         return page(request, "detection.html", rec=rec)
 
     @app.get("/detections/tag.png")
@@ -236,7 +299,13 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
             rec = await asyncio.to_thread(det.record, id)
             if rec is None or rec.get("status") == "failed":
                 raise HTTPException(404)
-            tag_pictures[id] = await asyncio.to_thread(_render_png, rec)
+            try:
+                tag_pictures[id] = await asyncio.to_thread(_render_png, rec)
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise HTTPException(422, f"cannot draw result {id!r}: {exc}") from exc
+            while len(tag_pictures) > TAG_PICTURES_KEPT:
+                tag_pictures.popitem(last=False)
+        tag_pictures.move_to_end(id)
         return Response(tag_pictures[id], media_type="image/png")
 
     # ---- IPR results -------------------------------------------------------------------------------------------
@@ -246,17 +315,17 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         """Per prompt, every step's images side by side with its prompt, the refiner's answer and the scores."""
         if ipr is None:
             raise HTTPException(404)
-        records = await asyncio.to_thread(ipr.prompts)
+        rows = await asyncio.to_thread(ipr.rows)
         action = request.query_params.get("stop", "")
-        shown = [r for r in records if not action or r.get("stop_reason") == action]
+        shown = [r for r in rows if not action or r.get("stop_reason") == action]
         pages = max(1, -(-len(shown) // IPR_PAGE_SIZE))
-        try:
-            n = min(max(1, int(request.query_params.get("page", "1"))), pages)
-        except ValueError:
-            n = 1
-        return page(request, "ipr.html", records=shown[(n - 1) * IPR_PAGE_SIZE:n * IPR_PAGE_SIZE], total=len(records),
-                    page_no=n, pages=pages, stop=action,
-                    stops=sorted({str(r.get("stop_reason")) for r in records if r.get("stop_reason")}))
+        n = _page_no(request, pages)
+        part = shown[(n - 1) * IPR_PAGE_SIZE:n * IPR_PAGE_SIZE]
+        records = await asyncio.to_thread(lambda: [ipr.prompt(r["id"]) for r in part])
+        problems = ipr.index.all_problems()
+        return page(request, "ipr.html", records=[r for r in records if r is not None], total=len(rows),
+                    page_no=n, pages=pages, stop=action, problems=problems,
+                    stops=sorted({str(r.get("stop_reason")) for r in rows if r.get("stop_reason")}))
 
     return app
 
