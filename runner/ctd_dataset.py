@@ -325,18 +325,32 @@ def write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
         return _write_views(dataset_dir)
 
 
-def _write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
+VIEW_KEYS = ("id", "category", "subcategory", "text", "image", "image_sha256", "label", "image_description",
+             "erasure_reason", "rounds", "mtc", "counterpart_of")
+
+
+def view_lines(rec: dict[str, Any]) -> tuple[str, str]:
+    """The lines one record contributes to `dataset.jsonl` and to `review_queue.jsonl` ("" where it has none; a
+    record that `record_problem` refuses has none, so one bad line spoils nothing)."""
+    if record_problem(rec) is not None:
+        return "", ""
+    data = "".join(json.dumps({k: row.get(k) for k in VIEW_KEYS}, ensure_ascii=False) + "\n"
+                   for row in dataset_rows(rec)) if is_usable(rec) else ""
+    queue = json.dumps(review_item(rec), ensure_ascii=False) + "\n" if rec.get("status") == "pending_review" else ""
+    return data, queue
+
+
+def write_view_texts(dataset_dir: str | os.PathLike[str], dataset_text: str, queue_text: str) -> None:
+    """Replace both views atomically (the caller holds the folder lock)."""
     root = Path(dataset_dir)
-    records = load_samples(root)
-    records = {sid: r for sid, r in records.items() if record_problem(r) is None}  # one bad line spoils nothing
-    usable = [r for r in records.values() if is_usable(r)]
-    pending = [r for r in records.values() if r.get("status") == "pending_review"]
-    keys = ("id", "category", "subcategory", "text", "image", "image_sha256", "label", "image_description",
-            "erasure_reason", "rounds", "mtc", "counterpart_of")
-    atomic_write_text(root / DATASET, "".join(json.dumps({k: row.get(k) for k in keys}, ensure_ascii=False) + "\n"
-                                              for r in usable for row in dataset_rows(r)))
-    atomic_write_text(root / REVIEW_QUEUE,
-                      "".join(json.dumps(review_item(r), ensure_ascii=False) + "\n" for r in pending))
+    atomic_write_text(root / DATASET, dataset_text)
+    atomic_write_text(root / REVIEW_QUEUE, queue_text)
+
+
+def _write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
+    records = load_samples(dataset_dir)
+    lines = [view_lines(r) for r in records.values()]
+    write_view_texts(dataset_dir, "".join(d for d, _ in lines), "".join(q for _, q in lines))
     counts: dict[str, int] = {}
     for r in records.values():
         counts[r.get("status", "?")] = counts.get(r.get("status", "?"), 0) + 1

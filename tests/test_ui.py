@@ -372,9 +372,10 @@ def test_evaluate_ipr_run_files(browser: Any, tmp_path: Path) -> None:
     page = new_page(browser)
     with Server(create_app(files["ipr"], image_store=store)) as srv:
         page.goto(srv.url + "/")
-        assert page.locator("article h2").all_text_contents() == ["seed 7", "seed 8"]
-        assert all(w > 0 for w in natural_widths(page, ".step-img")) and page.locator(".step-img").count() == 3
-        assert page.locator(".step-head .chip").all_inner_texts() == ["refine", "keep", "keep"]
+        heads = [" ".join(t.split()) for t in page.locator("#prompt-1 h2").all_text_contents()]
+        assert heads == ["seed 7 keep at step 1", "seed 8 keep at step 0"]
+        assert all(w > 0 for w in natural_widths(page, ".step-img")) and page.locator(".step-img").count() == 4
+        assert page.locator("#prompt-1 .step-head .chip").all_inner_texts() == ["refine", "keep", "keep"]
         assert page.locator(".step-prompt").all_inner_texts()[1] == "a boxing match"
     with Server(create_app(files["plain"], image_store=store)) as srv:
         page.goto(srv.url + "/")
@@ -382,7 +383,7 @@ def test_evaluate_ipr_run_files(browser: Any, tmp_path: Path) -> None:
     # Without the run's store the ids are not served.
     with Server(create_app(files["ipr"], image_store=tmp_path / "elsewhere")) as srv:
         page.goto(srv.url + "/")
-        assert natural_widths(page, ".step-img") == [0, 0, 0]
+        assert natural_widths(page, ".step-img") == [0, 0, 0, 0]
 
 
 def test_non_loopback_bind_needs_the_token(tmp_path: Path) -> None:

@@ -290,23 +290,25 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
             return page(request, "bad.html", problem=problem, back="/detections")
         return page(request, "detection.html", rec=rec)
 
-    @app.get("/detections/tag.png")
-    async def tag_picture(id: str) -> Response:
-        """The TAG picture of one result (drawn by `unveil.render`, kept in memory)."""
-        if det is None:
+    @app.get("/detections/tag.{fmt}")
+    async def tag_picture(fmt: str, id: str) -> Response:
+        """The TAG picture of one result, as PNG or as SVG (zoomable without blur), drawn by `unveil.render` and
+        kept in memory for the last few results."""
+        if det is None or fmt not in ("png", "svg"):
             raise HTTPException(404)
-        if id not in tag_pictures:
+        key = f"{fmt}:{id}"
+        if key not in tag_pictures:
             rec = await asyncio.to_thread(det.record, id)
             if rec is None or rec.get("status") == "failed":
                 raise HTTPException(404)
             try:
-                tag_pictures[id] = await asyncio.to_thread(_render_png, rec)
+                tag_pictures[key] = await asyncio.to_thread(_render, rec, fmt)
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 raise HTTPException(422, f"cannot draw result {id!r}: {exc}") from exc
             while len(tag_pictures) > TAG_PICTURES_KEPT:
                 tag_pictures.popitem(last=False)
-        tag_pictures.move_to_end(id)
-        return Response(tag_pictures[id], media_type="image/png")
+        tag_pictures.move_to_end(key)
+        return Response(tag_pictures[key], media_type="image/png" if fmt == "png" else "image/svg+xml")
 
     # ---- IPR results -------------------------------------------------------------------------------------------
 
@@ -317,7 +319,7 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
             raise HTTPException(404)
         rows = await asyncio.to_thread(ipr.rows)
         action = request.query_params.get("stop", "")
-        shown = [r for r in rows if not action or r.get("stop_reason") == action]
+        shown = [r for r in rows if not action or action in r.get("stops", ())]
         pages = max(1, -(-len(shown) // IPR_PAGE_SIZE))
         n = _page_no(request, pages)
         part = shown[(n - 1) * IPR_PAGE_SIZE:n * IPR_PAGE_SIZE]
@@ -325,14 +327,14 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         problems = ipr.index.all_problems()
         return page(request, "ipr.html", records=[r for r in records if r is not None], total=len(rows),
                     page_no=n, pages=pages, stop=action, problems=problems,
-                    stops=sorted({str(r.get("stop_reason")) for r in rows if r.get("stop_reason")}))
+                    stops=sorted({s for r in rows for s in r.get("stops", ())}))
 
     return app
 
 
-def _render_png(rec: dict[str, Any]) -> bytes:
-    """Draw a detection record with the project's TAG renderer and return the PNG bytes."""
+def _render(rec: dict[str, Any], fmt: str) -> bytes:
+    """Draw a detection record with the project's TAG renderer and return the file's bytes (png or svg)."""
     from unveil.render import render_tag
 
     with tempfile.TemporaryDirectory() as tmp:
-        return Path(render_tag(rec, Path(tmp) / "tag.png")).read_bytes()
+        return Path(render_tag(rec, Path(tmp) / f"tag.{fmt}")).read_bytes()

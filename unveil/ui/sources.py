@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evaluation.metrics import MTC_BIN_LABELS, MTC_BINS, mtc_bin
+from runner.batch import iter_lines, parse_json_line
 
 # The app's only imports from the CLI layer's dataset code: repoint here if ctd_dataset/batch move.
 from runner.ctd_dataset import (
@@ -24,10 +25,12 @@ from runner.ctd_dataset import (
     SAMPLES,
     DatasetBusyError,
     apply_reviews,
+    dataset_lock,
     default_reviewer,
     export_hf,
     record_problem,
-    write_views,
+    view_lines,
+    write_view_texts,
 )
 from tools.image_store import DEFAULT_MAX_BYTES, ImageInputError, ImageStore
 from unveil.ui.index import JsonlIndex, NotARegularFileError, Problem, open_regular
@@ -51,17 +54,24 @@ def detect_kind(path: str | os.PathLike[str]) -> Kind:
     if not p.is_file():
         raise ValueError(f"{p}: no such file or folder")
     try:
-        index = JsonlIndex(p, lambda rec: {k: True for k in ("trajectory", "trajectories", "used_prompt", "mtc",
-                                                               "toxic", "trees") if k in rec})
-        records = index.rows()
+        open_regular(p).close()
     except NotARegularFileError as exc:
         raise ValueError(str(exc)) from exc
-    if not records:
+    seen = False
+    for _, raw in iter_lines(p):  # the first record that says what it is decides (the page then indexes it once)
+        try:
+            rec = parse_json_line(raw) if raw is not None else None
+        except ValueError:
+            continue
+        if not isinstance(rec, dict) or "id" not in rec:
+            continue
+        seen = True
+        if any(k in rec for k in ("trajectory", "trajectories", "used_prompt")):
+            return "ipr"
+        if any(k in rec for k in ("mtc", "toxic", "trees")):
+            return "detection"
+    if not seen:
         raise ValueError(f"{p}: no JSONL records with an id (expected `unveil detect`/`refine` output)")
-    if any("trajectory" in r or "trajectories" in r or "used_prompt" in r for r in records):
-        return "ipr"
-    if any(k in r for r in records for k in ("mtc", "toxic", "trees")):
-        return "detection"
     raise ValueError(f"{p}: records are neither detection results (mtc/toxic) nor IPR results (trajectory)")
 
 
@@ -160,13 +170,15 @@ def _cost(usage: dict[str, Any] | None) -> float:
 
 class ViewsWriter:
     """Rewrites a dataset's `dataset.jsonl` and `review_queue.jsonl` in a background thread after decisions (one
-    rewrite covers every decision taken while it waited), so a decision answers without re-reading the folder;
-    `flush` finishes the pending rewrite (the app calls it when it stops)."""
+    rewrite covers every decision taken while it waited), from the view lines the index keeps per record, so
+    neither a decision nor the rewrite re-reads the folder; `flush` finishes the pending rewrite (the app calls
+    it when it stops)."""
 
-    QUIET_S = 1.0
+    QUIET_S = 0.5
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, index: JsonlIndex) -> None:
         self.root = root
+        self.index = index
         self._cond = threading.Condition()
         self._due: float | None = None
         self._thread: threading.Thread | None = None
@@ -194,7 +206,10 @@ class ViewsWriter:
 
     def _write(self) -> None:
         try:
-            write_views(self.root)
+            with dataset_lock(self.root):
+                rows = self.index.rows()  # read under the lock: no decision lands between reading and writing
+                write_view_texts(self.root, "".join(r["views"][0] for r in rows if "views" in r),
+                                 "".join(r["views"][1] for r in rows if "views" in r))
             self.last_error = ""
         except Exception as exc:  # noqa: BLE001 - kept for the page; the next decision tries again
             self.last_error = f"{type(exc).__name__}: {exc}"
@@ -233,7 +248,7 @@ def _ctd_summary(rec: dict[str, Any]) -> dict[str, Any]:
                                             rec.get("text"), rec.get("image_description"), reasons))
     return {"status": rec.get("status"), "category": rec.get("category") or "", "blind_found": found,
             "n_blind": n_blind, "review_status": review.get("status") or "none",
-            "search": words.casefold()[:SEARCH_CHARS]}
+            "search": words.casefold()[:SEARCH_CHARS], "views": view_lines(rec)}
 
 
 @dataclass
@@ -247,7 +262,9 @@ class CtdSource:
         self.root = Path(self.root)
         self.images.add_root(self.root / IMAGES)
         self.index = JsonlIndex(self.root / SAMPLES, _ctd_summary)
-        self.views = ViewsWriter(self.root)
+        self.views = ViewsWriter(self.root, self.index)
+        # apply_reviews imports the review rules from the CTD graph module: load it now, not on the first click.
+        import graphs.ctd  # noqa: F401
 
     def rows(self) -> list[dict[str, Any]]:
         """Every sample's summary (id, status, category, blind count, review status; `bad` when its record
@@ -393,7 +410,13 @@ class DetectionSource:
         image_id = self.images.id_of(path, Path(self.path).parent, known_id=rec.get("image_id"),
                                      learn_root=True) if isinstance(path, str) else None
         views = {side: _tree(trees.get(side) or [], side, on_path) for side in ("visual", "textual")}
+        def text(key: str) -> str | None:
+            value = rec.get(key)
+            return value if isinstance(value, str) else None
+
+        image = next((v for v in (text("image_id"), text("image"), text("image_path")) if v), None)
         return {**rec, "trees_view": views,
+                "input": {"text": text("text"), "image_description": text("image_description"), "image": image},
                 "image_view": image_id, "usage_rows": _usage_rows(rec.get("usage")),
                 "models_json": json.dumps(rec.get("models") or {}, indent=1, ensure_ascii=False)}
 
@@ -420,8 +443,9 @@ def _tree(nodes: list[dict[str, Any]], side: str, on_path: set[str]) -> list[dic
 
 
 def _ipr_summary(rec: dict[str, Any]) -> dict[str, Any]:
-    stop = rec.get("stop_reason")
-    return {"stop_reason": stop if isinstance(stop, str) else ""}
+    """Why each run of a record stopped (one for `unveil refine`, one per seed for `unveil evaluate ipr`)."""
+    stops = [rec.get("stop_reason"), *(tr.get("stop_reason") for tr in rec.get("trajectories") or [])]
+    return {"stops": sorted({s for s in stops if isinstance(s, str) and s})}
 
 
 @dataclass
@@ -476,6 +500,9 @@ class IprSource:
         return {**step, "shown": shown, "score_rows": [_scalars(sc) for sc in step.get("scores") or []]}
 
     def _eval_run(self, tr: dict[str, Any]) -> dict[str, Any]:
+        if "keep_step" in tr or "stop_reason" in tr:
+            return self._eval_run_steps(tr)
+        # Run files of older versions: `kept_at`, and each step's action says how its prompt came about.
         steps = tr.get("steps") or []
         kept = tr.get("kept_at")
         view = []
@@ -489,6 +516,19 @@ class IprSource:
                                                                                              "reason", "image_id")})]})
         return {"label": f"seed {tr.get('seed')}", "steps": view,
                 "keep_step": view[-1]["step"] if kept is not None and view else None}
+
+    def _eval_run_steps(self, tr: dict[str, Any]) -> dict[str, Any]:
+        """One trajectory of an `unveil evaluate ipr` run file as `unveil refine` shows one: each step with the
+        refiner's action and reason on its image, the kept step, and why the run stopped."""
+        hidden = ("t", "prompt", "action", "reason", "image_id", "seed", "error")
+        view = [{"step": st.get("t", k), "prompt": st.get("prompt"), "action": st.get("action"),
+                 "reason": st.get("reason") or "", "error": st.get("error"),
+                 "shown": [self.images.valid_id(st.get("image_id"))],
+                 "score_rows": [_scalars({x: v for x, v in st.items() if x not in hidden})]}
+                for k, st in enumerate(tr.get("steps") or [])]
+        stop = tr.get("stop_reason")
+        return {"label": f"seed {tr.get('seed')}", "steps": view, "keep_step": tr.get("keep_step"),
+                "stop_reason": stop if isinstance(stop, str) else ""}
 
 
 def _scalars(scores: dict[str, Any] | None) -> dict[str, Any]:
