@@ -375,8 +375,9 @@ def apply_reviews(
     records: Callable[[], Mapping[str, dict[str, Any]]] | None = None,
     views: bool = True,
 ) -> dict[str, int]:
-    """Apply reviewer decisions ({id: {decision: approve|reject|note, note, reviewer?}}, or {id: [one per
-    reviewer]}) under the folder lock.
+    """Apply reviewer decisions ({id: {decision: approve|reject|note|undo, note, reviewer?, undoes?}}, or {id: [one
+    per reviewer]}) under the folder lock; `undo` takes back entry `undoes` of the record's `review_history`
+    (see `_undo`).
 
     Several reviewers (the TAG paper's unanimous confirmation, §4.1): every approve/reject on a pending sample joins
     its `review.reviews` list (reviewer, note, time), and the sample is accepted or rejected once the reviews decide
@@ -395,7 +396,7 @@ def apply_reviews(
 
     policy = ReviewPolicy(min_reviewers=min_reviewers, rule=rule)  # type: ignore[arg-type]
     root = Path(dataset_dir)
-    counts = {"approved": 0, "rejected": 0, "pending": 0, "noted": 0, "conflicts": 0, "skipped": 0}
+    counts = {"approved": 0, "rejected": 0, "pending": 0, "noted": 0, "conflicts": 0, "undone": 0, "skipped": 0}
     with dataset_lock(root):
         by_id = records() if records is not None else load_samples(root)
         changed: dict[str, dict[str, Any]] = {}
@@ -413,6 +414,11 @@ def apply_reviews(
                 entry: dict[str, Any] = {"decision": decision, "note": note, "reviewer": who, "time": now}
                 if decision == "note":
                     counts["noted"] += 1
+                elif decision == "undo":
+                    if not _undo(rec, (answer or {}).get("undoes"), policy, entry):
+                        counts["skipped"] += 1  # nothing to undo there, or undone already (a double click)
+                        continue
+                    counts["undone"] += 1
                 elif rec.get("status") == "pending_review":
                     one = {**parse_review(answer), "reviewer": who, "time": now}
                     review = combined_review([*(rec.get("review") or {}).get("reviews", []), one], policy)
@@ -441,6 +447,39 @@ def apply_reviews(
     return counts
 
 
+def _undo(rec: dict[str, Any], k: Any, policy: Any, entry: dict[str, Any]) -> bool:
+    """Undo entry `k` of a record's review history (an applied approve/reject, or a note) in place: the undone
+    review leaves `review.reviews` and the others decide again under the record's own policy (none left: the
+    sample waits for review again). The history only grows: `entry` (the undo) names `k`. False when `k` is no
+    such entry, is an undo, was not applied, or is undone already."""
+    from graphs.ctd import combined_review
+    from graphs.ctd_rules import ReviewPolicy
+
+    history = rec.get("review_history") or []
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(history):
+        return False
+    target = history[k]
+    undone = {h.get("undoes") for h in history if h.get("decision") == "undo"}
+    if k in undone or target.get("decision") not in ("approve", "reject", "note") or target.get("applied") is False:
+        return False
+    entry["undoes"] = k
+    if target["decision"] == "note":
+        return True
+    review = rec.get("review") or {}
+    mine = (target.get("reviewer"), target.get("time"))
+    kept = [r for r in review.get("reviews") or [] if (r.get("reviewer"), r.get("time")) != mine]
+    own = ReviewPolicy(min_reviewers=int(review.get("min_reviewers") or policy.min_reviewers),
+                       rule=review.get("rule") or policy.rule)
+    if kept:
+        again = combined_review(kept, own)
+        rec["review"] = {**again, "reviewer": kept[-1].get("reviewer"), "time": kept[-1].get("time")}
+    else:
+        again = {"status": "pending"}
+        rec["review"] = {"status": "pending", "reviews": []}
+    rec["status"] = {"approved": "accepted", "rejected": "rejected"}.get(again["status"], "pending_review")
+    return True
+
+
 def _append_lines(path: Path, records: list[dict[str, Any]]) -> None:
     """Append records as whole JSON lines under the file's write lock (shared with a running batch's appender)."""
     append_lines(path, "".join(json.dumps(r, ensure_ascii=True) + "\n" for r in records).encode("ascii"))
@@ -466,6 +505,8 @@ def read_decisions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any] | l
         if "id" not in rec:
             raise ValueError(f"{path} line {lineno}: expected an object with an id")
         decision: dict[str, Any] = {"decision": rec.get("decision", ""), "note": rec.get("note", "")}
+        if "undoes" in rec:
+            decision["undoes"] = rec["undoes"]
         if rec.get("reviewer"):
             decision["reviewer"] = str(rec["reviewer"])
         sid = str(rec["id"])

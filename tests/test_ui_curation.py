@@ -5,13 +5,15 @@ Screenshots go to the test's temporary folder."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.test_ui import Server, browser, natural_widths, new_page  # noqa: F401 - browser is a fixture
-from tests.ui_data import INPUT_TEXTS, make_detection_results, make_eval_ipr_results
+from runner.ctd_dataset import DECISIONS, apply_reviews, load_samples
+from tests.test_ui import Server, browser, natural_widths, new_page, set_reviewer  # noqa: F401 - a fixture
+from tests.ui_data import INPUT_TEXTS, make_ctd_dataset, make_detection_results, make_eval_ipr_results
 from unveil.ui import create_app
 
 pytestmark = pytest.mark.slow
@@ -40,7 +42,8 @@ def test_evaluate_ipr_run_files_are_shown_as_refine_files(browser: Any, tmp_path
         page.select_option("#filters select[name=stop]", "t_max")
         page.wait_for_url("**stop=t_max**")
         assert page.locator("article h1").all_inner_texts() == ["i2p-9"]
-        assert words(page.locator(".run-stop").all_text_contents()) == ["t_max"] and page.locator(".step.kept").count() == 0
+        assert words(page.locator(".run-stop").all_text_contents()) == ["t_max"]
+        assert page.locator(".step.kept").count() == 0
 
 
 def test_detection_page_shows_the_input_and_a_zoomable_tag(browser: Any, tmp_path: Path) -> None:  # noqa: F811
@@ -80,3 +83,58 @@ def test_detection_page_shows_the_input_and_a_zoomable_tag(browser: Any, tmp_pat
         # The SVG itself is served as an image, and unknown formats are not.
         assert page.request.get(srv.url + "/detections/tag.svg?id=pair-0").headers["content-type"] == "image/svg+xml"
         assert page.request.get(srv.url + "/detections/tag.gif?id=pair-0").status == 404
+
+
+def test_undo_a_decision_and_a_note(browser: Any, tmp_path: Path) -> None:  # noqa: F811
+    """'u' takes back the last decision (the sample waits again); a note is undone from the history; the
+    decisions file only grows, and a second undo of the same entry changes nothing."""
+    ds = tmp_path / "ds"
+    first, second = make_ctd_dataset(ds)["pending"][:2]
+    with Server(create_app(ds)) as srv:
+        page = new_page(browser)
+        page.goto(srv.url + "/review")
+        set_reviewer(page, "alice")
+        with page.expect_navigation():
+            page.keyboard.press("a")
+        assert page.locator("#card").get_attribute("data-id") == second
+        assert load_samples(ds)[first]["status"] == "accepted"
+        with page.expect_navigation():
+            page.keyboard.press("u")
+        assert page.locator(".flash").inner_text().startswith("Undone")
+        assert page.locator("#card").get_attribute("data-id") == first
+        assert load_samples(ds)[first]["status"] == "pending_review"
+        assert "0 of 4 reviewed" in " ".join(page.locator(".progress-text").inner_text().split())
+        # A note, then its undo from the history list.
+        page.fill("#note", "check the scale again")
+        with page.expect_navigation():
+            page.click("#save-note")
+        entries = page.locator("#review-history li")
+        assert entries.count() == 3 and entries.nth(0).locator(".chip").inner_text() == "undone"
+        with page.expect_navigation():
+            entries.nth(2).locator(".undo-button").click()
+        assert page.locator("#review-history li").nth(2).locator(".chip").inner_text() == "undone"
+        page.screenshot(path=str(tmp_path / "undo.png"), full_page=True)
+        # The same undo again (a double click) is not applied twice.
+        csrf = page.locator("#decide input[name=csrf]").get_attribute("value")
+        again = page.request.post(srv.url + "/review/undo", form={"id": first, "undoes": "2", "csrf": csrf},
+                                  max_redirects=0)
+        assert again.status == 303 and "flash=already" in again.headers["location"]
+    log = [json.loads(x) for x in (ds / DECISIONS).read_text().splitlines()]
+    assert [(d["decision"], d.get("undoes")) for d in log] == [
+        ("approve", None), ("undo", 0), ("note", None), ("undo", 2)]
+    history = load_samples(ds)[first]["review_history"]
+    assert [h["decision"] for h in history] == ["approve", "undo", "note", "undo"]
+
+
+def test_undo_with_two_reviewers_recounts_the_rest(tmp_path: Path) -> None:
+    """Undoing one of two reviews decides again from the other under the sample's own policy."""
+    ds = tmp_path / "ds"
+    sample = make_ctd_dataset(ds)["pending"][0]
+    apply_reviews(ds, {sample: {"decision": "approve", "reviewer": "alice"}}, min_reviewers=2)
+    apply_reviews(ds, {sample: {"decision": "reject", "reviewer": "bob"}}, min_reviewers=2)
+    assert load_samples(ds)[sample]["status"] == "rejected"
+    counts = apply_reviews(ds, {sample: {"decision": "undo", "undoes": 1, "reviewer": "bob"}}, min_reviewers=2)
+    rec = load_samples(ds)[sample]
+    assert counts["undone"] == 1 and rec["status"] == "pending_review"
+    assert [r["reviewer"] for r in rec["review"]["reviews"]] == ["alice"] and rec["review"]["min_reviewers"] == 2
+    assert apply_reviews(ds, {sample: {"decision": "undo", "undoes": 1}})["skipped"] == 1

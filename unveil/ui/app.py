@@ -48,6 +48,7 @@ FLASHES = {
     "approve": "Approved.", "reject": "Rejected.", "note": "Note saved.",
     "exported": "Export written.", "reviewer": "Reviewer name saved.",
     "already": "Already recorded: this decision was applied before (nothing changed).",
+    "undone": "Undone (kept in the history).",
 }
 
 
@@ -203,6 +204,7 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
                     n_blind=max([int(r.get("n_blind") or 0) for r in rows] + [0]), statuses=STATUS_LABELS,
                     filter_query=urllib.parse.urlencode(f), conflict=conflict,
                     problems=ctd.index.all_problems(), views_error=ctd.views.last_error,
+                    undo_id=request.query_params.get("undo_id", ""), undo_k=request.query_params.get("undo_k", ""),
                     exported=request.query_params.get("exported", ""))
 
     @app.post("/review/decide")
@@ -237,6 +239,27 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
             later = before[before.index(id) + 1:]
             nxt = later[0] if later else None
         query = {**f, "flash": flash, **({"id": nxt} if nxt else {})}
+        if flash == decision:  # offer to take it back from the next page (the entry just appended)
+            rec = await asyncio.to_thread(ctd.index.get, id)
+            query.update(undo_id=id, undo_k=str(len((rec or {}).get("review_history") or []) - 1))
+        return RedirectResponse(f"/review?{urllib.parse.urlencode(query)}", status_code=303)
+
+    @app.post("/review/undo")
+    async def undo(request: Request, id: str = Form(...), undoes: int = Form(...),
+                   status: str = Form("pending_review"), category: str = Form(""), blind: str = Form("")) -> Response:
+        """Take back one entry of a sample's review history (a decision or a note); the sample stays shown."""
+        if ctd is None:
+            raise HTTPException(404)
+        await check_csrf(request)
+        name = request.cookies.get(REVIEWER_COOKIE) or default_name
+        try:
+            counts = await asyncio.to_thread(ctd.undo, id, undoes, name)
+        except DatasetBusyError as exc:
+            raise HTTPException(503, f"{exc} (nothing was undone; press it again)") from exc
+        if id not in ctd.index.where:
+            raise HTTPException(404, f"no sample {id!r} in this dataset")
+        flash = "undone" if counts.get("undone") else "already"
+        query = {"status": status, "category": category, "blind": blind, "id": id, "flash": flash}
         return RedirectResponse(f"/review?{urllib.parse.urlencode(query)}", status_code=303)
 
     @app.post("/review/export")

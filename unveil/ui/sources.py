@@ -302,6 +302,7 @@ class CtdSource:
             "n_blind": n_blind,
             "cost": _cost(rec.get("usage")) or float(rec.get("cost_usd") or 0.0),
             "review": rec.get("review") or {"status": "none"},
+            "undone": {h.get("undoes") for h in rec.get("review_history") or [] if h.get("decision") == "undo"},
         }
 
     @staticmethod
@@ -327,6 +328,13 @@ class CtdSource:
         """Apply one decision with `unveil review`'s semantics (locked, appended, reviewer and time kept); the
         record is read through the index and the views follow in the background."""
         counts = apply_reviews(self.root, {sample_id: {"decision": decision, "note": note, "reviewer": reviewer}},
+                               records=self.index.mapping, views=False)
+        self.views.touch()
+        return counts
+
+    def undo(self, sample_id: str, k: int, reviewer: str) -> dict[str, int]:
+        """Take back entry `k` of a sample's review history (the undo is appended, as every decision)."""
+        counts = apply_reviews(self.root, {sample_id: {"decision": "undo", "undoes": k, "reviewer": reviewer}},
                                records=self.index.mapping, views=False)
         self.views.touch()
         return counts

@@ -1,4 +1,5 @@
-// Keyboard shortcuts of the review page: a approve, r reject, n note, arrows previous/next, Esc leaves the note.
+// Keyboard shortcuts of the review page: a approve, r reject, u undo the last decision, n note, arrows
+// previous/next, Esc leaves the note.
 (function () {
   "use strict";
   function typing(el) {
@@ -18,6 +19,7 @@
     var button = null;
     if (ev.key === "a") { button = document.getElementById("approve"); }
     else if (ev.key === "r") { button = document.getElementById("reject"); }
+    else if (ev.key === "u") { button = document.getElementById("undo"); }
     else if (ev.key === "n" && note) { ev.preventDefault(); note.focus(); return; }
     else if (ev.key === "ArrowLeft") { ev.preventDefault(); go("prev"); return; }
     else if (ev.key === "ArrowRight") { ev.preventDefault(); go("next"); return; }
