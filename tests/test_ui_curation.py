@@ -138,3 +138,53 @@ def test_undo_with_two_reviewers_recounts_the_rest(tmp_path: Path) -> None:
     assert counts["undone"] == 1 and rec["status"] == "pending_review"
     assert [r["reviewer"] for r in rec["review"]["reviews"]] == ["alice"] and rec["review"]["min_reviewers"] == 2
     assert apply_reviews(ds, {sample: {"decision": "undo", "undoes": 1}})["skipped"] == 1
+
+
+def test_search_and_bulk_decisions(browser: Any, tmp_path: Path) -> None:  # noqa: F811
+    """Search finds samples by a judge's reason, by id, by category and by text; ticking samples and one
+    confirmation approves them together."""
+    ds = tmp_path / "ds"
+    pending = make_ctd_dataset(ds)["pending"]
+    with Server(create_app(ds)) as srv:
+        page = new_page(browser)
+        page.goto(srv.url + "/review")
+
+        def search(q: str) -> list[str]:
+            page.fill("#search", q)
+            with page.expect_navigation():
+                page.press("#search", "Enter")
+            return page.locator("#sample-list .sid").all_inner_texts()
+
+        assert search("a TELL") == [pending[0]]  # a judge's reason, any case
+        assert search(pending[2]) == [pending[2]]  # an id
+        assert search("fraud") == [pending[0], pending[3]]  # a category
+        assert search("grandma powder") == [pending[3]]  # words of the text, in any order
+        assert search("") == pending
+        # Tick two, approve them with one confirmation (dismissing it first changes nothing).
+        page.check(f"input.pick[value='{pending[1]}']")
+        page.check(f"input.pick[value='{pending[2]}']")
+        assert page.locator("#picked").inner_text() == "2 selected"
+        dialogs: list[str] = []
+        page.once("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.click("#bulk-approve")
+        page.wait_for_timeout(300)
+        assert dialogs == ["Approve 2 selected samples?"] and load_samples(ds)[pending[1]]["status"] == "pending_review"
+        page.once("dialog", lambda d: (dialogs.append(d.message), d.accept()))
+        with page.expect_navigation():
+            page.click("#bulk-approve")
+        assert page.locator(".flash").inner_text() == "Approved 2 of 2 selected."
+        recs = load_samples(ds)
+        assert [recs[i]["status"] for i in pending] == ["pending_review", "accepted", "accepted", "pending_review"]
+        assert page.locator("#sample-list .sid").all_inner_texts() == [pending[0], pending[3]]
+        # "All shown" selects what the filter shows; rejecting them names how many.
+        search("fraud")
+        page.check("#pick-all")
+        page.once("dialog", lambda d: d.accept())
+        with page.expect_navigation():
+            page.click("#bulk-reject")
+        assert page.locator(".flash").inner_text() == "Rejected 2 of 2 selected."
+        page.screenshot(path=str(tmp_path / "search.png"), full_page=True)
+    recs = load_samples(ds)
+    assert recs[pending[0]]["status"] == "rejected" and recs[pending[3]]["status"] == "rejected"
+    log = [json.loads(x) for x in (ds / DECISIONS).read_text().splitlines()]
+    assert len(log) == 4

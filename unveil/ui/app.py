@@ -42,6 +42,7 @@ from unveil.ui.sources import (
 HERE = Path(__file__).resolve().parent
 REVIEWER_COOKIE = "unveil_reviewer"
 IPR_PAGE_SIZE = 20
+BULK_MAX = 1000  # samples one bulk decision may name
 LIST_PAGE_SIZE = 100  # rows of the detections table and of the review sidebar per page
 TAG_PICTURES_KEPT = 32
 FLASHES = {
@@ -50,6 +51,21 @@ FLASHES = {
     "already": "Already recorded: this decision was applied before (nothing changed).",
     "undone": "Undone (kept in the history).",
 }
+
+
+def _bulk_flash(request: Request) -> str:
+    """The message after a bulk decision, built from its counts (no text of the URL is shown)."""
+    if request.query_params.get("flash") != "bulk":
+        return ""
+    try:
+        decision, done, asked = request.query_params.get("bulk", "").split(":")
+        n_done, n_asked = int(done), int(asked)
+    except ValueError:
+        return ""
+    verb = "Approved" if decision == "approve" else "Rejected"
+    rest = n_asked - n_done
+    return f"{verb} {n_done} of {n_asked} selected" + (f"; {rest} already decided or unknown, left as they were"
+                                                        if rest else "") + "."
 
 
 def _page_no(request: Request, pages: int, key: str = "page") -> int:
@@ -137,7 +153,7 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
     def page(request: Request, name: str, **ctx: Any) -> HTMLResponse:
         ctx.update(request=request, kind=kind, target=str(target), csrf=guard.csrf, csrf_field=CSRF_FIELD,
                    reviewer=request.cookies.get(REVIEWER_COOKIE) or default_name,
-                   flash=FLASHES.get(request.query_params.get("flash", ""), ""))
+                   flash=FLASHES.get(request.query_params.get("flash", ""), "") or _bulk_flash(request))
         return templates.TemplateResponse(request, name, ctx)
 
     @app.get("/", include_in_schema=False)
@@ -170,7 +186,7 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
     def filters_of(request: Request) -> dict[str, str]:
         q = request.query_params
         return {"status": q.get("status", "pending_review"), "category": q.get("category", ""),
-                "blind": q.get("blind", "")}
+                "blind": q.get("blind", ""), "q": q.get("q", "")[:200]}
 
     @app.get("/review", response_class=HTMLResponse)
     async def review(request: Request) -> HTMLResponse:
@@ -209,7 +225,8 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
 
     @app.post("/review/decide")
     async def decide(request: Request, id: str = Form(...), decision: str = Form(...), note: str = Form(""),
-                     status: str = Form("pending_review"), category: str = Form(""), blind: str = Form("")) -> Response:
+                     status: str = Form("pending_review"), category: str = Form(""), blind: str = Form(""),
+                     q: str = Form("")) -> Response:
         """Apply approve / reject / note to one sample, then show the next one of the filtered list. The same
         decision sent twice (a double click) is applied once and answers as the first did."""
         if ctd is None:
@@ -217,7 +234,7 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         await check_csrf(request)
         if decision not in ("approve", "reject", "note"):
             raise HTTPException(400, "decision must be approve, reject or note")
-        f = {"status": status, "category": category, "blind": blind}
+        f = {"status": status, "category": category, "blind": blind, "q": q}
         before = [r["id"] for r in await asyncio.to_thread(ctd.rows) if ctd.matches(r, **f)]
         name = request.cookies.get(REVIEWER_COOKIE) or default_name
         try:
@@ -244,9 +261,34 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
             query.update(undo_id=id, undo_k=str(len((rec or {}).get("review_history") or []) - 1))
         return RedirectResponse(f"/review?{urllib.parse.urlencode(query)}", status_code=303)
 
+    @app.post("/review/bulk")
+    async def bulk(request: Request, decision: str = Form(...), note: str = Form(""),
+                   status: str = Form("pending_review"), category: str = Form(""), blind: str = Form(""),
+                   q: str = Form("")) -> Response:
+        """Approve or reject the selected samples together (one lock, one append; the page asks to confirm)."""
+        if ctd is None:
+            raise HTTPException(404)
+        await check_csrf(request)
+        if decision not in ("approve", "reject"):
+            raise HTTPException(400, "decision must be approve or reject")
+        ids = [str(v) for v in (await request.form()).getlist("ids")]
+        chosen = list(dict.fromkeys(ids))[:BULK_MAX]
+        if not chosen:
+            raise HTTPException(400, "no sample selected")
+        name = request.cookies.get(REVIEWER_COOKIE) or default_name
+        try:
+            counts = await asyncio.to_thread(ctd.decide_many, chosen, decision, note, name)
+        except DatasetBusyError as exc:
+            raise HTTPException(503, f"{exc} (nothing was saved; press it again)") from exc
+        done = counts["approved"] + counts["rejected"] + counts["pending"]
+        query = {"status": status, "category": category, "blind": blind, "q": q, "flash": "bulk",
+                 "bulk": f"{decision}:{done}:{len(chosen)}"}
+        return RedirectResponse(f"/review?{urllib.parse.urlencode(query)}", status_code=303)
+
     @app.post("/review/undo")
     async def undo(request: Request, id: str = Form(...), undoes: int = Form(...),
-                   status: str = Form("pending_review"), category: str = Form(""), blind: str = Form("")) -> Response:
+                   status: str = Form("pending_review"), category: str = Form(""), blind: str = Form(""),
+                     q: str = Form("")) -> Response:
         """Take back one entry of a sample's review history (a decision or a note); the sample stays shown."""
         if ctd is None:
             raise HTTPException(404)
@@ -259,7 +301,7 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         if id not in ctd.index.where:
             raise HTTPException(404, f"no sample {id!r} in this dataset")
         flash = "undone" if counts.get("undone") else "already"
-        query = {"status": status, "category": category, "blind": blind, "id": id, "flash": flash}
+        query = {"status": status, "category": category, "blind": blind, "q": q, "id": id, "flash": flash}
         return RedirectResponse(f"/review?{urllib.parse.urlencode(query)}", status_code=303)
 
     @app.post("/review/export")

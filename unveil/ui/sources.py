@@ -313,9 +313,12 @@ class CtdSource:
         return {"reviewed": reviewed, "total": reviewed + pending, "pending": pending}
 
     @staticmethod
-    def matches(row: dict[str, Any], status: str, category: str, blind: str) -> bool:
+    def matches(row: dict[str, Any], status: str, category: str, blind: str, q: str = "") -> bool:
         """Whether a sample passes the filters (empty filter = any; a bad record matches its status or
-        'bad')."""
+        'bad'). `q` finds words in the id, category, text, image description and the judges' reasons (every
+        word must occur, case-insensitive)."""
+        if q and not all(w in row.get("search", "") for w in q.casefold().split()):
+            return False
         if status == "bad":
             return bool(row.get("bad"))
         if status and row.get("status") != status:
@@ -329,6 +332,13 @@ class CtdSource:
         record is read through the index and the views follow in the background."""
         counts = apply_reviews(self.root, {sample_id: {"decision": decision, "note": note, "reviewer": reviewer}},
                                records=self.index.mapping, views=False)
+        self.views.touch()
+        return counts
+
+    def decide_many(self, sample_ids: list[str], decision: str, note: str, reviewer: str) -> dict[str, int]:
+        """One decision for several samples, applied together (one lock, one append)."""
+        counts = apply_reviews(self.root, {sid: {"decision": decision, "note": note, "reviewer": reviewer}
+                                           for sid in sample_ids}, records=self.index.mapping, views=False)
         self.views.touch()
         return counts
 

@@ -25,6 +25,31 @@
     else if (ev.key === "ArrowRight") { ev.preventDefault(); go("next"); return; }
     if (button) { ev.preventDefault(); button.click(); }
   });
+  // Bulk decisions: tick samples (or all shown), then one confirmation for all of them.
+  var bulk = document.getElementById("bulk");
+  if (bulk) {
+    var picks = function () { return document.querySelectorAll("input.pick"); };
+    var count = function () {
+      var n = Array.prototype.filter.call(picks(), function (p) { return p.checked; }).length;
+      document.getElementById("picked").textContent = n + " selected";
+      return n;
+    };
+    Array.prototype.forEach.call(picks(), function (p) { p.addEventListener("change", count); });
+    var all = document.getElementById("pick-all");
+    if (all) {
+      all.addEventListener("change", function () {
+        Array.prototype.forEach.call(picks(), function (p) { p.checked = all.checked; });
+        count();
+      });
+    }
+    bulk.addEventListener("submit", function (ev) {
+      var n = count();
+      var verb = ev.submitter && ev.submitter.value === "reject" ? "Reject" : "Approve";
+      if (n === 0 || !window.confirm(verb + " " + n + " selected sample" + (n === 1 ? "" : "s") + "?")) {
+        ev.preventDefault();
+      }
+    });
+  }
   // Filters apply as soon as one changes.
   var filters = document.getElementById("filters");
   if (filters) {
