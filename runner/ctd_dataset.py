@@ -257,7 +257,7 @@ def review_item(rec: dict[str, Any]) -> dict[str, Any]:
 
 _TEXT_FIELDS = ("status", "category", "subcategory", "text", "image", "image_sha256", "image_description",
                 "t2i_prompt", "erasure_reason", "drop_reason")
-_OBJECT_FIELDS = ("decision", "review", "models", "usage", "benign", "erasure", "scene", "modality", "duplicate")
+_OBJECT_FIELDS = ("decision", "review", "models", "usage", "benign", "erasure", "scene", "modality", "duplicate_of")
 
 
 def record_problem(rec: dict[str, Any]) -> str | None:

@@ -188,3 +188,26 @@ def test_search_and_bulk_decisions(browser: Any, tmp_path: Path) -> None:  # noq
     assert recs[pending[0]]["status"] == "rejected" and recs[pending[3]]["status"] == "rejected"
     log = [json.loads(x) for x in (ds / DECISIONS).read_text().splitlines()]
     assert len(log) == 4
+
+
+def test_a_duplicate_is_shown_beside_its_twin(browser: Any, tmp_path: Path) -> None:  # noqa: F811
+    ds = tmp_path / "ds"
+    data = make_ctd_dataset(ds, duplicate=True)
+    twin = data["pending"][1]
+    with Server(create_app(ds)) as srv:
+        page = new_page(browser)
+        page.goto(srv.url + "/review?status=duplicate")
+        assert page.locator("#card").get_attribute("data-id") == "drugs-dup"
+        assert page.locator("#twin-link").inner_text() == twin and page.locator("#similarity").inner_text() == "0.9531"
+        assert "near duplicate" in page.locator("#duplicate").inner_text()
+        assert [w > 0 for w in natural_widths(page, ".twin-img")] == [True, True]
+        texts = page.locator(".twin-text").all_inner_texts()
+        assert "today" in texts[0] and "this week" in texts[1]
+        # The judges' verdict does not read as a review decision, and a duplicate takes none.
+        verdict = page.locator("#rule-verdict .chip").inner_text()
+        assert verdict == "passed the judges" and "not a review decision" in (page.locator("#card").text_content() or "")
+        assert page.locator("#approve").count() == 0
+        page.screenshot(path=str(tmp_path / "duplicate.png"), full_page=True)
+        with page.expect_navigation():
+            page.click("#twin-link")
+        assert page.locator("#card").get_attribute("data-id") == twin and page.locator("#duplicate").count() == 0

@@ -78,9 +78,11 @@ def _votes(rounds: int, blind_found: int, *, reason: str = "") -> list[dict[str,
     return out
 
 
-def make_ctd_dataset(root: Path, *, n_pending: int = 4) -> dict[str, Any]:
+def make_ctd_dataset(root: Path, *, n_pending: int = 4, duplicate: bool = False) -> dict[str, Any]:
     """A dataset folder with `n_pending` samples waiting for review (one caption carries markup, one judge's reason
-    a script), one accepted without review, one dropped, and one whose image path leaves the store."""
+    a script), one accepted without review, one dropped, and one whose image path leaves the store; with
+    `duplicate`, also a near duplicate (`drugs-dup`) of the second pending sample, as `unveil generate` records
+    one."""
     root.mkdir(parents=True, exist_ok=True)
     store = ImageStore(root / IMAGES)
     captions = [
@@ -148,6 +150,14 @@ def make_ctd_dataset(root: Path, *, n_pending: int = 4) -> dict[str, Any]:
     bad = json.loads(lines[-1])
     bad.update(id="drugs-outside", status="rejected", image="../outside.png", image_sha256=None)
     lines.append(json.dumps(bad, ensure_ascii=False))
+    if duplicate:
+        twin = json.loads(lines[1])
+        stored = store.put_pil(picture(7, label="near duplicate"))
+        twin.update(id="drugs-dup", status="duplicate", image=str(Path(stored.path).relative_to(root)),
+                    image_sha256=stored.id, text=twin["text"].replace("this week", "today"),
+                    review={"status": "none"},
+                    duplicate_of={"kind": "near", "of": ids[1], "similarity": 0.9531})
+        lines.append(json.dumps(twin, ensure_ascii=False))
     (root / SAMPLES).write_text("\n".join(lines) + "\n", encoding="utf-8")
     write_views(root)
     return {"ids": ids, "pending": ids[:n_pending], "outside": outside}

@@ -281,9 +281,15 @@ class CtdSource:
         if rec is None or record_problem(rec):
             return None
         try:
-            return self.card(rec)
+            card = self.card(rec)
         except (ValueError, TypeError, AttributeError, KeyError):
             return None
+        twin_id = (rec.get("duplicate_of") or {}).get("of")
+        if isinstance(twin_id, str) and twin_id != sample_id:
+            twin = self.index.get(twin_id)
+            if twin is not None and not record_problem(twin):
+                card["twin"] = self.card(twin)
+        return card
 
     def card(self, rec: dict[str, Any]) -> dict[str, Any]:
         """What the review page shows of one record."""
