@@ -205,9 +205,63 @@ def test_a_duplicate_is_shown_beside_its_twin(browser: Any, tmp_path: Path) -> N
         assert "today" in texts[0] and "this week" in texts[1]
         # The judges' verdict does not read as a review decision, and a duplicate takes none.
         verdict = page.locator("#rule-verdict .chip").inner_text()
-        assert verdict == "passed the judges" and "not a review decision" in (page.locator("#card").text_content() or "")
+        assert verdict == "passed the judges"
+        assert "not a review decision" in (page.locator("#card").text_content() or "")
         assert page.locator("#approve").count() == 0
         page.screenshot(path=str(tmp_path / "duplicate.png"), full_page=True)
         with page.expect_navigation():
             page.click("#twin-link")
         assert page.locator("#card").get_attribute("data-id") == twin and page.locator("#duplicate").count() == 0
+
+
+def test_kappa_values() -> None:
+    from unveil.ui.agreement import cohen_kappa, fleiss_kappa, judgements
+
+    a, r = "approve", "reject"
+    assert cohen_kappa([(a, a), (a, r), (r, r), (r, r)]) == pytest.approx(0.5)
+    assert fleiss_kappa([[a, a], [a, r], [r, r], [r, r]]) == pytest.approx((0.75 - 34 / 64) / (1 - 34 / 64))
+    assert cohen_kappa([(a, a), (a, a)]) is None and fleiss_kappa([[a, a]]) is None
+    history = [{"decision": "approve", "reviewer": "x"}, {"decision": "undo", "undoes": 0, "reviewer": "x"},
+               {"decision": "reject", "reviewer": "y", "applied": False}, {"decision": "note", "reviewer": "z"}]
+    assert judgements(history) == {"y": "reject"}
+
+
+def test_several_reviewers_tally_queues_and_agreement(browser: Any, tmp_path: Path) -> None:  # noqa: F811
+    """With two reviewers needed (unanimous), each reviewer has a queue of what they have not judged, a sample
+    shows who judged what and the outcome, and the reviewers page counts and compares them."""
+    ds = tmp_path / "ds"
+    pending = make_ctd_dataset(ds)["pending"]
+    with Server(create_app(ds, min_reviewers=2)) as srv:
+        page = new_page(browser)
+        page.goto(srv.url + "/review")
+        set_reviewer(page, "alice")
+        for _ in range(2):
+            with page.expect_navigation():
+                page.keyboard.press("a")
+        page.goto(srv.url + "/review?status=pending_review&todo=alice")
+        assert page.locator("#sample-list .sid").all_inner_texts() == pending[2:]
+        set_reviewer(page, "bob")
+        page.goto(srv.url + "/review?status=pending_review&todo=bob")
+        assert page.locator("#sample-list .sid").all_inner_texts() == pending
+        with page.expect_navigation():
+            page.keyboard.press("r")  # bob rejects the first: unanimity fails
+        with page.expect_navigation():
+            page.keyboard.press("a")  # and approves the second: two approvals accept it
+        assert page.locator("#sample-list .sid").all_inner_texts() == pending[2:]
+        page.goto(srv.url + f"/review?status=&id={pending[0]}")
+        assert " ".join(page.locator("#tally").inner_text().split()).startswith("1 approve 1 reject")
+        assert page.locator("#tally-outcome").inner_text() == "rejected"
+        assert page.locator("#judgements li").all_inner_texts() == ["alice: approve", "bob: reject"]
+        page.screenshot(path=str(tmp_path / "tally.png"), full_page=True)
+        page.click("#reviewers-link")
+        rows = [" ".join(t.split()) for t in page.locator("#reviewer-table tbody tr").all_inner_texts()]
+        assert rows[0].startswith("alice 2 2 0") and rows[1].startswith("bob 2 1 1")
+        cells = page.locator("#agreement-table tbody tr")
+        assert cells.count() == 2  # drugs and fraud, one sample judged twice in each
+        assert "alice × bob" in cells.nth(0).locator(".cohen").inner_text()
+        page.screenshot(path=str(tmp_path / "reviewers.png"), full_page=True)
+        with page.expect_navigation():
+            page.click("text=samples bob has not judged")
+        assert page.locator("#sample-list .sid").all_inner_texts() == pending[2:]
+    recs = load_samples(ds)
+    assert recs[pending[0]]["status"] == "rejected" and recs[pending[1]]["status"] == "accepted"

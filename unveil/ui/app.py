@@ -24,6 +24,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from tools.image_store import default_store_root
+from unveil.ui.agreement import agreement
 from unveil.ui.security import CSRF_FIELD, CSRF_HEADER, SECURITY_HEADERS, TOKEN_COOKIE, Guard
 from unveil.ui.sources import (
     MTC_BIN_LABELS,
@@ -85,18 +86,20 @@ def _templates() -> Jinja2Templates:
 
 
 def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None = None,
-               reviewer: str | None = None, image_store: str | Path | None = None) -> FastAPI:
+               reviewer: str | None = None, image_store: str | Path | None = None, min_reviewers: int = 1,
+               review_rule: str = "unanimous") -> FastAPI:
     """The app for `path` (a CTD dataset folder, a detection results file or an IPR results file).
 
     `host` is the address the server binds: any non-loopback one makes the access token mandatory (the app's
     `state.guard.token`, generated when `token` is None). `image_store` is the run's store for results files whose
     records name images by id only (`unveil evaluate ipr`; default: `$UNVEIL_IMAGE_STORE` or the user's store,
-    as the commands use)."""
+    as the commands use). `min_reviewers` and `review_rule` are the review policy, as `unveil review` takes
+    them: with 2 or more, a sample waits until that many reviewers judged it."""
     target = Path(path)
     kind: Kind = detect_kind(target)
     guard = Guard.for_bind(host, token)
     templates = _templates()
-    ctd = CtdSource(target) if kind == "ctd" else None
+    ctd = CtdSource(target, min_reviewers=min_reviewers, rule=review_rule) if kind == "ctd" else None
     det = DetectionSource(target) if kind == "detection" else None
     ipr = IprSource(target) if kind == "ipr" else None
     for source in (det, ipr):
@@ -186,7 +189,7 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
     def filters_of(request: Request) -> dict[str, str]:
         q = request.query_params
         return {"status": q.get("status", "pending_review"), "category": q.get("category", ""),
-                "blind": q.get("blind", ""), "q": q.get("q", "")[:200]}
+                "blind": q.get("blind", ""), "q": q.get("q", "")[:200], "todo": q.get("todo", "")[:200]}
 
     @app.get("/review", response_class=HTMLResponse)
     async def review(request: Request) -> HTMLResponse:
@@ -220,13 +223,16 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
                     n_blind=max([int(r.get("n_blind") or 0) for r in rows] + [0]), statuses=STATUS_LABELS,
                     filter_query=urllib.parse.urlencode(f), conflict=conflict,
                     problems=ctd.index.all_problems(), views_error=ctd.views.last_error,
+                    reviewers=sorted({w for r in rows for w in r.get("judgements") or {}}
+                                     | {request.cookies.get(REVIEWER_COOKIE) or default_name}),
+                    policy={"min_reviewers": ctd.min_reviewers, "rule": ctd.rule},
                     undo_id=request.query_params.get("undo_id", ""), undo_k=request.query_params.get("undo_k", ""),
                     exported=request.query_params.get("exported", ""))
 
     @app.post("/review/decide")
     async def decide(request: Request, id: str = Form(...), decision: str = Form(...), note: str = Form(""),
                      status: str = Form("pending_review"), category: str = Form(""), blind: str = Form(""),
-                     q: str = Form("")) -> Response:
+                     q: str = Form(""), todo: str = Form("")) -> Response:
         """Apply approve / reject / note to one sample, then show the next one of the filtered list. The same
         decision sent twice (a double click) is applied once and answers as the first did."""
         if ctd is None:
@@ -234,7 +240,7 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         await check_csrf(request)
         if decision not in ("approve", "reject", "note"):
             raise HTTPException(400, "decision must be approve, reject or note")
-        f = {"status": status, "category": category, "blind": blind, "q": q}
+        f = {"status": status, "category": category, "blind": blind, "q": q, "todo": todo}
         before = [r["id"] for r in await asyncio.to_thread(ctd.rows) if ctd.matches(r, **f)]
         name = request.cookies.get(REVIEWER_COOKIE) or default_name
         try:
@@ -264,7 +270,7 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
     @app.post("/review/bulk")
     async def bulk(request: Request, decision: str = Form(...), note: str = Form(""),
                    status: str = Form("pending_review"), category: str = Form(""), blind: str = Form(""),
-                   q: str = Form("")) -> Response:
+                   q: str = Form(""), todo: str = Form("")) -> Response:
         """Approve or reject the selected samples together (one lock, one append; the page asks to confirm)."""
         if ctd is None:
             raise HTTPException(404)
@@ -281,14 +287,14 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         except DatasetBusyError as exc:
             raise HTTPException(503, f"{exc} (nothing was saved; press it again)") from exc
         done = counts["approved"] + counts["rejected"] + counts["pending"]
-        query = {"status": status, "category": category, "blind": blind, "q": q, "flash": "bulk",
+        query = {"status": status, "category": category, "blind": blind, "q": q, "todo": todo, "flash": "bulk",
                  "bulk": f"{decision}:{done}:{len(chosen)}"}
         return RedirectResponse(f"/review?{urllib.parse.urlencode(query)}", status_code=303)
 
     @app.post("/review/undo")
     async def undo(request: Request, id: str = Form(...), undoes: int = Form(...),
                    status: str = Form("pending_review"), category: str = Form(""), blind: str = Form(""),
-                     q: str = Form("")) -> Response:
+                     q: str = Form(""), todo: str = Form("")) -> Response:
         """Take back one entry of a sample's review history (a decision or a note); the sample stays shown."""
         if ctd is None:
             raise HTTPException(404)
@@ -301,7 +307,8 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         if id not in ctd.index.where:
             raise HTTPException(404, f"no sample {id!r} in this dataset")
         flash = "undone" if counts.get("undone") else "already"
-        query = {"status": status, "category": category, "blind": blind, "q": q, "id": id, "flash": flash}
+        query = {"status": status, "category": category, "blind": blind, "q": q, "todo": todo, "id": id,
+                 "flash": flash}
         return RedirectResponse(f"/review?{urllib.parse.urlencode(query)}", status_code=303)
 
     @app.post("/review/export")
@@ -315,6 +322,15 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         except Exception as exc:  # noqa: BLE001 - shown to the reviewer (e.g. an image file missing from the folder)
             raise HTTPException(500, f"export failed: {type(exc).__name__}: {exc}") from exc
         return RedirectResponse(f"/review?{urllib.parse.urlencode({'flash': 'exported', 'exported': str(out)})}", 303)
+
+    @app.get("/reviewers", response_class=HTMLResponse)
+    async def reviewers_page(request: Request) -> HTMLResponse:
+        """Who reviewed what, and how much reviewers agree per category (Fleiss' and Cohen's kappa)."""
+        if ctd is None:
+            raise HTTPException(404)
+        rows = await asyncio.to_thread(ctd.rows)
+        return page(request, "reviewers.html", stats=agreement(rows), policy={"min_reviewers": ctd.min_reviewers,
+                    "rule": ctd.rule}, pending=sum(1 for r in rows if r.get("status") == "pending_review"))
 
     @app.post("/reviewer")
     async def set_reviewer(request: Request, name: str = Form(...), back: str = Form("/")) -> Response:

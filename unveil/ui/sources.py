@@ -33,6 +33,7 @@ from runner.ctd_dataset import (
     write_view_texts,
 )
 from tools.image_store import DEFAULT_MAX_BYTES, ImageInputError, ImageStore
+from unveil.ui.agreement import judgements
 from unveil.ui.index import JsonlIndex, NotARegularFileError, Problem, open_regular
 
 Kind = Literal["ctd", "detection", "ipr"]
@@ -248,15 +249,19 @@ def _ctd_summary(rec: dict[str, Any]) -> dict[str, Any]:
                                             rec.get("text"), rec.get("image_description"), reasons))
     return {"status": rec.get("status"), "category": rec.get("category") or "", "blind_found": found,
             "n_blind": n_blind, "review_status": review.get("status") or "none",
-            "search": words.casefold()[:SEARCH_CHARS], "views": view_lines(rec)}
+            "search": words.casefold()[:SEARCH_CHARS], "views": view_lines(rec),
+            "judgements": judgements(rec.get("review_history") or [])}
 
 
 @dataclass
 class CtdSource:
-    """A CTD dataset folder: its samples as review cards, and the review actions."""
+    """A CTD dataset folder: its samples as review cards, and the review actions (under the review policy
+    `min_reviewers` / `rule`, as `unveil review` takes them)."""
 
     root: Path
     images: ImageIndex = field(default_factory=ImageIndex)
+    min_reviewers: int = 1
+    rule: str = "unanimous"
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -309,6 +314,7 @@ class CtdSource:
             "cost": _cost(rec.get("usage")) or float(rec.get("cost_usd") or 0.0),
             "review": rec.get("review") or {"status": "none"},
             "undone": {h.get("undoes") for h in rec.get("review_history") or [] if h.get("decision") == "undo"},
+            "judgements": judgements(rec.get("review_history") or []),
         }
 
     @staticmethod
@@ -319,10 +325,12 @@ class CtdSource:
         return {"reviewed": reviewed, "total": reviewed + pending, "pending": pending}
 
     @staticmethod
-    def matches(row: dict[str, Any], status: str, category: str, blind: str, q: str = "") -> bool:
+    def matches(row: dict[str, Any], status: str, category: str, blind: str, q: str = "", todo: str = "") -> bool:
         """Whether a sample passes the filters (empty filter = any; a bad record matches its status or
         'bad'). `q` finds words in the id, category, text, image description and the judges' reasons (every
-        word must occur, case-insensitive)."""
+        word must occur, case-insensitive); `todo` keeps the samples that reviewer has not judged."""
+        if todo and todo in (row.get("judgements") or {}):
+            return False
         if q and not all(w in row.get("search", "") for w in q.casefold().split()):
             return False
         if status == "bad":
@@ -337,21 +345,24 @@ class CtdSource:
         """Apply one decision with `unveil review`'s semantics (locked, appended, reviewer and time kept); the
         record is read through the index and the views follow in the background."""
         counts = apply_reviews(self.root, {sample_id: {"decision": decision, "note": note, "reviewer": reviewer}},
-                               records=self.index.mapping, views=False)
+                               records=self.index.mapping, views=False,
+                               min_reviewers=self.min_reviewers, rule=self.rule)
         self.views.touch()
         return counts
 
     def decide_many(self, sample_ids: list[str], decision: str, note: str, reviewer: str) -> dict[str, int]:
         """One decision for several samples, applied together (one lock, one append)."""
         counts = apply_reviews(self.root, {sid: {"decision": decision, "note": note, "reviewer": reviewer}
-                                           for sid in sample_ids}, records=self.index.mapping, views=False)
+                                           for sid in sample_ids}, records=self.index.mapping, views=False,
+                               min_reviewers=self.min_reviewers, rule=self.rule)
         self.views.touch()
         return counts
 
     def undo(self, sample_id: str, k: int, reviewer: str) -> dict[str, int]:
         """Take back entry `k` of a sample's review history (the undo is appended, as every decision)."""
         counts = apply_reviews(self.root, {sample_id: {"decision": "undo", "undoes": k, "reviewer": reviewer}},
-                               records=self.index.mapping, views=False)
+                               records=self.index.mapping, views=False,
+                               min_reviewers=self.min_reviewers, rule=self.rule)
         self.views.touch()
         return counts
 
