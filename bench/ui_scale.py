@@ -8,7 +8,9 @@ the app under uvicorn on 127.0.0.1, it measures:
 - start: `create_app` (indexes the file once);
 - list: GET /detections (first page, a filtered page, the last page), median of 5;
 - decide: `--decisions` POST /review/decide back to back (approve, next sample), median, p95 and max latency,
-  and how long the background rewrite of dataset.jsonl / review_queue.jsonl takes;
+  the median CPU time per decision (this process: server and client; what the latency is on an idle machine),
+  and how long a rewrite of dataset.jsonl / review_queue.jsonl from samples.jsonl takes (`write_views`; the
+  app's own background rewrite uses the lines its index keeps);
 - huge line: the process's peak memory growth while opening and listing the file with the huge line.
 
     PYTHONPATH=. python3 bench/ui_scale.py            # the full sizes (~1 GB of temporary files, a few minutes)
@@ -152,12 +154,15 @@ def main() -> None:
         with Server(app) as srv:
             status, dt = request(srv.port, "GET", "/review")
             out["review_page_s"] = round(dt, 4)
-            lat = []
+            lat, cpu = [], []
             for sid in ids[: args.decisions]:
                 body = urllib.parse.urlencode({"id": sid, "decision": "approve", "csrf": csrf})
+                c0 = time.process_time()
                 status, dt = request(srv.port, "POST", "/review/decide", body)
+                cpu.append(time.process_time() - c0)  # this process's CPU (server and client): load-independent
                 assert status == 303, status
                 lat.append(dt)
+            out["decide_cpu_median_s"] = round(statistics.median(cpu), 4)
             lat.sort()
             out["decide_median_s"] = round(statistics.median(lat), 4)
             out["decide_p95_s"] = round(lat[min(len(lat) - 1, int(0.95 * len(lat)))], 4)
