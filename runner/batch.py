@@ -191,10 +191,19 @@ def repair_tail(path: Path) -> None:
     if not path.exists() or path.stat().st_size == 0:
         return
     with os.fdopen(open_nofollow(path, os.O_RDWR), "rb+") as fh:  # never truncate a file a link points to
-        data = fh.read()
-        if data.endswith(b"\n"):
-            return
-        cut = data.rfind(b"\n") + 1
+        end = fh.seek(0, os.SEEK_END)
+        fh.seek(end - 1)
+        if fh.read(1) == b"\n":
+            return  # the common case: one byte read, not the whole file (appends to large files stay cheap)
+        cut, pos = 0, end
+        while pos > 0:  # the last newline, searched backwards in chunks
+            step = min(1 << 20, pos)
+            pos -= step
+            fh.seek(pos)
+            at = fh.read(step).rfind(b"\n")
+            if at >= 0:
+                cut = pos + at + 1
+                break
         fh.truncate(cut)
         fh.flush()
         os.fsync(fh.fileno())

@@ -261,6 +261,40 @@ def review_item(rec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_TEXT_FIELDS = ("status", "category", "subcategory", "text", "image", "image_sha256", "image_description",
+                "t2i_prompt", "erasure_reason", "drop_reason")
+_OBJECT_FIELDS = ("decision", "review", "models", "usage", "benign", "erasure", "scene", "modality", "duplicate_of")
+
+
+def record_problem(rec: dict[str, Any]) -> str | None:
+    """Why a `samples.jsonl` record cannot be used (a hand edit or a damaged line: a field of the wrong type), or
+    None; a bad record is left out of the views and takes no decision, and the others go on."""
+    def is_int(v: Any) -> bool:
+        return v is None or (isinstance(v, int) and not isinstance(v, bool))
+
+    if not isinstance(rec.get("status"), str):
+        return "no 'status' text"
+    for k in _TEXT_FIELDS:
+        if rec.get(k) is not None and not isinstance(rec[k], str):
+            return f"{k!r} is {type(rec[k]).__name__}, not text"
+    for k in _OBJECT_FIELDS:
+        if rec.get(k) is not None and not isinstance(rec[k], dict):
+            return f"{k!r} is {type(rec[k]).__name__}, not an object"
+    lists = {k: rec.get(k) for k in ("votes", "feedback_history", "review_history")}
+    lists["review.reviews"] = (rec.get("review") or {}).get("reviews")
+    for k, v in lists.items():
+        if v is not None and not (isinstance(v, list) and all(isinstance(x, dict) for x in v)):
+            return f"{k!r} is not a list of objects"
+    if not all(is_int(v.get("round")) for v in rec.get("votes") or []):
+        return "a vote's 'round' is not a whole number"
+    if not all(is_int(x) for x in [rec.get("rounds"), *((rec.get("decision") or {}).get(k) for k in
+                                                        ("round", "blind_found", "n_blind"))]):
+        return "'rounds' or a decision count is not a whole number"
+    if not isinstance(rec.get("seeds") or [], list):
+        return "'seeds' is not a list"
+    return None
+
+
 class DatasetBusyError(UnveilError, RuntimeError):
     """Another process held the dataset folder's lock for longer than the timeout."""
 
@@ -297,18 +331,33 @@ def write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
         return _write_views(dataset_dir)
 
 
-def _write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
+VIEW_KEYS = ("id", "category", "subcategory", "text", "image", "image_sha256", "label", "image_description",
+             "erasure_reason", "rounds", "mtc", "mtc_reference", "counterpart_of")
+
+
+def view_lines(rec: dict[str, Any]) -> tuple[str, str]:
+    """The lines one record contributes to `dataset.jsonl` and to `review_queue.jsonl` ("" where it has none; a
+    record that `record_problem` refuses has none, so one bad line spoils nothing)."""
+    if record_problem(rec) is not None:
+        return "", ""
+    data = "".join(json.dumps({k: row.get(k) for k in VIEW_KEYS}, ensure_ascii=False) + "\n"
+                   for row in dataset_rows(rec)) if is_usable(rec) else ""
+    queue = json.dumps(review_item(rec), ensure_ascii=False) + "\n" if rec.get("status") == "pending_review" else ""
+    return data, queue
+
+
+def write_view_texts(dataset_dir: str | os.PathLike[str], dataset_text: str, queue_text: str) -> None:
+    """Replace both views atomically (the caller holds the folder lock)."""
     root = Path(dataset_dir)
-    records = load_samples(root)
-    usable = [r for r in records.values() if is_usable(r)]
-    pending = [r for r in records.values() if r.get("status") == "pending_review"]
-    keys = ("id", "category", "subcategory", "text", "image", "image_sha256", "label", "image_description",
-            "erasure_reason", "rounds", "mtc", "mtc_reference", "counterpart_of")
     # Written as new files inside the folder (tools.safe_files): a link planted at either name is replaced.
-    atomic_write(root, DATASET, "".join(json.dumps({k: row.get(k) for k in keys}, ensure_ascii=False) + "\n"
-                                        for r in usable for row in dataset_rows(r)).encode("utf-8"))
-    atomic_write(root, REVIEW_QUEUE,
-                 "".join(json.dumps(review_item(r), ensure_ascii=False) + "\n" for r in pending).encode("utf-8"))
+    atomic_write(root, DATASET, dataset_text.encode("utf-8"))
+    atomic_write(root, REVIEW_QUEUE, queue_text.encode("utf-8"))
+
+
+def _write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
+    records = load_samples(dataset_dir)
+    lines = [view_lines(r) for r in records.values()]
+    write_view_texts(dataset_dir, "".join(d for d, _ in lines), "".join(q for _, q in lines))
     counts: dict[str, int] = {}
     for r in records.values():
         counts[r.get("status", "?")] = counts.get(r.get("status", "?"), 0) + 1
@@ -330,9 +379,12 @@ def apply_reviews(
     reviewer: str | None = None,
     min_reviewers: int = 1,
     rule: str = "unanimous",
+    records: Callable[[], Mapping[str, dict[str, Any]]] | None = None,
+    views: bool = True,
 ) -> dict[str, int]:
-    """Apply reviewer decisions ({id: {decision: approve|reject|note, note, reviewer?}}, or {id: [one per
-    reviewer]}) under the folder lock.
+    """Apply reviewer decisions ({id: {decision: approve|reject|note|undo, note, reviewer?, undoes?}}, or {id: [one
+    per reviewer]}) under the folder lock; `undo` takes back entry `undoes` of the record's `review_history`
+    (see `_undo`).
 
     Several reviewers (the TAG paper's unanimous confirmation, §4.1): every approve/reject on a pending sample joins
     its `review.reviews` list (reviewer, note, time), and the sample is accepted or rejected once the reviews decide
@@ -342,23 +394,25 @@ def apply_reviews(
     decision adds a note without deciding. Updated records are appended to `samples.jsonl` (the last record of an
     id wins, as everywhere), so a concurrent `unveil generate` appending its own records loses nothing.
     Returns how many decisions approved or rejected a sample, left it pending (more reviewers needed), were notes,
-    were kept as conflicts, and were skipped (unknown id or empty)."""
+    were kept as conflicts, and were skipped (unknown id, a record that `record_problem` refuses, or empty).
+    `records` reads the folder's records by id under the lock (default `load_samples`; the web app passes its
+    index); `views=False` leaves rewriting `dataset.jsonl` and `review_queue.jsonl` to the caller."""
     # The one parser of review answers and the one review policy, shared with the interrupt path.
     from graphs.ctd import combined_review, parse_review
     from graphs.ctd_rules import ReviewPolicy
 
     policy = ReviewPolicy(min_reviewers=min_reviewers, rule=rule)  # type: ignore[arg-type]
     root = Path(dataset_dir)
-    counts = {"approved": 0, "rejected": 0, "pending": 0, "noted": 0, "conflicts": 0, "skipped": 0}
+    counts = {"approved": 0, "rejected": 0, "pending": 0, "noted": 0, "conflicts": 0, "undone": 0, "skipped": 0}
     with dataset_lock(root):
-        records = load_samples(root)
+        by_id = records() if records is not None else load_samples(root)
         changed: dict[str, dict[str, Any]] = {}
         log: list[dict[str, Any]] = []
         for sid, answers in decisions.items():
             for answer in answers if isinstance(answers, list) else [answers]:
-                rec = records.get(sid)
+                rec = by_id.get(sid)
                 decision = str((answer or {}).get("decision", "")).strip().lower()
-                if rec is None or not decision:
+                if rec is None or not decision or record_problem(rec):
                     counts["skipped"] += 1
                     continue
                 who = str((answer or {}).get("reviewer") or reviewer or default_reviewer())[:200]
@@ -367,6 +421,11 @@ def apply_reviews(
                 entry: dict[str, Any] = {"decision": decision, "note": note, "reviewer": who, "time": now}
                 if decision == "note":
                     counts["noted"] += 1
+                elif decision == "undo":
+                    if not _undo(rec, (answer or {}).get("undoes"), policy, entry):
+                        counts["skipped"] += 1  # nothing to undo there, or undone already (a double click)
+                        continue
+                    counts["undone"] += 1
                 elif rec.get("status") == "pending_review":
                     one = {**parse_review(answer), "reviewer": who, "time": now}
                     review = combined_review([*(rec.get("review") or {}).get("reviews", []), one], policy)
@@ -390,8 +449,42 @@ def apply_reviews(
         if changed:
             _append_lines(root / SAMPLES, [{**r, "id": sid} for sid, r in changed.items()])
             _append_lines(root / DECISIONS, log)
-        _write_views(root)
+        if views:
+            _write_views(root)
     return counts
+
+
+def _undo(rec: dict[str, Any], k: Any, policy: Any, entry: dict[str, Any]) -> bool:
+    """Undo entry `k` of a record's review history (an applied approve/reject, or a note) in place: the undone
+    review leaves `review.reviews` and the others decide again under the record's own policy (none left: the
+    sample waits for review again). The history only grows: `entry` (the undo) names `k`. False when `k` is no
+    such entry, is an undo, was not applied, or is undone already."""
+    from graphs.ctd import combined_review
+    from graphs.ctd_rules import ReviewPolicy
+
+    history = rec.get("review_history") or []
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(history):
+        return False
+    target = history[k]
+    undone = {h.get("undoes") for h in history if h.get("decision") == "undo"}
+    if k in undone or target.get("decision") not in ("approve", "reject", "note") or target.get("applied") is False:
+        return False
+    entry["undoes"] = k
+    if target["decision"] == "note":
+        return True
+    review = rec.get("review") or {}
+    mine = (target.get("reviewer"), target.get("time"))
+    kept = [r for r in review.get("reviews") or [] if (r.get("reviewer"), r.get("time")) != mine]
+    own = ReviewPolicy(min_reviewers=int(review.get("min_reviewers") or policy.min_reviewers),
+                       rule=review.get("rule") or policy.rule)
+    if kept:
+        again = combined_review(kept, own)
+        rec["review"] = {**again, "reviewer": kept[-1].get("reviewer"), "time": kept[-1].get("time")}
+    else:
+        again = {"status": "pending"}
+        rec["review"] = {"status": "pending", "reviews": []}
+    rec["status"] = {"approved": "accepted", "rejected": "rejected"}.get(again["status"], "pending_review")
+    return True
 
 
 def _append_lines(path: Path, records: list[dict[str, Any]]) -> None:
@@ -404,7 +497,7 @@ def moderation_summary(dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
     mean moderation score and flagged fraction of the images and of the texts (their last round's scores)."""
     from tools.moderation import mean_scores
 
-    records = [r for r in load_samples(dataset_dir).values() if is_usable(r)]
+    records = [r for r in load_samples(dataset_dir).values() if is_usable(r) and record_problem(r) is None]
     return mean_scores([(r.get("modality") or {}).get("moderation") or {} for r in records])
 
 
@@ -427,12 +520,17 @@ def read_decisions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any] | l
             if rec.get(name) is not None and not isinstance(rec[name], str):
                 raise ValueError(f"{where}: {name}: expected a string, got {type(rec[name]).__name__}")
         word = (rec.get("decision") or "").strip().lower()
-        if word and word != "note":  # an empty decision is a queue line not decided yet: skipped when applied
+        # An empty decision is a queue line not decided yet: skipped when applied.
+        if word and word not in ("note", "undo"):
             try:
                 parse_review(rec)
             except ValueError:
-                raise ValueError(f"{where}: decision: {rec['decision']!r} is not approve, reject or note") from None
+                raise ValueError(
+                    f"{where}: decision: {rec['decision']!r} is not approve, reject, note or undo"
+                ) from None
         decision: dict[str, Any] = {"decision": rec.get("decision") or "", "note": rec.get("note") or ""}
+        if "undoes" in rec:
+            decision["undoes"] = rec["undoes"]
         if rec.get("reviewer"):
             decision["reviewer"] = str(rec["reviewer"])
         sid = str(rec["id"])
@@ -471,7 +569,8 @@ def export_hf(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[st
     from tools.image_store import read_file_capped  # size checked before reading, like every image input
 
     root = Path(dataset_dir)
-    records = [r for r in load_samples(root).values() if is_usable(r, include_pending=include_pending)]
+    records = [r for r in load_samples(root).values()
+               if is_usable(r, include_pending=include_pending) and record_problem(r) is None]
     text_cols = ("id", "category", "subcategory", "text", "image_sha256", "t2i_prompt", "erasure_reason",
                  "review_status")
     columns: dict[str, list[Any]] = {

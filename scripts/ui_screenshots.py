@@ -6,11 +6,13 @@ from __future__ import annotations
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from PIL import Image
 
+from runner.ctd_dataset import apply_reviews
 from tests.test_ui import CHROMIUM, CHROMIUM_ARGS, Server
-from tests.ui_data import make_ctd_dataset, make_detection_results, make_ipr_results
+from tests.ui_data import make_ctd_dataset, make_detection_results, make_eval_ipr_results, make_ipr_results
 from unveil.ui import create_app
 
 
@@ -24,27 +26,57 @@ def shrink(path: Path, width: int = 1100) -> None:
 
 
 def main(out: Path) -> None:
-    """Write ui-review.png, ui-detection.png and ui-ipr.png to `out`."""
+    """Write the pictures of docs/ui.md to `out`: the review page, search with bulk selection, undo, a
+    duplicate beside its twin, the reviewers page, a detection (input and zoomed TAG), refine and evaluate-ipr
+    trajectories."""
     from playwright.sync_api import sync_playwright
 
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="unveil-ui-shots-"))
-    make_ctd_dataset(tmp / "ds")
+    make_ctd_dataset(tmp / "ds", duplicate=True)
+    make_ctd_dataset(tmp / "ds2")  # two reviewers needed
+    pending = ["drugs-00000", "drugs-00001", "drugs-00002"]
+    for who, decisions in (("alice", ["approve", "approve", "reject"]), ("bob", ["reject", "approve", "reject"])):
+        for sid, d in zip(pending, decisions, strict=True):
+            apply_reviews(tmp / "ds2", {sid: {"decision": d, "reviewer": who}}, min_reviewers=2)
     make_detection_results(tmp / "detect.jsonl", tmp / "store")
     make_ipr_results(tmp / "refine.jsonl", tmp / "store")
-    shots = [
-        ("ds", "/review?id=drugs-00001", "ui-review.png"),
-        ("detect.jsonl", "/detections/view?id=pair-0", "ui-detection.png"),
-        ("refine.jsonl", "/ipr", "ui-ipr.png"),
+    runs = make_eval_ipr_results(tmp / "runs", tmp / "store")
+
+    def undo(page: Any) -> None:  # approve, then show the undo offered on the next page
+        page.keyboard.press("a")
+        page.wait_for_selector("#undo-last")
+
+    def search(page: Any) -> None:
+        page.check("input.pick[value='drugs-00001']")
+        page.check("input.pick[value='drugs-00003']")
+
+    def zoom(page: Any) -> None:
+        page.click("#zoom-in")
+        page.click("#zoom-in")
+
+    shots: list[tuple[Path, str, str, Any, dict[str, Any]]] = [
+        (tmp / "ds", "/review?id=drugs-00001", "ui-review.png", None, {}),
+        (tmp / "ds", "/review?q=flour", "ui-search.png", search, {}),
+        (tmp / "ds", "/review", "ui-undo.png", undo, {}),
+        (tmp / "ds", "/review?status=duplicate", "ui-duplicate.png", None, {}),
+        (tmp / "ds2", "/review?status=&id=drugs-00000", "ui-tally.png", None, {"min_reviewers": 2}),
+        (tmp / "ds2", "/reviewers", "ui-reviewers.png", None, {"min_reviewers": 2}),
+        (tmp / "detect.jsonl", "/detections/view?id=pair-1", "ui-detection.png", zoom, {}),
+        (tmp / "refine.jsonl", "/ipr", "ui-ipr.png", None, {}),
+        (runs["ipr"], "/ipr", "ui-ipr-eval.png", None, {"image_store": tmp / "store"}),
     ]
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        for source, url, name in shots:
-            with Server(create_app(tmp / source, reviewer="alice")) as srv:
+        for source, url, name, action, kw in shots:
+            with Server(create_app(source, reviewer="alice", **kw)) as srv:
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
                 page.goto(srv.url + url)
                 page.wait_for_function("Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)")
-                page.screenshot(path=str(out / name), full_page=name != "ui-ipr.png")
+                if action is not None:
+                    action(page)
+                    page.wait_for_function("Array.from(document.images).every(i => i.complete)")
+                page.screenshot(path=str(out / name), full_page=name not in ("ui-ipr.png", "ui-detection.png"))
                 page.close()
                 shrink(out / name)
         browser.close()

@@ -111,6 +111,17 @@ def records(root: Path) -> dict[str, dict[str, Any]]:
     return load_samples(root)
 
 
+def view_ids(root: Path, name: str, expected: Any, timeout: float = 15.0) -> list[str]:
+    """The ids of a view file (dataset.jsonl, review_queue.jsonl) once `expected(ids)` holds: the web app
+    rewrites the views in the background after a decision."""
+    deadline = time.time() + timeout
+    while True:
+        ids = [json.loads(x)["id"] for x in (root / name).read_text().splitlines()]
+        if expected(ids) or time.time() > deadline:
+            return ids
+        time.sleep(0.1)
+
+
 def test_review_queue_by_keyboard_and_clicks(browser: Any, tmp_path: Path) -> None:
     ds = tmp_path / "ds"
     data = make_ctd_dataset(ds)
@@ -162,9 +173,9 @@ def test_review_queue_by_keyboard_and_clicks(browser: Any, tmp_path: Path) -> No
         )
         assert recs[third]["status"] == "accepted" and recs[fourth]["status"] == "pending_review"
         # Same semantics as `unveil review --decisions`: the views follow, and the decisions log replays as a file.
-        dataset_ids = [json.loads(x)["id"] for x in (ds / "dataset.jsonl").read_text().splitlines()]
+        dataset_ids = view_ids(ds, "dataset.jsonl", lambda ids: first in ids and third in ids)
         assert first in dataset_ids and third in dataset_ids and second not in dataset_ids
-        assert [json.loads(x)["id"] for x in (ds / "review_queue.jsonl").read_text().splitlines()] == [fourth]
+        assert view_ids(ds, "review_queue.jsonl", lambda ids: ids == [fourth]) == [fourth]
         log = [json.loads(x) for x in (ds / DECISIONS).read_text().splitlines()]
         assert [(d["id"], d["decision"], d["reviewer"]) for d in log] == [
             (first, "approve", "alice"),
@@ -361,9 +372,10 @@ def test_evaluate_ipr_run_files(browser: Any, tmp_path: Path) -> None:
     page = new_page(browser)
     with Server(create_app(files["ipr"], image_store=store)) as srv:
         page.goto(srv.url + "/")
-        assert page.locator("article h2").all_text_contents() == ["seed 7", "seed 8"]
-        assert all(w > 0 for w in natural_widths(page, ".step-img")) and page.locator(".step-img").count() == 3
-        assert page.locator(".step-head .chip").all_inner_texts() == ["refine", "keep", "keep"]
+        heads = [" ".join(t.split()) for t in page.locator("#prompt-1 h2").all_text_contents()]
+        assert heads == ["seed 7 keep at step 1", "seed 8 keep at step 0"]
+        assert all(w > 0 for w in natural_widths(page, ".step-img")) and page.locator(".step-img").count() == 4
+        assert page.locator("#prompt-1 .step-head .chip").all_inner_texts() == ["refine", "keep", "keep"]
         assert page.locator(".step-prompt").all_inner_texts()[1] == "a boxing match"
     with Server(create_app(files["plain"], image_store=store)) as srv:
         page.goto(srv.url + "/")
@@ -371,7 +383,7 @@ def test_evaluate_ipr_run_files(browser: Any, tmp_path: Path) -> None:
     # Without the run's store the ids are not served.
     with Server(create_app(files["ipr"], image_store=tmp_path / "elsewhere")) as srv:
         page.goto(srv.url + "/")
-        assert natural_widths(page, ".step-img") == [0, 0, 0]
+        assert natural_widths(page, ".step-img") == [0, 0, 0, 0]
 
 
 def test_non_loopback_bind_needs_the_token(tmp_path: Path) -> None:

@@ -308,13 +308,16 @@ def run_review(args: argparse.Namespace) -> int:
         queue = [ln for ln in (root / REVIEW_QUEUE).read_text(encoding="utf-8").split("\n") if ln.strip()]
         for line in queue:  # split on \n only: a U+2028 inside a JSON string is text, not a line break
             item = json.loads(line)
-            print(f"[{item['id']}] {item['category']}/{item['subcategory']}\n  text:  {item['text']}"
-                  f"\n  image: {root / item['image']}"
-                  f"\n  erasure: {item['erasure_reason']}")
-            for v in item["votes"]:
-                verdict = "risk" if v["has_risk"] else "no risk"
-                print(f"    {v['judge']:>9}: {verdict} {v.get('category') or ''} - {v.get('reason') or ''}")
+            print(f"[{item['id']}] {item.get('category')}/{item.get('subcategory')}\n  text:  {item.get('text')}"
+                  f"\n  image: {root / item['image'] if item.get('image') else '(none)'}"
+                  f"\n  erasure: {item.get('erasure_reason')}")
+            for v in item.get("votes") or []:
+                verdict = "risk" if v.get("has_risk") else "no risk"
+                print(f"    {v.get('judge') or '?':>9}: {verdict} {v.get('category') or ''} - {v.get('reason') or ''}")
         print(f"{len(queue)} samples wait for review", file=sys.stderr)
+    for problem in bad_lines(root / SAMPLES):
+        print(f"{SAMPLES} line {problem.line}{f' ({problem.id})' if problem.id else ''}: left out: {problem.reason}",
+              file=sys.stderr)
     stats = moderation_summary(root)
     if stats["n"]:
         print(f"moderation (usable samples scored: {stats['n']}): mean image score {stats['image_mean']:.4g}, "
@@ -322,6 +325,22 @@ def run_review(args: argparse.Namespace) -> int:
     if args.export:
         print(f"export written to {export_hf(root)}", file=sys.stderr)
     return 0
+
+
+def bad_lines(samples: Path) -> list[Any]:
+    """The lines of `samples.jsonl` that the views and the review leave out, each with its number and reason."""
+    from runner.ctd_dataset import record_problem
+    from unveil.ui.index import JsonlIndex
+
+    def check(rec: dict[str, Any]) -> dict[str, Any]:
+        problem = record_problem(rec)
+        if problem:
+            raise ValueError(problem)
+        return {}
+
+    index = JsonlIndex(samples, check)
+    index.refresh()
+    return index.all_problems()
 
 
 def check_checkpoints(path: Path) -> None:

@@ -18,6 +18,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--token", help="access token (default: none on 127.0.0.1, a random one printed at start elsewhere)")
     p.add_argument("--reviewer", help="reviewer name kept with decisions (default: the login name; the page can "
                                       "change it)")
+    p.add_argument("--min-reviewers", type=int, default=1, choices=range(1, 101), metavar="N",
+                   help="reviewers needed per sample before it is decided (default 1; as `unveil review`)")
+    p.add_argument("--review-rule", choices=("unanimous", "majority"), default="unanimous",
+                   help="how several reviewers combine (default unanimous: one rejection rejects)")
     p.add_argument("--image-store", help="the run's image store, for results that name images by id only (`unveil "
                                          "evaluate ipr`; default $UNVEIL_IMAGE_STORE or ~/.cache/unveil/images)")
     p.set_defaults(func=run)
@@ -34,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         app = create_app(args.path, host=args.host, token=args.token, reviewer=args.reviewer,
-                         image_store=args.image_store)
+                         image_store=args.image_store, min_reviewers=args.min_reviewers,
+                         review_rule=args.review_rule)
     except ValueError as exc:
         raise SystemExit(f"unveil ui: {exc}") from exc
     token = app.state.guard.token

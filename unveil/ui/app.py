@@ -9,18 +9,22 @@ and test in a browser, Jinja2 escapes all sample and model text by default, and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 import urllib.parse
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import jinja2
 from fastapi import FastAPI, Form, HTTPException, Request
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from tools.image_store import default_store_root
+from unveil.ui.agreement import agreement
 from unveil.ui.security import CSRF_FIELD, CSRF_HEADER, SECURITY_HEADERS, TOKEN_COOKIE, Guard
 from unveil.ui.sources import (
     MTC_BIN_LABELS,
@@ -31,6 +35,7 @@ from unveil.ui.sources import (
     DetectionSource,
     IprSource,
     Kind,
+    NotARegularFileError,
     default_reviewer,
     detect_kind,
 )
@@ -38,10 +43,38 @@ from unveil.ui.sources import (
 HERE = Path(__file__).resolve().parent
 REVIEWER_COOKIE = "unveil_reviewer"
 IPR_PAGE_SIZE = 20
+BULK_MAX = 1000  # samples one bulk decision may name
+LIST_PAGE_SIZE = 100  # rows of the detections table and of the review sidebar per page
+TAG_PICTURES_KEPT = 32
 FLASHES = {
     "approve": "Approved.", "reject": "Rejected.", "note": "Note saved.",
     "exported": "Export written.", "reviewer": "Reviewer name saved.",
+    "already": "Already recorded: this decision was applied before (nothing changed).",
+    "undone": "Undone (kept in the history).",
 }
+
+
+def _bulk_flash(request: Request) -> str:
+    """The message after a bulk decision, built from its counts (no text of the URL is shown)."""
+    if request.query_params.get("flash") != "bulk":
+        return ""
+    try:
+        decision, done, asked = request.query_params.get("bulk", "").split(":")
+        n_done, n_asked = int(done), int(asked)
+    except ValueError:
+        return ""
+    verb = "Approved" if decision == "approve" else "Rejected"
+    rest = n_asked - n_done
+    return f"{verb} {n_done} of {n_asked} selected" + (f"; {rest} already decided or unknown, left as they were"
+                                                        if rest else "") + "."
+
+
+def _page_no(request: Request, pages: int, key: str = "page") -> int:
+    """The 1-based page number asked for, clamped to the pages there are."""
+    try:
+        return min(max(1, int(request.query_params.get(key, "1"))), pages)
+    except ValueError:
+        return 1
 
 
 def _templates() -> Jinja2Templates:
@@ -53,33 +86,46 @@ def _templates() -> Jinja2Templates:
 
 
 def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None = None,
-               reviewer: str | None = None, image_store: str | Path | None = None) -> FastAPI:
+               reviewer: str | None = None, image_store: str | Path | None = None, min_reviewers: int = 1,
+               review_rule: str = "unanimous") -> FastAPI:
     """The app for `path` (a CTD dataset folder, a detection results file or an IPR results file).
 
     `host` is the address the server binds: any non-loopback one makes the access token mandatory (the app's
     `state.guard.token`, generated when `token` is None). `image_store` is the run's store for results files whose
     records name images by id only (`unveil evaluate ipr`; default: `$UNVEIL_IMAGE_STORE` or the user's store,
-    as the commands use)."""
+    as the commands use). `min_reviewers` and `review_rule` are the review policy, as `unveil review` takes
+    them: with 2 or more, a sample waits until that many reviewers judged it."""
     target = Path(path)
     kind: Kind = detect_kind(target)
     guard = Guard.for_bind(host, token)
     templates = _templates()
-    app = FastAPI(title="Unveil", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.guard = guard
-    app.state.kind = kind
-    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
-    ctd = CtdSource(target) if kind == "ctd" else None
+    ctd = CtdSource(target, min_reviewers=min_reviewers, rule=review_rule) if kind == "ctd" else None
     det = DetectionSource(target) if kind == "detection" else None
     ipr = IprSource(target) if kind == "ipr" else None
     for source in (det, ipr):
         if source is not None:
             source.images.add_root(Path(image_store) if image_store else default_store_root())
-    if det is not None:  # learn the run's store folders before any image is requested
-        det.rows()
-    if ipr is not None:
-        ipr.prompts()
+    try:
+        # Index the file once now (and learn the run's store folders before any image is requested).
+        (ctd or det or ipr).rows()  # type: ignore[union-attr]
+        if ipr is not None:
+            ipr.learn_roots()
+    except NotARegularFileError as exc:
+        raise ValueError(str(exc)) from exc
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        if ctd is not None:  # the views follow every decision before the server stops
+            await asyncio.to_thread(ctd.views.flush)
+
+    app = FastAPI(title="Unveil", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    app.state.guard = guard
+    app.state.kind = kind
+    app.state.source = ctd or det or ipr
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     images = (ctd or det or ipr).images  # type: ignore[union-attr]
-    tag_pictures: dict[str, bytes] = {}
+    tag_pictures: OrderedDict[str, bytes] = OrderedDict()
     default_name = reviewer or default_reviewer()
 
     @app.middleware("http")
@@ -110,7 +156,7 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
     def page(request: Request, name: str, **ctx: Any) -> HTMLResponse:
         ctx.update(request=request, kind=kind, target=str(target), csrf=guard.csrf, csrf_field=CSRF_FIELD,
                    reviewer=request.cookies.get(REVIEWER_COOKIE) or default_name,
-                   flash=FLASHES.get(request.query_params.get("flash", ""), ""))
+                   flash=FLASHES.get(request.query_params.get("flash", ""), "") or _bulk_flash(request))
         return templates.TemplateResponse(request, name, ctx)
 
     @app.get("/", include_in_schema=False)
@@ -118,55 +164,84 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         return RedirectResponse({"ctd": "/review", "detection": "/detections", "ipr": "/ipr"}[kind], status_code=303)
 
     @app.get("/images/{image_id}")
-    async def image(image_id: str) -> FileResponse:
-        """A stored image by its id; anything not in an allowed store is 404."""
-        found = await asyncio.to_thread(images.file_for, image_id)
-        if found is None:
+    async def image(image_id: str) -> StreamingResponse:
+        """A stored image by its id, streamed; anything not a regular file in an allowed store, under the image
+        size cap and hashing to its id, is 404."""
+        opened = await asyncio.to_thread(images.open_file, image_id)
+        if opened is None:
             raise HTTPException(404, "no such image in the store")
-        return FileResponse(found, media_type="image/png")
+        fh, size = opened
+
+        def chunks() -> Iterator[bytes]:
+            with fh:
+                left = size  # never more than was checked, even if the file grows meanwhile
+                while left > 0:
+                    data = fh.read(min(left, 1 << 16))
+                    if not data:
+                        return
+                    left -= len(data)
+                    yield data
+
+        return StreamingResponse(chunks(), media_type="image/png", headers={"Content-Length": str(size)})
 
     # ---- CTD review --------------------------------------------------------------------------------------------
 
     def filters_of(request: Request) -> dict[str, str]:
         q = request.query_params
         return {"status": q.get("status", "pending_review"), "category": q.get("category", ""),
-                "blind": q.get("blind", "")}
+                "blind": q.get("blind", ""), "q": q.get("q", "")[:200], "todo": q.get("todo", "")[:200]}
 
     @app.get("/review", response_class=HTMLResponse)
     async def review(request: Request) -> HTMLResponse:
-        """The review queue: filters, progress, the sample list and one card."""
+        """The review queue: filters, progress, one page of the sample list and one card."""
         if ctd is None:
             raise HTTPException(404)
         f = filters_of(request)
-        cards = await asyncio.to_thread(ctd.cards)
-        shown = [c for c in cards if ctd.matches(c, **f)]
+        rows = await asyncio.to_thread(ctd.rows)
+        shown = [r for r in rows if ctd.matches(r, **f)]
         wanted = request.query_params.get("id")
-        current = next((c for c in cards if c["id"] == wanted), None) if wanted else (shown[0] if shown else None)
-        ids = [c["id"] for c in shown]
-        pos = ids.index(current["id"]) if current is not None and current["id"] in ids else -1
+        current_id = wanted if wanted else (shown[0]["id"] if shown else None)
+        ids = [r["id"] for r in shown]
+        pos = ids.index(current_id) if current_id is not None and current_id in ids else -1
+        card = await asyncio.to_thread(ctd.record, current_id) if current_id else None
+        problem = ctd.problem(current_id) if current_id else None
+        if current_id and card is None and problem is None and wanted:
+            raise HTTPException(404, f"no sample {current_id!r} in this dataset")
         conflict = None
-        if current is not None and request.query_params.get("flash") == "conflict":
-            conflict = current["review"]
+        if card is not None and request.query_params.get("flash") == "conflict":
+            conflict = card["review"]
         prev_id = ids[pos - 1] if pos > 0 else None
         next_id = ids[pos + 1] if 0 <= pos < len(ids) - 1 else (ids[0] if pos < 0 and ids else None)
-        return page(request, "review.html", cards=shown, card=current, pos=pos, filters=f, prev_id=prev_id,
-                    next_id=next_id,
-                    progress=ctd.progress(cards), categories=sorted({c.get("category") or "" for c in cards} - {""}),
-                    n_blind=max([c["n_blind"] for c in cards] + [0]), statuses=STATUS_LABELS,
+        pages = max(1, -(-len(shown) // LIST_PAGE_SIZE))
+        list_page = _page_no(request, pages, "list") if "list" in request.query_params else (
+            pos // LIST_PAGE_SIZE + 1 if pos >= 0 else 1)
+        start = (list_page - 1) * LIST_PAGE_SIZE
+        return page(request, "review.html", cards=shown[start:start + LIST_PAGE_SIZE], n_shown=len(shown),
+                    list_start=start, list_page=list_page, list_pages=pages, card=card, card_id=current_id,
+                    problem=problem, pos=pos, filters=f, prev_id=prev_id, next_id=next_id,
+                    progress=ctd.progress(rows), categories=sorted({r.get("category") or "" for r in rows} - {""}),
+                    n_blind=max([int(r.get("n_blind") or 0) for r in rows] + [0]), statuses=STATUS_LABELS,
                     filter_query=urllib.parse.urlencode(f), conflict=conflict,
+                    problems=ctd.index.all_problems(), views_error=ctd.views.last_error,
+                    reviewers=sorted({w for r in rows for w in r.get("judgements") or {}}
+                                     | {request.cookies.get(REVIEWER_COOKIE) or default_name}),
+                    policy={"min_reviewers": ctd.min_reviewers, "rule": ctd.rule},
+                    undo_id=request.query_params.get("undo_id", ""), undo_k=request.query_params.get("undo_k", ""),
                     exported=request.query_params.get("exported", ""))
 
     @app.post("/review/decide")
     async def decide(request: Request, id: str = Form(...), decision: str = Form(...), note: str = Form(""),
-                     status: str = Form("pending_review"), category: str = Form(""), blind: str = Form("")) -> Response:
-        """Apply approve / reject / note to one sample, then show the next one of the filtered list."""
+                     status: str = Form("pending_review"), category: str = Form(""), blind: str = Form(""),
+                     q: str = Form(""), todo: str = Form("")) -> Response:
+        """Apply approve / reject / note to one sample, then show the next one of the filtered list. The same
+        decision sent twice (a double click) is applied once and answers as the first did."""
         if ctd is None:
             raise HTTPException(404)
         await check_csrf(request)
         if decision not in ("approve", "reject", "note"):
             raise HTTPException(400, "decision must be approve, reject or note")
-        f = {"status": status, "category": category, "blind": blind}
-        before = [c["id"] for c in await asyncio.to_thread(ctd.cards) if ctd.matches(c, **f)]
+        f = {"status": status, "category": category, "blind": blind, "q": q, "todo": todo}
+        before = [r["id"] for r in await asyncio.to_thread(ctd.rows) if ctd.matches(r, **f)]
         name = request.cookies.get(REVIEWER_COOKIE) or default_name
         try:
             counts = await asyncio.to_thread(ctd.decide, id, decision, note, name)
@@ -174,13 +249,66 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
             raise HTTPException(503, f"{exc} (your decision was not saved; press it again)") from exc
         if counts.get("conflicts"):
             return RedirectResponse(f"/review?{urllib.parse.urlencode({**f, 'id': id, 'flash': 'conflict'})}", 303)
+        flash = decision
         if counts.get("skipped"):
-            raise HTTPException(404, f"no sample {id!r} in this dataset")
+            if id not in ctd.index.where:
+                raise HTTPException(404, f"no sample {id!r} in this dataset")
+            if ctd.problem(id):
+                raise HTTPException(409, f"sample {id!r} cannot take a decision: its record is unreadable "
+                                         f"({ctd.problem(id).reason})")  # type: ignore[union-attr]
+            flash = "already"
         nxt = id if decision == "note" else None
         if nxt is None and id in before:
             later = before[before.index(id) + 1:]
             nxt = later[0] if later else None
-        query = {**f, "flash": decision, **({"id": nxt} if nxt else {})}
+        query = {**f, "flash": flash, **({"id": nxt} if nxt else {})}
+        if flash == decision:  # offer to take it back from the next page (the entry just appended)
+            rec = await asyncio.to_thread(ctd.index.get, id)
+            query.update(undo_id=id, undo_k=str(len((rec or {}).get("review_history") or []) - 1))
+        return RedirectResponse(f"/review?{urllib.parse.urlencode(query)}", status_code=303)
+
+    @app.post("/review/bulk")
+    async def bulk(request: Request, decision: str = Form(...), note: str = Form(""),
+                   status: str = Form("pending_review"), category: str = Form(""), blind: str = Form(""),
+                   q: str = Form(""), todo: str = Form("")) -> Response:
+        """Approve or reject the selected samples together (one lock, one append; the page asks to confirm)."""
+        if ctd is None:
+            raise HTTPException(404)
+        await check_csrf(request)
+        if decision not in ("approve", "reject"):
+            raise HTTPException(400, "decision must be approve or reject")
+        ids = [str(v) for v in (await request.form()).getlist("ids")]
+        chosen = list(dict.fromkeys(ids))[:BULK_MAX]
+        if not chosen:
+            raise HTTPException(400, "no sample selected")
+        name = request.cookies.get(REVIEWER_COOKIE) or default_name
+        try:
+            counts = await asyncio.to_thread(ctd.decide_many, chosen, decision, note, name)
+        except DatasetBusyError as exc:
+            raise HTTPException(503, f"{exc} (nothing was saved; press it again)") from exc
+        done = counts["approved"] + counts["rejected"] + counts["pending"]
+        query = {"status": status, "category": category, "blind": blind, "q": q, "todo": todo, "flash": "bulk",
+                 "bulk": f"{decision}:{done}:{len(chosen)}"}
+        return RedirectResponse(f"/review?{urllib.parse.urlencode(query)}", status_code=303)
+
+    @app.post("/review/undo")
+    async def undo(request: Request, id: str = Form(...), undoes: int = Form(...),
+                   status: str = Form("pending_review"), category: str = Form(""), blind: str = Form(""),
+                     q: str = Form(""), todo: str = Form("")) -> Response:
+        """Take back one entry of a sample's review history (a decision or a note); the sample stays shown."""
+        if ctd is None:
+            raise HTTPException(404)
+        await check_csrf(request)
+        name = request.cookies.get(REVIEWER_COOKIE) or default_name
+        try:
+            counts = await asyncio.to_thread(ctd.undo, id, undoes, name)
+        except DatasetBusyError as exc:
+            raise HTTPException(503, f"{exc} (nothing was undone; press it again)") from exc
+        if id not in ctd.index.where:
+            raise HTTPException(404, f"no sample {id!r} in this dataset")
+        flash = "undone" if counts.get("undone") else "already"
+        query = {"status": status, "category": category, "blind": blind, "q": q, "todo": todo, "id": id,
+                 "flash": flash}
         return RedirectResponse(f"/review?{urllib.parse.urlencode(query)}", status_code=303)
 
     @app.post("/review/export")
@@ -195,6 +323,15 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
             raise HTTPException(500, f"export failed: {type(exc).__name__}: {exc}") from exc
         return RedirectResponse(f"/review?{urllib.parse.urlencode({'flash': 'exported', 'exported': str(out)})}", 303)
 
+    @app.get("/reviewers", response_class=HTMLResponse)
+    async def reviewers_page(request: Request) -> HTMLResponse:
+        """Who reviewed what, and how much reviewers agree per category (Fleiss' and Cohen's kappa)."""
+        if ctd is None:
+            raise HTTPException(404)
+        rows = await asyncio.to_thread(ctd.rows)
+        return page(request, "reviewers.html", stats=agreement(rows), policy={"min_reviewers": ctd.min_reviewers,
+                    "rule": ctd.rule}, pending=sum(1 for r in rows if r.get("status") == "pending_review"))
+
     @app.post("/reviewer")
     async def set_reviewer(request: Request, name: str = Form(...), back: str = Form("/")) -> Response:
         """Remember the reviewer's name (kept with each decision) in a cookie."""
@@ -208,14 +345,18 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
 
     @app.get("/detections", response_class=HTMLResponse)
     async def detections(request: Request) -> HTMLResponse:
-        """The table of detection results, filtered by verdict and MTC bin."""
+        """The table of detection results, filtered by verdict and MTC bin, one page at a time."""
         if det is None:
             raise HTTPException(404)
         verdict, mbin = request.query_params.get("verdict", ""), request.query_params.get("bin", "")
         rows = await asyncio.to_thread(det.rows)
-        shown = [r for r in rows if (not verdict or r["verdict"] == verdict) and (not mbin or r["bin"] == mbin)]
-        return page(request, "detections.html", rows=shown, total=len(rows), verdict=verdict, bin=mbin,
-                    bins=[(b, MTC_BIN_LABELS[b]) for b in MTC_BINS])
+        shown = [r for r in rows if (not verdict or r.get("verdict") == verdict) and (not mbin or r.get("bin") == mbin)]
+        pages = max(1, -(-len(shown) // LIST_PAGE_SIZE))
+        n = _page_no(request, pages)
+        part = [{**r, "image_id": det.image_of(r)} for r in shown[(n - 1) * LIST_PAGE_SIZE:n * LIST_PAGE_SIZE]]
+        return page(request, "detections.html", rows=part, n_shown=len(shown), total=len(rows), verdict=verdict,
+                    bin=mbin, bins=[(b, MTC_BIN_LABELS[b]) for b in MTC_BINS], page_no=n, pages=pages,
+                    problems=det.index.all_problems())
 
     @app.get("/detections/view", response_class=HTMLResponse)
     async def detection(request: Request, id: str) -> HTMLResponse:
@@ -224,20 +365,31 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
             raise HTTPException(404)
         rec = await asyncio.to_thread(det.record, id)
         if rec is None:
-            raise HTTPException(404, f"no result {id!r} in this file")
+            problem = det.index.problem(id)
+            if problem is None:
+                raise HTTPException(404, f"no result {id!r} in this file")
+            return page(request, "bad.html", problem=problem, back="/detections")
         return page(request, "detection.html", rec=rec)
 
-    @app.get("/detections/tag.png")
-    async def tag_picture(id: str) -> Response:
-        """The TAG picture of one result (drawn by `unveil.render`, kept in memory)."""
-        if det is None:
+    @app.get("/detections/tag.{fmt}")
+    async def tag_picture(fmt: str, id: str) -> Response:
+        """The TAG picture of one result, as PNG or as SVG (zoomable without blur), drawn by `unveil.render` and
+        kept in memory for the last few results."""
+        if det is None or fmt not in ("png", "svg"):
             raise HTTPException(404)
-        if id not in tag_pictures:
+        key = f"{fmt}:{id}"
+        if key not in tag_pictures:
             rec = await asyncio.to_thread(det.record, id)
             if rec is None or rec.get("status") == "failed" or rec.get("tree_error"):
                 raise HTTPException(404)
-            tag_pictures[id] = await asyncio.to_thread(_render_png, rec)
-        return Response(tag_pictures[id], media_type="image/png")
+            try:
+                tag_pictures[key] = await asyncio.to_thread(_render, rec, fmt)
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise HTTPException(422, f"cannot draw result {id!r}: {exc}") from exc
+            while len(tag_pictures) > TAG_PICTURES_KEPT:
+                tag_pictures.popitem(last=False)
+        tag_pictures.move_to_end(key)
+        return Response(tag_pictures[key], media_type="image/png" if fmt == "png" else "image/svg+xml")
 
     # ---- IPR results -------------------------------------------------------------------------------------------
 
@@ -246,24 +398,24 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         """Per prompt, every step's images side by side with its prompt, the refiner's answer and the scores."""
         if ipr is None:
             raise HTTPException(404)
-        records = await asyncio.to_thread(ipr.prompts)
+        rows = await asyncio.to_thread(ipr.rows)
         action = request.query_params.get("stop", "")
-        shown = [r for r in records if not action or r.get("stop_reason") == action]
+        shown = [r for r in rows if not action or action in r.get("stops", ())]
         pages = max(1, -(-len(shown) // IPR_PAGE_SIZE))
-        try:
-            n = min(max(1, int(request.query_params.get("page", "1"))), pages)
-        except ValueError:
-            n = 1
-        return page(request, "ipr.html", records=shown[(n - 1) * IPR_PAGE_SIZE:n * IPR_PAGE_SIZE], total=len(records),
-                    page_no=n, pages=pages, stop=action,
-                    stops=sorted({str(r.get("stop_reason")) for r in records if r.get("stop_reason")}))
+        n = _page_no(request, pages)
+        part = shown[(n - 1) * IPR_PAGE_SIZE:n * IPR_PAGE_SIZE]
+        records = await asyncio.to_thread(lambda: [ipr.prompt(r["id"]) for r in part])
+        problems = ipr.index.all_problems()
+        return page(request, "ipr.html", records=[r for r in records if r is not None], total=len(rows),
+                    page_no=n, pages=pages, stop=action, problems=problems,
+                    stops=sorted({s for r in rows for s in r.get("stops", ())}))
 
     return app
 
 
-def _render_png(rec: dict[str, Any]) -> bytes:
-    """Draw a detection record with the project's TAG renderer and return the PNG bytes."""
+def _render(rec: dict[str, Any], fmt: str) -> bytes:
+    """Draw a detection record with the project's TAG renderer and return the file's bytes (png or svg)."""
     from unveil.render import render_tag
 
     with tempfile.TemporaryDirectory() as tmp:
-        return Path(render_tag(rec, Path(tmp) / "tag.png")).read_bytes()
+        return Path(render_tag(rec, Path(tmp) / f"tag.{fmt}")).read_bytes()

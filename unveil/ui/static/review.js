@@ -1,4 +1,5 @@
-// Keyboard shortcuts of the review page: a approve, r reject, n note, arrows previous/next, Esc leaves the note.
+// Keyboard shortcuts of the review page: a approve, r reject, u undo the last decision, n note, arrows
+// previous/next, Esc leaves the note.
 (function () {
   "use strict";
   function typing(el) {
@@ -18,11 +19,37 @@
     var button = null;
     if (ev.key === "a") { button = document.getElementById("approve"); }
     else if (ev.key === "r") { button = document.getElementById("reject"); }
+    else if (ev.key === "u") { button = document.getElementById("undo"); }
     else if (ev.key === "n" && note) { ev.preventDefault(); note.focus(); return; }
     else if (ev.key === "ArrowLeft") { ev.preventDefault(); go("prev"); return; }
     else if (ev.key === "ArrowRight") { ev.preventDefault(); go("next"); return; }
     if (button) { ev.preventDefault(); button.click(); }
   });
+  // Bulk decisions: tick samples (or all shown), then one confirmation for all of them.
+  var bulk = document.getElementById("bulk");
+  if (bulk) {
+    var picks = function () { return document.querySelectorAll("input.pick"); };
+    var count = function () {
+      var n = Array.prototype.filter.call(picks(), function (p) { return p.checked; }).length;
+      document.getElementById("picked").textContent = n + " selected";
+      return n;
+    };
+    Array.prototype.forEach.call(picks(), function (p) { p.addEventListener("change", count); });
+    var all = document.getElementById("pick-all");
+    if (all) {
+      all.addEventListener("change", function () {
+        Array.prototype.forEach.call(picks(), function (p) { p.checked = all.checked; });
+        count();
+      });
+    }
+    bulk.addEventListener("submit", function (ev) {
+      var n = count();
+      var verb = ev.submitter && ev.submitter.value === "reject" ? "Reject" : "Approve";
+      if (n === 0 || !window.confirm(verb + " " + n + " selected sample" + (n === 1 ? "" : "s") + "?")) {
+        ev.preventDefault();
+      }
+    });
+  }
   // Filters apply as soon as one changes.
   var filters = document.getElementById("filters");
   if (filters) {
