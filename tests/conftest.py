@@ -19,7 +19,6 @@ import pytest
 from agents.gateway import Gateway, GatewaySettings, set_gateway
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
 @pytest.fixture(autouse=True)
