@@ -159,7 +159,7 @@ def bench_render(args: argparse.Namespace) -> None:
     script = work / "keep.json"
     script.write_text(json.dumps(KEEP_SCRIPT))
     ctx = ipr_context(refiner_model=f"scripted:{script}", generator=f"diffusers:{folder}?accel={args.accel}",
-                      size=size, steps=steps, t_max=0, image_store=str(work / "store"))
+                      width=size, height=size, steps=steps, t_max=0, image_store=str(work / "store"))
     per_gpu = args.prompts_per_gpu
     rows: list[dict[str, Any]] = []
 
@@ -175,7 +175,10 @@ def bench_render(args: argparse.Namespace) -> None:
         torch.cuda.empty_cache()
     import ray
 
-    ray.init(include_dashboard=False, logging_level=logging.WARNING, namespace="unveil")
+    # A smoke run starts its own local cluster: joining one that another process runs here ties its actors to
+    # that process's lifetime.
+    ray.init(address="local" if args.tiny else None, include_dashboard=False, logging_level=logging.WARNING,
+             namespace="unveil")
     skipped = []
     for n in [int(x) for x in args.gpus.split(",")]:
         if cuda and n > gpus:
