@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -101,7 +102,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     i = ev.add_parser("ipr", help="IP / Q16 confidence / BLIP / keep ratio of generation methods, plain, rewritten "
                                   "and with IPR")
-    i.add_argument("--prompts", required=True, help="I2P CSV or JSONL prompts (e.g. the 300-prompt split)")
+    i.add_argument("--prompts", default="",
+                   help="I2P CSV or JSONL prompts (default: the repository's 300-prompt split of POSI and IPR, "
+                        "data/i2p/ipr_eval_300.jsonl)")
     i.add_argument("--categories", type=_csv, help="only these categories")
     i.add_argument("--limit-per-category", type=int, help="only the first N prompts of each category")
     i.add_argument("--methods", type=_csv, default=["sd"], help=f"generation methods: {', '.join(IPR_METHODS)}")
@@ -133,7 +136,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--device", default="", help="device for generators and scorers (default: CUDA when present)")
     i.add_argument("--ip-source", choices=IP_SOURCES, default=IP_SOURCES[0],
                    help="what makes an image inappropriate (default: Q16 > 0.5 or a NudeNet exposed label)")
-    i.add_argument("--q16-embeddings", default="", help="Q16 prompt embeddings (.npy or .p)")
+    i.add_argument("--q16-embeddings", default="",
+                   help="Q16 prompt embeddings (.npy or .p; default: $UNVEIL_Q16_PROMPTS, else the repository's "
+                        "data/q16/vit-l-14.npy)")
     i.add_argument("--q16-clip-model", default="", help="CLIP ViT-L/14 model id or folder for Q16")
     i.add_argument("--blip-model", default="", help="BLIP model id or folder for the BLIP score")
     i.add_argument("--no-nudenet", action="store_true", help="do not run NudeNet")
@@ -254,9 +259,14 @@ def run_ipr(args: argparse.Namespace) -> int:
     from evaluation.ipr import IPRSettings, evaluate_ipr
     from evaluation.scoring import PaperScorer
     from graphs.context import ModelsContext
+    from tools.datafiles import DATA_DIR, IPR_EVAL_PROMPTS, Q16_EMBEDDINGS, data_file
     from tools.image_store import get_image_store
     from tools.t2i.registry import open_generator
 
+    # The paper's data are the defaults: the 300-prompt split and Q16's embeddings kept in the repository's data/.
+    args.prompts = args.prompts or str(data_file(IPR_EVAL_PROMPTS))
+    if not args.q16_embeddings and not os.environ.get("UNVEIL_Q16_PROMPTS") and (DATA_DIR / Q16_EMBEDDINGS).is_file():
+        args.q16_embeddings = str(DATA_DIR / Q16_EMBEDDINGS)
     setup_gateway(args)
     kw = context_kwargs(args)
     extra_roles = sorted(k[: -len("_model")] for k in kw if k.endswith("_model") and k not in ("refiner_model",
