@@ -10,6 +10,7 @@ import sys
 from typing import Any, Literal
 
 from agents.spec import is_demo_spec
+from agents.tag.roots import RootsMode
 from graphs.ingest import grant_image_roots
 from graphs.tag import TagContext
 from graphs.vanilla import VanillaContext
@@ -33,7 +34,7 @@ def guard_model(method: str, role_models: dict[str, str], models: list[str] | tu
 DEMO_DEPTHS = {"l_max": 2, "k_max": 2, "children_per_parent": 2}
 # ... and one joint root call instead of the paper's two entity-graph calls (one call and ~1,100 tokens less a
 # sample on bench/tag_calls.py), unless the caller chose the roots mode.
-DEMO_ROOTS_MODE = "joint"
+DEMO_ROOTS_MODE: RootsMode = "joint"
 SAMPLE_FIELDS = ("image", "image_description", "text", "base_dir")
 
 
