@@ -376,12 +376,14 @@ def check_identity(output: str | os.PathLike[str], identity: OutputIdentity) -> 
     diff = settings_difference(known["settings"], identity.settings)
     if not diff:
         return None
-    mixed = known.get("mixed") if isinstance(known.get("mixed"), list) else []
+    listed = known.get("mixed")
+    mixed: list[Any] = listed if isinstance(listed, list) else []
     if not identity.allow_mixed:
         also = f" (it already mixes {len(mixed)} other setting(s))" if mixed else ""
         made = f" by `{known['command']}`" if known.get("command") else ""
         raise OutputSettingsError(
-            f"output {where} was made{made} with other settings{also}: " + "; ".join(diff) + f". Nothing was run: {ways}")
+            f"output {where} was made{made} with other settings{also}: " + "; ".join(diff)
+            + f". Nothing was run: {ways}")
     if any(isinstance(m, dict) and m.get("settings") == mine["settings"] for m in mixed):
         return None
     return {**known, "mixed": [*mixed, {"command": identity.command, "settings": mine["settings"]}]}
