@@ -152,6 +152,17 @@ def read_jsonl_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict
         yield lineno, value
 
 
+def duplicate_id(rid: str, where: str, taken: set[str]) -> str:
+    """The id of a repeated id's item, `ID#dup-WHERE` (WHERE: `line-N` in a JSONL file, `item-N` in a JSON list),
+    made distinct from every id in `taken` (the ids the input uses and those generated so far) and added to it."""
+    return _unique(f"{rid}#dup-{where}", taken)
+
+
+def unique_id(candidate: str, taken: set[str]) -> str:
+    """`candidate`, or `candidate~N` when `taken` holds it (see `duplicate_id`); added to `taken`."""
+    return _unique(candidate, taken)
+
+
 def _unique(candidate: str, taken: set[str]) -> str:
     # Generated ids must never equal an id of the input (or another generated one): a collision would make the
     # resume logic skip a real sample or write a second record under one id.
@@ -207,7 +218,7 @@ def read_jsonl(path: str | os.PathLike[str], *, id_field: str = "id") -> Iterato
             continue
         rid = str(rid)
         if rid in seen:
-            yield BatchItem(_unique(f"{rid}#dup-line-{lineno}", taken), None, f"{where}: duplicate {id_field} {rid!r}")
+            yield BatchItem(duplicate_id(rid, f"line-{lineno}", taken), None, f"{where}: duplicate {id_field} {rid!r}")
             continue
         seen.add(rid)
         yield BatchItem(rid, record)
