@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     setup_gateway(args)
     try:
         check_detection_config(args.method)  # one error now, not one failed record per sample
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:  # OSError: a template file that cannot be read
         raise SystemExit(f"unveil detect: --method {args.method}: {exc}") from exc
     ctx = _context(args)
     warn_if_demo(ctx.models())
