@@ -333,9 +333,13 @@ def settings_difference(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     lines = []
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key, missing), new.get(key, missing)
-        if a != b:
-            lines.append(f"{key}: {'(not set)' if a is missing else _shown(a)} in the output, "
-                         f"{'(not set)' if b is missing else _shown(b)} now")
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):  # e.g. the models: name the roles that changed
+            lines += [f"{key}.{line}" for line in settings_difference(a, b)]
+            continue
+        lines.append(f"{key}: {'(not set)' if a is missing else _shown(a)} in the output, "
+                     f"{'(not set)' if b is missing else _shown(b)} now")
     return lines
 
 

@@ -34,6 +34,21 @@ def check_model_fields(classes: tuple[type, ...], kw: dict[str, Any]) -> None:
 NOT_SETTINGS = frozenset({"model", "image_store", "image_roots", "device"})
 
 
+# Query parameters of a spec that change when answers come, not what they say (`scripted:FILE?latency=0.2`).
+TIMING_PARAMS = frozenset({"latency"})
+
+
+def answers_spec(spec: str) -> str:
+    """`spec` without its timing parameters (`TIMING_PARAMS`): two specs that give the same answers compare equal."""
+    from urllib.parse import parse_qsl, urlencode
+
+    head, sep, query = spec.rpartition("?")
+    if not sep or "=" not in query:
+        return spec
+    kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k not in TIMING_PARAMS]
+    return f"{head}?{urlencode(kept, safe='/:@')}" if kept else head
+
+
 def context_settings(ctx: Any) -> dict[str, Any]:
     """The settings of a graph context that change its records, for an output's identity (`runner.batch.
     OutputIdentity`): every role's effective model spec (`models`, credentials redacted) and every other field
@@ -51,7 +66,7 @@ def context_settings(ctx: Any) -> dict[str, Any]:
             return {str(k): clean(v) for k, v in value.items()}
         return value
 
-    out: dict[str, Any] = {"models": ctx.models()}
+    out: dict[str, Any] = {"models": {role: answers_spec(spec) for role, spec in ctx.models().items()}}
     for f in dataclasses.fields(ctx):
         if f.name in NOT_SETTINGS or f.name.endswith("_model"):
             continue
