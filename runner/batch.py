@@ -327,20 +327,24 @@ def _shown(value: Any) -> str:
 
 
 def settings_difference(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """One line per setting that differs between two settings dicts: `name: OLD (output) vs NEW (this run)`."""
-    old, new = _normal(old), _normal(new)
+    """One line per change between two settings dicts, `name: OLD in the output, NEW now`; settings inside a dict
+    (the models) are named by their path, and names with the same change share a line."""
+    changes: dict[tuple[str, str], list[str]] = {}
+    for key, a, b in _changes(_normal(old), _normal(new), ""):
+        changes.setdefault((a, b), []).append(key)
+    return [f"{', '.join(keys)}: {a} in the output, {b} now" for (a, b), keys in changes.items()]
+
+
+def _changes(old: dict[str, Any], new: dict[str, Any], prefix: str) -> Iterator[tuple[str, str, str]]:
     missing = object()
-    lines = []
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key, missing), new.get(key, missing)
         if a == b:
             continue
         if isinstance(a, dict) and isinstance(b, dict):  # e.g. the models: name the roles that changed
-            lines += [f"{key}.{line}" for line in settings_difference(a, b)]
+            yield from _changes(a, b, f"{prefix}{key}.")
             continue
-        lines.append(f"{key}: {'(not set)' if a is missing else _shown(a)} in the output, "
-                     f"{'(not set)' if b is missing else _shown(b)} now")
-    return lines
+        yield (f"{prefix}{key}", "(not set)" if a is missing else _shown(a), "(not set)" if b is missing else _shown(b))
 
 
 def read_identity(output: str | os.PathLike[str]) -> dict[str, Any] | None:

@@ -206,8 +206,7 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     items = scene_items(category, args.n, scene=args.scene, erase_routine=args.erase_routine, seed=args.seed)
     samples_path = out / SAMPLES
     identity = output_identity(args, "generate", generation_settings(
-        ctx, extras, scene=args.scene, erase_routine=args.erase_routine, seed=args.seed,
-        near_duplicate=args.near_duplicate))
+        ctx, extras, scene=args.scene, erase_routine=args.erase_routine, seed=args.seed))
     check_identity(samples_path, identity)  # before any rewrite or model load; run_batch records it
     if args.retry_failed:
         # Drop failed records under the folder lock, so a reviewer appending a decision right now is not lost
