@@ -35,7 +35,7 @@ def stubs(tmp_path: Path) -> Path:
           'printf "apt-get DEBIAN_FRONTEND=%s" "${DEBIAN_FRONTEND-<unset>}" >> "$STUB_LOG"; '
           'printf " %s" "$@" >> "$STUB_LOG"; echo >> "$STUB_LOG"')
     _stub(bin_dir, "sudo", 'printf "sudo" >> "$STUB_LOG"; printf " %s" "$@" >> "$STUB_LOG"; echo >> "$STUB_LOG"\n'
-                           '[ "$1" = -n ] && shift; exec "$@"')
+                           '[ "$1" = -n ] && shift; [ "$1" = true ] && exit 0; exec "$@"')
     _stub(bin_dir, "id", 'if [ "$1" = -u ]; then echo "$STUB_UID"; else echo "id: stub" >&2; exit 1; fi')
     # python: `-c` snippets (reading pyproject.toml's extras, probing an import) run in the real interpreter;
     # every install, the model preparation and the CI tools are only logged.
