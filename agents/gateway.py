@@ -26,7 +26,6 @@ from pydantic import BaseModel, ValidationError
 
 from agents.cache import ResponseCache, cache_key, default_cache_path
 from agents.content import data_text
-from agents.env import SettingError, check_minimum, env_float, env_int
 from agents.limits import BackendLimits
 from agents.providers.json_salvage import salvage_json
 from agents.providers.registry import (
@@ -38,6 +37,7 @@ from agents.providers.registry import (
 )
 from agents.spec import ModelSpec
 from agents.usage import RunUsage, cost_of, empty_usage, merge_usage, single_call_usage
+from tools.env import SettingError, check_minimum, env_float, env_int
 from tools.errors import UnveilError
 from tools.redact import install_log_redaction, redact_secrets, redact_url
 

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Protocol
 
-from agents.env import check_minimum, env_float, env_int
+from tools.env import check_minimum, env_float, env_int
 
 LOCAL_PROVIDERS = {"llamacpp", "hf", "transformers"}
 

@@ -11,9 +11,9 @@ import pytest
 from pydantic import BaseModel
 
 from agents.content import build_messages
-from agents.env import SettingError
 from agents.gateway import Gateway, GatewaySettings
 from agents.limits import BackendLimits, RateLimiter
+from tools.env import SettingError
 
 
 class Verdict(BaseModel):

@@ -21,9 +21,9 @@ from urllib.parse import parse_qs, urlsplit
 
 from langchain_core.language_models import BaseChatModel
 
-from agents.env import SettingError, env_float
 from agents.providers.fingerprint import file_stamp
 from agents.spec import ModelSpec
+from tools.env import SettingError, env_float
 from tools.errors import UnveilError
 from tools.extras import require_extra
 
