@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from agents.providers.registry import (
 )
 from agents.spec import ModelSpec
 from agents.usage import RunUsage, cost_of, empty_usage, merge_usage, single_call_usage
-from tools.env import SettingError, check_minimum, env_float, env_int
+from tools.env import SettingError, check_minimum, env_float, env_int, env_str
 from tools.errors import UnveilError
 from tools.redact import install_log_redaction, redact_secrets, redact_url
 
@@ -124,7 +123,7 @@ class GatewaySettings:
     backoff_max: float = 30.0
     max_concurrency: int | None = None
     rpm: float | None = None
-    structured_method: str | None = field(default_factory=lambda: os.environ.get("UNVEIL_STRUCTURED_METHOD") or None)
+    structured_method: str | None = field(default_factory=lambda: env_str("UNVEIL_STRUCTURED_METHOD"))
 
     def __post_init__(self) -> None:
         check_minimum("max_repairs", self.max_repairs, 0)

@@ -3,6 +3,9 @@ variable; and no product module outside it and the CLI reads `os.environ`."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
 from tools.env import SettingError, env_bool, env_float, env_int, env_list, env_str, parse_bool
@@ -61,3 +64,60 @@ def test_lists_and_text_are_stripped(monkeypatch) -> None:
     monkeypatch.setenv("UNVEIL_SOME_LIST", " a, ,b ,")
     assert env_list("UNVEIL_SOME_LIST") == ["a", "b"]
     assert env_str("UNVEIL_SOME_LIST") == "a, ,b ,"
+
+
+ROOT = Path(__file__).resolve().parent.parent
+PRODUCT_PACKAGES = ("tools", "agents", "graphs", "runner", "evaluation", "training")
+READER = Path("tools/env.py")
+ENV_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
+
+
+def environment_reads(path: Path) -> list[int]:
+    """The line of every `os.environ` / `os.getenv` (or `from os import environ`) in a file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: list[int] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ENV_NAMES and isinstance(node.value, ast.Name) \
+                and node.value.id == "os":
+            found.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module == "os" and any(a.name in ENV_NAMES for a in node.names):
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_the_scan_sees_an_environment_read(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("import os\nfrom os import getenv\nx = os.environ.get('A')\ny = os.getenv('B')\n")
+    assert environment_reads(sample) == [2, 3, 4]
+
+
+def test_no_product_module_but_the_reader_reads_the_environment() -> None:
+    reads = [f"{path.relative_to(ROOT)}:{line}" for package in PRODUCT_PACKAGES
+             for path in sorted((ROOT / package).rglob("*.py"))
+             if path.relative_to(ROOT) != READER for line in environment_reads(path)]
+    assert reads == [], "read the environment through tools.env instead:\n" + "\n".join(reads)
+
+
+def test_a_context_boolean_from_the_environment_uses_the_one_vocabulary(monkeypatch) -> None:
+    from graphs.context import ContextError
+    from graphs.tag import TagContext
+
+    monkeypatch.setenv("UNVEIL_SCREEN_PAIRS", "off")
+    assert TagContext().screen_pairs is False
+    monkeypatch.setenv("UNVEIL_SCREEN_PAIRS", "YES")
+    assert TagContext().screen_pairs is True
+    # Any other word used to mean False without a word; now it is refused, naming the variable.
+    monkeypatch.setenv("UNVEIL_SCREEN_PAIRS", "maybe")
+    with pytest.raises(ContextError, match="UNVEIL_SCREEN_PAIRS='maybe'.*1/true/yes/on"):
+        TagContext()
+
+
+def test_a_bad_hub_offline_switch_names_the_variable(monkeypatch) -> None:
+    from tools.hub import hub_offline
+
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "ON")
+    assert hub_offline() is True
+    monkeypatch.setenv("HF_HUB_OFFLINE", "sometimes")
+    with pytest.raises(SettingError, match="HF_HUB_OFFLINE='sometimes'"):
+        hub_offline()

@@ -13,6 +13,7 @@ import sys
 from dataclasses import MISSING, fields
 from typing import Any
 
+from tools.env import SettingError, parse_bool
 from tools.extras import require_extra
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR, check_generator
 from tools.t2i.settings import RenderSettings
@@ -27,12 +28,10 @@ from unveil.commands.common import (
 
 
 def _parse_bool(text: str) -> bool:
-    low = text.strip().lower()
-    if low in ("1", "true", "yes", "on"):
-        return True
-    if low in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    try:
+        return parse_bool("value", text)
+    except SettingError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def field_help(cls: type) -> dict[str, str]:
