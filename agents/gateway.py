@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from agents.cache import ResponseCache, cache_key, default_cache_path
 from agents.content import data_text
-from agents.limits import BackendLimits
+from agents.limits import BackendLimits, check_limits
 from agents.providers.json_salvage import salvage_json
 from agents.providers.registry import (
     TEXT_ONLY_ENV,
@@ -129,10 +129,7 @@ class GatewaySettings:
         check_minimum("max_repairs", self.max_repairs, 0)
         check_minimum("max_retries", self.max_retries, 0)
         check_minimum("backoff_base", self.backoff_base, 0)
-        if self.max_concurrency is not None:
-            check_minimum("max_concurrency", self.max_concurrency, 1)
-        if self.rpm is not None:
-            check_minimum("rpm", self.rpm, 0, strict=True)
+        check_limits(self.max_concurrency, self.rpm)
         if self.structured_method is not None and self.structured_method not in METHOD_ORDER:
             raise SettingError(
                 f"UNVEIL_STRUCTURED_METHOD={self.structured_method!r}: expected one of {', '.join(METHOD_ORDER)}"
