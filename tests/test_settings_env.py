@@ -121,3 +121,13 @@ def test_a_bad_hub_offline_switch_names_the_variable(monkeypatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "sometimes")
     with pytest.raises(SettingError, match="HF_HUB_OFFLINE='sometimes'"):
         hub_offline()
+
+
+def test_a_model_spec_switch_uses_the_one_vocabulary() -> None:
+    from agents.providers.hf_vlm import HFModelError, parse_hf_spec
+
+    assert parse_hf_spec("hf:Qwen/Qwen2.5-VL-3B-Instruct?adapter=a&merge").merge is True
+    assert parse_hf_spec("hf:Qwen/Qwen2.5-VL-3B-Instruct?adapter=a&merge=OFF").merge is False
+    # Any other word used to mean "do not merge" without a word.
+    with pytest.raises(HFModelError, match="merge='sometimes'"):
+        parse_hf_spec("hf:Qwen/Qwen2.5-VL-3B-Instruct?adapter=a&merge=sometimes")

@@ -17,6 +17,7 @@ N = TypeVar("N", int, float)
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
+BOOL_WORDS = f"{'/'.join(TRUE_WORDS)} or {'/'.join(FALSE_WORDS)}"  # for messages
 
 
 class SettingError(UnveilError, ValueError):
@@ -30,7 +31,7 @@ def parse_bool(name: str, text: str) -> bool:
         return True
     if low in FALSE_WORDS:
         return False
-    raise SettingError(f"{name}={text!r}: expected one of {'/'.join(TRUE_WORDS)} or {'/'.join(FALSE_WORDS)}")
+    raise SettingError(f"{name}={text!r}: expected {BOOL_WORDS}")
 
 
 def env_str(name: str, default: str | None = None) -> str | None:

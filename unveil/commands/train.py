@@ -13,7 +13,7 @@ import sys
 from dataclasses import MISSING, fields
 from typing import Any
 
-from tools.env import SettingError, parse_bool
+from tools.env import BOOL_WORDS, SettingError, parse_bool
 from tools.extras import require_extra
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR, check_generator
 from tools.t2i.settings import RenderSettings
@@ -30,8 +30,8 @@ from unveil.commands.common import (
 def _parse_bool(text: str) -> bool:
     try:
         return parse_bool("value", text)
-    except SettingError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    except SettingError:
+        raise argparse.ArgumentTypeError(f"expected {BOOL_WORDS}, got {text!r}") from None
 
 
 def _add_fields(parser: argparse.ArgumentParser, cls: type, prefix: str = "") -> None:
