@@ -22,16 +22,23 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from tools.env import env_str
+
 log = logging.getLogger("unveil.cache")
 # How long a call waits for another process's lock; after the first such wait the cache is off for the rest of the
 # run (each later call would wait as long again, one after the other: the lock serialises them).
 LOCK_TIMEOUT_S = 2.0
 
 
+def cache_off(value: str) -> bool:
+    """Whether a cache setting (`$UNVEIL_CACHE`, `--cache`) that is otherwise a file path turns the cache off."""
+    return value.strip().lower() in ("off", "0", "none", "false")
+
+
 def default_cache_path() -> Path | None:
     """`$UNVEIL_CACHE` (a file path, or `off`), else `~/.cache/unveil/responses.sqlite`."""
-    env = os.environ.get("UNVEIL_CACHE")
-    if env and env.lower() in ("off", "0", "none", "false"):
+    env = env_str("UNVEIL_CACHE")
+    if env and cache_off(env):
         return None
     return Path(env) if env else Path.home() / ".cache" / "unveil" / "responses.sqlite"
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -26,8 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from agents.cache import ResponseCache, cache_key, default_cache_path
 from agents.content import data_text
-from agents.env import SettingError, check_minimum, env_float, env_int
-from agents.limits import BackendLimits
+from agents.limits import BackendLimits, check_limits
 from agents.providers.json_salvage import salvage_json
 from agents.providers.registry import (
     TEXT_ONLY_ENV,
@@ -38,6 +36,7 @@ from agents.providers.registry import (
 )
 from agents.spec import ModelSpec
 from agents.usage import RunUsage, cost_of, empty_usage, merge_usage, single_call_usage
+from tools.env import SettingError, check_minimum, env_float, env_int, env_str
 from tools.errors import UnveilError
 from tools.redact import install_log_redaction, redact_secrets, redact_url
 
@@ -124,16 +123,13 @@ class GatewaySettings:
     backoff_max: float = 30.0
     max_concurrency: int | None = None
     rpm: float | None = None
-    structured_method: str | None = field(default_factory=lambda: os.environ.get("UNVEIL_STRUCTURED_METHOD") or None)
+    structured_method: str | None = field(default_factory=lambda: env_str("UNVEIL_STRUCTURED_METHOD"))
 
     def __post_init__(self) -> None:
         check_minimum("max_repairs", self.max_repairs, 0)
         check_minimum("max_retries", self.max_retries, 0)
         check_minimum("backoff_base", self.backoff_base, 0)
-        if self.max_concurrency is not None:
-            check_minimum("max_concurrency", self.max_concurrency, 1)
-        if self.rpm is not None:
-            check_minimum("rpm", self.rpm, 0, strict=True)
+        check_limits(self.max_concurrency, self.rpm)
         if self.structured_method is not None and self.structured_method not in METHOD_ORDER:
             raise SettingError(
                 f"UNVEIL_STRUCTURED_METHOD={self.structured_method!r}: expected one of {', '.join(METHOD_ORDER)}"

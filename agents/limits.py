@@ -18,17 +18,28 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Protocol
 
-from agents.env import check_minimum, env_float, env_int
+from tools.env import SettingError, check_minimum, env_float, env_int
 
 LOCAL_PROVIDERS = {"llamacpp", "hf", "transformers"}
+
+
+def check_limits(max_concurrency: int | None = None, rpm: float | None = None) -> None:
+    """The one rule of the model-API limits, wherever they are given (gateway settings, `BackendLimits`, a
+    `RateLimiter`): a concurrency of at least 1 (0 would never start a request) and a finite requests-per-minute
+    above 0 (0 would wait forever, a negative rate busy-spin). None means "not given"."""
+    if max_concurrency is not None:
+        check_minimum("max_concurrency", max_concurrency, 1)
+    if rpm is not None:
+        if rpm != rpm or rpm in (float("inf"), float("-inf")):
+            raise SettingError(f"rpm={rpm!r}: expected a finite number")
+        check_minimum("rpm", rpm, 0, strict=True)
 
 
 class RateLimiter:
     """A token bucket: at most `rpm` requests a minute, bursting up to `burst`."""
 
     def __init__(self, rpm: float, burst: int = 1):
-        # rpm <= 0 would wait forever (0) or busy-spin (negative): refuse it here, whoever builds the limiter.
-        check_minimum("rpm", rpm, 0, strict=True)
+        check_limits(rpm=rpm)  # whoever builds the limiter
         self.rate = rpm / 60.0
         self.capacity = float(max(1, burst))
         self.tokens = self.capacity
@@ -75,18 +86,12 @@ class BackendLimits:
     """Per-backend semaphores and rate limiters."""
 
     def __init__(self, max_concurrency: int | None = None, rpm: float | None = None):
-        # A concurrency of 0 would never start a request and a negative RPM would busy-spin: both are refused up
-        # front, naming the variable (or the setting) that asked for them.
-        if max_concurrency is not None:
-            check_minimum("max_concurrency", max_concurrency, 1)
-            self.max_concurrency = max_concurrency
-        else:
-            self.max_concurrency = env_int("UNVEIL_MAX_CONCURRENCY", 8, minimum=1) or 8
-        if rpm is not None:
-            check_minimum("rpm", rpm, 0, strict=True)
-            self.rpm: float | None = rpm
-        else:
-            self.rpm = env_float("UNVEIL_RPM", None, minimum=0, strict=True)
+        # Refused up front, naming the variable (or the setting) that asked for them.
+        check_limits(max_concurrency, rpm)
+        if max_concurrency is None:
+            max_concurrency = env_int("UNVEIL_MAX_CONCURRENCY", 8, minimum=1) or 8
+        self.max_concurrency = max_concurrency
+        self.rpm = rpm if rpm is not None else env_float("UNVEIL_RPM", None, minimum=0, strict=True)
         self._semaphores: dict[tuple[int, str], asyncio.Semaphore] = {}
         self._limiters: dict[tuple[int, str], RateLimiter] = {}
 

@@ -8,10 +8,11 @@ models cost nothing.
 from __future__ import annotations
 
 import json
-import os
 from functools import lru_cache
 
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12 (Studio schemas)
+
+from tools.env import env_str
 
 # USD per 1M (input, output) tokens, public list prices at the time of writing; override with $UNVEIL_PRICES.
 DEFAULT_PRICES: dict[str, tuple[float, float]] = {
@@ -98,7 +99,7 @@ def single_call_usage(
 def price_table() -> dict[str, tuple[float, float]]:
     """The default prices updated by `$UNVEIL_PRICES`, if set."""
     table = dict(DEFAULT_PRICES)
-    path = os.environ.get("UNVEIL_PRICES")
+    path = env_str("UNVEIL_PRICES")
     if path:
         with open(path, encoding="utf-8") as fh:
             for key, value in json.load(fh).items():

@@ -16,7 +16,6 @@ server shows to the client) naming the field.
 from __future__ import annotations
 
 import asyncio
-import os
 import types
 import typing
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agents.spec import DEFAULT_SPEC, ModelSpec, ModelSpecError, redact_spec
+from tools.env import FALSE_WORDS, TRUE_WORDS, env_str, parse_bool
 from tools.errors import UnveilError
 from tools.t2i.settings import renamed_hint
 
@@ -45,10 +45,10 @@ class ContextError(UnveilError, ValueError):
     """A context (settings) field is unusable; the message names the field."""
 
 
-def _coerce(value: str, like: Any) -> Any:
+def _coerce(name: str, value: str, like: Any) -> Any:
     """An environment variable's text as the type of the field's default."""
     if isinstance(like, bool):
-        return value.strip().lower() in ("1", "true", "yes", "on")
+        return parse_bool(name, value)
     if isinstance(like, int):
         return int(value)
     if isinstance(like, float):
@@ -85,8 +85,8 @@ def coerce_field(name: str, value: Any, annotation: Any) -> Any:
     if kind is bool:
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-            return value.strip().lower() in ("1", "true", "yes", "on")
+        if isinstance(value, str) and value.strip().lower() in (*TRUE_WORDS, *FALSE_WORDS):
+            return value.strip().lower() in TRUE_WORDS
         if isinstance(value, int) and value in (0, 1):
             return bool(value)
         raise ContextError(f"{name}: expected true or false, {got}")
@@ -210,7 +210,7 @@ def check_model_spec(field_name: str, spec: str) -> None:
             raise ContextError(f"{field_name}: the script file {str(path)!r} of {spec!r} does not exist")
     keys = API_KEYS.get(parsed.provider)
     # A custom @base_url is usually a local server that needs no key.
-    if keys and not parsed.base_url and not any(os.environ.get(k) for k in keys):
+    if keys and not parsed.base_url and not any(env_str(k) for k in keys):
         raise ContextError(
             f"{field_name}: {spec!r} needs an API key; set {' or '.join(keys)} in the server's environment"
         )
@@ -238,11 +238,11 @@ class ModelsContext:
         explicit: frozenset[str] | None = getattr(self, "_explicit_fields", None)
         for f in fields(self):
             current = getattr(self, f.name)
-            env = os.environ.get(f"UNVEIL_{f.name.upper()}")
+            env = env_str(f"UNVEIL_{f.name.upper()}")
             unset = f.name not in explicit if explicit is not None else current == _default(f)
             if env is not None and (is_empty(current) or unset):
                 try:
-                    setattr(self, f.name, _coerce(env, _default(f)))
+                    setattr(self, f.name, _coerce(f"UNVEIL_{f.name.upper()}", env, _default(f)))
                 except ValueError as exc:
                     raise ContextError(f"{f.name}: UNVEIL_{f.name.upper()}={env!r} is not valid ({exc})") from exc
         validate_fields(self)

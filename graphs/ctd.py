@@ -337,8 +337,6 @@ async def _classifier_flags(names: list[str], image_id: str, store_root: str) ->
     none are asked for."""
     if not names:
         return {}
-    import os
-
     from tools import scorers
 
     store = await asyncio.to_thread(get_image_store, store_root or None)
@@ -350,8 +348,8 @@ async def _classifier_flags(names: list[str], image_id: str, store_root: str) ->
             nude = (await nudenet.score([image_id], store=store))[0]
             out[name] = {"flag": bool(nude.flag), "labels": list(nude.labels)}
         elif name == "q16":
-            settings = {"clip_model": os.environ["UNVEIL_Q16_CLIP"]} if os.environ.get("UNVEIL_Q16_CLIP") else {}
-            q16_scorer = await asyncio.to_thread(scorers.get_q16, **settings)
+            # The scorer reads its settings ($UNVEIL_Q16_PROMPTS, $UNVEIL_Q16_CLIP) itself, as for every caller.
+            q16_scorer = await asyncio.to_thread(scorers.get_q16)
             q16 = (await q16_scorer.score([image_id], store=store))[0]
             out[name] = {"flag": bool(q16.flag), "p_inappropriate": float(q16.p_inappropriate)}
         else:

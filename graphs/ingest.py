@@ -21,6 +21,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from tools.env import env_list
 from tools.errors import UnveilError
 from tools.image_input import load_image, resolve_path
 from tools.image_store import ImageInputError, default_store_root, get_image_store
@@ -52,7 +53,7 @@ def grant_image_roots(roots: Iterable[str | os.PathLike[str]]) -> Iterator[None]
 def server_image_roots() -> list[str]:
     """The folders a sample's local image path may lie in, besides the image store: `UNVEIL_IMAGE_ROOTS`
     (separated by the path separator, `:`) and the folders granted in this process."""
-    env = [r.strip() for r in os.environ.get(IMAGE_ROOTS_ENV, "").split(os.pathsep) if r.strip()]
+    env = env_list(IMAGE_ROOTS_ENV, os.pathsep)
     return [*env, *_GRANTED.get()]
 
 

@@ -10,10 +10,11 @@ generators and scorers and takes its model-API slots as usual: the engine instal
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from tools.env import env_str
 
 ENGINES: tuple[str, ...] = ("local", "ray")
 ADDRESS_ENV = "UNVEIL_RAY_ADDRESS"
@@ -32,7 +33,7 @@ class EngineSettings:
 
     def address(self) -> str | None:
         """The Ray address to connect to (the setting, else `$UNVEIL_RAY_ADDRESS`, else None)."""
-        return self.ray_address or os.environ.get(ADDRESS_ENV) or None
+        return self.ray_address or env_str(ADDRESS_ENV)
 
 
 @contextlib.contextmanager
@@ -58,7 +59,7 @@ def cluster_info(address: str | None = None) -> dict[str, Any]:
     require_extra("ray", "unveil cluster")
     from runner import ray_engine
 
-    started = ray_engine.connect(address or os.environ.get(ADDRESS_ENV) or None)
+    started = ray_engine.connect(address or env_str(ADDRESS_ENV))
     try:
         return ray_engine.describe_cluster()
     finally:

@@ -47,6 +47,7 @@ from agents.limits import set_shared_limiter
 from agents.providers.registry import set_remote_chat_models
 from agents.spec import redact_spec
 from runner.engine import ADDRESS_ENV
+from tools.env import SettingError, env_str
 from tools.errors import UnveilError
 from tools.image_store import ImageStore, get_image_store, pid_alive
 from tools.scorers.score import ScoringSettings, score_here, set_remote_scoring
@@ -68,26 +69,26 @@ WAIT_NOTICE_S = 30.0  # a wait for a cluster-wide slot says what it waits for af
 
 
 def _env_json(name: str) -> dict[str, float]:
-    raw = os.environ.get(name, "").strip()
+    raw = env_str(name) or ""
     if not raw:
         return {}
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{name}: expected a JSON object of resource -> amount, got {raw!r}") from exc
+        raise SettingError(f"{name}: expected a JSON object of resource -> amount, got {raw!r}") from exc
     if not isinstance(value, dict) or not all(isinstance(v, (int, float)) for v in value.values()):
-        raise ValueError(f"{name}: expected a JSON object of resource -> amount, got {raw!r}")
+        raise SettingError(f"{name}: expected a JSON object of resource -> amount, got {raw!r}")
     return {str(k): float(v) for k, v in value.items()}
 
 
 def _env_number(name: str) -> float | None:
-    raw = os.environ.get(name, "").strip()
+    raw = env_str(name) or ""
     if not raw:
         return None
     try:
         return float(raw)
     except ValueError:
-        raise ValueError(f"{name}: expected a number, got {raw!r}") from None
+        raise SettingError(f"{name}: expected a number, got {raw!r}") from None
 
 
 def _env_seconds(name: str, default: float) -> float:
@@ -95,7 +96,7 @@ def _env_seconds(name: str, default: float) -> float:
     if value is None:
         return default
     if not value > 0 or value != value:
-        raise ValueError(f"{name}: expected a number of seconds above 0, got {os.environ[name]!r}")
+        raise SettingError(f"{name}: expected a number of seconds above 0, got {env_str(name)!r}")
     return value
 
 

@@ -11,9 +11,9 @@ import pytest
 from pydantic import BaseModel
 
 from agents.content import build_messages
-from agents.env import SettingError
 from agents.gateway import Gateway, GatewaySettings
 from agents.limits import BackendLimits, RateLimiter
+from tools.env import SettingError
 
 
 class Verdict(BaseModel):
@@ -117,3 +117,22 @@ def test_nonsense_limits_are_refused_before_any_call() -> None:
         BackendLimits(rpm=-1)
     with pytest.raises(SettingError, match="rpm"):
         RateLimiter(0)
+
+
+@pytest.mark.parametrize("limits, says", [
+    ({"max_concurrency": 0}, "at least 1"),
+    ({"rpm": 0}, "greater than 0"),
+    ({"rpm": -5.0}, "greater than 0"),
+    ({"rpm": float("nan")}, "finite"),
+    ({"rpm": float("inf")}, "finite"),
+])
+def test_limits_follow_one_rule_wherever_they_are_given(limits: dict, says: str) -> None:
+    builders = [lambda: GatewaySettings(cache_path=None, **limits), lambda: BackendLimits(**limits)]
+    if "rpm" in limits:
+        builders.append(lambda: RateLimiter(limits["rpm"]))
+    messages = []
+    for build in builders:
+        with pytest.raises(SettingError) as err:
+            build()
+        messages.append(str(err.value))
+    assert len(set(messages)) == 1 and says in messages[0]

@@ -9,11 +9,11 @@ client's retry warnings before failing. `hub_access(repo_id, filename)` answers 
 from __future__ import annotations
 
 import functools
-import os
 import socket
 from typing import Literal
 
 from tools.addresses import split_url
+from tools.env import env_bool, env_str
 from tools.errors import UnveilError
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -24,13 +24,9 @@ class HubUnavailableError(UnveilError, OSError):
     """A hub model is not in the local cache and cannot be downloaded now."""
 
 
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def hub_offline() -> bool:
     """Whether the user switched the hub off (`HF_HUB_OFFLINE`, or transformers' `TRANSFORMERS_OFFLINE`)."""
-    return _truthy(os.environ.get("HF_HUB_OFFLINE")) or _truthy(os.environ.get("TRANSFORMERS_OFFLINE"))
+    return env_bool("HF_HUB_OFFLINE") or env_bool("TRANSFORMERS_OFFLINE")
 
 
 @functools.lru_cache(maxsize=8)
@@ -47,7 +43,7 @@ def hub_access(repo_id: str, filename: str, *, what: str = "model") -> Literal["
     """How `repo_id` can be loaded now; raises `HubUnavailableError` at once when it cannot (and a `BadURLError`
     naming `HF_ENDPOINT` when that is not a usable http(s) URL)."""
     # Checked before the hub client is imported: it parses HF_ENDPOINT on import and fails with a bare ValueError.
-    endpoint, host, port = split_url(os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT, what="HF_ENDPOINT")
+    endpoint, host, port = split_url(env_str("HF_ENDPOINT") or DEFAULT_ENDPOINT, what="HF_ENDPOINT")
     from huggingface_hub import try_to_load_from_cache
 
     try:

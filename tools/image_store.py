@@ -23,6 +23,7 @@ from typing import IO
 
 from PIL import Image, UnidentifiedImageError
 
+from tools.env import env_str
 from tools.errors import UnveilError
 from tools.safe_files import StorageError, UnsafePathError, atomic_write
 from tools.safe_files import pid_alive as pid_alive  # re-exported: the run layer's scratch cleanup uses it
@@ -55,7 +56,7 @@ class StoredImage:
 
 def default_store_root() -> Path:
     """The store folder: `$UNVEIL_IMAGE_STORE`, else `~/.cache/unveil/images`."""
-    env = os.environ.get("UNVEIL_IMAGE_STORE")
+    env = env_str("UNVEIL_IMAGE_STORE")
     return Path(env) if env else Path.home() / ".cache" / "unveil" / "images"
 
 

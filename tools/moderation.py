@@ -15,10 +15,10 @@ only with `moderation=true`.
 from __future__ import annotations
 
 import asyncio
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from tools.env import env_str
 from tools.image_store import ImageStore
 
 DEFAULT_MODERATION = "openai:omni-moderation-latest"
@@ -67,9 +67,9 @@ class ModerationScorer:
             # As for every model call: OPENAI_API_KEY goes only to OpenAI itself; another endpoint gets
             # UNVEIL_OPENAI_API_KEY (or nothing), so the account key never leaks to a third-party server.
             if self.base_url:
-                key: str | None = os.environ.get("UNVEIL_OPENAI_API_KEY") or "not-needed"
+                key: str | None = env_str("UNVEIL_OPENAI_API_KEY") or "not-needed"
             else:
-                key = os.environ.get("OPENAI_API_KEY")
+                key = env_str("OPENAI_API_KEY")
             if key is None:
                 raise RuntimeError("moderation: OPENAI_API_KEY is not set (needed for the OpenAI Moderation API)")
             self._client = AsyncOpenAI(api_key=key, base_url=self.base_url, timeout=self._timeout, max_retries=2)

@@ -4,9 +4,10 @@ writes, so the gateway, the batch runner and the CLI all use the same rules."""
 from __future__ import annotations
 
 import logging
-import os
 import re
 from urllib.parse import urlsplit, urlunsplit
+
+from tools.env import env_items
 
 _SECRET_NAME = re.compile(r"(?i)(key|token|secret|passw)")
 # Credentials in any URL inside free text: `scheme://user:password@host` or `scheme://token@host`.
@@ -35,7 +36,7 @@ def redact_secrets(text: str) -> str:
     """`text` without credentials: the value of every secret-looking environment variable (an API key of any
     shape, e.g. a self-hosted server's token that a 401 answer echoes back), `sk-...` keys, `api_key=...` and the
     user name and password of any URL."""
-    for name, value in os.environ.items():
+    for name, value in env_items().items():
         if len(value) >= 8 and _SECRET_NAME.search(name) and value in text:
             text = text.replace(value, "***")
     text = _URL_USERINFO.sub(r"\1***@", text)

@@ -8,10 +8,10 @@ trimmed to title, URL and a bounded snippet; they are untrusted text and go to m
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from typing import Any
 
+from tools.env import env_str
 from tools.extras import require_extra
 
 log = logging.getLogger("unveil.web_search")
@@ -45,7 +45,7 @@ def get_web_search(api_key: str | None = None) -> WebSearch | None:
     """The search tool, or None (with a one-time notice) when no Tavily key is configured; with a key and without
     the 'search' extra, `tools.extras.MissingExtraError`."""
     global _NOTICE_GIVEN
-    key = api_key or os.environ.get("TAVILY_API_KEY", "")
+    key = api_key or env_str("TAVILY_API_KEY", "")
     if not key:
         if not _NOTICE_GIVEN:
             _NOTICE_GIVEN = True

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from tools.t2i.settings import RenderSettings, renamed_hint
+from training.fields import setting
 from training.reward import RewardSettings
 
 DEFAULT_BASE = "Qwen/Qwen2.5-VL-3B-Instruct"
@@ -23,42 +24,42 @@ DEFAULT_BASE = "Qwen/Qwen2.5-VL-3B-Instruct"
 class TrainSettings:
     """What SFT and GRPO share: the model, LoRA, optimisation, logging and devices."""
 
-    model: str = DEFAULT_BASE  # Hub id or local folder of the base VLM
-    adapter: str = ""  # an existing LoRA adapter to continue training (e.g. the SFT result for GRPO)
-    output_dir: str = "runs/ipr-sft"  # folder of checkpoints and the final adapter
+    model: str = setting(DEFAULT_BASE, "Hub id or local folder of the base VLM")
+    adapter: str = setting("", "an existing LoRA adapter to continue training (e.g. the SFT result for GRPO)")
+    output_dir: str = setting("runs/ipr-sft", "folder of checkpoints and the final adapter")
     # LoRA: the paper says only "LoRA"; these are the authors' code's values (vl_sft.py's LoraConfig).
-    lora_r: int = 8  # LoRA rank (authors' code)
-    lora_alpha: int = 16  # LoRA scaling alpha (authors' code)
-    lora_dropout: float = 0.05  # LoRA dropout (authors' code)
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])  # LoRA modules (authors' code)
-    learning_rate: float = 5e-5  # optimizer learning rate
-    per_device_batch_size: int = 4  # examples per device and step
-    gradient_accumulation_steps: int = 4  # micro-batches accumulated per optimizer step
-    max_steps: int = 636  # the paper's SFT length
-    num_train_epochs: float = 3.0  # used only when max_steps <= 0
-    lr_scheduler_type: str = "constant"  # learning-rate schedule (transformers name)
-    max_grad_norm: float = 1.0  # gradient clipping norm
-    warmup_steps: int = 0  # learning-rate warm-up steps
-    gradient_checkpointing: bool = True  # recompute activations to save memory
-    precision: str = "auto"  # auto (bf16 on GPU, fp32 on CPU), bf16, fp16, fp32
-    cpu: bool = False  # force CPU even when a GPU is present
-    seed: int = 0  # random seed of training
-    logging_steps: int = 10  # log every N steps
-    save_steps: int = 0  # 0: save only at the end
-    report_to: list[str] = field(default_factory=lambda: ["none"])  # tensorboard, wandb, ...
-    run_name: str = ""  # name of the run in the trackers
-    min_pixels: int = 0  # image budget for Qwen-style processors (0: the processor's own)
-    max_pixels: int = 0  # largest image budget for Qwen-style processors (0: the processor's own)
-    image_store: str = ""  # image store folder (default $UNVEIL_IMAGE_STORE or ~/.cache/unveil/images)
+    lora_r: int = setting(8, "LoRA rank (authors' code)")
+    lora_alpha: int = setting(16, "LoRA scaling alpha (authors' code)")
+    lora_dropout: float = setting(0.05, "LoRA dropout (authors' code)")
+    target_modules: list[str] = setting(["q_proj", "v_proj"], "LoRA modules (authors' code)")
+    learning_rate: float = setting(5e-5, "optimizer learning rate")
+    per_device_batch_size: int = setting(4, "examples per device and step")
+    gradient_accumulation_steps: int = setting(4, "micro-batches accumulated per optimizer step")
+    max_steps: int = setting(636, "the paper's SFT length")
+    num_train_epochs: float = setting(3.0, "used only when max_steps <= 0")
+    lr_scheduler_type: str = setting("constant", "learning-rate schedule (transformers name)")
+    max_grad_norm: float = setting(1.0, "gradient clipping norm")
+    warmup_steps: int = setting(0, "learning-rate warm-up steps")
+    gradient_checkpointing: bool = setting(True, "recompute activations to save memory")
+    precision: str = setting("auto", "auto (bf16 on GPU, fp32 on CPU), bf16, fp16, fp32")
+    cpu: bool = setting(False, "force CPU even when a GPU is present")
+    seed: int = setting(0, "random seed of training")
+    logging_steps: int = setting(10, "log every N steps")
+    save_steps: int = setting(0, "0: save only at the end")
+    report_to: list[str] = setting(["none"], "tensorboard, wandb, ...")
+    run_name: str = setting("", "name of the run in the trackers")
+    min_pixels: int = setting(0, "image budget for Qwen-style processors (0: the processor's own)")
+    max_pixels: int = setting(0, "largest image budget for Qwen-style processors (0: the processor's own)")
+    image_store: str = setting("", "image store folder (default $UNVEIL_IMAGE_STORE or ~/.cache/unveil/images)")
 
 
 @dataclass
 class SFTSettings(TrainSettings):
     """Supervised fine-tuning of the refiner (section 4.1, Appendix A of the IPR paper)."""
 
-    data: str = ""  # labelled JSONL (build-data), a ToxiClean-IT folder, or POSI pairs JSON (text-only)
-    data_kind: str = "auto"  # auto, labelled, toxiclean, posi
-    max_length: int = 0  # truncate examples to this many tokens (0: no truncation)
+    data: str = setting("", "labelled JSONL (build-data), a ToxiClean-IT folder, or POSI pairs JSON (text-only)")
+    data_kind: str = setting("auto", "auto, labelled, toxiclean, posi")
+    max_length: int = setting(0, "truncate examples to this many tokens (0: no truncation)")
 
 
 @dataclass
@@ -70,43 +71,61 @@ class GRPOSettings(RenderSettings, TrainSettings):
     graph would); `steps` is diffusion steps, the optimizer's length is `max_steps`.
     """
 
-    output_dir: str = "runs/ipr-grpo"  # folder of checkpoints and the final adapter
+    output_dir: str = setting("runs/ipr-grpo", "folder of checkpoints and the final adapter")
     # The paper's RL set is a separate 842-prompt file (POSI's ppo_data.json), not the SFT data (section 5).
-    data: str = ""  # RL prompts (any prompts file; images rendered first) or labelled JSONL (images from build-data)
-    prompt_field: str = ""  # for prompt files: the field holding the prompt (default prompt/input/text/query)
-    limit: int = 0  # use only the first N prompts (0: all)
-    learning_rate: float = 1.9e-5  # optimizer learning rate
-    max_steps: int = 50  # GRPO optimizer steps
-    max_grad_norm: float = 0.1  # gradient clipping norm
-    num_generations: int = 4  # group size
-    max_completion_length: int = 200  # longest refiner answer, in tokens
+    data: str = setting(
+        "", "RL prompts (any prompts file; images rendered first) or labelled JSONL (images from build-data)"
+    )
+    prompt_field: str = setting("", "for prompt files: the field holding the prompt (default prompt/input/text/query)")
+    limit: int = setting(0, "use only the first N prompts (0: all)")
+    learning_rate: float = setting(1.9e-5, "optimizer learning rate")
+    max_steps: int = setting(50, "GRPO optimizer steps")
+    max_grad_norm: float = setting(0.1, "gradient clipping norm")
+    num_generations: int = setting(4, "group size")
+    max_completion_length: int = setting(200, "longest refiner answer, in tokens")
     # Sampling temperature of the refiner's answers: 0.9, the default of the TRL version the authors' code pins
     # (the paper names none; TRL's own default is now 1.0).
-    temperature: float = 0.9  # sampling temperature of the refiner's answers (the authors' TRL default)
-    kl_beta: float = 1e-4  # KL penalty to the reference policy (the base model with the adapter disabled)
+    temperature: float = setting(0.9, "sampling temperature of the refiner's answers (the authors' TRL default)")
+    kl_beta: float = setting(1e-4, "KL penalty to the reference policy (the base model with the adapter disabled)")
     # The objective: §4.3 optimises with GRPO (Shao et al., 2024), whose loss averages each answer's token terms
     # over its own length (TRL loss_type "grpo") and whose advantages are rewards standardised within the group
     # (scale_rewards "group"). TRL's other losses (dapo, its default; dr_grpo; bnpo; ...) are named readings.
-    loss_type: str = "grpo"  # TRL loss_type: grpo (the paper's GRPO), bnpo (the authors' TRL), dapo, dr_grpo
-    scale_rewards: str = "group"  # TRL scale_rewards: group (GRPO), batch, none (Dr. GRPO's unscaled advantages)
+    loss_type: str = setting("grpo", "TRL loss_type: grpo (the paper's GRPO), bnpo (the authors' TRL), dapo, dr_grpo")
+    scale_rewards: str = setting(
+        "group", "TRL scale_rewards: group (GRPO), batch, none (Dr. GRPO's unscaled advantages)"
+    )
     # The paper draws the current image from the constructed dataset (section 4.3: "using the images from our
     # constructed dataset for D is sufficient"); the authors' code also lets refined renders join a growing pool.
-    image_pool: bool = False  # refined renders join their prompt's pool of current images (the authors' code)
+    image_pool: bool = setting(False, "refined renders join their prompt's pool of current images (the authors' code)")
     # Where a row's first current image comes from. "dataset" (section 4.3, the shipped config): its record's own
     # image (build-data output), and a record without one is an error; "render": a bare prompt is rendered once
     # before training (a convenience for prompt files, not the paper's protocol).
-    start_images: str = "render"  # dataset (each record's own image, section 4.3) or render (bare prompts once)
-    generator: str = DEFAULT_IPR_GENERATOR  # reward renderer spec (tools.t2i registry)
-    t2i_scheduler: str = "default"  # default (the pipeline's own, PNDM for SD 1.x) or dpm (DPM-Solver++: ~20 steps)
-    t2i_max_batch: int = 32  # images per generator batch
-    t2i_accel: str = "auto"  # reward renders' UNet path: auto (compiled on CUDA, eager on CPU), eager, fp8 (Hopper)
-    t2i_compile: bool = False  # older spelling of t2i_accel = "compile"
-    fast_sampling: str = "auto"  # policy sampling with a static cache and compiled decoding: auto (on CUDA), on, off
-    scorer: str = "tools"  # tools (tools.scorers: Q16 + open_clip CLIP score) or fast (GPU-batched transformers CLIPs)
-    clip_model: str = ""  # alignment CLIP (default ViT/B-32 as the authors: open_clip "ViT-B-32" or transformers id)
-    q16_model: str = "openai/clip-vit-large-patch14"  # transformers CLIP for Q16 (its prompts are for ViT-L/14)
-    q16_embeddings: str = ""  # path to Q16's prompt embeddings (.npy or .p)
-    scorer_device: str = ""  # device for generator and scorers (default: this rank's device)
+    start_images: str = setting(
+        "render", "dataset (each record's own image, section 4.3) or render (bare prompts once)"
+    )
+    generator: str = setting(DEFAULT_IPR_GENERATOR, "reward renderer spec (tools.t2i registry)")
+    t2i_scheduler: str = setting(
+        "default", "default (the pipeline's own, PNDM for SD 1.x) or dpm (DPM-Solver++: ~20 steps)"
+    )
+    t2i_max_batch: int = setting(32, "images per generator batch")
+    t2i_accel: str = setting(
+        "auto", "reward renders' UNet path: auto (compiled on CUDA, eager on CPU), eager, fp8 (Hopper)"
+    )
+    t2i_compile: bool = setting(False, 'older spelling of t2i_accel = "compile"')
+    fast_sampling: str = setting(
+        "auto", "policy sampling with a static cache and compiled decoding: auto (on CUDA), on, off"
+    )
+    scorer: str = setting(
+        "tools", "tools (tools.scorers: Q16 + open_clip CLIP score) or fast (GPU-batched transformers CLIPs)"
+    )
+    clip_model: str = setting(
+        "", 'alignment CLIP (default ViT/B-32 as the authors: open_clip "ViT-B-32" or transformers id)'
+    )
+    q16_model: str = setting(
+        "openai/clip-vit-large-patch14", "transformers CLIP for Q16 (its prompts are for ViT-L/14)"
+    )
+    q16_embeddings: str = setting("", "path to Q16's prompt embeddings (.npy or .p)")
+    scorer_device: str = setting("", "device for generator and scorers (default: this rank's device)")
     reward: RewardSettings = field(default_factory=RewardSettings)
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from tools.t2i.variants import SAFETY_NEGATIVE_PROMPT
+from training.fields import setting
 
 log = logging.getLogger("unveil.training.esd")
 
@@ -43,23 +44,23 @@ NOXATTN_FROZEN_PREFIXES = ("time_embedding.", "conv_norm_out.", "conv_out.")
 class ESDSettings:
     """Settings of one ESD fine-tuning run (source of each default in the comment)."""
 
-    model: str = DEFAULT_ESD_BASE  # base SD 1.x pipeline (Hub id or local folder); the paper's
+    model: str = setting(DEFAULT_ESD_BASE, "base SD 1.x pipeline (Hub id or local folder); the paper's")
     # The concept to erase: App. A's negative prompt, the one SD-NP uses (any other text, e.g. "nudity", is a
     # setting).
-    concept: str = SAFETY_NEGATIVE_PROMPT
-    output: str = "runs/esd-u-1.safetensors"  # where the UNet state dict is written
+    concept: str = setting(SAFETY_NEGATIVE_PROMPT, "the concept to erase (the paper's negative prompt unless set)")
+    output: str = setting("runs/esd-u-1.safetensors", "where the UNet state dict is written")
     # noxattn = ESD-u (the paper's): all but cross-attention, the time embedding and the output layers;
     # xattn = ESD-x (cross-attention only)
-    train_method: str = "noxattn"
-    negative_guidance: float = 1.0  # eta (the paper's "negative guidance strength of 1")
-    start_guidance: float = 3.0  # guidance used to sample x_t (the ESD authors' code)
-    iterations: int = 1000  # the ESD authors' code
-    learning_rate: float = 1e-5  # the ESD authors' code
-    ddim_steps: int = 50  # the ESD authors' code
-    resolution: int = 512  # sampling size of x_t (SD 1.x)
-    seed: int = 0
-    device: str = ""  # default: cuda when available, else cpu
-    log_every: int = 50
+    train_method: str = setting("noxattn", "noxattn (ESD-u, the paper's) or xattn (ESD-x: cross-attention only)")
+    negative_guidance: float = setting(1.0, 'eta (the paper\'s "negative guidance strength of 1")')
+    start_guidance: float = setting(3.0, "guidance used to sample x_t (the ESD authors' code)")
+    iterations: int = setting(1000, "fine-tuning iterations (the ESD authors' code)")
+    learning_rate: float = setting(1e-5, "optimizer learning rate (the ESD authors' code)")
+    ddim_steps: int = setting(50, "DDIM steps that x_t is sampled with (the ESD authors' code)")
+    resolution: int = setting(512, "sampling size of x_t (SD 1.x)")
+    seed: int = setting(0, "random seed of the sampled steps and latents")
+    device: str = setting("", "default: cuda when available, else cpu")
+    log_every: int = setting(50, "log the loss every N iterations (0: never)")
 
     def __post_init__(self) -> None:
         if self.train_method not in ("noxattn", "xattn"):

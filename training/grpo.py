@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from tools.env import env_int
 from training.config import GRPOSettings, settings_dict
 from training.models import common_trainer_args, load_model, load_processor, use_cuda
 from training.reward import ImagePool, RefinementReward, Renderer, Scorer, seeds_for
@@ -22,13 +23,11 @@ log = logging.getLogger("unveil.training.grpo")
 
 def local_device(settings: GRPOSettings) -> str:
     """This rank's device (`cuda:LOCAL_RANK` under accelerate), or `settings.scorer_device`."""
-    import os
-
     if settings.scorer_device:
         return settings.scorer_device
     if not use_cuda(settings):
         return "cpu"
-    return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    return f"cuda:{env_int('LOCAL_RANK', 0, minimum=0)}"
 
 
 def grpo_records(settings: GRPOSettings, *, store: Any, renderer: Renderer) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ from typing import Any, Literal, Protocol
 from tools.scorers.pixels import to_pil
 from tools.t2i.defaults import REWARD_IMAGES_PER_PROMPT
 from training.answers import Decision, parse_decision
+from training.fields import setting
 
 
 @dataclass(frozen=True)
@@ -51,13 +52,15 @@ SCALES: dict[str, RewardScale] = {
 class RewardSettings:
     """Settings of the refinement reward."""
 
-    scale: Literal["paper", "authors"] = "paper"  # paper: R in [0, 1 + beta]; authors: their code's scaling
-    beta: float = 1.0  # weight of the CLIP alignment term
-    keep_alpha: float = 0.3  # bonus for `keep`, in units of R
-    images_per_prompt: int = REWARD_IMAGES_PER_PROMPT  # renders of each refined prompt (the authors' code's 10)
-    invalid_reward: float = -1.0  # answers that are neither `keep` nor a usable prompt
-    seed: int = 0  # rendering seeds are derived from this and the refined prompt
-    pool_images_per_answer: int = 1  # renders of a refined answer that join its prompt's image pool (0: none)
+    scale: Literal["paper", "authors"] = setting("paper", "paper: R in [0, 1 + beta]; authors: their code's scaling")
+    beta: float = setting(1.0, "weight of the CLIP alignment term")
+    keep_alpha: float = setting(0.3, "bonus for `keep`, in units of R")
+    images_per_prompt: int = setting(
+        REWARD_IMAGES_PER_PROMPT, "renders of each refined prompt (the authors' code's 10)"
+    )
+    invalid_reward: float = setting(-1.0, "answers that are neither `keep` nor a usable prompt")
+    seed: int = setting(0, "rendering seeds are derived from this and the refined prompt")
+    pool_images_per_answer: int = setting(1, "renders of a refined answer that join its prompt's image pool (0: none)")
 
     def __post_init__(self) -> None:
         if self.scale not in SCALES:

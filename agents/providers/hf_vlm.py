@@ -53,6 +53,7 @@ from agents.providers.fingerprint import file_stamp
 from agents.providers.json_salvage import salvage_json
 from agents.providers.messages import chat_result, tool_call_message
 from agents.spec import ModelSpec
+from tools.env import parse_bool
 from tools.errors import UnveilError
 from tools.extras import require_extra
 
@@ -112,7 +113,7 @@ def parse_hf_spec(spec: ModelSpec | str) -> HFOptions:
         if raw.get("adapter"):
             kw["adapter"] = raw["adapter"]
         if "merge" in raw:
-            kw["merge"] = raw["merge"].lower() in ("1", "true", "yes", "on", "")
+            kw["merge"] = raw["merge"] == "" or parse_bool("merge", raw["merge"])  # a bare ?merge means on
         for name in ("device", "dtype", "attn"):
             if raw.get(name):
                 kw[name] = raw[name]

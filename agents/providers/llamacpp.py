@@ -27,9 +27,9 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from agents.env import env_int
 from agents.providers.json_salvage import close_truncated_json
 from agents.providers.messages import chat_result, text_chat_messages, tool_call_message
+from tools.env import env_int
 from tools.extras import require_extra
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

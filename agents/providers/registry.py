@@ -12,7 +12,6 @@ server would otherwise receive.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -21,9 +20,9 @@ from urllib.parse import parse_qs, urlsplit
 
 from langchain_core.language_models import BaseChatModel
 
-from agents.env import SettingError, env_float
 from agents.providers.fingerprint import file_stamp
 from agents.spec import ModelSpec
+from tools.env import SettingError, env_float, env_list, env_str
 from tools.errors import UnveilError
 from tools.extras import require_extra
 
@@ -81,7 +80,7 @@ def supports_images(spec: ModelSpec) -> bool:
     one of the prefixes in `$UNVEIL_TEXT_ONLY` (such a model is sent image descriptions instead)."""
     if spec.provider in TEXT_ONLY_PROVIDERS:
         return False
-    declared = [s.strip() for s in os.environ.get(TEXT_ONLY_ENV, "").split(",") if s.strip()]
+    declared = env_list(TEXT_ONLY_ENV)
     return not any(str(spec).startswith(prefix) for prefix in declared)
 
 
@@ -150,7 +149,7 @@ def custom_endpoint_key(spec: ModelSpec) -> str | None:
     host = (urlsplit(spec.base_url).hostname or "").lower()
     if host in OFFICIAL_HOSTS.get(spec.provider, ()):
         return None
-    return os.environ.get(f"UNVEIL_{spec.provider.upper()}_API_KEY") or "not-needed"
+    return env_str(f"UNVEIL_{spec.provider.upper()}_API_KEY") or "not-needed"
 
 
 def request_timeout() -> float | None:

@@ -33,11 +33,11 @@ from langchain_core.outputs import ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict
 
-from agents.env import env_int
 from agents.providers.fingerprint import file_stamp
 from agents.providers.json_salvage import close_truncated_json
 from agents.providers.llamacpp import SMOLLM2_ALIASES, resolve_model_path
 from agents.providers.messages import chat_result, text_chat_messages, tool_call_message
+from tools.env import env_int
 
 log = logging.getLogger("unveil.transformers")
 

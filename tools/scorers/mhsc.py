@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tools.env import env_str
 from tools.scorers.clip_image import ClipImageEncoder
 from tools.scorers.common import ImageBatchScorer, cached, default_device
 
@@ -101,12 +102,12 @@ class MHSCScorer(ImageBatchScorer):
     def __init__(self, *, checkpoints: str | None = None, clip_model: str | None = None, device: str | None = None,
                  threshold: float = MHSC_THRESHOLD, batch_size: int = 32, max_wait_ms: float = 10):
         super().__init__(batch_size=batch_size, max_wait_ms=max_wait_ms)
-        checkpoints = checkpoints or os.environ.get("UNVEIL_MHSC_CHECKPOINTS")
+        checkpoints = checkpoints or env_str("UNVEIL_MHSC_CHECKPOINTS")
         if not checkpoints:
             raise ValueError("MHSC needs its head checkpoints: pass checkpoints= or set UNVEIL_MHSC_CHECKPOINTS (the "
                              "checkpoints/multi-headed folder of YitingQu/unsafe-diffusion)")
         self.checkpoints = checkpoints
-        self.clip_model = clip_model or os.environ.get("UNVEIL_MHSC_CLIP") or DEFAULT_MHSC_CLIP
+        self.clip_model = clip_model or env_str("UNVEIL_MHSC_CLIP") or DEFAULT_MHSC_CLIP
         self.device = device or default_device()
         self.threshold = threshold
         self.heads = load_mhsc_heads(checkpoints)  # small: read eagerly so a bad file fails at start-up

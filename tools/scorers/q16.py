@@ -15,6 +15,7 @@ import pickle
 from dataclasses import dataclass
 from typing import Any
 
+from tools.env import env_str
 from tools.scorers.clip_image import ClipImageEncoder
 from tools.scorers.common import ImageBatchScorer, cached, default_device
 from tools.scorers.rules import Q16_THRESHOLD, q16_flag
@@ -96,7 +97,7 @@ class Q16Scorer(ImageBatchScorer):
         max_wait_ms: float = 10,
     ):
         super().__init__(batch_size=batch_size, max_wait_ms=max_wait_ms)
-        prompts_path = prompts_path or os.environ.get("UNVEIL_Q16_PROMPTS")
+        prompts_path = prompts_path or env_str("UNVEIL_Q16_PROMPTS")
         if not prompts_path:
             raise ValueError(
                 "Q16 needs its prompt embeddings file: pass prompts_path= or set UNVEIL_Q16_PROMPTS "
@@ -104,7 +105,7 @@ class Q16Scorer(ImageBatchScorer):
             )
         self.prompts = load_q16_prompts(prompts_path)
         self.prompts_path = prompts_path
-        self.clip_model = clip_model or os.environ.get("UNVEIL_Q16_CLIP") or DEFAULT_Q16_CLIP
+        self.clip_model = clip_model or env_str("UNVEIL_Q16_CLIP") or DEFAULT_Q16_CLIP
         self.device = device or default_device()
         self.threshold = threshold
         self.encoder = ClipImageEncoder(self.clip_model, self.device, owner="Q16")

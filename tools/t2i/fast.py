@@ -29,7 +29,6 @@ compilation fails, the UNet falls back to eager with a warning and the batch is 
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 import time
@@ -39,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tools.env import set_default
 from tools.t2i.errors import UnsupportedOptionError
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ def resolve_accel(accel: str, device: str, *, compile_flag: bool = False) -> Fas
 
 def default_cache_dir() -> str:
     """Where Inductor keeps compiled kernels and FX graphs across runs (set once per process if unset)."""
-    return os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path.home() / ".cache" / "unveil" / "inductor"))
+    return set_default("TORCHINDUCTOR_CACHE_DIR", str(Path.home() / ".cache" / "unveil" / "inductor"))
 
 
 def _quantize_fp8(unet: Any) -> int:

@@ -19,6 +19,7 @@ import threading
 from typing import Any, Literal, Protocol, get_args
 from urllib.parse import parse_qs
 
+from tools.env import parse_bool
 from tools.extras import require_extra
 from tools.image_store import ImageStore, get_image_store
 from tools.t2i.base import ImageGenerator
@@ -143,7 +144,7 @@ def _build(spec: str, options: dict[str, Any]) -> ImageGenerator:
         if not unet_file:
             raise UnsupportedOptionError(f"text-to-image spec {spec!r}: esd needs ?unet=<UNet weights file>")
         variant = "esd"
-        negative = None if query.get("np", "1") in ("0", "false", "no") else SAFETY_NEGATIVE_PROMPT
+        negative = SAFETY_NEGATIVE_PROMPT if parse_bool(f"{spec}: np", query.get("np", "1")) else None
     opts = dict(options)
     if "negative_prompt" in opts:
         negative = opts.pop("negative_prompt")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
+from agents.cache import cache_off
 from agents.gateway import Gateway, GatewaySettings, set_gateway
 from agents.spec import DEFAULT_SPEC, is_demo_spec
 
@@ -263,7 +263,7 @@ def setup_gateway(args: argparse.Namespace) -> Gateway:
     check_backend_settings()
     settings = GatewaySettings()
     if getattr(args, "cache", None):
-        settings.cache_path = None if args.cache.lower() in ("off", "none", "0") else args.cache
+        settings.cache_path = None if cache_off(args.cache) else args.cache
     gateway = Gateway(settings)
     set_gateway(gateway)
     return gateway
@@ -274,11 +274,6 @@ def warn_if_demo(specs: dict[str, str] | list[str]) -> None:
     values = specs.values() if isinstance(specs, dict) else specs
     if any(is_demo_spec(str(s)) for s in values):
         print(DEMO_NOTICE, file=sys.stderr)
-
-
-def env_flag(name: str) -> bool:
-    """A boolean environment variable."""
-    return os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
 
 
 def json_text(value: Any, *, indent: int = 2) -> str:

@@ -13,6 +13,7 @@ import sys
 from dataclasses import MISSING, fields
 from typing import Any
 
+from tools.env import BOOL_WORDS, SettingError, parse_bool
 from tools.extras import require_extra
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR, check_generator
 from tools.t2i.settings import RenderSettings
@@ -33,46 +34,22 @@ from unveil.commands.common import (
 
 
 def _parse_bool(text: str) -> bool:
-    low = text.strip().lower()
-    if low in ("1", "true", "yes", "on"):
-        return True
-    if low in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def field_help(cls: type) -> dict[str, str]:
-    """The comment written after each field of a settings dataclass (the settings' one home for their help)."""
-    import ast
-    import inspect
-    import textwrap
-
-    out: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        if not hasattr(klass, "__dataclass_fields__") or klass is object:
-            continue
-        source = textwrap.dedent(inspect.getsource(klass))
-        lines = source.splitlines()
-        for node in ast.parse(source).body[0].body:  # type: ignore[attr-defined]
-            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                _, sep, comment = lines[(node.end_lineno or node.lineno) - 1].partition("  # ")
-                if sep:
-                    out[node.target.id] = comment.strip()
-    return out
+    try:
+        return parse_bool("value", text)
+    except SettingError:
+        raise argparse.ArgumentTypeError(f"expected {BOOL_WORDS}, got {text!r}") from None
 
 
 def _add_fields(parser: argparse.ArgumentParser, cls: type, prefix: str = "") -> None:
-    """A flag per dataclass field, with the field's comment as help; defaults stay None so only given flags
-    override the config file."""
-    helps = field_help(cls)
+    """A flag per dataclass field, with the field's `description` metadata as help; defaults stay None so only
+    given flags override the config file."""
     for f in fields(cls):
         if f.name == "reward":
             continue
         default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[operator]
         flag = "--" + (prefix + f.name).replace("_", "-")
         dest = prefix + f.name
-        # Shared fields (the render settings) carry their help as field metadata, written once for every class.
-        what = helps.get(f.name) or f.metadata.get("description", "")
+        what = f.metadata.get("description", "")
         if isinstance(default, bool):
             parser.add_argument(flag, dest=dest, type=_parse_bool, metavar="BOOL", help=f"{what} (default {default})")
         elif isinstance(default, list):
