@@ -43,9 +43,10 @@ class ReviewBusyError(UnveilError, RuntimeError):
 
 
 def review_dir() -> Path | None:
-    """The review folder the server's configuration names (`UNVEIL_REVIEW_DIR`), or None when it names none."""
+    """The review folder the server's configuration names (`UNVEIL_REVIEW_DIR`), or None when it names none (no
+    filesystem call: async graph nodes call it)."""
     value = os.environ.get(REVIEW_DIR_ENV, "").strip()
-    return Path(value).expanduser().resolve() if value else None
+    return Path(value).expanduser() if value else None
 
 
 @contextlib.contextmanager
