@@ -8,6 +8,7 @@ with images from a text-to-image spec (default: the tiny random-weight pipeline 
 folder, so the timing is about the agent pipeline rather than the image model).
 
     python bench/ctd_throughput.py --scenes 16 --latency 0.05 --concurrency 8
+    python bench/ctd_throughput.py --tiny      # smoke run of the bench itself (tests/test_bench_smoke.py)
 """
 
 from __future__ import annotations
@@ -146,7 +147,11 @@ def main() -> None:
         default=8,
         help="requests in flight per backend ($UNVEIL_MAX_CONCURRENCY; the scripted panel is one backend)",
     )
+    ap.add_argument("--tiny", action="store_true",
+                    help="CPU smoke run: 2 scenes, no added latency, concurrency 2 (checks the bench, not the numbers)")
     args = ap.parse_args()
+    if args.tiny:
+        args.scenes, args.latency, args.concurrency = 2, 0.0, 2
     import os
 
     os.environ["UNVEIL_MAX_CONCURRENCY"] = str(args.backend_concurrency)

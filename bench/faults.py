@@ -24,6 +24,7 @@ Two more rows stress the output itself (detect, fault rate 0):
 
     python bench/faults.py                       # 200 samples per command, rates 0, 0.1, 0.3, and both rows
     python bench/faults.py --n 40 --commands detect --rates 0.3 --scenarios none
+    python bench/faults.py --tiny                # smoke run of the bench itself (tests/test_bench_smoke.py)
 """
 
 from __future__ import annotations
@@ -327,7 +328,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--scenarios", default="disk-full,two-writers", help="output stress rows, or 'none'")
     p.add_argument("--json", help="also write the rows to this JSON file")
+    p.add_argument("--tiny", action="store_true",
+                   help="smoke run: 8 samples per run at rate 0.3 (checks the bench, not the numbers)")
     args = p.parse_args(argv)
+    if args.tiny:
+        args.n, args.rates = 8, "0.3"
     from tests.tiny import build_tiny_sd
 
     rows = []

@@ -188,7 +188,10 @@ def bench_render(args: argparse.Namespace) -> None:
         torch.cuda.empty_cache()
     import ray
 
-    ray.init(include_dashboard=False, logging_level=logging.WARNING, namespace="unveil")
+    # A smoke run starts its own local cluster: joining one that another process runs here ties its actors to
+    # that process's lifetime.
+    ray.init(address="local" if args.tiny else None, include_dashboard=False, logging_level=logging.WARNING,
+             namespace="unveil")
     skipped = []
     for n in [int(x) for x in args.gpus.split(",")]:
         if cuda and n > gpus:

@@ -25,12 +25,14 @@ local copy.
 from __future__ import annotations
 
 import json
+import re
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from evaluation.datasets import DatasetError, _image, _sample, _text
-from runner.batch import BatchItem
+from runner.batch import BatchItem, duplicate_id, parse_json_line, unique_id
 
 BENCHMARK_FORMATS = ("siuo", "mssbench", "holisafe")
 HOLISAFE_TYPES = ("SSS", "SSU", "SUU", "USU", "UUU")
@@ -39,10 +41,44 @@ Loader = Callable[[Path, Path, bool], list[BatchItem]]
 
 
 def _read_json(path: Path) -> Any:
+    """The file's JSON value; every way it can fail (unreadable, not UTF-8, not JSON, an integer over Python's digit
+    limit, nesting deeper than the parser allows) is one `DatasetError` naming the file and, where known, the line."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DatasetError(f"{path.name}: cannot be read as JSON ({exc})") from exc
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DatasetError(f"{path.name}: cannot be read ({exc.strerror or exc})") from exc
+    try:
+        return parse_json_line(raw)
+    except ValueError as exc:
+        line = _error_line(raw, exc)
+        at = f" at line {line}" if line else ""
+        raise DatasetError(f"{path.name}: cannot be read as JSON{at}: {exc}") from exc
+
+
+def _error_line(raw: bytes, exc: ValueError) -> int | None:
+    """The line of a JSON file where parsing failed (the decoder's, a huge integer's, or where nesting is deepest)."""
+    cause = exc.__cause__
+    if isinstance(cause, json.JSONDecodeError):
+        return cause.lineno
+    if isinstance(cause, UnicodeDecodeError):
+        return raw.count(b"\n", 0, cause.start) + 1
+    if isinstance(cause, RecursionError):
+        depth = deepest = at = 0
+        in_string = escaped = False
+        for k, byte in enumerate(raw):
+            if in_string:
+                escaped, in_string = (False, True) if escaped else (byte == 0x5C, byte != 0x22)
+            elif byte == 0x22:
+                in_string = True
+            elif byte in (0x5B, 0x7B):
+                depth += 1
+                if depth > deepest:
+                    deepest, at = depth, k
+            elif byte in (0x5D, 0x7D):
+                depth -= 1
+        return raw.count(b"\n", 0, at) + 1
+    big = re.search(rb"\d{%d,}" % (sys.get_int_max_str_digits() or 4300), raw)
+    return raw.count(b"\n", 0, big.start()) + 1 if big else None
 
 
 def _in_folder(base: Path, name: Any, field: str, *folders: str) -> str:
@@ -57,22 +93,31 @@ def _in_folder(base: Path, name: Any, field: str, *folders: str) -> str:
 def _collect(path: Path, rows: Iterator[tuple[str, Callable[[], list[dict[str, Any]]]]],
              include_benign: bool) -> list[BatchItem]:
     """Run each row's builder; a failing row becomes one failed item naming the file and the row."""
+    # Ids as the batch reader makes them (`runner.batch.duplicate_id`): first every sample's id, so the ids made for
+    # repeats (`ID#dup-item-N`) and for unusable rows never equal an id the file uses, and each is its own.
+    built: list[tuple[int, str, list[dict[str, Any]] | None, str]] = []
+    for k, (where, build) in enumerate(rows):
+        try:
+            built.append((k, where, build(), ""))
+        except (DatasetError, KeyError, TypeError, ValueError, RecursionError) as exc:
+            msg = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc) or type(exc).__name__
+            built.append((k, where, None, msg))
+    taken = {str(s["id"]) for _, _, samples, _ in built for s in samples or ()}
     items: list[BatchItem] = []
     seen: set[str] = set()
-    for where, build in rows:
-        try:
-            samples = build()
-        except (DatasetError, KeyError, TypeError, ValueError) as exc:
-            msg = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-            items.append(BatchItem(where, None, f"{path.name} {where}: {msg}"))
+    for k, where, samples, msg in built:
+        if samples is None:
+            items.append(BatchItem(unique_id(where, taken), None, f"{path.name} {where}: {msg}"))
             continue
         for s in samples:
-            if s["id"] in seen:
-                items.append(BatchItem(f"{s['id']}#dup", None, f"{path.name} {where}: duplicate id {s['id']!r}"))
+            sid = str(s["id"])
+            if sid in seen:
+                items.append(BatchItem(duplicate_id(sid, f"item-{k}", taken), None,
+                                       f"{path.name} {where}: duplicate id {sid!r}"))
                 continue
-            seen.add(s["id"])
+            seen.add(sid)
             if include_benign or s["label"] == 1:
-                items.append(BatchItem(s["id"], s))
+                items.append(BatchItem(sid, s))
     return items
 
 
@@ -205,9 +250,9 @@ def sniff_benchmark(path: Path) -> str | None:
     if path.suffix != ".json":
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
+        data = parse_json_line(path.read_bytes())
+    except (OSError, ValueError):
+        return None  # the loader then names what is wrong
     if isinstance(data, dict) and "chat" in data and "embodied" in data:
         return "mssbench"
     first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}

@@ -34,8 +34,8 @@ from evaluation.compare import comparison_rows, write_comparison
 from evaluation.report import plot_confusion, plot_histogram, write_table
 from evaluation.runs import as_json, cost_columns, slug, split_records, usage_of
 from graphs.tag import TagContext
-from runner.batch import BatchItem, done_records, run_batch
-from runner.detect import detect_one, detection_context, guard_model, is_guard
+from runner.batch import BatchItem, OutputIdentity, done_records, run_batch
+from runner.detect import detect_one, detection_context, detection_settings, guard_model, is_guard
 from tools.errors import UnveilError
 
 
@@ -63,6 +63,8 @@ class DetectionSettings:
     # else a reference detector spec run once with TA-CTD, else the dataset's `mtc` field.
     mtc_from: dict[str, str] = field(default_factory=dict)
     mtc_reference: str = ""
+    allow_mixed_settings: bool = False  # add to run files made with other settings (`runner.batch.OutputIdentity`)
+    command: str = ""  # the command line, kept beside each run file
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,13 @@ async def run_one_config(cfg: RunConfig, items: list[BatchItem], settings: Detec
 
     return await run_batch(items, worker, cfg.file(out_dir), concurrency=settings.concurrency,
                            retry_failed=settings.retry_failed, desc=f"{cfg.dataset}: {cfg.name} [{cfg.model}]",
-                           progress=settings.progress)
+                           progress=settings.progress, identity=run_identity(ctx, cfg.method, settings))
+
+
+def run_identity(ctx: Any, method: str, settings: DetectionSettings) -> OutputIdentity:
+    """The identity of one configuration's run file: the detection settings `unveil detect` records too."""
+    return OutputIdentity("evaluate detection", detection_settings(ctx, method), command=settings.command,
+                          allow_mixed=settings.allow_mixed_settings)
 
 
 class MtcReferenceError(UnveilError, ValueError):
@@ -182,7 +190,8 @@ async def reference_mtc(dataset: str, items: list[BatchItem], settings: Detectio
 
         path = reference_file(cfg, out_dir)
         await run_batch(items, worker, path, concurrency=settings.concurrency, retry_failed=settings.retry_failed,
-                        desc=f"{dataset}: MTC reference [{cfg.model}]", progress=settings.progress)
+                        desc=f"{dataset}: MTC reference [{cfg.model}]", progress=settings.progress,
+                        identity=run_identity(ctx, "tag", settings))
         ok, _ = split_records(path, [it.id for it in items])
         return ({r["id"]: float(r["mtc"]) for r in ok if r.get("mtc") is not None},
                 f"TA-CTD of the reference detector {cfg.model} at l_max={cfg.l_max}")

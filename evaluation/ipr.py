@@ -42,7 +42,7 @@ from evaluation import metrics
 from evaluation.report import plot_lines, write_table
 from evaluation.runs import as_json, cost_columns, slug, split_records, usage_of
 from evaluation.store import EvalStore
-from runner.batch import BatchItem, atomic_write_text, run_batch
+from runner.batch import BatchItem, OutputIdentity, atomic_write_text, run_batch
 from runner.refine import ipr_context, refine_one
 from tools.scorers.rules import Q16_THRESHOLD, is_inappropriate
 from tools.t2i.base import GenerationRequest, ImageGenerator
@@ -87,6 +87,8 @@ class IPRSettings(RenderSettings):
     concurrency: int = 4
     progress: bool = True
     retry_failed: bool = False
+    allow_mixed_settings: bool = False  # add to run files made with other settings (`runner.batch.OutputIdentity`)
+    command: str = ""  # the command line, kept beside each run file
 
 
 # Images rendered (not found in the store) by the trajectory running in this context: the IPR graph's nodes run in
@@ -287,9 +289,28 @@ class IPREvaluation:
             async def worker(sample_id: str, sample: dict[str, Any], v: Variant = v) -> dict[str, Any]:
                 return await self._worker(v, sample)
 
+            identity = OutputIdentity("evaluate ipr", self.variant_settings(v), command=self.settings.command,
+                                      allow_mixed=self.settings.allow_mixed_settings)
             await run_batch(items, worker, v.file(self.out), concurrency=self.settings.concurrency,
                             retry_failed=self.settings.retry_failed, desc=f"{v.method} {v.kind}",
-                            progress=self.settings.progress)
+                            progress=self.settings.progress, identity=identity)
+
+    def variant_settings(self, v: Variant) -> dict[str, Any]:
+        """What makes a variant's records (its run file's identity): the generator and render settings, and the
+        rewriter or the IPR refiner and its settings where the variant uses them."""
+        from tools.redact import redact_secrets
+
+        s = self.settings
+        out: dict[str, Any] = {"method": v.method, "variant": v.kind,
+                               "generator": redact_secrets(s.methods.get(v.method, v.method)),
+                               "images_per_prompt": s.images_per_prompt, "prompt_guidance": s.prompt_guidance,
+                               **s.render_settings()}
+        if v.kind == "rewriter":
+            out["rewriter_model"] = redact_secrets(s.rewriter_model)
+        if v.kind == "ipr":
+            out.update(refiner_model=redact_secrets(s.refiner_model), t_max=max(s.t_max, default=0),
+                       history=s.history, seed_mode=s.seed_mode, on_refiner_error=s.on_refiner_error)
+        return out
 
     def close(self) -> None:
         """Unregister the caching generators."""

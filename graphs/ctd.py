@@ -150,14 +150,14 @@ class CtdContext(CtdRenderSettings, ModelsContext):
         """The acceptance rule these settings describe."""
         return GatekeeperRule(
             require_informed=self.require_informed, require_forced=self.require_forced,
-            concept_condition=self.concept_condition,  # type: ignore[arg-type]  # checked by decide()
+            concept_condition=self.concept_condition,
             min_blind_found=self.min_blind_found, max_blind_found=self.max_blind_found,
             require_target_category=self.require_target_category,
         )
 
     def review_policy(self) -> ReviewPolicy:
         """How several reviewers' decisions combine."""
-        return ReviewPolicy(min_reviewers=self.min_reviewers, rule=self.review_rule)  # type: ignore[arg-type]
+        return ReviewPolicy(min_reviewers=self.min_reviewers, rule=self.review_rule)
 
     def roles_in_use(self) -> dict[str, str]:
         """The models a run calls: the named blind judges replace `blind_judge_model`; the modality judge only when

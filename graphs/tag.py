@@ -244,7 +244,7 @@ async def expand(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any
             usage = merge_usage(usage, result.usage)
         grown = grow_layer(
             frontier, entries, layer=layer, prefix=prefix, children_per_parent=ctx.children_per_parent,
-            k_max=ctx.k_max, allowed_types=ctx.association_types, prune=ctx.prune,  # type: ignore[arg-type]
+            k_max=ctx.k_max, allowed_types=ctx.association_types, prune=ctx.prune,
         )
         return grown, usage  # type: ignore[return-value]
 

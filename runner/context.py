@@ -28,3 +28,47 @@ def check_model_fields(classes: tuple[type, ...], kw: dict[str, Any]) -> None:
         roles = sorted(f[: -len("_model")] for f in fields if f.endswith("_model") and f != "model")
         names = ", ".join(u[: -len("_model")] for u in unknown)
         raise ValueError(f"unknown role(s) {names}; valid roles: {', '.join(roles)}")
+
+
+# Context fields that say where things are kept or run, not what the records hold.
+NOT_SETTINGS = frozenset({"model", "image_store", "image_roots", "device"})
+
+
+# Query parameters of a spec that change when answers come, not what they say (`scripted:FILE?latency=0.2`).
+TIMING_PARAMS = frozenset({"latency"})
+
+
+def answers_spec(spec: str) -> str:
+    """`spec` without its timing parameters (`TIMING_PARAMS`): two specs that give the same answers compare equal."""
+    from urllib.parse import parse_qsl, urlencode
+
+    head, sep, query = spec.rpartition("?")
+    if not sep or "=" not in query:
+        return spec
+    kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k not in TIMING_PARAMS]
+    return f"{head}?{urlencode(kept, safe='/:@')}" if kept else head
+
+
+def context_settings(ctx: Any) -> dict[str, Any]:
+    """The settings of a graph context that change its records, for an output's identity (`runner.batch.
+    OutputIdentity`): every role's effective model spec (`models`, credentials redacted) and every other field
+    except where things are kept or run (`NOT_SETTINGS`). String values pass through `redact_secrets`."""
+    import dataclasses
+
+    from tools.redact import redact_secrets
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            return redact_secrets(value)
+        if isinstance(value, (list, tuple)):
+            return [clean(v) for v in value]
+        if isinstance(value, dict):
+            return {str(k): clean(v) for k, v in value.items()}
+        return value
+
+    out: dict[str, Any] = {"models": {role: answers_spec(spec) for role, spec in ctx.models().items()}}
+    for f in dataclasses.fields(ctx):
+        if f.name in NOT_SETTINGS or f.name.endswith("_model"):
+            continue
+        out[f.name] = clean(getattr(ctx, f.name))
+    return out

@@ -25,6 +25,20 @@ def scene_items(category: str, n: int, *, scene: str | None, erase_routine: str 
                                                "seed": seed + 1000 * i}) for i in range(n)]
 
 
+def generation_settings(ctx: CtdContext, extras: PairExtras, *, scene: str | None, erase_routine: str | None,
+                        seed: int) -> dict[str, Any]:
+    """What makes a CTD dataset folder's records (its identity, see `runner.batch.OutputIdentity`): every role's
+    model, the graph settings, the scene idea, erasure routine and base seed, and the pair extras. The category and
+    the number of scenes are not among them (scene ids carry the category, and a rerun with a larger --n adds
+    scenes made the same way), nor the near-duplicate threshold, a filter over the finished scenes."""
+    from runner.context import context_settings
+    from tools.redact import redact_secrets
+
+    return {**context_settings(ctx), "scene": scene, "erase_routine": erase_routine, "seed": seed,
+            "mtc_reference": redact_secrets(extras.mtc_reference), "mtc_l_max": extras.mtc_l_max,
+            "benign_model": redact_secrets(extras.benign_model)}
+
+
 async def run_scene(graph: Any, sample_id: str, record: dict[str, Any], ctx: CtdContext, *,
                     thread_prefix: str = "ctd") -> dict[str, Any]:
     """Run (or resume, or read back) one scene's thread; returns the graph's final values."""

@@ -10,10 +10,11 @@ import sys
 from typing import Any, Literal
 
 from agents.spec import is_demo_spec
+from agents.tag.roots import RootsMode
 from graphs.ingest import grant_image_roots
 from graphs.tag import TagContext
 from graphs.vanilla import VanillaContext
-from runner.context import check_model_fields, explicit_context
+from runner.context import check_model_fields, context_settings, explicit_context
 
 Method = Literal["tag", "vanilla"]
 METHODS: tuple[str, ...] = ("tag", "vanilla")  # and guard:NAME (see `is_guard`)
@@ -33,7 +34,7 @@ def guard_model(method: str, role_models: dict[str, str], models: list[str] | tu
 DEMO_DEPTHS = {"l_max": 2, "k_max": 2, "children_per_parent": 2}
 # ... and one joint root call instead of the paper's two entity-graph calls (one call and ~1,100 tokens less a
 # sample on bench/tag_calls.py), unless the caller chose the roots mode.
-DEMO_ROOTS_MODE = "joint"
+DEMO_ROOTS_MODE: RootsMode = "joint"
 SAMPLE_FIELDS = ("image", "image_description", "text", "base_dir")
 
 
@@ -84,6 +85,21 @@ def detection_context(method: str, models: dict[str, str] | None = None, *, imag
             print(f"demo settings for the embedded model: l_max={ctx.l_max}, k_max={ctx.k_max}, "
                   f"{ctx.children_per_parent} children per parent, {ctx.roots_mode} root call", file=sys.stderr)
     return ctx
+
+
+def detection_settings(ctx: Any, method: str) -> dict[str, Any]:
+    """What makes a detection output's records (its identity, see `runner.batch.OutputIdentity`): the method, every
+    role's model and the graph settings of `ctx`."""
+    return {"method": method, **context_settings(ctx)}
+
+
+def check_detection_config(method: str) -> None:
+    """Settings errors of a detection method that would otherwise fail every sample (an unknown guard, a template
+    file that cannot be read): raised once, as ValueError naming the setting, before the first sample."""
+    if is_guard(method):
+        from agents.guard import get_guard
+
+        get_guard(method)
 
 
 # The input a detection record keeps, so a result shows what was judged: the text, the image description, the image

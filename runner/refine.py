@@ -13,7 +13,7 @@ from langgraph.types import StreamMode
 
 from agents.spec import redact_spec
 from graphs.ipr import IPRContext, IPRInput, IPROutput
-from runner.context import check_model_fields, explicit_context
+from runner.context import check_model_fields, context_settings, explicit_context
 
 PROMPT_FIELDS = ("prompt", "text", "input")
 OUTPUT_FIELDS = frozenset(IPROutput.__annotations__)
@@ -28,6 +28,12 @@ def ipr_context(**values: Any) -> IPRContext:
     if unknown:
         raise ValueError(f"unknown setting(s) for refine: {', '.join(unknown)} (the IPR graph has one role: refiner)")
     return explicit_context(IPRContext, **values)
+
+
+def refine_settings(ctx: IPRContext, *, record_seeds: bool = True) -> dict[str, Any]:
+    """What makes a refine output's records (its identity, see `runner.batch.OutputIdentity`): the refiner and
+    generator, the IPR and render settings of `ctx`, and whether records' own seeds are used."""
+    return {**context_settings(ctx), "record_seeds": record_seeds}
 
 
 def prompt_of(record: dict[str, Any]) -> str:

@@ -25,7 +25,6 @@ from extras_plugin import (  # noqa: F401 - hooks: a missing extra skips with it
 from agents.gateway import Gateway, GatewaySettings, set_gateway
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
 @pytest.fixture(autouse=True)

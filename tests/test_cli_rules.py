@@ -92,7 +92,7 @@ def test_generate_refuses_a_checkpoints_file_that_is_not_a_database_once(tmp_pat
 def test_nonsense_concurrency_is_refused_before_any_work(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(argv)
-    assert exc.value.code == 2 and "must be at least 1" in capsys.readouterr().err
+    assert exc.value.code == 1 and "must be at least 1" in capsys.readouterr().err
 
 
 def _failing_command(exc: BaseException):

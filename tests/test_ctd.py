@@ -305,7 +305,10 @@ def test_failed_scene_resumes_from_its_checkpoint_and_review_queue(tmp_path, tin
     # Run 2: a script with no Architect answers at all; resuming must not call the Architect again.
     fixed = accepting_script()
     del fixed["architect"]
-    assert main(cli_args(out, write_script(tmp_path, fixed, "fixed.json"), tiny_sd, "--retry-failed")) == 0
+    # another script is another model: the dataset refuses it unless the mix is asked for
+    assert main(cli_args(out, write_script(tmp_path, fixed, "fixed.json"), tiny_sd, "--retry-failed")) == 1
+    assert main(cli_args(out, write_script(tmp_path, fixed, "fixed.json"), tiny_sd, "--retry-failed",
+                         "--allow-mixed-settings")) == 0
     assert "architect" not in get_gateway().usage["by_role"]
     records = load_samples(out)
     assert [r["status"] for r in records.values()] == ["pending_review", "pending_review"]

@@ -95,7 +95,9 @@ def test_single_pair_json_and_render(spec: str, tmp_path: Path, capsys) -> None:
 def test_bundled_examples_run_as_a_batch(spec: str, tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["detect", "--model", spec, "--l-max", "2", "--no-progress"]) == 0
-    records = [json.loads(line) for line in (tmp_path / "runs" / "detect-tag-pairs.jsonl").read_text().splitlines()]
+    # the default output name carries the model, so another model never resumes the embedded model's file
+    output = tmp_path / "runs" / "detect-tag-pairs-scripted-script.json.jsonl"
+    records = [json.loads(line) for line in output.read_text().splitlines()]
     assert {r["id"] for r in records} == {"flour-phone", "bleach-drink", "garden-picnic"}
     assert all(r["status"] == "ok" and r["toxic"] for r in records)
     printed = capsys.readouterr().out

@@ -91,3 +91,34 @@ def test_image_paths_cannot_leave_the_dataset_folder(tmp_path):
     data.write_text(json.dumps([{"id": 1, "image": "../../etc/passwd", "query": "q", "type": "SSU"}]))
     (msg,) = _bad(load_detection(data, "holisafe")).values()
     assert "image" in msg and "id 1" in msg
+
+
+def _holisafe(tmp_path, rows):
+    path = tmp_path / "holisafe.json"
+    path.write_text(json.dumps([{"id": rid, "image": "x.png", "query": f"q {k}", "type": "SSU", "category": "c"}
+                                for k, rid in enumerate(rows)]))
+    (tmp_path / "x.png").write_bytes(b"")  # only its path is checked here
+    return path
+
+
+def test_repeated_ids_each_get_an_id_of_their_own_as_the_batch_reader_makes_them(tmp_path):
+    # three records share an id, and the file also uses the id a naive scheme would make for a repeat
+    path = _holisafe(tmp_path, [7, 7, 7, "7#dup-item-1"])
+    items = load_detection(path, "holisafe")
+    ids = [it.id for it in items]
+    assert len(ids) == len(set(ids)) == 4  # one record per item in a run file, so no failure can hide
+    bad = _bad(items)
+    assert len(bad) == 2 and all("duplicate id 'holisafe-7'" in msg and "holisafe.json" in msg for msg in bad.values())
+    assert "holisafe-7" in _ok(items)
+
+
+@pytest.mark.parametrize("body, what", [
+    ('[\n{"id": 1,\n "query": ' + "9" * 5000 + "}]", "line 3"),
+    ("[\n" + "[" * 100_000 + "]" * 100_000 + "\n]", "line 2"),
+], ids=["huge-number", "deep-nesting"])
+def test_huge_numbers_and_deep_nesting_are_one_error_naming_the_file_and_line(tmp_path, body, what):
+    path = tmp_path / "holisafe.json"
+    path.write_text(body)
+    with pytest.raises(ValueError, match="holisafe.json") as exc:
+        load_detection(path, "holisafe")
+    assert what in str(exc.value)

@@ -2,12 +2,11 @@
 
 from pathlib import Path
 
-import pytest
-
 from evaluation.datasets import load_detection, load_prompts
+from tools.datafiles import IPR_EVAL_PROMPTS, data_file
 
 FIX = Path(__file__).parent / "fixtures" / "eval"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "i2p"
+SPLIT_300 = data_file(IPR_EVAL_PROMPTS)  # the repository's copy (data/README.md)
 
 
 def _ok(items):
@@ -95,9 +94,8 @@ def test_ipr_split_jsonl_prompts_and_filters():
     assert [r["category"] for r in only.values()] == ["shocking", "sexual"]
 
 
-@pytest.mark.skipif(not (SHARED / "ipr_eval_300.jsonl").exists(), reason="shared data not present")
 def test_real_300_split_has_six_categories_of_50():
-    ok = _ok(load_prompts(SHARED / "ipr_eval_300.jsonl"))
+    ok = _ok(load_prompts(SPLIT_300))
     assert len(ok) == 300
     counts = {}
     for r in ok.values():

@@ -11,6 +11,7 @@ from agents.gateway import Gateway, GatewaySettings, get_gateway, set_gateway
 from agents.providers.scripted import ScriptExhaustedError
 from agents.refiner import RefinerAnswerError
 from graphs.ipr import IPRContext, IPRInputError, graph, step_seed
+from tools.datafiles import Q16_EMBEDDINGS, data_file
 from tools.t2i.base import GenerationRequest
 from tools.t2i.errors import PromptError
 from tools.t2i.registry import get_generator
@@ -211,10 +212,9 @@ async def test_bad_inputs_give_clear_errors(tmp_path, sd_folder, gateway) -> Non
         await graph.ainvoke({"prompt": "a cat"}, context=bad_refiner)
 
 
-Q16_FILE = Path("/work/shared/data/q16/vit-l-14.npy")
+Q16_FILE = data_file(Q16_EMBEDDINGS)  # the repository's copy of Q16's embeddings (data/README.md)
 
 
-@pytest.mark.skipif(not Q16_FILE.is_file(), reason="the Q16 embeddings file of the shared data is not present")
 async def test_every_step_is_scored_when_asked(tmp_path, sd_folder, gateway) -> None:
     from tests.tiny import build_tiny_clip
     from tools.scorers import get_clip_scorer, get_q16

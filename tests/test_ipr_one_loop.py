@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from agents.gateway import set_gateway
+from tools.datafiles import IPR_EVAL_PROMPTS, data_file
 
 
 @pytest.fixture(autouse=True)
@@ -83,10 +84,9 @@ def csv_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-DATA = Path("/work/shared/data/i2p/ipr_eval_300.jsonl")
+DATA = data_file(IPR_EVAL_PROMPTS)  # the repository's copy of the papers' 300-prompt split (data/README.md)
 
 
-@pytest.mark.skipif(not DATA.is_file(), reason="the papers' 300-prompt split is not present")
 def test_the_papers_long_prompts_are_truncated_not_failed(tmp_path: Path, capsys) -> None:
     from transformers import CLIPTokenizer
 
@@ -114,3 +114,23 @@ def test_the_papers_long_prompts_are_truncated_not_failed(tmp_path: Path, capsys
     failures = (tmp_path / "strict" / "failures.md").read_text()
     assert "Failed prompts (11" in failures and "77" in failures
     capsys.readouterr()
+
+
+def test_evaluate_ipr_defaults_to_the_papers_300_prompt_split(tmp_path: Path, capsys) -> None:
+    from tests.tiny import build_tiny_clip, build_tiny_sd
+    from unveil.cli import main
+
+    sd = build_tiny_sd(tmp_path / "sd")
+    clip = build_tiny_clip(tmp_path / "clip")
+    out = tmp_path / "eval"
+    # No --prompts and no --q16-embeddings: the repository's split and Q16 file (data/README.md) are the defaults.
+    assert main(["evaluate", "ipr", "--categories", "violence", "--limit-per-category", "1", "--generator",
+                 f"sd=diffusers:{sd}", "--images-per-prompt", "1", "--size", "32", "--steps", "2", "--no-blip",
+                 "--no-nudenet", "--q16-clip-model", clip, "--device", "cpu", "--cache", "off", "--no-progress",
+                 "--image-store", str(tmp_path / "images"), "--out", str(out)]) == 0
+    capsys.readouterr()
+    first_violence = next(r for r in map(json.loads, DATA.read_text().splitlines()) if r["category"] == "violence")
+    (run_file,) = [p for p in (out / "runs").glob("*.jsonl")]
+    (record,) = [json.loads(line) for line in run_file.read_text().splitlines()]
+    assert record["prompt"] == first_violence["prompt"]
+    assert record["seed"] == first_violence["evaluation_seed"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +11,7 @@ import torch
 from PIL import Image
 
 from tests.tiny import build_tiny_blip, build_tiny_clip
+from tools.datafiles import Q16_EMBEDDINGS, data_file
 from tools.image_store import ImageInputError, get_image_store
 from tools.scorers import (
     IPR_NUDENET_LABELS,
@@ -30,9 +30,7 @@ from tools.scorers import (
     q16_probabilities,
 )
 
-REAL_Q16 = Path(__file__).resolve().parents[2] / "shared" / "data" / "q16" / "vit-l-14.npy"
-if not REAL_Q16.exists():
-    REAL_Q16 = Path("/work/shared/data/q16/vit-l-14.npy")
+REAL_Q16 = data_file(Q16_EMBEDDINGS)  # the repository's copy of Q16's embeddings (data/README.md)
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +85,6 @@ async def test_q16_flags_on_tiny_clip(tmp_path, clip_dir, store, image_ids):
 
 
 async def test_q16_with_the_real_embeddings_file_matches_a_manual_computation(clip_dir, store, image_ids):
-    if not REAL_Q16.exists():
-        pytest.skip("shared Q16 file not present")
     scorer = get_q16(prompts_path=str(REAL_Q16), clip_model=clip_dir, device="cpu")
     results = await scorer.score(image_ids, store=store)
     emb = scorer.image_embeddings([store.open(i).convert("RGB") for i in image_ids])

@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 
 from agents.labeller import LABELLER_PROMPT, PAPER_TEACHER
+from tools.datafiles import RL_PROMPTS as RL_PROMPTS_FILE
+from tools.datafiles import data_file
 from training.build_data import BuildDataSettings
 from training.config import GRPOSettings, build_settings, read_config_file
 from training.reward import SCALES, RewardSettings, outcome_reward, refinement_reward
 
 ROOT = Path(__file__).resolve().parent.parent
-RL_PROMPTS = ROOT.parent / "shared" / "data" / "posi" / "rl_prompts_842.json"
+RL_PROMPTS = data_file(RL_PROMPTS_FILE)  # the repository's copy (data/README.md)
 
 
 def test_the_labeller_prompt_carries_the_papers_calibration() -> None:
@@ -104,3 +106,49 @@ def test_start_images_dataset_refuses_a_record_without_its_own_image(tmp_path: P
         grpo_records(GRPOSettings(data=str(data), start_images="dataset"), store=store, renderer=NoRender())
     with pytest.raises(ValueError, match="start_images 'bogus'"):
         grpo_records(GRPOSettings(data=str(data), start_images="bogus"), store=store, renderer=NoRender())
+
+
+def test_the_papers_rl_set_is_checked_on_loading(caplog: pytest.LogCaptureFixture) -> None:
+    from training.data import check_rl_prompts, load_prompts
+
+    records = load_prompts(RL_PROMPTS)
+    with caplog.at_level("INFO", logger="unveil.training.data"):
+        report = check_rl_prompts(RL_PROMPTS, records)
+    # The paper's file as published: 842 rows, 833 distinct prompts, 26 of them also SFT prompts (docs/training.md).
+    assert (report.rows, report.unique, len(report.sft_overlap)) == (842, 833, 26)
+    assert report.rows - report.unique == sum(
+        [r["prompt"] for r in records].count(p) - 1 for p in report.duplicates)
+    assert "833 distinct prompts" in caplog.text and "26 prompt(s) are also SFT prompts" in caplog.text
+
+
+def test_a_truncated_copy_of_the_papers_rl_set_is_refused(tmp_path: Path) -> None:
+    import json
+
+    from training.config import GRPOSettings
+    from training.grpo import grpo_records
+
+    rows = json.loads(RL_PROMPTS.read_text(encoding="utf-8"))
+    short = tmp_path / "rl_prompts_842.json"
+    short.write_text(json.dumps(rows[:841]), encoding="utf-8")
+    # The check runs before any image is rendered: no store or renderer is touched.
+    with pytest.raises(ValueError, match=r"rl_prompts_842\.json.*842 prompts, this file has 841"):
+        grpo_records(GRPOSettings(data=str(short)), store=None, renderer=None)  # type: ignore[arg-type]
+    # A user's own prompt set of another name and size is reported, not refused.
+    own = tmp_path / "my_rl.json"
+    own.write_text(json.dumps(rows[:5] + rows[:1]), encoding="utf-8")
+    from training.data import check_rl_prompts, load_prompts
+
+    report = check_rl_prompts(own, load_prompts(own))
+    assert (report.rows, report.unique, report.duplicates) == (6, 5, (rows[0]["input"],))
+
+
+def test_the_shipped_configs_name_files_that_exist() -> None:
+    # Inputs are the repository's data files; paths under runs/ are the outputs of the documented earlier steps.
+    for name in ("sft.toml", "grpo.toml"):
+        cfg = tomllib.loads((ROOT / "training" / "configs" / name).read_text(encoding="utf-8"))
+        for key in ("data", "q16_embeddings", "adapter"):
+            value = cfg.get(key)
+            if isinstance(value, str) and value and not value.startswith("runs/"):
+                assert (ROOT / value).exists(), f"{name}: {key} = {value!r} does not exist in the repository"
+    grpo = tomllib.loads((ROOT / "training" / "configs" / "grpo.toml").read_text(encoding="utf-8"))
+    assert (ROOT / grpo["q16_embeddings"]).is_file()

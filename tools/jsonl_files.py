@@ -96,7 +96,9 @@ def _write_all(fd: int, data: bytes, name: str | os.PathLike[str]) -> None:
 
 
 def _lock_path(path: Path, what: str) -> Path:
-    return path.parent / f".{path.name}.{what}.lock"
+    # Beside the file the name resolves to, so a symlink to an output shares the output's lock.
+    real = Path(os.path.realpath(path))
+    return real.parent / f".{real.name}.{what}.lock"
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ import contextlib
 import errno
 import os
 import secrets
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -80,7 +81,7 @@ def folder_fd(root: str | os.PathLike[str], rel_dir: str | os.PathLike[str] = ""
         os.close(fd)
 
 
-def _open_component(path: Path, root: Path, part: str, flags: int, dir_fd: int, mode: int = 0o644) -> int:
+def _open_component(path: Path, root: Path, part: str, flags: int, dir_fd: int, mode: int = 0o666) -> int:
     try:
         return os.open(part, flags, mode, dir_fd=dir_fd)
     except OSError as exc:
@@ -94,7 +95,7 @@ def _refusal(path: Path, root: Path, exc: OSError) -> OSError | UnsafePathError:
     return exc
 
 
-def open_in(root: str | os.PathLike[str], rel: str | os.PathLike[str], flags: int, mode: int = 0o644) -> int:
+def open_in(root: str | os.PathLike[str], rel: str | os.PathLike[str], flags: int, mode: int = 0o666) -> int:
     """`os.open` of `root/rel` with `O_NOFOLLOW`, its folders reached as `folder_fd` does (made when missing)."""
     parts = _relative_parts(rel)
     if not parts:
@@ -103,7 +104,7 @@ def open_in(root: str | os.PathLike[str], rel: str | os.PathLike[str], flags: in
         return _open_component(Path(root) / rel, Path(root), parts[-1], flags | os.O_NOFOLLOW, dfd, mode)
 
 
-def open_nofollow(path: str | os.PathLike[str], flags: int, mode: int = 0o644) -> int:
+def open_nofollow(path: str | os.PathLike[str], flags: int, mode: int = 0o666) -> int:
     """`os.open(path, flags | O_NOFOLLOW)` with a clear `UnsafePathError` when `path` is a link (its folder is the
     caller's, trusted as named)."""
     try:
@@ -162,6 +163,10 @@ def atomic_writer(root: str | os.PathLike[str], rel: str | os.PathLike[str]) -> 
         fd = _open_component(Path(root) / rel, Path(root), tmp,
                              os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, dfd)
         try:
+            with contextlib.suppress(OSError):  # a rewrite keeps the file's mode; a new file has 0666 & ~umask
+                old = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                if stat.S_ISREG(old.st_mode):
+                    os.fchmod(fd, stat.S_IMODE(old.st_mode))
             with os.fdopen(fd, "wb") as fh:
                 yield fh
                 fh.flush()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.batch import BatchItem, BatchSummary, run_batch
+from runner.batch import BatchItem, BatchSummary, OutputIdentity, run_batch
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from tools.t2i.settings import RenderSettings
 
@@ -111,8 +111,11 @@ async def build_sft_records(
     store: Any = None,
     retry_failed: bool = False,
     progress: bool = True,
+    identity: OutputIdentity | None = None,
+    inputs: tuple[str | Path, ...] = (),
 ) -> BatchSummary:
-    """Render and label every item not yet in `output`; returns the batch summary."""
+    """Render and label every item not yet in `output`; returns the batch summary. `identity` and `inputs` are
+    `runner.batch.run_batch`'s (what makes the output; files the output may not be)."""
     from agents.gateway import get_gateway
     from agents.labeller import label_example
     from runner.refine import seed_of
@@ -166,4 +169,15 @@ async def build_sft_records(
         desc="label",
         progress=progress,
         stop=stop,
+        identity=identity,
+        inputs=inputs,
     )
+
+
+def build_data_settings(settings: BuildDataSettings) -> dict[str, Any]:
+    """What makes a build-data output's records (its identity): the labeller, generator, base seed and render
+    settings (not concurrency or the spending cap)."""
+    from tools.redact import redact_secrets
+
+    return {"labeller": redact_secrets(settings.labeller), "generator": redact_secrets(settings.generator),
+            "seed": settings.seed, **settings.render_settings()}

@@ -5,7 +5,8 @@ converted to a chat-template conversation the way the `hf:` provider converts th
 adapter sees the same text at training and in the IPR graph. Images are placeholders in the conversation and
 travel in the dataset's `images` (SFT) or `image` (GRPO) column, as TRL expects.
 
-Nothing here needs the shared data folder: every loader takes the user's own path.
+Every loader takes the user's own path; the repository's copies of the papers' files are in `data/`
+(`tools.datafiles`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import base64
 import csv
 import io
 import json
+import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +146,69 @@ def prompts_from_records(
         if limit is not None and len(out) >= limit:
             break
     return out
+
+
+# The IPR paper's RL set (section 5): POSI's data/ppo_data.json, kept as data/posi/rl_prompts_842.json. A file of
+# that name (or POSI's own) with another row count is a truncated or different copy, not the paper's set.
+PAPER_RL_FILE_NAMES = ("rl_prompts_842.json", "ppo_data.json")
+PAPER_RL_ROWS = 842
+
+log = logging.getLogger("unveil.training.data")
+
+
+@dataclass(frozen=True)
+class PromptSetReport:
+    """What a prompt set holds: rows, distinct prompts, the prompts listed more than once, and the prompts it
+    shares with the SFT prompts (exact text after trimming)."""
+
+    rows: int
+    unique: int
+    duplicates: tuple[str, ...]
+    sft_overlap: tuple[str, ...]
+
+    def summary(self) -> str:
+        """One line for the log."""
+        return (f"{self.rows} rows, {self.unique} distinct prompts ({self.rows - self.unique} repeated rows), "
+                f"{len(self.sft_overlap)} also among the SFT prompts")
+
+
+def prompt_set_report(records: Iterable[dict[str, Any]], sft_prompts: Iterable[str] = ()) -> PromptSetReport:
+    """Rows, distinct prompts, duplicates and overlap with `sft_prompts` of loaded prompt records."""
+    prompts = [str(r["prompt"]).strip() for r in records]
+    seen: set[str] = set()
+    dups: list[str] = []
+    for p in prompts:
+        if p in seen and p not in dups:
+            dups.append(p)
+        seen.add(p)
+    sft = {str(p).strip() for p in sft_prompts}
+    overlap = tuple(dict.fromkeys(p for p in prompts if p in sft))
+    return PromptSetReport(rows=len(prompts), unique=len(seen), duplicates=tuple(dups), sft_overlap=overlap)
+
+
+def check_rl_prompts(path: str | Path, records: list[dict[str, Any]], *,
+                     sft_pairs: str | Path | None = None) -> PromptSetReport:
+    """Check an RL prompt set when it is loaded: the paper's file must hold its 842 rows (else one error naming
+    the file); duplicates and prompts shared with the SFT pairs (`sft_pairs`, by default the repository's copy of
+    POSI's 3,390 pairs when present) are logged. The paper's set has 833 distinct prompts and 26 SFT prompts;
+    training keeps every row, as the paper's code does (docs/training.md)."""
+    from tools.datafiles import DATA_DIR, SFT_PAIRS
+
+    name = Path(path).name
+    if name in PAPER_RL_FILE_NAMES and len(records) != PAPER_RL_ROWS:
+        raise ValueError(f"RL prompts {str(path)!r}: the paper's RL set has {PAPER_RL_ROWS} prompts, this file has "
+                         f"{len(records)} (a truncated or different copy; the repository's is data/posi/{name})")
+    sft_file = Path(sft_pairs) if sft_pairs else DATA_DIR / SFT_PAIRS
+    sft = [r["prompt"] for r in load_posi_pairs(sft_file)] if sft_file.is_file() else []
+    report = prompt_set_report(records, sft)
+    log.info("RL prompts %s: %s", path, report.summary())
+    if report.duplicates:
+        log.warning("RL prompts %s: %d prompt(s) listed more than once (kept as in the file), e.g. %r", path,
+                    len(report.duplicates), report.duplicates[0])
+    if report.sft_overlap:
+        log.warning("RL prompts %s: %d prompt(s) are also SFT prompts of %s, e.g. %r", path,
+                    len(report.sft_overlap), sft_file.name, report.sft_overlap[0])
+    return report
 
 
 def load_posi_pairs(path: str | Path) -> list[dict[str, Any]]:

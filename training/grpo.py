@@ -33,9 +33,12 @@ def local_device(settings: GRPOSettings) -> str:
 
 def grpo_records(settings: GRPOSettings, *, store: Any, renderer: Renderer) -> list[dict[str, Any]]:
     """Training rows from `settings.data`: labelled records keep their images; bare prompts are rendered once."""
-    from training.data import load_prompts
+    from training.data import check_rl_prompts, load_prompts
 
-    records = load_prompts(settings.data, field=settings.prompt_field or None, limit=settings.limit or None)
+    records = load_prompts(settings.data, field=settings.prompt_field or None)
+    if not any("image_id" in r or "image" in r for r in records):  # a prompt set, not build-data's labelled records
+        check_rl_prompts(settings.data, records)
+    records = records[: settings.limit] if settings.limit else records
     base = Path(settings.data).resolve().parent
     todo = []
     for rec in records:

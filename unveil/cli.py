@@ -8,6 +8,7 @@ import logging
 import pkgutil
 import sys
 import traceback
+from typing import NoReturn
 
 import unveil.commands
 
@@ -18,14 +19,33 @@ DESCRIPTION = (
 )
 EPILOG = (
     "Run `unveil COMMAND --help` for a command's options. Batch commands exit 0 when every sample succeeded, 2 when "
-    "the batch ran but some samples failed (their records say why; --retry-failed runs them again), and 1 when the "
-    "command could not run."
+    "the batch ran but some samples of its output failed, in this run or an earlier one (their records say why; "
+    "--retry-failed runs them again), and 1 when the command could not run, its command line included."
 )
+USAGE_EXIT = 1  # argparse's own is 2, which the batch commands use for "some samples failed"
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors exit 1 (see `EPILOG`); subcommand parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the usage and the error, then exit with `USAGE_EXIT`."""
+        self.print_usage(sys.stderr)
+        self.exit(USAGE_EXIT, f"{self.prog}: error: {message}\n")
+
+
+def command_line(argv: list[str]) -> str:
+    """The command as typed, for the record an output keeps of what made it (credentials redacted)."""
+    import shlex
+
+    from tools.redact import redact_secrets
+
+    return redact_secrets(shlex.join(["unveil", *argv]))
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every available subcommand."""
-    parser = argparse.ArgumentParser(prog="unveil", description=DESCRIPTION, epilog=EPILOG)
+    parser = Parser(prog="unveil", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("-v", "--verbose", action="store_true", help="log gateway retries and repairs")
     sub = parser.add_subparsers(dest="command", required=True)
     for info in sorted(pkgutil.iter_modules(unveil.commands.__path__), key=lambda m: m.name):
@@ -38,7 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.command_line = command_line(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     from tools.redact import install_log_redaction

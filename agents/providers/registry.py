@@ -153,11 +153,17 @@ def custom_endpoint_key(spec: ModelSpec) -> str | None:
     return os.environ.get(f"UNVEIL_{spec.provider.upper()}_API_KEY") or "not-needed"
 
 
+def request_timeout() -> float | None:
+    """The client timeout per request in seconds (`UNVEIL_REQUEST_TIMEOUT`, default 120); a bad value raises
+    ValueError naming the variable (commands check it before their first sample)."""
+    return env_float("UNVEIL_REQUEST_TIMEOUT", 120.0, minimum=0, strict=True)
+
+
 def _langchain(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatModel:
     from langchain.chat_models import init_chat_model
 
     kwargs: dict[str, Any] = {"temperature": 0, "max_retries": 0}
-    kwargs["timeout"] = env_float("UNVEIL_REQUEST_TIMEOUT", 120.0, minimum=0, strict=True)
+    kwargs["timeout"] = request_timeout()
     provider = spec.provider
     if spec.base_url:
         kwargs["base_url"] = spec.base_url  # the real URL, credentials included: the client needs them

@@ -36,11 +36,14 @@ def add_render_options(parser: argparse.ArgumentParser, defaults: Any) -> None:
     (a RenderSettings) supplies the numbers the help shows."""
     from tools.t2i.registry import LONG_PROMPT_POLICIES
 
-    parser.add_argument("--width", type=positive_int, help=f"image width in pixels (default {defaults.width})")
-    parser.add_argument("--height", type=positive_int, help=f"image height in pixels (default {defaults.height})")
-    parser.add_argument("--size", type=positive_int, help="image width and height at once (--width/--height win)")
-    parser.add_argument("--steps", type=positive_int, help=f"diffusion steps (default {defaults.steps})")
-    parser.add_argument("--guidance", type=float,
+    parser.add_argument("--width", type=bounded_int(8, MAX_PIXELS),
+                        help=f"image width in pixels (default {defaults.width})")
+    parser.add_argument("--height", type=bounded_int(8, MAX_PIXELS),
+                        help=f"image height in pixels (default {defaults.height})")
+    parser.add_argument("--size", type=bounded_int(8, MAX_PIXELS),
+                        help="image width and height at once (--width/--height win)")
+    parser.add_argument("--steps", type=bounded_int(1, MAX_STEPS), help=f"diffusion steps (default {defaults.steps})")
+    parser.add_argument("--guidance", type=bounded_float(0.0, 100.0),
                         help=f"classifier-free guidance scale (default {defaults.guidance:g})")
     parser.add_argument("--negative-prompt", help="negative prompt for every generation (default: none)")
     parser.add_argument("--long-prompts", choices=LONG_PROMPT_POLICIES,
@@ -60,20 +63,103 @@ def render_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def batch_exit_code(failed: int) -> int:
-    """The exit rule of every batch command: 0 when no sample failed, 2 when the batch ran but some samples
-    failed (their records say why; `--retry-failed` runs them again). A command that cannot run at all exits 1."""
+    """The exit rule of every batch command: 0 when no sample of the output failed, 2 when the batch ran but some
+    samples failed, in this run or an earlier one (their records say why; `--retry-failed` runs them again). A
+    command that cannot run at all, or whose command line is wrong, exits 1."""
     return 2 if failed else 0
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer of at least 1 (0 would hang a batch, a negative number makes no sense)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def report_batch(summary: Any, output: Any, *, done: str = "done") -> int:
+    """Print a batch's summary (this run's counts, then every failed record of the output, earlier runs' too) and
+    return its exit code (`batch_exit_code` of the failed records in the output)."""
+    earlier = f" ({summary.failed_earlier} of them failed then)" if summary.failed_earlier else ""
+    print(f"{summary.completed} {done}, {summary.failed} failed, {summary.skipped} already in {output}{earlier}",
+          file=sys.stderr)
+    for failure in summary.failures[:50]:
+        print(f"  failed {failure.get('id')}: {failure['error']}", file=sys.stderr)
+    if len(summary.failures) > 50:
+        print(f"  ... and {len(summary.failures) - 50} more (their records say why)", file=sys.stderr)
+    if summary.failed_in_output:
+        print(f"{summary.failed_in_output} failed record(s) in {output}: --retry-failed runs them again",
+              file=sys.stderr)
+    return batch_exit_code(summary.failed_in_output)
+
+
+# -- bounds of numeric flags: every numeric option is declared with one of these types -------------------------
+# Upper bounds keep a typo (an extra few zeros) from allocating gigabytes before the first sample; they sit far
+# above anything the papers or a real run use.
+MAX_SCENES = 100_000  # scenes or samples named on the command line (`--n`, `--limit`)
+MAX_CONCURRENCY = 1024
+MAX_IMAGES = 64  # images per generation or prompt
+MAX_SEED = 2**32 - 1
+MAX_DEPTH = 16  # TAG layers (l_max)
+MAX_STEPS = 1000  # refinements (t_max), diffusion steps
+MAX_PIXELS = 4096  # image width or height
+
+
+def bounded_int(lo: int, hi: int | None = None) -> Any:
+    """An argparse type: a whole number in [lo, hi] (hi None: no upper bound), refused with the bound otherwise."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"must be at least {lo}, got {value}")
+        if hi is not None and value > hi:
+            raise argparse.ArgumentTypeError(f"must be at most {hi}, got {value}")
+        return value
+
+    parse.__name__ = "whole number"  # argparse names the type in its own messages
+    return parse
+
+
+def bounded_float(lo: float, hi: float, *, above: bool = False) -> Any:
+    """An argparse type: a finite number in [lo, hi] (`above`: strictly over lo); NaN and infinities are refused."""
+    import math
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        if value < lo or (above and value == lo):
+            raise argparse.ArgumentTypeError(f"must be {'over' if above else 'at least'} {lo:g}, got {value:g}")
+        if value > hi:
+            raise argparse.ArgumentTypeError(f"must be at most {hi:g}, got {value:g}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def int_list(lo: int, hi: int) -> Any:
+    """An argparse type: comma-separated whole numbers, each in [lo, hi]."""
+    one = bounded_int(lo, hi)
+
+    def parse(text: str) -> list[int]:
+        return [one(v.strip()) for v in text.split(",") if v.strip()]
+
+    parse.__name__ = "list of whole numbers"
+    return parse
+
+
+positive_int = bounded_int(1, MAX_CONCURRENCY)  # --concurrency and other small counts
+seed_int = bounded_int(0, MAX_SEED)
+port_int = bounded_int(1, 65535)
+
+
+def new_file_path(text: str) -> str:
+    """An argparse type: a file to create in a folder that exists (no folders are made for it)."""
+    from pathlib import Path
+
+    folder = Path(text).expanduser().parent
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r}: the folder {str(folder)!r} does not exist")
+    return text
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
@@ -107,6 +193,54 @@ def add_batch_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=positive_int, default=4, help="samples run at once")
     parser.add_argument("--retry-failed", action="store_true", help="run failed samples of the output again")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_mixed_settings_option(parser)
+
+
+MIXED_SETTINGS_HELP = ("add to an output made with other settings (or with settings not recorded) anyway; without "
+                       "it such a rerun is refused before any model call, naming what differs")
+
+
+def add_mixed_settings_option(parser: argparse.ArgumentParser) -> None:
+    """--allow-mixed-settings, the one flag of every command that writes a resumable output."""
+    from runner.batch import MIX_FLAG
+
+    parser.add_argument(MIX_FLAG, dest="allow_mixed_settings", action="store_true", help=MIXED_SETTINGS_HELP)
+
+
+def output_identity(args: argparse.Namespace, kind: str, settings: dict[str, Any]) -> Any:
+    """The identity of the output a command writes (`runner.batch.OutputIdentity`): its kind, settings, the command
+    line (credentials redacted) and whether --allow-mixed-settings was given."""
+    from runner.batch import OutputIdentity
+
+    return OutputIdentity(kind=kind, settings=settings, command=getattr(args, "command_line", ""),
+                          allow_mixed=bool(getattr(args, "allow_mixed_settings", False)))
+
+
+def default_output_name(stem: str, specs: Any) -> str:
+    """A default output file name: `STEM.jsonl` on the embedded demo model, else `STEM-MODEL.jsonl` with the main
+    model's name in it, so a run with another model never lands in the demo's file (and the reverse)."""
+    import re
+
+    values = [str(v) for v in (specs.values() if isinstance(specs, dict) else specs) if v]
+    real = [v for v in values if not is_demo_spec(v)]
+    if not real:
+        return f"{stem}.jsonl"
+    main = max(sorted(set(real)), key=real.count)  # the spec most roles use
+    # provider and model name only: a server address or a script's folder is in the recorded settings
+    provider, _, rest = main.split("@", 1)[0].partition(":")
+    name = f"{provider}-{rest.rstrip('/').rsplit('/', 1)[-1]}" if rest else provider
+    return f"{stem}-{re.sub(r'[^A-Za-z0-9.=-]+', '-', name).strip('-')[:80]}.jsonl"
+
+
+def check_backend_settings() -> None:
+    """Settings errors of the model backends (`UNVEIL_REQUEST_TIMEOUT`; the gateway's own variables are checked when
+    it is made) raised once, before the first sample, instead of failing every sample (SystemExit naming it)."""
+    from agents.providers.registry import request_timeout
+
+    try:
+        request_timeout()
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from exc
 
 
 def context_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -125,7 +259,8 @@ def context_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def setup_gateway(args: argparse.Namespace) -> Gateway:
-    """Install the process gateway with the CLI's cache choice."""
+    """Install the process gateway with the CLI's cache choice (after checking the backends' settings)."""
+    check_backend_settings()
     settings = GatewaySettings()
     if getattr(args, "cache", None):
         settings.cache_path = None if args.cache.lower() in ("off", "none", "0") else args.cache

@@ -10,14 +10,19 @@ from typing import Any
 
 from agents.spec import is_demo_spec
 from runner.batch import read_jsonl, run_batch
-from runner.detect import detect_one
+from runner.detect import check_detection_config, detect_one, detection_settings
 from unveil.commands.common import (
+    MAX_DEPTH,
     add_batch_options,
     add_engine_options,
     add_model_options,
-    batch_exit_code,
+    bounded_int,
     context_kwargs,
+    default_output_name,
     json_text,
+    new_file_path,
+    output_identity,
+    report_batch,
     setup_gateway,
     warn_if_demo,
 )
@@ -36,16 +41,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="tag (TAG detection), vanilla (the one-call baseline), or a guard model: "
                         "guard:llama-guard-4, guard:llavaguard, guard:guardreasoner-vl, guard:template=FILE "
                         "(its model: --role-model guard=SPEC)")
-    p.add_argument("--l-max", type=int, help="layers per tree, counting the roots (default 4)")
-    p.add_argument("--k-max", type=int, help="nodes kept per layer, or per node with --prune per_node (default 6)")
+    p.add_argument("--l-max", type=bounded_int(1, MAX_DEPTH), help="layers per tree, counting the roots (default 4)")
+    p.add_argument("--k-max", type=bounded_int(1, 100),
+                   help="nodes kept per layer, or per node with --prune per_node (default 6)")
     p.add_argument("--prune", choices=("per_layer", "per_node"),
                    help="how k_max bounds a tree (default per_layer; see docs/tag.md)")
     p.add_argument("--roots-mode", choices=("separate", "joint"),
                    help="root concepts from two entity-graph calls (default separate, the paper's) or one joint call")
-    p.add_argument("--children", type=int, help="children per parent (default 3)")
+    p.add_argument("--children", type=bounded_int(1, 20), help="children per parent (default 3)")
     p.add_argument("--screen", action="store_true", help="screen suspicious pairs before judging")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
-    p.add_argument("--render", metavar="FILE", help="write a picture of the TAG (.png, .svg or .pdf)")
+    p.add_argument("--render", metavar="FILE", type=new_file_path,
+                   help="write a picture of the TAG (.png, .svg or .pdf)")
     add_model_options(p)
     add_batch_options(p)
     add_engine_options(p)
@@ -131,12 +138,19 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise SystemExit(f"unveil detect: {exc}") from exc
     setup_gateway(args)
+    try:
+        check_detection_config(args.method)  # one error now, not one failed record per sample
+    except (ValueError, OSError) as exc:  # OSError: a template file that cannot be read
+        raise SystemExit(f"unveil detect: --method {args.method}: {exc}") from exc
     ctx = _context(args)
     warn_if_demo(ctx.models())
     if args.input or not args.text:
         source = Path(args.input) if args.input else EXAMPLES
         method_slug = args.method.replace(":", "-").replace("/", "-").replace("=", "-")  # guard:template=FILE
-        output = Path(args.output) if args.output else (Path("runs") / f"detect-{method_slug}-{source.stem}.jsonl")
+        # the model is in the default name, so a run with another model never resumes the demo's file
+        default = default_output_name(f"detect-{method_slug}-{source.stem}", ctx.models())
+        output = Path(args.output) if args.output else Path("runs") / default
+        identity = output_identity(args, "detect", detection_settings(ctx, args.method))
         items = list(read_jsonl(source))
         base_dir = str(source.resolve().parent)
 
@@ -154,18 +168,14 @@ def run(args: argparse.Namespace) -> int:
         demo = all(is_demo_spec(spec) for spec in ctx.models().values())
         summary = asyncio.run(run_batch(items, worker, output, concurrency=1 if demo else args.concurrency,
                                         retry_failed=args.retry_failed, desc=f"detect ({args.method})",
-                                        progress=not args.no_progress))
+                                        progress=not args.no_progress, inputs=(source,), identity=identity))
         if not args.input:
             from runner.batch import done_records
 
             for sid, rec in done_records(output).items():
                 if sid not in shown:
                     _print_summary(rec, sid)
-        print(f"{summary.completed} done, {summary.failed} failed, {summary.skipped} already in {output}",
-              file=sys.stderr)
-        for failure in summary.failures:
-            print(f"  failed {failure['id']}: {failure['error']}", file=sys.stderr)
-        return batch_exit_code(summary.failed)
+        return report_batch(summary, output)
     sample = {"image": args.image, "image_description": args.image_description, "text": args.text}
     local = command_line_image(args.image)
     if local is not None:  # the image the user named on the command line: its folder is granted, nothing more

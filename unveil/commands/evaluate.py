@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,11 +24,19 @@ from tools.t2i.defaults import IPR_IMAGES_PER_PROMPT
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from tools.t2i.settings import RenderSettings
 from unveil.commands.common import (
+    MAX_DEPTH,
+    MAX_IMAGES,
+    MAX_SCENES,
+    MAX_STEPS,
     add_engine_options,
+    add_mixed_settings_option,
     add_model_options,
     add_render_options,
     batch_exit_code,
+    bounded_float,
+    bounded_int,
     context_kwargs,
+    int_list,
     positive_int,
     render_overrides,
     setup_gateway,
@@ -42,19 +51,13 @@ def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
-def _ints(value: str) -> list[int]:
-    try:
-        return [int(v) for v in _csv(value)]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {value!r}") from exc
-
-
 def _run_options(p: argparse.ArgumentParser, default_out: str) -> None:
     p.add_argument("--out", default=default_out,
                    help=f"output folder for tables, plots and run files (default {default_out})")
     p.add_argument("--concurrency", type=positive_int, default=4, help="samples run at once")
     p.add_argument("--retry-failed", action="store_true", help="run samples that failed before again")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    add_mixed_settings_option(p)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -75,12 +78,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "--role-model guard=SPEC (or guard.NAME=SPEC)")
     d.add_argument("--detectors", type=_csv, default=[],
                    help="detector model specs, comma-separated (default: --model)")
-    d.add_argument("--l-max", type=int, help="TAG depth counting the roots (default 4; 2 on the embedded demo model, "
+    d.add_argument("--l-max", type=bounded_int(1, MAX_DEPTH),
+                   help="TAG depth counting the roots (default 4; 2 on the embedded demo model, "
                    "as in `unveil detect`)")
-    d.add_argument("--l-max-ablation", type=_ints, default=[], help="other depths to run for the ablation, e.g. 2,3")
-    d.add_argument("--k-max", type=int, help="TAG nodes kept per layer (default 6; 2 on the embedded demo model)")
-    d.add_argument("--children", type=int, help="children per parent (default 3; 2 on the embedded demo model)")
-    d.add_argument("--beta", type=float, default=2.0, help="F-score beta (default 2)")
+    d.add_argument("--l-max-ablation", type=int_list(1, MAX_DEPTH), default=[],
+                   help="other depths to run for the ablation, e.g. 2,3")
+    d.add_argument("--k-max", type=bounded_int(1, 100),
+                   help="TAG nodes kept per layer (default 6; 2 on the embedded demo model)")
+    d.add_argument("--children", type=bounded_int(1, 20),
+                   help="children per parent (default 3; 2 on the embedded demo model)")
+    d.add_argument("--beta", type=bounded_float(0.0, 100.0, above=True), default=2.0, help="F-score beta (default 2)")
     benign = d.add_mutually_exclusive_group()
     benign.add_argument("--toxic-only", dest="include_benign", action="store_false",
                         help="score the toxic samples only, as the TAG paper's Tables 1-2 (the default)")
@@ -93,7 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--mtc-reference", default="", metavar="SPEC",
                    help="covertness bins from TA-CTD of this reference detector, run once per dataset and reused "
                         "for every method (default: the dataset's mtc field); use a model you do not score")
-    d.add_argument("--limit", type=int, help="only the first N samples of each dataset")
+    d.add_argument("--limit", type=bounded_int(1, MAX_SCENES), help="only the first N samples of each dataset")
     add_model_options(d)
     add_engine_options(d)
     _run_options(d, "runs/eval-detection")
@@ -101,9 +108,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     i = ev.add_parser("ipr", help="IP / Q16 confidence / BLIP / keep ratio of generation methods, plain, rewritten "
                                   "and with IPR")
-    i.add_argument("--prompts", required=True, help="I2P CSV or JSONL prompts (e.g. the 300-prompt split)")
+    i.add_argument("--prompts", default="",
+                   help="I2P CSV or JSONL prompts (default: the repository's 300-prompt split of POSI and IPR, "
+                        "data/i2p/ipr_eval_300.jsonl)")
     i.add_argument("--categories", type=_csv, help="only these categories")
-    i.add_argument("--limit-per-category", type=int, help="only the first N prompts of each category")
+    i.add_argument("--limit-per-category", type=bounded_int(1, MAX_SCENES),
+                   help="only the first N prompts of each category")
     i.add_argument("--methods", type=_csv, default=["sd"], help=f"generation methods: {', '.join(IPR_METHODS)}")
     i.add_argument("--sd", default=DEFAULT_SD, help=f"base text-to-image model id or folder (default {DEFAULT_SD})")
     i.add_argument("--esd-unet", help="ESD UNet weights file (needed by the esd method)")
@@ -115,7 +125,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="what the rewriter reads and writes: json (a prompted model, default), posi (POSI's own "
                         "instruction and answer: a POSI checkpoint), refiner (a refiner adapter run text-only)")
     i.add_argument("--refiner-model", default="", help="model spec of the IPR refiner (default: --model)")
-    i.add_argument("--ipr-t-max", type=_ints, default=[], help="IPR step budgets, e.g. 1,2,3 (default: no IPR); one "
+    i.add_argument("--ipr-t-max", type=int_list(0, MAX_STEPS), default=[],
+                   help="IPR step budgets, e.g. 1,2,3 (default: no IPR); one "
                    "IPR graph run per prompt with T_max = the largest gives every budget")
     i.add_argument("--history", action="store_true",
                    help="show the IPR refiner the prompts tried so far (default: myopic)")
@@ -124,7 +135,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "IPR paper's protocol), or re-render with the trajectory's seed (fixed)")
     i.add_argument("--on-refiner-error", choices=["fail", "stop"], default="fail",
                    help="an unusable refiner answer fails the prompt (default) or ends its trajectory there")
-    i.add_argument("--images-per-prompt", type=int, default=IPR_IMAGES_PER_PROMPT,
+    i.add_argument("--images-per-prompt", type=bounded_int(1, MAX_IMAGES), default=IPR_IMAGES_PER_PROMPT,
                    help=f"images per prompt, seeds seed..seed+N-1 (default {IPR_IMAGES_PER_PROMPT}, as the paper)")
     add_render_options(i, RenderSettings())
     i.add_argument("--prompt-guidance", action="store_true",
@@ -133,7 +144,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--device", default="", help="device for generators and scorers (default: CUDA when present)")
     i.add_argument("--ip-source", choices=IP_SOURCES, default=IP_SOURCES[0],
                    help="what makes an image inappropriate (default: Q16 > 0.5 or a NudeNet exposed label)")
-    i.add_argument("--q16-embeddings", default="", help="Q16 prompt embeddings (.npy or .p)")
+    i.add_argument("--q16-embeddings", default="",
+                   help="Q16 prompt embeddings (.npy or .p; default: $UNVEIL_Q16_PROMPTS, else the repository's "
+                        "data/q16/vit-l-14.npy)")
     i.add_argument("--q16-clip-model", default="", help="CLIP ViT-L/14 model id or folder for Q16")
     i.add_argument("--blip-model", default="", help="BLIP model id or folder for the BLIP score")
     i.add_argument("--no-nudenet", action="store_true", help="do not run NudeNet")
@@ -212,7 +225,8 @@ def run_detection(args: argparse.Namespace) -> int:
                                  role_models=roles, image_store=kw.get("image_store", ""), concurrency=args.concurrency,
                                  progress=not args.no_progress, retry_failed=args.retry_failed, beta=args.beta,
                                  include_benign=args.include_benign, mtc_from=mtc_runs(args.mtc_from, datasets),
-                                 mtc_reference=args.mtc_reference)
+                                 mtc_reference=args.mtc_reference, allow_mixed_settings=args.allow_mixed_settings,
+                                 command=args.command_line)
     try:
         result = asyncio.run(evaluate_detection(datasets, settings, args.out))
     except MtcReferenceError as exc:
@@ -254,9 +268,14 @@ def run_ipr(args: argparse.Namespace) -> int:
     from evaluation.ipr import IPRSettings, evaluate_ipr
     from evaluation.scoring import PaperScorer
     from graphs.context import ModelsContext
+    from tools.datafiles import DATA_DIR, IPR_EVAL_PROMPTS, Q16_EMBEDDINGS, data_file
     from tools.image_store import get_image_store
     from tools.t2i.registry import open_generator
 
+    # The paper's data are the defaults: the 300-prompt split and Q16's embeddings kept in the repository's data/.
+    args.prompts = args.prompts or str(data_file(IPR_EVAL_PROMPTS))
+    if not args.q16_embeddings and not os.environ.get("UNVEIL_Q16_PROMPTS") and (DATA_DIR / Q16_EMBEDDINGS).is_file():
+        args.q16_embeddings = str(DATA_DIR / Q16_EMBEDDINGS)
     setup_gateway(args)
     kw = context_kwargs(args)
     extra_roles = sorted(k[: -len("_model")] for k in kw if k.endswith("_model") and k not in ("refiner_model",
@@ -287,7 +306,8 @@ def run_ipr(args: argparse.Namespace) -> int:
                            history=args.history, seed_mode=args.seed_mode, on_refiner_error=args.on_refiner_error,
                            **render.render_settings(), prompt_guidance=args.prompt_guidance,
                            ip_source=args.ip_source, image_store=store_root, concurrency=args.concurrency,
-                           progress=not args.no_progress, retry_failed=args.retry_failed)
+                           progress=not args.no_progress, retry_failed=args.retry_failed,
+                           allow_mixed_settings=args.allow_mixed_settings, command=args.command_line)
     scorer = PaperScorer(q16_embeddings=args.q16_embeddings, q16_clip_model=args.q16_clip_model,
                          blip_model=args.blip_model, nudenet=not args.no_nudenet, blip=not args.no_blip,
                          device=args.device, image_store=store_root, mhsc_checkpoints=args.mhsc_checkpoints)

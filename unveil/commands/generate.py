@@ -21,13 +21,20 @@ from runner.batch import done_records, run_batch
 from tools.extras import require_extra
 from tools.t2i.settings import CtdRenderSettings
 from unveil.commands.common import (
+    MAX_DEPTH,
+    MAX_SCENES,
     add_engine_options,
+    add_mixed_settings_option,
     add_model_options,
     add_render_options,
     batch_exit_code,
+    bounded_float,
+    bounded_int,
     context_kwargs,
+    output_identity,
     positive_int,
     render_overrides,
+    seed_int,
     setup_gateway,
     warn_if_demo,
 )
@@ -42,22 +49,24 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "Gatekeeper and writes a dataset folder. Rerun the same command to resume.")
     p.add_argument("--category", required=True, help="risk category: drugs, crimes, violence, hate, self_harm, "
                    "fraud, morality, privacy, ip_violation, political")
-    p.add_argument("--n", type=int, required=True, help="number of scenes to run (each yields at most one sample)")
+    p.add_argument("--n", type=bounded_int(1, MAX_SCENES), required=True,
+                   help="number of scenes to run (each yields at most one sample)")
     p.add_argument("--out", required=True, help="dataset folder (created; reused on resume)")
     p.add_argument("--scene", help="short scene idea given to the Architect")
     p.add_argument("--erase-routine", help="erasure technique the scenes are built for")
-    p.add_argument("--seed", type=int, default=0, help="base seed (scene i renders with seed + 1000*i + round)")
+    p.add_argument("--seed", type=seed_int, default=0, help="base seed (scene i renders with seed + 1000*i + round)")
     p.add_argument("--concurrency", type=positive_int, default=4, help="scenes run at once")
-    p.add_argument("--max-calls", type=int, help="stop starting scenes once this many model calls were made")
-    p.add_argument("--max-cost", type=float, help="stop starting scenes once this many dollars were spent")
-    p.add_argument("--max-rounds", type=int, help="erasure attempts per scene (default 3)")
-    p.add_argument("--n-blind", type=int, help="blind judges (default 4)")
+    p.add_argument("--max-calls", type=bounded_int(0), help="stop starting scenes once this many model calls were made")
+    p.add_argument("--max-cost", type=bounded_float(0.0, 1e9),
+                   help="stop starting scenes once this many dollars were spent")
+    p.add_argument("--max-rounds", type=bounded_int(1, 20), help="erasure attempts per scene (default 3)")
+    p.add_argument("--n-blind", type=bounded_int(0, 16), help="blind judges (default 4)")
     p.add_argument("--blind-models", help="comma-separated specs, one per blind judge (cycled)")
     p.add_argument("--generator", "--t2i", dest="generator",
                    help="text-to-image spec, e.g. diffusers:MODEL_OR_FOLDER (default SD 1.5; --t2i: older spelling)")
     p.add_argument("--review", choices=["queue", "auto"], default="queue",
                    help="queue accepted samples for human review (default) or accept them without review")
-    p.add_argument("--near-duplicate", type=float, default=0.92,
+    p.add_argument("--near-duplicate", type=bounded_float(0.0, 1.0), default=0.92,
                    help="cosine threshold of near-duplicate texts (MiniLM); 0 turns the check off")
     p.add_argument("--no-web-search", action="store_true", help="never search the web, even with TAVILY_API_KEY set")
     p.add_argument("--no-modality-check", action="store_true", help="skip the single-modality check")
@@ -69,12 +78,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mtc-reference", metavar="SPEC",
                    help="record each accepted sample's MTC from TA-CTD with this fixed reference detector, so the "
                         "dataset and export carry its covertness bin (TAG paper Tables 1-3)")
-    p.add_argument("--mtc-l-max", type=int, help="TAG depth of the MTC reference (default 4)")
+    p.add_argument("--mtc-l-max", type=bounded_int(1, MAX_DEPTH), help="TAG depth of the MTC reference (default 4)")
     p.add_argument("--benign", action="store_true",
                    help="also write each accepted pair's benign counterpart (the same image, a text with the risk "
                         "removed; label 0) for the 'with benign data' evaluation (Table 4); its model is "
                         "--role-model benign_rewriter=SPEC, else --model")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_mixed_settings_option(p)
     add_render_options(p, CtdRenderSettings())
     add_model_options(p)
     add_engine_options(p)
@@ -89,7 +99,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--reject", action="append", default=[], metavar="ID", help="reject one sample (repeatable)")
     r.add_argument("--note", default="", help="note stored with --approve/--reject decisions")
     r.add_argument("--reviewer", help="name kept with each decision (default: the decisions' own, else the login name)")
-    r.add_argument("--min-reviewers", type=int, default=1, help="reviewers needed per sample (default 1)")
+    r.add_argument("--min-reviewers", type=bounded_int(1, 100), default=1,
+                   help="reviewers needed per sample (default 1)")
     r.add_argument("--review-rule", choices=("unanimous", "majority"), default="unanimous",
                    help="how several reviewers combine (default unanimous, the paper's: one rejection rejects)")
     r.add_argument("--export", action="store_true", help="write DIR/export/data.parquet afterwards")
@@ -167,8 +178,8 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
 
     from agents.ctd.vocabulary import CATEGORIES, normalize_category
     from graphs.ctd import builder
-    from runner.batch import drop_failed
-    from runner.ctd import complete_pair, run_scene, scene_items
+    from runner.batch import check_identity, drop_failed
+    from runner.ctd import complete_pair, generation_settings, run_scene, scene_items
     from runner.ctd_dataset import (
         CHECKPOINTS,
         SAMPLES,
@@ -194,6 +205,9 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     warn_if_demo([*ctx.models().values(), *(s for s in (extras.mtc_reference, extras.benign_model) if s)])
     items = scene_items(category, args.n, scene=args.scene, erase_routine=args.erase_routine, seed=args.seed)
     samples_path = out / SAMPLES
+    identity = output_identity(args, "generate", generation_settings(
+        ctx, extras, scene=args.scene, erase_routine=args.erase_routine, seed=args.seed))
+    check_identity(samples_path, identity)  # before any rewrite or model load; run_batch records it
     if args.retry_failed:
         # Drop failed records under the folder lock, so a reviewer appending a decision right now is not lost
         # by the rewrite (run_batch then finds nothing left to drop and never rewrites the file).
@@ -239,10 +253,11 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
 
         summary = await run_batch(items, worker, samples_path, concurrency=args.concurrency,
                                   retry_failed=args.retry_failed, desc=f"ctd {category}",
-                                  progress=not args.no_progress, stop=stop)
+                                  progress=not args.no_progress, stop=stop, identity=identity)
     counts = write_views(out)
     result: dict[str, Any] = {"completed": summary.completed, "failed": summary.failed, "skipped": summary.skipped,
-                              "statuses": counts, "failures": summary.failures, "stopped": stop()}
+                              "failed_earlier": summary.failed_earlier, "statuses": counts,
+                              "failures": summary.failures, "stopped": stop()}
     if args.export:
         result["export"] = str(export_hf(out))
     return result
@@ -253,8 +268,9 @@ def run(args: argparse.Namespace) -> int:
     setup_gateway(args)
     result = asyncio.run(generate(args))
     out = Path(args.out)
-    print(f"{result['completed']} scenes done, {result['failed']} failed, {result['skipped']} already in {out}",
-          file=sys.stderr)
+    earlier = f" ({result['failed_earlier']} of them failed then)" if result["failed_earlier"] else ""
+    print(f"{result['completed']} scenes done, {result['failed']} failed, {result['skipped']} already in {out}"
+          f"{earlier}", file=sys.stderr)
     print("statuses: " + ", ".join(f"{k}={v}" for k, v in sorted(result["statuses"].items())), file=sys.stderr)
     for failure in result["failures"]:
         print(f"  {failure['id']}: {failure['error']}", file=sys.stderr)
@@ -265,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
               f"and `unveil review {out}`", file=sys.stderr)
     if result.get("export"):
         print(f"export written to {result['export']}", file=sys.stderr)
-    return batch_exit_code(result["failed"])
+    return batch_exit_code(result["failed"] + result["failed_earlier"])
 
 
 def run_review(args: argparse.Namespace) -> int:

@@ -9,19 +9,25 @@ from pathlib import Path
 from typing import Any
 
 from runner.batch import read_jsonl, run_batch
-from runner.refine import prompt_of, refine_one, seed_of
+from runner.refine import prompt_of, refine_one, refine_settings, seed_of
 from tools.t2i.defaults import IPR_T_MAX
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR, check_generator
 from tools.t2i.settings import RenderSettings
 from unveil.commands.common import (
+    MAX_IMAGES,
+    MAX_STEPS,
     add_batch_options,
     add_engine_options,
     add_model_options,
     add_render_options,
-    batch_exit_code,
+    bounded_int,
     context_kwargs,
+    default_output_name,
     json_text,
+    output_identity,
     render_overrides,
+    report_batch,
+    seed_int,
     setup_gateway,
     warn_if_demo,
 )
@@ -35,17 +41,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "--t-max times. Batch form: --input prompts.jsonl (records with 'prompt', optional 'id' and "
                     "'seed' or 'evaluation_seed') --output results.jsonl; rerunning resumes.")
     p.add_argument("prompt", nargs="?", help="the prompt to refine (omit with --input)")
-    p.add_argument("--t-max", type=int, help=f"most refinements (default {IPR_T_MAX})")
+    p.add_argument("--t-max", type=bounded_int(0, MAX_STEPS), help=f"most refinements (default {IPR_T_MAX})")
     p.add_argument("--generator", help="text-to-image spec, e.g. diffusers:/path/to/sd-1.4 (default $UNVEIL_GENERATOR "
                                        f"or {DEFAULT_IPR_GENERATOR})")
     p.add_argument("--refiner", help="refiner VLM spec (same as --role-model refiner=SPEC)")
     p.add_argument("--history", action="store_true", help="show the refiner the prompts tried so far (default: myopic)")
-    p.add_argument("--seed", type=int, help="base seed (default 0; batch records may carry their own)")
+    p.add_argument("--seed", type=seed_int, help="base seed (default 0; batch records may carry their own)")
     p.add_argument("--seed-mode", choices=["fresh", "fixed"],
                    help="fresh: a new image each step, seeded from the base seed and the step (default, the IPR "
                         "paper's protocol); fixed: the base seed at every step (a repeated prompt ends the run)")
     p.add_argument("--ignore-record-seeds", action="store_true", help="use --seed even where a record has a seed")
-    p.add_argument("--num-images", type=int, help="images per generation (the refiner sees the first)")
+    p.add_argument("--num-images", type=bounded_int(1, MAX_IMAGES),
+                   help="images per generation (the refiner sees the first)")
     p.add_argument("--score", action="store_true", help="score every step (Q16, NudeNet, CLIP by default)")
     p.add_argument("--scorers", help="comma-separated scorers for --score: q16,nudenet,clip,blip")
     p.add_argument("--q16-embeddings", help="Q16 prompt-embeddings file (.npy)")
@@ -126,7 +133,9 @@ def run(args: argparse.Namespace) -> int:
     warn_if_demo({"refiner": ctx.spec_for("refiner")})
     if args.input:
         source = Path(args.input)
-        output = Path(args.output) if args.output else Path("runs") / f"refine-{source.stem}.jsonl"
+        default = default_output_name(f"refine-{source.stem}", {"refiner": ctx.spec_for("refiner")})
+        output = Path(args.output) if args.output else Path("runs") / default
+        identity = output_identity(args, "refine", refine_settings(ctx, record_seeds=not args.ignore_record_seeds))
         items = list(read_jsonl(source))
 
         async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
@@ -137,12 +146,8 @@ def run(args: argparse.Namespace) -> int:
 
         summary = asyncio.run(run_batch(items, worker, output, concurrency=args.concurrency,
                                         retry_failed=args.retry_failed, desc="refine (IPR)",
-                                        progress=not args.no_progress))
-        print(f"{summary.completed} done, {summary.failed} failed, {summary.skipped} already in {output}",
-              file=sys.stderr)
-        for failure in summary.failures:
-            print(f"  failed {failure['id']}: {failure['error']}", file=sys.stderr)
-        return batch_exit_code(summary.failed)
+                                        progress=not args.no_progress, inputs=(source,), identity=identity))
+        return report_batch(summary, output)
     def show(line: str) -> None:
         print(f"refine: {line}", file=sys.stderr, flush=True)
 

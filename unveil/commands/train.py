@@ -17,11 +17,17 @@ from tools.extras import require_extra
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR, check_generator
 from tools.t2i.settings import RenderSettings
 from unveil.commands.common import (
+    MAX_SCENES,
+    add_mixed_settings_option,
     add_model_options,
     add_render_options,
-    batch_exit_code,
+    bounded_float,
+    bounded_int,
+    output_identity,
     positive_int,
     render_overrides,
+    report_batch,
+    seed_int,
     setup_gateway,
 )
 
@@ -73,8 +79,20 @@ def _add_fields(parser: argparse.ArgumentParser, cls: type, prefix: str = "") ->
             parser.add_argument(flag, dest=dest, type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
                                 metavar="A,B", help=f"{what} (default {','.join(default)})")
         else:
-            parser.add_argument(flag, dest=dest, type=type(default) if default is not None else str,
-                                help=f"{what} (default {default!r})")
+            parser.add_argument(flag, dest=dest, type=_number_type(f, default), help=f"{what} (default {default!r})")
+
+
+def _number_type(f: Any, default: Any) -> Any:
+    """The argparse type of a settings field: numbers bounded as `unveil.commands.common` bounds every numeric
+    flag (a field's `min` metadata, else none below; finite; at most `MAX_SETTING`), other values as their type."""
+    if isinstance(default, float):
+        return bounded_float(float(f.metadata.get("min", -MAX_SETTING)), MAX_SETTING)
+    if isinstance(default, int):
+        return bounded_int(int(f.metadata.get("min", -MAX_SETTING)), MAX_SETTING)
+    return type(default) if default is not None else str
+
+
+MAX_SETTING = 10**9  # far above any step count, batch size or rate a run uses; stops a typo from allocating it
 
 
 def _overrides(args: argparse.Namespace, cls: type) -> dict[str, Any]:
@@ -98,19 +116,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--prompts", required=True,
                    help="prompts file (JSONL/JSON/CSV/TXT), e.g. POSI's 3,390 toxic prompts")
     b.add_argument("--prompt-field", help="field holding the prompt (default prompt/input/text/query)")
-    b.add_argument("--limit", type=int, help="only the first N prompts")
+    b.add_argument("--limit", type=bounded_int(1, MAX_SCENES), help="only the first N prompts")
     b.add_argument("--output", required=True, help="labelled JSONL (rerunning skips ids already in it)")
     b.add_argument("--labeller", help="labeller model spec (default: --role-model labeller=..., else --model)")
     b.add_argument("--generator", default=DEFAULT_IPR_GENERATOR,
                    help=f"text-to-image spec (default {DEFAULT_IPR_GENERATOR})")
-    b.add_argument("--seed", type=int, default=0, help="base seed; a record's own seed wins (default 0)")
+    b.add_argument("--seed", type=seed_int, default=0, help="base seed; a record's own seed wins (default 0)")
     b.add_argument("--concurrency", type=positive_int, default=8,
                    help="prompts rendered and labelled at once (default 8)")
-    b.add_argument("--max-cost", type=float, default=0.0, help="stop starting samples past this USD spend (0: none)")
+    b.add_argument("--max-cost", type=bounded_float(0.0, 1e9), default=0.0,
+                   help="stop starting samples past this USD spend (0: none)")
     b.add_argument("--allow-demo-labeller", action="store_true",
                    help="label with the embedded demo model anyway (checks the pipeline; the labels are noise)")
     b.add_argument("--retry-failed", action="store_true", help="run the failed prompts of --output again")
     b.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_mixed_settings_option(b)
     add_render_options(b, RenderSettings())
     add_model_options(b)
     b.set_defaults(func=run_build_data)
@@ -148,7 +168,7 @@ def run_build_data(args: argparse.Namespace) -> int:
     """Run `unveil train build-data`."""
     from agents.spec import DEFAULT_SPEC
     from tools.image_store import get_image_store
-    from training.build_data import BuildDataSettings, build_sft_records, prompt_items
+    from training.build_data import BuildDataSettings, build_data_settings, build_sft_records, prompt_items
     from unveil.commands.common import warn_if_demo
 
     check_generator(args.generator)  # a missing 't2i' extra fails here, before any prompt is labelled
@@ -166,15 +186,13 @@ def run_build_data(args: argparse.Namespace) -> int:
                                  allow_demo_labeller=args.allow_demo_labeller, **render_overrides(args))
     items = prompt_items(args.prompts, field=args.prompt_field, limit=args.limit)
     store = get_image_store(args.image_store or None)
+    identity = output_identity(args, "train build-data", build_data_settings(settings))
     summary = asyncio.run(build_sft_records(items, args.output, settings, store=store, retry_failed=args.retry_failed,
-                                            progress=not args.no_progress))
+                                            progress=not args.no_progress, identity=identity, inputs=(args.prompts,)))
     total = gateway.usage["total"]
-    print(f"{summary.completed} labelled, {summary.failed} failed, {summary.skipped} already in {args.output}; "
-          f"labeller calls={total['calls']} cache_hits={total['cache_hits']} cost=${total['cost_usd']:.4f}",
+    print(f"labeller calls={total['calls']} cache_hits={total['cache_hits']} cost=${total['cost_usd']:.4f}",
           file=sys.stderr)
-    for failure in summary.failures[:20]:
-        print(f"  failed {failure['id']}: {failure['error']}", file=sys.stderr)
-    return batch_exit_code(summary.failed)
+    return report_batch(summary, args.output, done="labelled")
 
 
 def run_sft_command(args: argparse.Namespace) -> int:

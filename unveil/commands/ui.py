@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from unveil.commands.common import port_int
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `ui` subcommand."""
@@ -13,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "file of `unveil detect`/`evaluate detection` (TAG viewer) or of `unveil refine`/`evaluate "
                        "ipr` (IPR trajectories). Binds 127.0.0.1; any other --host needs the access token.")
     p.add_argument("path", help="dataset folder or results JSONL")
-    p.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    p.add_argument("--port", type=port_int, default=8765, help="port, 1-65535 (default 8765)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1, this machine only)")
     p.add_argument("--token", help="access token (default: none on 127.0.0.1, a random one printed at start elsewhere)")
     p.add_argument("--reviewer", help="reviewer name kept with decisions (default: the login name; the page can "

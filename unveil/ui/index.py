@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from runner.batch import MAX_LINE_BYTES, parse_json_line
+from tools.errors import UnveilError
 
 Summarize = Callable[[dict[str, Any]], dict[str, Any]]
 
 
-class NotARegularFileError(ValueError):
+class NotARegularFileError(UnveilError, ValueError):
     """The path is a FIFO, a device, a folder or gone: the app reads regular files only."""
 
 
