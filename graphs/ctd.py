@@ -7,7 +7,9 @@ reason-informed, `n_blind` blind, one forced-reasoning; each with its own model 
 `Send`, and the acceptance rule of `graphs/ctd_rules.py` decides in code. A rejected attempt gets targeted
 feedback from a model and goes back to the Eraser, up to `max_rounds` attempts; then the scene is dropped and
 recorded as such. An accepted pair goes to human verification: an `interrupt()` (resume with
-`{"decision": "approve"|"reject", "note": "..."}`), a review queue for batch runs, or none.
+`{"decision": "approve"|"reject", "note": "..."}`), a review queue for batch runs, or none. With the server's
+review folder set (`UNVEIL_REVIEW_DIR`), the interrupt is shared with the web app on that folder
+(`graphs.ctd_review`).
 
 State holds ids and paths of images, never their bytes.
 """

@@ -375,7 +375,7 @@ def moderation_summary(dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
 def read_decisions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any] | list[dict[str, Any]]]:
     """Reviewer decisions from a JSONL file (the review queue with `decision`, `note` and `reviewer` filled in), by
     sample id; several lines for one id (several reviewers) become a list, in file order."""
-    from graphs.ctd import parse_review  # the one reader of review answers, shared with the interrupt path
+    from graphs.ctd_review import parse_review  # the one reader of review answers, shared with the interrupt path
 
     out: dict[str, dict[str, Any] | list[dict[str, Any]]] = {}
     p = Path(path)
