@@ -7,7 +7,9 @@ reason-informed, `n_blind` blind, one forced-reasoning; each with its own model 
 `Send`, and the acceptance rule of `graphs/ctd_rules.py` decides in code. A rejected attempt gets targeted
 feedback from a model and goes back to the Eraser, up to `max_rounds` attempts; then the scene is dropped and
 recorded as such. An accepted pair goes to human verification: an `interrupt()` (resume with
-`{"decision": "approve"|"reject", "note": "..."}`), a review queue for batch runs, or none.
+`{"decision": "approve"|"reject", "note": "..."}`), a review queue for batch runs, or none. With the server's
+review folder set (`UNVEIL_REVIEW_DIR`), the interrupt is shared with the web app on that folder
+(`graphs.ctd_review`).
 
 State holds ids and paths of images, never their bytes.
 """
@@ -18,8 +20,10 @@ import asyncio
 import logging
 import operator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from langgraph.config import get_config
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Send, interrupt
@@ -39,6 +43,14 @@ from agents.gateway import get_gateway
 from agents.spec import redact_spec
 from agents.usage import RunUsage, merge_usage
 from graphs.context import ModelsContext, check_context, strict_init
+from graphs.ctd_review import (  # noqa: F401 - re-exported: the review answers' one reader
+    combined_review,
+    decide_in_folder,
+    folder_outcome,
+    parse_review,
+    parse_reviews,
+    queue_in_folder,
+)
 from graphs.ctd_rules import (
     ConceptCondition,
     GatekeeperRule,
@@ -49,6 +61,7 @@ from graphs.ctd_rules import (
     review_outcome,
 )
 from tools.image_store import get_image_store
+from tools.review_log import review_dir
 from tools.t2i.registry import DEFAULT_CTD_GENERATOR, open_generator
 from tools.t2i.settings import CtdRenderSettings
 from tools.web_search import get_web_search
@@ -584,40 +597,12 @@ def review_payload(state: CtdState, *, thumbnail: str | None = None, error: str 
     return payload
 
 
-def parse_review(answer: Any) -> dict[str, str]:
-    """A reviewer's answer (a dict, or a bare 'approve'/'reject' string) as {status, note, reviewer}."""
-    if isinstance(answer, str):
-        answer = {"decision": answer}
-    if not isinstance(answer, dict):
-        raise ValueError(f"review answer: expected {{'decision': 'approve'|'reject', 'note': ...}}, got {answer!r}")
-    decision = str(answer.get("decision", "")).strip().lower()
-    if decision in ("approve", "approved", "accept", "yes"):
-        status = "approved"
-    elif decision in ("reject", "rejected", "no"):
-        status = "rejected"
-    else:
-        raise ValueError(f"review answer: decision must be 'approve' or 'reject', got {answer.get('decision')!r}")
-    reviewer = str(answer.get("reviewer") or "")[:200]
-    return {"status": status, "note": str(answer.get("note", ""))[:2000], "reviewer": reviewer}
-
-
-def parse_reviews(answer: Any) -> list[dict[str, str]]:
-    """One resume value as a list of reviews: a list of answers (several reviewers at once) or a single one."""
-    return [parse_review(a) for a in answer] if isinstance(answer, list) else [parse_review(answer)]
-
-
-def combined_review(reviews: list[dict[str, str]], policy: ReviewPolicy) -> dict[str, Any]:
-    """The sample's `review` record: the outcome under `policy`, the last note, and every reviewer's decision."""
-    outcome = review_outcome(reviews, policy)
-    return {"status": outcome, "note": reviews[-1]["note"] if reviews else "", "reviews": reviews,
-            "rule": policy.rule, "min_reviewers": policy.min_reviewers}
-
-
 async def human_review(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
     """Human verification: pause for a reviewer, queue the sample for later review, or skip (auto).
 
     An invalid answer pauses again with the error in the payload (each `interrupt()` of the node gets its own
-    resume value, replayed when the node reruns), so a typo never leaves the thread failed.
+    resume value, replayed when the node reruns), so a typo never leaves the thread failed. When the server names a
+    review folder (`UNVEIL_REVIEW_DIR`), the pause is shared with the web app on that folder (see `_folder_review`).
     """
     mode = runtime.context.review
     if mode == "queue":
@@ -631,6 +616,9 @@ async def human_review(state: CtdState, runtime: Runtime[CtdContext]) -> dict[st
             thumbnail = await asyncio.to_thread(thumbnail_data_url, store, state["image_id"])
         except Exception as exc:  # noqa: BLE001 - the reviewer still gets the path; the review must not fail
             log.warning("no thumbnail for %s: %s", state.get("image_id"), exc)
+    folder, thread_id = review_dir(), (get_config().get("configurable") or {}).get("thread_id")
+    if folder is not None and thread_id:
+        return await _folder_review(state, runtime, folder, f"studio-{thread_id}", thumbnail)
     # Several reviewers: each resume adds one review (or a list of them) until the policy decides; an invalid
     # answer is asked again with its error. Every interrupt() of this node is answered in order when it re-runs.
     policy = runtime.context.review_policy()
@@ -652,6 +640,51 @@ async def human_review(state: CtdState, runtime: Runtime[CtdContext]) -> dict[st
         if review_outcome(reviews, policy) != "pending":
             review = combined_review(reviews, policy)
             return {"status": "accepted" if review["status"] == "approved" else "rejected", "review": review}
+
+
+async def _folder_review(state: CtdState, runtime: Runtime[CtdContext], folder: Path, sample_id: str,
+                         thumbnail: str | None) -> dict[str, Any]:
+    """Review through the server's review folder, shared with the web app (`unveil ui FOLDER`): the sample is
+    queued there (its image copied into the folder's store) as `unveil generate --review queue` writes it; a
+    decision already taken there (in the web app, undos counted) resolves the review without a pause, and is read
+    again whenever the run resumes; a Studio answer is applied to the folder's record under the folder lock and
+    logged in `decisions.jsonl` with its reviewer and time, so the web app shows it."""
+    out: dict[str, Any] = dict(state)
+    if state.get("image_id"):
+        src = await _store(runtime.context)
+        copied = await asyncio.to_thread(
+            lambda: get_image_store(folder / "images").put_png(src.read_bytes(state["image_id"]),
+                                                                 name=state["image_id"]))
+        out["image_path"] = copied.path
+    rec = await asyncio.to_thread(queue_in_folder, folder, sample_id, out)
+    policy = runtime.context.review_policy()
+    error: str | None = None
+    n = 0
+    while True:  # ends: a decided record, or an interrupt() with no resume value left (the run suspends)
+        decided = folder_outcome(rec)
+        if decided is not None:
+            return decided
+        payload = review_payload(state, thumbnail=thumbnail, error=error)
+        payload["review_id"], payload["review_dir"] = sample_id, str(folder)
+        so_far = [{k: r.get(k) for k in ("reviewer", "status", "note")}
+                  for r in (rec.get("review") or {}).get("reviews") or []]
+        if so_far:
+            payload["reviews_so_far"] = so_far
+            payload["question"] = (f"Another reviewer is needed ({policy.rule}, at least {policy.min_reviewers}). "
+                                   + REVIEW_QUESTION)
+        answer = interrupt(payload)
+        n += 1
+        try:
+            answers = [a if isinstance(a, dict) else {"decision": a}
+                       for a in (answer if isinstance(answer, list) else [answer])]
+            parse_reviews(answers)
+        except ValueError as exc:
+            error = str(exc)
+            continue
+        error = None
+        again = await asyncio.to_thread(decide_in_folder, folder, sample_id, answers, policy,
+                                        reviewer="studio", answer_key=str(n))
+        rec = again if again is not None else rec
 
 
 builder = StateGraph(CtdState, context_schema=CtdContext, input_schema=CtdInput, output_schema=CtdOutput)

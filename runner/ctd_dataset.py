@@ -28,34 +28,35 @@ similarity at or above a threshold with an earlier sample's is a near duplicate.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import datetime
-import fcntl
 import getpass
 import hashlib
 import json
 import os
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.batch import append_lines, done_records, read_jsonl_records
-from tools.errors import UnveilError
+from graphs.ctd_review import sample_record  # noqa: F401 - re-exported: the runner shapes records with it
+from runner.batch import done_records, read_jsonl_records
 from tools.extras import require_extra
-from tools.safe_files import atomic_write, atomic_writer, open_in
+from tools.review_log import (  # noqa: F401 - re-exported: the folder's names and lock live in tools.review_log
+    DECISIONS,
+    LOCK,
+    LOCK_TIMEOUT_S,
+    SAMPLES,
+    append_records,
+    review_lock,
+)
+from tools.review_log import ReviewBusyError as DatasetBusyError  # noqa: F401 - the name callers know
+from tools.safe_files import atomic_write, atomic_writer
 
-SAMPLES = "samples.jsonl"
 DATASET = "dataset.jsonl"
 REVIEW_QUEUE = "review_queue.jsonl"
 CHECKPOINTS = "checkpoints.sqlite"
 IMAGES = "images"
 EXPORT = "export"
-DECISIONS = "decisions.jsonl"
-LOCK = ".lock"
-LOCK_TIMEOUT_S = 30.0
 DEFAULT_NEAR_DUPLICATE = 0.92
 
 # Statuses of samples that may be part of the dataset; "pending_review" waits for a human decision.
@@ -183,45 +184,6 @@ class DuplicateIndex:
             return None
 
 
-def sample_record(out: dict[str, Any], *, dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """The JSONL record of one finished scene (the graph's output, with the image path relative to the folder)."""
-    root = Path(dataset_dir).resolve()
-    image_path = out.get("image_path")
-    rel = None
-    if image_path:
-        try:
-            rel = str(Path(image_path).resolve().relative_to(root))
-        except ValueError:
-            rel = str(image_path)  # an image store outside the folder: keep the absolute path
-    usage = out.get("usage") or {}
-    return {
-        "status": out.get("status", "failed"),
-        "category": out.get("category"),
-        "subcategory": out.get("subcategory"),
-        "text": out.get("text"),
-        "image": rel if out.get("status") != "dropped" else None,
-        "image_sha256": out.get("image_id") if out.get("status") != "dropped" else None,
-        "label": 1,
-        "image_description": out.get("t2i_prompt"),
-        "t2i_prompt": out.get("t2i_prompt"),
-        "erasure_reason": out.get("erasure_reason"),
-        "erasure": out.get("erasure"),
-        "scene": out.get("scene"),
-        "votes": out.get("votes", []),
-        "decision": out.get("decision"),
-        "modality": out.get("modality"),
-        "feedback_history": out.get("feedback_history", []),
-        "rounds": out.get("rounds", 0),
-        "drop_reason": out.get("drop_reason"),
-        "review": out.get("review") or {"status": "none"},
-        "models": out.get("models"),
-        "seeds": out.get("seeds", []),
-        "web_search": out.get("web_search", False),
-        "cost_usd": (usage.get("total") or {}).get("cost_usd", 0.0),
-        "usage": usage,
-    }
-
-
 def dataset_rows(rec: dict[str, Any]) -> list[dict[str, Any]]:
     """The dataset rows of one usable record: the toxic sample, then its benign counterpart if it has one (the
     same image and scene, label 0, no MTC: the innocent reading has no toxic path to measure)."""
@@ -295,33 +257,7 @@ def record_problem(rec: dict[str, Any]) -> str | None:
     return None
 
 
-class DatasetBusyError(UnveilError, RuntimeError):
-    """Another process held the dataset folder's lock for longer than the timeout."""
-
-
-@contextlib.contextmanager
-def dataset_lock(dataset_dir: str | os.PathLike[str], *, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Hold the folder's exclusive lock (flock on `DIR/.lock`): reviewers (CLI or web) and view rewrites take it,
-    so two reviewers never interleave their read-modify-write. `unveil generate` appends records with single
-    O_APPEND writes, which never lose or tear a reviewer's appended line, so generation need not stop for review.
-    flock locks belong to the open file, so threads of one process exclude each other as processes do."""
-    root = Path(dataset_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    fd = open_in(root, LOCK, os.O_RDWR | os.O_CREAT)  # a link planted at `.lock` is refused, never followed
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise DatasetBusyError(f"{root}: the dataset folder is locked by another reviewer or writer "
-                                           f"for over {timeout:.0f} s; try again") from None
-                time.sleep(0.05)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
+dataset_lock = review_lock  # the folder lock every reviewer takes (web app, `unveil review`, Studio)
 
 
 def write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
@@ -384,7 +320,7 @@ def apply_reviews(
 ) -> dict[str, int]:
     """Apply reviewer decisions ({id: {decision: approve|reject|note|undo, note, reviewer?, undoes?}}, or {id: [one
     per reviewer]}) under the folder lock; `undo` takes back entry `undoes` of the record's `review_history`
-    (see `_undo`).
+    (see `graphs.ctd_review.undo`).
 
     Several reviewers (the TAG paper's unanimous confirmation, §4.1): every approve/reject on a pending sample joins
     its `review.reviews` list (reviewer, note, time), and the sample is accepted or rejected once the reviews decide
@@ -397,8 +333,8 @@ def apply_reviews(
     were kept as conflicts, and were skipped (unknown id, a record that `record_problem` refuses, or empty).
     `records` reads the folder's records by id under the lock (default `load_samples`; the web app passes its
     index); `views=False` leaves rewriting `dataset.jsonl` and `review_queue.jsonl` to the caller."""
-    # The one parser of review answers and the one review policy, shared with the interrupt path.
-    from graphs.ctd import combined_review, parse_review
+    # The one way a decision changes a record, shared with the CTD graph's review node (Studio).
+    from graphs.ctd_review import apply_decision, now_iso
     from graphs.ctd_rules import ReviewPolicy
 
     policy = ReviewPolicy(min_reviewers=min_reviewers, rule=rule)  # type: ignore[arg-type]
@@ -411,85 +347,20 @@ def apply_reviews(
         for sid, answers in decisions.items():
             for answer in answers if isinstance(answers, list) else [answers]:
                 rec = by_id.get(sid)
-                decision = str((answer or {}).get("decision", "")).strip().lower()
-                if rec is None or not decision or record_problem(rec):
+                if rec is None or record_problem(rec):
                     counts["skipped"] += 1
                     continue
-                who = str((answer or {}).get("reviewer") or reviewer or default_reviewer())[:200]
-                now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-                note = str((answer or {}).get("note", ""))[:2000]
-                entry: dict[str, Any] = {"decision": decision, "note": note, "reviewer": who, "time": now}
-                if decision == "note":
-                    counts["noted"] += 1
-                elif decision == "undo":
-                    if not _undo(rec, (answer or {}).get("undoes"), policy, entry):
-                        counts["skipped"] += 1  # nothing to undo there, or undone already (a double click)
-                        continue
-                    counts["undone"] += 1
-                elif rec.get("status") == "pending_review":
-                    one = {**parse_review(answer), "reviewer": who, "time": now}
-                    review = combined_review([*(rec.get("review") or {}).get("reviews", []), one], policy)
-                    rec["review"] = {**review, "reviewer": who, "time": now}
-                    if review["status"] != "pending":
-                        rec["status"] = "accepted" if review["status"] == "approved" else "rejected"
-                    entry["decision"] = "approve" if one["status"] == "approved" else "reject"
-                    counts[review["status"]] += 1
-                else:
-                    status = parse_review(answer)["status"]
-                    current = rec.get("review") or {}
-                    if current.get("status") == status and current.get("note", "") == note:
-                        counts["skipped"] += 1  # the same decision applied again (a rerun of one decisions file)
-                        continue
-                    entry.update(applied=False,
-                                 conflict_with={k: current.get(k) for k in ("status", "reviewer", "time")})
-                    counts["conflicts"] += 1
-                rec["review_history"] = [*rec.get("review_history", []), entry]
-                changed[sid] = rec
-                log.append({"id": sid, **entry})
+                done, entry = apply_decision(rec, answer or {}, policy, reviewer=reviewer or default_reviewer(),
+                                             now=now_iso())
+                counts[done] += 1
+                if entry is not None:
+                    changed[sid] = rec
+                    log.append({"id": sid, **entry})
         if changed:
-            _append_lines(root / SAMPLES, [{**r, "id": sid} for sid, r in changed.items()])
-            _append_lines(root / DECISIONS, log)
+            append_records(root, [{**r, "id": sid} for sid, r in changed.items()], log)
         if views:
             _write_views(root)
     return counts
-
-
-def _undo(rec: dict[str, Any], k: Any, policy: Any, entry: dict[str, Any]) -> bool:
-    """Undo entry `k` of a record's review history (an applied approve/reject, or a note) in place: the undone
-    review leaves `review.reviews` and the others decide again under the record's own policy (none left: the
-    sample waits for review again). The history only grows: `entry` (the undo) names `k`. False when `k` is no
-    such entry, is an undo, was not applied, or is undone already."""
-    from graphs.ctd import combined_review
-    from graphs.ctd_rules import ReviewPolicy
-
-    history = rec.get("review_history") or []
-    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(history):
-        return False
-    target = history[k]
-    undone = {h.get("undoes") for h in history if h.get("decision") == "undo"}
-    if k in undone or target.get("decision") not in ("approve", "reject", "note") or target.get("applied") is False:
-        return False
-    entry["undoes"] = k
-    if target["decision"] == "note":
-        return True
-    review = rec.get("review") or {}
-    mine = (target.get("reviewer"), target.get("time"))
-    kept = [r for r in review.get("reviews") or [] if (r.get("reviewer"), r.get("time")) != mine]
-    own = ReviewPolicy(min_reviewers=int(review.get("min_reviewers") or policy.min_reviewers),
-                       rule=review.get("rule") or policy.rule)
-    if kept:
-        again = combined_review(kept, own)
-        rec["review"] = {**again, "reviewer": kept[-1].get("reviewer"), "time": kept[-1].get("time")}
-    else:
-        again = {"status": "pending"}
-        rec["review"] = {"status": "pending", "reviews": []}
-    rec["status"] = {"approved": "accepted", "rejected": "rejected"}.get(again["status"], "pending_review")
-    return True
-
-
-def _append_lines(path: Path, records: list[dict[str, Any]]) -> None:
-    """Append records as whole JSON lines under the file's write lock (shared with a running batch's appender)."""
-    append_lines(path, "".join(json.dumps(r, ensure_ascii=True) + "\n" for r in records).encode("ascii"))
 
 
 def moderation_summary(dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
@@ -504,7 +375,7 @@ def moderation_summary(dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
 def read_decisions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any] | list[dict[str, Any]]]:
     """Reviewer decisions from a JSONL file (the review queue with `decision`, `note` and `reviewer` filled in), by
     sample id; several lines for one id (several reviewers) become a list, in file order."""
-    from graphs.ctd import parse_review  # the one reader of review answers, shared with the interrupt path
+    from graphs.ctd_review import parse_review  # the one reader of review answers, shared with the interrupt path
 
     out: dict[str, dict[str, Any] | list[dict[str, Any]]] = {}
     p = Path(path)

@@ -73,6 +73,7 @@ class LanggraphServer:
 
     def __init__(self, url: str, proc: subprocess.Popen, log: Path, home: Path, images: Path):
         self.url, self.proc, self.log, self.home, self.images = url, proc, log, home, images
+        self.review_dir = log.parent / "review"
 
 
 STUDIO_PORT_IN_README = 2025
@@ -93,9 +94,10 @@ def langgraph_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Langg
     """Start `langgraph dev` exactly as README.md says (its command line, only the port substituted), in the repo.
 
     The environment is a user's default one: the response cache and the image store at their default places (HOME
-    points at a temporary folder so the user's own are untouched), no `UNVEIL_*` overrides and no
-    `--allow-blocking`, so a blocking call in a graph node fails here as it would for a user. Tests pass models per
-    run through the graphs' context, so one server serves every test of a module.
+    points at a temporary folder so the user's own are untouched), no `UNVEIL_*` overrides but the server's own
+    folders (`UNVEIL_IMAGE_ROOTS`, `UNVEIL_REVIEW_DIR`), and no `--allow-blocking`, so a blocking call in a graph
+    node fails here as it would for a user. Tests pass models per run through the graphs' context, so one server
+    serves every test of a module.
     """
     pytest.importorskip("langgraph_api")
     workdir = tmp_path_factory.mktemp("langgraph")
@@ -111,6 +113,7 @@ def langgraph_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Langg
     images = workdir / "images"  # the one folder of sample images the server allows (its own setting)
     images.mkdir()
     env["UNVEIL_IMAGE_ROOTS"] = str(images)
+    env["UNVEIL_REVIEW_DIR"] = str(workdir / "review")  # the review folder Studio shares with the web app
     command = readme_studio_command()
     assert f"--port {STUDIO_PORT_IN_README}" in command
     command = command.replace(f"--port {STUDIO_PORT_IN_README}", f"--port {port}")

@@ -270,6 +270,37 @@ async def test_ctd_review_shows_a_thumbnail_and_survives_an_invalid_answer(
     assert "data:image" not in json.dumps(state["values"])
 
 
+async def test_ctd_review_in_studio_and_the_web_app_agree(
+    client: Any, langgraph_server: Any, tiny_sd: str, tmp_path: Path
+) -> None:
+    from unveil.ui.sources import CtdSource
+
+    spec = f"scripted:{write_json(tmp_path / 'script.json', ctd_script())}"
+    ctx = {"model": spec, "generator": tiny_sd, "width": 32, "height": 32, "steps": 2, "web_search": False,
+           "review": "interrupt"}
+    web = CtdSource(langgraph_server.review_dir)
+    # Decided in the web app: the paused run takes that decision when resumed without one of its own.
+    thread_id, first = await run(client, "ctd", {"id": "srv-2", "category": "drugs", "seed": 5}, context=ctx)
+    assert not error_of(first), error_of(first)
+    sid = (await client.threads.get_state(thread_id))["interrupts"][0]["value"]["review_id"]
+    card = web.record(sid)
+    assert card is not None and card["status"] == "pending_review" and card["image_id"]
+    web.decide(sid, "reject", "too plain", "alice")
+    out = await client.runs.wait(thread_id, "ctd", command={"resume": "web"}, context=ctx, raise_error=False)
+    assert not error_of(out), error_of(out)
+    assert out["status"] == "rejected" and [r["reviewer"] for r in out["review"]["reviews"]] == ["alice"]
+    # Decided in Studio: the web app shows it, and the decisions file names the reviewer.
+    thread_id, _ = await run(client, "ctd", {"id": "srv-3", "category": "drugs", "seed": 6}, context=ctx)
+    sid = (await client.threads.get_state(thread_id))["interrupts"][0]["value"]["review_id"]
+    out = await client.runs.wait(thread_id, "ctd", command={"resume": {"decision": "approve", "reviewer": "bob"}},
+                                 context=ctx, raise_error=False)
+    assert not error_of(out), error_of(out)
+    assert out["status"] == "accepted"
+    assert web.record(sid)["status"] == "accepted" and web.record(sid)["judgements"] == {"bob": "approve"}
+    log = [json.loads(x) for x in (langgraph_server.review_dir / "decisions.jsonl").read_text().splitlines()]
+    assert [(x["id"], x["reviewer"]) for x in log][-1] == (sid, "bob")
+
+
 async def test_context_is_validated_with_errors_naming_the_field(client: Any, tmp_path: Path) -> None:
     spec = f"scripted:{write_json(tmp_path / 'script.json', TAG_SCRIPT)}"
     sample = {"image_description": "a bag of white powder", "text": "Fresh batch. Text the usual number."}

@@ -14,7 +14,7 @@ from unveil.cli import main
 @pytest.mark.parametrize(
     "second_line, words",
     [
-        ({"id": "s2", "decision": "maybe"}, "line 2: decision: 'maybe' is not approve, reject or note"),
+        ({"id": "s2", "decision": "maybe"}, "line 2: decision: 'maybe' is not approve, reject, note or undo"),
         ({"id": "s2", "decision": True}, "line 2: decision: expected a string"),
         ({"id": ["s2"], "decision": "approve"}, "line 2: id: expected a sample id"),
         ({"id": "s2", "decision": "reject", "note": 5}, "line 2: note: expected a string"),

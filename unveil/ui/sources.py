@@ -269,8 +269,8 @@ class CtdSource:
         self.images.add_root(self.root / IMAGES)
         self.index = JsonlIndex(self.root / SAMPLES, _ctd_summary)
         self.views = ViewsWriter(self.root, self.index)
-        # apply_reviews imports the review rules from the CTD graph module: load it now, not on the first click.
-        import graphs.ctd  # noqa: F401
+        # apply_reviews imports the review rules from the graphs layer: load them now, not on the first click.
+        import graphs.ctd_review  # noqa: F401
 
     def rows(self) -> list[dict[str, Any]]:
         """Every sample's summary (id, status, category, blind count, review status; `bad` when its record

@@ -1,0 +1,212 @@
+"""Human review of CTD samples: the one reader of reviewers' answers, the one way a decision changes a sample
+record, and the review folder that Studio and the web app share.
+
+Every reviewer goes through `apply_decision`: the web app and `unveil review` (through
+`runner.ctd_dataset.apply_reviews`) and the CTD graph's human-review node when the server names a review folder
+(`UNVEIL_REVIEW_DIR`, see `tools.review_log`). So a decision taken in Studio shows in the web app and one taken in
+the web app resolves the Studio run: both read the sample's record and append the updated record and a
+`decisions.jsonl` line under the folder's one lock, and an undo counts the same in both.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from pathlib import Path
+from typing import Any
+
+from graphs.ctd_rules import ReviewPolicy, review_outcome
+from tools.review_log import append_records, read_records, review_lock
+
+
+def parse_review(answer: Any) -> dict[str, str]:
+    """A reviewer's answer (a dict, or a bare 'approve'/'reject' string) as {status, note, reviewer}."""
+    if isinstance(answer, str):
+        answer = {"decision": answer}
+    if not isinstance(answer, dict):
+        raise ValueError(f"review answer: expected {{'decision': 'approve'|'reject', 'note': ...}}, got {answer!r}")
+    decision = str(answer.get("decision", "")).strip().lower()
+    if decision in ("approve", "approved", "accept", "yes"):
+        status = "approved"
+    elif decision in ("reject", "rejected", "no"):
+        status = "rejected"
+    else:
+        raise ValueError(f"review answer: decision must be 'approve' or 'reject', got {answer.get('decision')!r}")
+    reviewer = str(answer.get("reviewer") or "")[:200]
+    return {"status": status, "note": str(answer.get("note", ""))[:2000], "reviewer": reviewer}
+
+
+def parse_reviews(answer: Any) -> list[dict[str, str]]:
+    """One resume value as a list of reviews: a list of answers (several reviewers at once) or a single one."""
+    return [parse_review(a) for a in answer] if isinstance(answer, list) else [parse_review(answer)]
+
+
+def combined_review(reviews: list[dict[str, str]], policy: ReviewPolicy) -> dict[str, Any]:
+    """The sample's `review` record: the outcome under `policy`, the last note, and every reviewer's decision."""
+    outcome = review_outcome(reviews, policy)
+    return {"status": outcome, "note": reviews[-1]["note"] if reviews else "", "reviews": reviews,
+            "rule": policy.rule, "min_reviewers": policy.min_reviewers}
+
+
+def now_iso() -> str:
+    """The time recorded with a decision (UTC, to the second)."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def apply_decision(rec: dict[str, Any], answer: dict[str, Any], policy: ReviewPolicy, *, reviewer: str,
+                   now: str) -> tuple[str, dict[str, Any] | None]:
+    """Apply one decision ({decision: approve|reject|note|undo, note, reviewer?, undoes?}) to a sample record in
+    place; returns what it did (approved, rejected, pending, noted, undone, conflicts or skipped) and the history
+    entry it added (None when skipped). The caller holds the folder lock and appends the record and the entry.
+
+    An approve/reject on a pending sample joins its `review.reviews` list, and the sample is accepted or rejected
+    once the reviews decide under `policy`; one on a decided sample is kept in the history as a conflict
+    (`applied: false`), never lost; applying the same decision twice is skipped; `undo` takes back entry `undoes`
+    of the record's `review_history` (see `undo`)."""
+    decision = str(answer.get("decision", "")).strip().lower()
+    if not decision:
+        return "skipped", None
+    who = str(answer.get("reviewer") or reviewer)[:200]
+    note = str(answer.get("note", ""))[:2000]
+    entry: dict[str, Any] = {"decision": decision, "note": note, "reviewer": who, "time": now}
+    if decision == "note":
+        done = "noted"
+    elif decision == "undo":
+        if not undo(rec, answer.get("undoes"), policy, entry):
+            return "skipped", None  # nothing to undo there, or undone already (a double click)
+        done = "undone"
+    elif rec.get("status") == "pending_review":
+        one = {**parse_review(answer), "reviewer": who, "time": now}
+        review = combined_review([*(rec.get("review") or {}).get("reviews", []), one], policy)
+        rec["review"] = {**review, "reviewer": who, "time": now}
+        if review["status"] != "pending":
+            rec["status"] = "accepted" if review["status"] == "approved" else "rejected"
+        entry["decision"] = "approve" if one["status"] == "approved" else "reject"
+        done = review["status"]
+    else:
+        status = parse_review(answer)["status"]
+        current = rec.get("review") or {}
+        if current.get("status") == status and current.get("note", "") == note:
+            return "skipped", None  # the same decision applied again (a rerun of one decisions file)
+        entry.update(applied=False, conflict_with={k: current.get(k) for k in ("status", "reviewer", "time")})
+        done = "conflicts"
+    rec["review_history"] = [*rec.get("review_history", []), entry]
+    return done, entry
+
+
+def undo(rec: dict[str, Any], k: Any, policy: ReviewPolicy, entry: dict[str, Any]) -> bool:
+    """Undo entry `k` of a record's review history (an applied approve/reject, or a note) in place: the undone
+    review leaves `review.reviews` and the others decide again under the record's own policy (none left: the
+    sample waits for review again). The history only grows: `entry` (the undo) names `k`. False when `k` is no
+    such entry, is an undo, was not applied, or is undone already."""
+    history = rec.get("review_history") or []
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(history):
+        return False
+    target = history[k]
+    undone = {h.get("undoes") for h in history if h.get("decision") == "undo"}
+    if k in undone or target.get("decision") not in ("approve", "reject", "note") or target.get("applied") is False:
+        return False
+    entry["undoes"] = k
+    if target["decision"] == "note":
+        return True
+    review = rec.get("review") or {}
+    mine = (target.get("reviewer"), target.get("time"))
+    kept = [r for r in review.get("reviews") or [] if (r.get("reviewer"), r.get("time")) != mine]
+    own = ReviewPolicy(min_reviewers=int(review.get("min_reviewers") or policy.min_reviewers),
+                       rule=review.get("rule") or policy.rule)
+    if kept:
+        again = combined_review(kept, own)
+        rec["review"] = {**again, "reviewer": kept[-1].get("reviewer"), "time": kept[-1].get("time")}
+    else:
+        again = {"status": "pending"}
+        rec["review"] = {"status": "pending", "reviews": []}
+    rec["status"] = {"approved": "accepted", "rejected": "rejected"}.get(again["status"], "pending_review")
+    return True
+
+
+def sample_record(out: dict[str, Any], *, dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The JSONL record of one finished scene (the graph's output, with the image path relative to the folder)."""
+    root = Path(dataset_dir).resolve()
+    image_path = out.get("image_path")
+    rel = None
+    if image_path:
+        try:
+            rel = str(Path(image_path).resolve().relative_to(root))
+        except ValueError:
+            rel = str(image_path)  # an image store outside the folder: keep the absolute path
+    usage = out.get("usage") or {}
+    return {
+        "status": out.get("status", "failed"),
+        "category": out.get("category"),
+        "subcategory": out.get("subcategory"),
+        "text": out.get("text"),
+        "image": rel if out.get("status") != "dropped" else None,
+        "image_sha256": out.get("image_id") if out.get("status") != "dropped" else None,
+        "label": 1,
+        "image_description": out.get("t2i_prompt"),
+        "t2i_prompt": out.get("t2i_prompt"),
+        "erasure_reason": out.get("erasure_reason"),
+        "erasure": out.get("erasure"),
+        "scene": out.get("scene"),
+        "votes": out.get("votes", []),
+        "decision": out.get("decision"),
+        "modality": out.get("modality"),
+        "feedback_history": out.get("feedback_history", []),
+        "rounds": out.get("rounds", 0),
+        "drop_reason": out.get("drop_reason"),
+        "review": out.get("review") or {"status": "none"},
+        "models": out.get("models"),
+        "seeds": out.get("seeds", []),
+        "web_search": out.get("web_search", False),
+        "cost_usd": (usage.get("total") or {}).get("cost_usd", 0.0),
+        "usage": usage,
+    }
+
+
+# --- the shared review folder, as the CTD graph's review node uses it (blocking: run these in a thread) ---
+
+def folder_outcome(rec: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The node's result when the folder's record of the sample is decided (accepted or rejected by reviewers),
+    else None (still pending, or no record)."""
+    if rec is None or rec.get("status") not in ("accepted", "rejected"):
+        return None
+    review = rec.get("review") or {}
+    if review.get("status") not in ("approved", "rejected"):
+        return None
+    return {"status": rec["status"], "review": review}
+
+
+def queue_in_folder(folder: Path, sample_id: str, out: dict[str, Any]) -> dict[str, Any]:
+    """The folder's record of a sample, first appending it as pending review (as `unveil generate --review
+    queue` writes it) when the folder has none; under the folder lock."""
+    with review_lock(folder):
+        rec = read_records(folder).get(sample_id)
+        if rec is None:
+            rec = {"id": sample_id, **sample_record({**out, "status": "pending_review",
+                                                     "review": {"status": "pending"}}, dataset_dir=folder)}
+            append_records(folder, [rec])
+        return rec
+
+
+def decide_in_folder(folder: Path, sample_id: str, answers: list[dict[str, Any]], policy: ReviewPolicy, *,
+                     reviewer: str, answer_key: str) -> dict[str, Any] | None:
+    """Apply a Studio reviewer's answers to the folder's record under the folder lock, appending the record and
+    the decision lines as the web app does; returns the record after them (None when the folder has none).
+
+    `answer_key` names this answer within the run; an answer whose key the history holds already (a node re-run
+    replaying an earlier answer) is not applied twice."""
+    with review_lock(folder):
+        rec = read_records(folder).get(sample_id)
+        if rec is None:
+            return None
+        if any(h.get("studio_answer") == answer_key for h in rec.get("review_history") or []):
+            return rec
+        log = []
+        for answer in answers:
+            _, entry = apply_decision(rec, answer, policy, reviewer=reviewer, now=now_iso())
+            if entry is not None:
+                entry["studio_answer"] = answer_key
+                log.append({"id": sample_id, **entry})
+        if log:
+            append_records(folder, [{**rec, "id": sample_id}], log)
+        return rec
