@@ -27,6 +27,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from tools.env import env_str
 from tools.errors import UnveilError
 from tools.jsonl_files import append_lines, done_records
 from tools.safe_files import open_in
@@ -45,7 +46,7 @@ class ReviewBusyError(UnveilError, RuntimeError):
 def review_dir() -> Path | None:
     """The review folder the server's configuration names (`UNVEIL_REVIEW_DIR`), or None when it names none (no
     filesystem call: async graph nodes call it)."""
-    value = os.environ.get(REVIEW_DIR_ENV, "").strip()
+    value = env_str(REVIEW_DIR_ENV)
     return Path(value).expanduser() if value else None
 
 
