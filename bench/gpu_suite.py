@@ -53,7 +53,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("t2i", "grpo", "scale", "grpo-multi")
+PARTS = ("t2i", "grpo", "scale", "grpo-multi", "ipr")
+DEFAULT_PARTS = ("t2i", "grpo", "scale", "grpo-multi")  # ipr does not fit beside them in 9 minutes: run it alone
+I2P_PROMPTS = 4703
 PACKAGES = ("torch", "diffusers", "transformers", "trl", "ray")
 
 
@@ -184,10 +186,68 @@ def job_commands(args: argparse.Namespace, work: Path, n_gpus: int) -> dict[str,
     scale = [py, "bench/scale.py", "render", *tiny, "--accel", args.scale_accel, *sizes]
     jobs["scale-local"] = [*scale, "--engines", "local", "--records-out", str(work / "scale-local.records.json"),
                            "--json", str(work / "scale-local.json")]
+    jobs["ipr"] = [py, "bench/gpu_suite.py", "--ipr-job", *tiny, "--i2p", args.i2p or "", "--ipr-prompts",
+                   str(args.ipr_prompts), "--ipr-images", str(args.ipr_images), "--out", str(work / "ipr.json")]
     for n in (1, 2, 4):
         jobs[f"scale-ray{n}"] = [*scale, "--engines", "ray", "--gpus", str(n), "--records-out",
                                  str(work / f"scale-ray{n}.records.json"), "--json", str(work / f"scale-ray{n}.json")]
     return jobs
+
+
+def ipr_job(i2p: str, prompts: int, images: int, json_out: Path, tiny: bool) -> int:
+    """The `ipr` part's job: `unveil evaluate ipr --engine ray` on the first `prompts` prompts of the I2P file with
+    `images` images each (one Ray render actor per GPU), random-weight SD-1.5 and Q16 CLIP built here; the wall time
+    (start-up and compile warm-up included) and its extrapolation to I2P's prompts go to `json_out`."""
+    import csv
+    import io
+
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT))
+    work = Path(tempfile.mkdtemp(prefix="gpu-suite-ipr-"))
+    src = Path(i2p)
+    if not src.is_file():
+        raise SystemExit(f"--i2p {i2p}: no such file (the I2P CSV or a JSONL of prompts)")
+    text = src.read_text(encoding="utf-8")
+    if src.suffix.lower() == ".csv":
+        reader = csv.reader(io.StringIO(text))
+        rows = [row for _, row in zip(range(prompts + 1), reader, strict=False)]
+        buf = io.StringIO()
+        csv.writer(buf).writerows(rows)
+        sliced = work / "slice.csv"
+        sliced.write_text(buf.getvalue(), encoding="utf-8")
+        n = len(rows) - 1
+    else:
+        lines = [line for line in text.splitlines() if line.strip()][:prompts]
+        sliced = work / "slice.jsonl"
+        sliced.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        n = len(lines)
+    if tiny:
+        from tests.tiny import TINY_IMAGE_SIZE, build_tiny_clip, build_tiny_sd
+
+        sd, clip, size, steps = build_tiny_sd(work / "sd"), build_tiny_clip(work / "clip"), TINY_IMAGE_SIZE, 2
+    else:
+        sys.path.insert(0, str(ROOT / "bench"))
+        from grpo_step import build_clip
+        from t2i_throughput import build_sd15_random
+
+        sd, clip, size, steps = build_sd15_random(work / "sd15", "cuda"), build_clip(work, "L14"), 512, 50
+    np.save(work / "q16.npy", np.random.RandomState(0).randn(2, 768).astype("float16"))
+    cmd = [sys.executable, "-m", "unveil.cli", "evaluate", "ipr", "--engine", "ray", "--prompts", str(sliced),
+           "--generator", f"sd=diffusers:{sd}", "--images-per-prompt", str(images), "--width", str(size),
+           "--height", str(size), "--steps", str(steps), "--q16-embeddings", str(work / "q16.npy"),
+           "--q16-clip-model", clip, "--no-nudenet", "--no-blip", "--no-progress", "--concurrency", "64",
+           "--image-store", str(work / "store"), "--out", str(work / "run")]
+    print("running:", " ".join(cmd), flush=True)
+    started = time.perf_counter()
+    rc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}).returncode
+    wall = time.perf_counter() - started
+    report = {"prompts": n, "images_per_prompt": images, "renders": n * images, "wall_s": round(wall, 1),
+              "exit": rc, "i2p_prompts": I2P_PROMPTS,
+              "extrapolated_h": round(wall * I2P_PROMPTS / max(1, n) / 3600, 2)}
+    json_out.write_text(json.dumps(report, indent=1))
+    print(json.dumps(report), flush=True)
+    return rc
 
 
 def scale_rows(work: Path, results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -263,7 +323,15 @@ def rows_of(results: dict[str, Any], work: Path, n_gpus: int, jobs: list[str]) -
     for n in (2, 4):
         if f"scale-ray{n}" in jobs and n > max(n_gpus, 1) and n_gpus:
             add("scale", f"ray engine, {n} GPUs", f"not measured: {n_gpus} GPUs here")
-    add("ipr", "evaluate ipr --engine ray, 200-prompt slice", "not a part of the suite", "<= 3 h for I2P")
+    ipr = results.get("ipr")
+    if ipr and ipr["data"].get("exit") == 0:
+        d = ipr["data"]
+        add("ipr", f"evaluate ipr --engine ray, {d['prompts']} prompts x {d['images_per_prompt']} images, "
+            f"{n_gpus} GPU(s)", f"{d['wall_s']:.0f} s (start-up and warm-up included) -> {d['extrapolated_h']:.2f} h "
+            f"for I2P's {d['i2p_prompts']} prompts", "<= 3 h for I2P")
+    elif not ipr:
+        add("ipr", "evaluate ipr --engine ray, 200-prompt slice", "not run (run `--parts ipr --i2p FILE` alone)",
+            "<= 3 h for I2P")
     for name in jobs:
         res = results.get(name)
         if res is None:
@@ -307,7 +375,8 @@ def schedule(parts: list[str], n_gpus: int) -> list[list[Job]]:
         visible = "0" if n_gpus else ""
         lanes = [[(j, visible, share, ()) for j, share in (("t2i", 0.3), ("grpo", 0.5), ("scale-local", 0.3),
                                                            ("scale-ray1", 0.3), ("grpo-multi", 0.5))]]
-    want = {"t2i": "t2i" in parts, "grpo": "grpo" in parts, "grpo-multi": "grpo-multi" in parts,
+    lanes.append([("ipr", ",".join(map(str, range(n_gpus))), 1.0, tuple(j for lane in lanes for j, *_ in lane))])
+    want = {"ipr": "ipr" in parts, "t2i": "t2i" in parts, "grpo": "grpo" in parts, "grpo-multi": "grpo-multi" in parts,
             **{j: "scale" in parts for j in ("scale-local", "scale-ray1", "scale-ray2", "scale-ray4")}}
     lanes = [[job for job in lane if want[job[0]]] for lane in lanes]
     return [lane for lane in lanes if lane]
@@ -317,7 +386,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run the parts asked for within the budget; write the JSON as each ends; print the table last."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="CPU smoke run on the tiny test models")
-    ap.add_argument("--parts", default=",".join(PARTS), help=f"parts to run, of {', '.join(PARTS)}")
+    ap.add_argument("--parts", default=",".join(DEFAULT_PARTS),
+                    help=f"parts to run, of {', '.join(PARTS)} (default: all but ipr)")
+    ap.add_argument("--i2p", default="", help="the I2P CSV (or a JSONL of prompts) the ipr part takes its slice of")
+    ap.add_argument("--ipr-prompts", type=int, default=200, help="prompts of the ipr slice")
+    ap.add_argument("--ipr-images", type=int, default=10, help="images per prompt of the ipr slice (the paper's 10)")
+    ap.add_argument("--ipr-job", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--budget-s", type=float, default=540.0,
                     help="seconds for the whole suite: every job is stopped by then, the table follows at once")
     ap.add_argument("--scale-accel", default="auto", choices=("auto", "eager", "compile"),
@@ -329,7 +403,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the JSON file, or a folder for gpu_suite.json (default: $OUT/gpu_suite.json or "
                          "bench/results/)")
     args = ap.parse_args(argv)
+    if args.ipr_job:
+        return ipr_job(args.i2p, args.ipr_prompts, args.ipr_images, Path(args.out), args.tiny)
     parts = [p for p in args.parts.split(",") if p]
+    if "ipr" in parts and not args.i2p:
+        ap.error("--parts ipr needs --i2p FILE (the I2P CSV or a JSONL of prompts)")
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
         ap.error(f"--parts: unknown part(s) {', '.join(unknown)}; use {', '.join(PARTS)}")

@@ -105,3 +105,27 @@ def test_unknown_parts_are_refused() -> None:
     proc = subprocess.run([sys.executable, "bench/gpu_suite.py", "--parts", "t2i,fly"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "unknown part(s) fly" in proc.stderr
+
+
+def test_the_ipr_part_needs_an_i2p_file() -> None:
+    proc = subprocess.run([sys.executable, "bench/gpu_suite.py", "--parts", "ipr"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and "--parts ipr needs --i2p FILE" in proc.stderr
+
+
+@pytest.mark.slow
+def test_the_ipr_part_evaluates_a_slice_on_ray_and_extrapolates(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    i2p = tmp_path / "i2p.csv"
+    # A quoted prompt over two lines: the slice is cut by CSV rows, not lines.
+    i2p.write_text('prompt,categories,hard,sd_seed\n"a man with an axe",violence,1,1\n"a dark\nalley",shocking,0,2\n'
+                   '"a burning car",violence,0,3\n', encoding="utf-8")
+    out = tmp_path / "suite.json"
+    cmd = [sys.executable, "bench/gpu_suite.py", "--tiny", "--parts", "ipr", "--i2p", str(i2p), "--ipr-prompts", "2",
+           "--ipr-images", "2", "--budget-s", "400", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=suite_env(), capture_output=True, text=True, timeout=450)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads(out.read_text())["parts"]["ipr"]["data"]
+    assert (data["prompts"], data["images_per_prompt"], data["renders"], data["exit"]) == (2, 2, 4, 0)
+    assert data["extrapolated_h"] == pytest.approx(data["wall_s"] * 4703 / 2 / 3600, abs=0.01)
+    assert "evaluate ipr --engine ray, 2 prompts x 2 images" in proc.stdout
