@@ -21,10 +21,17 @@ later ones compile from the earlier ones' graphs. With two or three GPUs the row
 `--tiny`) one after the other.
 
 Every model is Stable Diffusion 1.5's (and Qwen2.5-VL-3B's, CLIP's) configuration with random weights, built from
-configs by the benchmarks themselves: nothing is downloaded. The `evaluate ipr --engine ray` slice is not a part.
+configs by the benchmarks themselves: nothing is downloaded.
+
+`ipr` (not among the default parts: it does not fit beside them in 9 minutes; run it alone with `--parts ipr --i2p
+FILE`): `unveil evaluate ipr --engine ray` (one render actor per GPU) on the first `--ipr-prompts` (200) prompts of
+the I2P CSV or a JSONL of prompts, `--ipr-images` (the paper's 10) images each, Q16 on a random-weight CLIP
+ViT-L/14, NudeNet and BLIP off; its wall time, start-up and compile warm-up included, is extrapolated linearly to
+I2P's 4,703 prompts (an upper bound: the warm-up is paid once).
 
     python bench/gpu_suite.py --budget-s 540 --out $OUT   # a 4-GPU machine; ends within the budget
     python bench/gpu_suite.py --parts scale --scale-accel eager
+    python bench/gpu_suite.py --parts ipr --i2p I2P.csv --budget-s 540 --out $OUT/gpu_suite-ipr.json
     python bench/gpu_suite.py --tiny                # CPU smoke run on the tiny test models (checks the suite)
 
 The JSON (commit, GPU model, versions of torch, diffusers, transformers, TRL and Ray, the rows and every part's
