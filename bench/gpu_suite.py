@@ -239,6 +239,9 @@ def ipr_job(i2p: str, prompts: int, images: int, json_out: Path, tiny: bool) -> 
         from t2i_throughput import build_sd15_random
 
         sd, clip, size, steps = build_sd15_random(work / "sd15", "cuda"), build_clip(work, "L14"), 512, 50
+        import torch
+
+        torch.cuda.empty_cache()  # the render actors, not this process, use the GPUs from here on
     np.save(work / "q16.npy", np.random.RandomState(0).randn(2, 768).astype("float16"))
     cmd = [sys.executable, "-m", "unveil.cli", "evaluate", "ipr", "--engine", "ray", "--prompts", str(sliced),
            "--generator", f"sd=diffusers:{sd}", "--images-per-prompt", str(images), "--width", str(size),
