@@ -86,9 +86,9 @@ def test_sigterm_ends_the_running_part_and_writes_the_table(tmp_path: Path) -> N
 
 
 def test_on_four_gpus_every_gpu_starts_busy_and_one_ray_cluster_runs_at_a_time() -> None:
-    from gpu_suite import PARTS, schedule
+    from gpu_suite import DEFAULT_PARTS, schedule
 
-    lanes = schedule(list(PARTS), 4)
+    lanes = schedule(list(DEFAULT_PARTS), 4)
     first = [lane[0] for lane in lanes if not lane[0][3]]
     assert sorted(gpu for _, visible, _, _ in first for gpu in visible.split(",")) == ["0", "1", "2", "3"]
     jobs = {job[0]: job for lane in lanes for job in lane}
@@ -99,6 +99,9 @@ def test_on_four_gpus_every_gpu_starts_busy_and_one_ray_cluster_runs_at_a_time()
     last = next(lane for lane in lanes if lane[0][0] == "scale-ray4")
     assert [job[0] for job in last] == ["scale-ray4", "grpo-multi"] and last[1][1] == "0,1,2,3"
     assert [job[0] for lane in schedule(["grpo"], 1) for job in lane] == ["grpo"]
+    # The ipr slice, asked for with the others, runs last on every GPU.
+    (ipr,) = [job for lane in schedule([*DEFAULT_PARTS, "ipr"], 4) for job in lane if job[0] == "ipr"]
+    assert ipr[1] == "0,1,2,3" and set(ipr[3]) == set(jobs)
 
 
 def test_unknown_parts_are_refused() -> None:
