@@ -1,25 +1,44 @@
-"""The GPU suite: T2I throughput, the GRPO step and the Ray scaling rows in one command, one table, one JSON.
+"""The GPU suite: T2I throughput, the GRPO step on 1 and N GPUs and the Ray scaling rows in one command, one table,
+one JSON.
 
-Each part is one of the project's benchmarks, run as its own process (so a part that fails or runs out of time
-leaves the others' rows) with the time left of `--budget-s`:
+Each part is one of the project's benchmarks, run as its own process group (so a part that fails or runs out of
+time leaves the others' rows, and nothing it started outlives it):
 
-- `t2i`: `bench/t2i_throughput.py`, batched eager and the default `compile` path, on GPU 0;
-- `grpo`: `bench/grpo_step.py`, one GRPO step at the paper's settings on one GPU (GPU 1 when there are two or more,
-  at the same time as `t2i`);
-- `scale`: `bench/scale.py render`, the local engine on one GPU against the Ray engine on 1, 2 and 4 GPUs (counts
-  above the GPUs present are skipped), with the records of each Ray row compared with the local engine's.
+- `t2i`: `bench/t2i_throughput.py`, batched eager and the default `compile` path, on one GPU;
+- `grpo`: `bench/grpo_step.py`, GRPO steps at the paper's settings on one GPU; the first step compiles, the second
+  is the one reported;
+- `scale`: `bench/scale.py render` on the default (compiled) path: the local engine on one GPU, then the Ray engine
+  on 1, 2 and 4 GPUs (counts above the GPUs present are skipped), each Ray round's records compared with the local
+  engine's (equal apart from the image bytes; on GPUs an image depends slightly on its batch mates, so the share of
+  identical images is reported beside it);
+- `grpo-multi`: `bench/grpo_step.py --gpus N` (N = 4, or 2 with two or three GPUs): the same step, data-parallel
+  under `accelerate launch`, each rank rendering the reward of its own prompts on its own GPU.
 
-Every model is Stable Diffusion 1.5's (and Qwen2.5-VL-3B's) configuration with random weights, built from configs
-by the benchmarks themselves: nothing is downloaded. The GRPO step on several GPUs and the `evaluate ipr --engine
-ray` slice are not parts yet: the table says so.
+On four GPUs the parts run side by side so that no GPU idles: GRPO on GPU 0, T2I on GPU 1, the local round on GPU 2
+beside the 1-GPU Ray round on GPU 3, then the 2-GPU Ray round on GPUs 2-3; once all of these have ended, the 4-GPU
+Ray round and then GRPO on all four. Every process shares one Inductor cache (`TORCHINDUCTOR_CACHE_DIR`), so the
+later ones compile from the earlier ones' graphs. With two or three GPUs the rows run two at a time, with one GPU (or
+`--tiny`) one after the other.
 
-    python bench/gpu_suite.py                       # a GPU machine (one command, about 9 minutes on 4 GPUs)
+Every model is Stable Diffusion 1.5's (and Qwen2.5-VL-3B's, CLIP's) configuration with random weights, built from
+configs by the benchmarks themselves: nothing is downloaded.
+
+`ipr` (not among the default parts: it does not fit beside them in 9 minutes; run it alone with `--parts ipr --i2p
+FILE`): `unveil evaluate ipr --engine ray` (one render actor per GPU) on the first `--ipr-prompts` (200) prompts of
+the I2P CSV or a JSONL of prompts, `--ipr-images` (the paper's 10) images each, Q16 on a random-weight CLIP
+ViT-L/14, NudeNet and BLIP off; its wall time, start-up and compile warm-up included, is extrapolated linearly to
+I2P's 4,703 prompts (an upper bound: the warm-up is paid once).
+
+    python bench/gpu_suite.py --budget-s 540 --out $OUT   # a 4-GPU machine; ends within the budget
     python bench/gpu_suite.py --parts scale --scale-accel eager
+    python bench/gpu_suite.py --parts ipr --i2p I2P.csv --budget-s 540 --out $OUT/gpu_suite-ipr.json
     python bench/gpu_suite.py --tiny                # CPU smoke run on the tiny test models (checks the suite)
 
-The table is printed last; the JSON (commit, GPU model, versions of torch, diffusers, transformers, TRL and Ray,
-every part's numbers and log tail) goes to `$OUT/gpu_suite.json` when `$OUT` is set (the lent GPU machines), else
-to `bench/results/gpu_suite-<commit>-<machine>.json`.
+The JSON (commit, GPU model, versions of torch, diffusers, transformers, TRL and Ray, the rows and every part's
+numbers and log tail) is rewritten as each part ends, and once more, with the table printed last, at the end or on
+SIGTERM. It goes to `--out` (a file, or a folder for `gpu_suite.json`), else `$OUT/gpu_suite.json` when `$OUT` is
+set (the lent GPU machines), else
+`bench/results/gpu_suite-<commit>-<machine>.json`.
 """
 
 from __future__ import annotations
@@ -29,16 +48,21 @@ import importlib.metadata
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("t2i", "grpo", "scale")
+PARTS = ("t2i", "grpo", "scale", "grpo-multi", "ipr")
+DEFAULT_PARTS = ("t2i", "grpo", "scale", "grpo-multi")  # ipr does not fit beside them in 9 minutes: run it alone
+I2P_PROMPTS = 4703
 PACKAGES = ("torch", "diffusers", "transformers", "trl", "ray")
 
 
@@ -74,51 +98,201 @@ def gpus() -> tuple[int, str]:
                              text=True, timeout=30, check=True).stdout.strip().splitlines()
     except (OSError, subprocess.SubprocessError):
         return 0, "CPU"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        out = out[: len([d for d in visible.split(",") if d.strip()])]
     return len(out), out[0] if out else "CPU"
 
 
-def run_part(name: str, cmd: list[str], env: dict[str, str], timeout: float, work: Path) -> dict[str, Any]:
-    """Run one benchmark; its JSON, status, seconds and the tail of its log."""
-    log = work / f"{name}.log"
-    started = time.monotonic()
-    status = "ok"
-    with open(log, "w") as fh:
+class Runner:
+    """Runs jobs as process groups against one deadline; kills what is still running when asked to stop."""
+
+    def __init__(self, deadline: float, work: Path):
+        self.deadline = deadline
+        self.work = work
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.lock = threading.Lock()
+        self.stopping = False
+
+    def left(self) -> float:
+        """Seconds to the deadline."""
+        return self.deadline - time.monotonic()
+
+    def run(self, name: str, cmd: list[str], env: dict[str, str], limit: float) -> dict[str, Any]:
+        """Run one job for at most `limit` seconds (and never past the deadline); its JSON, status, seconds, log."""
+        log = self.work / f"{name}.log"
+        started = time.monotonic()
+        limit = min(limit, self.left())
+        status = "ok"
+        if self.stopping or limit < 5:
+            status = "not run: no time left in the budget"
+        else:
+            with open(log, "wb") as fh, self.lock:
+                proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+                                        stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+                self.procs[name] = proc
+            try:
+                rc = proc.wait(timeout=limit)
+                status = "ok" if rc == 0 else f"failed (exit {rc})"
+            except subprocess.TimeoutExpired:
+                status = f"stopped at its time limit ({limit:.0f} s)"
+                self.kill(name)
+            if self.stopping and status != "ok":
+                status = "stopped with the suite"
+            with self.lock:
+                self.procs.pop(name, None)
+        result_file = self.work / f"{name}.json"
         try:
-            rc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1", **env}, stdout=fh,
-                                stderr=subprocess.STDOUT, timeout=max(1.0, timeout)).returncode
-            status = "ok" if rc == 0 else f"failed (exit {rc})"
-        except subprocess.TimeoutExpired:
-            status = f"stopped at its time limit ({timeout:.0f} s)"
-    result_file = work / f"{name}.json"
-    data = json.loads(result_file.read_text()) if result_file.is_file() else {}
-    tail = log.read_text(errors="replace")[-3000:]
-    return {"status": status, "seconds": round(time.monotonic() - started, 1), "data": data, "log_tail": tail,
-            "command": " ".join(cmd)}
+            data = json.loads(result_file.read_text()) if result_file.is_file() else {}
+        except ValueError:
+            data = {}
+        tail = log.read_text(errors="replace")[-3000:] if log.is_file() else ""
+        return {"status": status, "seconds": round(time.monotonic() - started, 1), "data": data, "log_tail": tail,
+                "command": " ".join(cmd), "env": env}
+
+    def kill(self, name: str) -> None:
+        """End one job's whole process group: SIGTERM, then SIGKILL after 5 s."""
+        proc = self.procs.get(name)
+        if proc is None or proc.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def stop_all(self) -> None:
+        """Kill every running job (the suite is stopping)."""
+        self.stopping = True
+        for name in list(self.procs):
+            self.kill(name)
 
 
-def part_commands(args: argparse.Namespace, work: Path, n_gpus: int) -> dict[str, tuple[list[str], dict[str, str]]]:
-    """The command and environment of each part."""
+def job_commands(args: argparse.Namespace, work: Path, n_gpus: int) -> dict[str, list[str]]:
+    """The command of each job (a part may be several jobs: the scaling rounds)."""
     py = sys.executable
     tiny = ["--tiny"] if args.tiny else []
-    second = "1" if n_gpus >= 2 else "0"
     t2i = [py, "bench/t2i_throughput.py", *tiny, "--json", str(work / "t2i.json")]
     t2i += (["--variants", "eager", "--n", "4", "--rounds", "1", "--steps", "2", "--baseline-n", "1"] if args.tiny
             else ["--variants", "eager,compile", "--n", "32", "--rounds", "1", "--baseline-n", "4"])
-    grpo = [py, "bench/grpo_step.py", *tiny, "--json", str(work / "grpo.json")]
     # The tiny VLM writes noise up to the completion limit: a short limit keeps the CPU run short.
-    grpo += (["--steps", "1", "--warmup", "0", "--max-completion", "16", "--images-per-prompt", "2"] if args.tiny
-             else ["--steps", "1", "--warmup", "1"])
-    counts = [n for n in (1, 2, 4) if args.tiny and n == 1 or not args.tiny and n <= max(1, n_gpus)]
-    scale = [py, "bench/scale.py", "render", *tiny, "--gpus", ",".join(map(str, counts)),
-             "--accel", args.scale_accel, "--json", str(work / "scale.json")]
-    scale += ["--prompts-per-gpu", "4", "--warm", "2"] if args.tiny else ["--prompts-per-gpu", "64", "--warm", "32"]
-    return {"t2i": (t2i, {"CUDA_VISIBLE_DEVICES": "0"} if n_gpus else {}),
-            "grpo": (grpo, {"CUDA_VISIBLE_DEVICES": second} if n_gpus else {}),
-            "scale": (scale, {})}
+    grpo_args = (["--steps", "1", "--warmup", "1", "--max-completion", "16", "--images-per-prompt", "2"] if args.tiny
+                 else ["--steps", "1", "--warmup", "1"])
+    multi = 2 if args.tiny or n_gpus < 4 else 4
+    jobs = {"t2i": t2i,
+            "grpo": [py, "bench/grpo_step.py", *tiny, *grpo_args, "--json", str(work / "grpo.json")],
+            "grpo-multi": [py, "bench/grpo_step.py", *tiny, *grpo_args, "--gpus", str(multi), "--json",
+                           str(work / "grpo-multi.json")]}
+    sizes = (["--prompts-per-gpu", "4", "--warm", "2"] if args.tiny
+             else ["--prompts-per-gpu", str(args.images_per_gpu), "--warm", str(args.warm_per_gpu)])
+    scale = [py, "bench/scale.py", "render", *tiny, "--accel", args.scale_accel, *sizes]
+    jobs["scale-local"] = [*scale, "--engines", "local", "--records-out", str(work / "scale-local.records.json"),
+                           "--json", str(work / "scale-local.json")]
+    jobs["ipr"] = [py, "bench/gpu_suite.py", "--ipr-job", *tiny, "--i2p", args.i2p or "", "--ipr-prompts",
+                   str(args.ipr_prompts), "--ipr-images", str(args.ipr_images), "--out", str(work / "ipr.json")]
+    for n in (1, 2, 4):
+        jobs[f"scale-ray{n}"] = [*scale, "--engines", "ray", "--gpus", str(n), "--records-out",
+                                 str(work / f"scale-ray{n}.records.json"), "--json", str(work / f"scale-ray{n}.json")]
+    return jobs
 
 
-def rows_of(results: dict[str, Any], n_gpus: int) -> list[dict[str, str]]:
-    """One table row per measured figure (and one per part that produced none, with its status)."""
+def ipr_job(i2p: str, prompts: int, images: int, json_out: Path, tiny: bool) -> int:
+    """The `ipr` part's job: `unveil evaluate ipr --engine ray` on the first `prompts` prompts of the I2P file with
+    `images` images each (one Ray render actor per GPU), random-weight SD-1.5 and Q16 CLIP built here; the wall time
+    (start-up and compile warm-up included) and its extrapolation to I2P's prompts go to `json_out`."""
+    import csv
+    import io
+
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT))
+    work = Path(tempfile.mkdtemp(prefix="gpu-suite-ipr-"))
+    src = Path(i2p)
+    if not src.is_file():
+        raise SystemExit(f"--i2p {i2p}: no such file (the I2P CSV or a JSONL of prompts)")
+    text = src.read_text(encoding="utf-8")
+    if src.suffix.lower() == ".csv":
+        reader = csv.reader(io.StringIO(text))
+        rows = [row for _, row in zip(range(prompts + 1), reader, strict=False)]
+        buf = io.StringIO()
+        csv.writer(buf).writerows(rows)
+        sliced = work / "slice.csv"
+        sliced.write_text(buf.getvalue(), encoding="utf-8")
+        n = len(rows) - 1
+    else:
+        lines = [line for line in text.splitlines() if line.strip()][:prompts]
+        sliced = work / "slice.jsonl"
+        sliced.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        n = len(lines)
+    if tiny:
+        from tests.tiny import TINY_IMAGE_SIZE, build_tiny_clip, build_tiny_sd
+
+        sd, clip, size, steps = build_tiny_sd(work / "sd"), build_tiny_clip(work / "clip"), TINY_IMAGE_SIZE, 2
+    else:
+        sys.path.insert(0, str(ROOT / "bench"))
+        from grpo_step import build_clip
+        from t2i_throughput import build_sd15_random
+
+        sd, clip, size, steps = build_sd15_random(work / "sd15", "cuda"), build_clip(work, "L14"), 512, 50
+        import torch
+
+        torch.cuda.empty_cache()  # the render actors, not this process, use the GPUs from here on
+    np.save(work / "q16.npy", np.random.RandomState(0).randn(2, 768).astype("float16"))
+    cmd = [sys.executable, "-m", "unveil.cli", "evaluate", "ipr", "--engine", "ray", "--prompts", str(sliced),
+           "--generator", f"sd=diffusers:{sd}", "--images-per-prompt", str(images), "--width", str(size),
+           "--height", str(size), "--steps", str(steps), "--q16-embeddings", str(work / "q16.npy"),
+           "--q16-clip-model", clip, "--no-nudenet", "--no-blip", "--no-progress", "--concurrency", "64",
+           "--image-store", str(work / "store"), "--out", str(work / "run")]
+    print("running:", " ".join(cmd), flush=True)
+    started = time.perf_counter()
+    rc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}).returncode
+    wall = time.perf_counter() - started
+    report = {"prompts": n, "images_per_prompt": images, "renders": n * images, "wall_s": round(wall, 1),
+              "exit": rc, "i2p_prompts": I2P_PROMPTS,
+              "extrapolated_h": round(wall * I2P_PROMPTS / max(1, n) / 3600, 2)}
+    json_out.write_text(json.dumps(report, indent=1))
+    print(json.dumps(report), flush=True)
+    return rc
+
+
+def scale_rows(work: Path, results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The scaling rows from the rounds' record files: rate, speed-up over the local engine, records compared."""
+    from scale import compare_records  # bench/scale.py (this file's folder is on sys.path)
+
+    def load(name: str) -> dict[str, Any] | None:
+        f = work / f"{name}.records.json"
+        try:
+            return next(iter(json.loads(f.read_text()).values())) if f.is_file() else None
+        except (ValueError, StopIteration):
+            return None
+
+    local = load("scale-local")
+    rows = []
+    for name in ("scale-local", "scale-ray1", "scale-ray2", "scale-ray4"):
+        if name not in results:
+            continue
+        got = load(name)
+        if got is None:
+            continue
+        row: dict[str, Any] = {"engine": "local" if name == "scale-local" else "ray", "GPUs": got["gpus"],
+                               "images": len(got["records"]), "images/s": round(got["rate"], 2)}
+        if local is not None:
+            row["speed-up"] = round(got["rate"] / local["rate"], 2)
+            if name != "scale-local":
+                same, share = compare_records(local["records"], got["records"])
+                row["records"] = "equal" if same else "DIFFER"
+                row["same images"] = round(share, 3)
+        rows.append(row)
+    return rows
+
+
+def rows_of(results: dict[str, Any], work: Path, n_gpus: int, jobs: list[str]) -> list[dict[str, str]]:
+    """One table row per measured figure (and one per job that produced none, with its status)."""
     rows: list[dict[str, str]] = []
 
     def add(part: str, what: str, value: str, target: str = "") -> None:
@@ -136,26 +310,43 @@ def rows_of(results: dict[str, Any], n_gpus: int) -> list[dict[str, str]]:
                     else "")
             elif f"{variant}.error" in d:
                 add("t2i", f"batched {variant}", d[f"{variant}.error"][:80])
-    grpo = results.get("grpo")
-    if grpo:
-        m = grpo["data"].get("measured")
-        if m:
+    for name in ("grpo", "grpo-multi"):
+        res = results.get(name)
+        m = res["data"].get("measured") if res else None
+        if res and m:
+            n = res["data"].get("processes", 1)
             parts = ", ".join(f"{k} {v:.1f}" for k, v in m.items() if k not in ("step_s", "images")
                               and isinstance(v, (int, float)))
-            add("grpo", "GRPO step, 1 GPU", f"{m['step_s']:.1f} s ({parts})", "<= 40 s")
-    add("grpo", f"GRPO step, {max(n_gpus, 2)} GPUs", "not a part of the suite yet", "<= 12 s on 4")
-    scale = results.get("scale")
-    if scale:
-        for r in scale["data"].get("rows", []):
-            target = {"2": ">= 1.9x", "4": ">= 3.6x"}.get(str(r["GPUs"]), "") if r["engine"] == "ray" else ""
-            add("scale", f"{r['engine']} engine, {r['GPUs']} GPU(s), {r['images']} images",
-                f"{r['images/s']} images/s, {r['speed-up']}x, records {r.get('records', '-')}, "
-                f"same images {r.get('same images', '-')}", target)
-        for n in scale["data"].get("skipped_gpus", []):
-            add("scale", f"ray engine, {n} GPUs", f"not measured: {scale['data'].get('gpus_present')} GPUs here")
-    add("ipr", "evaluate ipr --engine ray, 200-prompt slice", "not a part of the suite yet", "<= 3 h for I2P")
-    for name, res in results.items():
-        if res["status"] != "ok" or not any(r["part"] == name for r in rows):
+            first = res["data"].get("steps", [{}])[0].get("step_s", 0.0)
+            losses = ", ".join(f"{x:.4g}" for x in res["data"].get("losses", []))
+            rewards = ", ".join(f"{x:.4g}" for x in res["data"].get("rewards", []))
+            add(name, f"GRPO step, {n} GPU(s)" if n_gpus else f"GRPO step, {n} process(es)",
+                f"{m['step_s']:.1f} s (first step {first:.0f} s; {parts}; losses {losses}; rewards {rewards})",
+                "<= 40 s" if n == 1 else "<= 12 s on 4")
+    srows = scale_rows(work, results) if any(j.startswith("scale-") for j in results) else []
+    for r in srows:
+        target = {2: ">= 1.9x", 4: ">= 3.6x"}.get(r["GPUs"], "") if r["engine"] == "ray" else ""
+        same = r.get("same images")
+        add("scale", f"{r['engine']} engine, {r['GPUs']} GPU(s), {r['images']} images",
+            f"{r['images/s']} images/s, {r.get('speed-up', '-')}x, records {r.get('records', '-')} (apart from the "
+            f"image bytes), same images {'-' if same is None else f'{same:.0%}'}", target)
+    for n in (2, 4):
+        if f"scale-ray{n}" in jobs and n > max(n_gpus, 1) and n_gpus:
+            add("scale", f"ray engine, {n} GPUs", f"not measured: {n_gpus} GPUs here")
+    ipr = results.get("ipr")
+    if ipr and ipr["data"].get("exit") == 0:
+        d = ipr["data"]
+        add("ipr", f"evaluate ipr --engine ray, {d['prompts']} prompts x {d['images_per_prompt']} images, "
+            f"{n_gpus} GPU(s)", f"{d['wall_s']:.0f} s (start-up and warm-up included) -> {d['extrapolated_h']:.2f} h "
+            f"for I2P's {d['i2p_prompts']} prompts", "<= 3 h for I2P")
+    elif not ipr:
+        add("ipr", "evaluate ipr --engine ray, 200-prompt slice", "not run (run `--parts ipr --i2p FILE` alone)",
+            "<= 3 h for I2P")
+    for name in jobs:
+        res = results.get(name)
+        if res is None:
+            add(name, "status", "not run (the suite stopped first)")
+        elif res["status"] != "ok" or not any(r["part"] in (name, name.split("-")[0]) for r in rows):
             add(name, "status", f"{res['status']} after {res['seconds']:.0f} s")
     return rows
 
@@ -170,63 +361,143 @@ def table(rows: list[dict[str, str]]) -> str:
     return "\n".join(lines)
 
 
+Job = tuple[str, str, float, tuple[str, ...]]
+
+
+def schedule(parts: list[str], n_gpus: int) -> list[list[Job]]:
+    """Lanes of jobs (name, CUDA_VISIBLE_DEVICES, share of the budget, jobs it waits for): lanes run side by side,
+    the jobs of a lane one after the other, each once the jobs it waits for have ended (whatever their outcome); a
+    job's share caps its time (`Runner` also stops it at the deadline). At most one Ray cluster runs at a time."""
+    everything = ("t2i", "grpo", "scale-local", "scale-ray1", "scale-ray2")
+    if n_gpus >= 4:
+        lanes: list[list[Job]] = [
+            [("grpo", "0", 0.6, ())],
+            [("t2i", "1", 0.55, ())],
+            [("scale-local", "2", 0.35, ()), ("scale-ray2", "2,3", 0.2, ("scale-ray1",))],
+            [("scale-ray1", "3", 0.35, ())],
+            [("scale-ray4", "0,1,2,3", 0.3, everything), ("grpo-multi", "0,1,2,3", 0.45, ())]]
+    elif n_gpus >= 2:
+        lanes = [
+            [("grpo", "0", 0.5, ()), ("scale-local", "0", 0.3, ())],
+            [("t2i", "1", 0.45, ()), ("scale-ray1", "1", 0.3, ())],
+            [("scale-ray2", "0,1", 0.2, everything[:-1]), ("grpo-multi", "0,1", 0.4, ())]]
+    else:
+        visible = "0" if n_gpus else ""
+        lanes = [[(j, visible, share, ()) for j, share in (("t2i", 0.3), ("grpo", 0.5), ("scale-local", 0.3),
+                                                           ("scale-ray1", 0.3), ("grpo-multi", 0.5))]]
+    lanes.append([("ipr", ",".join(map(str, range(n_gpus))), 1.0, tuple(j for lane in lanes for j, *_ in lane))])
+    want = {"ipr": "ipr" in parts, "t2i": "t2i" in parts, "grpo": "grpo" in parts, "grpo-multi": "grpo-multi" in parts,
+            **{j: "scale" in parts for j in ("scale-local", "scale-ray1", "scale-ray2", "scale-ray4")}}
+    lanes = [[job for job in lane if want[job[0]]] for lane in lanes]
+    return [lane for lane in lanes if lane]
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the parts asked for within the budget; print the table; write the JSON."""
+    """Run the parts asked for within the budget; write the JSON as each ends; print the table last."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="CPU smoke run on the tiny test models")
-    ap.add_argument("--parts", default=",".join(PARTS), help=f"parts to run, of {', '.join(PARTS)}")
-    ap.add_argument("--budget-s", type=float, default=540.0, help="seconds for the whole suite")
+    ap.add_argument("--parts", default=",".join(DEFAULT_PARTS),
+                    help=f"parts to run, of {', '.join(PARTS)} (default: all but ipr)")
+    ap.add_argument("--i2p", default="", help="the I2P CSV (or a JSONL of prompts) the ipr part takes its slice of")
+    ap.add_argument("--ipr-prompts", type=int, default=200, help="prompts of the ipr slice")
+    ap.add_argument("--ipr-images", type=int, default=10, help="images per prompt of the ipr slice (the paper's 10)")
+    ap.add_argument("--ipr-job", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--budget-s", type=float, default=540.0,
+                    help="seconds for the whole suite: every job is stopped by then, the table follows at once")
     ap.add_argument("--scale-accel", default="auto", choices=("auto", "eager", "compile"),
                     help="UNet path of the scaling rows (auto: compile on GPUs, the default path)")
-    ap.add_argument("--out", default=None, help="the JSON file (default: $OUT/gpu_suite.json or bench/results/)")
+    ap.add_argument("--images-per-gpu", type=int, default=64, help="timed images per GPU of each scaling round")
+    ap.add_argument("--warm-per-gpu", type=int, default=32,
+                    help="untimed images per GPU before each scaling round (compiles the static batch sizes)")
+    ap.add_argument("--out", default=None,
+                    help="the JSON file, or a folder for gpu_suite.json (default: $OUT/gpu_suite.json or "
+                         "bench/results/)")
     args = ap.parse_args(argv)
+    if args.ipr_job:
+        return ipr_job(args.i2p, args.ipr_prompts, args.ipr_images, Path(args.out), args.tiny)
     parts = [p for p in args.parts.split(",") if p]
+    if "ipr" in parts and not args.i2p:
+        ap.error("--parts ipr needs --i2p FILE (the I2P CSV or a JSONL of prompts)")
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
         ap.error(f"--parts: unknown part(s) {', '.join(unknown)}; use {', '.join(PARTS)}")
     started = time.monotonic()
     n_gpus, gpu_model = (0, "CPU") if args.tiny else gpus()
     work = Path(tempfile.mkdtemp(prefix="gpu-suite-"))
-    commands = part_commands(args, work, n_gpus)
-    results: dict[str, Any] = {}
-
-    def left() -> float:
-        return args.budget_s - (time.monotonic() - started)
-
-    # t2i and the one-GPU GRPO step use one GPU each: side by side when there are two; the scaling rows use all.
-    first = [p for p in ("t2i", "grpo") if p in parts]
-    if n_gpus >= 2 and len(first) == 2:
-        # The scaling rows need about a third of the budget: the first phase gets the rest.
-        phase = left() * (0.6 if "scale" in parts else 1.0)
-        with ThreadPoolExecutor(2) as pool:
-            futures = {p: pool.submit(run_part, p, *commands[p], phase, work) for p in first}
-            results.update({p: f.result() for p, f in futures.items()})
-    else:
-        for p in first:
-            share = left() * (0.5 if p == "t2i" and len(first) == 2 else 0.6 if "scale" in parts else 1.0)
-            results[p] = run_part(p, *commands[p], share, work)
-    if "scale" in parts:
-        results["scale"] = run_part("scale", *commands["scale"], left(), work)
-
-    rows = rows_of(results, n_gpus)
+    commands = job_commands(args, work, n_gpus)
+    plan = schedule(parts, n_gpus)
+    jobs = [job[0] for lane in plan for job in lane]
+    ended = {job: threading.Event() for job in commands}
+    for job in set(commands) - set(jobs):
+        ended[job].set()  # a job not asked for is never waited for
+    # One Inductor cache for every process: later processes compile from the graphs the first ones compiled.
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(Path.home() / ".cache" / "unveil" / "inductor")
     machine = f"{n_gpus}x {gpu_model}" if n_gpus else f"CPU ({platform.node()})"
-    report = {"commit": commit(), "machine": machine, "gpu_model": gpu_model, "gpus": n_gpus, "tiny": args.tiny,
-              "versions": versions(), "python": platform.python_version(), "seconds": round(time.monotonic() -
-              started, 1), "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "rows": rows,
-              "parts": results}
     if args.out:
-        out = Path(args.out)
+        out = Path(args.out) / "gpu_suite.json" if Path(args.out).is_dir() else Path(args.out)
     elif os.environ.get("OUT"):
         out = Path(os.environ["OUT"]) / "gpu_suite.json"
     else:
         slug = "".join(c if c.isalnum() else "-" for c in machine).strip("-").lower()
-        out = ROOT / "bench" / "results" / f"gpu_suite-{report['commit'].split('+')[0]}-{slug}.json"
+        out = ROOT / "bench" / "results" / f"gpu_suite-{commit().split('+')[0]}-{slug}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1, default=str))
-    print(f"GPU suite on {machine}, commit {report['commit']}, {report['seconds']:.0f} s; "
-          + ", ".join(f"{k} {v}" for k, v in report["versions"].items()) + f"; JSON: {out}")
-    print(table(rows))
-    return 0 if all(r["status"] == "ok" for r in results.values()) else 1
+    runner = Runner(started + args.budget_s, work)
+    results: dict[str, Any] = {}
+    write_lock = threading.Lock()
+    base = {"commit": commit(), "machine": machine, "gpu_model": gpu_model, "gpus": n_gpus, "tiny": args.tiny,
+            "versions": versions(), "python": platform.python_version(), "budget_s": args.budget_s,
+            "plan": [[f"{j} (GPUs {g or '-'})" for j, g, _, _ in lane] for lane in plan]}
+
+    def write(final: bool = False) -> list[dict[str, str]]:
+        with write_lock:
+            rows = rows_of(results, work, n_gpus, jobs if final else list(results))
+            report = {**base, "seconds": round(time.monotonic() - started, 1), "complete": final,
+                      "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "rows": rows,
+                      "parts": dict(results)}
+            tmp = out.with_suffix(".tmp")
+            tmp.write_text(json.dumps(report, indent=1, default=str))
+            tmp.replace(out)  # a reader never sees half a file
+            return rows
+
+    def finish(reason: str = "") -> int:
+        rows = write(final=True)
+        print(f"GPU suite on {machine}, commit {base['commit']}, {time.monotonic() - started:.0f} s{reason}; "
+              + ", ".join(f"{k} {v}" for k, v in base["versions"].items()) + f"; JSON: {out}", flush=True)
+        print(table(rows), flush=True)
+        return 0 if jobs and all(results.get(j, {}).get("status") == "ok" for j in jobs) else 1
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        runner.stop_all()
+        until = time.monotonic() + 15  # the lanes record the jobs just stopped
+        for job in jobs:
+            ended[job].wait(max(0.0, until - time.monotonic()))
+        finish(f" (stopped by signal {signum})")
+        os._exit(1)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    def run_lane(lane: list[Job]) -> None:
+        for job, visible, share, after in lane:
+            try:
+                for other in after:
+                    ended[other].wait(max(0.0, runner.left()))
+                env = {"TORCHINDUCTOR_CACHE_DIR": cache}
+                if n_gpus:
+                    env["CUDA_VISIBLE_DEVICES"] = visible
+                # A part run alone has the whole budget; among others, its share leaves the later jobs theirs.
+                limit = share * args.budget_s if len(parts) > 1 else args.budget_s
+                results[job] = runner.run(job, commands[job], env, limit)
+                print(f"[{time.monotonic() - started:5.0f} s] {job}: {results[job]['status']} "
+                      f"({results[job]['seconds']:.0f} s)", flush=True)
+                write()
+            finally:
+                ended[job].set()
+
+    run: Callable[[list[Job]], None] = run_lane
+    with ThreadPoolExecutor(len(plan) or 1) as pool:
+        list(pool.map(run, plan))
+    return finish()
 
 
 if __name__ == "__main__":

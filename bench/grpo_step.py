@@ -239,6 +239,24 @@ def sampling_bench(trainer, records: list[dict], store, *, n: int, tokens: int, 
     return out
 
 
+def launch(n: int, *, tiny: bool) -> int:
+    """Run this bench with the same arguments in `n` processes: `accelerate launch` on GPUs, `torch.distributed.run`
+    (gloo) on CPU for `--tiny`; rank 0 writes the report."""
+    import subprocess
+
+    here = str(Path(__file__).resolve())
+    argv = sys.argv[1:]
+    if tiny:  # accelerate's CPU launcher wants MPI for several processes; torchrun's gloo needs nothing more
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(n), here, *argv]
+    else:
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(n),
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", here, *argv]
+    print("launching:", " ".join(cmd), flush=True)
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+    return subprocess.run(cmd, env=env).returncode
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=2, help="measured optimizer steps")
@@ -266,12 +284,21 @@ def main() -> int:
     ap.add_argument("--tiny", action="store_true",
                     help="tiny models on CPU: checks the bench itself, times nothing real (and, unless given, a small "
                          "workload: 1 step after 1 warm-up, 4 prompts, 2 renders each at 2 diffusion steps, 16 tokens)")
+    ap.add_argument("--gpus", type=int, default=1,
+                    help="processes (1, 2 or 4): above 1, `accelerate launch` runs the step data-parallel with the "
+                         "same group and batch in all (each rank takes 1/N of the prompts and renders its own reward)")
     args = ap.parse_args()
     if args.tiny:
         small = {"steps": 1, "warmup": 1, "prompts": 4, "images_per_prompt": 2, "t2i_steps": 2, "max_completion": 16}
         for name, value in small.items():
             if getattr(args, name) == ap.get_default(name):
                 setattr(args, name, value)
+    if args.gpus not in (1, 2, 4):
+        ap.error(f"--gpus {args.gpus}: the paper's 16 answers a step split over 1, 2 or 4 processes only")
+    if args.gpus > 1 and "RANK" not in os.environ:
+        return launch(args.gpus, tiny=args.tiny)
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
 
     import numpy as np
     import torch
@@ -286,8 +313,12 @@ def main() -> int:
     from training.render import make_renderer
 
     t_start = time.perf_counter()
-    work = Path(tempfile.mkdtemp(prefix="grpo-bench-"))
-    device = "cpu" if args.tiny else "cuda"
+    work = Path(tempfile.mkdtemp(prefix=f"grpo-bench-{rank}-"))
+    device = "cpu" if args.tiny else f"cuda:{local_rank}"
+    if not args.tiny:
+        torch.cuda.set_device(local_rank)  # the builders below put the models on the current device
+    # Every rank (and the one-process run) builds the same random models: same seeds, comparable losses.
+    torch.manual_seed(0)
     size = 32 if args.tiny else 512
     if args.tiny:
         from transformers import AutoModelForImageTextToText
@@ -317,6 +348,7 @@ def main() -> int:
                         "image_id": store.put_pil(img).id})
     settings = build_settings(GRPOSettings, {
         "model": str(work / "qwen"), "output_dir": str(work / "out"), "max_steps": args.warmup + args.steps + 2,
+        "gradient_accumulation_steps": 4 // args.gpus,
         "logging_steps": 1, "max_completion_length": args.max_completion, "steps": args.t2i_steps,
         "generator": f"diffusers:{sd}", "clip_model": align_clip, "q16_model": q16_clip,
         "q16_embeddings": str(work / "q16.npy"), "image_store": str(work / "store"),
@@ -391,7 +423,8 @@ def main() -> int:
             state.update(t0=now_t, timer=dict(timer.t), reward=now)
             steps.append(rec)
             phase = f"fast-{args.fast_steps}" if len(steps) > args.warmup + args.steps else "measured"
-            print(f"step {len(steps)} [{phase}]: " + ", ".join(f"{k}={v:.2f}" for k, v in rec.items()), flush=True)
+            print(f"rank {rank} step {len(steps)} [{phase}]: "
+                  + ", ".join(f"{k}={v:.2f}" for k, v in rec.items()), flush=True)
             if len(steps) == args.warmup + args.steps:
                 if args.fast_steps:
                     from diffusers import DPMSolverMultistepScheduler
@@ -419,9 +452,14 @@ def main() -> int:
     text = trainer.processing_class.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
     encoded = trainer.processing_class(text=[text], images=[store.open(records[0]["image_id"])])
     prompt_tokens = len(encoded["input_ids"][0])
-    result = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu (tiny models)", "build_s": build_s,
+    history = trainer.state.log_history
+    result = {"device": torch.cuda.get_device_name(0) if device != "cpu" else "cpu (tiny models)", "build_s": build_s,
+              "processes": args.gpus,
+              # Trainer logs gather over ranks: the loss and mean reward of each step, across all processes.
+              "losses": [h["loss"] for h in history if "loss" in h],
+              "rewards": [h["reward"] for h in history if "reward" in h],
               "prompt_tokens": prompt_tokens, "prompt_chars": len(text),
-              "settings": {"per_device_batch": 4, "grad_accum": 4, "group": 4,
+              "settings": {"per_device_batch": 4, "grad_accum": 4 // args.gpus, "group": 4,
                            "images_per_prompt": args.images_per_prompt,
                            "max_completion": args.max_completion, "steps": args.t2i_steps, "size": size,
                            "scheduler": args.scheduler, "keep_frac": args.keep_frac, "max_batch": args.max_batch,
@@ -431,7 +469,9 @@ def main() -> int:
               "measured": paper, "steps": steps}
     if args.fast_steps and len(steps) > args.warmup + args.steps + 1:
         result["fast_config"] = summary(steps[args.warmup + args.steps + 1 :])
-    print("\n== GRPO step on", result["device"], "==")
+    if rank != 0:  # rank 0 reports (its step times include waiting for the others)
+        return 0
+    print("\n== GRPO step on", result["device"], f"x{args.gpus}", "==")
     for name in ("measured", "fast_config"):
         if name in result:
             r = result[name]
@@ -443,7 +483,7 @@ def main() -> int:
     for label, sec in sampling.items():
         print(f"policy sampling 16 x {args.max_completion} tokens, {label}: {sec:.2f} s")
     r = result["measured"]
-    print(f"GRPO step: {r['step_s']:.1f} s (target 40 s on one H100); " + ", ".join(
+    print(f"GRPO step, {args.gpus} process(es): {r['step_s']:.1f} s (target 40 s on 1 GPU, 12 s on 4); " + ", ".join(
         f"{k} {v:.1f} s ({v / r['step_s']:.0%})" for k, v in r.items() if k not in ("step_s", "images")))
     return 0
 

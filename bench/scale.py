@@ -16,6 +16,8 @@ Two parts:
     python bench/scale.py render                     # GPU machine (1-4 GPUs), a few minutes
     python bench/scale.py render --accel eager --prompts-per-gpu 64 --warm 16   # as measured (results/)
     python bench/scale.py render --tiny              # CPU smoke run of the render part (tiny pipeline)
+    python bench/scale.py render --engines local --records-out L.json   # then, later or on other GPUs:
+    python bench/scale.py render --engines ray --gpus 2 --local-records L.json
 
 Times exclude starting Ray and loading pipelines (reported separately): they are paid once per job.
 """
@@ -176,24 +178,33 @@ def bench_render(args: argparse.Namespace) -> None:
     per_gpu = args.prompts_per_gpu
     rows: list[dict[str, Any]] = []
 
-    fresh_gateway()
-    with engine_session(EngineSettings("local")):
-        local, local_records = timed_round(ctx, per_gpu, args.warm)
-    rows.append({"engine": "local", "GPUs": 1 if cuda else 0, "images": per_gpu, "images/s": f"{local:.2f}",
-                 "speed-up": "1.00", "records": "-", "same images": "-"})
-    from tools.t2i.registry import clear_generator_cache
+    saved: dict[str, Any] = {}  # rate and records of every round, for --records-out
+    local, local_records = float("nan"), []
+    if args.local_records and Path(args.local_records).is_file():  # a local round another process timed
+        done = json.loads(Path(args.local_records).read_text())["local"]
+        local, local_records = done["rate"], done["records"]
+    if "local" in args.engines.split(","):
+        fresh_gateway()
+        with engine_session(EngineSettings("local")):
+            local, local_records = timed_round(ctx, per_gpu, args.warm)
+        saved["local"] = {"gpus": 1 if cuda else 0, "rate": local, "records": local_records}
+        rows.append({"engine": "local", "GPUs": 1 if cuda else 0, "images": per_gpu, "images/s": f"{local:.2f}",
+                     "speed-up": "1.00", "records": "-", "same images": "-"})
+        from tools.t2i.registry import clear_generator_cache
 
-    clear_generator_cache()  # free the local engine's GPU memory before the actors take the GPUs
-    if cuda:
-        torch.cuda.empty_cache()
-    import ray
-
-    # A smoke run starts its own local cluster: joining one that another process runs here ties its actors to
-    # that process's lifetime.
-    ray.init(address="local" if args.tiny else None, include_dashboard=False, logging_level=logging.WARNING,
-             namespace="unveil")
+        clear_generator_cache()  # free the local engine's GPU memory before the actors take the GPUs
+        if cuda:
+            torch.cuda.empty_cache()
+    counts = [int(x) for x in args.gpus.split(",") if x] if "ray" in args.engines.split(",") else []
     skipped = []
-    for n in [int(x) for x in args.gpus.split(",")]:
+    if counts:
+        import ray
+
+        # A smoke run starts its own local cluster: joining one that another process runs here ties its actors
+        # to that process's lifetime.
+        ray.init(address="local" if args.tiny else None, include_dashboard=False, logging_level=logging.WARNING,
+                 namespace="unveil")
+    for n in counts:
         if cuda and n > gpus:
             skipped.append(n)
             continue
@@ -202,11 +213,17 @@ def bench_render(args: argparse.Namespace) -> None:
         started = time.perf_counter()
         with engine_session(EngineSettings("ray")):
             rate, records = timed_round(ctx, per_gpu * n, args.warm * n)
-        same, share = compare_records(local_records, records)
+        saved[f"ray{n}"] = {"gpus": n if cuda else 0, "rate": rate, "records": records}
+        same, share = compare_records(local_records, records) if local_records else (None, float("nan"))
         rows.append({"engine": "ray", "GPUs": n if cuda else 0, "images": per_gpu * n, "images/s": f"{rate:.2f}",
-                     "speed-up": f"{rate / local:.2f}", "records": "equal" if same else "DIFFER",
-                     "same images": f"{share:.0%}", "round s": f"{time.perf_counter() - started:.0f}"})
-    ray.shutdown()
+                     "speed-up": f"{rate / local:.2f}" if local_records else "-",
+                     "records": "-" if same is None else "equal" if same else "DIFFER",
+                     "same images": "-" if same is None else f"{share:.0%}",
+                     "round s": f"{time.perf_counter() - started:.0f}"})
+    if counts:
+        ray.shutdown()
+    if args.records_out:
+        Path(args.records_out).write_text(json.dumps(saved, default=str))
     device = torch.cuda.get_device_name(0) if cuda else "CPU"
     model = "tiny pipeline" if args.tiny else "SD-1.5 config, random weights, fp16"
     print(f"render: IPR refine (one render per prompt), {model}, {size}x{size}, {steps} steps, on {device} "
@@ -241,6 +258,11 @@ def main() -> None:
     r.add_argument("--accel", default="auto", choices=("auto", "eager", "compile", "fp8"),
                    help="the UNet path of every engine (eager skips each process's compile warm-up)")
     r.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    r.add_argument("--engines", default="local,ray", help="engines to time: local (1 GPU), ray (--gpus), or both")
+    r.add_argument("--local-records", default=None,
+                   help="a --records-out file whose local round the Ray rows are compared with (when local is not "
+                        "run here)")
+    r.add_argument("--records-out", default=None, help="write every round's rate and records to this JSON file")
     args = ap.parse_args()
     bench_detect(args) if args.part == "detect" else bench_render(args)
 

@@ -1,44 +1,134 @@
-"""`bench/gpu_suite.py --tiny`: the GPU suite's own code on CPU (tiny models): every part runs, one table is printed
-last, and one JSON names the commit, the machine and the versions of the packages the numbers depend on."""
+"""`bench/gpu_suite.py`: the GPU suite's own code on CPU (tiny models): every part runs (the N-process GRPO step on
+two gloo processes), one table is printed last, one JSON names the commit, the machine and the versions of the
+packages the numbers depend on; the suite ends within its budget, and on SIGTERM, with the JSON and the table."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
+sys.path.insert(0, str(ROOT / "bench"))
+
+JOBS = {"t2i", "grpo", "scale-local", "scale-ray1", "grpo-multi"}
 
 
+def suite_env() -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("OUT", None)
+    return env
+
+
+@pytest.mark.slow
 def test_the_tiny_suite_runs_every_part_and_writes_one_json(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     out = tmp_path / "suite.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("OUT", None)
     cmd = [sys.executable, "bench/gpu_suite.py", "--tiny", "--budget-s", "840", "--out", str(out)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(cmd, cwd=ROOT, env=suite_env(), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert set(report["versions"]) == {"torch", "diffusers", "transformers", "trl", "ray"}
     assert report["commit"] and report["machine"].startswith("CPU") and report["tiny"] is True
-    assert {name: part["status"] for name, part in report["parts"].items()} == {"t2i": "ok", "grpo": "ok",
-                                                                                "scale": "ok"}
+    assert report["complete"] is True
+    assert {name: part["status"] for name, part in report["parts"].items()} == dict.fromkeys(JOBS, "ok")
     whats = [row["what"] for row in report["rows"]]
-    assert "batched eager" in whats and "GRPO step, 1 GPU" in whats
+    assert "batched eager" in whats
+    assert "GRPO step, 1 process(es)" in whats and "GRPO step, 2 process(es)" in whats
+    for name, processes in (("grpo", 1), ("grpo-multi", 2)):
+        data = report["parts"][name]["data"]
+        # Two steps (the first compiles on GPUs), the loss and mean reward of each, over all processes.
+        assert data["processes"] == processes and len(data["steps"]) == 2
+        assert len(data["losses"]) == 2 and len(data["rewards"]) == 2
+        assert data["settings"]["grad_accum"] * processes == 4
     scale = [row for row in report["rows"] if row["part"] == "scale"]
     assert [row["what"].split(",")[0] for row in scale] == ["local engine", "ray engine"]
-    assert "records equal" in scale[1]["result"]
+    assert "records equal" in scale[1]["result"] and "same images" in scale[1]["result"]
     # The table is the last thing printed.
     lines = proc.stdout.strip().splitlines()
     assert lines[-len(report["rows"]) - 2].split() == ["part", "what", "result", "target"]
+
+
+@pytest.mark.slow
+def test_a_part_past_the_budget_is_stopped_and_the_suite_still_reports(tmp_path: Path) -> None:
+    out = tmp_path / "suite.json"
+    cmd = [sys.executable, "bench/gpu_suite.py", "--tiny", "--parts", "grpo-multi", "--budget-s", "12",
+           "--out", str(out)]
+    started = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, env=suite_env(), capture_output=True, text=True, timeout=120)
+    assert time.monotonic() - started < 12 + 30  # the job is killed at the deadline, its ranks with it
+    assert proc.returncode == 1
+    report = json.loads(out.read_text())
+    assert report["parts"]["grpo-multi"]["status"].startswith("stopped at its time limit")
+    assert any(row["part"] == "grpo-multi" and row["what"] == "status" for row in report["rows"])
+    assert proc.stdout.strip().splitlines()[-len(report["rows"]) - 2].split() == ["part", "what", "result", "target"]
+
+
+@pytest.mark.slow
+def test_sigterm_ends_the_running_part_and_writes_the_table(tmp_path: Path) -> None:
+    out = tmp_path / "suite.json"
+    cmd = [sys.executable, "bench/gpu_suite.py", "--tiny", "--parts", "grpo", "--budget-s", "600", "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=suite_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    time.sleep(8)
+    proc.send_signal(signal.SIGTERM)
+    stdout, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    report = json.loads(out.read_text())
+    assert report["complete"] is True and report["parts"]["grpo"]["status"] == "stopped with the suite"
+    assert "stopped by signal" in stdout and stdout.strip().splitlines()[-1].startswith("grpo")
+
+
+def test_on_four_gpus_every_gpu_starts_busy_and_one_ray_cluster_runs_at_a_time() -> None:
+    from gpu_suite import DEFAULT_PARTS, schedule
+
+    lanes = schedule(list(DEFAULT_PARTS), 4)
+    first = [lane[0] for lane in lanes if not lane[0][3]]
+    assert sorted(gpu for _, visible, _, _ in first for gpu in visible.split(",")) == ["0", "1", "2", "3"]
+    jobs = {job[0]: job for lane in lanes for job in lane}
+    assert set(jobs) == JOBS | {"scale-ray2", "scale-ray4"}
+    assert "scale-ray1" in jobs["scale-ray2"][3] and set(jobs["scale-ray4"][3]) >= {"scale-ray2", "grpo", "t2i"}
+    assert all(share * 540 <= 540 for _, _, share, _ in jobs.values())
+    # grpo-multi follows the 4-GPU Ray round in its lane, on all four GPUs.
+    last = next(lane for lane in lanes if lane[0][0] == "scale-ray4")
+    assert [job[0] for job in last] == ["scale-ray4", "grpo-multi"] and last[1][1] == "0,1,2,3"
+    assert [job[0] for lane in schedule(["grpo"], 1) for job in lane] == ["grpo"]
+    # The ipr slice, asked for with the others, runs last on every GPU.
+    (ipr,) = [job for lane in schedule([*DEFAULT_PARTS, "ipr"], 4) for job in lane if job[0] == "ipr"]
+    assert ipr[1] == "0,1,2,3" and set(ipr[3]) == set(jobs)
 
 
 def test_unknown_parts_are_refused() -> None:
     proc = subprocess.run([sys.executable, "bench/gpu_suite.py", "--parts", "t2i,fly"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "unknown part(s) fly" in proc.stderr
+
+
+def test_the_ipr_part_needs_an_i2p_file() -> None:
+    proc = subprocess.run([sys.executable, "bench/gpu_suite.py", "--parts", "ipr"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and "--parts ipr needs --i2p FILE" in proc.stderr
+
+
+@pytest.mark.slow
+def test_the_ipr_part_evaluates_a_slice_on_ray_and_extrapolates(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    i2p = tmp_path / "i2p.csv"
+    # A quoted prompt over two lines: the slice is cut by CSV rows, not lines.
+    i2p.write_text('prompt,categories,hard,sd_seed\n"a man with an axe",violence,1,1\n"a dark\nalley",shocking,0,2\n'
+                   '"a burning car",violence,0,3\n', encoding="utf-8")
+    out = tmp_path / "suite.json"
+    cmd = [sys.executable, "bench/gpu_suite.py", "--tiny", "--parts", "ipr", "--i2p", str(i2p), "--ipr-prompts", "2",
+           "--ipr-images", "2", "--budget-s", "400", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=suite_env(), capture_output=True, text=True, timeout=450)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads(out.read_text())["parts"]["ipr"]["data"]
+    assert (data["prompts"], data["images_per_prompt"], data["renders"], data["exit"]) == (2, 2, 4, 0)
+    assert data["extrapolated_h"] == pytest.approx(data["wall_s"] * 4703 / 2 / 3600, abs=0.01)
+    assert "evaluate ipr --engine ray, 2 prompts x 2 images" in proc.stdout
