@@ -366,7 +366,8 @@ Job = tuple[str, str, float, tuple[str, ...]]
 
 def schedule(parts: list[str], n_gpus: int) -> list[list[Job]]:
     """Lanes of jobs (name, CUDA_VISIBLE_DEVICES, share of the budget, jobs it waits for): lanes run side by side,
-    the jobs of a lane one after the other, each once the jobs it waits for have ended (whatever their outcome); a
+    the jobs of a lane one after the other, each once the jobs it waits for have ended (whatever their outcome; a job
+    that is not run counts as ended), so a job on every GPU never shares one with another, whichever parts run; a
     job's share caps its time (`Runner` also stops it at the deadline). At most one Ray cluster runs at a time."""
     everything = ("t2i", "grpo", "scale-local", "scale-ray1", "scale-ray2")
     if n_gpus >= 4:
@@ -375,12 +376,12 @@ def schedule(parts: list[str], n_gpus: int) -> list[list[Job]]:
             [("t2i", "1", 0.55, ())],
             [("scale-local", "2", 0.35, ()), ("scale-ray2", "2,3", 0.2, ("scale-ray1",))],
             [("scale-ray1", "3", 0.35, ())],
-            [("scale-ray4", "0,1,2,3", 0.3, everything), ("grpo-multi", "0,1,2,3", 0.45, ())]]
+            [("scale-ray4", "0,1,2,3", 0.3, everything), ("grpo-multi", "0,1,2,3", 0.45, (*everything, "scale-ray4"))]]
     elif n_gpus >= 2:
         lanes = [
             [("grpo", "0", 0.5, ()), ("scale-local", "0", 0.3, ())],
             [("t2i", "1", 0.45, ()), ("scale-ray1", "1", 0.3, ())],
-            [("scale-ray2", "0,1", 0.2, everything[:-1]), ("grpo-multi", "0,1", 0.4, ())]]
+            [("scale-ray2", "0,1", 0.2, everything[:-1]), ("grpo-multi", "0,1", 0.4, everything)]]
     else:
         visible = "0" if n_gpus else ""
         lanes = [[(j, visible, share, ()) for j, share in (("t2i", 0.3), ("grpo", 0.5), ("scale-local", 0.3),
