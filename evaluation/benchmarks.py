@@ -34,7 +34,6 @@ from typing import Any
 from evaluation.datasets import DatasetError, _image, _sample, _text
 from runner.batch import BatchItem, duplicate_id, parse_json_line, unique_id
 
-BENCHMARK_FORMATS = ("siuo", "mssbench", "holisafe")
 HOLISAFE_TYPES = ("SSS", "SSU", "SUU", "USU", "UUU")
 
 Loader = Callable[[Path, Path, bool], list[BatchItem]]

@@ -34,8 +34,6 @@ from tools.image_store import ImageInputError
 
 # issue 15: siuo, mssbench and holisafe are read by evaluation/benchmarks.py
 DETECTION_FORMATS = ("ctd", "hateful_memes", "vlsbench", "mmit", "siuo", "mssbench", "holisafe")
-# The six categories of the 300-prompt IPR/POSI split, in the file's order.
-IPR_CATEGORIES = ("self-harm", "shocking", "violence", "sexual", "illegal activity", "harassment")
 
 
 class DatasetError(UnveilError, ValueError):

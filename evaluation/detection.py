@@ -21,7 +21,6 @@ benign data").
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -368,8 +367,3 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
     atomic_write_text(out / "detection.md", "\n".join(md))
     return {"rows": all_rows, "failures": failures, "confusions": confusions, "histograms": histograms,
             "main": wide, "comparison": compared, "mtc_sources": sources, "out_dir": str(out)}
-
-
-def nan_to_none(value: float) -> float | None:
-    """JSON-friendly NaN."""
-    return None if isinstance(value, float) and math.isnan(value) else value
