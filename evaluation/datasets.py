@@ -32,7 +32,7 @@ from tools.errors import UnveilError
 from tools.image_input import resolve_path
 from tools.image_store import ImageInputError
 
-# issue 15: siuo, mssbench and holisafe are read by evaluation/benchmarks.py
+# siuo, mssbench and holisafe are read by evaluation/benchmarks.py
 DETECTION_FORMATS = ("ctd", "hateful_memes", "vlsbench", "mmit", "siuo", "mssbench", "holisafe")
 
 
@@ -221,7 +221,7 @@ def _json_records(path: Path) -> Iterable[tuple[str, dict[str, Any] | None, str 
 
 def detect_format(path: Path) -> str:
     """Guess a detection layout from the file's first record."""
-    from evaluation.benchmarks import sniff_benchmark  # issue 15: SIUO, MSSBench, HoliSafe
+    from evaluation.benchmarks import sniff_benchmark  # SIUO, MSSBench, HoliSafe
 
     if (bench := sniff_benchmark(path)) is not None:
         return bench
@@ -244,7 +244,7 @@ def load_detection(
     if fmt not in DETECTION_FORMATS:
         raise ValueError(f"unknown dataset format {fmt!r} (one of {', '.join(DETECTION_FORMATS)})")
     base = Path(base_dir).resolve() if base_dir else p.resolve().parent
-    from evaluation.benchmarks import BENCHMARK_LOADERS  # issue 15: layouts of their own (one record, many samples)
+    from evaluation.benchmarks import BENCHMARK_LOADERS  # layouts of their own (one record, many samples)
 
     if fmt in BENCHMARK_LOADERS:
         return BENCHMARK_LOADERS[fmt](p, base, include_benign)

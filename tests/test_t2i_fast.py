@@ -215,7 +215,7 @@ def test_a_spec_can_name_switches(tmp_path) -> None:
         get_generator(f"diffusers:{tmp_path}?accel=compile+freeze", device="cpu")
 
 
-# -- batch buckets and static compilation (issue 14) --------------------------------------------------------
+# -- batch buckets and static compilation ----------------------------------------------------------------
 
 
 def test_compiled_presets_pad_batches_to_a_few_buckets():

@@ -56,7 +56,7 @@ class FastPath:
     cudnn_benchmark: bool = False
     conv_1x1_as_mm: bool = False
     fp8: bool = False
-    # Inductor options measured in issue 14 (bench/t2i_throughput.py variants `compile+freeze` and so on):
+    # Inductor options measured by bench/t2i_throughput.py (its variants `compile+freeze` and so on):
     freezing: bool = False  # weights as constants: constant folding and weight layouts chosen at compile time
     coordinate_descent: bool = False  # tunes the block sizes of the generated Triton kernels (norms, pointwise)
     gemm_autotune: bool = False  # benchmarks Triton templates against cuBLAS per matmul shape (convs stay cuDNN)
