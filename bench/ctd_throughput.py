@@ -139,7 +139,7 @@ def main() -> None:
     ap.add_argument("--scenes", type=int, default=16)
     ap.add_argument("--latency", type=float, default=0.05, help="seconds added to every scripted model call")
     ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--generator", "--t2i", dest="t2i",
+    ap.add_argument("--generator", dest="t2i",
                     help="text-to-image spec (default: a tiny random-weight SD pipeline built here)")
     ap.add_argument(
         "--backend-concurrency",

@@ -272,7 +272,6 @@ def main() -> int:
     ap.add_argument("--keep-frac", type=float, default=0.0,
                     help="count this fraction of answers as `keep` (a trained refiner keeps often; 0: worst case)")
     ap.add_argument("--max-batch", type=int, default=32, help="images per SD batch")
-    ap.add_argument("--compile", action="store_true", help="older spelling of --accel compile")
     ap.add_argument("--accel", default="auto",
                     help="the reward generator's UNet path: auto (compiled on CUDA), eager, compile, fp8, "
                          "PRESET+switch... (tools.t2i.fast)")
@@ -357,7 +356,7 @@ def main() -> int:
     })
     renderer = make_renderer(settings.generator, store=store, device=device,
                              render=RenderSettings(**render_kwargs(settings)), max_batch=args.max_batch,
-                             compile=args.compile, accel=args.accel)
+                             accel=args.accel)
     if args.scheduler == "dpm":
         from diffusers import DPMSolverMultistepScheduler
 
@@ -463,7 +462,7 @@ def main() -> int:
                            "images_per_prompt": args.images_per_prompt,
                            "max_completion": args.max_completion, "steps": args.t2i_steps, "size": size,
                            "scheduler": args.scheduler, "keep_frac": args.keep_frac, "max_batch": args.max_batch,
-                           "compile": args.compile, "accel": args.accel,
+                           "accel": args.accel,
                            "fast_sampling": not args.no_fast_sampling},
               "sampling_16_answers_s": sampling,
               "measured": paper, "steps": steps}

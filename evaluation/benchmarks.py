@@ -31,10 +31,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from evaluation.datasets import DatasetError, _image, _sample, _text
+from evaluation.samples import DatasetError, dataset_image, make_sample, require_text
 from runner.batch import BatchItem, duplicate_id, parse_json_line, unique_id
 
-BENCHMARK_FORMATS = ("siuo", "mssbench", "holisafe")
 HOLISAFE_TYPES = ("SSS", "SSU", "SUU", "USU", "UUU")
 
 Loader = Callable[[Path, Path, bool], list[BatchItem]]
@@ -86,8 +85,8 @@ def _in_folder(base: Path, name: Any, field: str, *folders: str) -> str:
     if isinstance(name, str) and name and "://" not in name:
         for folder in folders:
             if (base / folder / name).exists():
-                return _image(f"{folder}/{name}", base, field)
-    return _image(name, base, field)
+                return dataset_image(f"{folder}/{name}", base, field)
+    return dataset_image(name, base, field)
 
 
 def _collect(path: Path, rows: Iterator[tuple[str, Callable[[], list[dict[str, Any]]]]],
@@ -149,7 +148,7 @@ def load_siuo(path: Path, base: Path, include_benign: bool = True) -> list[Batch
             r = _obj(rec)
             if r.get("question_id") is None:
                 raise DatasetError("question_id: missing")
-            return [_sample(f"siuo-{r['question_id']}", text=_text(r.get("question"), "question"),
+            return [make_sample(f"siuo-{r['question_id']}", text=require_text(r.get("question"), "question"),
                             image=_in_folder(base, r.get("image"), "image", "images"), label=1,
                             category=str(r.get("category", "")), base_dir=base, source="siuo",
                             safety_warning=r.get("safety_warning"))]
@@ -166,7 +165,7 @@ def _strings(rec: dict[str, Any], plural: str, singular: str) -> list[str]:
         value = [value]
     if not isinstance(value, list) or not value:
         raise DatasetError(f"{plural}: empty or missing (nor {singular})")
-    return [_text(v, f"{plural}[{k}]") for k, v in enumerate(value)]
+    return [require_text(v, f"{plural}[{k}]") for k, v in enumerate(value)]
 
 
 def load_mssbench(path: Path, base: Path, include_benign: bool = True) -> list[BatchItem]:
@@ -184,8 +183,8 @@ def load_mssbench(path: Path, base: Path, include_benign: bool = True) -> list[B
             for k, q in enumerate(_strings(r, "queries", "query")):
                 common: dict[str, Any] = {"text": q, "category": cat, "base_dir": base, "source": "mssbench",
                                           "task": "chat", "intent": r.get("intent")}
-                out.append(_sample(f"mss-chat-{i}-{k}-safe", image=safe, label=0, **common))
-                out.append(_sample(f"mss-chat-{i}-{k}-unsafe", image=unsafe, label=1,
+                out.append(make_sample(f"mss-chat-{i}-{k}-safe", image=safe, label=0, **common))
+                out.append(make_sample(f"mss-chat-{i}-{k}-unsafe", image=unsafe, label=1,
                                    description=r.get("unsafe_image"), **common))
             return out
 
@@ -205,9 +204,9 @@ def load_mssbench(path: Path, base: Path, include_benign: bool = True) -> list[B
             for k, (s_text, u_text) in enumerate(zip(safe_i, unsafe_i, strict=True)):
                 common: dict[str, Any] = {"category": cat, "base_dir": base, "source": "mssbench",
                                           "task": "embodied"}
-                out.append(_sample(f"mss-emb-{i}-{k}-safe", text=s_text, image=safe, label=0,
+                out.append(make_sample(f"mss-emb-{i}-{k}-safe", text=s_text, image=safe, label=0,
                                    description=r.get("observation_safe"), **common))
-                out.append(_sample(f"mss-emb-{i}-{k}-unsafe", text=u_text, image=unsafe, label=1,
+                out.append(make_sample(f"mss-emb-{i}-{k}-unsafe", text=u_text, image=unsafe, label=1,
                                    description=r.get("observation_unsafe"), **common))
             return out
 
@@ -232,7 +231,7 @@ def load_holisafe(path: Path, base: Path, include_benign: bool = True) -> list[B
             kind = r.get("type")
             if kind not in HOLISAFE_TYPES:
                 raise DatasetError(f"type: {kind!r} is not one of {', '.join(HOLISAFE_TYPES)}")
-            return [_sample(f"holisafe-{r['id']}", text=_text(r.get("query"), "query"),
+            return [make_sample(f"holisafe-{r['id']}", text=require_text(r.get("query"), "query"),
                             image=_in_folder(base, r.get("image"), "image", "images"), label=int(kind[-1] == "U"),
                             category=str(r.get("category", "")), base_dir=base, source="holisafe",
                             sub_category=r.get("subcategory"), holisafe_type=kind)]

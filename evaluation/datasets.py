@@ -26,112 +26,24 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from agents.categories import OTHER, is_category_name, project_category
+from evaluation.benchmarks import BENCHMARK_LOADERS, sniff_benchmark
+from evaluation.samples import DatasetError, dataset_image, make_sample, parse_label, require_text
 from runner.batch import BatchItem, read_jsonl
-from tools.errors import UnveilError
-from tools.image_input import resolve_path
-from tools.image_store import ImageInputError
 
-# issue 15: siuo, mssbench and holisafe are read by evaluation/benchmarks.py
+# siuo, mssbench and holisafe are read by evaluation/benchmarks.py
 DETECTION_FORMATS = ("ctd", "hateful_memes", "vlsbench", "mmit", "siuo", "mssbench", "holisafe")
-# The six categories of the 300-prompt IPR/POSI split, in the file's order.
-IPR_CATEGORIES = ("self-harm", "shocking", "violence", "sexual", "illegal activity", "harassment")
-
-
-class DatasetError(UnveilError, ValueError):
-    """A record cannot become a sample; the message names the field."""
-
-
-def _label(value: Any, field: str) -> int:
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, (int, float)) and value in (0, 1):
-        return int(value)
-    if isinstance(value, str):
-        v = value.strip().lower()
-        if v in ("1", "unsafe", "toxic", "harmful", "true", "yes"):
-            return 1
-        if v in ("0", "safe", "benign", "non-toxic", "nontoxic", "false", "no"):
-            return 0
-    raise DatasetError(f"{field}: {value!r} is not a label (use 0/1, true/false or safe/unsafe)")
-
-
-def _text(value: Any, field: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise DatasetError(f"{field}: empty or missing")
-    return value
-
-
-def _image(ref: Any, base_dir: Path, field: str) -> str:
-    """A checked image path (relative paths may not leave the dataset folder); URLs pass through to ingest."""
-    if not isinstance(ref, str) or not ref.strip():
-        raise DatasetError(f"{field}: empty or missing")
-    if "://" in ref:
-        return ref
-    try:
-        path = resolve_path(ref, base_dir)
-    except ImageInputError as exc:
-        raise DatasetError(f"{field}: {exc}") from exc
-    if Path(ref).is_absolute() and base_dir.resolve() not in path.parents:
-        raise DatasetError(f"{field}: absolute path {ref!r} is outside the dataset folder {str(base_dir)!r}")
-    return str(path)
-
-
-def _sample(
-    sid: Any,
-    *,
-    text: str,
-    image: str | None,
-    label: int,
-    category: str,
-    base_dir: Path,
-    source: str,
-    description: str | None = None,
-    mtc: Any = None,
-    **extra: Any,
-) -> dict[str, Any]:
-    if mtc is not None:
-        mtc = float(mtc)
-        if not 0.0 <= mtc <= 1.0:
-            raise DatasetError(f"mtc: {mtc} is outside [0, 1]")
-    out = {
-        "id": str(sid),
-        "text": text,
-        "image": image,
-        "image_description": description,
-        "label": label,
-        "category": sample_category(category, extra.get("sub_category")),
-        "mtc": mtc,
-        "source": source,
-        "base_dir": str(base_dir),
-    }
-    if category and category != out["category"]:
-        out["source_category"] = category  # the benchmark's own spelling
-    out.update({k: v for k, v in extra.items() if v is not None})
-    return out
-
-
-def sample_category(category: str | None, sub_category: Any = None) -> str:
-    """A benchmark's category in the project's vocabulary (`agents.categories`): a vocabulary name stays; another
-    name is read from its subcategory where that names a category (HoliSafe's illegal_activity/drug_related_hazards
-    is drugs), else from itself (SIUO's "illegal activities & crime" is crimes, "information misinterpretation"
-    other)."""
-    if is_category_name(category):
-        return project_category(category)
-    if isinstance(sub_category, str) and project_category(sub_category) not in ("", OTHER):
-        return project_category(sub_category)
-    return project_category(category)
 
 
 def _ctd(rec: dict[str, Any], base: Path) -> dict[str, Any]:
     image = rec.get("image", rec.get("image_path"))
     label = (
-        _label(rec["label"], "label") if "label" in rec else (_label(rec["toxic"], "toxic") if "toxic" in rec else 1)
+        parse_label(rec["label"], "label") if "label" in rec
+        else (parse_label(rec["toxic"], "toxic") if "toxic" in rec else 1)
     )
-    return _sample(
+    return make_sample(
         rec["id"],
-        text=_text(rec.get("text"), "text"),
-        image=_image(image, base, "image") if image else None,
+        text=require_text(rec.get("text"), "text"),
+        image=dataset_image(image, base, "image") if image else None,
         label=label,
         category=str(rec.get("category", "")),
         base_dir=base,
@@ -145,11 +57,11 @@ def _ctd(rec: dict[str, Any], base: Path) -> dict[str, Any]:
 def _hateful(rec: dict[str, Any], base: Path) -> dict[str, Any]:
     if "label" not in rec:
         raise DatasetError("label: missing (the unlabelled test split cannot be scored)")
-    return _sample(
+    return make_sample(
         rec["id"],
-        text=_text(rec.get("text"), "text"),
-        image=_image(rec.get("img"), base, "img"),
-        label=_label(rec["label"], "label"),
+        text=require_text(rec.get("text"), "text"),
+        image=dataset_image(rec.get("img"), base, "img"),
+        label=parse_label(rec["label"], "label"),
         category="hate" if rec["label"] else "",  # a benign meme has no risk category
         base_dir=base,
         source="hateful_memes",
@@ -160,10 +72,10 @@ def _vlsbench(rec: dict[str, Any], base: Path) -> dict[str, Any]:
     sid = rec.get("instruction_id", rec.get("id"))
     if sid is None:
         raise DatasetError("instruction_id: missing")
-    return _sample(
+    return make_sample(
         sid,
-        text=_text(rec.get("instruction"), "instruction"),
-        image=_image(rec.get("image_path"), base, "image_path"),
+        text=require_text(rec.get("instruction"), "instruction"),
+        image=dataset_image(rec.get("image_path"), base, "image_path"),
         label=1,
         category=str(rec.get("category", "")),
         base_dir=base,
@@ -188,11 +100,11 @@ def _mmit(rec: dict[str, Any], base: Path) -> dict[str, Any]:
     ref = nested if (base / nested).exists() or not (base / name).exists() else name
     kind = rec.get("type")
     sid = f"{kind}-{rec['id']}" if kind else rec["id"]
-    return _sample(
+    return make_sample(
         sid,
-        text=_text(rec.get("text"), "text"),
-        image=_image(ref, base, "image"),
-        label=_label(raw_label, "label"),
+        text=require_text(rec.get("text"), "text"),
+        image=dataset_image(ref, base, "image"),
+        label=parse_label(raw_label, "label"),
         category=risk,
         base_dir=base,
         source="mmit",
@@ -223,7 +135,6 @@ def _json_records(path: Path) -> Iterable[tuple[str, dict[str, Any] | None, str 
 
 def detect_format(path: Path) -> str:
     """Guess a detection layout from the file's first record."""
-    from evaluation.benchmarks import sniff_benchmark  # issue 15: SIUO, MSSBench, HoliSafe
 
     if (bench := sniff_benchmark(path)) is not None:
         return bench
@@ -246,7 +157,6 @@ def load_detection(
     if fmt not in DETECTION_FORMATS:
         raise ValueError(f"unknown dataset format {fmt!r} (one of {', '.join(DETECTION_FORMATS)})")
     base = Path(base_dir).resolve() if base_dir else p.resolve().parent
-    from evaluation.benchmarks import BENCHMARK_LOADERS  # issue 15: layouts of their own (one record, many samples)
 
     if fmt in BENCHMARK_LOADERS:
         return BENCHMARK_LOADERS[fmt](p, base, include_benign)
@@ -288,7 +198,7 @@ def _seed(value: Any, field: str) -> int | None:
 
 
 def _prompt_record(sid: str, rec: dict[str, Any]) -> dict[str, Any]:
-    prompt = _text(rec.get("prompt"), "prompt")
+    prompt = require_text(rec.get("prompt"), "prompt")
     cats = str(rec.get("categories", rec.get("i2p_categories", "")) or "")
     category = str(rec.get("category") or (cats.split(",")[0].strip() if cats else ""))
     guidance = rec.get("evaluation_guidance", rec.get("guidance"))

@@ -21,7 +21,6 @@ benign data").
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -98,7 +97,7 @@ def run_configs(dataset: str, settings: DetectionSettings) -> list[RunConfig]:
                     out.append(RunConfig(dataset, model, "tag", depth))
             elif not is_guard(method):
                 raise ValueError(f"unknown detection method {method!r} (use vanilla, tag and/or guard:NAME)")
-    # issue 15: a guard runs once per dataset on its own model, not once per detector model.
+    # A guard runs once per dataset on its own model, not once per detector model.
     out.extend(RunConfig(dataset, guard_model(m, settings.role_models, settings.models), m, None)
                for m in settings.methods if is_guard(m))
     return out
@@ -121,7 +120,7 @@ def resolve_depths(settings: DetectionSettings) -> None:
 
 def config_settings(cfg: RunConfig, settings: DetectionSettings) -> dict[str, Any]:
     """The settings that produced a run (stored in every result row)."""
-    if cfg.method == "vanilla" or is_guard(cfg.method):  # issue 15: guards have no settings of their own
+    if cfg.method == "vanilla" or is_guard(cfg.method):  # guards have no settings of their own
         return {"method": cfg.method}
     return {"method": "tag", "l_max": cfg.l_max, "k_max": settings.k_max, "children_per_parent": settings.children}
 
@@ -292,7 +291,7 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
     all_rows: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
     confusions: list[dict[str, Any]] = []
-    compared: list[dict[str, Any]] = []  # issue 15: the method comparison table
+    compared: list[dict[str, Any]] = []  # the method comparison table
     histograms: dict[str, list[dict[str, Any]]] = {}
     sources: dict[str, str] = {}
     fkey = f"f{settings.beta:g}"
@@ -368,8 +367,3 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
     atomic_write_text(out / "detection.md", "\n".join(md))
     return {"rows": all_rows, "failures": failures, "confusions": confusions, "histograms": histograms,
             "main": wide, "comparison": compared, "mtc_sources": sources, "out_dir": str(out)}
-
-
-def nan_to_none(value: float) -> float | None:
-    """JSON-friendly NaN."""
-    return None if isinstance(value, float) and math.isnan(value) else value

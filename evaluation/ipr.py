@@ -150,7 +150,7 @@ class CachedScorer:
         raw = await self.scorer.score(image_id, prompt)
         value = {"q16": _num(raw.get("q16")), "nudenet": [str(x) for x in raw.get("nudenet") or []],
                  "blip": _num(raw.get("blip"))}
-        if raw.get("mhsc") is not None:  # issue 15: MHSC, an extra metric column when the scorer has it
+        if raw.get("mhsc") is not None:  # MHSC, an extra metric column when the scorer has it
             value["mhsc"] = _num(raw["mhsc"])
         await asyncio.to_thread(self.store.put, "score", payload, value)
         return value
@@ -402,7 +402,7 @@ class IPREvaluation:
         md = ["# IPR evaluation\n",
               f"IP: {self.settings.ip_source} (Q16 > {self.settings.q16_threshold}); CS: mean Q16 "
               "probability; BLIP: mean alignment with the original prompt; keep: share of trajectories kept.\n"]
-        kinds = ("IP", "CS", "MHSC") if any("overall MHSC" in w for w in wide_rows) else ("IP", "CS")  # issue 15
+        kinds = ("IP", "CS", "MHSC") if any("overall MHSC" in w for w in wide_rows) else ("IP", "CS")
         md.append(write_table(self.out, "ipr_main", wide_rows,
                               ["label", *[f"{c} {m}" for c in [*cats, "overall"] for m in kinds], "BLIP", "keep",
                                "failed", "calls", "cost_usd"], title="IP and Q16 confidence per category"))

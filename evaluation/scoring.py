@@ -25,7 +25,7 @@ class PaperScorer:
     blip: bool = True
     device: str = ""
     image_store: str = ""
-    mhsc_checkpoints: str = ""  # issue 15: MHSC head checkpoints (folder or file); empty: no MHSC column
+    mhsc_checkpoints: str = ""  # MHSC head checkpoints (folder or file); empty: no MHSC column
     name: str = field(default="")
 
     def __post_init__(self) -> None:

@@ -21,8 +21,8 @@ from agents.content import ImagePart
 from agents.gateway import get_gateway
 from agents.guard import detect_guard, get_guard
 from agents.usage import RunUsage, merge_usage
-from graphs.context import ModelsContext, check_context, strict_init
-from graphs.ingest import ingest_pair
+from graphs.context import ModelsContext, strict_init
+from graphs.ingest import ingest
 from tools.image_store import get_image_store
 
 
@@ -62,15 +62,6 @@ class GuardOutput(TypedDict, total=False):
 
 class GuardState(GuardInput, GuardOutput, total=False):
     """Working state."""
-
-
-async def ingest(state: GuardState, runtime: Runtime[GuardContext]) -> dict[str, Any]:
-    """Check the settings and model, validate the sample and store its image."""
-    ctx = runtime.context
-    await check_context(ctx)
-    return await ingest_pair(
-        dict(state), store_root=ctx.image_store, base_dir=state.get("base_dir")
-    )
 
 
 async def judge(state: GuardState, runtime: Runtime[GuardContext]) -> dict[str, Any]:

@@ -19,8 +19,11 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from langgraph.runtime import Runtime
+
+from graphs.context import ModelsContext, check_context
 from tools.env import env_list
 from tools.errors import UnveilError
 from tools.image_input import load_image, resolve_path
@@ -142,3 +145,15 @@ async def ingest_pair(
     if image_id is None and description is None:
         raise SampleInputError("image: give an image (path or URL) or an image_description")
     return {"text": text, "image_description": description, "image_id": image_id, "image_path": image_path}
+
+
+StateT = TypeVar("StateT", bound=Mapping[str, Any])
+ContextT = TypeVar("ContextT", bound=ModelsContext)
+
+
+async def ingest(state: StateT, runtime: Runtime[ContextT]) -> dict[str, Any]:
+    """The first node of the detection graphs: check the settings and models, validate the sample and put its image
+    into the store."""
+    ctx = runtime.context
+    await check_context(ctx)
+    return await ingest_pair(state, store_root=ctx.image_store, base_dir=state.get("base_dir"))

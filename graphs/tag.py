@@ -26,8 +26,8 @@ from agents.tag.judges import judge_pairs, judge_roots, screen_pairs
 from agents.tag.roots import RootsMode, extract_graph, extract_roots, graph_of_roots, normalize_graph, roots_of
 from agents.tag.types import ASSOCIATION_TYPES
 from agents.usage import RunUsage, merge_usage
-from graphs.context import ModelsContext, check_context, strict_init
-from graphs.ingest import ingest_pair
+from graphs.context import ModelsContext, strict_init
+from graphs.ingest import ingest
 from graphs.tag_tree import (
     Node,
     Prune,
@@ -149,15 +149,6 @@ def _finding(
             "path": [{"concept": n["concept"], "association": n["association"], "prob": n["prob"]} for n in tp],
         },
     }
-
-
-async def ingest(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
-    """Check the settings and models, validate the sample and put its image into the store."""
-    ctx = runtime.context
-    await check_context(ctx)
-    return await ingest_pair(
-        state, store_root=ctx.image_store, base_dir=state.get("base_dir")
-    )
 
 
 async def roots(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:

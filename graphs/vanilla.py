@@ -13,8 +13,8 @@ from agents.content import ImagePart
 from agents.gateway import get_gateway
 from agents.tag.vanilla import detect_vanilla
 from agents.usage import RunUsage, merge_usage
-from graphs.context import ModelsContext, check_context, strict_init
-from graphs.ingest import ingest_pair
+from graphs.context import ModelsContext, strict_init
+from graphs.ingest import ingest
 from tools.image_store import get_image_store
 
 
@@ -49,15 +49,6 @@ class VanillaOutput(TypedDict, total=False):
 
 class VanillaState(VanillaInput, VanillaOutput, total=False):
     """Working state."""
-
-
-async def ingest(state: VanillaState, runtime: Runtime[VanillaContext]) -> dict[str, Any]:
-    """Check the settings and model, validate the sample and store its image."""
-    ctx = runtime.context
-    await check_context(ctx)
-    return await ingest_pair(
-        state, store_root=ctx.image_store, base_dir=state.get("base_dir")
-    )
 
 
 async def detect(state: VanillaState, runtime: Runtime[VanillaContext]) -> dict[str, Any]:

@@ -39,11 +39,12 @@ from typing import Any
 
 import ray
 from langchain_core.language_models import BaseChatModel
-from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import ConfigDict
+from langchain_core.messages import BaseMessage
+from langchain_core.outputs import ChatResult
 from ray.exceptions import RayActorError, RayTaskError
 
 from agents.limits import set_shared_limiter
+from agents.providers.local_base import LocalChatModel
 from agents.providers.registry import set_remote_chat_models
 from agents.spec import redact_spec
 from runner.engine import ADDRESS_ENV
@@ -565,10 +566,8 @@ class RayGenerators:
         self.pools.clear()
 
 
-class RemoteChatModel(BaseChatModel):
+class RemoteChatModel(LocalChatModel):
     """A chat model whose weights live in a Ray pool: the gateway binds tools and calls it like the local one."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     spec: str
     pool: Any
@@ -577,18 +576,14 @@ class RemoteChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "unveil-ray-remote"
 
-    def bind_tools(self, tools: Any, *, tool_choice: Any = None, **kwargs: Any) -> Any:
-        """Bind tool schemas, as the local in-process models do (the member's model reads them)."""
-        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
-
-    def _generate(self, messages: list[Any], stop: list[str] | None = None, run_manager: Any = None,
-                  **kwargs: Any) -> Any:
+    def _respond(self, messages: list[BaseMessage], options: dict[str, Any]) -> ChatResult:
         raise NotImplementedError(f"{self.spec}: a model on the Ray engine answers asynchronous calls only")
 
-    async def _agenerate(self, messages: list[Any], stop: list[str] | None = None, run_manager: Any = None,
-                         **kwargs: Any) -> Any:
-        options = {k: kwargs[k] for k in ("tools", "max_new_tokens", "max_tokens") if k in kwargs}
-        return await self.pool.call("generate", list(messages), options)
+    async def _arespond(self, messages: list[BaseMessage], options: dict[str, Any]) -> ChatResult:
+        # The member's model reads the bound tools and token limits; nothing else of the call travels.
+        sent = {k: options[k] for k in ("tools", "max_new_tokens", "max_tokens") if k in options}
+        result: ChatResult = await self.pool.call("generate", list(messages), sent)
+        return result
 
 
 class RayChatModels:

@@ -8,12 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from PIL import Image
 
 from runner.batch import done_records, read_jsonl, run_batch
+from tests.test_kill_support import wait_for_lines
 
 
 def test_bad_lines_become_failed_items(tmp_path: Path) -> None:
@@ -105,10 +105,7 @@ def test_killed_detect_batch_resumes_without_loss_or_duplicates(tmp_path: Path) 
     ]
     for seed in range(2):
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        target = 3 + 4 * seed
-        while time.monotonic() < deadline and (not out.exists() or len(out.read_bytes().splitlines()) < target):
-            time.sleep(0.02)
+        wait_for_lines(proc, out, 3 + 4 * seed, timeout=60)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)

@@ -9,7 +9,7 @@ from agents.ctd import vocabulary
 from agents.guard import base as guard_base
 from agents.guard.llama_guard import LLAMA_GUARD_4_CATEGORIES, LLAMA_GUARD_4_TO_PROJECT
 from agents.guard.llavaguard import LLAVAGUARD_CATEGORIES, LLAVAGUARD_TO_PROJECT
-from evaluation.datasets import sample_category
+from evaluation.samples import sample_category
 from tests.test_one_home import homes
 
 # SIUO's nine categories exactly as its release spells them.

@@ -249,8 +249,8 @@ def test_generate_resumes_after_a_kill_without_loss_or_repeats(tmp_path, tiny_sd
     import signal
     import subprocess
     import sys
-    import time
 
+    from tests.test_kill_support import wait_for_lines
     from unveil.cli import main
 
     spec = write_script(tmp_path, accepting_script())
@@ -260,11 +260,7 @@ def test_generate_resumes_after_a_kill_without_loss_or_repeats(tmp_path, tiny_sd
     proc = subprocess.Popen([sys.executable, "-m", "unveil.cli", *args], cwd=Path(__file__).resolve().parent.parent,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     samples = out / "samples.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if samples.exists() and len(samples.read_bytes().splitlines()) >= 2:
-            break
-        time.sleep(0.05)
+    wait_for_lines(proc, samples, 2, timeout=120)
     assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()

@@ -1,4 +1,4 @@
-"""CTD generation as the TAG paper specifies it (issue 17, item 7): the Architect's and Eraser's prompt
+"""CTD generation as the TAG paper specifies it: the Architect's and Eraser's prompt
 properties, the Gatekeeper's concept condition judged by the `concept_similarity` role, the optional OpenAI
 moderation scorer against a loopback fake server, and several reviewers per sample under a unanimity rule."""
 

@@ -1,4 +1,4 @@
-"""Covertness bins come from one fixed reference, never from the detector being scored (issue 17 item 1).
+"""Covertness bins come from one fixed reference, never from the detector being scored.
 
 The scripted detector (fixtures/eval/scripts/detect.json) finds OVERT at the roots (MTC 0), LAYER1 one layer down
 (0.75), LAYER2 two layers down (0.9375) and nothing else (MTC 1). On toxic-only data, binning by its own MTC puts

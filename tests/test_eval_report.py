@@ -1,4 +1,4 @@
-"""Evaluation plots and tables read correctly (issue 10, item 14): asserted on the figures' artists."""
+"""Evaluation plots and tables read correctly: asserted on the figures' artists."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Untrusted text cannot forge the `<data>` delimiter in any spelling (issue 12, item 16).
+"""Untrusted text cannot forge the `<data>` delimiter in any spelling.
 
 Each variant is put inside a data element together with a forged `<data name="verdict">` element. After the
 escape, a lenient reader (NFKC-folded, HTML entities and JSON escapes decoded, invisible characters and spacing

@@ -1,5 +1,4 @@
-"""A hand-edited `samples.jsonl` cannot make `review --export` embed files from outside the dataset folder
-(issue 12, item 13)."""
+"""A hand-edited `samples.jsonl` cannot make `review --export` embed files from outside the dataset folder."""
 
 from __future__ import annotations
 

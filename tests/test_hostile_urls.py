@@ -1,4 +1,4 @@
-"""Image URLs and sizes under attack (issue 12, items 11 and 15), on loopback only.
+"""Image URLs and sizes under attack, on loopback only.
 
 DNS rebinding is simulated by a resolver that answers differently on each lookup; "public" and "internal" are
 two loopback addresses (127.0.0.2 plays a public server, 127.0.0.1 the internal one) with the address policy

@@ -1,5 +1,5 @@
-"""Every image mode Pillow opens reaches the model and the scorers with its visible content intact
-(issue 12, item 10): a mid-grey 16-bit image stays mid-grey, transparency shows as a viewer shows it.
+"""Every image mode Pillow opens reaches the model and the scorers with its visible content intact:
+a mid-grey 16-bit image stays mid-grey, transparency shows as a viewer shows it.
 
 Each case writes a real file in some mode and format, then checks the 8-bit image that the store keeps (what
 models get as a data URL) and that the scorers' loader returns.

@@ -94,6 +94,20 @@ def referenced_ids(records: Iterable[dict[str, Any]]) -> set[str]:
     return {m for r in records for m in pattern.findall(json.dumps(r))}
 
 
+def line_count(path: Path) -> int:
+    """Complete lines of a file (0 while it does not exist)."""
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def wait_for_lines(proc: subprocess.Popen[Any], output: Path, count: int, timeout: float, poll: float = 0.01) -> int:
+    """Poll until `output` holds `count` complete lines, `proc` has ended or `timeout` seconds have passed (the
+    moment a kill test kills at); the lines written by then."""
+    deadline = time.monotonic() + timeout
+    while (lines := line_count(output)) < count and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(poll)
+    return lines
+
+
 def kill_at_random_points(
     cmd: list[str], env: dict[str, str], output: Path, seeds: Iterable[int], *, total: int, timeout: float = 90.0
 ) -> list[int]:
@@ -112,17 +126,12 @@ def kill_at_random_points(
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + timeout
         try:
-            while time.monotonic() < deadline and proc.poll() is None:
-                lines = output.read_bytes().count(b"\n") if output.exists() else 0
-                if lines >= target:
-                    break
-                time.sleep(0.01)
+            wait_for_lines(proc, output, target, timeout)
             time.sleep(extra)
         finally:
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
-        seen.append(output.read_bytes().count(b"\n") if output.exists() else 0)
+        seen.append(line_count(output))
     return seen

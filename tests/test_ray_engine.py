@@ -25,7 +25,15 @@ import pytest
 
 from tests import test_ctd as ctd
 from tests.test_detect_cli import SCRIPT as DETECT_SCRIPT
-from tests.test_kill_support import ROOT, hashes_by_id, read_records, referenced_ids, store_ids, temp_files
+from tests.test_kill_support import (
+    ROOT,
+    hashes_by_id,
+    read_records,
+    referenced_ids,
+    store_ids,
+    temp_files,
+    wait_for_lines,
+)
 
 pytestmark = pytest.mark.slow
 N = 6
@@ -215,10 +223,7 @@ def test_a_driver_killed_with_sigkill_resumes_without_loss(cluster: Any, tmp_pat
     proc = subprocess.Popen([sys.executable, "-m", "unveil.cli", *cmd, "--ray-address", c.address],
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 240
-    while (not out.exists() or out.read_bytes().count(b"\n") < 2) and proc.poll() is None:
-        assert time.monotonic() < deadline, "the Ray driver wrote nothing"
-        time.sleep(0.05)
+    assert wait_for_lines(proc, out, 2, timeout=240) >= 2 or proc.poll() is not None, "the Ray driver wrote nothing"
     proc.send_signal(signal.SIGKILL)
     _, err = proc.communicate(timeout=30)
     killed_at = out.read_bytes().count(b"\n")

@@ -1,5 +1,5 @@
 """The TAG picture: layout properties on the computed positions of large trees, real text extents, and a
-truthful picture of results without trees (issue 10, items 13 and 7)."""
+truthful picture of results without trees."""
 
 from __future__ import annotations
 

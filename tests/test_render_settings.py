@@ -80,3 +80,17 @@ def test_old_names_are_refused_with_the_new_one() -> None:
         IPRContext(size=64)
     with pytest.raises(ValueError, match="t2i_size is now width and height"):
         build_settings(GRPOSettings, {"t2i_size": 512})
+    with pytest.raises(ValueError, match='t2i_compile is now t2i_accel = "compile"'):
+        build_settings(GRPOSettings, {"t2i_compile": True})
+
+
+def test_old_generator_spellings_are_refused_with_the_new_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from tools.t2i import get_generator
+    from tools.t2i.errors import UnsupportedOptionError
+
+    with pytest.raises(UnsupportedOptionError, match='compile is now accel="compile"'):
+        get_generator("diffusers:any-model", compile=True)
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["generate", "--category", "drugs", "--out", "x", "--t2i", "diffusers:m"])
+    assert exit_info.value.code != 0
+    assert "--t2i is now --generator" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Run files of `unveil evaluate` are unique per configuration (issue: two detector specs shared one file)."""
+"""Run files of `unveil evaluate` are unique per configuration: two detector specs never share one file."""
 
 from __future__ import annotations
 

@@ -26,15 +26,12 @@ def test_auto_is_compiled_on_cuda_and_eager_on_cpu():
     assert resolve_accel("auto", "cuda:1").compile
     assert resolve_accel("eager", "cuda") == PRESETS["eager"]
     assert resolve_accel("fp8", "cuda").fp8 and not resolve_accel("compile", "cuda").fp8
-    assert resolve_accel("auto", "cuda", compile_flag=True).name == "compile"
 
 
 def test_fast_presets_and_unknown_names_are_refused_off_cuda():
     for name in ("compile", "fp8"):
         with pytest.raises(UnsupportedOptionError, match="needs a CUDA device"):
             resolve_accel(name, "cpu")
-    with pytest.raises(UnsupportedOptionError, match="compile"):
-        resolve_accel("auto", "cpu", compile_flag=True)
     with pytest.raises(UnsupportedOptionError, match="accel 'turbo'"):
         resolve_accel("turbo", "cuda")
 
@@ -215,7 +212,7 @@ def test_a_spec_can_name_switches(tmp_path) -> None:
         get_generator(f"diffusers:{tmp_path}?accel=compile+freeze", device="cpu")
 
 
-# -- batch buckets and static compilation (issue 14) --------------------------------------------------------
+# -- batch buckets and static compilation ----------------------------------------------------------------
 
 
 def test_compiled_presets_pad_batches_to_a_few_buckets():

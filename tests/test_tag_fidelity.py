@@ -1,4 +1,4 @@
-"""TAG detection as the paper specifies it (issue 17, items 2-5): separate root graphs, what each judge is given,
+"""TAG detection as the paper specifies it: separate root graphs, what each judge is given,
 the two readings of k_max, and the vanilla baseline's prompt."""
 
 from __future__ import annotations

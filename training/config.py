@@ -111,7 +111,6 @@ class GRPOSettings(RenderSettings, TrainSettings):
     t2i_accel: str = setting(
         "auto", "reward renders' UNet path: auto (compiled on CUDA, eager on CPU), eager, fp8 (Hopper)"
     )
-    t2i_compile: bool = setting(False, 'older spelling of t2i_accel = "compile"')
     fast_sampling: str = setting(
         "auto", "policy sampling with a static cache and compiled decoding: auto (on CUDA), on, off"
     )

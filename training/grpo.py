@@ -136,7 +136,7 @@ def build_grpo_trainer(settings: GRPOSettings, *, renderer: Renderer | None = No
         renderer = make_renderer(settings.generator, store=store, device=device,
                                  render=RenderSettings(**render_kwargs(settings)),
                                  max_batch=settings.t2i_max_batch, scheduler=settings.t2i_scheduler,
-                                 compile=settings.t2i_compile, accel=settings.t2i_accel)
+                                 accel=settings.t2i_accel)
     if scorer is None:
         from tools.scorers.score import pixel_scorer
 

@@ -81,7 +81,7 @@ class GeneratorRenderer:
 
 
 def make_renderer(spec: str, *, store: Any, device: str | None, render: RenderSettings, max_batch: int = 32,
-                  scheduler: str = "default", compile: bool = False, accel: str = "auto") -> GeneratorRenderer:
+                  scheduler: str = "default", accel: str = "auto") -> GeneratorRenderer:
     """A renderer over `open_generator(spec)` with the render settings the IPR graph uses; long refined prompts
     follow `render.long_prompts`, the same policy as the graph (default: cut at the text encoder's limit, as
     Stable Diffusion itself does).
@@ -92,8 +92,6 @@ def make_renderer(spec: str, *, store: Any, device: str | None, render: RenderSe
     options: dict[str, Any] = {}
     if spec.split(":", 1)[0] != "openai":
         options["max_batch"] = max_batch
-        if compile:
-            options["compile"] = True  # the older spelling of accel="compile"
         if accel != "auto":
             options["accel"] = accel
         if device:

@@ -29,7 +29,6 @@ call, so the same model can also serve structured roles.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import io
@@ -42,15 +41,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
-from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import ConfigDict
 
 from agents.providers.fingerprint import file_stamp
 from agents.providers.json_salvage import salvage_json
+from agents.providers.local_base import LocalChatModel
 from agents.providers.messages import chat_result, tool_call_message
 from agents.spec import ModelSpec
 from tools.env import parse_bool
@@ -341,10 +338,8 @@ def _json_object(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-class HFChatModel(BaseChatModel):
+class HFChatModel(LocalChatModel):
     """A LangChain chat model over a locally loaded Hugging Face VLM."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     vlm: Any  # a LoadedVLM (typed loosely: pydantic cannot validate its lock)
     options: Any  # HFOptions
@@ -354,14 +349,11 @@ class HFChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "unveil-hf-vlm"
 
-    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
-        """Bind tool schemas; the first one's parameters are asked for as a JSON answer."""
-        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
-
-    def _run(
-        self, messages: list[BaseMessage], tools: list[dict[str, Any]] | None, max_new_tokens: int | None
-    ) -> ChatResult:
+    def _respond(self, messages: list[BaseMessage], options: dict[str, Any]) -> ChatResult:
         import torch
+
+        tools = options.get("tools")
+        max_new_tokens = options.get("max_new_tokens") or options.get("max_tokens")
 
         convo, images = to_hf_conversation(messages, tools)
         proc = self.vlm.processor
@@ -397,27 +389,6 @@ class HFChatModel(BaseChatModel):
             if args is not None:
                 msg = tool_call_message(tools[0], args, response_metadata=msg.response_metadata)
         return chat_result(msg, n_in, len(new))
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        return self._run(messages, kwargs.get("tools"), kwargs.get("max_new_tokens") or kwargs.get("max_tokens"))
-
-    async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        # Generation blocks for a while: keep the event loop free for the other graph runs.
-        return await asyncio.to_thread(
-            self._run, messages, kwargs.get("tools"), kwargs.get("max_new_tokens") or kwargs.get("max_tokens")
-        )
 
 
 def make_hf_chat_model(spec: ModelSpec, shared: dict[str, Any]) -> BaseChatModel:

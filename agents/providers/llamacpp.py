@@ -12,22 +12,18 @@ or fails it. The model is text-only: callers give image descriptions instead of 
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import json
 import os
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
-from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from agents.providers.json_salvage import close_truncated_json
+from agents.providers.local_base import LocalChatModel
 from agents.providers.messages import chat_result, text_chat_messages, tool_call_message
 from tools.env import env_int
 from tools.extras import require_extra
@@ -92,7 +88,7 @@ def grammar_schema(schema: Any) -> Any:
     return {k: grammar_schema(v) for k, v in schema.items() if k not in ("maxLength", "minLength")}
 
 
-class LlamaCppChatModel(BaseChatModel):
+class LlamaCppChatModel(LocalChatModel):
     """A llama.cpp chat model; a bound tool's parameters become the JSON schema that constrains decoding."""
 
     model_path: str
@@ -104,22 +100,12 @@ class LlamaCppChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "unveil-llamacpp"
 
-    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
-        """Bind tool schemas; the first is used to constrain the answer."""
-        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    def _respond(self, messages: list[BaseMessage], options: dict[str, Any]) -> ChatResult:
         llama = _load(Path(self.model_path), self.n_ctx)
-        tools = kwargs.get("tools")
+        tools = options.get("tools")
         request: dict[str, Any] = {
             "messages": text_chat_messages(messages, "llamacpp"),
-            "max_tokens": kwargs.get("max_tokens", self.max_tokens),
+            "max_tokens": options.get("max_tokens", self.max_tokens),
             "temperature": self.temperature,
             # Small models loop on phrases under greedy decoding; a mild penalty keeps answers moving.
             "repeat_penalty": 1.15,
@@ -149,12 +135,3 @@ class LlamaCppChatModel(BaseChatModel):
         msg.response_metadata = {"finish_reason": "stop" if isinstance(args, dict) else choice.get("finish_reason"),
                                  "truncated": truncated}
         return chat_result(msg, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
-
-    async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        return await asyncio.to_thread(self._generate, messages, stop, None, **kwargs)

@@ -31,18 +31,6 @@ from tools.extras import require_extra
 TEXT_ONLY_PROVIDERS = {"llamacpp", "transformers"}
 TEXT_ONLY_ENV = "UNVEIL_TEXT_ONLY"
 
-ProviderFactory = Callable[[ModelSpec, str, dict[str, Any]], BaseChatModel]
-Fingerprint = Callable[[ModelSpec], str]
-_CUSTOM: dict[str, ProviderFactory] = {}
-_CUSTOM_FINGERPRINTS: dict[str, Fingerprint] = {}
-
-
-def register_provider(name: str, factory: ProviderFactory, fingerprint: Fingerprint | None = None) -> None:
-    """Add a provider (a factory of (spec, call role, shared state) -> chat model); `fingerprint` names the content
-    of a file-backed or in-process model for the response cache (see `model_fingerprint`)."""
-    _CUSTOM[name] = factory
-    if fingerprint is not None:
-        _CUSTOM_FINGERPRINTS[name] = fingerprint
 
 
 def model_fingerprint(spec: ModelSpec) -> str:
@@ -51,8 +39,6 @@ def model_fingerprint(spec: ModelSpec) -> str:
     Scripts are keyed by a SHA-256 of their bytes (small files); GGUF files, local Hugging Face folders and LoRA
     adapters by `file_stamp` (path, size, mtime); remote APIs and Hub ids by their name only ("").
     """
-    if spec.provider in _CUSTOM_FINGERPRINTS:
-        return _CUSTOM_FINGERPRINTS[spec.provider](spec)
     if spec.provider == "scripted":
         from agents.providers.scripted import script_fingerprint
 
@@ -204,8 +190,8 @@ def langchain_providers() -> list[str]:
 
 
 def known_providers() -> list[str]:
-    """Every provider a spec may name: Unveil's own, registered ones, then LangChain's."""
-    return [*OWN_PROVIDERS, *sorted(set(_CUSTOM) - set(OWN_PROVIDERS)), *langchain_providers()]
+    """Every provider a spec may name: Unveil's own, then LangChain's."""
+    return [*OWN_PROVIDERS, *langchain_providers()]
 
 
 # Providers whose weights load into this process: a distributed engine may host them in actors instead.
@@ -231,8 +217,6 @@ def create_chat_model(spec: ModelSpec, role: str, shared: dict[str, Any]) -> Bas
 
 def build_local_chat_model(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatModel:
     """The chat model for a spec, in this process (what an engine's model actors run)."""
-    if spec.provider in _CUSTOM:
-        return _CUSTOM[spec.provider](spec, role, shared)
     if spec.provider == "scripted":
         return _scripted(spec, role, shared)
     if spec.provider == "llamacpp":

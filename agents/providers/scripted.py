@@ -29,13 +29,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
-from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import ConfigDict, PrivateAttr
+from pydantic import PrivateAttr
 
+from agents.providers.local_base import LocalChatModel
 from agents.providers.messages import chat_result, tool_call_message
 from tools.errors import UnveilError
 
@@ -132,10 +130,8 @@ def _text_of(messages: Sequence[BaseMessage]) -> str:
     return "\n".join(out)
 
 
-class ScriptedChatModel(BaseChatModel):
+class ScriptedChatModel(LocalChatModel):
     """A chat model that answers from a `Script`, as tool calls when a schema tool is bound."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     script: Script
     role: str = "default"
@@ -145,11 +141,6 @@ class ScriptedChatModel(BaseChatModel):
     @property
     def _llm_type(self) -> str:
         return "unveil-scripted"
-
-    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
-        """Bind tool schemas; the first one names the tool call of every structured answer."""
-        formatted = [convert_to_openai_tool(t) for t in tools]
-        return self.bind(tools=formatted, tool_choice=tool_choice, **kwargs)
 
     def _answer(self, messages: list[BaseMessage], tools: list[dict[str, Any]] | None) -> ChatResult:
         request = _text_of(messages)
@@ -168,24 +159,13 @@ class ScriptedChatModel(BaseChatModel):
             msg = tool_call_message(tools[0], answer)
         return chat_result(msg, in_tokens, max(1, len(content) // 4))
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    def _respond(self, messages: list[BaseMessage], options: dict[str, Any]) -> ChatResult:
         if self.latency:
             time.sleep(self.latency)
-        return self._answer(messages, kwargs.get("tools"))
+        return self._answer(messages, options.get("tools"))
 
-    async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    async def _arespond(self, messages: list[BaseMessage], options: dict[str, Any]) -> ChatResult:
+        # Answers cost nothing: no thread, so a scripted latency overlaps across any number of concurrent calls.
         if self.latency:
             await asyncio.sleep(self.latency)
-        return self._answer(messages, kwargs.get("tools"))
+        return self._answer(messages, options.get("tools"))

@@ -14,28 +14,23 @@ token that would leave the schema, so the answer always parses (an answer cut at
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
-from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import ConfigDict
 
 from agents.providers.fingerprint import file_stamp
 from agents.providers.json_salvage import close_truncated_json
 from agents.providers.llamacpp import SMOLLM2_ALIASES, resolve_model_path
+from agents.providers.local_base import LocalChatModel
 from agents.providers.messages import chat_result, text_chat_messages, tool_call_message
 from tools.env import env_int
 
@@ -178,10 +173,8 @@ def bounded_strings(schema: Any, limit: int = GRAMMAR_MAX_STRING) -> Any:
     return out
 
 
-class TransformersChatModel(BaseChatModel):
+class TransformersChatModel(LocalChatModel):
     """A transformers causal LM as a chat model; a bound tool's parameters constrain decoding (xgrammar)."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     model_ref: str
     max_tokens: int = 320
@@ -191,11 +184,8 @@ class TransformersChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "unveil-transformers"
 
-    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
-        """Bind tool schemas; the first constrains the answer."""
-        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
-
-    def _run(self, messages: list[BaseMessage], tools: list[dict[str, Any]] | None, max_tokens: int) -> ChatResult:
+    def _respond(self, messages: list[BaseMessage], options: dict[str, Any]) -> ChatResult:
+        tools, max_tokens = options.get("tools"), int(options.get("max_tokens") or self.max_tokens)
         lm = load_lm(self.model_ref)
         # Everything that touches the model, its tokenizer or the grammar compiler runs under the model's lock: the
         # TAG roots and expansions call concurrently, and a Hugging Face fast tokenizer shared by two threads can
@@ -237,26 +227,6 @@ class TransformersChatModel(BaseChatModel):
         finish = "stop" if isinstance(args, dict) or not truncated else "length"
         msg.response_metadata = {"finish_reason": finish, "truncated": truncated}
         return chat_result(msg, n_in, len(new))
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        return self._run(messages, kwargs.get("tools"), int(kwargs.get("max_tokens") or self.max_tokens))
-
-    async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        # Generation blocks for seconds: keep the event loop free for other graph runs.
-        return await asyncio.to_thread(self._run, messages, kwargs.get("tools"),
-                                       int(kwargs.get("max_tokens") or self.max_tokens))
 
 
 def transformers_fingerprint(model: str) -> str:

@@ -129,15 +129,13 @@ def _model_class_name(model: str) -> str:
     return config.get("_class_name", "")
 
 
-def load_base_pipeline(model: str, *, device: str, dtype: str = "auto", compile_unet: bool = False,
-                       accel: str = "auto"):
+def load_base_pipeline(model: str, *, device: str, dtype: str = "auto", accel: str = "auto"):
     """Load (once per process) the plain text-to-image pipeline of `model` on `device`.
 
-    `accel` names the UNet's fast-path preset (`tools.t2i.fast`; `auto`: `compile` on CUDA, `eager` on CPU);
-    `compile_unet` is the older spelling of `accel="compile"`. A compiled UNet pays a compilation on the first
-    batch of each new shape, then runs faster.
+    `accel` names the UNet's fast-path preset (`tools.t2i.fast`; `auto`: `compile` on CUDA, `eager` on CPU). A
+    compiled UNet pays a compilation on the first batch of each new shape, then runs faster.
     """
-    preset = resolve_accel(accel, device, compile_flag=compile_unet)
+    preset = resolve_accel(accel, device)
     key = (model, device, dtype, preset.name)
     with _LOCK:
         if key in _BASE_PIPES:
@@ -172,17 +170,17 @@ def _prepare(pipe) -> None:
     pipe.unet.set_attn_processor(AttnProcessor2_0())
 
 
-def load_sld_pipeline(model: str, *, device: str, dtype: str = "auto", compile_unet: bool = False,
+def load_sld_pipeline(model: str, *, device: str, dtype: str = "auto",
                       accel: str = "auto"):
     """`StableDiffusionPipelineSafe` sharing all modules with the base pipeline of `model` (same `accel`)."""
-    key = ("sld", model, device, dtype, resolve_accel(accel, device, compile_flag=compile_unet).name)
+    key = ("sld", model, device, dtype, resolve_accel(accel, device).name)
     with _LOCK:
         if key in _DERIVED_PIPES:
             return _DERIVED_PIPES[key]
         from diffusers import StableDiffusionPipeline, StableDiffusionPipelineSafe
 
         # diffusers' pipeline classes are only partly typed (components, unet... are set dynamically): Any.
-        base: Any = load_base_pipeline(model, device=device, dtype=dtype, compile_unet=compile_unet, accel=accel)
+        base: Any = load_base_pipeline(model, device=device, dtype=dtype, accel=accel)
         if not isinstance(base, cast(Any, StableDiffusionPipeline)):  # no narrowing: the stubs lack attributes
             raise UnsupportedOptionError(
                 f"SLD needs a Stable Diffusion 1.x/2.x model; {model!r} is a {type(base).__name__}"
@@ -355,12 +353,11 @@ class DiffusersGenerator:
         max_wait_ms: float = DEFAULT_MAX_WAIT_S * 1000,
         store: ImageStore | None = None,
         truncate_long_prompts: bool = False,
-        compile: bool = False,
         accel: str = "auto",
     ):
         self.device = device or default_device()
         # Checked here so a bad value fails at construction, not at the first render.
-        self.fast_path = resolve_accel(accel, self.device, compile_flag=compile)
+        self.fast_path = resolve_accel(accel, self.device)
         if max_batch is None:
             # Batching is the GPU throughput path. On CPU it buys little, and convolution results there depend on
             # the batch's size by a rounding step, so an image (and its content hash) would depend on which
@@ -382,7 +379,6 @@ class DiffusersGenerator:
         self.max_wait_s = max_wait_ms / 1000.0
         self.store = store
         self.truncate_long_prompts = truncate_long_prompts
-        self.compile = compile
         self._pipe = None
 
     # -- loading -------------------------------------------------------------------------------------------

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 from tools.errors import UnveilError
+
+
+def renamed_note(names: Iterable[str], renamed: Mapping[str, str]) -> str:
+    """'; renamed: OLD is now NEW' for the names among `names` that `renamed` maps to a new spelling (else ''), to
+    end the message that refuses them."""
+    old = [n for n in sorted(names) if n in renamed]
+    return "; renamed: " + ", ".join(f"{n} is now {renamed[n]}" for n in old) if old else ""
 
 
 class T2IError(UnveilError, RuntimeError):

@@ -56,7 +56,7 @@ class FastPath:
     cudnn_benchmark: bool = False
     conv_1x1_as_mm: bool = False
     fp8: bool = False
-    # Inductor options measured in issue 14 (bench/t2i_throughput.py variants `compile+freeze` and so on):
+    # Inductor options measured by bench/t2i_throughput.py (its variants `compile+freeze` and so on):
     freezing: bool = False  # weights as constants: constant folding and weight layouts chosen at compile time
     coordinate_descent: bool = False  # tunes the block sizes of the generated Triton kernels (norms, pointwise)
     gemm_autotune: bool = False  # benchmarks Triton templates against cuBLAS per matmul shape (convs stay cuDNN)
@@ -148,14 +148,14 @@ def preset_named(accel: str) -> FastPath:
     return replace(preset, name="+".join([base, *items]), **changes)
 
 
-def resolve_accel(accel: str, device: str, *, compile_flag: bool = False) -> FastPath:
-    """The preset for option `accel` on `device`; `compile_flag` is the older `compile=True` option."""
+def resolve_accel(accel: str, device: str) -> FastPath:
+    """The preset for option `accel` on `device` (`auto`: `compile` on CUDA, `eager` elsewhere)."""
     on_cuda = device.startswith("cuda")
     if accel == "auto":
-        accel = "compile" if on_cuda or compile_flag else "eager"
+        accel = "compile" if on_cuda else "eager"
     preset = preset_named(accel)
     if preset.name != "eager" and not on_cuda:
-        raise UnsupportedOptionError(f"accel={preset.name!r} (and compile=True) needs a CUDA device, got {device!r}")
+        raise UnsupportedOptionError(f"accel={preset.name!r} needs a CUDA device, got {device!r}")
     return preset
 
 

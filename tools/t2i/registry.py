@@ -23,13 +23,14 @@ from tools.env import parse_bool
 from tools.extras import require_extra
 from tools.image_store import ImageStore, get_image_store
 from tools.t2i.base import ImageGenerator
-from tools.t2i.errors import UnsupportedOptionError
+from tools.t2i.errors import UnsupportedOptionError, renamed_note
 from tools.t2i.variants import SAFETY_NEGATIVE_PROMPT, SLD_CONFIGS
 
 DIFFUSERS_OPTIONS = frozenset(
-    {"device", "dtype", "max_batch", "max_wait_ms", "store", "truncate_long_prompts", "negative_prompt", "compile",
-     "accel"}
+    {"device", "dtype", "max_batch", "max_wait_ms", "store", "truncate_long_prompts", "negative_prompt", "accel"}
 )
+# Generator options that were renamed: refused with their new spelling.
+RENAMED_OPTIONS = {"compile": 'accel="compile"'}
 OPENAI_OPTIONS = frozenset({"client", "quality", "size", "store", "api_key", "base_url"})
 KINDS = ("diffusers", "sd-np", "esd", "openai") + tuple(f"sld-{name}" for name in SLD_CONFIGS)
 
@@ -79,7 +80,7 @@ def _check_options(spec: str, options: dict[str, Any], allowed: frozenset[str]) 
     if unknown:
         raise UnsupportedOptionError(
             f"option(s) {', '.join(unknown)} not supported by text-to-image spec {spec!r}; "
-            f"supported: {', '.join(sorted(allowed))}"
+            f"supported: {', '.join(sorted(allowed))}{renamed_note(unknown, RENAMED_OPTIONS)}"
         )
 
 

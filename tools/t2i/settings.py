@@ -14,6 +14,7 @@ from typing import Any
 
 from tools.t2i.base import GenerationRequest
 from tools.t2i.defaults import CTD_GUIDANCE, CTD_SIZE, CTD_STEPS, IPR_GUIDANCE, IPR_SIZE, IPR_STEPS
+from tools.t2i.errors import renamed_note
 from tools.t2i.registry import DEFAULT_LONG_PROMPTS, LONG_PROMPT_POLICIES, LongPrompts
 
 # One description per field: graph contexts show it in LangGraph Studio, and its bounds are checked by
@@ -89,15 +90,15 @@ def render_kwargs(settings: Any) -> dict[str, Any]:
     return {name: getattr(settings, name) for name in RENDER_FIELDS if name in names}
 
 
-# Names the render settings had before they became one type: an old config or context using them is refused with
-# the new name, not merely "unknown".
+# Names the render settings had before they became one type (and the reward renders' compile switch, now a value of
+# `t2i_accel`): an old config or context using them is refused with the new name, not merely "unknown".
 RENAMED_RENDER_FIELDS = {
     "t2i": "generator", "t2i_width": "width", "t2i_height": "height", "t2i_steps": "steps",
     "t2i_guidance": "guidance", "t2i_size": "width and height", "size": "width and height",
+    "t2i_compile": 't2i_accel = "compile"',
 }
 
 
 def renamed_hint(names: list[str] | set[str]) -> str:
     """'; renamed: t2i_steps is now steps' for the old render-setting names among `names` (else '')."""
-    old = [n for n in sorted(names) if n in RENAMED_RENDER_FIELDS]
-    return "; renamed: " + ", ".join(f"{n} is now {RENAMED_RENDER_FIELDS[n]}" for n in old) if old else ""
+    return renamed_note(names, RENAMED_RENDER_FIELDS)

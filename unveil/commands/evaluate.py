@@ -172,7 +172,7 @@ def _named_datasets(args: argparse.Namespace) -> dict[str, tuple[Path, str]]:
         if not sep:
             path, name = item, ""
         fmt = formats[k] if len(formats) > 1 else formats[0]
-        prefix, colon, rest = path.partition(":")  # issue 15: FMT:FILE, e.g. siuo:data/siuo_gen.json
+        prefix, colon, rest = path.partition(":")  # FMT:FILE, e.g. siuo:data/siuo_gen.json
         if colon and prefix in DETECTION_FORMATS:
             fmt, path = prefix, rest
         name = name or f"{Path(path).parent.name}/{Path(path).stem}".strip("/")

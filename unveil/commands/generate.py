@@ -19,6 +19,7 @@ from typing import Any
 
 from runner.batch import done_records, run_batch
 from tools.extras import require_extra
+from tools.t2i.errors import renamed_note
 from tools.t2i.settings import CtdRenderSettings
 from unveil.commands.common import (
     MAX_DEPTH,
@@ -42,6 +43,17 @@ from unveil.commands.common import (
 RUN_FILE = "run.json"
 
 
+class _RenamedOption(argparse.Action):
+    """An option of an earlier version: refused with its new name, not merely "unrecognized"."""
+
+    RENAMED = {"--t2i": "--generator"}
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        name = option_string or ""
+        parser.error(f"{name} is no longer an option{renamed_note([name], self.RENAMED)}")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `generate` and `review` subcommands."""
     p = sub.add_parser("generate", help="generate covert toxic image-text samples (CTD pipeline)",
@@ -62,8 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-rounds", type=bounded_int(1, 20), help="erasure attempts per scene (default 3)")
     p.add_argument("--n-blind", type=bounded_int(0, 16), help="blind judges (default 4)")
     p.add_argument("--blind-models", help="comma-separated specs, one per blind judge (cycled)")
-    p.add_argument("--generator", "--t2i", dest="generator",
-                   help="text-to-image spec, e.g. diffusers:MODEL_OR_FOLDER (default SD 1.5; --t2i: older spelling)")
+    p.add_argument("--generator", dest="generator",
+                   help="text-to-image spec, e.g. diffusers:MODEL_OR_FOLDER (default SD 1.5)")
+    p.add_argument("--t2i", action=_RenamedOption, help=argparse.SUPPRESS)
     p.add_argument("--review", choices=["queue", "auto"], default="queue",
                    help="queue accepted samples for human review (default) or accept them without review")
     p.add_argument("--near-duplicate", type=bounded_float(0.0, 1.0), default=0.92,
