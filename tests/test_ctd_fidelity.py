@@ -216,7 +216,7 @@ def test_apply_reviews_keeps_every_reviewer_and_waits_for_unanimity(tmp_path) ->
         },
         min_reviewers=2,
     )
-    assert counts == {"approved": 0, "rejected": 0, "pending": 2, "noted": 0, "conflicts": 0, "skipped": 0}
+    assert counts == {"approved": 0, "rejected": 0, "pending": 2, "noted": 0, "conflicts": 0, "skipped": 0, "undone": 0}
     assert load_samples(root)["a"]["status"] == "pending_review"
     counts = apply_reviews(
         root,
@@ -226,7 +226,7 @@ def test_apply_reviews_keeps_every_reviewer_and_waits_for_unanimity(tmp_path) ->
         },
         min_reviewers=2,
     )
-    assert counts == {"approved": 1, "rejected": 1, "pending": 0, "noted": 0, "conflicts": 0, "skipped": 0}
+    assert counts == {"approved": 1, "rejected": 1, "pending": 0, "noted": 0, "conflicts": 0, "skipped": 0, "undone": 0}
     recs = load_samples(root)
     assert recs["a"]["status"] == "accepted" and recs["b"]["status"] == "rejected"
     assert [(r["reviewer"], r["status"]) for r in recs["a"]["review"]["reviews"]] == [

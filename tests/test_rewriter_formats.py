@@ -11,8 +11,9 @@ import pytest
 
 from agents.gateway import Gateway, GatewaySettings, set_gateway
 from agents.rewriter import POSI_INSTRUCTION, RewriterAnswerError, parse_posi_answer, rewrite_prompt
+from tools.datafiles import SFT_PAIRS, data_file
 
-POSI_DATA = Path(__file__).resolve().parent.parent / "shared" / "data" / "posi" / "sft_toxic_clean_3390.json"
+POSI_DATA = data_file(SFT_PAIRS)
 
 
 @pytest.fixture
