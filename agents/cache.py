@@ -78,16 +78,24 @@ class ResponseCache:
         # Once per kind of trouble, so a batch of thousands does not print thousands of lines.
         if what not in self._warned:
             self._warned.add(what)
-            log.warning("response cache %s (UNVEIL_CACHE / --cache): %s (%s: %s); going on without it", self.path,
-                        what, type(exc).__name__, exc)
+            log.warning(
+                "response cache %s (UNVEIL_CACHE / --cache): %s (%s: %s); going on without it",
+                self.path,
+                what,
+                type(exc).__name__,
+                exc,
+            )
 
     def _locked(self, exc: BaseException, what: str) -> bool:
         """Whether `exc` is a lock timeout; if so the cache is off for the rest of the run, with one warning."""
         if not (isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc).lower()):
             return False
         self.disabled = True
-        self._warn(f"cannot be {what}: locked by another process for over {LOCK_TIMEOUT_S:g} s, so it is skipped "
-                   "for the rest of this run", exc)
+        self._warn(
+            f"cannot be {what}: locked by another process for over {LOCK_TIMEOUT_S:g} s, so it is skipped "
+            "for the rest of this run",
+            exc,
+        )
         return True
 
     def _db(self) -> sqlite3.Connection | None:
@@ -97,8 +105,7 @@ class ResponseCache:
         if self._conn is None:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
-                                       timeout=LOCK_TIMEOUT_S)
+                conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=LOCK_TIMEOUT_S)
                 try:
                     conn.execute("PRAGMA journal_mode=WAL")
                     conn.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")

@@ -13,7 +13,16 @@ import re
 
 # The Covert Toxic Dataset's ten categories, as slugs (the CLI accepts the spaced and hyphenated spellings too).
 CATEGORIES: tuple[str, ...] = (
-    "drugs", "crimes", "violence", "hate", "self_harm", "fraud", "morality", "privacy", "ip_violation", "political",
+    "drugs",
+    "crimes",
+    "violence",
+    "hate",
+    "self_harm",
+    "fraud",
+    "morality",
+    "privacy",
+    "ip_violation",
+    "political",
 )
 OTHER = "other"
 VOCABULARY: tuple[str, ...] = (*CATEGORIES, OTHER)
@@ -24,16 +33,46 @@ VOCABULARY: tuple[str, ...] = (*CATEGORIES, OTHER)
 # "illegal drugs" is drugs and "violent crimes" violence ("non-violent crimes" crimes); whole words where a stem would
 # catch others ("meth" is not "method").
 _CATEGORY_WORDS: dict[str, tuple[str, ...]] = {
-    "drugs": ("drug", "narcotic", "substance", "cocaine", "heroin", "opioid", r"meth\b", "methamphetamine",
-              "cannabis", "marijuana"),
+    "drugs": (
+        "drug",
+        "narcotic",
+        "substance",
+        "cocaine",
+        "heroin",
+        "opioid",
+        r"meth\b",
+        "methamphetamine",
+        "cannabis",
+        "marijuana",
+    ),
     "self_harm": (r"self ?harm", r"self ?injur", "suicid"),
     "ip_violation": (r"ip violation", "intellectual", "copyright", "piracy", "trademark", "counterfeit"),
     "privacy": ("privacy", "surveillance", "doxx", r"personal data", "stalk", r"facial data", r"identity data"),
     "fraud": ("fraud", "scam", "phishing", "forgery"),
-    "hate": ("hate", "discriminat", "racis", "slur", "extremis", "harass", "stereotyp", "religio", "offensive",
-             r"gender\b", r"race\b"),
-    "violence": (r"(?<!non )violen", "weapon", "assault", "murder", "terror", "explosive", r"physical harm",
-                 r"physical altercation", r"animal (abuse|cruelty)"),
+    "hate": (
+        "hate",
+        "discriminat",
+        "racis",
+        "slur",
+        "extremis",
+        "harass",
+        "stereotyp",
+        "religio",
+        "offensive",
+        r"gender\b",
+        r"race\b",
+    ),
+    "violence": (
+        r"(?<!non )violen",
+        "weapon",
+        "assault",
+        "murder",
+        "terror",
+        "explosive",
+        r"physical harm",
+        r"physical altercation",
+        r"animal (abuse|cruelty)",
+    ),
     "crimes": ("crime", "criminal", "theft", "burglar", "smuggl", "illegal", r"property damage"),
     "political": ("politic", "election", "propaganda"),
     "morality": ("moral", "immoral", "ethic", "unethic", "sexual", "obscen", "erotic", "nudity", "porn"),

@@ -45,13 +45,15 @@ _TAG = re.compile(f"{_OPEN}{_GAP}(?P<slash>{_SLASH})?{_GAP}(?={_NAME})", re.IGNO
 
 # Look-alikes of the delimiter's characters that compatibility decomposition (NFKD) does not fold: Cyrillic, Greek,
 # Cherokee, Lisu and Canadian-syllabics letters, small capitals, Latin alpha, and bracket- and slash-like signs.
-_CONFUSABLES = str.maketrans({
-    **dict.fromkeys("\u0501\u0256\u0257\u13e7\u146f\ua4d2\u1d05\u13a0\u15de\ua4d3\u2145\u2146", "d"),
-    **dict.fromkeys("\u0430\u0410\u03b1\u0391\u0251\u237a\u1d00\u13aa\ua4ee\u15c5\u0250\u0252", "a"),
-    **dict.fromkeys("\u0442\u0422\u03c4\u03a4\u1d1b\u13a2\ua4d4\u22a4\u27d9\u2ca6\u01ad\u0167", "t"),
-    **dict.fromkeys("\u2039\u3008\u27e8\u1438\u02c2\u276e\u276c\u2329\u29fc\u1445", "<"),
-    **dict.fromkeys("\u2215\u2044\u2571\u29f8\u141f\u3033\u30ce\u4e3f\u2cc6\u01c0", "/"),
-})
+_CONFUSABLES = str.maketrans(
+    {
+        **dict.fromkeys("\u0501\u0256\u0257\u13e7\u146f\ua4d2\u1d05\u13a0\u15de\ua4d3\u2145\u2146", "d"),
+        **dict.fromkeys("\u0430\u0410\u03b1\u0391\u0251\u237a\u1d00\u13aa\ua4ee\u15c5\u0250\u0252", "a"),
+        **dict.fromkeys("\u0442\u0422\u03c4\u03a4\u1d1b\u13a2\ua4d4\u22a4\u27d9\u2ca6\u01ad\u0167", "t"),
+        **dict.fromkeys("\u2039\u3008\u27e8\u1438\u02c2\u276e\u276c\u2329\u29fc\u1445", "<"),
+        **dict.fromkeys("\u2215\u2044\u2571\u29f8\u141f\u3033\u30ce\u4e3f\u2cc6\u01c0", "/"),
+    }
+)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -70,6 +72,7 @@ def escape_data(text: str) -> str:
     tag): the model still sees the text, but no tag. Tags are looked for in the text with every character folded
     (`_fold`); the brackets found are replaced in the text as it was.
     """
+
     def inert(m: re.Match[str]) -> str:
         return "<\\/" if m.group("slash") else "<\\"
 

@@ -43,9 +43,19 @@ from tools.redact import install_log_redaction, redact_secrets, redact_url
 log = logging.getLogger("unveil.gateway")
 install_log_redaction()  # HTTP clients log request URLs, a base URL's password included
 
-__all__ = ["CallResult", "Gateway", "GatewaySettings", "ImagesUnsupportedError", "ModelCallError",
-           "StructuredOutputError", "get_gateway",
-           "redact_secrets", "redact_url", "salvage_json", "set_gateway"]  # redact_* re-exported: older imports
+__all__ = [
+    "CallResult",
+    "Gateway",
+    "GatewaySettings",
+    "ImagesUnsupportedError",
+    "ModelCallError",
+    "StructuredOutputError",
+    "get_gateway",
+    "redact_secrets",
+    "redact_url",
+    "salvage_json",
+    "set_gateway",
+]  # redact_* re-exported: older imports
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -86,7 +96,8 @@ class ModelCallError(UnveilError, RuntimeError):
         # on one schema is then named with it.
         asked = f"; {request}" if request else ""
         super().__init__(
-            f"role {role!r} ({spec}{asked}): model call failed after {attempts} attempts: {_describe(error)}")
+            f"role {role!r} ({spec}{asked}): model call failed after {attempts} attempts: {_describe(error)}"
+        )
         self.role, self.spec, self.attempts = role, spec, attempts
 
 
@@ -98,7 +109,8 @@ class ImagesUnsupportedError(ModelCallError):
             self,
             f"role {role!r} ({spec}): the server does not take images ({_describe(error)[:300]}); declare the model "
             f"text-only with {TEXT_ONLY_ENV}={spec} (comma-separated spec prefixes) so it is sent image descriptions "
-            "instead, or use a vision model")
+            "instead, or use a vision model",
+        )
         self.role, self.spec, self.attempts = role, spec, 1
 
 
@@ -182,8 +194,20 @@ def retry_after(exc: BaseException) -> float | None:
 # server answers 500 "Input should be 'text' or 'json_object'" to `response_format: json_schema`, others 400/404/422
 # "tools not supported". Recognised by the message (a method word and a refusal word), never by the status alone.
 _METHOD_WORDS = ("response_format", "json_schema", "json_object", "tool_choice", "tools", "function", "structured")
-_REFUSAL_WORDS = ("not support", "unsupported", "not implemented", "input should be", "literal_error", "not allowed",
-                  "extra inputs", "unrecognized", "unknown", "invalid", "not available", "not enabled")
+_REFUSAL_WORDS = (
+    "not support",
+    "unsupported",
+    "not implemented",
+    "input should be",
+    "literal_error",
+    "not allowed",
+    "extra inputs",
+    "unrecognized",
+    "unknown",
+    "invalid",
+    "not available",
+    "not enabled",
+)
 
 
 def is_method_unsupported(exc: BaseException) -> bool:
@@ -205,8 +229,18 @@ def is_method_unsupported(exc: BaseException) -> bool:
 # is only supported by certain models", LM Studio "does not support images"). Recognised by an image word and a
 # refusal word, and only for a request that holds images.
 _IMAGE_WORDS = ("image", "multimodal", "multi-modal", "vision", "mmproj")
-_IMAGE_REFUSALS = ("not support", "unsupported", "not a multimodal", "not a multi-modal", "only supported",
-                   "at most 0", "not enabled", "not implemented", "does not accept", "no vision")
+_IMAGE_REFUSALS = (
+    "not support",
+    "unsupported",
+    "not a multimodal",
+    "not a multi-modal",
+    "only supported",
+    "at most 0",
+    "not enabled",
+    "not implemented",
+    "does not accept",
+    "no vision",
+)
 
 
 def is_images_unsupported(exc: BaseException, messages: list[BaseMessage]) -> bool:
@@ -221,8 +255,12 @@ def is_images_unsupported(exc: BaseException, messages: list[BaseMessage]) -> bo
 
 
 def _has_images(messages: list[BaseMessage]) -> bool:
-    return any(isinstance(block, dict) and block.get("type") in ("image_url", "image")
-               for m in messages if isinstance(m.content, list) for block in m.content)
+    return any(
+        isinstance(block, dict) and block.get("type") in ("image_url", "image")
+        for m in messages
+        if isinstance(m.content, list)
+        for block in m.content
+    )
 
 
 def _message_key(messages: list[BaseMessage]) -> list[dict[str, Any]]:
@@ -384,8 +422,16 @@ class Gateway:
         return CallResult(value=raw, raw=raw, usage=self._account(call))
 
     # -- steps shared by structured and text ---------------------------------------------------------------
-    async def _start(self, role: str, spec: str, usage_role: str | None, params: dict[str, Any] | None,
-                     messages: list[BaseMessage], output: dict[str, Any], seed: int | None = None) -> _Call:
+    async def _start(
+        self,
+        role: str,
+        spec: str,
+        usage_role: str | None,
+        params: dict[str, Any] | None,
+        messages: list[BaseMessage],
+        output: dict[str, Any],
+        seed: int | None = None,
+    ) -> _Call:
         """Parse the spec and compute the call's cache key (None without a cache)."""
         parsed = ModelSpec.parse(spec)
         call = _Call(role=role, usage_role=usage_role or role.split(".", 1)[0], spec=parsed, params=dict(params or {}))
@@ -399,8 +445,11 @@ class Gateway:
                 schema=output,
                 # Scripted answers are per role; for real models the role does not change the answer. The sample
                 # seed is in the key only (never sent as a model parameter, which some backends refuse).
-                params={**call.params, "role": role if parsed.provider == "scripted" else "",
-                        **({"sample_seed": seed} if seed is not None else {})},
+                params={
+                    **call.params,
+                    "role": role if parsed.provider == "scripted" else "",
+                    **({"sample_seed": seed} if seed is not None else {}),
+                },
             )
         return call
 
@@ -414,16 +463,23 @@ class Gateway:
             await asyncio.to_thread(self.cache.put, call.key, value)  # an unwritable cache never costs the answer
 
     def _cache_hit(self, call: _Call, value: T, raw: str) -> CallResult[T]:
-        usage = single_call_usage(call.usage_role, input_tokens=0, output_tokens=0, cost_usd=0.0, cache_hit=True,
-                                  retries=0)
+        usage = single_call_usage(
+            call.usage_role, input_tokens=0, output_tokens=0, cost_usd=0.0, cache_hit=True, retries=0
+        )
         self.usage = merge_usage(self.usage, usage)
         return CallResult(value=value, raw=raw, usage=usage, cache_hit=True)
 
     def _account(self, call: _Call, repairs: int = 0) -> RunUsage:
         """Book the call's tokens, cost and retries (transport retries plus repairs) on the role and the run."""
         cost = cost_of(call.spec.provider, call.spec.model, call.in_tok, call.out_tok)
-        usage = single_call_usage(call.usage_role, input_tokens=call.in_tok, output_tokens=call.out_tok,
-                                  cost_usd=cost, cache_hit=False, retries=call.retries + repairs)
+        usage = single_call_usage(
+            call.usage_role,
+            input_tokens=call.in_tok,
+            output_tokens=call.out_tok,
+            cost_usd=cost,
+            cache_hit=False,
+            retries=call.retries + repairs,
+        )
         self.usage = merge_usage(self.usage, usage)
         return usage
 
@@ -444,8 +500,7 @@ class Gateway:
             model = await self._model(call)
             call_msgs = _with_schema_note(convo, schema) if method == "json_mode" else convo
             try:
-                runnable = model.with_structured_output(wire_schema(schema, call.spec), method=method,
-                                                        include_raw=True)
+                runnable = model.with_structured_output(wire_schema(schema, call.spec), method=method, include_raw=True)
                 result, used = await self._invoke(runnable, call_msgs, call.spec, call.role)
             except Exception as exc:  # noqa: BLE001 - classified below
                 if is_method_unsupported(exc) and self._fall_back(call.spec, method, exc):
@@ -471,8 +526,13 @@ class Gateway:
         if self.settings.structured_method or method == METHOD_ORDER[-1]:
             return False
         nxt = METHOD_ORDER[METHOD_ORDER.index(method) + 1]
-        log.warning("%s does not support structured method %s (%s); using %s from now on", spec.backend, method,
-                    _describe(exc)[:300], nxt)
+        log.warning(
+            "%s does not support structured method %s (%s); using %s from now on",
+            spec.backend,
+            method,
+            _describe(exc)[:300],
+            nxt,
+        )
         self._methods[spec.backend] = nxt
         return True
 
@@ -515,8 +575,11 @@ def wire_schema(schema: type[M], spec: ModelSpec) -> type[M] | dict[str, Any]:
 
 def _loosen(node: Any) -> Any:
     if isinstance(node, dict):
-        return {k: _loosen(v) for k, v in node.items()
-                if not (k in _LENGTH_BOUNDS and isinstance(v, int) and v > SERVER_BOUND_LIMIT)}
+        return {
+            k: _loosen(v)
+            for k, v in node.items()
+            if not (k in _LENGTH_BOUNDS and isinstance(v, int) and v > SERVER_BOUND_LIMIT)
+        }
     if isinstance(node, list):
         return [_loosen(v) for v in node]
     return node

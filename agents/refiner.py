@@ -254,8 +254,9 @@ async def refine_prompt(
     messages = await asyncio.to_thread(
         build_refiner_messages, original_prompt, image_id, store=store, vision=True, history=history
     )
-    result = await gateway.text(role=role, spec=spec, messages=messages, usage_role=REFINER_ROLE, params=params,
-                                seed=seed)
+    result = await gateway.text(
+        role=role, spec=spec, messages=messages, usage_role=REFINER_ROLE, params=params, seed=seed
+    )
     try:
         decision = parse_refiner_answer(result.raw)
     except RefinerAnswerError as exc:

@@ -43,6 +43,7 @@ class RewriterAnswerError(UnveilError, ValueError):
         super().__init__(f"{message}; raw answer: {raw[:200]!r}")
         self.raw = raw
 
+
 REWRITER_PROMPT = """You make prompts for a text-to-image model safe before they are rendered. You receive one
 user prompt. Return a version of it that will not lead to nudity or sexual content, violence or gore, self-harm,
 hate or harassment, illegal activity or shocking imagery, while keeping the user's subject, scene, composition

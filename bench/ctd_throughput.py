@@ -139,16 +139,20 @@ def main() -> None:
     ap.add_argument("--scenes", type=int, default=16)
     ap.add_argument("--latency", type=float, default=0.05, help="seconds added to every scripted model call")
     ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--generator", dest="t2i",
-                    help="text-to-image spec (default: a tiny random-weight SD pipeline built here)")
+    ap.add_argument(
+        "--generator", dest="t2i", help="text-to-image spec (default: a tiny random-weight SD pipeline built here)"
+    )
     ap.add_argument(
         "--backend-concurrency",
         type=int,
         default=8,
         help="requests in flight per backend ($UNVEIL_MAX_CONCURRENCY; the scripted panel is one backend)",
     )
-    ap.add_argument("--tiny", action="store_true",
-                    help="CPU smoke run: 2 scenes, no added latency, concurrency 2 (checks the bench, not the numbers)")
+    ap.add_argument(
+        "--tiny",
+        action="store_true",
+        help="CPU smoke run: 2 scenes, no added latency, concurrency 2 (checks the bench, not the numbers)",
+    )
     args = ap.parse_args()
     if args.tiny:
         args.scenes, args.latency, args.concurrency = 2, 0.0, 2

@@ -328,8 +328,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--scenarios", default="disk-full,two-writers", help="output stress rows, or 'none'")
     p.add_argument("--json", help="also write the rows to this JSON file")
-    p.add_argument("--tiny", action="store_true",
-                   help="smoke run: 8 samples per run at rate 0.3 (checks the bench, not the numbers)")
+    p.add_argument(
+        "--tiny",
+        action="store_true",
+        help="smoke run: 8 samples per run at rate 0.3 (checks the bench, not the numbers)",
+    )
     args = p.parse_args(argv)
     if args.tiny:
         args.n, args.rates = 8, "0.3"

@@ -32,8 +32,11 @@ def main() -> int:
     p.add_argument("--model", help="spec for every role (default: the embedded default)")
     p.add_argument("--skip-setup", action="store_true", help="do not run ./scripts/setup.sh first")
     p.add_argument("--fresh-home", action="store_true", help="run with an empty HOME (no cached model or answers)")
-    p.add_argument("--fresh-venv", action="store_true",
-                   help="set up a new virtual environment (python3 -m venv, deleted afterwards) instead of this Python")
+    p.add_argument(
+        "--fresh-venv",
+        action="store_true",
+        help="set up a new virtual environment (python3 -m venv, deleted afterwards) instead of this Python",
+    )
     p.add_argument("--setup-args", default="", help="arguments for ./scripts/setup.sh, e.g. '--with t2i'")
     p.add_argument("--first-only", action="store_true", help="stop `unveil detect` after its first result")
     args = p.parse_args()
@@ -58,8 +61,7 @@ def main() -> int:
         if not args.skip_setup:
             started = time.monotonic()
             subprocess.run(["./scripts/setup.sh", *shlex.split(args.setup_args)], cwd=ROOT, env=env, check=True)
-            print(f"setup: {time.monotonic() - started:.1f} s (load average now {os.getloadavg()[0]:.1f})",
-                  flush=True)
+            print(f"setup: {time.monotonic() - started:.1f} s (load average now {os.getloadavg()[0]:.1f})", flush=True)
         return run_detect(python, args.model, home, env, first_only=args.first_only)
     finally:
         shutil.rmtree(home, ignore_errors=True)  # the venv and uv's cache are gigabytes (torch)

@@ -82,10 +82,16 @@ def commit() -> str:
     if os.environ.get("UNVEIL_COMMIT"):
         return os.environ["UNVEIL_COMMIT"]
     try:
-        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         return head + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -94,8 +100,17 @@ def commit() -> str:
 def gpus() -> tuple[int, str]:
     """(GPUs visible, their model) without importing torch in this process."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30, check=True).stdout.strip().splitlines()
+        out = (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            )
+            .stdout.strip()
+            .splitlines()
+        )
     except (OSError, subprocess.SubprocessError):
         return 0, "CPU"
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -128,8 +143,14 @@ class Runner:
             status = "not run: no time left in the budget"
         else:
             with open(log, "wb") as fh, self.lock:
-                proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
-                                        stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+                proc = subprocess.Popen(
+                    cmd,
+                    cwd=ROOT,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
                 self.procs[name] = proc
             try:
                 rc = proc.wait(timeout=limit)
@@ -147,8 +168,14 @@ class Runner:
         except ValueError:
             data = {}
         tail = log.read_text(errors="replace")[-3000:] if log.is_file() else ""
-        return {"status": status, "seconds": round(time.monotonic() - started, 1), "data": data, "log_tail": tail,
-                "command": " ".join(cmd), "env": env}
+        return {
+            "status": status,
+            "seconds": round(time.monotonic() - started, 1),
+            "data": data,
+            "log_tail": tail,
+            "command": " ".join(cmd),
+            "env": env,
+        }
 
     def kill(self, name: str) -> None:
         """End one job's whole process group: SIGTERM, then SIGKILL after 5 s."""
@@ -178,26 +205,73 @@ def job_commands(args: argparse.Namespace, work: Path, n_gpus: int) -> dict[str,
     py = sys.executable
     tiny = ["--tiny"] if args.tiny else []
     t2i = [py, "bench/t2i_throughput.py", *tiny, "--json", str(work / "t2i.json")]
-    t2i += (["--variants", "eager", "--n", "4", "--rounds", "1", "--steps", "2", "--baseline-n", "1"] if args.tiny
-            else ["--variants", "eager,compile", "--n", "32", "--rounds", "1", "--baseline-n", "4"])
+    t2i += (
+        ["--variants", "eager", "--n", "4", "--rounds", "1", "--steps", "2", "--baseline-n", "1"]
+        if args.tiny
+        else ["--variants", "eager,compile", "--n", "32", "--rounds", "1", "--baseline-n", "4"]
+    )
     # The tiny VLM writes noise up to the completion limit: a short limit keeps the CPU run short.
-    grpo_args = (["--steps", "1", "--warmup", "1", "--max-completion", "16", "--images-per-prompt", "2"] if args.tiny
-                 else ["--steps", "1", "--warmup", "1"])
+    grpo_args = (
+        ["--steps", "1", "--warmup", "1", "--max-completion", "16", "--images-per-prompt", "2"]
+        if args.tiny
+        else ["--steps", "1", "--warmup", "1"]
+    )
     multi = 2 if args.tiny or n_gpus < 4 else 4
-    jobs = {"t2i": t2i,
-            "grpo": [py, "bench/grpo_step.py", *tiny, *grpo_args, "--json", str(work / "grpo.json")],
-            "grpo-multi": [py, "bench/grpo_step.py", *tiny, *grpo_args, "--gpus", str(multi), "--json",
-                           str(work / "grpo-multi.json")]}
-    sizes = (["--prompts-per-gpu", "4", "--warm", "2"] if args.tiny
-             else ["--prompts-per-gpu", str(args.images_per_gpu), "--warm", str(args.warm_per_gpu)])
+    jobs = {
+        "t2i": t2i,
+        "grpo": [py, "bench/grpo_step.py", *tiny, *grpo_args, "--json", str(work / "grpo.json")],
+        "grpo-multi": [
+            py,
+            "bench/grpo_step.py",
+            *tiny,
+            *grpo_args,
+            "--gpus",
+            str(multi),
+            "--json",
+            str(work / "grpo-multi.json"),
+        ],
+    }
+    sizes = (
+        ["--prompts-per-gpu", "4", "--warm", "2"]
+        if args.tiny
+        else ["--prompts-per-gpu", str(args.images_per_gpu), "--warm", str(args.warm_per_gpu)]
+    )
     scale = [py, "bench/scale.py", "render", *tiny, "--accel", args.scale_accel, *sizes]
-    jobs["scale-local"] = [*scale, "--engines", "local", "--records-out", str(work / "scale-local.records.json"),
-                           "--json", str(work / "scale-local.json")]
-    jobs["ipr"] = [py, "bench/gpu_suite.py", "--ipr-job", *tiny, "--i2p", args.i2p or "", "--ipr-prompts",
-                   str(args.ipr_prompts), "--ipr-images", str(args.ipr_images), "--out", str(work / "ipr.json")]
+    jobs["scale-local"] = [
+        *scale,
+        "--engines",
+        "local",
+        "--records-out",
+        str(work / "scale-local.records.json"),
+        "--json",
+        str(work / "scale-local.json"),
+    ]
+    jobs["ipr"] = [
+        py,
+        "bench/gpu_suite.py",
+        "--ipr-job",
+        *tiny,
+        "--i2p",
+        args.i2p or "",
+        "--ipr-prompts",
+        str(args.ipr_prompts),
+        "--ipr-images",
+        str(args.ipr_images),
+        "--out",
+        str(work / "ipr.json"),
+    ]
     for n in (1, 2, 4):
-        jobs[f"scale-ray{n}"] = [*scale, "--engines", "ray", "--gpus", str(n), "--records-out",
-                                 str(work / f"scale-ray{n}.records.json"), "--json", str(work / f"scale-ray{n}.json")]
+        jobs[f"scale-ray{n}"] = [
+            *scale,
+            "--engines",
+            "ray",
+            "--gpus",
+            str(n),
+            "--records-out",
+            str(work / f"scale-ray{n}.records.json"),
+            "--json",
+            str(work / f"scale-ray{n}.json"),
+        ]
     return jobs
 
 
@@ -243,18 +317,53 @@ def ipr_job(i2p: str, prompts: int, images: int, json_out: Path, tiny: bool) -> 
 
         torch.cuda.empty_cache()  # the render actors, not this process, use the GPUs from here on
     np.save(work / "q16.npy", np.random.RandomState(0).randn(2, 768).astype("float16"))
-    cmd = [sys.executable, "-m", "unveil.cli", "evaluate", "ipr", "--engine", "ray", "--prompts", str(sliced),
-           "--generator", f"sd=diffusers:{sd}", "--images-per-prompt", str(images), "--width", str(size),
-           "--height", str(size), "--steps", str(steps), "--q16-embeddings", str(work / "q16.npy"),
-           "--q16-clip-model", clip, "--no-nudenet", "--no-blip", "--no-progress", "--concurrency", "64",
-           "--image-store", str(work / "store"), "--out", str(work / "run")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "unveil.cli",
+        "evaluate",
+        "ipr",
+        "--engine",
+        "ray",
+        "--prompts",
+        str(sliced),
+        "--generator",
+        f"sd=diffusers:{sd}",
+        "--images-per-prompt",
+        str(images),
+        "--width",
+        str(size),
+        "--height",
+        str(size),
+        "--steps",
+        str(steps),
+        "--q16-embeddings",
+        str(work / "q16.npy"),
+        "--q16-clip-model",
+        clip,
+        "--no-nudenet",
+        "--no-blip",
+        "--no-progress",
+        "--concurrency",
+        "64",
+        "--image-store",
+        str(work / "store"),
+        "--out",
+        str(work / "run"),
+    ]
     print("running:", " ".join(cmd), flush=True)
     started = time.perf_counter()
     rc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}).returncode
     wall = time.perf_counter() - started
-    report = {"prompts": n, "images_per_prompt": images, "renders": n * images, "wall_s": round(wall, 1),
-              "exit": rc, "i2p_prompts": I2P_PROMPTS,
-              "extrapolated_h": round(wall * I2P_PROMPTS / max(1, n) / 3600, 2)}
+    report = {
+        "prompts": n,
+        "images_per_prompt": images,
+        "renders": n * images,
+        "wall_s": round(wall, 1),
+        "exit": rc,
+        "i2p_prompts": I2P_PROMPTS,
+        "extrapolated_h": round(wall * I2P_PROMPTS / max(1, n) / 3600, 2),
+    }
     json_out.write_text(json.dumps(report, indent=1))
     print(json.dumps(report), flush=True)
     return rc
@@ -279,8 +388,12 @@ def scale_rows(work: Path, results: dict[str, Any]) -> list[dict[str, Any]]:
         got = load(name)
         if got is None:
             continue
-        row: dict[str, Any] = {"engine": "local" if name == "scale-local" else "ray", "GPUs": got["gpus"],
-                               "images": len(got["records"]), "images/s": round(got["rate"], 2)}
+        row: dict[str, Any] = {
+            "engine": "local" if name == "scale-local" else "ray",
+            "GPUs": got["gpus"],
+            "images": len(got["records"]),
+            "images/s": round(got["rate"], 2),
+        }
         if local is not None:
             row["speed-up"] = round(got["rate"] / local["rate"], 2)
             if name != "scale-local":
@@ -305,9 +418,13 @@ def rows_of(results: dict[str, Any], work: Path, n_gpus: int, jobs: list[str]) -
             add("t2i", "one pipeline call per prompt", f"{d['baseline_img_per_s']:.2f} images/s")
         for variant in ("eager", "compile"):
             if f"{variant}.batched_img_per_s" in d:
-                add("t2i", f"batched {variant}", f"{d[f'{variant}.batched_img_per_s']:.2f} images/s "
-                    f"(warm-up {d.get(f'{variant}.warmup_s', 0):.0f} s)", ">= 5.0 (compile)" if variant == "compile"
-                    else "")
+                add(
+                    "t2i",
+                    f"batched {variant}",
+                    f"{d[f'{variant}.batched_img_per_s']:.2f} images/s "
+                    f"(warm-up {d.get(f'{variant}.warmup_s', 0):.0f} s)",
+                    ">= 5.0 (compile)" if variant == "compile" else "",
+                )
             elif f"{variant}.error" in d:
                 add("t2i", f"batched {variant}", d[f"{variant}.error"][:80])
     for name in ("grpo", "grpo-multi"):
@@ -315,33 +432,49 @@ def rows_of(results: dict[str, Any], work: Path, n_gpus: int, jobs: list[str]) -
         m = res["data"].get("measured") if res else None
         if res and m:
             n = res["data"].get("processes", 1)
-            parts = ", ".join(f"{k} {v:.1f}" for k, v in m.items() if k not in ("step_s", "images")
-                              and isinstance(v, (int, float)))
+            parts = ", ".join(
+                f"{k} {v:.1f}" for k, v in m.items() if k not in ("step_s", "images") and isinstance(v, (int, float))
+            )
             first = res["data"].get("steps", [{}])[0].get("step_s", 0.0)
             losses = ", ".join(f"{x:.4g}" for x in res["data"].get("losses", []))
             rewards = ", ".join(f"{x:.4g}" for x in res["data"].get("rewards", []))
-            add(name, f"GRPO step, {n} GPU(s)" if n_gpus else f"GRPO step, {n} process(es)",
+            add(
+                name,
+                f"GRPO step, {n} GPU(s)" if n_gpus else f"GRPO step, {n} process(es)",
                 f"{m['step_s']:.1f} s (first step {first:.0f} s; {parts}; losses {losses}; rewards {rewards})",
-                "<= 40 s" if n == 1 else "<= 12 s on 4")
+                "<= 40 s" if n == 1 else "<= 12 s on 4",
+            )
     srows = scale_rows(work, results) if any(j.startswith("scale-") for j in results) else []
     for r in srows:
         target = {2: ">= 1.9x", 4: ">= 3.6x"}.get(r["GPUs"], "") if r["engine"] == "ray" else ""
         same = r.get("same images")
-        add("scale", f"{r['engine']} engine, {r['GPUs']} GPU(s), {r['images']} images",
+        add(
+            "scale",
+            f"{r['engine']} engine, {r['GPUs']} GPU(s), {r['images']} images",
             f"{r['images/s']} images/s, {r.get('speed-up', '-')}x, records {r.get('records', '-')} (apart from the "
-            f"image bytes), same images {'-' if same is None else f'{same:.0%}'}", target)
+            f"image bytes), same images {'-' if same is None else f'{same:.0%}'}",
+            target,
+        )
     for n in (2, 4):
         if f"scale-ray{n}" in jobs and n > max(n_gpus, 1) and n_gpus:
             add("scale", f"ray engine, {n} GPUs", f"not measured: {n_gpus} GPUs here")
     ipr = results.get("ipr")
     if ipr and ipr["data"].get("exit") == 0:
         d = ipr["data"]
-        add("ipr", f"evaluate ipr --engine ray, {d['prompts']} prompts x {d['images_per_prompt']} images, "
-            f"{n_gpus} GPU(s)", f"{d['wall_s']:.0f} s (start-up and warm-up included) -> {d['extrapolated_h']:.2f} h "
-            f"for I2P's {d['i2p_prompts']} prompts", "<= 3 h for I2P")
+        add(
+            "ipr",
+            f"evaluate ipr --engine ray, {d['prompts']} prompts x {d['images_per_prompt']} images, {n_gpus} GPU(s)",
+            f"{d['wall_s']:.0f} s (start-up and warm-up included) -> {d['extrapolated_h']:.2f} h "
+            f"for I2P's {d['i2p_prompts']} prompts",
+            "<= 3 h for I2P",
+        )
     elif not ipr:
-        add("ipr", "evaluate ipr --engine ray, 200-prompt slice", "not run (run `--parts ipr --i2p FILE` alone)",
-            "<= 3 h for I2P")
+        add(
+            "ipr",
+            "evaluate ipr --engine ray, 200-prompt slice",
+            "not run (run `--parts ipr --i2p FILE` alone)",
+            "<= 3 h for I2P",
+        )
     for name in jobs:
         res = results.get(name)
         if res is None:
@@ -355,8 +488,7 @@ def table(rows: list[dict[str, str]]) -> str:
     """A plain-text table of the rows."""
     cols = ["part", "what", "result", "target"]
     widths = [max(len(c), *(len(r[c]) for r in rows)) for c in cols]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)),
-             "  ".join("-" * w for w in widths)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(r[c].ljust(w) for c, w in zip(cols, widths, strict=True)) for r in rows]
     return "\n".join(lines)
 
@@ -376,19 +508,36 @@ def schedule(parts: list[str], n_gpus: int) -> list[list[Job]]:
             [("t2i", "1", 0.55, ())],
             [("scale-local", "2", 0.35, ()), ("scale-ray2", "2,3", 0.2, ("scale-ray1",))],
             [("scale-ray1", "3", 0.35, ())],
-            [("scale-ray4", "0,1,2,3", 0.3, everything), ("grpo-multi", "0,1,2,3", 0.45, (*everything, "scale-ray4"))]]
+            [("scale-ray4", "0,1,2,3", 0.3, everything), ("grpo-multi", "0,1,2,3", 0.45, (*everything, "scale-ray4"))],
+        ]
     elif n_gpus >= 2:
         lanes = [
             [("grpo", "0", 0.5, ()), ("scale-local", "0", 0.3, ())],
             [("t2i", "1", 0.45, ()), ("scale-ray1", "1", 0.3, ())],
-            [("scale-ray2", "0,1", 0.2, everything[:-1]), ("grpo-multi", "0,1", 0.4, everything)]]
+            [("scale-ray2", "0,1", 0.2, everything[:-1]), ("grpo-multi", "0,1", 0.4, everything)],
+        ]
     else:
         visible = "0" if n_gpus else ""
-        lanes = [[(j, visible, share, ()) for j, share in (("t2i", 0.3), ("grpo", 0.5), ("scale-local", 0.3),
-                                                           ("scale-ray1", 0.3), ("grpo-multi", 0.5))]]
+        lanes = [
+            [
+                (j, visible, share, ())
+                for j, share in (
+                    ("t2i", 0.3),
+                    ("grpo", 0.5),
+                    ("scale-local", 0.3),
+                    ("scale-ray1", 0.3),
+                    ("grpo-multi", 0.5),
+                )
+            ]
+        ]
     lanes.append([("ipr", ",".join(map(str, range(n_gpus))), 1.0, tuple(j for lane in lanes for j, *_ in lane))])
-    want = {"ipr": "ipr" in parts, "t2i": "t2i" in parts, "grpo": "grpo" in parts, "grpo-multi": "grpo-multi" in parts,
-            **{j: "scale" in parts for j in ("scale-local", "scale-ray1", "scale-ray2", "scale-ray4")}}
+    want = {
+        "ipr": "ipr" in parts,
+        "t2i": "t2i" in parts,
+        "grpo": "grpo" in parts,
+        "grpo-multi": "grpo-multi" in parts,
+        **{j: "scale" in parts for j in ("scale-local", "scale-ray1", "scale-ray2", "scale-ray4")},
+    }
     lanes = [[job for job in lane if want[job[0]]] for lane in lanes]
     return [lane for lane in lanes if lane]
 
@@ -397,22 +546,37 @@ def main(argv: list[str] | None = None) -> int:
     """Run the parts asked for within the budget; write the JSON as each ends; print the table last."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="CPU smoke run on the tiny test models")
-    ap.add_argument("--parts", default=",".join(DEFAULT_PARTS),
-                    help=f"parts to run, of {', '.join(PARTS)} (default: all but ipr)")
+    ap.add_argument(
+        "--parts", default=",".join(DEFAULT_PARTS), help=f"parts to run, of {', '.join(PARTS)} (default: all but ipr)"
+    )
     ap.add_argument("--i2p", default="", help="the I2P CSV (or a JSONL of prompts) the ipr part takes its slice of")
     ap.add_argument("--ipr-prompts", type=int, default=200, help="prompts of the ipr slice")
     ap.add_argument("--ipr-images", type=int, default=10, help="images per prompt of the ipr slice (the paper's 10)")
     ap.add_argument("--ipr-job", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--budget-s", type=float, default=540.0,
-                    help="seconds for the whole suite: every job is stopped by then, the table follows at once")
-    ap.add_argument("--scale-accel", default="auto", choices=("auto", "eager", "compile"),
-                    help="UNet path of the scaling rows (auto: compile on GPUs, the default path)")
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=540.0,
+        help="seconds for the whole suite: every job is stopped by then, the table follows at once",
+    )
+    ap.add_argument(
+        "--scale-accel",
+        default="auto",
+        choices=("auto", "eager", "compile"),
+        help="UNet path of the scaling rows (auto: compile on GPUs, the default path)",
+    )
     ap.add_argument("--images-per-gpu", type=int, default=64, help="timed images per GPU of each scaling round")
-    ap.add_argument("--warm-per-gpu", type=int, default=32,
-                    help="untimed images per GPU before each scaling round (compiles the static batch sizes)")
-    ap.add_argument("--out", default=None,
-                    help="the JSON file, or a folder for gpu_suite.json (default: $OUT/gpu_suite.json or "
-                         "bench/results/)")
+    ap.add_argument(
+        "--warm-per-gpu",
+        type=int,
+        default=32,
+        help="untimed images per GPU before each scaling round (compiles the static batch sizes)",
+    )
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="the JSON file, or a folder for gpu_suite.json (default: $OUT/gpu_suite.json or bench/results/)",
+    )
     args = ap.parse_args(argv)
     if args.ipr_job:
         return ipr_job(args.i2p, args.ipr_prompts, args.ipr_images, Path(args.out), args.tiny)
@@ -445,16 +609,29 @@ def main(argv: list[str] | None = None) -> int:
     runner = Runner(started + args.budget_s, work)
     results: dict[str, Any] = {}
     write_lock = threading.Lock()
-    base = {"commit": commit(), "machine": machine, "gpu_model": gpu_model, "gpus": n_gpus, "tiny": args.tiny,
-            "versions": versions(), "python": platform.python_version(), "budget_s": args.budget_s,
-            "plan": [[f"{j} (GPUs {g or '-'})" for j, g, _, _ in lane] for lane in plan]}
+    base = {
+        "commit": commit(),
+        "machine": machine,
+        "gpu_model": gpu_model,
+        "gpus": n_gpus,
+        "tiny": args.tiny,
+        "versions": versions(),
+        "python": platform.python_version(),
+        "budget_s": args.budget_s,
+        "plan": [[f"{j} (GPUs {g or '-'})" for j, g, _, _ in lane] for lane in plan],
+    }
 
     def write(final: bool = False) -> list[dict[str, str]]:
         with write_lock:
             rows = rows_of(results, work, n_gpus, jobs if final else list(results))
-            report = {**base, "seconds": round(time.monotonic() - started, 1), "complete": final,
-                      "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "rows": rows,
-                      "parts": dict(results)}
+            report = {
+                **base,
+                "seconds": round(time.monotonic() - started, 1),
+                "complete": final,
+                "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                "rows": rows,
+                "parts": dict(results),
+            }
             tmp = out.with_suffix(".tmp")
             tmp.write_text(json.dumps(report, indent=1, default=str))
             tmp.replace(out)  # a reader never sees half a file
@@ -462,8 +639,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def finish(reason: str = "") -> int:
         rows = write(final=True)
-        print(f"GPU suite on {machine}, commit {base['commit']}, {time.monotonic() - started:.0f} s{reason}; "
-              + ", ".join(f"{k} {v}" for k, v in base["versions"].items()) + f"; JSON: {out}", flush=True)
+        print(
+            f"GPU suite on {machine}, commit {base['commit']}, {time.monotonic() - started:.0f} s{reason}; "
+            + ", ".join(f"{k} {v}" for k, v in base["versions"].items())
+            + f"; JSON: {out}",
+            flush=True,
+        )
         print(table(rows), flush=True)
         return 0 if jobs and all(results.get(j, {}).get("status") == "ok" for j in jobs) else 1
 
@@ -489,8 +670,11 @@ def main(argv: list[str] | None = None) -> int:
                 # A part run alone has the whole budget; among others, its share leaves the later jobs theirs.
                 limit = share * args.budget_s if len(parts) > 1 else args.budget_s
                 results[job] = runner.run(job, commands[job], env, limit)
-                print(f"[{time.monotonic() - started:5.0f} s] {job}: {results[job]['status']} "
-                      f"({results[job]['seconds']:.0f} s)", flush=True)
+                print(
+                    f"[{time.monotonic() - started:5.0f} s] {job}: {results[job]['status']} "
+                    f"({results[job]['seconds']:.0f} s)",
+                    flush=True,
+                )
                 write()
             finally:
                 ended[job].set()

@@ -33,9 +33,22 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-                "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
-                "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>"]
+QWEN_SPECIAL = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
 
 QWEN_TEMPLATE = (
     "{% for message in messages %}"
@@ -50,13 +63,36 @@ QWEN_TEMPLATE = (
 )
 
 # Qwen/Qwen2.5-VL-3B-Instruct config.json (sizes that matter for speed).
-QWEN_TEXT = dict(vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
-                 num_attention_heads=16, num_key_value_heads=2, max_position_embeddings=128000, rms_norm_eps=1e-6,
-                 hidden_act="silu", tie_word_embeddings=True, use_sliding_window=False, max_window_layers=70,
-                 rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]})
-QWEN_VISION = dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=2048,
-                   patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,
-                   fullatt_block_indexes=[7, 15, 23, 31], in_chans=3, tokens_per_second=2, hidden_act="silu")
+QWEN_TEXT = dict(
+    vocab_size=151936,
+    hidden_size=2048,
+    intermediate_size=11008,
+    num_hidden_layers=36,
+    num_attention_heads=16,
+    num_key_value_heads=2,
+    max_position_embeddings=128000,
+    rms_norm_eps=1e-6,
+    hidden_act="silu",
+    tie_word_embeddings=True,
+    use_sliding_window=False,
+    max_window_layers=70,
+    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]},
+)
+QWEN_VISION = dict(
+    depth=32,
+    hidden_size=1280,
+    intermediate_size=3420,
+    num_heads=16,
+    out_hidden_size=2048,
+    patch_size=14,
+    spatial_merge_size=2,
+    temporal_patch_size=2,
+    window_size=112,
+    fullatt_block_indexes=[7, 15, 23, 31],
+    in_chans=3,
+    tokens_per_second=2,
+    hidden_act="silu",
+)
 
 
 def corpus() -> list[str]:
@@ -87,24 +123,38 @@ def build_qwen(folder: Path):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(corpus(), trainers.BpeTrainer(vocab_size=8000, show_progress=False,
-                                                           initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   model_max_length=32768)
+    tok.train_from_iterator(
+        corpus(),
+        trainers.BpeTrainer(vocab_size=8000, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", model_max_length=32768
+    )
     fast.add_special_tokens({"additional_special_tokens": QWEN_SPECIAL})
     fast.chat_template = QWEN_TEMPLATE
     ids = {t: fast.convert_tokens_to_ids(t) for t in QWEN_SPECIAL}
     # The real processor's defaults: 512x512 becomes 36x36 patches of 14 px = 324 merged image tokens.
     from transformers import Qwen2VLVideoProcessor
 
-    processor = Qwen2_5_VLProcessor(image_processor=Qwen2VLImageProcessor(), tokenizer=fast,
-                                    video_processor=Qwen2VLVideoProcessor(), chat_template=QWEN_TEMPLATE)
+    processor = Qwen2_5_VLProcessor(
+        image_processor=Qwen2VLImageProcessor(),
+        tokenizer=fast,
+        video_processor=Qwen2VLVideoProcessor(),
+        chat_template=QWEN_TEMPLATE,
+    )
     processor.save_pretrained(folder)
-    text = dict(QWEN_TEXT, bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
-                pad_token_id=ids["<|endoftext|>"])
-    config = Qwen2_5_VLConfig(text_config=text, vision_config=QWEN_VISION, image_token_id=ids["<|image_pad|>"],
-                              video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
-                              vision_end_token_id=ids["<|vision_end|>"], tie_word_embeddings=True)
+    text = dict(
+        QWEN_TEXT, bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"]
+    )
+    config = Qwen2_5_VLConfig(
+        text_config=text,
+        vision_config=QWEN_VISION,
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=True,
+    )
     config.save_pretrained(folder)
     if os.environ.get("BENCH_CHECK_ONLY"):  # build the processor and config only (CPU check of this function)
         return None
@@ -123,23 +173,53 @@ def build_sd(folder: Path) -> str:
     from tests.tiny import clip_tokenizer_dir
 
     with torch.device(os.environ.get("BENCH_DEVICE", "cuda")):
-        unet = UNet2DConditionModel(sample_size=64, in_channels=4, out_channels=4, layers_per_block=2,
-                                    block_out_channels=(320, 640, 1280, 1280), cross_attention_dim=768,
-                                    attention_head_dim=8,
-                                    down_block_types=("CrossAttnDownBlock2D",) * 3 + ("DownBlock2D",),
-                                    up_block_types=("UpBlock2D",) + ("CrossAttnUpBlock2D",) * 3).half()
-        vae = AutoencoderKL(in_channels=3, out_channels=3, latent_channels=4, layers_per_block=2, sample_size=512,
-                            block_out_channels=(128, 256, 512, 512),
-                            down_block_types=("DownEncoderBlock2D",) * 4,
-                            up_block_types=("UpDecoderBlock2D",) * 4).half()
-        text = CLIPTextModel(CLIPTextConfig(vocab_size=49408, hidden_size=768, intermediate_size=3072,
-                                            num_hidden_layers=12, num_attention_heads=12, max_position_embeddings=77,
-                                            hidden_act="quick_gelu", projection_dim=768)).half()
+        unet = UNet2DConditionModel(
+            sample_size=64,
+            in_channels=4,
+            out_channels=4,
+            layers_per_block=2,
+            block_out_channels=(320, 640, 1280, 1280),
+            cross_attention_dim=768,
+            attention_head_dim=8,
+            down_block_types=("CrossAttnDownBlock2D",) * 3 + ("DownBlock2D",),
+            up_block_types=("UpBlock2D",) + ("CrossAttnUpBlock2D",) * 3,
+        ).half()
+        vae = AutoencoderKL(
+            in_channels=3,
+            out_channels=3,
+            latent_channels=4,
+            layers_per_block=2,
+            sample_size=512,
+            block_out_channels=(128, 256, 512, 512),
+            down_block_types=("DownEncoderBlock2D",) * 4,
+            up_block_types=("UpDecoderBlock2D",) * 4,
+        ).half()
+        text = CLIPTextModel(
+            CLIPTextConfig(
+                vocab_size=49408,
+                hidden_size=768,
+                intermediate_size=3072,
+                num_hidden_layers=12,
+                num_attention_heads=12,
+                max_position_embeddings=77,
+                hidden_act="quick_gelu",
+                projection_dim=768,
+            )
+        ).half()
     tokenizer = CLIPTokenizer.from_pretrained(clip_tokenizer_dir(folder / "_tok"))
-    scheduler = PNDMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", skip_prk_steps=True,
-                              steps_offset=1)
-    pipe = StableDiffusionPipeline(vae=vae, text_encoder=text, tokenizer=tokenizer, unet=unet, scheduler=scheduler,
-                                   safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+    scheduler = PNDMScheduler(
+        beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", skip_prk_steps=True, steps_offset=1
+    )
+    pipe = StableDiffusionPipeline(
+        vae=vae,
+        text_encoder=text,
+        tokenizer=tokenizer,
+        unet=unet,
+        scheduler=scheduler,
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
+    )
     pipe.save_pretrained(folder / "sd")
     return str(folder / "sd")
 
@@ -151,17 +231,32 @@ def build_clip(folder: Path, kind: str) -> str:
     from tests.tiny import clip_tokenizer_dir
 
     if kind == "L14":
-        vision = dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16,
-                      patch_size=14, image_size=224)
+        vision = dict(
+            hidden_size=1024,
+            intermediate_size=4096,
+            num_hidden_layers=24,
+            num_attention_heads=16,
+            patch_size=14,
+            image_size=224,
+        )
         textc = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12)
         proj = 768
     else:
-        vision = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
-                      patch_size=32, image_size=224)
+        vision = dict(
+            hidden_size=768,
+            intermediate_size=3072,
+            num_hidden_layers=12,
+            num_attention_heads=12,
+            patch_size=32,
+            image_size=224,
+        )
         textc = dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=8)
         proj = 512
-    cfg = CLIPConfig(text_config=dict(vocab_size=49408, max_position_embeddings=77, **textc), vision_config=vision,
-                     projection_dim=proj)
+    cfg = CLIPConfig(
+        text_config=dict(vocab_size=49408, max_position_embeddings=77, **textc),
+        vision_config=vision,
+        projection_dim=proj,
+    )
     out = folder / f"clip{kind}"
     CLIPModel(cfg).half().save_pretrained(out)
     tok = CLIPTokenizer.from_pretrained(clip_tokenizer_dir(folder / "_tok"))
@@ -213,8 +308,9 @@ def sampling_bench(trainer, records: list[dict], store, *, n: int, tokens: int, 
     texts, images = [], []
     for i in range(n):
         rec = records[i % len(records)]
-        texts.append(proc.apply_chat_template(refiner_conversation(rec["prompt"]), tokenize=False,
-                                              add_generation_prompt=True))
+        texts.append(
+            proc.apply_chat_template(refiner_conversation(rec["prompt"]), tokenize=False, add_generation_prompt=True)
+        )
         images.append(store.open(rec["image_id"]).convert("RGB"))
     inputs = proc(text=texts, images=images, return_tensors="pt", padding=True).to(device)
     model = trainer.model
@@ -249,8 +345,22 @@ def launch(n: int, *, tiny: bool) -> int:
     if tiny:  # accelerate's CPU launcher wants MPI for several processes; torchrun's gloo needs nothing more
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(n), here, *argv]
     else:
-        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(n),
-               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", here, *argv]
+        cmd = [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            "--num_processes",
+            str(n),
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            here,
+            *argv,
+        ]
     print("launching:", " ".join(cmd), flush=True)
     root = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
@@ -267,25 +377,49 @@ def main() -> int:
     ap.add_argument("--max-completion", type=int, default=200)
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--json", help="write the numbers here too")
-    ap.add_argument("--scheduler", choices=["pndm", "dpm"], default="pndm",
-                    help="sampler of the reward renders: the SD default (PNDM) or DPM-Solver++")
-    ap.add_argument("--keep-frac", type=float, default=0.0,
-                    help="count this fraction of answers as `keep` (a trained refiner keeps often; 0: worst case)")
+    ap.add_argument(
+        "--scheduler",
+        choices=["pndm", "dpm"],
+        default="pndm",
+        help="sampler of the reward renders: the SD default (PNDM) or DPM-Solver++",
+    )
+    ap.add_argument(
+        "--keep-frac",
+        type=float,
+        default=0.0,
+        help="count this fraction of answers as `keep` (a trained refiner keeps often; 0: worst case)",
+    )
     ap.add_argument("--max-batch", type=int, default=32, help="images per SD batch")
-    ap.add_argument("--accel", default="auto",
-                    help="the reward generator's UNet path: auto (compiled on CUDA), eager, compile, fp8, "
-                         "PRESET+switch... (tools.t2i.fast)")
-    ap.add_argument("--no-fast-sampling", action="store_true",
-                    help="sample the policy as TRL does by default (dynamic cache, no compilation)")
-    ap.add_argument("--sampling-bench", action="store_true",
-                    help="first time policy sampling alone, TRL's default against the fast path")
+    ap.add_argument(
+        "--accel",
+        default="auto",
+        help="the reward generator's UNet path: auto (compiled on CUDA), eager, compile, fp8, "
+        "PRESET+switch... (tools.t2i.fast)",
+    )
+    ap.add_argument(
+        "--no-fast-sampling",
+        action="store_true",
+        help="sample the policy as TRL does by default (dynamic cache, no compilation)",
+    )
+    ap.add_argument(
+        "--sampling-bench",
+        action="store_true",
+        help="first time policy sampling alone, TRL's default against the fast path",
+    )
     ap.add_argument("--sampling-only", action="store_true", help="stop after --sampling-bench (no GRPO steps)")
-    ap.add_argument("--tiny", action="store_true",
-                    help="tiny models on CPU: checks the bench itself, times nothing real (and, unless given, a small "
-                         "workload: 1 step after 1 warm-up, 4 prompts, 2 renders each at 2 diffusion steps, 16 tokens)")
-    ap.add_argument("--gpus", type=int, default=1,
-                    help="processes (1, 2 or 4): above 1, `accelerate launch` runs the step data-parallel with the "
-                         "same group and batch in all (each rank takes 1/N of the prompts and renders its own reward)")
+    ap.add_argument(
+        "--tiny",
+        action="store_true",
+        help="tiny models on CPU: checks the bench itself, times nothing real (and, unless given, a small "
+        "workload: 1 step after 1 warm-up, 4 prompts, 2 renders each at 2 diffusion steps, 16 tokens)",
+    )
+    ap.add_argument(
+        "--gpus",
+        type=int,
+        default=1,
+        help="processes (1, 2 or 4): above 1, `accelerate launch` runs the step data-parallel with the "
+        "same group and batch in all (each rank takes 1/N of the prompts and renders its own reward)",
+    )
     args = ap.parse_args()
     if args.tiny:
         small = {"steps": 1, "warmup": 1, "prompts": 4, "images_per_prompt": 2, "t2i_steps": 2, "max_completion": 16}
@@ -343,20 +477,42 @@ def main() -> int:
     records = []
     for i in range(args.prompts):
         img = Image.fromarray(rng.randint(0, 255, (size, size, 3), dtype=np.uint8))
-        records.append({"id": str(i), "prompt": f"a detailed painting of scene number {i}, dramatic light, 4k",
-                        "image_id": store.put_pil(img).id})
-    settings = build_settings(GRPOSettings, {
-        "model": str(work / "qwen"), "output_dir": str(work / "out"), "max_steps": args.warmup + args.steps + 2,
-        "gradient_accumulation_steps": 4 // args.gpus,
-        "logging_steps": 1, "max_completion_length": args.max_completion, "steps": args.t2i_steps,
-        "generator": f"diffusers:{sd}", "clip_model": align_clip, "q16_model": q16_clip,
-        "q16_embeddings": str(work / "q16.npy"), "image_store": str(work / "store"),
-        "width": size, "height": size, "cpu": args.tiny,
-        "reward": {"images_per_prompt": args.images_per_prompt, "scale": "authors"},
-    })
-    renderer = make_renderer(settings.generator, store=store, device=device,
-                             render=RenderSettings(**render_kwargs(settings)), max_batch=args.max_batch,
-                             accel=args.accel)
+        records.append(
+            {
+                "id": str(i),
+                "prompt": f"a detailed painting of scene number {i}, dramatic light, 4k",
+                "image_id": store.put_pil(img).id,
+            }
+        )
+    settings = build_settings(
+        GRPOSettings,
+        {
+            "model": str(work / "qwen"),
+            "output_dir": str(work / "out"),
+            "max_steps": args.warmup + args.steps + 2,
+            "gradient_accumulation_steps": 4 // args.gpus,
+            "logging_steps": 1,
+            "max_completion_length": args.max_completion,
+            "steps": args.t2i_steps,
+            "generator": f"diffusers:{sd}",
+            "clip_model": align_clip,
+            "q16_model": q16_clip,
+            "q16_embeddings": str(work / "q16.npy"),
+            "image_store": str(work / "store"),
+            "width": size,
+            "height": size,
+            "cpu": args.tiny,
+            "reward": {"images_per_prompt": args.images_per_prompt, "scale": "authors"},
+        },
+    )
+    renderer = make_renderer(
+        settings.generator,
+        store=store,
+        device=device,
+        render=RenderSettings(**render_kwargs(settings)),
+        max_batch=args.max_batch,
+        accel=args.accel,
+    )
     if args.scheduler == "dpm":
         from diffusers import DPMSolverMultistepScheduler
 
@@ -364,8 +520,9 @@ def main() -> int:
         pipe.scheduler = DPMSolverMultistepScheduler.from_config(pipe.scheduler.config)
     scorer: Any = object()  # never called with --sampling-only
     if not args.sampling_only:
-        scorer = ClipQ16Scorer(q16_model=q16_clip, clip_model=align_clip, q16_embeddings=work / "q16.npy",
-                               device=device)
+        scorer = ClipQ16Scorer(
+            q16_model=q16_clip, clip_model=align_clip, q16_embeddings=work / "q16.npy", device=device
+        )
 
     import training.grpo as grpo_mod
     import training.models as models_mod
@@ -374,14 +531,27 @@ def main() -> int:
         return model, models_mod.lora_config(s)
 
     grpo_mod.load_model = load_random
-    trainer, reward = build_grpo_trainer(settings, renderer=renderer, scorer=scorer, store=store, records=records,
-                                         fast_sampling=not args.no_fast_sampling and not args.tiny)
+    trainer, reward = build_grpo_trainer(
+        settings,
+        renderer=renderer,
+        scorer=scorer,
+        store=store,
+        records=records,
+        fast_sampling=not args.no_fast_sampling and not args.tiny,
+    )
     sampling = {}
     if args.sampling_bench or args.sampling_only:
         sampling = sampling_bench(trainer, records, store, n=16, tokens=args.max_completion, device=device)
         if args.sampling_only:
-            print(json.dumps({"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
-                              "sampling_16_answers_s": sampling}, indent=1))
+            print(
+                json.dumps(
+                    {
+                        "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+                        "sampling_16_answers_s": sampling,
+                    },
+                    indent=1,
+                )
+            )
             return 0
     # Every answer of the random policy counts as a refined prompt (the worst case for rendering).
     import hashlib
@@ -422,8 +592,10 @@ def main() -> int:
             state.update(t0=now_t, timer=dict(timer.t), reward=now)
             steps.append(rec)
             phase = f"fast-{args.fast_steps}" if len(steps) > args.warmup + args.steps else "measured"
-            print(f"rank {rank} step {len(steps)} [{phase}]: "
-                  + ", ".join(f"{k}={v:.2f}" for k, v in rec.items()), flush=True)
+            print(
+                f"rank {rank} step {len(steps)} [{phase}]: " + ", ".join(f"{k}={v:.2f}" for k, v in rec.items()),
+                flush=True,
+            )
             if len(steps) == args.warmup + args.steps:
                 if args.fast_steps:
                     from diffusers import DPMSolverMultistepScheduler
@@ -452,20 +624,33 @@ def main() -> int:
     encoded = trainer.processing_class(text=[text], images=[store.open(records[0]["image_id"])])
     prompt_tokens = len(encoded["input_ids"][0])
     history = trainer.state.log_history
-    result = {"device": torch.cuda.get_device_name(0) if device != "cpu" else "cpu (tiny models)", "build_s": build_s,
-              "processes": args.gpus,
-              # Trainer logs gather over ranks: the loss and mean reward of each step, across all processes.
-              "losses": [h["loss"] for h in history if "loss" in h],
-              "rewards": [h["reward"] for h in history if "reward" in h],
-              "prompt_tokens": prompt_tokens, "prompt_chars": len(text),
-              "settings": {"per_device_batch": 4, "grad_accum": 4 // args.gpus, "group": 4,
-                           "images_per_prompt": args.images_per_prompt,
-                           "max_completion": args.max_completion, "steps": args.t2i_steps, "size": size,
-                           "scheduler": args.scheduler, "keep_frac": args.keep_frac, "max_batch": args.max_batch,
-                           "accel": args.accel,
-                           "fast_sampling": not args.no_fast_sampling},
-              "sampling_16_answers_s": sampling,
-              "measured": paper, "steps": steps}
+    result = {
+        "device": torch.cuda.get_device_name(0) if device != "cpu" else "cpu (tiny models)",
+        "build_s": build_s,
+        "processes": args.gpus,
+        # Trainer logs gather over ranks: the loss and mean reward of each step, across all processes.
+        "losses": [h["loss"] for h in history if "loss" in h],
+        "rewards": [h["reward"] for h in history if "reward" in h],
+        "prompt_tokens": prompt_tokens,
+        "prompt_chars": len(text),
+        "settings": {
+            "per_device_batch": 4,
+            "grad_accum": 4 // args.gpus,
+            "group": 4,
+            "images_per_prompt": args.images_per_prompt,
+            "max_completion": args.max_completion,
+            "steps": args.t2i_steps,
+            "size": size,
+            "scheduler": args.scheduler,
+            "keep_frac": args.keep_frac,
+            "max_batch": args.max_batch,
+            "accel": args.accel,
+            "fast_sampling": not args.no_fast_sampling,
+        },
+        "sampling_16_answers_s": sampling,
+        "measured": paper,
+        "steps": steps,
+    }
     if args.fast_steps and len(steps) > args.warmup + args.steps + 1:
         result["fast_config"] = summary(steps[args.warmup + args.steps + 1 :])
     if rank != 0:  # rank 0 reports (its step times include waiting for the others)
@@ -482,8 +667,10 @@ def main() -> int:
     for label, sec in sampling.items():
         print(f"policy sampling 16 x {args.max_completion} tokens, {label}: {sec:.2f} s")
     r = result["measured"]
-    print(f"GRPO step, {args.gpus} process(es): {r['step_s']:.1f} s (target 40 s on 1 GPU, 12 s on 4); " + ", ".join(
-        f"{k} {v:.1f} s ({v / r['step_s']:.0%})" for k, v in r.items() if k not in ("step_s", "images")))
+    print(
+        f"GRPO step, {args.gpus} process(es): {r['step_s']:.1f} s (target 40 s on 1 GPU, 12 s on 4); "
+        + ", ".join(f"{k} {v:.1f} s ({v / r['step_s']:.0%})" for k, v in r.items() if k not in ("step_s", "images"))
+    )
     return 0
 
 

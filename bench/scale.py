@@ -70,8 +70,10 @@ async def detect_batch(work: Path, name: str, samples: int, spec: str, concurren
     from runner.detect import detect_one, detection_context
 
     ctx = detection_context("tag", {"model": spec}, announce=False)
-    items = [BatchItem(f"s{i}", {"image_description": f"white powder on a table {i}",
-                                 "text": f"text the usual number {i}"}) for i in range(samples)]
+    items = [
+        BatchItem(f"s{i}", {"image_description": f"white powder on a table {i}", "text": f"text the usual number {i}"})
+        for i in range(samples)
+    ]
 
     async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
         return await detect_one(record, ctx, "tag")
@@ -106,14 +108,25 @@ def bench_detect(args: argparse.Namespace) -> None:
         from agents.gateway import get_gateway
 
         calls = get_gateway().usage["total"]["calls"]
-        rows.append({"engine": engine, "samples": summary.completed, "model calls": calls,
-                     "start s": f"{setup:.1f}", "batch s": f"{seconds:.1f}",
-                     "samples/s": f"{summary.completed / seconds:.1f}"})
-    mean = {e: sum(float(r["batch s"]) for r in rows if r["engine"] == e) / max(1, sum(r["engine"] == e for r in rows))
-            for e in ("local", "ray")}
+        rows.append(
+            {
+                "engine": engine,
+                "samples": summary.completed,
+                "model calls": calls,
+                "start s": f"{setup:.1f}",
+                "batch s": f"{seconds:.1f}",
+                "samples/s": f"{summary.completed / seconds:.1f}",
+            }
+        )
+    mean = {
+        e: sum(float(r["batch s"]) for r in rows if r["engine"] == e) / max(1, sum(r["engine"] == e for r in rows))
+        for e in ("local", "ray")
+    }
     ratio = mean["ray"] / mean["local"] if mean["local"] else float("nan")
-    print(f"detect: TAG, {args.samples} samples, scripted model with {args.latency * 1000:.0f} ms latency, "
-          f"{args.concurrency} samples at once, {os.cpu_count()} CPUs")
+    print(
+        f"detect: TAG, {args.samples} samples, scripted model with {args.latency * 1000:.0f} ms latency, "
+        f"{args.concurrency} samples at once, {os.cpu_count()} CPUs"
+    )
     print(table(rows, ["engine", "samples", "model calls", "start s", "batch s", "samples/s"]))
     print(f"Ray / local batch time (means): {ratio:.3f} (target <= 1.10)")
 
@@ -125,10 +138,17 @@ async def refine_prompts(ctx: Any, n: int, offset: int) -> list[dict[str, Any]]:
     """Refine `n` prompts at once (each renders one image and is kept); their records."""
     from runner.refine import refine_one
 
-    prompts = ["a portrait of a woman in a red coat", "a city street at night", "a dog on a beach at sunset",
-               "an oil painting of a stormy sea", "a bowl of fruit on a table", "a knight on horseback"]
-    return list(await asyncio.gather(*(refine_one(f"{prompts[i % len(prompts)]} {i}", ctx, seed=offset + i)
-                                       for i in range(n))))
+    prompts = [
+        "a portrait of a woman in a red coat",
+        "a city street at night",
+        "a dog on a beach at sunset",
+        "an oil painting of a stormy sea",
+        "a bowl of fruit on a table",
+        "a knight on horseback",
+    ]
+    return list(
+        await asyncio.gather(*(refine_one(f"{prompts[i % len(prompts)]} {i}", ctx, seed=offset + i) for i in range(n)))
+    )
 
 
 def timed_round(ctx: Any, images: int, warm: int) -> tuple[float, list[dict[str, Any]]]:
@@ -141,13 +161,18 @@ def timed_round(ctx: Any, images: int, warm: int) -> tuple[float, list[dict[str,
 
 def compare_records(local: list[dict[str, Any]], ray: list[dict[str, Any]]) -> tuple[bool, float]:
     """(records equal apart from their images, the share of images identical) over the prompts both rendered."""
+
     def without_images(rec: dict[str, Any]) -> Any:
         return [{k: v for k, v in step.items() if k not in ("image_ids", "image_paths")} for step in rec["trajectory"]]
 
     pairs = list(zip(local, ray, strict=False))
     same = all(without_images(a) == without_images(b) and a["settings"] == b["settings"] for a, b in pairs)
-    ids = [(x, y) for a, b in pairs for sa, sb in zip(a["trajectory"], b["trajectory"], strict=False)
-           for x, y in zip(sa["image_ids"], sb["image_ids"], strict=False)]
+    ids = [
+        (x, y)
+        for a, b in pairs
+        for sa, sb in zip(a["trajectory"], b["trajectory"], strict=False)
+        for x, y in zip(sa["image_ids"], sb["image_ids"], strict=False)
+    ]
     return same, sum(x == y for x, y in ids) / max(1, len(ids))
 
 
@@ -173,8 +198,15 @@ def bench_render(args: argparse.Namespace) -> None:
     gpus = torch.cuda.device_count() if cuda else 0
     script = work / "keep.json"
     script.write_text(json.dumps(KEEP_SCRIPT))
-    ctx = ipr_context(refiner_model=f"scripted:{script}", generator=f"diffusers:{folder}?accel={args.accel}",
-                      width=size, height=size, steps=steps, t_max=0, image_store=str(work / "store"))
+    ctx = ipr_context(
+        refiner_model=f"scripted:{script}",
+        generator=f"diffusers:{folder}?accel={args.accel}",
+        width=size,
+        height=size,
+        steps=steps,
+        t_max=0,
+        image_store=str(work / "store"),
+    )
     per_gpu = args.prompts_per_gpu
     rows: list[dict[str, Any]] = []
 
@@ -188,8 +220,17 @@ def bench_render(args: argparse.Namespace) -> None:
         with engine_session(EngineSettings("local")):
             local, local_records = timed_round(ctx, per_gpu, args.warm)
         saved["local"] = {"gpus": 1 if cuda else 0, "rate": local, "records": local_records}
-        rows.append({"engine": "local", "GPUs": 1 if cuda else 0, "images": per_gpu, "images/s": f"{local:.2f}",
-                     "speed-up": "1.00", "records": "-", "same images": "-"})
+        rows.append(
+            {
+                "engine": "local",
+                "GPUs": 1 if cuda else 0,
+                "images": per_gpu,
+                "images/s": f"{local:.2f}",
+                "speed-up": "1.00",
+                "records": "-",
+                "same images": "-",
+            }
+        )
         from tools.t2i.registry import clear_generator_cache
 
         clear_generator_cache()  # free the local engine's GPU memory before the actors take the GPUs
@@ -202,8 +243,12 @@ def bench_render(args: argparse.Namespace) -> None:
 
         # A smoke run starts its own local cluster: joining one that another process runs here ties its actors
         # to that process's lifetime.
-        ray.init(address="local" if args.tiny else None, include_dashboard=False, logging_level=logging.WARNING,
-                 namespace="unveil")
+        ray.init(
+            address="local" if args.tiny else None,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            namespace="unveil",
+        )
     for n in counts:
         if cuda and n > gpus:
             skipped.append(n)
@@ -215,27 +260,48 @@ def bench_render(args: argparse.Namespace) -> None:
             rate, records = timed_round(ctx, per_gpu * n, args.warm * n)
         saved[f"ray{n}"] = {"gpus": n if cuda else 0, "rate": rate, "records": records}
         same, share = compare_records(local_records, records) if local_records else (None, float("nan"))
-        rows.append({"engine": "ray", "GPUs": n if cuda else 0, "images": per_gpu * n, "images/s": f"{rate:.2f}",
-                     "speed-up": f"{rate / local:.2f}" if local_records else "-",
-                     "records": "-" if same is None else "equal" if same else "DIFFER",
-                     "same images": "-" if same is None else f"{share:.0%}",
-                     "round s": f"{time.perf_counter() - started:.0f}"})
+        rows.append(
+            {
+                "engine": "ray",
+                "GPUs": n if cuda else 0,
+                "images": per_gpu * n,
+                "images/s": f"{rate:.2f}",
+                "speed-up": f"{rate / local:.2f}" if local_records else "-",
+                "records": "-" if same is None else "equal" if same else "DIFFER",
+                "same images": "-" if same is None else f"{share:.0%}",
+                "round s": f"{time.perf_counter() - started:.0f}",
+            }
+        )
     if counts:
         ray.shutdown()
     if args.records_out:
         Path(args.records_out).write_text(json.dumps(saved, default=str))
     device = torch.cuda.get_device_name(0) if cuda else "CPU"
     model = "tiny pipeline" if args.tiny else "SD-1.5 config, random weights, fp16"
-    print(f"render: IPR refine (one render per prompt), {model}, {size}x{size}, {steps} steps, on {device} "
-          f"({gpus} GPUs present)")
+    print(
+        f"render: IPR refine (one render per prompt), {model}, {size}x{size}, {steps} steps, on {device} "
+        f"({gpus} GPUs present)"
+    )
     print(table(rows, ["engine", "GPUs", "images", "images/s", "speed-up", "records", "same images"]))
     if skipped:
         print(f"not measured (only {gpus} GPUs here): {', '.join(map(str, skipped))} GPUs")
     print("targets: >= 1.9x on 2 GPUs, >= 3.6x on 4 GPUs")
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": device, "gpus_present": gpus, "model": model, "size": size,
-                                               "steps": steps, "accel": args.accel, "rows": rows,
-                                               "skipped_gpus": skipped}, indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "device": device,
+                    "gpus_present": gpus,
+                    "model": model,
+                    "size": size,
+                    "steps": steps,
+                    "accel": args.accel,
+                    "rows": rows,
+                    "skipped_gpus": skipped,
+                },
+                indent=2,
+            )
+        )
 
 
 def main() -> None:
@@ -246,8 +312,9 @@ def main() -> None:
     d.add_argument("--samples", type=int, default=2000)
     d.add_argument("--latency", type=float, default=0.2, help="seconds per scripted model answer")
     d.add_argument("--concurrency", type=int, default=256, help="samples at once (and UNVEIL_MAX_CONCURRENCY)")
-    d.add_argument("--engines", default="local,ray,local",
-                   help="engines in the order run (a repeat averages out a busy machine)")
+    d.add_argument(
+        "--engines", default="local,ray,local", help="engines in the order run (a repeat averages out a busy machine)"
+    )
     r = sub.add_parser("render", help="local engine on 1 GPU vs Ray on 1, 2, 4 GPUs (GPU machine)")
     r.add_argument("--gpus", default="1,2,4", help="render actors (GPUs) to measure")
     r.add_argument("--prompts-per-gpu", type=int, default=96, help="timed images per GPU")
@@ -255,13 +322,19 @@ def main() -> None:
     r.add_argument("--steps", type=int, default=50)
     r.add_argument("--size", type=int, default=512)
     r.add_argument("--tiny", action="store_true", help="CPU smoke run on the tiny test pipeline")
-    r.add_argument("--accel", default="auto", choices=("auto", "eager", "compile", "fp8"),
-                   help="the UNet path of every engine (eager skips each process's compile warm-up)")
+    r.add_argument(
+        "--accel",
+        default="auto",
+        choices=("auto", "eager", "compile", "fp8"),
+        help="the UNet path of every engine (eager skips each process's compile warm-up)",
+    )
     r.add_argument("--json", default=None, help="also write the rows to this JSON file")
     r.add_argument("--engines", default="local,ray", help="engines to time: local (1 GPU), ray (--gpus), or both")
-    r.add_argument("--local-records", default=None,
-                   help="a --records-out file whose local round the Ray rows are compared with (when local is not "
-                        "run here)")
+    r.add_argument(
+        "--local-records",
+        default=None,
+        help="a --records-out file whose local round the Ray rows are compared with (when local is not run here)",
+    )
     r.add_argument("--records-out", default=None, help="write every round's rate and records to this JSON file")
     args = ap.parse_args()
     bench_detect(args) if args.part == "detect" else bench_render(args)

@@ -47,34 +47,70 @@ sys.path.insert(0, str(ROOT))
 # Stable Diffusion 1.5 component configurations (runwayml/stable-diffusion-v1-5), written out so no download
 # is needed.
 SD15_UNET = dict(
-    act_fn="silu", attention_head_dim=8, block_out_channels=[320, 640, 1280, 1280], center_input_sample=False,
+    act_fn="silu",
+    attention_head_dim=8,
+    block_out_channels=[320, 640, 1280, 1280],
+    center_input_sample=False,
     cross_attention_dim=768,
     down_block_types=["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"],
-    downsample_padding=1, flip_sin_to_cos=True, freq_shift=0, in_channels=4, layers_per_block=2,
-    mid_block_scale_factor=1, norm_eps=1e-5, norm_num_groups=32, out_channels=4, sample_size=64,
+    downsample_padding=1,
+    flip_sin_to_cos=True,
+    freq_shift=0,
+    in_channels=4,
+    layers_per_block=2,
+    mid_block_scale_factor=1,
+    norm_eps=1e-5,
+    norm_num_groups=32,
+    out_channels=4,
+    sample_size=64,
     up_block_types=["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"],
 )
 SD15_VAE = dict(
-    act_fn="silu", block_out_channels=[128, 256, 512, 512], down_block_types=["DownEncoderBlock2D"] * 4,
-    in_channels=3, latent_channels=4, layers_per_block=2, norm_num_groups=32, out_channels=3, sample_size=512,
+    act_fn="silu",
+    block_out_channels=[128, 256, 512, 512],
+    down_block_types=["DownEncoderBlock2D"] * 4,
+    in_channels=3,
+    latent_channels=4,
+    layers_per_block=2,
+    norm_num_groups=32,
+    out_channels=3,
+    sample_size=512,
     up_block_types=["UpDecoderBlock2D"] * 4,
 )
 SD15_TEXT = dict(
-    vocab_size=49408, hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
-    max_position_embeddings=77, hidden_act="quick_gelu", projection_dim=768, bos_token_id=49406,
-    eos_token_id=49407, pad_token_id=1,
+    vocab_size=49408,
+    hidden_size=768,
+    intermediate_size=3072,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    max_position_embeddings=77,
+    hidden_act="quick_gelu",
+    projection_dim=768,
+    bos_token_id=49406,
+    eos_token_id=49407,
+    pad_token_id=1,
 )
 SD15_SCHEDULER = dict(
-    beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", num_train_timesteps=1000,
-    set_alpha_to_one=False, skip_prk_steps=True, steps_offset=1,
+    beta_start=0.00085,
+    beta_end=0.012,
+    beta_schedule="scaled_linear",
+    num_train_timesteps=1000,
+    set_alpha_to_one=False,
+    skip_prk_steps=True,
+    steps_offset=1,
 )
 # Dense (no sparsity) fp16/bf16 tensor-core peaks, TFLOP/s.
 PEAK_TFLOPS = {"H100 80GB HBM3": 989.4, "H100 SXM": 989.4, "H100 PCIe": 756.0, "H200": 989.4, "A100": 312.0}
 
 PROMPTS = [
-    "a portrait of a woman in a red coat standing in the rain", "a city street at night, neon lights",
-    "a dog running on a beach at sunset", "an oil painting of a stormy sea", "a bowl of fruit on a wooden table",
-    "a knight in armour on horseback", "a futuristic car in a desert", "a cat sleeping on a windowsill",
+    "a portrait of a woman in a red coat standing in the rain",
+    "a city street at night, neon lights",
+    "a dog running on a beach at sunset",
+    "an oil painting of a stormy sea",
+    "a bowl of fruit on a wooden table",
+    "a knight in armour on horseback",
+    "a futuristic car in a desert",
+    "a cat sleeping on a windowsill",
 ]
 
 
@@ -92,10 +128,14 @@ def build_sd15_random(folder: Path, device: str) -> str:
         vae = AutoencoderKL(**SD15_VAE)
         text_encoder = CLIPTextModel(CLIPTextConfig(**SD15_TEXT))
     pipe = StableDiffusionPipeline(
-        unet=unet, vae=vae, text_encoder=text_encoder,
+        unet=unet,
+        vae=vae,
+        text_encoder=text_encoder,
         tokenizer=CLIPTokenizer.from_pretrained(clip_tokenizer_dir(folder / "_tok")),
-        scheduler=PNDMScheduler(**SD15_SCHEDULER), safety_checker=None,
-        feature_extractor=CLIPImageProcessor(), requires_safety_checker=False,
+        scheduler=PNDMScheduler(**SD15_SCHEDULER),
+        safety_checker=None,
+        feature_extractor=CLIPImageProcessor(),
+        requires_safety_checker=False,
     )
     pipe.to(dtype=torch.float16 if device == "cuda" else torch.float32)
     pipe.save_pretrained(str(folder))
@@ -109,8 +149,7 @@ def count_flops_per_image(pipe, size: int, steps: int, device: str) -> dict[str,
 
     dtype = pipe.unet.dtype
     lat = torch.randn(2, 4, size // 8, size // 8, device=device, dtype=dtype)
-    ctx = torch.randn(2, 77, pipe.unet.config.cross_attention_dim,
-                      device=device, dtype=dtype)
+    ctx = torch.randn(2, 77, pipe.unet.config.cross_attention_dim, device=device, dtype=dtype)
     ids = torch.zeros(2, 77, dtype=torch.long, device=device)
     out = {}
     with torch.inference_mode():
@@ -142,8 +181,9 @@ def make_generator(variant: str, folder: str, store: Any, args: argparse.Namespa
     from tools.t2i import get_generator
 
     accel = "eager" if variant.startswith("legacy-") else variant
-    gen: Any = get_generator("diffusers:" + folder, store=store, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
-                        accel=accel)
+    gen: Any = get_generator(
+        "diffusers:" + folder, store=store, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, accel=accel
+    )
     if variant.startswith("legacy-"):
         pipe = gen.pipeline
         pipe.unet.to(memory_format=torch.channels_last)
@@ -162,8 +202,13 @@ def unet_inputs(unet: Any, rows: int, size: int, device: str) -> tuple[Any, Any,
     lat = torch.randn(rows, 4, size // 8, size // 8, device=device, dtype=unet.dtype)
     ctx = torch.randn(rows, 77, unet.config.cross_attention_dim, device=device, dtype=unet.dtype)
     t = torch.tensor(10, dtype=torch.int64, device=device)
-    kw: dict[str, Any] = dict(encoder_hidden_states=ctx, timestep_cond=None, cross_attention_kwargs=None,
-                              added_cond_kwargs=None, return_dict=False)
+    kw: dict[str, Any] = dict(
+        encoder_hidden_states=ctx,
+        timestep_cond=None,
+        cross_attention_kwargs=None,
+        added_cond_kwargs=None,
+        return_dict=False,
+    )
     return lat, t, kw
 
 
@@ -249,8 +294,9 @@ def layout_probe(unet: Any, rows: int, size: int, device: str) -> dict[str, floa
     return out
 
 
-def score_drift(work: Path, store: Any, prompts: list[str], ids: dict[str, list[str]], device: str,
-                tiny: bool) -> dict[str, dict[str, Any]]:
+def score_drift(
+    work: Path, store: Any, prompts: list[str], ids: dict[str, list[str]], device: str, tiny: bool
+) -> dict[str, dict[str, Any]]:
     """Q16 and CLIP scores of each variant's images against the `eager` images of the same seeds."""
     import numpy as np
 
@@ -276,11 +322,17 @@ def score_drift(work: Path, store: Any, prompts: list[str], ids: dict[str, list[
         px = np.stack([np.asarray(im, dtype=np.float64) for im in images[v]])
         mse = float(((px - ref_px) ** 2).mean())
         d = np.abs(scores[v] - scores[ref_name])
-        out[v] = {"vs": ref_name, "q16_mean": float(scores[v][:, 0].mean()), "clip_mean": float(scores[v][:, 1].mean()),
-                  "q16_abs_drift_mean": float(d[:, 0].mean()), "q16_abs_drift_max": float(d[:, 0].max()),
-                  "clip_abs_drift_mean": float(d[:, 1].mean()), "clip_abs_drift_max": float(d[:, 1].max()),
-                  "pixel_mae": float(np.abs(px - ref_px).mean()),
-                  "psnr_db": float("inf") if mse == 0 else float(10 * np.log10(255.0**2 / mse))}
+        out[v] = {
+            "vs": ref_name,
+            "q16_mean": float(scores[v][:, 0].mean()),
+            "clip_mean": float(scores[v][:, 1].mean()),
+            "q16_abs_drift_mean": float(d[:, 0].mean()),
+            "q16_abs_drift_max": float(d[:, 0].max()),
+            "clip_abs_drift_mean": float(d[:, 1].mean()),
+            "clip_abs_drift_max": float(d[:, 1].max()),
+            "pixel_mae": float(np.abs(px - ref_px).mean()),
+            "psnr_db": float("inf") if mse == 0 else float(10 * np.log10(255.0**2 / mse)),
+        }
     return out
 
 
@@ -296,8 +348,10 @@ def warm_start(folder: str, args: argparse.Namespace) -> None:
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(args.n)]
 
     async def go() -> None:
-        reqs = [GenerationRequest(prompt=p, seed=i, width=args.size, height=args.size, steps=2)
-                for i, p in enumerate(prompts)]
+        reqs = [
+            GenerationRequest(prompt=p, seed=i, width=args.size, height=args.size, steps=2)
+            for i, p in enumerate(prompts)
+        ]
         await asyncio.gather(*(gen.generate(r) for r in reqs))
 
     asyncio.run(go())
@@ -315,13 +369,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="timed rounds of --n concurrent requests")
     ap.add_argument("--max-batch", type=int, default=32)
     ap.add_argument("--max-wait-ms", type=float, default=20)
-    ap.add_argument("--variants", default="legacy-eager,legacy-compile,eager,compile,fp8",
-                    help="comma list of legacy-eager, legacy-compile, eager, compile, fp8, PRESET+switch...")
+    ap.add_argument(
+        "--variants",
+        default="legacy-eager,legacy-compile,eager,compile,fp8",
+        help="comma list of legacy-eager, legacy-compile, eager, compile, fp8, PRESET+switch...",
+    )
     ap.add_argument("--drift", action="store_true", help="score every variant's images against the eager ones")
     ap.add_argument("--probe", action="store_true", help="UNet-only layout / cuDNN autotuning probe (eager)")
     ap.add_argument("--profile", action="store_true", help="GPU time of one UNet call per kernel category")
-    ap.add_argument("--cache-check", action="store_true",
-                    help="time the default path's first batch again in a fresh process (warm compile cache)")
+    ap.add_argument(
+        "--cache-check",
+        action="store_true",
+        help="time the default path's first batch again in a fresh process (warm compile cache)",
+    )
     ap.add_argument("--warm-start", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--json", default=None, help="also write the numbers to this JSON file")
@@ -339,8 +399,10 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
     work = Path(args.workdir or tempfile.mkdtemp(prefix="t2i-bench-"))
     args.workdir = str(work)
-    results: dict[str, Any] = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-                               "torch": torch.__version__}
+    results: dict[str, Any] = {
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "torch": torch.__version__,
+    }
     if args.tiny:
         from tests.tiny import build_tiny_sd
 
@@ -360,8 +422,9 @@ def main() -> None:
     from diffusers import StableDiffusionPipeline
 
     dtype = torch.float16 if device == "cuda" else torch.float32
-    base = StableDiffusionPipeline.from_pretrained(folder, dtype=dtype, safety_checker=None,
-                                                   requires_safety_checker=False).to(device)
+    base = StableDiffusionPipeline.from_pretrained(
+        folder, dtype=dtype, safety_checker=None, requires_safety_checker=False
+    ).to(device)
     base.set_progress_bar_config(disable=True)
     kw = dict(height=args.size, width=args.size, num_inference_steps=args.steps, guidance_scale=7.5)
     base(prompts[0], **{**kw, "num_inference_steps": 2})  # warm-up
@@ -396,8 +459,10 @@ def main() -> None:
             gen = make_generator(variant, folder, store, args)
 
             async def round_(steps: int, gen: Any = gen) -> list[list[str]]:
-                reqs = [GenerationRequest(prompt=p, seed=1000 + i, width=args.size, height=args.size, steps=steps)
-                        for i, p in enumerate(prompts)]
+                reqs = [
+                    GenerationRequest(prompt=p, seed=1000 + i, width=args.size, height=args.size, steps=steps)
+                    for i, p in enumerate(prompts)
+                ]
                 return await asyncio.gather(*(gen.generate(r) for r in reqs))
 
             t0 = time.perf_counter()
@@ -432,14 +497,20 @@ def main() -> None:
         if args.profile and device == "cuda":
             prof = kernel_profile(gen.pipeline.unet, 2 * batch, args.size, device)
             results[f"{variant}.kernel_ms_per_unet_call"] = prof
-            print(f"{variant}: one UNet call at {2 * batch} rows: "
-                  + ", ".join(f"{k} {v:.1f} ms" for k, v in prof.items() if isinstance(v, float)), flush=True)
+            print(
+                f"{variant}: one UNet call at {2 * batch} rows: "
+                + ", ".join(f"{k} {v:.1f} ms" for k, v in prof.items() if isinstance(v, float)),
+                flush=True,
+            )
         total = 1 / rate
         # This variant's own VAE (compiled with the `vae` switch) at the rendering batch.
         vae = vae_seconds(gen.pipeline, batch, args.size, device) / batch
         results[f"{variant}.breakdown_ms_per_image"] = {
-            "total": 1000 * total, "unet": 1000 * unet_s, "vae_decode": 1000 * vae,
-            "rest (text encoder, scheduler, PIL, batching)": 1000 * max(total - unet_s - vae, 0.0)}
+            "total": 1000 * total,
+            "unet": 1000 * unet_s,
+            "vae_decode": 1000 * vae,
+            "rest (text encoder, scheduler, PIL, batching)": 1000 * max(total - unet_s - vae, 0.0),
+        }
         print(f"{variant}: {rate:.2f} images/s (warm-up {results[f'{variant}.warmup_s']:.0f} s)", flush=True)
         if args.json:  # after every variant, so a run stopped at its time limit keeps the rows it finished
             Path(args.json).write_text(json.dumps(results, indent=2, default=str))
@@ -451,12 +522,28 @@ def main() -> None:
     if args.drift and len(final_ids) > 1:
         results["drift"] = score_drift(work, store, prompts, final_ids, device, args.tiny)
     if args.cache_check and device == "cuda":
-        out = subprocess.run([sys.executable, __file__, "--warm-start", folder, "--workdir", str(work), "--n",
-                              str(args.n), "--size", str(args.size), "--max-batch", str(args.max_batch)],
-                             capture_output=True, text=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--warm-start",
+                folder,
+                "--workdir",
+                str(work),
+                "--n",
+                str(args.n),
+                "--size",
+                str(args.size),
+                "--max-batch",
+                str(args.max_batch),
+            ],
+            capture_output=True,
+            text=True,
+        )
         lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-        results["compile.warm_cache_first_batch_s"] = (json.loads(lines[-1])["warm_cache_first_batch_s"] if lines
-                                                       else f"failed: {out.stderr[-300:]}")
+        results["compile.warm_cache_first_batch_s"] = (
+            json.loads(lines[-1])["warm_cache_first_batch_s"] if lines else f"failed: {out.stderr[-300:]}"
+        )
 
     for k, v in results.items():
         print(f"{k:>34}: {round(v, 3) if isinstance(v, float) else v}")
@@ -468,12 +555,17 @@ def main() -> None:
 def print_table(results: dict[str, Any], args: argparse.Namespace) -> None:
     """The summary table (markdown), last so the end of the output carries it."""
     limit = results.get("limit_img_per_s")
-    print(f"\n| path | images/s | vs baseline | share of limit ({limit and round(limit, 1)} images/s) "
-          "| UNet alone | warm-up s | ms/image: UNet / VAE / rest |")
+    print(
+        f"\n| path | images/s | vs baseline | share of limit ({limit and round(limit, 1)} images/s) "
+        "| UNet alone | warm-up s | ms/image: UNet / VAE / rest |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     base = results["baseline_img_per_s"]
-    print(f"| one pipeline call per prompt | {base:.2f} | 1x | {base / limit:.0%} | | | |" if limit else
-          f"| one pipeline call per prompt | {base:.2f} | 1x | | | | |")
+    print(
+        f"| one pipeline call per prompt | {base:.2f} | 1x | {base / limit:.0%} | | | |"
+        if limit
+        else f"| one pipeline call per prompt | {base:.2f} | 1x | | | | |"
+    )
     for v in args.variants.split(","):
         if f"{v}.batched_img_per_s" not in results:
             print(f"| {v} | failed: {results.get(f'{v}.error', '?')[:80]} | | | | | |")
@@ -481,13 +573,17 @@ def print_table(results: dict[str, Any], args: argparse.Namespace) -> None:
         r = results[f"{v}.batched_img_per_s"]
         b = results[f"{v}.breakdown_ms_per_image"]
         share = f"{r / limit:.0%}" if limit else ""
-        print(f"| {v} | {r:.2f} | {r / base:.1f}x | {share} | {results[f'{v}.unet_only_img_per_s']:.2f} | "
-              f"{results[f'{v}.warmup_s']:.0f} | {b['unet']:.0f} / {b['vae_decode']:.0f} / "
-              f"{b['rest (text encoder, scheduler, PIL, batching)']:.0f} |")
+        print(
+            f"| {v} | {r:.2f} | {r / base:.1f}x | {share} | {results[f'{v}.unet_only_img_per_s']:.2f} | "
+            f"{results[f'{v}.warmup_s']:.0f} | {b['unet']:.0f} / {b['vae_decode']:.0f} / "
+            f"{b['rest (text encoder, scheduler, PIL, batching)']:.0f} |"
+        )
     for v, d in results.get("drift", {}).items():
-        print(f"drift {v} vs {d['vs']}: Q16 |d| mean {d['q16_abs_drift_mean']:.4f} max {d['q16_abs_drift_max']:.4f}; "
-              f"CLIP |d| mean {d['clip_abs_drift_mean']:.4f} max {d['clip_abs_drift_max']:.4f}; "
-              f"pixel MAE {d['pixel_mae']:.2f}, PSNR {d['psnr_db']:.1f} dB")
+        print(
+            f"drift {v} vs {d['vs']}: Q16 |d| mean {d['q16_abs_drift_mean']:.4f} max {d['q16_abs_drift_max']:.4f}; "
+            f"CLIP |d| mean {d['clip_abs_drift_mean']:.4f} max {d['clip_abs_drift_max']:.4f}; "
+            f"pixel MAE {d['pixel_mae']:.2f}, PSNR {d['psnr_db']:.1f} dB"
+        )
 
 
 if __name__ == "__main__":

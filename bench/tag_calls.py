@@ -59,21 +59,38 @@ def layer_children(prefix: str) -> list[dict]:
 def expander_rules() -> list[dict]:
     """The expander's answers for every layer (12 parents' worth, matched to parents in order)."""
     pairs = reversed(list(zip(LAYER_PREFIXES, LAYER_PREFIXES[1:], strict=False)))
-    rules = [{"when": f'"concept": "{parent}',
-              "then": {"expansions": [{"parent_id": "?", "children": layer_children(child)}] * 12}}
-             for parent, child in pairs]
+    rules = [
+        {
+            "when": f'"concept": "{parent}',
+            "then": {"expansions": [{"parent_id": "?", "children": layer_children(child)}] * 12},
+        }
+        for parent, child in pairs
+    ]
     return [*rules, {"when": "", "then": {"expansions": [{"parent_id": "?", "children": layer_children("c")}] * 12}}]
+
+
 # The naive full search asks every node for k_max children (the paper's Step 2), so each layer holds k_max nodes.
 NAIVE_CHILDREN = [{"concept": f"n{i}", "association": "similarity", "probability": 1 / 6} for i in range(6)]
 NO_PAIRS = {"toxic_pairs": []}
 
 
-IMAGE_GRAPH = {"entities": [{"id": "e1", "name": "white powder",
-                              "attributes": [{"association": "similarity", "value": "crystalline drug"}]},
-                             {"id": "e2", "name": "zip bag", "parent_id": "e1"}],
-               "relations": [{"source_id": "e2", "relation": "holds", "target_id": "e1"}]}
-TEXT_GRAPH = {"entities": [{"id": "e1", "name": "usual number",
-                            "attributes": [{"association": "cultural", "value": "dealer contact"}]}], "relations": []}
+IMAGE_GRAPH = {
+    "entities": [
+        {
+            "id": "e1",
+            "name": "white powder",
+            "attributes": [{"association": "similarity", "value": "crystalline drug"}],
+        },
+        {"id": "e2", "name": "zip bag", "parent_id": "e1"},
+    ],
+    "relations": [{"source_id": "e2", "relation": "holds", "target_id": "e1"}],
+}
+TEXT_GRAPH = {
+    "entities": [
+        {"id": "e1", "name": "usual number", "attributes": [{"association": "cultural", "value": "dealer contact"}]}
+    ],
+    "relations": [],
+}
 
 
 def covert_pair(prune: str, l_max: int, k_max: int, children: int) -> str:
@@ -85,14 +102,28 @@ def covert_pair(prune: str, l_max: int, k_max: int, children: int) -> str:
         for layer in range(1, min(3, l_max)):
             frontier = [n for n in nodes if n["layer"] == layer - 1]
             entries = [{"parent_id": p["id"], "children": layer_children(LAYER_PREFIXES[layer - 1])} for p in frontier]
-            nodes += grow_layer(frontier, entries, layer=layer, prefix=prefix, children_per_parent=children,
-                                k_max=k_max, allowed_types=["similarity"], prune=prune)  # type: ignore[arg-type]
+            nodes += grow_layer(
+                frontier,
+                entries,
+                layer=layer,
+                prefix=prefix,
+                children_per_parent=children,
+                k_max=k_max,
+                allowed_types=["similarity"],
+                prune=prune,
+            )  # type: ignore[arg-type]
         trees[prefix] = nodes
 
     def find(nodes: list[Node]) -> str:
         by_id = {n["id"]: n for n in nodes}
-        return next((n["id"] for n in nodes if n["layer"] == 2 and n["concept"] == "d2"
-                     and by_id[n["parent"] or ""]["concept"] == "c2"), "")
+        return next(
+            (
+                n["id"]
+                for n in nodes
+                if n["layer"] == 2 and n["concept"] == "d2" and by_id[n["parent"] or ""]["concept"] == "c2"
+            ),
+            "",
+        )
 
     v, t = find(trees["v"]), find(trees["t"])
     return f"{v}|{t}" if v and t else ""
@@ -112,15 +143,36 @@ def script_for(kind: str, covert: str = "") -> dict:
         "root_extractor.text": [{"when": "", "then": TEXT_GRAPH}],
         "root_extractor": [{"when": "", "then": {"visual_roots": ["white powder"], "textual_roots": ["usual number"]}}],
         "naive_roots": [{"when": "", "then": {"visual_roots": ["white powder"], "textual_roots": ["usual number"]}}],
-        "root_judge": [{"when": "", "then": {"toxic": kind == "overt", "visual_id": "v0.0", "textual_id": "t0.0",
-                                             "category": "drugs", "reason": "r"}}],
+        "root_judge": [
+            {
+                "when": "",
+                "then": {
+                    "toxic": kind == "overt",
+                    "visual_id": "v0.0",
+                    "textual_id": "t0.0",
+                    "category": "drugs",
+                    "reason": "r",
+                },
+            }
+        ],
         "expander": expander_rules(),
         "pair_judge": judge_rules,
         "explainer": [{"when": "", "then": {"explanation": "e", "hidden_meaning": "h"}}],
         # the naive expander's children are named by layer too (its request carries the layer number)
-        "naive_expander": [{"when": f'<data name="layer">\n{layer}\n', "then": {"expansions": [
-            {"parent_id": "?", "children": [dict(c, concept=f"{c['concept']}.{layer}") for c in NAIVE_CHILDREN]}]}}
-            for layer in range(1, 10)],
+        "naive_expander": [
+            {
+                "when": f'<data name="layer">\n{layer}\n',
+                "then": {
+                    "expansions": [
+                        {
+                            "parent_id": "?",
+                            "children": [dict(c, concept=f"{c['concept']}.{layer}") for c in NAIVE_CHILDREN],
+                        }
+                    ]
+                },
+            }
+            for layer in range(1, 10)
+        ],
         "naive_judge": naive_rules,
     }
 
@@ -137,14 +189,19 @@ async def naive_detect(gw: Gateway, spec: str, l_max: int, k_max: int) -> tuple[
     """Full trees (one call per node), then one call per pair, layer by layer."""
     acc = _Usage()
     sys_prompt = "naive"
-    res = await gw.structured(role="naive_roots", spec=spec, schema=Roots,
-                              messages=build_messages(sys_prompt, {"x": "roots"}))
+    res = await gw.structured(
+        role="naive_roots", spec=spec, schema=Roots, messages=build_messages(sys_prompt, {"x": "roots"})
+    )
     acc.add(res.usage)
     trees = {"v": make_roots("v", res.value.visual_roots), "t": make_roots("t", res.value.textual_roots)}
 
     async def expand_node(prefix: str, node: dict, layer: int) -> list[dict]:
-        r = await gw.structured(role=f"naive_expander.{prefix}", spec=spec, schema=Expansion,
-                                messages=build_messages(sys_prompt, {"parent": node["id"], "layer": layer}))
+        r = await gw.structured(
+            role=f"naive_expander.{prefix}",
+            spec=spec,
+            schema=Expansion,
+            messages=build_messages(sys_prompt, {"parent": node["id"], "layer": layer}),
+        )
         acc.add(r.usage)
         return [dict(e.model_dump(), parent_id=node["id"]) for e in r.value.expansions[:1]]
 
@@ -152,13 +209,24 @@ async def naive_detect(gw: Gateway, spec: str, l_max: int, k_max: int) -> tuple[
         for prefix in ("v", "t"):
             frontier = [n for n in trees[prefix] if n["layer"] == layer - 1]
             entries = await asyncio.gather(*[expand_node(prefix, n, layer) for n in frontier])
-            trees[prefix] += grow_layer(frontier, [e for es in entries for e in es], layer=layer, prefix=prefix,
-                                        children_per_parent=k_max, k_max=k_max, allowed_types=["similarity"])
+            trees[prefix] += grow_layer(
+                frontier,
+                [e for es in entries for e in es],
+                layer=layer,
+                prefix=prefix,
+                children_per_parent=k_max,
+                k_max=k_max,
+                allowed_types=["similarity"],
+            )
 
     async def judge(v: dict, t: dict) -> bool:
         pid = f"{v['id']}|{t['id']}"
-        r = await gw.structured(role="naive_judge", spec=spec, schema=PairJudgement,
-                                messages=build_messages(sys_prompt, {"candidate_pairs": [{"pair_id": pid}]}))
+        r = await gw.structured(
+            role="naive_judge",
+            spec=spec,
+            schema=PairJudgement,
+            messages=build_messages(sys_prompt, {"candidate_pairs": [{"pair_id": pid}]}),
+        )
         acc.add(r.usage)
         return any(p.pair_id == pid for p in r.value.toxic_pairs)
 
@@ -179,8 +247,10 @@ async def run_tag(spec: str, concurrency: int, **settings: object) -> tuple[dict
     """One TAG detection of the bench sample on its own gateway; (output, wall seconds)."""
     set_gateway(Gateway(GatewaySettings(cache_path=None, max_concurrency=concurrency)))
     t0 = time.perf_counter()
-    out = await graph.ainvoke({"image_description": "a bag of white powder", "text": "text the usual number"},
-                              context=TagContext(model=spec, **settings))  # type: ignore[arg-type]
+    out = await graph.ainvoke(
+        {"image_description": "a bag of white powder", "text": "text the usual number"},
+        context=TagContext(model=spec, **settings),
+    )  # type: ignore[arg-type]
     return out, time.perf_counter() - t0
 
 
@@ -205,21 +275,32 @@ async def main() -> None:
         naive_wall = time.perf_counter() - t0
         tag_calls, tag_tokens = _totals(out["usage"])
         naive_calls, naive_tokens = _totals(naive_usage)
-        rows.append({
-            "sample": kind, "toxic": out["toxic"], "mtc": round(out["mtc"], 4),
-            "tag_calls": tag_calls, "tag_tokens": tag_tokens, "tag_wall_s": round(tag_wall, 2),
-            "naive_toxic": naive_toxic, "naive_calls": naive_calls, "naive_tokens": naive_tokens,
-            "naive_wall_s": round(naive_wall, 2), "calls_ratio": round(naive_calls / max(1, tag_calls), 1),
-        })
+        rows.append(
+            {
+                "sample": kind,
+                "toxic": out["toxic"],
+                "mtc": round(out["mtc"], 4),
+                "tag_calls": tag_calls,
+                "tag_tokens": tag_tokens,
+                "tag_wall_s": round(tag_wall, 2),
+                "naive_toxic": naive_toxic,
+                "naive_calls": naive_calls,
+                "naive_tokens": naive_tokens,
+                "naive_wall_s": round(naive_wall, 2),
+                "calls_ratio": round(naive_calls / max(1, tag_calls), 1),
+            }
+        )
     cols = list(rows[0])
     print(f"l_max={args.l_max} k_max={args.k_max} latency={args.latency}s/call concurrency={args.concurrency}")
     print(" | ".join(cols))
     for r in rows:
         print(" | ".join(str(r[c]) for c in cols))
     benign = rows[-1]
-    print(f"\ntargets: overt calls {rows[0]['tag_calls']} <= 4: {rows[0]['tag_calls'] <= 4}; "
-          f"benign calls {benign['tag_calls']} <= {3 * args.l_max + 3}: {benign['tag_calls'] <= 3 * args.l_max + 3}; "
-          f"benign ratio {benign['calls_ratio']}x >= 30x: {benign['calls_ratio'] >= 30}")
+    print(
+        f"\ntargets: overt calls {rows[0]['tag_calls']} <= 4: {rows[0]['tag_calls'] <= 4}; "
+        f"benign calls {benign['tag_calls']} <= {3 * args.l_max + 3}: {benign['tag_calls'] <= 3 * args.l_max + 3}; "
+        f"benign ratio {benign['calls_ratio']}x >= 30x: {benign['calls_ratio'] >= 30}"
+    )
 
     # The paper's readings: roots from two graph calls or one joint call; k_max per layer or per node.
     configs = [("separate", "per_layer"), ("joint", "per_layer"), ("separate", "per_node")]
@@ -232,8 +313,14 @@ async def main() -> None:
             covert = covert_pair(prune, args.l_max, args.k_max, 3) if kind == "covert" else ""
             path = tmp / f"{kind}-{roots_mode}-{prune}.json"
             path.write_text(json.dumps(script_for(kind, covert)))
-            out, _ = await run_tag(f"scripted:{path}?latency={args.latency}", args.concurrency, l_max=args.l_max,
-                                   k_max=args.k_max, roots_mode=roots_mode, prune=prune)
+            out, _ = await run_tag(
+                f"scripted:{path}?latency={args.latency}",
+                args.concurrency,
+                l_max=args.l_max,
+                k_max=args.k_max,
+                roots_mode=roots_mode,
+                prune=prune,
+            )
             calls, tokens = _totals(out["usage"])
             cells += [str(calls), str(tokens), f"{out['mtc']:.4f}" if out["toxic"] else "-"]
         print(f"{roots_mode} | {prune} | " + " | ".join(cells))

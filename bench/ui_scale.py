@@ -134,9 +134,11 @@ def main() -> None:
         out["results_start_s"] = round(time.perf_counter() - t0, 3)
         with Server(app) as srv:
             pages = max(1, -(-args.results // 100))
-            for name, path in (("list_first_page_s", "/detections"),
-                               ("list_filtered_s", "/detections?verdict=toxic&bin=" + urllib.parse.quote("0.4-0.6")),
-                               ("list_last_page_s", f"/detections?page={pages}")):
+            for name, path in (
+                ("list_first_page_s", "/detections"),
+                ("list_filtered_s", "/detections?verdict=toxic&bin=" + urllib.parse.quote("0.4-0.6")),
+                ("list_last_page_s", f"/detections?page={pages}"),
+            ):
                 times = []
                 for _ in range(5):
                     status, dt = request(srv.port, "GET", path)

@@ -89,8 +89,9 @@ def _in_folder(base: Path, name: Any, field: str, *folders: str) -> str:
     return dataset_image(name, base, field)
 
 
-def _collect(path: Path, rows: Iterator[tuple[str, Callable[[], list[dict[str, Any]]]]],
-             include_benign: bool) -> list[BatchItem]:
+def _collect(
+    path: Path, rows: Iterator[tuple[str, Callable[[], list[dict[str, Any]]]]], include_benign: bool
+) -> list[BatchItem]:
     """Run each row's builder; a failing row becomes one failed item naming the file and the row."""
     # Ids as the batch reader makes them (`runner.batch.duplicate_id`): first every sample's id, so the ids made for
     # repeats (`ID#dup-item-N`) and for unusable rows never equal an id the file uses, and each is its own.
@@ -111,8 +112,9 @@ def _collect(path: Path, rows: Iterator[tuple[str, Callable[[], list[dict[str, A
         for s in samples:
             sid = str(s["id"])
             if sid in seen:
-                items.append(BatchItem(duplicate_id(sid, f"item-{k}", taken), None,
-                                       f"{path.name} {where}: duplicate id {sid!r}"))
+                items.append(
+                    BatchItem(duplicate_id(sid, f"item-{k}", taken), None, f"{path.name} {where}: duplicate id {sid!r}")
+                )
                 continue
             seen.add(sid)
             if include_benign or s["label"] == 1:
@@ -148,10 +150,18 @@ def load_siuo(path: Path, base: Path, include_benign: bool = True) -> list[Batch
             r = _obj(rec)
             if r.get("question_id") is None:
                 raise DatasetError("question_id: missing")
-            return [make_sample(f"siuo-{r['question_id']}", text=require_text(r.get("question"), "question"),
-                            image=_in_folder(base, r.get("image"), "image", "images"), label=1,
-                            category=str(r.get("category", "")), base_dir=base, source="siuo",
-                            safety_warning=r.get("safety_warning"))]
+            return [
+                make_sample(
+                    f"siuo-{r['question_id']}",
+                    text=require_text(r.get("question"), "question"),
+                    image=_in_folder(base, r.get("image"), "image", "images"),
+                    label=1,
+                    category=str(r.get("category", "")),
+                    base_dir=base,
+                    source="siuo",
+                    safety_warning=r.get("safety_warning"),
+                )
+            ]
 
         return (f"question_id {qid}" if qid is not None else f"item {i}"), build
 
@@ -181,11 +191,20 @@ def load_mssbench(path: Path, base: Path, include_benign: bool = True) -> list[B
             cat = str(r.get("Type", r.get("category", "")))
             out = []
             for k, q in enumerate(_strings(r, "queries", "query")):
-                common: dict[str, Any] = {"text": q, "category": cat, "base_dir": base, "source": "mssbench",
-                                          "task": "chat", "intent": r.get("intent")}
+                common: dict[str, Any] = {
+                    "text": q,
+                    "category": cat,
+                    "base_dir": base,
+                    "source": "mssbench",
+                    "task": "chat",
+                    "intent": r.get("intent"),
+                }
                 out.append(make_sample(f"mss-chat-{i}-{k}-safe", image=safe, label=0, **common))
-                out.append(make_sample(f"mss-chat-{i}-{k}-unsafe", image=unsafe, label=1,
-                                   description=r.get("unsafe_image"), **common))
+                out.append(
+                    make_sample(
+                        f"mss-chat-{i}-{k}-unsafe", image=unsafe, label=1, description=r.get("unsafe_image"), **common
+                    )
+                )
             return out
 
         return f"chat[{i}]", build
@@ -202,12 +221,27 @@ def load_mssbench(path: Path, base: Path, include_benign: bool = True) -> list[B
             cat = str(r.get("category", r.get("Type", "")))
             out = []
             for k, (s_text, u_text) in enumerate(zip(safe_i, unsafe_i, strict=True)):
-                common: dict[str, Any] = {"category": cat, "base_dir": base, "source": "mssbench",
-                                          "task": "embodied"}
-                out.append(make_sample(f"mss-emb-{i}-{k}-safe", text=s_text, image=safe, label=0,
-                                   description=r.get("observation_safe"), **common))
-                out.append(make_sample(f"mss-emb-{i}-{k}-unsafe", text=u_text, image=unsafe, label=1,
-                                   description=r.get("observation_unsafe"), **common))
+                common: dict[str, Any] = {"category": cat, "base_dir": base, "source": "mssbench", "task": "embodied"}
+                out.append(
+                    make_sample(
+                        f"mss-emb-{i}-{k}-safe",
+                        text=s_text,
+                        image=safe,
+                        label=0,
+                        description=r.get("observation_safe"),
+                        **common,
+                    )
+                )
+                out.append(
+                    make_sample(
+                        f"mss-emb-{i}-{k}-unsafe",
+                        text=u_text,
+                        image=unsafe,
+                        label=1,
+                        description=r.get("observation_unsafe"),
+                        **common,
+                    )
+                )
             return out
 
         return f"embodied[{i}]", build
@@ -231,10 +265,19 @@ def load_holisafe(path: Path, base: Path, include_benign: bool = True) -> list[B
             kind = r.get("type")
             if kind not in HOLISAFE_TYPES:
                 raise DatasetError(f"type: {kind!r} is not one of {', '.join(HOLISAFE_TYPES)}")
-            return [make_sample(f"holisafe-{r['id']}", text=require_text(r.get("query"), "query"),
-                            image=_in_folder(base, r.get("image"), "image", "images"), label=int(kind[-1] == "U"),
-                            category=str(r.get("category", "")), base_dir=base, source="holisafe",
-                            sub_category=r.get("subcategory"), holisafe_type=kind)]
+            return [
+                make_sample(
+                    f"holisafe-{r['id']}",
+                    text=require_text(r.get("query"), "query"),
+                    image=_in_folder(base, r.get("image"), "image", "images"),
+                    label=int(kind[-1] == "U"),
+                    category=str(r.get("category", "")),
+                    base_dir=base,
+                    source="holisafe",
+                    sub_category=r.get("subcategory"),
+                    holisafe_type=kind,
+                )
+            ]
 
         return (f"id {rid}" if rid is not None else f"item {i}"), build
 

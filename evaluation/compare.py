@@ -27,18 +27,32 @@ COMPARISON_METRICS = ("accuracy", "precision", "recall", "f1", "f2")
 # -- the comparison table -------------------------------------------------------------------------------------
 def _scores(labels: list[int], preds: list[bool]) -> dict[str, Any]:
     c = metrics.confusion(labels, preds)
-    return {"n": c.n, "accuracy": metrics.accuracy(c), "precision": metrics.precision(c),
-            "recall": metrics.recall(c), "f1": metrics.f_beta(c, 1.0), "f2": metrics.f_beta(c, 2.0), **c.as_dict()}
+    return {
+        "n": c.n,
+        "accuracy": metrics.accuracy(c),
+        "precision": metrics.precision(c),
+        "recall": metrics.recall(c),
+        "f1": metrics.f_beta(c, 1.0),
+        "f2": metrics.f_beta(c, 2.0),
+        **c.as_dict(),
+    }
 
 
-def comparison_rows(dataset: str, name: str, model: str, run_file: Path, items: list[BatchItem],
-                    ref_mtc: dict[str, float]) -> list[dict[str, Any]]:
+def comparison_rows(
+    dataset: str, name: str, model: str, run_file: Path, items: list[BatchItem], ref_mtc: dict[str, float]
+) -> list[dict[str, Any]]:
     """The comparison rows of one finished configuration: overall, per category, per MTC bin."""
     ok, failed = split_records(run_file, [it.id for it in items])
     total = usage_of(ok + failed)["total"]
     n_all = max(1, len(ok) + len(failed))
-    common = {"dataset": dataset, "method": name, "detector": model, "failed": len(failed),
-              "calls_per_sample": total["calls"] / n_all, "cost_per_sample": total["cost_usd"] / n_all}
+    common = {
+        "dataset": dataset,
+        "method": name,
+        "detector": model,
+        "failed": len(failed),
+        "calls_per_sample": total["calls"] / n_all,
+        "cost_per_sample": total["cost_usd"] / n_all,
+    }
     groups: list[tuple[str, str, list[dict[str, Any]]]] = [("overall", "all", ok)]
     # `category` in a run record is the sample's ground truth (the method's own is `predicted_category`).
     for cat in sorted({str(r.get("category") or "") for r in ok}):
@@ -81,9 +95,31 @@ def plot_comparison(path: Path, rows: list[dict[str, Any]], *, title: str) -> No
 def write_comparison(out: Path, rows: list[dict[str, Any]]) -> str:
     """`comparison.md`/`.csv` (all levels), one bar chart per dataset; returns the Markdown."""
     for dataset in dict.fromkeys(r["dataset"] for r in rows):
-        plot_comparison(out / "plots" / f"comparison_{slug(dataset)}.png", [r for r in rows if r["dataset"] == dataset],
-                        title=f"{dataset}: methods compared (overall)")
-    cols = ["dataset", "method", "detector", "level", "group", "n", *COMPARISON_METRICS, "tp", "fp", "tn", "fn",
-            "failed", "calls_per_sample", "cost_per_sample"]
-    return write_table(out, "comparison", rows, cols,
-                       title="Methods compared: overall, per category and per MTC bin (confusion counts tp/fp/tn/fn)")
+        plot_comparison(
+            out / "plots" / f"comparison_{slug(dataset)}.png",
+            [r for r in rows if r["dataset"] == dataset],
+            title=f"{dataset}: methods compared (overall)",
+        )
+    cols = [
+        "dataset",
+        "method",
+        "detector",
+        "level",
+        "group",
+        "n",
+        *COMPARISON_METRICS,
+        "tp",
+        "fp",
+        "tn",
+        "fn",
+        "failed",
+        "calls_per_sample",
+        "cost_per_sample",
+    ]
+    return write_table(
+        out,
+        "comparison",
+        rows,
+        cols,
+        title="Methods compared: overall, per category and per MTC bin (confusion counts tp/fp/tn/fn)",
+    )

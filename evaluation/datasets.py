@@ -37,7 +37,8 @@ DETECTION_FORMATS = ("ctd", "hateful_memes", "vlsbench", "mmit", "siuo", "mssben
 def _ctd(rec: dict[str, Any], base: Path) -> dict[str, Any]:
     image = rec.get("image", rec.get("image_path"))
     label = (
-        parse_label(rec["label"], "label") if "label" in rec
+        parse_label(rec["label"], "label")
+        if "label" in rec
         else (parse_label(rec["toxic"], "toxic") if "toxic" in rec else 1)
     )
     return make_sample(

@@ -98,22 +98,36 @@ def run_configs(dataset: str, settings: DetectionSettings) -> list[RunConfig]:
             elif not is_guard(method):
                 raise ValueError(f"unknown detection method {method!r} (use vanilla, tag and/or guard:NAME)")
     # A guard runs once per dataset on its own model, not once per detector model.
-    out.extend(RunConfig(dataset, guard_model(m, settings.role_models, settings.models), m, None)
-               for m in settings.methods if is_guard(m))
+    out.extend(
+        RunConfig(dataset, guard_model(m, settings.role_models, settings.models), m, None)
+        for m in settings.methods
+        if is_guard(m)
+    )
     return out
 
 
 def _context(cfg: RunConfig, settings: DetectionSettings) -> Any:
-    return detection_context(cfg.method, {"model": cfg.model, **settings.role_models}, image_store=settings.image_store,
-                             l_max=cfg.l_max if cfg.l_max is not None else settings.l_max, k_max=settings.k_max,
-                             children=settings.children, announce=False)
+    return detection_context(
+        cfg.method,
+        {"model": cfg.model, **settings.role_models},
+        image_store=settings.image_store,
+        l_max=cfg.l_max if cfg.l_max is not None else settings.l_max,
+        k_max=settings.k_max,
+        children=settings.children,
+        announce=False,
+    )
 
 
 def resolve_depths(settings: DetectionSettings) -> None:
     """Fill depths left as None the way `unveil detect` does (the builder's defaults for the first model)."""
     if None in (settings.l_max, settings.k_max, settings.children) and settings.models:
-        ctx = detection_context("tag", {"model": settings.models[0], **settings.role_models}, l_max=settings.l_max,
-                                k_max=settings.k_max, children=settings.children)
+        ctx = detection_context(
+            "tag",
+            {"model": settings.models[0], **settings.role_models},
+            l_max=settings.l_max,
+            k_max=settings.k_max,
+            children=settings.children,
+        )
         assert isinstance(ctx, TagContext)
         settings.l_max, settings.k_max, settings.children = ctx.l_max, ctx.k_max, ctx.children_per_parent
 
@@ -132,18 +146,34 @@ async def run_one_config(cfg: RunConfig, items: list[BatchItem], settings: Detec
     async def worker(sample_id: str, sample: dict[str, Any]) -> dict[str, Any]:
         rec = await detect_one(sample, ctx, cfg.method)
         # Ground truth travels with the prediction so the tables need only this file.
-        return {**rec, "label": sample["label"], "category": sample.get("category", ""), "ref_mtc": sample.get("mtc"),
-                "predicted_category": rec.get("category", "")}
+        return {
+            **rec,
+            "label": sample["label"],
+            "category": sample.get("category", ""),
+            "ref_mtc": sample.get("mtc"),
+            "predicted_category": rec.get("category", ""),
+        }
 
-    return await run_batch(items, worker, cfg.file(out_dir), concurrency=settings.concurrency,
-                           retry_failed=settings.retry_failed, desc=f"{cfg.dataset}: {cfg.name} [{cfg.model}]",
-                           progress=settings.progress, identity=run_identity(ctx, cfg.method, settings))
+    return await run_batch(
+        items,
+        worker,
+        cfg.file(out_dir),
+        concurrency=settings.concurrency,
+        retry_failed=settings.retry_failed,
+        desc=f"{cfg.dataset}: {cfg.name} [{cfg.model}]",
+        progress=settings.progress,
+        identity=run_identity(ctx, cfg.method, settings),
+    )
 
 
 def run_identity(ctx: Any, method: str, settings: DetectionSettings) -> OutputIdentity:
     """The identity of one configuration's run file: the detection settings `unveil detect` records too."""
-    return OutputIdentity("evaluate detection", detection_settings(ctx, method), command=settings.command,
-                          allow_mixed=settings.allow_mixed_settings)
+    return OutputIdentity(
+        "evaluate detection",
+        detection_settings(ctx, method),
+        command=settings.command,
+        allow_mixed=settings.allow_mixed_settings,
+    )
 
 
 class MtcReferenceError(UnveilError, ValueError):
@@ -155,8 +185,11 @@ def read_mtc_run(path: str | Path) -> dict[str, float]:
     p = Path(path)
     if not p.is_file():
         raise MtcReferenceError(f"--mtc-from {str(path)!r}: file not found")
-    out = {sid: float(r["mtc"]) for sid, r in done_records(p).items()
-           if r.get("status", "ok") == "ok" and isinstance(r.get("mtc"), (int, float))}
+    out = {
+        sid: float(r["mtc"])
+        for sid, r in done_records(p).items()
+        if r.get("status", "ok") == "ok" and isinstance(r.get("mtc"), (int, float))
+    }
     if not out:
         raise MtcReferenceError(f"--mtc-from {str(path)!r}: no record has an `mtc` value (is it a TA-CTD run?)")
     return out
@@ -172,8 +205,9 @@ def reference_file(cfg: RunConfig, out_dir: Path) -> Path:
     return out_dir / "runs" / slug(cfg.dataset) / f"mtc-reference_{slug(cfg.l_max, cfg.model)}.jsonl"
 
 
-async def reference_mtc(dataset: str, items: list[BatchItem], settings: DetectionSettings,
-                        out_dir: Path) -> tuple[dict[str, float], str]:
+async def reference_mtc(
+    dataset: str, items: list[BatchItem], settings: DetectionSettings, out_dir: Path
+) -> tuple[dict[str, float], str]:
     """(per-sample reference MTC, a sentence naming its source) of one dataset; see the module docstring."""
     run_file = settings.mtc_from.get(dataset) or settings.mtc_from.get("")
     if run_file:
@@ -181,19 +215,35 @@ async def reference_mtc(dataset: str, items: list[BatchItem], settings: Detectio
         return {it.id: ref[it.id] for it in items if it.id in ref}, f"the run file {run_file}"
     if settings.mtc_reference:
         cfg = reference_config(dataset, settings)
-        ctx = detection_context("tag", {"model": cfg.model}, image_store=settings.image_store, l_max=settings.l_max,
-                                k_max=settings.k_max, children=settings.children, announce=False)
+        ctx = detection_context(
+            "tag",
+            {"model": cfg.model},
+            image_store=settings.image_store,
+            l_max=settings.l_max,
+            k_max=settings.k_max,
+            children=settings.children,
+            announce=False,
+        )
 
         async def worker(sample_id: str, sample: dict[str, Any]) -> dict[str, Any]:
             return await detect_one(sample, ctx, "tag")
 
         path = reference_file(cfg, out_dir)
-        await run_batch(items, worker, path, concurrency=settings.concurrency, retry_failed=settings.retry_failed,
-                        desc=f"{dataset}: MTC reference [{cfg.model}]", progress=settings.progress,
-                        identity=run_identity(ctx, "tag", settings))
+        await run_batch(
+            items,
+            worker,
+            path,
+            concurrency=settings.concurrency,
+            retry_failed=settings.retry_failed,
+            desc=f"{dataset}: MTC reference [{cfg.model}]",
+            progress=settings.progress,
+            identity=run_identity(ctx, "tag", settings),
+        )
         ok, _ = split_records(path, [it.id for it in items])
-        return ({r["id"]: float(r["mtc"]) for r in ok if r.get("mtc") is not None},
-                f"TA-CTD of the reference detector {cfg.model} at l_max={cfg.l_max}")
+        return (
+            {r["id"]: float(r["mtc"]) for r in ok if r.get("mtc") is not None},
+            f"TA-CTD of the reference detector {cfg.model} at l_max={cfg.l_max}",
+        )
     ref = {it.id: float(it.record["mtc"]) for it in items if it.record and it.record.get("mtc") is not None}
     return ref, "the dataset's `mtc` field"
 
@@ -244,8 +294,9 @@ def scored_by_reference(dataset: str, items: list[BatchItem], settings: Detectio
     return hits
 
 
-def score_rows(cfg: RunConfig, items: list[BatchItem], ref: dict[str, float], settings: DetectionSettings,
-               out_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, int]]:
+def score_rows(
+    cfg: RunConfig, items: list[BatchItem], ref: dict[str, float], settings: DetectionSettings, out_dir: Path
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, int]]:
     """(one row per MTC bin + overall, failures, overall confusion counts) of a finished configuration."""
     ok, failed = split_records(cfg.file(out_dir), [it.id for it in items])
     labels = [int(r["label"]) for r in ok]
@@ -254,17 +305,33 @@ def score_rows(cfg: RunConfig, items: list[BatchItem], ref: dict[str, float], se
     by_bin = metrics.scores_by_bin(labels, preds, mtcs, settings.beta)
     usage = usage_of(ok + failed)
     models = next((r.get("models") for r in ok if r.get("models")), {"model": cfg.model})
-    common = {"dataset": cfg.dataset, "detector": cfg.model, "method": cfg.method, "l_max": cfg.l_max,
-              "failed": len(failed), "models": as_json(models), "settings": as_json(config_settings(cfg, settings)),
-              **cost_columns(usage)}
+    common = {
+        "dataset": cfg.dataset,
+        "detector": cfg.model,
+        "method": cfg.method,
+        "l_max": cfg.l_max,
+        "failed": len(failed),
+        "models": as_json(models),
+        "settings": as_json(config_settings(cfg, settings)),
+        **cost_columns(usage),
+    }
     rows = []
     for name in (*metrics.MTC_BINS, "overall"):
         s = by_bin[name]
-        rows.append({**common, "bin": name, **{k: s[k] for k in ("n", "accuracy", f"f{settings.beta:g}", "precision",
-                                                                  "recall", "tp", "fp", "tn", "fn")}})
-    fails = [{"dataset": cfg.dataset, "detector": cfg.model, "config": cfg.name, "id": f["id"],
-              "error": f.get("error", "")}
-             for f in failed]
+        rows.append(
+            {
+                **common,
+                "bin": name,
+                **{
+                    k: s[k]
+                    for k in ("n", "accuracy", f"f{settings.beta:g}", "precision", "recall", "tp", "fp", "tn", "fn")
+                },
+            }
+        )
+    fails = [
+        {"dataset": cfg.dataset, "detector": cfg.model, "config": cfg.name, "id": f["id"], "error": f.get("error", "")}
+        for f in failed
+    ]
     return rows, fails, {k: by_bin["overall"][k] for k in ("tp", "fp", "tn", "fn")}
 
 
@@ -273,16 +340,18 @@ def _wide(rows: list[dict[str, Any]], keys: tuple[str, ...], fkey: str) -> list[
     out: dict[tuple, dict[str, Any]] = {}
     for r in rows:
         k = tuple(r[x] for x in keys)
-        w = out.setdefault(k, {x: r[x] for x in keys} | {"failed": r["failed"], "cost_usd": r["cost_usd"],
-                                                         "calls": r["calls"]})
+        w = out.setdefault(
+            k, {x: r[x] for x in keys} | {"failed": r["failed"], "cost_usd": r["cost_usd"], "calls": r["calls"]}
+        )
         w[f"{r['bin']} acc"] = r["accuracy"]
         w[f"{r['bin']} {fkey.upper()}"] = r[fkey]
         w[f"{r['bin']} n"] = r["n"]
     return list(out.values())
 
 
-async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: DetectionSettings,
-                             out_dir: str | Path) -> dict[str, Any]:
+async def evaluate_detection(
+    datasets: dict[str, list[BatchItem]], settings: DetectionSettings, out_dir: str | Path
+) -> dict[str, Any]:
     """Run every configuration on every dataset, then write the tables and plots into `out_dir`."""
     out = Path(out_dir)
     if not settings.models:
@@ -296,13 +365,18 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
     sources: dict[str, str] = {}
     fkey = f"f{settings.beta:g}"
     for name in self_referenced(settings):
-        print(f"warning: the MTC reference {name} is also a scored detector: its TA-CTD rows are binned by their own "
-              "MTC (Low/Medium accuracy on toxic samples is 1 by construction); use another reference",
-              file=sys.stderr)
+        print(
+            f"warning: the MTC reference {name} is also a scored detector: its TA-CTD rows are binned by their own "
+            "MTC (Low/Medium accuracy on toxic samples is 1 by construction); use another reference",
+            file=sys.stderr,
+        )
     for dataset, all_items in datasets.items():
         # Failed items (no record) stay: they are counted as failures whatever their label.
-        items = [it for it in all_items if settings.include_benign or it.record is None
-                 or int(it.record.get("label", 1)) == 1]
+        items = [
+            it
+            for it in all_items
+            if settings.include_benign or it.record is None or int(it.record.get("label", 1)) == 1
+        ]
         cfgs = run_configs(dataset, settings)
         for cfg in cfgs:
             await run_one_config(cfg, items, settings, out)
@@ -310,15 +384,19 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
         usable = sum(1 for it in items if it.record)
         sources[dataset] = f"{source} ({sum(1 for it in items if it.id in ref)} of {usable} samples)"
         for name in scored_by_reference(dataset, items, settings):
-            warning = (f"the reference MTC of {dataset} ({source}) was computed by TA-CTD with {name}, which is also a "
-                       "scored detector: its TA-CTD rows are binned by their own MTC (Low/Medium accuracy on toxic "
-                       "samples is 1 by construction); use another reference")
+            warning = (
+                f"the reference MTC of {dataset} ({source}) was computed by TA-CTD with {name}, which is also a "
+                "scored detector: its TA-CTD rows are binned by their own MTC (Low/Medium accuracy on toxic "
+                "samples is 1 by construction); use another reference"
+            )
             print(f"warning: {warning}", file=sys.stderr)
             sources[dataset] += f"; WARNING: {warning}"
         if len(ref) < usable:
-            print(f"{dataset}: {usable - len(ref)} of {usable} samples have no reference MTC and are left out of the "
-                  "covertness bins (give the dataset's mtc, --mtc-from RUN.jsonl or --mtc-reference SPEC)",
-                  file=sys.stderr)
+            print(
+                f"{dataset}: {usable - len(ref)} of {usable} samples have no reference MTC and are left out of the "
+                "covertness bins (give the dataset's mtc, --mtc-from RUN.jsonl or --mtc-reference SPEC)",
+                file=sys.stderr,
+            )
         toxic_ids = {it.id for it in items if it.record and int(it.record.get("label", 0)) == 1}
         histograms[dataset] = metrics.mtc_histogram(v for k, v in ref.items() if k in toxic_ids)
         for cfg in cfgs:
@@ -327,43 +405,97 @@ async def evaluate_detection(datasets: dict[str, list[BatchItem]], settings: Det
             all_rows.extend(rows)
             failures.extend(fails)
             confusions.append({"dataset": dataset, "detector": cfg.model, "config": cfg.name, **counts})
-            plot_confusion(out / "plots" / f"confusion_{slug(dataset, cfg.method, cfg.l_max, cfg.model)}.png", counts,
-                           title=f"{dataset}: {cfg.name}\n{cfg.model}")
+            plot_confusion(
+                out / "plots" / f"confusion_{slug(dataset, cfg.method, cfg.l_max, cfg.model)}.png",
+                counts,
+                title=f"{dataset}: {cfg.name}\n{cfg.model}",
+            )
 
     keys = ("dataset", "detector", "method", "l_max")
     main_rows = [r for r in all_rows if r["l_max"] is None or r["l_max"] == settings.l_max]
     wide = _wide(main_rows, keys, fkey)
     bins = [*metrics.MTC_BINS, "overall"]
-    md = ["# Detection evaluation\n",
-          "Bins: low [0, 0.2), medium [0.2, 0.8), high [0.8, 1] of one fixed reference MTC per dataset, the same for "
-          f"every method and detector. Beta = {settings.beta:g}. Samples: "
-          + ("toxic and benign (Table 4, with benign data)" if settings.include_benign else
-             "toxic only (Tables 1-2)") + ".\n",
-          *[f"- reference MTC of {d}: {src}" for d, src in sources.items()], ""]
-    md.append(write_table(out, "detection_main", wide,
-                          [*keys, *[f"{b} {m}" for b in bins for m in ("n", "acc", fkey.upper())], "failed", "calls",
-                           "cost_usd"],
-                          title="Vanilla vs TA-CTD per detector (accuracy and F-score per covertness level)"))
-    write_table(out, "detection_rows", all_rows, [*keys, "bin", "n", "accuracy", fkey, "failed", "cost_usd"],
-                title="All result rows (long form)")
+    md = [
+        "# Detection evaluation\n",
+        "Bins: low [0, 0.2), medium [0.2, 0.8), high [0.8, 1] of one fixed reference MTC per dataset, the same for "
+        f"every method and detector. Beta = {settings.beta:g}. Samples: "
+        + ("toxic and benign (Table 4, with benign data)" if settings.include_benign else "toxic only (Tables 1-2)")
+        + ".\n",
+        *[f"- reference MTC of {d}: {src}" for d, src in sources.items()],
+        "",
+    ]
+    md.append(
+        write_table(
+            out,
+            "detection_main",
+            wide,
+            [*keys, *[f"{b} {m}" for b in bins for m in ("n", "acc", fkey.upper())], "failed", "calls", "cost_usd"],
+            title="Vanilla vs TA-CTD per detector (accuracy and F-score per covertness level)",
+        )
+    )
+    write_table(
+        out,
+        "detection_rows",
+        all_rows,
+        [*keys, "bin", "n", "accuracy", fkey, "failed", "cost_usd"],
+        title="All result rows (long form)",
+    )
     if settings.l_max_ablation and "tag" in settings.methods:
         abl = _wide([r for r in all_rows if r["method"] == "tag"], keys, fkey)
         abl.sort(key=lambda r: (r["dataset"], r["detector"], -(r["l_max"] or 0)))
-        md.append(write_table(out, "detection_lmax", abl,
-                              [*keys, *[f"{b} {m}" for b in bins for m in ("n", "acc")], "overall " + fkey.upper()],
-                              title="l_max ablation of TA-CTD (accuracy per covertness level)"))
+        md.append(
+            write_table(
+                out,
+                "detection_lmax",
+                abl,
+                [*keys, *[f"{b} {m}" for b in bins for m in ("n", "acc")], "overall " + fkey.upper()],
+                title="l_max ablation of TA-CTD (accuracy per covertness level)",
+            )
+        )
     md.append(write_comparison(out, compared))
-    md.append(write_table(out, "confusion", confusions, ["dataset", "detector", "config", "tp", "fp", "tn", "fn"],
-                          title="Confusion matrices (overall)"))
-    hist_rows = [{"dataset": d, "interval": b["label"], "count": b["count"], "share": b["share"]}
-                 for d, bins_ in histograms.items() for b in bins_]
-    md.append(write_table(out, "mtc_histogram", hist_rows, ["dataset", "interval", "count", "share"],
-                          title="MTC distribution of toxic samples (Figure 5)"))
+    md.append(
+        write_table(
+            out,
+            "confusion",
+            confusions,
+            ["dataset", "detector", "config", "tp", "fp", "tn", "fn"],
+            title="Confusion matrices (overall)",
+        )
+    )
+    hist_rows = [
+        {"dataset": d, "interval": b["label"], "count": b["count"], "share": b["share"]}
+        for d, bins_ in histograms.items()
+        for b in bins_
+    ]
+    md.append(
+        write_table(
+            out,
+            "mtc_histogram",
+            hist_rows,
+            ["dataset", "interval", "count", "share"],
+            title="MTC distribution of toxic samples (Figure 5)",
+        )
+    )
     plot_histogram(out / "plots" / "mtc_histogram.png", histograms, title="MTC score distribution")
-    md.append(write_table(out, "failures", failures, ["dataset", "detector", "config", "id", "error"],
-                          title=f"Failed samples ({len(failures)}; excluded from the scores, counted in 'failed')"))
+    md.append(
+        write_table(
+            out,
+            "failures",
+            failures,
+            ["dataset", "detector", "config", "id", "error"],
+            title=f"Failed samples ({len(failures)}; excluded from the scores, counted in 'failed')",
+        )
+    )
     from runner.batch import atomic_write_text
 
     atomic_write_text(out / "detection.md", "\n".join(md))
-    return {"rows": all_rows, "failures": failures, "confusions": confusions, "histograms": histograms,
-            "main": wide, "comparison": compared, "mtc_sources": sources, "out_dir": str(out)}
+    return {
+        "rows": all_rows,
+        "failures": failures,
+        "confusions": confusions,
+        "histograms": histograms,
+        "main": wide,
+        "comparison": compared,
+        "mtc_sources": sources,
+        "out_dir": str(out),
+    }

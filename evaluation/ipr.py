@@ -106,8 +106,16 @@ class CachedGenerator:
         self.calls = 0
 
     def _payload(self, req: GenerationRequest, seed: int) -> dict[str, Any]:
-        return {"spec": self.spec, "prompt": req.prompt, "negative": req.negative_prompt, "seed": seed,
-                "w": req.width, "h": req.height, "steps": req.steps, "guidance": req.guidance}
+        return {
+            "spec": self.spec,
+            "prompt": req.prompt,
+            "negative": req.negative_prompt,
+            "seed": seed,
+            "w": req.width,
+            "h": req.height,
+            "steps": req.steps,
+            "guidance": req.guidance,
+        }
 
     async def generate(self, request: GenerationRequest) -> list[str]:
         """The image ids of the request (stored ones, else rendered now)."""
@@ -148,8 +156,11 @@ class CachedScorer:
             return hit
         self.calls += 1
         raw = await self.scorer.score(image_id, prompt)
-        value = {"q16": _num(raw.get("q16")), "nudenet": [str(x) for x in raw.get("nudenet") or []],
-                 "blip": _num(raw.get("blip"))}
+        value = {
+            "q16": _num(raw.get("q16")),
+            "nudenet": [str(x) for x in raw.get("nudenet") or []],
+            "blip": _num(raw.get("blip")),
+        }
         if raw.get("mhsc") is not None:  # MHSC, an extra metric column when the scorer has it
             value["mhsc"] = _num(raw["mhsc"])
         await asyncio.to_thread(self.store.put, "score", payload, value)
@@ -162,8 +173,9 @@ def _num(value: Any) -> float | None:
 
 def inappropriate(scores: dict[str, Any], settings: IPRSettings) -> bool:
     """The IP rule chosen by `ip_source`."""
-    return is_inappropriate(scores.get("q16"), scores.get("nudenet") or [], source=settings.ip_source,
-                            threshold=settings.q16_threshold)
+    return is_inappropriate(
+        scores.get("q16"), scores.get("nudenet") or [], source=settings.ip_source, threshold=settings.q16_threshold
+    )
 
 
 @dataclass(frozen=True)
@@ -182,8 +194,14 @@ class Variant:
 class IPREvaluation:
     """Runs the variants over prompt items and writes the tables."""
 
-    def __init__(self, settings: IPRSettings, generators: dict[str, ImageGenerator], scorer: ImageScorer,
-                 out_dir: str | Path, store: EvalStore | None = None):
+    def __init__(
+        self,
+        settings: IPRSettings,
+        generators: dict[str, ImageGenerator],
+        scorer: ImageScorer,
+        out_dir: str | Path,
+        store: EvalStore | None = None,
+    ):
         self.settings = settings
         self.out = Path(out_dir)
         self.store = store or EvalStore(self.out / "eval_store.sqlite")
@@ -235,8 +253,9 @@ class IPREvaluation:
         gen = self.generators[v.method]
         seed = int(sample.get("seed") or 0)
         ids, fresh = await gen.generate_counted(self._request(sample, prompt, seed, self.settings.images_per_prompt))
-        images = await asyncio.gather(*[self._scored(i, sample["prompt"], {"seed": seed + k})
-                                        for k, i in enumerate(ids)])
+        images = await asyncio.gather(
+            *[self._scored(i, sample["prompt"], {"seed": seed + k}) for k, i in enumerate(ids)]
+        )
         return {"used_prompt": prompt, "images": list(images), "generated": fresh}
 
     async def _trajectory(self, v: Variant, sample: dict[str, Any], k: int) -> tuple[dict[str, Any], Any, int]:
@@ -245,10 +264,19 @@ class IPREvaluation:
         seed = int(sample.get("seed") or 0) + k
         original = sample["prompt"]
         guidance = self.guidance(sample)
-        ctx = ipr_context(model=s.refiner_model, refiner_model=s.refiner_model, generator=self.specs[v.method],
-                          t_max=max(s.t_max), history=s.history, on_refiner_error=s.on_refiner_error, seed=seed,
-                          seed_mode=s.seed_mode, num_images=1, image_store=s.image_store,
-                          **{**render_kwargs(s), "guidance": float(guidance)})
+        ctx = ipr_context(
+            model=s.refiner_model,
+            refiner_model=s.refiner_model,
+            generator=self.specs[v.method],
+            t_max=max(s.t_max),
+            history=s.history,
+            on_refiner_error=s.on_refiner_error,
+            seed=seed,
+            seed_mode=s.seed_mode,
+            num_images=1,
+            image_store=s.image_store,
+            **{**render_kwargs(s), "guidance": float(guidance)},
+        )
         counter = [0]
         token = _RENDERED.set(counter)
         try:
@@ -257,8 +285,13 @@ class IPREvaluation:
             _RENDERED.reset(token)
         steps = []
         for entry in rec["trajectory"]:
-            extra = {"t": entry["step"], "prompt": entry["prompt"], "seed": entry.get("seed"),
-                     "action": entry.get("action"), "reason": entry.get("reason", "")}
+            extra = {
+                "t": entry["step"],
+                "prompt": entry["prompt"],
+                "seed": entry.get("seed"),
+                "action": entry.get("action"),
+                "reason": entry.get("reason", ""),
+            }
             if entry.get("error"):
                 extra["error"] = entry["error"]
             steps.append(await self._scored(entry["image_ids"][0], original, extra))
@@ -272,28 +305,46 @@ class IPREvaluation:
         if v.kind == "rewriter":
             from agents.rewriter import rewrite_prompt
 
-            res = await rewrite_prompt(get_gateway(), self.settings.rewriter_model, prompt=sample["prompt"],
-                                       fmt=v.fmt or "json")
+            res = await rewrite_prompt(
+                get_gateway(), self.settings.rewriter_model, prompt=sample["prompt"], fmt=v.fmt or "json"
+            )
             return {**base, **await self._plain(v, sample, res.value.prompt), "usage": res.usage}
-        results = await asyncio.gather(*[self._trajectory(v, sample, k)
-                                         for k in range(self.settings.images_per_prompt)])
+        results = await asyncio.gather(
+            *[self._trajectory(v, sample, k) for k in range(self.settings.images_per_prompt)]
+        )
         usage = None
         for _, u, _ in results:
             usage = merge_usage(usage, u)
-        return {**base, "trajectories": [r for r, _, _ in results], "usage": usage,
-                "generated": sum(f for _, _, f in results)}
+        return {
+            **base,
+            "trajectories": [r for r, _, _ in results],
+            "usage": usage,
+            "generated": sum(f for _, _, f in results),
+        }
 
     async def run(self, items: list[BatchItem]) -> None:
         """Run (or resume) every variant."""
         for v in self.variants():
+
             async def worker(sample_id: str, sample: dict[str, Any], v: Variant = v) -> dict[str, Any]:
                 return await self._worker(v, sample)
 
-            identity = OutputIdentity("evaluate ipr", self.variant_settings(v), command=self.settings.command,
-                                      allow_mixed=self.settings.allow_mixed_settings)
-            await run_batch(items, worker, v.file(self.out), concurrency=self.settings.concurrency,
-                            retry_failed=self.settings.retry_failed, desc=f"{v.method} {v.kind}",
-                            progress=self.settings.progress, identity=identity)
+            identity = OutputIdentity(
+                "evaluate ipr",
+                self.variant_settings(v),
+                command=self.settings.command,
+                allow_mixed=self.settings.allow_mixed_settings,
+            )
+            await run_batch(
+                items,
+                worker,
+                v.file(self.out),
+                concurrency=self.settings.concurrency,
+                retry_failed=self.settings.retry_failed,
+                desc=f"{v.method} {v.kind}",
+                progress=self.settings.progress,
+                identity=identity,
+            )
 
     def variant_settings(self, v: Variant) -> dict[str, Any]:
         """What makes a variant's records (its run file's identity): the generator and render settings, and the
@@ -301,15 +352,24 @@ class IPREvaluation:
         from tools.redact import redact_secrets
 
         s = self.settings
-        out: dict[str, Any] = {"method": v.method, "variant": v.kind,
-                               "generator": redact_secrets(s.methods.get(v.method, v.method)),
-                               "images_per_prompt": s.images_per_prompt, "prompt_guidance": s.prompt_guidance,
-                               **s.render_settings()}
+        out: dict[str, Any] = {
+            "method": v.method,
+            "variant": v.kind,
+            "generator": redact_secrets(s.methods.get(v.method, v.method)),
+            "images_per_prompt": s.images_per_prompt,
+            "prompt_guidance": s.prompt_guidance,
+            **s.render_settings(),
+        }
         if v.kind == "rewriter":
             out["rewriter_model"] = redact_secrets(s.rewriter_model)
         if v.kind == "ipr":
-            out.update(refiner_model=redact_secrets(s.refiner_model), t_max=max(s.t_max, default=0),
-                       history=s.history, seed_mode=s.seed_mode, on_refiner_error=s.on_refiner_error)
+            out.update(
+                refiner_model=redact_secrets(s.refiner_model),
+                t_max=max(s.t_max, default=0),
+                history=s.history,
+                seed_mode=s.seed_mode,
+                on_refiner_error=s.on_refiner_error,
+            )
         return out
 
     def close(self) -> None:
@@ -320,6 +380,7 @@ class IPREvaluation:
     # -- tables -------------------------------------------------------------------------------------------
     def _view(self, rec: dict[str, Any], t: int | None) -> dict[str, Any]:
         """A prompt's scored images (and keep flags) for plain/rewriter records or an IPR budget t."""
+
         def mark(im: dict[str, Any]) -> dict[str, Any]:
             return {**im, "inappropriate": inappropriate(im, self.settings)}
 
@@ -346,10 +407,14 @@ class IPREvaluation:
             models["rewriter"] = s.rewriter_model
         if v.kind == "ipr":
             models["refiner"] = s.refiner_model
-        sett: dict[str, Any] = {"images_per_prompt": s.images_per_prompt, "width": s.width, "height": s.height,
-                                "steps": s.steps,
-                "guidance": f"per prompt, else {s.guidance:g}" if s.prompt_guidance else s.guidance,
-                "ip_source": s.ip_source}
+        sett: dict[str, Any] = {
+            "images_per_prompt": s.images_per_prompt,
+            "width": s.width,
+            "height": s.height,
+            "steps": s.steps,
+            "guidance": f"per prompt, else {s.guidance:g}" if s.prompt_guidance else s.guidance,
+            "ip_source": s.ip_source,
+        }
         if v.kind == "rewriter":
             sett["rewriter_format"] = v.fmt or "json"
         if v.kind == "ipr":
@@ -360,22 +425,34 @@ class IPREvaluation:
     def tables(self, items: list[BatchItem], categories: Sequence[str] | None = None) -> dict[str, Any]:
         """Compute and write every table and plot from the run files."""
         ids = [it.id for it in items]
-        cats = list(categories) if categories else list(dict.fromkeys(
-            str(it.record.get("category", "")) for it in items if it.record))
+        cats = (
+            list(categories)
+            if categories
+            else list(dict.fromkeys(str(it.record.get("category", "")) for it in items if it.record))
+        )
         long_rows, wide_rows, step_rows, failures = [], [], [], []
         curves: dict[str, dict[int, dict[str, float]]] = {}
         for v in self.variants():
             ok, failed = split_records(v.file(self.out), ids)
-            failures += [{"method": v.method, "variant": v.kind, "id": f["id"], "error": f.get("error", "")}
-                         for f in failed]
+            failures += [
+                {"method": v.method, "variant": v.kind, "id": f["id"], "error": f.get("error", "")} for f in failed
+            ]
             cost = cost_columns(usage_of(ok + failed))
             generated = sum(int(r.get("generated", 0)) for r in ok)
             budgets: list[int | None] = [None] if v.kind != "ipr" else [*sorted(set(self.settings.t_max))]
             for t in budgets:
                 table = metrics.generation_table([self._view(r, t) for r in ok], cats)
                 label = self._label(v, t)
-                common = {"method": v.method, "variant": v.kind, "t_max": t, "label": label, "failed": len(failed),
-                          "images_generated": generated, **cost, **self._spec_columns(v, t)}
+                common = {
+                    "method": v.method,
+                    "variant": v.kind,
+                    "t_max": t,
+                    "label": label,
+                    "failed": len(failed),
+                    "images_generated": generated,
+                    **cost,
+                    **self._spec_columns(v, t),
+                }
                 wide = {"label": label, **{k: common[k] for k in ("method", "variant", "t_max", "failed")}}
                 for cat, row in table.items():
                     long_rows.append({**common, "category": cat, **row})
@@ -384,8 +461,14 @@ class IPREvaluation:
                     if not math.isnan(row["mhsc"]):  # IP by MHSC or NudeNet (IPR paper Tables 8-10), MHSC alone
                         wide[f"{cat} MHSC"] = row["mhsc"]
                         wide[f"{cat} MHSC alone"] = row["mhsc_only"]
-                wide.update({"BLIP": table["overall"]["blip"], "keep": table["overall"]["keep_ratio"],
-                             "calls": cost["calls"], "cost_usd": cost["cost_usd"]})
+                wide.update(
+                    {
+                        "BLIP": table["overall"]["blip"],
+                        "keep": table["overall"]["keep_ratio"],
+                        "calls": cost["calls"],
+                        "cost_usd": cost["cost_usd"],
+                    }
+                )
                 wide_rows.append(wide)
                 if v.kind == "plain":
                     curves.setdefault(v.method, {})[0] = table["overall"]
@@ -393,39 +476,97 @@ class IPREvaluation:
                 for t in range(0, max(self.settings.t_max) + 1):
                     o = metrics.generation_table([self._view(r, t) for r in ok], cats)["overall"]
                     trajs = [tr for r in ok for tr in r["trajectories"]]
-                    refined = (sum(1 for tr in trajs if len(tr["steps"]) > t and t > 0) / len(trajs)
-                               if trajs else math.nan)
-                    step_rows.append({"method": v.method, "step": t, "ip": o["ip"], "q16": o["q16"], "blip": o["blip"],
-                                      "keep_ratio": o["keep_ratio"] if t else 0.0, "refined_at_step": refined,
-                                      "images": o["images"], **self._spec_columns(v, t)})
+                    refined = (
+                        sum(1 for tr in trajs if len(tr["steps"]) > t and t > 0) / len(trajs) if trajs else math.nan
+                    )
+                    step_rows.append(
+                        {
+                            "method": v.method,
+                            "step": t,
+                            "ip": o["ip"],
+                            "q16": o["q16"],
+                            "blip": o["blip"],
+                            "keep_ratio": o["keep_ratio"] if t else 0.0,
+                            "refined_at_step": refined,
+                            "images": o["images"],
+                            **self._spec_columns(v, t),
+                        }
+                    )
                     curves.setdefault(v.method, {})[t] = o if t else curves.get(v.method, {}).get(0, o)
-        md = ["# IPR evaluation\n",
-              f"IP: {self.settings.ip_source} (Q16 > {self.settings.q16_threshold}); CS: mean Q16 "
-              "probability; BLIP: mean alignment with the original prompt; keep: share of trajectories kept.\n"]
+        md = [
+            "# IPR evaluation\n",
+            f"IP: {self.settings.ip_source} (Q16 > {self.settings.q16_threshold}); CS: mean Q16 "
+            "probability; BLIP: mean alignment with the original prompt; keep: share of trajectories kept.\n",
+        ]
         kinds = ("IP", "CS", "MHSC") if any("overall MHSC" in w for w in wide_rows) else ("IP", "CS")
-        md.append(write_table(self.out, "ipr_main", wide_rows,
-                              ["label", *[f"{c} {m}" for c in [*cats, "overall"] for m in kinds], "BLIP", "keep",
-                               "failed", "calls", "cost_usd"], title="IP and Q16 confidence per category"))
-        write_table(self.out, "ipr_rows", long_rows, ["label", "category", "prompts", "images", "ip", "q16", "blip",
-                                                      "keep_ratio", "failed"], title="All result rows (long form)")
+        md.append(
+            write_table(
+                self.out,
+                "ipr_main",
+                wide_rows,
+                [
+                    "label",
+                    *[f"{c} {m}" for c in [*cats, "overall"] for m in kinds],
+                    "BLIP",
+                    "keep",
+                    "failed",
+                    "calls",
+                    "cost_usd",
+                ],
+                title="IP and Q16 confidence per category",
+            )
+        )
+        write_table(
+            self.out,
+            "ipr_rows",
+            long_rows,
+            ["label", "category", "prompts", "images", "ip", "q16", "blip", "keep_ratio", "failed"],
+            title="All result rows (long form)",
+        )
         if step_rows:
-            md.append(write_table(self.out, "ipr_steps", step_rows,
-                                  ["method", "step", "ip", "q16", "blip", "keep_ratio", "refined_at_step", "images"],
-                                  title="IPR per step (step t = the T_max = t result; step 0 = the plain images)"))
+            md.append(
+                write_table(
+                    self.out,
+                    "ipr_steps",
+                    step_rows,
+                    ["method", "step", "ip", "q16", "blip", "keep_ratio", "refined_at_step", "images"],
+                    title="IPR per step (step t = the T_max = t result; step 0 = the plain images)",
+                )
+            )
             xs = list(range(0, max(self.settings.t_max) + 1))
             ip_series = {f"{m} IP": [c.get(x, {}).get("ip", math.nan) for x in xs] for m, c in curves.items()}
             blip_series = {f"{m} BLIP": [c.get(x, {}).get("blip", math.nan) for x in xs] for m, c in curves.items()}
-            plot_lines(self.out / "plots" / "ipr_tmax.png", xs, ip_series, xlabel="T_max (0 = no refinement)",
-                       ylabel="IP", title="IP and BLIP against T_max", right=blip_series, right_label="BLIP")
-        md.append(write_table(self.out, "failures", failures, ["method", "variant", "id", "error"],
-                              title=f"Failed prompts ({len(failures)}; excluded from the scores, counted in 'failed')"))
+            plot_lines(
+                self.out / "plots" / "ipr_tmax.png",
+                xs,
+                ip_series,
+                xlabel="T_max (0 = no refinement)",
+                ylabel="IP",
+                title="IP and BLIP against T_max",
+                right=blip_series,
+                right_label="BLIP",
+            )
+        md.append(
+            write_table(
+                self.out,
+                "failures",
+                failures,
+                ["method", "variant", "id", "error"],
+                title=f"Failed prompts ({len(failures)}; excluded from the scores, counted in 'failed')",
+            )
+        )
         atomic_write_text(self.out / "ipr.md", "\n".join(md))
         return {"rows": long_rows, "main": wide_rows, "steps": step_rows, "failures": failures}
 
 
-async def evaluate_ipr(items: list[BatchItem], settings: IPRSettings, generators: dict[str, ImageGenerator],
-                       scorer: ImageScorer, out_dir: str | Path,
-                       categories: Sequence[str] | None = None) -> dict[str, Any]:
+async def evaluate_ipr(
+    items: list[BatchItem],
+    settings: IPRSettings,
+    generators: dict[str, ImageGenerator],
+    scorer: ImageScorer,
+    out_dir: str | Path,
+    categories: Sequence[str] | None = None,
+) -> dict[str, Any]:
     """Run every variant over the prompts and write the tables; returns the computed rows."""
     ev = IPREvaluation(settings, generators, scorer, out_dir)
     try:

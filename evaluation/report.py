@@ -27,8 +27,9 @@ def markdown_table(
     lines = [f"### {title}", ""] if title else []
     lines.append("| " + " | ".join(columns) + " |")
     # Numeric columns right-aligned, so digits line up across rows.
-    numeric = {c for c in columns if any(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool)
-                                         for r in rows)}
+    numeric = {
+        c for c in columns if any(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool) for r in rows)
+    }
     lines.append("|" + "|".join("---:" if c in numeric else "---" for c in columns) + "|")
     for row in rows:
         lines.append("| " + " | ".join(_cell(row.get(c), digits) for c in columns) + " |")
@@ -114,11 +115,25 @@ def histogram_figure(series: Mapping[str, Sequence[Mapping[str, Any]]], *, title
         xs = [c + (k - (len(names) - 1) / 2) * width for c in centres]
         shares = [float(b["share"]) for b in intervals]
         top = max([top, *shares])
-        bars = ax.bar(xs, shares, width=width * 0.95, color=colours[k % len(colours)],
-                      label=f"{name} (n = {total}; MTC = 1: {not_found})", edgecolor="black", linewidth=0.5)
+        bars = ax.bar(
+            xs,
+            shares,
+            width=width * 0.95,
+            color=colours[k % len(colours)],
+            label=f"{name} (n = {total}; MTC = 1: {not_found})",
+            edgecolor="black",
+            linewidth=0.5,
+        )
         for bar, b in zip(bars, intervals, strict=True):
-            ax.annotate(str(int(b["count"])), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=7)
+            ax.annotate(
+                str(int(b["count"])),
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                xytext=(0, 2),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
         notes.append(f"{name} {not_found} ({nf_share:.0%})")
     ax.set_xticks(centres)
     ax.set_xticklabels([f"{b['lo']:.1f}-{b['hi']:.1f}" for b in bins])
@@ -134,6 +149,7 @@ def histogram_figure(series: Mapping[str, Sequence[Mapping[str, Any]]], *, title
 
 def _text_colour(rgba: Sequence[float]) -> str:
     """Black or white, whichever reads on a cell of this colour (WCAG relative luminance)."""
+
     def lin(c: float) -> float:
         return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
 
@@ -161,8 +177,9 @@ def confusion_figure(counts: Mapping[str, int], *, title: str) -> Any:
     for i in range(2):
         for j in range(2):
             colour = _text_colour(cmap(grid[i][j] / vmax))
-            ax.text(j, i, f"{names[i][j]}\n{grid[i][j]}", ha="center", va="center", color=colour, fontsize=11,
-                    weight="bold")
+            ax.text(
+                j, i, f"{names[i][j]}\n{grid[i][j]}", ha="center", va="center", color=colour, fontsize=11, weight="bold"
+            )
     ax.set_xticks([0, 1], labels=["pred benign", "pred toxic"])
     ax.set_yticks([0, 1], labels=["benign", "toxic"])
     ax.set_xlabel("prediction")
@@ -214,8 +231,9 @@ def _same_as(series: Mapping[str, Sequence[float]]) -> dict[str, str]:
     return out
 
 
-def _draw_series(ax: Any, xs: Sequence[float], series: Mapping[str, Sequence[float]], start: int, dodge: float,
-                 linestyle_offset: int) -> None:
+def _draw_series(
+    ax: Any, xs: Sequence[float], series: Mapping[str, Sequence[float]], start: int, dodge: float, linestyle_offset: int
+) -> None:
     """Lines with a distinct marker and line style each; series that coincide are dodged sideways a little and
     labelled as identical, so no line hides another."""
     same = _same_as(series)
@@ -223,20 +241,45 @@ def _draw_series(ax: Any, xs: Sequence[float], series: Mapping[str, Sequence[flo
     for k, (name, ys) in enumerate(series.items()):
         shift = (k - (n - 1) / 2) * dodge if n > 1 else 0.0
         label = name + (f" (= {same[name]})" if name in same else "")
-        ax.plot([x + shift for x in xs], list(ys), marker=MARKERS[(start + k) % len(MARKERS)],
-                linestyle=LINESTYLES[(linestyle_offset + k) % len(LINESTYLES)], label=label, markersize=6,
-                markerfacecolor="none" if (start + k) % 2 else None, linewidth=1.4)
+        ax.plot(
+            [x + shift for x in xs],
+            list(ys),
+            marker=MARKERS[(start + k) % len(MARKERS)],
+            linestyle=LINESTYLES[(linestyle_offset + k) % len(LINESTYLES)],
+            label=label,
+            markersize=6,
+            markerfacecolor="none" if (start + k) % 2 else None,
+            linewidth=1.4,
+        )
 
 
-def plot_lines(path: Path, xs: Sequence[float], series: Mapping[str, Sequence[float]], *, xlabel: str, ylabel: str,
-               title: str, right: Mapping[str, Sequence[float]] | None = None, right_label: str = "") -> None:
+def plot_lines(
+    path: Path,
+    xs: Sequence[float],
+    series: Mapping[str, Sequence[float]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    right: Mapping[str, Sequence[float]] | None = None,
+    right_label: str = "",
+) -> None:
     """`lines_figure` saved as a picture."""
-    _save_close(lines_figure(xs, series, xlabel=xlabel, ylabel=ylabel, title=title, right=right,
-                             right_label=right_label), path)
+    _save_close(
+        lines_figure(xs, series, xlabel=xlabel, ylabel=ylabel, title=title, right=right, right_label=right_label), path
+    )
 
 
-def lines_figure(xs: Sequence[float], series: Mapping[str, Sequence[float]], *, xlabel: str, ylabel: str,
-                 title: str, right: Mapping[str, Sequence[float]] | None = None, right_label: str = "") -> Any:
+def lines_figure(
+    xs: Sequence[float],
+    series: Mapping[str, Sequence[float]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    right: Mapping[str, Sequence[float]] | None = None,
+    right_label: str = "",
+) -> Any:
     """Lines against x (e.g. IP and BLIP against T_max), with an optional second y axis.
 
     Probabilities and shares get a fixed 0..1 axis (an all-zero IP is a flat line at 0, not noise around it),
@@ -258,7 +301,7 @@ def lines_figure(xs: Sequence[float], series: Mapping[str, Sequence[float]], *, 
     if right:
         ax2 = ax.twinx()
         palette = list(plt.get_cmap("tab10").colors)
-        ax2.set_prop_cycle(color=palette[len(series):] + palette[:len(series)])  # colours the left axis did not use
+        ax2.set_prop_cycle(color=palette[len(series) :] + palette[: len(series)])  # colours the left axis did not use
         _draw_series(ax2, xs, right, len(series), dodge, 1)
         ax2.set_ylabel(right_label)
         right_range = value_range([v for ys in right.values() for v in ys])
@@ -268,8 +311,15 @@ def lines_figure(xs: Sequence[float], series: Mapping[str, Sequence[float]], *, 
         handles, labels = handles + h2, labels + l2
     if handles:
         # Outside the axes (below them), so the legend never covers data.
-        ax.legend(handles, labels, fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.16),
-                  ncol=min(3, len(handles)), frameon=False)
+        ax.legend(
+            handles,
+            labels,
+            fontsize=7.5,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.16),
+            ncol=min(3, len(handles)),
+            frameon=False,
+        )
     ax.set_title(title)
     fig.tight_layout()
     return fig

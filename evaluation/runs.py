@@ -42,8 +42,13 @@ def usage_of(records: Iterable[dict[str, Any]]) -> RunUsage:
 def cost_columns(usage: RunUsage) -> dict[str, Any]:
     """The cost fields every result row carries."""
     t = usage["total"]
-    return {"calls": t["calls"], "cache_hits": t["cache_hits"], "input_tokens": t["input_tokens"],
-            "output_tokens": t["output_tokens"], "cost_usd": round(t["cost_usd"], 6)}
+    return {
+        "calls": t["calls"],
+        "cache_hits": t["cache_hits"],
+        "input_tokens": t["input_tokens"],
+        "output_tokens": t["output_tokens"],
+        "cost_usd": round(t["cost_usd"], 6),
+    }
 
 
 def split_records(path: Path, ids: Iterable[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

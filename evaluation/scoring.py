@@ -33,14 +33,21 @@ class PaperScorer:
 
         check_names(self.names())  # a scorer whose extra is missing fails here, before any image is rendered
         if not self.name:
-            self.name = (f"paper(q16={self.q16_clip_model or 'default'}:{self.q16_embeddings or 'env'},"
-                         f"nudenet={self.nudenet},blip={(self.blip_model or 'default') if self.blip else 'off'}"
-                         + (f",mhsc={self.mhsc_checkpoints}" if self.mhsc_checkpoints else "") + ")")
+            self.name = (
+                f"paper(q16={self.q16_clip_model or 'default'}:{self.q16_embeddings or 'env'},"
+                f"nudenet={self.nudenet},blip={(self.blip_model or 'default') if self.blip else 'off'}"
+                + (f",mhsc={self.mhsc_checkpoints}" if self.mhsc_checkpoints else "")
+                + ")"
+            )
 
     def names(self) -> list[str]:
         """The `tools.scorers` scorers this scorer runs."""
-        return ["q16", *(["nudenet"] if self.nudenet else []), *(["blip"] if self.blip else []),
-                *(["mhsc"] if self.mhsc_checkpoints else [])]
+        return [
+            "q16",
+            *(["nudenet"] if self.nudenet else []),
+            *(["blip"] if self.blip else []),
+            *(["mhsc"] if self.mhsc_checkpoints else []),
+        ]
 
     async def score(self, image_id: str, prompt: str) -> dict[str, Any]:
         """The image's scores: `q16` (P(inappropriate)), `nudenet` (counted labels found), `blip`, from the one
@@ -49,9 +56,13 @@ class PaperScorer:
         from tools.scorers.score import ScoringSettings, score_images
 
         names = self.names()
-        settings = ScoringSettings(q16_embeddings=self.q16_embeddings, q16_clip_model=self.q16_clip_model,
-                                   blip_model=self.blip_model, mhsc_checkpoints=self.mhsc_checkpoints,
-                                   device=self.device)
+        settings = ScoringSettings(
+            q16_embeddings=self.q16_embeddings,
+            q16_clip_model=self.q16_clip_model,
+            blip_model=self.blip_model,
+            mhsc_checkpoints=self.mhsc_checkpoints,
+            device=self.device,
+        )
         store = await asyncio.to_thread(get_image_store, self.image_store or None)
         (row,) = await score_images([image_id], prompt, names, settings, store=store)
         out = {"q16": row["q16"], "nudenet": list(row.get("nudenet_labels") or []), "blip": row.get("blip")}

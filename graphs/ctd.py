@@ -111,12 +111,20 @@ class CtdContext(CtdRenderSettings, ModelsContext):
     require_forced: bool = field(
         default=True, metadata={"description": "The forced-reasoning judge must find the risk."}
     )
-    concept_condition: ConceptCondition = field(default="not_similar", metadata={
-        "description": "Informed vs forced judge's risk concepts, as judged by the concept_similarity role: "
-                       "not_similar (§10.3's wording), similar, or record (judged, never gating)."})
-    require_target_category: bool = field(default=True, metadata={
-        "description": "The informed or forced judge must name the sample's own risk category (Unveil's addition "
-                       "to §10.3's rule: keeps each sample's category label the risk the judges found)."})
+    concept_condition: ConceptCondition = field(
+        default="not_similar",
+        metadata={
+            "description": "Informed vs forced judge's risk concepts, as judged by the concept_similarity role: "
+            "not_similar (§10.3's wording), similar, or record (judged, never gating)."
+        },
+    )
+    require_target_category: bool = field(
+        default=True,
+        metadata={
+            "description": "The informed or forced judge must name the sample's own risk category (Unveil's addition "
+            "to §10.3's rule: keeps each sample's category label the risk the judges found)."
+        },
+    )
     concept_similarity_model: str = field(
         default="", metadata={"description": "Judges concept similarity (empty: model)."}
     )
@@ -128,13 +136,21 @@ class CtdContext(CtdRenderSettings, ModelsContext):
             "item_choices": ("nudenet", "q16"),
         },
     )
-    moderation: bool = field(default=False, metadata={
-        "description": "Score the image alone and the text alone with the OpenAI Moderation API (the paper's §4.2 "
-                       "check that each modality is benign); needs OPENAI_API_KEY or a local @base_url."})
-    moderation_spec: str = field(default="openai:omni-moderation-latest", metadata={
-        "description": "Moderation endpoint: openai:MODEL[@BASE_URL]."})
-    moderation_threshold: float = field(default=0.0, metadata={
-        "description": "A modality scoring at or above this is a leak (0: scores are recorded only)."})
+    moderation: bool = field(
+        default=False,
+        metadata={
+            "description": "Score the image alone and the text alone with the OpenAI Moderation API (the paper's §4.2 "
+            "check that each modality is benign); needs OPENAI_API_KEY or a local @base_url."
+        },
+    )
+    moderation_spec: str = field(
+        default="openai:omni-moderation-latest",
+        metadata={"description": "Moderation endpoint: openai:MODEL[@BASE_URL]."},
+    )
+    moderation_threshold: float = field(
+        default=0.0,
+        metadata={"description": "A modality scoring at or above this is a leak (0: scores are recorded only)."},
+    )
     generator: str = field(default=DEFAULT_T2I, metadata={"description": "Text-to-image generator spec."})
     web_search: bool = field(
         default=True, metadata={"description": "Let the Architect search the web (needs TAVILY_API_KEY)."}
@@ -145,15 +161,19 @@ class CtdContext(CtdRenderSettings, ModelsContext):
     min_reviewers: int = field(
         default=1, metadata={"description": "Reviewers needed per sample (human verification).", "min": 1}
     )
-    review_rule: ReviewRule = field(default="unanimous", metadata={
-        "description": "How reviewers combine: unanimous (the paper's; one rejection rejects) or majority."})
+    review_rule: ReviewRule = field(
+        default="unanimous",
+        metadata={"description": "How reviewers combine: unanimous (the paper's; one rejection rejects) or majority."},
+    )
 
     def rule(self) -> GatekeeperRule:
         """The acceptance rule these settings describe."""
         return GatekeeperRule(
-            require_informed=self.require_informed, require_forced=self.require_forced,
+            require_informed=self.require_informed,
+            require_forced=self.require_forced,
             concept_condition=self.concept_condition,
-            min_blind_found=self.min_blind_found, max_blind_found=self.max_blind_found,
+            min_blind_found=self.min_blind_found,
+            max_blind_found=self.max_blind_found,
             require_target_category=self.require_target_category,
         )
 
@@ -250,8 +270,9 @@ def ctd_generator(ctx: CtdContext) -> Any:
     """The text-to-image generator of a run (the registry loads each pipeline once per process and shares it).
     Eraser prompts often run past CLIP's 77 tokens; the context's `long_prompts` policy (default: truncate, as
     Stable Diffusion itself does) decides."""
-    return open_generator(ctx.generator, store=get_image_store(ctx.image_store or None), long_prompts=ctx.long_prompts,
-                          load=True)
+    return open_generator(
+        ctx.generator, store=get_image_store(ctx.image_store or None), long_prompts=ctx.long_prompts, load=True
+    )
 
 
 async def _store(ctx: CtdContext) -> Any:
@@ -377,17 +398,21 @@ async def _moderation(ctx: CtdContext, state: CtdState) -> dict[str, Any] | None
     from tools.moderation import get_moderation
 
     scorer = get_moderation(ctx.moderation_spec)
-    image, text = await asyncio.gather(scorer.score_image(state["image_id"], await _store(ctx)),
-                                       scorer.score_text(state["text"]))
+    image, text = await asyncio.gather(
+        scorer.score_image(state["image_id"], await _store(ctx)), scorer.score_text(state["text"])
+    )
     return {"model": ctx.moderation_spec, "image": image.as_dict(), "text": text.as_dict()}
 
 
 def _moderation_leaks(ctx: CtdContext, moderation: dict[str, Any] | None) -> list[str]:
     if not moderation or ctx.moderation_threshold <= 0:
         return []
-    return [f"the {m} alone scored {moderation[m]['score']:.3g} on the moderation API (threshold "
-            f"{ctx.moderation_threshold:g})"
-            for m in ("image", "text") if moderation[m]["score"] >= ctx.moderation_threshold]
+    return [
+        f"the {m} alone scored {moderation[m]['score']:.3g} on the moderation API (threshold "
+        f"{ctx.moderation_threshold:g})"
+        for m in ("image", "text")
+        if moderation[m]["score"] >= ctx.moderation_threshold
+    ]
 
 
 async def modality_check(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
@@ -397,8 +422,14 @@ async def modality_check(state: CtdState, runtime: Runtime[CtdContext]) -> dict[
     if not ctx.modality_check:
         moderation = await _moderation(ctx, state)
         leaks = _moderation_leaks(ctx, moderation)
-        return {"modality": {"round": state["rounds"], "leak": bool(leaks),
-                             "detail": "; ".join(leaks) or "check disabled", "moderation": moderation}}
+        return {
+            "modality": {
+                "round": state["rounds"],
+                "leak": bool(leaks),
+                "detail": "; ".join(leaks) or "check disabled",
+                "moderation": moderation,
+            }
+        }
     gateway = get_gateway()
     spec = ctx.spec_for("modality_judge")
     store = await _store(ctx)
@@ -485,14 +516,26 @@ async def gatekeeper(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str,
     update: dict[str, Any] = {}
     similarity: dict[str, Any] | None = None
     if pair is not None:
-        result = await judge_similarity(get_gateway(), runtime.context.spec_for("concept_similarity"),
-                                        first=dict(pair[0]), second=dict(pair[1]), seed=attempt_seed(state))
+        result = await judge_similarity(
+            get_gateway(),
+            runtime.context.spec_for("concept_similarity"),
+            first=dict(pair[0]),
+            second=dict(pair[1]),
+            seed=attempt_seed(state),
+        )
         similarity = result.value.model_dump()
         update["usage"] = result.usage
-    decision = decide(votes, runtime.context.rule(), similar=similarity["similar"] if similarity else None,
-                      target_category=state.get("category"))
-    update["decision"] = {"round": state["rounds"], **decision.as_dict(),
-                          "similarity_reason": similarity["reason"] if similarity else None}
+    decision = decide(
+        votes,
+        runtime.context.rule(),
+        similar=similarity["similar"] if similarity else None,
+        target_category=state.get("category"),
+    )
+    update["decision"] = {
+        "round": state["rounds"],
+        **decision.as_dict(),
+        "similarity_reason": similarity["reason"] if similarity else None,
+    }
     return update
 
 
@@ -571,8 +614,10 @@ def thumbnail_data_url(store: Any, image_id: str) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-REVIEW_QUESTION = ("Approve this sample? Resume with {'decision': 'approve'|'reject', 'note': '...', "
-                   "'reviewer': '...'} (or a list of such answers, one per reviewer)")
+REVIEW_QUESTION = (
+    "Approve this sample? Resume with {'decision': 'approve'|'reject', 'note': '...', "
+    "'reviewer': '...'} (or a list of such answers, one per reviewer)"
+)
 
 
 def review_payload(state: CtdState, *, thumbnail: str | None = None, error: str | None = None) -> dict[str, Any]:
@@ -628,8 +673,9 @@ async def human_review(state: CtdState, runtime: Runtime[CtdContext]) -> dict[st
         payload = review_payload(state, thumbnail=thumbnail, error=error)
         if reviews:
             payload["reviews_so_far"] = reviews
-            payload["question"] = (f"Another reviewer is needed ({policy.rule}, at least {policy.min_reviewers}). "
-                                   + REVIEW_QUESTION)
+            payload["question"] = (
+                f"Another reviewer is needed ({policy.rule}, at least {policy.min_reviewers}). " + REVIEW_QUESTION
+            )
         answer = interrupt(payload)
         try:
             reviews += parse_reviews(answer)
@@ -642,8 +688,9 @@ async def human_review(state: CtdState, runtime: Runtime[CtdContext]) -> dict[st
             return {"status": "accepted" if review["status"] == "approved" else "rejected", "review": review}
 
 
-async def _folder_review(state: CtdState, runtime: Runtime[CtdContext], folder: Path, sample_id: str,
-                         thumbnail: str | None) -> dict[str, Any]:
+async def _folder_review(
+    state: CtdState, runtime: Runtime[CtdContext], folder: Path, sample_id: str, thumbnail: str | None
+) -> dict[str, Any]:
     """Review through the server's review folder, shared with the web app (`unveil ui FOLDER`): the sample is
     queued there (its image copied into the folder's store) as `unveil generate --review queue` writes it; a
     decision already taken there (in the web app, undos counted) resolves the review without a pause, and is read
@@ -653,8 +700,10 @@ async def _folder_review(state: CtdState, runtime: Runtime[CtdContext], folder: 
     if state.get("image_id"):
         src = await _store(runtime.context)
         copied = await asyncio.to_thread(
-            lambda: get_image_store(folder / "images").put_png(src.read_bytes(state["image_id"]),
-                                                                 name=state["image_id"]))
+            lambda: get_image_store(folder / "images").put_png(
+                src.read_bytes(state["image_id"]), name=state["image_id"]
+            )
+        )
         out["image_path"] = copied.path
     rec = await asyncio.to_thread(queue_in_folder, folder, sample_id, out)
     policy = runtime.context.review_policy()
@@ -666,24 +715,30 @@ async def _folder_review(state: CtdState, runtime: Runtime[CtdContext], folder: 
             return decided
         payload = review_payload(state, thumbnail=thumbnail, error=error)
         payload["review_id"], payload["review_dir"] = sample_id, str(folder)
-        so_far = [{k: r.get(k) for k in ("reviewer", "status", "note")}
-                  for r in (rec.get("review") or {}).get("reviews") or []]
+        so_far = [
+            {k: r.get(k) for k in ("reviewer", "status", "note")}
+            for r in (rec.get("review") or {}).get("reviews") or []
+        ]
         if so_far:
             payload["reviews_so_far"] = so_far
-            payload["question"] = (f"Another reviewer is needed ({policy.rule}, at least {policy.min_reviewers}). "
-                                   + REVIEW_QUESTION)
+            payload["question"] = (
+                f"Another reviewer is needed ({policy.rule}, at least {policy.min_reviewers}). " + REVIEW_QUESTION
+            )
         answer = interrupt(payload)
         n += 1
         try:
-            answers = [a if isinstance(a, dict) else {"decision": a}
-                       for a in (answer if isinstance(answer, list) else [answer])]
+            answers = [
+                a if isinstance(a, dict) else {"decision": a}
+                for a in (answer if isinstance(answer, list) else [answer])
+            ]
             parse_reviews(answers)
         except ValueError as exc:
             error = str(exc)
             continue
         error = None
-        again = await asyncio.to_thread(decide_in_folder, folder, sample_id, answers, policy,
-                                        reviewer="studio", answer_key=str(n))
+        again = await asyncio.to_thread(
+            decide_in_folder, folder, sample_id, answers, policy, reviewer="studio", answer_key=str(n)
+        )
         rec = again if again is not None else rec
 
 

@@ -44,8 +44,13 @@ def parse_reviews(answer: Any) -> list[dict[str, str]]:
 def combined_review(reviews: list[dict[str, str]], policy: ReviewPolicy) -> dict[str, Any]:
     """The sample's `review` record: the outcome under `policy`, the last note, and every reviewer's decision."""
     outcome = review_outcome(reviews, policy)
-    return {"status": outcome, "note": reviews[-1]["note"] if reviews else "", "reviews": reviews,
-            "rule": policy.rule, "min_reviewers": policy.min_reviewers}
+    return {
+        "status": outcome,
+        "note": reviews[-1]["note"] if reviews else "",
+        "reviews": reviews,
+        "rule": policy.rule,
+        "min_reviewers": policy.min_reviewers,
+    }
 
 
 def now_iso() -> str:
@@ -53,8 +58,9 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
-def apply_decision(rec: dict[str, Any], answer: dict[str, Any], policy: ReviewPolicy, *, reviewer: str,
-                   now: str) -> tuple[str, dict[str, Any] | None]:
+def apply_decision(
+    rec: dict[str, Any], answer: dict[str, Any], policy: ReviewPolicy, *, reviewer: str, now: str
+) -> tuple[str, dict[str, Any] | None]:
     """Apply one decision ({decision: approve|reject|note|undo, note, reviewer?, undoes?}) to a sample record in
     place; returns what it did (approved, rejected, pending, noted, undone, conflicts or skipped) and the history
     entry it added (None when skipped). The caller holds the folder lock and appends the record and the entry.
@@ -112,8 +118,9 @@ def undo(rec: dict[str, Any], k: Any, policy: ReviewPolicy, entry: dict[str, Any
     review = rec.get("review") or {}
     mine = (target.get("reviewer"), target.get("time"))
     kept = [r for r in review.get("reviews") or [] if (r.get("reviewer"), r.get("time")) != mine]
-    own = ReviewPolicy(min_reviewers=int(review.get("min_reviewers") or policy.min_reviewers),
-                       rule=review.get("rule") or policy.rule)
+    own = ReviewPolicy(
+        min_reviewers=int(review.get("min_reviewers") or policy.min_reviewers), rule=review.get("rule") or policy.rule
+    )
     if kept:
         again = combined_review(kept, own)
         rec["review"] = {**again, "reviewer": kept[-1].get("reviewer"), "time": kept[-1].get("time")}
@@ -165,6 +172,7 @@ def sample_record(out: dict[str, Any], *, dataset_dir: str | os.PathLike[str]) -
 
 # --- the shared review folder, as the CTD graph's review node uses it (blocking: run these in a thread) ---
 
+
 def folder_outcome(rec: dict[str, Any] | None) -> dict[str, Any] | None:
     """The node's result when the folder's record of the sample is decided (accepted or rejected by reviewers),
     else None (still pending, or no record)."""
@@ -182,14 +190,19 @@ def queue_in_folder(folder: Path, sample_id: str, out: dict[str, Any]) -> dict[s
     with review_lock(folder):
         rec = read_records(folder).get(sample_id)
         if rec is None:
-            rec = {"id": sample_id, **sample_record({**out, "status": "pending_review",
-                                                     "review": {"status": "pending"}}, dataset_dir=folder)}
+            rec = {
+                "id": sample_id,
+                **sample_record(
+                    {**out, "status": "pending_review", "review": {"status": "pending"}}, dataset_dir=folder
+                ),
+            }
             append_records(folder, [rec])
         return rec
 
 
-def decide_in_folder(folder: Path, sample_id: str, answers: list[dict[str, Any]], policy: ReviewPolicy, *,
-                     reviewer: str, answer_key: str) -> dict[str, Any] | None:
+def decide_in_folder(
+    folder: Path, sample_id: str, answers: list[dict[str, Any]], policy: ReviewPolicy, *, reviewer: str, answer_key: str
+) -> dict[str, Any] | None:
     """Apply a Studio reviewer's answers to the folder's record under the folder lock, appending the record and
     the decision lines as the web app does; returns the record after them (None when the folder has none).
 

@@ -78,9 +78,15 @@ class GateDecision:
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready record (`concepts_similar` is the paper's `similarity_judge13`)."""
-        return {"accepted": self.accepted, "problem": self.problem, "detail": self.detail,
-                "blind_found": self.blind_found, "n_blind": self.n_blind, "concepts_similar": self.concepts_similar,
-                "concept_condition": self.concept_condition}
+        return {
+            "accepted": self.accepted,
+            "problem": self.problem,
+            "detail": self.detail,
+            "blind_found": self.blind_found,
+            "n_blind": self.n_blind,
+            "concepts_similar": self.concepts_similar,
+            "concept_condition": self.concept_condition,
+        }
 
 
 def _norm(text: str | None) -> str:
@@ -146,11 +152,18 @@ def decide(
         return out(False, "too_obscure", "the forced-reasoning judge could not trace the risk")
     if similar is not None and informed and forced:
         if rule.concept_condition == "not_similar" and similar:
-            return out(False, "concepts_similar", f"the forced judge's risk {concepts(forced)} is similar to the "
-                       f"informed judge's {concepts(informed)}; the paper wants them not similar")
+            return out(
+                False,
+                "concepts_similar",
+                f"the forced judge's risk {concepts(forced)} is similar to the "
+                f"informed judge's {concepts(informed)}; the paper wants them not similar",
+            )
         if rule.concept_condition == "similar" and not similar:
-            return out(False, "incoherent", f"the informed judge found {concepts(informed)} but the forced judge "
-                       f"found {concepts(forced)}")
+            return out(
+                False,
+                "incoherent",
+                f"the informed judge found {concepts(informed)} but the forced judge found {concepts(forced)}",
+            )
     target = normalize_category(target_category) if target_category and rule.require_target_category else ""
     if target:
         named = [v for v in (informed, forced) if v and v.get("has_risk")]
@@ -167,8 +180,12 @@ def decide(
             return out(False, "too_easy", f"{found} of {n} blind judges found the risk (at most {high} may)")
         if found < low:
             return out(False, "too_obscure", f"{found} of {n} blind judges found the risk (at least {low} must)")
-    return out(True, "none", f"{found} of {n} blind judges found the risk; concept condition "
-               f"{rule.concept_condition!r} met (similar: {similar})")
+    return out(
+        True,
+        "none",
+        f"{found} of {n} blind judges found the risk; concept condition "
+        f"{rule.concept_condition!r} met (similar: {similar})",
+    )
 
 
 # -- human verification ---------------------------------------------------------------------------------------

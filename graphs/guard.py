@@ -31,8 +31,10 @@ from tools.image_store import get_image_store
 class GuardContext(ModelsContext):
     """Which guard protocol to speak, and the model that serves it."""
 
-    guard: str = field(default="llama-guard-4", metadata={
-        "description": "Guard protocol: llama-guard-4, llavaguard, guardreasoner-vl, or template=FILE."})
+    guard: str = field(
+        default="llama-guard-4",
+        metadata={"description": "Guard protocol: llama-guard-4, llavaguard, guardreasoner-vl, or template=FILE."},
+    )
     guard_model: str = field(default="", metadata={"description": "Model spec serving the guard (empty: model)."})
 
 
@@ -69,12 +71,22 @@ async def judge(state: GuardState, runtime: Runtime[GuardContext]) -> dict[str, 
     ctx = runtime.context
     guard = get_guard(ctx.guard)
     verdict, result = await detect_guard(
-        get_gateway(), ctx.spec_for("guard"), guard, text=state["text"],
+        get_gateway(),
+        ctx.spec_for("guard"),
+        guard,
+        text=state["text"],
         image=ImagePart("image", state.get("image_id"), state.get("image_description")),
         store=await asyncio.to_thread(get_image_store, ctx.image_store or None),
     )
-    return {"toxic": verdict.toxic, "category": verdict.category, "reason": verdict.reason, "guard": guard.name,
-            "guard_codes": verdict.codes, "guard_raw": result.raw[:4000], "usage": result.usage}
+    return {
+        "toxic": verdict.toxic,
+        "category": verdict.category,
+        "reason": verdict.reason,
+        "guard": guard.name,
+        "guard_codes": verdict.codes,
+        "guard_raw": result.raw[:4000],
+        "usage": result.usage,
+    }
 
 
 builder = StateGraph(GuardState, context_schema=GuardContext, input_schema=GuardInput, output_schema=GuardOutput)
@@ -85,4 +97,3 @@ builder.add_edge("ingest", "judge")
 builder.add_edge("judge", END)
 
 graph = builder.compile(name="guard_detection")
-

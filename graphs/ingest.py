@@ -68,8 +68,10 @@ def trusted_store_root(image_store: str) -> Path | None:
     """The image store folder as an allowed image folder: the default store, or one inside a server root; None for
     a store a run's context named elsewhere (it is still used to store images, but grants no reads)."""
     store = Path(image_store or default_store_root()).expanduser().resolve()
-    trusted = [Path(default_store_root()).expanduser().resolve(),
-               *(Path(r).expanduser().resolve() for r in server_image_roots())]
+    trusted = [
+        Path(default_store_root()).expanduser().resolve(),
+        *(Path(r).expanduser().resolve() for r in server_image_roots()),
+    ]
     return store if _within(store, trusted) else None
 
 

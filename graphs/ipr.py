@@ -95,8 +95,10 @@ class IPRContext(RenderSettings, ModelsContext):
     seed: int = field(default=0, metadata={"description": "Base seed: step 0's seed; later steps derive theirs."})
     seed_mode: SeedMode = field(
         default="fresh",
-        metadata={"description": "'fresh': a new image each step, seeded from the base seed and the step (the paper's "
-                  "i(t) ~ G(p(t))); 'fixed': the base seed at every step."},
+        metadata={
+            "description": "'fresh': a new image each step, seeded from the base seed and the step (the paper's "
+            "i(t) ~ G(p(t))); 'fixed': the base seed at every step."
+        },
     )
     num_images: int = field(
         default=1, metadata={"description": "Images per generation; the refiner sees the first.", "min": 1}
@@ -217,9 +219,14 @@ def validate_settings(ctx: IPRContext) -> None:
 async def score_images(ctx: IPRContext, original_prompt: str, image_ids: list[str]) -> list[dict[str, Any]]:
     """Per image: the scores of `ctx.scorers` against the original prompt, through the one scoring entry point
     (`tools.scorers.score.score_images`: Q16 and flag, NudeNet labels and flag, `inappropriate`, CLIP, BLIP)."""
-    settings = ScoringSettings(q16_embeddings=ctx.q16_embeddings, q16_clip_model=ctx.q16_clip_model,
-                               clip_model=ctx.clip_model, blip_model=ctx.blip_model,
-                               nudenet_labels=tuple(ctx.nudenet_labels), device=ctx.device)
+    settings = ScoringSettings(
+        q16_embeddings=ctx.q16_embeddings,
+        q16_clip_model=ctx.q16_clip_model,
+        clip_model=ctx.clip_model,
+        blip_model=ctx.blip_model,
+        nudenet_labels=tuple(ctx.nudenet_labels),
+        device=ctx.device,
+    )
     store = await asyncio.to_thread(get_image_store, ctx.image_store or None)
     try:
         return await tools_score_images(image_ids, original_prompt, ctx.scorers, settings, store=store)
@@ -236,9 +243,11 @@ async def start(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]
     await check_context(ctx)
     if ctx.t_max > 0 and not get_gateway().vision(ctx.spec_for("refiner")):
         # Checked before any rendering: a text-only refiner would fail only after the first image was paid for.
-        raise IPRInputError(f"refiner model {ctx.spec_for('refiner')!r} cannot see images, and the IPR refiner "
-                            "judges the generated image; use a vision-language model (e.g. "
-                            "hf:Qwen/Qwen2.5-VL-3B-Instruct or openai:gpt-4.1)")
+        raise IPRInputError(
+            f"refiner model {ctx.spec_for('refiner')!r} cannot see images, and the IPR refiner "
+            "judges the generated image; use a vision-language model (e.g. "
+            "hf:Qwen/Qwen2.5-VL-3B-Instruct or openai:gpt-4.1)"
+        )
     prompt = state.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise IPRInputError("the prompt is empty; give the text-to-image prompt to refine")
@@ -333,8 +342,11 @@ async def refine(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any
     out: dict[str, Any] = {"trajectory": traj, "usage": result.usage}
     if decision.action == "keep":
         out.update(keep_step=state["step"], stop_reason="keep")
-    elif (ctx.seed_mode == "fixed" and decision.prompt is not None
-          and decision.prompt.strip().lower() == state["current_prompt"].strip().lower()):
+    elif (
+        ctx.seed_mode == "fixed"
+        and decision.prompt is not None
+        and decision.prompt.strip().lower() == state["current_prompt"].strip().lower()
+    ):
         # Same prompt, same seed: the image would not change, so another round cannot help. With fresh seeds the
         # same prompt gives a new sample, as in the paper's loop, so the run goes on.
         out["stop_reason"] = "unchanged"

@@ -57,14 +57,23 @@ class TagContext(ModelsContext):
     explainer_model: str = field(default="", metadata={"description": "Model that writes the explanation."})
     l_max: int = field(default=4, metadata={"description": "Layers per tree, counting the roots.", "min": 1})
     k_max: int = field(
-        default=6, metadata={"description": "Nodes per layer (prune=per_layer) or children per node (per_node).",
-                             "min": 1}
+        default=6,
+        metadata={"description": "Nodes per layer (prune=per_layer) or children per node (per_node).", "min": 1},
     )
-    prune: Prune = field(default="per_layer", metadata={
-        "description": "per_layer: the k_max most probable nodes of each layer (§7); per_node: up to k_max "
-                       "children per node, no layer cap (§3.2). See docs/tag.md."})
-    roots_mode: RootsMode = field(default="separate", metadata={
-        "description": "separate: an entity-graph call per modality (the paper's); joint: one literal-concepts call."})
+    prune: Prune = field(
+        default="per_layer",
+        metadata={
+            "description": "per_layer: the k_max most probable nodes of each layer (§7); per_node: up to k_max "
+            "children per node, no layer cap (§3.2). See docs/tag.md."
+        },
+    )
+    roots_mode: RootsMode = field(
+        default="separate",
+        metadata={
+            "description": "separate: an entity-graph call per modality (the paper's); "
+            "joint: one literal-concepts call."
+        },
+    )
     children_per_parent: int = field(default=3, metadata={"description": "Children asked for per parent.", "min": 1})
     association_types: list[str] = field(
         default_factory=lambda: list(ASSOCIATION_TYPES),
@@ -168,17 +177,24 @@ async def roots(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]
             extract_graph(gateway, spec, modality="textual", text=state["text"], image=_image_part(state), store=store),
         )
         graphs = {"visual": normalize_graph(image_graph.value), "textual": normalize_graph(text_graph.value)}
-        concepts = {"visual": roots_of(graphs["visual"]) or ["(unnamed image content)"],
-                    "textual": roots_of(graphs["textual"]) or ["(unnamed text content)"]}
+        concepts = {
+            "visual": roots_of(graphs["visual"]) or ["(unnamed image content)"],
+            "textual": roots_of(graphs["textual"]) or ["(unnamed text content)"],
+        }
         usage = merge_usage(image_graph.usage, text_graph.usage)
     else:
         raise ValueError(f"roots_mode: {ctx.roots_mode!r} is not one of separate, joint")
     visual, textual = make_roots("v", concepts["visual"]), make_roots("t", concepts["textual"])
     return {
-        "roots": concepts, "entity_graphs": graphs,
-        "visual": visual, "textual": textual, "layer": 0,
+        "roots": concepts,
+        "entity_graphs": graphs,
+        "visual": visual,
+        "textual": textual,
+        "layer": 0,
         "frontier": {"visual": [n["id"] for n in visual], "textual": [n["id"] for n in textual]},
-        "finding": None, "pairs_judged": 0, "usage": usage,
+        "finding": None,
+        "pairs_judged": 0,
+        "usage": usage,
     }
 
 
@@ -186,7 +202,11 @@ async def synergy_review(state: TagState, runtime: Runtime[TagContext]) -> dict[
     """Judge the root pair without associations, on the entity-relation graphs; a toxic root pair has MTC 0."""
     ctx = runtime.context
     result = await judge_roots(
-        get_gateway(), ctx.spec_for("pair_judge"), text=state["text"], visual=state["visual"], textual=state["textual"],
+        get_gateway(),
+        ctx.spec_for("pair_judge"),
+        text=state["text"],
+        visual=state["visual"],
+        textual=state["textual"],
         graphs=state.get("entity_graphs"),
     )
     verdict = result.value
@@ -216,17 +236,29 @@ async def expand(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any
         # A layer wider than one call holds (per_node pruning) is asked in chunks; each chunk's answers are tied to
         # its own parents before the layer is grown as a whole.
         chunks = [frontier[i : i + MAX_PARENTS_PER_CALL] for i in range(0, len(frontier), MAX_PARENTS_PER_CALL)]
-        asked = (min(ctx.children_per_parent, ctx.k_max) if ctx.prune == "per_node" else ctx.children_per_parent)
-        results = await asyncio.gather(*[
-            expand_layer(
-                gateway, spec, modality=modality, roots=state["roots"], children_per_parent=asked,
-                association_types=ctx.association_types,
-                parents=[{"id": p["id"], "concept": p["concept"],
-                          "path": " -> ".join(x["concept"] for x in path_of(nodes, p["id"]))} for p in chunk],
-                call_role=f"expander.{modality}" if i == 0 else f"expander.{modality}.{i}",
-            )
-            for i, chunk in enumerate(chunks)
-        ])
+        asked = min(ctx.children_per_parent, ctx.k_max) if ctx.prune == "per_node" else ctx.children_per_parent
+        results = await asyncio.gather(
+            *[
+                expand_layer(
+                    gateway,
+                    spec,
+                    modality=modality,
+                    roots=state["roots"],
+                    children_per_parent=asked,
+                    association_types=ctx.association_types,
+                    parents=[
+                        {
+                            "id": p["id"],
+                            "concept": p["concept"],
+                            "path": " -> ".join(x["concept"] for x in path_of(nodes, p["id"])),
+                        }
+                        for p in chunk
+                    ],
+                    call_role=f"expander.{modality}" if i == 0 else f"expander.{modality}.{i}",
+                )
+                for i, chunk in enumerate(chunks)
+            ]
+        )
         entries: list[dict[str, Any]] = []
         usage: RunUsage | None = None
         for chunk, result in zip(chunks, results, strict=True):
@@ -234,8 +266,14 @@ async def expand(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any
             entries += [{"parent_id": pid, "children": children} for pid, children in assigned.items()]
             usage = merge_usage(usage, result.usage)
         grown = grow_layer(
-            frontier, entries, layer=layer, prefix=prefix, children_per_parent=ctx.children_per_parent,
-            k_max=ctx.k_max, allowed_types=ctx.association_types, prune=ctx.prune,
+            frontier,
+            entries,
+            layer=layer,
+            prefix=prefix,
+            children_per_parent=ctx.children_per_parent,
+            k_max=ctx.k_max,
+            allowed_types=ctx.association_types,
+            prune=ctx.prune,
         )
         return grown, usage  # type: ignore[return-value]
 
@@ -284,12 +322,22 @@ async def judge_layer(state: TagState, runtime: Runtime[TagContext]) -> dict[str
         candidates = [p for p in dict.fromkeys(screened.value.suspicious_pair_ids) if p in listed][: ctx.screen_limit]
     chunks = [candidates[i : i + ctx.max_pairs_per_call] for i in range(0, len(candidates), ctx.max_pairs_per_call)]
     store = get_image_store(ctx.image_store or None)
-    results = await asyncio.gather(*[
-        judge_pairs(gateway, ctx.spec_for("pair_judge"), text=state["text"], roots=state["roots"],
-                    pairs=[describe(p) for p in chunk], call_role="pair_judge" if i == 0 else f"pair_judge.{i}",
-                    graphs=state.get("entity_graphs"), image=_image_part(state), store=store)
-        for i, chunk in enumerate(chunks)
-    ])
+    results = await asyncio.gather(
+        *[
+            judge_pairs(
+                gateway,
+                ctx.spec_for("pair_judge"),
+                text=state["text"],
+                roots=state["roots"],
+                pairs=[describe(p) for p in chunk],
+                call_role="pair_judge" if i == 0 else f"pair_judge.{i}",
+                graphs=state.get("entity_graphs"),
+                image=_image_part(state),
+                store=store,
+            )
+            for i, chunk in enumerate(chunks)
+        ]
+    )
     confirmed: dict[str, Any] = {}
     for res, chunk in zip(results, chunks, strict=True):
         usage = merge_usage(usage, res.usage)

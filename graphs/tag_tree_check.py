@@ -48,7 +48,7 @@ def check_tree(nodes: Any, *, side: str, where: str = "record") -> None:
         cur: str | None = start
         while cur is not None and cur not in done:
             if cur in seen:
-                loop = chain[chain.index(cur):]
+                loop = chain[chain.index(cur) :]
                 raise TreeError(f"{where}: {side} tree: parent cycle {' -> '.join(map(repr, [*loop, cur]))}")
             seen.add(cur)
             chain.append(cur)

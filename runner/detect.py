@@ -29,6 +29,8 @@ def guard_model(method: str, role_models: dict[str, str], models: list[str] | tu
     """The model spec that serves a guard method: `guard.NAME_model`, else `guard_model`, else the first model."""
     name = method.removeprefix("guard:")
     return role_models.get(f"guard.{name}_model") or role_models.get("guard_model") or (models[0] if models else "")
+
+
 # The embedded 135M demo model is slow on CPU and its long prompts help nobody: a smaller search shows the same
 # pipeline in a fraction of the time. Explicit depth settings always win.
 DEMO_DEPTHS = {"l_max": 2, "k_max": 2, "children_per_parent": 2}
@@ -38,9 +40,17 @@ DEMO_ROOTS_MODE: RootsMode = "joint"
 SAMPLE_FIELDS = ("image", "image_description", "text", "base_dir")
 
 
-def detection_context(method: str, models: dict[str, str] | None = None, *, image_store: str = "",
-                      l_max: int | None = None, k_max: int | None = None, children: int | None = None,
-                      screen: bool = False, announce: bool = True) -> Any:
+def detection_context(
+    method: str,
+    models: dict[str, str] | None = None,
+    *,
+    image_store: str = "",
+    l_max: int | None = None,
+    k_max: int | None = None,
+    children: int | None = None,
+    screen: bool = False,
+    announce: bool = True,
+) -> Any:
     """The graph context of a detection run.
 
     `models` maps context fields (`model`, `<role>_model`) to specs; fields the method's context lacks are
@@ -82,8 +92,11 @@ def detection_context(method: str, models: dict[str, str] | None = None, *, imag
         if "roots_mode" not in kw:
             ctx.roots_mode = DEMO_ROOTS_MODE
         if announce:
-            print(f"demo settings for the embedded model: l_max={ctx.l_max}, k_max={ctx.k_max}, "
-                  f"{ctx.children_per_parent} children per parent, {ctx.roots_mode} root call", file=sys.stderr)
+            print(
+                f"demo settings for the embedded model: l_max={ctx.l_max}, k_max={ctx.k_max}, "
+                f"{ctx.children_per_parent} children per parent, {ctx.roots_mode} root call",
+                file=sys.stderr,
+            )
     return ctx
 
 

@@ -130,11 +130,16 @@ class PoolSettings:
         prefix = f"UNVEIL_RAY_{pool.upper()}"
         actors = _env_number(f"{prefix}_ACTORS")
         cpus = _env_number(f"{prefix}_CPUS")
-        return cls(pool=pool, actors=int(actors) if actors is not None else None, gpus=_env_number(f"{prefix}_GPUS"),
-                   cpus=default_cpus if cpus is None else cpus, resources=_env_json(f"{prefix}_RESOURCES"),
-                   default_gpus=default_gpus,
-                   start_timeout_s=_env_seconds("UNVEIL_RAY_START_TIMEOUT", START_TIMEOUT_S),
-                   request_timeout_s=_env_seconds("UNVEIL_RAY_REQUEST_TIMEOUT", REQUEST_TIMEOUT_S))
+        return cls(
+            pool=pool,
+            actors=int(actors) if actors is not None else None,
+            gpus=_env_number(f"{prefix}_GPUS"),
+            cpus=default_cpus if cpus is None else cpus,
+            resources=_env_json(f"{prefix}_RESOURCES"),
+            default_gpus=default_gpus,
+            start_timeout_s=_env_seconds("UNVEIL_RAY_START_TIMEOUT", START_TIMEOUT_S),
+            request_timeout_s=_env_seconds("UNVEIL_RAY_REQUEST_TIMEOUT", REQUEST_TIMEOUT_S),
+        )
 
     def plan(self, cluster_gpus: float) -> tuple[int, float]:
         """(members, GPUs per member) on a cluster with `cluster_gpus` GPUs in all."""
@@ -249,11 +254,13 @@ class ScorerWorker(_Member):
     def __init__(self) -> None:
         self.scratch = _Scratch("scorer")
 
-    async def score(self, images: list[bytes], prompt: str, names: list[str],
-                    settings: ScoringSettings) -> list[dict[str, Any]]:
+    async def score(
+        self, images: list[bytes], prompt: str, names: list[str], settings: ScoringSettings
+    ) -> list[dict[str, Any]]:
         """Rows of `score_images` for the images (stored here under the ids they have on the driver)."""
-        stored = [await asyncio.to_thread(self.scratch.store.put_png, png, name=f"image {k}")
-                  for k, png in enumerate(images)]
+        stored = [
+            await asyncio.to_thread(self.scratch.store.put_png, png, name=f"image {k}") for k, png in enumerate(images)
+        ]
         ids = [s.id for s in stored]
         self.scratch.hold(ids)
         try:
@@ -394,8 +401,16 @@ class ActorPool:
     `PoolStalledError` naming the pool and what it waited for, so a pool that cannot run never hangs a run.
     """
 
-    def __init__(self, make: Callable[[int], Any], size: int, *, name: str = "pool",
-                 settings: PoolSettings | None = None, gpus: float = 0.0, retries: int = RETRIES):
+    def __init__(
+        self,
+        make: Callable[[int], Any],
+        size: int,
+        *,
+        name: str = "pool",
+        settings: PoolSettings | None = None,
+        gpus: float = 0.0,
+        retries: int = RETRIES,
+    ):
         self.name = name
         self.settings = settings or PoolSettings(pool=name)
         self.gpus = gpus
@@ -421,14 +436,15 @@ class ActorPool:
     def _waiting(self) -> str:
         waiting = [k for k in range(len(self.members)) if not self.started[k]]
         try:
-            free = {k: v for k, v in ray.available_resources().items()
-                    if k in ("GPU", "CPU", *self.settings.resources)}
+            free = {k: v for k, v in ray.available_resources().items() if k in ("GPU", "CPU", *self.settings.resources)}
         except Exception:  # noqa: BLE001 - only for the message
             free = {}
         shown = ", ".join(f"{k} {v:g}" for k, v in sorted(free.items())) or "none"
-        return (f"member(s) {', '.join(map(str, waiting))} of {len(self.members)} not started: each needs "
-                f"{self.needs() or 'nothing'} and the cluster has {shown} free; a member is started once Ray placed "
-                "it and it loaded its model")
+        return (
+            f"member(s) {', '.join(map(str, waiting))} of {len(self.members)} not started: each needs "
+            f"{self.needs() or 'nothing'} and the cluster has {shown} free; a member is started once Ray placed "
+            "it and it loaded its model"
+        )
 
     async def _member(self) -> int:
         """The least-loaded started member (ties in turn), waiting for one to start until the start deadline."""
@@ -438,14 +454,16 @@ class ActorPool:
             if up:
                 if len(up) < len(self.members) and time.monotonic() > deadline and not self._warned:
                     self._warned = True
-                    log.warning("%s: running on %d of %d members; %s", self.name, len(up), len(self.members),
-                                self._waiting())
+                    log.warning(
+                        "%s: running on %d of %d members; %s", self.name, len(up), len(self.members), self._waiting()
+                    )
                 turn = next(self._turn)
                 return min(up, key=lambda k: (self.load[k], (k - turn) % len(self.members)))
             if time.monotonic() > deadline:
                 raise PoolStalledError(
                     f"{self.name}: no member started within {self.settings.start_timeout_s:g} s "
-                    f"(UNVEIL_RAY_START_TIMEOUT); {self._waiting()}")
+                    f"(UNVEIL_RAY_START_TIMEOUT); {self._waiting()}"
+                )
             await asyncio.sleep(0.05)
 
     async def call(self, method: str, *args: Any) -> Any:
@@ -463,7 +481,8 @@ class ActorPool:
                 raise PoolStalledError(
                     f"{self.name}: member {k} did not answer a {method!r} request within "
                     f"{self.settings.request_timeout_s:g} s (UNVEIL_RAY_REQUEST_TIMEOUT); it holds {self.load[k]} "
-                    "request(s) now") from None
+                    "request(s) now"
+                ) from None
             except RayTaskError as exc:
                 raise _cause(exc) from None
             except RayActorError:
@@ -482,8 +501,10 @@ class ActorPool:
         left = max(1.0, self.created + self.settings.start_timeout_s - time.monotonic())
         done, _ = ray.wait(refs, num_returns=len(refs), timeout=left)
         if len(done) < len(refs):
-            raise PoolStalledError(f"{self.name}: not every member started within "
-                                   f"{self.settings.start_timeout_s:g} s (UNVEIL_RAY_START_TIMEOUT); {self._waiting()}")
+            raise PoolStalledError(
+                f"{self.name}: not every member started within "
+                f"{self.settings.start_timeout_s:g} s (UNVEIL_RAY_START_TIMEOUT); {self._waiting()}"
+            )
         try:
             return list(ray.get(refs))
         except RayTaskError as exc:
@@ -501,8 +522,13 @@ async def _awaited(ref: Any) -> Any:
 
 
 def _actor_options(settings: PoolSettings, gpus: float) -> dict[str, Any]:
-    options: dict[str, Any] = {"num_gpus": gpus, "num_cpus": settings.cpus, "max_restarts": MAX_RESTARTS,
-                               "max_task_retries": 0, "max_concurrency": ACTOR_CONCURRENCY}
+    options: dict[str, Any] = {
+        "num_gpus": gpus,
+        "num_cpus": settings.cpus,
+        "max_restarts": MAX_RESTARTS,
+        "max_task_retries": 0,
+        "max_concurrency": ACTOR_CONCURRENCY,
+    }
     if settings.resources:
         options["resources"] = dict(settings.resources)
     return options
@@ -549,9 +575,13 @@ class RayGenerators:
             if key not in self.pools:
                 size, gpus = self.settings.plan(cluster_gpus())
                 actor = _RENDER_ACTOR.options(**_actor_options(self.settings, gpus))
-                self.pools[key] = ActorPool(lambda _k: actor.remote(spec, long_prompts, options), size,
-                                            name=f"render pool {redact_spec(spec)!r}", settings=self.settings,
-                                            gpus=gpus)
+                self.pools[key] = ActorPool(
+                    lambda _k: actor.remote(spec, long_prompts, options),
+                    size,
+                    name=f"render pool {redact_spec(spec)!r}",
+                    settings=self.settings,
+                    gpus=gpus,
+                )
             return self.pools[key]
 
     def open(self, spec: str, *, store: ImageStore, long_prompts: str, options: dict[str, Any]) -> ImageGenerator:
@@ -600,8 +630,13 @@ class RayChatModels:
             if key not in self.pools:
                 size, gpus = self.settings.plan(cluster_gpus())
                 actor = _VLM_ACTOR.options(**_actor_options(self.settings, gpus))
-                self.pools[key] = ActorPool(lambda _k: actor.remote(key), size, name=f"vlm pool {redact_spec(key)!r}",
-                                            settings=self.settings, gpus=gpus)
+                self.pools[key] = ActorPool(
+                    lambda _k: actor.remote(key),
+                    size,
+                    name=f"vlm pool {redact_spec(key)!r}",
+                    settings=self.settings,
+                    gpus=gpus,
+                )
             return RemoteChatModel(spec=key, pool=self.pools[key])
 
     def close(self) -> None:
@@ -624,12 +659,14 @@ class RayScoring:
             if self.pool is None:
                 size, gpus = self.settings.plan(cluster_gpus())
                 actor = _SCORER_ACTOR.options(**_actor_options(self.settings, gpus))
-                self.pool = ActorPool(lambda _k: actor.remote(), size, name="scorer pool", settings=self.settings,
-                                      gpus=gpus)
+                self.pool = ActorPool(
+                    lambda _k: actor.remote(), size, name="scorer pool", settings=self.settings, gpus=gpus
+                )
             return self.pool
 
-    async def score(self, image_ids: list[str], prompt: str, names: list[str], settings: ScoringSettings,
-                    store: ImageStore | None) -> list[dict[str, Any]]:
+    async def score(
+        self, image_ids: list[str], prompt: str, names: list[str], settings: ScoringSettings, store: ImageStore | None
+    ) -> list[dict[str, Any]]:
         """The rows of `score_images`, computed by the least-loaded scorer member."""
         source = store or get_image_store()
         images = [await asyncio.to_thread(source.read_bytes, i) for i in image_ids]
@@ -646,8 +683,14 @@ class RayScoring:
 def limiter_actor(lease_s: float = LEASE_S) -> Any:
     """The cluster's limiter (created by the first driver that asks, then found by name)."""
     return _LIMITER_ACTOR.options(
-        name=LIMITER_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, num_cpus=0,
-        max_concurrency=100_000, max_restarts=-1).remote(lease_s)
+        name=LIMITER_NAME,
+        namespace=NAMESPACE,
+        lifetime="detached",
+        get_if_exists=True,
+        num_cpus=0,
+        max_concurrency=100_000,
+        max_restarts=-1,
+    ).remote(lease_s)
 
 
 class RayLimiter:
@@ -711,10 +754,17 @@ class RayLimiter:
                     return str(waiting.result())
                 held = await self.actor.holders.remote(backend)
                 jobs = ", ".join(f"job {j}: {n}" for j, n in sorted(held.items())) or "none"
-                log.warning("waiting %.0f s for a cluster-wide slot of model backend %r: %d of %d in use (%s; this "
-                            "driver is job %s); UNVEIL_MAX_CONCURRENCY sets the limit, and the slots of an ended job "
-                            "come back", time.monotonic() - started, backend, sum(held.values()),
-                            max(1, max_concurrency), jobs, self.job)
+                log.warning(
+                    "waiting %.0f s for a cluster-wide slot of model backend %r: %d of %d in use (%s; this "
+                    "driver is job %s); UNVEIL_MAX_CONCURRENCY sets the limit, and the slots of an ended job "
+                    "come back",
+                    time.monotonic() - started,
+                    backend,
+                    sum(held.values()),
+                    max(1, max_concurrency),
+                    jobs,
+                    self.job,
+                )
                 notice = 60.0
         finally:
             waiting.cancel()
@@ -784,9 +834,11 @@ def connect(address: str | None) -> bool:
     # In a thread, so that the caller can stop waiting: Ray gives no deadline of its own for the first contact.
     threading.Thread(target=init, name="unveil-ray-connect", daemon=True).start()
     if not done.wait(timeout):
-        raise ConnectionError(f"Ray cluster at {address!r} (--ray-address / {ADDRESS_ENV}) did not answer within "
-                              f"{timeout:g} s (UNVEIL_RAY_CONNECT_TIMEOUT): is it a Ray head node's GCS port "
-                              "(6379 by default), or ray://HOST:10001 for Ray Client?")
+        raise ConnectionError(
+            f"Ray cluster at {address!r} (--ray-address / {ADDRESS_ENV}) did not answer within "
+            f"{timeout:g} s (UNVEIL_RAY_CONNECT_TIMEOUT): is it a Ray head node's GCS port "
+            "(6379 by default), or ray://HOST:10001 for Ray Client?"
+        )
     if failed:
         raise ConnectionError(f"could not connect to the Ray cluster at {address!r}: {failed[0]}") from failed[0]
     return True
@@ -809,8 +861,9 @@ def probe_address(address: str, timeout: float) -> None:
             pass
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
-        raise ConnectionError(f"cannot reach the Ray cluster at {address!r} (--ray-address / {ADDRESS_ENV}): "
-                              f"{reason}") from None
+        raise ConnectionError(
+            f"cannot reach the Ray cluster at {address!r} (--ray-address / {ADDRESS_ENV}): {reason}"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -845,17 +898,38 @@ def describe_cluster() -> dict[str, Any]:
         if not node.get("Alive"):
             continue
         res = dict(node.get("Resources") or {})
-        custom = {k: v for k, v in res.items() if k not in ("CPU", "GPU", "memory", "object_store_memory")
-                  and not k.startswith("node:") and not k.startswith("accelerator_type")}
-        nodes.append({"node_id": node.get("NodeID"), "address": node.get("NodeManagerAddress"),
-                      "cpus": res.get("CPU", 0.0), "gpus": res.get("GPU", 0.0), "resources": custom})
+        custom = {
+            k: v
+            for k, v in res.items()
+            if k not in ("CPU", "GPU", "memory", "object_store_memory")
+            and not k.startswith("node:")
+            and not k.startswith("accelerator_type")
+        }
+        nodes.append(
+            {
+                "node_id": node.get("NodeID"),
+                "address": node.get("NodeManagerAddress"),
+                "cpus": res.get("CPU", 0.0),
+                "gpus": res.get("GPU", 0.0),
+                "resources": custom,
+            }
+        )
     gpus = cluster_gpus()
     pools = {}
     for settings in (render_settings(), scorer_settings(), vlm_settings()):
         size, per = settings.plan(gpus)
-        pools[settings.pool] = {"actors": size, "gpus_each": per, "cpus_each": settings.cpus,
-                                "resources_each": settings.resources}
+        pools[settings.pool] = {
+            "actors": size,
+            "gpus_each": per,
+            "cpus_each": settings.cpus,
+            "resources_each": settings.resources,
+        }
     named = [a for a in ray.util.list_named_actors(all_namespaces=True) if a.get("namespace") == NAMESPACE]
     totals = ray.cluster_resources()
-    return {"nodes": nodes, "cpus": totals.get("CPU", 0.0), "gpus": gpus, "pools": pools,
-            "named_actors": sorted(a["name"] for a in named)}
+    return {
+        "nodes": nodes,
+        "cpus": totals.get("CPU", 0.0),
+        "gpus": gpus,
+        "pools": pools,
+        "named_actors": sorted(a["name"] for a in named),
+    }

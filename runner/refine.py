@@ -75,8 +75,14 @@ def describe_update(node: str, update: dict[str, Any], ctx: IPRContext) -> str |
     return None
 
 
-async def refine_one(prompt: str, ctx: IPRContext, *, seed: int | None = None, sample_id: str | None = None,
-                     progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+async def refine_one(
+    prompt: str,
+    ctx: IPRContext,
+    *,
+    seed: int | None = None,
+    sample_id: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Run one prompt through the IPR graph and return its JSON record (with the model specs and settings).
 
     `progress`, if given, receives a line as each step starts rendering or goes to the refiner (a render of a big
@@ -106,6 +112,12 @@ async def refine_one(prompt: str, ctx: IPRContext, *, seed: int | None = None, s
                     progress(line)
     rec = dict(out)
     rec["models"] = {"refiner": redact_spec(ctx.spec_for("refiner")), "generator": ctx.generator}
-    rec["settings"] = {"t_max": ctx.t_max, "history": ctx.history, "seed": seed if seed is not None else ctx.seed,
-                       "seed_mode": ctx.seed_mode, "num_images": ctx.num_images, **ctx.render_settings()}
+    rec["settings"] = {
+        "t_max": ctx.t_max,
+        "history": ctx.history,
+        "seed": seed if seed is not None else ctx.seed,
+        "seed_mode": ctx.seed_mode,
+        "num_images": ctx.num_images,
+        **ctx.render_settings(),
+    }
     return rec

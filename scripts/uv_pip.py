@@ -22,16 +22,41 @@ import sys
 
 CANNOT = 3
 # pip setting -> uv option taking one value per whitespace-separated item.
-LIST_OPTIONS = {"extra-index-url": "--extra-index-url", "find-links": "--find-links", "constraint": "--constraints",
-                "trusted-host": "--allow-insecure-host", "only-binary": "--only-binary", "no-binary": "--no-binary"}
+LIST_OPTIONS = {
+    "extra-index-url": "--extra-index-url",
+    "find-links": "--find-links",
+    "constraint": "--constraints",
+    "trusted-host": "--allow-insecure-host",
+    "only-binary": "--only-binary",
+    "no-binary": "--no-binary",
+}
 # pip setting -> environment variable uv reads for the same thing.
-ENV_OPTIONS = {"cert": "SSL_CERT_FILE", "default-timeout": "UV_HTTP_TIMEOUT", "timeout": "UV_HTTP_TIMEOUT",
-               "proxy": "HTTPS_PROXY"}
+ENV_OPTIONS = {
+    "cert": "SSL_CERT_FILE",
+    "default-timeout": "UV_HTTP_TIMEOUT",
+    "timeout": "UV_HTTP_TIMEOUT",
+    "proxy": "HTTPS_PROXY",
+}
 # pip settings about pip's own output or behaviour that change nothing in what gets installed.
-IGNORED = {"disable-pip-version-check", "no-color", "progress-bar", "quiet", "verbose", "no-input", "retries",
-           "root-user-action", "require-virtualenv", "prefer-binary", "cache-dir", "no-cache-dir",
-           "no-warn-script-location", "no-python-version-warning", "use-feature", "exists-action",
-           "config-file"}  # PIP_CONFIG_FILE: its settings are already among those listed
+IGNORED = {
+    "disable-pip-version-check",
+    "no-color",
+    "progress-bar",
+    "quiet",
+    "verbose",
+    "no-input",
+    "retries",
+    "root-user-action",
+    "require-virtualenv",
+    "prefer-binary",
+    "cache-dir",
+    "no-cache-dir",
+    "no-warn-script-location",
+    "no-python-version-warning",
+    "use-feature",
+    "exists-action",
+    "config-file",
+}  # PIP_CONFIG_FILE: its settings are already among those listed
 SECTIONS = (":env:", "install", "global")  # pip's precedence: environment, then the command's section, then global
 
 

@@ -82,8 +82,11 @@ STUDIO_PORT_IN_README = 2025
 def readme_studio_command() -> str:
     """The README's `langgraph dev` command line, exactly as written there."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    lines = [line.strip() for line in text.splitlines()
-             if "langgraph dev" in line and not line.lstrip().startswith(("#", "|"))]
+    lines = [
+        line.strip()
+        for line in text.splitlines()
+        if "langgraph dev" in line and not line.lstrip().startswith(("#", "|"))
+    ]
     commands = [line for line in lines if line.split()[0].endswith("=1") or line.startswith("langgraph")]
     assert commands, "README.md shows no `langgraph dev` command"
     return commands[0]
@@ -119,8 +122,9 @@ def langgraph_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Langg
     command = command.replace(f"--port {STUDIO_PORT_IN_README}", f"--port {port}")
     with log.open("wb") as fh:
         # Its own process group, so stopping it stops the shell and the server together.
-        proc = subprocess.Popen(["bash", "-c", command], cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            ["bash", "-c", command], cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+        )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     import httpx

@@ -304,12 +304,15 @@ class FaultServer:
         fmt = body.get("response_format") or {}
         wants_schema = isinstance(fmt, dict) and fmt.get("type") == "json_schema"
         refused = ("json_schema" in self.unsupported and wants_schema) or (
-            "tools" in self.unsupported and body.get("tools"))
+            "tools" in self.unsupported and body.get("tools")
+        )
         if refused:
             self.stats["unsupported"] += 1
             what = "response_format" if "json_schema" in self.unsupported and fmt else "tools"
-            msg = ("1 validation error:\n  {'type': 'literal_error', 'loc': ('body', '" + what + "', 'type'), "
-                   "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}")
+            msg = (
+                "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', '" + what + "', 'type'), "
+                "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}"
+            )
             err = {"error": {"message": msg, "type": "internal_server_error"}}
             await self._send(writer, 500, json.dumps(err).encode())
             return True

@@ -22,8 +22,7 @@ def run_bench(*args: str, timeout: int = 600) -> str:
     """Run `python bench/ARGS...` from the repository root; its stdout (the test fails on a non-zero exit)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("RAY_ADDRESS", None)  # a smoke run never joins a cluster another process runs
-    proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"{' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
     return proc.stdout
 
@@ -44,8 +43,9 @@ def test_scale_render_tiny_runs_the_local_and_ray_engines() -> None:
 
 @pytest.mark.slow
 def test_t2i_throughput_tiny_prints_images_per_second() -> None:
-    out = run_bench("bench/t2i_throughput.py", "--tiny", "--variants", "eager", "--n", "2", "--rounds", "1",
-                    "--steps", "2")
+    out = run_bench(
+        "bench/t2i_throughput.py", "--tiny", "--variants", "eager", "--n", "2", "--rounds", "1", "--steps", "2"
+    )
     assert re.search(rf"eager: {NUMBER} images/s", out)
     assert re.search(rf"\| eager \| {NUMBER} \| {NUMBER}x \|", out)
 

@@ -31,19 +31,22 @@ def test_siuo_categories_map_onto_the_vocabulary(name: str, expected: str) -> No
     assert sample_category(name) == expected
 
 
-@pytest.mark.parametrize(("category", "sub", "expected"), [
-    ("illegal_activity", "drug_related_hazards", "drugs"),  # the subcategory is more specific
-    ("illegal_activity", "property_crime", "crimes"),
-    ("self_harm", "suicide", "self_harm"),
-    ("sexual_content", "sexual_content", "morality"),
-    ("specialized_advice", "medical_advice", OTHER),
-    ("privacy", "facial_data_exposure", "privacy"),
-    ("violence", "obscene_gestures", "violence"),  # a vocabulary name stays what it is
-    ("crimes", "drug smuggling", "crimes"),  # CTD's own rows keep their category
-    ("Illegal Activity", "Cybercrime", "crimes"),  # VLSBench
-    ("physical harm", None, "violence"),  # MSSBench
-    ("", None, ""),
-])
+@pytest.mark.parametrize(
+    ("category", "sub", "expected"),
+    [
+        ("illegal_activity", "drug_related_hazards", "drugs"),  # the subcategory is more specific
+        ("illegal_activity", "property_crime", "crimes"),
+        ("self_harm", "suicide", "self_harm"),
+        ("sexual_content", "sexual_content", "morality"),
+        ("specialized_advice", "medical_advice", OTHER),
+        ("privacy", "facial_data_exposure", "privacy"),
+        ("violence", "obscene_gestures", "violence"),  # a vocabulary name stays what it is
+        ("crimes", "drug smuggling", "crimes"),  # CTD's own rows keep their category
+        ("Illegal Activity", "Cybercrime", "crimes"),  # VLSBench
+        ("physical harm", None, "violence"),  # MSSBench
+        ("", None, ""),
+    ],
+)
 def test_benchmark_categories_and_subcategories(category: str, sub: str | None, expected: str) -> None:
     assert sample_category(category, sub) == expected
 
@@ -77,8 +80,11 @@ def test_loaders_write_the_vocabulary_and_keep_the_benchmarks_spelling() -> None
     from evaluation.datasets import load_detection
     from tests.test_eval_benchmarks import FIX
 
-    memes = {it.id: it.record for it in load_detection(FIX / "hateful_memes" / "dev_seen.jsonl", "hateful_memes")
-             if it.record}
+    memes = {
+        it.id: it.record
+        for it in load_detection(FIX / "hateful_memes" / "dev_seen.jsonl", "hateful_memes")
+        if it.record
+    }
     assert {r["category"] for r in memes.values() if r["label"] == 1} == {"hate"}
     assert {r["category"] for r in memes.values() if r["label"] == 0} == {""}
     siuo = [it.record for it in load_detection(FIX / "siuo" / "siuo_gen.json", "siuo") if it.record]

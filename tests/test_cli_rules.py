@@ -11,25 +11,31 @@ import pytest
 from unveil.cli import build_parser, main
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["detect", "--image", "x.png"], "--text is missing"),
-    (["detect", "--input", "pairs.jsonl", "--render", "tag.png"], "--render draws one pair's TAG"),
-    (["detect", "--render", "tag.png"], "--render draws one pair's TAG"),
-    (["detect", "--input", "p.jsonl", "--text", "t"], "not both"),
-    (["detect", "--text", "t", "--image-description", "d", "--render", "tag"], "must end in .png, .svg, .pdf"),
-    (["detect", "--text", "t", "--image-description", "d", "--render", "tag.jpg"], "must end in"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["detect", "--image", "x.png"], "--text is missing"),
+        (["detect", "--input", "pairs.jsonl", "--render", "tag.png"], "--render draws one pair's TAG"),
+        (["detect", "--render", "tag.png"], "--render draws one pair's TAG"),
+        (["detect", "--input", "p.jsonl", "--text", "t"], "not both"),
+        (["detect", "--text", "t", "--image-description", "d", "--render", "tag"], "must end in .png, .svg, .pdf"),
+        (["detect", "--text", "t", "--image-description", "d", "--render", "tag.jpg"], "must end in"),
+    ],
+)
 def test_detect_refuses_what_it_would_ignore(argv: list[str], words: str) -> None:
     with pytest.raises(SystemExit, match=words):
         main([*argv, "--cache", "off"])
 
 
-@pytest.mark.parametrize("argv", [
-    ["detect", "--text", "t", "--image-description", "d", "--role-model", "pair_jugde=scripted:x.json"],
-    ["refine", "a cat", "--role-model", "refinr=scripted:x.json"],
-    ["generate", "--category", "drugs", "--n", "1", "--out", "OUT", "--role-model", "eraserr=scripted:x.json"],
-    ["evaluate", "ipr", "--prompts", "p.jsonl", "--role-model", "refinr=scripted:x.json"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["detect", "--text", "t", "--image-description", "d", "--role-model", "pair_jugde=scripted:x.json"],
+        ["refine", "a cat", "--role-model", "refinr=scripted:x.json"],
+        ["generate", "--category", "drugs", "--n", "1", "--out", "OUT", "--role-model", "eraserr=scripted:x.json"],
+        ["evaluate", "ipr", "--prompts", "p.jsonl", "--role-model", "refinr=scripted:x.json"],
+    ],
+)
 def test_a_misspelt_role_lists_the_valid_ones(argv: list[str], tmp_path: Path) -> None:
     argv = [a.replace("OUT", str(tmp_path / "ds")) for a in argv]
     with pytest.raises(SystemExit, match="unknown role.*valid roles: .*"):
@@ -68,8 +74,11 @@ def test_help_is_for_users() -> None:
     train_help = build_parser()._subparsers._group_actions[0].choices["train"]  # type: ignore[union-attr]
     grpo = train_help._subparsers._group_actions[0].choices["grpo"]
     described = [a for a in grpo._actions if a.option_strings and a.help and not a.help.startswith(" (default")]
-    undescribed = [a.option_strings[0] for a in grpo._actions
-                   if a.option_strings and a.option_strings[0] != "-h" and (not a.help or a.help.startswith(" ("))]
+    undescribed = [
+        a.option_strings[0]
+        for a in grpo._actions
+        if a.option_strings and a.option_strings[0] != "-h" and (not a.help or a.help.startswith(" ("))
+    ]
     assert len(described) > 40 and undescribed == []
 
 
@@ -78,17 +87,35 @@ def test_generate_refuses_a_checkpoints_file_that_is_not_a_database_once(tmp_pat
     out.mkdir()
     (out / "checkpoints.sqlite").write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(SystemExit, match="checkpoints file .*checkpoints.sqlite.* not a readable SQLite database"):
-        main(["generate", "--category", "drugs", "--n", "3", "--out", str(out), "--model", "scripted:none.json",
-              "--cache", "off", "--no-web-search", "--no-progress"])
+        main(
+            [
+                "generate",
+                "--category",
+                "drugs",
+                "--n",
+                "3",
+                "--out",
+                str(out),
+                "--model",
+                "scripted:none.json",
+                "--cache",
+                "off",
+                "--no-web-search",
+                "--no-progress",
+            ]
+        )
     assert not (out / "samples.jsonl").exists() or (out / "samples.jsonl").read_text() == ""
 
 
-@pytest.mark.parametrize("argv", [
-    ["detect", "--concurrency", "0"],
-    ["refine", "a cat", "--concurrency", "-2"],
-    ["generate", "--category", "drugs", "--n", "1", "--out", "OUT", "--concurrency", "0"],
-    ["evaluate", "ipr", "--prompts", "p.jsonl", "--concurrency", "0"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["detect", "--concurrency", "0"],
+        ["refine", "a cat", "--concurrency", "-2"],
+        ["generate", "--category", "drugs", "--n", "1", "--out", "OUT", "--concurrency", "0"],
+        ["evaluate", "ipr", "--prompts", "p.jsonl", "--concurrency", "0"],
+    ],
+)
 def test_nonsense_concurrency_is_refused_before_any_work(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(argv)

@@ -29,9 +29,11 @@ def tiny_sd(tmp_path_factory: pytest.TempPathFactory) -> str:
 def script_with_benign() -> dict:
     answer = erasure("A")
     answer["caption"] = answer["caption"].replace("CAPTION-A:", "CAPTION-A: LAYER1")
-    return merge(base_script([{"when": "", "then": answer}]), panel_rules("A"),
-                 {"benign_rewriter": [{"when": "", "then": {"text": BENIGN_TEXT,
-                                                             "removed_cue": "ask me for the good stuff"}}]})
+    return merge(
+        base_script([{"when": "", "then": answer}]),
+        panel_rules("A"),
+        {"benign_rewriter": [{"when": "", "then": {"text": BENIGN_TEXT, "removed_cue": "ask me for the good stuff"}}]},
+    )
 
 
 def test_generate_records_reference_mtc_and_a_benign_counterpart(tmp_path, tiny_sd):
@@ -44,8 +46,22 @@ def test_generate_records_reference_mtc_and_a_benign_counterpart(tmp_path, tiny_
     spec = write_script(tmp_path, script_with_benign())
     out = tmp_path / "ds"
     try:
-        rc = main(cli_args(out, spec, tiny_sd, "--review", "auto", "--mtc-reference", f"scripted:{DETECTOR}",
-                           "--mtc-l-max", "2", "--benign", "--export", n=1))
+        rc = main(
+            cli_args(
+                out,
+                spec,
+                tiny_sd,
+                "--review",
+                "auto",
+                "--mtc-reference",
+                f"scripted:{DETECTOR}",
+                "--mtc-l-max",
+                "2",
+                "--benign",
+                "--export",
+                n=1,
+            )
+        )
     finally:
         set_gateway(None)
     assert rc == 0
@@ -53,8 +69,12 @@ def test_generate_records_reference_mtc_and_a_benign_counterpart(tmp_path, tiny_
     assert rec["status"] == "accepted"
     assert rec["mtc"] == pytest.approx(0.75)
     assert rec["mtc_reference"]["model"] == f"scripted:{DETECTOR}" and rec["mtc_reference"]["l_max"] == 2
-    assert rec["benign"] == {"id": "drugs-00000-benign", "text": BENIGN_TEXT,
-                             "removed_cue": "ask me for the good stuff", "model": spec}
+    assert rec["benign"] == {
+        "id": "drugs-00000-benign",
+        "text": BENIGN_TEXT,
+        "removed_cue": "ask me for the good stuff",
+        "model": spec,
+    }
     # the extra calls are counted in the record's usage (spending caps see them)
     roles = rec["usage"]["by_role"]
     assert roles["benign_rewriter"]["calls"] == 1 and roles["pair_judge"]["calls"] >= 1 and roles["eraser"]["calls"]
@@ -72,8 +92,9 @@ def test_generate_records_reference_mtc_and_a_benign_counterpart(tmp_path, tiny_
     assert both[0].record["mtc_reference"]["model"] == f"scripted:{DETECTOR}"
     assert len(load_detection(out / "dataset.jsonl", "ctd", include_benign=False)) == 1
 
-    ds = load_dataset("parquet", data_files=str(out / "export" / "data.parquet"), split="train",
-                      cache_dir=str(tmp_path / "hf"))
+    ds = load_dataset(
+        "parquet", data_files=str(out / "export" / "data.parquet"), split="train", cache_dir=str(tmp_path / "hf")
+    )
     rows = {r["id"]: r for r in ds}
     assert rows["drugs-00000"]["label"] == 1 and rows["drugs-00000"]["mtc"] == pytest.approx(0.75)
     assert rows["drugs-00000-benign"]["label"] == 0 and rows["drugs-00000-benign"]["mtc"] is None
@@ -92,13 +113,29 @@ def test_the_benign_rewriter_role_is_accepted_by_generate(tmp_path):
     from unveil.cli import build_parser
     from unveil.commands.generate import build_context, pair_extras
 
-    args = build_parser().parse_args(["generate", "--category", "drugs", "--n", "1", "--out", str(tmp_path),
-                                      "--model", "scripted:a.json", "--role-model", "benign_rewriter=scripted:b.json",
-                                      "--benign", "--mtc-reference", "scripted:d.json"])
+    args = build_parser().parse_args(
+        [
+            "generate",
+            "--category",
+            "drugs",
+            "--n",
+            "1",
+            "--out",
+            str(tmp_path),
+            "--model",
+            "scripted:a.json",
+            "--role-model",
+            "benign_rewriter=scripted:b.json",
+            "--benign",
+            "--mtc-reference",
+            "scripted:d.json",
+        ]
+    )
     ctx = build_context(args, tmp_path)
     extras = pair_extras(args, ctx)
     assert extras.benign_model == "scripted:b.json" and extras.mtc_reference == "scripted:d.json"
-    args = build_parser().parse_args(["generate", "--category", "drugs", "--n", "1", "--out", str(tmp_path),
-                                      "--model", "scripted:a.json"])
+    args = build_parser().parse_args(
+        ["generate", "--category", "drugs", "--n", "1", "--out", str(tmp_path), "--model", "scripted:a.json"]
+    )
     assert not pair_extras(args, build_context(args, tmp_path)).active
     assert json.dumps(PairExtras().__dict__)  # plain values, so a distributed engine can ship them

@@ -68,7 +68,8 @@ async def test_review_decided_in_the_web_app_resolves_the_studio_run(tmp_path, t
     assert "__interrupt__" not in out
     assert out["status"] == "rejected"
     assert [(r["reviewer"], r["status"], r["note"]) for r in out["review"]["reviews"]] == [
-        ("alice", "rejected", "too literal")]
+        ("alice", "rejected", "too literal")
+    ]
 
     # A decision already in the folder resolves a (re)run without any pause.
     g2 = builder.compile(checkpointer=InMemorySaver())
@@ -92,10 +93,12 @@ async def test_review_undone_in_the_web_app_pauses_studio_again(tmp_path, tiny_s
 
 async def test_review_decided_in_studio_shows_in_the_web_app(tmp_path, tiny_sd, folder):
     g, cfg, ctx, _ = await start(tmp_path, tiny_sd, min_reviewers=2)
-    out = await g.ainvoke(Command(resume={"decision": "approve", "note": "fine", "reviewer": "carol"}), cfg,
-                          context=ctx)
+    out = await g.ainvoke(
+        Command(resume={"decision": "approve", "note": "fine", "reviewer": "carol"}), cfg, context=ctx
+    )
     assert out["__interrupt__"][0].value["reviews_so_far"] == [
-        {"reviewer": "carol", "status": "approved", "note": "fine"}]
+        {"reviewer": "carol", "status": "approved", "note": "fine"}
+    ]
     web = CtdSource(folder)
     assert web.record(SID)["status"] == "pending_review"  # one of two reviewers so far
     out = await g.ainvoke(Command(resume={"decision": "approve", "reviewer": "dave"}), cfg, context=ctx)
@@ -103,8 +106,10 @@ async def test_review_decided_in_studio_shows_in_the_web_app(tmp_path, tiny_sd, 
     # Each Studio answer is one decisions.jsonl line with its reviewer and time (the node's re-run replays the
     # first answer, which is not written twice), and the web app shows the sample decided by both.
     log = lines(folder / DECISIONS)
-    assert [(x["id"], x["decision"], x["reviewer"]) for x in log] == [(SID, "approve", "carol"),
-                                                                     (SID, "approve", "dave")]
+    assert [(x["id"], x["decision"], x["reviewer"]) for x in log] == [
+        (SID, "approve", "carol"),
+        (SID, "approve", "dave"),
+    ]
     assert all(x["time"] for x in log)
     card = web.record(SID)
     assert card["status"] == "accepted" and card["review"]["status"] == "approved"

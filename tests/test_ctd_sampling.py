@@ -39,8 +39,9 @@ async def test_calls_that_differ_only_by_their_seed_are_cached_apart(tmp_path: P
     assert (a.value.reason, b.value.reason) == ("first", "second") and not b.cache_hit
     # a new process replays each seed's own answer, with no model call
     replay = Gateway(GatewaySettings(cache_path=cache))
-    again = [await replay.structured(role="judge", spec=spec, schema=Verdict, messages=messages, seed=s)
-             for s in (2, 1)]
+    again = [
+        await replay.structured(role="judge", spec=spec, schema=Verdict, messages=messages, seed=s) for s in (2, 1)
+    ]
     assert [r.value.reason for r in again] == ["second", "first"] and all(r.cache_hit for r in again)
     assert replay.usage["total"]["calls"] == 0
 
@@ -68,17 +69,30 @@ async def test_blind_judges_of_one_model_each_vote_with_the_cache_on(tmp_path: P
 
 # -- the command ----------------------------------------------------------------------------------------------
 
+
 def _scene(i: int) -> dict[str, Any]:
-    return {"subcategory": f"sub-{i}", "dangerous_items": [f"item {i}"], "behaviour": f"behaviour {i}",
-            "setting": f"setting {i}", "harmful_image_description": f"image {i}", "harmful_text": f"text {i}",
-            "erase_routine": "physical steganography"}
+    return {
+        "subcategory": f"sub-{i}",
+        "dangerous_items": [f"item {i}"],
+        "behaviour": f"behaviour {i}",
+        "setting": f"setting {i}",
+        "harmful_image_description": f"image {i}",
+        "harmful_text": f"text {i}",
+        "erase_routine": "physical steganography",
+    }
 
 
 def _erasure(i: int) -> dict[str, Any]:
-    return {"t2i_prompt": f"a kitchen table with object number {i}", "caption": f"CAPTION-{i}: scene {i} of the run",
-            "erasure_reason": f"risk {i} -> object {i}, due to a shared look, using physical steganography",
-            "risk_item": f"risk {i}", "normal_item": f"object {i}", "shared_property": "a shared look",
-            "technique": "physical steganography", "association_type": "similarity"}
+    return {
+        "t2i_prompt": f"a kitchen table with object number {i}",
+        "caption": f"CAPTION-{i}: scene {i} of the run",
+        "erasure_reason": f"risk {i} -> object {i}, due to a shared look, using physical steganography",
+        "risk_item": f"risk {i}",
+        "normal_item": f"object {i}",
+        "shared_property": "a shared look",
+        "technique": "physical steganography",
+        "association_type": "similarity",
+    }
 
 
 def _scene_script(n: int) -> dict[str, list[Any]]:
@@ -100,9 +114,33 @@ def _accepting(n: int) -> dict[str, list[Any]]:
 
 def _generate(out: Path, spec: str, t2i: str, n: int) -> list[str]:
     # No --cache: the default response cache, under HOME.
-    return ["generate", "--category", "drugs", "--n", str(n), "--out", str(out), "--model", spec, "--generator", t2i,
-            "--width", "32", "--height", "32", "--steps", "2", "--no-progress", "--no-web-search",
-            "--near-duplicate", "0", "--review", "auto", "--concurrency", "4"]
+    return [
+        "generate",
+        "--category",
+        "drugs",
+        "--n",
+        str(n),
+        "--out",
+        str(out),
+        "--model",
+        spec,
+        "--generator",
+        t2i,
+        "--width",
+        "32",
+        "--height",
+        "32",
+        "--steps",
+        "2",
+        "--no-progress",
+        "--no-web-search",
+        "--near-duplicate",
+        "0",
+        "--review",
+        "auto",
+        "--concurrency",
+        "4",
+    ]
 
 
 def _records(out: Path) -> list[dict[str, Any]]:
@@ -112,7 +150,8 @@ def _records(out: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.slow
 def test_generate_20_with_the_default_cache_gives_20_scenes_and_replays_them(
-        tmp_path: Path, tiny_sd: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, tiny_sd: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from unveil.cli import main
 
     monkeypatch.delenv("UNVEIL_CACHE", raising=False)  # the default cache, as a user has it

@@ -31,13 +31,31 @@ def test_a_missing_data_file_is_one_error_naming_it() -> None:
 
 
 def test_nothing_reads_data_from_outside_the_clone() -> None:
-    checked = [p for d in ("agents", "graphs", "tools", "runner", "evaluation", "training", "unveil", "bench",
-                           "tests", "scripts", ".ci")
-               for p in (ROOT / d).rglob("*") if p.is_file() and p.suffix in (".py", ".sh", ".toml", "")]
+    checked = [
+        p
+        for d in (
+            "agents",
+            "graphs",
+            "tools",
+            "runner",
+            "evaluation",
+            "training",
+            "unveil",
+            "bench",
+            "tests",
+            "scripts",
+            ".ci",
+        )
+        for p in (ROOT / d).rglob("*")
+        if p.is_file() and p.suffix in (".py", ".sh", ".toml", "")
+    ]
     checked += list((ROOT / "training" / "configs").glob("*"))
     me = Path(__file__).resolve()
-    hits = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
-            for p in checked if p.resolve() != me
-            for i, line in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
-            if OUTSIDE.search(line)]
+    hits = [
+        f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
+        for p in checked
+        if p.resolve() != me
+        for i, line in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+        if OUTSIDE.search(line)
+    ]
     assert hits == []

@@ -32,8 +32,23 @@ def test_batch_records_keep_their_input(tmp_path: Path, monkeypatch, write_scrip
     monkeypatch.chdir(tmp_path)
     spec = write_script(ANSWERS)
     roles = ["--role-model", f"guard={spec}"] if method.startswith("guard:") else []
-    rc = main(["detect", "--method", method, "--model", spec, *roles, "--l-max", "2", "--input", "pairs.jsonl",
-               "--output", "out.jsonl", "--no-progress"])
+    rc = main(
+        [
+            "detect",
+            "--method",
+            method,
+            "--model",
+            spec,
+            *roles,
+            "--l-max",
+            "2",
+            "--input",
+            "pairs.jsonl",
+            "--output",
+            "out.jsonl",
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     records = {r["id"]: r for r in map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())}
     for pair in PAIRS:
@@ -49,9 +64,25 @@ def test_batch_records_keep_their_input(tmp_path: Path, monkeypatch, write_scrip
 
 
 def test_a_single_pair_result_shows_its_input(tmp_path: Path, capsys, write_script) -> None:
-    rc = main(["detect", "--model", write_script(ANSWERS), "--image-description", "white powder", "--text",
-               "text the usual number", "--l-max", "2", "--json"])
+    rc = main(
+        [
+            "detect",
+            "--model",
+            write_script(ANSWERS),
+            "--image-description",
+            "white powder",
+            "--text",
+            "text the usual number",
+            "--l-max",
+            "2",
+            "--json",
+        ]
+    )
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["text"], out["image_description"], out["image"], out["image_id"]) == (
-        "text the usual number", "white powder", None, None)
+        "text the usual number",
+        "white powder",
+        None,
+        None,
+    )

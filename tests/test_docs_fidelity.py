@@ -20,7 +20,7 @@ def fidelity_rows(doc: str) -> list[dict[str, str]]:
     lines = (ROOT / "docs" / doc).read_text(encoding="utf-8").splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("#") and "Fidelity" in line)
     table = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if line.startswith("|"):
             table.append(line)
         elif table:
@@ -66,8 +66,10 @@ def test_the_checker_catches_a_missing_symbol_and_file() -> None:
     assert defines(ROOT / "graphs" / "tag_tree.py", "grow_layer")
     assert defines(ROOT / "graphs" / "tag.py", "TagContext.prune")
     assert not defines(ROOT / "graphs" / "tag_tree.py", "grow_layers_that_do_not_exist")
-    assert REF.findall("`graphs/tag.py:TagContext.prune`, `x.py:y`") == [("graphs/tag.py", "TagContext.prune"),
-                                                                          ("x.py", "y")]
+    assert REF.findall("`graphs/tag.py:TagContext.prune`, `x.py:y`") == [
+        ("graphs/tag.py", "TagContext.prune"),
+        ("x.py", "y"),
+    ]
 
 
 def test_the_blip_checkpoint_difference_is_named() -> None:

@@ -35,8 +35,14 @@ def test_siuo_pairs_are_unsafe_together_and_images_resolve_under_images():
 def test_mssbench_gives_a_safe_and_an_unsafe_sample_per_query():
     items = load_detection(FIX / "mssbench" / "combine.json", "mssbench")
     ok, bad = _ok(items), _bad(items)
-    assert set(ok) == {"mss-chat-0-0-safe", "mss-chat-0-0-unsafe", "mss-chat-0-1-safe", "mss-chat-0-1-unsafe",
-                       "mss-emb-0-0-safe", "mss-emb-0-0-unsafe"}
+    assert set(ok) == {
+        "mss-chat-0-0-safe",
+        "mss-chat-0-0-unsafe",
+        "mss-chat-0-1-safe",
+        "mss-chat-0-1-unsafe",
+        "mss-emb-0-0-safe",
+        "mss-emb-0-0-unsafe",
+    }
     safe, unsafe = ok["mss-chat-0-1-safe"], ok["mss-chat-0-1-unsafe"]
     assert (safe["label"], unsafe["label"]) == (0, 1)
     assert safe["text"] == unsafe["text"] == "How hard should I swing to improve my drive?"
@@ -57,8 +63,13 @@ def test_holisafe_labels_come_from_the_type_and_images_from_images():
     items = load_detection(FIX / "holisafe" / "holisafe_bench.json", "holisafe")
     ok, bad = _ok(items), _bad(items)
     labels = {k: (r["holisafe_type"], r["label"]) for k, r in ok.items()}
-    assert labels == {"holisafe-1": ("SUU", 1), "holisafe-3": ("UUU", 1), "holisafe-4": ("USU", 1),
-                      "holisafe-7": ("SSS", 0), "holisafe-6": ("SSU", 1)}
+    assert labels == {
+        "holisafe-1": ("SUU", 1),
+        "holisafe-3": ("UUU", 1),
+        "holisafe-4": ("USU", 1),
+        "holisafe-7": ("SSS", 0),
+        "holisafe-6": ("SSU", 1),
+    }
     assert ok["holisafe-3"]["category"] == "violence" and ok["holisafe-3"]["sub_category"] == "terrorism"
     assert Path(ok["holisafe-6"]["image"]).is_file()
     (msg,) = bad.values()
@@ -95,8 +106,14 @@ def test_image_paths_cannot_leave_the_dataset_folder(tmp_path):
 
 def _holisafe(tmp_path, rows):
     path = tmp_path / "holisafe.json"
-    path.write_text(json.dumps([{"id": rid, "image": "x.png", "query": f"q {k}", "type": "SSU", "category": "c"}
-                                for k, rid in enumerate(rows)]))
+    path.write_text(
+        json.dumps(
+            [
+                {"id": rid, "image": "x.png", "query": f"q {k}", "type": "SSU", "category": "c"}
+                for k, rid in enumerate(rows)
+            ]
+        )
+    )
     (tmp_path / "x.png").write_bytes(b"")  # only its path is checked here
     return path
 
@@ -112,10 +129,14 @@ def test_repeated_ids_each_get_an_id_of_their_own_as_the_batch_reader_makes_them
     assert "holisafe-7" in _ok(items)
 
 
-@pytest.mark.parametrize("body, what", [
-    ('[\n{"id": 1,\n "query": ' + "9" * 5000 + "}]", "line 3"),
-    ("[\n" + "[" * 100_000 + "]" * 100_000 + "\n]", "line 2"),
-], ids=["huge-number", "deep-nesting"])
+@pytest.mark.parametrize(
+    "body, what",
+    [
+        ('[\n{"id": 1,\n "query": ' + "9" * 5000 + "}]", "line 3"),
+        ("[\n" + "[" * 100_000 + "]" * 100_000 + "\n]", "line 2"),
+    ],
+    ids=["huge-number", "deep-nesting"],
+)
 def test_huge_numbers_and_deep_nesting_are_one_error_naming_the_file_and_line(tmp_path, body, what):
     path = tmp_path / "holisafe.json"
     path.write_text(body)

@@ -20,10 +20,28 @@ def _reset_gateway():
 
 def test_evaluate_detection_cli_on_hateful_memes_layout(tmp_path, capsys):
     out = tmp_path / "out"
-    rc = main(["evaluate", "detection", "--dataset", f"hm={FIX / 'hateful_memes' / 'dev_seen.jsonl'}",
-               "--format", "hateful_memes", "--detectors", f"scripted:{FIX / 'scripts' / 'detect.json'}",
-               "--methods", "vanilla", "--include-benign", "--cache", str(tmp_path / "cache.sqlite"),
-               "--image-store", str(tmp_path / "images"), "--out", str(out), "--no-progress"])
+    rc = main(
+        [
+            "evaluate",
+            "detection",
+            "--dataset",
+            f"hm={FIX / 'hateful_memes' / 'dev_seen.jsonl'}",
+            "--format",
+            "hateful_memes",
+            "--detectors",
+            f"scripted:{FIX / 'scripts' / 'detect.json'}",
+            "--methods",
+            "vanilla",
+            "--include-benign",
+            "--cache",
+            str(tmp_path / "cache.sqlite"),
+            "--image-store",
+            str(tmp_path / "images"),
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert rc == 2  # the run finished; two samples of the dataset are unusable (the batch exit rule)
     with (out / "detection_main.csv").open() as fh:
         row = next(csv.DictReader(fh))
@@ -37,15 +55,32 @@ def test_evaluate_detection_cli_on_hateful_memes_layout(tmp_path, capsys):
 
 def test_ipr_generator_specs_per_method():
     parser = build_parser()
-    args = parser.parse_args(["evaluate", "ipr", "--prompts", "p.jsonl", "--methods", "sd,sd-np,sld-max,esd",
-                              "--sd", "/models/sd14", "--esd-unet", "/models/esd.pt"])
-    assert generator_specs(args) == {"sd": "diffusers:/models/sd14", "sd-np": "sd-np:/models/sd14",
-                                     "sld-max": "sld-max:/models/sd14", "esd": "esd:/models/sd14?unet=/models/esd.pt"}
+    args = parser.parse_args(
+        [
+            "evaluate",
+            "ipr",
+            "--prompts",
+            "p.jsonl",
+            "--methods",
+            "sd,sd-np,sld-max,esd",
+            "--sd",
+            "/models/sd14",
+            "--esd-unet",
+            "/models/esd.pt",
+        ]
+    )
+    assert generator_specs(args) == {
+        "sd": "diffusers:/models/sd14",
+        "sd-np": "sd-np:/models/sd14",
+        "sld-max": "sld-max:/models/sd14",
+        "esd": "esd:/models/sd14?unet=/models/esd.pt",
+    }
     args = parser.parse_args(["evaluate", "ipr", "--prompts", "p.jsonl", "--methods", "esd"])
     with pytest.raises(SystemExit):
         generator_specs(args)
-    args = parser.parse_args(["evaluate", "ipr", "--prompts", "p.jsonl", "--methods", "sd",
-                              "--generator", "sd=openai:gpt-image-1"])
+    args = parser.parse_args(
+        ["evaluate", "ipr", "--prompts", "p.jsonl", "--methods", "sd", "--generator", "sd=openai:gpt-image-1"]
+    )
     assert generator_specs(args) == {"sd": "openai:gpt-image-1"}
 
 
@@ -75,5 +110,7 @@ def test_rewriter_format_flag_names_posi_and_the_text_only_refiner():
     parser = build_parser()
     assert parser.parse_args(["evaluate", "ipr", "--prompts", "p.jsonl"]).rewriter_format == "json"
     for fmt in ("posi", "refiner"):
-        assert parser.parse_args(["evaluate", "ipr", "--prompts", "p.jsonl", "--rewriter-format", fmt]
-                                 ).rewriter_format == fmt
+        assert (
+            parser.parse_args(["evaluate", "ipr", "--prompts", "p.jsonl", "--rewriter-format", fmt]).rewriter_format
+            == fmt
+        )

@@ -27,12 +27,34 @@ def _rows(path: Path) -> dict[tuple[str, str, str, str], dict[str, str]]:
 def test_one_command_compares_tag_vanilla_and_llama_guard(tmp_path, capsys):
     out = tmp_path / "out"
     spec = f"scripted:{SCRIPT}"
-    rc = main(["evaluate", "detection", "--dataset", f"siuo=siuo:{FIX / 'siuo' / 'siuo_gen.json'}",
-               "--dataset", f"mss=mssbench:{FIX / 'mssbench' / 'combine.json'}",
-               "--methods", "tag,vanilla,guard:llama-guard-4", "--detectors", spec, "--role-model", f"guard={spec}",
-               "--l-max", "2", "--include-benign", "--mtc-reference", spec,
-               "--cache", str(tmp_path / "cache.sqlite"), "--image-store", str(tmp_path / "images"),
-               "--out", str(out), "--no-progress"])
+    rc = main(
+        [
+            "evaluate",
+            "detection",
+            "--dataset",
+            f"siuo=siuo:{FIX / 'siuo' / 'siuo_gen.json'}",
+            "--dataset",
+            f"mss=mssbench:{FIX / 'mssbench' / 'combine.json'}",
+            "--methods",
+            "tag,vanilla,guard:llama-guard-4",
+            "--detectors",
+            spec,
+            "--role-model",
+            f"guard={spec}",
+            "--l-max",
+            "2",
+            "--include-benign",
+            "--mtc-reference",
+            spec,
+            "--cache",
+            str(tmp_path / "cache.sqlite"),
+            "--image-store",
+            str(tmp_path / "images"),
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert rc == 2  # the batch exit rule: some samples failed (unusable records, an unparseable guard answer)
     printed = capsys.readouterr().out
     assert "Methods compared" in printed and "guard:llama-guard-4" in printed

@@ -46,9 +46,18 @@ def test_f2_zero_and_nan_cases():
         confusion([1], [1, 0])
 
 
-@pytest.mark.parametrize("score,expected", [
-    (0.0, "low"), (0.1999, "low"), (0.2, "medium"), (0.5, "medium"), (0.7999, "medium"), (0.8, "high"), (1.0, "high"),
-])
+@pytest.mark.parametrize(
+    "score,expected",
+    [
+        (0.0, "low"),
+        (0.1999, "low"),
+        (0.2, "medium"),
+        (0.5, "medium"),
+        (0.7999, "medium"),
+        (0.8, "high"),
+        (1.0, "high"),
+    ],
+)
 def test_mtc_bin_edges(score, expected):
     assert mtc_bin(score) == expected
 
@@ -87,12 +96,30 @@ def test_inappropriate_rule():
 
 def test_generation_table_ip_keep_ratio_per_category():
     prompts = [
-        {"category": "sexual", "kept": True, "images": [
-            {"inappropriate": True, "q16": 0.9, "blip": 0.3}, {"inappropriate": False, "q16": 0.1, "blip": 0.5}]},
-        {"category": "sexual", "kept": False, "images": [
-            {"inappropriate": False, "q16": 0.2, "blip": 0.4}, {"inappropriate": False, "q16": 0.2, "blip": 0.4}]},
-        {"category": "violence", "kept": True, "images": [
-            {"inappropriate": True, "q16": 0.7, "blip": 0.2}, {"inappropriate": True, "q16": 0.6, "blip": 0.2}]},
+        {
+            "category": "sexual",
+            "kept": True,
+            "images": [
+                {"inappropriate": True, "q16": 0.9, "blip": 0.3},
+                {"inappropriate": False, "q16": 0.1, "blip": 0.5},
+            ],
+        },
+        {
+            "category": "sexual",
+            "kept": False,
+            "images": [
+                {"inappropriate": False, "q16": 0.2, "blip": 0.4},
+                {"inappropriate": False, "q16": 0.2, "blip": 0.4},
+            ],
+        },
+        {
+            "category": "violence",
+            "kept": True,
+            "images": [
+                {"inappropriate": True, "q16": 0.7, "blip": 0.2},
+                {"inappropriate": True, "q16": 0.6, "blip": 0.2},
+            ],
+        },
     ]
     t = generation_table(prompts, ["sexual", "violence"])
     assert t["sexual"]["ip"] == pytest.approx(0.25)

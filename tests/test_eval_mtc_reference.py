@@ -60,12 +60,14 @@ def _by(result):
 
 
 def _settings(tmp_path, **kw):
-    return DetectionSettings(methods=["vanilla", "tag"], models=[SPEC], l_max=4, image_store=str(tmp_path / "img"),
-                             progress=False, **kw)
+    return DetectionSettings(
+        methods=["vanilla", "tag"], models=[SPEC], l_max=4, image_store=str(tmp_path / "img"), progress=False, **kw
+    )
 
 
 async def test_own_mtc_makes_low_and_medium_perfect_and_a_fixed_reference_does_not(
-        items, gateway, reference_run, tmp_path, capsys):
+    items, gateway, reference_run, tmp_path, capsys
+):
     # The biased reading: bins from the scored detector's own TA-CTD (here named as the reference).
     own = _by(await evaluate_detection({"toy": items}, _settings(tmp_path, mtc_reference=SPEC), tmp_path / "own"))
     assert "also a scored detector" in capsys.readouterr().err  # the run warns that the table is biased
@@ -73,8 +75,11 @@ async def test_own_mtc_makes_low_and_medium_perfect_and_a_fixed_reference_does_n
     assert own[("tag", "high")]["n"] == 3 and own[("tag", "high")]["accuracy"] == pytest.approx(1 / 3)
 
     # The fixed reference: the same predictions, binned by the reference's MTC, give the true per-bin accuracy.
-    fixed = _by(await evaluate_detection({"toy": items}, _settings(tmp_path, mtc_from={"": str(reference_run)}),
-                                         tmp_path / "fixed"))
+    fixed = _by(
+        await evaluate_detection(
+            {"toy": items}, _settings(tmp_path, mtc_from={"": str(reference_run)}), tmp_path / "fixed"
+        )
+    )
     assert fixed[("tag", "low")]["accuracy"] == 0.5 and fixed[("tag", "medium")]["accuracy"] == 0.5
     assert fixed[("tag", "high")]["accuracy"] == 1.0
     # the overall score does not depend on the bins
@@ -121,25 +126,32 @@ async def test_a_run_without_mtc_is_refused(items, gateway, tmp_path):
 
 
 async def test_a_run_file_of_the_scored_detector_is_flagged_as_its_own_reference(
-        items, gateway, reference_run, tmp_path, capsys):
+    items, gateway, reference_run, tmp_path, capsys
+):
     # The scored detector's own TA-CTD run file, named as --mtc-from: same method, same models.
     first = tmp_path / "first"
     await evaluate_detection({"toy": items}, _settings(tmp_path), first)
     (own_run,) = (first / "runs" / "toy").glob("tag-*.jsonl")
     capsys.readouterr()
-    result = await evaluate_detection({"toy": items}, _settings(tmp_path, mtc_from={"": str(own_run)}),
-                                      tmp_path / "own")
+    result = await evaluate_detection(
+        {"toy": items}, _settings(tmp_path, mtc_from={"": str(own_run)}), tmp_path / "own"
+    )
     err = capsys.readouterr().err
     assert "warning" in err and "also a scored detector" in err and SPEC in err
     assert "WARNING" in result["mtc_sources"]["toy"]
     assert "WARNING" in (tmp_path / "own" / "detection.md").read_text()
     # A run of another detector (its records name other models, or none) is no self-reference.
     other = tmp_path / "other.jsonl"
-    other.write_text("".join(json.dumps({"id": k, "status": "ok", "mtc": v, "models": {"model": "scripted:elsewhere"}})
-                             + "\n" for k, v in REFERENCE.items()))
+    other.write_text(
+        "".join(
+            json.dumps({"id": k, "status": "ok", "mtc": v, "models": {"model": "scripted:elsewhere"}}) + "\n"
+            for k, v in REFERENCE.items()
+        )
+    )
     for path in (other, reference_run):
-        result = await evaluate_detection({"toy": items}, _settings(tmp_path, mtc_from={"": str(path)}),
-                                          tmp_path / path.stem)
+        result = await evaluate_detection(
+            {"toy": items}, _settings(tmp_path, mtc_from={"": str(path)}), tmp_path / path.stem
+        )
         assert "also a scored detector" not in capsys.readouterr().err
         assert "WARNING" not in result["mtc_sources"]["toy"]
 
@@ -149,9 +161,15 @@ async def test_a_datasets_mtc_from_the_scored_detector_is_flagged(gateway, tmp_p
     # A CTD export records which detector assigned each sample's mtc (`mtc_reference`, see runner/ctd.py).
     path = tmp_path / "data" / "ctd.jsonl"
     path.parent.mkdir()
-    path.write_text("".join(json.dumps({**s, "mtc": REFERENCE.get(s["id"], 1.0),
-                                        "mtc_reference": {"model": reference, "method": "tag"}}) + "\n"
-                            for s in SAMPLES))
+    path.write_text(
+        "".join(
+            json.dumps(
+                {**s, "mtc": REFERENCE.get(s["id"], 1.0), "mtc_reference": {"model": reference, "method": "tag"}}
+            )
+            + "\n"
+            for s in SAMPLES
+        )
+    )
     result = await evaluate_detection({"ctd": load_detection(path, "ctd")}, _settings(tmp_path), tmp_path / "o")
     assert ("also a scored detector" in capsys.readouterr().err) is flagged
     assert ("WARNING" in result["mtc_sources"]["ctd"]) is flagged

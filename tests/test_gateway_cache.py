@@ -30,15 +30,18 @@ async def test_an_edited_script_is_not_answered_from_the_cache(tmp_path: Path) -
     script.write_text(json.dumps({"judge": [{"toxic": True, "reason": "old"}]}))
     cache = str(tmp_path / "c.sqlite")
     first = await Gateway(GatewaySettings(cache_path=cache)).structured(
-        role="judge", spec=f"scripted:{script}", schema=Verdict, messages=_msgs())
+        role="judge", spec=f"scripted:{script}", schema=Verdict, messages=_msgs()
+    )
     assert first.value.reason == "old"
     # unchanged script, new process: replayed from the cache
     same = await Gateway(GatewaySettings(cache_path=cache)).structured(
-        role="judge", spec=f"scripted:{script}", schema=Verdict, messages=_msgs())
+        role="judge", spec=f"scripted:{script}", schema=Verdict, messages=_msgs()
+    )
     assert same.cache_hit and same.value.reason == "old"
     script.write_text(json.dumps({"judge": [{"toxic": False, "reason": "new"}]}))
     edited = await Gateway(GatewaySettings(cache_path=cache)).structured(
-        role="judge", spec=f"scripted:{script}", schema=Verdict, messages=_msgs())
+        role="judge", spec=f"scripted:{script}", schema=Verdict, messages=_msgs()
+    )
     assert not edited.cache_hit and edited.value.reason == "new"
 
 
@@ -78,11 +81,21 @@ def test_file_backed_models_are_fingerprinted_by_their_files(tmp_path: Path) -> 
 
 
 async def test_when_rules_match_the_data_not_the_system_prompt(gateway, write_script) -> None:
-    spec = write_script({"judge": [{"when": "grenade", "then": {"toxic": True, "reason": "rule"}},
-                                   {"toxic": False, "reason": "ordered"}]})
+    spec = write_script(
+        {
+            "judge": [
+                {"when": "grenade", "then": {"toxic": True, "reason": "rule"}},
+                {"toxic": False, "reason": "ordered"},
+            ]
+        }
+    )
     # the role's own instructions mention the word: the rule must not fire
-    res = await gateway.structured(role="judge", spec=spec, schema=Verdict,
-                                   messages=_msgs("a garden", system="Judge pairs, e.g. a grenade is a weapon."))
+    res = await gateway.structured(
+        role="judge",
+        spec=spec,
+        schema=Verdict,
+        messages=_msgs("a garden", system="Judge pairs, e.g. a grenade is a weapon."),
+    )
     assert res.value.reason == "ordered"
     # the data holds it: the rule fires
     res = await gateway.structured(role="judge", spec=spec, schema=Verdict, messages=_msgs("a grenade on a table"))

@@ -83,26 +83,30 @@ async def test_a_corrupt_entry_is_a_miss_and_is_overwritten(tmp_path, write_scri
     gw = Gateway(GatewaySettings(cache_path=str(path)))
     await _ask(gw, spec)
     db = sqlite3.connect(path, isolation_level=None)
-    db.execute("UPDATE responses SET value = '{\"parsed\": {\"toxic\": tr'")  # a torn row
+    db.execute('UPDATE responses SET value = \'{"parsed": {"toxic": tr\'')  # a torn row
     db.close()
     with caplog.at_level(logging.WARNING):
         value = await _ask(gw, spec)  # a retry of the same call: not failed forever
     assert value.reason == "fresh" and any("corrupt" in w for w in _cache_warnings(caplog, path))
     replay = await Gateway(GatewaySettings(cache_path=str(path))).structured(
-        role="judge", spec=spec, schema=Verdict, messages=_msgs())
+        role="judge", spec=spec, schema=Verdict, messages=_msgs()
+    )
     assert replay.cache_hit and replay.value.reason == "fresh"
 
 
-@pytest.mark.parametrize("name, value, says", [
-    ("UNVEIL_MAX_RETRIES", "abc", "expected an integer"),
-    ("UNVEIL_MAX_REPAIRS", "-1", "at least 0"),
-    ("UNVEIL_BACKOFF_BASE", "soon", "expected a number"),
-    ("UNVEIL_MAX_CONCURRENCY", "0", "at least 1"),
-    ("UNVEIL_RPM", "0", "greater than 0"),
-    ("UNVEIL_RPM", "-5", "greater than 0"),
-    ("UNVEIL_RPM", "nan", "finite"),
-    ("UNVEIL_STRUCTURED_METHOD", "xml", "json_schema"),
-])
+@pytest.mark.parametrize(
+    "name, value, says",
+    [
+        ("UNVEIL_MAX_RETRIES", "abc", "expected an integer"),
+        ("UNVEIL_MAX_REPAIRS", "-1", "at least 0"),
+        ("UNVEIL_BACKOFF_BASE", "soon", "expected a number"),
+        ("UNVEIL_MAX_CONCURRENCY", "0", "at least 1"),
+        ("UNVEIL_RPM", "0", "greater than 0"),
+        ("UNVEIL_RPM", "-5", "greater than 0"),
+        ("UNVEIL_RPM", "nan", "finite"),
+        ("UNVEIL_STRUCTURED_METHOD", "xml", "json_schema"),
+    ],
+)
 def test_bad_environment_values_name_the_variable(monkeypatch, name: str, value: str, says: str) -> None:
     monkeypatch.setenv(name, value)
     with pytest.raises(SettingError) as err:
@@ -119,13 +123,16 @@ def test_nonsense_limits_are_refused_before_any_call() -> None:
         RateLimiter(0)
 
 
-@pytest.mark.parametrize("limits, says", [
-    ({"max_concurrency": 0}, "at least 1"),
-    ({"rpm": 0}, "greater than 0"),
-    ({"rpm": -5.0}, "greater than 0"),
-    ({"rpm": float("nan")}, "finite"),
-    ({"rpm": float("inf")}, "finite"),
-])
+@pytest.mark.parametrize(
+    "limits, says",
+    [
+        ({"max_concurrency": 0}, "at least 1"),
+        ({"rpm": 0}, "greater than 0"),
+        ({"rpm": -5.0}, "greater than 0"),
+        ({"rpm": float("nan")}, "finite"),
+        ({"rpm": float("inf")}, "finite"),
+    ],
+)
 def test_limits_follow_one_rule_wherever_they_are_given(limits: dict, says: str) -> None:
     builders = [lambda: GatewaySettings(cache_path=None, **limits), lambda: BackendLimits(**limits)]
     if "rpm" in limits:

@@ -58,8 +58,17 @@ def test_the_tiny_suite_runs_every_part_and_writes_one_json(tmp_path: Path) -> N
 @pytest.mark.slow
 def test_a_part_past_the_budget_is_stopped_and_the_suite_still_reports(tmp_path: Path) -> None:
     out = tmp_path / "suite.json"
-    cmd = [sys.executable, "bench/gpu_suite.py", "--tiny", "--parts", "grpo-multi", "--budget-s", "12",
-           "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "bench/gpu_suite.py",
+        "--tiny",
+        "--parts",
+        "grpo-multi",
+        "--budget-s",
+        "12",
+        "--out",
+        str(out),
+    ]
     started = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, env=suite_env(), capture_output=True, text=True, timeout=120)
     assert time.monotonic() - started < 12 + 30  # the job is killed at the deadline, its ranks with it
@@ -74,8 +83,7 @@ def test_a_part_past_the_budget_is_stopped_and_the_suite_still_reports(tmp_path:
 def test_sigterm_ends_the_running_part_and_writes_the_table(tmp_path: Path) -> None:
     out = tmp_path / "suite.json"
     cmd = [sys.executable, "bench/gpu_suite.py", "--tiny", "--parts", "grpo", "--budget-s", "600", "--out", str(out)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=suite_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=suite_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(8)
     proc.send_signal(signal.SIGTERM)
     stdout, _ = proc.communicate(timeout=60)
@@ -105,14 +113,20 @@ def test_on_four_gpus_every_gpu_starts_busy_and_one_ray_cluster_runs_at_a_time()
 
 
 def test_unknown_parts_are_refused() -> None:
-    proc = subprocess.run([sys.executable, "bench/gpu_suite.py", "--parts", "t2i,fly"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "bench/gpu_suite.py", "--parts", "t2i,fly"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "unknown part(s) fly" in proc.stderr
 
 
 def test_the_ipr_part_needs_an_i2p_file() -> None:
-    proc = subprocess.run([sys.executable, "bench/gpu_suite.py", "--parts", "ipr"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "bench/gpu_suite.py", "--parts", "ipr"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2 and "--parts ipr needs --i2p FILE" in proc.stderr
 
 
@@ -121,11 +135,29 @@ def test_the_ipr_part_evaluates_a_slice_on_ray_and_extrapolates(tmp_path: Path) 
     pytest.importorskip("ray")
     i2p = tmp_path / "i2p.csv"
     # A quoted prompt over two lines: the slice is cut by CSV rows, not lines.
-    i2p.write_text('prompt,categories,hard,sd_seed\n"a man with an axe",violence,1,1\n"a dark\nalley",shocking,0,2\n'
-                   '"a burning car",violence,0,3\n', encoding="utf-8")
+    i2p.write_text(
+        'prompt,categories,hard,sd_seed\n"a man with an axe",violence,1,1\n"a dark\nalley",shocking,0,2\n'
+        '"a burning car",violence,0,3\n',
+        encoding="utf-8",
+    )
     out = tmp_path / "suite.json"
-    cmd = [sys.executable, "bench/gpu_suite.py", "--tiny", "--parts", "ipr", "--i2p", str(i2p), "--ipr-prompts", "2",
-           "--ipr-images", "2", "--budget-s", "400", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "bench/gpu_suite.py",
+        "--tiny",
+        "--parts",
+        "ipr",
+        "--i2p",
+        str(i2p),
+        "--ipr-prompts",
+        "2",
+        "--ipr-images",
+        "2",
+        "--budget-s",
+        "400",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=suite_env(), capture_output=True, text=True, timeout=450)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads(out.read_text())["parts"]["ipr"]["data"]

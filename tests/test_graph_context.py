@@ -26,7 +26,12 @@ def test_an_empty_string_means_the_default_as_null_does(monkeypatch: pytest.Monk
     ctx = TagContext(l_max="", model="", association_types="", roots_mode=" ", screen_pairs="")  # type: ignore[arg-type]
     default = TagContext()
     assert (ctx.l_max, ctx.model, ctx.association_types, ctx.roots_mode, ctx.screen_pairs) == (
-        default.l_max, default.model, default.association_types, default.roots_mode, default.screen_pairs)
+        default.l_max,
+        default.model,
+        default.association_types,
+        default.roots_mode,
+        default.screen_pairs,
+    )
     assert IPRContext(t_max="", generator="").generator == IPRContext().generator  # type: ignore[arg-type]
     assert CtdContext(review="", max_rounds="").review == CtdContext().review  # type: ignore[arg-type]
     # Like null, an empty field takes the environment's value where one is set.

@@ -24,14 +24,16 @@ class Verdict(BaseModel):
 
 
 async def _ask(gw: Gateway, spec: str, text: str) -> Verdict:
-    result = await gw.structured(role="judge", spec=spec, schema=Verdict,
-                                 messages=build_messages("You judge pairs.", {"text": text}))
+    result = await gw.structured(
+        role="judge", spec=spec, schema=Verdict, messages=build_messages("You judge pairs.", {"text": text})
+    )
     return result.value
 
 
 @pytest.mark.parametrize("lock", ["EXCLUSIVE", "IMMEDIATE"])
-async def test_a_locked_cache_is_waited_for_once_per_run(tmp_path, write_script, caplog, monkeypatch,
-                                                         lock: str) -> None:
+async def test_a_locked_cache_is_waited_for_once_per_run(
+    tmp_path, write_script, caplog, monkeypatch, lock: str
+) -> None:
     monkeypatch.setattr(agents.cache, "LOCK_TIMEOUT_S", WAIT_S)
     path = tmp_path / "responses.sqlite"
     n = 6

@@ -34,8 +34,12 @@ def test_export_refuses_paths_outside_the_folder(tmp_path: Path, kind: str) -> N
     secret = _secret(tmp_path)
     root = tmp_path / "ds"
     root.mkdir()
-    ref = {"absolute": str(secret), "dotdot": "../outside/secret.txt", "symlink_file": "images/link.png",
-           "symlink_dir": "images/up/secret.txt"}[kind]
+    ref = {
+        "absolute": str(secret),
+        "dotdot": "../outside/secret.txt",
+        "symlink_file": "images/link.png",
+        "symlink_dir": "images/up/secret.txt",
+    }[kind]
     _dataset(root, ref)
     if kind == "symlink_file":
         os.symlink(secret, root / "images" / "link.png")

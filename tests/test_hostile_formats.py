@@ -14,8 +14,10 @@ from PIL import EpsImagePlugin, Image
 
 from tools.image_store import ALLOWED_FORMATS, ImageInputError, ImageStore, decode_image
 
-EPS = (b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 16 16\n%%EndComments\n"
-       b"0 0 moveto 16 16 lineto stroke\nshowpage\n%%EOF\n")
+EPS = (
+    b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 16 16\n%%EndComments\n"
+    b"0 0 moveto 16 16 lineto stroke\nshowpage\n%%EOF\n"
+)
 
 
 @pytest.fixture

@@ -31,16 +31,18 @@ def test_image_roots_is_not_a_run_setting(write_script) -> None:
 
 
 @pytest.mark.parametrize("store", ["/", "elsewhere"])
-async def test_a_context_image_store_does_not_open_its_folder_for_reading(write_script, secret: Path,
-                                                                          store: str) -> None:
+async def test_a_context_image_store_does_not_open_its_folder_for_reading(
+    write_script, secret: Path, store: str
+) -> None:
     root = "/" if store == "/" else str(secret.parent)
     ctx = VanillaContext(model=write_script(ANSWER), image_store=root)
     with pytest.raises(SampleInputError, match="outside the allowed image folders"):
         await vanilla_graph.ainvoke({"image": str(secret), "text": "hi"}, context=ctx)
 
 
-async def test_the_servers_own_setting_opens_a_folder(write_script, secret: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_servers_own_setting_opens_a_folder(
+    write_script, secret: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ctx = VanillaContext(model=write_script(ANSWER))
     with pytest.raises(SampleInputError, match="UNVEIL_IMAGE_ROOTS"):
         await vanilla_graph.ainvoke({"image": str(secret), "text": "hi"}, context=ctx)

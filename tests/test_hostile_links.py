@@ -34,8 +34,10 @@ def _victim(tmp_path: Path) -> Path:
 def _dataset(root: Path) -> None:
     (root / "images").mkdir(parents=True)
     Image.new("RGB", (4, 4), (10, 20, 30)).save(root / "images" / "ok.png")
-    recs = [{"id": "a", "status": "accepted", "text": "t", "image": "images/ok.png", "category": "c"},
-            {"id": "p", "status": "pending_review", "text": "u", "image": "images/ok.png", "category": "c"}]
+    recs = [
+        {"id": "a", "status": "accepted", "text": "t", "image": "images/ok.png", "category": "c"},
+        {"id": "p", "status": "pending_review", "text": "u", "image": "images/ok.png", "category": "c"},
+    ]
     (root / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
 
 
@@ -170,7 +172,8 @@ def test_a_full_image_store_is_one_error_naming_the_store(tmp_path: Path, monkey
 
 
 def test_a_batch_stops_at_a_full_image_store_instead_of_failing_every_sample(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import tools.safe_files
     from runner.batch import BatchItem, run_batch
 

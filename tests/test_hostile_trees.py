@@ -20,16 +20,19 @@ def _node(node_id: str, parent: Any, layer: int) -> dict[str, Any]:
 GOOD = [_node("v0.0", None, 0), _node("v1.0", "v0.0", 1), _node("v2.0", "v1.0", 2)]
 
 
-@pytest.mark.parametrize("nodes, match", [
-    ([_node("a", "a", 0)], r"parent cycle 'a' -> 'a'"),
-    ([_node("r", None, 0), _node("a", "b", 1), _node("b", "a", 2)], r"parent cycle 'a' -> 'b' -> 'a'"),
-    ([_node(f"n{i}", f"n{(i + 1) % 500}", i) for i in range(500)], "parent cycle"),
-    ([_node("a", None, 0), _node("b", "nowhere", 1)], r"node 'b' names parent 'nowhere'"),
-    ([_node("a", None, 0), _node("b", 7, 1)], "names parent 7"),
-    ([_node("a", None, 0), _node("a", None, 0)], "'a' appears twice"),
-    ([{"concept": "no id"}], "node 0 has no string id"),
-    ("not a list", "expected a list"),
-])
+@pytest.mark.parametrize(
+    "nodes, match",
+    [
+        ([_node("a", "a", 0)], r"parent cycle 'a' -> 'a'"),
+        ([_node("r", None, 0), _node("a", "b", 1), _node("b", "a", 2)], r"parent cycle 'a' -> 'b' -> 'a'"),
+        ([_node(f"n{i}", f"n{(i + 1) % 500}", i) for i in range(500)], "parent cycle"),
+        ([_node("a", None, 0), _node("b", "nowhere", 1)], r"node 'b' names parent 'nowhere'"),
+        ([_node("a", None, 0), _node("b", 7, 1)], "names parent 7"),
+        ([_node("a", None, 0), _node("a", None, 0)], "'a' appears twice"),
+        ([{"concept": "no id"}], "node 0 has no string id"),
+        ("not a list", "expected a list"),
+    ],
+)
 def test_a_malformed_tree_is_one_error_naming_the_node(nodes: Any, match: str) -> None:
     with pytest.raises(TreeError, match=match):
         check_tree(nodes, side="visual", where="record 's1'")
@@ -46,10 +49,22 @@ def test_a_good_tree_passes_in_either_record_form() -> None:
 def _results(tmp_path: Path) -> Path:
     cyc = [_node("v0.0", "v1.0", 0), _node("v1.0", "v0.0", 1)]
     recs = [
-        {"id": "bad", "status": "ok", "toxic": True, "mtc": 0.5, "trees": {"visual": cyc, "textual": GOOD},
-         "finding": {"visual": {"id": "v1.0", "concept": "x"}, "textual": {"id": "v2.0", "concept": "y"}}},
-        {"id": "good", "status": "ok", "toxic": True, "mtc": 0.5, "trees": {"visual": GOOD, "textual": GOOD},
-         "finding": {"visual": {"id": "v2.0", "concept": "x"}, "textual": {"id": "v2.0", "concept": "y"}}},
+        {
+            "id": "bad",
+            "status": "ok",
+            "toxic": True,
+            "mtc": 0.5,
+            "trees": {"visual": cyc, "textual": GOOD},
+            "finding": {"visual": {"id": "v1.0", "concept": "x"}, "textual": {"id": "v2.0", "concept": "y"}},
+        },
+        {
+            "id": "good",
+            "status": "ok",
+            "toxic": True,
+            "mtc": 0.5,
+            "trees": {"visual": GOOD, "textual": GOOD},
+            "finding": {"visual": {"id": "v2.0", "concept": "x"}, "textual": {"id": "v2.0", "concept": "y"}},
+        },
     ]
     path = tmp_path / "results.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))

@@ -132,13 +132,35 @@ def rebinding(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
 # -- the address policy --------------------------------------------------------------------------------------
 
 REFUSED = [
-    "100.64.0.1", "100.100.100.200",  # shared address space (CGNAT), incl. a cloud metadata address
-    "192.0.0.1", "198.18.0.1", "0.0.0.0", "127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.0.1", "169.254.169.254",
-    "240.0.0.1", "255.255.255.255", "224.0.0.1", "192.0.2.1",
-    "::1", "::", "fe80::1", "fc00::1", "fec0::1",  # site-local IPv6
-    "2002:7f00:1::1", "2002:a9fe:a9fe::1",  # 6to4 of 127.0.0.1 and 169.254.169.254
-    "::ffff:127.0.0.1", "::ffff:169.254.169.254", "::127.0.0.1", "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe",
-    "2001:db8::1", "ff02::1", "2001::1",
+    "100.64.0.1",
+    "100.100.100.200",  # shared address space (CGNAT), incl. a cloud metadata address
+    "192.0.0.1",
+    "198.18.0.1",
+    "0.0.0.0",
+    "127.0.0.1",
+    "10.1.2.3",
+    "172.16.0.1",
+    "192.168.0.1",
+    "169.254.169.254",
+    "240.0.0.1",
+    "255.255.255.255",
+    "224.0.0.1",
+    "192.0.2.1",
+    "::1",
+    "::",
+    "fe80::1",
+    "fc00::1",
+    "fec0::1",  # site-local IPv6
+    "2002:7f00:1::1",
+    "2002:a9fe:a9fe::1",  # 6to4 of 127.0.0.1 and 169.254.169.254
+    "::ffff:127.0.0.1",
+    "::ffff:169.254.169.254",
+    "::127.0.0.1",
+    "64:ff9b::7f00:1",
+    "64:ff9b::a9fe:a9fe",
+    "2001:db8::1",
+    "ff02::1",
+    "2001::1",
 ]
 ALLOWED = ["8.8.8.8", "1.1.1.1", "2001:4860:4860::8888", "2002:808:808::1", "::ffff:8.8.8.8", "64:ff9b::808:808"]
 
@@ -157,18 +179,24 @@ def test_global_addresses_pass(addr: str) -> None:
 
 
 def test_a_name_with_any_internal_address_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: [
-        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("8.8.8.8", 0)),
-        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("100.100.100.200", 0)),
-    ])
+    monkeypatch.setattr(
+        socket,
+        "getaddrinfo",
+        lambda *a, **k: [
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("8.8.8.8", 0)),
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("100.100.100.200", 0)),
+        ],
+    )
     with pytest.raises(ImageInputError, match="100.100.100.200"):
         check_url("http://mixed.test/a.png")
 
 
 # -- DNS rebinding: the checked address is the connected address ---------------------------------------------
 
-async def test_rebinding_cannot_reach_the_internal_server(rebinding: dict[str, list[str]], public: _Server,
-                                                          internal: _Server) -> None:
+
+async def test_rebinding_cannot_reach_the_internal_server(
+    rebinding: dict[str, list[str]], public: _Server, internal: _Server
+) -> None:
     data = await fetch_url(f"http://rebind.test:{public.server_port}/a.png", timeout=5, deadline=10)
     assert data == PNG and public.requests == ["/a.png"]
     assert rebinding["rebind.test"] == ["127.0.0.2"]  # resolved once: the connection did not look the name up again
@@ -176,8 +204,9 @@ async def test_rebinding_cannot_reach_the_internal_server(rebinding: dict[str, l
     assert internal.requests == []
 
 
-async def test_the_host_header_keeps_the_name(rebinding: dict[str, list[str]], monkeypatch: pytest.MonkeyPatch,
-                                              public: _Server) -> None:
+async def test_the_host_header_keeps_the_name(
+    rebinding: dict[str, list[str]], monkeypatch: pytest.MonkeyPatch, public: _Server
+) -> None:
     seen: list[str] = []
     original = _Handler.do_GET
 
@@ -198,21 +227,22 @@ async def test_second_lookup_after_the_check_is_never_used(rebinding: dict[str, 
     assert internal.requests == []
 
 
-async def test_redirect_to_an_internal_name_is_refused(rebinding: dict[str, list[str]], public: _Server,
-                                                      internal: _Server) -> None:
+async def test_redirect_to_an_internal_name_is_refused(
+    rebinding: dict[str, list[str]], public: _Server, internal: _Server
+) -> None:
     target = f"http://inside.test:{internal.server_port}/secret"
     with pytest.raises(ImageInputError, match="non-public"):
         await fetch_url(f"http://rebind.test:{public.server_port}/redirect?to={target}", timeout=5, deadline=10)
     assert internal.requests == []
 
 
-async def test_a_connection_to_another_address_is_refused(rebinding: dict[str, list[str]], public: _Server,
-                                                         internal: _Server, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_connection_to_another_address_is_refused(
+    rebinding: dict[str, list[str]], public: _Server, internal: _Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A transport that connects somewhere other than the checked address (here forced) is caught by the
     # peer-address check before the body is read.
     real = image_input._pinned
-    monkeypatch.setattr(image_input, "_pinned",
-                        lambda url, addr: real(url, ipaddress.ip_address("127.0.0.1")))
+    monkeypatch.setattr(image_input, "_pinned", lambda url, addr: real(url, ipaddress.ip_address("127.0.0.1")))
     with pytest.raises(ImageInputError, match="not to the checked address"):
         await fetch_url(f"http://rebind.test:{internal.server_port}/secret", timeout=5, deadline=10)
 
@@ -220,8 +250,10 @@ async def test_a_connection_to_another_address_is_refused(rebinding: dict[str, l
 async def test_every_checked_address_is_tried_in_turn(monkeypatch: pytest.MonkeyPatch, public: _Server) -> None:
     # Dual-stack hosts: the first address refuses the connection, the second (also checked) serves.
     real = socket.getaddrinfo
-    answer = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.3", 0)),
-              (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.2", 0))]
+    answer = [
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.3", 0)),
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.2", 0)),
+    ]
     monkeypatch.setattr(socket, "getaddrinfo", lambda h, *a, **k: answer if h == "two.test" else real(h, *a, **k))
     monkeypatch.setattr(image_input, "is_public_address", lambda a: str(a) in ("127.0.0.2", "127.0.0.3"))
     assert await fetch_url(f"http://two.test:{public.server_port}/a.png", timeout=5, deadline=10) == PNG
@@ -229,10 +261,10 @@ async def test_every_checked_address_is_tried_in_turn(monkeypatch: pytest.Monkey
 
 # -- sizes and deadlines --------------------------------------------------------------------------------------
 
+
 async def test_a_trickling_server_hits_the_overall_deadline(internal: _Server) -> None:
     with pytest.raises(ImageInputError, match="deadline"):
-        await fetch_url(f"http://127.0.0.1:{internal.server_port}/trickle", allow_private=True, timeout=5,
-                        deadline=0.5)
+        await fetch_url(f"http://127.0.0.1:{internal.server_port}/trickle", allow_private=True, timeout=5, deadline=0.5)
 
 
 async def test_a_declared_huge_body_is_refused_before_reading(internal: _Server) -> None:
@@ -242,8 +274,9 @@ async def test_a_declared_huge_body_is_refused_before_reading(internal: _Server)
 
 async def test_an_undeclared_huge_body_is_cut_at_the_cap(internal: _Server) -> None:
     with pytest.raises(ImageInputError, match="over 65536 bytes"):
-        await fetch_url(f"http://127.0.0.1:{internal.server_port}/huge-chunked", allow_private=True, timeout=5,
-                        max_bytes=65536)
+        await fetch_url(
+            f"http://127.0.0.1:{internal.server_port}/huge-chunked", allow_private=True, timeout=5, max_bytes=65536
+        )
 
 
 def test_a_huge_image_file_is_refused_without_reading_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -292,6 +325,7 @@ def test_a_huge_input_line_is_a_failed_record_read_in_bounded_memory(tmp_path: P
 
 # -- HTTPS to a pinned address: SNI and certificate checks still use the host name ----------------------------
 
+
 def _certificate(tmp_path: Path, name: str) -> tuple[Path, Path]:
     """A self-signed certificate for `name` (made with `cryptography`, no network)."""
     import datetime
@@ -305,21 +339,29 @@ def _certificate(tmp_path: Path, name: str) -> tuple[Path, Path]:
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return cert_path, key_path
 
 
-async def test_https_keeps_the_host_name_for_sni_and_the_certificate(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_https_keeps_the_host_name_for_sni_and_the_certificate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import ssl
 
     cert, key = _certificate(tmp_path, "images.test")
@@ -345,8 +387,7 @@ async def test_https_keeps_the_host_name_for_sni_and_the_certificate(tmp_path: P
     monkeypatch.setattr(image_input, "is_public_address", lambda a: str(a) == "127.0.0.2")
     trust = ssl.create_default_context(cafile=str(cert))
     try:
-        data = await fetch_url(f"https://images.test:{server.server_port}/a.png", timeout=5, deadline=10,
-                               verify=trust)
+        data = await fetch_url(f"https://images.test:{server.server_port}/a.png", timeout=5, deadline=10, verify=trust)
         assert data == PNG and names == ["images.test"] and lookups == ["images.test"]
         # The certificate is still checked against the URL's name, not the pinned address.
         with pytest.raises(ImageInputError, match="CERTIFICATE_VERIFY_FAILED|certificate"):

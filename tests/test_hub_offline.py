@@ -53,7 +53,17 @@ def test_refine_with_an_uncached_default_generator_fails_fast(empty_cache, monke
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     script = tmp_path / "s.json"
     script.write_text('{"refiner": ["keep"]}')
-    rc = main(["refine", "a cat", "--refiner", f"scripted:{script}", "--cache", "off",
-               "--image-store", str(tmp_path / "store")])
+    rc = main(
+        [
+            "refine",
+            "a cat",
+            "--refiner",
+            f"scripted:{script}",
+            "--cache",
+            "off",
+            "--image-store",
+            str(tmp_path / "store"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 1 and "CompVis/stable-diffusion-v1-4" in err and "HF_HUB_OFFLINE is set" in err

@@ -37,15 +37,18 @@ def _sixteen(mode: str, dtype: str) -> Callable[[], Image.Image]:
         arr = np.full((H, W), GREY * 257, dtype=dtype)  # 32896: the 16-bit code of 8-bit 128
         im = Image.frombytes(mode, (W, H), arr.tobytes())
         return im
+
     return make
 
 
 def _with_alpha(mode: str, opaque: object, clear: object) -> Callable[[], Image.Image]:
     """Left half fully transparent over black (a viewer shows white there), right half opaque mid-grey."""
+
     def make() -> Image.Image:
         im = Image.new(mode, (W, H), opaque)  # type: ignore[arg-type]
         im.paste(Image.new(mode, (W // 2, H), clear), (0, 0))  # type: ignore[arg-type]
         return im
+
     return make
 
 
@@ -63,6 +66,7 @@ def _palette(transparent: bool) -> Callable[[], Image.Image]:
         if transparent:
             im.info["transparency"] = 0
         return im
+
     return make
 
 
@@ -158,10 +162,10 @@ def test_the_table_covers_the_high_bit_depth_and_odd_modes() -> None:
 
 
 @pytest.mark.filterwarnings("ignore:IM image format is deprecated:DeprecationWarning")
-@pytest.mark.parametrize(("name", "fmt", "data", "left", "right"), FILES,
-                         ids=[f"{n}-{f}" for n, f, *_ in FILES])
-def test_mode_reaches_model_and_scorers_intact(tmp_path: Path, name: str, fmt: str, data: bytes,
-                                              left: tuple[int, int, int], right: tuple[int, int, int]) -> None:
+@pytest.mark.parametrize(("name", "fmt", "data", "left", "right"), FILES, ids=[f"{n}-{f}" for n, f, *_ in FILES])
+def test_mode_reaches_model_and_scorers_intact(
+    tmp_path: Path, name: str, fmt: str, data: bytes, left: tuple[int, int, int], right: tuple[int, int, int]
+) -> None:
     tol = 6 if fmt == "JPEG" else 2  # JPEG's colour conversion and rounding move a flat grey by a few levels
     store = ImageStore(tmp_path / "store")
     stored = store.put_bytes(data, name=f"x.{fmt}")

@@ -34,16 +34,55 @@ def test_refine_and_evaluate_ipr_give_the_same_trajectory(tmp_path: Path, capsys
     prompt = "a grenade on a table"
     # Two refinements, then keep at step 2 (the myopic refiner's call role names the step).
     script = tmp_path / "refiner.json"
-    script.write_text(json.dumps({"refiner.0": [{"when": "grenade", "then": "<answer>a toy water pistol</answer>"}],
-                                  "refiner.1": [{"when": "grenade", "then": "<answer>a green apple</answer>"}],
-                                  "refiner.2": [{"when": "grenade", "then": "keep"}]}))
+    script.write_text(
+        json.dumps(
+            {
+                "refiner.0": [{"when": "grenade", "then": "<answer>a toy water pistol</answer>"}],
+                "refiner.1": [{"when": "grenade", "then": "<answer>a green apple</answer>"}],
+                "refiner.2": [{"when": "grenade", "then": "keep"}],
+            }
+        )
+    )
     store = str(tmp_path / "images")
-    common = ["--size", "32", "--steps", "2", "--q16-embeddings", str(q16), "--q16-clip-model", clip,
-              "--cache", "off", "--image-store", store]
+    common = [
+        "--size",
+        "32",
+        "--steps",
+        "2",
+        "--q16-embeddings",
+        str(q16),
+        "--q16-clip-model",
+        clip,
+        "--cache",
+        "off",
+        "--image-store",
+        store,
+    ]
 
-    assert main(["refine", prompt, "--refiner", f"scripted:{script}", "--generator", f"diffusers:{sd}",
-                 "--t-max", "3", "--seed", "7", "--guidance", "7.5", "--score", "--scorers", "q16,nudenet",
-                 "--json", *common]) == 0
+    assert (
+        main(
+            [
+                "refine",
+                prompt,
+                "--refiner",
+                f"scripted:{script}",
+                "--generator",
+                f"diffusers:{sd}",
+                "--t-max",
+                "3",
+                "--seed",
+                "7",
+                "--guidance",
+                "7.5",
+                "--score",
+                "--scorers",
+                "q16,nudenet",
+                "--json",
+                *common,
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr()
     refined = json.loads(printed.out)
     # Progress goes to stderr as each step renders; the record holds the graph's output fields only.
@@ -53,17 +92,44 @@ def test_refine_and_evaluate_ipr_give_the_same_trajectory(tmp_path: Path, capsys
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": prompt, "category": "violence", "evaluation_seed": 7}) + "\n")
     out = tmp_path / "eval"
-    assert main(["evaluate", "ipr", "--prompts", str(prompts), "--generator", f"sd=diffusers:{sd}",
-                 "--refiner-model", f"scripted:{script}", "--ipr-t-max", "1,3", "--images-per-prompt", "1",
-                 "--guidance", "7.5", "--no-blip", "--device", "cpu", "--out", str(out), "--no-progress",
-                 *common]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "ipr",
+                "--prompts",
+                str(prompts),
+                "--generator",
+                f"sd=diffusers:{sd}",
+                "--refiner-model",
+                f"scripted:{script}",
+                "--ipr-t-max",
+                "1,3",
+                "--images-per-prompt",
+                "1",
+                "--guidance",
+                "7.5",
+                "--no-blip",
+                "--device",
+                "cpu",
+                "--out",
+                str(out),
+                "--no-progress",
+                *common,
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     (run_file,) = [p for p in (out / "runs").glob("*.jsonl") if "ipr" in p.name]
     (record,) = [json.loads(line) for line in run_file.read_text().splitlines()]
     (trajectory,) = record["trajectories"]
 
-    assert [s["prompt"] for s in trajectory["steps"]] == [s["prompt"] for s in refined["trajectory"]] == [
-        prompt, "a toy water pistol", "a green apple"]
+    assert (
+        [s["prompt"] for s in trajectory["steps"]]
+        == [s["prompt"] for s in refined["trajectory"]]
+        == [prompt, "a toy water pistol", "a green apple"]
+    )
     assert [s["image_id"] for s in trajectory["steps"]] == [s["image_ids"][0] for s in refined["trajectory"]]
     assert trajectory["keep_step"] == refined["keep_step"] == 2
     assert trajectory["stop_reason"] == refined["stop_reason"] == "keep"
@@ -103,10 +169,31 @@ def test_the_papers_long_prompts_are_truncated_not_failed(tmp_path: Path, capsys
     clip = build_tiny_clip(tmp_path / "clip")
     q16 = tmp_path / "q16.npy"
     np.save(q16, np.random.default_rng(0).standard_normal((2, 768)).astype(np.float16))
-    common = ["--prompts", str(prompts), "--generator", f"sd=diffusers:{sd}", "--images-per-prompt", "1",
-              "--size", "32", "--steps", "2", "--no-blip", "--no-nudenet", "--q16-embeddings", str(q16),
-              "--q16-clip-model", clip, "--device", "cpu", "--cache", "off", "--no-progress",
-              "--image-store", str(tmp_path / "images")]
+    common = [
+        "--prompts",
+        str(prompts),
+        "--generator",
+        f"sd=diffusers:{sd}",
+        "--images-per-prompt",
+        "1",
+        "--size",
+        "32",
+        "--steps",
+        "2",
+        "--no-blip",
+        "--no-nudenet",
+        "--q16-embeddings",
+        str(q16),
+        "--q16-clip-model",
+        clip,
+        "--device",
+        "cpu",
+        "--cache",
+        "off",
+        "--no-progress",
+        "--image-store",
+        str(tmp_path / "images"),
+    ]
     assert main(["evaluate", "ipr", *common, "--out", str(tmp_path / "cut")]) == 0  # the default policy cuts
     assert "Failed prompts (0;" in (tmp_path / "cut" / "failures.md").read_text()
     # The strict policy fails every one of them, each with the reason, and the run still finishes.
@@ -124,10 +211,40 @@ def test_evaluate_ipr_defaults_to_the_papers_300_prompt_split(tmp_path: Path, ca
     clip = build_tiny_clip(tmp_path / "clip")
     out = tmp_path / "eval"
     # No --prompts and no --q16-embeddings: the repository's split and Q16 file (data/README.md) are the defaults.
-    assert main(["evaluate", "ipr", "--categories", "violence", "--limit-per-category", "1", "--generator",
-                 f"sd=diffusers:{sd}", "--images-per-prompt", "1", "--size", "32", "--steps", "2", "--no-blip",
-                 "--no-nudenet", "--q16-clip-model", clip, "--device", "cpu", "--cache", "off", "--no-progress",
-                 "--image-store", str(tmp_path / "images"), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "ipr",
+                "--categories",
+                "violence",
+                "--limit-per-category",
+                "1",
+                "--generator",
+                f"sd=diffusers:{sd}",
+                "--images-per-prompt",
+                "1",
+                "--size",
+                "32",
+                "--steps",
+                "2",
+                "--no-blip",
+                "--no-nudenet",
+                "--q16-clip-model",
+                clip,
+                "--device",
+                "cpu",
+                "--cache",
+                "off",
+                "--no-progress",
+                "--image-store",
+                str(tmp_path / "images"),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     first_violence = next(r for r in map(json.loads, DATA.read_text().splitlines()) if r["category"] == "violence")
     (run_file,) = [p for p in (out / "runs").glob("*.jsonl")]

@@ -34,16 +34,44 @@ def _setup(tmp_path: Path, sd: str) -> tuple[Path, list[str]]:
     # Rules (never used up) so answers do not depend on which sample asks first; every third prompt is refined
     # once, so samples make one or two images.
     script = tmp_path / "script.json"
-    script.write_text(json.dumps({
-        "refiner.0": [{"when": "grenade", "then": "<answer>a toy water pistol</answer>"}, {"when": "", "then": "keep"}],
-        "refiner": [{"when": "", "then": "keep"}],
-    }))
+    script.write_text(
+        json.dumps(
+            {
+                "refiner.0": [
+                    {"when": "grenade", "then": "<answer>a toy water pistol</answer>"},
+                    {"when": "", "then": "keep"},
+                ],
+                "refiner": [{"when": "", "then": "keep"}],
+            }
+        )
+    )
     src = tmp_path / "prompts.jsonl"
-    src.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"a grenade {i}" if i % 3 == 0 else f"a garden {i}",
-                                       "seed": i}) + "\n" for i in range(N)))
-    common = ["refine", "--input", str(src), "--refiner", f"scripted:{script}?latency=0.25", "--generator",
-              f"diffusers:{sd}", "--size", "32", "--steps", "2", "--t-max", "2", "--cache", "off", "--no-progress",
-              "--concurrency", "2"]
+    src.write_text(
+        "".join(
+            json.dumps({"id": f"p{i}", "prompt": f"a grenade {i}" if i % 3 == 0 else f"a garden {i}", "seed": i}) + "\n"
+            for i in range(N)
+        )
+    )
+    common = [
+        "refine",
+        "--input",
+        str(src),
+        "--refiner",
+        f"scripted:{script}?latency=0.25",
+        "--generator",
+        f"diffusers:{sd}",
+        "--size",
+        "32",
+        "--steps",
+        "2",
+        "--t-max",
+        "2",
+        "--cache",
+        "off",
+        "--no-progress",
+        "--concurrency",
+        "2",
+    ]
     return src, common
 
 

@@ -138,9 +138,7 @@ async def test_tag_and_vanilla_with_an_image_in_the_default_store_and_cache(
         "image_description": "a bag of white powder",
         "text": "Fresh batch. Text the usual number.",
     }
-    thread_id, out = await run(
-        client, "tag", sample, context={"model": spec, "l_max": 3, "children_per_parent": 2}
-    )
+    thread_id, out = await run(client, "tag", sample, context={"model": spec, "l_max": 3, "children_per_parent": 2})
     assert not error_of(out), error_of(out)
     assert out["toxic"] is True and out["mtc"] == pytest.approx(1 - 0.4 * 0.5)
     assert out["finding"]["visual"]["concept"] == "cocaine"
@@ -185,13 +183,17 @@ async def test_image_paths_outside_the_allowed_roots_are_refused(client: Any, tm
             message = error_of(out)
             assert "image" in message and "outside the allowed image folders" in message, message
         # Nor can a run's context widen the server's folders: image_roots is not a setting, image_store grants none.
-        for context in ({"model": spec, "image_roots": ["/"]}, {"model": spec, "image_store": "/"},
-                        {"model": spec, "image_store": str(secret.parent)}):
+        for context in (
+            {"model": spec, "image_roots": ["/"]},
+            {"model": spec, "image_store": "/"},
+            {"model": spec, "image_store": str(secret.parent)},
+        ):
             _, out = await run(client, graph, {"image": str(secret), "text": "hi"}, context=context)
             message = error_of(out)
             # image_roots is refused as an unknown setting before the run; an image_store opens no folder.
-            refusal = ("image_roots: unknown setting" if "image_roots" in context
-                       else "outside the allowed image folders")
+            refusal = (
+                "image_roots: unknown setting" if "image_roots" in context else "outside the allowed image folders"
+            )
             assert refusal in message, (context, message)
 
 
@@ -200,8 +202,7 @@ async def test_ipr_renders_and_refines(client: Any, tiny_sd: str, tmp_path: Path
         tmp_path / "script.json",
         {"refiner.0": ["<reason>gore</reason><answer>a calm meadow</answer>"], "refiner.1": ["[keep]"]},
     )
-    context = {"refiner_model": f"scripted:{script}", "generator": tiny_sd, "width": 32, "height": 32,
-               "steps": 2}
+    context = {"refiner_model": f"scripted:{script}", "generator": tiny_sd, "width": 32, "height": 32, "steps": 2}
     thread_id, out = await run(client, "ipr", {"prompt": "a gory battlefield"}, context=context)
     assert not error_of(out), error_of(out)
     assert [s["prompt"] for s in out["trajectory"]] == ["a gory battlefield", "a calm meadow"]
@@ -279,8 +280,15 @@ async def test_ctd_review_in_studio_and_the_web_app_agree(
     from unveil.ui.sources import CtdSource
 
     spec = f"scripted:{write_json(tmp_path / 'script.json', ctd_script())}"
-    ctx = {"model": spec, "generator": tiny_sd, "width": 32, "height": 32, "steps": 2, "web_search": False,
-           "review": "interrupt"}
+    ctx = {
+        "model": spec,
+        "generator": tiny_sd,
+        "width": 32,
+        "height": 32,
+        "steps": 2,
+        "web_search": False,
+        "review": "interrupt",
+    }
     web = CtdSource(langgraph_server.review_dir)
     # Decided in the web app: the paused run takes that decision when resumed without one of its own.
     thread_id, first = await run(client, "ctd", {"id": "srv-2", "category": "drugs", "seed": 5}, context=ctx)
@@ -295,8 +303,9 @@ async def test_ctd_review_in_studio_and_the_web_app_agree(
     # Decided in Studio: the web app shows it, and the decisions file names the reviewer.
     thread_id, _ = await run(client, "ctd", {"id": "srv-3", "category": "drugs", "seed": 6}, context=ctx)
     sid = (await client.threads.get_state(thread_id))["interrupts"][0]["value"]["review_id"]
-    out = await client.runs.wait(thread_id, "ctd", command={"resume": {"decision": "approve", "reviewer": "bob"}},
-                                 context=ctx, raise_error=False)
+    out = await client.runs.wait(
+        thread_id, "ctd", command={"resume": {"decision": "approve", "reviewer": "bob"}}, context=ctx, raise_error=False
+    )
     assert not error_of(out), error_of(out)
     assert out["status"] == "accepted"
     assert web.record(sid)["status"] == "accepted" and web.record(sid)["judgements"] == {"bob": "approve"}

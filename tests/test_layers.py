@@ -11,8 +11,15 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS: dict[str, int] = {"tools": 0, "agents": 1, "graphs": 2, "runner": 3, "evaluation": 4, "training": 4,
-                          "unveil": 5}
+LAYERS: dict[str, int] = {
+    "tools": 0,
+    "agents": 1,
+    "graphs": 2,
+    "runner": 3,
+    "evaluation": 4,
+    "training": 4,
+    "unveil": 5,
+}
 
 
 def imported_packages(path: Path) -> list[tuple[int, str]]:
@@ -34,8 +41,10 @@ def upward_imports(root: Path = ROOT) -> list[str]:
         for path in sorted((root / package).rglob("*.py")):
             for line, target in imported_packages(path):
                 if target in LAYERS and target != package and LAYERS[target] >= level:
-                    bad.append(f"{path.relative_to(root)}:{line} ({package}, layer {level}) imports {target} "
-                               f"(layer {LAYERS[target]})")
+                    bad.append(
+                        f"{path.relative_to(root)}:{line} ({package}, layer {level}) imports {target} "
+                        f"(layer {LAYERS[target]})"
+                    )
     return bad
 
 
@@ -47,10 +56,12 @@ def test_the_walker_sees_an_upward_import(tmp_path: Path) -> None:
     # The check itself must be able to fail: a tools module importing the CLI, inside a function, is caught.
     (tmp_path / "tools").mkdir()
     (tmp_path / "tools" / "x.py").write_text(
-        "def f():\n    from unveil.commands import detect\n    import graphs.tag\n")
+        "def f():\n    from unveil.commands import detect\n    import graphs.tag\n"
+    )
     (tmp_path / "evaluation").mkdir()
     (tmp_path / "evaluation" / "y.py").write_text(
-        "from training.reward import RewardSettings\nfrom runner import batch\n")
+        "from training.reward import RewardSettings\nfrom runner import batch\n"
+    )
     found = upward_imports(tmp_path)
     assert len(found) == 3 and any("tools/x.py:2" in f and "unveil" in f for f in found)
     assert any("evaluation/y.py:1" in f and "training" in f for f in found)

@@ -36,8 +36,19 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.fail(f"llama-cpp-python's server is missing ({exc}): run ./scripts/setup.sh --dev")
     port = free_port()
     log = tmp_path_factory.mktemp("llama-server") / "server.log"
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(smollm2_path()), "--host", "127.0.0.1",
-           "--port", str(port), "--n_ctx", "4096"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(smollm2_path()),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        "4096",
+    ]
     with log.open("wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
@@ -74,8 +85,21 @@ def _user_env(home: Path) -> dict[str, str]:
 @pytest.mark.parametrize("method", ["tag", "vanilla"])
 def test_detect_through_llama_cpp_server_no_method_override(llama_server: str, method: str, tmp_path: Path) -> None:
     spec = f"openai:smollm2@{llama_server}"
-    cmd = [sys.executable, "-m", "unveil.cli", "detect", "--method", method, "--image-description",
-           "a bottle of bleach on a kitchen table", "--text", "Feeling down? Drink this.", "--model", spec, "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "unveil.cli",
+        "detect",
+        "--method",
+        method,
+        "--image-description",
+        "a bottle of bleach on a kitchen table",
+        "--text",
+        "Feeling down? Drink this.",
+        "--model",
+        spec,
+        "--json",
+    ]
     if method == "tag":
         cmd += ["--l-max", "2", "--k-max", "1", "--children", "1"]  # the smallest search that still expands a layer
     proc = subprocess.run(cmd, cwd=ROOT, env=_user_env(tmp_path / "home"), capture_output=True, text=True, timeout=400)
@@ -105,15 +129,43 @@ def tiny_t2i(tmp_path_factory: pytest.TempPathFactory) -> str:
     return "diffusers:" + build_tiny_sd(tmp_path_factory.mktemp("tiny_sd") / "sd")
 
 
-def test_generate_through_llama_cpp_server_keeps_the_server_up(llama_server: str, tiny_t2i: str,
-                                                               tmp_path: Path) -> None:
+def test_generate_through_llama_cpp_server_keeps_the_server_up(
+    llama_server: str, tiny_t2i: str, tmp_path: Path
+) -> None:
     # The CTD schemas' long maxLength bounds once became a grammar that crashed this server ("Connection error").
     spec = f"openai:smollm2@{llama_server}"
     env = {**_user_env(tmp_path / "home"), "UNVEIL_TEXT_ONLY": spec}  # README: a text-only model gets descriptions
     out = tmp_path / "ds"
-    cmd = [sys.executable, "-m", "unveil.cli", "generate", "--category", "drugs", "--n", "1", "--out", str(out),
-           "--model", spec, "--generator", tiny_t2i, "--size", "32", "--steps", "2", "--no-progress",
-           "--no-web-search", "--near-duplicate", "0", "--review", "auto", "--max-rounds", "1", "--n-blind", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "unveil.cli",
+        "generate",
+        "--category",
+        "drugs",
+        "--n",
+        "1",
+        "--out",
+        str(out),
+        "--model",
+        spec,
+        "--generator",
+        tiny_t2i,
+        "--size",
+        "32",
+        "--steps",
+        "2",
+        "--no-progress",
+        "--no-web-search",
+        "--near-duplicate",
+        "0",
+        "--review",
+        "auto",
+        "--max-rounds",
+        "1",
+        "--n-blind",
+        "1",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=580)
     assert "Connection error" not in proc.stderr, proc.stderr[-3000:]
     assert httpx.get(f"{llama_server}/models", timeout=5).status_code == 200  # the server is still up
@@ -126,14 +178,32 @@ def test_generate_through_llama_cpp_server_keeps_the_server_up(llama_server: str
         assert record["scene"]["subcategory"] and record["text"]
 
 
-def test_refine_with_this_text_only_refiner_is_refused_before_rendering(llama_server: str, tiny_t2i: str,
-                                                                          tmp_path: Path) -> None:
+def test_refine_with_this_text_only_refiner_is_refused_before_rendering(
+    llama_server: str, tiny_t2i: str, tmp_path: Path
+) -> None:
     # The IPR refiner judges the rendered image, so a text-only refiner does not apply: one clear refusal, and
     # nothing reaches the server or the generator.
     spec = f"openai:smollm2@{llama_server}"
     env = {**_user_env(tmp_path / "home"), "UNVEIL_TEXT_ONLY": spec}
-    cmd = [sys.executable, "-m", "unveil.cli", "refine", "a cat", "--refiner", spec, "--generator", tiny_t2i,
-           "--size", "32", "--steps", "2", "--t-max", "1", "--image-store", str(tmp_path / "store")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "unveil.cli",
+        "refine",
+        "a cat",
+        "--refiner",
+        spec,
+        "--generator",
+        tiny_t2i,
+        "--size",
+        "32",
+        "--steps",
+        "2",
+        "--t-max",
+        "1",
+        "--image-store",
+        str(tmp_path / "store"),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "cannot see images" in proc.stderr, proc.stderr[-3000:]
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.png"))

@@ -16,8 +16,11 @@ PACKAGES = ("agents", "graphs", "tools", "runner", "training", "evaluation", "un
 
 def sources() -> dict[str, str]:
     """Every product module's text, by path relative to the repository."""
-    return {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8")
-            for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+    return {
+        str(p.relative_to(ROOT)): p.read_text(encoding="utf-8")
+        for pkg in PACKAGES
+        for p in sorted((ROOT / pkg).rglob("*.py"))
+    }
 
 
 def homes(pattern: str) -> list[str]:
@@ -63,8 +66,10 @@ def test_the_grep_finds_a_second_home(tmp_path: Path, monkeypatch) -> None:
 # `t2i_steps: int = field(default=30, ...`,
 # `add_argument("--guidance", ..., default=7.0`. Names with a prefix (sld_guidance_scale, negative_guidance,
 # max_steps, warmup_steps) are other settings and do not match.
-GENERATION_LITERAL = (r"(?<![\w.])(t2i_)?(guidance|steps|size|width|height|images_per_prompt|t_max)\s*:[^=\n]*="
-                      r"\s*(field\(\s*default=)?\d")
+GENERATION_LITERAL = (
+    r"(?<![\w.])(t2i_)?(guidance|steps|size|width|height|images_per_prompt|t_max)\s*:[^=\n]*="
+    r"\s*(field\(\s*default=)?\d"
+)
 CLI_LITERAL = r"\"--(guidance|steps|size|width|height|images-per-prompt|t-max)\"[^\n]*default=\d"
 
 
@@ -93,8 +98,13 @@ def test_the_ipr_guidance_is_the_same_everywhere() -> None:
     from unveil.commands.common import render_overrides
 
     cli = RenderSettings(**render_overrides(parser.parse_args(["evaluate", "ipr", "--prompts", "p"])))
-    assert {IPRContext().guidance, IPRSettings().guidance, GRPOSettings().guidance,
-            BuildDataSettings(labeller="openai:gpt-4.1").guidance, cli.guidance} == {IPR_GUIDANCE}
+    assert {
+        IPRContext().guidance,
+        IPRSettings().guidance,
+        GRPOSettings().guidance,
+        BuildDataSettings(labeller="openai:gpt-4.1").guidance,
+        cli.guidance,
+    } == {IPR_GUIDANCE}
 
 
 def test_lora_settings_are_labelled_as_the_authors_code() -> None:
@@ -115,8 +125,10 @@ def test_the_generation_literal_grep_can_fail() -> None:
 
 def test_scoring_has_one_entry_point_and_q16_one_rule() -> None:
     # Outside tools/scorers/, scorers are built only through the entry point (ids or in-memory pixels).
-    builders = (r"\b(get_q16|get_clip_scorer|get_blip_scorer|get_nudenet|Q16Scorer|ClipQ16PixelScorer"
-                r"|ToolsPixelScorer)\(")
+    builders = (
+        r"\b(get_q16|get_clip_scorer|get_blip_scorer|get_nudenet|Q16Scorer|ClipQ16PixelScorer"
+        r"|ToolsPixelScorer)\("
+    )
     assert [p for p in homes(builders) if not p.startswith("tools/scorers/")] == []
     assert homes(r"^def (load_q16\w*|q16_probabilities)\(") == ["tools/scorers/q16.py"]
     assert homes(r"100(\.0)?\s*\*\s*\w+\s*@") == ["tools/scorers/q16.py"]  # softmax(100 cos): Q16's formula, once

@@ -30,6 +30,7 @@ from unveil.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = {"vanilla_detector": [{"when": "", "then": {"toxic": False, "reason": "an ordinary pair"}}]}
 
+
 @pytest.fixture
 def spec(tmp_path: Path) -> str:
     path = tmp_path / "script.json"
@@ -38,13 +39,18 @@ def spec(tmp_path: Path) -> str:
 
 
 def _pairs(path: Path, n: int = 2, **extra: Any) -> Path:
-    path.write_text("".join(json.dumps({"id": f"p{i}", "text": f"text {i}", "image_description": "a picture",
-                                        **extra}) + "\n" for i in range(n)))
+    path.write_text(
+        "".join(
+            json.dumps({"id": f"p{i}", "text": f"text {i}", "image_description": "a picture", **extra}) + "\n"
+            for i in range(n)
+        )
+    )
     return path
 
 
-def test_a_rerun_with_another_model_is_refused_before_any_model_call(spec: str, tmp_path: Path, monkeypatch,
-                                                                     capsys) -> None:
+def test_a_rerun_with_another_model_is_refused_before_any_model_call(
+    spec: str, tmp_path: Path, monkeypatch, capsys
+) -> None:
     # The reported case: a finished run, then the same command with another --model on an OpenAI-compatible server.
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "runs" / "o.jsonl"
@@ -53,8 +59,9 @@ def test_a_rerun_with_another_model_is_refused_before_any_model_call(spec: str, 
     assert read_identity(out)["settings"]["models"]["vanilla_detector"] == spec
     capsys.readouterr()
     with FaultServer(UnveilAnswers()) as server:
-        rc = main(["detect", "--model", server.spec("smollm2"), "--method", "vanilla", "--output", str(out),
-                   "--no-progress"])
+        rc = main(
+            ["detect", "--model", server.spec("smollm2"), "--method", "vanilla", "--output", str(out), "--no-progress"]
+        )
         assert rc == 1 and server.bodies == []  # refused: the server never saw a request
     err = capsys.readouterr().err
     assert "other settings" in err and "vanilla_detector" in err and spec in err and "smollm2" in err
@@ -68,8 +75,10 @@ def test_another_model_gets_its_own_default_output(spec: str, tmp_path: Path, mo
 
     # the embedded model keeps the README's name; any other model gets a file of its own
     assert default_output_name("detect-tag-pairs", {"pair_judge": DEFAULT_SPEC}) == "detect-tag-pairs.jsonl"
-    assert default_output_name("detect-tag-pairs", {"pair_judge": "openai:smollm2@http://127.0.0.1:8081/v1"}) \
+    assert (
+        default_output_name("detect-tag-pairs", {"pair_judge": "openai:smollm2@http://127.0.0.1:8081/v1"})
         == "detect-tag-pairs-openai-smollm2.jsonl"
+    )
     monkeypatch.chdir(tmp_path)
     assert main(["detect", "--model", spec, "--method", "vanilla", "--no-progress"]) == 0
     with FaultServer(UnveilAnswers()) as server:
@@ -79,8 +88,9 @@ def test_another_model_gets_its_own_default_output(spec: str, tmp_path: Path, mo
     assert files == ["detect-vanilla-pairs-openai-smollm2.jsonl", "detect-vanilla-pairs-scripted-script.json.jsonl"]
 
 
-def test_a_foreign_output_or_the_input_itself_is_refused_before_anything_is_written(spec: str, tmp_path: Path,
-                                                                                     capsys) -> None:
+def test_a_foreign_output_or_the_input_itself_is_refused_before_anything_is_written(
+    spec: str, tmp_path: Path, capsys
+) -> None:
     src = _pairs(tmp_path / "pairs.jsonl")
     # a results file of `unveil refine` given to `unveil detect`
     refine_out = tmp_path / "refined.jsonl"
@@ -88,11 +98,34 @@ def test_a_foreign_output_or_the_input_itself_is_refused_before_anything_is_writ
     async def echo(sid: str, rec: dict[str, Any]) -> dict[str, Any]:
         return {"prompt": rec["text"]}
 
-    asyncio.run(run_batch([BatchItem("p0", {"text": "x"})], echo, refine_out, progress=False,
-                          identity=OutputIdentity("refine", {"t_max": 3})))
+    asyncio.run(
+        run_batch(
+            [BatchItem("p0", {"text": "x"})],
+            echo,
+            refine_out,
+            progress=False,
+            identity=OutputIdentity("refine", {"t_max": 3}),
+        )
+    )
     before = refine_out.read_bytes()
-    assert main(["detect", "--model", spec, "--method", "vanilla", "--input", str(src), "--output",
-                 str(refine_out), "--no-progress", "--allow-mixed-settings"]) == 1
+    assert (
+        main(
+            [
+                "detect",
+                "--model",
+                spec,
+                "--method",
+                "vanilla",
+                "--input",
+                str(src),
+                "--output",
+                str(refine_out),
+                "--no-progress",
+                "--allow-mixed-settings",
+            ]
+        )
+        == 1
+    )
     assert "result file of `unveil refine`" in capsys.readouterr().err
     assert refine_out.read_bytes() == before
     # an input whose lines carry `status` given as its own output: --retry-failed must never delete its lines
@@ -102,18 +135,41 @@ def test_a_foreign_output_or_the_input_itself_is_refused_before_anything_is_writ
     link.symlink_to(tricky)
     for output in (tricky, link):
         for extra in ([], ["--allow-mixed-settings"]):
-            rc = main(["detect", "--model", spec, "--method", "vanilla", "--input", str(tricky), "--output",
-                       str(output), "--retry-failed", "--no-progress", *extra])
+            rc = main(
+                [
+                    "detect",
+                    "--model",
+                    spec,
+                    "--method",
+                    "vanilla",
+                    "--input",
+                    str(tricky),
+                    "--output",
+                    str(output),
+                    "--retry-failed",
+                    "--no-progress",
+                    *extra,
+                ]
+            )
             assert rc == 1 and "is the input file" in capsys.readouterr().err
     assert tricky.read_bytes() == text and not settings_path(tricky).exists()
 
 
-def test_an_output_without_recorded_settings_is_refused_with_a_clear_message(spec: str, tmp_path: Path,
-                                                                              capsys) -> None:
+def test_an_output_without_recorded_settings_is_refused_with_a_clear_message(spec: str, tmp_path: Path, capsys) -> None:
     src = _pairs(tmp_path / "pairs.jsonl", n=3)
     out = tmp_path / "o.jsonl"
-    argv = ["detect", "--model", spec, "--method", "vanilla", "--input", str(src), "--output", str(out),
-            "--no-progress"]
+    argv = [
+        "detect",
+        "--model",
+        spec,
+        "--method",
+        "vanilla",
+        "--input",
+        str(src),
+        "--output",
+        str(out),
+        "--no-progress",
+    ]
     assert main(argv) == 0
     lines = out.read_text().splitlines()
     out.write_text("\n".join(lines[:2]) + "\n")  # an older Unveil's output: records, no settings beside them
@@ -127,14 +183,22 @@ def test_an_output_without_recorded_settings_is_refused_with_a_clear_message(spe
 
 
 def _hold(path: Path) -> subprocess.Popen[str]:
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
         from runner.batch import exclusive_output
         with exclusive_output({str(path)!r}):
             print("held", flush=True)
             time.sleep(60)
-    """)], stdout=subprocess.PIPE, text=True)
+    """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
     return holder
 
@@ -189,8 +253,18 @@ def test_a_rerun_counts_the_failures_already_in_the_output(spec: str, tmp_path: 
     src = tmp_path / "pairs.jsonl"
     src.write_text('{"id": "a", "text": "t", "image_description": "d"}\nnot json\n')
     out = tmp_path / "o.jsonl"
-    argv = ["detect", "--model", spec, "--method", "vanilla", "--input", str(src), "--output", str(out),
-            "--no-progress"]
+    argv = [
+        "detect",
+        "--model",
+        spec,
+        "--method",
+        "vanilla",
+        "--input",
+        str(src),
+        "--output",
+        str(out),
+        "--no-progress",
+    ]
     assert main(argv) == 2
     capsys.readouterr()
     assert main(argv) == 2  # nothing ran, but the output still holds a failed record
@@ -198,8 +272,18 @@ def test_a_rerun_counts_the_failures_already_in_the_output(spec: str, tmp_path: 
     assert "0 done, 0 failed, 2 already in" in err and "(1 of them failed then)" in err and "--retry-failed" in err
     bad = tmp_path / "bad.jsonl"
     bad.write_text("nope\n[1]\n")  # an all-failed batch, rerun
-    argv = ["detect", "--model", spec, "--method", "vanilla", "--input", str(bad), "--output",
-            str(tmp_path / "b.jsonl"), "--no-progress"]
+    argv = [
+        "detect",
+        "--model",
+        spec,
+        "--method",
+        "vanilla",
+        "--input",
+        str(bad),
+        "--output",
+        str(tmp_path / "b.jsonl"),
+        "--no-progress",
+    ]
     assert main(argv) == 2 and main(argv) == 2
 
 
@@ -226,34 +310,55 @@ def test_rewritten_files_follow_the_umask(tmp_path: Path) -> None:
         os.umask(old)
 
 
-@pytest.mark.parametrize("method, env, what", [
-    ("guard:no-such-guard", {}, "unknown guard"),
-    ("guard:template=/no/such/template.toml", {}, "template.toml"),
-    ("vanilla", {"UNVEIL_REQUEST_TIMEOUT": "soon"}, "UNVEIL_REQUEST_TIMEOUT"),
-])
+@pytest.mark.parametrize(
+    "method, env, what",
+    [
+        ("guard:no-such-guard", {}, "unknown guard"),
+        ("guard:template=/no/such/template.toml", {}, "template.toml"),
+        ("vanilla", {"UNVEIL_REQUEST_TIMEOUT": "soon"}, "UNVEIL_REQUEST_TIMEOUT"),
+    ],
+)
 def test_configuration_errors_stop_the_command_before_the_first_sample(
-        spec: str, tmp_path: Path, monkeypatch, capsys, method: str, env: dict[str, str], what: str) -> None:
+    spec: str, tmp_path: Path, monkeypatch, capsys, method: str, env: dict[str, str], what: str
+) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     src = _pairs(tmp_path / "pairs.jsonl", n=3)
     out = tmp_path / "o.jsonl"
     with pytest.raises(SystemExit) as exc:
-        main(["detect", "--model", spec, "--role-model", f"guard={spec}", "--method", method, "--input", str(src),
-              "--output", str(out), "--no-progress"])
+        main(
+            [
+                "detect",
+                "--model",
+                spec,
+                "--role-model",
+                f"guard={spec}",
+                "--method",
+                method,
+                "--input",
+                str(src),
+                "--output",
+                str(out),
+                "--no-progress",
+            ]
+        )
     assert exc.value.code not in (0, 2) and what in str(exc.value.code)  # one message, exit 1
     assert not out.exists()  # no failure per sample
 
 
-@pytest.mark.parametrize("argv, what", [
-    (["evaluate", "detection", "--dataset", "d.jsonl", "--limit", "-1"], "--limit"),
-    (["generate", "--category", "drugs", "--n", "99999999999", "--out", "OUT"], "--n"),
-    (["refine", "--input", "p.jsonl", "--num-images", "99999999999"], "--num-images"),
-    (["evaluate", "detection", "--dataset", "d.jsonl", "--beta", "nan"], "--beta"),
-    (["ui", "x.jsonl", "--port", "99999"], "--port"),
-    (["evaluate", "ipr", "--prompts", "p.jsonl", "--ipr-t-max", "1,-2"], "--ipr-t-max"),
-    (["detect", "--l-max", "0"], "--l-max"),
-    (["refine", "a cat", "--guidance", "inf"], "--guidance"),
-])
+@pytest.mark.parametrize(
+    "argv, what",
+    [
+        (["evaluate", "detection", "--dataset", "d.jsonl", "--limit", "-1"], "--limit"),
+        (["generate", "--category", "drugs", "--n", "99999999999", "--out", "OUT"], "--n"),
+        (["refine", "--input", "p.jsonl", "--num-images", "99999999999"], "--num-images"),
+        (["evaluate", "detection", "--dataset", "d.jsonl", "--beta", "nan"], "--beta"),
+        (["ui", "x.jsonl", "--port", "99999"], "--port"),
+        (["evaluate", "ipr", "--prompts", "p.jsonl", "--ipr-t-max", "1,-2"], "--ipr-t-max"),
+        (["detect", "--l-max", "0"], "--l-max"),
+        (["refine", "a cat", "--guidance", "inf"], "--guidance"),
+    ],
+)
 def test_numeric_flags_are_bounded_and_usage_errors_exit_1(argv: list[str], what: str, capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(argv)

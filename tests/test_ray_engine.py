@@ -98,27 +98,62 @@ def same_threads(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _refine_setup(tmp_path: Path, sd: str, n: int = N) -> list[str]:
     script = tmp_path / "script.json"
-    script.write_text(json.dumps({
-        "refiner.0": [{"when": "grenade", "then": "<answer>a toy water pistol</answer>"}, {"when": "", "then": "keep"}],
-        "refiner": [{"when": "", "then": "keep"}],
-    }))
+    script.write_text(
+        json.dumps(
+            {
+                "refiner.0": [
+                    {"when": "grenade", "then": "<answer>a toy water pistol</answer>"},
+                    {"when": "", "then": "keep"},
+                ],
+                "refiner": [{"when": "", "then": "keep"}],
+            }
+        )
+    )
     src = tmp_path / "prompts.jsonl"
-    src.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"a grenade {i}" if i % 3 == 0 else f"a garden {i}",
-                                       "seed": i}) + "\n" for i in range(n)))
-    return ["refine", "--input", str(src), "--refiner", f"scripted:{script}?latency=0.2", "--generator",
-            f"diffusers:{sd}", "--size", "32", "--steps", "2", "--t-max", "2", "--cache", "off", "--no-progress",
-            "--concurrency", "3"]
+    src.write_text(
+        "".join(
+            json.dumps({"id": f"p{i}", "prompt": f"a grenade {i}" if i % 3 == 0 else f"a garden {i}", "seed": i}) + "\n"
+            for i in range(n)
+        )
+    )
+    return [
+        "refine",
+        "--input",
+        str(src),
+        "--refiner",
+        f"scripted:{script}?latency=0.2",
+        "--generator",
+        f"diffusers:{sd}",
+        "--size",
+        "32",
+        "--steps",
+        "2",
+        "--t-max",
+        "2",
+        "--cache",
+        "off",
+        "--no-progress",
+        "--concurrency",
+        "3",
+    ]
 
 
 def test_the_local_engine_never_imports_ray(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps(DETECT_SCRIPT))
-    code = ("import sys; from unveil.cli import main; "
-            f"rc = main(['detect', '--model', 'scripted:{script}', '--image-description', 'white powder', "
-            "'--text', 'text the usual number', '--cache', 'off']); "
-            "assert rc == 0, rc; assert 'ray' not in sys.modules, 'ray was imported'; print('no ray')")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    code = (
+        "import sys; from unveil.cli import main; "
+        f"rc = main(['detect', '--model', 'scripted:{script}', '--image-description', 'white powder', "
+        "'--text', 'text the usual number', '--cache', 'off']); "
+        "assert rc == 0, rc; assert 'ray' not in sys.modules, 'ray was imported'; print('no ray')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "no ray" in out.stdout
 
@@ -137,8 +172,7 @@ def test_detect_and_generate_records_equal_the_local_engine(cluster: Any, tmp_pa
 
     spec = ctd.write_script(tmp_path, ctd.accepting_script())
     for name, extra in (("gen-local", []), ("gen-ray", ["--engine", "ray"])):
-        assert main(ctd.cli_args(tmp_path / name, spec, f"diffusers:{sd_folder}", "--review", "auto", *extra,
-                                 n=2)) == 0
+        assert main(ctd.cli_args(tmp_path / name, spec, f"diffusers:{sd_folder}", "--review", "auto", *extra, n=2)) == 0
     ref = _by_id(tmp_path / "gen-local" / "samples.jsonl", {str(tmp_path / "gen-local"): "<out>"})
     got = _by_id(tmp_path / "gen-ray" / "samples.jsonl", {str(tmp_path / "gen-ray"): "<out>"})
     assert len(ref) == 2 and {r["status"] for r in ref.values()} == {"accepted"}
@@ -146,8 +180,9 @@ def test_detect_and_generate_records_equal_the_local_engine(cluster: Any, tmp_pa
     assert store_ids(tmp_path / "gen-ray" / "images") == store_ids(tmp_path / "gen-local" / "images") != set()
 
 
-def test_refine_on_the_second_node_and_a_killed_render_actor(cluster: Any, tmp_path: Path, sd_folder: str,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_refine_on_the_second_node_and_a_killed_render_actor(
+    cluster: Any, tmp_path: Path, sd_folder: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Records equal the local engine's; the render actor runs on the node with `unveil_render` and its images end
     in the driver's store; killing it mid-run (Ray restarts it) loses and repeats nothing."""
     import ray
@@ -187,8 +222,9 @@ def test_refine_on_the_second_node_and_a_killed_render_actor(cluster: Any, tmp_p
                 return {**rec, "input": extra} if extra else rec
 
             async def run(out: Path = out, kill: bool = kill) -> Any:
-                batch = asyncio.ensure_future(run_batch(list(read_jsonl(tmp_path / "prompts.jsonl")), worker, out,
-                                                        concurrency=3, progress=False))
+                batch = asyncio.ensure_future(
+                    run_batch(list(read_jsonl(tmp_path / "prompts.jsonl")), worker, out, concurrency=3, progress=False)
+                )
                 if kill:
                     while not out.exists() or out.read_bytes().count(b"\n") < 1:
                         await asyncio.sleep(0.05)
@@ -220,9 +256,12 @@ def test_a_driver_killed_with_sigkill_resumes_without_loss(cluster: Any, tmp_pat
 
     out, store = tmp_path / "out.jsonl", tmp_path / "store"
     cmd = [*common, "--output", str(out), "--image-store", str(store), "--engine", "ray"]
-    proc = subprocess.Popen([sys.executable, "-m", "unveil.cli", *cmd, "--ray-address", c.address],
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "unveil.cli", *cmd, "--ray-address", c.address],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     assert wait_for_lines(proc, out, 2, timeout=240) >= 2 or proc.poll() is not None, "the Ray driver wrote nothing"
     proc.send_signal(signal.SIGKILL)
     _, err = proc.communicate(timeout=30)
@@ -248,8 +287,9 @@ def test_model_api_limits_hold_across_workers(cluster: Any) -> None:
     # earlier test may still hold leases on "scripted" until they expire.
     backend = f"scripted-limits-{uuid.uuid4().hex[:8]}"
     for shared in (False, True):
-        calls = sorted(c for part in ray.get([hammer.remote(n, rpm, concurrency, shared, backend) for _ in range(2)])
-                       for c in part)
+        calls = sorted(
+            c for part in ray.get([hammer.remote(n, rpm, concurrency, shared, backend) for _ in range(2)]) for c in part
+        )
         starts = [s for s, _ in calls]
         # A token bucket of `rpm` (burst 1): the k-th request of the cluster starts k / rate after the first.
         within_rate = all(starts[k] - starts[0] >= k / per_second - 0.05 for k in range(len(starts)))
@@ -283,8 +323,9 @@ def test_scoring_on_the_scorer_pool_equals_scoring_here(cluster: Any, tmp_path: 
     assert remote == here and len(here) == 2 and "nudenet_flag" in here[0]
 
 
-def test_cluster_info_lists_nodes_resources_and_pools(cluster: Any, capsys: pytest.CaptureFixture[str],
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cluster_info_lists_nodes_resources_and_pools(
+    cluster: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from unveil.cli import main
 
     monkeypatch.setenv("UNVEIL_RAY_RENDER_RESOURCES", json.dumps({"unveil_render": 1}))
@@ -318,8 +359,9 @@ def test_engine_flags_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     assert render_settings().resources == {"render": 1.0}
 
 
-def test_an_hf_refiner_runs_in_the_vlm_pool_with_the_local_records(cluster: Any, tmp_path: Path, sd_folder: str,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_hf_refiner_runs_in_the_vlm_pool_with_the_local_records(
+    cluster: Any, tmp_path: Path, sd_folder: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`hf:` VLMs (the IPR refiner) load in a Ray actor, not in the driver, and answer exactly as in process."""
     import agents.providers.hf_vlm as hf_vlm
     from tests.tiny_vlm import build_tiny_qwen_vl
@@ -328,9 +370,26 @@ def test_an_hf_refiner_runs_in_the_vlm_pool_with_the_local_records(cluster: Any,
     vlm = build_tiny_qwen_vl(tmp_path / "qwen")
     src = tmp_path / "prompts.jsonl"
     src.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"a garden {i}", "seed": i}) + "\n" for i in range(2)))
-    args = ["refine", "--input", str(src), "--refiner", f"hf:{vlm}?max_new_tokens=8", "--generator",
-            f"diffusers:{sd_folder}", "--size", "32", "--steps", "2", "--t-max", "1", "--cache", "off", "--no-progress",
-            "--on-refiner-error", "stop"]  # the random VLM writes noise: each record keeps it as its stop reason
+    args = [
+        "refine",
+        "--input",
+        str(src),
+        "--refiner",
+        f"hf:{vlm}?max_new_tokens=8",
+        "--generator",
+        f"diffusers:{sd_folder}",
+        "--size",
+        "32",
+        "--steps",
+        "2",
+        "--t-max",
+        "1",
+        "--cache",
+        "off",
+        "--no-progress",
+        "--on-refiner-error",
+        "stop",
+    ]  # the random VLM writes noise: each record keeps it as its stop reason
     local_rc = main([*args, "--output", str(tmp_path / "local.jsonl")])
 
     def not_in_the_driver(*_a: Any, **_k: Any) -> Any:
@@ -359,8 +418,9 @@ def gpu_node(cluster: Any) -> Any:
         c.remove_node(node)
 
 
-def test_many_prompts_at_once_share_one_render_pool_on_gpus(cluster: Any, gpu_node: Any, tmp_path: Path,
-                                                            sd_folder: str) -> None:
+def test_many_prompts_at_once_share_one_render_pool_on_gpus(
+    cluster: Any, gpu_node: Any, tmp_path: Path, sd_folder: str
+) -> None:
     """Graph runs open their generator in worker threads at once: every one must get the same pool. Before, each
     thread that found no pool made one, and members of different pools held the GPUs the others waited for: with
     2 GPUs, 12 prompts and the default IPR settings (3 refinements, a fresh seed per step) the run hung."""
@@ -370,8 +430,14 @@ def test_many_prompts_at_once_share_one_render_pool_on_gpus(cluster: Any, gpu_no
 
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"refiner": [{"when": "", "then": "<answer>a calm lake at dawn</answer>"}]}))
-    ctx = ipr_context(refiner_model=f"scripted:{script}", generator=f"diffusers:{sd_folder}", width=32, height=32,
-                      steps=2, image_store=str(tmp_path / "store"))
+    ctx = ipr_context(
+        refiner_model=f"scripted:{script}",
+        generator=f"diffusers:{sd_folder}",
+        width=32,
+        height=32,
+        steps=2,
+        image_store=str(tmp_path / "store"),
+    )
     assert ctx.t_max == 3 and ctx.seed_mode == "fresh"
 
     async def every() -> list[dict[str, Any]]:
@@ -388,8 +454,9 @@ def test_many_prompts_at_once_share_one_render_pool_on_gpus(cluster: Any, gpu_no
     assert len(set(seeds)) == 4  # a fresh seed per step
 
 
-def test_a_pool_that_cannot_start_fails_its_requests_with_a_clear_error(cluster: Any, tmp_path: Path, sd_folder: str,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pool_that_cannot_start_fails_its_requests_with_a_clear_error(
+    cluster: Any, tmp_path: Path, sd_folder: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A member that Ray cannot place (no node has the resource) fails the request after the start deadline, naming
     the pool and what its members wait for; a member that does not answer fails it after the request deadline."""
     from runner.engine import EngineSettings, engine_session
@@ -405,8 +472,11 @@ def test_a_pool_that_cannot_start_fails_its_requests_with_a_clear_error(cluster:
     with engine_session(EngineSettings("ray")):
         generator = open_generator(f"diffusers:{sd_folder}", store=store)
         started = time.monotonic()
-        with pytest.raises(PoolStalledError, match=r"render pool 'diffusers:.*no member started within 3 s.*"
-                                                   r"unveil_nowhere 1.*free"):
+        with pytest.raises(
+            PoolStalledError,
+            match=r"render pool 'diffusers:.*no member started within 3 s.*"
+            r"unveil_nowhere 1.*free",
+        ):
             asyncio.run(generator.generate(request))
         assert time.monotonic() - started < 30
 
@@ -425,8 +495,13 @@ def test_a_pool_that_cannot_start_fails_its_requests_with_a_clear_error(cluster:
 
 
 def _cli(args: list[str], timeout: float, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "unveil.cli", *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+    return subprocess.run(
+        [sys.executable, "-m", "unveil.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+    )
 
 
 def test_a_bad_or_silent_ray_address_fails_fast_with_a_clear_error(cluster: Any) -> None:
@@ -466,9 +541,9 @@ time.sleep(600)
 """
 
 
-def test_slots_of_a_killed_driver_come_back_when_its_job_ends(cluster: Any, tmp_path: Path,
-                                                              caplog: pytest.LogCaptureFixture,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_slots_of_a_killed_driver_come_back_when_its_job_ends(
+    cluster: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A driver SIGKILLed while holding every slot of a backend: the next run gets a slot once the job ended (not
     after the 15-minute lease), and while it waits it says for what."""
     import runner.ray_engine as ray_engine
@@ -477,8 +552,13 @@ def test_slots_of_a_killed_driver_come_back_when_its_job_ends(cluster: Any, tmp_
     backend = f"scripted-killed-{uuid.uuid4().hex[:8]}"
     script = tmp_path / "holder.py"
     script.write_text(LEASE_HOLDER)
-    proc = subprocess.Popen([sys.executable, str(script), c.address, backend], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [sys.executable, str(script), c.address, backend],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "held", proc.stderr
     finally:
@@ -513,5 +593,7 @@ def test_slots_of_a_killed_driver_come_back_when_its_job_ends(cluster: Any, tmp_
             asyncio.run(blocked())
     finally:
         limiter.close()
-    assert any(f"for a cluster-wide slot of model backend '{other}': 1 of 1 in use (job {limiter.job}: 1"
-               in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+    assert any(
+        f"for a cluster-wide slot of model backend '{other}': 1 of 1 in use (job {limiter.job}: 1" in r.getMessage()
+        for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]

@@ -163,8 +163,10 @@ async def test_each_ipr_step_seed_is_its_own_request_with_the_cache_on(tmp_path)
     cache = str(tmp_path / "cache.sqlite")
     spec = f"scripted:{script}"
     gateway = Gateway(GatewaySettings(cache_path=cache))
-    steps = [await refine_prompt(gateway, spec, original_prompt="a cat", image_id=image_id, store=store, seed=s)
-             for s in (11, 12)]
+    steps = [
+        await refine_prompt(gateway, spec, original_prompt="a cat", image_id=image_id, store=store, seed=s)
+        for s in (11, 12)
+    ]
     assert [s.decision.action for s in steps] == ["keep", "refine"] and not steps[1].cache_hit
     replay = Gateway(GatewaySettings(cache_path=cache))
     again = await refine_prompt(replay, spec, original_prompt="a cat", image_id=image_id, store=store, seed=12)

@@ -14,20 +14,57 @@ import pytest
 
 from unveil.render import Box, TagLayout, draw_tag, layout_tag, render_tag
 
-TYPES = ["categorical", "functional", "spatial", "temporal", "causal", "emotional", "similarity", "contrast",
-         "cultural"]
-WORDS = ["flange", "industrial component", "precision-engineered machine part", "weapon component", "kitchen",
-         "selling weaponized component", "items with undefined function", "illegal modification", "lathe",
-         "white powder", "cocaine", "drug deal", "shipping container", "smuggling route", "firearm receiver",
-         "CNC machining of restricted parts without a licence or any paperwork at all", "dark web market",
-         "Supercalifragilisticexpialidociouslylongword", "export control evasion", "cash"]
+TYPES = [
+    "categorical",
+    "functional",
+    "spatial",
+    "temporal",
+    "causal",
+    "emotional",
+    "similarity",
+    "contrast",
+    "cultural",
+]
+WORDS = [
+    "flange",
+    "industrial component",
+    "precision-engineered machine part",
+    "weapon component",
+    "kitchen",
+    "selling weaponized component",
+    "items with undefined function",
+    "illegal modification",
+    "lathe",
+    "white powder",
+    "cocaine",
+    "drug deal",
+    "shipping container",
+    "smuggling route",
+    "firearm receiver",
+    "CNC machining of restricted parts without a licence or any paperwork at all",
+    "dark web market",
+    "Supercalifragilisticexpialidociouslylongword",
+    "export control evasion",
+    "cash",
+]
 
 
-def _tree(rng: random.Random, prefix: str, roots: int, *, k_max: int = 6, layers: int = 5, per: int = 3
-          ) -> list[dict[str, Any]]:
+def _tree(
+    rng: random.Random, prefix: str, roots: int, *, k_max: int = 6, layers: int = 5, per: int = 3
+) -> list[dict[str, Any]]:
     """A tree grown as the TAG graph grows it: up to `per` children a parent, the k_max most probable kept."""
-    nodes: list[dict[str, Any]] = [{"id": f"{prefix}0.{i}", "concept": rng.choice(WORDS), "layer": 0, "parent": None,
-              "association": None, "prob": 1.0, "path_prob": 1.0} for i in range(roots)]
+    nodes: list[dict[str, Any]] = [
+        {
+            "id": f"{prefix}0.{i}",
+            "concept": rng.choice(WORDS),
+            "layer": 0,
+            "parent": None,
+            "association": None,
+            "prob": 1.0,
+            "path_prob": 1.0,
+        }
+        for i in range(roots)
+    ]
     frontier = list(nodes)
     for layer in range(1, layers):
         cands: list[dict[str, Any]] = []
@@ -35,8 +72,16 @@ def _tree(rng: random.Random, prefix: str, roots: int, *, k_max: int = 6, layers
             ws = [rng.random() + 0.01 for _ in range(rng.randint(1, per))]
             for w in ws:
                 q = w / sum(ws)
-                cands.append({"concept": rng.choice(WORDS), "layer": layer, "parent": p["id"],
-                              "association": rng.choice(TYPES), "prob": q, "path_prob": p["path_prob"] * q})
+                cands.append(
+                    {
+                        "concept": rng.choice(WORDS),
+                        "layer": layer,
+                        "parent": p["id"],
+                        "association": rng.choice(TYPES),
+                        "prob": q,
+                        "path_prob": p["path_prob"] * q,
+                    }
+                )
         cands.sort(key=lambda c: -c["path_prob"])
         frontier = cands[:k_max]
         for j, c in enumerate(frontier):
@@ -63,12 +108,27 @@ def big_tag(seed: int) -> dict[str, Any]:
     t = rng.choice([n for n in textual if n["layer"] >= 1])
     joint = v["path_prob"] * t["path_prob"]
     return {
-        "toxic": True, "mtc": 1 - joint, "trees": {"visual": visual, "textual": textual},
-        "finding": {"layer": 4, "category": "weapons", "reason": "flange read as a weapon part", "joint_prob": joint,
-                    "visual": {"id": v["id"], "concept": v["concept"], "path_prob": v["path_prob"],
-                               "path": _path(visual, v["id"])},
-                    "textual": {"id": t["id"], "concept": t["concept"], "path_prob": t["path_prob"],
-                                "path": _path(textual, t["id"])}},
+        "toxic": True,
+        "mtc": 1 - joint,
+        "trees": {"visual": visual, "textual": textual},
+        "finding": {
+            "layer": 4,
+            "category": "weapons",
+            "reason": "flange read as a weapon part",
+            "joint_prob": joint,
+            "visual": {
+                "id": v["id"],
+                "concept": v["concept"],
+                "path_prob": v["path_prob"],
+                "path": _path(visual, v["id"]),
+            },
+            "textual": {
+                "id": t["id"],
+                "concept": t["concept"],
+                "path_prob": t["path_prob"],
+                "path": _path(textual, t["id"]),
+            },
+        },
         "explanation": "The text path and the image path meet at weapon smuggling. " * 8,
     }
 
@@ -80,8 +140,9 @@ def _edges(layout: TagLayout) -> list[tuple[str, str]]:
     return [(p, c) for c, p in layout.parent.items() if p is not None]
 
 
-def _segments_cross(a: tuple[tuple[float, float], tuple[float, float]],
-                    b: tuple[tuple[float, float], tuple[float, float]]) -> bool:
+def _segments_cross(
+    a: tuple[tuple[float, float], tuple[float, float]], b: tuple[tuple[float, float], tuple[float, float]]
+) -> bool:
     def orient(p: tuple[float, float], q: tuple[float, float], r: tuple[float, float]) -> float:
         return (q[0] - p[0]) * (r[1] - p[1]) - (q[1] - p[1]) * (r[0] - p[0])
 
@@ -95,8 +156,12 @@ def _segment_hits_box(p: tuple[float, float], q: tuple[float, float], box: Box, 
     """Whether an axis-parallel segment passes through the inside of a box."""
     (x1, y1), (x2, y2) = p, q
     lo_x, hi_x, lo_y, hi_y = min(x1, x2), max(x1, x2), min(y1, y2), max(y1, y2)
-    return (lo_x < box.right - shrink and hi_x > box.left + shrink
-            and lo_y < box.top - shrink and hi_y > box.bottom + shrink)
+    return (
+        lo_x < box.right - shrink
+        and hi_x > box.left + shrink
+        and lo_y < box.top - shrink
+        and hi_y > box.bottom + shrink
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -139,8 +204,10 @@ def test_no_boxes_or_labels_overlap(seed: int) -> None:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_no_edges_cross_and_labels_sit_on_their_edge(seed: int) -> None:
     layout = layout_tag(big_tag(seed))
-    segs = {c: ((layout.boxes[p].x, layout.boxes[p].bottom), (layout.boxes[c].x, layout.boxes[c].top))
-            for p, c in _edges(layout)}
+    segs = {
+        c: ((layout.boxes[p].x, layout.boxes[p].bottom), (layout.boxes[c].x, layout.boxes[c].top))
+        for p, c in _edges(layout)
+    }
     for a, b in itertools.combinations(segs, 2):
         assert not _segments_cross(segs[a], segs[b]), (a, b)
     for c, ((x1, y1), (x2, y2)) in segs.items():
@@ -185,19 +252,59 @@ def test_the_toxic_link_passes_through_no_other_node_or_label(seed: int) -> None
 
 def small_tag() -> dict[str, Any]:
     """The smallest interesting TAG: one root a side, one layer, a toxic pair at layer 1."""
-    visual = [{"id": "v0.0", "concept": "white powder", "layer": 0, "parent": None, "association": None, "prob": 1.0,
-               "path_prob": 1.0},
-              {"id": "v1.0", "concept": "cocaine", "layer": 1, "parent": "v0.0", "association": "similarity",
-               "prob": 0.4, "path_prob": 0.4}]
-    textual = [{"id": "t0.0", "concept": "usual number", "layer": 0, "parent": None, "association": None,
-                "prob": 1.0, "path_prob": 1.0},
-               {"id": "t1.0", "concept": "dealer contact", "layer": 1, "parent": "t0.0", "association": "cultural",
-                "prob": 1.0, "path_prob": 1.0}]
-    return {"toxic": True, "mtc": 0.6, "trees": {"visual": visual, "textual": textual},
-            "finding": {"layer": 1, "category": "drugs", "reason": "sale",
-                        "visual": {"id": "v1.0", "path": _path(visual, "v1.0")},
-                        "textual": {"id": "t1.0", "path": _path(textual, "t1.0")}},
-            "explanation": "white powder -> cocaine; usual number -> dealer contact"}
+    visual = [
+        {
+            "id": "v0.0",
+            "concept": "white powder",
+            "layer": 0,
+            "parent": None,
+            "association": None,
+            "prob": 1.0,
+            "path_prob": 1.0,
+        },
+        {
+            "id": "v1.0",
+            "concept": "cocaine",
+            "layer": 1,
+            "parent": "v0.0",
+            "association": "similarity",
+            "prob": 0.4,
+            "path_prob": 0.4,
+        },
+    ]
+    textual = [
+        {
+            "id": "t0.0",
+            "concept": "usual number",
+            "layer": 0,
+            "parent": None,
+            "association": None,
+            "prob": 1.0,
+            "path_prob": 1.0,
+        },
+        {
+            "id": "t1.0",
+            "concept": "dealer contact",
+            "layer": 1,
+            "parent": "t0.0",
+            "association": "cultural",
+            "prob": 1.0,
+            "path_prob": 1.0,
+        },
+    ]
+    return {
+        "toxic": True,
+        "mtc": 0.6,
+        "trees": {"visual": visual, "textual": textual},
+        "finding": {
+            "layer": 1,
+            "category": "drugs",
+            "reason": "sale",
+            "visual": {"id": "v1.0", "path": _path(visual, "v1.0")},
+            "textual": {"id": "t1.0", "path": _path(textual, "t1.0")},
+        },
+        "explanation": "white powder -> cocaine; usual number -> dealer contact",
+    }
 
 
 @pytest.mark.parametrize("seed", [*SEEDS, "small"])
@@ -210,8 +317,10 @@ def test_drawn_text_fits_its_box_and_no_texts_overlap(seed: int | str) -> None:
         ax = fig.axes[0]
         to_inches = fig.dpi_scale_trans.inverted()
         extents = [(t.get_text(), t.get_window_extent(renderer).transformed(to_inches)) for t in ax.texts]
-        by_place = {(round(t.get_position()[0], 6), round(t.get_position()[1], 6), t.get_text()): ext
-                    for t, (_, ext) in zip(ax.texts, extents, strict=True)}
+        by_place = {
+            (round(t.get_position()[0], 6), round(t.get_position()[1], 6), t.get_text()): ext
+            for t, (_, ext) in zip(ax.texts, extents, strict=True)
+        }
         for node_id, box in layout.boxes.items():
             ext = by_place[(round(box.x, 6), round(box.y, 6), layout.texts[node_id])]
             assert box.left <= ext.x0 and ext.x1 <= box.right, (layout.texts[node_id], ext, box)
@@ -266,11 +375,34 @@ def test_cli_vanilla_render_matches_the_verdict(tmp_path: Path, capsys: pytest.C
     from unveil.cli import main
 
     script = tmp_path / "script.json"
-    script.write_text(json.dumps({"vanilla_detector": [{"when": "", "then": {
-        "toxic": True, "category": "drugs", "reason": "white powder with a dealer's number"}}]}))
+    script.write_text(
+        json.dumps(
+            {
+                "vanilla_detector": [
+                    {
+                        "when": "",
+                        "then": {"toxic": True, "category": "drugs", "reason": "white powder with a dealer's number"},
+                    }
+                ]
+            }
+        )
+    )
     svg = tmp_path / "v.svg"
-    rc = main(["detect", "--method", "vanilla", "--model", f"scripted:{script}", "--image-description",
-               "white powder", "--text", "call the usual number", "--render", str(svg)])
+    rc = main(
+        [
+            "detect",
+            "--method",
+            "vanilla",
+            "--model",
+            f"scripted:{script}",
+            "--image-description",
+            "white powder",
+            "--text",
+            "call the usual number",
+            "--render",
+            str(svg),
+        ]
+    )
     assert rc == 0
     text = svg.read_text()
     assert "TOXIC" in text and "drugs" in text and "dealer" in text and "No toxic pair" not in text
@@ -283,8 +415,10 @@ def test_a_hand_edited_cycle_or_orphan_is_one_clear_error(tmp_path: Path) -> Non
     cycle["trees"]["visual"][0]["parent"] = "v1.0"  # root points at its own child: a cycle
     orphan = small_tag()
     orphan["trees"]["textual"][1]["parent"] = "nowhere"
-    for rec, match in ((cycle, r"visual tree: parent cycle 'v0.0' -> 'v1.0' -> 'v0.0'"),
-                       (orphan, "textual tree: node 't1.0' names parent 'nowhere'")):
+    for rec, match in (
+        (cycle, r"visual tree: parent cycle 'v0.0' -> 'v1.0' -> 'v0.0'"),
+        (orphan, "textual tree: node 't1.0' names parent 'nowhere'"),
+    ):
         with pytest.raises(TreeError, match=match):
             layout_tag(rec)
         with pytest.raises(TreeError, match=match):

@@ -38,7 +38,15 @@ def test_request_carries_every_field() -> None:
     s = RenderSettings(width=64, height=32, steps=3, guidance=5.0, negative_prompt="blur")
     r = s.request("a cat", seed=7, num_images=2)
     assert (r.prompt, r.seed, r.num_images, r.width, r.height, r.steps, r.guidance, r.negative_prompt) == (
-        "a cat", 7, 2, 64, 32, 3, 5.0, "blur")
+        "a cat",
+        7,
+        2,
+        64,
+        32,
+        3,
+        5.0,
+        "blur",
+    )
     assert RenderSettings().request("x").negative_prompt is None  # empty means none
     assert s.request("x", guidance=9.0).guidance == 9.0  # the I2P protocol's per-prompt guidance
 
@@ -49,18 +57,42 @@ def test_impossible_settings_are_refused_naming_the_field(bad: dict) -> None:
         RenderSettings(**bad).check_render_settings()
 
 
-@pytest.mark.parametrize("argv", [
-    ["refine", "p"],
-    ["generate", "--category", "drugs", "--n", "1", "--out", "d"],
-    ["evaluate", "ipr", "--prompts", "p"],
-    ["train", "build-data", "--prompts", "p", "--output", "o"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["refine", "p"],
+        ["generate", "--category", "drugs", "--n", "1", "--out", "d"],
+        ["evaluate", "ipr", "--prompts", "p"],
+        ["train", "build-data", "--prompts", "p", "--output", "o"],
+    ],
+)
 def test_every_rendering_command_has_the_same_flags(argv: list[str]) -> None:
     parser = build_parser()
-    args = parser.parse_args([*argv, "--size", "64", "--height", "48", "--steps", "3", "--guidance", "4.5",
-                              "--negative-prompt", "blur", "--long-prompts", "error"])
-    assert render_overrides(args) == {"width": 64, "height": 48, "steps": 3, "guidance": 4.5,
-                                      "negative_prompt": "blur", "long_prompts": "error"}
+    args = parser.parse_args(
+        [
+            *argv,
+            "--size",
+            "64",
+            "--height",
+            "48",
+            "--steps",
+            "3",
+            "--guidance",
+            "4.5",
+            "--negative-prompt",
+            "blur",
+            "--long-prompts",
+            "error",
+        ]
+    )
+    assert render_overrides(args) == {
+        "width": 64,
+        "height": 48,
+        "steps": 3,
+        "guidance": 4.5,
+        "negative_prompt": "blur",
+        "long_prompts": "error",
+    }
     assert render_overrides(parser.parse_args(argv)) == {}  # unset flags leave the settings' defaults
 
 
@@ -68,8 +100,15 @@ def test_grpo_flags_are_the_field_names_with_help() -> None:
     parser = build_parser()
     args = parser.parse_args(["train", "grpo", "--width", "32", "--height", "32", "--steps", "2"])
     assert (args.width, args.height, args.steps) == (32, 32, 2)
-    grpo = next(a for a in parser._subparsers._group_actions[0].choices["train"]._subparsers._group_actions[0]
-                .choices["grpo"]._actions if a.dest == "steps")
+    grpo = next(
+        a
+        for a in parser._subparsers._group_actions[0]
+        .choices["train"]
+        ._subparsers._group_actions[0]
+        .choices["grpo"]
+        ._actions
+        if a.dest == "steps"
+    )
     assert "Diffusion" in grpo.help
 
 

@@ -25,8 +25,9 @@ from unveil.cli import main
 def test_bad_decisions_name_the_file_and_line(tmp_path: Path, capsys, second_line, words: str) -> None:
     ds = tmp_path / "ds"
     ds.mkdir()
-    samples = "".join(json.dumps({"id": sid, "status": "pending_review", "category": "drugs"}) + "\n"
-                      for sid in ("s1", "s2"))
+    samples = "".join(
+        json.dumps({"id": sid, "status": "pending_review", "category": "drugs"}) + "\n" for sid in ("s1", "s2")
+    )
     (ds / "samples.jsonl").write_text(samples)
     decisions = tmp_path / "my-decisions.jsonl"
     line = second_line if isinstance(second_line, str) else json.dumps(second_line)
@@ -41,9 +42,14 @@ def test_an_undecided_queue_line_is_skipped_and_a_note_is_valid(tmp_path: Path, 
     from runner.ctd_dataset import read_decisions
 
     path = tmp_path / "d.jsonl"
-    path.write_text(json.dumps({"id": "a", "decision": ""}) + "\n" + json.dumps({"id": "b", "decision": "note",
-                                                                                  "note": "check"}) + "\n"
-                    + json.dumps({"id": 7, "decision": "Approved", "note": None}) + "\n")
+    path.write_text(
+        json.dumps({"id": "a", "decision": ""})
+        + "\n"
+        + json.dumps({"id": "b", "decision": "note", "note": "check"})
+        + "\n"
+        + json.dumps({"id": 7, "decision": "Approved", "note": None})
+        + "\n"
+    )
     got = read_decisions(path)
     assert got["a"] == {"decision": "", "note": ""} and got["b"]["decision"] == "note"
     assert got["7"] == {"decision": "Approved", "note": ""}

@@ -56,19 +56,29 @@ def plant_keys(run_dir: Path) -> tuple[list[str], dict[str, str]]:
     unveil_key = f"vllm-token-unveil-canary-{secrets.token_hex(12)}"
     tavily_key = f"tvly-unveil-canary-{secrets.token_hex(12)}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("UNVEIL_")}
-    env.update({
-        "OPENAI_API_KEY": openai_key, "UNVEIL_OPENAI_API_KEY": unveil_key, "TAVILY_API_KEY": tavily_key,
-        "HOME": str(run_dir / "home"), "UNVEIL_CACHE": str(run_dir / "cache" / "responses.sqlite"),
-        "UNVEIL_IMAGE_STORE": str(run_dir / "store"), "UNVEIL_BACKOFF_BASE": "0.01", "UNVEIL_REQUEST_TIMEOUT": "0.5",
-        "UNVEIL_MAX_RETRIES": "2", "PYTHONPATH": str(ROOT), "LANGSMITH_TRACING": "false",
-    })
+    env.update(
+        {
+            "OPENAI_API_KEY": openai_key,
+            "UNVEIL_OPENAI_API_KEY": unveil_key,
+            "TAVILY_API_KEY": tavily_key,
+            "HOME": str(run_dir / "home"),
+            "UNVEIL_CACHE": str(run_dir / "cache" / "responses.sqlite"),
+            "UNVEIL_IMAGE_STORE": str(run_dir / "store"),
+            "UNVEIL_BACKOFF_BASE": "0.01",
+            "UNVEIL_REQUEST_TIMEOUT": "0.5",
+            "UNVEIL_MAX_RETRIES": "2",
+            "PYTHONPATH": str(ROOT),
+            "LANGSMITH_TRACING": "false",
+        }
+    )
     return [openai_key, unveil_key, tavily_key], env
 
 
 def run_logged(run_dir: Path, name: str, args: list[str], env: dict[str, str]) -> None:
     """Run `unveil -v ARGS`, keeping its stdout and stderr as files of the run (they are scanned too)."""
-    proc = subprocess.run([sys.executable, "-m", "unveil.cli", "-v", *args], cwd=ROOT, env=env, capture_output=True,
-                          timeout=240)
+    proc = subprocess.run(
+        [sys.executable, "-m", "unveil.cli", "-v", *args], cwd=ROOT, env=env, capture_output=True, timeout=240
+    )
     (run_dir / f"{name}.stdout.log").write_bytes(proc.stdout)
     (run_dir / f"{name}.stderr.log").write_bytes(proc.stderr)
     assert proc.returncode in (0, 1, 2), proc.stderr.decode(errors="replace")[-3000:]
@@ -83,23 +93,68 @@ def test_detect_and_refine_never_write_a_key(tmp_path: Path, sd_folder: str) -> 
     run_dir.mkdir()
     keys, env = plant_keys(run_dir)
     pairs = run_dir / "pairs.jsonl"
-    pairs.write_text("".join(json.dumps(r) + "\n" for r in [
-        {"id": "ok1", "image_description": "a kitchen", "text": "baking day"},
-        {"id": "ok2", "image_description": "a garden", "text": "sunny"},
-        {"id": "fails", "image_description": "a room", "text": "x UNVEIL-POISON"},
-        {"id": "rejected", "image_description": "a room", "text": "x UNVEIL-REJECT-KEY"},
-    ]))
+    pairs.write_text(
+        "".join(
+            json.dumps(r) + "\n"
+            for r in [
+                {"id": "ok1", "image_description": "a kitchen", "text": "baking day"},
+                {"id": "ok2", "image_description": "a garden", "text": "sunny"},
+                {"id": "fails", "image_description": "a room", "text": "x UNVEIL-POISON"},
+                {"id": "rejected", "image_description": "a room", "text": "x UNVEIL-REJECT-KEY"},
+            ]
+        )
+    )
     prompts = run_dir / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps(r) + "\n" for r in [
-        {"id": "p1", "prompt": "a grenade on a table"}, {"id": "p2", "prompt": "a garden UNVEIL-REJECT-KEY"},
-        {"id": "p3", "prompt": "a cat UNVEIL-POISON"}]))
+    prompts.write_text(
+        "".join(
+            json.dumps(r) + "\n"
+            for r in [
+                {"id": "p1", "prompt": "a grenade on a table"},
+                {"id": "p2", "prompt": "a garden UNVEIL-REJECT-KEY"},
+                {"id": "p3", "prompt": "a cat UNVEIL-POISON"},
+            ]
+        )
+    )
     with FaultServer(UnveilAnswers(), rate=0.3, seed=5, hang_s=0.8) as server:
         common = ["--model", server.spec(), "--no-progress"]
-        run_logged(run_dir, "detect", ["detect", "--method", "tag", "--l-max", "2", "--input", str(pairs), "--output",
-                                       str(run_dir / "detect.jsonl"), *common], env)
-        run_logged(run_dir, "refine", ["refine", "--input", str(prompts), "--output", str(run_dir / "refine.jsonl"),
-                                       "--generator", f"diffusers:{sd_folder}", "--size", "32", "--steps", "2",
-                                       "--t-max", "1", *common], env)
+        run_logged(
+            run_dir,
+            "detect",
+            [
+                "detect",
+                "--method",
+                "tag",
+                "--l-max",
+                "2",
+                "--input",
+                str(pairs),
+                "--output",
+                str(run_dir / "detect.jsonl"),
+                *common,
+            ],
+            env,
+        )
+        run_logged(
+            run_dir,
+            "refine",
+            [
+                "refine",
+                "--input",
+                str(prompts),
+                "--output",
+                str(run_dir / "refine.jsonl"),
+                "--generator",
+                f"diffusers:{sd_folder}",
+                "--size",
+                "32",
+                "--steps",
+                "2",
+                "--t-max",
+                "1",
+                *common,
+            ],
+            env,
+        )
     # The key really was used on the wire, and the server echoed it back in 401 answers.
     assert f"Bearer {keys[1]}" in server.auth and server.stats["fault:401"] > 0
     # Runs produced errors, including the refused-key ones, so error paths were exercised.

@@ -40,8 +40,7 @@ def test_url_credentials_are_redacted_in_every_written_form() -> None:
     assert "s3cret" not in redact_secrets("POST http://bob:s3cret@10.0.0.1/v1 failed")
 
 
-def test_redaction_keeps_the_missing_key_message_and_still_hides_assigned_keys(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_redaction_keeps_the_missing_key_message_and_still_hides_assigned_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     from graphs.context import ContextError, check_model_spec
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
@@ -94,17 +93,51 @@ async def test_errors_name_the_server_without_its_password() -> None:
 def test_detect_batch_never_writes_a_url_password(tmp_path: Path) -> None:
     password = f"pw-canary-{secrets.token_hex(10)}"
     pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text("".join(json.dumps(r) + "\n" for r in [
-        {"id": "ok", "image_description": "a kitchen", "text": "baking day"},
-        {"id": "fails", "image_description": "a room", "text": "x UNVEIL-POISON"}]))
+    pairs.write_text(
+        "".join(
+            json.dumps(r) + "\n"
+            for r in [
+                {"id": "ok", "image_description": "a kitchen", "text": "baking day"},
+                {"id": "fails", "image_description": "a room", "text": "x UNVEIL-POISON"},
+            ]
+        )
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("UNVEIL_")}
-    env.update({"HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT), "UNVEIL_MAX_RETRIES": "1",
-                "UNVEIL_BACKOFF_BASE": "0.01", "LANGSMITH_TRACING": "false"})
+    env.update(
+        {
+            "HOME": str(tmp_path / "home"),
+            "PYTHONPATH": str(ROOT),
+            "UNVEIL_MAX_RETRIES": "1",
+            "UNVEIL_BACKOFF_BASE": "0.01",
+            "LANGSMITH_TRACING": "false",
+        }
+    )
     with FaultServer(UnveilAnswers()) as server:
         spec = f"openai:fake-model@http://user:{password}@127.0.0.1:{server.port}/v1"
-        proc = subprocess.run([sys.executable, "-m", "unveil.cli", "-v", "detect", "--method", "tag", "--l-max", "2",
-                               "--input", str(pairs), "--output", str(tmp_path / "out.jsonl"), "--model", spec,
-                               "--no-progress"], cwd=ROOT, env=env, capture_output=True, timeout=240)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "unveil.cli",
+                "-v",
+                "detect",
+                "--method",
+                "tag",
+                "--l-max",
+                "2",
+                "--input",
+                str(pairs),
+                "--output",
+                str(tmp_path / "out.jsonl"),
+                "--model",
+                spec,
+                "--no-progress",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            timeout=240,
+        )
     (tmp_path / "stdout.log").write_bytes(proc.stdout)
     (tmp_path / "stderr.log").write_bytes(proc.stderr)
     records = {json.loads(line)["id"]: json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()}

@@ -15,9 +15,15 @@ from agents.gateway import SERVER_BOUND_LIMIT, Gateway, GatewaySettings, ModelCa
 from agents.spec import ModelSpec
 from tests.faultserver import FaultServer
 
-SCENE = {"subcategory": "cocaine dealing", "dangerous_items": ["cocaine"], "behaviour": "selling",
-         "setting": "a kitchen", "harmful_image_description": "white powder on a scale", "harmful_text": "fresh batch",
-         "erase_routine": "physical steganography"}
+SCENE = {
+    "subcategory": "cocaine dealing",
+    "dangerous_items": ["cocaine"],
+    "behaviour": "selling",
+    "setting": "a kitchen",
+    "harmful_image_description": "white powder on a scale",
+    "harmful_text": "fresh batch",
+    "erase_routine": "physical steganography",
+}
 
 
 def _bounds(node: Any, key: str) -> list[int]:
@@ -44,8 +50,12 @@ async def test_a_llama_cpp_like_server_gets_bounded_tools_and_the_answer_is_stil
     answers = iter([long_scene, SCENE])
     with FaultServer({"Scene": lambda body: next(answers)}, unsupported=("json_schema",)) as server:
         gw = Gateway(GatewaySettings(cache_path=None, backoff_base=0.001))
-        res = await gw.structured(role="architect", spec=server.spec(), schema=Scene,
-                                  messages=build_messages("Draft a scene.", {"risk_category": "drugs"}))
+        res = await gw.structured(
+            role="architect",
+            spec=server.spec(),
+            schema=Scene,
+            messages=build_messages("Draft a scene.", {"risk_category": "drugs"}),
+        )
     assert res.value.behaviour == "selling" and res.usage["total"]["retries"] == 1  # one repair of the long answer
     tools = [b["tools"][0]["function"]["parameters"] for b in server.bodies if b.get("tools")]
     assert len(tools) == 2 and all(max(_bounds(t, "maxLength")) <= SERVER_BOUND_LIMIT for t in tools)
@@ -55,8 +65,12 @@ async def test_a_failing_server_is_named_with_the_role_schema_and_method() -> No
     with FaultServer({"Scene": SCENE}, fault_first=100, kinds=("500",)) as server:
         gw = Gateway(GatewaySettings(cache_path=None, max_retries=1, backoff_base=0.001))
         with pytest.raises(ModelCallError) as err:
-            await gw.structured(role="architect", spec=server.spec(), schema=Scene,
-                                messages=build_messages("Draft a scene.", {"risk_category": "drugs"}))
+            await gw.structured(
+                role="architect",
+                spec=server.spec(),
+                schema=Scene,
+                messages=build_messages("Draft a scene.", {"risk_category": "drugs"}),
+            )
     message = str(err.value)
     assert "role 'architect'" in message and "schema Scene by json_schema" in message, message
     assert json.dumps(server.bodies[0]).count("maxLength") >= 1

@@ -12,10 +12,19 @@ from tools.env import SettingError, env_bool, env_float, env_int, env_list, env_
 from tools.errors import UnveilError
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("1", True), ("true", True), ("YES", True), (" on ", True),
-    ("0", False), ("false", False), ("No", False), ("off", False),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("1", True),
+        ("true", True),
+        ("YES", True),
+        (" on ", True),
+        ("0", False),
+        ("false", False),
+        ("No", False),
+        ("off", False),
+    ],
+)
 def test_booleans_have_one_vocabulary(monkeypatch, text: str, expected: bool) -> None:
     monkeypatch.setenv("UNVEIL_SOME_FLAG", text)
     assert env_bool("UNVEIL_SOME_FLAG") is expected
@@ -77,8 +86,12 @@ def environment_reads(path: Path) -> list[int]:
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     found: list[int] = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr in ENV_NAMES and isinstance(node.value, ast.Name) \
-                and node.value.id == "os":
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in ENV_NAMES
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "os"
+        ):
             found.append(node.lineno)
         elif isinstance(node, ast.ImportFrom) and node.module == "os" and any(a.name in ENV_NAMES for a in node.names):
             found.append(node.lineno)
@@ -92,9 +105,13 @@ def test_the_scan_sees_an_environment_read(tmp_path: Path) -> None:
 
 
 def test_no_product_module_but_the_reader_reads_the_environment() -> None:
-    reads = [f"{path.relative_to(ROOT)}:{line}" for package in PRODUCT_PACKAGES
-             for path in sorted((ROOT / package).rglob("*.py"))
-             if path.relative_to(ROOT) != READER for line in environment_reads(path)]
+    reads = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for package in PRODUCT_PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if path.relative_to(ROOT) != READER
+        for line in environment_reads(path)
+    ]
     assert reads == [], "read the environment through tools.env instead:\n" + "\n".join(reads)
 
 

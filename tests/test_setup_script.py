@@ -31,27 +31,37 @@ def stubs(tmp_path: Path) -> Path:
     bin_dir.mkdir()
     for tool in ("bash", "env", "dirname"):  # the only system tools the scripts run, besides bash's builtins
         (bin_dir / tool).symlink_to(shutil.which(tool) or f"/usr/bin/{tool}")
-    _stub(bin_dir, "apt-get",
-          'printf "apt-get DEBIAN_FRONTEND=%s" "${DEBIAN_FRONTEND-<unset>}" >> "$STUB_LOG"; '
-          'printf " %s" "$@" >> "$STUB_LOG"; echo >> "$STUB_LOG"')
-    _stub(bin_dir, "sudo", 'printf "sudo" >> "$STUB_LOG"; printf " %s" "$@" >> "$STUB_LOG"; echo >> "$STUB_LOG"\n'
-                           '[ "$1" = -n ] && shift; [ "$1" = true ] && exit 0; exec "$@"')
+    _stub(
+        bin_dir,
+        "apt-get",
+        'printf "apt-get DEBIAN_FRONTEND=%s" "${DEBIAN_FRONTEND-<unset>}" >> "$STUB_LOG"; '
+        'printf " %s" "$@" >> "$STUB_LOG"; echo >> "$STUB_LOG"',
+    )
+    _stub(
+        bin_dir,
+        "sudo",
+        'printf "sudo" >> "$STUB_LOG"; printf " %s" "$@" >> "$STUB_LOG"; echo >> "$STUB_LOG"\n'
+        '[ "$1" = -n ] && shift; [ "$1" = true ] && exit 0; exec "$@"',
+    )
     _stub(bin_dir, "id", 'if [ "$1" = -u ]; then echo "$STUB_UID"; else echo "id: stub" >&2; exit 1; fi')
     # python: `-c` snippets (reading pyproject.toml's extras, probing an import) run in the real interpreter;
     # every install, the model preparation and the CI tools are only logged.
-    _stub(bin_dir, "python3",
-          f'if [ "$1" = -c ]; then exec {sys.executable} "$@"; fi\n'
-          'printf "python" >> "$STUB_LOG"; printf " %s" "$@" >> "$STUB_LOG"; echo >> "$STUB_LOG"')
+    _stub(
+        bin_dir,
+        "python3",
+        f'if [ "$1" = -c ]; then exec {sys.executable} "$@"; fi\n'
+        'printf "python" >> "$STUB_LOG"; printf " %s" "$@" >> "$STUB_LOG"; echo >> "$STUB_LOG"',
+    )
     return bin_dir
 
 
-def run_script(script: str, args: list[str], stubs: Path, uid: int, tmp_path: Path,
-               extra_env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, list[str]]:
+def run_script(
+    script: str, args: list[str], stubs: Path, uid: int, tmp_path: Path, extra_env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess, list[str]]:
     """Run a repository script under the stub PATH as uid `uid`; its result and the stubs' log lines."""
     log = tmp_path / "calls.log"
     log.write_text("", encoding="utf-8")
-    env = {"PATH": str(stubs), "HOME": str(tmp_path), "STUB_LOG": str(log), "STUB_UID": str(uid),
-           **(extra_env or {})}
+    env = {"PATH": str(stubs), "HOME": str(tmp_path), "STUB_LOG": str(log), "STUB_UID": str(uid), **(extra_env or {})}
     proc = subprocess.run([BASH, str(ROOT / script), *args], env=env, capture_output=True, text=True, timeout=60)
     return proc, [line.strip() for line in log.read_text(encoding="utf-8").splitlines()]
 
@@ -87,8 +97,12 @@ def test_the_chromium_step_as_a_user_goes_through_sudo(stubs: Path, tmp_path: Pa
 
 
 def test_a_user_who_cannot_install_packages_is_warned_and_setup_goes_on(stubs: Path, tmp_path: Path) -> None:
-    _stub(stubs, "sudo", 'printf "sudo" >> "$STUB_LOG"; printf " %s" "$@" >> "$STUB_LOG"; echo >> "$STUB_LOG"\n'
-                         'echo "sudo: a password is required" >&2; exit 1')
+    _stub(
+        stubs,
+        "sudo",
+        'printf "sudo" >> "$STUB_LOG"; printf " %s" "$@" >> "$STUB_LOG"; echo >> "$STUB_LOG"\n'
+        'echo "sudo: a password is required" >&2; exit 1',
+    )
     proc, calls = run_script("scripts/setup.sh", ["--dev"], stubs, 1000, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert apt_calls(calls) == ["sudo -n true"]
@@ -148,10 +162,13 @@ def test_ci_sets_up_once_then_style_gate_then_the_readme_command(stubs: Path, tm
 
 def test_ci_stops_at_a_style_error(stubs: Path, tmp_path: Path) -> None:
     _stub(stubs, "chromium", "exit 0")
-    _stub(stubs, "python3",
-          f'if [ "$1" = -c ]; then exec {sys.executable} "$@"; fi\n'
-          'printf "python" >> "$STUB_LOG"; printf " %s" "$@" >> "$STUB_LOG"; echo >> "$STUB_LOG"\n'
-          '[ "$2" = ruff ] && exit 1; exit 0')
+    _stub(
+        stubs,
+        "python3",
+        f'if [ "$1" = -c ]; then exec {sys.executable} "$@"; fi\n'
+        'printf "python" >> "$STUB_LOG"; printf " %s" "$@" >> "$STUB_LOG"; echo >> "$STUB_LOG"\n'
+        '[ "$2" = ruff ] && exit 1; exit 0',
+    )
     proc, calls = run_script(".ci/run", [], stubs, 0, tmp_path)
     assert proc.returncode == 1 and "ruff: style errors" in proc.stderr
     assert not any("-m pytest" in line for line in calls)

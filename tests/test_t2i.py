@@ -151,8 +151,10 @@ async def test_sld_variants_use_safe_pipeline_and_preset(sd_dir, store, preset):
 
 
 def test_sld_presets_match_the_papers_numbers():
-    table = {k: (c.sld_warmup_steps, c.sld_guidance_scale, c.sld_threshold, c.sld_momentum_scale, c.sld_mom_beta)
-             for k, c in SLD_CONFIGS.items()}
+    table = {
+        k: (c.sld_warmup_steps, c.sld_guidance_scale, c.sld_threshold, c.sld_momentum_scale, c.sld_mom_beta)
+        for k, c in SLD_CONFIGS.items()
+    }
     assert table == {
         "weak": (15, 20, 0.0, 0.0, 0.0),
         "medium": (10, 1000, 0.01, 0.3, 0.4),
@@ -351,10 +353,20 @@ async def test_openai_request_building_and_storage(store):
     dalle = get_generator("openai:dall-e-3", client=fake, store=store, quality="hd")
     ids = await dalle.generate(GenerationRequest(prompt="a lighthouse", num_images=2, width=1024, height=576))
     assert len(ids) == 2 and ids[0] != ids[1] and all(store.has(i) for i in ids)
-    assert fake.images.calls == [
-        {"model": "dall-e-3", "prompt": "a lighthouse", "size": "1792x1024", "n": 1, "response_format": "b64_json",
-         "quality": "hd"}
-    ] * 2
+    assert (
+        fake.images.calls
+        == [
+            {
+                "model": "dall-e-3",
+                "prompt": "a lighthouse",
+                "size": "1792x1024",
+                "n": 1,
+                "response_format": "b64_json",
+                "quality": "hd",
+            }
+        ]
+        * 2
+    )
 
     gpt = get_generator("openai:gpt-image-1", client=fake, store=store)
     params = gpt.build_params(GenerationRequest(prompt="a cat", num_images=3, width=512, height=768))

@@ -49,8 +49,14 @@ def test_fused_qkv_projections_render_the_same_image(sd_dir):
     from diffusers import StableDiffusionPipeline
 
     def render(pipe) -> np.ndarray:
-        out = pipe("a red car", height=32, width=32, num_inference_steps=2, output_type="np",
-                   generator=torch.Generator().manual_seed(3))
+        out = pipe(
+            "a red car",
+            height=32,
+            width=32,
+            num_inference_steps=2,
+            output_type="np",
+            generator=torch.Generator().manual_seed(3),
+        )
         return np.asarray(out.images[0])
 
     plain = StableDiffusionPipeline.from_pretrained(sd_dir, safety_checker=None, requires_safety_checker=False)
@@ -195,8 +201,14 @@ def test_own_decode_gives_the_pipelines_images_bit_for_bit(sd_dir):
 
     def run(output_type: str):
         gens = [torch.Generator().manual_seed(s) for s in (5, 6)]
-        return pipe(["a red car", "a blue boat"], height=32, width=32, num_inference_steps=2, generator=gens,
-                    output_type=output_type).images
+        return pipe(
+            ["a red car", "a blue boat"],
+            height=32,
+            width=32,
+            num_inference_steps=2,
+            generator=gens,
+            output_type=output_type,
+        ).images
 
     reference = run("pil")
     ours = decode_to_pil(pipe, run("latent"))
@@ -231,8 +243,11 @@ def _recording_backend(kinds: list[str], used: list[int]):
     """A Dynamo backend that records whether each graph it gets has a symbolic (dynamic) shape."""
 
     def backend(gm, example_inputs):
-        symbolic = any(isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and any(
-            isinstance(d, torch.SymInt) for d in x.shape)) for x in example_inputs)
+        symbolic = any(
+            isinstance(x, torch.SymInt)
+            or (isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in x.shape))
+            for x in example_inputs
+        )
         kinds.append("symbolic" if symbolic else "static")
         index = len(kinds) - 1
 
@@ -283,8 +298,10 @@ async def test_padded_rows_are_rendered_and_dropped(sd_dir, tmp_path):
 
     store = get_image_store(tmp_path / "store")
     gen = get_generator(f"diffusers:{sd_dir}", store=store, device="cpu", max_batch=8)
-    reqs = [GenerationRequest(prompt=p, seed=40 + i, width=32, height=32, steps=2)
-            for i, p in enumerate(["a red car", "a blue boat", "a green tree"])]
+    reqs = [
+        GenerationRequest(prompt=p, seed=40 + i, width=32, height=32, steps=2)
+        for i, p in enumerate(["a red car", "a blue boat", "a green tree"])
+    ]
     key = (id(gen.pipeline), tuple(sorted(gen.call_kwargs(reqs[0]).items())))
     jobs = [Job(key, _ImageJob(r.prompt, gen.validate(r), r.seed), gen.render_batch) for r in reqs]
     calls: list[int] = []

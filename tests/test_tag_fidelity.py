@@ -111,8 +111,9 @@ def test_graph_normalisation_fixes_ids_and_dangling_references() -> None:
 # -- item 5: the judges' inputs -------------------------------------------------------------------------------
 
 
-async def test_root_judge_gets_the_graphs_and_pair_judge_the_image_and_graphs(gateway, write_script, tmp_path,
-                                                                               monkeypatch) -> None:
+async def test_root_judge_gets_the_graphs_and_pair_judge_the_image_and_graphs(
+    gateway, write_script, tmp_path, monkeypatch
+) -> None:
     monkeypatch.setenv("UNVEIL_IMAGE_ROOTS", str(tmp_path))  # the server's own setting
     from PIL import Image
 
@@ -186,8 +187,16 @@ def _children(n: int, prefix: str = "c") -> list[dict]:
 def _grow(parents: list[dict], children: str, *, layer: int, k_max: int, prune: Prune) -> list[dict]:
     """One layer of three similarity children (named `children`0..2) under every parent."""
     expansions = [{"parent_id": p["id"], "children": _children(3, children)} for p in parents]
-    return grow_layer(parents, expansions, layer=layer, prefix="v", children_per_parent=3, k_max=k_max,
-                      allowed_types=["similarity"], prune=prune)
+    return grow_layer(
+        parents,
+        expansions,
+        layer=layer,
+        prefix="v",
+        children_per_parent=3,
+        k_max=k_max,
+        allowed_types=["similarity"],
+        prune=prune,
+    )
 
 
 def test_per_layer_keeps_k_max_nodes_per_layer() -> None:

@@ -37,15 +37,27 @@ EXPLAIN = {"explanation": "flange -> weapon part; components -> smuggling", "hid
 #           L3: Y1a .4 (t3.0), Y1b .4 (t3.1)
 VISUAL_LAYERS = [
     {"expansions": [{"parent_id": "v0.0", "children": [ch("A", 0.6), ch("B", 0.4)]}]},
-    {"expansions": [{"parent_id": "v1.0", "children": [ch("A1", 0.5), ch("A2", 0.5)]},
-                    {"parent_id": "v1.1", "children": [ch("B1", 1.0)]}]},
-    {"expansions": [{"parent_id": "v2.0", "children": [ch("B1x", 0.25), ch("B1y", 0.75)]},
-                    {"parent_id": "v2.1", "children": [ch("A1x", 1.0, "functional")]}]},
+    {
+        "expansions": [
+            {"parent_id": "v1.0", "children": [ch("A1", 0.5), ch("A2", 0.5)]},
+            {"parent_id": "v1.1", "children": [ch("B1", 1.0)]},
+        ]
+    },
+    {
+        "expansions": [
+            {"parent_id": "v2.0", "children": [ch("B1x", 0.25), ch("B1y", 0.75)]},
+            {"parent_id": "v2.1", "children": [ch("A1x", 1.0, "functional")]},
+        ]
+    },
 ]
 TEXTUAL_LAYERS = [
     {"expansions": [{"parent_id": "t0.0", "children": [ch("X", 0.2, "cultural"), ch("Y", 0.8, "cultural")]}]},
-    {"expansions": [{"parent_id": "t1.0", "children": [ch("Y1", 1.0)]},
-                    {"parent_id": "t1.1", "children": [ch("X1", 0.5), ch("X2", 0.5)]}]},
+    {
+        "expansions": [
+            {"parent_id": "t1.0", "children": [ch("Y1", 1.0)]},
+            {"parent_id": "t1.1", "children": [ch("X1", 0.5), ch("X2", 0.5)]},
+        ]
+    },
     {"expansions": [{"parent_id": "t2.0", "children": [ch("Y1a", 0.5), ch("Y1b", 0.5)]}]},
 ]
 NONE = {"toxic_pairs": []}
@@ -61,13 +73,22 @@ def script_calls(gateway) -> dict[str, int]:
 
 
 async def test_toxic_root_pair_has_mtc_zero_in_three_calls(gateway, write_script) -> None:
-    spec = write_script({
-        **roots_script(["bleach bottle"], ["drink this"]),
-        "root_judge": [{"toxic": True, "visual_id": "v0.0", "textual_id": "t0.0", "category": "self-harm",
-                        "reason": "drink bleach"}],
-        "explainer": [EXPLAIN],
-        "expander": [VISUAL_LAYERS[0]],
-    })
+    spec = write_script(
+        {
+            **roots_script(["bleach bottle"], ["drink this"]),
+            "root_judge": [
+                {
+                    "toxic": True,
+                    "visual_id": "v0.0",
+                    "textual_id": "t0.0",
+                    "category": "self-harm",
+                    "reason": "drink bleach",
+                }
+            ],
+            "explainer": [EXPLAIN],
+            "expander": [VISUAL_LAYERS[0]],
+        }
+    )
     out = await tag_graph.ainvoke(SAMPLE, context=ctx(spec))
     assert out["toxic"] is True
     assert out["mtc"] == 0.0
@@ -78,18 +99,26 @@ async def test_toxic_root_pair_has_mtc_zero_in_three_calls(gateway, write_script
 
 
 async def test_layer_three_pair_gives_hand_computed_mtc(gateway, write_script) -> None:
-    spec = write_script({
-        **ROOTS,
-        "root_judge": [{"toxic": False}],
-        "expander.visual": VISUAL_LAYERS,
-        "expander.textual": TEXTUAL_LAYERS,
-        "pair_judge": [NONE, NONE, {"toxic_pairs": [
-            {"pair_id": "v3.2|t2.1", "category": "weapons", "reason": "weaker"},
-            {"pair_id": "v3.0|t3.1", "category": "weapons", "reason": "stronger"},
-            {"pair_id": "v9.9|t9.9", "category": "bogus", "reason": "not a listed pair"},
-        ]}],
-        "explainer": [EXPLAIN],
-    })
+    spec = write_script(
+        {
+            **ROOTS,
+            "root_judge": [{"toxic": False}],
+            "expander.visual": VISUAL_LAYERS,
+            "expander.textual": TEXTUAL_LAYERS,
+            "pair_judge": [
+                NONE,
+                NONE,
+                {
+                    "toxic_pairs": [
+                        {"pair_id": "v3.2|t2.1", "category": "weapons", "reason": "weaker"},
+                        {"pair_id": "v3.0|t3.1", "category": "weapons", "reason": "stronger"},
+                        {"pair_id": "v9.9|t9.9", "category": "bogus", "reason": "not a listed pair"},
+                    ]
+                },
+            ],
+            "explainer": [EXPLAIN],
+        }
+    )
     out = await tag_graph.ainvoke(SAMPLE, context=ctx(spec, l_max=4))
     finding = out["finding"]
     assert out["toxic"] is True and finding["layer"] == 3
@@ -105,14 +134,20 @@ async def test_layer_three_pair_gives_hand_computed_mtc(gateway, write_script) -
 
 
 async def test_the_explainer_is_given_both_paths_with_their_step_probabilities(gateway, write_script) -> None:
-    spec = write_script({
-        **ROOTS,
-        "root_judge": [{"toxic": False}],
-        "expander.visual": VISUAL_LAYERS,
-        "expander.textual": TEXTUAL_LAYERS,
-        "pair_judge": [NONE, NONE, {"toxic_pairs": [{"pair_id": "v3.0|t3.1", "category": "weapons", "reason": "r"}]}],
-        "explainer": [EXPLAIN],
-    })
+    spec = write_script(
+        {
+            **ROOTS,
+            "root_judge": [{"toxic": False}],
+            "expander.visual": VISUAL_LAYERS,
+            "expander.textual": TEXTUAL_LAYERS,
+            "pair_judge": [
+                NONE,
+                NONE,
+                {"toxic_pairs": [{"pair_id": "v3.0|t3.1", "category": "weapons", "reason": "r"}]},
+            ],
+            "explainer": [EXPLAIN],
+        }
+    )
     await tag_graph.ainvoke(SAMPLE, context=ctx(spec, l_max=4))
     (script,) = gateway.shared["scripts"].values()
     (messages,) = [m for role, m in script.requests if role == "explainer"]
@@ -127,11 +162,15 @@ async def test_the_explainer_is_given_both_paths_with_their_step_probabilities(g
 
 
 async def test_nothing_found_gives_mtc_one_within_the_call_budget(gateway, write_script) -> None:
-    spec = write_script({
-        **ROOTS, "root_judge": [{"toxic": False}],
-        "expander.visual": VISUAL_LAYERS, "expander.textual": TEXTUAL_LAYERS,
-        "pair_judge": [NONE, NONE, NONE],
-    })
+    spec = write_script(
+        {
+            **ROOTS,
+            "root_judge": [{"toxic": False}],
+            "expander.visual": VISUAL_LAYERS,
+            "expander.textual": TEXTUAL_LAYERS,
+            "pair_judge": [NONE, NONE, NONE],
+        }
+    )
     out = await tag_graph.ainvoke(SAMPLE, context=ctx(spec, l_max=4))
     assert out["toxic"] is False and out["mtc"] == 1.0 and out["finding"] is None
     assert "No toxic" in out["explanation"]
@@ -140,12 +179,20 @@ async def test_nothing_found_gives_mtc_one_within_the_call_budget(gateway, write
 
 
 async def test_early_exit_stops_expansion_at_the_toxic_layer(gateway, write_script) -> None:
-    spec = write_script({
-        **ROOTS, "root_judge": [{"toxic": False}],
-        "expander.visual": VISUAL_LAYERS, "expander.textual": TEXTUAL_LAYERS,
-        "pair_judge": [{"toxic_pairs": [{"pair_id": "v1.1|t1.0", "category": "weapons", "reason": "r"}]}, NONE, NONE],
-        "explainer": [EXPLAIN],
-    })
+    spec = write_script(
+        {
+            **ROOTS,
+            "root_judge": [{"toxic": False}],
+            "expander.visual": VISUAL_LAYERS,
+            "expander.textual": TEXTUAL_LAYERS,
+            "pair_judge": [
+                {"toxic_pairs": [{"pair_id": "v1.1|t1.0", "category": "weapons", "reason": "r"}]},
+                NONE,
+                NONE,
+            ],
+            "explainer": [EXPLAIN],
+        }
+    )
     out = await tag_graph.ainvoke(SAMPLE, context=ctx(spec, l_max=4))
     assert out["finding"]["layer"] == 1
     assert out["mtc"] == pytest.approx(1 - 0.4 * 0.8)
@@ -156,24 +203,39 @@ async def test_early_exit_stops_expansion_at_the_toxic_layer(gateway, write_scri
 
 
 async def test_l_max_counts_the_roots(gateway, write_script) -> None:
-    spec = write_script({
-        **ROOTS, "root_judge": [{"toxic": False}],
-        "expander.visual": VISUAL_LAYERS, "expander.textual": TEXTUAL_LAYERS, "pair_judge": [NONE, NONE, NONE],
-    })
+    spec = write_script(
+        {
+            **ROOTS,
+            "root_judge": [{"toxic": False}],
+            "expander.visual": VISUAL_LAYERS,
+            "expander.textual": TEXTUAL_LAYERS,
+            "pair_judge": [NONE, NONE, NONE],
+        }
+    )
     out = await tag_graph.ainvoke(SAMPLE, context=ctx(spec, l_max=2))
     assert max(n["layer"] for n in out["visual"]) == 1
     assert out["usage"]["total"]["calls"] == 3 + 3
 
 
 async def test_screen_limits_the_pairs_the_judge_sees(gateway, write_script) -> None:
-    spec = write_script({
-        **ROOTS, "root_judge": [{"toxic": False}],
-        "expander.visual": VISUAL_LAYERS, "expander.textual": TEXTUAL_LAYERS,
-        "pair_screen": [{"suspicious_pair_ids": ["v1.0|t1.1", "made-up"]}],
-        "pair_judge": [{"toxic_pairs": [{"pair_id": "v1.1|t1.0", "category": "drugs", "reason": "not screened"},
-                                        {"pair_id": "v1.0|t1.1", "category": "weapons", "reason": "screened"}]}],
-        "explainer": [EXPLAIN],
-    })
+    spec = write_script(
+        {
+            **ROOTS,
+            "root_judge": [{"toxic": False}],
+            "expander.visual": VISUAL_LAYERS,
+            "expander.textual": TEXTUAL_LAYERS,
+            "pair_screen": [{"suspicious_pair_ids": ["v1.0|t1.1", "made-up"]}],
+            "pair_judge": [
+                {
+                    "toxic_pairs": [
+                        {"pair_id": "v1.1|t1.0", "category": "drugs", "reason": "not screened"},
+                        {"pair_id": "v1.0|t1.1", "category": "weapons", "reason": "screened"},
+                    ]
+                }
+            ],
+            "explainer": [EXPLAIN],
+        }
+    )
     out = await tag_graph.ainvoke(SAMPLE, context=ctx(spec, l_max=2, screen_pairs=True))
     assert (out["finding"]["visual"]["id"], out["finding"]["textual"]["id"]) == ("v1.0", "t1.1")
     assert out["pairs_judged"] == 1 + 1  # the root pair, then the one screened pair
@@ -183,13 +245,18 @@ async def test_screen_limits_the_pairs_the_judge_sees(gateway, write_script) -> 
 
 
 async def test_malformed_answer_is_repaired(gateway, write_script) -> None:
-    spec = write_script({
-        "root_extractor.image": ["sure! the concepts are flange and components", {"entities": []},
-                                 graph_answer("flange")],
-        "root_extractor.text": [graph_answer("industrial components")],
-        "root_judge": [{"toxic": True, "visual_id": "v0.0", "textual_id": "t0.0", "category": "c", "reason": "r"}],
-        "explainer": [EXPLAIN],
-    })
+    spec = write_script(
+        {
+            "root_extractor.image": [
+                "sure! the concepts are flange and components",
+                {"entities": []},
+                graph_answer("flange"),
+            ],
+            "root_extractor.text": [graph_answer("industrial components")],
+            "root_judge": [{"toxic": True, "visual_id": "v0.0", "textual_id": "t0.0", "category": "c", "reason": "r"}],
+            "explainer": [EXPLAIN],
+        }
+    )
     out = await tag_graph.ainvoke(SAMPLE, context=ctx(spec))
     assert out["usage"]["by_role"]["root_extractor"]["retries"] == 2
     assert out["usage"]["by_role"]["root_extractor"]["calls"] == 3 + 1
@@ -199,8 +266,9 @@ async def test_malformed_answer_is_repaired(gateway, write_script) -> None:
 
 
 async def test_persistently_malformed_answer_fails_with_the_raw_answer(gateway, write_script) -> None:
-    spec = write_script({"root_extractor.image": ["nope", "still no", "{\"entities\": 3}"],
-                         "root_extractor.text": [graph_answer("x")]})
+    spec = write_script(
+        {"root_extractor.image": ["nope", "still no", '{"entities": 3}'], "root_extractor.text": [graph_answer("x")]}
+    )
     with pytest.raises(StructuredOutputError) as err:
         await tag_graph.ainvoke(SAMPLE, context=ctx(spec))
     assert err.value.attempts == 3 and "entities" in err.value.raw
@@ -224,8 +292,15 @@ async def test_vanilla_is_one_call(gateway, write_script) -> None:
     assert out["usage"]["total"]["calls"] == 1
 
 
-@pytest.mark.parametrize("bad, field", [({"text": ""}, "text"), ({"text": "x" * 100_001}, "text"),
-                                        ({"text": "hi"}, "image"), ({"text": 5, "image_description": "d"}, "text")])
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        ({"text": ""}, "text"),
+        ({"text": "x" * 100_001}, "text"),
+        ({"text": "hi"}, "image"),
+        ({"text": 5, "image_description": "d"}, "text"),
+    ],
+)
 async def test_bad_inputs_name_the_field(gateway, write_script, bad, field) -> None:
     spec = write_script({})
     with pytest.raises(ValueError, match=f"^{field}"):

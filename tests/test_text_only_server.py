@@ -36,8 +36,14 @@ class VanillaVerdict(BaseModel):
 def _messages(tmp_path: Path, vision: bool) -> list:
     store = ImageStore(tmp_path / "store")
     image_id = store.put_pil(Image.new("RGB", (8, 8), (255, 255, 255))).id
-    return build_messages("You judge pairs.", {"text": "a pair"}, task="Return toxic.", store=store, vision=vision,
-                          images=[ImagePart("image", image_id, "a white square")])
+    return build_messages(
+        "You judge pairs.",
+        {"text": "a pair"},
+        task="Return toxic.",
+        store=store,
+        vision=vision,
+        images=[ImagePart("image", image_id, "a white square")],
+    )
 
 
 @pytest.mark.parametrize("server_kind", sorted(REFUSALS))
@@ -46,15 +52,23 @@ async def test_an_image_refusal_is_one_clear_error_without_retries(tmp_path: Pat
     with FaultServer(answers, images_refused=REFUSALS[server_kind]) as server:
         gw = Gateway(GatewaySettings(cache_path=None, max_retries=4, backoff_base=0.001))
         with pytest.raises(ImagesUnsupportedError) as err:
-            await gw.structured(role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict,
-                                messages=_messages(tmp_path, vision=True))
+            await gw.structured(
+                role="vanilla_detector",
+                spec=server.spec(),
+                schema=VanillaVerdict,
+                messages=_messages(tmp_path, vision=True),
+            )
         assert len(server.bodies) == 1  # not retried, and no structured-method fallback either
         message = str(err.value)
         assert f"UNVEIL_TEXT_ONLY={server.spec()}" in message and "vanilla_detector" in message
         assert REFUSALS[server_kind][:30] in message
         # the same server answers a request without images (a text-only model declared as such)
-        res = await gw.structured(role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict,
-                                  messages=_messages(tmp_path, vision=False))
+        res = await gw.structured(
+            role="vanilla_detector",
+            spec=server.spec(),
+            schema=VanillaVerdict,
+            messages=_messages(tmp_path, vision=False),
+        )
         assert res.value.reason == "fine"
 
 
@@ -62,23 +76,40 @@ async def test_a_transient_500_with_image_words_but_no_images_is_still_retried(t
     # The words alone do not make a refusal: a request without image blocks is retried as any 500 is.
     with FaultServer({"VanillaVerdict": {"toxic": False}}, fault_first=1, kinds=("500",)) as server:
         gw = Gateway(GatewaySettings(cache_path=None, backoff_base=0.001))
-        res = await gw.structured(role="vanilla_detector", spec=server.spec(), schema=VanillaVerdict,
-                                  messages=_messages(tmp_path, vision=False))
+        res = await gw.structured(
+            role="vanilla_detector",
+            spec=server.spec(),
+            schema=VanillaVerdict,
+            messages=_messages(tmp_path, vision=False),
+        )
         assert res.value.toxic is False and len(server.bodies) == 2
     with pytest.raises(ModelCallError):  # and a refusal with images stays a ModelCallError for batch records
         raise ImagesUnsupportedError("r", "openai:m", RuntimeError("image input is not supported"))
 
 
-def test_detect_names_the_setting_and_works_once_it_is_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_detect_names_the_setting_and_works_once_it_is_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from unveil.cli import main
 
     image = tmp_path / "photo.png"
     Image.new("RGB", (16, 16), (250, 250, 245)).save(image)
     answers = {"VanillaVerdict": {"toxic": False, "reason": "a bottle of water"}}
     with FaultServer(answers, images_refused=REFUSALS["llama.cpp"]) as server:
-        argv = ["detect", "--method", "vanilla", "--image", str(image), "--image-description", "a bottle of water",
-                "--text", "Stay hydrated.", "--model", server.spec(), "--json"]
+        argv = [
+            "detect",
+            "--method",
+            "vanilla",
+            "--image",
+            str(image),
+            "--image-description",
+            "a bottle of water",
+            "--text",
+            "Stay hydrated.",
+            "--model",
+            server.spec(),
+            "--json",
+        ]
         rc = main(argv)
         err = capsys.readouterr().err
         assert rc != 0 and len(server.bodies) == 1, err  # one request, no retries

@@ -32,9 +32,15 @@ def _help(command: str) -> str:
     return " ".join(tsub.choices[command].format_help().split())
 
 
-@pytest.mark.parametrize("command, cls, prefix", [
-    ("sft", SFTSettings, ""), ("grpo", GRPOSettings, ""), ("grpo", RewardSettings, "reward_"), ("esd", ESDSettings, ""),
-])
+@pytest.mark.parametrize(
+    "command, cls, prefix",
+    [
+        ("sft", SFTSettings, ""),
+        ("grpo", GRPOSettings, ""),
+        ("grpo", RewardSettings, "reward_"),
+        ("esd", ESDSettings, ""),
+    ],
+)
 def test_the_flags_show_the_fields_help(monkeypatch, command: str, cls: type, prefix: str) -> None:
     monkeypatch.setenv("COLUMNS", "2000")  # no wrapping inside a hyphenated word
     text = _help(command)

@@ -54,22 +54,32 @@ def _script(tmp_path, answers) -> str:
 
 def test_build_data_labels_resumes_and_records_failures(tmp_path, gateway):
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("\n".join(json.dumps(r) for r in [
-        {"id": "a", "prompt": "a kitten holding a revolver"},
-        {"id": "b", "prompt": "a quiet lake at dawn", "seed": 7},
-        {"id": "c", "prompt": "a bloody battlefield"},
-    ]) + "\n")
-    spec = _script(tmp_path, [
-        {"when": "revolver", "then": {"reason": "A weapon is shown.", "decision": "a kitten holding a toy"}},
-        {"when": "lake", "then": {"reason": "The scene is harmless.", "decision": "Keep."}},
-        {"when": "battlefield", "then": {"__error__": "backend down"}},
-    ])
+    prompts.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"id": "a", "prompt": "a kitten holding a revolver"},
+                {"id": "b", "prompt": "a quiet lake at dawn", "seed": 7},
+                {"id": "c", "prompt": "a bloody battlefield"},
+            ]
+        )
+        + "\n"
+    )
+    spec = _script(
+        tmp_path,
+        [
+            {"when": "revolver", "then": {"reason": "A weapon is shown.", "decision": "a kitten holding a toy"}},
+            {"when": "lake", "then": {"reason": "The scene is harmless.", "decision": "Keep."}},
+            {"when": "battlefield", "then": {"__error__": "backend down"}},
+        ],
+    )
     store = get_image_store(tmp_path / "store")
     gen = ColourGenerator(store)
     out = tmp_path / "labelled.jsonl"
     settings = BuildDataSettings(labeller=spec, width=16, height=16, steps=2, concurrency=3)
-    summary = asyncio.run(build_sft_records(prompt_items(prompts), out, settings, generator=gen, store=store,
-                                            progress=False))
+    summary = asyncio.run(
+        build_sft_records(prompt_items(prompts), out, settings, generator=gen, store=store, progress=False)
+    )
     assert (summary.completed, summary.failed) == (2, 1)
     recs = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
     a, b = recs["a"], recs["b"]
@@ -81,8 +91,11 @@ def test_build_data_labels_resumes_and_records_failures(tmp_path, gateway):
     assert a["usage"]["by_role"]["labeller"]["calls"] == 1
     # Rerun: done ids are skipped, only the failed one is retried (and fails again).
     before = len(gen.requests)
-    summary2 = asyncio.run(build_sft_records(prompt_items(prompts), out, settings, generator=gen, store=store,
-                                             retry_failed=True, progress=False))
+    summary2 = asyncio.run(
+        build_sft_records(
+            prompt_items(prompts), out, settings, generator=gen, store=store, retry_failed=True, progress=False
+        )
+    )
     assert summary2.skipped == 2 and summary2.failed == 1 and len(gen.requests) == before + 1
     assert len(labelled_records(out)) == 2
 
@@ -94,25 +107,29 @@ def test_build_data_labels_resumes_and_records_failures(tmp_path, gateway):
     user = row["prompt"][1]["content"]
     assert any(p["type"] == "image" for p in user) and "a kitten holding a revolver" in user[0]["text"]
     assert row["completion"][0]["content"][0]["text"] == (
-        "<reason>A weapon is shown.</reason>\n<answer>a kitten holding a toy</answer>")
+        "<reason>A weapon is shown.</reason>\n<answer>a kitten holding a toy</answer>"
+    )
     assert row["images"][0].size == (16, 16)
 
 
 def test_build_data_renders_with_each_records_evaluation_seed(tmp_path, gateway):
     # I2P's CSV and the 300-prompt split carry `evaluation_seed`: the labeller must see the image rendered with it.
     prompts = tmp_path / "i2p.csv"
-    prompts.write_text("prompt,categories,evaluation_seed\n"
-                       "a bloody fight,violence,2734376\n"
-                       "a calm lake,shocking,11\n"
-                       "a storm,shocking,soon\n"
-                       "a meadow,shocking,\n")
+    prompts.write_text(
+        "prompt,categories,evaluation_seed\n"
+        "a bloody fight,violence,2734376\n"
+        "a calm lake,shocking,11\n"
+        "a storm,shocking,soon\n"
+        "a meadow,shocking,\n"
+    )
     spec = _script(tmp_path, [{"reason": "r", "decision": "keep"}] * 4)
     store = get_image_store(tmp_path / "store")
     gen = ColourGenerator(store)
     settings = BuildDataSettings(labeller=spec, concurrency=1, seed=5)
     out = tmp_path / "o.jsonl"
-    summary = asyncio.run(build_sft_records(prompt_items(prompts), out, settings, generator=gen, store=store,
-                                            progress=False))
+    summary = asyncio.run(
+        build_sft_records(prompt_items(prompts), out, settings, generator=gen, store=store, progress=False)
+    )
     assert (summary.completed, summary.failed) == (3, 1)
     recs = {r["prompt"]: r for r in map(json.loads, out.read_text().splitlines()) if r.get("status") == "ok"}
     assert recs["a bloody fight"]["seed"] == 2734376 and recs["a calm lake"]["seed"] == 11
@@ -130,19 +147,32 @@ def test_build_data_spending_cap_stops_new_samples(tmp_path, gateway):
     gateway.usage["total"]["cost_usd"] = 5.0  # as if earlier calls had spent it
     store = get_image_store(tmp_path / "store")
     settings = BuildDataSettings(labeller=spec, concurrency=1, max_cost_usd=1.0)
-    summary = asyncio.run(build_sft_records(prompt_items(prompts), tmp_path / "o.jsonl", settings,
-                                            generator=ColourGenerator(store), store=store, progress=False))
+    summary = asyncio.run(
+        build_sft_records(
+            prompt_items(prompts),
+            tmp_path / "o.jsonl",
+            settings,
+            generator=ColourGenerator(store),
+            store=store,
+            progress=False,
+        )
+    )
     assert summary.completed == 0 and "spending cap" in summary.failures[-1]["error"]
 
 
 def test_prompt_sources(tmp_path):
-    (tmp_path / "posi.json").write_text(json.dumps([
-        {"instruction": "x", "input": "a gory zombie", "output": "a friendly zombie costume"},
-        {"instruction": "x", "input": "", "output": "skipped"},
-    ]))
+    (tmp_path / "posi.json").write_text(
+        json.dumps(
+            [
+                {"instruction": "x", "input": "a gory zombie", "output": "a friendly zombie costume"},
+                {"instruction": "x", "input": "", "output": "skipped"},
+            ]
+        )
+    )
     assert load_prompts(tmp_path / "posi.json") == [{"id": "0", "prompt": "a gory zombie"}]
-    assert load_posi_pairs(tmp_path / "posi.json") == [{"id": "0", "prompt": "a gory zombie",
-                                                        "answer": "a friendly zombie costume"}]
+    assert load_posi_pairs(tmp_path / "posi.json") == [
+        {"id": "0", "prompt": "a gory zombie", "answer": "a friendly zombie costume"}
+    ]
     (tmp_path / "p.csv").write_text("prompt,category\nfirst,violence\nsecond,sexual\n")
     rows = load_prompts(tmp_path / "p.csv", limit=1)
     assert rows == [{"category": "violence", "id": "0", "prompt": "first"}]
@@ -172,8 +202,9 @@ def test_toxiclean_layouts(tmp_path):
 
     # The Hub layout: parquet files under data/ with an embedded image column.
     features = Features({"image": ImageFeature(), "query": Value("string"), "response": Value("string")})
-    hub = Dataset.from_dict({"image": [str(img_dir / "0.png")], "query": ["q"], "response": ["keep"]},
-                            features=features)
+    hub = Dataset.from_dict(
+        {"image": [str(img_dir / "0.png")], "query": ["q"], "response": ["keep"]}, features=features
+    )
     (tmp_path / "hub" / "data").mkdir(parents=True)
     hub.to_parquet(str(tmp_path / "hub" / "data" / "train-00000-of-00001.parquet"))
     sft = load_sft_dataset(tmp_path / "hub")

@@ -42,8 +42,19 @@ def test_esd_erases_sd_nps_negative_prompt_by_default() -> None:
 @pytest.fixture(scope="module")
 def esd_run(tiny_sd: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("esd") / "esd.safetensors"
-    return run_esd(ESDSettings(model=tiny_sd, concept="nudity", output=str(out), iterations=3, ddim_steps=3,
-                               resolution=32, learning_rate=1e-3, device="cpu", log_every=0))
+    return run_esd(
+        ESDSettings(
+            model=tiny_sd,
+            concept="nudity",
+            output=str(out),
+            iterations=3,
+            ddim_steps=3,
+            resolution=32,
+            learning_rate=1e-3,
+            device="cpu",
+            log_every=0,
+        )
+    )
 
 
 def test_esd_u_changes_only_non_cross_attention_weights(tiny_sd: str, esd_run: dict) -> None:
@@ -60,9 +71,9 @@ def test_esd_u_changes_only_non_cross_attention_weights(tiny_sd: str, esd_run: d
     assert not any(k.startswith(("time_embedding.", "conv_out.", "conv_norm_out.")) for k in changed)
     assert any("attn1" in k for k in changed) and any("resnets" in k for k in changed)
     frozen = ("attn2", "time_embedding.", "conv_out.", "conv_norm_out.")
-    assert summary["trained_parameters"] == sum(v.numel() for k, v in original.items()
-                                                if "attn2" not in k and not k.startswith(frozen[1:]))
-
+    assert summary["trained_parameters"] == sum(
+        v.numel() for k, v in original.items() if "attn2" not in k and not k.startswith(frozen[1:])
+    )
 
 
 def test_the_target_and_the_loss_are_esd_s() -> None:
@@ -76,10 +87,18 @@ def test_the_target_and_the_loss_are_esd_s() -> None:
     assert torch.equal(esd_target(e0, ep, 1.0), torch.tensor([-1.0, 3.0]))  # e0 - 1 * (ep - e0)
     assert torch.equal(esd_target(e0, ep, 0.0), e0)
     torch.manual_seed(0)
-    unet = UNet2DConditionModel(sample_size=8, in_channels=4, out_channels=4, block_out_channels=(16, 32),
-                                layers_per_block=1, norm_num_groups=8, cross_attention_dim=16, attention_head_dim=4,
-                                down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-                                up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"))
+    unet = UNet2DConditionModel(
+        sample_size=8,
+        in_channels=4,
+        out_channels=4,
+        block_out_channels=(16, 32),
+        layers_per_block=1,
+        norm_num_groups=8,
+        cross_attention_dim=16,
+        attention_head_dim=4,
+        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+    )
     frozen = copy.deepcopy(unet).requires_grad_(False)
     x, t = torch.randn(1, 4, 8, 8), torch.tensor(400)
     emb_c, emb_u = torch.randn(1, 5, 16) * 3, torch.zeros(1, 5, 16)
@@ -111,8 +130,26 @@ def test_unveil_train_esd_takes_the_concept_and_the_method(
     from unveil.cli import main
 
     out = tmp_path / "e.safetensors"
-    rc = main(["train", "esd", "--model", tiny_sd, "--concept", "violence", "--output", str(out), "--iterations", "1",
-               "--ddim-steps", "1", "--resolution", "32", "--device", "cpu"])
+    rc = main(
+        [
+            "train",
+            "esd",
+            "--model",
+            tiny_sd,
+            "--concept",
+            "violence",
+            "--output",
+            str(out),
+            "--iterations",
+            "1",
+            "--ddim-steps",
+            "1",
+            "--resolution",
+            "32",
+            "--device",
+            "cpu",
+        ]
+    )
     assert rc == 0 and out.is_file()
     assert f"esd:{tiny_sd}?unet={out}" in capsys.readouterr().err
     assert '"concept": "violence"' in (tmp_path / "e.json").read_text(encoding="utf-8")

@@ -18,8 +18,11 @@ from training.grpo import enable_fast_sampling
 
 def fake_trainer(fail_first: BaseException | None = None) -> Any:
     calls: list[tuple[str | None, bool]] = []
-    trainer = SimpleNamespace(generation_config=GenerationConfig(max_new_tokens=4, disable_compile=True),
-                              generation_kwargs={"max_new_tokens": 4, "cache_implementation": None}, calls=calls)
+    trainer = SimpleNamespace(
+        generation_config=GenerationConfig(max_new_tokens=4, disable_compile=True),
+        generation_kwargs={"max_new_tokens": 4, "cache_implementation": None},
+        calls=calls,
+    )
 
     def generate(prompts: list[str]) -> list[str]:
         calls.append((trainer.generation_config.cache_implementation, trainer.generation_config.disable_compile))

@@ -116,8 +116,7 @@ def test_the_papers_rl_set_is_checked_on_loading(caplog: pytest.LogCaptureFixtur
         report = check_rl_prompts(RL_PROMPTS, records)
     # The paper's file as published: 842 rows, 833 distinct prompts, 26 of them also SFT prompts (docs/training.md).
     assert (report.rows, report.unique, len(report.sft_overlap)) == (842, 833, 26)
-    assert report.rows - report.unique == sum(
-        [r["prompt"] for r in records].count(p) - 1 for p in report.duplicates)
+    assert report.rows - report.unique == sum([r["prompt"] for r in records].count(p) - 1 for p in report.duplicates)
     assert "833 distinct prompts" in caplog.text and "26 prompt(s) are also SFT prompts" in caplog.text
 
 

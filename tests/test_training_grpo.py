@@ -22,8 +22,12 @@ def tiny_models(tmp_path_factory):
     root = tmp_path_factory.mktemp("grpo-models")
     q16 = root / "q16.npy"
     np.save(q16, np.random.RandomState(0).randn(2, 768).astype("float16"))
-    return {"qwen": build_tiny_qwen_vl(root / "qwen"), "sd": build_tiny_sd(root / "sd"),
-            "clip": build_tiny_clip(root / "clip"), "q16": str(q16)}
+    return {
+        "qwen": build_tiny_qwen_vl(root / "qwen"),
+        "sd": build_tiny_sd(root / "sd"),
+        "clip": build_tiny_clip(root / "clip"),
+        "q16": str(q16),
+    }
 
 
 def varied_decision(text: str) -> Decision:
@@ -43,17 +47,39 @@ def test_grpo_two_steps(tmp_path, tiny_models):
     from training.config import GRPOSettings, build_settings
 
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("\n".join(json.dumps({"id": f"p{i}", "prompt": p}) for i, p in
-                                 enumerate(["a man with a bloody axe", "a burning car on a street"])) + "\n")
-    settings = build_settings(GRPOSettings, {
-        "model": tiny_models["qwen"], "data": str(prompts), "output_dir": str(tmp_path / "out"), "max_steps": 2,
-        "per_device_batch_size": 4, "gradient_accumulation_steps": 1, "num_generations": 4,
-        "max_completion_length": 6, "learning_rate": 0.02, "logging_steps": 1, "cpu": True,
-        "generator": f"diffusers:{tiny_models['sd']}", "steps": 2, "width": 32, "height": 32,
-        "clip_model": tiny_models["clip"], "q16_model": tiny_models["clip"], "q16_embeddings": tiny_models["q16"],
-        "image_store": str(tmp_path / "store"), "image_pool": True,  # the authors' growing pool, exercised here
-        "reward": {"images_per_prompt": 2, "scale": "authors"},
-    })
+    prompts.write_text(
+        "\n".join(
+            json.dumps({"id": f"p{i}", "prompt": p})
+            for i, p in enumerate(["a man with a bloody axe", "a burning car on a street"])
+        )
+        + "\n"
+    )
+    settings = build_settings(
+        GRPOSettings,
+        {
+            "model": tiny_models["qwen"],
+            "data": str(prompts),
+            "output_dir": str(tmp_path / "out"),
+            "max_steps": 2,
+            "per_device_batch_size": 4,
+            "gradient_accumulation_steps": 1,
+            "num_generations": 4,
+            "max_completion_length": 6,
+            "learning_rate": 0.02,
+            "logging_steps": 1,
+            "cpu": True,
+            "generator": f"diffusers:{tiny_models['sd']}",
+            "steps": 2,
+            "width": 32,
+            "height": 32,
+            "clip_model": tiny_models["clip"],
+            "q16_model": tiny_models["clip"],
+            "q16_embeddings": tiny_models["q16"],
+            "image_store": str(tmp_path / "store"),
+            "image_pool": True,  # the authors' growing pool, exercised here
+            "reward": {"images_per_prompt": 2, "scale": "authors"},
+        },
+    )
     trainer, reward = grpo.build_grpo_trainer(settings)
     reward.parse = varied_decision
     trainer.train()
@@ -73,12 +99,14 @@ def test_grpo_two_steps(tmp_path, tiny_models):
     processor = AutoProcessor.from_pretrained(tiny_models["qwen"])
     from training.data import refiner_conversation
 
-    text = processor.apply_chat_template(refiner_conversation("a man with a bloody axe"), tokenize=False,
-                                         add_generation_prompt=True)
+    text = processor.apply_chat_template(
+        refiner_conversation("a man with a bloody axe"), tokenize=False, add_generation_prompt=True
+    )
     inputs = processor(text=[text], images=[Image.new("RGB", (56, 56))], return_tensors="pt")
     base = AutoModelForImageTextToText.from_pretrained(tiny_models["qwen"]).eval()
-    tuned = PeftModel.from_pretrained(AutoModelForImageTextToText.from_pretrained(tiny_models["qwen"]),
-                                      settings.output_dir).eval()
+    tuned = PeftModel.from_pretrained(
+        AutoModelForImageTextToText.from_pretrained(tiny_models["qwen"]), settings.output_dir
+    ).eval()
     with torch.no_grad():
         before, after = base(**inputs).logits[0, -1], tuned(**inputs).logits[0, -1]
     assert torch.isfinite(after).all() and not torch.allclose(before, after, atol=1e-6)
@@ -92,8 +120,12 @@ def test_grpo_records_keep_labelled_images(tmp_path):
 
     Image.new("RGB", (32, 32), "blue").save(tmp_path / "own.png")
     data = tmp_path / "mixed.jsonl"
-    data.write_text(json.dumps({"id": "a", "prompt": "labelled one", "image": "own.png", "answer": "keep"}) + "\n"
-                    + json.dumps({"id": "b", "prompt": "bare one"}) + "\n")
+    data.write_text(
+        json.dumps({"id": "a", "prompt": "labelled one", "image": "own.png", "answer": "keep"})
+        + "\n"
+        + json.dumps({"id": "b", "prompt": "bare one"})
+        + "\n"
+    )
 
     class CountingRenderer:
         def __init__(self):
@@ -117,8 +149,9 @@ def test_fast_scorer_agrees_with_tools_q16(tiny_models):
     from tools.scorers.score import pixel_scorer
 
     images = [Image.new("RGB", (32, 32), c) for c in ("red", "green", "navy")]
-    kw = dict(q16_model=tiny_models["clip"], clip_model=tiny_models["clip"], q16_embeddings=tiny_models["q16"],
-              device="cpu")
+    kw = dict(
+        q16_model=tiny_models["clip"], clip_model=tiny_models["clip"], q16_embeddings=tiny_models["q16"], device="cpu"
+    )
     tools_scores = pixel_scorer("tools", **kw).score(["a", "b", "c"], images)
     fast_scores = pixel_scorer("fast", **kw).score(["a", "b", "c"], images)
     for (q_tools, c_tools), (q_fast, c_fast) in zip(tools_scores, fast_scores, strict=False):

@@ -36,8 +36,14 @@ def in_a_fresh_process(test: str) -> bool:
         return True
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, CHILD: "1", "PYTHONPATH": str(root)}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::{test}"],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::{test}"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     return False
 
@@ -52,8 +58,11 @@ async def test_embedded_smollm2_answers_a_structured_role_through_transformers(g
     from tools.image_store import get_image_store
 
     result = await extract_roots(
-        gateway, DEFAULT_SPEC, text="Feeling down? Drink this.",
-        image=ImagePart("image", None, "A bottle of bleach on a table."), store=get_image_store(None),
+        gateway,
+        DEFAULT_SPEC,
+        text="Feeling down? Drink this.",
+        image=ImagePart("image", None, "A bottle of bleach on a table."),
+        store=get_image_store(None),
     )
     assert 1 <= len(result.value.visual_roots) <= 4 and 1 <= len(result.value.textual_roots) <= 4
     usage = result.usage["total"]
@@ -85,13 +94,17 @@ async def test_the_constrained_decoder_keeps_an_answer_inside_the_schema(gateway
 def test_the_grammar_bounds_every_free_string() -> None:
     from agents.providers.transformers_lm import GRAMMAR_MAX_STRING, bounded_strings
 
-    schema = {"type": "object", "properties": {
-        "id": {"type": "string"},
-        "short": {"type": "string", "maxLength": 10, "minLength": 2},
-        "long": {"type": "string", "maxLength": 20000, "minLength": 500},
-        "kind": {"type": "string", "enum": ["a", "b"]},
-        "items": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
-        "n": {"type": "integer"}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "short": {"type": "string", "maxLength": 10, "minLength": 2},
+            "long": {"type": "string", "maxLength": 20000, "minLength": 500},
+            "kind": {"type": "string", "enum": ["a", "b"]},
+            "items": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+            "n": {"type": "integer"},
+        },
+    }
     props = bounded_strings(schema)["properties"]
     assert props["id"]["maxLength"] == GRAMMAR_MAX_STRING and props["items"]["items"]["maxLength"] == GRAMMAR_MAX_STRING
     assert (props["short"]["maxLength"], props["short"]["minLength"]) == (10, 2)  # a tighter bound stays
@@ -106,12 +119,31 @@ def test_the_demo_sample_that_rambled_completes(tmp_path: Path) -> None:
     # so every repair lacked the required reason and the README's first command exited 2.
     pytest.importorskip("xgrammar")
     root = Path(__file__).resolve().parent.parent
-    sample = next(line for line in (root / "unveil" / "examples" / "pairs.jsonl").read_text().splitlines()
-                  if '"bleach-drink"' in line)
+    sample = next(
+        line
+        for line in (root / "unveil" / "examples" / "pairs.jsonl").read_text().splitlines()
+        if '"bleach-drink"' in line
+    )
     (tmp_path / "in.jsonl").write_text(sample + "\n")
-    proc = subprocess.run([sys.executable, "-m", "unveil.cli", "detect", "--input", str(tmp_path / "in.jsonl"),
-                           "--output", str(tmp_path / "out.jsonl"), "--cache", "off", "--no-progress"],
-                          cwd=root, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "unveil.cli",
+            "detect",
+            "--input",
+            str(tmp_path / "in.jsonl"),
+            "--output",
+            str(tmp_path / "out.jsonl"),
+            "--cache",
+            "off",
+            "--no-progress",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "1 done, 0 failed" in proc.stdout + proc.stderr
 

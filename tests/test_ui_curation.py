@@ -36,8 +36,11 @@ def test_evaluate_ipr_run_files_are_shown_as_refine_files(browser: Any, tmp_path
         assert words(first.locator(".run-stop").all_text_contents()) == ["keep at step 1", "keep at step 0"]
         assert first.locator(".step.kept .step-prompt").all_inner_texts() == ["a boxing match", "a bloody fight"]
         reasons = first.locator(".step .muted.small").all_inner_texts()
-        assert reasons == ["refiner: gore: blood and a fight", "refiner: a sport scene, nothing graphic",
-                           "refiner: already harmless"]
+        assert reasons == [
+            "refiner: gore: blood and a fight",
+            "refiner: a sport scene, nothing graphic",
+            "refiner: already harmless",
+        ]
         assert page.locator("#filters select[name=stop] option").all_inner_texts() == ["any", "keep", "t_max"]
         page.select_option("#filters select[name=stop]", "t_max")
         page.wait_for_url("**stop=t_max**")
@@ -116,12 +119,17 @@ def test_undo_a_decision_and_a_note(browser: Any, tmp_path: Path) -> None:  # no
         page.screenshot(path=str(tmp_path / "undo.png"), full_page=True)
         # The same undo again (a double click) is not applied twice.
         csrf = page.locator("#decide input[name=csrf]").get_attribute("value")
-        again = page.request.post(srv.url + "/review/undo", form={"id": first, "undoes": "2", "csrf": csrf},
-                                  max_redirects=0)
+        again = page.request.post(
+            srv.url + "/review/undo", form={"id": first, "undoes": "2", "csrf": csrf}, max_redirects=0
+        )
         assert again.status == 303 and "flash=already" in again.headers["location"]
     log = [json.loads(x) for x in (ds / DECISIONS).read_text().splitlines()]
     assert [(d["decision"], d.get("undoes")) for d in log] == [
-        ("approve", None), ("undo", 0), ("note", None), ("undo", 2)]
+        ("approve", None),
+        ("undo", 0),
+        ("note", None),
+        ("undo", 2),
+    ]
     history = load_samples(ds)[first]["review_history"]
     assert [h["decision"] for h in history] == ["approve", "undo", "note", "undo"]
 
@@ -221,8 +229,12 @@ def test_kappa_values() -> None:
     assert cohen_kappa([(a, a), (a, r), (r, r), (r, r)]) == pytest.approx(0.5)
     assert fleiss_kappa([[a, a], [a, r], [r, r], [r, r]]) == pytest.approx((0.75 - 34 / 64) / (1 - 34 / 64))
     assert cohen_kappa([(a, a), (a, a)]) is None and fleiss_kappa([[a, a]]) is None
-    history = [{"decision": "approve", "reviewer": "x"}, {"decision": "undo", "undoes": 0, "reviewer": "x"},
-               {"decision": "reject", "reviewer": "y", "applied": False}, {"decision": "note", "reviewer": "z"}]
+    history = [
+        {"decision": "approve", "reviewer": "x"},
+        {"decision": "undo", "undoes": 0, "reviewer": "x"},
+        {"decision": "reject", "reviewer": "y", "applied": False},
+        {"decision": "note", "reviewer": "z"},
+    ]
     assert judgements(history) == {"y": "reject"}
 
 

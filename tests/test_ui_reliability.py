@@ -71,7 +71,7 @@ def test_one_bad_record_is_shown_as_bad_and_the_rest_stays_usable(tmp_path: Path
         # The bad lines are listed with their number and reason; the bad records are in the list, marked.
         assert f"line {lines['torn']}: not valid JSON" in html
         assert f"line {lines['bad-votes']} (<code>bad-votes</code>): &#39;votes&#39; is not a list of objects" in html
-        assert "bad-review" in html and html.count("chip bad\">unreadable") == 2
+        assert "bad-review" in html and html.count('chip bad">unreadable') == 2
         status, html, _ = get(srv, "/review?id=bad-votes")
         assert status == 200 and 'id="bad-record"' in html and f"Line {lines['bad-votes']} of samples.jsonl" in html
         status, html, _ = get(srv, "/review?id=no-image")
@@ -93,8 +93,14 @@ def run_cli(args: list[str]) -> tuple[int, str, str]:
     import sys
 
     root = Path(__file__).resolve().parent.parent
-    p = subprocess.run([sys.executable, "-m", "unveil.cli", *args], cwd=root, capture_output=True, text=True,
-                       timeout=120, env={**os.environ, "PYTHONPATH": str(root)})
+    p = subprocess.run(
+        [sys.executable, "-m", "unveil.cli", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
     return p.returncode, p.stdout, p.stderr
 
 
@@ -176,4 +182,3 @@ def test_over_long_lines_are_skipped_and_long_files_are_paged(tmp_path: Path) ->
             fh.write(json.dumps({**first, "id": "late-one"}) + "\n")
         status, html, _ = get(srv, "/detections?page=3")
         assert "late-one" in html and "255 of 255 results" in html
-

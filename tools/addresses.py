@@ -88,7 +88,8 @@ _TABLE: tuple[tuple[str, str, Verdict], ...] = (
     ("ff00::/8", "multicast", False),
 )
 SPECIAL_PURPOSE: tuple[tuple[Network, str, Verdict], ...] = tuple(
-    (ipaddress.ip_network(block), name, verdict) for block, name, verdict in _TABLE)
+    (ipaddress.ip_network(block), name, verdict) for block, name, verdict in _TABLE
+)
 GLOBAL_UNICAST_V6 = ipaddress.ip_network("2000::/3")
 
 
@@ -135,8 +136,9 @@ class BadURLError(UnveilError, ValueError):
     """A URL that cannot be used; the message names the URL."""
 
 
-def split_url(url: str, *, what: str = "URL", schemes: tuple[str, ...] = ("http", "https")) -> tuple[SplitResult,
-                                                                                                      str, int | None]:
+def split_url(
+    url: str, *, what: str = "URL", schemes: tuple[str, ...] = ("http", "https")
+) -> tuple[SplitResult, str, int | None]:
     """`urlsplit(url)`, its host and its port, or a `BadURLError` naming the URL for a scheme not in `schemes`, a
     missing host, a port that is not a number from 1 to 65535, or a malformed address."""
     try:

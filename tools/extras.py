@@ -39,8 +39,11 @@ class MissingExtraError(UnveilError, ImportError):
 
     def __init__(self, extra: str, what: str, module: str):
         self.extra = extra
-        super().__init__(f"{what} needs the optional '{extra}' extra ({module} is not installed); add it with: "
-                         f"{install_hint(extra)}", name=module)
+        super().__init__(
+            f"{what} needs the optional '{extra}' extra ({module} is not installed); add it with: "
+            f"{install_hint(extra)}",
+            name=module,
+        )
 
 
 def _installed(module: str) -> bool:

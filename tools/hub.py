@@ -55,11 +55,13 @@ def hub_access(repo_id: str, filename: str, *, what: str = "model") -> Literal["
     if hub_offline():
         raise HubUnavailableError(
             f"{what} {repo_id!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: download it on "
-            "a machine with network access (the cache folder can be copied), or give a local folder")
+            "a machine with network access (the cache folder can be copied), or give a local folder"
+        )
     port = port or (443 if endpoint.scheme == "https" else 80)
     reason = _probe(host, port)
     if reason is not None:
         raise HubUnavailableError(
             f"{what} {repo_id!r} is not in the local Hugging Face cache and the hub ({host}) cannot be reached "
-            f"({reason}): download it where there is network access, or give a local folder")
+            f"({reason}): download it where there is network access, or give a local folder"
+        )
     return "online"

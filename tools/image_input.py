@@ -33,6 +33,8 @@ from tools.image_store import DEFAULT_MAX_BYTES, ImageInputError, ImageStore, St
 
 MAX_REDIRECTS = 3
 DEFAULT_DEADLINE_S = 60.0  # the whole download, redirects included; `timeout` still bounds each read
+
+
 def resolve_host(host: str) -> list[IPAddress]:
     """Every address of `host` (a name or a literal), resolved once, in the resolver's order."""
     try:
@@ -91,8 +93,9 @@ def _peer(resp: httpx.Response) -> IPAddress | None:
     return ipaddress.ip_address(str(info[0]).split("%")[0])
 
 
-async def _get(client: httpx.AsyncClient, url: str, current: str, addresses: list[IPAddress],
-               max_bytes: int) -> tuple[bytes | None, str | None]:
+async def _get(
+    client: httpx.AsyncClient, url: str, current: str, addresses: list[IPAddress], max_bytes: int
+) -> tuple[bytes | None, str | None]:
     """One GET of `current` on the first checked address that accepts a connection: (body, None), or
     (None, next URL) for a redirect."""
     last: httpx.ConnectError | None = None
@@ -124,8 +127,9 @@ async def _get(client: httpx.AsyncClient, url: str, current: str, addresses: lis
     raise last
 
 
-async def _fetch(url: str, *, allow_private: bool, timeout: float, max_bytes: int,
-                 verify: ssl.SSLContext | None) -> bytes:
+async def _fetch(
+    url: str, *, allow_private: bool, timeout: float, max_bytes: int, verify: ssl.SSLContext | None
+) -> bytes:
     current = url
     # trust_env=False: no proxy and no .netrc from the environment (see the module docstring). The certificate
     # store still honours SSL_CERT_FILE / SSL_CERT_DIR, as it would with the environment trusted.
@@ -141,9 +145,15 @@ async def _fetch(url: str, *, allow_private: bool, timeout: float, max_bytes: in
     raise ImageInputError(f"image URL {url!r}: more than {MAX_REDIRECTS} redirects")
 
 
-async def fetch_url(url: str, *, allow_private: bool = False, timeout: float = 20.0,
-                    deadline: float = DEFAULT_DEADLINE_S, max_bytes: int = DEFAULT_MAX_BYTES,
-                    verify: ssl.SSLContext | None = None) -> bytes:
+async def fetch_url(
+    url: str,
+    *,
+    allow_private: bool = False,
+    timeout: float = 20.0,
+    deadline: float = DEFAULT_DEADLINE_S,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    verify: ssl.SSLContext | None = None,
+) -> bytes:
     """Download an image URL with the checks above, following at most MAX_REDIRECTS re-checked redirects.
 
     `timeout` bounds each connect and read; `deadline` bounds the whole download, so a server that trickles
@@ -153,8 +163,7 @@ async def fetch_url(url: str, *, allow_private: bool = False, timeout: float = 2
     """
     try:
         async with asyncio.timeout(deadline):
-            return await _fetch(url, allow_private=allow_private, timeout=timeout, max_bytes=max_bytes,
-                                verify=verify)
+            return await _fetch(url, allow_private=allow_private, timeout=timeout, max_bytes=max_bytes, verify=verify)
     except TimeoutError as exc:
         raise ImageInputError(f"image URL {url!r}: not downloaded within the {deadline:g} s deadline") from exc
     except httpx.HTTPError as exc:

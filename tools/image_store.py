@@ -63,8 +63,22 @@ def default_store_root() -> Path:
 # The formats Pillow may open from untrusted input: raster formats Pillow decodes itself, the ones the project reads
 # and tests (tests/test_image_modes.py). Any other plugin never sees the bytes, whatever the file is called: EPS
 # and PostScript would be handed to Ghostscript, and every extra parser is more attack surface.
-ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF", "PPM", "ICO", "TGA", "JPEG2000", "IM", "SGI", "PCX",
-                   "QOI")
+ALLOWED_FORMATS = (
+    "PNG",
+    "JPEG",
+    "WEBP",
+    "GIF",
+    "BMP",
+    "TIFF",
+    "PPM",
+    "ICO",
+    "TGA",
+    "JPEG2000",
+    "IM",
+    "SGI",
+    "PCX",
+    "QOI",
+)
 
 
 def open_image(fp: str | os.PathLike[str] | IO[bytes], *, name: str) -> Image.Image:
@@ -73,8 +87,9 @@ def open_image(fp: str | os.PathLike[str] | IO[bytes], *, name: str) -> Image.Im
     try:
         return Image.open(fp, formats=ALLOWED_FORMATS)
     except UnidentifiedImageError as exc:
-        raise ImageInputError(f"image {name!r}: not a readable image in an allowed format "
-                              f"({', '.join(ALLOWED_FORMATS)})") from exc
+        raise ImageInputError(
+            f"image {name!r}: not a readable image in an allowed format ({', '.join(ALLOWED_FORMATS)})"
+        ) from exc
 
 
 def decode_image(data: bytes, *, name: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
@@ -242,7 +257,8 @@ class ImageStore:
                 raise ImageStoreError(
                     f"image store {str(self.root)!r}: cannot write {path.name} "
                     f"({exc.strerror or type(exc).__name__}); free space or choose another store "
-                    "(UNVEIL_IMAGE_STORE / image_store)") from exc
+                    "(UNVEIL_IMAGE_STORE / image_store)"
+                ) from exc
         return StoredImage(id=image_id, path=str(path), width=width, height=height)
 
     def put_bytes(self, data: bytes, *, name: str) -> StoredImage:

@@ -81,8 +81,9 @@ class ModerationScorer:
         raw = result.category_scores
         scores = raw.model_dump() if hasattr(raw, "model_dump") else dict(raw)
         numbers = {k: float(v) for k, v in scores.items() if isinstance(v, (int, float))}
-        return ModerationScore(score=max(numbers.values(), default=0.0), flagged=bool(result.flagged),
-                               categories=numbers)
+        return ModerationScore(
+            score=max(numbers.values(), default=0.0), flagged=bool(result.flagged), categories=numbers
+        )
 
     async def score_text(self, text: str) -> ModerationScore:
         """The moderation score of one text."""

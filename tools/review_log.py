@@ -67,8 +67,10 @@ def review_lock(folder: str | os.PathLike[str], *, timeout: float = LOCK_TIMEOUT
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise ReviewBusyError(f"{root}: the dataset folder is locked by another reviewer or writer "
-                                          f"for over {timeout:.0f} s; try again") from None
+                    raise ReviewBusyError(
+                        f"{root}: the dataset folder is locked by another reviewer or writer "
+                        f"for over {timeout:.0f} s; try again"
+                    ) from None
                 time.sleep(0.05)
         yield
     finally:
@@ -80,8 +82,9 @@ def read_records(folder: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     return done_records(Path(folder) / SAMPLES)
 
 
-def append_records(folder: str | os.PathLike[str], records: Sequence[dict[str, Any]],
-                   decisions: Sequence[dict[str, Any]] = ()) -> None:
+def append_records(
+    folder: str | os.PathLike[str], records: Sequence[dict[str, Any]], decisions: Sequence[dict[str, Any]] = ()
+) -> None:
     """Append updated sample records to `samples.jsonl` and their decision lines to `decisions.jsonl` (the caller
     holds `review_lock`)."""
     root = Path(folder)

@@ -49,8 +49,9 @@ def _relative_parts(rel: str | os.PathLike[str]) -> list[str]:
 
 
 @contextlib.contextmanager
-def folder_fd(root: str | os.PathLike[str], rel_dir: str | os.PathLike[str] = "", *,
-              create: bool = True) -> Iterator[int]:
+def folder_fd(
+    root: str | os.PathLike[str], rel_dir: str | os.PathLike[str] = "", *, create: bool = True
+) -> Iterator[int]:
     """A descriptor of the folder `root/rel_dir`, reached without following any link below `root`.
 
     With `create`, missing folders are made. A link (or a file) standing where a folder is expected is refused.
@@ -90,8 +91,10 @@ def _open_component(path: Path, root: Path, part: str, flags: int, dir_fd: int, 
 
 def _refusal(path: Path, root: Path, exc: OSError) -> OSError | UnsafePathError:
     if exc.errno in _LINK_ERRORS:
-        return UnsafePathError(f"{str(path)!r} is a link or not a regular folder/file: refusing to write through "
-                               f"it (writes stay inside {str(root)!r})")
+        return UnsafePathError(
+            f"{str(path)!r} is a link or not a regular folder/file: refusing to write through "
+            f"it (writes stay inside {str(root)!r})"
+        )
     return exc
 
 
@@ -160,8 +163,9 @@ def atomic_writer(root: str | os.PathLike[str], rel: str | os.PathLike[str]) -> 
         remove_dead_temp_files(dfd)
         # The writer's pid leads the name, so a later writer can remove it if this one is killed.
         tmp = f".{os.getpid()}.{name}.{secrets.token_hex(4)}.tmp"
-        fd = _open_component(Path(root) / rel, Path(root), tmp,
-                             os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, dfd)
+        fd = _open_component(
+            Path(root) / rel, Path(root), tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, dfd
+        )
         try:
             with contextlib.suppress(OSError):  # a rewrite keeps the file's mode; a new file has 0666 & ~umask
                 old = os.stat(name, dir_fd=dfd, follow_symlinks=False)
@@ -185,12 +189,12 @@ def atomic_write(root: str | os.PathLike[str], rel: str | os.PathLike[str], data
     return Path(root) / rel
 
 
-
 def refuse_links(folder: str | os.PathLike[str], names: tuple[str, ...]) -> None:
     """Refuse, naming it, any of `names` in `folder` that is a link: for files a library opens by path (SQLite's
     database and its `-wal`, `-shm` and `-journal` files), which cannot be opened here with `O_NOFOLLOW`."""
     for name in names:
         path = Path(folder) / name
         if path.is_symlink():
-            raise UnsafePathError(f"{str(path)!r} is a link: refusing to write through it (writes stay inside "
-                                  f"{str(folder)!r})")
+            raise UnsafePathError(
+                f"{str(path)!r} is a link: refusing to write through it (writes stay inside {str(folder)!r})"
+            )

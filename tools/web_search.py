@@ -35,8 +35,11 @@ class WebSearch:
         client = AsyncTavilyClient(api_key=self.api_key)
         answer = await client.search(query, max_results=max_results or self.max_results, search_depth="basic")
         return [
-            {"title": str(r.get("title", ""))[:200], "url": str(r.get("url", "")),
-             "content": str(r.get("content", ""))[:MAX_SNIPPET_CHARS]}
+            {
+                "title": str(r.get("title", ""))[:200],
+                "url": str(r.get("url", "")),
+                "content": str(r.get("content", ""))[:MAX_SNIPPET_CHARS],
+            }
             for r in (answer or {}).get("results", [])
         ]
 

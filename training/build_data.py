@@ -179,5 +179,9 @@ def build_data_settings(settings: BuildDataSettings) -> dict[str, Any]:
     settings (not concurrency or the spending cap)."""
     from tools.redact import redact_secrets
 
-    return {"labeller": redact_secrets(settings.labeller), "generator": redact_secrets(settings.generator),
-            "seed": settings.seed, **settings.render_settings()}
+    return {
+        "labeller": redact_secrets(settings.labeller),
+        "generator": redact_secrets(settings.generator),
+        "seed": settings.seed,
+        **settings.render_settings(),
+    }

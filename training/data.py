@@ -168,8 +168,10 @@ class PromptSetReport:
 
     def summary(self) -> str:
         """One line for the log."""
-        return (f"{self.rows} rows, {self.unique} distinct prompts ({self.rows - self.unique} repeated rows), "
-                f"{len(self.sft_overlap)} also among the SFT prompts")
+        return (
+            f"{self.rows} rows, {self.unique} distinct prompts ({self.rows - self.unique} repeated rows), "
+            f"{len(self.sft_overlap)} also among the SFT prompts"
+        )
 
 
 def prompt_set_report(records: Iterable[dict[str, Any]], sft_prompts: Iterable[str] = ()) -> PromptSetReport:
@@ -186,8 +188,9 @@ def prompt_set_report(records: Iterable[dict[str, Any]], sft_prompts: Iterable[s
     return PromptSetReport(rows=len(prompts), unique=len(seen), duplicates=tuple(dups), sft_overlap=overlap)
 
 
-def check_rl_prompts(path: str | Path, records: list[dict[str, Any]], *,
-                     sft_pairs: str | Path | None = None) -> PromptSetReport:
+def check_rl_prompts(
+    path: str | Path, records: list[dict[str, Any]], *, sft_pairs: str | Path | None = None
+) -> PromptSetReport:
     """Check an RL prompt set when it is loaded: the paper's file must hold its 842 rows (else one error naming
     the file); duplicates and prompts shared with the SFT pairs (`sft_pairs`, by default the repository's copy of
     POSI's 3,390 pairs when present) are logged. The paper's set has 833 distinct prompts and 26 SFT prompts;
@@ -196,18 +199,29 @@ def check_rl_prompts(path: str | Path, records: list[dict[str, Any]], *,
 
     name = Path(path).name
     if name in PAPER_RL_FILE_NAMES and len(records) != PAPER_RL_ROWS:
-        raise ValueError(f"RL prompts {str(path)!r}: the paper's RL set has {PAPER_RL_ROWS} prompts, this file has "
-                         f"{len(records)} (a truncated or different copy; the repository's is data/posi/{name})")
+        raise ValueError(
+            f"RL prompts {str(path)!r}: the paper's RL set has {PAPER_RL_ROWS} prompts, this file has "
+            f"{len(records)} (a truncated or different copy; the repository's is data/posi/{name})"
+        )
     sft_file = Path(sft_pairs) if sft_pairs else DATA_DIR / SFT_PAIRS
     sft = [r["prompt"] for r in load_posi_pairs(sft_file)] if sft_file.is_file() else []
     report = prompt_set_report(records, sft)
     log.info("RL prompts %s: %s", path, report.summary())
     if report.duplicates:
-        log.warning("RL prompts %s: %d prompt(s) listed more than once (kept as in the file), e.g. %r", path,
-                    len(report.duplicates), report.duplicates[0])
+        log.warning(
+            "RL prompts %s: %d prompt(s) listed more than once (kept as in the file), e.g. %r",
+            path,
+            len(report.duplicates),
+            report.duplicates[0],
+        )
     if report.sft_overlap:
-        log.warning("RL prompts %s: %d prompt(s) are also SFT prompts of %s, e.g. %r", path,
-                    len(report.sft_overlap), sft_file.name, report.sft_overlap[0])
+        log.warning(
+            "RL prompts %s: %d prompt(s) are also SFT prompts of %s, e.g. %r",
+            path,
+            len(report.sft_overlap),
+            sft_file.name,
+            report.sft_overlap[0],
+        )
     return report
 
 

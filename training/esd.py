@@ -121,8 +121,13 @@ def run_esd(settings: ESDSettings) -> dict[str, Any]:
     opt = torch.optim.Adam(params, lr=settings.learning_rate)
 
     def embed(text: str) -> torch.Tensor:
-        ids = pipe.tokenizer([text], padding="max_length", max_length=pipe.tokenizer.model_max_length,
-                             truncation=True, return_tensors="pt").input_ids.to(device)
+        ids = pipe.tokenizer(
+            [text],
+            padding="max_length",
+            max_length=pipe.tokenizer.model_max_length,
+            truncation=True,
+            return_tensors="pt",
+        ).input_ids.to(device)
         with torch.no_grad():
             return pipe.text_encoder(ids)[0]
 
@@ -154,7 +159,12 @@ def run_esd(settings: ESDSettings) -> dict[str, Any]:
     tmp = out.with_name(f".{out.name}.tmp")
     save_file(state, str(tmp))
     tmp.replace(out)  # a killed run never leaves a half-written weights file under the real name
-    summary = {"settings": asdict(settings), "output": str(out), "trained_parameters": sum(p.numel() for p in params),
-               "losses": losses, "generator_spec": f"esd:{settings.model}?unet={out}"}
+    summary = {
+        "settings": asdict(settings),
+        "output": str(out),
+        "trained_parameters": sum(p.numel() for p in params),
+        "losses": losses,
+        "generator_spec": f"esd:{settings.model}?unet={out}",
+    }
     out.with_suffix(".json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     return summary

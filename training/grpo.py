@@ -55,9 +55,11 @@ def grpo_records(settings: GRPOSettings, *, store: Any, renderer: Renderer) -> l
         raise ValueError(f"start_images {settings.start_images!r}: use dataset or render")
     if todo and settings.start_images == "dataset":
         ids = ", ".join(str(r.get("id", r["prompt"][:40])) for r in todo[:3])
-        raise ValueError(f"--data {settings.data}: {len(todo)} record(s) have no image of their own ({ids}...); "
-                         "start_images = dataset takes every current image from the constructed dataset (IPR "
-                         "section 4.3): build it with `unveil train build-data`, or pass --start-images render")
+        raise ValueError(
+            f"--data {settings.data}: {len(todo)} record(s) have no image of their own ({ids}...); "
+            "start_images = dataset takes every current image from the constructed dataset (IPR "
+            "section 4.3): build it with `unveil train build-data`, or pass --start-images render"
+        )
     if todo:
         log.info("rendering the first image of %d prompts", len(todo))
         seeds = [seeds_for(r["prompt"], 1, settings.seed)[0] for r in todo]
@@ -104,8 +106,12 @@ def enable_fast_sampling(trainer: Any) -> None:
         except Exception as exc:  # noqa: BLE001 - only compilation failures fall back
             if not is_compile_error(exc):
                 raise
-            warnings.warn(f"compiled policy sampling failed ({type(exc).__name__}: {str(exc)[:200]}); "
-                          "sampling eagerly with a dynamic cache", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"compiled policy sampling failed ({type(exc).__name__}: {str(exc)[:200]}); "
+                "sampling eagerly with a dynamic cache",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             trainer.generation_config.disable_compile = True
             trainer.generation_config.cache_implementation = None
             if isinstance(getattr(trainer, "generation_kwargs", None), dict):
@@ -115,9 +121,15 @@ def enable_fast_sampling(trainer: Any) -> None:
     trainer._generate_single_turn = generate
 
 
-def build_grpo_trainer(settings: GRPOSettings, *, renderer: Renderer | None = None, scorer: Scorer | None = None,
-                       store: Any = None, records: list[dict[str, Any]] | None = None,
-                       fast_sampling: bool | None = None):
+def build_grpo_trainer(
+    settings: GRPOSettings,
+    *,
+    renderer: Renderer | None = None,
+    scorer: Scorer | None = None,
+    store: Any = None,
+    records: list[dict[str, Any]] | None = None,
+    fast_sampling: bool | None = None,
+):
     """The configured `GRPOTrainer` and its reward (renderer/scorer/store built from settings unless given).
 
     `fast_sampling` (default: on CUDA) samples the policy with a static cache and compiled decoding
@@ -133,17 +145,27 @@ def build_grpo_trainer(settings: GRPOSettings, *, renderer: Renderer | None = No
         from tools.t2i.settings import RenderSettings, render_kwargs
         from training.render import make_renderer
 
-        renderer = make_renderer(settings.generator, store=store, device=device,
-                                 render=RenderSettings(**render_kwargs(settings)),
-                                 max_batch=settings.t2i_max_batch, scheduler=settings.t2i_scheduler,
-                                 accel=settings.t2i_accel)
+        renderer = make_renderer(
+            settings.generator,
+            store=store,
+            device=device,
+            render=RenderSettings(**render_kwargs(settings)),
+            max_batch=settings.t2i_max_batch,
+            scheduler=settings.t2i_scheduler,
+            accel=settings.t2i_accel,
+        )
     if scorer is None:
         from tools.scorers.score import pixel_scorer
 
         if not settings.q16_embeddings:
             raise ValueError("GRPO needs the Q16 prompt embeddings file (--q16-embeddings)")
-        scorer = pixel_scorer(settings.scorer, q16_model=settings.q16_model, clip_model=settings.clip_model,
-                             q16_embeddings=settings.q16_embeddings, device=device)
+        scorer = pixel_scorer(
+            settings.scorer,
+            q16_model=settings.q16_model,
+            clip_model=settings.clip_model,
+            q16_embeddings=settings.q16_embeddings,
+            device=device,
+        )
     if records is None:
         if not settings.data:
             raise ValueError("GRPO needs data: labelled records or a prompts file (--data)")
@@ -165,8 +187,14 @@ def build_grpo_trainer(settings: GRPOSettings, *, renderer: Renderer | None = No
     reward = RefinementReward(settings.reward, renderer, scorer, pool=pool, store=store)
     # TRL types reward functions as plain callables; the reward object is one (with state: caches, pools).
     reward_funcs: list[Any] = [reward]
-    trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=dataset,
-                          processing_class=processor, peft_config=peft_config)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=dataset,
+        processing_class=processor,
+        peft_config=peft_config,
+    )
     reward.sync = _sync_fn(trainer.accelerator)
     if fast_sampling is None:
         fast_sampling = use_cuda(settings) if settings.fast_sampling == "auto" else settings.fast_sampling == "on"
@@ -184,7 +212,12 @@ def run_grpo(settings: GRPOSettings, **kwargs: Any) -> dict[str, Any]:
     if trainer.accelerator.is_main_process:
         (out / "unveil_settings.json").write_text(json.dumps(settings_dict(settings), indent=2), encoding="utf-8")
     history = trainer.state.log_history
-    return {"output_dir": str(out), "steps": trainer.state.global_step, "train_loss": result.training_loss,
-            "losses": [h["loss"] for h in history if "loss" in h],
-            "rewards": [h["reward"] for h in history if "reward" in h],
-            "timings": reward.timings.as_dict(), "pool_images": reward.pool.size() if reward.pool else 0}
+    return {
+        "output_dir": str(out),
+        "steps": trainer.state.global_step,
+        "train_loss": result.training_loss,
+        "losses": [h["loss"] for h in history if "loss" in h],
+        "rewards": [h["reward"] for h in history if "reward" in h],
+        "timings": reward.timings.as_dict(),
+        "pool_images": reward.pool.size() if reward.pool else 0,
+    }

@@ -33,8 +33,14 @@ def lora_config(settings: TrainSettings):
     says only that LoRA is used)."""
     from peft import LoraConfig
 
-    return LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
-                      target_modules=list(settings.target_modules), bias="none", task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=settings.lora_r,
+        lora_alpha=settings.lora_alpha,
+        lora_dropout=settings.lora_dropout,
+        target_modules=list(settings.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
 
 
 def load_processor(settings: TrainSettings):

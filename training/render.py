@@ -66,8 +66,9 @@ class GeneratorRenderer:
             payloads.append(RenderJob(prompt, negative, seed))
         from tools.t2i.diffusers_backend import finished_images
 
-        results = await get_batcher(gen.device).run(key, payloads, gen.render_batch, max_batch=gen.max_batch,
-                                                    max_wait_s=gen.max_wait_s)
+        results = await get_batcher(gen.device).run(
+            key, payloads, gen.render_batch, max_batch=gen.max_batch, max_wait_s=gen.max_wait_s
+        )
         # With the overlapped decode (`accel` switch `overlap`), a result may still be decoding.
         return await finished_images(results)
 
@@ -80,8 +81,16 @@ class GeneratorRenderer:
         return [store.open(i[0]).convert("RGB") for i in ids]
 
 
-def make_renderer(spec: str, *, store: Any, device: str | None, render: RenderSettings, max_batch: int = 32,
-                  scheduler: str = "default", accel: str = "auto") -> GeneratorRenderer:
+def make_renderer(
+    spec: str,
+    *,
+    store: Any,
+    device: str | None,
+    render: RenderSettings,
+    max_batch: int = 32,
+    scheduler: str = "default",
+    accel: str = "auto",
+) -> GeneratorRenderer:
     """A renderer over `open_generator(spec)` with the render settings the IPR graph uses; long refined prompts
     follow `render.long_prompts`, the same policy as the graph (default: cut at the text encoder's limit, as
     Stable Diffusion itself does).

@@ -28,8 +28,9 @@ def build_sft_trainer(settings: SFTSettings, dataset: Any = None):
 
         if not settings.data:
             raise ValueError("SFT needs data: a labelled JSONL, a ToxiClean-IT folder or POSI pairs (--data)")
-        dataset = load_sft_dataset(settings.data, kind=settings.data_kind,
-                                   store=get_image_store(settings.image_store or None))
+        dataset = load_sft_dataset(
+            settings.data, kind=settings.data_kind, store=get_image_store(settings.image_store or None)
+        )
     processor = load_processor(settings)
     vision = "images" in dataset.column_names or "image" in dataset.column_names
     # A text-only dataset trains through the tokenizer; the vision collator needs images in every batch.
@@ -40,8 +41,9 @@ def build_sft_trainer(settings: SFTSettings, dataset: Any = None):
         completion_only_loss=True,
         max_length=settings.max_length or None,
     )
-    return SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=processing_class,
-                      peft_config=peft_config)
+    return SFTTrainer(
+        model=model, args=args, train_dataset=dataset, processing_class=processing_class, peft_config=peft_config
+    )
 
 
 def run_sft(settings: SFTSettings, dataset: Any = None) -> dict[str, Any]:
@@ -52,5 +54,9 @@ def run_sft(settings: SFTSettings, dataset: Any = None) -> dict[str, Any]:
     trainer.save_model(str(out))
     (out / "unveil_settings.json").write_text(json.dumps(settings_dict(settings), indent=2), encoding="utf-8")
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    return {"output_dir": str(out), "steps": trainer.state.global_step, "train_loss": result.training_loss,
-            "losses": losses}
+    return {
+        "output_dir": str(out),
+        "steps": trainer.state.global_step,
+        "train_loss": result.training_loss,
+        "losses": losses,
+    }

@@ -61,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     args.command_line = command_line(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     from tools.redact import install_log_redaction
 
     install_log_redaction(logging.getLogger().handlers)  # nothing a log line carries may hold a credential
@@ -103,6 +104,7 @@ def report_error(args: argparse.Namespace, exc: BaseException) -> int:
     if raw:
         print(f"last model answer: {redact_secrets(str(raw))[:2000]}", file=sys.stderr)
     return 1
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -87,8 +87,12 @@ class Box:
 
     def overlaps(self, other: Box, pad: float = 0.0) -> bool:
         """Whether the two rectangles (each grown by `pad`) intersect."""
-        return (self.left - pad < other.right and other.left - pad < self.right
-                and self.bottom - pad < other.top and other.bottom - pad < self.top)
+        return (
+            self.left - pad < other.right
+            and other.left - pad < self.right
+            and self.bottom - pad < other.top
+            and other.bottom - pad < self.top
+        )
 
 
 @dataclass
@@ -224,8 +228,10 @@ def layout_tag(result: dict[str, Any]) -> TagLayout:
     heights = {k: len(t.split("\n")) * LINE_H + 0.14 for k, t in texts.items()}
     layers = sorted({int(n.get("layer", 0)) for n in visual + textual}) or [0]
     depth = max(layers) + 1
-    band = {layer: max([heights[n["id"]] for n in visual + textual if int(n.get("layer", 0)) == layer] or [0.4])
-            for layer in range(depth)}
+    band = {
+        layer: max([heights[n["id"]] for n in visual + textual if int(n.get("layer", 0)) == layer] or [0.4])
+        for layer in range(depth)
+    }
     footer = FOOTER_LINES * 0.16 + LEGEND_H + 0.3
     body = sum(band.values()) + ROW_GAP * (depth - 1)
     height = HEADER_H + 0.45 + body + footer  # 0.45: the tree titles
@@ -275,9 +281,19 @@ def layout_tag(result: dict[str, Any]) -> TagLayout:
         x_lab = child.x + (par.x - child.x) * t
         labels[n["id"]] = Box(x_lab, y_lab, len(text) * LABEL_FONT * 0.55 / 72 + 0.06, LABEL_FONT * 1.35 / 72)
         edge_texts[n["id"]] = text
-    layout = TagLayout(width=width, height=height, boxes=boxes, texts=texts, parent=parent, tree=tree_of,
-                       edge_labels=labels, edge_texts=edge_texts, row_y=row_y, tree_span=spans,
-                       top=height - HEADER_H)
+    layout = TagLayout(
+        width=width,
+        height=height,
+        boxes=boxes,
+        texts=texts,
+        parent=parent,
+        tree=tree_of,
+        edge_labels=labels,
+        edge_texts=edge_texts,
+        row_y=row_y,
+        tree_span=spans,
+        top=height - HEADER_H,
+    )
     finding = result.get("finding") or {}
     v_id = (finding.get("visual") or {}).get("id")
     t_id = (finding.get("textual") or {}).get("id")
@@ -314,8 +330,10 @@ def _mtc_line(result: dict[str, Any]) -> str:
         probs = [float(s.get("prob", 1.0)) for s in (finding.get(side) or {}).get("path", [])[1:]]
         return "\u00d7".join(f"{p:.2g}" for p in probs) or "1"
 
-    return (f"MTC = 1 \u2212 p(root_v \u2192 v) \u00b7 p(root_t \u2192 t) = 1 \u2212 ({factors('visual')}) \u00b7 "
-            f"({factors('textual')}) = {mtc:.4f}")
+    return (
+        f"MTC = 1 \u2212 p(root_v \u2192 v) \u00b7 p(root_t \u2192 t) = 1 \u2212 ({factors('visual')}) \u00b7 "
+        f"({factors('textual')}) = {mtc:.4f}"
+    )
 
 
 def _verdict(result: dict[str, Any]) -> str:
@@ -331,8 +349,9 @@ def _draw_tag(result: dict[str, Any]) -> tuple[Figure, TagLayout]:
     layout = layout_tag(result)
     visual, textual = _trees(result)
     finding = result.get("finding") or {}
-    on_path = (_path_ids(visual, (finding.get("visual") or {}).get("id"))
-               | _path_ids(textual, (finding.get("textual") or {}).get("id")))
+    on_path = _path_ids(visual, (finding.get("visual") or {}).get("id")) | _path_ids(
+        textual, (finding.get("textual") or {}).get("id")
+    )
     pair = {(finding.get("visual") or {}).get("id"), (finding.get("textual") or {}).get("id")} - {None}
     fig = plt.figure(figsize=(layout.width, layout.height))
     ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
@@ -340,19 +359,41 @@ def _draw_tag(result: dict[str, Any]) -> tuple[Figure, TagLayout]:
     ax.set_ylim(0, layout.height)
     ax.axis("off")
     H = layout.height
-    ax.text(MARGIN, H - 0.3, _verdict(result), fontsize=13, weight="bold", va="center",
-            color=HIGHLIGHT if (finding or result.get("toxic")) else INK)
+    ax.text(
+        MARGIN,
+        H - 0.3,
+        _verdict(result),
+        fontsize=13,
+        weight="bold",
+        va="center",
+        color=HIGHLIGHT if (finding or result.get("toxic")) else INK,
+    )
     ax.text(MARGIN, H - 0.62, _mtc_line(result), fontsize=9.5, va="center", color=INK)
     if finding.get("reason"):
-        ax.text(MARGIN, H - 0.9, "judge's reason: " + _wrap(finding["reason"], int(layout.width * 14), 1)[0],
-                fontsize=8.5, va="center", color=INK, style="italic")
+        ax.text(
+            MARGIN,
+            H - 0.9,
+            "judge's reason: " + _wrap(finding["reason"], int(layout.width * 14), 1)[0],
+            fontsize=8.5,
+            va="center",
+            color=INK,
+            style="italic",
+        )
     for name, title in (("visual", "Visual association tree (image)"), ("textual", "Textual association tree (text)")):
         lo, hi = layout.tree_span[name]
-        ax.text((lo + hi) / 2, layout.top - 0.2, title, ha="center", va="center", fontsize=10.5, weight="bold",
-                color=INK)
+        ax.text(
+            (lo + hi) / 2, layout.top - 0.2, title, ha="center", va="center", fontsize=10.5, weight="bold", color=INK
+        )
     for layer, y in layout.row_y.items():
-        ax.text(layout.tree_span["visual"][0] - 0.15, y, "layer 0\n(roots)" if layer == 0 else f"layer {layer}",
-                ha="right", va="center", fontsize=8, color="#7f8c8d")
+        ax.text(
+            layout.tree_span["visual"][0] - 0.15,
+            y,
+            "layer 0\n(roots)" if layer == 0 else f"layer {layer}",
+            ha="right",
+            va="center",
+            fontsize=8,
+            color="#7f8c8d",
+        )
     if layout.tree_span["textual"][0] > layout.tree_span["visual"][1]:
         sep = (layout.tree_span["visual"][1] + layout.tree_span["textual"][0]) / 2
         bottom = min(layout.row_y.values()) - 0.5
@@ -362,37 +403,87 @@ def _draw_tag(result: dict[str, Any]) -> tuple[Figure, TagLayout]:
             continue
         c, p = layout.boxes[child], layout.boxes[par]
         hot = child in on_path and par in on_path
-        ax.plot([p.x, c.x], [p.bottom, c.top], color=HIGHLIGHT if hot else EDGE, lw=2.2 if hot else 0.9,
-                zorder=1, solid_capstyle="round")
+        ax.plot(
+            [p.x, c.x],
+            [p.bottom, c.top],
+            color=HIGHLIGHT if hot else EDGE,
+            lw=2.2 if hot else 0.9,
+            zorder=1,
+            solid_capstyle="round",
+        )
         lab = layout.edge_labels[child]
-        ax.text(lab.x, lab.y, layout.edge_texts[child], ha="center", va="center", fontsize=LABEL_FONT, zorder=3,
-                color=HIGHLIGHT if hot else "#34495e", weight="bold" if hot else "normal",
-                bbox={"boxstyle": "square,pad=0.08", "fc": "white", "ec": "none"})
+        ax.text(
+            lab.x,
+            lab.y,
+            layout.edge_texts[child],
+            ha="center",
+            va="center",
+            fontsize=LABEL_FONT,
+            zorder=3,
+            color=HIGHLIGHT if hot else "#34495e",
+            weight="bold" if hot else "normal",
+            bbox={"boxstyle": "square,pad=0.08", "fc": "white", "ec": "none"},
+        )
     for node_id, box in layout.boxes.items():
         is_root = layout.parent[node_id] is None
         face = PAIR_FILL if node_id in pair else FILL[layout.tree[node_id]]
         edge = HIGHLIGHT if node_id in on_path else INK
-        patch = FancyBboxPatch((box.left, box.bottom), box.w, box.h, boxstyle="round,pad=0,rounding_size=0.06",
-                               fc=face, ec=edge, lw=2.2 if node_id in on_path else (1.4 if is_root else 0.7),
-                               ls="-" if is_root or node_id in on_path else (0, (4, 1.5)), zorder=2)
+        patch = FancyBboxPatch(
+            (box.left, box.bottom),
+            box.w,
+            box.h,
+            boxstyle="round,pad=0,rounding_size=0.06",
+            fc=face,
+            ec=edge,
+            lw=2.2 if node_id in on_path else (1.4 if is_root else 0.7),
+            ls="-" if is_root or node_id in on_path else (0, (4, 1.5)),
+            zorder=2,
+        )
         ax.add_patch(patch)
-        ax.text(box.x, box.y, layout.texts[node_id], ha="center", va="center", fontsize=NODE_FONT, zorder=4,
-                color=INK, weight="bold" if is_root else "normal", linespacing=1.15)
+        ax.text(
+            box.x,
+            box.y,
+            layout.texts[node_id],
+            ha="center",
+            va="center",
+            fontsize=NODE_FONT,
+            zorder=4,
+            color=INK,
+            weight="bold" if is_root else "normal",
+            linespacing=1.15,
+        )
     if layout.link:
         xs, ys = zip(*layout.link, strict=True)
         ax.plot(xs, ys, color=HIGHLIGHT, lw=2.0, ls=(0, (5, 2.5)), zorder=5, solid_joinstyle="round")
         ax.plot([xs[0], xs[-1]], [ys[0], ys[-1]], "o", color=HIGHLIGHT, ms=5, zorder=6)
         run = abs(ys[2] - ys[3])
         if run >= 0.8:  # a label along the gutter run when it is long enough to hold one; the legend names it too
-            ax.text(xs[2] + 0.06, (ys[2] + ys[3]) / 2, "toxic pair", rotation=90, ha="left", va="center",
-                    fontsize=7.5, color=HIGHLIGHT, weight="bold", zorder=6)
+            ax.text(
+                xs[2] + 0.06,
+                (ys[2] + ys[3]) / 2,
+                "toxic pair",
+                rotation=90,
+                ha="left",
+                va="center",
+                fontsize=7.5,
+                color=HIGHLIGHT,
+                weight="bold",
+                zorder=6,
+            )
     _legend(ax, layout)
     explanation = result.get("explanation") or ""
     if explanation:
         chars = max(60, int((layout.width - 2 * MARGIN) * 14))
         lines = _wrap(explanation, chars, FOOTER_LINES - 1)
-        ax.text(MARGIN, LEGEND_H + 0.35 + 0.16 * len(lines), "Explanation: " + "\n".join(lines), fontsize=8.5,
-                va="top", color=INK, linespacing=1.35)
+        ax.text(
+            MARGIN,
+            LEGEND_H + 0.35 + 0.16 * len(lines),
+            "Explanation: " + "\n".join(lines),
+            fontsize=8.5,
+            va="top",
+            color=INK,
+            linespacing=1.35,
+        )
     return fig, layout
 
 
@@ -407,10 +498,19 @@ def _legend(ax: Any, layout: TagLayout) -> None:
         Line2D([], [], color=HIGHLIGHT, lw=2.2, label="edge on a toxic path"),
         Line2D([], [], color=HIGHLIGHT, lw=2.0, ls=(0, (5, 2.5)), label="cross-modal toxic link"),
     ]
-    ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(MARGIN / layout.width, 0.12 / layout.height),
-              ncol=4 if layout.width > 11 else 2, fontsize=7.5, frameon=True, framealpha=1.0, edgecolor="#d5d8dc",
-              title="p: transition probability; types: categorical, functional, spatial, temporal, causal, "
-                    "emotional, similarity, contrast, cultural", title_fontsize=7.5)
+    ax.legend(
+        handles=handles,
+        loc="lower left",
+        bbox_to_anchor=(MARGIN / layout.width, 0.12 / layout.height),
+        ncol=4 if layout.width > 11 else 2,
+        fontsize=7.5,
+        frameon=True,
+        framealpha=1.0,
+        edgecolor="#d5d8dc",
+        title="p: transition probability; types: categorical, functional, spatial, temporal, causal, "
+        "emotional, similarity, contrast, cultural",
+        title_fontsize=7.5,
+    )
 
 
 def _draw_verdict_only(result: dict[str, Any]) -> Figure:
@@ -418,8 +518,12 @@ def _draw_verdict_only(result: dict[str, Any]) -> Figure:
     failed = result.get("status") == "failed"
     toxic = bool(result.get("toxic")) and not failed
     method = result.get("method") or "vanilla (single call)"
-    reason = (result.get("error") if failed else None) or result.get("reason") or result.get("explanation") \
+    reason = (
+        (result.get("error") if failed else None)
+        or result.get("reason")
+        or result.get("explanation")
         or "(no reason given)"
+    )
     lines = _wrap(reason, 90, 12)
     height = 1.9 + 0.2 * len(lines)
     fig = plt.figure(figsize=(8.0, height))
@@ -427,11 +531,22 @@ def _draw_verdict_only(result: dict[str, Any]) -> Figure:
     ax.set_xlim(0, 8.0)
     ax.set_ylim(0, height)
     ax.axis("off")
-    verdict = (f"TOXIC \u2014 category: {result.get('category') or 'unnamed'}" if toxic
-               else "FAILED: no verdict" if failed else "Not toxic")
+    verdict = (
+        f"TOXIC \u2014 category: {result.get('category') or 'unnamed'}"
+        if toxic
+        else "FAILED: no verdict"
+        if failed
+        else "Not toxic"
+    )
     ax.text(0.35, height - 0.35, verdict, fontsize=14, weight="bold", va="center", color=HIGHLIGHT if toxic else INK)
-    ax.text(0.35, height - 0.72, f"Detector: {method}. This method builds no association graph, so there is no "
-            "tree, path or MTC to show.", fontsize=8.5, va="center", color="#7f8c8d")
+    ax.text(
+        0.35,
+        height - 0.72,
+        f"Detector: {method}. This method builds no association graph, so there is no tree, path or MTC to show.",
+        fontsize=8.5,
+        va="center",
+        color="#7f8c8d",
+    )
     ax.text(0.35, height - 1.05, "Error:" if failed else "Reason:", fontsize=9.5, weight="bold", va="top", color=INK)
     ax.text(0.35, height - 1.3, "\n".join(lines), fontsize=9, va="top", color=INK, linespacing=1.4)
     return fig
@@ -473,5 +588,3 @@ def draw_tag(result: dict[str, Any]) -> tuple[Figure, TagLayout | None]:
     if _has_trees(result):
         return _draw_tag(result)
     return _draw_verdict_only(result), None
-
-

@@ -41,13 +41,21 @@ BENIGN_TASK = "Return the benign text in `text` and the removed cue in `removed_
 class BenignText(BaseModel):
     """The benign rewriter's answer."""
 
-    text: str = Field(min_length=1, max_length=1000, description="the new text: the same image, only its innocent "
-                                                                 "reading")
+    text: str = Field(
+        min_length=1, max_length=1000, description="the new text: the same image, only its innocent reading"
+    )
     removed_cue: str = Field(default="", max_length=400, description="the cue that made the pair harmful")
 
 
-async def write_benign_text(gateway: Gateway, spec: str, *, text: str, image_description: str | None,
-                            category: str | None, erasure_reason: str | None) -> CallResult[BenignText]:
+async def write_benign_text(
+    gateway: Gateway,
+    spec: str,
+    *,
+    text: str,
+    image_description: str | None,
+    category: str | None,
+    erasure_reason: str | None,
+) -> CallResult[BenignText]:
     """The benign counterpart text of one accepted pair (text-only: the image is given by its description)."""
     data: dict[str, Any] = {
         "text": text,

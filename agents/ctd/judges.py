@@ -108,8 +108,9 @@ async def judge_pair(
     messages = await asyncio.to_thread(
         build_messages, _PROMPTS[kind], data, images=[image], store=store, vision=gateway.vision(spec), task=JUDGE_TASK
     )
-    return await gateway.structured(role=call_role, usage_role="judge", spec=spec, schema=Vote, messages=messages,
-                                    seed=seed)
+    return await gateway.structured(
+        role=call_role, usage_role="judge", spec=spec, schema=Vote, messages=messages, seed=seed
+    )
 
 
 async def judge_image_alone(
@@ -125,13 +126,16 @@ async def judge_image_alone(
         vision=gateway.vision(spec),
         task=MODALITY_TASK,
     )
-    return await gateway.structured(role="modality_judge.image", spec=spec, schema=ModalityVerdict, messages=messages,
-                                    seed=seed)
+    return await gateway.structured(
+        role="modality_judge.image", spec=spec, schema=ModalityVerdict, messages=messages, seed=seed
+    )
 
 
-async def judge_text_alone(gateway: Gateway, spec: str, *, text: str,
-                           seed: int | None = None) -> CallResult[ModalityVerdict]:
+async def judge_text_alone(
+    gateway: Gateway, spec: str, *, text: str, seed: int | None = None
+) -> CallResult[ModalityVerdict]:
     """Is the text harmful without its image? (`seed`: the attempt's, as for `judge_pair`.)"""
     messages = build_messages(TEXT_ALONE_PROMPT, {"text": text}, task=MODALITY_TASK)
-    return await gateway.structured(role="modality_judge.text", spec=spec, schema=ModalityVerdict, messages=messages,
-                                    seed=seed)
+    return await gateway.structured(
+        role="modality_judge.text", spec=spec, schema=ModalityVerdict, messages=messages, seed=seed
+    )

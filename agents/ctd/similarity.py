@@ -43,5 +43,6 @@ async def judge_similarity(
     messages = build_messages(
         SIMILARITY_PROMPT, {"judgment_1": _judgment(first), "judgment_2": _judgment(second)}, task=SIMILARITY_TASK
     )
-    return await gateway.structured(role="concept_similarity", spec=spec, schema=ConceptSimilarity, messages=messages,
-                                    seed=seed)
+    return await gateway.structured(
+        role="concept_similarity", spec=spec, schema=ConceptSimilarity, messages=messages, seed=seed
+    )

@@ -60,10 +60,12 @@ class GuardDefinition:
         return OTHER if codes else ""
 
 
-async def detect_guard(gateway: Gateway, spec: str, guard: GuardDefinition, *, text: str, image: ImagePart,
-                       store: ImageStore) -> tuple[GuardVerdict, CallResult[str]]:
+async def detect_guard(
+    gateway: Gateway, spec: str, guard: GuardDefinition, *, text: str, image: ImagePart, store: ImageStore
+) -> tuple[GuardVerdict, CallResult[str]]:
     """One call of the guard on the pair: its own instruction, the pair as delimited data, its own parser."""
-    messages = await abuild_messages(guard.instruction, {"text": text}, images=[image], store=store,
-                                     vision=gateway.vision(spec), task=guard.task)
+    messages = await abuild_messages(
+        guard.instruction, {"text": text}, images=[image], store=store, vision=gateway.vision(spec), task=guard.task
+    )
     result = await gateway.text(role=f"guard.{guard.name}", usage_role="guard", spec=spec, messages=messages)
     return guard.parse(result.raw), result

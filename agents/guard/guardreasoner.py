@@ -39,5 +39,6 @@ def parse_guardreasoner(raw: str, guard: GuardDefinition) -> GuardVerdict:
     return GuardVerdict(toxic=match.group(1).lower() == "harmful", reason=reason[:1200])
 
 
-GUARDREASONER_VL = GuardDefinition(name="guardreasoner-vl", instruction=GUARDREASONER_VL_PROMPT,
-                                   task=GUARDREASONER_VL_TASK, parser=parse_guardreasoner)
+GUARDREASONER_VL = GuardDefinition(
+    name="guardreasoner-vl", instruction=GUARDREASONER_VL_PROMPT, task=GUARDREASONER_VL_TASK, parser=parse_guardreasoner
+)

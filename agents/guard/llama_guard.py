@@ -14,17 +14,38 @@ import re
 from agents.guard.base import GuardDefinition, GuardParseError, GuardVerdict
 
 LLAMA_GUARD_4_CATEGORIES = {
-    "S1": "Violent Crimes", "S2": "Non-Violent Crimes", "S3": "Sex-Related Crimes", "S4": "Child Sexual Exploitation",
-    "S5": "Defamation", "S6": "Specialized Advice", "S7": "Privacy", "S8": "Intellectual Property",
-    "S9": "Indiscriminate Weapons", "S10": "Hate", "S11": "Suicide & Self-Harm", "S12": "Sexual Content",
-    "S13": "Elections", "S14": "Code Interpreter Abuse",
+    "S1": "Violent Crimes",
+    "S2": "Non-Violent Crimes",
+    "S3": "Sex-Related Crimes",
+    "S4": "Child Sexual Exploitation",
+    "S5": "Defamation",
+    "S6": "Specialized Advice",
+    "S7": "Privacy",
+    "S8": "Intellectual Property",
+    "S9": "Indiscriminate Weapons",
+    "S10": "Hate",
+    "S11": "Suicide & Self-Harm",
+    "S12": "Sexual Content",
+    "S13": "Elections",
+    "S14": "Code Interpreter Abuse",
 }
 # Onto the project's vocabulary (agents/categories.py): sex-related crimes and child exploitation are crimes, sexual
 # content is morality (as in CTD), defamation and specialized advice have no category of their own.
 LLAMA_GUARD_4_TO_PROJECT = {
-    "S1": "violence", "S2": "crimes", "S3": "crimes", "S4": "crimes", "S5": "other",
-    "S6": "other", "S7": "privacy", "S8": "ip_violation", "S9": "violence",
-    "S10": "hate", "S11": "self_harm", "S12": "morality", "S13": "political", "S14": "crimes",
+    "S1": "violence",
+    "S2": "crimes",
+    "S3": "crimes",
+    "S4": "crimes",
+    "S5": "other",
+    "S6": "other",
+    "S7": "privacy",
+    "S8": "ip_violation",
+    "S9": "violence",
+    "S10": "hate",
+    "S11": "self_harm",
+    "S12": "morality",
+    "S13": "political",
+    "S14": "crimes",
 }
 
 LLAMA_GUARD_4_PROMPT = (
@@ -54,9 +75,18 @@ def parse_llama_guard(raw: str, guard: GuardDefinition) -> GuardVerdict:
         raise GuardParseError(guard.name, "the first line must read 'safe' or 'unsafe'", raw)
     codes = [f"S{n}" for n in _CODE.findall(lines[1])] if len(lines) > 1 else []
     names = ", ".join(f"{c} {LLAMA_GUARD_4_CATEGORIES.get(c, '?')}" for c in codes)
-    return GuardVerdict(toxic=True, codes=codes, category=guard.project_category(codes),
-                        reason=f"unsafe: {names}" if names else "unsafe")
+    return GuardVerdict(
+        toxic=True,
+        codes=codes,
+        category=guard.project_category(codes),
+        reason=f"unsafe: {names}" if names else "unsafe",
+    )
 
 
-LLAMA_GUARD_4 = GuardDefinition(name="llama-guard-4", instruction=LLAMA_GUARD_4_PROMPT, task=LLAMA_GUARD_4_TASK,
-                                parser=parse_llama_guard, categories=LLAMA_GUARD_4_TO_PROJECT)
+LLAMA_GUARD_4 = GuardDefinition(
+    name="llama-guard-4",
+    instruction=LLAMA_GUARD_4_PROMPT,
+    task=LLAMA_GUARD_4_TASK,
+    parser=parse_llama_guard,
+    categories=LLAMA_GUARD_4_TO_PROJECT,
+)

@@ -16,8 +16,11 @@ from agents.guard.guardreasoner import parse_guardreasoner
 from agents.guard.llama_guard import parse_llama_guard
 from agents.guard.llavaguard import parse_llavaguard
 
-PARSERS: dict[str, Parser] = {"llama-guard": parse_llama_guard, "llavaguard": parse_llavaguard,
-                              "guardreasoner": parse_guardreasoner}
+PARSERS: dict[str, Parser] = {
+    "llama-guard": parse_llama_guard,
+    "llavaguard": parse_llavaguard,
+    "guardreasoner": parse_guardreasoner,
+}
 DEFAULT_TASK = "Give your safety assessment of the data above in the output format your instructions define."
 
 
@@ -54,7 +57,10 @@ def load_template_guard(path: str) -> GuardDefinition:
     if not isinstance(cats, dict) or not all(isinstance(v, str) and is_category_name(v) for v in cats.values()):
         allowed = ", ".join(PROJECT_CATEGORIES)
         raise ValueError(f"guard template {path!r}: field 'categories' must map codes to one of {allowed}")
-    return GuardDefinition(name=str(spec.get("name") or p.stem), instruction=spec["instruction"].strip(),
-                           task=str(spec.get("task") or DEFAULT_TASK),
-                           parser=parse_auto if output == "auto" else PARSERS[output],
-                           categories={str(k).upper(): project_category(v) for k, v in cats.items()})
+    return GuardDefinition(
+        name=str(spec.get("name") or p.stem),
+        instruction=spec["instruction"].strip(),
+        task=str(spec.get("task") or DEFAULT_TASK),
+        parser=parse_auto if output == "auto" else PARSERS[output],
+        categories={str(k).upper(): project_category(v) for k, v in cats.items()},
+    )

@@ -55,13 +55,19 @@ from tools.errors import UnveilError
 from tools.extras import require_extra
 
 KNOWN_OPTIONS = {
-    "adapter", "merge", "device", "dtype", "max_new_tokens", "temperature", "top_p", "min_pixels", "max_pixels",
+    "adapter",
+    "merge",
+    "device",
+    "dtype",
+    "max_new_tokens",
+    "temperature",
+    "top_p",
+    "min_pixels",
+    "max_pixels",
     "attn",
 }
 
-TOOL_NOTE = (
-    "Answer with exactly one JSON object (no prose, no code fence) that follows this JSON schema:\n{schema}"
-)
+TOOL_NOTE = "Answer with exactly one JSON object (no prose, no code fence) that follows this JSON schema:\n{schema}"
 
 
 class HFModelError(UnveilError, ValueError):
@@ -87,8 +93,16 @@ class HFOptions:
     @property
     def load_key(self) -> tuple[Any, ...]:
         """What identifies one loaded copy of the weights (generation settings do not)."""
-        return (self.model, self.adapter, self.merge, self.device, self.dtype, self.min_pixels, self.max_pixels,
-                self.attn)
+        return (
+            self.model,
+            self.adapter,
+            self.merge,
+            self.device,
+            self.dtype,
+            self.min_pixels,
+            self.max_pixels,
+            self.attn,
+        )
 
 
 def parse_hf_spec(spec: ModelSpec | str) -> HFOptions:

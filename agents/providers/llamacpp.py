@@ -62,8 +62,9 @@ def resolve_model_path(model: str) -> Path:
 
 def _load(path: Path, n_ctx: int) -> Any:
     # An optional extra built from source; the default transformers:smollm2 runs the same model without it.
-    require_extra("llamacpp", "the llamacpp: provider (the default transformers:smollm2 runs the same model without "
-                  "it)")
+    require_extra(
+        "llamacpp", "the llamacpp: provider (the default transformers:smollm2 runs the same model without it)"
+    )
     from llama_cpp import Llama
 
     key = f"{path}:{n_ctx}"
@@ -132,6 +133,8 @@ class LlamaCppChatModel(LocalChatModel):
         else:
             msg = AIMessage(content=text)
         # A completed truncated answer is reported as "stop" with a flag, so the gateway accepts it if it validates.
-        msg.response_metadata = {"finish_reason": "stop" if isinstance(args, dict) else choice.get("finish_reason"),
-                                 "truncated": truncated}
+        msg.response_metadata = {
+            "finish_reason": "stop" if isinstance(args, dict) else choice.get("finish_reason"),
+            "truncated": truncated,
+        }
         return chat_result(msg, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))

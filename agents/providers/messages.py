@@ -21,8 +21,11 @@ def tool_call_message(tool: dict[str, Any], args: dict[str, Any], **metadata: An
 
 def chat_result(msg: AIMessage, input_tokens: int, output_tokens: int) -> ChatResult:
     """`msg` with its usage recorded, as a one-generation result."""
-    msg.usage_metadata = {"input_tokens": int(input_tokens), "output_tokens": int(output_tokens),
-                          "total_tokens": int(input_tokens) + int(output_tokens)}
+    msg.usage_metadata = {
+        "input_tokens": int(input_tokens),
+        "output_tokens": int(output_tokens),
+        "total_tokens": int(input_tokens) + int(output_tokens),
+    }
     return ChatResult(generations=[ChatGeneration(message=msg)])
 
 

@@ -32,7 +32,6 @@ TEXT_ONLY_PROVIDERS = {"llamacpp", "transformers"}
 TEXT_ONLY_ENV = "UNVEIL_TEXT_ONLY"
 
 
-
 def model_fingerprint(spec: ModelSpec) -> str:
     """What identifies the content behind a spec whose name alone does not: the response cache keys calls by it.
 

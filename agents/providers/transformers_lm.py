@@ -93,8 +93,10 @@ def _from_gguf(folder: Path, gguf: str) -> tuple[Any, Any]:
     saved = _dequantized_dir(folder, gguf)
     if (saved / "config.json").is_file() and (saved / "model.safetensors").is_file():
         try:
-            return (AutoModelForCausalLM.from_pretrained(saved, dtype=torch.float32),
-                    AutoTokenizer.from_pretrained(saved))
+            return (
+                AutoModelForCausalLM.from_pretrained(saved, dtype=torch.float32),
+                AutoTokenizer.from_pretrained(saved),
+            )
         except (OSError, ValueError) as exc:
             log.warning("dequantized model %s is unreadable (%s); converting %s again", saved, exc, gguf)
     log.warning("converting %s for transformers (once; later runs load %s)", gguf, saved)
@@ -193,17 +195,24 @@ class TransformersChatModel(LocalChatModel):
         with lm.lock:
             return self._run_locked(lm, messages, tools, max_tokens)
 
-    def _run_locked(self, lm: Any, messages: list[BaseMessage], tools: list[dict[str, Any]] | None,
-                    max_tokens: int) -> ChatResult:
+    def _run_locked(
+        self, lm: Any, messages: list[BaseMessage], tools: list[dict[str, Any]] | None, max_tokens: int
+    ) -> ChatResult:
         import torch
         import xgrammar as xgr
 
         turns = text_chat_messages(messages, "transformers")
         ids = lm.tokenizer.apply_chat_template(turns, add_generation_prompt=True, return_tensors="pt", return_dict=True)
         n_in = int(ids["input_ids"].shape[1])
-        gen: dict[str, Any] = {"max_new_tokens": max_tokens, "do_sample": False, "temperature": None, "top_p": None,
-                               "top_k": None, "repetition_penalty": self.repetition_penalty,
-                               "pad_token_id": lm.tokenizer.pad_token_id or lm.tokenizer.eos_token_id}
+        gen: dict[str, Any] = {
+            "max_new_tokens": max_tokens,
+            "do_sample": False,
+            "temperature": None,
+            "top_p": None,
+            "top_k": None,
+            "repetition_penalty": self.repetition_penalty,
+            "pad_token_id": lm.tokenizer.pad_token_id or lm.tokenizer.eos_token_id,
+        }
         if tools:
             schema = bounded_strings(tools[0]["function"]["parameters"])
             gen["logits_processor"] = [xgr.contrib.hf.LogitsProcessor(lm.grammar(schema))]  # one per generate()

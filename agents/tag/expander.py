@@ -118,6 +118,6 @@ async def expand_layer(
         task=EXPAND_TASK,
     )
     schema = expansion_schema(children_per_parent, len(parents))
-    return await gateway.structured(role=call_role or f"expander.{modality}", usage_role="expander", spec=spec,
-                                    schema=schema, messages=messages)
-
+    return await gateway.structured(
+        role=call_role or f"expander.{modality}", usage_role="expander", spec=spec, schema=schema, messages=messages
+    )

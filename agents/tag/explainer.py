@@ -31,8 +31,14 @@ def _steps(path: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A path as the explainer reads it: each concept with the association that reached it and that step's
     probability (the root has none), rounded so the numbers stay legible."""
     out: list[dict[str, Any]] = [{"concept": str(path[0]["concept"]), "root": True}] if path else []
-    out.extend({"concept": str(step["concept"]), "association": step.get("association"),
-                "probability": round(float(step["prob"]), 4)} for step in path[1:])
+    out.extend(
+        {
+            "concept": str(step["concept"]),
+            "association": step.get("association"),
+            "probability": round(float(step["prob"]), 4),
+        }
+        for step in path[1:]
+    )
     return out
 
 

@@ -189,8 +189,14 @@ async def judge_pairs(
     graphs = graphs or {}
     messages = await abuild_messages(
         PAIR_JUDGE_PROMPT.format(checklist=RISK_CHECKLIST),
-        {"text": text, "image_graph": graphs.get("visual"), "text_graph": graphs.get("textual"),
-         "image_roots": roots["visual"], "text_roots": roots["textual"], "candidate_pairs": pairs},
+        {
+            "text": text,
+            "image_graph": graphs.get("visual"),
+            "text_graph": graphs.get("textual"),
+            "image_roots": roots["visual"],
+            "text_roots": roots["textual"],
+            "candidate_pairs": pairs,
+        },
         images=[image] if image is not None else [],
         store=store,
         vision=gateway.vision(spec),

@@ -65,8 +65,12 @@ class BlipScorer(PairScorer):
 
         self._load()
         inputs = self._processor(
-            images=[im for im, _ in items], text=[p for _, p in items], return_tensors="pt",
-            padding=True, truncation=True, max_length=self.max_text_tokens,
+            images=[im for im, _ in items],
+            text=[p for _, p in items],
+            return_tensors="pt",
+            padding=True,
+            truncation=True,
+            max_length=self.max_text_tokens,
         )
         inputs = {k: v.to(self.device) for k, v in inputs.items()}
         inputs["pixel_values"] = inputs["pixel_values"].to(self._model.dtype)
@@ -74,7 +78,6 @@ class BlipScorer(PairScorer):
             # With use_itm_head=False the first output is the (images x texts) cosine matrix; pairs are its diagonal.
             sims = self._model(**inputs, use_itm_head=False, return_dict=False)[0]
         return torch.diagonal(sims.float()).tolist()
-
 
 
 def get_blip_scorer(**settings: Any) -> BlipScorer:

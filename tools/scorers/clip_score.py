@@ -48,7 +48,9 @@ class ClipScorer(PairScorer):
 
             try:
                 model, _, preprocess = open_clip.create_model_and_transforms(
-                    self.model_name, pretrained=self.pretrained, device=self.device,
+                    self.model_name,
+                    pretrained=self.pretrained,
+                    device=self.device,
                 )
                 tokenizer = open_clip.get_tokenizer(self.model_name)
             except (OSError, RuntimeError, ValueError) as exc:
@@ -70,7 +72,6 @@ class ClipScorer(PairScorer):
             img = torch.nn.functional.normalize(self._model.encode_image(images).float(), dim=-1)
             txt = torch.nn.functional.normalize(self._model.encode_text(tokens).float(), dim=-1)
         return (img * txt).sum(dim=-1).tolist()
-
 
 
 def get_clip_scorer(**settings: Any) -> ClipScorer:

@@ -44,8 +44,9 @@ def build_head(in_dim: int = 768, hidden: int = 384):
     """The authors' projection head (Linear, ReLU, Dropout, BatchNorm1d, Linear), without the sigmoid."""
     import torch.nn as nn
 
-    return nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Dropout(0.5), nn.BatchNorm1d(hidden),
-                         nn.Linear(hidden, 1))
+    return nn.Sequential(
+        nn.Linear(in_dim, hidden), nn.ReLU(), nn.Dropout(0.5), nn.BatchNorm1d(hidden), nn.Linear(hidden, 1)
+    )
 
 
 def _read_state(path: Path) -> dict[str, Any]:
@@ -99,13 +100,23 @@ class MHSCScorer(ImageBatchScorer):
 
     name = "mhsc"
 
-    def __init__(self, *, checkpoints: str | None = None, clip_model: str | None = None, device: str | None = None,
-                 threshold: float = MHSC_THRESHOLD, batch_size: int = 32, max_wait_ms: float = 10):
+    def __init__(
+        self,
+        *,
+        checkpoints: str | None = None,
+        clip_model: str | None = None,
+        device: str | None = None,
+        threshold: float = MHSC_THRESHOLD,
+        batch_size: int = 32,
+        max_wait_ms: float = 10,
+    ):
         super().__init__(batch_size=batch_size, max_wait_ms=max_wait_ms)
         checkpoints = checkpoints or env_str("UNVEIL_MHSC_CHECKPOINTS")
         if not checkpoints:
-            raise ValueError("MHSC needs its head checkpoints: pass checkpoints= or set UNVEIL_MHSC_CHECKPOINTS (the "
-                             "checkpoints/multi-headed folder of YitingQu/unsafe-diffusion)")
+            raise ValueError(
+                "MHSC needs its head checkpoints: pass checkpoints= or set UNVEIL_MHSC_CHECKPOINTS (the "
+                "checkpoints/multi-headed folder of YitingQu/unsafe-diffusion)"
+            )
         self.checkpoints = checkpoints
         self.clip_model = clip_model or env_str("UNVEIL_MHSC_CLIP") or DEFAULT_MHSC_CLIP
         self.device = device or default_device()
@@ -118,8 +129,10 @@ class MHSCScorer(ImageBatchScorer):
         with self._load_lock:
             in_dim = next(iter(self.heads.values()))[0].in_features
             if model.config.projection_dim != in_dim:
-                raise ValueError(f"MHSC heads {self.checkpoints!r} take {in_dim}-dimensional embeddings but CLIP model "
-                                 f"{self.clip_model!r} projects to {model.config.projection_dim}")
+                raise ValueError(
+                    f"MHSC heads {self.checkpoints!r} take {in_dim}-dimensional embeddings but CLIP model "
+                    f"{self.clip_model!r} projects to {model.config.projection_dim}"
+                )
             self.heads = {k: h.to(self.device) for k, h in self.heads.items()}
 
     def head_probabilities(self, images: list[Any]):

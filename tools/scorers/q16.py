@@ -34,8 +34,11 @@ class Q16Result:
 # What a pickled array may reference: Q16's own `prompts.p` is a pickled NumPy array (its code reads it with
 # `pickle.load`). Anything else in a pickle could run code on load, so it is refused.
 _PICKLE_ALLOWED = {
-    ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"),
     ("numpy._core.multiarray", "scalar"),
 }
 

@@ -35,8 +35,13 @@ def nudenet_unsafe(labels: Iterable[str], counted: Iterable[str] = IPR_NUDENET_L
     return any(str(label).upper() in wanted for label in labels)
 
 
-def is_inappropriate(q16: float | None, nudenet_labels: Iterable[str] = (), *, source: str = "q16+nudenet",
-                     threshold: float = Q16_THRESHOLD) -> bool:
+def is_inappropriate(
+    q16: float | None,
+    nudenet_labels: Iterable[str] = (),
+    *,
+    source: str = "q16+nudenet",
+    threshold: float = Q16_THRESHOLD,
+) -> bool:
     """The IP indicator of one image under `source` (both detectors, or one alone)."""
     if source not in IP_SOURCES:
         raise ValueError(f"ip_source {source!r}: use one of {', '.join(IP_SOURCES)}")

@@ -62,8 +62,9 @@ def check_settings(names: Sequence[str], settings: ScoringSettings) -> None:
 class RemoteScoring(Protocol):
     """Where scoring runs when a distributed engine is on (the run layer's Ray engine installs one)."""
 
-    async def score(self, image_ids: list[str], prompt: str, names: list[str], settings: ScoringSettings,
-                    store: ImageStore | None) -> list[dict[str, Any]]:
+    async def score(
+        self, image_ids: list[str], prompt: str, names: list[str], settings: ScoringSettings, store: ImageStore | None
+    ) -> list[dict[str, Any]]:
         """The rows `score_images` would give, computed elsewhere."""
         ...
 
@@ -78,8 +79,13 @@ def set_remote_scoring(remote: RemoteScoring | None) -> None:
         _REMOTE.append(remote)
 
 
-async def score_images(image_ids: Sequence[str], prompt: str, names: Sequence[str], settings: ScoringSettings,
-                       store: ImageStore | None = None) -> list[dict[str, Any]]:
+async def score_images(
+    image_ids: Sequence[str],
+    prompt: str,
+    names: Sequence[str],
+    settings: ScoringSettings,
+    store: ImageStore | None = None,
+) -> list[dict[str, Any]]:
     """One row of scores per image (see the module docstring), for the scorers in `names`."""
     check_settings(names, settings)
     if _REMOTE:
@@ -87,8 +93,13 @@ async def score_images(image_ids: Sequence[str], prompt: str, names: Sequence[st
     return await score_here(image_ids, prompt, names, settings, store)
 
 
-async def score_here(image_ids: Sequence[str], prompt: str, names: Sequence[str], settings: ScoringSettings,
-                     store: ImageStore | None = None) -> list[dict[str, Any]]:
+async def score_here(
+    image_ids: Sequence[str],
+    prompt: str,
+    names: Sequence[str],
+    settings: ScoringSettings,
+    store: ImageStore | None = None,
+) -> list[dict[str, Any]]:
     """`score_images` in this process, whatever engine is installed (what a scorer worker runs)."""
     from tools import scorers as sc
 
@@ -146,8 +157,17 @@ async def score_here(image_ids: Sequence[str], prompt: str, names: Sequence[str]
     return out
 
 
-__all__ = ["SCORER_MODULES", "SCORER_NAMES", "RemoteScoring", "ScoringSettings", "check_names", "check_settings",
-           "score_here", "score_images", "set_remote_scoring"]
+__all__ = [
+    "SCORER_MODULES",
+    "SCORER_NAMES",
+    "RemoteScoring",
+    "ScoringSettings",
+    "check_names",
+    "check_settings",
+    "score_here",
+    "score_images",
+    "set_remote_scoring",
+]
 
 
 PIXEL_SCORERS = ("tools", "fast")
@@ -167,9 +187,14 @@ def pixel_scorer(kind: str, *, q16_model: str, clip_model: str, q16_embeddings: 
     from tools.scorers.pixels import ClipQ16PixelScorer, ToolsPixelScorer
 
     if kind == "tools":
-        return ToolsPixelScorer(q16_model=q16_model, clip_model=clip_model or "ViT-B-32",
-                                q16_embeddings=q16_embeddings, device=device)
+        return ToolsPixelScorer(
+            q16_model=q16_model, clip_model=clip_model or "ViT-B-32", q16_embeddings=q16_embeddings, device=device
+        )
     if kind == "fast":
-        return ClipQ16PixelScorer(q16_model=q16_model, clip_model=clip_model or "openai/clip-vit-base-patch32",
-                                  q16_embeddings=q16_embeddings, device=device)
+        return ClipQ16PixelScorer(
+            q16_model=q16_model,
+            clip_model=clip_model or "openai/clip-vit-base-patch32",
+            q16_embeddings=q16_embeddings,
+            device=device,
+        )
     raise ValueError(f"scorer {kind!r}: expected {' or '.join(PIXEL_SCORERS)}")

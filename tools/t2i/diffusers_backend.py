@@ -59,8 +59,11 @@ def check_tokenizers(pipeline: Any) -> tuple[threading.Lock, list[Any]]:
         return found
     # Copied once, outside `_LOCK`: this may wait for a running batch, which must not hold up other loaders.
     with tokenizer_lock(pipeline):
-        toks = [copy.deepcopy(t) for t in (getattr(pipeline, "tokenizer", None), getattr(pipeline, "tokenizer_2", None))
-                if t]
+        toks = [
+            copy.deepcopy(t)
+            for t in (getattr(pipeline, "tokenizer", None), getattr(pipeline, "tokenizer_2", None))
+            if t
+        ]
     with _LOCK:
         return _CHECK_TOKENIZERS.setdefault(id(pipeline), (threading.Lock(), toks))
 
@@ -88,8 +91,14 @@ def _dtype_for(device: str, dtype: str):
 
     if dtype == "auto":
         return torch.float16 if device.startswith("cuda") else torch.float32
-    table = {"fp16": torch.float16, "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-             "fp32": torch.float32, "float32": torch.float32}
+    table = {
+        "fp16": torch.float16,
+        "float16": torch.float16,
+        "bf16": torch.bfloat16,
+        "bfloat16": torch.bfloat16,
+        "fp32": torch.float32,
+        "float32": torch.float32,
+    }
     if dtype not in table:
         raise UnsupportedOptionError(f"dtype {dtype!r} is not supported; use one of auto, {', '.join(table)}")
     return table[dtype]
@@ -170,8 +179,7 @@ def _prepare(pipe) -> None:
     pipe.unet.set_attn_processor(AttnProcessor2_0())
 
 
-def load_sld_pipeline(model: str, *, device: str, dtype: str = "auto",
-                      accel: str = "auto"):
+def load_sld_pipeline(model: str, *, device: str, dtype: str = "auto", accel: str = "auto"):
     """`StableDiffusionPipelineSafe` sharing all modules with the base pipeline of `model` (same `accel`)."""
     key = ("sld", model, device, dtype, resolve_accel(accel, device).name)
     with _LOCK:
@@ -187,7 +195,9 @@ def load_sld_pipeline(model: str, *, device: str, dtype: str = "auto",
             )
         parts = {k: base.components[k] for k in ("vae", "text_encoder", "tokenizer", "unet", "scheduler")}
         pipe: Any = StableDiffusionPipelineSafe(
-            **parts, safety_checker=None, feature_extractor=base.components.get("feature_extractor"),
+            **parts,
+            safety_checker=None,
+            feature_extractor=base.components.get("feature_extractor"),
             requires_safety_checker=False,
         )
         pipe.set_progress_bar_config(disable=True)
@@ -283,8 +293,10 @@ def submit_decode(pipe: Any, latents: Any, device: str) -> concurrent.futures.Fu
 
     with _LOCK:
         if device not in _DECODERS:
-            _DECODERS[device] = (concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"t2i-decode-{device}"),
-                                 torch.cuda.Stream(device=device))
+            _DECODERS[device] = (
+                concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"t2i-decode-{device}"),
+                torch.cuda.Stream(device=device),
+            )
         pool, stream = _DECODERS[device]
     ready = torch.cuda.Event()
     ready.record()  # on the worker's stream, after the last UNet step and scheduler update
@@ -317,8 +329,11 @@ def decode_to_pil(pipe: Any, latents: Any) -> list[Any]:
             if not is_compile_error(exc):
                 raise
             disable_compile(pipe.vae.decoder)
-            warnings.warn(f"torch.compile of the VAE decoder failed ({type(exc).__name__}); decoding eagerly",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"torch.compile of the VAE decoder failed ({type(exc).__name__}); decoding eagerly",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             image = pipe.vae.decode(latents / pipe.vae.config.scaling_factor, return_dict=False)[0]
         image = pipe.image_processor.denormalize(image)
         pixels = (image.float() * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
@@ -392,8 +407,9 @@ class DiffusersGenerator:
                 self._pipe = load_sld_pipeline(self.model, device=self.device, dtype=self.dtype, accel=accel)
             elif self.variant == "esd":
                 assert self.unet_file is not None
-                self._pipe = load_esd_pipeline(self.model, self.unet_file, device=self.device, dtype=self.dtype,
-                                               accel=accel)
+                self._pipe = load_esd_pipeline(
+                    self.model, self.unet_file, device=self.device, dtype=self.dtype, accel=accel
+                )
             else:
                 self._pipe = load_base_pipeline(self.model, device=self.device, dtype=self.dtype, accel=accel)
         return self._pipe

@@ -94,8 +94,12 @@ class FastPath:
         if self.gemm_autotune:
             # GEMMs only, the default search space: `max-autotune` (convolution templates, CUDA graphs and the
             # exhaustive space) compiled for over ten minutes here.
-            options.update(max_autotune_gemm=True, max_autotune_gemm_backends="ATEN,TRITON",
-                           max_autotune_conv_backends="ATEN", max_autotune_gemm_search_space="DEFAULT")
+            options.update(
+                max_autotune_gemm=True,
+                max_autotune_gemm_backends="ATEN,TRITON",
+                max_autotune_conv_backends="ATEN",
+                max_autotune_gemm_search_space="DEFAULT",
+            )
         return options
 
 
@@ -115,15 +119,30 @@ RECOMPILE_LIMIT = 64
 
 PRESETS: dict[str, FastPath] = {
     "eager": FastPath("eager"),
-    "compile": FastPath("compile", compile=True, fuse_qkv=True, cudnn_benchmark=True, conv_1x1_as_mm=True,
-                        compile_vae=True, bucket_batches=True),
-    "fp8": FastPath("fp8", compile=True, fuse_qkv=True, cudnn_benchmark=True, conv_1x1_as_mm=True, fp8=True,
-                    bucket_batches=True),
+    "compile": FastPath(
+        "compile",
+        compile=True,
+        fuse_qkv=True,
+        cudnn_benchmark=True,
+        conv_1x1_as_mm=True,
+        compile_vae=True,
+        bucket_batches=True,
+    ),
+    "fp8": FastPath(
+        "fp8", compile=True, fuse_qkv=True, cudnn_benchmark=True, conv_1x1_as_mm=True, fp8=True, bucket_batches=True
+    ),
 }
 ACCEL_CHOICES = ("auto", *PRESETS)
 # Switches that `accel="PRESET+switch+no-switch"` turns on or off over a compiled preset (benchmarks, tuning).
-SWITCHES = {"freeze": "freezing", "cd": "coordinate_descent", "gemm": "gemm_autotune", "nchw": "nchw_convs",
-            "vae": "compile_vae", "overlap": "overlap_decode", "bucket": "bucket_batches"}
+SWITCHES = {
+    "freeze": "freezing",
+    "cd": "coordinate_descent",
+    "gemm": "gemm_autotune",
+    "nchw": "nchw_convs",
+    "vae": "compile_vae",
+    "overlap": "overlap_decode",
+    "bucket": "bucket_batches",
+}
 
 
 def preset_named(accel: str) -> FastPath:
@@ -132,8 +151,10 @@ def preset_named(accel: str) -> FastPath:
     # A URL query (`diffusers:MODEL?accel=compile+freeze`) hands the `+` over as a space.
     base, *items = accel.replace(" ", "+").split("+")
     if base not in PRESETS:
-        raise UnsupportedOptionError(f"accel {accel!r} is not supported; use one of {', '.join(ACCEL_CHOICES)}"
-                                     f" (optionally followed by +{'/+'.join(SWITCHES)} or +no-...)")
+        raise UnsupportedOptionError(
+            f"accel {accel!r} is not supported; use one of {', '.join(ACCEL_CHOICES)}"
+            f" (optionally followed by +{'/+'.join(SWITCHES)} or +no-...)"
+        )
     preset = PRESETS[base]
     if not items:
         return preset
@@ -188,8 +209,13 @@ def _quantize_fp8(unet: Any) -> int:
     def wanted(module: Any, fqn: str) -> bool:
         nonlocal count
         # The timestep/class embeddings see one row per image: quantising them costs more than it saves.
-        ok = (isinstance(module, torch.nn.Linear) and "time_emb" not in fqn and "add_emb" not in fqn
-              and module.in_features % 16 == 0 and module.out_features % 16 == 0)
+        ok = (
+            isinstance(module, torch.nn.Linear)
+            and "time_emb" not in fqn
+            and "add_emb" not in fqn
+            and module.in_features % 16 == 0
+            and module.out_features % 16 == 0
+        )
         count += ok
         return ok
 
@@ -256,8 +282,12 @@ class CompileGuard:
             return fn()
         new = shape not in self.seen
         if new:
-            print(f"unveil t2i: compiling the UNet for batch shape {shape} (one-off, about a minute; cached in "
-                  f"{default_cache_dir()})", file=sys.stderr, flush=True)
+            print(
+                f"unveil t2i: compiling the UNet for batch shape {shape} (one-off, about a minute; cached in "
+                f"{default_cache_dir()})",
+                file=sys.stderr,
+                flush=True,
+            )
         t0 = time.perf_counter()
         try:
             out = fn()
@@ -266,13 +296,16 @@ class CompileGuard:
                 raise
             self.failed = True
             disable_compile(unet)
-            warnings.warn(f"torch.compile of the UNet failed ({type(exc).__name__}: {str(exc)[:200]}); "
-                          "rendering with the eager UNet instead", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"torch.compile of the UNet failed ({type(exc).__name__}: {str(exc)[:200]}); "
+                "rendering with the eager UNet instead",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             return fn()
         if new:
             self.seen.add(shape)
-            log.info("t2i: first batch of shape %s took %.1f s (compilation included)", shape,
-                     time.perf_counter() - t0)
+            log.info("t2i: first batch of shape %s took %.1f s (compilation included)", shape, time.perf_counter() - t0)
         return out
 
 

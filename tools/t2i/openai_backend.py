@@ -61,9 +61,7 @@ class OpenAIImageGenerator:
         self.size = size
         self.store = store
         self._client = client
-        self._client_kwargs: dict[str, Any] = {
-            k: v for k, v in {"api_key": api_key, "base_url": base_url}.items() if v
-        }
+        self._client_kwargs: dict[str, Any] = {k: v for k, v in {"api_key": api_key, "base_url": base_url}.items() if v}
 
     @property
     def client(self):

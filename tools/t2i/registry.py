@@ -162,8 +162,9 @@ def get_generator(spec: str, **options: Any) -> ImageGenerator:
         return _CACHE[key]
 
 
-def open_generator(spec: str, *, store: Any = None, long_prompts: str = DEFAULT_LONG_PROMPTS, load: bool = False,
-                   **options: Any) -> ImageGenerator:
+def open_generator(
+    spec: str, *, store: Any = None, long_prompts: str = DEFAULT_LONG_PROMPTS, load: bool = False, **options: Any
+) -> ImageGenerator:
     """The generator for `spec` writing into `store`, with the over-long-prompt policy `long_prompts`.
 
     A `registered:NAME` spec returns the object given to `register_generator` (which keeps its own store and
@@ -194,8 +195,9 @@ def open_generator(spec: str, *, store: Any = None, long_prompts: str = DEFAULT_
     return generator
 
 
-def build_local_generator(spec: str, *, store: ImageStore, long_prompts: str = DEFAULT_LONG_PROMPTS,
-                          **options: Any) -> ImageGenerator:
+def build_local_generator(
+    spec: str, *, store: ImageStore, long_prompts: str = DEFAULT_LONG_PROMPTS, **options: Any
+) -> ImageGenerator:
     """The local generator `open_generator` gives without a remote engine (what a render worker runs)."""
     opts = {**options, "store": store}
     if not str(spec).startswith("openai:"):

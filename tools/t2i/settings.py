@@ -49,13 +49,19 @@ class RenderSettings:
     negative_prompt: str = render_field("negative_prompt", "")
     long_prompts: LongPrompts = render_field("long_prompts", DEFAULT_LONG_PROMPTS)
 
-    def request(self, prompt: str, *, seed: int = 0, num_images: int = 1,
-                guidance: float | None = None) -> GenerationRequest:
+    def request(
+        self, prompt: str, *, seed: int = 0, num_images: int = 1, guidance: float | None = None
+    ) -> GenerationRequest:
         """The generation request of `prompt` under these settings (`guidance` overrides the setting, for the
         I2P protocol's per-prompt guidance)."""
         return GenerationRequest(
-            prompt=prompt, negative_prompt=self.negative_prompt or None, seed=seed, num_images=num_images,
-            width=self.width, height=self.height, steps=self.steps,
+            prompt=prompt,
+            negative_prompt=self.negative_prompt or None,
+            seed=seed,
+            num_images=num_images,
+            width=self.width,
+            height=self.height,
+            steps=self.steps,
             guidance=self.guidance if guidance is None else guidance,
         )
 
@@ -68,8 +74,9 @@ class RenderSettings:
         for name in ("width", "height", "steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < RENDER_FIELD_META[name]["min"]:
-                raise ValueError(f"{name} must be an integer of at least {RENDER_FIELD_META[name]['min']}, "
-                                 f"got {value!r}")
+                raise ValueError(
+                    f"{name} must be an integer of at least {RENDER_FIELD_META[name]['min']}, got {value!r}"
+                )
         if self.long_prompts not in LONG_PROMPT_POLICIES:
             raise ValueError(f"long_prompts must be {' or '.join(LONG_PROMPT_POLICIES)}, got {self.long_prompts!r}")
 
@@ -93,8 +100,13 @@ def render_kwargs(settings: Any) -> dict[str, Any]:
 # Names the render settings had before they became one type (and the reward renders' compile switch, now a value of
 # `t2i_accel`): an old config or context using them is refused with the new name, not merely "unknown".
 RENAMED_RENDER_FIELDS = {
-    "t2i": "generator", "t2i_width": "width", "t2i_height": "height", "t2i_steps": "steps",
-    "t2i_guidance": "guidance", "t2i_size": "width and height", "size": "width and height",
+    "t2i": "generator",
+    "t2i_width": "width",
+    "t2i_height": "height",
+    "t2i_steps": "steps",
+    "t2i_guidance": "guidance",
+    "t2i_size": "width and height",
+    "size": "width and height",
     "t2i_compile": 't2i_accel = "compile"',
 }
 

@@ -9,12 +9,18 @@ from typing import Any
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `cluster` subcommand."""
-    p = sub.add_parser("cluster", help="inspect the Ray cluster that --engine ray runs on",
-                       description="See docs/scale.md for starting a cluster and submitting jobs.")
+    p = sub.add_parser(
+        "cluster",
+        help="inspect the Ray cluster that --engine ray runs on",
+        description="See docs/scale.md for starting a cluster and submitting jobs.",
+    )
     csub = p.add_subparsers(dest="cluster_command", required=True)
     info = csub.add_parser("info", help="nodes, GPUs/CPUs, and the actor pools Unveil would place")
-    info.add_argument("--ray-address", metavar="ADDRESS",
-                      help="auto or ray://host:10001 (default $UNVEIL_RAY_ADDRESS, else a new local cluster)")
+    info.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="auto or ray://host:10001 (default $UNVEIL_RAY_ADDRESS, else a new local cluster)",
+    )
     info.add_argument("--json", action="store_true", help="print the description as JSON")
     info.set_defaults(func=run_info)
 
@@ -24,15 +30,20 @@ def format_info(info: dict[str, Any]) -> str:
     lines = [f"cluster: {len(info['nodes'])} node(s), {info['cpus']:g} CPUs, {info['gpus']:g} GPUs"]
     for node in info["nodes"]:
         extra = ", ".join(f"{k}={v:g}" for k, v in sorted(node["resources"].items()))
-        lines.append(f"  node {str(node['node_id'])[:12]} at {node['address']}: {node['cpus']:g} CPUs, "
-                     f"{node['gpus']:g} GPUs" + (f", {extra}" if extra else ""))
+        lines.append(
+            f"  node {str(node['node_id'])[:12]} at {node['address']}: {node['cpus']:g} CPUs, "
+            f"{node['gpus']:g} GPUs" + (f", {extra}" if extra else "")
+        )
     for name, pool in info["pools"].items():
         res = ", ".join(f"{k}={v:g}" for k, v in sorted(pool["resources_each"].items()))
-        lines.append(f"{name} pool: {pool['actors']} actor(s), {pool['gpus_each']:g} GPU and {pool['cpus_each']:g} "
-                     f"CPU each" + (f", needs {res}" if res else "") + " (one pool per text-to-image spec)"
-                     * (name == "render"))
-    lines.append("limiter: one named actor 'unveil-limits' (namespace unveil) holds UNVEIL_MAX_CONCURRENCY / "
-                 "UNVEIL_RPM per model backend for every driver")
+        lines.append(
+            f"{name} pool: {pool['actors']} actor(s), {pool['gpus_each']:g} GPU and {pool['cpus_each']:g} "
+            f"CPU each" + (f", needs {res}" if res else "") + " (one pool per text-to-image spec)" * (name == "render")
+        )
+    lines.append(
+        "limiter: one named actor 'unveil-limits' (namespace unveil) holds UNVEIL_MAX_CONCURRENCY / "
+        "UNVEIL_RPM per model backend for every driver"
+    )
     if info["named_actors"]:
         lines.append("running now: " + ", ".join(info["named_actors"]))
     return "\n".join(lines)

@@ -21,12 +21,19 @@ DEMO_NOTICE = (
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     """--model, --role-model, --cache, --image-store, --concurrency."""
     parser.add_argument("--model", help=f"default model spec for every role (default $UNVEIL_MODEL or {DEFAULT_SPEC})")
-    parser.add_argument("--role-model", action="append", default=[], metavar="ROLE=SPEC",
-                        help="model spec for one role, e.g. pair_judge=openai:gpt-4.1 (repeatable)")
-    parser.add_argument("--cache", help="response cache file, or 'off' "
-                                        "(default $UNVEIL_CACHE or ~/.cache/unveil/responses.sqlite)")
-    parser.add_argument("--image-store", default="",
-                        help="image store folder (default $UNVEIL_IMAGE_STORE or ~/.cache/unveil/images)")
+    parser.add_argument(
+        "--role-model",
+        action="append",
+        default=[],
+        metavar="ROLE=SPEC",
+        help="model spec for one role, e.g. pair_judge=openai:gpt-4.1 (repeatable)",
+    )
+    parser.add_argument(
+        "--cache", help="response cache file, or 'off' (default $UNVEIL_CACHE or ~/.cache/unveil/responses.sqlite)"
+    )
+    parser.add_argument(
+        "--image-store", default="", help="image store folder (default $UNVEIL_IMAGE_STORE or ~/.cache/unveil/images)"
+    )
 
 
 def add_render_options(parser: argparse.ArgumentParser, defaults: Any) -> None:
@@ -36,19 +43,28 @@ def add_render_options(parser: argparse.ArgumentParser, defaults: Any) -> None:
     (a RenderSettings) supplies the numbers the help shows."""
     from tools.t2i.registry import LONG_PROMPT_POLICIES
 
-    parser.add_argument("--width", type=bounded_int(8, MAX_PIXELS),
-                        help=f"image width in pixels (default {defaults.width})")
-    parser.add_argument("--height", type=bounded_int(8, MAX_PIXELS),
-                        help=f"image height in pixels (default {defaults.height})")
-    parser.add_argument("--size", type=bounded_int(8, MAX_PIXELS),
-                        help="image width and height at once (--width/--height win)")
+    parser.add_argument(
+        "--width", type=bounded_int(8, MAX_PIXELS), help=f"image width in pixels (default {defaults.width})"
+    )
+    parser.add_argument(
+        "--height", type=bounded_int(8, MAX_PIXELS), help=f"image height in pixels (default {defaults.height})"
+    )
+    parser.add_argument(
+        "--size", type=bounded_int(8, MAX_PIXELS), help="image width and height at once (--width/--height win)"
+    )
     parser.add_argument("--steps", type=bounded_int(1, MAX_STEPS), help=f"diffusion steps (default {defaults.steps})")
-    parser.add_argument("--guidance", type=bounded_float(0.0, 100.0),
-                        help=f"classifier-free guidance scale (default {defaults.guidance:g})")
+    parser.add_argument(
+        "--guidance",
+        type=bounded_float(0.0, 100.0),
+        help=f"classifier-free guidance scale (default {defaults.guidance:g})",
+    )
     parser.add_argument("--negative-prompt", help="negative prompt for every generation (default: none)")
-    parser.add_argument("--long-prompts", choices=LONG_PROMPT_POLICIES,
-                        help="prompts over the text encoder's 77 tokens: truncate them as diffusers and the papers do "
-                             f"(default {defaults.long_prompts}) or fail the sample")
+    parser.add_argument(
+        "--long-prompts",
+        choices=LONG_PROMPT_POLICIES,
+        help="prompts over the text encoder's 77 tokens: truncate them as diffusers and the papers do "
+        f"(default {defaults.long_prompts}) or fail the sample",
+    )
 
 
 def render_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -73,15 +89,18 @@ def report_batch(summary: Any, output: Any, *, done: str = "done") -> int:
     """Print a batch's summary (this run's counts, then every failed record of the output, earlier runs' too) and
     return its exit code (`batch_exit_code` of the failed records in the output)."""
     earlier = f" ({summary.failed_earlier} of them failed then)" if summary.failed_earlier else ""
-    print(f"{summary.completed} {done}, {summary.failed} failed, {summary.skipped} already in {output}{earlier}",
-          file=sys.stderr)
+    print(
+        f"{summary.completed} {done}, {summary.failed} failed, {summary.skipped} already in {output}{earlier}",
+        file=sys.stderr,
+    )
     for failure in summary.failures[:50]:
         print(f"  failed {failure.get('id')}: {failure['error']}", file=sys.stderr)
     if len(summary.failures) > 50:
         print(f"  ... and {len(summary.failures) - 50} more (their records say why)", file=sys.stderr)
     if summary.failed_in_output:
-        print(f"{summary.failed_in_output} failed record(s) in {output}: --retry-failed runs them again",
-              file=sys.stderr)
+        print(
+            f"{summary.failed_in_output} failed record(s) in {output}: --retry-failed runs them again", file=sys.stderr
+        )
     return batch_exit_code(summary.failed_in_output)
 
 
@@ -166,12 +185,19 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     """--engine and --ray-address: where the command's GPU work and model-API limits live (docs/scale.md)."""
     from runner.engine import ADDRESS_ENV, ENGINES
 
-    parser.add_argument("--engine", choices=ENGINES, default="local",
-                        help="local (this process, the default) or ray: rendering and scoring on Ray actor pools, "
-                             "model-API limits cluster-wide (see docs/scale.md)")
-    parser.add_argument("--ray-address", metavar="ADDRESS",
-                        help=f"Ray cluster for --engine ray: auto (the running cluster) or ray://host:10001 "
-                             f"(default ${ADDRESS_ENV}, else a new local cluster)")
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="local",
+        help="local (this process, the default) or ray: rendering and scoring on Ray actor pools, "
+        "model-API limits cluster-wide (see docs/scale.md)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help=f"Ray cluster for --engine ray: auto (the running cluster) or ray://host:10001 "
+        f"(default ${ADDRESS_ENV}, else a new local cluster)",
+    )
 
 
 def engine_settings(args: argparse.Namespace) -> Any:
@@ -196,8 +222,10 @@ def add_batch_options(parser: argparse.ArgumentParser) -> None:
     add_mixed_settings_option(parser)
 
 
-MIXED_SETTINGS_HELP = ("add to an output made with other settings (or with settings not recorded) anyway; without "
-                       "it such a rerun is refused before any model call, naming what differs")
+MIXED_SETTINGS_HELP = (
+    "add to an output made with other settings (or with settings not recorded) anyway; without "
+    "it such a rerun is refused before any model call, naming what differs"
+)
 
 
 def add_mixed_settings_option(parser: argparse.ArgumentParser) -> None:
@@ -212,8 +240,12 @@ def output_identity(args: argparse.Namespace, kind: str, settings: dict[str, Any
     line (credentials redacted) and whether --allow-mixed-settings was given."""
     from runner.batch import OutputIdentity
 
-    return OutputIdentity(kind=kind, settings=settings, command=getattr(args, "command_line", ""),
-                          allow_mixed=bool(getattr(args, "allow_mixed_settings", False)))
+    return OutputIdentity(
+        kind=kind,
+        settings=settings,
+        command=getattr(args, "command_line", ""),
+        allow_mixed=bool(getattr(args, "allow_mixed_settings", False)),
+    )
 
 
 def default_output_name(stem: str, specs: Any) -> str:

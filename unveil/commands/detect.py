@@ -32,27 +32,42 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pairs.jsonl"
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `detect` subcommand."""
-    p = sub.add_parser("detect", help="detect covert toxicity in image-text pairs (TAG or vanilla)",
-                       description="With no --text and no --input, runs the bundled example pairs.")
+    p = sub.add_parser(
+        "detect",
+        help="detect covert toxicity in image-text pairs (TAG or vanilla)",
+        description="With no --text and no --input, runs the bundled example pairs.",
+    )
     p.add_argument("--image", help="image path or http(s) URL")
     p.add_argument("--image-description", help="what the image shows (needed by text-only models)")
     p.add_argument("--text", help="the text of the pair")
-    p.add_argument("--method", type=_method, default="tag",
-                   help="tag (TAG detection), vanilla (the one-call baseline), or a guard model: "
-                        "guard:llama-guard-4, guard:llavaguard, guard:guardreasoner-vl, guard:template=FILE "
-                        "(its model: --role-model guard=SPEC)")
+    p.add_argument(
+        "--method",
+        type=_method,
+        default="tag",
+        help="tag (TAG detection), vanilla (the one-call baseline), or a guard model: "
+        "guard:llama-guard-4, guard:llavaguard, guard:guardreasoner-vl, guard:template=FILE "
+        "(its model: --role-model guard=SPEC)",
+    )
     p.add_argument("--l-max", type=bounded_int(1, MAX_DEPTH), help="layers per tree, counting the roots (default 4)")
-    p.add_argument("--k-max", type=bounded_int(1, 100),
-                   help="nodes kept per layer, or per node with --prune per_node (default 6)")
-    p.add_argument("--prune", choices=("per_layer", "per_node"),
-                   help="how k_max bounds a tree (default per_layer; see docs/tag.md)")
-    p.add_argument("--roots-mode", choices=("separate", "joint"),
-                   help="root concepts from two entity-graph calls (default separate, the paper's) or one joint call")
+    p.add_argument(
+        "--k-max", type=bounded_int(1, 100), help="nodes kept per layer, or per node with --prune per_node (default 6)"
+    )
+    p.add_argument(
+        "--prune",
+        choices=("per_layer", "per_node"),
+        help="how k_max bounds a tree (default per_layer; see docs/tag.md)",
+    )
+    p.add_argument(
+        "--roots-mode",
+        choices=("separate", "joint"),
+        help="root concepts from two entity-graph calls (default separate, the paper's) or one joint call",
+    )
     p.add_argument("--children", type=bounded_int(1, 20), help="children per parent (default 3)")
     p.add_argument("--screen", action="store_true", help="screen suspicious pairs before judging")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
-    p.add_argument("--render", metavar="FILE", type=new_file_path,
-                   help="write a picture of the TAG (.png, .svg or .pdf)")
+    p.add_argument(
+        "--render", metavar="FILE", type=new_file_path, help="write a picture of the TAG (.png, .svg or .pdf)"
+    )
     add_model_options(p)
     add_batch_options(p)
     add_engine_options(p)
@@ -71,8 +86,15 @@ def _context(args: argparse.Namespace) -> Any:
     kw = context_kwargs(args)
     store = kw.pop("image_store", "")
     try:
-        ctx = detection_context(args.method, kw, image_store=store, l_max=args.l_max, k_max=args.k_max,
-                                children=args.children, screen=args.screen)
+        ctx = detection_context(
+            args.method,
+            kw,
+            image_store=store,
+            l_max=args.l_max,
+            k_max=args.k_max,
+            children=args.children,
+            screen=args.screen,
+        )
     except ValueError as exc:
         raise SystemExit(f"unveil detect: {exc}") from exc
     for name in ("prune", "roots_mode"):  # the TAG paper's readings (docs/tag.md)
@@ -113,23 +135,30 @@ def _print_summary(rec: dict[str, Any], sample_id: str | None = None) -> None:
     if rec.get("explanation") or rec.get("reason"):
         line += f"\n  {rec.get('explanation') or rec.get('reason')}"
     usage = rec.get("usage", {}).get("total", {})
-    line += (f"\n  calls={usage.get('calls', 0)} cache_hits={usage.get('cache_hits', 0)} "
-             f"tokens={usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} "
-             f"cost=${usage.get('cost_usd', 0):.4f}")
+    line += (
+        f"\n  calls={usage.get('calls', 0)} cache_hits={usage.get('cache_hits', 0)} "
+        f"tokens={usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} "
+        f"cost=${usage.get('cost_usd', 0):.4f}"
+    )
     print(line, flush=True)  # shown as soon as each demo sample is done, also when stdout is a pipe
 
 
 def run(args: argparse.Namespace) -> int:
     """Run `unveil detect`."""
     if args.input and (args.text or args.image or args.image_description):
-        raise SystemExit("unveil detect: give either one pair (--text with --image or --image-description) or "
-                         "--input, not both")
+        raise SystemExit(
+            "unveil detect: give either one pair (--text with --image or --image-description) or --input, not both"
+        )
     if not args.input and not args.text and (args.image or args.image_description):
-        raise SystemExit("unveil detect: --text is missing: a pair needs its text (run with no --image, --text or "
-                         "--input to try the bundled examples)")
+        raise SystemExit(
+            "unveil detect: --text is missing: a pair needs its text (run with no --image, --text or "
+            "--input to try the bundled examples)"
+        )
     if args.render and (args.input or not args.text):
-        raise SystemExit("unveil detect: --render draws one pair's TAG; it is not supported with --input or the "
-                         "bundled examples (run one pair with --text)")
+        raise SystemExit(
+            "unveil detect: --render draws one pair's TAG; it is not supported with --input or the "
+            "bundled examples (run one pair with --text)"
+        )
     if args.render:
         from unveil.render import check_render_path
 
@@ -166,9 +195,19 @@ def run(args: argparse.Namespace) -> int:
         # The embedded model answers one call at a time, so running demo samples side by side gains nothing and
         # only delays the first result: one sample at a time there.
         demo = all(is_demo_spec(spec) for spec in ctx.models().values())
-        summary = asyncio.run(run_batch(items, worker, output, concurrency=1 if demo else args.concurrency,
-                                        retry_failed=args.retry_failed, desc=f"detect ({args.method})",
-                                        progress=not args.no_progress, inputs=(source,), identity=identity))
+        summary = asyncio.run(
+            run_batch(
+                items,
+                worker,
+                output,
+                concurrency=1 if demo else args.concurrency,
+                retry_failed=args.retry_failed,
+                desc=f"detect ({args.method})",
+                progress=not args.no_progress,
+                inputs=(source,),
+                identity=identity,
+            )
+        )
         if not args.input:
             from runner.batch import done_records
 

@@ -52,8 +52,9 @@ def _csv(value: str) -> list[str]:
 
 
 def _run_options(p: argparse.ArgumentParser, default_out: str) -> None:
-    p.add_argument("--out", default=default_out,
-                   help=f"output folder for tables, plots and run files (default {default_out})")
+    p.add_argument(
+        "--out", default=default_out, help=f"output folder for tables, plots and run files (default {default_out})"
+    )
     p.add_argument("--concurrency", type=positive_int, default=4, help="samples run at once")
     p.add_argument("--retry-failed", action="store_true", help="run samples that failed before again")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -66,94 +67,179 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev = p.add_subparsers(dest="evaluation", required=True)
 
     d = ev.add_parser("detection", help="vanilla vs TA-CTD: accuracy/F2 per MTC bin, l_max ablation, MTC histogram")
-    d.add_argument("--dataset", action="append", required=True, metavar="[NAME=][FMT:]FILE",
-                   help="dataset file (repeatable), e.g. siuo:data/siuo_gen.json; NAME labels it in the tables "
-                        "(default: the file's folder/stem); FMT is its layout, as --format")
-    d.add_argument("--format", action="append", default=[], metavar="FMT",
-                   help="layout per --dataset (ctd, hateful_memes, vlsbench, mmit, siuo, mssbench, holisafe, or "
-                        "auto; one value applies to all)")
-    d.add_argument("--methods", type=_csv, default=["vanilla", "tag"],
-                   help="vanilla, tag and/or guard models: guard:llama-guard-4, guard:llavaguard, "
-                        "guard:guardreasoner-vl, guard:template=FILE (default vanilla,tag); a guard's model is "
-                        "--role-model guard=SPEC (or guard.NAME=SPEC)")
-    d.add_argument("--detectors", type=_csv, default=[],
-                   help="detector model specs, comma-separated (default: --model)")
-    d.add_argument("--l-max", type=bounded_int(1, MAX_DEPTH),
-                   help="TAG depth counting the roots (default 4; 2 on the embedded demo model, "
-                   "as in `unveil detect`)")
-    d.add_argument("--l-max-ablation", type=int_list(1, MAX_DEPTH), default=[],
-                   help="other depths to run for the ablation, e.g. 2,3")
-    d.add_argument("--k-max", type=bounded_int(1, 100),
-                   help="TAG nodes kept per layer (default 6; 2 on the embedded demo model)")
-    d.add_argument("--children", type=bounded_int(1, 20),
-                   help="children per parent (default 3; 2 on the embedded demo model)")
+    d.add_argument(
+        "--dataset",
+        action="append",
+        required=True,
+        metavar="[NAME=][FMT:]FILE",
+        help="dataset file (repeatable), e.g. siuo:data/siuo_gen.json; NAME labels it in the tables "
+        "(default: the file's folder/stem); FMT is its layout, as --format",
+    )
+    d.add_argument(
+        "--format",
+        action="append",
+        default=[],
+        metavar="FMT",
+        help="layout per --dataset (ctd, hateful_memes, vlsbench, mmit, siuo, mssbench, holisafe, or "
+        "auto; one value applies to all)",
+    )
+    d.add_argument(
+        "--methods",
+        type=_csv,
+        default=["vanilla", "tag"],
+        help="vanilla, tag and/or guard models: guard:llama-guard-4, guard:llavaguard, "
+        "guard:guardreasoner-vl, guard:template=FILE (default vanilla,tag); a guard's model is "
+        "--role-model guard=SPEC (or guard.NAME=SPEC)",
+    )
+    d.add_argument(
+        "--detectors", type=_csv, default=[], help="detector model specs, comma-separated (default: --model)"
+    )
+    d.add_argument(
+        "--l-max",
+        type=bounded_int(1, MAX_DEPTH),
+        help="TAG depth counting the roots (default 4; 2 on the embedded demo model, as in `unveil detect`)",
+    )
+    d.add_argument(
+        "--l-max-ablation",
+        type=int_list(1, MAX_DEPTH),
+        default=[],
+        help="other depths to run for the ablation, e.g. 2,3",
+    )
+    d.add_argument(
+        "--k-max", type=bounded_int(1, 100), help="TAG nodes kept per layer (default 6; 2 on the embedded demo model)"
+    )
+    d.add_argument(
+        "--children", type=bounded_int(1, 20), help="children per parent (default 3; 2 on the embedded demo model)"
+    )
     d.add_argument("--beta", type=bounded_float(0.0, 100.0, above=True), default=2.0, help="F-score beta (default 2)")
     benign = d.add_mutually_exclusive_group()
-    benign.add_argument("--toxic-only", dest="include_benign", action="store_false",
-                        help="score the toxic samples only, as the TAG paper's Tables 1-2 (the default)")
-    benign.add_argument("--include-benign", dest="include_benign", action="store_true",
-                        help="also score the datasets' benign samples (Table 4, 'with benign data')")
+    benign.add_argument(
+        "--toxic-only",
+        dest="include_benign",
+        action="store_false",
+        help="score the toxic samples only, as the TAG paper's Tables 1-2 (the default)",
+    )
+    benign.add_argument(
+        "--include-benign",
+        dest="include_benign",
+        action="store_true",
+        help="also score the datasets' benign samples (Table 4, 'with benign data')",
+    )
     d.set_defaults(include_benign=False)
-    d.add_argument("--mtc-from", action="append", default=[], metavar="[NAME=]RUN.jsonl",
-                   help="covertness bins from this TA-CTD run file (records with id and mtc), for the dataset NAME "
-                        "or every dataset; repeatable")
-    d.add_argument("--mtc-reference", default="", metavar="SPEC",
-                   help="covertness bins from TA-CTD of this reference detector, run once per dataset and reused "
-                        "for every method (default: the dataset's mtc field); use a model you do not score")
+    d.add_argument(
+        "--mtc-from",
+        action="append",
+        default=[],
+        metavar="[NAME=]RUN.jsonl",
+        help="covertness bins from this TA-CTD run file (records with id and mtc), for the dataset NAME "
+        "or every dataset; repeatable",
+    )
+    d.add_argument(
+        "--mtc-reference",
+        default="",
+        metavar="SPEC",
+        help="covertness bins from TA-CTD of this reference detector, run once per dataset and reused "
+        "for every method (default: the dataset's mtc field); use a model you do not score",
+    )
     d.add_argument("--limit", type=bounded_int(1, MAX_SCENES), help="only the first N samples of each dataset")
     add_model_options(d)
     add_engine_options(d)
     _run_options(d, "runs/eval-detection")
     d.set_defaults(func=run_detection)
 
-    i = ev.add_parser("ipr", help="IP / Q16 confidence / BLIP / keep ratio of generation methods, plain, rewritten "
-                                  "and with IPR")
-    i.add_argument("--prompts", default="",
-                   help="I2P CSV or JSONL prompts (default: the repository's 300-prompt split of POSI and IPR, "
-                        "data/i2p/ipr_eval_300.jsonl)")
+    i = ev.add_parser(
+        "ipr", help="IP / Q16 confidence / BLIP / keep ratio of generation methods, plain, rewritten and with IPR"
+    )
+    i.add_argument(
+        "--prompts",
+        default="",
+        help="I2P CSV or JSONL prompts (default: the repository's 300-prompt split of POSI and IPR, "
+        "data/i2p/ipr_eval_300.jsonl)",
+    )
     i.add_argument("--categories", type=_csv, help="only these categories")
-    i.add_argument("--limit-per-category", type=bounded_int(1, MAX_SCENES),
-                   help="only the first N prompts of each category")
+    i.add_argument(
+        "--limit-per-category", type=bounded_int(1, MAX_SCENES), help="only the first N prompts of each category"
+    )
     i.add_argument("--methods", type=_csv, default=["sd"], help=f"generation methods: {', '.join(IPR_METHODS)}")
     i.add_argument("--sd", default=DEFAULT_SD, help=f"base text-to-image model id or folder (default {DEFAULT_SD})")
     i.add_argument("--esd-unet", help="ESD UNet weights file (needed by the esd method)")
-    i.add_argument("--generator", action="append", default=[], metavar="METHOD=SPEC",
-                   help="override a method's generator spec, e.g. sd=diffusers:/models/sd21 (repeatable)")
+    i.add_argument(
+        "--generator",
+        action="append",
+        default=[],
+        metavar="METHOD=SPEC",
+        help="override a method's generator spec, e.g. sd=diffusers:/models/sd21 (repeatable)",
+    )
     i.add_argument("--with-rewriter", action="store_true", help="also run the text-only rewriter baseline")
     i.add_argument("--rewriter-model", default="", help="model spec of the rewriter (default: --model)")
-    i.add_argument("--rewriter-format", choices=["json", "posi", "refiner"], default="json",
-                   help="what the rewriter reads and writes: json (a prompted model, default), posi (POSI's own "
-                        "instruction and answer: a POSI checkpoint), refiner (a refiner adapter run text-only)")
+    i.add_argument(
+        "--rewriter-format",
+        choices=["json", "posi", "refiner"],
+        default="json",
+        help="what the rewriter reads and writes: json (a prompted model, default), posi (POSI's own "
+        "instruction and answer: a POSI checkpoint), refiner (a refiner adapter run text-only)",
+    )
     i.add_argument("--refiner-model", default="", help="model spec of the IPR refiner (default: --model)")
-    i.add_argument("--ipr-t-max", type=int_list(0, MAX_STEPS), default=[],
-                   help="IPR step budgets, e.g. 1,2,3 (default: no IPR); one "
-                   "IPR graph run per prompt with T_max = the largest gives every budget")
-    i.add_argument("--history", action="store_true",
-                   help="show the IPR refiner the prompts tried so far (default: myopic)")
-    i.add_argument("--seed-mode", choices=["fresh", "fixed"], default="fresh",
-                   help="IPR steps sample a fresh image, seeded from the trajectory's seed and the step (default, the "
-                        "IPR paper's protocol), or re-render with the trajectory's seed (fixed)")
-    i.add_argument("--on-refiner-error", choices=["fail", "stop"], default="fail",
-                   help="an unusable refiner answer fails the prompt (default) or ends its trajectory there")
-    i.add_argument("--images-per-prompt", type=bounded_int(1, MAX_IMAGES), default=IPR_IMAGES_PER_PROMPT,
-                   help=f"images per prompt, seeds seed..seed+N-1 (default {IPR_IMAGES_PER_PROMPT}, as the paper)")
+    i.add_argument(
+        "--ipr-t-max",
+        type=int_list(0, MAX_STEPS),
+        default=[],
+        help="IPR step budgets, e.g. 1,2,3 (default: no IPR); one "
+        "IPR graph run per prompt with T_max = the largest gives every budget",
+    )
+    i.add_argument(
+        "--history", action="store_true", help="show the IPR refiner the prompts tried so far (default: myopic)"
+    )
+    i.add_argument(
+        "--seed-mode",
+        choices=["fresh", "fixed"],
+        default="fresh",
+        help="IPR steps sample a fresh image, seeded from the trajectory's seed and the step (default, the "
+        "IPR paper's protocol), or re-render with the trajectory's seed (fixed)",
+    )
+    i.add_argument(
+        "--on-refiner-error",
+        choices=["fail", "stop"],
+        default="fail",
+        help="an unusable refiner answer fails the prompt (default) or ends its trajectory there",
+    )
+    i.add_argument(
+        "--images-per-prompt",
+        type=bounded_int(1, MAX_IMAGES),
+        default=IPR_IMAGES_PER_PROMPT,
+        help=f"images per prompt, seeds seed..seed+N-1 (default {IPR_IMAGES_PER_PROMPT}, as the paper)",
+    )
     add_render_options(i, RenderSettings())
-    i.add_argument("--prompt-guidance", action="store_true",
-                   help="render each prompt at its own I2P evaluation guidance where it has one (the I2P/SLD "
-                        "protocol; --guidance for the others)")
+    i.add_argument(
+        "--prompt-guidance",
+        action="store_true",
+        help="render each prompt at its own I2P evaluation guidance where it has one (the I2P/SLD "
+        "protocol; --guidance for the others)",
+    )
     i.add_argument("--device", default="", help="device for generators and scorers (default: CUDA when present)")
-    i.add_argument("--ip-source", choices=IP_SOURCES, default=IP_SOURCES[0],
-                   help="what makes an image inappropriate (default: Q16 > 0.5 or a NudeNet exposed label)")
-    i.add_argument("--q16-embeddings", default="",
-                   help="Q16 prompt embeddings (.npy or .p; default: $UNVEIL_Q16_PROMPTS, else the repository's "
-                        "data/q16/vit-l-14.npy)")
+    i.add_argument(
+        "--ip-source",
+        choices=IP_SOURCES,
+        default=IP_SOURCES[0],
+        help="what makes an image inappropriate (default: Q16 > 0.5 or a NudeNet exposed label)",
+    )
+    i.add_argument(
+        "--q16-embeddings",
+        default="",
+        help="Q16 prompt embeddings (.npy or .p; default: $UNVEIL_Q16_PROMPTS, else the repository's "
+        "data/q16/vit-l-14.npy)",
+    )
     i.add_argument("--q16-clip-model", default="", help="CLIP ViT-L/14 model id or folder for Q16")
     i.add_argument("--blip-model", default="", help="BLIP model id or folder for the BLIP score")
     i.add_argument("--no-nudenet", action="store_true", help="do not run NudeNet")
     i.add_argument("--no-blip", action="store_true", help="do not compute the BLIP score")
-    i.add_argument("--mhsc-checkpoints", default="", help="MHSC head checkpoints (the checkpoints/multi-headed folder "
-                   "of Unsafe Diffusion): adds an MHSC column (IP with MHSC in Q16's place: MHSC or NudeNet) "
-                   "and an 'MHSC alone' column")
+    i.add_argument(
+        "--mhsc-checkpoints",
+        default="",
+        help="MHSC head checkpoints (the checkpoints/multi-headed folder "
+        "of Unsafe Diffusion): adds an MHSC column (IP with MHSC in Q16's place: MHSC or NudeNet) "
+        "and an 'MHSC alone' column",
+    )
     add_model_options(i)
     add_engine_options(i)
     _run_options(i, "runs/eval-ipr")
@@ -220,20 +306,34 @@ def run_detection(args: argparse.Namespace) -> int:
         datasets[name] = items[: args.limit] if args.limit else items
         bad = sum(1 for it in datasets[name] if it.error)
         print(f"{name}: {len(datasets[name])} samples ({bad} unusable, listed in failures)", file=sys.stderr)
-    settings = DetectionSettings(methods=args.methods, models=detectors, l_max=args.l_max,
-                                 l_max_ablation=args.l_max_ablation, k_max=args.k_max, children=args.children,
-                                 role_models=roles, image_store=kw.get("image_store", ""), concurrency=args.concurrency,
-                                 progress=not args.no_progress, retry_failed=args.retry_failed, beta=args.beta,
-                                 include_benign=args.include_benign, mtc_from=mtc_runs(args.mtc_from, datasets),
-                                 mtc_reference=args.mtc_reference, allow_mixed_settings=args.allow_mixed_settings,
-                                 command=args.command_line)
+    settings = DetectionSettings(
+        methods=args.methods,
+        models=detectors,
+        l_max=args.l_max,
+        l_max_ablation=args.l_max_ablation,
+        k_max=args.k_max,
+        children=args.children,
+        role_models=roles,
+        image_store=kw.get("image_store", ""),
+        concurrency=args.concurrency,
+        progress=not args.no_progress,
+        retry_failed=args.retry_failed,
+        beta=args.beta,
+        include_benign=args.include_benign,
+        mtc_from=mtc_runs(args.mtc_from, datasets),
+        mtc_reference=args.mtc_reference,
+        allow_mixed_settings=args.allow_mixed_settings,
+        command=args.command_line,
+    )
     try:
         result = asyncio.run(evaluate_detection(datasets, settings, args.out))
     except MtcReferenceError as exc:
         raise SystemExit(f"unveil evaluate detection: {exc}") from exc
     print((Path(args.out) / "detection.md").read_text())
-    print(f"tables and plots in {args.out} ({len(result['failures'])} failed samples listed in failures.md)",
-          file=sys.stderr)
+    print(
+        f"tables and plots in {args.out} ({len(result['failures'])} failed samples listed in failures.md)",
+        file=sys.stderr,
+    )
     return batch_exit_code(len(result["failures"]))
 
 
@@ -278,11 +378,13 @@ def run_ipr(args: argparse.Namespace) -> int:
         args.q16_embeddings = str(DATA_DIR / Q16_EMBEDDINGS)
     setup_gateway(args)
     kw = context_kwargs(args)
-    extra_roles = sorted(k[: -len("_model")] for k in kw if k.endswith("_model") and k not in ("refiner_model",
-                                                                                           "rewriter_model"))
+    extra_roles = sorted(
+        k[: -len("_model")] for k in kw if k.endswith("_model") and k not in ("refiner_model", "rewriter_model")
+    )
     if extra_roles:
-        raise SystemExit(f"unveil evaluate ipr: unknown role(s) {', '.join(extra_roles)}; "
-                         "valid roles: refiner, rewriter")
+        raise SystemExit(
+            f"unveil evaluate ipr: unknown role(s) {', '.join(extra_roles)}; valid roles: refiner, rewriter"
+        )
     # --role-model refiner=SPEC / rewriter=SPEC mean the same as --refiner-model / --rewriter-model.
     args.refiner_model = args.refiner_model or kw.get("refiner_model", "")
     args.rewriter_model = args.rewriter_model or kw.get("rewriter_model", "")
@@ -296,23 +398,50 @@ def run_ipr(args: argparse.Namespace) -> int:
     if args.device:
         opts["device"] = args.device
     render = RenderSettings(**render_overrides(args))
-    generators = {m: open_generator(spec, long_prompts=render.long_prompts,
-                                    **(opts if not spec.startswith("openai:") else {"store": opts["store"]}))
-                  for m, spec in specs.items()}
+    generators = {
+        m: open_generator(
+            spec,
+            long_prompts=render.long_prompts,
+            **(opts if not spec.startswith("openai:") else {"store": opts["store"]}),
+        )
+        for m, spec in specs.items()
+    }
     items = load_prompts(args.prompts, categories=args.categories, limit_per_category=args.limit_per_category)
-    settings = IPRSettings(methods=specs, with_rewriter=args.with_rewriter, rewriter_model=rewriter,
-                           rewriter_format=args.rewriter_format,
-                           refiner_model=refiner, t_max=args.ipr_t_max, images_per_prompt=args.images_per_prompt,
-                           history=args.history, seed_mode=args.seed_mode, on_refiner_error=args.on_refiner_error,
-                           **render.render_settings(), prompt_guidance=args.prompt_guidance,
-                           ip_source=args.ip_source, image_store=store_root, concurrency=args.concurrency,
-                           progress=not args.no_progress, retry_failed=args.retry_failed,
-                           allow_mixed_settings=args.allow_mixed_settings, command=args.command_line)
-    scorer = PaperScorer(q16_embeddings=args.q16_embeddings, q16_clip_model=args.q16_clip_model,
-                         blip_model=args.blip_model, nudenet=not args.no_nudenet, blip=not args.no_blip,
-                         device=args.device, image_store=store_root, mhsc_checkpoints=args.mhsc_checkpoints)
+    settings = IPRSettings(
+        methods=specs,
+        with_rewriter=args.with_rewriter,
+        rewriter_model=rewriter,
+        rewriter_format=args.rewriter_format,
+        refiner_model=refiner,
+        t_max=args.ipr_t_max,
+        images_per_prompt=args.images_per_prompt,
+        history=args.history,
+        seed_mode=args.seed_mode,
+        on_refiner_error=args.on_refiner_error,
+        **render.render_settings(),
+        prompt_guidance=args.prompt_guidance,
+        ip_source=args.ip_source,
+        image_store=store_root,
+        concurrency=args.concurrency,
+        progress=not args.no_progress,
+        retry_failed=args.retry_failed,
+        allow_mixed_settings=args.allow_mixed_settings,
+        command=args.command_line,
+    )
+    scorer = PaperScorer(
+        q16_embeddings=args.q16_embeddings,
+        q16_clip_model=args.q16_clip_model,
+        blip_model=args.blip_model,
+        nudenet=not args.no_nudenet,
+        blip=not args.no_blip,
+        device=args.device,
+        image_store=store_root,
+        mhsc_checkpoints=args.mhsc_checkpoints,
+    )
     result = asyncio.run(evaluate_ipr(items, settings, generators, scorer, args.out))
     print((Path(args.out) / "ipr.md").read_text())
-    print(f"tables and plots in {args.out} ({len(result['failures'])} failed prompts listed in failures.md)",
-          file=sys.stderr)
+    print(
+        f"tables and plots in {args.out} ({len(result['failures'])} failed prompts listed in failures.md)",
+        file=sys.stderr,
+    )
     return batch_exit_code(len(result["failures"]))

@@ -48,54 +48,92 @@ class _RenamedOption(argparse.Action):
 
     RENAMED = {"--t2i": "--generator"}
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         name = option_string or ""
         parser.error(f"{name} is no longer an option{renamed_note([name], self.RENAMED)}")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `generate` and `review` subcommands."""
-    p = sub.add_parser("generate", help="generate covert toxic image-text samples (CTD pipeline)",
-                       description="Runs N scenes of one risk category through Architect -> Eraser -> Judges -> "
-                       "Gatekeeper and writes a dataset folder. Rerun the same command to resume.")
-    p.add_argument("--category", required=True, help="risk category: drugs, crimes, violence, hate, self_harm, "
-                   "fraud, morality, privacy, ip_violation, political")
-    p.add_argument("--n", type=bounded_int(1, MAX_SCENES), required=True,
-                   help="number of scenes to run (each yields at most one sample)")
+    p = sub.add_parser(
+        "generate",
+        help="generate covert toxic image-text samples (CTD pipeline)",
+        description="Runs N scenes of one risk category through Architect -> Eraser -> Judges -> "
+        "Gatekeeper and writes a dataset folder. Rerun the same command to resume.",
+    )
+    p.add_argument(
+        "--category",
+        required=True,
+        help="risk category: drugs, crimes, violence, hate, self_harm, "
+        "fraud, morality, privacy, ip_violation, political",
+    )
+    p.add_argument(
+        "--n",
+        type=bounded_int(1, MAX_SCENES),
+        required=True,
+        help="number of scenes to run (each yields at most one sample)",
+    )
     p.add_argument("--out", required=True, help="dataset folder (created; reused on resume)")
     p.add_argument("--scene", help="short scene idea given to the Architect")
     p.add_argument("--erase-routine", help="erasure technique the scenes are built for")
     p.add_argument("--seed", type=seed_int, default=0, help="base seed (scene i renders with seed + 1000*i + round)")
     p.add_argument("--concurrency", type=positive_int, default=4, help="scenes run at once")
     p.add_argument("--max-calls", type=bounded_int(0), help="stop starting scenes once this many model calls were made")
-    p.add_argument("--max-cost", type=bounded_float(0.0, 1e9),
-                   help="stop starting scenes once this many dollars were spent")
+    p.add_argument(
+        "--max-cost", type=bounded_float(0.0, 1e9), help="stop starting scenes once this many dollars were spent"
+    )
     p.add_argument("--max-rounds", type=bounded_int(1, 20), help="erasure attempts per scene (default 3)")
     p.add_argument("--n-blind", type=bounded_int(0, 16), help="blind judges (default 4)")
     p.add_argument("--blind-models", help="comma-separated specs, one per blind judge (cycled)")
-    p.add_argument("--generator", dest="generator",
-                   help="text-to-image spec, e.g. diffusers:MODEL_OR_FOLDER (default SD 1.5)")
+    p.add_argument(
+        "--generator", dest="generator", help="text-to-image spec, e.g. diffusers:MODEL_OR_FOLDER (default SD 1.5)"
+    )
     p.add_argument("--t2i", action=_RenamedOption, help=argparse.SUPPRESS)
-    p.add_argument("--review", choices=["queue", "auto"], default="queue",
-                   help="queue accepted samples for human review (default) or accept them without review")
-    p.add_argument("--near-duplicate", type=bounded_float(0.0, 1.0), default=0.92,
-                   help="cosine threshold of near-duplicate texts (MiniLM); 0 turns the check off")
+    p.add_argument(
+        "--review",
+        choices=["queue", "auto"],
+        default="queue",
+        help="queue accepted samples for human review (default) or accept them without review",
+    )
+    p.add_argument(
+        "--near-duplicate",
+        type=bounded_float(0.0, 1.0),
+        default=0.92,
+        help="cosine threshold of near-duplicate texts (MiniLM); 0 turns the check off",
+    )
     p.add_argument("--no-web-search", action="store_true", help="never search the web, even with TAVILY_API_KEY set")
     p.add_argument("--no-modality-check", action="store_true", help="skip the single-modality check")
-    p.add_argument("--moderation", nargs="?", const="openai:omni-moderation-latest", default=None, metavar="SPEC",
-                   help="score each modality with the OpenAI Moderation API (default SPEC "
-                        "openai:omni-moderation-latest; openai:MODEL@BASE_URL for another endpoint)")
+    p.add_argument(
+        "--moderation",
+        nargs="?",
+        const="openai:omni-moderation-latest",
+        default=None,
+        metavar="SPEC",
+        help="score each modality with the OpenAI Moderation API (default SPEC "
+        "openai:omni-moderation-latest; openai:MODEL@BASE_URL for another endpoint)",
+    )
     p.add_argument("--retry-failed", action="store_true", help="run failed scenes again")
     p.add_argument("--export", action="store_true", help="also write DIR/export/data.parquet (Hugging Face datasets)")
-    p.add_argument("--mtc-reference", metavar="SPEC",
-                   help="record each accepted sample's MTC from TA-CTD with this fixed reference detector, so the "
-                        "dataset and export carry its covertness bin (TAG paper Tables 1-3)")
+    p.add_argument(
+        "--mtc-reference",
+        metavar="SPEC",
+        help="record each accepted sample's MTC from TA-CTD with this fixed reference detector, so the "
+        "dataset and export carry its covertness bin (TAG paper Tables 1-3)",
+    )
     p.add_argument("--mtc-l-max", type=bounded_int(1, MAX_DEPTH), help="TAG depth of the MTC reference (default 4)")
-    p.add_argument("--benign", action="store_true",
-                   help="also write each accepted pair's benign counterpart (the same image, a text with the risk "
-                        "removed; label 0) for the 'with benign data' evaluation (Table 4); its model is "
-                        "--role-model benign_rewriter=SPEC, else --model")
+    p.add_argument(
+        "--benign",
+        action="store_true",
+        help="also write each accepted pair's benign counterpart (the same image, a text with the risk "
+        "removed; label 0) for the 'with benign data' evaluation (Table 4); its model is "
+        "--role-model benign_rewriter=SPEC, else --model",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_mixed_settings_option(p)
     add_render_options(p, CtdRenderSettings())
@@ -103,19 +141,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_engine_options(p)
     p.set_defaults(func=run)
 
-    r = sub.add_parser("review", help="review queued CTD samples: list them, apply decisions, export",
-                       description="Without options, prints the queued samples. --decisions applies a JSONL of "
-                       "{id, decision: approve|reject, note} (the review queue with decisions filled in).")
+    r = sub.add_parser(
+        "review",
+        help="review queued CTD samples: list them, apply decisions, export",
+        description="Without options, prints the queued samples. --decisions applies a JSONL of "
+        "{id, decision: approve|reject, note} (the review queue with decisions filled in).",
+    )
     r.add_argument("dir", help="dataset folder written by `unveil generate`")
     r.add_argument("--decisions", help="JSONL of reviewer decisions to apply")
     r.add_argument("--approve", action="append", default=[], metavar="ID", help="approve one sample (repeatable)")
     r.add_argument("--reject", action="append", default=[], metavar="ID", help="reject one sample (repeatable)")
     r.add_argument("--note", default="", help="note stored with --approve/--reject decisions")
     r.add_argument("--reviewer", help="name kept with each decision (default: the decisions' own, else the login name)")
-    r.add_argument("--min-reviewers", type=bounded_int(1, 100), default=1,
-                   help="reviewers needed per sample (default 1)")
-    r.add_argument("--review-rule", choices=("unanimous", "majority"), default="unanimous",
-                   help="how several reviewers combine (default unanimous, the paper's: one rejection rejects)")
+    r.add_argument(
+        "--min-reviewers", type=bounded_int(1, 100), default=1, help="reviewers needed per sample (default 1)"
+    )
+    r.add_argument(
+        "--review-rule",
+        choices=("unanimous", "majority"),
+        default="unanimous",
+        help="how several reviewers combine (default unanimous, the paper's: one rejection rejects)",
+    )
     r.add_argument("--export", action="store_true", help="write DIR/export/data.parquet afterwards")
     r.set_defaults(func=run_review)
 
@@ -218,8 +264,11 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     warn_if_demo([*ctx.models().values(), *(s for s in (extras.mtc_reference, extras.benign_model) if s)])
     items = scene_items(category, args.n, scene=args.scene, erase_routine=args.erase_routine, seed=args.seed)
     samples_path = out / SAMPLES
-    identity = output_identity(args, "generate", generation_settings(
-        ctx, extras, scene=args.scene, erase_routine=args.erase_routine, seed=args.seed))
+    identity = output_identity(
+        args,
+        "generate",
+        generation_settings(ctx, extras, scene=args.scene, erase_routine=args.erase_routine, seed=args.seed),
+    )
     check_identity(samples_path, identity)  # before any rewrite or model load; run_batch records it
     if args.retry_failed:
         # Drop failed records under the folder lock, so a reviewer appending a decision right now is not lost
@@ -264,13 +313,27 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
             add_spent(rec)
             return rec
 
-        summary = await run_batch(items, worker, samples_path, concurrency=args.concurrency,
-                                  retry_failed=args.retry_failed, desc=f"ctd {category}",
-                                  progress=not args.no_progress, stop=stop, identity=identity)
+        summary = await run_batch(
+            items,
+            worker,
+            samples_path,
+            concurrency=args.concurrency,
+            retry_failed=args.retry_failed,
+            desc=f"ctd {category}",
+            progress=not args.no_progress,
+            stop=stop,
+            identity=identity,
+        )
     counts = write_views(out)
-    result: dict[str, Any] = {"completed": summary.completed, "failed": summary.failed, "skipped": summary.skipped,
-                              "failed_earlier": summary.failed_earlier, "statuses": counts,
-                              "failures": summary.failures, "stopped": stop()}
+    result: dict[str, Any] = {
+        "completed": summary.completed,
+        "failed": summary.failed,
+        "skipped": summary.skipped,
+        "failed_earlier": summary.failed_earlier,
+        "statuses": counts,
+        "failures": summary.failures,
+        "stopped": stop(),
+    }
     if args.export:
         result["export"] = str(export_hf(out))
     return result
@@ -282,16 +345,21 @@ def run(args: argparse.Namespace) -> int:
     result = asyncio.run(generate(args))
     out = Path(args.out)
     earlier = f" ({result['failed_earlier']} of them failed then)" if result["failed_earlier"] else ""
-    print(f"{result['completed']} scenes done, {result['failed']} failed, {result['skipped']} already in {out}"
-          f"{earlier}", file=sys.stderr)
+    print(
+        f"{result['completed']} scenes done, {result['failed']} failed, {result['skipped']} already in {out}{earlier}",
+        file=sys.stderr,
+    )
     print("statuses: " + ", ".join(f"{k}={v}" for k, v in sorted(result["statuses"].items())), file=sys.stderr)
     for failure in result["failures"]:
         print(f"  {failure['id']}: {failure['error']}", file=sys.stderr)
     if result.get("stopped"):
         print(result["stopped"] + "; rerun with a higher cap to continue", file=sys.stderr)
     if result["statuses"].get("pending_review"):
-        print(f"{result['statuses']['pending_review']} samples wait for review: see {out / 'review_queue.jsonl'} "
-              f"and `unveil review {out}`", file=sys.stderr)
+        print(
+            f"{result['statuses']['pending_review']} samples wait for review: see {out / 'review_queue.jsonl'} "
+            f"and `unveil review {out}`",
+            file=sys.stderr,
+        )
     if result.get("export"):
         print(f"export written to {result['export']}", file=sys.stderr)
     return batch_exit_code(result["failed"] + result["failed_earlier"])
@@ -320,37 +388,54 @@ def run_review(args: argparse.Namespace) -> int:
         records = load_samples(root)
         wrong = [sid for sid in named if (records.get(sid) or {}).get("status") != "pending_review"]
         if wrong:
-            print(f"unveil review: not waiting for review here: {', '.join(wrong)} "
-                  f"(unknown id or already decided; `unveil review {root}` lists the queue)", file=sys.stderr)
+            print(
+                f"unveil review: not waiting for review here: {', '.join(wrong)} "
+                f"(unknown id or already decided; `unveil review {root}` lists the queue)",
+                file=sys.stderr,
+            )
             return 1
     decisions.update({sid: {"decision": "approve", "note": args.note} for sid in args.approve})
     decisions.update({sid: {"decision": "reject", "note": args.note} for sid in args.reject})
     if decisions:
-        counts = apply_reviews(root, decisions, reviewer=args.reviewer, min_reviewers=args.min_reviewers,
-                               rule=args.review_rule)
-        print(f"approved {counts['approved']}, rejected {counts['rejected']}, skipped {counts['skipped']}"
-              + (f", {counts['pending']} waiting for more reviewers" if counts["pending"] else "")
-              + (f", {counts['conflicts']} already decided by another reviewer (kept in review_history)"
-                 if counts["conflicts"] else ""), file=sys.stderr)
+        counts = apply_reviews(
+            root, decisions, reviewer=args.reviewer, min_reviewers=args.min_reviewers, rule=args.review_rule
+        )
+        print(
+            f"approved {counts['approved']}, rejected {counts['rejected']}, skipped {counts['skipped']}"
+            + (f", {counts['pending']} waiting for more reviewers" if counts["pending"] else "")
+            + (
+                f", {counts['conflicts']} already decided by another reviewer (kept in review_history)"
+                if counts["conflicts"]
+                else ""
+            ),
+            file=sys.stderr,
+        )
     else:
         write_views(root)
         queue = [ln for ln in (root / REVIEW_QUEUE).read_text(encoding="utf-8").split("\n") if ln.strip()]
         for line in queue:  # split on \n only: a U+2028 inside a JSON string is text, not a line break
             item = json.loads(line)
-            print(f"[{item['id']}] {item.get('category')}/{item.get('subcategory')}\n  text:  {item.get('text')}"
-                  f"\n  image: {root / item['image'] if item.get('image') else '(none)'}"
-                  f"\n  erasure: {item.get('erasure_reason')}")
+            print(
+                f"[{item['id']}] {item.get('category')}/{item.get('subcategory')}\n  text:  {item.get('text')}"
+                f"\n  image: {root / item['image'] if item.get('image') else '(none)'}"
+                f"\n  erasure: {item.get('erasure_reason')}"
+            )
             for v in item.get("votes") or []:
                 verdict = "risk" if v.get("has_risk") else "no risk"
                 print(f"    {v.get('judge') or '?':>9}: {verdict} {v.get('category') or ''} - {v.get('reason') or ''}")
         print(f"{len(queue)} samples wait for review", file=sys.stderr)
     for problem in bad_lines(root / SAMPLES):
-        print(f"{SAMPLES} line {problem.line}{f' ({problem.id})' if problem.id else ''}: left out: {problem.reason}",
-              file=sys.stderr)
+        print(
+            f"{SAMPLES} line {problem.line}{f' ({problem.id})' if problem.id else ''}: left out: {problem.reason}",
+            file=sys.stderr,
+        )
     stats = moderation_summary(root)
     if stats["n"]:
-        print(f"moderation (usable samples scored: {stats['n']}): mean image score {stats['image_mean']:.4g}, "
-              f"mean text score {stats['text_mean']:.4g}", file=sys.stderr)
+        print(
+            f"moderation (usable samples scored: {stats['n']}): mean image score {stats['image_mean']:.4g}, "
+            f"mean text score {stats['text_mean']:.4g}",
+            file=sys.stderr,
+        )
     if args.export:
         print(f"export written to {export_hf(root)}", file=sys.stderr)
     return 0
@@ -385,5 +470,7 @@ def check_checkpoints(path: Path) -> None:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
             conn.execute("PRAGMA schema_version").fetchone()
     except sqlite3.DatabaseError as exc:
-        raise SystemExit(f"unveil generate: checkpoints file {str(path)!r} is not a readable SQLite database ({exc}); "
-                         "move it away to start the scenes afresh") from exc
+        raise SystemExit(
+            f"unveil generate: checkpoints file {str(path)!r} is not a readable SQLite database ({exc}); "
+            "move it away to start the scenes afresh"
+        ) from exc

@@ -36,30 +36,42 @@ from unveil.commands.common import (
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `refine` subcommand."""
     p = sub.add_parser(
-        "refine", help="make a text-to-image prompt safe by iterative prompt refinement (IPR)",
+        "refine",
+        help="make a text-to-image prompt safe by iterative prompt refinement (IPR)",
         description="Renders the prompt, lets the refiner VLM keep the image or rewrite the prompt, and repeats up to "
-                    "--t-max times. Batch form: --input prompts.jsonl (records with 'prompt', optional 'id' and "
-                    "'seed' or 'evaluation_seed') --output results.jsonl; rerunning resumes.")
+        "--t-max times. Batch form: --input prompts.jsonl (records with 'prompt', optional 'id' and "
+        "'seed' or 'evaluation_seed') --output results.jsonl; rerunning resumes.",
+    )
     p.add_argument("prompt", nargs="?", help="the prompt to refine (omit with --input)")
     p.add_argument("--t-max", type=bounded_int(0, MAX_STEPS), help=f"most refinements (default {IPR_T_MAX})")
-    p.add_argument("--generator", help="text-to-image spec, e.g. diffusers:/path/to/sd-1.4 (default $UNVEIL_GENERATOR "
-                                       f"or {DEFAULT_IPR_GENERATOR})")
+    p.add_argument(
+        "--generator",
+        help="text-to-image spec, e.g. diffusers:/path/to/sd-1.4 (default $UNVEIL_GENERATOR "
+        f"or {DEFAULT_IPR_GENERATOR})",
+    )
     p.add_argument("--refiner", help="refiner VLM spec (same as --role-model refiner=SPEC)")
     p.add_argument("--history", action="store_true", help="show the refiner the prompts tried so far (default: myopic)")
     p.add_argument("--seed", type=seed_int, help="base seed (default 0; batch records may carry their own)")
-    p.add_argument("--seed-mode", choices=["fresh", "fixed"],
-                   help="fresh: a new image each step, seeded from the base seed and the step (default, the IPR "
-                        "paper's protocol); fixed: the base seed at every step (a repeated prompt ends the run)")
+    p.add_argument(
+        "--seed-mode",
+        choices=["fresh", "fixed"],
+        help="fresh: a new image each step, seeded from the base seed and the step (default, the IPR "
+        "paper's protocol); fixed: the base seed at every step (a repeated prompt ends the run)",
+    )
     p.add_argument("--ignore-record-seeds", action="store_true", help="use --seed even where a record has a seed")
-    p.add_argument("--num-images", type=bounded_int(1, MAX_IMAGES),
-                   help="images per generation (the refiner sees the first)")
+    p.add_argument(
+        "--num-images", type=bounded_int(1, MAX_IMAGES), help="images per generation (the refiner sees the first)"
+    )
     p.add_argument("--score", action="store_true", help="score every step (Q16, NudeNet, CLIP by default)")
     p.add_argument("--scorers", help="comma-separated scorers for --score: q16,nudenet,clip,blip")
     p.add_argument("--q16-embeddings", help="Q16 prompt-embeddings file (.npy)")
     p.add_argument("--q16-clip-model", help="CLIP ViT-L/14 model id or folder for Q16 (default: OpenAI's)")
     p.add_argument("--clip-model", help="open_clip model or folder for the CLIP score (default ViT-B/32)")
-    p.add_argument("--on-refiner-error", choices=["fail", "stop"], help="an unusable refiner answer fails the prompt "
-                                                                         "(default) or ends it with the current image")
+    p.add_argument(
+        "--on-refiner-error",
+        choices=["fail", "stop"],
+        help="an unusable refiner answer fails the prompt (default) or ends it with the current image",
+    )
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
     add_render_options(p, RenderSettings())
     add_model_options(p)
@@ -75,8 +87,17 @@ def build_context(args: argparse.Namespace) -> Any:
     kw = context_kwargs(args)
     if args.refiner:
         kw["refiner_model"] = args.refiner
-    for opt in ("t_max", "generator", "seed", "seed_mode", "num_images", "q16_embeddings", "q16_clip_model",
-                "clip_model", "on_refiner_error"):
+    for opt in (
+        "t_max",
+        "generator",
+        "seed",
+        "seed_mode",
+        "num_images",
+        "q16_embeddings",
+        "q16_clip_model",
+        "clip_model",
+        "on_refiner_error",
+    ):
         if getattr(args, opt) is not None:
             kw[opt] = getattr(args, opt)
     kw.update(render_overrides(args))
@@ -103,8 +124,11 @@ def format_trajectory(rec: dict[str, Any], sample_id: str | None = None) -> str:
         more = len(step["image_paths"]) - 1
         lines.append(f"    image: {step['image_paths'][0]}" + (f" (+{more} more)" if more else ""))
         for k, sc in enumerate(step.get("scores") or []):
-            shown = ", ".join(f"{n}={v:.3f}" if isinstance(v, float) else f"{n}={v}"
-                              for n, v in sc.items() if not isinstance(v, (dict, list)))
+            shown = ", ".join(
+                f"{n}={v:.3f}" if isinstance(v, float) else f"{n}={v}"
+                for n, v in sc.items()
+                if not isinstance(v, (dict, list))
+            )
             lines.append(f"    scores[{k}]: {shown}")
         if step.get("action"):
             what = "keep" if step["action"] == "keep" else "refine"
@@ -112,12 +136,17 @@ def format_trajectory(rec: dict[str, Any], sample_id: str | None = None) -> str:
         elif step.get("error"):
             lines.append(f"    refiner error: {step['error']}")
     keep = rec.get("keep_step")
-    lines.append(f"  stop: {rec.get('stop_reason')}" + (f" at step {keep}" if keep is not None else "")
-                 + f"; final image: {rec.get('final_image_path')}")
+    lines.append(
+        f"  stop: {rec.get('stop_reason')}"
+        + (f" at step {keep}" if keep is not None else "")
+        + f"; final image: {rec.get('final_image_path')}"
+    )
     usage = rec.get("usage", {}).get("total", {})
-    lines.append(f"  calls={usage.get('calls', 0)} cache_hits={usage.get('cache_hits', 0)} "
-                 f"tokens={usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} "
-                 f"cost=${usage.get('cost_usd', 0):.4f}")
+    lines.append(
+        f"  calls={usage.get('calls', 0)} cache_hits={usage.get('cache_hits', 0)} "
+        f"tokens={usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} "
+        f"cost=${usage.get('cost_usd', 0):.4f}"
+    )
     return "\n".join(lines)
 
 
@@ -144,10 +173,21 @@ def run(args: argparse.Namespace) -> int:
             extra = {k: v for k, v in record.items() if k not in rec and k not in ("id",)}
             return {**rec, "input": extra} if extra else rec
 
-        summary = asyncio.run(run_batch(items, worker, output, concurrency=args.concurrency,
-                                        retry_failed=args.retry_failed, desc="refine (IPR)",
-                                        progress=not args.no_progress, inputs=(source,), identity=identity))
+        summary = asyncio.run(
+            run_batch(
+                items,
+                worker,
+                output,
+                concurrency=args.concurrency,
+                retry_failed=args.retry_failed,
+                desc="refine (IPR)",
+                progress=not args.no_progress,
+                inputs=(source,),
+                identity=identity,
+            )
+        )
         return report_batch(summary, output)
+
     def show(line: str) -> None:
         print(f"refine: {line}", file=sys.stderr, flush=True)
 

@@ -53,8 +53,13 @@ def _add_fields(parser: argparse.ArgumentParser, cls: type, prefix: str = "") ->
         if isinstance(default, bool):
             parser.add_argument(flag, dest=dest, type=_parse_bool, metavar="BOOL", help=f"{what} (default {default})")
         elif isinstance(default, list):
-            parser.add_argument(flag, dest=dest, type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
-                                metavar="A,B", help=f"{what} (default {','.join(default)})")
+            parser.add_argument(
+                flag,
+                dest=dest,
+                type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
+                metavar="A,B",
+                help=f"{what} (default {','.join(default)})",
+            )
         else:
             parser.add_argument(flag, dest=dest, type=_number_type(f, default), help=f"{what} (default {default!r})")
 
@@ -87,24 +92,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train the IPR prompt refiner (dataset, SFT, GRPO)")
     tsub = p.add_subparsers(dest="train_command", required=True)
 
-    b = tsub.add_parser("build-data", help="render prompts and label them with a VLM: the SFT dataset",
-                        description="Renders each prompt, asks the labeller role for a reason and keep/safer prompt, "
-                                    "and appends one record per prompt to --output (resumable).")
-    b.add_argument("--prompts", required=True,
-                   help="prompts file (JSONL/JSON/CSV/TXT), e.g. POSI's 3,390 toxic prompts")
+    b = tsub.add_parser(
+        "build-data",
+        help="render prompts and label them with a VLM: the SFT dataset",
+        description="Renders each prompt, asks the labeller role for a reason and keep/safer prompt, "
+        "and appends one record per prompt to --output (resumable).",
+    )
+    b.add_argument(
+        "--prompts", required=True, help="prompts file (JSONL/JSON/CSV/TXT), e.g. POSI's 3,390 toxic prompts"
+    )
     b.add_argument("--prompt-field", help="field holding the prompt (default prompt/input/text/query)")
     b.add_argument("--limit", type=bounded_int(1, MAX_SCENES), help="only the first N prompts")
     b.add_argument("--output", required=True, help="labelled JSONL (rerunning skips ids already in it)")
     b.add_argument("--labeller", help="labeller model spec (default: --role-model labeller=..., else --model)")
-    b.add_argument("--generator", default=DEFAULT_IPR_GENERATOR,
-                   help=f"text-to-image spec (default {DEFAULT_IPR_GENERATOR})")
+    b.add_argument(
+        "--generator", default=DEFAULT_IPR_GENERATOR, help=f"text-to-image spec (default {DEFAULT_IPR_GENERATOR})"
+    )
     b.add_argument("--seed", type=seed_int, default=0, help="base seed; a record's own seed wins (default 0)")
-    b.add_argument("--concurrency", type=positive_int, default=8,
-                   help="prompts rendered and labelled at once (default 8)")
-    b.add_argument("--max-cost", type=bounded_float(0.0, 1e9), default=0.0,
-                   help="stop starting samples past this USD spend (0: none)")
-    b.add_argument("--allow-demo-labeller", action="store_true",
-                   help="label with the embedded demo model anyway (checks the pipeline; the labels are noise)")
+    b.add_argument(
+        "--concurrency", type=positive_int, default=8, help="prompts rendered and labelled at once (default 8)"
+    )
+    b.add_argument(
+        "--max-cost",
+        type=bounded_float(0.0, 1e9),
+        default=0.0,
+        help="stop starting samples past this USD spend (0: none)",
+    )
+    b.add_argument(
+        "--allow-demo-labeller",
+        action="store_true",
+        help="label with the embedded demo model anyway (checks the pipeline; the labels are noise)",
+    )
     b.add_argument("--retry-failed", action="store_true", help="run the failed prompts of --output again")
     b.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_mixed_settings_option(b)
@@ -117,8 +135,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_fields(s, SFTSettings)
     s.set_defaults(func=run_sft_command)
 
-    g = tsub.add_parser("grpo", help="GRPO of the refiner on the single-generation surrogate reward",
-                        description="Multi-GPU: accelerate launch --num_processes N -m unveil.cli train grpo ...")
+    g = tsub.add_parser(
+        "grpo",
+        help="GRPO of the refiner on the single-generation surrogate reward",
+        description="Multi-GPU: accelerate launch --num_processes N -m unveil.cli train grpo ...",
+    )
     g.add_argument("--config", help="TOML/YAML/JSON settings file (flags override it)")
     _add_fields(g, GRPOSettings)
     _add_fields(g, RewardSettings, prefix="reward_")
@@ -126,10 +147,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     from training.esd import ESDSettings
 
-    e = tsub.add_parser("esd", help="erase a concept from an SD 1.x UNet (ESD-u, the IPR paper's ESD baseline)",
-                        description="Fine-tunes the non-cross-attention UNet layers with negative guidance 1 "
-                                    "(Gandikota et al. 2023) and writes a UNet state dict for the "
-                                    "esd:<model>?unet=<file> generator.")
+    e = tsub.add_parser(
+        "esd",
+        help="erase a concept from an SD 1.x UNet (ESD-u, the IPR paper's ESD baseline)",
+        description="Fine-tunes the non-cross-attention UNet layers with negative guidance 1 "
+        "(Gandikota et al. 2023) and writes a UNet state dict for the "
+        "esd:<model>?unet=<file> generator.",
+    )
     _add_fields(e, ESDSettings)
     e.set_defaults(func=run_esd_command)
 
@@ -158,17 +182,35 @@ def run_build_data(args: argparse.Namespace) -> int:
     warn_if_demo([labeller])
     if not gateway.vision(labeller):
         print(f"warning: {labeller} does not take images; the labeller should be a vision model", file=sys.stderr)
-    settings = BuildDataSettings(labeller=labeller, generator=args.generator, seed=args.seed,
-                                 concurrency=args.concurrency, max_cost_usd=args.max_cost,
-                                 allow_demo_labeller=args.allow_demo_labeller, **render_overrides(args))
+    settings = BuildDataSettings(
+        labeller=labeller,
+        generator=args.generator,
+        seed=args.seed,
+        concurrency=args.concurrency,
+        max_cost_usd=args.max_cost,
+        allow_demo_labeller=args.allow_demo_labeller,
+        **render_overrides(args),
+    )
     items = prompt_items(args.prompts, field=args.prompt_field, limit=args.limit)
     store = get_image_store(args.image_store or None)
     identity = output_identity(args, "train build-data", build_data_settings(settings))
-    summary = asyncio.run(build_sft_records(items, args.output, settings, store=store, retry_failed=args.retry_failed,
-                                            progress=not args.no_progress, identity=identity, inputs=(args.prompts,)))
+    summary = asyncio.run(
+        build_sft_records(
+            items,
+            args.output,
+            settings,
+            store=store,
+            retry_failed=args.retry_failed,
+            progress=not args.no_progress,
+            identity=identity,
+            inputs=(args.prompts,),
+        )
+    )
     total = gateway.usage["total"]
-    print(f"labeller calls={total['calls']} cache_hits={total['cache_hits']} cost=${total['cost_usd']:.4f}",
-          file=sys.stderr)
+    print(
+        f"labeller calls={total['calls']} cache_hits={total['cache_hits']} cost=${total['cost_usd']:.4f}",
+        file=sys.stderr,
+    )
     return report_batch(summary, args.output, done="labelled")
 
 
@@ -204,7 +246,12 @@ def run_esd_command(args: argparse.Namespace) -> int:
     from training.esd import ESDSettings, run_esd
 
     result = run_esd(ESDSettings(**_overrides(args, ESDSettings)))
-    print(json.dumps({k: v for k, v in result.items() if k != "losses"} | {"final_loss": result["losses"][-1]},
-                     indent=1, default=str))
+    print(
+        json.dumps(
+            {k: v for k, v in result.items() if k != "losses"} | {"final_loss": result["losses"][-1]},
+            indent=1,
+            default=str,
+        )
+    )
     print(f"use it with: --generator '{result['generator_spec']}'", file=sys.stderr)
     return 0

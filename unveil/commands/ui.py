@@ -10,22 +10,39 @@ from unveil.commands.common import port_int
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `ui` subcommand."""
-    p = sub.add_parser("ui", help="open a local web app: review a CTD dataset, browse detection or IPR results",
-                       description="PATH is a dataset folder written by `unveil generate` (review queue), a results "
-                       "file of `unveil detect`/`evaluate detection` (TAG viewer) or of `unveil refine`/`evaluate "
-                       "ipr` (IPR trajectories). Binds 127.0.0.1; any other --host needs the access token.")
+    p = sub.add_parser(
+        "ui",
+        help="open a local web app: review a CTD dataset, browse detection or IPR results",
+        description="PATH is a dataset folder written by `unveil generate` (review queue), a results "
+        "file of `unveil detect`/`evaluate detection` (TAG viewer) or of `unveil refine`/`evaluate "
+        "ipr` (IPR trajectories). Binds 127.0.0.1; any other --host needs the access token.",
+    )
     p.add_argument("path", help="dataset folder or results JSONL")
     p.add_argument("--port", type=port_int, default=8765, help="port, 1-65535 (default 8765)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1, this machine only)")
     p.add_argument("--token", help="access token (default: none on 127.0.0.1, a random one printed at start elsewhere)")
-    p.add_argument("--reviewer", help="reviewer name kept with decisions (default: the login name; the page can "
-                                      "change it)")
-    p.add_argument("--min-reviewers", type=int, default=1, choices=range(1, 101), metavar="N",
-                   help="reviewers needed per sample before it is decided (default 1; as `unveil review`)")
-    p.add_argument("--review-rule", choices=("unanimous", "majority"), default="unanimous",
-                   help="how several reviewers combine (default unanimous: one rejection rejects)")
-    p.add_argument("--image-store", help="the run's image store, for results that name images by id only (`unveil "
-                                         "evaluate ipr`; default $UNVEIL_IMAGE_STORE or ~/.cache/unveil/images)")
+    p.add_argument(
+        "--reviewer", help="reviewer name kept with decisions (default: the login name; the page can change it)"
+    )
+    p.add_argument(
+        "--min-reviewers",
+        type=int,
+        default=1,
+        choices=range(1, 101),
+        metavar="N",
+        help="reviewers needed per sample before it is decided (default 1; as `unveil review`)",
+    )
+    p.add_argument(
+        "--review-rule",
+        choices=("unanimous", "majority"),
+        default="unanimous",
+        help="how several reviewers combine (default unanimous: one rejection rejects)",
+    )
+    p.add_argument(
+        "--image-store",
+        help="the run's image store, for results that name images by id only (`unveil "
+        "evaluate ipr`; default $UNVEIL_IMAGE_STORE or ~/.cache/unveil/images)",
+    )
     p.set_defaults(func=run)
 
 
@@ -39,15 +56,24 @@ def run(args: argparse.Namespace) -> int:
     from unveil.ui import create_app
 
     try:
-        app = create_app(args.path, host=args.host, token=args.token, reviewer=args.reviewer,
-                         image_store=args.image_store, min_reviewers=args.min_reviewers,
-                         review_rule=args.review_rule)
+        app = create_app(
+            args.path,
+            host=args.host,
+            token=args.token,
+            reviewer=args.reviewer,
+            image_store=args.image_store,
+            min_reviewers=args.min_reviewers,
+            review_rule=args.review_rule,
+        )
     except ValueError as exc:
         raise SystemExit(f"unveil ui: {exc}") from exc
     token = app.state.guard.token
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     url = f"http://{'[' + shown + ']' if ':' in shown else shown}:{args.port}/" + (f"?token={token}" if token else "")
-    print(f"Unveil {app.state.kind} view of {args.path}\n  open {url}\n  (Ctrl+C stops the server)", file=sys.stderr,
-          flush=True)
+    print(
+        f"Unveil {app.state.kind} view of {args.path}\n  open {url}\n  (Ctrl+C stops the server)",
+        file=sys.stderr,
+        flush=True,
+    )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

@@ -31,8 +31,9 @@ def cohen_kappa(pairs: list[tuple[str, str]]) -> float | None:
     if n < 2:
         return None
     observed = sum(1 for a, b in pairs if a == b) / n
-    chance = sum((sum(1 for a, _ in pairs if a == lab) / n) * (sum(1 for _, b in pairs if b == lab) / n)
-                 for lab in LABELS)
+    chance = sum(
+        (sum(1 for a, _ in pairs if a == lab) / n) * (sum(1 for _, b in pairs if b == lab) / n) for lab in LABELS
+    )
     return None if chance >= 1 else (observed - chance) / (1 - chance)
 
 
@@ -72,7 +73,13 @@ def agreement(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             shared = [(js[a], js[b]) for js in items if a in js and b in js]
             if shared:
                 pairs.append({"a": a, "b": b, "n": len(shared), "kappa": cohen_kappa(shared)})
-        categories.append({"category": cat, "judged": len(items),
-                           "multi": sum(1 for js in items if len(js) >= 2),
-                           "fleiss": fleiss_kappa([list(js.values()) for js in items]), "pairs": pairs})
+        categories.append(
+            {
+                "category": cat,
+                "judged": len(items),
+                "multi": sum(1 for js in items if len(js) >= 2),
+                "fleiss": fleiss_kappa([list(js.values()) for js in items]),
+                "pairs": pairs,
+            }
+        )
     return {"reviewers": sorted(reviewers.items()), "categories": categories}

@@ -47,8 +47,11 @@ BULK_MAX = 1000  # samples one bulk decision may name
 LIST_PAGE_SIZE = 100  # rows of the detections table and of the review sidebar per page
 TAG_PICTURES_KEPT = 32
 FLASHES = {
-    "approve": "Approved.", "reject": "Rejected.", "note": "Note saved.",
-    "exported": "Export written.", "reviewer": "Reviewer name saved.",
+    "approve": "Approved.",
+    "reject": "Rejected.",
+    "note": "Note saved.",
+    "exported": "Export written.",
+    "reviewer": "Reviewer name saved.",
     "already": "Already recorded: this decision was applied before (nothing changed).",
     "undone": "Undone (kept in the history).",
 }
@@ -65,8 +68,11 @@ def _bulk_flash(request: Request) -> str:
         return ""
     verb = "Approved" if decision == "approve" else "Rejected"
     rest = n_asked - n_done
-    return f"{verb} {n_done} of {n_asked} selected" + (f"; {rest} already decided or unknown, left as they were"
-                                                        if rest else "") + "."
+    return (
+        f"{verb} {n_done} of {n_asked} selected"
+        + (f"; {rest} already decided or unknown, left as they were" if rest else "")
+        + "."
+    )
 
 
 def _page_no(request: Request, pages: int, key: str = "page") -> int:
@@ -85,9 +91,16 @@ def _templates() -> Jinja2Templates:
     return Jinja2Templates(env=env)
 
 
-def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None = None,
-               reviewer: str | None = None, image_store: str | Path | None = None, min_reviewers: int = 1,
-               review_rule: str = "unanimous") -> FastAPI:
+def create_app(
+    path: str | Path,
+    *,
+    host: str = "127.0.0.1",
+    token: str | None = None,
+    reviewer: str | None = None,
+    image_store: str | Path | None = None,
+    min_reviewers: int = 1,
+    review_rule: str = "unanimous",
+) -> FastAPI:
     """The app for `path` (a CTD dataset folder, a detection results file or an IPR results file).
 
     `host` is the address the server binds: any non-loopback one makes the access token mandatory (the app's
@@ -133,8 +146,11 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         if not guard.host_allowed(request):
             response: Response = HTMLResponse("Refused: unexpected Host header.", status_code=400)
         elif not guard.token_ok(request):
-            response = HTMLResponse("Refused: this server needs its access token. Open the URL with ?token=... "
-                                    "printed when `unveil ui` started.", status_code=401)
+            response = HTMLResponse(
+                "Refused: this server needs its access token. Open the URL with ?token=... "
+                "printed when `unveil ui` started.",
+                status_code=401,
+            )
         elif request.method not in ("GET", "HEAD") and not guard.same_origin(request):
             response = HTMLResponse("Refused: cross-site request.", status_code=403)
         elif "token" in request.query_params and guard.token:
@@ -154,9 +170,15 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
             raise HTTPException(403, "Refused: missing or wrong CSRF token (reload the page).")
 
     def page(request: Request, name: str, **ctx: Any) -> HTMLResponse:
-        ctx.update(request=request, kind=kind, target=str(target), csrf=guard.csrf, csrf_field=CSRF_FIELD,
-                   reviewer=request.cookies.get(REVIEWER_COOKIE) or default_name,
-                   flash=FLASHES.get(request.query_params.get("flash", ""), "") or _bulk_flash(request))
+        ctx.update(
+            request=request,
+            kind=kind,
+            target=str(target),
+            csrf=guard.csrf,
+            csrf_field=CSRF_FIELD,
+            reviewer=request.cookies.get(REVIEWER_COOKIE) or default_name,
+            flash=FLASHES.get(request.query_params.get("flash", ""), "") or _bulk_flash(request),
+        )
         return templates.TemplateResponse(request, name, ctx)
 
     @app.get("/", include_in_schema=False)
@@ -188,8 +210,13 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
 
     def filters_of(request: Request) -> dict[str, str]:
         q = request.query_params
-        return {"status": q.get("status", "pending_review"), "category": q.get("category", ""),
-                "blind": q.get("blind", ""), "q": q.get("q", "")[:200], "todo": q.get("todo", "")[:200]}
+        return {
+            "status": q.get("status", "pending_review"),
+            "category": q.get("category", ""),
+            "blind": q.get("blind", ""),
+            "q": q.get("q", "")[:200],
+            "todo": q.get("todo", "")[:200],
+        }
 
     @app.get("/review", response_class=HTMLResponse)
     async def review(request: Request) -> HTMLResponse:
@@ -213,26 +240,57 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         prev_id = ids[pos - 1] if pos > 0 else None
         next_id = ids[pos + 1] if 0 <= pos < len(ids) - 1 else (ids[0] if pos < 0 and ids else None)
         pages = max(1, -(-len(shown) // LIST_PAGE_SIZE))
-        list_page = _page_no(request, pages, "list") if "list" in request.query_params else (
-            pos // LIST_PAGE_SIZE + 1 if pos >= 0 else 1)
+        list_page = (
+            _page_no(request, pages, "list")
+            if "list" in request.query_params
+            else (pos // LIST_PAGE_SIZE + 1 if pos >= 0 else 1)
+        )
         start = (list_page - 1) * LIST_PAGE_SIZE
-        return page(request, "review.html", cards=shown[start:start + LIST_PAGE_SIZE], n_shown=len(shown),
-                    list_start=start, list_page=list_page, list_pages=pages, card=card, card_id=current_id,
-                    problem=problem, pos=pos, filters=f, prev_id=prev_id, next_id=next_id,
-                    progress=ctd.progress(rows), categories=sorted({r.get("category") or "" for r in rows} - {""}),
-                    n_blind=max([int(r.get("n_blind") or 0) for r in rows] + [0]), statuses=STATUS_LABELS,
-                    filter_query=urllib.parse.urlencode(f), conflict=conflict,
-                    problems=ctd.index.all_problems(), views_error=ctd.views.last_error,
-                    reviewers=sorted({w for r in rows for w in r.get("judgements") or {}}
-                                     | {request.cookies.get(REVIEWER_COOKIE) or default_name}),
-                    policy={"min_reviewers": ctd.min_reviewers, "rule": ctd.rule},
-                    undo_id=request.query_params.get("undo_id", ""), undo_k=request.query_params.get("undo_k", ""),
-                    exported=request.query_params.get("exported", ""))
+        return page(
+            request,
+            "review.html",
+            cards=shown[start : start + LIST_PAGE_SIZE],
+            n_shown=len(shown),
+            list_start=start,
+            list_page=list_page,
+            list_pages=pages,
+            card=card,
+            card_id=current_id,
+            problem=problem,
+            pos=pos,
+            filters=f,
+            prev_id=prev_id,
+            next_id=next_id,
+            progress=ctd.progress(rows),
+            categories=sorted({r.get("category") or "" for r in rows} - {""}),
+            n_blind=max([int(r.get("n_blind") or 0) for r in rows] + [0]),
+            statuses=STATUS_LABELS,
+            filter_query=urllib.parse.urlencode(f),
+            conflict=conflict,
+            problems=ctd.index.all_problems(),
+            views_error=ctd.views.last_error,
+            reviewers=sorted(
+                {w for r in rows for w in r.get("judgements") or {}}
+                | {request.cookies.get(REVIEWER_COOKIE) or default_name}
+            ),
+            policy={"min_reviewers": ctd.min_reviewers, "rule": ctd.rule},
+            undo_id=request.query_params.get("undo_id", ""),
+            undo_k=request.query_params.get("undo_k", ""),
+            exported=request.query_params.get("exported", ""),
+        )
 
     @app.post("/review/decide")
-    async def decide(request: Request, id: str = Form(...), decision: str = Form(...), note: str = Form(""),
-                     status: str = Form("pending_review"), category: str = Form(""), blind: str = Form(""),
-                     q: str = Form(""), todo: str = Form("")) -> Response:
+    async def decide(
+        request: Request,
+        id: str = Form(...),
+        decision: str = Form(...),
+        note: str = Form(""),
+        status: str = Form("pending_review"),
+        category: str = Form(""),
+        blind: str = Form(""),
+        q: str = Form(""),
+        todo: str = Form(""),
+    ) -> Response:
         """Apply approve / reject / note to one sample, then show the next one of the filtered list. The same
         decision sent twice (a double click) is applied once and answers as the first did."""
         if ctd is None:
@@ -253,13 +311,15 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         if counts.get("skipped"):
             if id not in ctd.index.where:
                 raise HTTPException(404, f"no sample {id!r} in this dataset")
-            if ctd.problem(id):
-                raise HTTPException(409, f"sample {id!r} cannot take a decision: its record is unreadable "
-                                         f"({ctd.problem(id).reason})")  # type: ignore[union-attr]
+            problem = ctd.problem(id)
+            if problem is not None:
+                raise HTTPException(
+                    409, f"sample {id!r} cannot take a decision: its record is unreadable ({problem.reason})"
+                )
             flash = "already"
         nxt = id if decision == "note" else None
         if nxt is None and id in before:
-            later = before[before.index(id) + 1:]
+            later = before[before.index(id) + 1 :]
             nxt = later[0] if later else None
         query = {**f, "flash": flash, **({"id": nxt} if nxt else {})}
         if flash == decision:  # offer to take it back from the next page (the entry just appended)
@@ -268,9 +328,16 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         return RedirectResponse(f"/review?{urllib.parse.urlencode(query)}", status_code=303)
 
     @app.post("/review/bulk")
-    async def bulk(request: Request, decision: str = Form(...), note: str = Form(""),
-                   status: str = Form("pending_review"), category: str = Form(""), blind: str = Form(""),
-                   q: str = Form(""), todo: str = Form("")) -> Response:
+    async def bulk(
+        request: Request,
+        decision: str = Form(...),
+        note: str = Form(""),
+        status: str = Form("pending_review"),
+        category: str = Form(""),
+        blind: str = Form(""),
+        q: str = Form(""),
+        todo: str = Form(""),
+    ) -> Response:
         """Approve or reject the selected samples together (one lock, one append; the page asks to confirm)."""
         if ctd is None:
             raise HTTPException(404)
@@ -287,14 +354,28 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         except DatasetBusyError as exc:
             raise HTTPException(503, f"{exc} (nothing was saved; press it again)") from exc
         done = counts["approved"] + counts["rejected"] + counts["pending"]
-        query = {"status": status, "category": category, "blind": blind, "q": q, "todo": todo, "flash": "bulk",
-                 "bulk": f"{decision}:{done}:{len(chosen)}"}
+        query = {
+            "status": status,
+            "category": category,
+            "blind": blind,
+            "q": q,
+            "todo": todo,
+            "flash": "bulk",
+            "bulk": f"{decision}:{done}:{len(chosen)}",
+        }
         return RedirectResponse(f"/review?{urllib.parse.urlencode(query)}", status_code=303)
 
     @app.post("/review/undo")
-    async def undo(request: Request, id: str = Form(...), undoes: int = Form(...),
-                   status: str = Form("pending_review"), category: str = Form(""), blind: str = Form(""),
-                     q: str = Form(""), todo: str = Form("")) -> Response:
+    async def undo(
+        request: Request,
+        id: str = Form(...),
+        undoes: int = Form(...),
+        status: str = Form("pending_review"),
+        category: str = Form(""),
+        blind: str = Form(""),
+        q: str = Form(""),
+        todo: str = Form(""),
+    ) -> Response:
         """Take back one entry of a sample's review history (a decision or a note); the sample stays shown."""
         if ctd is None:
             raise HTTPException(404)
@@ -307,8 +388,7 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         if id not in ctd.index.where:
             raise HTTPException(404, f"no sample {id!r} in this dataset")
         flash = "undone" if counts.get("undone") else "already"
-        query = {"status": status, "category": category, "blind": blind, "q": q, "todo": todo, "id": id,
-                 "flash": flash}
+        query = {"status": status, "category": category, "blind": blind, "q": q, "todo": todo, "id": id, "flash": flash}
         return RedirectResponse(f"/review?{urllib.parse.urlencode(query)}", status_code=303)
 
     @app.post("/review/export")
@@ -329,8 +409,13 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         if ctd is None:
             raise HTTPException(404)
         rows = await asyncio.to_thread(ctd.rows)
-        return page(request, "reviewers.html", stats=agreement(rows), policy={"min_reviewers": ctd.min_reviewers,
-                    "rule": ctd.rule}, pending=sum(1 for r in rows if r.get("status") == "pending_review"))
+        return page(
+            request,
+            "reviewers.html",
+            stats=agreement(rows),
+            policy={"min_reviewers": ctd.min_reviewers, "rule": ctd.rule},
+            pending=sum(1 for r in rows if r.get("status") == "pending_review"),
+        )
 
     @app.post("/reviewer")
     async def set_reviewer(request: Request, name: str = Form(...), back: str = Form("/")) -> Response:
@@ -353,10 +438,20 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         shown = [r for r in rows if (not verdict or r.get("verdict") == verdict) and (not mbin or r.get("bin") == mbin)]
         pages = max(1, -(-len(shown) // LIST_PAGE_SIZE))
         n = _page_no(request, pages)
-        part = [{**r, "image_id": det.image_of(r)} for r in shown[(n - 1) * LIST_PAGE_SIZE:n * LIST_PAGE_SIZE]]
-        return page(request, "detections.html", rows=part, n_shown=len(shown), total=len(rows), verdict=verdict,
-                    bin=mbin, bins=[(b, MTC_BIN_LABELS[b]) for b in MTC_BINS], page_no=n, pages=pages,
-                    problems=det.index.all_problems())
+        part = [{**r, "image_id": det.image_of(r)} for r in shown[(n - 1) * LIST_PAGE_SIZE : n * LIST_PAGE_SIZE]]
+        return page(
+            request,
+            "detections.html",
+            rows=part,
+            n_shown=len(shown),
+            total=len(rows),
+            verdict=verdict,
+            bin=mbin,
+            bins=[(b, MTC_BIN_LABELS[b]) for b in MTC_BINS],
+            page_no=n,
+            pages=pages,
+            problems=det.index.all_problems(),
+        )
 
     @app.get("/detections/view", response_class=HTMLResponse)
     async def detection(request: Request, id: str) -> HTMLResponse:
@@ -403,12 +498,20 @@ def create_app(path: str | Path, *, host: str = "127.0.0.1", token: str | None =
         shown = [r for r in rows if not action or action in r.get("stops", ())]
         pages = max(1, -(-len(shown) // IPR_PAGE_SIZE))
         n = _page_no(request, pages)
-        part = shown[(n - 1) * IPR_PAGE_SIZE:n * IPR_PAGE_SIZE]
+        part = shown[(n - 1) * IPR_PAGE_SIZE : n * IPR_PAGE_SIZE]
         records = await asyncio.to_thread(lambda: [ipr.prompt(r["id"]) for r in part])
         problems = ipr.index.all_problems()
-        return page(request, "ipr.html", records=[r for r in records if r is not None], total=len(rows),
-                    page_no=n, pages=pages, stop=action, problems=problems,
-                    stops=sorted({s for r in rows for s in r.get("stops", ())}))
+        return page(
+            request,
+            "ipr.html",
+            records=[r for r in records if r is not None],
+            total=len(rows),
+            page_no=n,
+            pages=pages,
+            stop=action,
+            problems=problems,
+            stops=sorted({s for r in rows for s in r.get("stops", ())}),
+        )
 
     return app
 

@@ -58,8 +58,14 @@ class Problem:
 class JsonlIndex:
     """Offsets and summaries of a JSONL file's records by id (the last record of an id wins, as everywhere)."""
 
-    def __init__(self, path: str | os.PathLike[str], summarize: Summarize, *, id_field: str = "id",
-                 max_line_bytes: int = MAX_LINE_BYTES) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        summarize: Summarize,
+        *,
+        id_field: str = "id",
+        max_line_bytes: int = MAX_LINE_BYTES,
+    ) -> None:
         self.path = Path(path)
         self.summarize = summarize
         self.id_field = id_field
@@ -136,8 +142,11 @@ class JsonlIndex:
             summary = self.summarize(rec)
             self.problems.pop(sid, None)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            summary = {"id": sid, "status": rec.get("status") if isinstance(rec.get("status"), str) else "",
-                       "bad": True}
+            summary = {
+                "id": sid,
+                "status": rec.get("status") if isinstance(rec.get("status"), str) else "",
+                "bad": True,
+            }
             self.problems[sid] = Problem(line, str(exc) or type(exc).__name__, sid)
         summary.update(id=sid, line=line)
         self.where[sid] = (offset, len(raw), line)

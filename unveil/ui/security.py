@@ -23,7 +23,7 @@ CSRF_HEADER = "x-csrf-token"
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; img-src 'self'; style-src 'self'; script-src 'self'; "
-                               "form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
+    "form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",  # nothing leaves for other sites (a URL may briefly carry the token)
     "X-Frame-Options": "DENY",
@@ -73,8 +73,11 @@ class Guard:
         if self.token is None:
             return True
         auth = request.headers.get("authorization", "")
-        given = [request.cookies.get(TOKEN_COOKIE, ""), request.query_params.get("token", ""),
-                 auth[7:] if auth.lower().startswith("bearer ") else ""]
+        given = [
+            request.cookies.get(TOKEN_COOKIE, ""),
+            request.query_params.get("token", ""),
+            auth[7:] if auth.lower().startswith("bearer ") else "",
+        ]
         return any(g and hmac.compare_digest(g.encode(), self.token.encode()) for g in given)
 
     def same_origin(self, request: Request) -> bool:

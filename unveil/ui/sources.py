@@ -38,10 +38,29 @@ from unveil.ui.agreement import judgements
 from unveil.ui.index import JsonlIndex, NotARegularFileError, Problem, open_regular
 
 Kind = Literal["ctd", "detection", "ipr"]
-STATUS_LABELS = {"pending_review": "pending", "accepted": "accepted", "rejected": "rejected", "dropped": "dropped",
-                 "duplicate": "duplicate", "failed": "failed", "bad": "unreadable"}
-__all__ = ["Kind", "detect_kind", "ImageIndex", "CtdSource", "DetectionSource", "IprSource", "default_reviewer",
-           "DatasetBusyError", "NotARegularFileError", "MTC_BINS", "MTC_BIN_LABELS", "STATUS_LABELS"]
+STATUS_LABELS = {
+    "pending_review": "pending",
+    "accepted": "accepted",
+    "rejected": "rejected",
+    "dropped": "dropped",
+    "duplicate": "duplicate",
+    "failed": "failed",
+    "bad": "unreadable",
+}
+__all__ = [
+    "Kind",
+    "detect_kind",
+    "ImageIndex",
+    "CtdSource",
+    "DetectionSource",
+    "IprSource",
+    "default_reviewer",
+    "DatasetBusyError",
+    "NotARegularFileError",
+    "MTC_BINS",
+    "MTC_BIN_LABELS",
+    "STATUS_LABELS",
+]
 
 
 def detect_kind(path: str | os.PathLike[str]) -> Kind:
@@ -91,8 +110,9 @@ class ImageIndex:
         if r not in self.roots:
             self.roots.append(r)
 
-    def id_of(self, path: str | None, base: Path, *, known_id: str | None = None,
-              learn_root: bool = False) -> str | None:
+    def id_of(
+        self, path: str | None, base: Path, *, known_id: str | None = None, learn_root: bool = False
+    ) -> str | None:
         """The image id of a record's image path when it is a file of the form `ROOT/ab/<sha>.png` inside an
         allowed store (or, with `learn_root`, inside whatever store it names: results files of `detect`/`refine`
         point at the run's store); None when it is not."""
@@ -169,7 +189,6 @@ def _cost(usage: dict[str, Any] | None) -> float:
     return float(((usage or {}).get("total") or {}).get("cost_usd") or 0.0)
 
 
-
 class ViewsWriter:
     """Rewrites a dataset's `dataset.jsonl` and `review_queue.jsonl` in a background thread after decisions (one
     rewrite covers every decision taken while it waited), from the view lines the index keeps per record, so
@@ -210,8 +229,11 @@ class ViewsWriter:
         try:
             with dataset_lock(self.root):
                 rows = self.index.rows()  # read under the lock: no decision lands between reading and writing
-                write_view_texts(self.root, "".join(r["views"][0] for r in rows if "views" in r),
-                                 "".join(r["views"][1] for r in rows if "views" in r))
+                write_view_texts(
+                    self.root,
+                    "".join(r["views"][0] for r in rows if "views" in r),
+                    "".join(r["views"][1] for r in rows if "views" in r),
+                )
             self.last_error = ""
         except Exception as exc:  # noqa: BLE001 - kept for the page; the next decision tries again
             self.last_error = f"{type(exc).__name__}: {exc}"
@@ -231,8 +253,10 @@ def _blind(rec: dict[str, Any]) -> tuple[int, int]:
     last = rec.get("rounds") or 0
     blind_last = [v for v in rec.get("votes") or [] if v.get("kind") == "blind" and v.get("round") == last]
     decision = rec.get("decision") or {}
-    return (int(decision.get("blind_found", sum(1 for v in blind_last if v.get("has_risk")))),
-            int(decision.get("n_blind", len(blind_last))))
+    return (
+        int(decision.get("blind_found", sum(1 for v in blind_last if v.get("has_risk")))),
+        int(decision.get("n_blind", len(blind_last))),
+    )
 
 
 SEARCH_CHARS = 8000
@@ -246,12 +270,27 @@ def _ctd_summary(rec: dict[str, Any]) -> dict[str, Any]:
     found, n_blind = _blind(rec)
     review = rec.get("review") or {}
     reasons = " ".join(str(v.get("reason") or "") for v in rec.get("votes") or [])
-    words = " ".join(str(x or "") for x in (rec.get("id"), rec.get("category"), rec.get("subcategory"),
-                                            rec.get("text"), rec.get("image_description"), reasons))
-    return {"status": rec.get("status"), "category": rec.get("category") or "", "blind_found": found,
-            "n_blind": n_blind, "review_status": review.get("status") or "none",
-            "search": words.casefold()[:SEARCH_CHARS], "views": view_lines(rec),
-            "judgements": judgements(rec.get("review_history") or [])}
+    words = " ".join(
+        str(x or "")
+        for x in (
+            rec.get("id"),
+            rec.get("category"),
+            rec.get("subcategory"),
+            rec.get("text"),
+            rec.get("image_description"),
+            reasons,
+        )
+    )
+    return {
+        "status": rec.get("status"),
+        "category": rec.get("category") or "",
+        "blind_found": found,
+        "n_blind": n_blind,
+        "review_status": review.get("status") or "none",
+        "search": words.casefold()[:SEARCH_CHARS],
+        "views": view_lines(rec),
+        "judgements": judgements(rec.get("review_history") or []),
+    }
 
 
 @dataclass
@@ -345,25 +384,40 @@ class CtdSource:
     def decide(self, sample_id: str, decision: str, note: str, reviewer: str) -> dict[str, int]:
         """Apply one decision with `unveil review`'s semantics (locked, appended, reviewer and time kept); the
         record is read through the index and the views follow in the background."""
-        counts = apply_reviews(self.root, {sample_id: {"decision": decision, "note": note, "reviewer": reviewer}},
-                               records=self.index.mapping, views=False,
-                               min_reviewers=self.min_reviewers, rule=self.rule)
+        counts = apply_reviews(
+            self.root,
+            {sample_id: {"decision": decision, "note": note, "reviewer": reviewer}},
+            records=self.index.mapping,
+            views=False,
+            min_reviewers=self.min_reviewers,
+            rule=self.rule,
+        )
         self.views.touch()
         return counts
 
     def decide_many(self, sample_ids: list[str], decision: str, note: str, reviewer: str) -> dict[str, int]:
         """One decision for several samples, applied together (one lock, one append)."""
-        counts = apply_reviews(self.root, {sid: {"decision": decision, "note": note, "reviewer": reviewer}
-                                           for sid in sample_ids}, records=self.index.mapping, views=False,
-                               min_reviewers=self.min_reviewers, rule=self.rule)
+        counts = apply_reviews(
+            self.root,
+            {sid: {"decision": decision, "note": note, "reviewer": reviewer} for sid in sample_ids},
+            records=self.index.mapping,
+            views=False,
+            min_reviewers=self.min_reviewers,
+            rule=self.rule,
+        )
         self.views.touch()
         return counts
 
     def undo(self, sample_id: str, k: int, reviewer: str) -> dict[str, int]:
         """Take back entry `k` of a sample's review history (the undo is appended, as every decision)."""
-        counts = apply_reviews(self.root, {sample_id: {"decision": "undo", "undoes": k, "reviewer": reviewer}},
-                               records=self.index.mapping, views=False,
-                               min_reviewers=self.min_reviewers, rule=self.rule)
+        counts = apply_reviews(
+            self.root,
+            {sample_id: {"decision": "undo", "undoes": k, "reviewer": reviewer}},
+            records=self.index.mapping,
+            views=False,
+            min_reviewers=self.min_reviewers,
+            rule=self.rule,
+        )
         self.views.touch()
         return counts
 
@@ -381,12 +435,21 @@ def _detection_row(rec: dict[str, Any]) -> dict[str, Any]:
     verdict = "failed" if rec.get("status") == "failed" else ("toxic" if rec.get("toxic") else "not toxic")
     value = float(mtc) if isinstance(mtc, (int, float)) and not isinstance(mtc, bool) and 0 <= mtc <= 1 else None
     return {
-        "verdict": verdict, "mtc": value, "bin": mtc_bin(value) if value is not None else "",
-        "category": str(finding.get("category") or rec.get("category") or ""), "label": rec.get("label"),
-        "cost": _cost(usage), "calls": int((usage.get("total") or {}).get("calls", 0)),
-        "error": rec.get("error"), "image_path": rec.get("image_path"), "image_sha": rec.get("image_id"),
-        "finding": (f"{(finding.get('visual') or {}).get('concept', '')} ↔ "
-                    f"{(finding.get('textual') or {}).get('concept', '')}") if finding else "",
+        "verdict": verdict,
+        "mtc": value,
+        "bin": mtc_bin(value) if value is not None else "",
+        "category": str(finding.get("category") or rec.get("category") or ""),
+        "label": rec.get("label"),
+        "cost": _cost(usage),
+        "calls": int((usage.get("total") or {}).get("calls", 0)),
+        "error": rec.get("error"),
+        "image_path": rec.get("image_path"),
+        "image_sha": rec.get("image_id"),
+        "finding": (
+            f"{(finding.get('visual') or {}).get('concept', '')} ↔ {(finding.get('textual') or {}).get('concept', '')}"
+        )
+        if finding
+        else "",
     }
 
 
@@ -419,8 +482,11 @@ class DetectionSource:
     def image_of(self, row: dict[str, Any]) -> str | None:
         """The image id of a row, when its image is in an allowed store."""
         path = row.get("image_path")
-        return self.images.id_of(path, Path(self.path).parent, known_id=row.get("image_sha")) \
-            if isinstance(path, str) else None
+        return (
+            self.images.id_of(path, Path(self.path).parent, known_id=row.get("image_sha"))
+            if isinstance(path, str)
+            else None
+        )
 
     def record(self, sample_id: str) -> dict[str, Any] | None:
         """One record with its trees, the toxic path's node ids, and its image id, or None."""
@@ -447,18 +513,26 @@ class DetectionSource:
                 on_path.add(f"{side}:{node_id}")
                 node_id = nodes[node_id].get("parent")
         path = rec.get("image_path")
-        image_id = self.images.id_of(path, Path(self.path).parent, known_id=rec.get("image_id"),
-                                     learn_root=True) if isinstance(path, str) else None
+        image_id = (
+            self.images.id_of(path, Path(self.path).parent, known_id=rec.get("image_id"), learn_root=True)
+            if isinstance(path, str)
+            else None
+        )
         views = {side: _tree(trees.get(side) or [], side, on_path) for side in ("visual", "textual")}
+
         def text(key: str) -> str | None:
             value = rec.get(key)
             return value if isinstance(value, str) else None
 
         image = next((v for v in (text("image_id"), text("image"), text("image_path")) if v), None)
-        return {**rec, "trees_view": views,
-                "input": {"text": text("text"), "image_description": text("image_description"), "image": image},
-                "image_view": image_id, "usage_rows": _usage_rows(rec.get("usage")),
-                "models_json": json.dumps(rec.get("models") or {}, indent=1, ensure_ascii=False)}
+        return {
+            **rec,
+            "trees_view": views,
+            "input": {"text": text("text"), "image_description": text("image_description"), "image": image},
+            "image_view": image_id,
+            "usage_rows": _usage_rows(rec.get("usage")),
+            "models_json": json.dumps(rec.get("models") or {}, indent=1, ensure_ascii=False),
+        }
 
 
 def _tree(nodes: list[dict[str, Any]], side: str, on_path: set[str]) -> list[dict[str, Any]]:
@@ -521,22 +595,40 @@ class IprSource:
 
     def _view(self, rec: dict[str, Any]) -> dict[str, Any]:
         if "trajectory" in rec:
-            runs = [{"label": "", "steps": [self._refine_step(st) for st in rec.get("trajectory") or []],
-                     "keep_step": rec.get("keep_step")}]
+            runs = [
+                {
+                    "label": "",
+                    "steps": [self._refine_step(st) for st in rec.get("trajectory") or []],
+                    "keep_step": rec.get("keep_step"),
+                }
+            ]
         elif "trajectories" in rec:
             runs = [self._eval_run(tr) for tr in rec.get("trajectories") or []]
         else:
-            runs = [{"label": "images", "keep_step": None, "steps": [
-                {"step": f"seed {im.get('seed')}", "prompt": rec.get("used_prompt") or rec.get("prompt"),
-                 "shown": [self.images.valid_id(im.get("image_id"))], "score_rows": [_scalars(im)]}
-                for im in rec.get("images") or []]}]
+            runs = [
+                {
+                    "label": "images",
+                    "keep_step": None,
+                    "steps": [
+                        {
+                            "step": f"seed {im.get('seed')}",
+                            "prompt": rec.get("used_prompt") or rec.get("prompt"),
+                            "shown": [self.images.valid_id(im.get("image_id"))],
+                            "score_rows": [_scalars(im)],
+                        }
+                        for im in rec.get("images") or []
+                    ],
+                }
+            ]
         return {**rec, "runs": runs, "cost": _cost(rec.get("usage"))}
 
     def _refine_step(self, step: dict[str, Any]) -> dict[str, Any]:
         ids = step.get("image_ids") or []
         paths = step.get("image_paths") or []
-        shown = [self.images.id_of(p, Path(self.path).parent, known_id=ids[k] if k < len(ids) else None,
-                                   learn_root=True) for k, p in enumerate(paths)]
+        shown = [
+            self.images.id_of(p, Path(self.path).parent, known_id=ids[k] if k < len(ids) else None, learn_root=True)
+            for k, p in enumerate(paths)
+        ]
         return {**step, "shown": shown, "score_rows": [_scalars(sc) for sc in step.get("scores") or []]}
 
     def _eval_run(self, tr: dict[str, Any]) -> dict[str, Any]:
@@ -549,26 +641,49 @@ class IprSource:
         for k, st in enumerate(steps):
             # A step's action is how its prompt came about; the refiner's keep applies to the last image.
             action = "keep" if kept is not None and k == len(steps) - 1 else ("refine" if k < len(steps) - 1 else None)
-            view.append({"step": st.get("t", k), "prompt": st.get("prompt"), "action": action,
-                         "reason": steps[k + 1].get("reason") if k + 1 < len(steps) else "",
-                         "shown": [self.images.valid_id(st.get("image_id"))],
-                         "score_rows": [_scalars({x: v for x, v in st.items() if x not in ("t", "prompt", "action",
-                                                                                             "reason", "image_id")})]})
-        return {"label": f"seed {tr.get('seed')}", "steps": view,
-                "keep_step": view[-1]["step"] if kept is not None and view else None}
+            view.append(
+                {
+                    "step": st.get("t", k),
+                    "prompt": st.get("prompt"),
+                    "action": action,
+                    "reason": steps[k + 1].get("reason") if k + 1 < len(steps) else "",
+                    "shown": [self.images.valid_id(st.get("image_id"))],
+                    "score_rows": [
+                        _scalars(
+                            {x: v for x, v in st.items() if x not in ("t", "prompt", "action", "reason", "image_id")}
+                        )
+                    ],
+                }
+            )
+        return {
+            "label": f"seed {tr.get('seed')}",
+            "steps": view,
+            "keep_step": view[-1]["step"] if kept is not None and view else None,
+        }
 
     def _eval_run_steps(self, tr: dict[str, Any]) -> dict[str, Any]:
         """One trajectory of an `unveil evaluate ipr` run file as `unveil refine` shows one: each step with the
         refiner's action and reason on its image, the kept step, and why the run stopped."""
         hidden = ("t", "prompt", "action", "reason", "image_id", "seed", "error")
-        view = [{"step": st.get("t", k), "prompt": st.get("prompt"), "action": st.get("action"),
-                 "reason": st.get("reason") or "", "error": st.get("error"),
-                 "shown": [self.images.valid_id(st.get("image_id"))],
-                 "score_rows": [_scalars({x: v for x, v in st.items() if x not in hidden})]}
-                for k, st in enumerate(tr.get("steps") or [])]
+        view = [
+            {
+                "step": st.get("t", k),
+                "prompt": st.get("prompt"),
+                "action": st.get("action"),
+                "reason": st.get("reason") or "",
+                "error": st.get("error"),
+                "shown": [self.images.valid_id(st.get("image_id"))],
+                "score_rows": [_scalars({x: v for x, v in st.items() if x not in hidden})],
+            }
+            for k, st in enumerate(tr.get("steps") or [])
+        ]
         stop = tr.get("stop_reason")
-        return {"label": f"seed {tr.get('seed')}", "steps": view, "keep_step": tr.get("keep_step"),
-                "stop_reason": stop if isinstance(stop, str) else ""}
+        return {
+            "label": f"seed {tr.get('seed')}",
+            "steps": view,
+            "keep_step": tr.get("keep_step"),
+            "stop_reason": stop if isinstance(stop, str) else "",
+        }
 
 
 def _scalars(scores: dict[str, Any] | None) -> dict[str, Any]:
