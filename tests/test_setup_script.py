@@ -157,7 +157,13 @@ def test_ci_sets_up_once_then_style_gate_then_the_readme_command(stubs: Path, tm
     installs = [c for c in python if c.startswith("scripts/uv_pip.py -e ")]
     assert installs == ["scripts/uv_pip.py -e .[dev]"]  # setup's install ran once
     order = [c for c in python if c.startswith(("-m ruff", "-m mypy", "-m pytest", "-m agents.providers"))]
-    assert order == ["-m agents.providers.transformers_lm smollm2", "-m ruff check .", "-m mypy", "-m pytest -q"]
+    assert order == [
+        "-m agents.providers.transformers_lm smollm2",
+        "-m ruff check .",
+        "-m ruff format --check .",
+        "-m mypy",
+        "-m pytest -q",
+    ]
 
 
 def test_ci_stops_at_a_style_error(stubs: Path, tmp_path: Path) -> None:
