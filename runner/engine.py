@@ -11,29 +11,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
+from runner.engine_settings import ADDRESS_ENV, ENGINES, EngineSettings
 from tools.env import env_str
 
-ENGINES: tuple[str, ...] = ("local", "ray")
-ADDRESS_ENV = "UNVEIL_RAY_ADDRESS"
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """Which engine runs a command, and for Ray which cluster (None: `$UNVEIL_RAY_ADDRESS`, else local)."""
-
-    engine: str = "local"
-    ray_address: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine {self.engine!r}: use {' or '.join(ENGINES)}")
-
-    def address(self) -> str | None:
-        """The Ray address to connect to (the setting, else `$UNVEIL_RAY_ADDRESS`, else None)."""
-        return self.ray_address or env_str(ADDRESS_ENV)
+__all__ = ["ADDRESS_ENV", "ENGINES", "EngineSettings", "cluster_info", "engine_session"]
 
 
 @contextlib.contextmanager

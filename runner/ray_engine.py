@@ -47,7 +47,7 @@ from agents.limits import set_shared_limiter
 from agents.providers.local_base import LocalChatModel
 from agents.providers.registry import set_remote_chat_models
 from agents.spec import redact_spec
-from runner.engine import ADDRESS_ENV
+from runner.engine_settings import ADDRESS_ENV
 from tools.env import SettingError, env_str
 from tools.errors import UnveilError
 from tools.image_store import ImageStore, get_image_store, pid_alive
