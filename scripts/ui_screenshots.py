@@ -3,6 +3,8 @@ Debian's headless chromium. Run: `PYTHONPATH=. python3 scripts/ui_screenshots.py
 
 from __future__ import annotations
 
+import asyncio
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -25,10 +27,37 @@ def shrink(path: Path, width: int = 1100) -> None:
     im.quantize(256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
 
 
+def studio_sample(tmp: Path) -> tuple[Path, str]:
+    """A sample reviewed in Studio: a CTD run (scripted provider, tiny random-weight Stable Diffusion, as in
+    tests/test_ctd_review_folder.py) paused for review with the review folder `tmp/studio` set, then resumed with a
+    decision as Studio sends it. Returns the folder and the sample's id."""
+    from langgraph.types import Command
+
+    from agents.gateway import Gateway, GatewaySettings, set_gateway
+    from tests.test_ctd_review_folder import SID, start
+    from tests.tiny import build_tiny_sd
+    from tools.review_log import REVIEW_DIR_ENV
+
+    folder = tmp / "studio"
+    os.environ[REVIEW_DIR_ENV] = str(folder)
+    set_gateway(Gateway(GatewaySettings(cache_path=None, backoff_base=0.0)))  # scripted answers, no cache written
+    tiny_sd = "diffusers:" + build_tiny_sd(tmp / "tiny_sd")
+
+    async def run() -> None:
+        g, cfg, ctx, _ = await start(tmp, tiny_sd)
+        answer = {"decision": "approve", "note": "the flour reads as cocaine only with the caption"}
+        await g.ainvoke(Command(resume=answer), cfg, context=ctx)
+
+    asyncio.run(run())
+    del os.environ[REVIEW_DIR_ENV]
+    set_gateway(None)
+    return folder, SID
+
+
 def main(out: Path) -> None:
     """Write the pictures of docs/ui.md to `out`: the review page, search with bulk selection, undo, a
-    duplicate beside its twin, the reviewers page, a detection (input and zoomed TAG), refine and evaluate-ipr
-    trajectories."""
+    duplicate beside its twin, the reviewers page, a sample reviewed in Studio, a detection (input and zoomed
+    TAG), refine and evaluate-ipr trajectories."""
     from playwright.sync_api import sync_playwright
 
     out.mkdir(parents=True, exist_ok=True)
@@ -42,6 +71,7 @@ def main(out: Path) -> None:
     make_detection_results(tmp / "detect.jsonl", tmp / "store")
     make_ipr_results(tmp / "refine.jsonl", tmp / "store")
     runs = make_eval_ipr_results(tmp / "runs", tmp / "store")
+    studio, studio_id = studio_sample(tmp)
 
     def undo(page: Any) -> None:  # approve, then show the undo offered on the next page
         page.keyboard.press("a")
@@ -62,6 +92,7 @@ def main(out: Path) -> None:
         (tmp / "ds", "/review?status=duplicate", "ui-duplicate.png", None, {}),
         (tmp / "ds2", "/review?status=&id=drugs-00000", "ui-tally.png", None, {"min_reviewers": 2}),
         (tmp / "ds2", "/reviewers", "ui-reviewers.png", None, {"min_reviewers": 2}),
+        (studio, f"/review?status=&id={studio_id}", "ui-studio-review.png", None, {}),
         (tmp / "detect.jsonl", "/detections/view?id=pair-1", "ui-detection.png", zoom, {}),
         (tmp / "refine.jsonl", "/ipr", "ui-ipr.png", None, {}),
         (runs["ipr"], "/ipr", "ui-ipr-eval.png", None, {"image_store": tmp / "store"}),
