@@ -1,7 +1,7 @@
 """`unveil ui` curator features in Debian's headless chromium (Playwright), as tests/test_ui.py: every run file
 fully shown (evaluate-ipr trajectories, the detection input, the zoomable TAG picture), undo, search and bulk
-decisions, duplicates side by side, several reviewers, and review in Studio and in the web app agreeing.
-Screenshots go to the test's temporary folder."""
+decisions, duplicates side by side and several reviewers (review in Studio and in the web app agreeing:
+tests/test_ui_studio_review.py). Screenshots go to the test's temporary folder."""
 
 from __future__ import annotations
 
