@@ -53,7 +53,7 @@ def test_t2i_throughput_tiny_prints_images_per_second() -> None:
 @pytest.mark.slow
 def test_grpo_step_tiny_prints_seconds_per_step() -> None:
     out = run_bench("bench/grpo_step.py", "--tiny")
-    assert re.search(rf"GRPO step: {NUMBER} s", out)
+    assert re.search(rf"GRPO step, 1 process\(es\): {NUMBER} s", out)
 
 
 @pytest.mark.slow
