@@ -61,7 +61,8 @@ NAMESPACE = "unveil"
 LIMITER_NAME = "unveil-limits"
 RETRIES = 3  # sends of one request after its member died (each to the least-loaded member)
 MAX_RESTARTS = 3  # Ray restarts of a dead member; creation errors (a bad model) are not restarted
-ACTOR_CONCURRENCY = 1000  # requests an async member holds at once (they meet in its batcher)
+ACTOR_CONCURRENCY = 1000  # requests an async member can hold at once (they meet in its batcher)
+INFLIGHT = 64  # requests the driver sends one member at once by default: two GPU batches, one rendering, one forming
 LEASE_S = 900.0  # a cluster-wide slot not released by then (its driver was killed) is taken back
 START_TIMEOUT_S = 600.0  # a pool with no member placed and loaded by then fails its requests (clear error)
 REQUEST_TIMEOUT_S = 3600.0  # a request its member did not answer by then fails (clear error)
@@ -107,11 +108,14 @@ class PoolStalledError(UnveilError, RuntimeError):
 
 @dataclass(frozen=True)
 class PoolSettings:
-    """How one actor pool is placed (environment `UNVEIL_RAY_<POOL>_ACTORS`, `_GPUS`, `_CPUS`, `_RESOURCES`).
+    """How one actor pool is placed (environment `UNVEIL_RAY_<POOL>_ACTORS`, `_GPUS`, `_CPUS`, `_RESOURCES`,
+    `_INFLIGHT`).
 
     `actors` None: one member per GPU of the cluster (one member when it has none). `gpus` None: `default_gpus`
     per member when the cluster has GPUs, else 0. `resources`: custom Ray resources each member needs, e.g.
-    `{"render": 1}` to keep rendering on the nodes started with `--resources '{"render": 4}'`.
+    `{"render": 1}` to keep rendering on the nodes started with `--resources '{"render": 4}'`. `inflight`: requests
+    the driver sends one member at once (0: no bound); the others wait in the driver for the first member with
+    room, so a member that starts late, or renders slower, still gets its share.
     """
 
     pool: str
@@ -120,6 +124,7 @@ class PoolSettings:
     cpus: float = 1.0
     resources: dict[str, float] = field(default_factory=dict)
     default_gpus: float = 1.0
+    inflight: int = INFLIGHT
     start_timeout_s: float = START_TIMEOUT_S
     request_timeout_s: float = REQUEST_TIMEOUT_S
 
@@ -130,6 +135,9 @@ class PoolSettings:
         prefix = f"UNVEIL_RAY_{pool.upper()}"
         actors = _env_number(f"{prefix}_ACTORS")
         cpus = _env_number(f"{prefix}_CPUS")
+        inflight = _env_number(f"{prefix}_INFLIGHT")
+        if inflight is not None and (inflight < 0 or inflight != int(inflight)):
+            raise SettingError(f"{prefix}_INFLIGHT: expected a whole number >= 0 (0: no bound), got {inflight:g}")
         return cls(
             pool=pool,
             actors=int(actors) if actors is not None else None,
@@ -137,6 +145,7 @@ class PoolSettings:
             cpus=default_cpus if cpus is None else cpus,
             resources=_env_json(f"{prefix}_RESOURCES"),
             default_gpus=default_gpus,
+            inflight=INFLIGHT if inflight is None else int(inflight),
             start_timeout_s=_env_seconds("UNVEIL_RAY_START_TIMEOUT", START_TIMEOUT_S),
             request_timeout_s=_env_seconds("UNVEIL_RAY_REQUEST_TIMEOUT", REQUEST_TIMEOUT_S),
         )
@@ -396,9 +405,10 @@ class ActorPool:
     """Members of one pool; each call goes to the least-loaded started member and is sent again if its member died.
 
     Every member is asked `ready()` when the pool is made; calls go only to members that answered (a member still
-    waiting to be placed, or loading its model, holds no request). A call that finds no member started within
-    `settings.start_timeout_s`, or whose member does not answer within `settings.request_timeout_s`, raises
-    `PoolStalledError` naming the pool and what it waited for, so a pool that cannot run never hangs a run.
+    waiting to be placed, or loading its model, holds no request), at most `settings.inflight` to one member at
+    once: a burst at the start does not all land on the member that started first. A call that finds no member
+    started within `settings.start_timeout_s`, or whose member does not answer within `settings.request_timeout_s`,
+    raises `PoolStalledError` naming the pool and what it waited for, so a pool that cannot run never hangs a run.
     """
 
     def __init__(
@@ -421,9 +431,12 @@ class ActorPool:
         self.created = time.monotonic()
         self.started = [False] * size
         self._warned = False
-        for k, member in enumerate(self.members):
+        # Kept: Ray may cancel a task whose result nobody holds any more, and the member would never count as
+        # started.
+        self._ready_refs = [member.ready.remote() for member in self.members]
+        for k, ref in enumerate(self._ready_refs):
             # Resolved on Ray's own thread: a flag per member, read by the event loops of the callers.
-            member.ready.remote().future().add_done_callback(lambda _f, k=k: self._set_started(k))
+            ref.future().add_done_callback(lambda _f, k=k: self._set_started(k))
 
     def _set_started(self, k: int) -> None:
         self.started[k] = True
@@ -446,8 +459,14 @@ class ActorPool:
             "it and it loaded its model"
         )
 
+    def _room(self, up: list[int]) -> list[int]:
+        """The started members that hold fewer than `settings.inflight` requests (all of them without a bound)."""
+        cap = self.settings.inflight
+        return [k for k in up if not cap or self.load[k] < cap]
+
     async def _member(self) -> int:
-        """The least-loaded started member (ties in turn), waiting for one to start until the start deadline."""
+        """The least-loaded started member with room (ties in turn), waiting for one to start until the start
+        deadline, and for room (without a deadline: the members are working) once one has."""
         deadline = self.created + self.settings.start_timeout_s
         while True:
             up = [k for k in range(len(self.members)) if self.started[k]]
@@ -457,9 +476,11 @@ class ActorPool:
                     log.warning(
                         "%s: running on %d of %d members; %s", self.name, len(up), len(self.members), self._waiting()
                     )
-                turn = next(self._turn)
-                return min(up, key=lambda k: (self.load[k], (k - turn) % len(self.members)))
-            if time.monotonic() > deadline:
+                room = self._room(up)
+                if room:
+                    turn = next(self._turn)
+                    return min(room, key=lambda k: (self.load[k], (k - turn) % len(self.members)))
+            elif time.monotonic() > deadline:
                 raise PoolStalledError(
                     f"{self.name}: no member started within {self.settings.start_timeout_s:g} s "
                     f"(UNVEIL_RAY_START_TIMEOUT); {self._waiting()}"
@@ -497,7 +518,7 @@ class ActorPool:
     def ready(self) -> list[dict[str, Any]]:
         """Wait until every member is up; where each runs (a member that cannot start raises its error, one
         not started within the start deadline raises `PoolStalledError`)."""
-        refs = [m.ready.remote() for m in self.members]
+        refs = self._ready_refs
         left = max(1.0, self.created + self.settings.start_timeout_s - time.monotonic())
         done, _ = ray.wait(refs, num_returns=len(refs), timeout=left)
         if len(done) < len(refs):

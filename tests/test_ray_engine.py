@@ -494,6 +494,52 @@ def test_a_pool_that_cannot_start_fails_its_requests_with_a_clear_error(
         render_settings()
 
 
+@pytest.mark.parametrize("inflight", [4, 0])
+def test_a_member_that_starts_late_still_gets_its_share_of_a_burst(cluster: Any, inflight: int) -> None:
+    """Calls go only to started members. Without a bound on what one member holds, a burst sent at the start all
+    lands on the member that started first (on GPUs: member 0 rendered the warm-up while member 1 sat idle, then
+    compiled its kernels inside the timed round); with the default bound the late member takes its share."""
+    import ray
+
+    from runner.ray_engine import INFLIGHT, ActorPool, PoolSettings
+    from tests.ray_helpers import SlowStarter
+
+    assert INFLIGHT == PoolSettings(pool="render").inflight == 64
+    actor = ray.remote(num_cpus=0)(SlowStarter).options(max_concurrency=100)
+    pool = ActorPool(
+        lambda k: actor.remote(k, 0.0 if k == 0 else 1.5),
+        2,
+        name="counter pool",
+        settings=PoolSettings(pool="counter", inflight=inflight),
+    )
+    try:
+
+        async def burst() -> list[int]:
+            return list(await asyncio.wait_for(asyncio.gather(*(pool.call("work") for _ in range(40))), 60))
+
+        served = asyncio.run(burst())
+    finally:
+        pool.kill()
+    if inflight:
+        assert served.count(1) >= 5, served  # the late member started 1.5 s in and took its share
+        assert max(pool.load) == 0
+    else:
+        assert served.count(1) == 0, served  # what happened before: everything went to member 0
+
+
+def test_pool_settings_read_the_inflight_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`UNVEIL_RAY_<POOL>_INFLIGHT` sets the bound (0: none); anything but a whole number >= 0 is one clear error."""
+    from runner.ray_engine import render_settings
+    from tools.env import SettingError
+
+    assert render_settings().inflight == 64
+    monkeypatch.setenv("UNVEIL_RAY_RENDER_INFLIGHT", "0")
+    assert render_settings().inflight == 0
+    monkeypatch.setenv("UNVEIL_RAY_RENDER_INFLIGHT", "2.5")
+    with pytest.raises(SettingError, match="UNVEIL_RAY_RENDER_INFLIGHT: expected a whole number >= 0"):
+        render_settings()
+
+
 def _cli(args: list[str], timeout: float, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "unveil.cli", *args],
