@@ -14,7 +14,7 @@ def hammer(n: int, rpm: float, concurrency: int, shared: bool, backend: str = "s
 
     set_shared_limiter(None)  # Ray reuses worker processes: start from no shared limiter
     if shared:
-        from runner.ray_engine import RayLimiter, limiter_actor
+        from runner.ray.limiter import RayLimiter, limiter_actor
 
         set_shared_limiter(RayLimiter(limiter_actor()))
     limits = BackendLimits(max_concurrency=concurrency, rpm=rpm)

@@ -341,7 +341,7 @@ def test_cluster_info_lists_nodes_resources_and_pools(
 
 def test_engine_flags_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     from runner.engine import EngineSettings
-    from runner.ray_engine import render_settings
+    from runner.ray import render_settings
     from unveil.cli import main
 
     with pytest.raises(SystemExit, match="needs --engine ray"):
@@ -460,7 +460,7 @@ def test_a_pool_that_cannot_start_fails_its_requests_with_a_clear_error(
     """A member that Ray cannot place (no node has the resource) fails the request after the start deadline, naming
     the pool and what its members wait for; a member that does not answer fails it after the request deadline."""
     from runner.engine import EngineSettings, engine_session
-    from runner.ray_engine import PoolStalledError, render_settings
+    from runner.ray import PoolStalledError, render_settings
     from tools.image_store import get_image_store
     from tools.t2i.base import GenerationRequest
     from tools.t2i.registry import open_generator
@@ -501,7 +501,7 @@ def test_a_member_that_starts_late_still_gets_its_share_of_a_burst(cluster: Any,
     compiled its kernels inside the timed round); with the default bound the late member takes its share."""
     import ray
 
-    from runner.ray_engine import INFLIGHT, ActorPool, PoolSettings
+    from runner.ray import INFLIGHT, ActorPool, PoolSettings
     from tests.ray_helpers import SlowStarter
 
     assert INFLIGHT == PoolSettings(pool="render").inflight == 64
@@ -529,7 +529,7 @@ def test_a_member_that_starts_late_still_gets_its_share_of_a_burst(cluster: Any,
 
 def test_pool_settings_read_the_inflight_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     """`UNVEIL_RAY_<POOL>_INFLIGHT` sets the bound (0: none); anything but a whole number >= 0 is one clear error."""
-    from runner.ray_engine import render_settings
+    from runner.ray import render_settings
     from tools.env import SettingError
 
     assert render_settings().inflight == 64
@@ -575,7 +575,7 @@ def test_a_bad_or_silent_ray_address_fails_fast_with_a_clear_error(cluster: Any)
 LEASE_HOLDER = """
 import asyncio, sys, time
 import ray
-from runner.ray_engine import RayLimiter, limiter_actor
+from runner.ray.limiter import RayLimiter, limiter_actor
 ray.init(address=sys.argv[1], namespace="unveil")
 limiter = RayLimiter(limiter_actor())
 async def hold():
@@ -592,7 +592,7 @@ def test_slots_of_a_killed_driver_come_back_when_its_job_ends(
 ) -> None:
     """A driver SIGKILLed while holding every slot of a backend: the next run gets a slot once the job ended (not
     after the 15-minute lease), and while it waits it says for what."""
-    import runner.ray_engine as ray_engine
+    import runner.ray.limiter as ray_engine
 
     c, _ = cluster
     backend = f"scripted-killed-{uuid.uuid4().hex[:8]}"
@@ -619,7 +619,7 @@ def test_slots_of_a_killed_driver_come_back_when_its_job_ends(
 
     try:
         started = time.monotonic()
-        with caplog.at_level(logging.WARNING, logger="runner.ray_engine"):
+        with caplog.at_level(logging.WARNING, logger="runner.ray.limiter"):
             asyncio.run(asyncio.wait_for(take(), 60))
         assert time.monotonic() - started < 60
     finally:
@@ -635,7 +635,7 @@ def test_slots_of_a_killed_driver_come_back_when_its_job_ends(
                 await asyncio.wait_for(limiter._acquire(other, 1, None), 1.5)
 
     try:
-        with caplog.at_level(logging.WARNING, logger="runner.ray_engine"):
+        with caplog.at_level(logging.WARNING, logger="runner.ray.limiter"):
             asyncio.run(blocked())
     finally:
         limiter.close()
