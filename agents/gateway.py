@@ -326,7 +326,9 @@ class Gateway:
         return self._methods.get(spec.backend, PREFERRED_METHOD.get(spec.provider, "function_calling"))
 
     # -- calls --------------------------------------------------------------------------------------------
-    async def _invoke(self, model: Any, messages: list[BaseMessage], spec: ModelSpec, role: str) -> tuple[dict, int]:
+    async def _invoke(
+        self, model: Any, messages: list[BaseMessage], spec: ModelSpec, role: str
+    ) -> tuple[dict[str, Any], int]:
         """One request with transient-fault retries; returns (result, retries used)."""
         attempt = 0
         while True:
@@ -570,16 +572,20 @@ def wire_schema(schema: type[M], spec: ModelSpec) -> type[M] | dict[str, Any]:
     JSON schema without length bounds above `SERVER_BOUND_LIMIT`."""
     if not self_hosted(spec):
         return schema
-    return _loosen(schema.model_json_schema())
+    return _loosen_object(schema.model_json_schema())
 
 
-def _loosen(node: Any) -> Any:
+def _loosen_object(node: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: _loosen(v)
+        for k, v in node.items()
+        if not (k in _LENGTH_BOUNDS and isinstance(v, int) and v > SERVER_BOUND_LIMIT)
+    }
+
+
+def _loosen(node: object) -> object:
     if isinstance(node, dict):
-        return {
-            k: _loosen(v)
-            for k, v in node.items()
-            if not (k in _LENGTH_BOUNDS and isinstance(v, int) and v > SERVER_BOUND_LIMIT)
-        }
+        return _loosen_object(node)
     if isinstance(node, list):
         return [_loosen(v) for v in node]
     return node
