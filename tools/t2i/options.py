@@ -24,9 +24,10 @@ class DiffusersOptions(TypedDict, total=False):
     device: str | None
     # The weights' dtype: `auto` (fp16 on CUDA, fp32 on CPU), `fp16`, `bf16` or `fp32`.
     dtype: str
-    # Most images in one pipeline call; default 32 on CUDA and 1 on CPU (CPU renders stay bit-reproducible).
+    # Most images in one pipeline call; default `tools.t2i.batching.DEFAULT_MAX_BATCH` on CUDA and 1 on CPU (so
+    # that CPU renders stay bit-reproducible).
     max_batch: int | None
-    # How long the oldest waiting image may wait for batch mates, in milliseconds (default 20).
+    # How long the oldest waiting image may wait for batch mates, in milliseconds (default: `DEFAULT_MAX_WAIT_S`).
     max_wait_ms: float
     # False (the default here): a prompt over the text encoder's 77 tokens is an error; True cuts it as Stable
     # Diffusion does. `open_generator` sets it from its `long_prompts` policy.
