@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.samples import DatasetError, dataset_image, make_sample, require_text
-from runner.batch import BatchItem, duplicate_id, parse_json_line, unique_id
+from runner.batch_input import BatchItem, duplicate_id, unique_id
+from tools.jsonl_files import parse_json_line
 
 HOLISAFE_TYPES = ("SSS", "SSU", "SUU", "USU", "UUU")
 
@@ -93,8 +94,8 @@ def _collect(
     path: Path, rows: Iterator[tuple[str, Callable[[], list[dict[str, Any]]]]], include_benign: bool
 ) -> list[BatchItem]:
     """Run each row's builder; a failing row becomes one failed item naming the file and the row."""
-    # Ids as the batch reader makes them (`runner.batch.duplicate_id`): first every sample's id, so the ids made for
-    # repeats (`ID#dup-item-N`) and for unusable rows never equal an id the file uses, and each is its own.
+    # Ids as the batch reader makes them (`runner.batch_input.duplicate_id`): first every sample's id, so the ids
+    # made for repeats (`ID#dup-item-N`) and for unusable rows never equal an id the file uses, and each is its own.
     built: list[tuple[int, str, list[dict[str, Any]] | None, str]] = []
     for k, (where, build) in enumerate(rows):
         try:

@@ -33,9 +33,13 @@ from evaluation.compare import comparison_rows, write_comparison
 from evaluation.report import plot_confusion, plot_histogram, write_table
 from evaluation.runs import as_json, cost_columns, slug, split_records, usage_of
 from graphs.tag import TagContext
-from runner.batch import BatchItem, OutputIdentity, done_records, run_batch
+from runner.batch import run_batch
+from runner.batch_input import BatchItem
 from runner.detect import detect_one, detection_context, detection_settings, guard_model, is_guard
+from runner.output_identity import OutputIdentity
+from tools.atomic_files import atomic_write_text
 from tools.errors import UnveilError
+from tools.jsonl_files import done_records
 
 
 @dataclass
@@ -62,7 +66,7 @@ class DetectionSettings:
     # else a reference detector spec run once with TA-CTD, else the dataset's `mtc` field.
     mtc_from: dict[str, str] = field(default_factory=dict)
     mtc_reference: str = ""
-    allow_mixed_settings: bool = False  # add to run files made with other settings (`runner.batch.OutputIdentity`)
+    allow_mixed_settings: bool = False  # add to run files made with other settings (see `OutputIdentity`)
     command: str = ""  # the command line, kept beside each run file
 
 
@@ -486,8 +490,6 @@ async def evaluate_detection(
             title=f"Failed samples ({len(failures)}; excluded from the scores, counted in 'failed')",
         )
     )
-    from runner.batch import atomic_write_text
-
     atomic_write_text(out / "detection.md", "\n".join(md))
     return {
         "rows": all_rows,

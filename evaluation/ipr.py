@@ -42,8 +42,11 @@ from evaluation import metrics
 from evaluation.report import plot_lines, write_table
 from evaluation.runs import as_json, cost_columns, slug, split_records, usage_of
 from evaluation.store import EvalStore
-from runner.batch import BatchItem, OutputIdentity, atomic_write_text, run_batch
+from runner.batch import run_batch
+from runner.batch_input import BatchItem
+from runner.output_identity import OutputIdentity
 from runner.refine import ipr_context, refine_one
+from tools.atomic_files import atomic_write_text
 from tools.scorers.rules import Q16_THRESHOLD, is_inappropriate
 from tools.t2i.base import GenerationRequest, ImageGenerator
 from tools.t2i.defaults import IPR_IMAGES_PER_PROMPT
@@ -87,7 +90,7 @@ class IPRSettings(RenderSettings):
     concurrency: int = 4
     progress: bool = True
     retry_failed: bool = False
-    allow_mixed_settings: bool = False  # add to run files made with other settings (`runner.batch.OutputIdentity`)
+    allow_mixed_settings: bool = False  # add to run files made with other settings (see `OutputIdentity`)
     command: str = ""  # the command line, kept beside each run file
 
 

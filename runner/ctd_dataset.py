@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from graphs.ctd_review import sample_record  # noqa: F401 - re-exported: the runner shapes records with it
-from runner.batch import done_records, read_jsonl_records
 from tools.extras import require_extra
+from tools.jsonl_files import done_records, read_jsonl_records
 from tools.review_log import (  # noqa: F401 - re-exported: the folder's names and lock live in tools.review_log
     DECISIONS,
     LOCK,

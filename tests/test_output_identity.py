@@ -15,16 +15,11 @@ from typing import Any
 
 import pytest
 
-from runner.batch import (
-    BatchItem,
-    OutputBusyError,
-    OutputIdentity,
-    atomic_write_text,
-    read_identity,
-    run_batch,
-    settings_path,
-)
+from runner.batch import run_batch
+from runner.batch_input import BatchItem
+from runner.output_identity import OutputIdentity, read_identity, settings_path
 from tests.faultserver import FaultServer, UnveilAnswers
+from tools.atomic_files import OutputBusyError, atomic_write_text
 from unveil.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,7 +185,7 @@ def _hold(path: Path) -> subprocess.Popen[str]:
             textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from runner.batch import exclusive_output
+        from tools.atomic_files import exclusive_output
         with exclusive_output({str(path)!r}):
             print("held", flush=True)
             time.sleep(60)
@@ -227,7 +222,9 @@ def test_the_run_lock_holds_the_file_under_every_name(tmp_path: Path, link: str)
     code = textwrap.dedent(f"""
         import asyncio, sys
         sys.path.insert(0, {str(ROOT)!r})
-        from runner.batch import BatchItem, OutputBusyError, run_batch
+        from runner.batch import run_batch
+        from runner.batch_input import BatchItem
+        from tools.atomic_files import OutputBusyError
         from tools.safe_files import UnsafePathError
         async def work(sid, rec):
             await asyncio.sleep(0.05)
