@@ -482,6 +482,31 @@ def _inside(root: Path, ref: str, *, sample_id: str) -> Path:
     return full
 
 
+# The export's columns: the text ones first, as strings ("" when missing), then the others.
+_EXPORT_TEXT_COLUMNS = (
+    "id",
+    "category",
+    "subcategory",
+    "text",
+    "image_sha256",
+    "t2i_prompt",
+    "erasure_reason",
+    "review_status",
+)
+_EXPORT_COLUMNS = (
+    *_EXPORT_TEXT_COLUMNS,
+    "image",
+    "rounds",
+    "cost_usd",
+    "votes",
+    "models",
+    "seeds",
+    "label",
+    "mtc",
+    "counterpart_of",
+)
+
+
 def export_hf(
     dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None, *, include_pending: bool = False
 ) -> Path:
@@ -490,9 +515,7 @@ def export_hf(
     Load it back with `datasets.load_dataset("parquet", data_files=str(path), split="train")`.
     """
     require_extra("ctd", "dataset export", ("datasets",))
-    from datasets import Dataset, Features, Image, Value
-
-    from tools.image_store import read_file_capped  # size checked before reading, like every image input
+    from datasets import Dataset
 
     root = Path(dataset_dir)
     records = [
@@ -500,38 +523,28 @@ def export_hf(
         for r in load_samples(root).values()
         if is_usable(r, include_pending=include_pending) and record_problem(r) is None
     ]
-    text_cols = (
-        "id",
-        "category",
-        "subcategory",
-        "text",
-        "image_sha256",
-        "t2i_prompt",
-        "erasure_reason",
-        "review_status",
-    )
-    columns: dict[str, list[Any]] = {
-        c: []
-        for c in (
-            *text_cols,
-            "image",
-            "rounds",
-            "cost_usd",
-            "votes",
-            "models",
-            "seeds",
-            "label",
-            "mtc",
-            "counterpart_of",
-        )
-    }
+    ds = Dataset.from_dict(_export_columns(root, records), features=_export_features())
+    # A new file renamed into place, its folder reached without following a link (tools.safe_files): a link
+    # planted at `export` or at the file's name cannot make the export overwrite a file outside the folder.
+    base, rel = (Path(out_dir), Path("data.parquet")) if out_dir else (root, Path(EXPORT) / "data.parquet")
+    with atomic_writer(base, rel) as fh:
+        ds.to_parquet(fh)
+    return base / rel
+
+
+def _export_columns(root: Path, records: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """The export's columns, one value per dataset row (a sample and its benign counterpart, if any), with each
+    image's bytes read from the folder (`_inside`: never a file outside it)."""
+    from tools.image_store import read_file_capped  # size checked before reading, like every image input
+
+    columns: dict[str, list[Any]] = {c: [] for c in _EXPORT_COLUMNS}
     for r in [row for rec in records for row in dataset_rows(rec)]:
         img = _inside(root, r["image"], sample_id=str(r.get("id")))
         row = {**r, "review_status": (r.get("review") or {}).get("status", "")}
         columns["label"].append(int(r.get("label", 1)))
         columns["mtc"].append(None if r.get("mtc") is None else float(r["mtc"]))
         columns["counterpart_of"].append(r.get("counterpart_of"))
-        for c in text_cols:
+        for c in _EXPORT_TEXT_COLUMNS:
             columns[c].append(str(row.get(c) or ""))
         columns["image"].append({"bytes": read_file_capped(img), "path": r["image"]})
         columns["rounds"].append(int(r.get("rounds") or 0))
@@ -539,9 +552,16 @@ def export_hf(
         columns["votes"].append(json.dumps(r.get("votes", []), ensure_ascii=False))
         columns["models"].append(json.dumps(r.get("models") or {}, ensure_ascii=False))
         columns["seeds"].append([int(s) for s in r.get("seeds", [])])
-    features = Features(
+    return columns
+
+
+def _export_features() -> Any:
+    """The export's `datasets.Features`: the types of `_EXPORT_COLUMNS`."""
+    from datasets import Features, Image, Value
+
+    return Features(
         {
-            **{c: Value("string") for c in text_cols},
+            **{c: Value("string") for c in _EXPORT_TEXT_COLUMNS},
             "image": Image(),
             "rounds": Value("int32"),
             "cost_usd": Value("float64"),
@@ -553,10 +573,3 @@ def export_hf(
             "counterpart_of": Value("string"),
         }
     )
-    ds = Dataset.from_dict(columns, features=features)
-    # A new file renamed into place, its folder reached without following a link (tools.safe_files): a link
-    # planted at `export` or at the file's name cannot make the export overwrite a file outside the folder.
-    base, rel = (Path(out_dir), Path("data.parquet")) if out_dir else (root, Path(EXPORT) / "data.parquet")
-    with atomic_writer(base, rel) as fh:
-        ds.to_parquet(fh)
-    return base / rel
