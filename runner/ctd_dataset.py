@@ -36,7 +36,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphs.ctd_review import sample_record  # noqa: F401 - re-exported: the runner shapes records with it
 from tools.extras import require_extra
@@ -51,6 +51,9 @@ from tools.review_log import (  # noqa: F401 - re-exported: the folder's names a
 )
 from tools.review_log import ReviewBusyError as DatasetBusyError  # noqa: F401 - the name callers know
 from tools.safe_files import atomic_write, atomic_writer
+
+if TYPE_CHECKING:
+    from graphs.ctd_rules import ReviewPolicy
 
 DATASET = "dataset.jsonl"
 REVIEW_QUEUE = "review_queue.jsonl"
@@ -386,8 +389,6 @@ def apply_reviews(
     were kept as conflicts, and were skipped (unknown id, a record that `record_problem` refuses, or empty).
     `records` reads the folder's records by id under the lock (default `load_samples`; the web app passes its
     index); `views=False` leaves rewriting `dataset.jsonl` and `review_queue.jsonl` to the caller."""
-    # The one way a decision changes a record, shared with the CTD graph's review node (Studio).
-    from graphs.ctd_review import apply_decision, now_iso
     from graphs.ctd_rules import ReviewPolicy
 
     policy = ReviewPolicy(min_reviewers=min_reviewers, rule=rule)  # type: ignore[arg-type]
@@ -395,26 +396,42 @@ def apply_reviews(
     counts = {"approved": 0, "rejected": 0, "pending": 0, "noted": 0, "conflicts": 0, "undone": 0, "skipped": 0}
     with dataset_lock(root):
         by_id = records() if records is not None else load_samples(root)
-        changed: dict[str, dict[str, Any]] = {}
-        log: list[dict[str, Any]] = []
-        for sid, answers in decisions.items():
-            for answer in answers if isinstance(answers, list) else [answers]:
-                rec = by_id.get(sid)
-                if rec is None or record_problem(rec):
-                    counts["skipped"] += 1
-                    continue
-                done, entry = apply_decision(
-                    rec, answer or {}, policy, reviewer=reviewer or default_reviewer(), now=now_iso()
-                )
-                counts[done] += 1
-                if entry is not None:
-                    changed[sid] = rec
-                    log.append({"id": sid, **entry})
+        changed, log = _decide(by_id, decisions, policy, reviewer, counts)
         if changed:
             append_records(root, [{**r, "id": sid} for sid, r in changed.items()], log)
         if views:
             _write_views(root)
     return counts
+
+
+def _decide(
+    by_id: Mapping[str, dict[str, Any]],
+    decisions: Mapping[str, dict[str, Any] | list[dict[str, Any]]],
+    policy: ReviewPolicy,
+    reviewer: str | None,
+    counts: dict[str, int],
+) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """Apply each decision to its record (in place), counting each outcome in `counts`; returns the records that
+    changed, by id, and the decision log entries to append."""
+    # The one way a decision changes a record, shared with the CTD graph's review node (Studio).
+    from graphs.ctd_review import apply_decision, now_iso
+
+    changed: dict[str, dict[str, Any]] = {}
+    log: list[dict[str, Any]] = []
+    for sid, answers in decisions.items():
+        for answer in answers if isinstance(answers, list) else [answers]:
+            rec = by_id.get(sid)
+            if rec is None or record_problem(rec):
+                counts["skipped"] += 1
+                continue
+            done, entry = apply_decision(
+                rec, answer or {}, policy, reviewer=reviewer or default_reviewer(), now=now_iso()
+            )
+            counts[done] += 1
+            if entry is not None:
+                changed[sid] = rec
+                log.append({"id": sid, **entry})
+    return changed, log
 
 
 def moderation_summary(dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
