@@ -368,3 +368,31 @@ def test_render_into_a_missing_folder_is_refused_without_creating_it(tmp_path: P
         main(["detect", "--text", "t", "--image-description", "d", "--render", str(target)])
     assert exc.value.code == 1 and "does not exist" in capsys.readouterr().err
     assert not (tmp_path / "missing").exists()
+
+
+def test_the_settings_sidecar_keeps_its_format_through_a_mixed_rerun(tmp_path: Path) -> None:
+    # The sidecar is read back by older and newer versions alike: its keys, their order and the list of mixed
+    # settings are its format (a tuple and a list of the same specs are one setting).
+    out = tmp_path / "o.jsonl"
+
+    async def echo(sid: str, rec: dict[str, Any]) -> dict[str, Any]:
+        return {"echo": rec["t"]}
+
+    def run(settings: dict[str, Any], command: str, allow_mixed: bool = False) -> None:
+        items = [BatchItem(f"s{i}", {"t": i}) for i in range(2)]
+        identity = OutputIdentity("detect", settings, command, allow_mixed=allow_mixed)
+        asyncio.run(run_batch(items, echo, out, progress=False, kind="detect", identity=identity))
+
+    run({"models": ("a", "b"), "l_max": 3}, "unveil detect --l-max 3")
+    first = {
+        "format": 1,
+        "kind": "detect",
+        "settings": {"l_max": 3, "models": ["a", "b"]},
+        "command": "unveil detect --l-max 3",
+        "mixed": [],
+    }
+    assert settings_path(out).read_text(encoding="utf-8") == json.dumps(first, indent=1) + "\n"
+    run({"models": ["a", "b"], "l_max": 3}, "unveil detect again")  # the same settings: nothing to record
+    run({"models": ["a", "b"], "l_max": 4}, "unveil detect --l-max 4", allow_mixed=True)
+    mixed = {**first, "mixed": [{"command": "unveil detect --l-max 4", "settings": {"l_max": 4, "models": ["a", "b"]}}]}
+    assert settings_path(out).read_text(encoding="utf-8") == json.dumps(mixed, indent=1) + "\n"
