@@ -66,7 +66,8 @@ def fresh_gateway() -> None:
 
 async def detect_batch(work: Path, name: str, samples: int, spec: str, concurrency: int) -> tuple[float, Any]:
     """Run the detect batch once; (seconds, summary)."""
-    from runner.batch import BatchItem, run_batch
+    from runner.batch import run_batch
+    from runner.batch_input import BatchItem
     from runner.detect import detect_one, detection_context
 
     ctx = detection_context("tag", {"model": spec}, announce=False)

@@ -187,7 +187,8 @@ def test_refine_on_the_second_node_and_a_killed_render_actor(
     in the driver's store; killing it mid-run (Ray restarts it) loses and repeats nothing."""
     import ray
 
-    from runner.batch import read_jsonl, run_batch
+    from runner.batch import run_batch
+    from runner.batch_input import read_jsonl
     from runner.engine import EngineSettings, engine_session
     from runner.refine import prompt_of, refine_one, seed_of
     from tools.image_store import get_image_store

@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runner.batch import done_records, run_batch
+from runner.batch import run_batch
 from tools.extras import require_extra
+from tools.jsonl_files import done_records
 from tools.t2i.errors import renamed_note
 from tools.t2i.settings import CtdRenderSettings
 from unveil.commands.common import (
@@ -237,7 +238,7 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
 
     from agents.ctd.vocabulary import CATEGORIES, normalize_category
     from graphs.ctd import builder
-    from runner.batch import check_identity, drop_failed
+    from runner.batch import drop_failed
     from runner.ctd import complete_pair, generation_settings, run_scene, scene_items
     from runner.ctd_dataset import (
         CHECKPOINTS,
@@ -248,6 +249,7 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
         sample_record,
         write_views,
     )
+    from runner.output_identity import check_identity
 
     category = normalize_category(args.category)
     if category not in CATEGORIES:
