@@ -160,7 +160,7 @@ def _finding(
     }
 
 
-async def roots(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
+async def roots(state: TagState, runtime: Runtime[TagContext]) -> TagState:
     """Root concepts: an entity-relation graph per modality from two concurrent calls (`separate`, the paper's),
     or literal concepts of both modalities from one call (`joint`)."""
     ctx = runtime.context
@@ -198,7 +198,7 @@ async def roots(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]
     }
 
 
-async def synergy_review(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
+async def synergy_review(state: TagState, runtime: Runtime[TagContext]) -> TagState:
     """Judge the root pair without associations, on the entity-relation graphs; a toxic root pair has MTC 0."""
     ctx = runtime.context
     result = await judge_roots(
@@ -210,7 +210,7 @@ async def synergy_review(state: TagState, runtime: Runtime[TagContext]) -> dict[
         graphs=state.get("entity_graphs"),
     )
     verdict = result.value
-    update: dict[str, Any] = {"usage": result.usage, "pairs_judged": len(state["visual"]) * len(state["textual"])}
+    update: TagState = {"usage": result.usage, "pairs_judged": len(state["visual"]) * len(state["textual"])}
     if verdict.toxic:
         by_v = {n["id"]: n for n in state["visual"]}
         by_t = {n["id"]: n for n in state["textual"]}
@@ -296,7 +296,7 @@ async def _grow_tree(
     return grown, usage
 
 
-async def expand(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
+async def expand(state: TagState, runtime: Runtime[TagContext]) -> TagState:
     """Expand both trees by one layer at once (one call per tree, all frontier parents in it)."""
     ctx = runtime.context
     gateway = get_gateway()
@@ -388,7 +388,7 @@ async def _confirmed_pairs(
     return confirmed, usage
 
 
-async def judge_layer(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
+async def judge_layer(state: TagState, runtime: Runtime[TagContext]) -> TagState:
     """Judge the cross-modal pairs that the newest layer made available (optionally screened first)."""
     ctx = runtime.context
     gateway = get_gateway()
@@ -399,7 +399,9 @@ async def judge_layer(state: TagState, runtime: Runtime[TagContext]) -> dict[str
     listed: ListedPairs = {f"{v['id']}|{t['id']}": (v, t) for v, t in pairs}
     candidates, usage = await _screened_candidates(gateway, ctx, state, listed, layer)
     confirmed, usage = await _confirmed_pairs(gateway, ctx, state, listed, candidates, usage)
-    update: dict[str, Any] = {"usage": usage, "pairs_judged": state.get("pairs_judged", 0) + len(candidates)}
+    # A layer with pairs made a screen call or at least one judge call, so there is usage to report.
+    assert usage is not None
+    update: TagState = {"usage": usage, "pairs_judged": state.get("pairs_judged", 0) + len(candidates)}
     if confirmed:
         best = best_pair([listed[p] for p in confirmed])
         assert best is not None
@@ -410,7 +412,7 @@ async def judge_layer(state: TagState, runtime: Runtime[TagContext]) -> dict[str
     return update
 
 
-async def explain_finding(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
+async def explain_finding(state: TagState, runtime: Runtime[TagContext]) -> TagState:
     """An explanation that cites both paths of the reported pair."""
     finding = state["finding"]
     assert finding is not None
@@ -429,7 +431,7 @@ async def explain_finding(state: TagState, runtime: Runtime[TagContext]) -> dict
     }
 
 
-async def finalize(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
+async def finalize(state: TagState, runtime: Runtime[TagContext]) -> TagState:
     """Verdict and MTC from the finding (or its absence)."""
     finding = state.get("finding")
     if finding is None:

@@ -22,5 +22,16 @@ from graphs.ctd.build import builder, graph
 from graphs.ctd.context import CtdContext
 from graphs.ctd.resources import ctd_generator
 from graphs.ctd.review_payload import THUMBNAIL_PIXELS, thumbnail_data_url
+from graphs.ctd.state import CtdInput, CtdOutput, CtdState
 
-__all__ = ["THUMBNAIL_PIXELS", "CtdContext", "builder", "ctd_generator", "graph", "thumbnail_data_url"]
+__all__ = [
+    "THUMBNAIL_PIXELS",
+    "CtdContext",
+    "CtdInput",
+    "CtdOutput",
+    "CtdState",
+    "builder",
+    "ctd_generator",
+    "graph",
+    "thumbnail_data_url",
+]

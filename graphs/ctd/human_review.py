@@ -25,7 +25,7 @@ from tools.review_log import review_dir
 log = logging.getLogger("unveil.ctd")
 
 
-async def human_review(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
+async def human_review(state: CtdState, runtime: Runtime[CtdContext]) -> CtdState:
     """Human verification: pause for a reviewer, queue the sample for later review, or skip (auto).
 
     An invalid answer pauses again with the error in the payload (each `interrupt()` of the node gets its own
@@ -73,7 +73,7 @@ async def human_review(state: CtdState, runtime: Runtime[CtdContext]) -> dict[st
 
 async def _folder_review(
     state: CtdState, runtime: Runtime[CtdContext], folder: Path, sample_id: str, thumbnail: str | None
-) -> dict[str, Any]:
+) -> CtdState:
     """Review through the server's review folder, shared with the web app (`unveil ui FOLDER`): the sample is
     queued there (its image copied into the folder's store) as `unveil generate --review queue` writes it; a
     decision already taken there (in the web app, undos counted) resolves the review without a pause, and is read
@@ -95,7 +95,7 @@ async def _folder_review(
     while True:  # ends: a decided record, or an interrupt() with no resume value left (the run suspends)
         decided = folder_outcome(rec)
         if decided is not None:
-            return decided
+            return {"status": decided["status"], "review": decided["review"]}
         payload = review_payload(state, thumbnail=thumbnail, error=error)
         payload["review_id"], payload["review_dir"] = sample_id, str(folder)
         so_far = [

@@ -36,7 +36,7 @@ def _image(state: CtdState) -> ImagePart:
     return ImagePart(name="image", image_id=state.get("image_id"), description=state.get("t2i_prompt"))
 
 
-async def architect(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
+async def architect(state: CtdState, runtime: Runtime[CtdContext]) -> CtdState:
     """Draft the explicit scene, with web search results when the tool is available."""
     ctx = runtime.context
     await check_context(ctx)
@@ -74,7 +74,7 @@ async def architect(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, 
     }
 
 
-async def eraser(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
+async def eraser(state: CtdState, runtime: Runtime[CtdContext]) -> CtdState:
     """Erase the cue (seeing earlier attempts and their feedback), then render the image."""
 
     ctx = runtime.context
@@ -111,7 +111,7 @@ async def eraser(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any
     }
 
 
-async def modality_check(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
+async def modality_check(state: CtdState, runtime: Runtime[CtdContext]) -> CtdState:
     """The image alone and the text alone must each be benign (judge role, plus image classifiers if set); with
     `moderation` on, each is also scored by the moderation API (recorded; a leak at `moderation_threshold`)."""
     ctx = runtime.context
@@ -175,7 +175,7 @@ def route_modality(state: CtdState, runtime: Runtime[CtdContext]) -> list[Send] 
 
 
 # The task is a `Send` payload (a dict), not graph state: `Any` keeps LangGraph from reading it as a state schema.
-async def judge(task: Any, runtime: Runtime[CtdContext]) -> dict[str, Any]:
+async def judge(task: Any, runtime: Runtime[CtdContext]) -> CtdState:
     """One panel judge (run once per `Send`); its vote is appended to `votes`."""
     result = await judge_pair(
         get_gateway(),
@@ -199,12 +199,12 @@ async def judge(task: Any, runtime: Runtime[CtdContext]) -> dict[str, Any]:
     return {"votes": [vote], "usage": result.usage}
 
 
-async def gatekeeper(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
+async def gatekeeper(state: CtdState, runtime: Runtime[CtdContext]) -> CtdState:
     """Apply the acceptance rule (in code) to this attempt's votes, after the `concept_similarity` role has judged
     whether the informed and forced judges' risk concepts are similar (when both found a risk)."""
     votes = round_votes(state)
     pair = compared_votes(votes)
-    update: dict[str, Any] = {}
+    update: CtdState = {}
     similarity: dict[str, Any] | None = None
     if pair is not None:
         result = await judge_similarity(
@@ -245,7 +245,7 @@ def _problem(state: CtdState) -> tuple[str, str]:
     return decision.get("problem", "too_obscure"), decision.get("detail", "")
 
 
-async def feedback(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
+async def feedback(state: CtdState, runtime: Runtime[CtdContext]) -> CtdState:
     """A model turns the rejection into targeted advice; the attempt and advice join the Eraser's history."""
     problem, detail = _problem(state)
     votes = round_votes(state) if problem != "modality_leak" else []
@@ -271,7 +271,7 @@ async def feedback(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, A
     return {"feedback_history": [*state.get("feedback_history", []), entry], "usage": result.usage}
 
 
-async def drop(state: CtdState, runtime: Runtime[CtdContext]) -> dict[str, Any]:
+async def drop(state: CtdState, runtime: Runtime[CtdContext]) -> CtdState:
     """Record a scene that used up its attempts."""
     problem, detail = _problem(state)
     return {
