@@ -24,6 +24,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+# typing_extensions' TypedDict: `GateRecord` is part of the CTD graph's state, which pydantic reads on Python < 3.12.
+from typing_extensions import TypedDict
+
 from agents.ctd.vocabulary import normalize_category
 
 Problem = Literal["none", "too_easy", "too_obscure", "incoherent", "concepts_similar", "modality_leak"]
@@ -64,6 +67,18 @@ class GatekeeperRule:
         return min(self.min_blind_found, n_blind), min(high, n_blind)
 
 
+class GateRecord(TypedDict):
+    """`GateDecision` as a JSON-ready record."""
+
+    accepted: bool
+    problem: Problem
+    detail: str
+    blind_found: int
+    n_blind: int
+    concepts_similar: bool | None
+    concept_condition: str
+
+
 @dataclass(frozen=True)
 class GateDecision:
     """The outcome of the rule on one round's votes."""
@@ -76,7 +91,7 @@ class GateDecision:
     concepts_similar: bool | None
     concept_condition: str = "not_similar"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> GateRecord:
         """A JSON-ready record (`concepts_similar` is the paper's `similarity_judge13`)."""
         return {
             "accepted": self.accepted,

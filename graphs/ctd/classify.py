@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from graphs.ctd.context import CtdContext
 from graphs.ctd.resources import open_store
-from graphs.ctd.state import CtdState
+from graphs.ctd.state import ClassifierFlags, CtdState, ModerationRecord
 from tools.image_store import get_image_store
 
 
-async def classifier_flags(names: list[str], image_id: str, store_root: str) -> dict[str, Any]:
+async def classifier_flags(names: list[str], image_id: str, store_root: str) -> dict[str, ClassifierFlags]:
     """Image safety classifiers of `tools.scorers` on the image alone: `nudenet` (its bundled detector, the IPR
     label set) and `q16` (needs `$UNVEIL_Q16_PROMPTS`; its CLIP model from `$UNVEIL_Q16_CLIP` when set). {} when
     none are asked for."""
@@ -20,7 +19,7 @@ async def classifier_flags(names: list[str], image_id: str, store_root: str) -> 
     from tools import scorers
 
     store = await asyncio.to_thread(get_image_store, store_root or None)
-    out: dict[str, Any] = {}
+    out: dict[str, ClassifierFlags] = {}
     for name in names:
         if name == "nudenet":
             # Building a scorer loads its model from disk: done in a thread, off the server's event loop.
@@ -37,7 +36,7 @@ async def classifier_flags(names: list[str], image_id: str, store_root: str) -> 
     return out
 
 
-async def moderation_scores(ctx: CtdContext, state: CtdState) -> dict[str, Any] | None:
+async def moderation_scores(ctx: CtdContext, state: CtdState) -> ModerationRecord | None:
     """OpenAI Moderation scores of the image alone and the text alone (None unless `moderation` is on)."""
     if not ctx.moderation:
         return None
@@ -50,13 +49,12 @@ async def moderation_scores(ctx: CtdContext, state: CtdState) -> dict[str, Any] 
     return {"model": ctx.moderation_spec, "image": image.as_dict(), "text": text.as_dict()}
 
 
-def moderation_leaks(ctx: CtdContext, moderation: dict[str, Any] | None) -> list[str]:
+def moderation_leaks(ctx: CtdContext, moderation: ModerationRecord | None) -> list[str]:
     """Each modality whose moderation score reaches `moderation_threshold` (none when it is 0)."""
     if not moderation or ctx.moderation_threshold <= 0:
         return []
     return [
-        f"the {m} alone scored {moderation[m]['score']:.3g} on the moderation API (threshold "
-        f"{ctx.moderation_threshold:g})"
-        for m in ("image", "text")
-        if moderation[m]["score"] >= ctx.moderation_threshold
+        f"the {m} alone scored {scores['score']:.3g} on the moderation API (threshold {ctx.moderation_threshold:g})"
+        for m, scores in (("image", moderation["image"]), ("text", moderation["text"]))
+        if scores["score"] >= ctx.moderation_threshold
     ]

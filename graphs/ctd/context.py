@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+# typing_extensions' TypedDict: pydantic (Studio's schema export) rejects typing's on Python < 3.12.
+from typing_extensions import TypedDict
+
+from agents.ctd.judges import JudgeKind
 from agents.spec import redact_spec
 from graphs.context import ModelsContext, strict_init
 from graphs.ctd_rules import ConceptCondition, GatekeeperRule, ReviewPolicy, ReviewRule
@@ -13,6 +17,15 @@ from tools.t2i.settings import CtdRenderSettings
 
 DEFAULT_T2I = DEFAULT_CTD_GENERATOR
 ReviewMode = Literal["interrupt", "queue", "auto"]
+
+
+class PanelJudge(TypedDict):
+    """One judge of the panel: its id (`informed`, `blind.N`, `forced`), protocol, call role and model spec."""
+
+    judge: str
+    kind: JudgeKind
+    call_role: str
+    spec: str
 
 
 @strict_init
@@ -141,9 +154,9 @@ class CtdContext(CtdRenderSettings, ModelsContext):
             return self.blind_judge_models[index % len(self.blind_judge_models)]
         return self.spec_for("blind_judge")
 
-    def panel(self) -> list[dict[str, str]]:
+    def panel(self) -> list[PanelJudge]:
         """The judges: id, protocol, call role and spec of each."""
-        judges = [
+        judges: list[PanelJudge] = [
             {
                 "judge": "informed",
                 "kind": "informed",

@@ -24,7 +24,7 @@ from graphs.context import check_context
 from graphs.ctd.classify import classifier_flags, moderation_leaks, moderation_scores
 from graphs.ctd.context import CtdContext
 from graphs.ctd.resources import ctd_generator, open_store
-from graphs.ctd.state import CtdState, attempt_seed, round_votes
+from graphs.ctd.state import CtdState, JudgedAttempt, JudgeTask, attempt_seed, round_votes
 from graphs.ctd_rules import compared_votes, decide
 from tools.web_search import get_web_search
 
@@ -163,7 +163,7 @@ def route_modality(state: CtdState, runtime: Runtime[CtdContext]) -> list[Send] 
     """A leak goes back to the Eraser (or drops the scene when attempts are used up); else the panel votes."""
     if state["modality"].get("leak"):
         return "feedback" if state["rounds"] < runtime.context.max_rounds else "drop"
-    task = {
+    attempt: JudgedAttempt = {
         "round": state["rounds"],
         "seed": attempt_seed(state),
         "text": state["text"],
@@ -171,12 +171,14 @@ def route_modality(state: CtdState, runtime: Runtime[CtdContext]) -> list[Send] 
         "t2i_prompt": state["t2i_prompt"],
         "erasure_reason": state["erasure_reason"],
     }
-    return [Send("judge", {**task, **judge}) for judge in runtime.context.panel()]
+    tasks: list[JudgeTask] = [{**attempt, **judge} for judge in runtime.context.panel()]
+    return [Send("judge", task) for task in tasks]
 
 
 # The task is a `Send` payload (a dict), not graph state: `Any` keeps LangGraph from reading it as a state schema.
-async def judge(task: Any, runtime: Runtime[CtdContext]) -> CtdState:
+async def judge(payload: Any, runtime: Runtime[CtdContext]) -> CtdState:
     """One panel judge (run once per `Send`); its vote is appended to `votes`."""
+    task: JudgeTask = payload
     result = await judge_pair(
         get_gateway(),
         task["spec"],
@@ -238,10 +240,12 @@ def route_gatekeeper(state: CtdState, runtime: Runtime[CtdContext]) -> Literal["
 
 
 def _problem(state: CtdState) -> tuple[str, str]:
-    modality = state.get("modality") or {}
-    if modality.get("leak") and modality.get("round") == state.get("rounds"):
+    modality = state.get("modality")
+    if modality and modality.get("leak") and modality.get("round") == state.get("rounds"):
         return "modality_leak", modality.get("detail", "")
-    decision = state.get("decision") or {}
+    decision = state.get("decision")
+    if not decision:
+        return "too_obscure", ""
     return decision.get("problem", "too_obscure"), decision.get("detail", "")
 
 
@@ -257,7 +261,7 @@ async def feedback(state: CtdState, runtime: Runtime[CtdContext]) -> CtdState:
         detail=detail,
         erasure=state["erasure"],
         votes=votes,
-        modality=modality,
+        modality=dict(modality) if modality is not None else None,
         seed=attempt_seed(state),
     )
     entry = {

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from graphs.ctd.context import CtdContext
-from tools.image_store import get_image_store
+from tools.image_store import ImageStore, get_image_store
+from tools.t2i.base import ImageGenerator
 from tools.t2i.registry import open_generator
 
 
-def ctd_generator(ctx: CtdContext) -> Any:
+def ctd_generator(ctx: CtdContext) -> ImageGenerator:
     """The text-to-image generator of a run (the registry loads each pipeline once per process and shares it).
     Eraser prompts often run past CLIP's 77 tokens; the context's `long_prompts` policy (default: truncate, as
     Stable Diffusion itself does) decides."""
@@ -19,7 +19,7 @@ def ctd_generator(ctx: CtdContext) -> Any:
     )
 
 
-async def open_store(ctx: CtdContext) -> Any:
+async def open_store(ctx: CtdContext) -> ImageStore:
     """The run's image store, opened in a thread."""
     # The first use of a store creates its folder: done in a thread, like every other file access of a node.
     return await asyncio.to_thread(get_image_store, ctx.image_store or None)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired
 
-from graphs.ctd.state import CtdState, round_votes
+from typing_extensions import TypedDict
+
+from graphs.ctd.state import CtdDecision, CtdState, round_votes
+from tools.image_store import ImageStore
 
 THUMBNAIL_PIXELS = 256  # longest side
 THUMBNAIL_MAX_BYTES = 48_000  # of the JPEG; a few tens of KB as base64
 
 
-def thumbnail_data_url(store: Any, image_id: str) -> str:
+def thumbnail_data_url(store: ImageStore, image_id: str) -> str:
     """A small JPEG data URL of a stored image, for a reviewer's eyes (blocking: run it in a thread).
 
     It lives only in the interrupt value shown to the reviewer, never in graph state, which keeps ids and paths.
@@ -36,10 +39,32 @@ REVIEW_QUESTION = (
 )
 
 
-def review_payload(state: CtdState, *, thumbnail: str | None = None, error: str | None = None) -> dict[str, Any]:
+class ReviewPayload(TypedDict):
+    """The interrupt value a reviewer answers: the sample, the votes and verdict, the question, and (when set) the
+    previous answer's error, the reviews so far and the shared review folder's id and path."""
+
+    id: str | None
+    category: str | None
+    subcategory: str | None
+    text: str | None
+    image_id: str | None
+    image_path: str | None
+    thumbnail: str | None
+    erasure_reason: str | None
+    votes: list[dict[str, Any]]
+    decision: CtdDecision | None
+    rounds: int | None
+    question: str
+    error: NotRequired[str]
+    reviews_so_far: NotRequired[list[dict[str, Any]]]
+    review_id: NotRequired[str]
+    review_dir: NotRequired[str]
+
+
+def review_payload(state: CtdState, *, thumbnail: str | None = None, error: str | None = None) -> ReviewPayload:
     """What a human reviewer is shown: the pair (with a viewable thumbnail), the erasure reason, the votes, the
     rule's verdict, and the error of a previous invalid answer."""
-    payload = {
+    payload: ReviewPayload = {
         "id": state.get("id"),
         "category": state.get("category"),
         "subcategory": state.get("subcategory"),

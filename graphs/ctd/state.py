@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NotRequired
 
 # typing_extensions' TypedDict: pydantic (Studio's schema export) rejects typing's on Python < 3.12.
 from typing_extensions import TypedDict
 
 from agents.usage import RunUsage, merge_usage
+from graphs.ctd.context import PanelJudge
+from graphs.ctd_rules import GateRecord
 
 
 class CtdInput(TypedDict, total=False):
@@ -19,6 +21,60 @@ class CtdInput(TypedDict, total=False):
     scene_hint: str | None
     erase_routine: str | None
     seed: int
+
+
+class ClassifierFlags(TypedDict):
+    """One image classifier's verdict on the image alone: its flag, and the labels (nudenet) or the probability
+    (q16) behind it."""
+
+    flag: bool
+    labels: NotRequired[list[str]]
+    p_inappropriate: NotRequired[float]
+
+
+class ModerationRecord(TypedDict):
+    """The moderation API's scores of the image alone and the text alone (`ModerationScore.as_dict` each)."""
+
+    model: str
+    image: dict[str, Any]
+    text: dict[str, Any]
+
+
+class ModalityRecord(TypedDict):
+    """The single-modality check of one attempt: whether either modality leaks the risk alone, and why; the judge
+    role's verdicts and the classifiers' flags when the check is on."""
+
+    round: int
+    leak: bool
+    detail: str
+    moderation: ModerationRecord | None
+    image: NotRequired[dict[str, Any]]
+    text: NotRequired[dict[str, Any]]
+    classifiers: NotRequired[dict[str, ClassifierFlags] | None]
+
+
+class CtdDecision(GateRecord):
+    """The Gatekeeper's decision on one attempt: the rule's record, with the round and the similarity role's
+    reason."""
+
+    round: int
+    similarity_reason: str | None
+
+
+class JudgedAttempt(TypedDict):
+    """The attempt that every panel judge votes on: the pair, what the image was asked to show, and the Eraser's
+    reason."""
+
+    round: int
+    seed: int
+    text: str
+    image_id: str
+    t2i_prompt: str
+    erasure_reason: str
+
+
+class JudgeTask(JudgedAttempt, PanelJudge):
+    """What one panel judge is sent (a `Send` payload): the attempt, and the judge."""
 
 
 class CtdOutput(TypedDict, total=False):
@@ -36,8 +92,8 @@ class CtdOutput(TypedDict, total=False):
     erasure: dict[str, Any]
     scene: dict[str, Any]
     votes: Annotated[list[dict[str, Any]], operator.add]
-    decision: dict[str, Any]
-    modality: dict[str, Any]
+    decision: CtdDecision
+    modality: ModalityRecord
     feedback_history: list[dict[str, Any]]
     rounds: int
     seeds: list[int]
