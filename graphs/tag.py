@@ -105,13 +105,43 @@ class TagInput(TypedDict, total=False):
     base_dir: str | None
 
 
+class PathStep(TypedDict):
+    """One step of a reported path from its root: the concept, its association to its parent, and the step's
+    transition probability."""
+
+    concept: str
+    association: str | None
+    prob: float
+
+
+class FindingSide(TypedDict):
+    """One side (visual or textual) of the reported pair: the node, its cumulative probability and its path."""
+
+    id: str
+    concept: str
+    path_prob: float
+    path: list[PathStep]
+
+
+class Finding(TypedDict):
+    """The reported toxic pair: the layer it was found at, the judge's category and reason, the joint path
+    probability, and both sides."""
+
+    layer: int
+    category: str
+    reason: str
+    joint_prob: float
+    visual: FindingSide
+    textual: FindingSide
+
+
 class TagOutput(TypedDict, total=False):
     """The detection result."""
 
     id: str
     toxic: bool
     mtc: float
-    finding: dict[str, Any] | None
+    finding: Finding | None
     explanation: str
     hidden_meaning: str
     layers_expanded: int
@@ -138,7 +168,7 @@ def _image_part(state: TagState) -> ImagePart:
 
 def _finding(
     v: Node, t: Node, visual: list[Node], textual: list[Node], category: str, reason: str, layer: int
-) -> dict[str, Any]:
+) -> Finding:
     vp, tp = path_of(visual, v["id"]), path_of(textual, t["id"])
     return {
         "layer": layer,
@@ -420,8 +450,8 @@ async def explain_finding(state: TagState, runtime: Runtime[TagContext]) -> TagS
         get_gateway(),
         runtime.context.spec_for("explainer"),
         text=state["text"],
-        visual_path=finding["visual"]["path"],
-        textual_path=finding["textual"]["path"],
+        visual_path=[dict(step) for step in finding["visual"]["path"]],
+        textual_path=[dict(step) for step in finding["textual"]["path"]],
         finding={"category": finding["category"], "reason": finding["reason"], "layer": finding["layer"]},
     )
     return {
