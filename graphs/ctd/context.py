@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 # typing_extensions' TypedDict: pydantic (Studio's schema export) rejects typing's on Python < 3.12.
 from typing_extensions import TypedDict
@@ -173,9 +173,9 @@ class CtdContext(CtdRenderSettings, ModelsContext):
         )
         return judges
 
-    def provenance(self) -> dict[str, Any]:
+    def provenance(self) -> dict[str, str | list[str]]:
         """Every model and generator spec of the run, for the dataset record."""
-        out: dict[str, Any] = dict(self.models())
+        out: dict[str, str | list[str]] = dict(self.models())
         out["blind_judges"] = [redact_spec(self.blind_spec(i)) for i in range(self.n_blind)]
         out["generator"] = self.generator
         return out

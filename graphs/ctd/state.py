@@ -99,7 +99,7 @@ class CtdOutput(TypedDict, total=False):
     seeds: list[int]
     review: dict[str, Any]
     drop_reason: str
-    models: dict[str, Any]
+    models: dict[str, str | list[str]]
     web_search: bool
     usage: Annotated[RunUsage, merge_usage]
 
