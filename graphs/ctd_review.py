@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from graphs.ctd_rules import ReviewPolicy, review_outcome
 from tools.review_log import append_records, read_records, review_lock
@@ -173,7 +173,14 @@ def sample_record(out: dict[str, Any], *, dataset_dir: str | os.PathLike[str]) -
 # --- the shared review folder, as the CTD graph's review node uses it (blocking: run these in a thread) ---
 
 
-def folder_outcome(rec: dict[str, Any] | None) -> dict[str, Any] | None:
+class FolderOutcome(TypedDict):
+    """A review decided in the folder: the sample's status and its `review` record."""
+
+    status: Literal["accepted", "rejected"]
+    review: dict[str, Any]
+
+
+def folder_outcome(rec: dict[str, Any] | None) -> FolderOutcome | None:
     """The node's result when the folder's record of the sample is decided (accepted or rejected by reviewers),
     else None (still pending, or no record)."""
     if rec is None or rec.get("status") not in ("accepted", "rejected"):

@@ -24,6 +24,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+# typing_extensions' TypedDict: `GateRecord` is part of the CTD graph's state, which pydantic reads on Python < 3.12.
+from typing_extensions import TypedDict
+
 from agents.ctd.vocabulary import normalize_category
 
 Problem = Literal["none", "too_easy", "too_obscure", "incoherent", "concepts_similar", "modality_leak"]
@@ -64,6 +67,18 @@ class GatekeeperRule:
         return min(self.min_blind_found, n_blind), min(high, n_blind)
 
 
+class GateRecord(TypedDict):
+    """`GateDecision` as a JSON-ready record."""
+
+    accepted: bool
+    problem: Problem
+    detail: str
+    blind_found: int
+    n_blind: int
+    concepts_similar: bool | None
+    concept_condition: str
+
+
 @dataclass(frozen=True)
 class GateDecision:
     """The outcome of the rule on one round's votes."""
@@ -76,7 +91,7 @@ class GateDecision:
     concepts_similar: bool | None
     concept_condition: str = "not_similar"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> GateRecord:
         """A JSON-ready record (`concepts_similar` is the paper's `similarity_judge13`)."""
         return {
             "accepted": self.accepted,
@@ -115,8 +130,78 @@ def compared_votes(votes: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any
     return None
 
 
+Vote = Mapping[str, Any]
+# A rejection: the problem the feedback writer explains, and its detail.
+Rejection = tuple[Problem, str]
+
+
+def _concepts(v: Vote) -> str:
+    return f"{v.get('category')!r} / {v.get('subcategory')!r}"
+
+
+def missed_risk(rule: GatekeeperRule, informed: Vote | None, forced: Vote | None) -> Rejection | None:
+    """Step 1: the reason-informed and the forced-reasoning judge (each when the rule requires it) found the risk."""
+    if rule.require_informed and not (informed and informed.get("has_risk")):
+        return "too_obscure", "the reason-informed judge did not find the risk even with the erasure reason"
+    if rule.require_forced and not (forced and forced.get("has_risk")):
+        return "too_obscure", "the forced-reasoning judge could not trace the risk"
+    return None
+
+
+def concept_mismatch(
+    rule: GatekeeperRule, informed: Vote | None, forced: Vote | None, similar: bool | None
+) -> Rejection | None:
+    """Step 2: the informed and forced concepts relate as `concept_condition` asks (only when similarity was
+    judged)."""
+    if similar is None or not informed or not forced:
+        return None
+    if rule.concept_condition == "not_similar" and similar:
+        return (
+            "concepts_similar",
+            f"the forced judge's risk {_concepts(forced)} is similar to the "
+            f"informed judge's {_concepts(informed)}; the paper wants them not similar",
+        )
+    if rule.concept_condition == "similar" and not similar:
+        return (
+            "incoherent",
+            f"the informed judge found {_concepts(informed)} but the forced judge found {_concepts(forced)}",
+        )
+    return None
+
+
+def category_mismatch(
+    rule: GatekeeperRule, informed: Vote | None, forced: Vote | None, target_category: str | None
+) -> Rejection | None:
+    """Step 3: with `require_target_category`, the informed or forced judge that found the risk names the sample's
+    own category."""
+    target = normalize_category(target_category) if target_category and rule.require_target_category else ""
+    if not target:
+        return None
+    named = [v for v in (informed, forced) if v and v.get("has_risk")]
+    if named and not any(normalize_category(v.get("category")) == target for v in named):
+        found_as = " / ".join(repr(v.get("category")) for v in named)
+        return (
+            "incoherent",
+            f"the sample is of category {target!r} but the informed and forced judges found {found_as}",
+        )
+    return None
+
+
+def blind_out_of_bounds(rule: GatekeeperRule, found: int, n: int) -> Rejection | None:
+    """Step 4: the number of blind judges that found the risk lies within the rule's bounds (none to check when the
+    panel has no blind judge)."""
+    if not n:
+        return None
+    low, high = rule.blind_bounds(n)
+    if found > high:
+        return "too_easy", f"{found} of {n} blind judges found the risk (at most {high} may)"
+    if found < low:
+        return "too_obscure", f"{found} of {n} blind judges found the risk (at least {low} must)"
+    return None
+
+
 def decide(
-    votes: Sequence[Mapping[str, Any]],
+    votes: Sequence[Vote],
     rule: GatekeeperRule | None = None,
     *,
     similar: bool | None = None,
@@ -129,7 +214,10 @@ def decide(
 
     With `target_category` (the category the sample was generated for) and `rule.require_target_category`, a pair
     is accepted only when the informed or the forced judge that found the risk names that category: a sample
-    whose hidden risk the judges read as another category is not a sample of its category."""
+    whose hidden risk the judges read as another category is not a sample of its category.
+
+    The steps run in order and the first rejection decides: `missed_risk`, `concept_mismatch`,
+    `category_mismatch`, `blind_out_of_bounds`."""
     rule = rule or GatekeeperRule()
     if rule.concept_condition not in CONCEPT_CONDITIONS:
         raise ValueError(f"concept_condition: {rule.concept_condition!r} is not one of {', '.join(CONCEPT_CONDITIONS)}")
@@ -139,52 +227,23 @@ def decide(
     found = sum(1 for v in blind if v.get("has_risk"))
     n = len(blind)
     similar = similar if compared_votes(votes) is not None else None
-
-    def out(accepted: bool, problem: Problem, detail: str) -> GateDecision:
-        return GateDecision(accepted, problem, detail, found, n, similar, rule.concept_condition)
-
-    def concepts(v: Mapping[str, Any]) -> str:
-        return f"{v.get('category')!r} / {v.get('subcategory')!r}"
-
-    if rule.require_informed and not (informed and informed.get("has_risk")):
-        return out(False, "too_obscure", "the reason-informed judge did not find the risk even with the erasure reason")
-    if rule.require_forced and not (forced and forced.get("has_risk")):
-        return out(False, "too_obscure", "the forced-reasoning judge could not trace the risk")
-    if similar is not None and informed and forced:
-        if rule.concept_condition == "not_similar" and similar:
-            return out(
-                False,
-                "concepts_similar",
-                f"the forced judge's risk {concepts(forced)} is similar to the "
-                f"informed judge's {concepts(informed)}; the paper wants them not similar",
-            )
-        if rule.concept_condition == "similar" and not similar:
-            return out(
-                False,
-                "incoherent",
-                f"the informed judge found {concepts(informed)} but the forced judge found {concepts(forced)}",
-            )
-    target = normalize_category(target_category) if target_category and rule.require_target_category else ""
-    if target:
-        named = [v for v in (informed, forced) if v and v.get("has_risk")]
-        if named and not any(normalize_category(v.get("category")) == target for v in named):
-            found_as = " / ".join(repr(v.get("category")) for v in named)
-            return out(
-                False,
-                "incoherent",
-                f"the sample is of category {target!r} but the informed and forced judges found {found_as}",
-            )
-    if n:
-        low, high = rule.blind_bounds(n)
-        if found > high:
-            return out(False, "too_easy", f"{found} of {n} blind judges found the risk (at most {high} may)")
-        if found < low:
-            return out(False, "too_obscure", f"{found} of {n} blind judges found the risk (at least {low} must)")
-    return out(
+    rejection = (
+        missed_risk(rule, informed, forced)
+        or concept_mismatch(rule, informed, forced, similar)
+        or category_mismatch(rule, informed, forced, target_category)
+        or blind_out_of_bounds(rule, found, n)
+    )
+    if rejection is not None:
+        return GateDecision(False, *rejection, found, n, similar, rule.concept_condition)
+    return GateDecision(
         True,
         "none",
         f"{found} of {n} blind judges found the risk; concept condition "
         f"{rule.concept_condition!r} met (similar: {similar})",
+        found,
+        n,
+        similar,
+        rule.concept_condition,
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
@@ -66,7 +66,7 @@ class GuardState(GuardInput, GuardOutput, total=False):
     """Working state."""
 
 
-async def judge(state: GuardState, runtime: Runtime[GuardContext]) -> dict[str, Any]:
+async def judge(state: GuardState, runtime: Runtime[GuardContext]) -> GuardState:
     """One guard call on the pair, parsed by the guard's own parser."""
     ctx = runtime.context
     guard = get_guard(ctx.guard)

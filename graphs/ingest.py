@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from langgraph.runtime import Runtime
 
@@ -110,13 +110,23 @@ def allowed_image_path(ref: str, base_dir: str | None, roots: Sequence[str | os.
     return path
 
 
+class IngestedPair(TypedDict):
+    """A detection sample's validated fields: its text, the image's description, and its id and path in the store
+    (None without an image)."""
+
+    text: str | None
+    image_description: str | None
+    image_id: str | None
+    image_path: str | None
+
+
 async def ingest_pair(
     state: Mapping[str, Any],
     *,
     store_root: str = "",
     base_dir: str | None = None,
     image_roots: Sequence[str | os.PathLike[str]] = (),
-) -> dict[str, Any]:
+) -> IngestedPair:
     """Validated text and image fields of a detection sample: image_id, image_path and the description.
 
     A local image path must lie in the (trusted) image store, a server root (`server_image_roots`) or one of
@@ -153,7 +163,7 @@ StateT = TypeVar("StateT", bound=Mapping[str, Any])
 ContextT = TypeVar("ContextT", bound=ModelsContext)
 
 
-async def ingest(state: StateT, runtime: Runtime[ContextT]) -> dict[str, Any]:
+async def ingest(state: StateT, runtime: Runtime[ContextT]) -> IngestedPair:
     """The first node of the detection graphs: check the settings and models, validate the sample and put its image
     into the store."""
     ctx = runtime.context

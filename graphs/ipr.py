@@ -236,7 +236,7 @@ async def score_images(ctx: IPRContext, original_prompt: str, image_ids: list[st
         raise
 
 
-async def start(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
+async def start(state: IPRState, runtime: Runtime[IPRContext]) -> IPRState:
     """Check the prompt and settings; step 0 renders p0."""
     ctx = runtime.context
     validate_settings(ctx)
@@ -266,7 +266,7 @@ async def start(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]
     }
 
 
-async def generate(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
+async def generate(state: IPRState, runtime: Runtime[IPRContext]) -> IPRState:
     """Render the current prompt (the step's seed, the same settings at every step); add the step to the trajectory."""
     ctx = runtime.context
     generator = await asyncio.to_thread(get_ipr_generator, ctx.generator, ctx.image_store, ctx.long_prompts)
@@ -280,8 +280,8 @@ async def generate(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, A
         # The refiner wrote a prompt the generator refuses (e.g. over the text encoder's token limit).
         if ctx.on_refiner_error == "fail":
             raise PromptError(f"IPR step {state['step']}: the refined prompt was refused: {exc}") from exc
-        traj: list[Any] = list(state["trajectory"])
-        last = dict(traj[-1])
+        traj = list(state["trajectory"])
+        last = traj[-1].copy()
         last["error"] = f"the refined prompt {state['current_prompt']!r} was refused by the generator: {exc}"
         traj[-1] = last
         return {"trajectory": traj, "stop_reason": "refiner_error"}
@@ -300,21 +300,21 @@ async def generate(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, A
     return {"trajectory": [*state.get("trajectory", []), entry]}
 
 
-async def score(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
+async def score(state: IPRState, runtime: Runtime[IPRContext]) -> IPRState:
     """Score the latest step's images against the original prompt; scores go into the trajectory."""
     ctx = runtime.context
-    traj: list[Any] = list(state["trajectory"])
-    last = dict(traj[-1])
+    traj = list(state["trajectory"])
+    last = traj[-1].copy()
     last["scores"] = await score_images(ctx, state["prompt"], last["image_ids"])
     traj[-1] = last
     return {"trajectory": traj}
 
 
-async def refine(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
+async def refine(state: IPRState, runtime: Runtime[IPRContext]) -> IPRState:
     """Ask the refiner about p0 and the latest image; keep ends the run, a new prompt becomes the next step."""
     ctx = runtime.context
-    traj: list[Any] = list(state["trajectory"])
-    last = dict(traj[-1])
+    traj = list(state["trajectory"])
+    last = traj[-1].copy()
     history = [t["prompt"] for t in traj[1:]] if ctx.history else None
     try:
         result = await refine_prompt(
@@ -330,18 +330,18 @@ async def refine(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any
     except RefinerAnswerError as exc:
         if ctx.on_refiner_error == "fail":
             raise RefinerAnswerError(f"IPR step {state['step']}: {str(exc).split('; raw answer')[0]}", exc.raw) from exc
-        last.update(refiner_answer=exc.raw, action=None, error=str(exc))
+        last.update({"refiner_answer": exc.raw, "action": None, "error": str(exc)})
         traj[-1] = last
-        failed: dict[str, Any] = {"trajectory": traj, "stop_reason": "refiner_error"}
+        failed: IPRState = {"trajectory": traj, "stop_reason": "refiner_error"}
         if exc.usage is not None:
             failed["usage"] = exc.usage
         return failed
     decision = result.decision
-    last.update(refiner_answer=result.raw, action=decision.action, reason=decision.reason)
+    last.update({"refiner_answer": result.raw, "action": decision.action, "reason": decision.reason})
     traj[-1] = last
-    out: dict[str, Any] = {"trajectory": traj, "usage": result.usage}
+    out: IPRState = {"trajectory": traj, "usage": result.usage}
     if decision.action == "keep":
-        out.update(keep_step=state["step"], stop_reason="keep")
+        out.update({"keep_step": state["step"], "stop_reason": "keep"})
     elif (
         ctx.seed_mode == "fixed"
         and decision.prompt is not None
@@ -351,11 +351,13 @@ async def refine(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any
         # same prompt gives a new sample, as in the paper's loop, so the run goes on.
         out["stop_reason"] = "unchanged"
     else:
-        out.update(current_prompt=decision.prompt, step=state["step"] + 1)
+        # A `refine` decision always carries its prompt (the parser refuses one without).
+        assert decision.prompt is not None
+        out.update({"current_prompt": decision.prompt, "step": state["step"] + 1})
     return out
 
 
-async def finish(state: IPRState, runtime: Runtime[IPRContext]) -> dict[str, Any]:
+async def finish(state: IPRState, runtime: Runtime[IPRContext]) -> IPRState:
     """The final image is the latest step's; count the refinements actually applied."""
     traj = state["trajectory"]
     last = traj[-1]

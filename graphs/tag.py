@@ -19,10 +19,10 @@ from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
 from agents.content import ImagePart
-from agents.gateway import get_gateway
+from agents.gateway import Gateway, get_gateway
 from agents.tag.expander import MAX_PARENTS_PER_CALL, expand_layer
 from agents.tag.explainer import explain
-from agents.tag.judges import judge_pairs, judge_roots, screen_pairs
+from agents.tag.judges import ConfirmedPair, judge_pairs, judge_roots, screen_pairs
 from agents.tag.roots import RootsMode, extract_graph, extract_roots, graph_of_roots, normalize_graph, roots_of
 from agents.tag.types import ASSOCIATION_TYPES
 from agents.usage import RunUsage, merge_usage
@@ -105,13 +105,43 @@ class TagInput(TypedDict, total=False):
     base_dir: str | None
 
 
+class PathStep(TypedDict):
+    """One step of a reported path from its root: the concept, its association to its parent, and the step's
+    transition probability."""
+
+    concept: str
+    association: str | None
+    prob: float
+
+
+class FindingSide(TypedDict):
+    """One side (visual or textual) of the reported pair: the node, its cumulative probability and its path."""
+
+    id: str
+    concept: str
+    path_prob: float
+    path: list[PathStep]
+
+
+class Finding(TypedDict):
+    """The reported toxic pair: the layer it was found at, the judge's category and reason, the joint path
+    probability, and both sides."""
+
+    layer: int
+    category: str
+    reason: str
+    joint_prob: float
+    visual: FindingSide
+    textual: FindingSide
+
+
 class TagOutput(TypedDict, total=False):
     """The detection result."""
 
     id: str
     toxic: bool
     mtc: float
-    finding: dict[str, Any] | None
+    finding: Finding | None
     explanation: str
     hidden_meaning: str
     layers_expanded: int
@@ -138,7 +168,7 @@ def _image_part(state: TagState) -> ImagePart:
 
 def _finding(
     v: Node, t: Node, visual: list[Node], textual: list[Node], category: str, reason: str, layer: int
-) -> dict[str, Any]:
+) -> Finding:
     vp, tp = path_of(visual, v["id"]), path_of(textual, t["id"])
     return {
         "layer": layer,
@@ -160,7 +190,7 @@ def _finding(
     }
 
 
-async def roots(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
+async def roots(state: TagState, runtime: Runtime[TagContext]) -> TagState:
     """Root concepts: an entity-relation graph per modality from two concurrent calls (`separate`, the paper's),
     or literal concepts of both modalities from one call (`joint`)."""
     ctx = runtime.context
@@ -198,7 +228,7 @@ async def roots(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]
     }
 
 
-async def synergy_review(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
+async def synergy_review(state: TagState, runtime: Runtime[TagContext]) -> TagState:
     """Judge the root pair without associations, on the entity-relation graphs; a toxic root pair has MTC 0."""
     ctx = runtime.context
     result = await judge_roots(
@@ -210,7 +240,7 @@ async def synergy_review(state: TagState, runtime: Runtime[TagContext]) -> dict[
         graphs=state.get("entity_graphs"),
     )
     verdict = result.value
-    update: dict[str, Any] = {"usage": result.usage, "pairs_judged": len(state["visual"]) * len(state["textual"])}
+    update: TagState = {"usage": result.usage, "pairs_judged": len(state["visual"]) * len(state["textual"])}
     if verdict.toxic:
         by_v = {n["id"]: n for n in state["visual"]}
         by_t = {n["id"]: n for n in state["textual"]}
@@ -221,63 +251,91 @@ async def synergy_review(state: TagState, runtime: Runtime[TagContext]) -> dict[
     return update
 
 
-async def expand(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
+def _expander_parents(nodes: list[Node], chunk: list[Node]) -> list[dict[str, str]]:
+    """The parents of one expander call as the expander sees them: id, concept and the path from the root."""
+    return [
+        {"id": p["id"], "concept": p["concept"], "path": " -> ".join(x["concept"] for x in path_of(nodes, p["id"]))}
+        for p in chunk
+    ]
+
+
+async def _ask_expander(
+    gateway: Gateway,
+    spec: str,
+    ctx: TagContext,
+    state: TagState,
+    modality: Literal["visual", "textual"],
+    frontier: list[Node],
+) -> tuple[list[dict[str, Any]], RunUsage | None]:
+    """Step 1 of `_grow_tree`: the expander's children of every frontier parent, as `{parent_id, children}`
+    entries, with the calls' usage."""
+    nodes = state[modality]
+    # A layer wider than one call holds (per_node pruning) is asked in chunks; each chunk's answers are tied to
+    # its own parents before the layer is grown as a whole.
+    chunks = [frontier[i : i + MAX_PARENTS_PER_CALL] for i in range(0, len(frontier), MAX_PARENTS_PER_CALL)]
+    asked = min(ctx.children_per_parent, ctx.k_max) if ctx.prune == "per_node" else ctx.children_per_parent
+    results = await asyncio.gather(
+        *[
+            expand_layer(
+                gateway,
+                spec,
+                modality=modality,
+                roots=state["roots"],
+                children_per_parent=asked,
+                association_types=ctx.association_types,
+                parents=_expander_parents(nodes, chunk),
+                call_role=f"expander.{modality}" if i == 0 else f"expander.{modality}.{i}",
+            )
+            for i, chunk in enumerate(chunks)
+        ]
+    )
+    entries: list[dict[str, Any]] = []
+    usage: RunUsage | None = None
+    for chunk, result in zip(chunks, results, strict=True):
+        assigned = _assign_entries(chunk, [e.model_dump() for e in result.value.expansions])
+        entries += [{"parent_id": pid, "children": children} for pid, children in assigned.items()]
+        usage = merge_usage(usage, result.usage)
+    return entries, usage
+
+
+async def _grow_tree(
+    gateway: Gateway,
+    spec: str,
+    ctx: TagContext,
+    state: TagState,
+    modality: Literal["visual", "textual"],
+    prefix: str,
+    layer: int,
+) -> tuple[list[Node], RunUsage | None]:
+    """One tree's next layer (nothing, and no usage, when its frontier is empty): the expander's children
+    (`_ask_expander`), then pruned and numbered by `grow_layer`."""
+    frontier = [n for n in state[modality] if n["id"] in set(state["frontier"][modality])]
+    if not frontier:
+        return [], None
+    entries, usage = await _ask_expander(gateway, spec, ctx, state, modality, frontier)
+    grown = grow_layer(
+        frontier,
+        entries,
+        layer=layer,
+        prefix=prefix,
+        children_per_parent=ctx.children_per_parent,
+        k_max=ctx.k_max,
+        allowed_types=ctx.association_types,
+        prune=ctx.prune,
+    )
+    return grown, usage
+
+
+async def expand(state: TagState, runtime: Runtime[TagContext]) -> TagState:
     """Expand both trees by one layer at once (one call per tree, all frontier parents in it)."""
     ctx = runtime.context
     gateway = get_gateway()
     layer = state["layer"] + 1
     spec = ctx.spec_for("expander")
-
-    async def grow(modality: Literal["visual", "textual"], prefix: str) -> tuple[list[Node], RunUsage]:
-        nodes = state[modality]
-        frontier = [n for n in nodes if n["id"] in set(state["frontier"][modality])]
-        if not frontier:
-            return [], None  # type: ignore[return-value]
-        # A layer wider than one call holds (per_node pruning) is asked in chunks; each chunk's answers are tied to
-        # its own parents before the layer is grown as a whole.
-        chunks = [frontier[i : i + MAX_PARENTS_PER_CALL] for i in range(0, len(frontier), MAX_PARENTS_PER_CALL)]
-        asked = min(ctx.children_per_parent, ctx.k_max) if ctx.prune == "per_node" else ctx.children_per_parent
-        results = await asyncio.gather(
-            *[
-                expand_layer(
-                    gateway,
-                    spec,
-                    modality=modality,
-                    roots=state["roots"],
-                    children_per_parent=asked,
-                    association_types=ctx.association_types,
-                    parents=[
-                        {
-                            "id": p["id"],
-                            "concept": p["concept"],
-                            "path": " -> ".join(x["concept"] for x in path_of(nodes, p["id"])),
-                        }
-                        for p in chunk
-                    ],
-                    call_role=f"expander.{modality}" if i == 0 else f"expander.{modality}.{i}",
-                )
-                for i, chunk in enumerate(chunks)
-            ]
-        )
-        entries: list[dict[str, Any]] = []
-        usage: RunUsage | None = None
-        for chunk, result in zip(chunks, results, strict=True):
-            assigned = _assign_entries(chunk, [e.model_dump() for e in result.value.expansions])
-            entries += [{"parent_id": pid, "children": children} for pid, children in assigned.items()]
-            usage = merge_usage(usage, result.usage)
-        grown = grow_layer(
-            frontier,
-            entries,
-            layer=layer,
-            prefix=prefix,
-            children_per_parent=ctx.children_per_parent,
-            k_max=ctx.k_max,
-            allowed_types=ctx.association_types,
-            prune=ctx.prune,
-        )
-        return grown, usage  # type: ignore[return-value]
-
-    (new_v, use_v), (new_t, use_t) = await asyncio.gather(grow("visual", "v"), grow("textual", "t"))
+    (new_v, use_v), (new_t, use_t) = await asyncio.gather(
+        _grow_tree(gateway, spec, ctx, state, "visual", "v", layer),
+        _grow_tree(gateway, spec, ctx, state, "textual", "t", layer),
+    )
     return {
         "visual": state["visual"] + new_v,
         "textual": state["textual"] + new_t,
@@ -287,39 +345,52 @@ async def expand(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any
     }
 
 
-async def judge_layer(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
-    """Judge the cross-modal pairs that the newest layer made available (optionally screened first)."""
-    ctx = runtime.context
-    gateway = get_gateway()
-    layer = state["layer"]
-    pairs = new_pairs(state["visual"], state["textual"], layer)
-    if not pairs:
-        return {}
-    visual, textual = state["visual"], state["textual"]
-    # Pair ids name both nodes ("v1.0|t0.2"), so judges and script writers see which concepts they join.
-    listed = {f"{v['id']}|{t['id']}": (v, t) for v, t in pairs}
+# A layer's new pairs by pair id: the id names both nodes ("v1.0|t0.2"), so judges and script writers see which
+# concepts they join.
+ListedPairs = dict[str, tuple[Node, Node]]
 
-    def describe(pid: str) -> dict[str, str]:
-        v, t = listed[pid]
-        return {
-            "pair_id": pid,
-            "image_side": " -> ".join(n["concept"] for n in path_of(visual, v["id"])),
-            "text_side": " -> ".join(n["concept"] for n in path_of(textual, t["id"])),
-        }
 
-    usage: RunUsage | None = None
+def _describe_pair(state: TagState, listed: ListedPairs, pid: str) -> dict[str, str]:
+    """A pair as the screen and the judges see it: its id and the path of each side from its root."""
+    v, t = listed[pid]
+    return {
+        "pair_id": pid,
+        "image_side": " -> ".join(n["concept"] for n in path_of(state["visual"], v["id"])),
+        "text_side": " -> ".join(n["concept"] for n in path_of(state["textual"], t["id"])),
+    }
+
+
+async def _screened_candidates(
+    gateway: Gateway, ctx: TagContext, state: TagState, listed: ListedPairs, layer: int
+) -> tuple[list[str], RunUsage | None]:
+    """Step 1 of `judge_layer`: the pair ids to judge (all of the layer's, or the screen's short list when
+    `screen_pairs` is on, at most `screen_limit`), with the screen's usage."""
     candidates = list(listed)
-    if ctx.screen_pairs:
-        screened = await screen_pairs(
-            gateway,
-            ctx.spec_for("screen"),
-            text=state["text"],
-            pairs=[describe(p) for p in candidates],
-            limit=ctx.screen_limit,
-            layer=layer,
-        )
-        usage = screened.usage
-        candidates = [p for p in dict.fromkeys(screened.value.suspicious_pair_ids) if p in listed][: ctx.screen_limit]
+    if not ctx.screen_pairs:
+        return candidates, None
+    screened = await screen_pairs(
+        gateway,
+        ctx.spec_for("screen"),
+        text=state["text"],
+        pairs=[_describe_pair(state, listed, p) for p in candidates],
+        limit=ctx.screen_limit,
+        layer=layer,
+    )
+    kept = [p for p in dict.fromkeys(screened.value.suspicious_pair_ids) if p in listed][: ctx.screen_limit]
+    return kept, screened.usage
+
+
+async def _confirmed_pairs(
+    gateway: Gateway,
+    ctx: TagContext,
+    state: TagState,
+    listed: ListedPairs,
+    candidates: list[str],
+    usage: RunUsage | None,
+) -> tuple[dict[str, ConfirmedPair], RunUsage | None]:
+    """Step 2 of `judge_layer`: the candidates judged in calls of at most `max_pairs_per_call` pairs; the toxic
+    verdicts by pair id (the first for a pair, and only for pairs its call was asked about), and `usage` with the
+    calls' added."""
     chunks = [candidates[i : i + ctx.max_pairs_per_call] for i in range(0, len(candidates), ctx.max_pairs_per_call)]
     store = get_image_store(ctx.image_store or None)
     results = await asyncio.gather(
@@ -329,7 +400,7 @@ async def judge_layer(state: TagState, runtime: Runtime[TagContext]) -> dict[str
                 ctx.spec_for("pair_judge"),
                 text=state["text"],
                 roots=state["roots"],
-                pairs=[describe(p) for p in chunk],
+                pairs=[_describe_pair(state, listed, p) for p in chunk],
                 call_role="pair_judge" if i == 0 else f"pair_judge.{i}",
                 graphs=state.get("entity_graphs"),
                 image=_image_part(state),
@@ -338,24 +409,40 @@ async def judge_layer(state: TagState, runtime: Runtime[TagContext]) -> dict[str
             for i, chunk in enumerate(chunks)
         ]
     )
-    confirmed: dict[str, Any] = {}
+    confirmed: dict[str, ConfirmedPair] = {}
     for res, chunk in zip(results, chunks, strict=True):
         usage = merge_usage(usage, res.usage)
         for verdict in res.value.toxic_pairs:
             if verdict.pair_id in chunk and verdict.pair_id not in confirmed:
                 confirmed[verdict.pair_id] = verdict
-    update: dict[str, Any] = {"usage": usage, "pairs_judged": state.get("pairs_judged", 0) + len(candidates)}
+    return confirmed, usage
+
+
+async def judge_layer(state: TagState, runtime: Runtime[TagContext]) -> TagState:
+    """Judge the cross-modal pairs that the newest layer made available (optionally screened first)."""
+    ctx = runtime.context
+    gateway = get_gateway()
+    layer = state["layer"]
+    pairs = new_pairs(state["visual"], state["textual"], layer)
+    if not pairs:
+        return {}
+    listed: ListedPairs = {f"{v['id']}|{t['id']}": (v, t) for v, t in pairs}
+    candidates, usage = await _screened_candidates(gateway, ctx, state, listed, layer)
+    confirmed, usage = await _confirmed_pairs(gateway, ctx, state, listed, candidates, usage)
+    # A layer with pairs made a screen call or at least one judge call, so there is usage to report.
+    assert usage is not None
+    update: TagState = {"usage": usage, "pairs_judged": state.get("pairs_judged", 0) + len(candidates)}
     if confirmed:
         best = best_pair([listed[p] for p in confirmed])
         assert best is not None
         pid = next(p for p in confirmed if listed[p] == best)
         update["finding"] = _finding(
-            best[0], best[1], visual, textual, confirmed[pid].category, confirmed[pid].reason, layer
+            best[0], best[1], state["visual"], state["textual"], confirmed[pid].category, confirmed[pid].reason, layer
         )
     return update
 
 
-async def explain_finding(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
+async def explain_finding(state: TagState, runtime: Runtime[TagContext]) -> TagState:
     """An explanation that cites both paths of the reported pair."""
     finding = state["finding"]
     assert finding is not None
@@ -363,8 +450,8 @@ async def explain_finding(state: TagState, runtime: Runtime[TagContext]) -> dict
         get_gateway(),
         runtime.context.spec_for("explainer"),
         text=state["text"],
-        visual_path=finding["visual"]["path"],
-        textual_path=finding["textual"]["path"],
+        visual_path=[dict(step) for step in finding["visual"]["path"]],
+        textual_path=[dict(step) for step in finding["textual"]["path"]],
         finding={"category": finding["category"], "reason": finding["reason"], "layer": finding["layer"]},
     )
     return {
@@ -374,7 +461,7 @@ async def explain_finding(state: TagState, runtime: Runtime[TagContext]) -> dict
     }
 
 
-async def finalize(state: TagState, runtime: Runtime[TagContext]) -> dict[str, Any]:
+async def finalize(state: TagState, runtime: Runtime[TagContext]) -> TagState:
     """Verdict and MTC from the finding (or its absence)."""
     finding = state.get("finding")
     if finding is None:

@@ -66,6 +66,66 @@ def _raw_probability(child: dict[str, Any]) -> float:
     return max(0.0, value) if value == value else 0.0
 
 
+def _valid_children(parent: Node, children: list[dict[str, Any]], allowed: set[str]) -> list[dict[str, Any]]:
+    """Step 1 of `grow_layer`: a parent's children in the listed order, less those with an empty concept, a repeated
+    one, one equal to the parent, or a type outside `allowed`."""
+    # A child equal to its parent (case-insensitive) is no association at all: dropped like a duplicate.
+    seen: set[str] = {" ".join(parent["concept"].lower().split())}
+    valid: list[dict[str, Any]] = []
+    for child in children:
+        concept = str(child.get("concept", "")).strip()
+        key = " ".join(concept.lower().split())
+        if not concept or key in seen or child.get("association") not in allowed:
+            continue
+        seen.add(key)
+        valid.append(child)
+    return valid
+
+
+def _most_probable(valid: list[dict[str, Any]], per_parent: int) -> list[dict[str, Any]]:
+    """Step 2 of `grow_layer`: the `per_parent` most probable children, ties in the listed order, kept in the
+    listed order."""
+    # The prompt asks for the most probable associations (§10.1); a model that lists more, or lists them out of
+    # order, must not push a likelier one out.
+    ranked = sorted(enumerate(valid), key=lambda ic: (-_raw_probability(ic[1]), ic[0]))
+    return [child for _, child in sorted(ranked[:per_parent], key=lambda ic: ic[0])]
+
+
+def _child_nodes(parent: Node, kept: list[dict[str, Any]], layer: int) -> list[Node]:
+    """Step 3 of `grow_layer`: a parent's kept children as nodes (ids not yet given), their probabilities normalised
+    to sum 1 (uniform when none is positive)."""
+    if not kept:
+        return []
+    raw = [_raw_probability(c) for c in kept]
+    total = sum(raw)
+    probs = [r / total for r in raw] if total > 0 else [1.0 / len(kept)] * len(kept)
+    return [
+        Node(
+            id="",
+            concept=str(child["concept"]).strip(),
+            layer=layer,
+            parent=parent["id"],
+            association=str(child["association"]),
+            prob=p,
+            path_prob=parent["path_prob"] * p,
+            reason=str(child.get("reason", "")),
+        )
+        for child, p in zip(kept, probs, strict=True)
+    ]
+
+
+def _number_layer(nodes: list[Node], *, layer: int, prefix: str, k_max: int, prune: Prune) -> list[Node]:
+    """Step 4 of `grow_layer`: the layer ordered by cumulative path probability (ties keep the parents' order), cut
+    to k_max under `per_layer`, and numbered `{prefix}{layer}.{j}`."""
+    ranked = sorted(enumerate(nodes), key=lambda c: (-c[1]["path_prob"], c[0]))
+    kept = ranked[:k_max] if prune == "per_layer" else ranked
+    out: list[Node] = []
+    for j, (_, node) in enumerate(kept):
+        node["id"] = f"{prefix}{layer}.{j}"
+        out.append(node)
+    return out
+
+
 def grow_layer(
     parents: list[Node],
     expansions: list[dict[str, Any]],
@@ -89,49 +149,12 @@ def grow_layer(
         raise ValueError(f"prune: {prune!r} is not one of {', '.join(PRUNE_MODES)}")
     per_parent = min(children_per_parent, k_max) if prune == "per_node" else children_per_parent
     allowed = set(allowed_types)
-    candidates: list[tuple[float, int, Node]] = []
-    order = 0
     assigned = _assign_entries(parents, expansions)
+    nodes: list[Node] = []
     for parent in parents:
-        # A child equal to its parent (case-insensitive) is no association at all: dropped like a duplicate.
-        seen: set[str] = {" ".join(parent["concept"].lower().split())}
-        valid: list[dict[str, Any]] = []
-        for child in assigned.get(parent["id"], []):
-            concept = str(child.get("concept", "")).strip()
-            key = " ".join(concept.lower().split())
-            if not concept or key in seen or child.get("association") not in allowed:
-                continue
-            seen.add(key)
-            valid.append(child)
-        # The prompt asks for the most probable associations (§10.1); a model that lists more, or lists them out of
-        # order, must not push a likelier one out: keep the `per_parent` most probable, ties in the listed order.
-        ranked = sorted(enumerate(valid), key=lambda ic: (-_raw_probability(ic[1]), ic[0]))
-        kept = [child for _, child in sorted(ranked[:per_parent], key=lambda ic: ic[0])]
-        if not kept:
-            continue
-        raw = [_raw_probability(c) for c in kept]
-        total = sum(raw)
-        probs = [r / total for r in raw] if total > 0 else [1.0 / len(kept)] * len(kept)
-        for child, p in zip(kept, probs, strict=True):
-            node = Node(
-                id="",
-                concept=str(child["concept"]).strip(),
-                layer=layer,
-                parent=parent["id"],
-                association=str(child["association"]),
-                prob=p,
-                path_prob=parent["path_prob"] * p,
-                reason=str(child.get("reason", "")),
-            )
-            candidates.append((node["path_prob"], order, node))
-            order += 1
-    candidates.sort(key=lambda c: (-c[0], c[1]))
-    out: list[Node] = []
-    kept_nodes = candidates[:k_max] if prune == "per_layer" else candidates
-    for j, (_, _, node) in enumerate(kept_nodes):
-        node["id"] = f"{prefix}{layer}.{j}"
-        out.append(node)
-    return out
+        valid = _valid_children(parent, assigned.get(parent["id"], []), allowed)
+        nodes += _child_nodes(parent, _most_probable(valid, per_parent), layer)
+    return _number_layer(nodes, layer=layer, prefix=prefix, k_max=k_max, prune=prune)
 
 
 def path_of(nodes: list[Node], node_id: str) -> list[Node]:

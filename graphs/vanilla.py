@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
@@ -51,7 +51,7 @@ class VanillaState(VanillaInput, VanillaOutput, total=False):
     """Working state."""
 
 
-async def detect(state: VanillaState, runtime: Runtime[VanillaContext]) -> dict[str, Any]:
+async def detect(state: VanillaState, runtime: Runtime[VanillaContext]) -> VanillaState:
     """One call on the pair."""
     ctx = runtime.context
     result = await detect_vanilla(

@@ -136,6 +136,23 @@ def test_studio_entries_refuse_unknown_setting_names_the_server_would_drop() -> 
     assert studio.ctd(SimpleNamespace()) is not None  # type: ignore[arg-type]
 
 
+def test_every_langgraph_json_entry_loads_and_is_handed_the_run_context() -> None:
+    """`langgraph dev` resolves each factory's type hints to decide what to pass it: a hint that does not resolve
+    (a type imported only for the type checker) would get the config instead of the runtime, and misspelt settings
+    would pass unchecked."""
+    import importlib
+    import json
+
+    utils = pytest.importorskip("langgraph_api._factory_utils")
+    entries = json.loads((Path(__file__).resolve().parent.parent / "langgraph.json").read_text())["graphs"]
+    assert set(entries) == {"tag", "vanilla", "guard", "ipr", "ctd"}
+    for name, target in entries.items():
+        path, attr = target.split(":")
+        factory = getattr(importlib.import_module(path.removeprefix("./").removesuffix(".py").replace("/", ".")), attr)
+        hook = utils._classify_factory(factory)
+        assert hook is not None and hook(config="CONFIG", runtime="RUNTIME") == {"runtime": "RUNTIME"}, name
+
+
 def test_explicit_context_coerces_like_the_constructor(monkeypatch) -> None:
     """Explicit values win over the environment and go through the context's coercion (not raw setattr)."""
     from graphs.tag import TagContext

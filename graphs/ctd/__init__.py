@@ -1,0 +1,37 @@
+"""CTD generation: Architect -> Eraser (+ text-to-image) -> single-modality check -> Judges (in parallel) ->
+Gatekeeper -> [feedback -> Eraser]* -> human verification.
+
+The Architect drafts an explicit scene of a risk category; the Eraser hides its cue behind a benign carrier and
+renders the image; the image alone and the text alone must each be judged benign; then a panel of judges (one
+reason-informed, `n_blind` blind, one forced-reasoning; each with its own model spec) votes in parallel through
+`Send`, and the acceptance rule of `graphs/ctd_rules.py` decides in code. A rejected attempt gets targeted
+feedback from a model and goes back to the Eraser, up to `max_rounds` attempts; then the scene is dropped and
+recorded as such. An accepted pair goes to human verification: an `interrupt()` (resume with
+`{"decision": "approve"|"reject", "note": "..."}`), a review queue for batch runs, or none. With the server's
+review folder set (`UNVEIL_REVIEW_DIR`), the interrupt is shared with the web app on that folder
+(`graphs.ctd_review`).
+
+State holds ids and paths of images, never their bytes.
+
+The package has one module a job: `context` (the run's settings), `state`, `resources` (generator and image store),
+`classify` (image classifiers and moderation scores), `nodes` (the generation nodes and routes), `review_payload`
+and `human_review` (human verification), and `build` (the compiled graph).
+"""
+
+from graphs.ctd.build import builder, graph
+from graphs.ctd.context import CtdContext
+from graphs.ctd.resources import ctd_generator
+from graphs.ctd.review_payload import THUMBNAIL_PIXELS, thumbnail_data_url
+from graphs.ctd.state import CtdInput, CtdOutput, CtdState
+
+__all__ = [
+    "THUMBNAIL_PIXELS",
+    "CtdContext",
+    "CtdInput",
+    "CtdOutput",
+    "CtdState",
+    "builder",
+    "ctd_generator",
+    "graph",
+    "thumbnail_data_url",
+]
