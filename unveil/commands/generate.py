@@ -365,26 +365,14 @@ def run(args: argparse.Namespace) -> int:
     return batch_exit_code(result["failed"] + result["failed_earlier"])
 
 
-def run_review(args: argparse.Namespace) -> int:
-    """Run `unveil review`."""
-    from runner.ctd_dataset import (
-        REVIEW_QUEUE,
-        SAMPLES,
-        apply_reviews,
-        export_hf,
-        load_samples,
-        moderation_summary,
-        read_decisions,
-        write_views,
-    )
+def _named_decisions(args: argparse.Namespace, root: Path) -> dict[str, Any] | None:
+    """The decisions to apply: the --decisions file, then --approve and --reject (with --note). None when a
+    named sample does not wait for review (said on stderr): a mistake worth an exit code, not a silent skip."""
+    from runner.ctd_dataset import load_samples, read_decisions
 
-    root = Path(args.dir)
-    if not (root / SAMPLES).is_file():
-        raise SystemExit(f"{root}: no {SAMPLES} here (not a dataset folder written by `unveil generate`)")
     decisions: dict[str, Any] = dict(read_decisions(args.decisions)) if args.decisions else {}
     named = [*args.approve, *args.reject]
     if named:
-        # A named sample that does not wait for review is a mistake worth an exit code, not a silent skip.
         records = load_samples(root)
         wrong = [sid for sid in named if (records.get(sid) or {}).get("status") != "pending_review"]
         if wrong:
@@ -393,37 +381,54 @@ def run_review(args: argparse.Namespace) -> int:
                 f"(unknown id or already decided; `unveil review {root}` lists the queue)",
                 file=sys.stderr,
             )
-            return 1
+            return None
     decisions.update({sid: {"decision": "approve", "note": args.note} for sid in args.approve})
     decisions.update({sid: {"decision": "reject", "note": args.note} for sid in args.reject})
-    if decisions:
-        counts = apply_reviews(
-            root, decisions, reviewer=args.reviewer, min_reviewers=args.min_reviewers, rule=args.review_rule
-        )
+    return decisions
+
+
+def _apply_decisions(args: argparse.Namespace, root: Path, decisions: dict[str, Any]) -> None:
+    """Apply the decisions under the review policy and say what changed."""
+    from runner.ctd_dataset import apply_reviews
+
+    counts = apply_reviews(
+        root, decisions, reviewer=args.reviewer, min_reviewers=args.min_reviewers, rule=args.review_rule
+    )
+    print(
+        f"approved {counts['approved']}, rejected {counts['rejected']}, skipped {counts['skipped']}"
+        + (f", {counts['pending']} waiting for more reviewers" if counts["pending"] else "")
+        + (
+            f", {counts['conflicts']} already decided by another reviewer (kept in review_history)"
+            if counts["conflicts"]
+            else ""
+        ),
+        file=sys.stderr,
+    )
+
+
+def _print_queue(root: Path) -> None:
+    """Rewrite the views and print every sample waiting for review with its judges' votes."""
+    from runner.ctd_dataset import REVIEW_QUEUE, write_views
+
+    write_views(root)
+    queue = [ln for ln in (root / REVIEW_QUEUE).read_text(encoding="utf-8").split("\n") if ln.strip()]
+    for line in queue:  # split on \n only: a U+2028 inside a JSON string is text, not a line break
+        item = json.loads(line)
         print(
-            f"approved {counts['approved']}, rejected {counts['rejected']}, skipped {counts['skipped']}"
-            + (f", {counts['pending']} waiting for more reviewers" if counts["pending"] else "")
-            + (
-                f", {counts['conflicts']} already decided by another reviewer (kept in review_history)"
-                if counts["conflicts"]
-                else ""
-            ),
-            file=sys.stderr,
+            f"[{item['id']}] {item.get('category')}/{item.get('subcategory')}\n  text:  {item.get('text')}"
+            f"\n  image: {root / item['image'] if item.get('image') else '(none)'}"
+            f"\n  erasure: {item.get('erasure_reason')}"
         )
-    else:
-        write_views(root)
-        queue = [ln for ln in (root / REVIEW_QUEUE).read_text(encoding="utf-8").split("\n") if ln.strip()]
-        for line in queue:  # split on \n only: a U+2028 inside a JSON string is text, not a line break
-            item = json.loads(line)
-            print(
-                f"[{item['id']}] {item.get('category')}/{item.get('subcategory')}\n  text:  {item.get('text')}"
-                f"\n  image: {root / item['image'] if item.get('image') else '(none)'}"
-                f"\n  erasure: {item.get('erasure_reason')}"
-            )
-            for v in item.get("votes") or []:
-                verdict = "risk" if v.get("has_risk") else "no risk"
-                print(f"    {v.get('judge') or '?':>9}: {verdict} {v.get('category') or ''} - {v.get('reason') or ''}")
-        print(f"{len(queue)} samples wait for review", file=sys.stderr)
+        for v in item.get("votes") or []:
+            verdict = "risk" if v.get("has_risk") else "no risk"
+            print(f"    {v.get('judge') or '?':>9}: {verdict} {v.get('category') or ''} - {v.get('reason') or ''}")
+    print(f"{len(queue)} samples wait for review", file=sys.stderr)
+
+
+def _print_dataset_notes(root: Path) -> None:
+    """The lines the views leave out, each with its reason, and the moderation scores of the usable samples."""
+    from runner.ctd_dataset import SAMPLES, moderation_summary
+
     for problem in bad_lines(root / SAMPLES):
         print(
             f"{SAMPLES} line {problem.line}{f' ({problem.id})' if problem.id else ''}: left out: {problem.reason}",
@@ -436,6 +441,24 @@ def run_review(args: argparse.Namespace) -> int:
             f"mean text score {stats['text_mean']:.4g}",
             file=sys.stderr,
         )
+
+
+def run_review(args: argparse.Namespace) -> int:
+    """Run `unveil review`: apply the decisions given, or list the queue when none is; then the dataset's notes
+    and, with --export, the export."""
+    from runner.ctd_dataset import SAMPLES, export_hf
+
+    root = Path(args.dir)
+    if not (root / SAMPLES).is_file():
+        raise SystemExit(f"{root}: no {SAMPLES} here (not a dataset folder written by `unveil generate`)")
+    decisions = _named_decisions(args, root)
+    if decisions is None:
+        return 1
+    if decisions:
+        _apply_decisions(args, root, decisions)
+    else:
+        _print_queue(root)
+    _print_dataset_notes(root)
     if args.export:
         print(f"export written to {export_hf(root)}", file=sys.stderr)
     return 0
