@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -231,21 +232,106 @@ async def preflight_t2i(ctx: Any) -> None:
         raise SystemExit(f"--{exc}") from exc
 
 
-async def generate(args: argparse.Namespace) -> dict[str, Any]:
-    """The whole `generate` run; returns a summary dict."""
+@dataclass
+class _Spending:
+    """What the dataset's scenes spent (model calls, dollars) against the --max-calls and --max-cost caps.
+
+    The cap sums the records' own usage (earlier runs' and this run's), not a process-wide counter: records are
+    the values that say what each scene spent, and they survive a restart."""
+
+    max_calls: int | None
+    max_cost: float | None
+    calls: int = 0
+    cost: float = 0.0
+
+    def add(self, rec: dict[str, Any]) -> None:
+        """Count one scene's record."""
+        self.calls += int(((rec.get("usage") or {}).get("total") or {}).get("calls", 0))
+        self.cost += float(rec.get("cost_usd") or 0.0)
+
+    def stop(self) -> str | None:
+        """Why no new scene may start (a cap is reached), or None."""
+        if self.max_calls is not None and self.calls >= self.max_calls:
+            return f"spending cap reached: {self.calls} model calls (--max-calls {self.max_calls})"
+        if self.max_cost is not None and self.cost >= self.max_cost:
+            return f"spending cap reached: ${self.cost:.4f} (--max-cost {self.max_cost})"
+        return None
+
+
+async def _run_scenes(
+    args: argparse.Namespace,
+    ctx: Any,
+    extras: Any,
+    items: list[Any],
+    *,
+    out: Path,
+    category: str,
+    identity: Any,
+    dedup: Any,
+    spending: _Spending,
+) -> Any:
+    """Run the scenes as one batch into the dataset's samples file, each graph run checkpointed in the folder (so
+    a killed scene resumes where it stopped); a finished scene becomes a sample record, marked when it nearly
+    duplicates an earlier one and completed with the pair's extras."""
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-    from agents.ctd.vocabulary import CATEGORIES, normalize_category
     from graphs.ctd import builder
+    from runner.ctd import complete_pair, run_scene
+    from runner.ctd_dataset import CHECKPOINTS, SAMPLES, sample_record
+
+    async with AsyncSqliteSaver.from_conn_string(str(out / CHECKPOINTS)) as saver:
+        graph = builder.compile(checkpointer=saver, name="ctd_generation")
+
+        async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
+            values = await run_scene(graph, sample_id, record, ctx)
+            rec = sample_record(values, dataset_dir=out)
+            if rec["status"] in ("accepted", "pending_review"):
+                dup = await dedup.check_and_add(sample_id, rec["text"], rec["image_sha256"])
+                if dup is not None:
+                    rec["duplicate_of"] = dup
+                    rec["status"] = "duplicate"
+            rec = await complete_pair({"id": sample_id, **rec}, out, extras)
+            spending.add(rec)
+            return rec
+
+        return await run_batch(
+            items,
+            worker,
+            out / SAMPLES,
+            concurrency=args.concurrency,
+            retry_failed=args.retry_failed,
+            desc=f"ctd {category}",
+            progress=not args.no_progress,
+            stop=spending.stop,
+            identity=identity,
+        )
+
+
+def _result(summary: Any, statuses: dict[str, int], stopped: str | None) -> dict[str, Any]:
+    """What a `generate` run reports: the batch's counts and failures, the samples per status, and why it stopped
+    early (a spending cap) or None."""
+    return {
+        "completed": summary.completed,
+        "failed": summary.failed,
+        "skipped": summary.skipped,
+        "failed_earlier": summary.failed_earlier,
+        "statuses": statuses,
+        "failures": summary.failures,
+        "stopped": stopped,
+    }
+
+
+async def generate(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole `generate` run; returns a summary dict."""
+    from agents.ctd.vocabulary import CATEGORIES, normalize_category
     from runner.batch import check_identity, drop_failed
-    from runner.ctd import complete_pair, generation_settings, run_scene, scene_items
+    from runner.ctd import generation_settings, scene_items
     from runner.ctd_dataset import (
         CHECKPOINTS,
         SAMPLES,
         DuplicateIndex,
         dataset_lock,
         export_hf,
-        sample_record,
         write_views,
     )
 
@@ -276,64 +362,16 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
         with dataset_lock(out):
             drop_failed(samples_path)
     earlier = done_records(samples_path)
-    # The cap sums the records' own usage (earlier runs' and this run's), not a process-wide counter: records are
-    # the values that say what each scene spent, and they survive a restart.
-    spent = {"calls": 0, "cost": 0.0}
-
-    def add_spent(rec: dict[str, Any]) -> None:
-        spent["calls"] += int(((rec.get("usage") or {}).get("total") or {}).get("calls", 0))
-        spent["cost"] += float(rec.get("cost_usd") or 0.0)
-
+    spending = _Spending(args.max_calls, args.max_cost)
     for rec in earlier.values():
-        add_spent(rec)
+        spending.add(rec)
     dedup = DuplicateIndex(threshold=args.near_duplicate)
     await asyncio.to_thread(dedup.load, [{"id": k, **v} for k, v in earlier.items()])
     await preflight_t2i(ctx)
-
-    def stop() -> str | None:
-        calls, cost = spent["calls"], spent["cost"]
-        if args.max_calls is not None and calls >= args.max_calls:
-            return f"spending cap reached: {calls} model calls (--max-calls {args.max_calls})"
-        if args.max_cost is not None and cost >= args.max_cost:
-            return f"spending cap reached: ${cost:.4f} (--max-cost {args.max_cost})"
-        return None
-
-    async with AsyncSqliteSaver.from_conn_string(str(out / CHECKPOINTS)) as saver:
-        graph = builder.compile(checkpointer=saver, name="ctd_generation")
-
-        async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
-            values = await run_scene(graph, sample_id, record, ctx)
-            rec = sample_record(values, dataset_dir=out)
-            if rec["status"] in ("accepted", "pending_review"):
-                dup = await dedup.check_and_add(sample_id, rec["text"], rec["image_sha256"])
-                if dup is not None:
-                    rec["duplicate_of"] = dup
-                    rec["status"] = "duplicate"
-            rec = await complete_pair({"id": sample_id, **rec}, out, extras)
-            add_spent(rec)
-            return rec
-
-        summary = await run_batch(
-            items,
-            worker,
-            samples_path,
-            concurrency=args.concurrency,
-            retry_failed=args.retry_failed,
-            desc=f"ctd {category}",
-            progress=not args.no_progress,
-            stop=stop,
-            identity=identity,
-        )
-    counts = write_views(out)
-    result: dict[str, Any] = {
-        "completed": summary.completed,
-        "failed": summary.failed,
-        "skipped": summary.skipped,
-        "failed_earlier": summary.failed_earlier,
-        "statuses": counts,
-        "failures": summary.failures,
-        "stopped": stop(),
-    }
+    summary = await _run_scenes(
+        args, ctx, extras, items, out=out, category=category, identity=identity, dedup=dedup, spending=spending
+    )
+    result = _result(summary, write_views(out), spending.stop())
     if args.export:
         result["export"] = str(export_hf(out))
     return result
