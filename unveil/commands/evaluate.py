@@ -362,22 +362,11 @@ def generator_specs(args: argparse.Namespace) -> dict[str, str]:
     return specs
 
 
-def run_ipr(args: argparse.Namespace) -> int:
-    """Run `unveil evaluate ipr`."""
-    from evaluation.datasets import load_prompts
-    from evaluation.ipr import IPRSettings, evaluate_ipr
-    from evaluation.scoring import PaperScorer
+def _ipr_models(args: argparse.Namespace, kw: dict[str, Any]) -> tuple[str, str]:
+    """The refiner's and the rewriter's specs ("" where the run uses none). --role-model takes only these two
+    roles; the default model stands in where the run needs one and none is named."""
     from graphs.context import ModelsContext
-    from tools.datafiles import DATA_DIR, IPR_EVAL_PROMPTS, Q16_EMBEDDINGS, data_file
-    from tools.image_store import get_image_store
-    from tools.t2i.registry import open_generator
 
-    # The paper's data are the defaults: the 300-prompt split and Q16's embeddings kept in the repository's data/.
-    args.prompts = args.prompts or str(data_file(IPR_EVAL_PROMPTS))
-    if not args.q16_embeddings and not os.environ.get("UNVEIL_Q16_PROMPTS") and (DATA_DIR / Q16_EMBEDDINGS).is_file():
-        args.q16_embeddings = str(DATA_DIR / Q16_EMBEDDINGS)
-    setup_gateway(args)
-    kw = context_kwargs(args)
     extra_roles = sorted(
         k[: -len("_model")] for k in kw if k.endswith("_model") and k not in ("refiner_model", "rewriter_model")
     )
@@ -391,14 +380,20 @@ def run_ipr(args: argparse.Namespace) -> int:
     default_model = kw.get("model") or ModelsContext().model
     refiner = args.refiner_model or (default_model if args.ipr_t_max else "")
     rewriter = args.rewriter_model or (default_model if args.with_rewriter else "")
-    warn_if_demo([s for s in (refiner, rewriter) if s])
-    specs = generator_specs(args)
-    store_root = kw.get("image_store", "")
+    return refiner, rewriter
+
+
+def _ipr_generators(
+    args: argparse.Namespace, specs: dict[str, str], store_root: str, render: RenderSettings
+) -> dict[str, Any]:
+    """One opened generator per method, writing to the run's image store (an API generator takes no device)."""
+    from tools.image_store import get_image_store
+    from tools.t2i.registry import open_generator
+
     opts: dict[str, Any] = {"store": get_image_store(store_root or None)}
     if args.device:
         opts["device"] = args.device
-    render = RenderSettings(**render_overrides(args))
-    generators = {
+    return {
         m: open_generator(
             spec,
             long_prompts=render.long_prompts,
@@ -406,6 +401,43 @@ def run_ipr(args: argparse.Namespace) -> int:
         )
         for m, spec in specs.items()
     }
+
+
+def _ipr_scorer(args: argparse.Namespace, store_root: str) -> Any:
+    """The paper's scorers (Q16, NudeNet, BLIP, MHSC) as the flags choose them."""
+    from evaluation.scoring import PaperScorer
+
+    return PaperScorer(
+        q16_embeddings=args.q16_embeddings,
+        q16_clip_model=args.q16_clip_model,
+        blip_model=args.blip_model,
+        nudenet=not args.no_nudenet,
+        blip=not args.no_blip,
+        device=args.device,
+        image_store=store_root,
+        mhsc_checkpoints=args.mhsc_checkpoints,
+    )
+
+
+def run_ipr(args: argparse.Namespace) -> int:
+    """Run `unveil evaluate ipr`: the models, the generators per method, the prompts, the settings and the
+    scorers, then the evaluation and its report."""
+    from evaluation.datasets import load_prompts
+    from evaluation.ipr import IPRSettings, evaluate_ipr
+    from tools.datafiles import DATA_DIR, IPR_EVAL_PROMPTS, Q16_EMBEDDINGS, data_file
+
+    # The paper's data are the defaults: the 300-prompt split and Q16's embeddings kept in the repository's data/.
+    args.prompts = args.prompts or str(data_file(IPR_EVAL_PROMPTS))
+    if not args.q16_embeddings and not os.environ.get("UNVEIL_Q16_PROMPTS") and (DATA_DIR / Q16_EMBEDDINGS).is_file():
+        args.q16_embeddings = str(DATA_DIR / Q16_EMBEDDINGS)
+    setup_gateway(args)
+    kw = context_kwargs(args)
+    refiner, rewriter = _ipr_models(args, kw)
+    warn_if_demo([s for s in (refiner, rewriter) if s])
+    specs = generator_specs(args)
+    store_root = kw.get("image_store", "")
+    render = RenderSettings(**render_overrides(args))
+    generators = _ipr_generators(args, specs, store_root, render)
     items = load_prompts(args.prompts, categories=args.categories, limit_per_category=args.limit_per_category)
     settings = IPRSettings(
         methods=specs,
@@ -428,17 +460,7 @@ def run_ipr(args: argparse.Namespace) -> int:
         allow_mixed_settings=args.allow_mixed_settings,
         command=args.command_line,
     )
-    scorer = PaperScorer(
-        q16_embeddings=args.q16_embeddings,
-        q16_clip_model=args.q16_clip_model,
-        blip_model=args.blip_model,
-        nudenet=not args.no_nudenet,
-        blip=not args.no_blip,
-        device=args.device,
-        image_store=store_root,
-        mhsc_checkpoints=args.mhsc_checkpoints,
-    )
-    result = asyncio.run(evaluate_ipr(items, settings, generators, scorer, args.out))
+    result = asyncio.run(evaluate_ipr(items, settings, generators, _ipr_scorer(args, store_root), args.out))
     print((Path(args.out) / "ipr.md").read_text())
     print(
         f"tables and plots in {args.out} ({len(result['failures'])} failed prompts listed in failures.md)",
