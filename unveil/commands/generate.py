@@ -60,14 +60,8 @@ class _RenamedOption(argparse.Action):
         parser.error(f"{name} is no longer an option{renamed_note([name], self.RENAMED)}")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add the `generate` and `review` subcommands."""
-    p = sub.add_parser(
-        "generate",
-        help="generate covert toxic image-text samples (CTD pipeline)",
-        description="Runs N scenes of one risk category through Architect -> Eraser -> Judges -> "
-        "Gatekeeper and writes a dataset folder. Rerun the same command to resume.",
-    )
+def _scene_options(p: argparse.ArgumentParser) -> None:
+    """`generate`: the category, how many scenes, the dataset folder, the scene idea and the seed."""
     p.add_argument(
         "--category",
         required=True,
@@ -84,11 +78,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scene", help="short scene idea given to the Architect")
     p.add_argument("--erase-routine", help="erasure technique the scenes are built for")
     p.add_argument("--seed", type=seed_int, default=0, help="base seed (scene i renders with seed + 1000*i + round)")
+
+
+def _budget_options(p: argparse.ArgumentParser) -> None:
+    """`generate`: scenes at once, and the caps on model calls and dollars."""
     p.add_argument("--concurrency", type=positive_int, default=4, help="scenes run at once")
     p.add_argument("--max-calls", type=bounded_int(0), help="stop starting scenes once this many model calls were made")
     p.add_argument(
         "--max-cost", type=bounded_float(0.0, 1e9), help="stop starting scenes once this many dollars were spent"
     )
+
+
+def _pipeline_options(p: argparse.ArgumentParser) -> None:
+    """`generate`: the erasure rounds, the judges, the generator, review, and the checks on each sample."""
     p.add_argument("--max-rounds", type=bounded_int(1, 20), help="erasure attempts per scene (default 3)")
     p.add_argument("--n-blind", type=bounded_int(0, 16), help="blind judges (default 4)")
     p.add_argument("--blind-models", help="comma-separated specs, one per blind judge (cycled)")
@@ -119,6 +121,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="score each modality with the OpenAI Moderation API (default SPEC "
         "openai:omni-moderation-latest; openai:MODEL@BASE_URL for another endpoint)",
     )
+
+
+def _output_options(p: argparse.ArgumentParser) -> None:
+    """`generate`: retrying failures, the export, the MTC reference, benign pairs and progress."""
     p.add_argument("--retry-failed", action="store_true", help="run failed scenes again")
     p.add_argument("--export", action="store_true", help="also write DIR/export/data.parquet (Hugging Face datasets)")
     p.add_argument(
@@ -136,12 +142,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--role-model benign_rewriter=SPEC, else --model",
     )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    add_mixed_settings_option(p)
-    add_render_options(p, CtdRenderSettings())
-    add_model_options(p)
-    add_engine_options(p)
-    p.set_defaults(func=run)
 
+
+def _register_review(sub: argparse._SubParsersAction) -> None:
+    """Add `unveil review`."""
     r = sub.add_parser(
         "review",
         help="review queued CTD samples: list them, apply decisions, export",
@@ -165,6 +169,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     r.add_argument("--export", action="store_true", help="write DIR/export/data.parquet afterwards")
     r.set_defaults(func=run_review)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `generate` and `review` subcommands."""
+    p = sub.add_parser(
+        "generate",
+        help="generate covert toxic image-text samples (CTD pipeline)",
+        description="Runs N scenes of one risk category through Architect -> Eraser -> Judges -> "
+        "Gatekeeper and writes a dataset folder. Rerun the same command to resume.",
+    )
+    _scene_options(p)
+    _budget_options(p)
+    _pipeline_options(p)
+    _output_options(p)
+    add_mixed_settings_option(p)
+    add_render_options(p, CtdRenderSettings())
+    add_model_options(p)
+    add_engine_options(p)
+    p.set_defaults(func=run)
+    _register_review(sub)
 
 
 def build_context(args: argparse.Namespace, dataset_dir: Path) -> Any:
