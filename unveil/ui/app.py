@@ -127,6 +127,6 @@ def create_app(
     app.state.source = source
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.middleware("http")(guard_requests)
-    for pages in (images, review, detections, ipr):
-        app.include_router(pages.router)
+    for routes in (images, review, detections, ipr):
+        app.include_router(routes.router)
     return app

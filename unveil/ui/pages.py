@@ -37,7 +37,7 @@ FLASHES = {
 }
 
 
-def templates() -> Jinja2Templates:
+def load_templates() -> Jinja2Templates:
     """The page templates, with autoescape on for every one: captions, reasons and model answers are untrusted."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True)
     env.filters["pct"] = lambda v: f"{100 * float(v):.0f}%"
@@ -57,7 +57,7 @@ class Ui:
     ctd: CtdSource | None = None
     det: DetectionSource | None = None
     ipr: IprSource | None = None
-    pages: Jinja2Templates = field(default_factory=templates)
+    templates: Jinja2Templates = field(default_factory=load_templates)
     # The TAG pictures drawn last (key `fmt:id`), oldest first.
     tag_pictures: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
 
@@ -76,7 +76,7 @@ class Ui:
             reviewer=self.reviewer(request),
             flash=FLASHES.get(request.query_params.get("flash", ""), "") or bulk_flash(request),
         )
-        return self.pages.TemplateResponse(request, name, ctx)
+        return self.templates.TemplateResponse(request, name, ctx)
 
     async def check_csrf(self, request: Request) -> None:
         """Refuse (403) a state-changing request without the page's CSRF token (form field or header)."""
