@@ -147,7 +147,17 @@ def build_messages(
     return [SystemMessage(content=f"{system_prompt}\n\n{DATA_NOTICE}"), HumanMessage(content=content)]
 
 
-async def abuild_messages(*args: Any, **kwargs: Any) -> list[BaseMessage]:
+async def abuild_messages(
+    system_prompt: str,
+    data: dict[str, Any],
+    *,
+    images: Sequence[ImagePart] = (),
+    store: ImageStore | None = None,
+    vision: bool = True,
+    task: str | None = None,
+) -> list[BaseMessage]:
     """`build_messages` off the event loop: reading images from the store is file IO, which must not block
     concurrent runs (LangGraph's dev server refuses blocking calls in async nodes)."""
-    return await asyncio.to_thread(build_messages, *args, **kwargs)
+    return await asyncio.to_thread(
+        build_messages, system_prompt, data, images=images, store=store, vision=vision, task=task
+    )

@@ -34,7 +34,7 @@ from agents.providers.registry import (
     self_hosted,
     supports_images,
 )
-from agents.spec import ModelSpec
+from agents.spec import ModelSpec, as_model_spec
 from agents.usage import RunUsage, cost_of, empty_usage, merge_usage, single_call_usage
 from tools.env import SettingError, check_minimum, env_float, env_int, env_str
 from tools.errors import UnveilError
@@ -317,7 +317,7 @@ class Gateway:
 
     def vision(self, spec: str | ModelSpec) -> bool:
         """Whether the spec's model takes images."""
-        return supports_images(spec if isinstance(spec, ModelSpec) else ModelSpec.parse(spec))
+        return supports_images(as_model_spec(spec))
 
     def _method(self, spec: ModelSpec) -> str:
         if self.settings.structured_method:
@@ -326,7 +326,9 @@ class Gateway:
         return self._methods.get(spec.backend, PREFERRED_METHOD.get(spec.provider, "function_calling"))
 
     # -- calls --------------------------------------------------------------------------------------------
-    async def _invoke(self, model: Any, messages: list[BaseMessage], spec: ModelSpec, role: str) -> tuple[dict, int]:
+    async def _invoke(
+        self, model: Any, messages: list[BaseMessage], spec: ModelSpec, role: str
+    ) -> tuple[dict[str, Any], int]:
         """One request with transient-fault retries; returns (result, retries used)."""
         attempt = 0
         while True:
@@ -357,7 +359,7 @@ class Gateway:
         self,
         *,
         role: str,
-        spec: str,
+        spec: str | ModelSpec,
         schema: type[M],
         messages: list[BaseMessage],
         usage_role: str | None = None,
@@ -396,7 +398,7 @@ class Gateway:
         self,
         *,
         role: str,
-        spec: str,
+        spec: str | ModelSpec,
         messages: list[BaseMessage],
         usage_role: str | None = None,
         params: dict[str, Any] | None = None,
@@ -425,15 +427,15 @@ class Gateway:
     async def _start(
         self,
         role: str,
-        spec: str,
+        spec: str | ModelSpec,
         usage_role: str | None,
         params: dict[str, Any] | None,
         messages: list[BaseMessage],
         output: dict[str, Any],
         seed: int | None = None,
     ) -> _Call:
-        """Parse the spec and compute the call's cache key (None without a cache)."""
-        parsed = ModelSpec.parse(spec)
+        """The call's parsed spec and cache key (None without a cache)."""
+        parsed = as_model_spec(spec)
         call = _Call(role=role, usage_role=usage_role or role.split(".", 1)[0], spec=parsed, params=dict(params or {}))
         if self.cache is not None or parsed.provider == "scripted":
             call.fingerprint = await self.fingerprint(parsed)
@@ -570,16 +572,20 @@ def wire_schema(schema: type[M], spec: ModelSpec) -> type[M] | dict[str, Any]:
     JSON schema without length bounds above `SERVER_BOUND_LIMIT`."""
     if not self_hosted(spec):
         return schema
-    return _loosen(schema.model_json_schema())
+    return _loosen_object(schema.model_json_schema())
 
 
-def _loosen(node: Any) -> Any:
+def _loosen_object(node: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: _loosen(v)
+        for k, v in node.items()
+        if not (k in _LENGTH_BOUNDS and isinstance(v, int) and v > SERVER_BOUND_LIMIT)
+    }
+
+
+def _loosen(node: object) -> object:
     if isinstance(node, dict):
-        return {
-            k: _loosen(v)
-            for k, v in node.items()
-            if not (k in _LENGTH_BOUNDS and isinstance(v, int) and v > SERVER_BOUND_LIMIT)
-        }
+        return _loosen_object(node)
     if isinstance(node, list):
         return [_loosen(v) for v in node]
     return node

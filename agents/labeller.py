@@ -8,6 +8,7 @@ answer (a short reason plus `keep` or the safer prompt) becomes the refiner's tr
 
 from __future__ import annotations
 
+from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, Field, field_validator
 
 from agents.content import ImagePart, build_messages
@@ -72,7 +73,7 @@ class LabellerAnswer(BaseModel):
 
 def build_labeller_messages(
     prompt: str, image_id: str, *, store: ImageStore, vision: bool = True, image_description: str | None = None
-):
+) -> list[BaseMessage]:
     """The labeller's messages: the prompt as data, the image as an image block (or its description)."""
     return build_messages(
         LABELLER_PROMPT,

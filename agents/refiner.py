@@ -17,7 +17,9 @@ import asyncio
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from langchain_core.messages import BaseMessage
 
 from agents.content import ImagePart, build_messages
 from agents.gateway import Gateway
@@ -212,7 +214,7 @@ def build_refiner_messages(
     vision: bool = True,
     history: Sequence[str] | None = None,
     image_description: str | None = None,
-):
+) -> list[BaseMessage]:
     """The refiner's messages (also what SFT/GRPO training should format its samples with).
 
     `history` (non-myopic mode) lists the prompts tried after p0, oldest first; None or empty means myopic.
@@ -240,7 +242,7 @@ async def refine_prompt(
     store: ImageStore,
     history: Sequence[str] | None = None,
     role: str = REFINER_ROLE,
-    params: dict | None = None,
+    params: dict[str, Any] | None = None,
     seed: int | None = None,
 ) -> RefinerStep:
     """One refiner call through the gateway, parsed; raises `RefinerAnswerError` on an unusable answer. `seed` (the

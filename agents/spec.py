@@ -8,10 +8,12 @@ Examples: `openai:gpt-4.1`, `anthropic:claude-sonnet-4-5`, `ollama:qwen2.5vl`,
 A base URL may carry credentials (`http://user:password@host/v1`). `ModelSpec.base_url` keeps the real URL for the
 client; `str(spec)` (and `backend`) show it with the credentials replaced by `***`, so every record, log line,
 error and cache key built from a spec is safe to write. `redact_spec` does the same for a spec string.
+`as_model_spec` is what the gateway calls with the spec of every call: a string is parsed once per process.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -68,6 +70,22 @@ class ModelSpec:
     def __str__(self) -> str:
         # The display form: safe for records and logs. The client gets `base_url`, with its credentials.
         return f"{self.provider}:{self.model}" + (f"@{redact_url(self.base_url)}" if self.base_url else "")
+
+
+def as_model_spec(spec: str | ModelSpec) -> ModelSpec:
+    """`spec` as a `ModelSpec`: one is passed through; a string is parsed (`ModelSpec.parse`, with its errors) once
+    per process, as roles name the same few specs on every call."""
+    if isinstance(spec, ModelSpec):
+        return spec
+    if not isinstance(spec, str):
+        return ModelSpec.parse(spec)  # refused with the spec named, as any other bad spec
+    return _parse_once(spec)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_once(spec: str) -> ModelSpec:
+    # A frozen ModelSpec is safe to share; a spec that fails to parse raises again each time (nothing is cached).
+    return ModelSpec.parse(spec)
 
 
 def redact_spec(spec: str) -> str:

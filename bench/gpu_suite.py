@@ -514,7 +514,7 @@ def schedule(parts: list[str], n_gpus: int) -> list[list[Job]]:
         lanes = [
             [("grpo", "0", 0.5, ()), ("scale-local", "0", 0.3, ())],
             [("t2i", "1", 0.45, ()), ("scale-ray1", "1", 0.3, ())],
-            [("scale-ray2", "0,1", 0.2, everything[:-1]), ("grpo-multi", "0,1", 0.4, everything)],
+            [("scale-ray2", "0,1", 0.35, everything[:-1]), ("grpo-multi", "0,1", 0.45, everything)],
         ]
     else:
         visible = "0" if n_gpus else ""
@@ -539,7 +539,22 @@ def schedule(parts: list[str], n_gpus: int) -> list[list[Job]]:
         **{j: "scale" in parts for j in ("scale-local", "scale-ray1", "scale-ray2", "scale-ray4")},
     }
     lanes = [[job for job in lane if want[job[0]]] for lane in lanes]
-    return [lane for lane in lanes if lane]
+    return widen([lane for lane in lanes if lane])
+
+
+def widen(lanes: list[list[Job]]) -> list[list[Job]]:
+    """Give the budget left by parts not asked for to the jobs that run: a lane whose jobs wait for no job that
+    runs has its shares scaled to sum to 1 (so `--parts grpo` alone gets the whole budget, not half of it)."""
+    running = {job[0] for lane in lanes for job in lane}
+    out = []
+    for lane in lanes:
+        total = sum(share for _, _, share, _ in lane)
+        waits = any(set(after) & running for _, _, _, after in lane)
+        if waits or total >= 1.0:
+            out.append(lane)
+        else:
+            out.append([(name, gpus, share / total, after) for name, gpus, share, after in lane])
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -569,8 +584,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--warm-per-gpu",
         type=int,
-        default=32,
-        help="untimed images per GPU before each scaling round (compiles the static batch sizes)",
+        default=64,
+        help="untimed images per GPU before each scaling round, once every member is up (as many as the timed "
+        "round, so each member compiles the static batch sizes the timed round meets)",
     )
     ap.add_argument(
         "--out",

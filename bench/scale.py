@@ -66,7 +66,8 @@ def fresh_gateway() -> None:
 
 async def detect_batch(work: Path, name: str, samples: int, spec: str, concurrency: int) -> tuple[float, Any]:
     """Run the detect batch once; (seconds, summary)."""
-    from runner.batch import BatchItem, run_batch
+    from runner.batch import run_batch
+    from runner.batch_input import BatchItem
     from runner.detect import detect_one, detection_context
 
     ctx = detection_context("tag", {"model": spec}, announce=False)
@@ -149,6 +150,17 @@ async def refine_prompts(ctx: Any, n: int, offset: int) -> list[dict[str, Any]]:
     return list(
         await asyncio.gather(*(refine_one(f"{prompts[i % len(prompts)]} {i}", ctx, seed=offset + i) for i in range(n)))
     )
+
+
+def wait_for_members(ctx: Any) -> float:
+    """Open the run's generator as the IPR graph does and wait until every render member loaded its pipeline, so
+    the warm-up reaches every member (calls go only to started members); the seconds that took."""
+    from graphs.ipr import get_ipr_generator
+
+    started = time.perf_counter()
+    generator = get_ipr_generator(ctx.generator, ctx.image_store, ctx.long_prompts)
+    _ = generator.pipeline  # type: ignore[attr-defined]  # the Ray generator's preflight: every member ready
+    return time.perf_counter() - started
 
 
 def timed_round(ctx: Any, images: int, warm: int) -> tuple[float, list[dict[str, Any]]]:
@@ -257,6 +269,7 @@ def bench_render(args: argparse.Namespace) -> None:
         fresh_gateway()
         started = time.perf_counter()
         with engine_session(EngineSettings("ray")):
+            members_s = wait_for_members(ctx)
             rate, records = timed_round(ctx, per_gpu * n, args.warm * n)
         saved[f"ray{n}"] = {"gpus": n if cuda else 0, "rate": rate, "records": records}
         same, share = compare_records(local_records, records) if local_records else (None, float("nan"))
@@ -270,6 +283,7 @@ def bench_render(args: argparse.Namespace) -> None:
                 "records": "-" if same is None else "equal" if same else "DIFFER",
                 "same images": "-" if same is None else f"{share:.0%}",
                 "round s": f"{time.perf_counter() - started:.0f}",
+                "members up s": f"{members_s:.0f}",
             }
         )
     if counts:
@@ -318,7 +332,12 @@ def main() -> None:
     r = sub.add_parser("render", help="local engine on 1 GPU vs Ray on 1, 2, 4 GPUs (GPU machine)")
     r.add_argument("--gpus", default="1,2,4", help="render actors (GPUs) to measure")
     r.add_argument("--prompts-per-gpu", type=int, default=96, help="timed images per GPU")
-    r.add_argument("--warm", type=int, default=32, help="warm-up images per GPU (pipeline load, first batches)")
+    r.add_argument(
+        "--warm",
+        type=int,
+        default=96,
+        help="warm-up images per GPU once every member is up (as many as timed: every batch size is compiled)",
+    )
     r.add_argument("--steps", type=int, default=50)
     r.add_argument("--size", type=int, default=512)
     r.add_argument("--tiny", action="store_true", help="CPU smoke run on the tiny test pipeline")

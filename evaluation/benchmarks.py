@@ -28,11 +28,13 @@ import json
 import re
 import sys
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from evaluation.samples import DatasetError, dataset_image, make_sample, require_text
-from runner.batch import BatchItem, duplicate_id, parse_json_line, unique_id
+from runner.batch_input import BatchItem, duplicate_id, unique_id
+from tools.jsonl_files import parse_json_line
 
 HOLISAFE_TYPES = ("SSS", "SSU", "SUU", "USU", "UUU")
 
@@ -93,8 +95,8 @@ def _collect(
     path: Path, rows: Iterator[tuple[str, Callable[[], list[dict[str, Any]]]]], include_benign: bool
 ) -> list[BatchItem]:
     """Run each row's builder; a failing row becomes one failed item naming the file and the row."""
-    # Ids as the batch reader makes them (`runner.batch.duplicate_id`): first every sample's id, so the ids made for
-    # repeats (`ID#dup-item-N`) and for unusable rows never equal an id the file uses, and each is its own.
+    # Ids as the batch reader makes them (`runner.batch_input.duplicate_id`): first every sample's id, so the ids
+    # made for repeats (`ID#dup-item-N`) and for unusable rows never equal an id the file uses, and each is its own.
     built: list[tuple[int, str, list[dict[str, Any]] | None, str]] = []
     for k, (where, build) in enumerate(rows):
         try:
@@ -182,72 +184,71 @@ def load_mssbench(path: Path, base: Path, include_benign: bool = True) -> list[B
     """MSSBench's `combine.json`: each query with its safe image (label 0) and its unsafe image (label 1)."""
     data = _read_json(path)
     chat, embodied = _records(path, data, "chat"), _records(path, data, "embodied")
-
-    def chat_row(i: int, rec: Any) -> tuple[str, Callable[[], list[dict[str, Any]]]]:
-        def build() -> list[dict[str, Any]]:
-            r = _obj(rec)
-            safe = _in_folder(base, r.get("safe_image_path"), "safe_image_path", "chat")
-            unsafe = _in_folder(base, r.get("unsafe_image_path"), "unsafe_image_path", "chat")
-            cat = str(r.get("Type", r.get("category", "")))
-            out = []
-            for k, q in enumerate(_strings(r, "queries", "query")):
-                common: dict[str, Any] = {
-                    "text": q,
-                    "category": cat,
-                    "base_dir": base,
-                    "source": "mssbench",
-                    "task": "chat",
-                    "intent": r.get("intent"),
-                }
-                out.append(make_sample(f"mss-chat-{i}-{k}-safe", image=safe, label=0, **common))
-                out.append(
-                    make_sample(
-                        f"mss-chat-{i}-{k}-unsafe", image=unsafe, label=1, description=r.get("unsafe_image"), **common
-                    )
-                )
-            return out
-
-        return f"chat[{i}]", build
-
-    def embodied_row(i: int, rec: Any) -> tuple[str, Callable[[], list[dict[str, Any]]]]:
-        def build() -> list[dict[str, Any]]:
-            r = _obj(rec)
-            safe = _in_folder(base, r.get("safe"), "safe", "embodied")
-            unsafe = _in_folder(base, r.get("unsafe"), "unsafe", "embodied")
-            safe_i = _strings(r, "safe_instructions", "safe_instruction")
-            unsafe_i = _strings(r, "unsafe_instructions", "unsafe_instruction")
-            if len(safe_i) != len(unsafe_i):
-                raise DatasetError(f"safe_instructions/unsafe_instructions: {len(safe_i)} vs {len(unsafe_i)} items")
-            cat = str(r.get("category", r.get("Type", "")))
-            out = []
-            for k, (s_text, u_text) in enumerate(zip(safe_i, unsafe_i, strict=True)):
-                common: dict[str, Any] = {"category": cat, "base_dir": base, "source": "mssbench", "task": "embodied"}
-                out.append(
-                    make_sample(
-                        f"mss-emb-{i}-{k}-safe",
-                        text=s_text,
-                        image=safe,
-                        label=0,
-                        description=r.get("observation_safe"),
-                        **common,
-                    )
-                )
-                out.append(
-                    make_sample(
-                        f"mss-emb-{i}-{k}-unsafe",
-                        text=u_text,
-                        image=unsafe,
-                        label=1,
-                        description=r.get("observation_unsafe"),
-                        **common,
-                    )
-                )
-            return out
-
-        return f"embodied[{i}]", build
-
-    rows = [*(chat_row(i, r) for i, r in enumerate(chat)), *(embodied_row(i, r) for i, r in enumerate(embodied))]
+    rows: list[tuple[str, Callable[[], list[dict[str, Any]]]]] = [
+        *((f"chat[{i}]", partial(_mss_chat_samples, i, rec, base)) for i, rec in enumerate(chat)),
+        *((f"embodied[{i}]", partial(_mss_embodied_samples, i, rec, base)) for i, rec in enumerate(embodied)),
+    ]
     return _collect(path, iter(rows), include_benign)
+
+
+def _mss_chat_samples(i: int, rec: Any, base: Path) -> list[dict[str, Any]]:
+    """The samples of chat row `i`: per query, one with the safe image (label 0) and one with the unsafe image."""
+    r = _obj(rec)
+    safe = _in_folder(base, r.get("safe_image_path"), "safe_image_path", "chat")
+    unsafe = _in_folder(base, r.get("unsafe_image_path"), "unsafe_image_path", "chat")
+    cat = str(r.get("Type", r.get("category", "")))
+    out = []
+    for k, q in enumerate(_strings(r, "queries", "query")):
+        common: dict[str, Any] = {
+            "text": q,
+            "category": cat,
+            "base_dir": base,
+            "source": "mssbench",
+            "task": "chat",
+            "intent": r.get("intent"),
+        }
+        out.append(make_sample(f"mss-chat-{i}-{k}-safe", image=safe, label=0, **common))
+        out.append(
+            make_sample(f"mss-chat-{i}-{k}-unsafe", image=unsafe, label=1, description=r.get("unsafe_image"), **common)
+        )
+    return out
+
+
+def _mss_embodied_samples(i: int, rec: Any, base: Path) -> list[dict[str, Any]]:
+    """The samples of embodied row `i`: per instruction pair, the safe instruction with the safe observation
+    (label 0) and the unsafe one with the unsafe observation (label 1)."""
+    r = _obj(rec)
+    safe = _in_folder(base, r.get("safe"), "safe", "embodied")
+    unsafe = _in_folder(base, r.get("unsafe"), "unsafe", "embodied")
+    safe_i = _strings(r, "safe_instructions", "safe_instruction")
+    unsafe_i = _strings(r, "unsafe_instructions", "unsafe_instruction")
+    if len(safe_i) != len(unsafe_i):
+        raise DatasetError(f"safe_instructions/unsafe_instructions: {len(safe_i)} vs {len(unsafe_i)} items")
+    cat = str(r.get("category", r.get("Type", "")))
+    out = []
+    for k, (s_text, u_text) in enumerate(zip(safe_i, unsafe_i, strict=True)):
+        common: dict[str, Any] = {"category": cat, "base_dir": base, "source": "mssbench", "task": "embodied"}
+        out.append(
+            make_sample(
+                f"mss-emb-{i}-{k}-safe",
+                text=s_text,
+                image=safe,
+                label=0,
+                description=r.get("observation_safe"),
+                **common,
+            )
+        )
+        out.append(
+            make_sample(
+                f"mss-emb-{i}-{k}-unsafe",
+                text=u_text,
+                image=unsafe,
+                label=1,
+                description=r.get("observation_unsafe"),
+                **common,
+            )
+        )
+    return out
 
 
 # -- HoliSafe -------------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Any
 from evaluation import metrics
 from evaluation.report import write_table
 from evaluation.runs import slug, split_records, usage_of
-from runner.batch import BatchItem
+from runner.batch_input import BatchItem
 
 COMPARISON_METRICS = ("accuracy", "precision", "recall", "f1", "f2")
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from evaluation.benchmarks import BENCHMARK_LOADERS, sniff_benchmark
 from evaluation.samples import DatasetError, dataset_image, make_sample, parse_label, require_text
-from runner.batch import BatchItem, read_jsonl
+from runner.batch_input import BatchItem, read_jsonl
 
 # siuo, mssbench and holisafe are read by evaluation/benchmarks.py
 DETECTION_FORMATS = ("ctd", "hateful_memes", "vlsbench", "mmit", "siuo", "mssbench", "holisafe")

@@ -33,9 +33,13 @@ from evaluation.compare import comparison_rows, write_comparison
 from evaluation.report import plot_confusion, plot_histogram, write_table
 from evaluation.runs import as_json, cost_columns, slug, split_records, usage_of
 from graphs.tag import TagContext
-from runner.batch import BatchItem, OutputIdentity, done_records, run_batch
+from runner.batch import run_batch
+from runner.batch_input import BatchItem
 from runner.detect import detect_one, detection_context, detection_settings, guard_model, is_guard
+from runner.output_identity import OutputIdentity
+from tools.atomic_files import atomic_write_text
 from tools.errors import UnveilError
+from tools.jsonl_files import done_records
 
 
 @dataclass
@@ -62,7 +66,7 @@ class DetectionSettings:
     # else a reference detector spec run once with TA-CTD, else the dataset's `mtc` field.
     mtc_from: dict[str, str] = field(default_factory=dict)
     mtc_reference: str = ""
-    allow_mixed_settings: bool = False  # add to run files made with other settings (`runner.batch.OutputIdentity`)
+    allow_mixed_settings: bool = False  # add to run files made with other settings (see `OutputIdentity`)
     command: str = ""  # the command line, kept beside each run file
 
 
@@ -349,82 +353,151 @@ def _wide(rows: list[dict[str, Any]], keys: tuple[str, ...], fkey: str) -> list[
     return list(out.values())
 
 
+@dataclass
+class DetectionResults:
+    """What the runs of every dataset add up to, before the tables are written: the long-form score rows, the failed
+    samples, the confusion counts, the method comparison rows, the MTC histogram and reference of each dataset."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    confusions: list[dict[str, Any]] = field(default_factory=list)
+    compared: list[dict[str, Any]] = field(default_factory=list)
+    histograms: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+
+
 async def evaluate_detection(
     datasets: dict[str, list[BatchItem]], settings: DetectionSettings, out_dir: str | Path
 ) -> dict[str, Any]:
-    """Run every configuration on every dataset, then write the tables and plots into `out_dir`."""
+    """Run every configuration on every dataset, then write the tables and plots into `out_dir`.
+
+    Steps: check the settings and resolve the TAG depths; per dataset, run every configuration (resumable), fix
+    the reference MTC of its samples, and score each configuration against it; then write the tables, the plots
+    and `detection.md`."""
     out = Path(out_dir)
     if not settings.models:
         raise ValueError("no detector model given")
     resolve_depths(settings)
-    all_rows: list[dict[str, Any]] = []
-    failures: list[dict[str, Any]] = []
-    confusions: list[dict[str, Any]] = []
-    compared: list[dict[str, Any]] = []  # the method comparison table
-    histograms: dict[str, list[dict[str, Any]]] = {}
-    sources: dict[str, str] = {}
-    fkey = f"f{settings.beta:g}"
+    _warn_self_referenced(settings)
+    results = DetectionResults()
+    for dataset, all_items in datasets.items():
+        items = _scored_items(all_items, settings)
+        cfgs = run_configs(dataset, settings)
+        for cfg in cfgs:
+            await run_one_config(cfg, items, settings, out)
+        ref = await _dataset_reference(dataset, items, settings, out, results)
+        _score_dataset(dataset, cfgs, items, ref, settings, out, results)
+    wide = _write_report(out, settings, results)
+    return {
+        "rows": results.rows,
+        "failures": results.failures,
+        "confusions": results.confusions,
+        "histograms": results.histograms,
+        "main": wide,
+        "comparison": results.compared,
+        "mtc_sources": results.sources,
+        "out_dir": str(out),
+    }
+
+
+def _warn_self_referenced(settings: DetectionSettings) -> None:
+    """Warn (stderr) about an MTC reference that is also a scored detector."""
     for name in self_referenced(settings):
         print(
             f"warning: the MTC reference {name} is also a scored detector: its TA-CTD rows are binned by their own "
             "MTC (Low/Medium accuracy on toxic samples is 1 by construction); use another reference",
             file=sys.stderr,
         )
-    for dataset, all_items in datasets.items():
-        # Failed items (no record) stay: they are counted as failures whatever their label.
-        items = [
-            it
-            for it in all_items
-            if settings.include_benign or it.record is None or int(it.record.get("label", 1)) == 1
-        ]
-        cfgs = run_configs(dataset, settings)
-        for cfg in cfgs:
-            await run_one_config(cfg, items, settings, out)
-        ref, source = await reference_mtc(dataset, items, settings, out)
-        usable = sum(1 for it in items if it.record)
-        sources[dataset] = f"{source} ({sum(1 for it in items if it.id in ref)} of {usable} samples)"
-        for name in scored_by_reference(dataset, items, settings):
-            warning = (
-                f"the reference MTC of {dataset} ({source}) was computed by TA-CTD with {name}, which is also a "
-                "scored detector: its TA-CTD rows are binned by their own MTC (Low/Medium accuracy on toxic "
-                "samples is 1 by construction); use another reference"
-            )
-            print(f"warning: {warning}", file=sys.stderr)
-            sources[dataset] += f"; WARNING: {warning}"
-        if len(ref) < usable:
-            print(
-                f"{dataset}: {usable - len(ref)} of {usable} samples have no reference MTC and are left out of the "
-                "covertness bins (give the dataset's mtc, --mtc-from RUN.jsonl or --mtc-reference SPEC)",
-                file=sys.stderr,
-            )
-        toxic_ids = {it.id for it in items if it.record and int(it.record.get("label", 0)) == 1}
-        histograms[dataset] = metrics.mtc_histogram(v for k, v in ref.items() if k in toxic_ids)
-        for cfg in cfgs:
-            rows, fails, counts = score_rows(cfg, items, ref, settings, out)
-            compared.extend(comparison_rows(dataset, cfg.name, cfg.model, cfg.file(out), items, ref))
-            all_rows.extend(rows)
-            failures.extend(fails)
-            confusions.append({"dataset": dataset, "detector": cfg.model, "config": cfg.name, **counts})
-            plot_confusion(
-                out / "plots" / f"confusion_{slug(dataset, cfg.method, cfg.l_max, cfg.model)}.png",
-                counts,
-                title=f"{dataset}: {cfg.name}\n{cfg.model}",
-            )
 
-    keys = ("dataset", "detector", "method", "l_max")
-    main_rows = [r for r in all_rows if r["l_max"] is None or r["l_max"] == settings.l_max]
-    wide = _wide(main_rows, keys, fkey)
-    bins = [*metrics.MTC_BINS, "overall"]
+
+def _scored_items(all_items: list[BatchItem], settings: DetectionSettings) -> list[BatchItem]:
+    """The samples a dataset is scored on: the toxic ones, and the benign ones with `include_benign`."""
+    # Failed items (no record) stay: they are counted as failures whatever their label.
+    return [
+        it for it in all_items if settings.include_benign or it.record is None or int(it.record.get("label", 1)) == 1
+    ]
+
+
+async def _dataset_reference(
+    dataset: str, items: list[BatchItem], settings: DetectionSettings, out: Path, results: DetectionResults
+) -> dict[str, float]:
+    """The reference MTC of a dataset's samples by id; records where it comes from (with any warning) and the
+    MTC histogram of its toxic samples in `results`, and warns about samples it leaves out of the bins."""
+    ref, source = await reference_mtc(dataset, items, settings, out)
+    usable = sum(1 for it in items if it.record)
+    results.sources[dataset] = f"{source} ({sum(1 for it in items if it.id in ref)} of {usable} samples)"
+    for name in scored_by_reference(dataset, items, settings):
+        warning = (
+            f"the reference MTC of {dataset} ({source}) was computed by TA-CTD with {name}, which is also a "
+            "scored detector: its TA-CTD rows are binned by their own MTC (Low/Medium accuracy on toxic "
+            "samples is 1 by construction); use another reference"
+        )
+        print(f"warning: {warning}", file=sys.stderr)
+        results.sources[dataset] += f"; WARNING: {warning}"
+    if len(ref) < usable:
+        print(
+            f"{dataset}: {usable - len(ref)} of {usable} samples have no reference MTC and are left out of the "
+            "covertness bins (give the dataset's mtc, --mtc-from RUN.jsonl or --mtc-reference SPEC)",
+            file=sys.stderr,
+        )
+    toxic_ids = {it.id for it in items if it.record and int(it.record.get("label", 0)) == 1}
+    results.histograms[dataset] = metrics.mtc_histogram(v for k, v in ref.items() if k in toxic_ids)
+    return ref
+
+
+def _score_dataset(
+    dataset: str,
+    cfgs: list[RunConfig],
+    items: list[BatchItem],
+    ref: dict[str, float],
+    settings: DetectionSettings,
+    out: Path,
+    results: DetectionResults,
+) -> None:
+    """Score every configuration of a dataset from its run file into `results`, and plot its confusion matrix."""
+    for cfg in cfgs:
+        rows, fails, counts = score_rows(cfg, items, ref, settings, out)
+        results.compared.extend(comparison_rows(dataset, cfg.name, cfg.model, cfg.file(out), items, ref))
+        results.rows.extend(rows)
+        results.failures.extend(fails)
+        results.confusions.append({"dataset": dataset, "detector": cfg.model, "config": cfg.name, **counts})
+        plot_confusion(
+            out / "plots" / f"confusion_{slug(dataset, cfg.method, cfg.l_max, cfg.model)}.png",
+            counts,
+            title=f"{dataset}: {cfg.name}\n{cfg.model}",
+        )
+
+
+def _write_report(out: Path, settings: DetectionSettings, results: DetectionResults) -> list[dict[str, Any]]:
+    """Write every table, the MTC histogram plot and `detection.md`; returns the main (wide) table's rows."""
     md = [
         "# Detection evaluation\n",
         "Bins: low [0, 0.2), medium [0.2, 0.8), high [0.8, 1] of one fixed reference MTC per dataset, the same for "
         f"every method and detector. Beta = {settings.beta:g}. Samples: "
         + ("toxic and benign (Table 4, with benign data)" if settings.include_benign else "toxic only (Tables 1-2)")
         + ".\n",
-        *[f"- reference MTC of {d}: {src}" for d, src in sources.items()],
+        *[f"- reference MTC of {d}: {src}" for d, src in results.sources.items()],
         "",
     ]
-    md.append(
+    wide, score_md = _score_tables(out, settings, results.rows)
+    md.extend(score_md)
+    md.append(write_comparison(out, results.compared))
+    md.extend(_diagnostic_tables(out, results))
+    atomic_write_text(out / "detection.md", "\n".join(md))
+    return wide
+
+
+def _score_tables(
+    out: Path, settings: DetectionSettings, all_rows: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The score tables: per detector at the main depth (wide), every row (long form), and the `l_max` ablation
+    when asked for; returns the wide rows and the Markdown of the tables `detection.md` shows."""
+    fkey = f"f{settings.beta:g}"
+    keys = ("dataset", "detector", "method", "l_max")
+    main_rows = [r for r in all_rows if r["l_max"] is None or r["l_max"] == settings.l_max]
+    wide = _wide(main_rows, keys, fkey)
+    bins = [*metrics.MTC_BINS, "overall"]
+    md = [
         write_table(
             out,
             "detection_main",
@@ -432,7 +505,7 @@ async def evaluate_detection(
             [*keys, *[f"{b} {m}" for b in bins for m in ("n", "acc", fkey.upper())], "failed", "calls", "cost_usd"],
             title="Vanilla vs TA-CTD per detector (accuracy and F-score per covertness level)",
         )
-    )
+    ]
     write_table(
         out,
         "detection_rows",
@@ -452,19 +525,23 @@ async def evaluate_detection(
                 title="l_max ablation of TA-CTD (accuracy per covertness level)",
             )
         )
-    md.append(write_comparison(out, compared))
-    md.append(
+    return wide, md
+
+
+def _diagnostic_tables(out: Path, results: DetectionResults) -> list[str]:
+    """The confusion matrices, the MTC histogram (table and plot) and the failed samples; returns their Markdown."""
+    md = [
         write_table(
             out,
             "confusion",
-            confusions,
+            results.confusions,
             ["dataset", "detector", "config", "tp", "fp", "tn", "fn"],
             title="Confusion matrices (overall)",
         )
-    )
+    ]
     hist_rows = [
         {"dataset": d, "interval": b["label"], "count": b["count"], "share": b["share"]}
-        for d, bins_ in histograms.items()
+        for d, bins_ in results.histograms.items()
         for b in bins_
     ]
     md.append(
@@ -476,26 +553,14 @@ async def evaluate_detection(
             title="MTC distribution of toxic samples (Figure 5)",
         )
     )
-    plot_histogram(out / "plots" / "mtc_histogram.png", histograms, title="MTC score distribution")
+    plot_histogram(out / "plots" / "mtc_histogram.png", results.histograms, title="MTC score distribution")
     md.append(
         write_table(
             out,
             "failures",
-            failures,
+            results.failures,
             ["dataset", "detector", "config", "id", "error"],
-            title=f"Failed samples ({len(failures)}; excluded from the scores, counted in 'failed')",
+            title=f"Failed samples ({len(results.failures)}; excluded from the scores, counted in 'failed')",
         )
     )
-    from runner.batch import atomic_write_text
-
-    atomic_write_text(out / "detection.md", "\n".join(md))
-    return {
-        "rows": all_rows,
-        "failures": failures,
-        "confusions": confusions,
-        "histograms": histograms,
-        "main": wide,
-        "comparison": compared,
-        "mtc_sources": sources,
-        "out_dir": str(out),
-    }
+    return md

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runner.batch import atomic_write_text
+from tools.atomic_files import atomic_write_text
 
 
 def _cell(value: Any, digits: int = 4) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.usage import RunUsage, empty_usage, merge_usage
-from runner.batch import done_records
+from tools.jsonl_files import done_records
 
 
 def slug(*parts: Any) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from graphs.ctd import CtdContext, ctd_generator
-from runner.batch import BatchItem
+from runner.batch_input import BatchItem
 from runner.detect import detect_one, detection_context
 
 
@@ -33,10 +33,10 @@ def scene_items(category: str, n: int, *, scene: str | None, erase_routine: str 
 def generation_settings(
     ctx: CtdContext, extras: PairExtras, *, scene: str | None, erase_routine: str | None, seed: int
 ) -> dict[str, Any]:
-    """What makes a CTD dataset folder's records (its identity, see `runner.batch.OutputIdentity`): every role's
-    model, the graph settings, the scene idea, erasure routine and base seed, and the pair extras. The category and
-    the number of scenes are not among them (scene ids carry the category, and a rerun with a larger --n adds
-    scenes made the same way), nor the near-duplicate threshold, a filter over the finished scenes."""
+    """What makes a CTD dataset folder's records (its identity, see `runner.output_identity.OutputIdentity`):
+    every role's model, the graph settings, the scene idea, erasure routine and base seed, and the pair extras. The
+    category and the number of scenes are not among them (scene ids carry the category, and a rerun with a larger
+    --n adds scenes made the same way), nor the near-duplicate threshold, a filter over the finished scenes."""
     from runner.context import context_settings
     from tools.redact import redact_secrets
 

@@ -36,11 +36,11 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphs.ctd_review import sample_record  # noqa: F401 - re-exported: the runner shapes records with it
-from runner.batch import done_records, read_jsonl_records
 from tools.extras import require_extra
+from tools.jsonl_files import done_records, read_jsonl_records
 from tools.review_log import (  # noqa: F401 - re-exported: the folder's names and lock live in tools.review_log
     DECISIONS,
     LOCK,
@@ -51,6 +51,9 @@ from tools.review_log import (  # noqa: F401 - re-exported: the folder's names a
 )
 from tools.review_log import ReviewBusyError as DatasetBusyError  # noqa: F401 - the name callers know
 from tools.safe_files import atomic_write, atomic_writer
+
+if TYPE_CHECKING:
+    from graphs.ctd_rules import ReviewPolicy
 
 DATASET = "dataset.jsonl"
 REVIEW_QUEUE = "review_queue.jsonl"
@@ -386,8 +389,6 @@ def apply_reviews(
     were kept as conflicts, and were skipped (unknown id, a record that `record_problem` refuses, or empty).
     `records` reads the folder's records by id under the lock (default `load_samples`; the web app passes its
     index); `views=False` leaves rewriting `dataset.jsonl` and `review_queue.jsonl` to the caller."""
-    # The one way a decision changes a record, shared with the CTD graph's review node (Studio).
-    from graphs.ctd_review import apply_decision, now_iso
     from graphs.ctd_rules import ReviewPolicy
 
     policy = ReviewPolicy(min_reviewers=min_reviewers, rule=rule)  # type: ignore[arg-type]
@@ -395,26 +396,42 @@ def apply_reviews(
     counts = {"approved": 0, "rejected": 0, "pending": 0, "noted": 0, "conflicts": 0, "undone": 0, "skipped": 0}
     with dataset_lock(root):
         by_id = records() if records is not None else load_samples(root)
-        changed: dict[str, dict[str, Any]] = {}
-        log: list[dict[str, Any]] = []
-        for sid, answers in decisions.items():
-            for answer in answers if isinstance(answers, list) else [answers]:
-                rec = by_id.get(sid)
-                if rec is None or record_problem(rec):
-                    counts["skipped"] += 1
-                    continue
-                done, entry = apply_decision(
-                    rec, answer or {}, policy, reviewer=reviewer or default_reviewer(), now=now_iso()
-                )
-                counts[done] += 1
-                if entry is not None:
-                    changed[sid] = rec
-                    log.append({"id": sid, **entry})
+        changed, log = _decide(by_id, decisions, policy, reviewer, counts)
         if changed:
             append_records(root, [{**r, "id": sid} for sid, r in changed.items()], log)
         if views:
             _write_views(root)
     return counts
+
+
+def _decide(
+    by_id: Mapping[str, dict[str, Any]],
+    decisions: Mapping[str, dict[str, Any] | list[dict[str, Any]]],
+    policy: ReviewPolicy,
+    reviewer: str | None,
+    counts: dict[str, int],
+) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """Apply each decision to its record (in place), counting each outcome in `counts`; returns the records that
+    changed, by id, and the decision log entries to append."""
+    # The one way a decision changes a record, shared with the CTD graph's review node (Studio).
+    from graphs.ctd_review import apply_decision, now_iso
+
+    changed: dict[str, dict[str, Any]] = {}
+    log: list[dict[str, Any]] = []
+    for sid, answers in decisions.items():
+        for answer in answers if isinstance(answers, list) else [answers]:
+            rec = by_id.get(sid)
+            if rec is None or record_problem(rec):
+                counts["skipped"] += 1
+                continue
+            done, entry = apply_decision(
+                rec, answer or {}, policy, reviewer=reviewer or default_reviewer(), now=now_iso()
+            )
+            counts[done] += 1
+            if entry is not None:
+                changed[sid] = rec
+                log.append({"id": sid, **entry})
+    return changed, log
 
 
 def moderation_summary(dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
@@ -482,6 +499,31 @@ def _inside(root: Path, ref: str, *, sample_id: str) -> Path:
     return full
 
 
+# The export's columns: the text ones first, as strings ("" when missing), then the others.
+_EXPORT_TEXT_COLUMNS = (
+    "id",
+    "category",
+    "subcategory",
+    "text",
+    "image_sha256",
+    "t2i_prompt",
+    "erasure_reason",
+    "review_status",
+)
+_EXPORT_COLUMNS = (
+    *_EXPORT_TEXT_COLUMNS,
+    "image",
+    "rounds",
+    "cost_usd",
+    "votes",
+    "models",
+    "seeds",
+    "label",
+    "mtc",
+    "counterpart_of",
+)
+
+
 def export_hf(
     dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None, *, include_pending: bool = False
 ) -> Path:
@@ -490,9 +532,7 @@ def export_hf(
     Load it back with `datasets.load_dataset("parquet", data_files=str(path), split="train")`.
     """
     require_extra("ctd", "dataset export", ("datasets",))
-    from datasets import Dataset, Features, Image, Value
-
-    from tools.image_store import read_file_capped  # size checked before reading, like every image input
+    from datasets import Dataset
 
     root = Path(dataset_dir)
     records = [
@@ -500,38 +540,28 @@ def export_hf(
         for r in load_samples(root).values()
         if is_usable(r, include_pending=include_pending) and record_problem(r) is None
     ]
-    text_cols = (
-        "id",
-        "category",
-        "subcategory",
-        "text",
-        "image_sha256",
-        "t2i_prompt",
-        "erasure_reason",
-        "review_status",
-    )
-    columns: dict[str, list[Any]] = {
-        c: []
-        for c in (
-            *text_cols,
-            "image",
-            "rounds",
-            "cost_usd",
-            "votes",
-            "models",
-            "seeds",
-            "label",
-            "mtc",
-            "counterpart_of",
-        )
-    }
+    ds = Dataset.from_dict(_export_columns(root, records), features=_export_features())
+    # A new file renamed into place, its folder reached without following a link (tools.safe_files): a link
+    # planted at `export` or at the file's name cannot make the export overwrite a file outside the folder.
+    base, rel = (Path(out_dir), Path("data.parquet")) if out_dir else (root, Path(EXPORT) / "data.parquet")
+    with atomic_writer(base, rel) as fh:
+        ds.to_parquet(fh)
+    return base / rel
+
+
+def _export_columns(root: Path, records: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """The export's columns, one value per dataset row (a sample and its benign counterpart, if any), with each
+    image's bytes read from the folder (`_inside`: never a file outside it)."""
+    from tools.image_store import read_file_capped  # size checked before reading, like every image input
+
+    columns: dict[str, list[Any]] = {c: [] for c in _EXPORT_COLUMNS}
     for r in [row for rec in records for row in dataset_rows(rec)]:
         img = _inside(root, r["image"], sample_id=str(r.get("id")))
         row = {**r, "review_status": (r.get("review") or {}).get("status", "")}
         columns["label"].append(int(r.get("label", 1)))
         columns["mtc"].append(None if r.get("mtc") is None else float(r["mtc"]))
         columns["counterpart_of"].append(r.get("counterpart_of"))
-        for c in text_cols:
+        for c in _EXPORT_TEXT_COLUMNS:
             columns[c].append(str(row.get(c) or ""))
         columns["image"].append({"bytes": read_file_capped(img), "path": r["image"]})
         columns["rounds"].append(int(r.get("rounds") or 0))
@@ -539,9 +569,16 @@ def export_hf(
         columns["votes"].append(json.dumps(r.get("votes", []), ensure_ascii=False))
         columns["models"].append(json.dumps(r.get("models") or {}, ensure_ascii=False))
         columns["seeds"].append([int(s) for s in r.get("seeds", [])])
-    features = Features(
+    return columns
+
+
+def _export_features() -> Any:
+    """The export's `datasets.Features`: the types of `_EXPORT_COLUMNS`."""
+    from datasets import Features, Image, Value
+
+    return Features(
         {
-            **{c: Value("string") for c in text_cols},
+            **{c: Value("string") for c in _EXPORT_TEXT_COLUMNS},
             "image": Image(),
             "rounds": Value("int32"),
             "cost_usd": Value("float64"),
@@ -553,10 +590,3 @@ def export_hf(
             "counterpart_of": Value("string"),
         }
     )
-    ds = Dataset.from_dict(columns, features=features)
-    # A new file renamed into place, its folder reached without following a link (tools.safe_files): a link
-    # planted at `export` or at the file's name cannot make the export overwrite a file outside the folder.
-    base, rel = (Path(out_dir), Path("data.parquet")) if out_dir else (root, Path(EXPORT) / "data.parquet")
-    with atomic_writer(base, rel) as fh:
-        ds.to_parquet(fh)
-    return base / rel

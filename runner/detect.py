@@ -101,8 +101,8 @@ def detection_context(
 
 
 def detection_settings(ctx: Any, method: str) -> dict[str, Any]:
-    """What makes a detection output's records (its identity, see `runner.batch.OutputIdentity`): the method, every
-    role's model and the graph settings of `ctx`."""
+    """What makes a detection output's records (its identity, see `runner.output_identity.OutputIdentity`): the
+    method, every role's model and the graph settings of `ctx`."""
     return {"method": method, **context_settings(ctx)}
 
 

@@ -29,7 +29,7 @@ def engine_session(settings: EngineSettings | None = None) -> Iterator[None]:
     from tools.extras import require_extra
 
     require_extra("ray", "--engine ray")
-    from runner import ray_engine  # only here: the local engine never imports Ray
+    from runner import ray as ray_engine  # only here: the local engine never imports Ray
 
     with ray_engine.session(settings.address()):
         yield
@@ -40,7 +40,7 @@ def cluster_info(address: str | None = None) -> dict[str, Any]:
     from tools.extras import require_extra
 
     require_extra("ray", "unveil cluster")
-    from runner import ray_engine
+    from runner import ray as ray_engine
 
     started = ray_engine.connect(address or env_str(ADDRESS_ENV))
     try:

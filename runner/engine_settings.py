@@ -1,5 +1,5 @@
 """The engine setting of a run (`--engine`, `--ray-address`) on its own, so the Ray engine can name the setting in its
-errors without importing the module that imports it (`runner.engine` loads `runner.ray_engine` lazily)."""
+errors without importing the module that imports it (`runner.engine` loads `runner.ray` lazily)."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ def ipr_context(**values: Any) -> IPRContext:
 
 
 def refine_settings(ctx: IPRContext, *, record_seeds: bool = True) -> dict[str, Any]:
-    """What makes a refine output's records (its identity, see `runner.batch.OutputIdentity`): the refiner and
+    """What makes a refine output's records (its identity, see `runner.output_identity.OutputIdentity`): the refiner and
     generator, the IPR and render settings of `ctx`, and whether records' own seeds are used."""
     return {**context_settings(ctx), "record_seeds": record_seeds}
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from typing import Any
 
 
 def hammer(n: int, rpm: float, concurrency: int, shared: bool, backend: str = "scripted") -> list[tuple[float, float]]:
@@ -12,7 +14,7 @@ def hammer(n: int, rpm: float, concurrency: int, shared: bool, backend: str = "s
 
     set_shared_limiter(None)  # Ray reuses worker processes: start from no shared limiter
     if shared:
-        from runner.ray_engine import RayLimiter, limiter_actor
+        from runner.ray.limiter import RayLimiter, limiter_actor
 
         set_shared_limiter(RayLimiter(limiter_actor()))
     limits = BackendLimits(max_concurrency=concurrency, rpm=rpm)
@@ -27,3 +29,21 @@ def hammer(n: int, rpm: float, concurrency: int, shared: bool, backend: str = "s
         return list(await asyncio.gather(*(one() for _ in range(n))))
 
     return asyncio.run(every())
+
+
+class SlowStarter:
+    """A pool member that starts after `delay_s` and takes 0.3 s a request (an async actor, as the render one)."""
+
+    def __init__(self, index: int, delay_s: float):
+        self.index = index
+        self.delay_s = delay_s
+
+    def ready(self) -> dict[str, Any]:
+        """Where this member runs, once its start delay has passed."""
+        time.sleep(self.delay_s)
+        return {"pid": os.getpid()}
+
+    async def work(self) -> int:
+        """This member's index, after 0.3 s."""
+        await asyncio.sleep(0.3)
+        return self.index

@@ -12,8 +12,10 @@ from pathlib import Path
 
 from PIL import Image
 
-from runner.batch import done_records, read_jsonl, run_batch
+from runner.batch import run_batch
+from runner.batch_input import read_jsonl
 from tests.test_kill_support import wait_for_lines
+from tools.jsonl_files import done_records
 
 
 def test_bad_lines_become_failed_items(tmp_path: Path) -> None:

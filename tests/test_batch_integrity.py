@@ -15,15 +15,11 @@ from typing import Any
 
 import pytest
 
-from runner import batch
-from runner.batch import (
-    BatchItem,
-    BatchWriteError,
-    OutputBusyError,
-    OutputMismatchError,
-    read_jsonl,
-    run_batch,
-)
+from runner.batch import run_batch
+from runner.batch_input import BatchItem, read_jsonl
+from tools import jsonl_files
+from tools.atomic_files import BatchWriteError, OutputBusyError, OutputMismatchError
+from tools.jsonl_files import JsonlAppender
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,13 +51,13 @@ def test_a_short_write_is_cut_back_and_raised_and_a_rerun_completes(
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(fd, data)
 
-    monkeypatch.setattr(batch.os, "write", flaky_write)
+    monkeypatch.setattr(os, "write", flaky_write)
     with pytest.raises(BatchWriteError) as err:
         asyncio.run(run_batch(_items(10), _echo, out, concurrency=1, progress=False))
     assert str(out) in str(err.value) and "No space left" in str(err.value)
     written = _lines(out)  # every line parses: the half record was cut off, not fused with the next
     assert len(written) == 3
-    monkeypatch.setattr(batch.os, "write", real_write)
+    monkeypatch.setattr(os, "write", real_write)
     summary = asyncio.run(run_batch(_items(10), _echo, out, concurrency=3, progress=False))
     assert summary.skipped == 3 and summary.completed == 7
     ids = [r["id"] for r in _lines(out)]
@@ -69,7 +65,7 @@ def test_a_short_write_is_cut_back_and_raised_and_a_rerun_completes(
 
 
 def test_a_write_that_makes_no_progress_fails_loudly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(batch.os, "write", lambda fd, data: 0)
+    monkeypatch.setattr(os, "write", lambda fd, data: 0)
     with pytest.raises(BatchWriteError, match="accepted no more bytes"):
         asyncio.run(run_batch(_items(2), _echo, tmp_path / "o.jsonl", concurrency=1, progress=False))
 
@@ -118,7 +114,7 @@ def test_a_line_that_does_not_parse_becomes_its_own_failed_record(tmp_path: Path
 
 
 def test_an_overlong_line_is_skipped_without_being_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(batch, "MAX_LINE_BYTES", 1000)
+    monkeypatch.setattr(jsonl_files, "MAX_LINE_BYTES", 1000)
     src = tmp_path / "in.jsonl"
     src.write_text('{"id": "a"}\n{"id": "big", "t": "' + "x" * 50_000 + '"}\n{"id": "b"}\n', encoding="utf-8")
     reads: list[int] = []
@@ -139,8 +135,8 @@ def test_an_overlong_line_is_skipped_without_being_read_whole(tmp_path: Path, mo
         def __exit__(self, *exc: Any) -> None:
             self.fh.close()
 
-    monkeypatch.setattr(batch, "open", lambda p, mode="r": Spy(real_open(p, mode)), raising=False)
-    items = list(batch.read_jsonl(src))
+    monkeypatch.setattr(jsonl_files, "open", lambda p, mode="r": Spy(real_open(p, mode)), raising=False)
+    items = list(read_jsonl(src))
     assert [it.id for it in items] == ["a", "line-2", "b"] and "over 1000 bytes" in (items[1].error or "")
     assert max(reads) <= 1001  # bounded reads: the 50 kB line was never held whole
 
@@ -154,7 +150,7 @@ def test_a_second_writer_of_the_same_output_is_refused(tmp_path: Path) -> None:
             textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from runner.batch import exclusive_output
+        from tools.atomic_files import exclusive_output
         with exclusive_output({str(out)!r}):
             print("held", flush=True)
             time.sleep(60)
@@ -285,7 +281,7 @@ def test_a_review_rewrite_during_a_running_batch_loses_no_record(tmp_path: Path)
     from runner.ctd_dataset import SAMPLES, apply_reviews, load_samples
 
     samples = tmp_path / SAMPLES
-    appender = batch.JsonlAppender(samples)
+    appender = JsonlAppender(samples)
     try:
         asyncio.run(appender.append({"id": "p1", "status": "pending_review", "text": "t"}))
         counts = apply_reviews(tmp_path, {"p1": {"decision": "approve", "note": "fine"}})

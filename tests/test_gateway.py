@@ -91,6 +91,29 @@ async def test_a_role_falls_back_to_its_nearest_enclosing_role(gateway, write_sc
         assert res.value.reason == reason, role
 
 
+async def test_a_spec_string_is_parsed_once_and_a_parsed_spec_is_the_same_request(
+    tmp_path, write_script, monkeypatch
+) -> None:
+    spec = write_script({"judge": [{"toxic": True, "reason": "first"}, {"toxic": False}]})
+    parsed: list[str] = []
+    parse = ModelSpec.parse.__func__
+
+    def counting(cls: type[ModelSpec], text: str) -> ModelSpec:
+        parsed.append(text)
+        return parse(cls, text)
+
+    monkeypatch.setattr(ModelSpec, "parse", classmethod(counting))
+    gw = Gateway(GatewaySettings(cache_path=str(tmp_path / "c.sqlite")))
+    first = await gw.structured(role="judge", spec=spec, schema=Verdict, messages=msgs())
+    assert gw.vision(spec)  # scripted models take images
+    second = await gw.structured(role="judge", spec=spec, schema=Verdict, messages=msgs("another pair"))
+    assert parsed.count(spec) == 1
+    # A `ModelSpec` is taken as it is, and keys the cache as its string does: the first answer is replayed.
+    again = await gw.structured(role="judge", spec=ModelSpec.parse(spec), schema=Verdict, messages=msgs())
+    assert again.cache_hit and again.value == first.value
+    assert second.value.toxic is False
+
+
 async def test_cache_replays_without_calling_the_model(tmp_path, write_script) -> None:
     spec = write_script({"judge": [{"toxic": True, "reason": "first"}]})
     gw = Gateway(GatewaySettings(cache_path=str(tmp_path / "c.sqlite")))

@@ -112,6 +112,23 @@ def test_on_four_gpus_every_gpu_starts_busy_and_one_ray_cluster_runs_at_a_time()
     assert ipr[1] == "0,1,2,3" and set(ipr[3]) == set(jobs)
 
 
+def test_a_part_run_alone_gets_the_budget_its_lane_mates_leave() -> None:
+    """`--parts grpo` on one GPU gets the whole budget (its first step compiles for minutes), not the half it has
+    beside the others; a job that waits for a running job keeps its share."""
+    from gpu_suite import schedule
+
+    ((alone,),) = schedule(["grpo"], 1)
+    assert alone[0] == "grpo" and alone[2] == 1.0
+    ((multi,),) = schedule(["grpo-multi"], 2)
+    assert multi[0] == "grpo-multi" and multi[2] == 1.0
+    shares = {job[0]: job[2] for lane in schedule(["scale"], 2) for job in lane}
+    assert shares["scale-local"] == shares["scale-ray1"] == 1.0 and shares["scale-ray2"] == 0.35
+    pair = {job[0]: job[2] for lane in schedule(["t2i", "grpo"], 1) for job in lane}
+    assert abs(sum(pair.values()) - 1.0) < 1e-9 and pair["grpo"] > 0.6
+    full = {job[0]: job[2] for lane in schedule(["t2i", "grpo", "scale"], 1) for job in lane}
+    assert full["grpo"] == 0.5  # a lane already asking for the whole budget or more keeps its caps
+
+
 def test_unknown_parts_are_refused() -> None:
     proc = subprocess.run(
         [sys.executable, "bench/gpu_suite.py", "--parts", "t2i,fly"],

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from runner.batch import JsonlAppender, exclusive_output
 from runner.ctd_dataset import DECISIONS, apply_reviews, dataset_lock, export_hf, write_views
+from tools.atomic_files import exclusive_output
 from tools.image_store import ImageStore, ImageStoreError
+from tools.jsonl_files import JsonlAppender
 from tools.safe_files import UnsafePathError, atomic_write
 
 VICTIM_TEXT = "the victim's own content\n"
@@ -175,7 +176,8 @@ def test_a_batch_stops_at_a_full_image_store_instead_of_failing_every_sample(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import tools.safe_files
-    from runner.batch import BatchItem, run_batch
+    from runner.batch import run_batch
+    from runner.batch_input import BatchItem
 
     def full(*args: object, **kwargs: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")

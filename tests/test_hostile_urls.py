@@ -22,7 +22,7 @@ import pytest
 from PIL import Image
 
 import tools.image_input as image_input
-from runner.batch import read_jsonl
+from runner.batch_input import read_jsonl
 from tools.image_input import check_url, fetch_url, is_public_address
 from tools.image_store import ImageInputError, ImageStore
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from runner.batch import atomic_write_text
+from tools.atomic_files import atomic_write_text
 from tools.image_store import ImageStore
 
 

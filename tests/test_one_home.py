@@ -40,8 +40,12 @@ def test_safety_rule_has_one_home() -> None:
 def test_default_generator_specs_and_long_prompt_policy_have_one_home() -> None:
     assert homes(r"CompVis/stable-diffusion-v1-4") == ["tools/t2i/registry.py"]
     assert homes(r"stable-diffusion-v1-5/stable-diffusion-v1-5") == ["tools/t2i/registry.py"]
-    # Only the registry's public constructor turns the policy into the backend option.
-    assert homes(r"truncate_long_prompts") == ["tools/t2i/diffusers_backend.py", "tools/t2i/registry.py"]
+    # Only the registry's public constructor turns the policy into the backend option (typed in options.py).
+    assert homes(r"truncate_long_prompts") == [
+        "tools/t2i/diffusers_backend.py",
+        "tools/t2i/options.py",
+        "tools/t2i/registry.py",
+    ]
     assert homes(r"^(LONG_PROMPT_POLICIES|DEFAULT_LONG_PROMPTS)\s*=") == ["tools/t2i/registry.py"]
 
 

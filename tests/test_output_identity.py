@@ -15,16 +15,11 @@ from typing import Any
 
 import pytest
 
-from runner.batch import (
-    BatchItem,
-    OutputBusyError,
-    OutputIdentity,
-    atomic_write_text,
-    read_identity,
-    run_batch,
-    settings_path,
-)
+from runner.batch import run_batch
+from runner.batch_input import BatchItem
+from runner.output_identity import OutputIdentity, read_identity, settings_path
 from tests.faultserver import FaultServer, UnveilAnswers
+from tools.atomic_files import OutputBusyError, atomic_write_text
 from unveil.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,7 +185,7 @@ def _hold(path: Path) -> subprocess.Popen[str]:
             textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from runner.batch import exclusive_output
+        from tools.atomic_files import exclusive_output
         with exclusive_output({str(path)!r}):
             print("held", flush=True)
             time.sleep(60)
@@ -227,7 +222,9 @@ def test_the_run_lock_holds_the_file_under_every_name(tmp_path: Path, link: str)
     code = textwrap.dedent(f"""
         import asyncio, sys
         sys.path.insert(0, {str(ROOT)!r})
-        from runner.batch import BatchItem, OutputBusyError, run_batch
+        from runner.batch import run_batch
+        from runner.batch_input import BatchItem
+        from tools.atomic_files import OutputBusyError
         from tools.safe_files import UnsafePathError
         async def work(sid, rec):
             await asyncio.sleep(0.05)
@@ -371,3 +368,31 @@ def test_render_into_a_missing_folder_is_refused_without_creating_it(tmp_path: P
         main(["detect", "--text", "t", "--image-description", "d", "--render", str(target)])
     assert exc.value.code == 1 and "does not exist" in capsys.readouterr().err
     assert not (tmp_path / "missing").exists()
+
+
+def test_the_settings_sidecar_keeps_its_format_through_a_mixed_rerun(tmp_path: Path) -> None:
+    # The sidecar is read back by older and newer versions alike: its keys, their order and the list of mixed
+    # settings are its format (a tuple and a list of the same specs are one setting).
+    out = tmp_path / "o.jsonl"
+
+    async def echo(sid: str, rec: dict[str, Any]) -> dict[str, Any]:
+        return {"echo": rec["t"]}
+
+    def run(settings: dict[str, Any], command: str, allow_mixed: bool = False) -> None:
+        items = [BatchItem(f"s{i}", {"t": i}) for i in range(2)]
+        identity = OutputIdentity("detect", settings, command, allow_mixed=allow_mixed)
+        asyncio.run(run_batch(items, echo, out, progress=False, kind="detect", identity=identity))
+
+    run({"models": ("a", "b"), "l_max": 3}, "unveil detect --l-max 3")
+    first = {
+        "format": 1,
+        "kind": "detect",
+        "settings": {"l_max": 3, "models": ["a", "b"]},
+        "command": "unveil detect --l-max 3",
+        "mixed": [],
+    }
+    assert settings_path(out).read_text(encoding="utf-8") == json.dumps(first, indent=1) + "\n"
+    run({"models": ["a", "b"], "l_max": 3}, "unveil detect again")  # the same settings: nothing to record
+    run({"models": ["a", "b"], "l_max": 4}, "unveil detect --l-max 4", allow_mixed=True)
+    mixed = {**first, "mixed": [{"command": "unveil detect --l-max 4", "settings": {"l_max": 4, "models": ["a", "b"]}}]}
+    assert settings_path(out).read_text(encoding="utf-8") == json.dumps(mixed, indent=1) + "\n"

@@ -187,7 +187,8 @@ def test_refine_on_the_second_node_and_a_killed_render_actor(
     in the driver's store; killing it mid-run (Ray restarts it) loses and repeats nothing."""
     import ray
 
-    from runner.batch import read_jsonl, run_batch
+    from runner.batch import run_batch
+    from runner.batch_input import read_jsonl
     from runner.engine import EngineSettings, engine_session
     from runner.refine import prompt_of, refine_one, seed_of
     from tools.image_store import get_image_store
@@ -341,7 +342,7 @@ def test_cluster_info_lists_nodes_resources_and_pools(
 
 def test_engine_flags_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     from runner.engine import EngineSettings
-    from runner.ray_engine import render_settings
+    from runner.ray import render_settings
     from unveil.cli import main
 
     with pytest.raises(SystemExit, match="needs --engine ray"):
@@ -460,7 +461,7 @@ def test_a_pool_that_cannot_start_fails_its_requests_with_a_clear_error(
     """A member that Ray cannot place (no node has the resource) fails the request after the start deadline, naming
     the pool and what its members wait for; a member that does not answer fails it after the request deadline."""
     from runner.engine import EngineSettings, engine_session
-    from runner.ray_engine import PoolStalledError, render_settings
+    from runner.ray import PoolStalledError, render_settings
     from tools.image_store import get_image_store
     from tools.t2i.base import GenerationRequest
     from tools.t2i.registry import open_generator
@@ -491,6 +492,52 @@ def test_a_pool_that_cannot_start_fails_its_requests_with_a_clear_error(
             asyncio.run(generator.generate(slow))
     monkeypatch.setenv("UNVEIL_RAY_REQUEST_TIMEOUT", "-1")
     with pytest.raises(ValueError, match="UNVEIL_RAY_REQUEST_TIMEOUT: expected a number of seconds above 0"):
+        render_settings()
+
+
+@pytest.mark.parametrize("inflight", [4, 0])
+def test_a_member_that_starts_late_still_gets_its_share_of_a_burst(cluster: Any, inflight: int) -> None:
+    """Calls go only to started members. Without a bound on what one member holds, a burst sent at the start all
+    lands on the member that started first (on GPUs: member 0 rendered the warm-up while member 1 sat idle, then
+    compiled its kernels inside the timed round); with the default bound the late member takes its share."""
+    import ray
+
+    from runner.ray import INFLIGHT, ActorPool, PoolSettings
+    from tests.ray_helpers import SlowStarter
+
+    assert INFLIGHT == PoolSettings(pool="render").inflight == 64
+    actor = ray.remote(num_cpus=0)(SlowStarter).options(max_concurrency=100)
+    pool = ActorPool(
+        lambda k: actor.remote(k, 0.0 if k == 0 else 1.5),
+        2,
+        name="counter pool",
+        settings=PoolSettings(pool="counter", inflight=inflight),
+    )
+    try:
+
+        async def burst() -> list[int]:
+            return list(await asyncio.wait_for(asyncio.gather(*(pool.call("work") for _ in range(40))), 60))
+
+        served = asyncio.run(burst())
+    finally:
+        pool.kill()
+    if inflight:
+        assert served.count(1) >= 5, served  # the late member started 1.5 s in and took its share
+        assert max(pool.load) == 0
+    else:
+        assert served.count(1) == 0, served  # what happened before: everything went to member 0
+
+
+def test_pool_settings_read_the_inflight_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`UNVEIL_RAY_<POOL>_INFLIGHT` sets the bound (0: none); anything but a whole number >= 0 is one clear error."""
+    from runner.ray import render_settings
+    from tools.env import SettingError
+
+    assert render_settings().inflight == 64
+    monkeypatch.setenv("UNVEIL_RAY_RENDER_INFLIGHT", "0")
+    assert render_settings().inflight == 0
+    monkeypatch.setenv("UNVEIL_RAY_RENDER_INFLIGHT", "2.5")
+    with pytest.raises(SettingError, match="UNVEIL_RAY_RENDER_INFLIGHT: expected a whole number >= 0"):
         render_settings()
 
 
@@ -529,7 +576,7 @@ def test_a_bad_or_silent_ray_address_fails_fast_with_a_clear_error(cluster: Any)
 LEASE_HOLDER = """
 import asyncio, sys, time
 import ray
-from runner.ray_engine import RayLimiter, limiter_actor
+from runner.ray.limiter import RayLimiter, limiter_actor
 ray.init(address=sys.argv[1], namespace="unveil")
 limiter = RayLimiter(limiter_actor())
 async def hold():
@@ -546,7 +593,7 @@ def test_slots_of_a_killed_driver_come_back_when_its_job_ends(
 ) -> None:
     """A driver SIGKILLed while holding every slot of a backend: the next run gets a slot once the job ended (not
     after the 15-minute lease), and while it waits it says for what."""
-    import runner.ray_engine as ray_engine
+    import runner.ray.limiter as ray_engine
 
     c, _ = cluster
     backend = f"scripted-killed-{uuid.uuid4().hex[:8]}"
@@ -573,7 +620,7 @@ def test_slots_of_a_killed_driver_come_back_when_its_job_ends(
 
     try:
         started = time.monotonic()
-        with caplog.at_level(logging.WARNING, logger="runner.ray_engine"):
+        with caplog.at_level(logging.WARNING, logger="runner.ray.limiter"):
             asyncio.run(asyncio.wait_for(take(), 60))
         assert time.monotonic() - started < 60
     finally:
@@ -589,7 +636,7 @@ def test_slots_of_a_killed_driver_come_back_when_its_job_ends(
                 await asyncio.wait_for(limiter._acquire(other, 1, None), 1.5)
 
     try:
-        with caplog.at_level(logging.WARNING, logger="runner.ray_engine"):
+        with caplog.at_level(logging.WARNING, logger="runner.ray.limiter"):
             asyncio.run(blocked())
     finally:
         limiter.close()

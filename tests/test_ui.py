@@ -236,7 +236,7 @@ def test_concurrent_reviewers_and_a_running_generate_lose_nothing(tmp_path: Path
     """The folder lock serialises reviewers: of six reviewers deciding one sample at once, one decision applies
     and five are kept as conflicts; a writer holding samples.jsonl open (as `unveil generate` does) keeps appending
     to the same file after a review."""
-    from runner.batch import JsonlAppender
+    from tools.jsonl_files import JsonlAppender
 
     ds = tmp_path / "ds"
     sample = make_ctd_dataset(ds)["pending"][0]

@@ -1,27 +1,28 @@
-"""Shared JSONL files: whole-line appends under a per-file write lock, a torn tail cut back, records read by id.
+"""Shared JSONL files: lines read with a size cap, whole-line appends under a per-file write lock, a torn tail cut
+back, records read by id.
 
 Every writer of a file that others append to as well (a batch's output, a dataset folder's `samples.jsonl` and
 `decisions.jsonl`, written by `unveil generate`, the web app, `unveil review` and the CTD graph's review node)
-goes through `append_lines` or takes `write_lock`, so no writer loses or tears another's line. Files are opened
-with `tools.safe_files.open_nofollow`: a link planted at a name is refused, never written through.
+goes through `append_lines` or `JsonlAppender`, or takes `tools.atomic_files.write_lock`, so no writer loses or
+tears another's line. Files are opened with `tools.safe_files.open_nofollow`: a link planted at a name is refused,
+never written through. Lines are split on `\n` only (a U+2028 inside a JSON string is data), and a line over the
+size cap is skipped without being read whole.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import fcntl
 import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tools.errors import UnveilError
+from tools.atomic_files import write_all, write_lock
 from tools.safe_files import open_nofollow
 
-
-class BatchWriteError(UnveilError, OSError):
-    """A record could not be written whole (disk full, I/O error); the file was cut back to its last whole line."""
+MAX_LINE_BYTES = 4 * 1024 * 1024
 
 
 def parse_json_line(raw: bytes) -> Any:
@@ -39,6 +40,43 @@ def parse_json_line(raw: bytes) -> Any:
         raise ValueError("JSON nested too deeply") from exc
     except ValueError as exc:  # e.g. "Exceeds the limit (4300 digits) for integer string conversion"
         raise ValueError(f"not usable JSON ({str(exc).split(';')[0]})") from exc
+
+
+def iter_lines(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Iterator[tuple[int, bytes | None]]:
+    """`(line number, raw bytes)` of a file split on `\n` only; a line longer than `max_bytes` (default
+    `MAX_LINE_BYTES`) is skipped in chunks of that size (never held whole) and given as `None`. Blank lines are
+    left out."""
+    max_bytes = MAX_LINE_BYTES if max_bytes is None else max_bytes
+    with open(path, "rb") as fh:
+        lineno = 0
+        while True:
+            raw = fh.readline(max_bytes + 1)
+            if not raw:
+                return
+            lineno += 1
+            if len(raw) > max_bytes and not raw.endswith(b"\n"):
+                while raw and not raw.endswith(b"\n"):  # skip the rest of the over-long line
+                    raw = fh.readline(max_bytes)
+                yield lineno, None
+                continue
+            if raw.strip():
+                yield lineno, raw
+
+
+def read_jsonl_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """`(line number, object)` of a JSONL file whose every line must be an object; the first bad line raises
+    `ValueError` naming the file and line (for small files a person wrote, such as review decisions)."""
+    name = Path(path).name
+    for lineno, raw in iter_lines(path):
+        if raw is None:
+            raise ValueError(f"{name} line {lineno}: line is over {MAX_LINE_BYTES} bytes")
+        try:
+            value = parse_json_line(raw)
+        except ValueError as exc:
+            raise ValueError(f"{name} line {lineno}: {exc}") from exc
+        if not isinstance(value, dict):
+            raise ValueError(f"{name} line {lineno}: expected an object, got {type(value).__name__}")
+        yield lineno, value
 
 
 def repair_tail(path: Path) -> None:
@@ -82,43 +120,10 @@ def done_records(path: Path, *, id_field: str = "id") -> dict[str, dict[str, Any
     return out
 
 
-def _write_all(fd: int, data: bytes, name: str | os.PathLike[str]) -> None:
-    """Write every byte or raise `BatchWriteError` naming the file (os.write may write less than asked)."""
-    view = memoryview(data)
-    while view:
-        try:
-            n = os.write(fd, view)
-        except OSError as exc:
-            raise BatchWriteError(exc.errno, f"could not write {str(name)!r}: {exc.strerror}") from exc
-        if n <= 0:
-            raise BatchWriteError(f"could not write {str(name)!r}: the device accepted no more bytes")
-        view = view[n:]
-
-
-def _lock_path(path: Path, what: str) -> Path:
-    # Beside the file the name resolves to, so a symlink to an output shares the output's lock.
-    real = Path(os.path.realpath(path))
-    return real.parent / f".{real.name}.{what}.lock"
-
-
-@contextlib.contextmanager
-def write_lock(path: str | os.PathLike[str]) -> Iterator[None]:
-    """The short lock taken around each append to, and each read-modify-rewrite of, a shared file (a batch's
-    output, a dataset's samples.jsonl), so a reviewer's rewrite and a running batch's appends never lose each
-    other's records. Blocking; safe across processes and threads (each holder opens its own descriptor)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    with os.fdopen(open_nofollow(_lock_path(p, "write"), os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-
-
 def append_lines(path: str | os.PathLike[str], data: bytes) -> None:
     """Append whole lines to a file others append to as well (a reviewer's decisions to a running batch's output):
-    under the file's write lock, after cutting a torn tail, complete or cut back and raised (`BatchWriteError`)."""
+    under the file's write lock, after cutting a torn tail, complete or cut back and raised (`BatchWriteError` of
+    `tools.atomic_files`)."""
     p = Path(path)
     with write_lock(p):
         repair_tail(p)
@@ -126,7 +131,7 @@ def append_lines(path: str | os.PathLike[str], data: bytes) -> None:
         try:
             start = os.fstat(fd).st_size
             try:
-                _write_all(fd, data, p)
+                write_all(fd, data, p)
                 os.fsync(fd)
             except BaseException:
                 with contextlib.suppress(OSError):
@@ -134,3 +139,73 @@ def append_lines(path: str | os.PathLike[str], data: bytes) -> None:
                 raise
         finally:
             os.close(fd)
+
+
+class JsonlAppender:
+    """Appends whole records, one complete write + `fsync` each, under an asyncio lock and the file's write lock.
+
+    A write that fails part-way (a full disk) is cut back to the last whole line and raised, so a record is never
+    fused with the next. If another process replaced the file meanwhile (a reviewer's atomic rewrite), the
+    appender reopens it first, so its records land in the file that is there, not in the unlinked old one."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        repair_tail(path)
+        self._fd = self._open()
+        self._lock = asyncio.Lock()
+        self._broken: BaseException | None = None  # after a failed write, nothing more is written
+
+    def _open(self) -> int:
+        return open_nofollow(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+
+    def _write_line(self, line: bytes) -> None:
+        with write_lock(self.path):
+            try:
+                current = os.stat(self.path)
+            except FileNotFoundError:
+                current = None
+            mine = os.fstat(self._fd)
+            if current is None or (current.st_ino, current.st_dev) != (mine.st_ino, mine.st_dev):
+                os.close(self._fd)
+                self._fd = self._open()
+            start = os.fstat(self._fd).st_size
+            try:
+                write_all(self._fd, line, self.path)
+                os.fsync(self._fd)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, start)  # drop the partial record: the file ends on a whole line
+                raise
+
+    async def append(self, record: dict[str, Any]) -> None:
+        """Write one record as one line."""
+        try:
+            line = (json.dumps(record, ensure_ascii=False, default=str, allow_nan=False) + "\n").encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates (undecodable input bytes): escape them rather than lose the record
+            line = (json.dumps(record, ensure_ascii=True, default=str, allow_nan=False) + "\n").encode("ascii")
+        except ValueError:  # NaN or Infinity: not JSON; write them as null rather than emit an unreadable line
+            line = (json.dumps(finite_values(record), ensure_ascii=True, default=str) + "\n").encode("ascii")
+        async with self._lock:
+            if self._broken is not None:
+                raise self._broken
+            try:
+                self._write_line(line)
+            except BaseException as exc:
+                self._broken = exc
+                raise
+
+    def close(self) -> None:
+        """Close the file."""
+        os.close(self._fd)
+
+
+def finite_values(value: Any) -> Any:
+    """`value` with every NaN/Infinity float replaced by None (JSON has no such numbers)."""
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, dict):
+        return {k: finite_values(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_values(v) for v in value]
+    return value

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.batch import BatchItem, BatchSummary, OutputIdentity, run_batch
+from runner.batch import BatchSummary, run_batch
+from runner.batch_input import BatchItem
+from runner.output_identity import OutputIdentity
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from tools.t2i.settings import RenderSettings
 
@@ -56,7 +58,7 @@ def prompt_items(path: str | Path, *, field: str | None = None, limit: int | Non
 
     p = Path(path)
     if p.suffix.lower() == ".jsonl":
-        from runner.batch import read_jsonl
+        from runner.batch_input import read_jsonl
 
         bad = []
         good: list[dict] = []

@@ -74,6 +74,10 @@ class HFModelError(UnveilError, ValueError):
     """An `hf:` spec could not be loaded or used (bad option, missing model or adapter, unreadable image)."""
 
 
+# What identifies one loaded copy of the weights: model, adapter, merge, device, dtype, min/max pixels, attention.
+LoadKey = tuple[str, str | None, bool, str, str, int | None, int | None, str | None]
+
+
 @dataclass(frozen=True)
 class HFOptions:
     """The parsed `hf:` spec."""
@@ -91,7 +95,7 @@ class HFOptions:
     attn: str | None = None
 
     @property
-    def load_key(self) -> tuple[Any, ...]:
+    def load_key(self) -> LoadKey:
         """What identifies one loaded copy of the weights (generation settings do not)."""
         return (
             self.model,
@@ -218,7 +222,8 @@ def load_vlm(opts: HFOptions) -> LoadedVLM:
     if opts.max_pixels:
         proc_kw["max_pixels"] = opts.max_pixels
     try:
-        processor = AutoProcessor.from_pretrained(model_ref, **proc_kw)
+        # transformers leaves this classmethod unannotated.
+        processor = AutoProcessor.from_pretrained(model_ref, **proc_kw)  # type: ignore[no-untyped-call]
     except (OSError, ValueError) as exc:
         raise HFModelError(
             f"hf model {model_ref!r}: cannot load its processor ({type(exc).__name__}: {str(exc)[:300]})"
@@ -255,7 +260,7 @@ def get_loaded_vlm(opts: HFOptions, shared: dict[str, Any]) -> LoadedVLM:
     """The process-wide copy of a model (loaded on first use, under a lock so concurrent first calls load once)."""
     lock = shared.setdefault("hf_load_lock", threading.Lock())
     with lock:
-        cache = shared.setdefault("hf_models", {})
+        cache: dict[LoadKey, LoadedVLM] = shared.setdefault("hf_models", {})
         if opts.load_key not in cache:
             cache[opts.load_key] = load_vlm(opts)
         return cache[opts.load_key]

@@ -162,13 +162,15 @@ def _langchain(spec: ModelSpec, role: str, shared: dict[str, Any]) -> BaseChatMo
 
         kwargs["http_async_client"] = httpx.AsyncClient(timeout=kwargs["timeout"])
     try:
-        return init_chat_model(spec.model, model_provider=provider, **kwargs)
+        # Without `configurable_fields` it is a `BaseChatModel`; `**kwargs` hides that from its overloads.
+        chat: BaseChatModel = init_chat_model(spec.model, model_provider=provider, **kwargs)
     except ValueError as exc:
         if "provider" in str(exc).lower() and provider not in langchain_providers():
             raise UnknownProviderError(
                 f"model spec {spec}: unknown provider {provider!r}; known providers: {', '.join(known_providers())}"
             ) from None
         raise
+    return chat
 
 
 class UnknownProviderError(UnveilError, ValueError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Literal
 
@@ -97,7 +98,7 @@ async def expand_layer(
     spec: str,
     *,
     modality: Literal["visual", "textual"],
-    parents: list[dict],
+    parents: Sequence[dict[str, str]],
     roots: dict[str, list[str]],
     children_per_parent: int,
     association_types: list[str],

@@ -161,7 +161,7 @@ async def judge_roots(
 
 
 async def screen_pairs(
-    gateway: Gateway, spec: str, *, text: str, pairs: list[dict], limit: int, layer: int
+    gateway: Gateway, spec: str, *, text: str, pairs: Sequence[dict[str, str]], limit: int, layer: int
 ) -> CallResult[Screen]:
     """Short-list suspicious pairs (the optional screen)."""
     messages = await abuild_messages(
@@ -178,7 +178,7 @@ async def judge_pairs(
     *,
     text: str,
     roots: dict[str, list[str]],
-    pairs: list[dict],
+    pairs: Sequence[dict[str, str]],
     call_role: str = "pair_judge",
     graphs: dict[str, dict[str, Any]] | None = None,
     image: ImagePart | None = None,

@@ -1,7 +1,7 @@
 """Text-to-image generators that write their images into the content-addressed store.
 
-Use `get_generator(spec, **options)` (see `tools.t2i.registry` for specs and options) and
-`await generator.generate(GenerationRequest(...))`, which returns image ids.
+Use `get_generator(spec, **options)` (specs: `tools.t2i.registry`; options: `tools.t2i.options.GeneratorOptions`)
+and `await generator.generate(GenerationRequest(...))`, which returns image ids.
 """
 
 from tools.t2i.base import GenerationRequest, ImageGenerator

@@ -2,9 +2,9 @@
 
 The part of a spec before the first ':' picks the backend: `diffusers:` (SD 1.x/2.x or SDXL), `sd-np:`,
 `sld-weak:` ... `sld-max:`, `esd:`, `openai:` and `registered:`; a diffusers spec may add `?accel=` (see
-`tools.t2i.fast`). The spec grammar, each backend's options and their defaults are documented once, in
-docs/tools.md; `DIFFUSERS_OPTIONS` and `OPENAI_OPTIONS` below are the options each accepts (anything else raises
-`UnsupportedOptionError`), and `check_generator(spec)` refuses a spec that cannot be opened here before any work.
+`tools.t2i.fast`). The spec grammar is documented in docs/tools.md; the options, typed and documented, are
+`tools.t2i.options.GeneratorOptions` (a backend refuses any option not its own with `UnsupportedOptionError`), and
+`check_generator(spec)` refuses a spec that cannot be opened here before any work.
 
 Why one constructor: graphs, training and evaluation all open generators with `open_generator`, which takes the
 image store and the over-long-prompt policy explicitly (`LONG_PROMPT_POLICIES`), so every command renders the same
@@ -16,7 +16,7 @@ graph contexts and records are the same whichever process renders.
 from __future__ import annotations
 
 import threading
-from typing import Any, Literal, Protocol, get_args
+from typing import Any, Literal, Protocol, Unpack, get_args
 from urllib.parse import parse_qs
 
 from tools.env import parse_bool
@@ -24,14 +24,18 @@ from tools.extras import require_extra
 from tools.image_store import ImageStore, get_image_store
 from tools.t2i.base import ImageGenerator
 from tools.t2i.errors import UnsupportedOptionError, renamed_note
+from tools.t2i.options import (
+    DIFFUSERS_OPTIONS,
+    OPENAI_OPTIONS,
+    DiffusersOptions,
+    GeneratorOptions,
+    OpenAIOptions,
+    StoreLike,
+)
 from tools.t2i.variants import SAFETY_NEGATIVE_PROMPT, SLD_CONFIGS
 
-DIFFUSERS_OPTIONS = frozenset(
-    {"device", "dtype", "max_batch", "max_wait_ms", "store", "truncate_long_prompts", "negative_prompt", "accel"}
-)
 # Generator options that were renamed: refused with their new spelling.
 RENAMED_OPTIONS = {"compile": 'accel="compile"'}
-OPENAI_OPTIONS = frozenset({"client", "quality", "size", "store", "api_key", "base_url"})
 KINDS = ("diffusers", "sd-np", "esd", "openai") + tuple(f"sld-{name}" for name in SLD_CONFIGS)
 
 # The default spec of each use, in one place: IPR (the IPR paper's SD 1.4) and CTD generation (SD 1.5).
@@ -69,13 +73,13 @@ def _option_key(value: Any) -> Any:
     return ("id", id(value))
 
 
-def _resolve_store(store: Any) -> ImageStore | None:
+def _resolve_store(store: StoreLike) -> ImageStore | None:
     if store is None or isinstance(store, ImageStore):
         return store
     return get_image_store(store)
 
 
-def _check_options(spec: str, options: dict[str, Any], allowed: frozenset[str]) -> None:
+def _check_options(spec: str, options: GeneratorOptions, allowed: frozenset[str]) -> None:
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise UnsupportedOptionError(
@@ -111,7 +115,7 @@ def check_generator(spec: str) -> None:
         require_extra("t2i", f"text-to-image spec {spec!r}")
 
 
-def _build(spec: str, options: dict[str, Any]) -> ImageGenerator:
+def _build(spec: str, store: StoreLike, options: GeneratorOptions) -> ImageGenerator:
     check_generator(spec)
     kind, model, query = parse_spec(spec)
     if kind == "openai":
@@ -120,7 +124,8 @@ def _build(spec: str, options: dict[str, Any]) -> ImageGenerator:
             raise UnsupportedOptionError(f"text-to-image spec {spec!r}: openai takes no '?' parameters")
         from tools.t2i.openai_backend import OpenAIImageGenerator
 
-        return OpenAIImageGenerator(model, **{**options, "store": _resolve_store(options.get("store"))})
+        openai_options: OpenAIOptions = options  # checked above: no other keys
+        return OpenAIImageGenerator(model, store=_resolve_store(store), **openai_options)
 
     _check_options(spec, options, DIFFUSERS_OPTIONS)
     # `accel` may ride in the spec (`diffusers:MODEL?accel=eager`), so any graph context or command can pick the
@@ -131,8 +136,9 @@ def _build(spec: str, options: dict[str, Any]) -> ImageGenerator:
             f"text-to-image spec {spec!r}: parameter(s) {sorted(set(query) - allowed_query)} not supported"
             + (" (esd takes unet=, np= and accel=)" if kind == "esd" else f" ({kind} takes accel= only)")
         )
+    opts: DiffusersOptions = options.copy()  # checked above: no other keys
     if "accel" in query:
-        options = {**options, "accel": query["accel"]}
+        opts["accel"] = query["accel"]
     from tools.t2i.diffusers_backend import DiffusersGenerator
 
     variant, unet_file, negative = "plain", None, None
@@ -146,24 +152,27 @@ def _build(spec: str, options: dict[str, Any]) -> ImageGenerator:
             raise UnsupportedOptionError(f"text-to-image spec {spec!r}: esd needs ?unet=<UNet weights file>")
         variant = "esd"
         negative = SAFETY_NEGATIVE_PROMPT if parse_bool(f"{spec}: np", query.get("np", "1")) else None
-    opts = dict(options)
-    if "negative_prompt" in opts:
-        negative = opts.pop("negative_prompt")
-    opts["store"] = _resolve_store(opts.get("store"))
-    return DiffusersGenerator(spec, model, variant=variant, unet_file=unet_file, negative_prompt=negative, **opts)
+    opts.setdefault("negative_prompt", negative)  # the caller's negative prompt, else the variant's
+    return DiffusersGenerator(spec, model, variant=variant, unet_file=unet_file, store=_resolve_store(store), **opts)
 
 
-def get_generator(spec: str, **options: Any) -> ImageGenerator:
-    """The process-wide generator for `spec` and `options` (see the module docstring for both)."""
-    key = (spec, tuple(sorted((k, _option_key(v)) for k, v in options.items())))
+def get_generator(spec: str, *, store: StoreLike = None, **options: Unpack[GeneratorOptions]) -> ImageGenerator:
+    """The process-wide generator for `spec`, `store` and `options` (see the module docstring for all three)."""
+    given: dict[str, object] = {**options, "store": store} if store is not None else dict(options)
+    key = (spec, tuple(sorted((k, _option_key(v)) for k, v in given.items())))
     with _CACHE_LOCK:
         if key not in _CACHE:
-            _CACHE[key] = _build(spec, options)
+            _CACHE[key] = _build(spec, store, options)
         return _CACHE[key]
 
 
 def open_generator(
-    spec: str, *, store: Any = None, long_prompts: str = DEFAULT_LONG_PROMPTS, load: bool = False, **options: Any
+    spec: str,
+    *,
+    store: StoreLike = None,
+    long_prompts: str = DEFAULT_LONG_PROMPTS,
+    load: bool = False,
+    **options: Unpack[GeneratorOptions],
 ) -> ImageGenerator:
     """The generator for `spec` writing into `store`, with the over-long-prompt policy `long_prompts`.
 
@@ -186,23 +195,23 @@ def open_generator(
     if remote is not None:
         parse_spec(spec)  # a bad spec is refused here, as the local path does, not on a remote worker
         return remote.open(spec, store=resolved, long_prompts=long_prompts, options=dict(options))
-    opts = {**options, "store": resolved}
+    opts = options.copy()
     if not str(spec).startswith("openai:"):
         opts["truncate_long_prompts"] = long_prompts == "truncate"
-    generator = get_generator(spec, **opts)
+    generator = get_generator(spec, store=resolved, **opts)
     if load and isinstance(getattr(type(generator), "pipeline", None), property):
         _ = generator.pipeline  # type: ignore[attr-defined]
     return generator
 
 
 def build_local_generator(
-    spec: str, *, store: ImageStore, long_prompts: str = DEFAULT_LONG_PROMPTS, **options: Any
+    spec: str, *, store: ImageStore, long_prompts: str = DEFAULT_LONG_PROMPTS, **options: Unpack[GeneratorOptions]
 ) -> ImageGenerator:
     """The local generator `open_generator` gives without a remote engine (what a render worker runs)."""
-    opts = {**options, "store": store}
+    opts = options.copy()
     if not str(spec).startswith("openai:"):
         opts["truncate_long_prompts"] = long_prompts == "truncate"
-    return get_generator(spec, **opts)
+    return get_generator(spec, store=store, **opts)
 
 
 def set_remote_generators(remote: RemoteGenerators | None) -> None:

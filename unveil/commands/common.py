@@ -230,15 +230,15 @@ MIXED_SETTINGS_HELP = (
 
 def add_mixed_settings_option(parser: argparse.ArgumentParser) -> None:
     """--allow-mixed-settings, the one flag of every command that writes a resumable output."""
-    from runner.batch import MIX_FLAG
+    from runner.output_identity import MIX_FLAG
 
     parser.add_argument(MIX_FLAG, dest="allow_mixed_settings", action="store_true", help=MIXED_SETTINGS_HELP)
 
 
 def output_identity(args: argparse.Namespace, kind: str, settings: dict[str, Any]) -> Any:
-    """The identity of the output a command writes (`runner.batch.OutputIdentity`): its kind, settings, the command
-    line (credentials redacted) and whether --allow-mixed-settings was given."""
-    from runner.batch import OutputIdentity
+    """The identity of the output a command writes (`runner.output_identity.OutputIdentity`): its kind, settings,
+    the command line (credentials redacted) and whether --allow-mixed-settings was given."""
+    from runner.output_identity import OutputIdentity
 
     return OutputIdentity(
         kind=kind,
@@ -312,6 +312,6 @@ def json_text(value: Any, *, indent: int = 2) -> str:
     """`value` as JSON for printing: NaN and Infinity (not JSON) become null, as in batch outputs."""
     import json
 
-    from runner.batch import finite_values
+    from tools.jsonl_files import finite_values
 
     return json.dumps(finite_values(value), indent=indent, ensure_ascii=False, allow_nan=False, default=str)

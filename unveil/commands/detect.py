@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from agents.spec import is_demo_spec
-from runner.batch import read_jsonl, run_batch
+from runner.batch import run_batch
+from runner.batch_input import read_jsonl
 from runner.detect import check_detection_config, detect_one, detection_settings
 from unveil.commands.common import (
     MAX_DEPTH,
@@ -207,7 +208,7 @@ def _run_file(args: argparse.Namespace, ctx: Any) -> int:
         )
     )
     if not args.input:
-        from runner.batch import done_records
+        from tools.jsonl_files import done_records
 
         for sid, rec in done_records(output).items():
             if sid not in shown:

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.batch import done_records, run_batch
+from runner.batch import run_batch
 from tools.extras import require_extra
+from tools.jsonl_files import done_records
 from tools.t2i.errors import renamed_note
 from tools.t2i.settings import CtdRenderSettings
 from unveil.commands.common import (
@@ -348,7 +349,7 @@ def _result(summary: Any, statuses: dict[str, int], stopped: str | None) -> dict
 async def generate(args: argparse.Namespace) -> dict[str, Any]:
     """The whole `generate` run; returns a summary dict."""
     from agents.ctd.vocabulary import CATEGORIES, normalize_category
-    from runner.batch import check_identity, drop_failed
+    from runner.batch import drop_failed
     from runner.ctd import generation_settings, scene_items
     from runner.ctd_dataset import (
         CHECKPOINTS,
@@ -358,6 +359,7 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
         export_hf,
         write_views,
     )
+    from runner.output_identity import check_identity
 
     category = normalize_category(args.category)
     if category not in CATEGORIES:

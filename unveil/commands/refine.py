@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runner.batch import read_jsonl, run_batch
+from runner.batch import run_batch
+from runner.batch_input import read_jsonl
 from runner.refine import prompt_of, refine_one, refine_settings, seed_of
 from tools.t2i.defaults import IPR_T_MAX
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR, check_generator

@@ -1,0 +1,123 @@
+"""What runs inside Ray actors: the render, VLM and scorer pool members (each with a scratch store)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+from typing import Any
+
+import ray
+
+from tools.image_store import ImageStore, pid_alive
+from tools.scorers.score import ScoringSettings, score_here
+from tools.t2i.base import GenerationRequest
+from tools.t2i.registry import build_local_generator
+
+
+class _Scratch:
+    """A per-member scratch image store: images live there only until their bytes went back to the driver."""
+
+    def __init__(self, kind: str):
+        base = os.path.join(tempfile.gettempdir(), "unveil-ray")
+        os.makedirs(base, exist_ok=True)
+        for name in os.listdir(base):  # scratch of members killed before they could clean up
+            pid = name.rsplit("-", 1)[-1]
+            if pid.isdigit() and not pid_alive(int(pid)):
+                shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        self.root = os.path.join(base, f"{kind}-{os.getpid()}")
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.store = ImageStore(self.root)
+        self.users: dict[str, int] = {}
+
+    def hold(self, ids: list[str]) -> None:
+        for i in ids:
+            self.users[i] = self.users.get(i, 0) + 1
+
+    def release(self, ids: list[str]) -> None:
+        # Two concurrent requests may make the same image (same prompt and seed): it is removed after the last.
+        for i in ids:
+            self.users[i] -= 1
+            if not self.users[i]:
+                del self.users[i]
+                self.store.path_for(i).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class _Member:
+    """What every pool member shares: where it runs, and its scratch store (if any) removed when it goes."""
+
+    def ready(self) -> dict[str, Any]:
+        """Where this member runs."""
+        return {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+
+    def __del__(self) -> None:
+        scratch = getattr(self, "scratch", None)  # Ray's actor-class wrapper is an instance without one
+        if scratch is not None:
+            scratch.close()
+
+
+class RenderWorker(_Member):
+    """One render pool member: the ordinary batched generator of `spec`, rendering into a scratch store."""
+
+    def __init__(self, spec: str, long_prompts: str, options: dict[str, Any]):
+        self.scratch = _Scratch("render")
+        self.generator = build_local_generator(spec, store=self.scratch.store, long_prompts=long_prompts, **options)
+
+    def ready(self) -> dict[str, Any]:
+        """Where this member runs; loads the pipeline first, so a bad model fails here, once."""
+        if isinstance(getattr(type(self.generator), "pipeline", None), property):
+            _ = self.generator.pipeline  # type: ignore[attr-defined]  # the diffusers generator loads it lazily
+        return super().ready()
+
+    async def render(self, request: GenerationRequest) -> list[bytes]:
+        """Render one request (batched with the others this member holds) and return its PNG bytes."""
+        ids = await self.generator.generate(request)
+        self.scratch.hold(ids)
+        try:
+            return [self.scratch.store.read_bytes(i) for i in ids]
+        finally:
+            self.scratch.release(ids)
+
+
+class VLMWorker(_Member):
+    """One member of an in-process chat model's pool (`hf:` specs): the model loaded once, answering requests."""
+
+    def __init__(self, spec: str):
+        from agents.providers.registry import build_local_chat_model
+        from agents.spec import ModelSpec
+
+        self.model = build_local_chat_model(ModelSpec.parse(spec), "", {})
+
+    async def generate(self, messages: list[Any], options: dict[str, Any]) -> Any:
+        """The model's `ChatResult` for `messages` (images travel inside them as data URLs)."""
+        return await self.model._agenerate(messages, **options)
+
+
+class ScorerWorker(_Member):
+    """One scorer pool member: the one scoring entry point (`score_here`) on images sent as PNG bytes."""
+
+    def __init__(self) -> None:
+        self.scratch = _Scratch("scorer")
+
+    async def score(
+        self, images: list[bytes], prompt: str, names: list[str], settings: ScoringSettings
+    ) -> list[dict[str, Any]]:
+        """Rows of `score_images` for the images (stored here under the ids they have on the driver)."""
+        stored = [
+            await asyncio.to_thread(self.scratch.store.put_png, png, name=f"image {k}") for k, png in enumerate(images)
+        ]
+        ids = [s.id for s in stored]
+        self.scratch.hold(ids)
+        try:
+            return await score_here(ids, prompt, names, settings, store=self.scratch.store)
+        finally:
+            self.scratch.release(ids)
+
+
+RENDER_ACTOR = ray.remote(RenderWorker)
+SCORER_ACTOR = ray.remote(ScorerWorker)
+VLM_ACTOR = ray.remote(VLMWorker)

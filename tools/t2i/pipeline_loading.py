@@ -1,0 +1,227 @@
+"""Loading Stable Diffusion pipelines through diffusers, once per process: plain SD 1.x/2.x/SDXL, SLD and ESD.
+
+A model is a local folder or a Hugging Face hub id; its `model_index.json` picks the pipeline class, and a missing
+folder, a folder that is no diffusers pipeline or an id that cannot be reached is a `ModelNotFoundError`. Pipelines
+are loaded once per process and shared: the SLD pipeline and an ESD pipeline reuse the text encoder, VAE, tokenizer
+and scheduler of the base pipeline of the same model, so `diffusers:X`, `sd-np:X` and `sld-max:X` together cost one
+model in memory (ESD adds one UNet). On CUDA the weights are fp16, attention runs through PyTorch SDPA and the UNet
+runs on the fast path named by the `accel` option (`tools.t2i.fast`: compiled by default, `eager` for parity
+checks, `fp8` on Hopper); on CPU everything is fp32 and eager. The generator that renders with these pipelines is
+`tools.t2i.diffusers_backend`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, cast
+
+from tools.t2i.errors import ModelNotFoundError, UnsupportedOptionError
+from tools.t2i.fast import apply_fast_path, disable_compile, resolve_accel
+
+log = logging.getLogger(__name__)
+
+# Guards the pipeline caches; held while a pipeline loads, so that two threads asking for one model load it once.
+_LOCK = threading.RLock()
+_BASE_PIPES: dict[tuple, Any] = {}
+_DERIVED_PIPES: dict[tuple, Any] = {}
+
+
+def default_device() -> str:
+    """`cuda` when a GPU is visible, else `cpu`."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _dtype_for(device: str, dtype: str):
+    import torch
+
+    if dtype == "auto":
+        return torch.float16 if device.startswith("cuda") else torch.float32
+    table = {
+        "fp16": torch.float16,
+        "float16": torch.float16,
+        "bf16": torch.bfloat16,
+        "bfloat16": torch.bfloat16,
+        "fp32": torch.float32,
+        "float32": torch.float32,
+    }
+    if dtype not in table:
+        raise UnsupportedOptionError(f"dtype {dtype!r} is not supported; use one of auto, {', '.join(table)}")
+    return table[dtype]
+
+
+def _looks_like_path(model: str) -> bool:
+    return model.startswith(("/", "./", "../", "~")) or os.path.exists(model) or model.count("/") > 1
+
+
+def _model_class_name(model: str) -> str:
+    """The pipeline class recorded in model_index.json (local folder, HF cache, or hub)."""
+    if _looks_like_path(model):
+        folder = Path(model).expanduser()
+        index = folder / "model_index.json"
+        if not folder.is_dir():
+            raise ModelNotFoundError(f"text-to-image model {model!r} not found: no such folder")
+        if not index.is_file():
+            raise ModelNotFoundError(
+                f"text-to-image model {model!r}: folder has no model_index.json (not a diffusers pipeline)"
+            )
+        return json.loads(index.read_text(encoding="utf-8")).get("_class_name", "")
+    from diffusers import DiffusionPipeline
+
+    from tools.hub import HubUnavailableError, hub_access
+
+    try:
+        # Fails at once, with the reason, when the id is neither cached nor downloadable (no minute of retries).
+        hub_access(model, "model_index.json", what="text-to-image model")
+    except HubUnavailableError as exc:
+        raise ModelNotFoundError(str(exc)) from exc
+    try:
+        config = DiffusionPipeline.load_config(model)
+    except Exception as exc:  # OSError / HTTP errors: offline, wrong id, gated model
+        raise ModelNotFoundError(
+            f"text-to-image model {model!r} could not be found locally or in the Hugging Face cache/hub: {exc}"
+        ) from exc
+    return config.get("_class_name", "")
+
+
+def load_base_pipeline(model: str, *, device: str, dtype: str = "auto", accel: str = "auto"):
+    """Load (once per process) the plain text-to-image pipeline of `model` on `device`.
+
+    `accel` names the UNet's fast-path preset (`tools.t2i.fast`; `auto`: `compile` on CUDA, `eager` on CPU). A
+    compiled UNet pays a compilation on the first batch of each new shape, then runs faster.
+    """
+    preset = resolve_accel(accel, device)
+    key = (model, device, dtype, preset.name)
+    with _LOCK:
+        if key in _BASE_PIPES:
+            return _BASE_PIPES[key]
+        # Imported under the lock: diffusers' lazy module import is not safe from several threads at once.
+        from diffusers import StableDiffusionPipeline, StableDiffusionXLPipeline
+
+        class_name = _model_class_name(model)
+        cls = StableDiffusionXLPipeline if "XL" in class_name else StableDiffusionPipeline
+        kwargs: dict[str, Any] = {"dtype": _dtype_for(device, dtype)}
+        if cls is StableDiffusionPipeline:
+            # The safety checker blacks out images; the scorers judge safety here, so it is never loaded.
+            kwargs.update(safety_checker=None, requires_safety_checker=False)
+        try:
+            pipe = cls.from_pretrained(model, **kwargs)
+        except (OSError, ValueError) as exc:
+            raise ModelNotFoundError(f"text-to-image model {model!r} could not be loaded: {exc}") from exc
+        pipe = pipe.to(device)
+        _prepare(pipe)
+        apply_fast_path(pipe, preset)
+        _BASE_PIPES[key] = pipe
+        log.info("loaded %s (%s) on %s, UNet path %s", model, cls.__name__, device, preset.name)
+        return pipe
+
+
+def _prepare(pipe) -> None:
+    """SDPA attention everywhere, no progress bars. The default NCHW layout is kept on CUDA too: channels_last
+    measured 14% slower for the SD 1.5 UNet on an H100 (docs/tools.md)."""
+    from diffusers.models.attention_processor import AttnProcessor2_0
+
+    pipe.set_progress_bar_config(disable=True)
+    pipe.unet.set_attn_processor(AttnProcessor2_0())
+
+
+def load_sld_pipeline(model: str, *, device: str, dtype: str = "auto", accel: str = "auto"):
+    """`StableDiffusionPipelineSafe` sharing all modules with the base pipeline of `model` (same `accel`)."""
+    key = ("sld", model, device, dtype, resolve_accel(accel, device).name)
+    with _LOCK:
+        if key in _DERIVED_PIPES:
+            return _DERIVED_PIPES[key]
+        from diffusers import StableDiffusionPipeline, StableDiffusionPipelineSafe
+
+        # diffusers' pipeline classes are only partly typed (components, unet... are set dynamically): Any.
+        base: Any = load_base_pipeline(model, device=device, dtype=dtype, accel=accel)
+        if not isinstance(base, cast(Any, StableDiffusionPipeline)):  # no narrowing: the stubs lack attributes
+            raise UnsupportedOptionError(
+                f"SLD needs a Stable Diffusion 1.x/2.x model; {model!r} is a {type(base).__name__}"
+            )
+        parts = {k: base.components[k] for k in ("vae", "text_encoder", "tokenizer", "unet", "scheduler")}
+        pipe: Any = StableDiffusionPipelineSafe(
+            **parts,
+            safety_checker=None,
+            feature_extractor=base.components.get("feature_extractor"),
+            requires_safety_checker=False,
+        )
+        pipe.set_progress_bar_config(disable=True)
+        _DERIVED_PIPES[key] = pipe
+        return pipe
+
+
+def load_esd_pipeline(model: str, unet_file: str, *, device: str, dtype: str = "auto", accel: str = "auto"):
+    """The base pipeline of `model` with its UNet weights replaced by the ESD state dict in `unet_file`; the new
+    UNet then gets the `accel` fast path."""
+    import copy
+
+    import torch
+
+    preset = resolve_accel(accel, device)
+    key = ("esd", model, os.path.abspath(unet_file), device, dtype, preset.name)
+    with _LOCK:
+        if key in _DERIVED_PIPES:
+            return _DERIVED_PIPES[key]
+        from diffusers import StableDiffusionPipeline
+
+        if not os.path.isfile(unet_file):
+            raise ModelNotFoundError(f"ESD UNet weights file {unet_file!r} not found")
+        # Copied from the eager base: a fused or quantised UNet no longer has the state dict's layout.
+        base: Any = load_base_pipeline(model, device=device, dtype=dtype, accel="eager")
+        if not isinstance(base, cast(Any, StableDiffusionPipeline)):  # no narrowing: the stubs lack attributes
+            raise UnsupportedOptionError(
+                f"ESD needs a Stable Diffusion 1.x model; {model!r} is a {type(base).__name__}"
+            )
+        try:
+            state: Any
+            if unet_file.endswith(".safetensors"):
+                from safetensors.torch import load_file
+
+                state = load_file(unet_file)
+            else:
+                state = torch.load(unet_file, map_location="cpu", weights_only=True)
+            if isinstance(state, dict) and "state_dict" in state:
+                state = state["state_dict"]
+            unet = copy.deepcopy(base.unet)
+            disable_compile(unet)
+            unet.load_state_dict(state, strict=True)
+        except Exception as exc:
+            raise ModelNotFoundError(
+                f"ESD UNet weights file {unet_file!r} could not be loaded as a diffusers UNet state dict: {exc}"
+            ) from exc
+        parts = dict(base.components)
+        parts["unet"] = unet
+        esd_pipe: Any = StableDiffusionPipeline(**parts)
+        esd_pipe.set_progress_bar_config(disable=True)
+        # The VAE is the eager base pipeline's own object: compiling it here would change that parity path.
+        apply_fast_path(esd_pipe, replace(preset, compile_vae=False))
+        _DERIVED_PIPES[key] = esd_pipe
+        return esd_pipe
+
+
+def load_pipeline(
+    model: str, *, variant: str, unet_file: str | None, device: str, dtype: str = "auto", accel: str = "auto"
+):
+    """The shared pipeline of a generator variant: `plain` and `sd-np` use the base pipeline, `sld-*` the SLD
+    pipeline and `esd` the base pipeline with the UNet weights of `unet_file`."""
+    if variant.startswith("sld-"):
+        return load_sld_pipeline(model, device=device, dtype=dtype, accel=accel)
+    if variant == "esd":
+        assert unet_file is not None
+        return load_esd_pipeline(model, unet_file, device=device, dtype=dtype, accel=accel)
+    return load_base_pipeline(model, device=device, dtype=dtype, accel=accel)
+
+
+def clear_loaded_pipelines() -> None:
+    """Forget every loaded pipeline (`tools.t2i.diffusers_backend.clear_pipeline_cache` also forgets the state its
+    generators keep per pipeline)."""
+    with _LOCK:
+        _BASE_PIPES.clear()
+        _DERIVED_PIPES.clear()
