@@ -14,6 +14,7 @@ import pytest
 
 from agents.gateway import Gateway, GatewaySettings, set_gateway
 from graphs.ctd import CtdContext, builder, graph
+from tests.cli_args import generate_args
 
 SCENE = {
     "subcategory": "cocaine dealing",
@@ -262,32 +263,8 @@ def accepting_script() -> dict[str, list[Any]]:
 
 
 def cli_args(out: Path, spec: str, t2i: str, *extra: str, n: int = 2) -> list[str]:
-    return [
-        "generate",
-        "--category",
-        "drugs",
-        "--n",
-        str(n),
-        "--out",
-        str(out),
-        "--model",
-        spec,
-        "--generator",
-        t2i,
-        "--width",
-        "32",
-        "--height",
-        "32",
-        "--steps",
-        "2",
-        "--cache",
-        "off",
-        "--no-progress",
-        "--no-web-search",
-        "--near-duplicate",
-        "0",
-        *extra,
-    ]
+    """`unveil generate` with the response cache off: these tests count and kill model calls."""
+    return generate_args(out, spec, t2i, *extra, n=n, cache="off")
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:

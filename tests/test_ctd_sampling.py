@@ -18,6 +18,7 @@ from agents.content import build_messages
 from agents.gateway import Gateway, GatewaySettings, get_gateway, set_gateway
 from agents.providers.scripted import request_data
 from graphs.ctd import graph
+from tests.cli_args import generate_args
 from tests.faultserver import FaultServer
 from tests.test_ctd import BENIGN, DISSIMILAR, context, fresh_gateway, merge, panel_rules, tiny_sd, vote, write_script
 
@@ -113,34 +114,8 @@ def _accepting(n: int) -> dict[str, list[Any]]:
 
 
 def _generate(out: Path, spec: str, t2i: str, n: int) -> list[str]:
-    # No --cache: the default response cache, under HOME.
-    return [
-        "generate",
-        "--category",
-        "drugs",
-        "--n",
-        str(n),
-        "--out",
-        str(out),
-        "--model",
-        spec,
-        "--generator",
-        t2i,
-        "--width",
-        "32",
-        "--height",
-        "32",
-        "--steps",
-        "2",
-        "--no-progress",
-        "--no-web-search",
-        "--near-duplicate",
-        "0",
-        "--review",
-        "auto",
-        "--concurrency",
-        "4",
-    ]
+    # cache=None: the default response cache, under HOME.
+    return generate_args(out, spec, t2i, "--review", "auto", "--concurrency", "4", n=n, cache=None)
 
 
 def _records(out: Path) -> list[dict[str, Any]]:

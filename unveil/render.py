@@ -220,16 +220,15 @@ FOOTER_LINES = 5
 LEGEND_H = 0.9
 
 
-def layout_tag(result: dict[str, Any]) -> TagLayout:
-    """The geometry of a TAG picture (boxes, edge labels, rows, the toxic link) without drawing it."""
-    visual, textual = _trees(result)
-    nodes = {"visual": visual, "textual": textual}
-    texts = {n["id"]: _node_text(n) for n in visual + textual}
-    heights = {k: len(t.split("\n")) * LINE_H + 0.14 for k, t in texts.items()}
-    layers = sorted({int(n.get("layer", 0)) for n in visual + textual}) or [0]
+def _rows(
+    all_nodes: list[dict[str, Any]], heights: dict[str, float]
+) -> tuple[dict[int, float], dict[int, float], float]:
+    """Step 1 of the layout: the height of each layer's band (its tallest box), the centre line of each row and
+    the figure's height (header, tree titles, rows, footer)."""
+    layers = sorted({int(n.get("layer", 0)) for n in all_nodes}) or [0]
     depth = max(layers) + 1
     band = {
-        layer: max([heights[n["id"]] for n in visual + textual if int(n.get("layer", 0)) == layer] or [0.4])
+        layer: max([heights[n["id"]] for n in all_nodes if int(n.get("layer", 0)) == layer] or [0.4])
         for layer in range(depth)
     }
     footer = FOOTER_LINES * 0.16 + LEGEND_H + 0.3
@@ -240,6 +239,14 @@ def layout_tag(result: dict[str, Any]) -> TagLayout:
     for layer in range(depth):
         row_y[layer] = y - band[layer] / 2
         y -= band[layer] + ROW_GAP
+    return band, row_y, height
+
+
+def _place_trees(
+    nodes: dict[str, list[dict[str, Any]]], heights: dict[str, float], row_y: dict[int, float]
+) -> tuple[dict[str, Box], dict[str, str], dict[str, tuple[float, float]], float]:
+    """Step 2: the box of every node, the tree it belongs to, each tree's span and the figure's width. The visual
+    tree goes left, the textual right, with the gutter between; a narrow drawing is centred in the minimum width."""
     boxes: dict[str, Box] = {}
     tree_of: dict[str, str] = {}
     spans: dict[str, tuple[float, float]] = {}
@@ -260,15 +267,27 @@ def layout_tag(result: dict[str, Any]) -> TagLayout:
         boxes = {k: Box(b.x + pad, b.y, b.w, b.h) for k, b in boxes.items()}
         spans = {k: (lo + pad, hi + pad) for k, (lo, hi) in spans.items()}
         width = MIN_WIDTH
-    roots_and_kids = [_children(nodes[name]) for name in ("visual", "textual")]
-    parent: dict[str, str | None] = {n["id"]: None for n in visual + textual}
-    for _, kids in roots_and_kids:
+    return boxes, tree_of, spans, width
+
+
+def _parents(nodes: dict[str, list[dict[str, Any]]]) -> dict[str, str | None]:
+    """Step 3: each node's parent as drawn (None for a root, and for a node `_children` treats as one)."""
+    parent: dict[str, str | None] = {n["id"]: None for name in ("visual", "textual") for n in nodes[name]}
+    for name in ("visual", "textual"):
+        _, kids = _children(nodes[name])
         for p_id, cs in kids.items():
             for c in cs:
                 parent[c] = p_id
+    return parent
+
+
+def _edge_labels(
+    all_nodes: list[dict[str, Any]], parent: dict[str, str | None], boxes: dict[str, Box]
+) -> tuple[dict[str, Box], dict[str, str]]:
+    """Step 4: the box and text of each edge's label (probability and association type), keyed by the child."""
     labels: dict[str, Box] = {}
     edge_texts: dict[str, str] = {}
-    for n in visual + textual:
+    for n in all_nodes:
         p = parent[n["id"]]
         if p is None:
             continue
@@ -281,6 +300,20 @@ def layout_tag(result: dict[str, Any]) -> TagLayout:
         x_lab = child.x + (par.x - child.x) * t
         labels[n["id"]] = Box(x_lab, y_lab, len(text) * LABEL_FONT * 0.55 / 72 + 0.06, LABEL_FONT * 1.35 / 72)
         edge_texts[n["id"]] = text
+    return labels, edge_texts
+
+
+def layout_tag(result: dict[str, Any]) -> TagLayout:
+    """The geometry of a TAG picture (boxes, edge labels, rows, the toxic link) without drawing it: rows, boxes,
+    parents, edge labels, then the link between the reported pair's nodes (step 5, `_route_link`)."""
+    visual, textual = _trees(result)
+    nodes = {"visual": visual, "textual": textual}
+    texts = {n["id"]: _node_text(n) for n in visual + textual}
+    heights = {k: len(t.split("\n")) * LINE_H + 0.14 for k, t in texts.items()}
+    band, row_y, height = _rows(visual + textual, heights)
+    boxes, tree_of, spans, width = _place_trees(nodes, heights, row_y)
+    parent = _parents(nodes)
+    labels, edge_texts = _edge_labels(visual + textual, parent, boxes)
     layout = TagLayout(
         width=width,
         height=height,
@@ -345,19 +378,9 @@ def _verdict(result: dict[str, Any]) -> str:
     return "Not toxic: no toxic cross-modal pair within the expanded layers"
 
 
-def _draw_tag(result: dict[str, Any]) -> tuple[Figure, TagLayout]:
-    layout = layout_tag(result)
-    visual, textual = _trees(result)
+def _draw_header(ax: Any, layout: TagLayout, result: dict[str, Any]) -> None:
+    """Drawing step 1: the verdict, the MTC calculation and the judge's reason across the top."""
     finding = result.get("finding") or {}
-    on_path = _path_ids(visual, (finding.get("visual") or {}).get("id")) | _path_ids(
-        textual, (finding.get("textual") or {}).get("id")
-    )
-    pair = {(finding.get("visual") or {}).get("id"), (finding.get("textual") or {}).get("id")} - {None}
-    fig = plt.figure(figsize=(layout.width, layout.height))
-    ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
-    ax.set_xlim(0, layout.width)
-    ax.set_ylim(0, layout.height)
-    ax.axis("off")
     H = layout.height
     ax.text(
         MARGIN,
@@ -379,6 +402,10 @@ def _draw_tag(result: dict[str, Any]) -> tuple[Figure, TagLayout]:
             color=INK,
             style="italic",
         )
+
+
+def _draw_frame(ax: Any, layout: TagLayout) -> None:
+    """Drawing step 2: the two trees' titles, the layer labels at the left and the dotted line between the trees."""
     for name, title in (("visual", "Visual association tree (image)"), ("textual", "Textual association tree (text)")):
         lo, hi = layout.tree_span[name]
         ax.text(
@@ -398,6 +425,10 @@ def _draw_tag(result: dict[str, Any]) -> tuple[Figure, TagLayout]:
         sep = (layout.tree_span["visual"][1] + layout.tree_span["textual"][0]) / 2
         bottom = min(layout.row_y.values()) - 0.5
         ax.plot([sep, sep], [bottom, layout.top - 0.05], color="#d5d8dc", lw=0.8, ls=":", zorder=0)
+
+
+def _draw_edges(ax: Any, layout: TagLayout, on_path: set[str]) -> None:
+    """Drawing step 3: every parent-child edge with its label; edges of a toxic path in bold red."""
     for child, par in layout.parent.items():
         if par is None:
             continue
@@ -424,6 +455,10 @@ def _draw_tag(result: dict[str, Any]) -> tuple[Figure, TagLayout]:
             weight="bold" if hot else "normal",
             bbox={"boxstyle": "square,pad=0.08", "fc": "white", "ec": "none"},
         )
+
+
+def _draw_nodes(ax: Any, layout: TagLayout, on_path: set[str], pair: set[str | None]) -> None:
+    """Drawing step 4: every node's box and text; roots solid and bold, the reported pair filled red."""
     for node_id, box in layout.boxes.items():
         is_root = layout.parent[node_id] is None
         face = PAIR_FILL if node_id in pair else FILL[layout.tree[node_id]]
@@ -452,25 +487,33 @@ def _draw_tag(result: dict[str, Any]) -> tuple[Figure, TagLayout]:
             weight="bold" if is_root else "normal",
             linespacing=1.15,
         )
-    if layout.link:
-        xs, ys = zip(*layout.link, strict=True)
-        ax.plot(xs, ys, color=HIGHLIGHT, lw=2.0, ls=(0, (5, 2.5)), zorder=5, solid_joinstyle="round")
-        ax.plot([xs[0], xs[-1]], [ys[0], ys[-1]], "o", color=HIGHLIGHT, ms=5, zorder=6)
-        run = abs(ys[2] - ys[3])
-        if run >= 0.8:  # a label along the gutter run when it is long enough to hold one; the legend names it too
-            ax.text(
-                xs[2] + 0.06,
-                (ys[2] + ys[3]) / 2,
-                "toxic pair",
-                rotation=90,
-                ha="left",
-                va="center",
-                fontsize=7.5,
-                color=HIGHLIGHT,
-                weight="bold",
-                zorder=6,
-            )
-    _legend(ax, layout)
+
+
+def _draw_link(ax: Any, layout: TagLayout) -> None:
+    """Drawing step 5: the cross-modal toxic link, labelled along the gutter where it runs long enough."""
+    if not layout.link:
+        return
+    xs, ys = zip(*layout.link, strict=True)
+    ax.plot(xs, ys, color=HIGHLIGHT, lw=2.0, ls=(0, (5, 2.5)), zorder=5, solid_joinstyle="round")
+    ax.plot([xs[0], xs[-1]], [ys[0], ys[-1]], "o", color=HIGHLIGHT, ms=5, zorder=6)
+    run = abs(ys[2] - ys[3])
+    if run >= 0.8:  # a label along the gutter run when it is long enough to hold one; the legend names it too
+        ax.text(
+            xs[2] + 0.06,
+            (ys[2] + ys[3]) / 2,
+            "toxic pair",
+            rotation=90,
+            ha="left",
+            va="center",
+            fontsize=7.5,
+            color=HIGHLIGHT,
+            weight="bold",
+            zorder=6,
+        )
+
+
+def _draw_explanation(ax: Any, layout: TagLayout, result: dict[str, Any]) -> None:
+    """Drawing step 7: the explainer's text above the legend, wrapped to the figure's width."""
     explanation = result.get("explanation") or ""
     if explanation:
         chars = max(60, int((layout.width - 2 * MARGIN) * 14))
@@ -484,6 +527,30 @@ def _draw_tag(result: dict[str, Any]) -> tuple[Figure, TagLayout]:
             color=INK,
             linespacing=1.35,
         )
+
+
+def _draw_tag(result: dict[str, Any]) -> tuple[Figure, TagLayout]:
+    """The figure of a TAG result on a canvas of exactly the layout's size, drawn in steps: header, frame,
+    edges, nodes, the toxic link, the legend (step 6) and the explanation."""
+    layout = layout_tag(result)
+    visual, textual = _trees(result)
+    finding = result.get("finding") or {}
+    on_path = _path_ids(visual, (finding.get("visual") or {}).get("id")) | _path_ids(
+        textual, (finding.get("textual") or {}).get("id")
+    )
+    pair = {(finding.get("visual") or {}).get("id"), (finding.get("textual") or {}).get("id")} - {None}
+    fig = plt.figure(figsize=(layout.width, layout.height))
+    ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
+    ax.set_xlim(0, layout.width)
+    ax.set_ylim(0, layout.height)
+    ax.axis("off")
+    _draw_header(ax, layout, result)
+    _draw_frame(ax, layout)
+    _draw_edges(ax, layout, on_path)
+    _draw_nodes(ax, layout, on_path, pair)
+    _draw_link(ax, layout)
+    _legend(ax, layout)
+    _draw_explanation(ax, layout, result)
     return fig, layout
 
 

@@ -144,8 +144,9 @@ def _print_summary(rec: dict[str, Any], sample_id: str | None = None) -> None:
     print(line, flush=True)  # shown as soon as each demo sample is done, also when stdout is a pipe
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run `unveil detect`."""
+def _check_flags(args: argparse.Namespace) -> None:
+    """Refuse a combination of flags that names no one job, and a --render path that cannot be written, before
+    any model call."""
     if args.input and (args.text or args.image or args.image_description):
         raise SystemExit(
             "unveil detect: give either one pair (--text with --image or --image-description) or --input, not both"
@@ -167,55 +168,57 @@ def run(args: argparse.Namespace) -> int:
             check_render_path(args.render)  # before any model call
         except ValueError as exc:
             raise SystemExit(f"unveil detect: {exc}") from exc
-    setup_gateway(args)
-    try:
-        check_detection_config(args.method)  # one error now, not one failed record per sample
-    except (ValueError, OSError) as exc:  # OSError: a template file that cannot be read
-        raise SystemExit(f"unveil detect: --method {args.method}: {exc}") from exc
-    ctx = _context(args)
-    warn_if_demo(ctx.models())
-    if args.input or not args.text:
-        source = Path(args.input) if args.input else EXAMPLES
-        method_slug = args.method.replace(":", "-").replace("/", "-").replace("=", "-")  # guard:template=FILE
-        # the model is in the default name, so a run with another model never resumes the demo's file
-        default = default_output_name(f"detect-{method_slug}-{source.stem}", ctx.models())
-        output = Path(args.output) if args.output else Path("runs") / default
-        identity = output_identity(args, "detect", detection_settings(ctx, args.method))
-        items = list(read_jsonl(source))
-        base_dir = str(source.resolve().parent)
 
-        shown: set[str] = set()
 
-        async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
-            rec = await detect_one({**record, "base_dir": base_dir}, ctx, args.method)
-            if not args.input:  # the demo shows each result as soon as it is done
-                _print_summary(rec, sample_id)
-                shown.add(sample_id)
-            return rec
+def _run_file(args: argparse.Namespace, ctx: Any) -> int:
+    """Detect every pair of --input (or of the bundled examples, each summary shown as soon as it is done) as a
+    batch that resumes into its output file."""
+    source = Path(args.input) if args.input else EXAMPLES
+    method_slug = args.method.replace(":", "-").replace("/", "-").replace("=", "-")  # guard:template=FILE
+    # the model is in the default name, so a run with another model never resumes the demo's file
+    default = default_output_name(f"detect-{method_slug}-{source.stem}", ctx.models())
+    output = Path(args.output) if args.output else Path("runs") / default
+    identity = output_identity(args, "detect", detection_settings(ctx, args.method))
+    items = list(read_jsonl(source))
+    base_dir = str(source.resolve().parent)
 
-        # The embedded model answers one call at a time, so running demo samples side by side gains nothing and
-        # only delays the first result: one sample at a time there.
-        demo = all(is_demo_spec(spec) for spec in ctx.models().values())
-        summary = asyncio.run(
-            run_batch(
-                items,
-                worker,
-                output,
-                concurrency=1 if demo else args.concurrency,
-                retry_failed=args.retry_failed,
-                desc=f"detect ({args.method})",
-                progress=not args.no_progress,
-                inputs=(source,),
-                identity=identity,
-            )
+    shown: set[str] = set()
+
+    async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
+        rec = await detect_one({**record, "base_dir": base_dir}, ctx, args.method)
+        if not args.input:  # the demo shows each result as soon as it is done
+            _print_summary(rec, sample_id)
+            shown.add(sample_id)
+        return rec
+
+    # The embedded model answers one call at a time, so running demo samples side by side gains nothing and
+    # only delays the first result: one sample at a time there.
+    demo = all(is_demo_spec(spec) for spec in ctx.models().values())
+    summary = asyncio.run(
+        run_batch(
+            items,
+            worker,
+            output,
+            concurrency=1 if demo else args.concurrency,
+            retry_failed=args.retry_failed,
+            desc=f"detect ({args.method})",
+            progress=not args.no_progress,
+            inputs=(source,),
+            identity=identity,
         )
-        if not args.input:
-            from tools.jsonl_files import done_records
+    )
+    if not args.input:
+        from tools.jsonl_files import done_records
 
-            for sid, rec in done_records(output).items():
-                if sid not in shown:
-                    _print_summary(rec, sid)
-        return report_batch(summary, output)
+        for sid, rec in done_records(output).items():
+            if sid not in shown:
+                _print_summary(rec, sid)
+    return report_batch(summary, output)
+
+
+def _run_pair(args: argparse.Namespace, ctx: Any) -> int:
+    """Detect the one pair of --text with --image or --image-description; print it, as JSON with --json, and
+    draw its TAG with --render."""
     sample = {"image": args.image, "image_description": args.image_description, "text": args.text}
     local = command_line_image(args.image)
     if local is not None:  # the image the user named on the command line: its folder is granted, nothing more
@@ -231,3 +234,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_summary(rec)
     return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `unveil detect`: check the flags, set up the gateway and the method, then one file or one pair."""
+    _check_flags(args)
+    setup_gateway(args)
+    try:
+        check_detection_config(args.method)  # one error now, not one failed record per sample
+    except (ValueError, OSError) as exc:  # OSError: a template file that cannot be read
+        raise SystemExit(f"unveil detect: --method {args.method}: {exc}") from exc
+    ctx = _context(args)
+    warn_if_demo(ctx.models())
+    if args.input or not args.text:
+        return _run_file(args, ctx)
+    return _run_pair(args, ctx)

@@ -61,13 +61,9 @@ def _run_options(p: argparse.ArgumentParser, default_out: str) -> None:
     add_mixed_settings_option(p)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add `evaluate detection` and `evaluate ipr`."""
-    p = sub.add_parser("evaluate", help="reproduce the papers' evaluation tables and figures")
-    ev = p.add_subparsers(dest="evaluation", required=True)
-
-    d = ev.add_parser("detection", help="vanilla vs TA-CTD: accuracy/F2 per MTC bin, l_max ablation, MTC histogram")
-    d.add_argument(
+def _detection_data_options(p: argparse.ArgumentParser) -> None:
+    """`evaluate detection`'s datasets and the methods and detectors it compares."""
+    p.add_argument(
         "--dataset",
         action="append",
         required=True,
@@ -75,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="dataset file (repeatable), e.g. siuo:data/siuo_gen.json; NAME labels it in the tables "
         "(default: the file's folder/stem); FMT is its layout, as --format",
     )
-    d.add_argument(
+    p.add_argument(
         "--format",
         action="append",
         default=[],
@@ -83,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="layout per --dataset (ctd, hateful_memes, vlsbench, mmit, siuo, mssbench, holisafe, or "
         "auto; one value applies to all)",
     )
-    d.add_argument(
+    p.add_argument(
         "--methods",
         type=_csv,
         default=["vanilla", "tag"],
@@ -91,28 +87,37 @@ def register(sub: argparse._SubParsersAction) -> None:
         "guard:guardreasoner-vl, guard:template=FILE (default vanilla,tag); a guard's model is "
         "--role-model guard=SPEC (or guard.NAME=SPEC)",
     )
-    d.add_argument(
+    p.add_argument(
         "--detectors", type=_csv, default=[], help="detector model specs, comma-separated (default: --model)"
     )
-    d.add_argument(
+
+
+def _detection_tag_options(p: argparse.ArgumentParser) -> None:
+    """`evaluate detection`'s TAG shape (depth, width, ablation depths) and the F-score's beta."""
+    p.add_argument(
         "--l-max",
         type=bounded_int(1, MAX_DEPTH),
         help="TAG depth counting the roots (default 4; 2 on the embedded demo model, as in `unveil detect`)",
     )
-    d.add_argument(
+    p.add_argument(
         "--l-max-ablation",
         type=int_list(1, MAX_DEPTH),
         default=[],
         help="other depths to run for the ablation, e.g. 2,3",
     )
-    d.add_argument(
+    p.add_argument(
         "--k-max", type=bounded_int(1, 100), help="TAG nodes kept per layer (default 6; 2 on the embedded demo model)"
     )
-    d.add_argument(
+    p.add_argument(
         "--children", type=bounded_int(1, 20), help="children per parent (default 3; 2 on the embedded demo model)"
     )
-    d.add_argument("--beta", type=bounded_float(0.0, 100.0, above=True), default=2.0, help="F-score beta (default 2)")
-    benign = d.add_mutually_exclusive_group()
+    p.add_argument("--beta", type=bounded_float(0.0, 100.0, above=True), default=2.0, help="F-score beta (default 2)")
+
+
+def _detection_sample_options(p: argparse.ArgumentParser) -> None:
+    """Which samples `evaluate detection` scores (benign ones too, the first N) and where the covertness bins
+    come from."""
+    benign = p.add_mutually_exclusive_group()
     benign.add_argument(
         "--toxic-only",
         dest="include_benign",
@@ -125,8 +130,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also score the datasets' benign samples (Table 4, 'with benign data')",
     )
-    d.set_defaults(include_benign=False)
-    d.add_argument(
+    p.set_defaults(include_benign=False)
+    p.add_argument(
         "--mtc-from",
         action="append",
         default=[],
@@ -134,14 +139,131 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="covertness bins from this TA-CTD run file (records with id and mtc), for the dataset NAME "
         "or every dataset; repeatable",
     )
-    d.add_argument(
+    p.add_argument(
         "--mtc-reference",
         default="",
         metavar="SPEC",
         help="covertness bins from TA-CTD of this reference detector, run once per dataset and reused "
         "for every method (default: the dataset's mtc field); use a model you do not score",
     )
-    d.add_argument("--limit", type=bounded_int(1, MAX_SCENES), help="only the first N samples of each dataset")
+    p.add_argument("--limit", type=bounded_int(1, MAX_SCENES), help="only the first N samples of each dataset")
+
+
+def _ipr_generation_options(p: argparse.ArgumentParser) -> None:
+    """`evaluate ipr`'s prompts and the generation methods it compares."""
+    p.add_argument(
+        "--prompts",
+        default="",
+        help="I2P CSV or JSONL prompts (default: the repository's 300-prompt split of POSI and IPR, "
+        "data/i2p/ipr_eval_300.jsonl)",
+    )
+    p.add_argument("--categories", type=_csv, help="only these categories")
+    p.add_argument(
+        "--limit-per-category", type=bounded_int(1, MAX_SCENES), help="only the first N prompts of each category"
+    )
+    p.add_argument("--methods", type=_csv, default=["sd"], help=f"generation methods: {', '.join(IPR_METHODS)}")
+    p.add_argument("--sd", default=DEFAULT_SD, help=f"base text-to-image model id or folder (default {DEFAULT_SD})")
+    p.add_argument("--esd-unet", help="ESD UNet weights file (needed by the esd method)")
+    p.add_argument(
+        "--generator",
+        action="append",
+        default=[],
+        metavar="METHOD=SPEC",
+        help="override a method's generator spec, e.g. sd=diffusers:/models/sd21 (repeatable)",
+    )
+
+
+def _ipr_refinement_options(p: argparse.ArgumentParser) -> None:
+    """`evaluate ipr`'s rewriter baseline and the IPR refiner's budgets and protocol."""
+    p.add_argument("--with-rewriter", action="store_true", help="also run the text-only rewriter baseline")
+    p.add_argument("--rewriter-model", default="", help="model spec of the rewriter (default: --model)")
+    p.add_argument(
+        "--rewriter-format",
+        choices=["json", "posi", "refiner"],
+        default="json",
+        help="what the rewriter reads and writes: json (a prompted model, default), posi (POSI's own "
+        "instruction and answer: a POSI checkpoint), refiner (a refiner adapter run text-only)",
+    )
+    p.add_argument("--refiner-model", default="", help="model spec of the IPR refiner (default: --model)")
+    p.add_argument(
+        "--ipr-t-max",
+        type=int_list(0, MAX_STEPS),
+        default=[],
+        help="IPR step budgets, e.g. 1,2,3 (default: no IPR); one "
+        "IPR graph run per prompt with T_max = the largest gives every budget",
+    )
+    p.add_argument(
+        "--history", action="store_true", help="show the IPR refiner the prompts tried so far (default: myopic)"
+    )
+    p.add_argument(
+        "--seed-mode",
+        choices=["fresh", "fixed"],
+        default="fresh",
+        help="IPR steps sample a fresh image, seeded from the trajectory's seed and the step (default, the "
+        "IPR paper's protocol), or re-render with the trajectory's seed (fixed)",
+    )
+    p.add_argument(
+        "--on-refiner-error",
+        choices=["fail", "stop"],
+        default="fail",
+        help="an unusable refiner answer fails the prompt (default) or ends its trajectory there",
+    )
+    p.add_argument(
+        "--images-per-prompt",
+        type=bounded_int(1, MAX_IMAGES),
+        default=IPR_IMAGES_PER_PROMPT,
+        help=f"images per prompt, seeds seed..seed+N-1 (default {IPR_IMAGES_PER_PROMPT}, as the paper)",
+    )
+
+
+def _ipr_render_options(p: argparse.ArgumentParser) -> None:
+    """How `evaluate ipr` renders: the shared render flags, per-prompt guidance, the device."""
+    add_render_options(p, RenderSettings())
+    p.add_argument(
+        "--prompt-guidance",
+        action="store_true",
+        help="render each prompt at its own I2P evaluation guidance where it has one (the I2P/SLD "
+        "protocol; --guidance for the others)",
+    )
+    p.add_argument("--device", default="", help="device for generators and scorers (default: CUDA when present)")
+
+
+def _ipr_scoring_options(p: argparse.ArgumentParser) -> None:
+    """`evaluate ipr`'s scorers: what counts as inappropriate, Q16, BLIP, NudeNet and MHSC."""
+    p.add_argument(
+        "--ip-source",
+        choices=IP_SOURCES,
+        default=IP_SOURCES[0],
+        help="what makes an image inappropriate (default: Q16 > 0.5 or a NudeNet exposed label)",
+    )
+    p.add_argument(
+        "--q16-embeddings",
+        default="",
+        help="Q16 prompt embeddings (.npy or .p; default: $UNVEIL_Q16_PROMPTS, else the repository's "
+        "data/q16/vit-l-14.npy)",
+    )
+    p.add_argument("--q16-clip-model", default="", help="CLIP ViT-L/14 model id or folder for Q16")
+    p.add_argument("--blip-model", default="", help="BLIP model id or folder for the BLIP score")
+    p.add_argument("--no-nudenet", action="store_true", help="do not run NudeNet")
+    p.add_argument("--no-blip", action="store_true", help="do not compute the BLIP score")
+    p.add_argument(
+        "--mhsc-checkpoints",
+        default="",
+        help="MHSC head checkpoints (the checkpoints/multi-headed folder "
+        "of Unsafe Diffusion): adds an MHSC column (IP with MHSC in Q16's place: MHSC or NudeNet) "
+        "and an 'MHSC alone' column",
+    )
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `evaluate detection` and `evaluate ipr`."""
+    p = sub.add_parser("evaluate", help="reproduce the papers' evaluation tables and figures")
+    ev = p.add_subparsers(dest="evaluation", required=True)
+
+    d = ev.add_parser("detection", help="vanilla vs TA-CTD: accuracy/F2 per MTC bin, l_max ablation, MTC histogram")
+    _detection_data_options(d)
+    _detection_tag_options(d)
+    _detection_sample_options(d)
     add_model_options(d)
     add_engine_options(d)
     _run_options(d, "runs/eval-detection")
@@ -150,96 +272,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     i = ev.add_parser(
         "ipr", help="IP / Q16 confidence / BLIP / keep ratio of generation methods, plain, rewritten and with IPR"
     )
-    i.add_argument(
-        "--prompts",
-        default="",
-        help="I2P CSV or JSONL prompts (default: the repository's 300-prompt split of POSI and IPR, "
-        "data/i2p/ipr_eval_300.jsonl)",
-    )
-    i.add_argument("--categories", type=_csv, help="only these categories")
-    i.add_argument(
-        "--limit-per-category", type=bounded_int(1, MAX_SCENES), help="only the first N prompts of each category"
-    )
-    i.add_argument("--methods", type=_csv, default=["sd"], help=f"generation methods: {', '.join(IPR_METHODS)}")
-    i.add_argument("--sd", default=DEFAULT_SD, help=f"base text-to-image model id or folder (default {DEFAULT_SD})")
-    i.add_argument("--esd-unet", help="ESD UNet weights file (needed by the esd method)")
-    i.add_argument(
-        "--generator",
-        action="append",
-        default=[],
-        metavar="METHOD=SPEC",
-        help="override a method's generator spec, e.g. sd=diffusers:/models/sd21 (repeatable)",
-    )
-    i.add_argument("--with-rewriter", action="store_true", help="also run the text-only rewriter baseline")
-    i.add_argument("--rewriter-model", default="", help="model spec of the rewriter (default: --model)")
-    i.add_argument(
-        "--rewriter-format",
-        choices=["json", "posi", "refiner"],
-        default="json",
-        help="what the rewriter reads and writes: json (a prompted model, default), posi (POSI's own "
-        "instruction and answer: a POSI checkpoint), refiner (a refiner adapter run text-only)",
-    )
-    i.add_argument("--refiner-model", default="", help="model spec of the IPR refiner (default: --model)")
-    i.add_argument(
-        "--ipr-t-max",
-        type=int_list(0, MAX_STEPS),
-        default=[],
-        help="IPR step budgets, e.g. 1,2,3 (default: no IPR); one "
-        "IPR graph run per prompt with T_max = the largest gives every budget",
-    )
-    i.add_argument(
-        "--history", action="store_true", help="show the IPR refiner the prompts tried so far (default: myopic)"
-    )
-    i.add_argument(
-        "--seed-mode",
-        choices=["fresh", "fixed"],
-        default="fresh",
-        help="IPR steps sample a fresh image, seeded from the trajectory's seed and the step (default, the "
-        "IPR paper's protocol), or re-render with the trajectory's seed (fixed)",
-    )
-    i.add_argument(
-        "--on-refiner-error",
-        choices=["fail", "stop"],
-        default="fail",
-        help="an unusable refiner answer fails the prompt (default) or ends its trajectory there",
-    )
-    i.add_argument(
-        "--images-per-prompt",
-        type=bounded_int(1, MAX_IMAGES),
-        default=IPR_IMAGES_PER_PROMPT,
-        help=f"images per prompt, seeds seed..seed+N-1 (default {IPR_IMAGES_PER_PROMPT}, as the paper)",
-    )
-    add_render_options(i, RenderSettings())
-    i.add_argument(
-        "--prompt-guidance",
-        action="store_true",
-        help="render each prompt at its own I2P evaluation guidance where it has one (the I2P/SLD "
-        "protocol; --guidance for the others)",
-    )
-    i.add_argument("--device", default="", help="device for generators and scorers (default: CUDA when present)")
-    i.add_argument(
-        "--ip-source",
-        choices=IP_SOURCES,
-        default=IP_SOURCES[0],
-        help="what makes an image inappropriate (default: Q16 > 0.5 or a NudeNet exposed label)",
-    )
-    i.add_argument(
-        "--q16-embeddings",
-        default="",
-        help="Q16 prompt embeddings (.npy or .p; default: $UNVEIL_Q16_PROMPTS, else the repository's "
-        "data/q16/vit-l-14.npy)",
-    )
-    i.add_argument("--q16-clip-model", default="", help="CLIP ViT-L/14 model id or folder for Q16")
-    i.add_argument("--blip-model", default="", help="BLIP model id or folder for the BLIP score")
-    i.add_argument("--no-nudenet", action="store_true", help="do not run NudeNet")
-    i.add_argument("--no-blip", action="store_true", help="do not compute the BLIP score")
-    i.add_argument(
-        "--mhsc-checkpoints",
-        default="",
-        help="MHSC head checkpoints (the checkpoints/multi-headed folder "
-        "of Unsafe Diffusion): adds an MHSC column (IP with MHSC in Q16's place: MHSC or NudeNet) "
-        "and an 'MHSC alone' column",
-    )
+    _ipr_generation_options(i)
+    _ipr_refinement_options(i)
+    _ipr_render_options(i)
+    _ipr_scoring_options(i)
     add_model_options(i)
     add_engine_options(i)
     _run_options(i, "runs/eval-ipr")
@@ -362,22 +398,11 @@ def generator_specs(args: argparse.Namespace) -> dict[str, str]:
     return specs
 
 
-def run_ipr(args: argparse.Namespace) -> int:
-    """Run `unveil evaluate ipr`."""
-    from evaluation.datasets import load_prompts
-    from evaluation.ipr import IPRSettings, evaluate_ipr
-    from evaluation.scoring import PaperScorer
+def _ipr_models(args: argparse.Namespace, kw: dict[str, Any]) -> tuple[str, str]:
+    """The refiner's and the rewriter's specs ("" where the run uses none). --role-model takes only these two
+    roles; the default model stands in where the run needs one and none is named."""
     from graphs.context import ModelsContext
-    from tools.datafiles import DATA_DIR, IPR_EVAL_PROMPTS, Q16_EMBEDDINGS, data_file
-    from tools.image_store import get_image_store
-    from tools.t2i.registry import open_generator
 
-    # The paper's data are the defaults: the 300-prompt split and Q16's embeddings kept in the repository's data/.
-    args.prompts = args.prompts or str(data_file(IPR_EVAL_PROMPTS))
-    if not args.q16_embeddings and not os.environ.get("UNVEIL_Q16_PROMPTS") and (DATA_DIR / Q16_EMBEDDINGS).is_file():
-        args.q16_embeddings = str(DATA_DIR / Q16_EMBEDDINGS)
-    setup_gateway(args)
-    kw = context_kwargs(args)
     extra_roles = sorted(
         k[: -len("_model")] for k in kw if k.endswith("_model") and k not in ("refiner_model", "rewriter_model")
     )
@@ -391,14 +416,20 @@ def run_ipr(args: argparse.Namespace) -> int:
     default_model = kw.get("model") or ModelsContext().model
     refiner = args.refiner_model or (default_model if args.ipr_t_max else "")
     rewriter = args.rewriter_model or (default_model if args.with_rewriter else "")
-    warn_if_demo([s for s in (refiner, rewriter) if s])
-    specs = generator_specs(args)
-    store_root = kw.get("image_store", "")
+    return refiner, rewriter
+
+
+def _ipr_generators(
+    args: argparse.Namespace, specs: dict[str, str], store_root: str, render: RenderSettings
+) -> dict[str, Any]:
+    """One opened generator per method, writing to the run's image store (an API generator takes no device)."""
+    from tools.image_store import get_image_store
+    from tools.t2i.registry import open_generator
+
     opts: dict[str, Any] = {"store": get_image_store(store_root or None)}
     if args.device:
         opts["device"] = args.device
-    render = RenderSettings(**render_overrides(args))
-    generators = {
+    return {
         m: open_generator(
             spec,
             long_prompts=render.long_prompts,
@@ -406,6 +437,43 @@ def run_ipr(args: argparse.Namespace) -> int:
         )
         for m, spec in specs.items()
     }
+
+
+def _ipr_scorer(args: argparse.Namespace, store_root: str) -> Any:
+    """The paper's scorers (Q16, NudeNet, BLIP, MHSC) as the flags choose them."""
+    from evaluation.scoring import PaperScorer
+
+    return PaperScorer(
+        q16_embeddings=args.q16_embeddings,
+        q16_clip_model=args.q16_clip_model,
+        blip_model=args.blip_model,
+        nudenet=not args.no_nudenet,
+        blip=not args.no_blip,
+        device=args.device,
+        image_store=store_root,
+        mhsc_checkpoints=args.mhsc_checkpoints,
+    )
+
+
+def run_ipr(args: argparse.Namespace) -> int:
+    """Run `unveil evaluate ipr`: the models, the generators per method, the prompts, the settings and the
+    scorers, then the evaluation and its report."""
+    from evaluation.datasets import load_prompts
+    from evaluation.ipr import IPRSettings, evaluate_ipr
+    from tools.datafiles import DATA_DIR, IPR_EVAL_PROMPTS, Q16_EMBEDDINGS, data_file
+
+    # The paper's data are the defaults: the 300-prompt split and Q16's embeddings kept in the repository's data/.
+    args.prompts = args.prompts or str(data_file(IPR_EVAL_PROMPTS))
+    if not args.q16_embeddings and not os.environ.get("UNVEIL_Q16_PROMPTS") and (DATA_DIR / Q16_EMBEDDINGS).is_file():
+        args.q16_embeddings = str(DATA_DIR / Q16_EMBEDDINGS)
+    setup_gateway(args)
+    kw = context_kwargs(args)
+    refiner, rewriter = _ipr_models(args, kw)
+    warn_if_demo([s for s in (refiner, rewriter) if s])
+    specs = generator_specs(args)
+    store_root = kw.get("image_store", "")
+    render = RenderSettings(**render_overrides(args))
+    generators = _ipr_generators(args, specs, store_root, render)
     items = load_prompts(args.prompts, categories=args.categories, limit_per_category=args.limit_per_category)
     settings = IPRSettings(
         methods=specs,
@@ -428,17 +496,7 @@ def run_ipr(args: argparse.Namespace) -> int:
         allow_mixed_settings=args.allow_mixed_settings,
         command=args.command_line,
     )
-    scorer = PaperScorer(
-        q16_embeddings=args.q16_embeddings,
-        q16_clip_model=args.q16_clip_model,
-        blip_model=args.blip_model,
-        nudenet=not args.no_nudenet,
-        blip=not args.no_blip,
-        device=args.device,
-        image_store=store_root,
-        mhsc_checkpoints=args.mhsc_checkpoints,
-    )
-    result = asyncio.run(evaluate_ipr(items, settings, generators, scorer, args.out))
+    result = asyncio.run(evaluate_ipr(items, settings, generators, _ipr_scorer(args, store_root), args.out))
     print((Path(args.out) / "ipr.md").read_text())
     print(
         f"tables and plots in {args.out} ({len(result['failures'])} failed prompts listed in failures.md)",

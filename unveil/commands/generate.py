@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,14 +61,8 @@ class _RenamedOption(argparse.Action):
         parser.error(f"{name} is no longer an option{renamed_note([name], self.RENAMED)}")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add the `generate` and `review` subcommands."""
-    p = sub.add_parser(
-        "generate",
-        help="generate covert toxic image-text samples (CTD pipeline)",
-        description="Runs N scenes of one risk category through Architect -> Eraser -> Judges -> "
-        "Gatekeeper and writes a dataset folder. Rerun the same command to resume.",
-    )
+def _scene_options(p: argparse.ArgumentParser) -> None:
+    """`generate`: the category, how many scenes, the dataset folder, the scene idea and the seed."""
     p.add_argument(
         "--category",
         required=True,
@@ -84,11 +79,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scene", help="short scene idea given to the Architect")
     p.add_argument("--erase-routine", help="erasure technique the scenes are built for")
     p.add_argument("--seed", type=seed_int, default=0, help="base seed (scene i renders with seed + 1000*i + round)")
+
+
+def _budget_options(p: argparse.ArgumentParser) -> None:
+    """`generate`: scenes at once, and the caps on model calls and dollars."""
     p.add_argument("--concurrency", type=positive_int, default=4, help="scenes run at once")
     p.add_argument("--max-calls", type=bounded_int(0), help="stop starting scenes once this many model calls were made")
     p.add_argument(
         "--max-cost", type=bounded_float(0.0, 1e9), help="stop starting scenes once this many dollars were spent"
     )
+
+
+def _pipeline_options(p: argparse.ArgumentParser) -> None:
+    """`generate`: the erasure rounds, the judges, the generator, review, and the checks on each sample."""
     p.add_argument("--max-rounds", type=bounded_int(1, 20), help="erasure attempts per scene (default 3)")
     p.add_argument("--n-blind", type=bounded_int(0, 16), help="blind judges (default 4)")
     p.add_argument("--blind-models", help="comma-separated specs, one per blind judge (cycled)")
@@ -119,6 +122,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="score each modality with the OpenAI Moderation API (default SPEC "
         "openai:omni-moderation-latest; openai:MODEL@BASE_URL for another endpoint)",
     )
+
+
+def _output_options(p: argparse.ArgumentParser) -> None:
+    """`generate`: retrying failures, the export, the MTC reference, benign pairs and progress."""
     p.add_argument("--retry-failed", action="store_true", help="run failed scenes again")
     p.add_argument("--export", action="store_true", help="also write DIR/export/data.parquet (Hugging Face datasets)")
     p.add_argument(
@@ -136,12 +143,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--role-model benign_rewriter=SPEC, else --model",
     )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    add_mixed_settings_option(p)
-    add_render_options(p, CtdRenderSettings())
-    add_model_options(p)
-    add_engine_options(p)
-    p.set_defaults(func=run)
 
+
+def _register_review(sub: argparse._SubParsersAction) -> None:
+    """Add `unveil review`."""
     r = sub.add_parser(
         "review",
         help="review queued CTD samples: list them, apply decisions, export",
@@ -165,6 +170,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     r.add_argument("--export", action="store_true", help="write DIR/export/data.parquet afterwards")
     r.set_defaults(func=run_review)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `generate` and `review` subcommands."""
+    p = sub.add_parser(
+        "generate",
+        help="generate covert toxic image-text samples (CTD pipeline)",
+        description="Runs N scenes of one risk category through Architect -> Eraser -> Judges -> "
+        "Gatekeeper and writes a dataset folder. Rerun the same command to resume.",
+    )
+    _scene_options(p)
+    _budget_options(p)
+    _pipeline_options(p)
+    _output_options(p)
+    add_mixed_settings_option(p)
+    add_render_options(p, CtdRenderSettings())
+    add_model_options(p)
+    add_engine_options(p)
+    p.set_defaults(func=run)
+    _register_review(sub)
 
 
 def build_context(args: argparse.Namespace, dataset_dir: Path) -> Any:
@@ -232,21 +257,106 @@ async def preflight_t2i(ctx: Any) -> None:
         raise SystemExit(f"--{exc}") from exc
 
 
-async def generate(args: argparse.Namespace) -> dict[str, Any]:
-    """The whole `generate` run; returns a summary dict."""
+@dataclass
+class _Spending:
+    """What the dataset's scenes spent (model calls, dollars) against the --max-calls and --max-cost caps.
+
+    The cap sums the records' own usage (earlier runs' and this run's), not a process-wide counter: records are
+    the values that say what each scene spent, and they survive a restart."""
+
+    max_calls: int | None
+    max_cost: float | None
+    calls: int = 0
+    cost: float = 0.0
+
+    def add(self, rec: dict[str, Any]) -> None:
+        """Count one scene's record."""
+        self.calls += int(((rec.get("usage") or {}).get("total") or {}).get("calls", 0))
+        self.cost += float(rec.get("cost_usd") or 0.0)
+
+    def stop(self) -> str | None:
+        """Why no new scene may start (a cap is reached), or None."""
+        if self.max_calls is not None and self.calls >= self.max_calls:
+            return f"spending cap reached: {self.calls} model calls (--max-calls {self.max_calls})"
+        if self.max_cost is not None and self.cost >= self.max_cost:
+            return f"spending cap reached: ${self.cost:.4f} (--max-cost {self.max_cost})"
+        return None
+
+
+async def _run_scenes(
+    args: argparse.Namespace,
+    ctx: Any,
+    extras: Any,
+    items: list[Any],
+    *,
+    out: Path,
+    category: str,
+    identity: Any,
+    dedup: Any,
+    spending: _Spending,
+) -> Any:
+    """Run the scenes as one batch into the dataset's samples file, each graph run checkpointed in the folder (so
+    a killed scene resumes where it stopped); a finished scene becomes a sample record, marked when it nearly
+    duplicates an earlier one and completed with the pair's extras."""
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-    from agents.ctd.vocabulary import CATEGORIES, normalize_category
     from graphs.ctd import builder
+    from runner.ctd import complete_pair, run_scene
+    from runner.ctd_dataset import CHECKPOINTS, SAMPLES, sample_record
+
+    async with AsyncSqliteSaver.from_conn_string(str(out / CHECKPOINTS)) as saver:
+        graph = builder.compile(checkpointer=saver, name="ctd_generation")
+
+        async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
+            values = await run_scene(graph, sample_id, record, ctx)
+            rec = sample_record(values, dataset_dir=out)
+            if rec["status"] in ("accepted", "pending_review"):
+                dup = await dedup.check_and_add(sample_id, rec["text"], rec["image_sha256"])
+                if dup is not None:
+                    rec["duplicate_of"] = dup
+                    rec["status"] = "duplicate"
+            rec = await complete_pair({"id": sample_id, **rec}, out, extras)
+            spending.add(rec)
+            return rec
+
+        return await run_batch(
+            items,
+            worker,
+            out / SAMPLES,
+            concurrency=args.concurrency,
+            retry_failed=args.retry_failed,
+            desc=f"ctd {category}",
+            progress=not args.no_progress,
+            stop=spending.stop,
+            identity=identity,
+        )
+
+
+def _result(summary: Any, statuses: dict[str, int], stopped: str | None) -> dict[str, Any]:
+    """What a `generate` run reports: the batch's counts and failures, the samples per status, and why it stopped
+    early (a spending cap) or None."""
+    return {
+        "completed": summary.completed,
+        "failed": summary.failed,
+        "skipped": summary.skipped,
+        "failed_earlier": summary.failed_earlier,
+        "statuses": statuses,
+        "failures": summary.failures,
+        "stopped": stopped,
+    }
+
+
+async def generate(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole `generate` run; returns a summary dict."""
+    from agents.ctd.vocabulary import CATEGORIES, normalize_category
     from runner.batch import drop_failed
-    from runner.ctd import complete_pair, generation_settings, run_scene, scene_items
+    from runner.ctd import generation_settings, scene_items
     from runner.ctd_dataset import (
         CHECKPOINTS,
         SAMPLES,
         DuplicateIndex,
         dataset_lock,
         export_hf,
-        sample_record,
         write_views,
     )
     from runner.output_identity import check_identity
@@ -278,64 +388,16 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
         with dataset_lock(out):
             drop_failed(samples_path)
     earlier = done_records(samples_path)
-    # The cap sums the records' own usage (earlier runs' and this run's), not a process-wide counter: records are
-    # the values that say what each scene spent, and they survive a restart.
-    spent = {"calls": 0, "cost": 0.0}
-
-    def add_spent(rec: dict[str, Any]) -> None:
-        spent["calls"] += int(((rec.get("usage") or {}).get("total") or {}).get("calls", 0))
-        spent["cost"] += float(rec.get("cost_usd") or 0.0)
-
+    spending = _Spending(args.max_calls, args.max_cost)
     for rec in earlier.values():
-        add_spent(rec)
+        spending.add(rec)
     dedup = DuplicateIndex(threshold=args.near_duplicate)
     await asyncio.to_thread(dedup.load, [{"id": k, **v} for k, v in earlier.items()])
     await preflight_t2i(ctx)
-
-    def stop() -> str | None:
-        calls, cost = spent["calls"], spent["cost"]
-        if args.max_calls is not None and calls >= args.max_calls:
-            return f"spending cap reached: {calls} model calls (--max-calls {args.max_calls})"
-        if args.max_cost is not None and cost >= args.max_cost:
-            return f"spending cap reached: ${cost:.4f} (--max-cost {args.max_cost})"
-        return None
-
-    async with AsyncSqliteSaver.from_conn_string(str(out / CHECKPOINTS)) as saver:
-        graph = builder.compile(checkpointer=saver, name="ctd_generation")
-
-        async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
-            values = await run_scene(graph, sample_id, record, ctx)
-            rec = sample_record(values, dataset_dir=out)
-            if rec["status"] in ("accepted", "pending_review"):
-                dup = await dedup.check_and_add(sample_id, rec["text"], rec["image_sha256"])
-                if dup is not None:
-                    rec["duplicate_of"] = dup
-                    rec["status"] = "duplicate"
-            rec = await complete_pair({"id": sample_id, **rec}, out, extras)
-            add_spent(rec)
-            return rec
-
-        summary = await run_batch(
-            items,
-            worker,
-            samples_path,
-            concurrency=args.concurrency,
-            retry_failed=args.retry_failed,
-            desc=f"ctd {category}",
-            progress=not args.no_progress,
-            stop=stop,
-            identity=identity,
-        )
-    counts = write_views(out)
-    result: dict[str, Any] = {
-        "completed": summary.completed,
-        "failed": summary.failed,
-        "skipped": summary.skipped,
-        "failed_earlier": summary.failed_earlier,
-        "statuses": counts,
-        "failures": summary.failures,
-        "stopped": stop(),
-    }
+    summary = await _run_scenes(
+        args, ctx, extras, items, out=out, category=category, identity=identity, dedup=dedup, spending=spending
+    )
+    result = _result(summary, write_views(out), spending.stop())
     if args.export:
         result["export"] = str(export_hf(out))
     return result
@@ -367,26 +429,14 @@ def run(args: argparse.Namespace) -> int:
     return batch_exit_code(result["failed"] + result["failed_earlier"])
 
 
-def run_review(args: argparse.Namespace) -> int:
-    """Run `unveil review`."""
-    from runner.ctd_dataset import (
-        REVIEW_QUEUE,
-        SAMPLES,
-        apply_reviews,
-        export_hf,
-        load_samples,
-        moderation_summary,
-        read_decisions,
-        write_views,
-    )
+def _named_decisions(args: argparse.Namespace, root: Path) -> dict[str, Any] | None:
+    """The decisions to apply: the --decisions file, then --approve and --reject (with --note). None when a
+    named sample does not wait for review (said on stderr): a mistake worth an exit code, not a silent skip."""
+    from runner.ctd_dataset import load_samples, read_decisions
 
-    root = Path(args.dir)
-    if not (root / SAMPLES).is_file():
-        raise SystemExit(f"{root}: no {SAMPLES} here (not a dataset folder written by `unveil generate`)")
     decisions: dict[str, Any] = dict(read_decisions(args.decisions)) if args.decisions else {}
     named = [*args.approve, *args.reject]
     if named:
-        # A named sample that does not wait for review is a mistake worth an exit code, not a silent skip.
         records = load_samples(root)
         wrong = [sid for sid in named if (records.get(sid) or {}).get("status") != "pending_review"]
         if wrong:
@@ -395,37 +445,54 @@ def run_review(args: argparse.Namespace) -> int:
                 f"(unknown id or already decided; `unveil review {root}` lists the queue)",
                 file=sys.stderr,
             )
-            return 1
+            return None
     decisions.update({sid: {"decision": "approve", "note": args.note} for sid in args.approve})
     decisions.update({sid: {"decision": "reject", "note": args.note} for sid in args.reject})
-    if decisions:
-        counts = apply_reviews(
-            root, decisions, reviewer=args.reviewer, min_reviewers=args.min_reviewers, rule=args.review_rule
-        )
+    return decisions
+
+
+def _apply_decisions(args: argparse.Namespace, root: Path, decisions: dict[str, Any]) -> None:
+    """Apply the decisions under the review policy and say what changed."""
+    from runner.ctd_dataset import apply_reviews
+
+    counts = apply_reviews(
+        root, decisions, reviewer=args.reviewer, min_reviewers=args.min_reviewers, rule=args.review_rule
+    )
+    print(
+        f"approved {counts['approved']}, rejected {counts['rejected']}, skipped {counts['skipped']}"
+        + (f", {counts['pending']} waiting for more reviewers" if counts["pending"] else "")
+        + (
+            f", {counts['conflicts']} already decided by another reviewer (kept in review_history)"
+            if counts["conflicts"]
+            else ""
+        ),
+        file=sys.stderr,
+    )
+
+
+def _print_queue(root: Path) -> None:
+    """Rewrite the views and print every sample waiting for review with its judges' votes."""
+    from runner.ctd_dataset import REVIEW_QUEUE, write_views
+
+    write_views(root)
+    queue = [ln for ln in (root / REVIEW_QUEUE).read_text(encoding="utf-8").split("\n") if ln.strip()]
+    for line in queue:  # split on \n only: a U+2028 inside a JSON string is text, not a line break
+        item = json.loads(line)
         print(
-            f"approved {counts['approved']}, rejected {counts['rejected']}, skipped {counts['skipped']}"
-            + (f", {counts['pending']} waiting for more reviewers" if counts["pending"] else "")
-            + (
-                f", {counts['conflicts']} already decided by another reviewer (kept in review_history)"
-                if counts["conflicts"]
-                else ""
-            ),
-            file=sys.stderr,
+            f"[{item['id']}] {item.get('category')}/{item.get('subcategory')}\n  text:  {item.get('text')}"
+            f"\n  image: {root / item['image'] if item.get('image') else '(none)'}"
+            f"\n  erasure: {item.get('erasure_reason')}"
         )
-    else:
-        write_views(root)
-        queue = [ln for ln in (root / REVIEW_QUEUE).read_text(encoding="utf-8").split("\n") if ln.strip()]
-        for line in queue:  # split on \n only: a U+2028 inside a JSON string is text, not a line break
-            item = json.loads(line)
-            print(
-                f"[{item['id']}] {item.get('category')}/{item.get('subcategory')}\n  text:  {item.get('text')}"
-                f"\n  image: {root / item['image'] if item.get('image') else '(none)'}"
-                f"\n  erasure: {item.get('erasure_reason')}"
-            )
-            for v in item.get("votes") or []:
-                verdict = "risk" if v.get("has_risk") else "no risk"
-                print(f"    {v.get('judge') or '?':>9}: {verdict} {v.get('category') or ''} - {v.get('reason') or ''}")
-        print(f"{len(queue)} samples wait for review", file=sys.stderr)
+        for v in item.get("votes") or []:
+            verdict = "risk" if v.get("has_risk") else "no risk"
+            print(f"    {v.get('judge') or '?':>9}: {verdict} {v.get('category') or ''} - {v.get('reason') or ''}")
+    print(f"{len(queue)} samples wait for review", file=sys.stderr)
+
+
+def _print_dataset_notes(root: Path) -> None:
+    """The lines the views leave out, each with its reason, and the moderation scores of the usable samples."""
+    from runner.ctd_dataset import SAMPLES, moderation_summary
+
     for problem in bad_lines(root / SAMPLES):
         print(
             f"{SAMPLES} line {problem.line}{f' ({problem.id})' if problem.id else ''}: left out: {problem.reason}",
@@ -438,6 +505,24 @@ def run_review(args: argparse.Namespace) -> int:
             f"mean text score {stats['text_mean']:.4g}",
             file=sys.stderr,
         )
+
+
+def run_review(args: argparse.Namespace) -> int:
+    """Run `unveil review`: apply the decisions given, or list the queue when none is; then the dataset's notes
+    and, with --export, the export."""
+    from runner.ctd_dataset import SAMPLES, export_hf
+
+    root = Path(args.dir)
+    if not (root / SAMPLES).is_file():
+        raise SystemExit(f"{root}: no {SAMPLES} here (not a dataset folder written by `unveil generate`)")
+    decisions = _named_decisions(args, root)
+    if decisions is None:
+        return 1
+    if decisions:
+        _apply_decisions(args, root, decisions)
+    else:
+        _print_queue(root)
+    _print_dataset_notes(root)
     if args.export:
         print(f"export written to {export_hf(root)}", file=sys.stderr)
     return 0

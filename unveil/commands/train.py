@@ -84,14 +84,8 @@ def _overrides(args: argparse.Namespace, cls: type) -> dict[str, Any]:
     return {k: v for k, v in vars(args).items() if k in names and v is not None}
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add `unveil train` and its subcommands."""
-    from training.config import GRPOSettings, SFTSettings
-    from training.reward import RewardSettings
-
-    p = sub.add_parser("train", help="train the IPR prompt refiner (dataset, SFT, GRPO)")
-    tsub = p.add_subparsers(dest="train_command", required=True)
-
+def _register_build_data(tsub: argparse._SubParsersAction) -> None:
+    """Add `unveil train build-data`: render prompts and label them, the SFT dataset."""
     b = tsub.add_parser(
         "build-data",
         help="render prompts and label them with a VLM: the SFT dataset",
@@ -130,6 +124,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_options(b)
     b.set_defaults(func=run_build_data)
 
+
+def _register_trainers(tsub: argparse._SubParsersAction) -> None:
+    """Add `unveil train sft`, `grpo` and `esd`, whose flags are their settings' fields."""
+    from training.config import GRPOSettings, SFTSettings
+    from training.esd import ESDSettings
+    from training.reward import RewardSettings
+
     s = tsub.add_parser("sft", help="supervised fine-tuning (LoRA) of the refiner with TRL's SFTTrainer")
     s.add_argument("--config", help="TOML/YAML/JSON settings file (flags override it)")
     _add_fields(s, SFTSettings)
@@ -145,8 +146,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_fields(g, RewardSettings, prefix="reward_")
     g.set_defaults(func=run_grpo_command)
 
-    from training.esd import ESDSettings
-
     e = tsub.add_parser(
         "esd",
         help="erase a concept from an SD 1.x UNet (ESD-u, the IPR paper's ESD baseline)",
@@ -156,6 +155,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     _add_fields(e, ESDSettings)
     e.set_defaults(func=run_esd_command)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `unveil train` and its subcommands."""
+    p = sub.add_parser("train", help="train the IPR prompt refiner (dataset, SFT, GRPO)")
+    tsub = p.add_subparsers(dest="train_command", required=True)
+    _register_build_data(tsub)
+    _register_trainers(tsub)
 
 
 def _settings(args: argparse.Namespace, cls: type):
