@@ -43,14 +43,7 @@ from runner.output_identity import (
     refuse_input_as_output,
 )
 from tools.atomic_files import atomic_write_text, exclusive_output, write_lock
-from tools.jsonl_files import (  # noqa: F401 - MAX_LINE_BYTES, iter_lines, parse_json_line: the web app reads them here
-    MAX_LINE_BYTES,
-    JsonlAppender,
-    done_records,
-    iter_lines,
-    parse_json_line,
-    repair_tail,
-)
+from tools.jsonl_files import JsonlAppender, done_records, repair_tail
 from tools.safe_files import StorageError
 
 Worker = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]

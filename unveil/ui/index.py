@@ -2,7 +2,7 @@
 
 Pages list and filter small per-record summaries held in memory; a record itself is read from its byte offset
 when one page needs it. The file is only ever read as a regular file, line by line with the batch reader's line
-cap (`runner.batch.MAX_LINE_BYTES`: a longer line is skipped in chunks, never held whole), so a huge line, a FIFO
+cap (`tools.jsonl_files.MAX_LINE_BYTES`: a longer line is skipped in chunks, never held whole), so a huge line, a FIFO
 or a device in its place cannot hang the app or fill its memory. Appends (a reviewer's decision, a running batch)
 are read from where the last read stopped; a file replaced or cut (an atomic rewrite) is indexed again.
 
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.batch import MAX_LINE_BYTES, parse_json_line
 from tools.errors import UnveilError
+from tools.jsonl_files import MAX_LINE_BYTES, parse_json_line
 
 Summarize = Callable[[dict[str, Any]], dict[str, Any]]
 

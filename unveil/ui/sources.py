@@ -18,7 +18,6 @@ from typing import Any, Literal
 
 from evaluation.metrics import MTC_BIN_LABELS, MTC_BINS, mtc_bin
 from graphs.tag_tree_check import TreeError, check_trees
-from runner.batch import iter_lines, parse_json_line
 
 # The app's only imports from the CLI layer's dataset code: repoint here if ctd_dataset/batch move.
 from runner.ctd_dataset import (
@@ -34,6 +33,7 @@ from runner.ctd_dataset import (
     write_view_texts,
 )
 from tools.image_store import DEFAULT_MAX_BYTES, ImageInputError, ImageStore
+from tools.jsonl_files import iter_lines, parse_json_line
 from unveil.ui.agreement import judgements
 from unveil.ui.index import JsonlIndex, NotARegularFileError, Problem, open_regular
 
