@@ -353,7 +353,9 @@ def ipr_job(i2p: str, prompts: int, images: int, json_out: Path, tiny: bool) -> 
     ]
     print("running:", " ".join(cmd), flush=True)
     started = time.perf_counter()
-    rc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}).returncode
+    # The repository first, then whatever the caller's path held (on the lent machines: the carried wheels).
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    rc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": path}).returncode
     wall = time.perf_counter() - started
     report = {
         "prompts": n,

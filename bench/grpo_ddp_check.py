@@ -144,7 +144,8 @@ def main() -> int:
         str(out),
     ]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)  # keep carried wheels
+    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": path})
     wall = time.perf_counter() - t0
     reports = [json.loads((out / f"rank{r}.json").read_text()) for r in range(gpus) if (out / f"rank{r}.json").exists()]
     for r in reports:
