@@ -38,22 +38,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphs.ctd_review import sample_record  # noqa: F401 - re-exported: the runner shapes records with it
+# Re-exported (the `as` spelling marks them public): the runner shapes records with sample_record, and the review
+# folder's names and lock live in tools.review_log.
+from graphs.ctd_review import sample_record as sample_record
 from tools.extras import require_extra
 from tools.jsonl_files import done_records, read_jsonl_records
-from tools.review_log import (  # noqa: F401 - re-exported: the folder's names and lock live in tools.review_log
-    DECISIONS,
-    LOCK,
-    LOCK_TIMEOUT_S,
-    SAMPLES,
-    append_records,
-    review_lock,
-)
-from tools.review_log import ReviewBusyError as DatasetBusyError  # noqa: F401 - the name callers know
+from tools.review_log import DECISIONS as DECISIONS
+from tools.review_log import LOCK as LOCK
+from tools.review_log import LOCK_TIMEOUT_S as LOCK_TIMEOUT_S
+from tools.review_log import SAMPLES as SAMPLES
+from tools.review_log import ReviewBusyError
+from tools.review_log import append_records as append_records
+from tools.review_log import review_lock as review_lock
 from tools.safe_files import atomic_write, atomic_writer
 
 if TYPE_CHECKING:
     from graphs.ctd_rules import ReviewPolicy
+
+DatasetBusyError = ReviewBusyError  # the name callers know
 
 DATASET = "dataset.jsonl"
 REVIEW_QUEUE = "review_queue.jsonl"

@@ -15,7 +15,7 @@ from agents.limits import set_shared_limiter
 from agents.providers.registry import set_remote_chat_models
 from runner.engine_settings import ADDRESS_ENV
 from runner.ray.limiter import RayLimiter, limiter_actor
-from runner.ray.pool import cluster_gpus
+from runner.ray.pool import cluster_gpus, cluster_totals
 from runner.ray.remote import RayChatModels, RayGenerators, RayScoring
 from runner.ray.settings import (
     CONNECT_TIMEOUT_S,
@@ -122,7 +122,9 @@ def session(address: str | None) -> Iterator[None]:
 def describe_cluster() -> dict[str, Any]:
     """Nodes (CPUs, GPUs, custom resources), totals, Unveil's named actors, and the pools a run would place."""
     nodes = []
-    for node in ray.nodes():
+    # ray.nodes is unannotated: one dict per node (Alive, NodeID, NodeManagerAddress, Resources, ...).
+    found: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    for node in found:
         if not node.get("Alive"):
             continue
         res = dict(node.get("Resources") or {})
@@ -153,7 +155,7 @@ def describe_cluster() -> dict[str, Any]:
             "resources_each": settings.resources,
         }
     named = [a for a in ray.util.list_named_actors(all_namespaces=True) if a.get("namespace") == NAMESPACE]
-    totals = ray.cluster_resources()
+    totals = cluster_totals()
     return {
         "nodes": nodes,
         "cpus": totals.get("CPU", 0.0),

@@ -13,6 +13,7 @@ import ray
 from tools.image_store import ImageStore, pid_alive
 from tools.scorers.score import ScoringSettings, score_here
 from tools.t2i.base import GenerationRequest
+from tools.t2i.options import GeneratorOptions
 from tools.t2i.registry import build_local_generator
 
 
@@ -63,7 +64,7 @@ class _Member:
 class RenderWorker(_Member):
     """One render pool member: the ordinary batched generator of `spec`, rendering into a scratch store."""
 
-    def __init__(self, spec: str, long_prompts: str, options: dict[str, Any]):
+    def __init__(self, spec: str, long_prompts: str, options: GeneratorOptions):
         self.scratch = _Scratch("render")
         self.generator = build_local_generator(spec, store=self.scratch.store, long_prompts=long_prompts, **options)
 

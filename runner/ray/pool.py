@@ -73,7 +73,9 @@ class ActorPool:
     def _waiting(self) -> str:
         waiting = [k for k in range(len(self.members)) if not self.started[k]]
         try:
-            free = {k: v for k, v in ray.available_resources().items() if k in ("GPU", "CPU", *self.settings.resources)}
+            # ray.available_resources is unannotated (a dict of resource name to amount).
+            available: dict[str, float] = ray.available_resources()  # type: ignore[no-untyped-call]
+            free = {k: v for k, v in available.items() if k in ("GPU", "CPU", *self.settings.resources)}
         except Exception:  # noqa: BLE001 - only for the message
             free = {}
         shown = ", ".join(f"{k} {v:g}" for k, v in sorted(free.items())) or "none"
@@ -181,6 +183,13 @@ def actor_options(settings: PoolSettings, gpus: float) -> dict[str, Any]:
     return options
 
 
+def cluster_totals() -> dict[str, float]:
+    """Every resource of the connected cluster (CPU, GPU, memory, custom ones) and its total amount."""
+    # ray.cluster_resources is unannotated; it returns this dict.
+    totals: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    return totals
+
+
 def cluster_gpus() -> float:
     """GPUs of the connected cluster."""
-    return float(ray.cluster_resources().get("GPU", 0.0))
+    return float(cluster_totals().get("GPU", 0.0))

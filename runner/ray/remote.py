@@ -18,6 +18,7 @@ from runner.ray.settings import render_settings, scorer_settings, vlm_settings
 from tools.image_store import ImageStore, get_image_store
 from tools.scorers.score import ScoringSettings
 from tools.t2i.base import GenerationRequest, ImageGenerator
+from tools.t2i.options import GeneratorOptions
 
 
 class RayGenerator:
@@ -50,7 +51,7 @@ class RayGenerators:
         # found no pool made one, and members of several pools then held the GPUs that the others waited for.
         self.lock = threading.Lock()
 
-    def _pool(self, spec: str, long_prompts: str, options: dict[str, Any]) -> ActorPool:
+    def _pool(self, spec: str, long_prompts: str, options: GeneratorOptions) -> ActorPool:
         key = (spec, long_prompts, tuple(sorted((k, repr(v)) for k, v in options.items())))
         with self.lock:
             if key not in self.pools:
@@ -65,9 +66,9 @@ class RayGenerators:
                 )
             return self.pools[key]
 
-    def open(self, spec: str, *, store: ImageStore, long_prompts: str, options: dict[str, Any]) -> ImageGenerator:
-        """The generator of `spec` on its render pool, storing into `store`."""
-        options = {k: v for k, v in options.items() if k != "store"}
+    def open(self, spec: str, *, store: ImageStore, long_prompts: str, options: GeneratorOptions) -> ImageGenerator:
+        """The generator of `spec` on its render pool; its images land in `store` (each member renders into a
+        scratch store of its own)."""
         return RayGenerator(spec, self._pool(spec, long_prompts, options), store)
 
     def close(self) -> None:

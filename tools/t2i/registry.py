@@ -56,7 +56,7 @@ _CACHE_LOCK = threading.Lock()
 class RemoteGenerators(Protocol):
     """Where generators come from when a distributed engine renders (the run layer's Ray engine installs one)."""
 
-    def open(self, spec: str, *, store: ImageStore, long_prompts: str, options: dict[str, Any]) -> ImageGenerator:
+    def open(self, spec: str, *, store: ImageStore, long_prompts: str, options: GeneratorOptions) -> ImageGenerator:
         """A generator that renders `spec` elsewhere and puts the images into `store` (same ids as local)."""
         ...
 
@@ -194,7 +194,7 @@ def open_generator(
         remote = _REMOTE[0] if _REMOTE else None
     if remote is not None:
         parse_spec(spec)  # a bad spec is refused here, as the local path does, not on a remote worker
-        return remote.open(spec, store=resolved, long_prompts=long_prompts, options=dict(options))
+        return remote.open(spec, store=resolved, long_prompts=long_prompts, options=options.copy())
     opts = options.copy()
     if not str(spec).startswith("openai:"):
         opts["truncate_long_prompts"] = long_prompts == "truncate"
