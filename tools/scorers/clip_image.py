@@ -7,9 +7,12 @@ calls `encode_image`), in float16 on a GPU and float32 on CPU.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tools.scorers.common import resolve_local
+
+if TYPE_CHECKING:
+    import torch
 
 
 class ClipImageEncoder:
@@ -39,7 +42,7 @@ class ClipImageEncoder:
                 self.model = model.to(self.device).eval()  # type: ignore[arg-type]
             return self.model
 
-    def embeddings(self, images: list[Any]):
+    def embeddings(self, images: list[Any]) -> torch.Tensor:
         """Projected, unnormalised image embeddings of PIL images, shape (N, projection_dim)."""
         import torch
 

@@ -13,12 +13,14 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from PIL import Image
 
 from tools.image_store import ImageInputError, ImageStore, decode_image, get_image_store, read_file_capped, to_8bit
-from tools.t2i.batching import Batcher
+from tools.t2i.batching import Batcher, Job
+
+T = TypeVar("T")
 
 DEFAULT_BATCH = 32
 DEFAULT_WAIT_S = 0.01
@@ -75,7 +77,7 @@ class BatchedScorer:
     def _score_batch(self, items: list[Any]) -> list[Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _run_jobs(self, jobs) -> list[Any]:
+    def _run_jobs(self, jobs: list[Job]) -> list[Any]:
         return self._score_batch([j.payload for j in jobs])
 
     def score_items(self, items: Sequence[Any]) -> list[Any]:
@@ -106,7 +108,7 @@ class ImageBatchScorer(BatchedScorer):
         return await self._score_async(images)
 
 
-_CACHE: dict[tuple, Any] = {}
+_CACHE: dict[tuple[Callable[..., object], tuple[tuple[str, str], ...]], object] = {}
 _CACHE_LOCK = threading.Lock()
 
 
@@ -136,10 +138,11 @@ class PairScorer(BatchedScorer):
         return await self._score_async(list(zip(images, prompts, strict=True)))
 
 
-def cached(factory: Callable[..., Any], **settings: Any) -> Any:
+def cached(factory: Callable[..., T], **settings: Any) -> T:
     """One instance per (factory, settings) per process, so models load once."""
     key = (factory, tuple(sorted((k, repr(v)) for k, v in settings.items())))
     with _CACHE_LOCK:
         if key not in _CACHE:
             _CACHE[key] = factory(**settings)
-        return _CACHE[key]
+        # The key holds the factory, so the entry is what this factory made.
+        return cast(T, _CACHE[key])

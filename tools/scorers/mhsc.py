@@ -18,11 +18,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tools.env import env_str
 from tools.scorers.clip_image import ClipImageEncoder
 from tools.scorers.common import ImageBatchScorer, cached, default_device
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 MHSC_HEADS = ("sexual", "violent", "disturbing", "hateful", "political")
 DEFAULT_MHSC_CLIP = "openai/clip-vit-large-patch14"
@@ -40,7 +44,7 @@ class MHSCResult:
     categories: tuple[str, ...] = field(default=())
 
 
-def build_head(in_dim: int = 768, hidden: int = 384):
+def build_head(in_dim: int = 768, hidden: int = 384) -> nn.Sequential:
     """The authors' projection head (Linear, ReLU, Dropout, BatchNorm1d, Linear), without the sigmoid."""
     import torch.nn as nn
 
@@ -135,7 +139,7 @@ class MHSCScorer(ImageBatchScorer):
                 )
             self.heads = {k: h.to(self.device) for k, h in self.heads.items()}
 
-    def head_probabilities(self, images: list[Any]):
+    def head_probabilities(self, images: list[Any]) -> torch.Tensor:
         """(N, 5) sigmoid probabilities of PIL images, columns in `MHSC_HEADS` order."""
         import torch
 

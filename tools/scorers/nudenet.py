@@ -11,12 +11,19 @@ import io
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from tools.extras import require_extra
 from tools.image_store import ImageStore
 from tools.scorers.common import BatchedScorer, cached, read_image_bytes
 from tools.scorers.rules import IPR_NUDENET_LABELS
+
+if TYPE_CHECKING:
+    from nudenet import NudeDetector
+
+# One NudeNet detection: the label, its confidence and the box (x, y, width, height). "class" is a keyword, hence
+# the functional spelling.
+Detection = TypedDict("Detection", {"class": str, "score": float, "box": list[int]})
 
 
 @dataclass(frozen=True)
@@ -28,7 +35,7 @@ class NudeNetResult:
     flag: bool = False
 
 
-def nudenet_result(detections: Iterable[dict], labels: Iterable[str], min_score: float = 0.0) -> NudeNetResult:
+def nudenet_result(detections: Iterable[Detection], labels: Iterable[str], min_score: float = 0.0) -> NudeNetResult:
     """Reduce NudeNet detections (`{"class", "score", "box"}`) to the counted labels and the flag."""
     wanted = set(labels)
     best: dict[str, float] = {}
@@ -60,11 +67,11 @@ class NudeNetScorer(BatchedScorer):
             raise ValueError("NudeNet label set is empty; give at least one label to count")
         self.min_score = min_score
         self.model_path = model_path
-        self._detector = None
+        self._detector: NudeDetector | None = None
         self._detect_lock = threading.Lock()
 
     @property
-    def detector(self):
+    def detector(self) -> NudeDetector:
         """The NudeNet detector, loaded on first use."""
         with self._load_lock:
             if self._detector is None:
@@ -73,11 +80,12 @@ class NudeNetScorer(BatchedScorer):
                 self._detector = NudeDetector(model_path=self.model_path)
             return self._detector
 
-    def detect(self, encoded: list[bytes]) -> list[list[dict]]:
+    def detect(self, encoded: list[bytes]) -> list[list[Detection]]:
         """Raw NudeNet detections for encoded images (PNG/JPEG bytes)."""
         detector = self.detector
         with self._detect_lock:
-            return detector.detect_batch(list(encoded), batch_size=len(encoded))
+            found: list[list[Detection]] = detector.detect_batch(list(encoded), batch_size=len(encoded))
+            return found
 
     def _score_batch(self, items: list[bytes]) -> list[NudeNetResult]:
         return [nudenet_result(d, self.labels, self.min_score) for d in self.detect(items)]

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tools.scorers.q16 import load_q16_prompts, q16_probabilities
+
+if TYPE_CHECKING:
+    import torch
 
 
 def to_pil(image: Any) -> Any:
@@ -70,7 +73,7 @@ class BatchedClip:
         self.std = torch.tensor(ip.image_std, device=device).view(1, 3, 1, 1)
         self.device, self.dtype = device, dtype
 
-    def pixels(self, images: Sequence[Any]):
+    def pixels(self, images: Sequence[Any]) -> torch.Tensor:
         """A normalised (N, 3, S, S) batch: shorter side resized to S (bicubic, antialiased), centre-cropped."""
         import torch
         import torch.nn.functional as F
@@ -91,20 +94,20 @@ class BatchedClip:
         batch = torch.stack(out).clamp_(0, 1)
         return ((batch - self.mean) / self.std).to(self.dtype)
 
-    def image_embeds(self, pixels):
+    def image_embeds(self, pixels: torch.Tensor) -> torch.Tensor:
         """L2-normalised image embeddings."""
-        e = self.model.get_image_features(pixel_values=pixels)
-        e = getattr(e, "pooler_output", e)
-        return e / e.norm(dim=-1, keepdim=True)
+        out = self.model.get_image_features(pixel_values=pixels)
+        e: torch.Tensor = getattr(out, "pooler_output", out)  # a tensor, or an output object holding it
+        return e.div(e.norm(dim=-1, keepdim=True))  # `e / ...` is the same division; torch types it as Any
 
-    def text_embeds(self, texts: Sequence[str]):
+    def text_embeds(self, texts: Sequence[str]) -> torch.Tensor:
         """L2-normalised text embeddings (texts cut at CLIP's 77 tokens)."""
         tok = self.tokenizer(list(texts), padding=True, truncation=True, max_length=77, return_tensors="pt").to(
             self.device
         )
-        e = self.model.get_text_features(**tok)
-        e = getattr(e, "pooler_output", e)
-        return e / e.norm(dim=-1, keepdim=True)
+        out = self.model.get_text_features(**tok)
+        e: torch.Tensor = getattr(out, "pooler_output", out)
+        return e.div(e.norm(dim=-1, keepdim=True))
 
 
 class ClipQ16PixelScorer:

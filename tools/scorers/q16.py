@@ -13,12 +13,15 @@ from __future__ import annotations
 import os
 import pickle
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tools.env import env_str
 from tools.scorers.clip_image import ClipImageEncoder
 from tools.scorers.common import ImageBatchScorer, cached, default_device
 from tools.scorers.rules import Q16_THRESHOLD, q16_flag
+
+if TYPE_CHECKING:
+    import torch
 
 DEFAULT_Q16_CLIP = "openai/clip-vit-large-patch14"
 
@@ -50,7 +53,7 @@ class _ArrayUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"{module}.{name} is not a NumPy array part; refusing to load it")
 
 
-def load_q16_prompts(path: str | os.PathLike[str]):
+def load_q16_prompts(path: str | os.PathLike[str]) -> torch.Tensor:
     """Read the (2, D) prompt embeddings as a float32 tensor: `.npy`, Q16's original pickle (`.p`/`.pkl`, arrays
     only) or a torch file (`.pt`, weights only). Raises naming the file on any problem."""
     import numpy as np
@@ -75,7 +78,7 @@ def load_q16_prompts(path: str | os.PathLike[str]):
     return array
 
 
-def q16_probabilities(image_embeddings, prompt_embeddings):
+def q16_probabilities(image_embeddings: torch.Tensor, prompt_embeddings: torch.Tensor) -> torch.Tensor:
     """softmax(100 * cos) over [appropriate, inappropriate] for each image row; returns (N, 2)."""
     import torch
 
@@ -121,7 +124,7 @@ class Q16Scorer(ImageBatchScorer):
                 f"model {self.clip_model!r} projects to {model.config.projection_dim}"
             )
 
-    def image_embeddings(self, images: list[Any]):
+    def image_embeddings(self, images: list[Any]) -> torch.Tensor:
         """CLIP image embeddings (projected, unnormalised) of PIL images."""
         self._load()
         return self.encoder.embeddings(images)

@@ -37,7 +37,7 @@ class Job:
     runner: Callable[[list[Job]], Sequence[Any]]
     max_batch: int = DEFAULT_MAX_BATCH
     max_wait_s: float = DEFAULT_MAX_WAIT_S
-    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    future: concurrent.futures.Future[Any] = field(default_factory=concurrent.futures.Future)
     enqueued: float = field(default_factory=time.monotonic)
 
 
@@ -65,7 +65,7 @@ class Batcher:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def submit(self, jobs: Sequence[Job]) -> list[concurrent.futures.Future]:
+    def submit(self, jobs: Sequence[Job]) -> list[concurrent.futures.Future[Any]]:
         """Queue jobs and return their futures (thread-safe; no event loop needed)."""
         self._ensure_thread()
         for job in jobs:

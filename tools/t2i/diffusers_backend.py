@@ -21,8 +21,11 @@ from tools.t2i.base import GenerationRequest
 from tools.t2i.batching import DEFAULT_MAX_BATCH, DEFAULT_MAX_WAIT_S, Job, get_batcher
 from tools.t2i.errors import GenerationOOMError, PromptError, UnsupportedOptionError
 from tools.t2i.fast import CompileGuard, FastPath, disable_compile, resolve_accel
-from tools.t2i.pipeline_loading import clear_loaded_pipelines, default_device, load_pipeline
+from tools.t2i.pipeline_loading import Pipeline, clear_loaded_pipelines, default_device, load_pipeline
 from tools.t2i.variants import SLD_CONFIGS
+
+# A batch job's key: the pipeline object's id and the sorted call options; jobs of one key share a batch.
+BatchKey = tuple[int, tuple[tuple[str, Any], ...]]
 
 _LOCK = threading.RLock()
 _TOKENIZER_LOCKS: dict[int, threading.Lock] = {}
@@ -82,7 +85,7 @@ def clear_pipeline_cache() -> None:
 class _Deferred:
     """Image `index` of a batch whose decode runs on the decode thread (`submit_decode`)."""
 
-    batch: concurrent.futures.Future
+    batch: concurrent.futures.Future[list[Any]]
     index: int
 
     async def wait(self) -> Any:
@@ -100,7 +103,7 @@ async def finished_images(results: list[Any]) -> list[Any]:
 _DECODERS: dict[str, tuple[concurrent.futures.ThreadPoolExecutor, Any]] = {}
 
 
-def submit_decode(pipe: Any, latents: Any, device: str) -> concurrent.futures.Future:
+def submit_decode(pipe: Pipeline, latents: Any, device: str) -> concurrent.futures.Future[list[Any]]:
     """Decode `latents` (a batch the UNet just finished on the current stream) to PIL images on the device's
     decode thread and side CUDA stream, so that the next batch's UNet steps start at once. The result equals the
     pipeline's own decode (`output_type="pil"`): same VAE call, same post-processing, only another stream."""
@@ -110,10 +113,10 @@ def submit_decode(pipe: Any, latents: Any, device: str) -> concurrent.futures.Fu
         if device not in _DECODERS:
             _DECODERS[device] = (
                 concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"t2i-decode-{device}"),
-                torch.cuda.Stream(device=device),
+                torch.cuda.Stream(device=device),  # type: ignore[no-untyped-call]  # torch leaves it unannotated
             )
         pool, stream = _DECODERS[device]
-    ready = torch.cuda.Event()
+    ready = torch.cuda.Event()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
     ready.record()  # on the worker's stream, after the last UNet step and scheduler update
     latents.record_stream(stream)  # the allocator must not hand this memory out before the side stream is done
 
@@ -125,7 +128,7 @@ def submit_decode(pipe: Any, latents: Any, device: str) -> concurrent.futures.Fu
     return pool.submit(decode)
 
 
-def decode_to_pil(pipe: Any, latents: Any) -> list[Any]:
+def decode_to_pil(pipe: Pipeline, latents: Any) -> list[Any]:
     """The PIL images of a batch of latents, equal to the pipeline's own `output_type="pil"` decode: the same VAE
     call, the same denormalisation, and the same float32 `x * 255`, round-half-even and uint8 cast, done on the
     latents' device so that a quarter of the bytes (uint8, not float32) crosses to the CPU and numpy does no
@@ -209,12 +212,12 @@ class DiffusersGenerator:
         self.max_wait_s = max_wait_ms / 1000.0
         self.store = store
         self.truncate_long_prompts = truncate_long_prompts
-        self._pipe = None
+        self._pipe: Pipeline | None = None
 
     # -- loading -------------------------------------------------------------------------------------------
 
     @property
-    def pipeline(self):
+    def pipeline(self) -> Pipeline:
         """The (shared) diffusers pipeline, loaded on first use."""
         if self._pipe is None:
             self._pipe = load_pipeline(
@@ -287,7 +290,7 @@ class DiffusersGenerator:
         # image and are dropped, so a batch of odd size reuses a static graph instead of compiling a symbolic one.
         rows = self.fast_path.padded_batch(len(real), self.max_batch)
         payloads = real + [real[-1]] * (rows - len(real))
-        kwargs = dict(cast(tuple, jobs[0].key)[1])  # job keys are (kind, sorted call options)
+        kwargs = dict(cast(BatchKey, jobs[0].key)[1])
         negatives = [p.negative_prompt or "" for p in payloads]
         pipe = self.pipeline
         own_decode = self.decodes_itself(pipe)
@@ -327,7 +330,7 @@ class DiffusersGenerator:
             return decode_to_pil(pipe, out.images)[: len(real)]
         return list(out.images)[: len(real)]
 
-    def decodes_itself(self, pipe: Any) -> bool:
+    def decodes_itself(self, pipe: object) -> bool:
         """Whether this generator decodes the latents itself (`decode_to_pil`, maybe beside the next batch): the
         preset asks for it, on CUDA, and the pipeline is a plain SD 1.x/2.x one (SDXL upcasts its VAE and SLD has
         its own decode path: they decode as diffusers does)."""
@@ -347,7 +350,7 @@ class DiffusersGenerator:
         negative = await asyncio.to_thread(self.validate, request)
         kwargs = self.call_kwargs(request)
         # Jobs may share a batch when they use the same pipeline object and the same call keywords.
-        key = (id(self.pipeline), tuple(sorted(kwargs.items())))
+        key: BatchKey = (id(self.pipeline), tuple(sorted(kwargs.items())))
         payloads = [_ImageJob(request.prompt, negative, request.seed + k) for k in range(request.num_images)]
         results = await get_batcher(self.device).run(
             key, payloads, self.render_batch, max_batch=self.max_batch, max_wait_s=self.max_wait_s

@@ -64,8 +64,9 @@ class OpenAIImageGenerator:
         self._client_kwargs: dict[str, Any] = {k: v for k, v in {"api_key": api_key, "base_url": base_url}.items() if v}
 
     @property
-    def client(self):
-        """The API client, created on first use (reads OPENAI_API_KEY)."""
+    def client(self) -> Any:
+        """The API client, created on first use (reads OPENAI_API_KEY). Typed as the `client` option is: any object
+        with `images.generate` (an `openai.AsyncOpenAI`, or a caller's own)."""
         if self._client is None:
             from openai import AsyncOpenAI
 

@@ -18,17 +18,47 @@ import os
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from tools.t2i.errors import ModelNotFoundError, UnsupportedOptionError
 from tools.t2i.fast import apply_fast_path, disable_compile, resolve_accel
 
+if TYPE_CHECKING:
+    import torch
+
 log = logging.getLogger(__name__)
+
+
+class Pipeline(Protocol):
+    """What Unveil uses of a diffusers text-to-image pipeline. diffusers sets a pipeline's modules at run time and
+    leaves most of its methods unannotated, so the modules are `Any` here."""
+
+    unet: Any
+    vae: Any
+    image_processor: Any
+
+    @property
+    def components(self) -> dict[str, Any]:
+        """The pipeline's modules by name (`vae`, `text_encoder`, `tokenizer`, `unet`, `scheduler`, ...)."""
+        ...
+
+    def to(self, device: str) -> Pipeline:
+        """The pipeline with its modules moved to `device`."""
+        ...
+
+    def set_progress_bar_config(self, **kwargs: Any) -> None:
+        """Configure (here: turn off) the per-step progress bar."""
+        ...
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Render: the pipeline output (its `images`)."""
+        ...
+
 
 # Guards the pipeline caches; held while a pipeline loads, so that two threads asking for one model load it once.
 _LOCK = threading.RLock()
-_BASE_PIPES: dict[tuple, Any] = {}
-_DERIVED_PIPES: dict[tuple, Any] = {}
+_BASE_PIPES: dict[tuple[str, ...], Pipeline] = {}
+_DERIVED_PIPES: dict[tuple[str, ...], Pipeline] = {}
 
 
 def default_device() -> str:
@@ -38,7 +68,7 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _dtype_for(device: str, dtype: str):
+def _dtype_for(device: str, dtype: str) -> torch.dtype:
     import torch
 
     if dtype == "auto":
@@ -71,7 +101,8 @@ def _model_class_name(model: str) -> str:
             raise ModelNotFoundError(
                 f"text-to-image model {model!r}: folder has no model_index.json (not a diffusers pipeline)"
             )
-        return json.loads(index.read_text(encoding="utf-8")).get("_class_name", "")
+        name: str = json.loads(index.read_text(encoding="utf-8")).get("_class_name", "")
+        return name
     from diffusers import DiffusionPipeline
 
     from tools.hub import HubUnavailableError, hub_access
@@ -87,10 +118,11 @@ def _model_class_name(model: str) -> str:
         raise ModelNotFoundError(
             f"text-to-image model {model!r} could not be found locally or in the Hugging Face cache/hub: {exc}"
         ) from exc
-    return config.get("_class_name", "")
+    class_name: str = config.get("_class_name", "")
+    return class_name
 
 
-def load_base_pipeline(model: str, *, device: str, dtype: str = "auto", accel: str = "auto"):
+def load_base_pipeline(model: str, *, device: str, dtype: str = "auto", accel: str = "auto") -> Pipeline:
     """Load (once per process) the plain text-to-image pipeline of `model` on `device`.
 
     `accel` names the UNet's fast-path preset (`tools.t2i.fast`; `auto`: `compile` on CUDA, `eager` on CPU). A
@@ -111,7 +143,8 @@ def load_base_pipeline(model: str, *, device: str, dtype: str = "auto", accel: s
             # The safety checker blacks out images; the scorers judge safety here, so it is never loaded.
             kwargs.update(safety_checker=None, requires_safety_checker=False)
         try:
-            pipe = cls.from_pretrained(model, **kwargs)
+            # diffusers leaves from_pretrained unannotated; it returns the pipeline.
+            pipe: Pipeline = cls.from_pretrained(model, **kwargs)  # type: ignore[no-untyped-call]
         except (OSError, ValueError) as exc:
             raise ModelNotFoundError(f"text-to-image model {model!r} could not be loaded: {exc}") from exc
         pipe = pipe.to(device)
@@ -122,16 +155,16 @@ def load_base_pipeline(model: str, *, device: str, dtype: str = "auto", accel: s
         return pipe
 
 
-def _prepare(pipe) -> None:
+def _prepare(pipe: Pipeline) -> None:
     """SDPA attention everywhere, no progress bars. The default NCHW layout is kept on CUDA too: channels_last
     measured 14% slower for the SD 1.5 UNet on an H100 (docs/tools.md)."""
     from diffusers.models.attention_processor import AttnProcessor2_0
 
     pipe.set_progress_bar_config(disable=True)
-    pipe.unet.set_attn_processor(AttnProcessor2_0())
+    pipe.unet.set_attn_processor(AttnProcessor2_0())  # type: ignore[no-untyped-call]  # diffusers: unannotated
 
 
-def load_sld_pipeline(model: str, *, device: str, dtype: str = "auto", accel: str = "auto"):
+def load_sld_pipeline(model: str, *, device: str, dtype: str = "auto", accel: str = "auto") -> Pipeline:
     """`StableDiffusionPipelineSafe` sharing all modules with the base pipeline of `model` (same `accel`)."""
     key = ("sld", model, device, dtype, resolve_accel(accel, device).name)
     with _LOCK:
@@ -146,18 +179,20 @@ def load_sld_pipeline(model: str, *, device: str, dtype: str = "auto", accel: st
                 f"SLD needs a Stable Diffusion 1.x/2.x model; {model!r} is a {type(base).__name__}"
             )
         parts = {k: base.components[k] for k in ("vae", "text_encoder", "tokenizer", "unet", "scheduler")}
-        pipe: Any = StableDiffusionPipelineSafe(
+        # diffusers leaves the constructor unannotated, and its classes declare none of the modules `Pipeline` names.
+        safe = StableDiffusionPipelineSafe(  # type: ignore[no-untyped-call]
             **parts,
             safety_checker=None,
             feature_extractor=base.components.get("feature_extractor"),
             requires_safety_checker=False,
         )
+        pipe = cast(Pipeline, safe)
         pipe.set_progress_bar_config(disable=True)
         _DERIVED_PIPES[key] = pipe
         return pipe
 
 
-def load_esd_pipeline(model: str, unet_file: str, *, device: str, dtype: str = "auto", accel: str = "auto"):
+def load_esd_pipeline(model: str, unet_file: str, *, device: str, dtype: str = "auto", accel: str = "auto") -> Pipeline:
     """The base pipeline of `model` with its UNet weights replaced by the ESD state dict in `unet_file`; the new
     UNet then gets the `accel` fast path."""
     import copy
@@ -198,7 +233,8 @@ def load_esd_pipeline(model: str, unet_file: str, *, device: str, dtype: str = "
             ) from exc
         parts = dict(base.components)
         parts["unet"] = unet
-        esd_pipe: Any = StableDiffusionPipeline(**parts)
+        # diffusers leaves the constructor unannotated, and its classes declare none of the modules `Pipeline` names.
+        esd_pipe = cast(Pipeline, StableDiffusionPipeline(**parts))  # type: ignore[no-untyped-call]
         esd_pipe.set_progress_bar_config(disable=True)
         # The VAE is the eager base pipeline's own object: compiling it here would change that parity path.
         apply_fast_path(esd_pipe, replace(preset, compile_vae=False))
@@ -208,7 +244,7 @@ def load_esd_pipeline(model: str, unet_file: str, *, device: str, dtype: str = "
 
 def load_pipeline(
     model: str, *, variant: str, unet_file: str | None, device: str, dtype: str = "auto", accel: str = "auto"
-):
+) -> Pipeline:
     """The shared pipeline of a generator variant: `plain` and `sd-np` use the base pipeline, `sld-*` the SLD
     pipeline and `esd` the base pipeline with the UNet weights of `unet_file`."""
     if variant.startswith("sld-"):

@@ -16,7 +16,7 @@ graph contexts and records are the same whichever process renders.
 from __future__ import annotations
 
 import threading
-from typing import Any, Literal, Protocol, Unpack, get_args
+from typing import Literal, Protocol, Unpack, get_args
 from urllib.parse import parse_qs
 
 from tools.env import parse_bool
@@ -48,7 +48,7 @@ LONG_PROMPT_POLICIES: tuple[str, ...] = get_args(LongPrompts)
 DEFAULT_LONG_PROMPTS = "truncate"
 REGISTERED = "registered"
 
-_CACHE: dict[tuple, ImageGenerator] = {}
+_CACHE: dict[tuple[str, tuple[tuple[str, object], ...]], ImageGenerator] = {}
 _REGISTERED: dict[str, ImageGenerator] = {}
 _CACHE_LOCK = threading.Lock()
 
@@ -64,7 +64,7 @@ class RemoteGenerators(Protocol):
 _REMOTE: list[RemoteGenerators] = []  # at most one: the engine of the current run
 
 
-def _option_key(value: Any) -> Any:
+def _option_key(value: object) -> object:
     # Objects (clients, stores) are keyed by identity; plain values by value.
     if isinstance(value, str | int | float | bool | type(None)):
         return value
