@@ -67,7 +67,7 @@ def prompt_items(path: str | Path, *, field: str | None = None, limit: int | Non
         from runner.batch_input import read_jsonl
 
         bad = []
-        good: list[dict] = []
+        good: list[dict[str, Any]] = []
         for n, it in enumerate(read_jsonl(p)):
             if it.error:
                 bad.append(it)

@@ -101,9 +101,10 @@ def load_esd_models(settings: ESDSettings, device: str) -> tuple[Any, Any, Any]:
 
     from diffusers import DDIMScheduler, StableDiffusionPipeline
 
-    pipe = StableDiffusionPipeline.from_pretrained(settings.model, safety_checker=None)
+    # diffusers leaves `from_pretrained` and `from_config` unannotated.
+    pipe = StableDiffusionPipeline.from_pretrained(settings.model, safety_checker=None)  # type: ignore[no-untyped-call]
     pipe.to(device)
-    scheduler = DDIMScheduler.from_config(pipe.scheduler.config)
+    scheduler = DDIMScheduler.from_config(pipe.scheduler.config)  # type: ignore[no-untyped-call]
     scheduler.set_timesteps(settings.ddim_steps, device=device)
     frozen = copy.deepcopy(pipe.unet).eval().requires_grad_(False)
     pipe.text_encoder.requires_grad_(False)

@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tools.env import env_int
 from training.config import GRPOSettings, settings_dict
 from training.models import common_trainer_args, load_model, load_processor, use_cuda
 from training.reward import ImagePool, RefinementReward, Renderer, Scorer, seeds_for
+
+if TYPE_CHECKING:
+    from trl import GRPOConfig, GRPOTrainer
+
+    from tools.image_store import ImageStore
 
 log = logging.getLogger("unveil.training.grpo")
 
@@ -30,7 +36,7 @@ def local_device(settings: GRPOSettings) -> str:
     return f"cuda:{env_int('LOCAL_RANK', 0, minimum=0)}"
 
 
-def grpo_records(settings: GRPOSettings, *, store: Any, renderer: Renderer) -> list[dict[str, Any]]:
+def grpo_records(settings: GRPOSettings, *, store: ImageStore, renderer: Renderer) -> list[dict[str, Any]]:
     """Training rows from `settings.data`: labelled records keep their images; bare prompts are rendered once."""
     from training.data import check_rl_prompts, load_prompts
 
@@ -71,7 +77,8 @@ def grpo_records(settings: GRPOSettings, *, store: Any, renderer: Renderer) -> l
     return [r for r in records if r.get("image_id")]
 
 
-def _sync_fn(accelerator: Any):
+def _sync_fn(accelerator: Any) -> Callable[[list[Any]], list[Any]] | None:
+    """`gather_object` across the ranks of `accelerator` (None on one process: nothing to share)."""
     from accelerate.utils import gather_object
 
     if accelerator is None or accelerator.num_processes <= 1:
@@ -121,7 +128,7 @@ def enable_fast_sampling(trainer: Any) -> None:
     trainer._generate_single_turn = generate
 
 
-def default_renderer(settings: GRPOSettings, *, store: Any, device: str) -> Renderer:
+def default_renderer(settings: GRPOSettings, *, store: ImageStore, device: str) -> Renderer:
     """The reward's renderer: `settings.generator` on `device`, with the settings' render, batch and speed options."""
     from tools.t2i.settings import RenderSettings, render_kwargs
     from training.render import make_renderer
@@ -152,7 +159,7 @@ def default_scorer(settings: GRPOSettings, *, device: str) -> Scorer:
     )
 
 
-def grpo_config(settings: GRPOSettings) -> Any:
+def grpo_config(settings: GRPOSettings) -> GRPOConfig:
     """TRL's `GRPOConfig` from the settings (the arguments shared with SFT plus GRPO's sampling and loss)."""
     from trl import GRPOConfig
 
@@ -173,10 +180,10 @@ def build_grpo_trainer(
     *,
     renderer: Renderer | None = None,
     scorer: Scorer | None = None,
-    store: Any = None,
+    store: ImageStore | None = None,
     records: list[dict[str, Any]] | None = None,
     fast_sampling: bool | None = None,
-):
+) -> tuple[GRPOTrainer, RefinementReward]:
     """The configured `GRPOTrainer` and its reward (renderer/scorer/store built from settings unless given).
 
     `fast_sampling` (default: on CUDA) samples the policy with a static cache and compiled decoding
