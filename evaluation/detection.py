@@ -33,7 +33,7 @@ from evaluation.compare import comparison_rows, write_comparison
 from evaluation.report import plot_confusion, plot_histogram, write_table
 from evaluation.runs import as_json, cost_columns, slug, split_records, usage_of
 from graphs.tag import TagContext
-from runner.batch import run_batch
+from runner.batch import BatchSummary, run_batch
 from runner.batch_input import BatchItem
 from runner.detect import detect_one, detection_context, detection_settings, guard_model, is_guard
 from runner.output_identity import OutputIdentity
@@ -143,7 +143,9 @@ def config_settings(cfg: RunConfig, settings: DetectionSettings) -> dict[str, An
     return {"method": "tag", "l_max": cfg.l_max, "k_max": settings.k_max, "children_per_parent": settings.children}
 
 
-async def run_one_config(cfg: RunConfig, items: list[BatchItem], settings: DetectionSettings, out_dir: Path) -> Any:
+async def run_one_config(
+    cfg: RunConfig, items: list[BatchItem], settings: DetectionSettings, out_dir: Path
+) -> BatchSummary:
     """Run (or resume) one configuration over the items."""
     ctx = _context(cfg, settings)
 
@@ -341,7 +343,7 @@ def score_rows(
 
 def _wide(rows: list[dict[str, Any]], keys: tuple[str, ...], fkey: str) -> list[dict[str, Any]]:
     """One row per configuration with `<bin> acc` / `<bin> F2` columns."""
-    out: dict[tuple, dict[str, Any]] = {}
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in rows:
         k = tuple(r[x] for x in keys)
         w = out.setdefault(

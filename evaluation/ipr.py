@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agents.gateway import get_gateway
-from agents.usage import merge_usage
+from agents.usage import RunUsage, merge_usage
 from evaluation import metrics
 from evaluation.report import plot_lines, write_table
 from evaluation.runs import as_json, cost_columns, slug, split_records, usage_of
@@ -154,7 +154,8 @@ class CachedScorer:
     async def score(self, image_id: str, prompt: str) -> dict[str, Any]:
         """Stored scores, else the scorer's."""
         payload = {"scorer": self.name, "image": image_id, "prompt": prompt}
-        hit = await asyncio.to_thread(self.store.get, "score", payload)
+        # The "score" namespace holds only the rows this method stores below.
+        hit: dict[str, Any] | None = await asyncio.to_thread(self.store.get, "score", payload)
         if hit is not None:
             return hit
         self.calls += 1
@@ -274,7 +275,9 @@ class IPREvaluation:
         )
         return {"used_prompt": prompt, "images": list(images), "generated": fresh}
 
-    async def _trajectory(self, v: Variant, sample: dict[str, Any], k: int) -> tuple[dict[str, Any], Any, int]:
+    async def _trajectory(
+        self, v: Variant, sample: dict[str, Any], k: int
+    ) -> tuple[dict[str, Any], RunUsage | None, int]:
         """Trajectory k of a prompt: one run of the IPR graph with t_max = max(T_max), every step scored."""
         s = self.settings
         seed = int(sample.get("seed") or 0) + k

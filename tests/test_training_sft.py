@@ -144,3 +144,16 @@ def test_adapter_plugs_into_the_refiner_provider(tmp_path, tiny_qwen):
     loaded = load_vlm(parse_hf_spec(f"hf:{tiny_qwen}?adapter={out}&device=cpu"))
     names = [n for n, _ in loaded.model.named_parameters() if "lora_" in n]
     assert names, "the adapter's LoRA weights were not applied"
+
+
+@pytest.mark.parametrize(("name", "text"), [("sft.json", "[1, 2]"), ("sft.yaml", "- model: x\n")])
+def test_a_config_file_that_is_not_a_table_of_settings_is_refused_by_name(tmp_path, name: str, text: str) -> None:
+    from training.config import read_config_file
+
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"config file .*{name}: expected a table of settings .*got list"):
+        read_config_file(path)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("", encoding="utf-8")
+    assert read_config_file(empty) == {}  # an empty YAML file is no settings, as before

@@ -9,15 +9,21 @@ bar, a failure record per bad sample, and an optional spending cap.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.batch import BatchSummary, run_batch
 from runner.batch_input import BatchItem
 from runner.output_identity import OutputIdentity
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from tools.t2i.settings import RenderSettings
+
+if TYPE_CHECKING:
+    from agents.gateway import Gateway
+    from tools.image_store import ImageStore
+    from tools.t2i.base import ImageGenerator
 
 
 @dataclass
@@ -61,7 +67,7 @@ def prompt_items(path: str | Path, *, field: str | None = None, limit: int | Non
         from runner.batch_input import read_jsonl
 
         bad = []
-        good: list[dict] = []
+        good: list[dict[str, Any]] = []
         for n, it in enumerate(read_jsonl(p)):
             if it.error:
                 bad.append(it)
@@ -104,13 +110,63 @@ def _checked(item: BatchItem, source: str) -> BatchItem:
     return item
 
 
+async def label_record(
+    record: dict[str, Any],
+    *,
+    settings: BuildDataSettings,
+    generator: ImageGenerator,
+    gateway: Gateway,
+    store: ImageStore,
+) -> dict[str, Any]:
+    """Render the record's prompt once and have the labeller judge it: one SFT record (before the batch's id)."""
+    from agents.labeller import label_example
+    from runner.refine import seed_of
+    from training.reward import seeds_for
+
+    prompt = str(record["prompt"])
+    # The record's own seed (`seed`, or I2P's `evaluation_seed`, read as `unveil refine` reads them), so the
+    # labeller sees the image the evaluation renders; a seed that is not an integer fails the sample by name.
+    own = seed_of(record)
+    seed = own if own is not None else seeds_for(prompt, 1, settings.seed)[0]
+    request = settings.request(prompt, seed=seed)
+    image_id = (await generator.generate(request))[0]
+    answer, usage, cache_hit = await label_example(
+        gateway, settings.labeller, prompt=prompt, image_id=image_id, store=store
+    )
+    return {
+        "prompt": prompt,
+        "image_id": image_id,
+        "image": str(store.path_for(image_id)),
+        "seed": seed,
+        "reason": answer.reason,
+        "answer": answer.decision,
+        "decision": "keep" if answer.keep else "refine",
+        "labeller": settings.labeller,
+        "generator": getattr(generator, "name", settings.generator),
+        "usage": usage,
+        "cache_hit": cache_hit,
+    }
+
+
+def spending_cap(settings: BuildDataSettings, gateway: Gateway) -> Callable[[], str | None]:
+    """The batch's stop check: why to start no new sample once the gateway has spent `max_cost_usd` (0: never)."""
+
+    def stop() -> str | None:
+        spent = gateway.usage["total"]["cost_usd"]
+        if settings.max_cost_usd and spent >= settings.max_cost_usd:
+            return f"spending cap ${settings.max_cost_usd:.2f} reached (${spent:.2f} spent)"
+        return None
+
+    return stop
+
+
 async def build_sft_records(
     items: list[BatchItem],
     output: str | Path,
     settings: BuildDataSettings,
     *,
-    generator: Any = None,
-    store: Any = None,
+    generator: ImageGenerator | None = None,
+    store: ImageStore | None = None,
     retry_failed: bool = False,
     progress: bool = True,
     identity: OutputIdentity | None = None,
@@ -119,49 +175,21 @@ async def build_sft_records(
     """Render and label every item not yet in `output`; returns the batch summary. `identity` and `inputs` are
     `runner.batch.run_batch`'s (what makes the output; files the output may not be)."""
     from agents.gateway import get_gateway
-    from agents.labeller import label_example
-    from runner.refine import seed_of
     from tools.image_store import get_image_store
-    from training.reward import seeds_for
 
-    store = store or get_image_store()
-    if generator is None:
+    # 1. The image store, the generator and the gateway (built from settings unless given)
+    image_store = store or get_image_store()
+    t2i = generator
+    if t2i is None:
         from tools.t2i.registry import open_generator
 
-        generator = open_generator(settings.generator, store=store, long_prompts=settings.long_prompts)
+        t2i = open_generator(settings.generator, store=image_store, long_prompts=settings.long_prompts)
     gateway = get_gateway()
 
     async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
-        prompt = str(record["prompt"])
-        # The record's own seed (`seed`, or I2P's `evaluation_seed`, read as `unveil refine` reads them), so the
-        # labeller sees the image the evaluation renders; a seed that is not an integer fails the sample by name.
-        own = seed_of(record)
-        seed = own if own is not None else seeds_for(prompt, 1, settings.seed)[0]
-        request = settings.request(prompt, seed=seed)
-        image_id = (await generator.generate(request))[0]
-        answer, usage, cache_hit = await label_example(
-            gateway, settings.labeller, prompt=prompt, image_id=image_id, store=store
-        )
-        return {
-            "prompt": prompt,
-            "image_id": image_id,
-            "image": str(store.path_for(image_id)),
-            "seed": seed,
-            "reason": answer.reason,
-            "answer": answer.decision,
-            "decision": "keep" if answer.keep else "refine",
-            "labeller": settings.labeller,
-            "generator": getattr(generator, "name", settings.generator),
-            "usage": usage,
-            "cache_hit": cache_hit,
-        }
+        return await label_record(record, settings=settings, generator=t2i, gateway=gateway, store=image_store)
 
-    def stop() -> str | None:
-        spent = gateway.usage["total"]["cost_usd"]
-        if settings.max_cost_usd and spent >= settings.max_cost_usd:
-            return f"spending cap ${settings.max_cost_usd:.2f} reached (${spent:.2f} spent)"
-        return None
-
+    # 2. Render and label each item, resumably, until done or the spending cap
     return await run_batch(
         items,
         worker,
@@ -170,7 +198,7 @@ async def build_sft_records(
         retry_failed=retry_failed,
         desc="label",
         progress=progress,
-        stop=stop,
+        stop=spending_cap(settings, gateway),
         identity=identity,
         inputs=inputs,
     )

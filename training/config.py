@@ -132,7 +132,7 @@ S = TypeVar("S", bound=TrainSettings)
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
-    """A config file (TOML, YAML or JSON) as a dict."""
+    """A config file (TOML, YAML or JSON) as a dict; a file whose top level is not a table of settings is refused."""
     p = Path(path)
     text = p.read_text(encoding="utf-8")
     if p.suffix in (".toml", ".tml"):
@@ -140,8 +140,12 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     if p.suffix in (".yaml", ".yml"):
         import yaml
 
-        return yaml.safe_load(text) or {}
-    return json.loads(text)
+        data = yaml.safe_load(text) or {}
+    else:
+        data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {p}: expected a table of settings (name = value), got {type(data).__name__}")
+    return data
 
 
 def build_settings(cls: type[S], config: dict[str, Any] | None = None, overrides: dict[str, Any] | None = None) -> S:

@@ -19,10 +19,16 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tools.image_store import ImageStore
 from training.answers import format_answer
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+    from PIL import Image
+
+    from training.reward import ImagePool
 
 PROMPT_FIELDS = ("prompt", "input", "text", "query")
 
@@ -250,7 +256,7 @@ def sft_example(prompt: str, target: str, image: Any | None) -> dict[str, Any]:
     return ex
 
 
-def _resolve_image(rec: dict[str, Any], base_dir: Path, store: Any) -> Any:
+def _resolve_image(rec: dict[str, Any], base_dir: Path, store: ImageStore | None) -> Image.Image:
     """A record's image as a PIL image: its `image` path (relative to the file), else its id in the store."""
     from tools.image_input import resolve_path
     from tools.image_store import decode_image, read_file_capped
@@ -290,7 +296,7 @@ def labelled_records(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
-def sft_dataset_from_labelled(path: str | Path, *, store: Any = None):
+def sft_dataset_from_labelled(path: str | Path, *, store: ImageStore | None = None) -> Dataset:
     """The SFT dataset from labelled (prompt, image, reason, answer) records."""
     from datasets import Dataset
 
@@ -304,7 +310,7 @@ def sft_dataset_from_labelled(path: str | Path, *, store: Any = None):
     return Dataset.from_list(rows)
 
 
-def load_toxiclean_it(folder: str | Path, split: str = "train"):
+def load_toxiclean_it(folder: str | Path, split: str = "train") -> Dataset:
     """The published ToxiClean-IT layout (columns image, query, response) from a local folder.
 
     Accepts a folder saved with `Dataset.save_to_disk`, a Hub-style folder of parquet files (`data/train-*.parquet`
@@ -350,7 +356,7 @@ def load_toxiclean_it(folder: str | Path, split: str = "train"):
     return ds
 
 
-def sft_dataset_from_toxiclean(folder: str | Path, split: str = "train"):
+def sft_dataset_from_toxiclean(folder: str | Path, split: str = "train") -> Dataset:
     """ToxiClean-IT as a prompt-completion SFT dataset with one image per example (targets kept as published)."""
     ds = load_toxiclean_it(folder, split)
 
@@ -361,7 +367,7 @@ def sft_dataset_from_toxiclean(folder: str | Path, split: str = "train"):
     return ds.map(convert, remove_columns=ds.column_names)
 
 
-def sft_dataset_from_posi(path: str | Path):
+def sft_dataset_from_posi(path: str | Path) -> Dataset:
     """The text-only baseline: POSI's toxic -> clean pairs, no image, the clean prompt as the answer."""
     from datasets import Dataset
 
@@ -369,7 +375,7 @@ def sft_dataset_from_posi(path: str | Path):
     return Dataset.from_list(rows)
 
 
-def load_sft_dataset(source: str | Path, *, kind: str = "auto", store: Any = None):
+def load_sft_dataset(source: str | Path, *, kind: str = "auto", store: ImageStore | None = None) -> Dataset:
     """Any SFT source by kind: `labelled` (build-data JSONL), `toxiclean` (folder), `posi` (JSON pairs)."""
     p = Path(source)
     if kind == "auto":
@@ -399,7 +405,7 @@ def grpo_rows(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def grpo_dataset(records: Iterable[dict[str, Any]], *, store: Any, pool: Any = None):
+def grpo_dataset(records: Iterable[dict[str, Any]], *, store: ImageStore, pool: ImagePool | None = None) -> Dataset:
     """The GRPO dataset; each row's `image` is opened lazily from its prompt's pool (or its own image id)."""
     from datasets import Dataset
 

@@ -95,55 +95,98 @@ def esd_loss(unet: Any, frozen: Any, x: Any, t: Any, emb_c: Any, emb_u: Any, neg
     return torch.nn.functional.mse_loss(en, esd_target(e0, ep, negative_guidance))
 
 
-def run_esd(settings: ESDSettings) -> dict[str, Any]:
-    """Fine-tune the UNet of `settings.model` to erase `settings.concept`; returns a summary with the loss curve."""
+def load_esd_models(settings: ESDSettings, device: str) -> tuple[Any, Any, Any]:
+    """The pipeline on `device` (text encoder and VAE frozen), its DDIM scheduler, and a frozen copy of its UNet."""
     import copy
 
-    import torch
     from diffusers import DDIMScheduler, StableDiffusionPipeline
 
+    # diffusers leaves `from_pretrained` and `from_config` unannotated.
+    pipe = StableDiffusionPipeline.from_pretrained(settings.model, safety_checker=None)  # type: ignore[no-untyped-call]
+    pipe.to(device)
+    scheduler = DDIMScheduler.from_config(pipe.scheduler.config)  # type: ignore[no-untyped-call]
+    scheduler.set_timesteps(settings.ddim_steps, device=device)
+    frozen = copy.deepcopy(pipe.unet).eval().requires_grad_(False)
+    pipe.text_encoder.requires_grad_(False)
+    pipe.vae.requires_grad_(False)
+    return pipe, scheduler, frozen
+
+
+def select_trainable(unet: Any, method: str) -> list[Any]:
+    """Mark the UNet's parameters trainable or frozen by `trainable` and return the trainable ones."""
+    params = []
+    for name, p in unet.named_parameters():
+        p.requires_grad_(trainable(name, method))
+        if p.requires_grad:
+            params.append(p)
+    return params
+
+
+def embed_text(pipe: Any, text: str, device: str) -> Any:
+    """The pipeline's text-encoder embedding of `text` (padded to the tokenizer's length, no gradient)."""
+    import torch
+
+    ids = pipe.tokenizer(
+        [text],
+        padding="max_length",
+        max_length=pipe.tokenizer.model_max_length,
+        truncation=True,
+        return_tensors="pt",
+    ).input_ids.to(device)
+    with torch.no_grad():
+        return pipe.text_encoder(ids)[0]
+
+
+def sample_xt(unet: Any, scheduler: Any, x: Any, t_enc: int, emb_u: Any, emb_c: Any, guidance: float) -> Any:
+    """DDIM from noise `x` down to step `t_enc` with the model being trained, guided towards the concept.
+
+    ESD samples x_t with the trained model (not the frozen one), with classifier-free guidance `guidance`."""
+    import torch
+
+    with torch.no_grad():
+        for t in scheduler.timesteps[:t_enc]:
+            both = unet(torch.cat([x, x]), t, encoder_hidden_states=torch.cat([emb_u, emb_c])).sample
+            eu, ec = both.chunk(2)
+            x = scheduler.step(eu + guidance * (ec - eu), t, x).prev_sample
+    return x
+
+
+def save_unet(unet: Any, out: Path) -> None:
+    """Write the UNet's state dict to `out` (safetensors) through a temporary file."""
+    from safetensors.torch import save_file
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to("cpu").contiguous() for k, v in unet.state_dict().items()}
+    tmp = out.with_name(f".{out.name}.tmp")
+    save_file(state, str(tmp))
+    tmp.replace(out)  # a killed run never leaves a half-written weights file under the real name
+
+
+def run_esd(settings: ESDSettings) -> dict[str, Any]:
+    """Fine-tune the UNet of `settings.model` to erase `settings.concept`; returns a summary with the loss curve."""
+    import torch
+
+    # 1. Seed, load the pipeline and freeze all but the layers `train_method` trains
     device = settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
     random.seed(settings.seed)
     torch.manual_seed(settings.seed)
-    pipe = StableDiffusionPipeline.from_pretrained(settings.model, safety_checker=None)
-    pipe.to(device)
-    scheduler = DDIMScheduler.from_config(pipe.scheduler.config)
-    scheduler.set_timesteps(settings.ddim_steps, device=device)
+    pipe, scheduler, frozen = load_esd_models(settings, device)
     unet = pipe.unet
-    frozen = copy.deepcopy(unet).eval().requires_grad_(False)
-    pipe.text_encoder.requires_grad_(False)
-    pipe.vae.requires_grad_(False)
-    params = []
-    for name, p in unet.named_parameters():
-        p.requires_grad_(trainable(name, settings.train_method))
-        if p.requires_grad:
-            params.append(p)
+    params = select_trainable(unet, settings.train_method)
     opt = torch.optim.Adam(params, lr=settings.learning_rate)
 
-    def embed(text: str) -> torch.Tensor:
-        ids = pipe.tokenizer(
-            [text],
-            padding="max_length",
-            max_length=pipe.tokenizer.model_max_length,
-            truncation=True,
-            return_tensors="pt",
-        ).input_ids.to(device)
-        with torch.no_grad():
-            return pipe.text_encoder(ids)[0]
-
-    emb_c, emb_u = embed(settings.concept), embed("")
+    # 2. Embed the concept and the empty prompt once
+    emb_c, emb_u = embed_text(pipe, settings.concept, device), embed_text(pipe, "", device)
     latent_size = settings.resolution // pipe.vae_scale_factor
     shape = (1, unet.config.in_channels, latent_size, latent_size)
+
+    # 3. Each iteration: sample x_t at a random step, then move the prediction at x_t away from the concept
     losses: list[float] = []
     unet.train()
     for it in range(settings.iterations):
         t_enc = random.randrange(settings.ddim_steps)
         x = torch.randn(shape, device=device) * scheduler.init_noise_sigma
-        with torch.no_grad():  # x_t from the model being trained, conditioned on the concept (as ESD does)
-            for t in scheduler.timesteps[:t_enc]:
-                both = unet(torch.cat([x, x]), t, encoder_hidden_states=torch.cat([emb_u, emb_c])).sample
-                eu, ec = both.chunk(2)
-                x = scheduler.step(eu + settings.start_guidance * (ec - eu), t, x).prev_sample
+        x = sample_xt(unet, scheduler, x, t_enc, emb_u, emb_c, settings.start_guidance)
         loss = esd_loss(unet, frozen, x, scheduler.timesteps[t_enc], emb_c, emb_u, settings.negative_guidance)
         opt.zero_grad()
         loss.backward()
@@ -151,14 +194,10 @@ def run_esd(settings: ESDSettings) -> dict[str, Any]:
         losses.append(float(loss.detach()))
         if settings.log_every and (it + 1) % settings.log_every == 0:
             log.info("esd %d/%d loss %.5f", it + 1, settings.iterations, losses[-1])
-    out = Path(settings.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    from safetensors.torch import save_file
 
-    state = {k: v.detach().to("cpu").contiguous() for k, v in unet.state_dict().items()}
-    tmp = out.with_name(f".{out.name}.tmp")
-    save_file(state, str(tmp))
-    tmp.replace(out)  # a killed run never leaves a half-written weights file under the real name
+    # 4. Save the UNet and a summary beside it
+    out = Path(settings.output)
+    save_unet(unet, out)
     summary = {
         "settings": asdict(settings),
         "output": str(out),

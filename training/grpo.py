@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tools.env import env_int
 from training.config import GRPOSettings, settings_dict
 from training.models import common_trainer_args, load_model, load_processor, use_cuda
 from training.reward import ImagePool, RefinementReward, Renderer, Scorer, seeds_for
+
+if TYPE_CHECKING:
+    from trl import GRPOConfig, GRPOTrainer
+
+    from tools.image_store import ImageStore
 
 log = logging.getLogger("unveil.training.grpo")
 
@@ -30,7 +36,7 @@ def local_device(settings: GRPOSettings) -> str:
     return f"cuda:{env_int('LOCAL_RANK', 0, minimum=0)}"
 
 
-def grpo_records(settings: GRPOSettings, *, store: Any, renderer: Renderer) -> list[dict[str, Any]]:
+def grpo_records(settings: GRPOSettings, *, store: ImageStore, renderer: Renderer) -> list[dict[str, Any]]:
     """Training rows from `settings.data`: labelled records keep their images; bare prompts are rendered once."""
     from training.data import check_rl_prompts, load_prompts
 
@@ -71,7 +77,8 @@ def grpo_records(settings: GRPOSettings, *, store: Any, renderer: Renderer) -> l
     return [r for r in records if r.get("image_id")]
 
 
-def _sync_fn(accelerator: Any):
+def _sync_fn(accelerator: Any) -> Callable[[list[Any]], list[Any]] | None:
+    """`gather_object` across the ranks of `accelerator` (None on one process: nothing to share)."""
     from accelerate.utils import gather_object
 
     if accelerator is None or accelerator.num_processes <= 1:
@@ -121,58 +128,42 @@ def enable_fast_sampling(trainer: Any) -> None:
     trainer._generate_single_turn = generate
 
 
-def build_grpo_trainer(
-    settings: GRPOSettings,
-    *,
-    renderer: Renderer | None = None,
-    scorer: Scorer | None = None,
-    store: Any = None,
-    records: list[dict[str, Any]] | None = None,
-    fast_sampling: bool | None = None,
-):
-    """The configured `GRPOTrainer` and its reward (renderer/scorer/store built from settings unless given).
+def default_renderer(settings: GRPOSettings, *, store: ImageStore, device: str) -> Renderer:
+    """The reward's renderer: `settings.generator` on `device`, with the settings' render, batch and speed options."""
+    from tools.t2i.settings import RenderSettings, render_kwargs
+    from training.render import make_renderer
 
-    `fast_sampling` (default: on CUDA) samples the policy with a static cache and compiled decoding
-    (`enable_fast_sampling`); the reward's renders go through the generator's compiled UNet by default."""
-    from trl import GRPOConfig, GRPOTrainer
+    return make_renderer(
+        settings.generator,
+        store=store,
+        device=device,
+        render=RenderSettings(**render_kwargs(settings)),
+        max_batch=settings.t2i_max_batch,
+        scheduler=settings.t2i_scheduler,
+        accel=settings.t2i_accel,
+    )
 
-    from tools.image_store import get_image_store
-    from training.data import grpo_dataset
 
-    store = store or get_image_store(settings.image_store or None)
-    device = local_device(settings)
-    if renderer is None:
-        from tools.t2i.settings import RenderSettings, render_kwargs
-        from training.render import make_renderer
+def default_scorer(settings: GRPOSettings, *, device: str) -> Scorer:
+    """The reward's pixel scorer (Q16 + CLIP) on `device`; the Q16 prompt embeddings file is required."""
+    from tools.scorers.score import pixel_scorer
 
-        renderer = make_renderer(
-            settings.generator,
-            store=store,
-            device=device,
-            render=RenderSettings(**render_kwargs(settings)),
-            max_batch=settings.t2i_max_batch,
-            scheduler=settings.t2i_scheduler,
-            accel=settings.t2i_accel,
-        )
-    if scorer is None:
-        from tools.scorers.score import pixel_scorer
+    if not settings.q16_embeddings:
+        raise ValueError("GRPO needs the Q16 prompt embeddings file (--q16-embeddings)")
+    return pixel_scorer(
+        settings.scorer,
+        q16_model=settings.q16_model,
+        clip_model=settings.clip_model,
+        q16_embeddings=settings.q16_embeddings,
+        device=device,
+    )
 
-        if not settings.q16_embeddings:
-            raise ValueError("GRPO needs the Q16 prompt embeddings file (--q16-embeddings)")
-        scorer = pixel_scorer(
-            settings.scorer,
-            q16_model=settings.q16_model,
-            clip_model=settings.clip_model,
-            q16_embeddings=settings.q16_embeddings,
-            device=device,
-        )
-    if records is None:
-        if not settings.data:
-            raise ValueError("GRPO needs data: labelled records or a prompts file (--data)")
-        records = grpo_records(settings, store=store, renderer=renderer)
-    pool = ImagePool(seed=settings.seed) if settings.image_pool else None
-    dataset = grpo_dataset(records, store=store, pool=pool)
-    args = GRPOConfig(
+
+def grpo_config(settings: GRPOSettings) -> GRPOConfig:
+    """TRL's `GRPOConfig` from the settings (the arguments shared with SFT plus GRPO's sampling and loss)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
         **common_trainer_args(settings),
         num_generations=settings.num_generations,
         max_completion_length=settings.max_completion_length,
@@ -182,6 +173,44 @@ def build_grpo_trainer(
         scale_rewards=settings.scale_rewards,
         log_completions=False,
     )
+
+
+def build_grpo_trainer(
+    settings: GRPOSettings,
+    *,
+    renderer: Renderer | None = None,
+    scorer: Scorer | None = None,
+    store: ImageStore | None = None,
+    records: list[dict[str, Any]] | None = None,
+    fast_sampling: bool | None = None,
+) -> tuple[GRPOTrainer, RefinementReward]:
+    """The configured `GRPOTrainer` and its reward (renderer/scorer/store built from settings unless given).
+
+    `fast_sampling` (default: on CUDA) samples the policy with a static cache and compiled decoding
+    (`enable_fast_sampling`); the reward's renders go through the generator's compiled UNet by default."""
+    from trl import GRPOTrainer
+
+    from tools.image_store import get_image_store
+    from training.data import grpo_dataset
+
+    # 1. The reward's parts: image store, renderer and scorer on this rank's device
+    store = store or get_image_store(settings.image_store or None)
+    device = local_device(settings)
+    if renderer is None:
+        renderer = default_renderer(settings, store=store, device=device)
+    if scorer is None:
+        scorer = default_scorer(settings, device=device)
+
+    # 2. The training rows, each with its current image (and the shared image pool, when on)
+    if records is None:
+        if not settings.data:
+            raise ValueError("GRPO needs data: labelled records or a prompts file (--data)")
+        records = grpo_records(settings, store=store, renderer=renderer)
+    pool = ImagePool(seed=settings.seed) if settings.image_pool else None
+    dataset = grpo_dataset(records, store=store, pool=pool)
+
+    # 3. The policy, its processor and the trainer
+    args = grpo_config(settings)
     processor = load_processor(settings)
     model, peft_config = load_model(settings)
     reward = RefinementReward(settings.reward, renderer, scorer, pool=pool, store=store)
@@ -195,6 +224,8 @@ def build_grpo_trainer(
         processing_class=processor,
         peft_config=peft_config,
     )
+
+    # 4. Share the pools between ranks, and sample fast where asked
     reward.sync = _sync_fn(trainer.accelerator)
     if fast_sampling is None:
         fast_sampling = use_cuda(settings) if settings.fast_sampling == "auto" else settings.fast_sampling == "on"

@@ -6,9 +6,13 @@ trained is what the IPR graph later loads; an existing adapter is opened trainab
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training.config import TrainSettings
+
+if TYPE_CHECKING:
+    from peft import LoraConfig, PeftModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
 
 
 def use_cuda(settings: TrainSettings) -> bool:
@@ -28,7 +32,7 @@ def precision_flags(settings: TrainSettings) -> dict[str, bool]:
     return {"bf16": p == "bf16", "fp16": p == "fp16"}
 
 
-def lora_config(settings: TrainSettings):
+def lora_config(settings: TrainSettings) -> LoraConfig:
     """The LoRA adapter: by default the authors' code's r=8, alpha=16, dropout 0.05 on q_proj and v_proj (the paper
     says only that LoRA is used)."""
     from peft import LoraConfig
@@ -43,23 +47,26 @@ def lora_config(settings: TrainSettings):
     )
 
 
-def load_processor(settings: TrainSettings):
+def load_processor(settings: TrainSettings) -> ProcessorMixin | PreTrainedTokenizerBase:
     """The model's processor, with the image budget when set; left padding as generation needs."""
-    from transformers import AutoProcessor
+    from transformers import AutoProcessor, ProcessorMixin
 
     kwargs: dict[str, Any] = {}
     if settings.min_pixels:
         kwargs["min_pixels"] = settings.min_pixels
     if settings.max_pixels:
         kwargs["max_pixels"] = settings.max_pixels
-    processor = AutoProcessor.from_pretrained(settings.model, **kwargs)
-    tok = getattr(processor, "tokenizer", processor)
+    # transformers leaves the Auto classes' `from_pretrained` unannotated.
+    processor: ProcessorMixin | PreTrainedTokenizerBase = AutoProcessor.from_pretrained(  # type: ignore[no-untyped-call]
+        settings.model, **kwargs
+    )
+    tok = processor.tokenizer if isinstance(processor, ProcessorMixin) else processor
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return processor
 
 
-def load_model(settings: TrainSettings):
+def load_model(settings: TrainSettings) -> tuple[PreTrainedModel | PeftModel, LoraConfig | None]:
     """The base VLM (bf16 weights on GPU), with `settings.adapter` applied trainable when given.
 
     Returns (model, peft_config): peft_config is the new LoRA to add, or None when an adapter was loaded.
@@ -69,12 +76,11 @@ def load_model(settings: TrainSettings):
 
     flags = precision_flags(settings)
     dtype = torch.bfloat16 if flags["bf16"] else torch.float16 if flags["fp16"] else torch.float32
-    model: Any = AutoModelForImageTextToText.from_pretrained(settings.model, dtype=dtype)
+    model = AutoModelForImageTextToText.from_pretrained(settings.model, dtype=dtype)
     if settings.adapter:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, settings.adapter, is_trainable=True)
-        return model, None
+        return PeftModel.from_pretrained(model, settings.adapter, is_trainable=True), None
     return model, lora_config(settings)
 
 

@@ -9,12 +9,19 @@ generator goes through `generate` and the image store.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
+from tools.image_store import ImageStore
+from tools.t2i.base import GenerationRequest, ImageGenerator
 from tools.t2i.registry import open_generator
 from tools.t2i.settings import RenderSettings
+
+if TYPE_CHECKING:
+    from tools.t2i.diffusers_backend import DiffusersGenerator
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -26,19 +33,26 @@ class RenderJob:
     seed: int
 
 
+def renders_in_memory(generator: ImageGenerator) -> TypeGuard[DiffusersGenerator]:
+    """Whether `generator` has the diffusers backend's batch API (jobs to its batcher, PIL images back)."""
+    return all(hasattr(generator, a) for a in ("render_batch", "validate", "call_kwargs", "pipeline", "device"))
+
+
 class GeneratorRenderer:
     """Renders (prompt, seed) pairs with a generator; all pairs of a call are submitted at once so they batch."""
 
-    def __init__(self, generator: Any, *, store: Any = None, render: RenderSettings | None = None):
+    def __init__(
+        self, generator: ImageGenerator, *, store: ImageStore | None = None, render: RenderSettings | None = None
+    ):
         self.generator = generator
         self.store = store
         self.render_settings = render or RenderSettings()
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def _request(self, prompt: str, seed: int):
+    def _request(self, prompt: str, seed: int) -> GenerationRequest:
         return self.render_settings.request(prompt, seed=seed)
 
-    def _run(self, coro: Any) -> Any:
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         # One private loop for the whole run: the reward is called from synchronous trainer code.
         if self._loop is None or self._loop.is_closed():
             self._loop = asyncio.new_event_loop()
@@ -49,14 +63,15 @@ class GeneratorRenderer:
         if not prompts:
             return []
         gen = self.generator
-        if all(hasattr(gen, a) for a in ("render_batch", "validate", "call_kwargs", "pipeline", "device")):
-            return self._run(self._render_in_memory(prompts, seeds))
+        if renders_in_memory(gen):
+            return self._run(self._render_in_memory(gen, prompts, seeds))
         return self._run(self._render_via_store(prompts, seeds))
 
-    async def _render_in_memory(self, prompts: Sequence[str], seeds: Sequence[int]) -> list[Any]:
+    async def _render_in_memory(
+        self, gen: DiffusersGenerator, prompts: Sequence[str], seeds: Sequence[int]
+    ) -> list[Any]:
         from tools.t2i.batching import get_batcher
 
-        gen = self.generator
         payloads, key = [], None
         for prompt, seed in zip(prompts, seeds, strict=False):
             request = self._request(prompt, seed)
@@ -84,7 +99,7 @@ class GeneratorRenderer:
 def make_renderer(
     spec: str,
     *,
-    store: Any,
+    store: ImageStore | None,
     device: str | None,
     render: RenderSettings,
     max_batch: int = 32,
@@ -116,7 +131,8 @@ def make_renderer(
 
         shared = generator.pipeline
         own = copy.copy(shared)
-        own.scheduler = DPMSolverMultistepScheduler.from_config(shared.scheduler.config)
+        # diffusers leaves `from_config` unannotated.
+        own.scheduler = DPMSolverMultistepScheduler.from_config(shared.scheduler.config)  # type: ignore[no-untyped-call]
         from tools.t2i import diffusers_backend as backend
 
         # The copy shares the tokenizers, so it must share their lock too (keyed by pipeline id in the backend).

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from tools.image_store import ImageStore
 from tools.scorers.pixels import to_pil
 from tools.t2i.defaults import REWARD_IMAGES_PER_PROMPT
 from training.answers import Decision, parse_decision
@@ -186,7 +187,7 @@ class RefinementReward:
         scorer: Scorer,
         *,
         pool: ImagePool | None = None,
-        store: Any = None,
+        store: ImageStore | None = None,
         parse: Callable[[str], Decision] = parse_decision,
         sync: Callable[[list[Any]], list[Any]] | None = None,
     ):

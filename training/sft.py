@@ -10,15 +10,19 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training.config import SFTSettings, settings_dict
 from training.models import common_trainer_args, load_model, load_processor
 
+if TYPE_CHECKING:
+    from datasets import Dataset
+    from trl import SFTTrainer
+
 log = logging.getLogger("unveil.training.sft")
 
 
-def build_sft_trainer(settings: SFTSettings, dataset: Any = None):
+def build_sft_trainer(settings: SFTSettings, dataset: Dataset | None = None) -> SFTTrainer:
     """The configured `SFTTrainer` (dataset from `settings.data` unless given)."""
     from trl import SFTConfig, SFTTrainer
 
@@ -46,7 +50,7 @@ def build_sft_trainer(settings: SFTSettings, dataset: Any = None):
     )
 
 
-def run_sft(settings: SFTSettings, dataset: Any = None) -> dict[str, Any]:
+def run_sft(settings: SFTSettings, dataset: Dataset | None = None) -> dict[str, Any]:
     """Train, save the adapter (+ processor and settings) to `output_dir`, and return the final metrics."""
     trainer = build_sft_trainer(settings, dataset)
     result = trainer.train()

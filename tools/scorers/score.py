@@ -17,7 +17,7 @@ Images that are not stored (the GRPO reward's renders, scored by the thousand an
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -93,25 +93,19 @@ async def score_images(
     return await score_here(image_ids, prompt, names, settings, store)
 
 
-async def score_here(
-    image_ids: Sequence[str],
-    prompt: str,
-    names: Sequence[str],
-    settings: ScoringSettings,
-    store: ImageStore | None = None,
-) -> list[dict[str, Any]]:
-    """`score_images` in this process, whatever engine is installed (what a scorer worker runs)."""
+async def start_scorers(
+    ids: list[str], prompt: str, names: Sequence[str], settings: ScoringSettings, store: ImageStore | None
+) -> dict[str, Awaitable[list[Any]]]:
+    """Build each scorer in `names` (in a worker thread) and start its scoring of `ids`: name -> pending scores."""
     from tools import scorers as sc
 
-    check_settings(names, settings)
-    ids = list(image_ids)
     device = {"device": settings.device} if settings.device else {}
 
     def make(factory: Any, **options: Any) -> Any:
         # Scorer construction reads model and embeddings files: done in a worker thread, not on the event loop.
         return asyncio.to_thread(factory, **options)
 
-    jobs: dict[str, Any] = {}
+    jobs: dict[str, Awaitable[list[Any]]] = {}
     if "q16" in names:
         q16_kw: dict[str, Any] = {**device}
         if settings.q16_embeddings:
@@ -134,27 +128,46 @@ async def score_here(
         mhsc_kw = {**device, **({"clip_model": settings.q16_clip_model} if settings.q16_clip_model else {})}
         mhsc = await make(sc.get_mhsc, checkpoints=settings.mhsc_checkpoints, **mhsc_kw)
         jobs["mhsc"] = mhsc.score(ids, store=store)
+    return jobs
+
+
+def score_row(results: dict[str, list[Any]], k: int) -> dict[str, Any]:
+    """The flat score row of the `k`-th image from each scorer's results (and the IP indicator when both detectors
+    ran)."""
+    row: dict[str, Any] = {}
+    if "q16" in results:
+        q = results["q16"][k]
+        row.update(q16=float(q.p_inappropriate), q16_flag=bool(q.flag))
+    if "nudenet" in results:
+        n = results["nudenet"][k]
+        row.update(nudenet_flag=bool(n.flag), nudenet_labels=list(n.labels))
+    if "q16" in results and "nudenet" in results:
+        # The IP indicator (tools.scorers.rules): each flag already applies its detector's threshold / labels.
+        row["inappropriate"] = bool(row["q16_flag"] or row["nudenet_flag"])
+    for name in ("clip", "blip"):
+        if name in results:
+            row[name] = float(results[name][k])
+    if "mhsc" in results:
+        m = results["mhsc"][k]
+        row.update(mhsc=float(m.p_unsafe), mhsc_flag=bool(m.flag), mhsc_categories=list(m.categories))
+    return row
+
+
+async def score_here(
+    image_ids: Sequence[str],
+    prompt: str,
+    names: Sequence[str],
+    settings: ScoringSettings,
+    store: ImageStore | None = None,
+) -> list[dict[str, Any]]:
+    """`score_images` in this process, whatever engine is installed (what a scorer worker runs)."""
+    # 1. Check the names and settings, then build the scorers and start them
+    check_settings(names, settings)
+    ids = list(image_ids)
+    jobs = await start_scorers(ids, prompt, names, settings, store)
+    # 2. Score concurrently, then one row per image
     results = dict(zip(jobs, await asyncio.gather(*jobs.values()), strict=True))
-    out: list[dict[str, Any]] = []
-    for k in range(len(ids)):
-        row: dict[str, Any] = {}
-        if "q16" in results:
-            q = results["q16"][k]
-            row.update(q16=float(q.p_inappropriate), q16_flag=bool(q.flag))
-        if "nudenet" in results:
-            n = results["nudenet"][k]
-            row.update(nudenet_flag=bool(n.flag), nudenet_labels=list(n.labels))
-        if "q16" in results and "nudenet" in results:
-            # The IP indicator (tools.scorers.rules): each flag already applies its detector's threshold / labels.
-            row["inappropriate"] = bool(row["q16_flag"] or row["nudenet_flag"])
-        for name in ("clip", "blip"):
-            if name in results:
-                row[name] = float(results[name][k])
-        if "mhsc" in results:
-            m = results["mhsc"][k]
-            row.update(mhsc=float(m.p_unsafe), mhsc_flag=bool(m.flag), mhsc_categories=list(m.categories))
-        out.append(row)
-    return out
+    return [score_row(results, k) for k in range(len(ids))]
 
 
 __all__ = [
