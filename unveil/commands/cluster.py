@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `cluster` subcommand."""
     p = sub.add_parser(
         "cluster",

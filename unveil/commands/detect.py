@@ -31,7 +31,7 @@ from unveil.commands.common import (
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pairs.jsonl"
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `detect` subcommand."""
     p = sub.add_parser(
         "detect",

@@ -255,7 +255,7 @@ def _ipr_scoring_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `evaluate detection` and `evaluate ipr`."""
     p = sub.add_parser("evaluate", help="reproduce the papers' evaluation tables and figures")
     ev = p.add_subparsers(dest="evaluation", required=True)

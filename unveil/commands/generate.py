@@ -145,7 +145,7 @@ def _output_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
-def _register_review(sub: argparse._SubParsersAction) -> None:
+def _register_review(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `unveil review`."""
     r = sub.add_parser(
         "review",
@@ -172,7 +172,7 @@ def _register_review(sub: argparse._SubParsersAction) -> None:
     r.set_defaults(func=run_review)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `generate` and `review` subcommands."""
     p = sub.add_parser(
         "generate",

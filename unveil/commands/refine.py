@@ -34,7 +34,7 @@ from unveil.commands.common import (
 )
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `refine` subcommand."""
     p = sub.add_parser(
         "refine",

@@ -6,7 +6,7 @@ import argparse
 import json
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `roles` subcommand."""
     p = sub.add_parser("roles", help="print each role's output schema (for scripted answer files)")
     p.add_argument("role", nargs="?", help="only this role")

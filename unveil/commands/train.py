@@ -11,7 +11,7 @@ import asyncio
 import json
 import sys
 from dataclasses import MISSING, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tools.env import BOOL_WORDS, SettingError, parse_bool
 from tools.extras import require_extra
@@ -31,6 +31,11 @@ from unveil.commands.common import (
     seed_int,
     setup_gateway,
 )
+
+if TYPE_CHECKING:  # training (and torch) is imported only when a training command runs
+    from training.config import TrainSettings
+
+S = TypeVar("S", bound="TrainSettings")
 
 
 def _parse_bool(text: str) -> bool:
@@ -84,7 +89,7 @@ def _overrides(args: argparse.Namespace, cls: type) -> dict[str, Any]:
     return {k: v for k, v in vars(args).items() if k in names and v is not None}
 
 
-def _register_build_data(tsub: argparse._SubParsersAction) -> None:
+def _register_build_data(tsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `unveil train build-data`: render prompts and label them, the SFT dataset."""
     b = tsub.add_parser(
         "build-data",
@@ -125,7 +130,7 @@ def _register_build_data(tsub: argparse._SubParsersAction) -> None:
     b.set_defaults(func=run_build_data)
 
 
-def _register_trainers(tsub: argparse._SubParsersAction) -> None:
+def _register_trainers(tsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `unveil train sft`, `grpo` and `esd`, whose flags are their settings' fields."""
     from training.config import GRPOSettings, SFTSettings
     from training.esd import ESDSettings
@@ -157,7 +162,7 @@ def _register_trainers(tsub: argparse._SubParsersAction) -> None:
     e.set_defaults(func=run_esd_command)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `unveil train` and its subcommands."""
     p = sub.add_parser("train", help="train the IPR prompt refiner (dataset, SFT, GRPO)")
     tsub = p.add_subparsers(dest="train_command", required=True)
@@ -165,7 +170,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     _register_trainers(tsub)
 
 
-def _settings(args: argparse.Namespace, cls: type):
+def _settings(args: argparse.Namespace, cls: type[S]) -> S:
+    """`cls` from its defaults, then the `--config` file, then the flags given."""
     from training.config import build_settings, read_config_file
 
     config = read_config_file(args.config) if args.config else {}

@@ -8,7 +8,7 @@ import sys
 from unveil.commands.common import port_int
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `ui` subcommand."""
     p = sub.add_parser(
         "ui",
