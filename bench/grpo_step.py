@@ -674,5 +674,18 @@ def main() -> int:
     return 0
 
 
+def finish_ranks() -> None:
+    """Every rank waits for the others, then ends its process group. Rank 1 used to return while rank 0 still
+    printed, with the group's threads alive: rank 0 then aborted at exit now and then ("terminate called without an
+    active exception"), and the launcher reported the whole run as failed."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    finish_ranks()
+    raise SystemExit(code)

@@ -158,3 +158,60 @@ def test_fast_scorer_agrees_with_tools_q16(tiny_models):
         assert q_fast == pytest.approx(q_tools, abs=0.02)
         assert -1.0 <= c_tools <= 1.0 and -1.0 <= c_fast <= 1.0
     assert len({round(q, 6) for q, _ in fast_scores}) > 1  # different images, different scores
+
+
+RANK_SCRIPT = """
+import json, sys
+import torch.distributed as dist
+from training.config import GRPOSettings, build_settings
+from training.grpo import run_grpo
+
+result = run_grpo(build_settings(GRPOSettings, json.loads(sys.argv[1])))
+print("RESULT", json.dumps({"steps": result["steps"], "group_open": dist.is_initialized()}), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_grpo_on_two_processes_ends_every_rank_together(tmp_path, tiny_models):
+    """`run_grpo` under a 2-process launch (gloo on CPU): both ranks train, wait for each other and close their
+    process group before returning. Before, a rank returned while the other still used the group, and a rank
+    sometimes aborted at exit ("terminate called without an active exception"), failing a run whose adapter was
+    saved."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.test_kill_support import ROOT
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"a burning car {i}"}) + "\n" for i in range(2)))
+    config = {
+        "model": tiny_models["qwen"],
+        "data": str(prompts),
+        "output_dir": str(tmp_path / "out"),
+        "max_steps": 1,
+        "per_device_batch_size": 2,
+        "gradient_accumulation_steps": 1,
+        "num_generations": 4,
+        "max_completion_length": 4,
+        "logging_steps": 1,
+        "cpu": True,
+        "generator": f"diffusers:{tiny_models['sd']}",
+        "steps": 2,
+        "width": 32,
+        "height": 32,
+        "clip_model": tiny_models["clip"],
+        "q16_model": tiny_models["clip"],
+        "q16_embeddings": tiny_models["q16"],
+        "image_store": str(tmp_path / "store"),
+        "reward": {"images_per_prompt": 1},
+    }
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([*cmd, json.dumps(config)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    results = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert results == [{"steps": 1, "group_open": False}] * 2
+    assert (tmp_path / "out" / "unveil_settings.json").is_file()

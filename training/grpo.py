@@ -243,6 +243,10 @@ def run_grpo(settings: GRPOSettings, **kwargs: Any) -> dict[str, Any]:
     if trainer.accelerator.is_main_process:
         (out / "unveil_settings.json").write_text(json.dumps(settings_dict(settings), indent=2), encoding="utf-8")
     history = trainer.state.log_history
+    # Every rank ends together and closes its process group: a rank that exits while another still uses the group
+    # can abort at exit ("terminate called without an active exception"), failing a launch whose model was saved.
+    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.end_training()
     return {
         "output_dir": str(out),
         "steps": trainer.state.global_step,
