@@ -6,6 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -39,6 +42,29 @@ def varied_decision(text: str) -> Decision:
     return Decision("refine", prompt=f"a peaceful garden, style {h % 3}")
 
 
+def tiny_grpo_config(tiny_models: dict[str, str], prompts: Path, tmp_path: Path, **settings: Any) -> dict[str, Any]:
+    """GRPO settings on the tiny models (CPU, 32x32, 2 diffusion steps, one group of 4 a step), with `settings`
+    on top."""
+    return {
+        "model": tiny_models["qwen"],
+        "data": str(prompts),
+        "output_dir": str(tmp_path / "out"),
+        "gradient_accumulation_steps": 1,
+        "num_generations": 4,
+        "logging_steps": 1,
+        "cpu": True,
+        "generator": f"diffusers:{tiny_models['sd']}",
+        "steps": 2,
+        "width": 32,
+        "height": 32,
+        "clip_model": tiny_models["clip"],
+        "q16_model": tiny_models["clip"],
+        "q16_embeddings": tiny_models["q16"],
+        "image_store": str(tmp_path / "store"),
+        **settings,
+    }
+
+
 def test_grpo_two_steps(tmp_path, tiny_models):
     from peft import PeftModel
     from transformers import AutoModelForImageTextToText, AutoProcessor
@@ -56,29 +82,17 @@ def test_grpo_two_steps(tmp_path, tiny_models):
     )
     settings = build_settings(
         GRPOSettings,
-        {
-            "model": tiny_models["qwen"],
-            "data": str(prompts),
-            "output_dir": str(tmp_path / "out"),
-            "max_steps": 2,
-            "per_device_batch_size": 4,
-            "gradient_accumulation_steps": 1,
-            "num_generations": 4,
-            "max_completion_length": 6,
-            "learning_rate": 0.02,
-            "logging_steps": 1,
-            "cpu": True,
-            "generator": f"diffusers:{tiny_models['sd']}",
-            "steps": 2,
-            "width": 32,
-            "height": 32,
-            "clip_model": tiny_models["clip"],
-            "q16_model": tiny_models["clip"],
-            "q16_embeddings": tiny_models["q16"],
-            "image_store": str(tmp_path / "store"),
-            "image_pool": True,  # the authors' growing pool, exercised here
-            "reward": {"images_per_prompt": 2, "scale": "authors"},
-        },
+        tiny_grpo_config(
+            tiny_models,
+            prompts,
+            tmp_path,
+            max_steps=2,
+            per_device_batch_size=4,
+            max_completion_length=6,
+            learning_rate=0.02,
+            image_pool=True,  # the authors' growing pool, exercised here
+            reward={"images_per_prompt": 2, "scale": "authors"},
+        ),
     )
     trainer, reward = grpo.build_grpo_trainer(settings)
     reward.parse = varied_decision
@@ -185,33 +199,22 @@ def test_grpo_on_two_processes_ends_every_rank_together(tmp_path, tiny_models):
 
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"a burning car {i}"}) + "\n" for i in range(2)))
-    config = {
-        "model": tiny_models["qwen"],
-        "data": str(prompts),
-        "output_dir": str(tmp_path / "out"),
-        "max_steps": 1,
-        "per_device_batch_size": 2,
-        "gradient_accumulation_steps": 1,
-        "num_generations": 4,
-        "max_completion_length": 4,
-        "logging_steps": 1,
-        "cpu": True,
-        "generator": f"diffusers:{tiny_models['sd']}",
-        "steps": 2,
-        "width": 32,
-        "height": 32,
-        "clip_model": tiny_models["clip"],
-        "q16_model": tiny_models["clip"],
-        "q16_embeddings": tiny_models["q16"],
-        "image_store": str(tmp_path / "store"),
-        "reward": {"images_per_prompt": 1},
-    }
+    config = tiny_grpo_config(
+        tiny_models,
+        prompts,
+        tmp_path,
+        max_steps=1,
+        per_device_batch_size=2,
+        max_completion_length=4,
+        reward={"images_per_prompt": 1},
+    )
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([*cmd, json.dumps(config)], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    results = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    # Searched, not matched per line: the ranks' progress output can share a line with the result.
+    results = [json.loads(found) for found in re.findall(r"RESULT (\{[^}]*\})", proc.stdout)]
     assert results == [{"steps": 1, "group_open": False}] * 2
     assert (tmp_path / "out" / "unveil_settings.json").is_file()
