@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluation import metrics
-from evaluation.report import write_table
+from evaluation.report import save_figure, write_table
 from evaluation.runs import slug, split_records, usage_of
 from runner.batch_input import BatchItem
 
@@ -87,9 +87,10 @@ def plot_comparison(path: Path, rows: list[dict[str, Any]], *, title: str) -> No
     ax.set_ylabel("score")
     ax.set_title(title)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    try:
+        save_figure(fig, path)
+    finally:
+        plt.close(fig)
 
 
 def write_comparison(out: Path, rows: list[dict[str, Any]]) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tools.atomic_files import atomic_write_text
+from tools.atomic_files import atomic_write_bytes, atomic_write_text
 
 
 def _cell(value: Any, digits: int = 4) -> str:
@@ -72,12 +72,19 @@ def _pyplot() -> Any:
 
 
 def _save_close(fig: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        # bbox_inches="tight" keeps legends placed outside the axes inside the picture.
-        fig.savefig(path, dpi=120, bbox_inches="tight")
+        save_figure(fig, path)
     finally:
         _pyplot().close(fig)
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Write a matplotlib figure as a whole new file (`atomic_write_bytes`: never through a link planted at the
+    name); the format is the file's suffix."""
+    buf = io.BytesIO()
+    # bbox_inches="tight" keeps legends placed outside the axes inside the picture.
+    fig.savefig(buf, dpi=120, bbox_inches="tight", format=path.suffix.lstrip(".") or "png")
+    atomic_write_bytes(path, buf.getvalue())
 
 
 def plot_histogram(path: Path, series: Mapping[str, Sequence[Mapping[str, Any]]], *, title: str) -> None:

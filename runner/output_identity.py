@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
 from tools.atomic_files import OutputMismatchError, atomic_write_bytes, atomic_write_text, write_all, write_lock
-from tools.jsonl_files import parse_json_line
+from tools.jsonl_files import MAX_LINE_BYTES, parse_json_line
+from tools.safe_files import UnreadableFileError, open_regular, open_side_file, read_regular, refuse_link
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class OutputSettingsError(OutputMismatchError):
 
 
 MIX_FLAG = "--allow-mixed-settings"
+MAX_SIDECAR_BYTES = MAX_LINE_BYTES  # a sidecar is a few lines of settings; a larger one is not ours
 
 
 def _is_result(rec: Any, id_field: str, kind: str | None) -> bool:
@@ -84,28 +86,12 @@ def check_output(
     moved to `OUTPUT.torn` (kept, not lost) and the file is rewritten without them."""
     out = Path(output)
     refuse_input_as_output(out, inputs)
+    refuse_link(out, "output")  # records are never read or written through a link, nor from a FIFO
     if not out.exists() or out.stat().st_size == 0:
         return
     if out.is_dir():
         raise OutputMismatchError(f"output {str(out)!r} is a folder: name a file")
-    good: list[bytes] = []
-    torn: list[bytes] = []
-    foreign = 0
-    with out.open("rb") as fh:
-        for raw in fh:
-            if not raw.endswith(b"\n"):
-                break  # a torn last line, left by a killed writer: `repair_tail` cuts it
-            if not raw.strip():
-                continue
-            try:
-                rec = parse_json_line(raw)
-            except ValueError:
-                torn.append(raw)
-                continue
-            if _is_result(rec, id_field, kind):
-                good.append(raw)
-            else:
-                foreign += 1
+    good, torn, foreign = _scan_output(out, id_field, kind)
     what = f"`unveil {kind}`" if kind else "this command"
     if foreign or (torn and not good):
         raise OutputMismatchError(
@@ -115,12 +101,64 @@ def check_output(
     if torn:
         # Torn lines in the middle (a crash of an older version, a disk that filled): keep them aside, rewrite
         # the output with the whole records only, so a resumed run never keeps a torn line in the middle.
-        side_path = out.parent / f"{out.name}.torn"
-        with side_path.open("ab") as side:
-            write_all(side.fileno(), b"".join(torn), side_path)
-            os.fsync(side.fileno())
         with write_lock(out):
+            _set_aside(out, torn)
             atomic_write_bytes(out, b"".join(good))
+
+
+def _scan_output(out: Path, id_field: str, kind: str | None) -> tuple[list[bytes], list[tuple[int, int]], int]:
+    """The whole result lines of an output, the (offset, length) of its torn middle lines (unparseable, or over
+    the line cap: never read whole), and how many lines are something else."""
+    good: list[bytes] = []
+    torn: list[tuple[int, int]] = []
+    foreign = 0
+    with os.fdopen(open_regular(out, what="output"), "rb") as fh:
+        while True:
+            start = fh.tell()
+            raw = fh.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                break
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                while raw and not raw.endswith(b"\n"):  # skip the rest of the over-long line, in chunks
+                    raw = fh.readline(MAX_LINE_BYTES)
+                if not raw:
+                    break  # an over-long torn last line: `repair_tail` cuts it
+                torn.append((start, fh.tell() - start))
+                continue
+            if not raw.endswith(b"\n"):
+                break  # a torn last line, left by a killed writer: `repair_tail` cuts it
+            if not raw.strip():
+                continue
+            try:
+                rec = parse_json_line(raw)
+            except ValueError:
+                torn.append((start, len(raw)))
+                continue
+            if _is_result(rec, id_field, kind):
+                good.append(raw)
+            else:
+                foreign += 1
+    return good, torn, foreign
+
+
+def _set_aside(out: Path, torn: list[tuple[int, int]]) -> None:
+    """Append the torn lines to `OUTPUT.torn` (copied in chunks), opened as every file beside an output is: never
+    through a link planted at that name, regular files only (`open_side_file`)."""
+    side_path = out.parent / f"{out.name}.torn"
+    fd = open_side_file(side_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        with os.fdopen(open_regular(out, what="output"), "rb") as src:
+            for start, length in torn:
+                src.seek(start)
+                while length > 0:
+                    chunk = src.read(min(length, 1 << 20))
+                    if not chunk:
+                        break
+                    write_all(fd, chunk, side_path)
+                    length -= len(chunk)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def settings_path(output: str | os.PathLike[str]) -> Path:
@@ -166,8 +204,10 @@ def read_identity(output: str | os.PathLike[str]) -> SettingsRecord | None:
     version, or a sidecar that cannot be read)."""
     side = settings_path(output)
     try:
-        value = json.loads(side.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        # A regular file of at most MAX_SIDECAR_BYTES, never through a link: linked to /dev/zero it would be read for
+        # ever, and a FIFO would hang the run while it holds the output's lock.
+        value = json.loads(read_regular(side, MAX_SIDECAR_BYTES, what="settings file", nofollow=True).decode("utf-8"))
+    except (OSError, UnreadableFileError, UnicodeDecodeError, ValueError, RecursionError):
         return None
     if (
         not isinstance(value, dict)

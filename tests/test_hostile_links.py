@@ -196,3 +196,69 @@ def test_a_batch_stops_at_a_full_image_store_instead_of_failing_every_sample(
         asyncio.run(run_batch(items, worker, out, concurrency=1, progress=False))
     assert len(calls) <= 2  # the run stopped (one sample may have started as the first one failed)
     assert not out.exists() or out.read_text() == ""  # not one failure record per sample
+
+
+async def _echo(sid: str, rec: dict[str, object]) -> dict[str, object]:
+    return {"echo": sid}
+
+
+def _resumable_run(run: Path) -> Path:
+    """A run folder whose output holds three records, the first two fused into a torn middle line (so a resume
+    writes `out.jsonl.torn`), and its settings sidecar."""
+    from runner.batch import run_batch
+    from runner.batch_input import BatchItem
+    from runner.output_identity import OutputIdentity
+
+    out = run / "out.jsonl"
+    identity = OutputIdentity("detect", {"model": "m"})
+    asyncio.run(run_batch([BatchItem(f"s{i}", {}) for i in range(3)], _echo, out, progress=False, identity=identity))
+    lines = out.read_bytes().split(b"\n")
+    out.write_bytes(lines[0][:20] + lines[1] + b"\n" + lines[2] + b"\n")
+    return out
+
+
+def _resume(out: Path) -> None:
+    from runner.batch import run_batch
+    from runner.batch_input import BatchItem
+    from runner.output_identity import OutputIdentity
+
+    identity = OutputIdentity("detect", {"model": "m"})
+    asyncio.run(run_batch([BatchItem(f"s{i}", {}) for i in range(3)], _echo, out, progress=False, identity=identity))
+
+
+@pytest.mark.parametrize(
+    "name", ["out.jsonl.torn", ".out.jsonl.settings", ".out.jsonl.run.lock", ".out.jsonl.write.lock", "out.jsonl"]
+)
+@pytest.mark.parametrize("target", ["victim", "missing"])
+def test_no_side_file_of_a_resumed_output_is_written_through_a_planted_link(
+    tmp_path: Path, name: str, target: str
+) -> None:
+    # The attack: a received run folder with `out.jsonl.torn -> ~/.profile` got a line appended to the profile.
+    victim = _victim(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    out = _resumable_run(run)
+    if name == "out.jsonl":  # the output itself, moved out and linked back in
+        victim.write_bytes(out.read_bytes())
+        out.unlink()
+    else:
+        (run / name).unlink(missing_ok=True)
+    pointed = victim if target == "victim" else victim.parent / "created-through-the-link"
+    before = victim.read_bytes()
+    outside = sorted(p.name for p in victim.parent.iterdir())
+    inside = sorted(p.name for p in run.iterdir())
+    os.symlink(pointed, run / name)
+    if name == ".out.jsonl.settings":
+        # A whole-file rewrite replaces a link at its name (never writes through it); here the output has records
+        # and no readable sidecar, so the run is refused before anything is written.
+        from runner.output_identity import OutputSettingsError
+
+        with pytest.raises(OutputSettingsError):
+            _resume(out)
+    else:
+        with pytest.raises(UnsafePathError, match=name.replace(".", r"\.")):
+            _resume(out)
+    assert victim.read_bytes() == before
+    assert sorted(p.name for p in victim.parent.iterdir()) == outside  # nothing made outside the folder
+    # ... nor inside it: the check comes before any lock file or empty output is created
+    assert sorted(p.name for p in run.iterdir()) == sorted({*inside, name})

@@ -9,9 +9,10 @@ run lock.
 - `write_lock` is the short lock around each append to, and each read-modify-rewrite of, a shared file;
 - `exclusive_output` is the lock an output holds for a whole run, so one process writes an output at a time.
 
-Both locks are flocks on lock files beside the file a name resolves to (a symlink shares its target's lock),
-released by the kernel when the holder dies, so a killed process never leaves a stale lock. Lock files are opened
-with `tools.safe_files.open_nofollow`: a link planted at a lock file's name is refused, never written through.
+Both locks are flocks on lock files beside the file (in its folder, the folder's own links resolved), released by
+the kernel when the holder dies, so a killed process never leaves a stale lock. Every file beside an output is
+opened with `tools.safe_files.open_side_file` (no link followed, regular files only), and the file itself is checked
+before any lock file is made: a link (or a FIFO) at either name is refused, and a refusal creates nothing.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 from tools.errors import UnveilError
-from tools.safe_files import open_nofollow, remove_dead_temp_files
+from tools.safe_files import open_side_file, refuse_link, remove_dead_temp_files
 
 
 class BatchWriteError(UnveilError, OSError):
@@ -72,9 +74,12 @@ def file_mode(path: str | os.PathLike[str]) -> int:
     """The permission bits a rewrite of `path` should have: the existing file's, else those of a new file under
     the user's umask (0666 & ~umask), as `open()` would give."""
     try:
-        return os.stat(path).st_mode & 0o7777
+        st = os.lstat(path)  # a link at the name is replaced, so its target's mode is not copied either
     except OSError:
-        return 0o666 & ~current_umask()
+        st = None
+    if st is not None and stat.S_ISREG(st.st_mode):
+        return st.st_mode & 0o7777
+    return 0o666 & ~current_umask()
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
@@ -103,10 +108,10 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
 
 
 def lock_path(path: str | os.PathLike[str], what: str) -> Path:
-    """The lock file `.NAME.WHAT.lock` of a file: beside the file the name resolves to, so a symlink to an output
-    shares the output's lock."""
-    real = Path(os.path.realpath(path))
-    return real.parent / f".{real.name}.{what}.lock"
+    """The lock file `.NAME.WHAT.lock` of a file, beside it (its folder's links resolved, so two spellings of one
+    folder share the lock; the file's own name is never resolved: a link there is refused by its users)."""
+    p = Path(path)
+    return Path(os.path.realpath(p.parent)) / f".{p.name}.{what}.lock"
 
 
 @contextlib.contextmanager
@@ -115,8 +120,9 @@ def write_lock(path: str | os.PathLike[str]) -> Iterator[None]:
     output, a dataset's samples.jsonl), so a reviewer's rewrite and a running batch's appends never lose each
     other's records. Blocking; safe across processes and threads (each holder opens its own descriptor)."""
     p = Path(path)
+    refuse_link(p)  # before the lock file is made: a refused name leaves nothing behind
     p.parent.mkdir(parents=True, exist_ok=True)
-    with os.fdopen(open_nofollow(lock_path(p, "write"), os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a") as fh:
+    with os.fdopen(open_side_file(lock_path(p, "write"), os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a") as fh:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
         try:
             yield
@@ -129,24 +135,25 @@ def exclusive_output(path: str | os.PathLike[str]) -> Iterator[None]:
     """Hold the run lock of an output for a whole run; a second process is refused at once with a clear message
     (an flock: released by the kernel when the holder dies, so a killed run never leaves a stale lock).
 
-    The lock is the file itself, not its name: the lock file beside the resolved path (a symlink resolves to its
-    target) and an flock on the output's own inode (a hard link is another name for the same inode), so no two
-    names of one file let two runs write it."""
+    The lock is the file itself, not its name: the lock file beside it and an flock on the output's own inode (a
+    hard link is another name for the same inode), so no two names of one file let two runs write it. A symbolic
+    link as the output is refused (`UnsafePathError`): records are never written through one."""
     p = Path(path)
-    if p.is_dir():
+    if p.is_dir() and not p.is_symlink():
         raise OutputMismatchError(f"output {str(p)!r} is a folder: name a file")
+    refuse_link(p, "output")  # checked first: a link or FIFO at the name gets no lock file and no empty target
     p.parent.mkdir(parents=True, exist_ok=True)
-    fh: IO[str] = os.fdopen(open_nofollow(lock_path(p, "run"), os.O_RDWR | os.O_CREAT), "a+", encoding="utf-8")
+    fh: IO[str] = os.fdopen(open_side_file(lock_path(p, "run"), os.O_RDWR | os.O_CREAT), "a+", encoding="utf-8")
     data_fd = -1
     try:
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             # created empty if missing (an empty output is a new one), so a hard link made during the run is held too
-            data_fd = os.open(p, os.O_RDONLY | os.O_CREAT, 0o666)
+            data_fd = open_side_file(p, os.O_RDONLY | os.O_CREAT)
             fcntl.flock(data_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             fh.seek(0)
-            holder = fh.read().strip() if data_fd < 0 else ""
+            holder = fh.read(200).strip() if data_fd < 0 else ""  # "pid N": a planted big file is not read whole
             raise OutputBusyError(
                 f"{str(p)!r} is being written by {holder or 'another process (through another name of the same file)'}"
                 ": wait for it to finish or choose another output"

@@ -4,9 +4,10 @@ back, records read by id.
 Every writer of a file that others append to as well (a batch's output, a dataset folder's `samples.jsonl` and
 `decisions.jsonl`, written by `unveil generate`, the web app, `unveil review` and the CTD graph's review node)
 goes through `append_lines` or `JsonlAppender`, or takes `tools.atomic_files.write_lock`, so no writer loses or
-tears another's line. Files are opened with `tools.safe_files.open_nofollow`: a link planted at a name is refused,
-never written through. Lines are split on `\n` only (a U+2028 inside a JSON string is data), and a line over the
-size cap is skipped without being read whole.
+tears another's line. Files are written through `tools.safe_files.open_side_file`: a link planted at a name is
+refused, never written through, and so is a FIFO or a device. Files are read only when regular
+(`tools.safe_files.open_regular`: a FIFO cannot hang a reader). Lines are split on `\n` only (a U+2028 inside a
+JSON string is data), and a line over the size cap is skipped without being read whole.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.atomic_files import write_all, write_lock
-from tools.safe_files import open_nofollow
+from tools.safe_files import open_regular, open_side_file
 
 MAX_LINE_BYTES = 4 * 1024 * 1024
 
@@ -47,7 +48,7 @@ def iter_lines(path: str | os.PathLike[str], *, max_bytes: int | None = None) ->
     `MAX_LINE_BYTES`) is skipped in chunks of that size (never held whole) and given as `None`. Blank lines are
     left out."""
     max_bytes = MAX_LINE_BYTES if max_bytes is None else max_bytes
-    with open(path, "rb") as fh:
+    with open(open_regular(path), "rb") as fh:  # open() of a descriptor: regular files only
         lineno = 0
         while True:
             raw = fh.readline(max_bytes + 1)
@@ -83,7 +84,7 @@ def repair_tail(path: Path) -> None:
     """Cut a torn last line (left by a killed writer) so appends start on a clean line."""
     if not path.exists() or path.stat().st_size == 0:
         return
-    with os.fdopen(open_nofollow(path, os.O_RDWR), "rb+") as fh:  # never truncate a file a link points to
+    with os.fdopen(open_side_file(path, os.O_RDWR), "rb+") as fh:  # never truncate a file a link points to
         end = fh.seek(0, os.SEEK_END)
         fh.seek(end - 1)
         if fh.read(1) == b"\n":
@@ -107,16 +108,17 @@ def done_records(path: Path, *, id_field: str = "id") -> dict[str, dict[str, Any
     out: dict[str, dict[str, Any]] = {}
     if not Path(path).exists():
         return out
-    with Path(path).open("rb") as fh:
-        for raw in fh:
-            if not raw.endswith(b"\n"):
-                break
-            try:
-                rec = parse_json_line(raw)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and id_field in rec:
-                out[str(rec[id_field])] = rec
+    for _lineno, raw in iter_lines(path):
+        if raw is None:
+            continue  # over the line cap: skipped in chunks, never held whole
+        if not raw.endswith(b"\n"):
+            break
+        try:
+            rec = parse_json_line(raw)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and id_field in rec:
+            out[str(rec[id_field])] = rec
     return out
 
 
@@ -127,7 +129,7 @@ def append_lines(path: str | os.PathLike[str], data: bytes) -> None:
     p = Path(path)
     with write_lock(p):
         repair_tail(p)
-        fd = open_nofollow(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        fd = open_side_file(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
             start = os.fstat(fd).st_size
             try:
@@ -157,7 +159,7 @@ class JsonlAppender:
         self._broken: BaseException | None = None  # after a failed write, nothing more is written
 
     def _open(self) -> int:
-        return open_nofollow(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        return open_side_file(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
 
     def _write_line(self, line: bytes) -> None:
         with write_lock(self.path):

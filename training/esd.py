@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tools.atomic_files import atomic_write_text
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from tools.t2i.variants import SAFETY_NEGATIVE_PROMPT
 from training.fields import setting
@@ -157,9 +160,16 @@ def save_unet(unet: Any, out: Path) -> None:
 
     out.parent.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to("cpu").contiguous() for k, v in unet.state_dict().items()}
-    tmp = out.with_name(f".{out.name}.tmp")
-    save_file(state, str(tmp))
-    tmp.replace(out)  # a killed run never leaves a half-written weights file under the real name
+    # A new temporary file of a name no one could plant a link at (mkstemp: O_EXCL), renamed over the real name, so
+    # a killed run never leaves a half-written weights file there and nothing is written through a link.
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        save_file(state, tmp)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def run_esd(settings: ESDSettings) -> dict[str, Any]:
@@ -205,5 +215,5 @@ def run_esd(settings: ESDSettings) -> dict[str, Any]:
         "losses": losses,
         "generator_spec": f"esd:{settings.model}?unet={out}",
     }
-    out.with_suffix(".json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    atomic_write_text(out.with_suffix(".json"), json.dumps(summary, indent=1))  # never through a planted link
     return summary

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tools.atomic_files import atomic_write_text
 from tools.env import env_int
 from training.config import GRPOSettings, settings_dict
 from training.models import common_trainer_args, load_model, load_processor, use_cuda
@@ -241,7 +242,8 @@ def run_grpo(settings: GRPOSettings, **kwargs: Any) -> dict[str, Any]:
     out = Path(settings.output_dir)
     trainer.save_model(str(out))
     if trainer.accelerator.is_main_process:
-        (out / "unveil_settings.json").write_text(json.dumps(settings_dict(settings), indent=2), encoding="utf-8")
+        # a side file beside the model: replaced atomically, never written through a link planted at its name
+        atomic_write_text(out / "unveil_settings.json", json.dumps(settings_dict(settings), indent=2))
     history = trainer.state.log_history
     # Every rank ends together and closes its process group: a rank that exits while another still uses the group
     # can abort at exit ("terminate called without an active exception"), failing a launch whose model was saved.

@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tools.atomic_files import atomic_write_text
 from training.config import SFTSettings, settings_dict
 from training.models import common_trainer_args, load_model, load_processor
 
@@ -56,7 +57,8 @@ def run_sft(settings: SFTSettings, dataset: Dataset | None = None) -> dict[str, 
     result = trainer.train()
     out = Path(settings.output_dir)
     trainer.save_model(str(out))
-    (out / "unveil_settings.json").write_text(json.dumps(settings_dict(settings), indent=2), encoding="utf-8")
+    # a side file beside the model: replaced atomically, never written through a link planted at its name
+    atomic_write_text(out / "unveil_settings.json", json.dumps(settings_dict(settings), indent=2))
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     return {
         "output_dir": str(out),
