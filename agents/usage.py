@@ -13,6 +13,7 @@ from functools import lru_cache
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12 (Studio schemas)
 
 from tools.env import env_str
+from tools.safe_files import MAX_SMALL_FILE_BYTES, read_regular
 
 # USD per 1M (input, output) tokens, public list prices at the time of writing; override with $UNVEIL_PRICES.
 DEFAULT_PRICES: dict[str, tuple[float, float]] = {
@@ -101,9 +102,9 @@ def price_table() -> dict[str, tuple[float, float]]:
     table = dict(DEFAULT_PRICES)
     path = env_str("UNVEIL_PRICES")
     if path:
-        with open(path, encoding="utf-8") as fh:
-            for key, value in json.load(fh).items():
-                table[key] = (float(value[0]), float(value[1]))
+        data = read_regular(path, MAX_SMALL_FILE_BYTES, what="UNVEIL_PRICES file")  # regular, capped
+        for key, value in json.loads(data.decode("utf-8")).items():
+            table[key] = (float(value[0]), float(value[1]))
     return table
 
 

@@ -35,6 +35,7 @@ from typing import Any
 from evaluation.samples import DatasetError, dataset_image, make_sample, require_text
 from runner.batch_input import BatchItem, duplicate_id, unique_id
 from tools.jsonl_files import parse_json_line
+from tools.safe_files import MAX_DATA_FILE_BYTES, UnreadableFileError, read_regular
 
 HOLISAFE_TYPES = ("SSS", "SSU", "SUU", "USU", "UUU")
 
@@ -45,7 +46,9 @@ def _read_json(path: Path) -> Any:
     """The file's JSON value; every way it can fail (unreadable, not UTF-8, not JSON, an integer over Python's digit
     limit, nesting deeper than the parser allows) is one `DatasetError` naming the file and, where known, the line."""
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, MAX_DATA_FILE_BYTES, what="benchmark file")  # regular, capped
+    except UnreadableFileError as exc:
+        raise DatasetError(f"{path.name}: {exc}") from exc
     except OSError as exc:
         raise DatasetError(f"{path.name}: cannot be read ({exc.strerror or exc})") from exc
     try:
@@ -293,7 +296,7 @@ def sniff_benchmark(path: Path) -> str | None:
     if path.suffix != ".json":
         return None
     try:
-        data = parse_json_line(path.read_bytes())
+        data = parse_json_line(read_regular(path, MAX_DATA_FILE_BYTES, what="benchmark file"))
     except (OSError, ValueError):
         return None  # the loader then names what is wrong
     if isinstance(data, dict) and "chat" in data and "embodied" in data:

@@ -29,6 +29,7 @@ from typing import Any
 from evaluation.benchmarks import BENCHMARK_LOADERS, sniff_benchmark
 from evaluation.samples import DatasetError, dataset_image, make_sample, parse_label, require_text
 from runner.batch_input import BatchItem, read_jsonl
+from tools.safe_files import MAX_DATA_FILE_BYTES, open_regular, read_regular
 
 # siuo, mssbench and holisafe are read by evaluation/benchmarks.py
 DETECTION_FORMATS = ("ctd", "hateful_memes", "vlsbench", "mmit", "siuo", "mssbench", "holisafe")
@@ -122,7 +123,7 @@ _PARSERS: dict[str, Callable[[dict[str, Any], Path], dict[str, Any]]] = {
 
 def _json_records(path: Path) -> Iterable[tuple[str, dict[str, Any] | None, str | None]]:
     """(fallback id, record, error) from a JSON list file."""
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = json.loads(read_regular(path, MAX_DATA_FILE_BYTES, what="benchmark file").decode("utf-8"))
     if isinstance(data, dict):  # some copies wrap the list
         data = next((v for v in data.values() if isinstance(v, list)), None)
     if not isinstance(data, list):
@@ -226,7 +227,7 @@ def load_prompts(
         raise FileNotFoundError(f"prompts {str(path)!r}: file not found")
     raw: list[tuple[str, dict[str, Any] | None, str | None]] = []
     if p.suffix.lower() == ".csv":
-        with p.open(newline="", encoding="utf-8") as fh:
+        with open(open_regular(p, what="prompts"), newline="", encoding="utf-8") as fh:  # regular files only
             for i, row in enumerate(csv.DictReader(fh)):
                 sid = row.get("case_number") or row.get("") or str(i)
                 raw.append((f"i2p-{sid}", row, None))

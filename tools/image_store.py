@@ -25,7 +25,7 @@ from PIL import Image, UnidentifiedImageError
 
 from tools.env import env_str
 from tools.errors import UnveilError
-from tools.safe_files import StorageError, UnsafePathError, atomic_write
+from tools.safe_files import StorageError, UnreadableFileError, UnsafePathError, atomic_write, open_regular
 from tools.safe_files import pid_alive as pid_alive  # re-exported: the run layer's scratch cleanup uses it
 from tools.safe_files import remove_dead_temp_files as remove_dead_temp_files
 
@@ -195,11 +195,14 @@ def read_file_capped(path: str | os.PathLike[str], limit: int = DEFAULT_MAX_BYTE
     The size is checked on the open file (no race with a file swapped after a `stat`), and the read itself is
     capped too, so a growing file or a device that lies about its size cannot make us read gigabytes.
     """
-    p = Path(path)
     try:
-        fh = p.open("rb")
+        # opened non-blocking, then checked: a FIFO at the path cannot hang the open itself
+        fh = os.fdopen(open_regular(path, what="image"), "rb")
     except FileNotFoundError as exc:
         raise ImageInputError(f"image {str(path)!r}: file not found") from exc
+    except UnreadableFileError as exc:
+        # the message as an image error gives it: "image 'PATH': not a regular file"
+        raise ImageInputError(str(exc).replace(" is not a regular file", ": not a regular file")) from exc
     except OSError as exc:
         raise ImageInputError(f"image {str(path)!r}: cannot be read ({exc.strerror})") from exc
     with fh:
@@ -278,7 +281,8 @@ class ImageStore:
         path = self.path_for(image_id)
         if not path.exists():
             raise ImageInputError(f"image id {image_id!r}: not in the store at {self.root}")
-        with Image.open(path, formats=("PNG",)) as im:  # the store holds only PNG files it wrote
+        # the store holds only PNG files it wrote; read as every file is (regular, capped: a FIFO cannot hang it)
+        with Image.open(io.BytesIO(read_file_capped(path)), formats=("PNG",)) as im:
             im.load()
             return im.copy()
 
@@ -287,7 +291,7 @@ class ImageStore:
         path = self.path_for(image_id)
         if not path.exists():
             raise ImageInputError(f"image id {image_id!r}: not in the store at {self.root}")
-        return path.read_bytes()
+        return read_file_capped(path)
 
     def data_url(self, image_id: str) -> str:
         """A `data:image/png;base64,...` URL, built only where a model call needs it."""

@@ -41,6 +41,13 @@ class UnsafePathError(UnveilError, ValueError):
     """A write would follow a link (or leave its folder); the message names the path and the folder."""
 
 
+# Files people write by hand or Unveil writes for itself (settings, price tables, scripts, templates, sidecars,
+# benchmark lists): a larger one is a mistake, or a device such as /dev/zero linked in its place.
+MAX_SMALL_FILE_BYTES = 64 * 1024 * 1024
+# Data files read whole (a benchmark's JSON list, a prompt table, training prompts): large, but not without end.
+MAX_DATA_FILE_BYTES = 1024 * 1024 * 1024
+
+
 class UnreadableFileError(UnveilError, ValueError):
     """A file to read is not a regular file (a FIFO, a device, a folder) or is over its size cap; the message names
     the file."""
@@ -67,6 +74,12 @@ def open_regular(path: str | os.PathLike[str], *, what: str = "file", nofollow: 
         os.close(fd)
         raise
     return fd
+
+
+def require_regular(path: str | os.PathLike[str], *, what: str = "file") -> None:
+    """Refuse a file a library will open by path (weights, NumPy arrays) unless it is a regular file: a FIFO would
+    hang the library's open and a device never ends (`UnreadableFileError`, naming it)."""
+    os.close(open_regular(path, what=what))
 
 
 def read_regular(path: str | os.PathLike[str], max_bytes: int, *, what: str = "file", nofollow: bool = False) -> bytes:

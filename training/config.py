@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tools.safe_files import MAX_SMALL_FILE_BYTES, read_regular
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from tools.t2i.settings import RenderSettings, renamed_hint
 from training.fields import setting
@@ -134,7 +135,7 @@ S = TypeVar("S", bound=TrainSettings)
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """A config file (TOML, YAML or JSON) as a dict; a file whose top level is not a table of settings is refused."""
     p = Path(path)
-    text = p.read_text(encoding="utf-8")
+    text = read_regular(p, MAX_SMALL_FILE_BYTES, what="config file").decode("utf-8")  # regular, capped
     if p.suffix in (".toml", ".tml"):
         return tomllib.loads(text)
     if p.suffix in (".yaml", ".yml"):

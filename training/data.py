@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tools.image_store import ImageStore
+from tools.jsonl_files import MAX_LINE_BYTES, iter_lines
+from tools.safe_files import MAX_DATA_FILE_BYTES, read_regular
 from training.answers import format_answer
 
 if TYPE_CHECKING:
@@ -107,7 +109,7 @@ def load_prompts(path: str | Path, *, field: str | None = None, limit: int | Non
     rows: list[Any]
     suffix = p.suffix.lower()
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_regular(p, MAX_DATA_FILE_BYTES, what="prompts").decode("utf-8")  # regular, capped
     except UnicodeDecodeError as exc:
         raise ValueError(f"prompts {str(path)!r}: not UTF-8 ({exc.reason} at byte {exc.start})") from exc
     if suffix == ".jsonl":
@@ -233,7 +235,7 @@ def check_rl_prompts(
 
 def load_posi_pairs(path: str | Path) -> list[dict[str, Any]]:
     """POSI's toxic -> clean prompt pairs (`input`, `output`) as `{"id", "prompt", "answer"}` records."""
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    data = json.loads(read_regular(path, MAX_DATA_FILE_BYTES, what="POSI pairs").decode("utf-8"))
     out = []
     for i, row in enumerate(data):
         toxic, clean = str(row.get("input", "")).strip(), str(row.get("output", "")).strip()
@@ -282,9 +284,9 @@ def _resolve_image(rec: dict[str, Any], base_dir: Path, store: ImageStore | None
 def labelled_records(path: str | Path) -> list[dict[str, Any]]:
     """The completed records of a `unveil train build-data` output (failed ones are skipped)."""
     out = []
-    for lineno, raw in enumerate(Path(path).read_bytes().split(b"\n"), 1):
-        if not raw.strip():
-            continue
+    for lineno, raw in iter_lines(path):  # regular files only, each line capped (never held whole)
+        if raw is None:
+            raise ValueError(f"{Path(path).name} line {lineno}: line is over {MAX_LINE_BYTES} bytes")
         try:
             rec = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -336,7 +338,7 @@ def load_toxiclean_it(folder: str | Path, split: str = "train") -> Dataset:
                 raise FileNotFoundError(f"{folder}: no parquet, JSON or JSONL files and not a saved dataset")
             rows: list[dict[str, Any]] = []
             for f in files:
-                text = f.read_text(encoding="utf-8")
+                text = read_regular(f, MAX_DATA_FILE_BYTES, what="data file").decode("utf-8")
                 items = (
                     json.loads(text)
                     if f.suffix == ".json"

@@ -53,6 +53,7 @@ from agents.spec import ModelSpec
 from tools.env import parse_bool
 from tools.errors import UnveilError
 from tools.extras import require_extra
+from tools.safe_files import MAX_SMALL_FILE_BYTES, read_regular
 
 KNOWN_OPTIONS = {
     "adapter",
@@ -205,7 +206,8 @@ def load_vlm(opts: HFOptions) -> LoadedVLM:
             raise HFModelError(f"hf model folder {model_ref!r} does not exist")
         if (local / "adapter_config.json").is_file() and not (local / "config.json").is_file():
             # A bare adapter folder: the base model is named in its config.
-            base = json.loads((local / "adapter_config.json").read_text()).get("base_model_name_or_path")
+            raw = read_regular(local / "adapter_config.json", MAX_SMALL_FILE_BYTES, what="adapter config")
+            base = json.loads(raw.decode("utf-8")).get("base_model_name_or_path")
             if not base:
                 raise HFModelError(f"adapter folder {model_ref!r} names no base model; use hf:BASE?adapter={model_ref}")
             model_ref, adapter = base, adapter or str(local)

@@ -36,6 +36,7 @@ from pydantic import PrivateAttr
 from agents.providers.local_base import LocalChatModel
 from agents.providers.messages import chat_result, tool_call_message
 from tools.errors import UnveilError
+from tools.safe_files import MAX_SMALL_FILE_BYTES, UnreadableFileError, read_regular
 
 
 class ScriptExhaustedError(UnveilError, RuntimeError):
@@ -57,7 +58,8 @@ class Script:
         self.path = Path(path)
         if not self.path.is_file():
             raise FileNotFoundError(f"scripted provider: script file {str(path)!r} not found")
-        data = json.loads(self.path.read_text(encoding="utf-8"))
+        # regular files only, capped: a FIFO or /dev/zero linked as a script must not hang or fill the server
+        data = json.loads(read_regular(self.path, MAX_SMALL_FILE_BYTES, what="script file").decode("utf-8"))
         if not isinstance(data, dict):
             raise ValueError(f"scripted provider: {str(path)!r} must hold a JSON object of role -> answers")
         self.answers: dict[str, list[Any]] = {k: list(v) for k, v in data.items() if isinstance(v, list)}
@@ -103,8 +105,8 @@ def script_fingerprint(path: str | Path) -> str:
     """SHA-256 of a script file's bytes: the response cache keys scripted answers by it, so an edited script is never
     answered from entries of its previous version (scripts are small, so hashing them costs nothing)."""
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:
+        return hashlib.sha256(read_regular(path, MAX_SMALL_FILE_BYTES, what="script file")).hexdigest()
+    except (OSError, UnreadableFileError):
         return "missing"  # building the model reports the missing file with its name
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tools.env import env_str
+from tools.safe_files import require_regular
 from tools.scorers.clip_image import ClipImageEncoder
 from tools.scorers.common import ImageBatchScorer, cached, default_device
 
@@ -56,6 +57,7 @@ def build_head(in_dim: int = 768, hidden: int = 384) -> nn.Sequential:
 def _read_state(path: Path) -> dict[str, Any]:
     import torch
 
+    require_regular(path, what="MHSC checkpoint")
     try:
         state = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tools.env import env_str
+from tools.safe_files import require_regular
 from tools.scorers.clip_image import ClipImageEncoder
 from tools.scorers.common import ImageBatchScorer, cached, default_device
 from tools.scorers.rules import Q16_THRESHOLD, q16_flag
@@ -62,6 +63,7 @@ def load_q16_prompts(path: str | os.PathLike[str]) -> torch.Tensor:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Q16 prompt embeddings file {path!r} not found")
+    require_regular(path, what="Q16 prompt embeddings file")  # isfile follows a swap to a FIFO; this does not hang
     try:
         if path.endswith(".npy"):
             array = torch.from_numpy(np.load(path, allow_pickle=False).astype("float32"))

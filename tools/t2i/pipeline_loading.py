@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from tools.safe_files import MAX_SMALL_FILE_BYTES, read_regular, require_regular
 from tools.t2i.errors import ModelNotFoundError, UnsupportedOptionError
 from tools.t2i.fast import apply_fast_path, disable_compile, resolve_accel
 
@@ -101,7 +102,8 @@ def _model_class_name(model: str) -> str:
             raise ModelNotFoundError(
                 f"text-to-image model {model!r}: folder has no model_index.json (not a diffusers pipeline)"
             )
-        name: str = json.loads(index.read_text(encoding="utf-8")).get("_class_name", "")
+        raw = read_regular(index, MAX_SMALL_FILE_BYTES, what="model_index.json")
+        name: str = json.loads(raw.decode("utf-8")).get("_class_name", "")
         return name
     from diffusers import DiffusionPipeline
 
@@ -216,6 +218,7 @@ def load_esd_pipeline(model: str, unet_file: str, *, device: str, dtype: str = "
             )
         try:
             state: Any
+            require_regular(unet_file, what="UNet file")
             if unet_file.endswith(".safetensors"):
                 from safetensors.torch import load_file
 

@@ -21,6 +21,7 @@ from typing import Any
 from runner.batch import run_batch
 from tools.extras import require_extra
 from tools.jsonl_files import done_records
+from tools.safe_files import MAX_DATA_FILE_BYTES, read_regular
 from tools.t2i.errors import renamed_note
 from tools.t2i.settings import CtdRenderSettings
 from unveil.commands.common import (
@@ -475,7 +476,8 @@ def _print_queue(root: Path) -> None:
     from runner.ctd_dataset import REVIEW_QUEUE, write_views
 
     write_views(root)
-    queue = [ln for ln in (root / REVIEW_QUEUE).read_text(encoding="utf-8").split("\n") if ln.strip()]
+    text = read_regular(root / REVIEW_QUEUE, MAX_DATA_FILE_BYTES, what="review queue").decode("utf-8")
+    queue = [ln for ln in text.split("\n") if ln.strip()]
     for line in queue:  # split on \n only: a U+2028 inside a JSON string is text, not a line break
         item = json.loads(line)
         print(
