@@ -3,6 +3,7 @@ numbers, so a bench that a code change broke fails here instead of the next time
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -76,3 +77,10 @@ def test_first_run_times_the_demo_on_this_environment() -> None:
     # Setup already ran (the README's test command starts with it): time the demo's first result only.
     out = run_bench("bench/first_run.py", "--skip-setup", "--first-only")
     assert re.search(rf"first result after {NUMBER} s: \[", out)
+
+
+def test_image_decode_memory_prints_the_rise_per_mode() -> None:
+    out = run_bench("bench/image_decode_memory.py", "--side", "300", "--modes", "I;16,RGBA", "--before")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [(r["mode"], r["code"]) for r in rows] == [("I;16", "before"), ("I;16", "now"), ("RGBA", "now")]
+    assert all(r["errors"] == [] and r["rss_rise_mib"] >= 0 for r in rows)

@@ -16,14 +16,15 @@ import hashlib
 import io
 import os
 import stat
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from PIL import Image, UnidentifiedImageError
 
-from tools.env import env_str
+from tools.env import env_int, env_str
 from tools.errors import UnveilError
 from tools.safe_files import StorageError, UnreadableFileError, UnsafePathError, atomic_write, open_regular
 from tools.safe_files import pid_alive as pid_alive  # re-exported: the run layer's scratch cleanup uses it
@@ -92,39 +93,118 @@ def open_image(fp: str | os.PathLike[str] | IO[bytes], *, name: str) -> Image.Im
         ) from exc
 
 
+# What a pixel costs while an image of each mode is decoded and made 8-bit (the decoded image, the copies its
+# conversion makes, the result): the peak resident memory measured by bench/image_decode_memory.py at 36 Mpx,
+# rounded up (docs/reliability.md has the numbers); other modes cost `_OTHER_MODE_BYTES`. An image whose decode
+# would cost more than `DECODE_BUDGET_BYTES` is refused from its header, before any pixel is decoded.
+DECODE_BYTES_PER_PIXEL = {
+    "1": 2,
+    "L": 2,
+    "P": 18,  # with transparency it is flattened over white as RGBA is
+    "RGB": 5,
+    "I;16": 7,
+    "I;16B": 7,
+    "I;16L": 7,
+    "I;16N": 7,
+    "I;16S": 7,
+    "I": 13,
+    "F": 13,
+    "LA": 21,
+    "PA": 21,
+    "RGBA": 21,
+    "CMYK": 9,
+    "YCbCr": 9,
+    "LAB": 9,
+    "HSV": 9,
+}
+_OTHER_MODE_BYTES = 21
+DECODE_BUDGET_BYTES = 1024 * 1024 * 1024
+MAX_DECODES_ENV = "UNVEIL_MAX_DECODES"
+DEFAULT_MAX_DECODES = 2
+_SLOTS_LOCK = threading.Lock()
+_DECODE_SLOTS: list[threading.BoundedSemaphore] = []  # made on first use, sized by UNVEIL_MAX_DECODES
+
+
+def decode_slots() -> threading.BoundedSemaphore:
+    """The process-wide limit on images decoded at once (`UNVEIL_MAX_DECODES`, default 2): each decode may take up
+    to `DECODE_BUDGET_BYTES`, so a batch at any concurrency holds at most this many such budgets."""
+    with _SLOTS_LOCK:
+        if not _DECODE_SLOTS:
+            slots = env_int(MAX_DECODES_ENV, DEFAULT_MAX_DECODES, minimum=1) or DEFAULT_MAX_DECODES
+            _DECODE_SLOTS.append(threading.BoundedSemaphore(slots))
+        return _DECODE_SLOTS[0]
+
+
+def decode_cost(mode: str, width: int, height: int) -> int:
+    """The bytes decoding an image of this mode and size costs at its peak (see `DECODE_BYTES_PER_PIXEL`)."""
+    return width * height * DECODE_BYTES_PER_PIXEL.get(mode, _OTHER_MODE_BYTES)
+
+
+def _probe(data: bytes, name: str, max_pixels: int) -> None:
+    """Refuse from the header alone (before any pixel is decoded) an image over the pixel limit or the memory
+    budget of its mode, then let Pillow verify the file."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        probe = open_image(io.BytesIO(data), name=name)
+        width, height = probe.size
+        if width * height > max_pixels:
+            raise ImageInputError(f"image {name!r}: {width}x{height} pixels is over the limit of {max_pixels} pixels")
+        cost = decode_cost(probe.mode, width, height)
+        if cost > DECODE_BUDGET_BYTES:
+            raise ImageInputError(
+                f"image {name!r}: decoding {width}x{height} pixels of mode {probe.mode} would take about "
+                f"{cost // 2**20} MiB, over the {DECODE_BUDGET_BYTES // 2**20} MiB budget of one image"
+            )
+        probe.verify()
+
+
 def decode_image(data: bytes, *, name: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
     """Decode and validate image bytes, refusing corrupt data, bombs and oversized images.
 
-    `name` identifies the input in error messages (a path, URL or field name).
+    `name` identifies the input in error messages (a path, URL or field name). At most `decode_slots()` images
+    are decoded at once in the process, whatever the batch's concurrency (the rest wait for a slot).
     """
     if not data:
         raise ImageInputError(f"image {name!r}: empty file")
     if len(data) > DEFAULT_MAX_BYTES:
         raise ImageInputError(f"image {name!r}: {len(data)} bytes is over the {DEFAULT_MAX_BYTES}-byte limit")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            probe = open_image(io.BytesIO(data), name=name)
-            # The header gives the size before any pixel is decoded, so a bomb is refused cheaply.
-            width, height = probe.size
-            if width * height > max_pixels:
-                raise ImageInputError(
-                    f"image {name!r}: {width}x{height} pixels is over the limit of {max_pixels} pixels"
-                )
-            probe.verify()
-        image = open_image(io.BytesIO(data), name=name)
-        image.load()
-    except ImageInputError:
-        raise
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise ImageInputError(f"image {name!r}: refused as a decompression bomb ({exc})") from exc
-    except Exception as exc:  # PIL raises many types for corrupt data
-        raise ImageInputError(f"image {name!r}: not a readable image ({type(exc).__name__}: {exc})") from exc
-    return to_8bit(image)
+    with decode_slots():
+        try:
+            _probe(data, name, max_pixels)
+            image = open_image(io.BytesIO(data), name=name)
+            image.load()
+        except ImageInputError:
+            raise
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+            raise ImageInputError(f"image {name!r}: refused as a decompression bomb ({exc})") from exc
+        except Exception as exc:  # PIL raises many types for corrupt data
+            raise ImageInputError(f"image {name!r}: not a readable image ({type(exc).__name__}: {exc})") from exc
+        return to_8bit(image)
 
 
 # Pillow's high-bit-depth grey modes. 'I' is what 16-bit PGM/PPM files (and 32-bit TIFFs) open as.
 _SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N", "I;16S", "I;16BS", "I;16LS")
+
+
+# Pixels converted at a time: a block of float64 values is 2 MiB, whatever the image's size.
+_BLOCK_PIXELS = 1 << 18
+
+
+def _finite_range(flat: Any) -> tuple[float, float]:
+    """The smallest and largest finite value of a flat array, read in blocks (integers have no NaN: no copy)."""
+    import numpy as np
+
+    if flat.size == 0:
+        return 0.0, 0.0
+    if flat.dtype.kind in "iu":
+        return float(flat.min()), float(flat.max())
+    lo, hi = np.inf, -np.inf
+    for start in range(0, flat.size, _BLOCK_PIXELS):
+        block = flat[start : start + _BLOCK_PIXELS]
+        finite = block[np.isfinite(block)]
+        if finite.size:
+            lo, hi = min(lo, float(finite.min())), max(hi, float(finite.max()))
+    return (lo, hi) if lo <= hi else (0.0, 0.0)
 
 
 def _grey_to_l(image: Image.Image) -> Image.Image:
@@ -134,22 +214,30 @@ def _grey_to_l(image: Image.Image) -> Image.Image:
     16-bit and 'I' data are read as 0..65535; 'F' as 0..1 when it lies there (the usual float convention),
     else as 0..255 when it lies there; anything outside those ranges (negative or 32-bit values) is stretched
     from its own minimum to maximum so that the picture stays visible.
+
+    Memory: the values in their own type (2 or 4 bytes a pixel) and the 8-bit result, converted in blocks of
+    `_BLOCK_PIXELS`; float64 copies of the whole image (1.5 GB for a 36-Mpx 16-bit PNG) are never made.
     """
     import numpy as np
 
-    arr = np.asarray(image).astype(np.float64)
-    finite = arr[np.isfinite(arr)]
-    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+    arr = np.asarray(image)
+    flat = arr.reshape(-1)
+    lo, hi = _finite_range(flat)
     if image.mode == "F" and lo >= 0.0 and hi <= 1.0:
-        scaled = arr * 255.0
+        offset, factor = 0.0, 255.0
     elif image.mode == "F" and lo >= 0.0 and hi <= 255.0:
-        scaled = arr
+        offset, factor = 0.0, 1.0
     elif lo >= 0.0 and hi <= 65535.0:
-        scaled = arr * (255.0 / 65535.0)
+        offset, factor = 0.0, 255.0 / 65535.0
     else:
-        scaled = (arr - lo) * (255.0 / (hi - lo)) if hi > lo else np.zeros_like(arr)
-    scaled = np.nan_to_num(scaled, nan=0.0, posinf=255.0, neginf=0.0)
-    return Image.fromarray(np.clip(np.rint(scaled), 0, 255).astype(np.uint8), mode="L")
+        offset, factor = lo, (255.0 / (hi - lo) if hi > lo else 0.0)
+    out = np.empty(flat.size, dtype=np.uint8)
+    for start in range(0, flat.size, _BLOCK_PIXELS):
+        block = flat[start : start + _BLOCK_PIXELS].astype(np.float64)
+        scaled = (block - offset) * factor if offset else block * factor
+        np.nan_to_num(scaled, copy=False, nan=0.0, posinf=255.0, neginf=0.0)
+        out[start : start + _BLOCK_PIXELS] = np.clip(np.rint(scaled), 0, 255)
+    return Image.fromarray(out.reshape(arr.shape), mode="L")
 
 
 def _flatten(image: Image.Image) -> Image.Image:
