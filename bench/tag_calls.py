@@ -1,21 +1,22 @@
 """Model calls, tokens and wall time of TAG detection against a naive detector (the paper's complexity analysis).
 
-The naive detector builds both full trees first (one expansion call per node, k_max nodes kept per layer) and
-then judges every cross-modal pair with one call each, layer by layer. TAG expands each tree with one call a
-layer, judges a layer's new pairs in one call, and stops at the shallowest toxic layer. Both run on the same
-scripted model with injected latency (`--latency`, seconds per call) and the same concurrency limit, so the wall
-times compare critical paths, not sums.
+The naive detector builds both full trees first (one expansion call per node, k_max nodes kept per layer: §7's
+estimate) and then judges every cross-modal pair with one call each, layer by layer. TAG (its default reading)
+expands each tree with one call a layer, judges a layer's new pairs in calls of up to 200, and stops at the
+shallowest toxic layer. Both run on the same scripted model with injected latency (`--latency`, seconds per call)
+and the same concurrency limit, so the wall times compare critical paths, not sums. `--latency 0` is the smoke
+mode (tests/test_bench_smoke.py): the counts do not depend on it.
 
     python bench/tag_calls.py [--latency 0.05] [--l-max 4] [--k-max 6]
 
-Targets: <= 4 calls for a toxic root pair (two root graphs, the synergy review, the explainer); <= 3*l_max + 3
-calls for a benign sample; >= 30x fewer calls than naive on benign samples.
+Targets: <= 4 calls for a toxic root pair (two root graphs, the synergy review, the explainer); >= 30x fewer
+calls than naive on benign samples; with `prune=per_layer`, <= 3*l_max + 3 calls for a benign sample.
 
-A second table compares the readings of the paper (docs/tag.md) on the same scripted samples: the root
-concepts from two entity-graph calls (`roots_mode=separate`, the default) or one joint call (`joint`), and
-k_max per layer (`prune=per_layer`, the default) or per node (`per_node`). The `covert` sample hides its toxic
-pair on the least probable path (root -> c2 -> d2 in both trees, path probability 0.04 each), which per-layer
-pruning drops and per-node pruning keeps.
+A second table puts the readings of the paper (docs/tag.md) side by side on the same scripted samples: k_max per
+node (`prune=per_node`, the default, §3.2 Step 2) or per layer (`per_layer`, §7's estimate, cheaper), and the
+root concepts from two entity-graph calls (`roots_mode=separate`, the default) or one joint call (`joint`). The
+`covert` sample hides its toxic pair on the least probable path (root -> c2 -> d2 in both trees, path probability
+0.04 each), which per-layer pruning drops and per-node pruning keeps.
 """
 
 from __future__ import annotations
@@ -298,12 +299,16 @@ async def main() -> None:
     benign = rows[-1]
     print(
         f"\ntargets: overt calls {rows[0]['tag_calls']} <= 4: {rows[0]['tag_calls'] <= 4}; "
-        f"benign calls {benign['tag_calls']} <= {3 * args.l_max + 3}: {benign['tag_calls'] <= 3 * args.l_max + 3}; "
         f"benign ratio {benign['calls_ratio']}x >= 30x: {benign['calls_ratio'] >= 30}"
     )
+    await readings_table(args, tmp)
 
-    # The paper's readings: roots from two graph calls or one joint call; k_max per layer or per node.
-    configs = [("separate", "per_layer"), ("joint", "per_layer"), ("separate", "per_node")]
+
+async def readings_table(args: argparse.Namespace, tmp: Path) -> None:
+    """The paper's readings side by side: k_max per node (default) or per layer; roots from two graph calls
+    (default) or one joint call. Prints calls / tokens / found MTC per sample kind, and the per-layer target."""
+    configs = [("separate", "per_node"), ("separate", "per_layer"), ("joint", "per_node"), ("joint", "per_layer")]
+    per_layer_benign = 0
     print("\nreadings (calls / tokens / found MTC; '-' = not found, MTC 1):")
     kinds = ("overt", "medium", "covert", "benign")
     print("roots_mode | prune | " + " | ".join(f"{k} calls | {k} tokens | {k} mtc" for k in kinds))
@@ -323,7 +328,11 @@ async def main() -> None:
             )
             calls, tokens = _totals(out["usage"])
             cells += [str(calls), str(tokens), f"{out['mtc']:.4f}" if out["toxic"] else "-"]
+            if (roots_mode, prune, kind) == ("separate", "per_layer", "benign"):
+                per_layer_benign = calls
         print(f"{roots_mode} | {prune} | " + " | ".join(cells))
+    limit = 3 * args.l_max + 3
+    print(f"target: per_layer benign calls {per_layer_benign} <= {limit}: {per_layer_benign <= limit}")
 
 
 if __name__ == "__main__":

@@ -216,8 +216,9 @@ def test_per_node_keeps_up_to_k_max_children_of_every_node() -> None:
         grow_layer(parents, [], layer=2, prefix="v", children_per_parent=3, k_max=2, allowed_types=[], prune="bogus")  # type: ignore[arg-type]
 
 
-def test_default_pruning_is_per_layer() -> None:
-    assert TagContext().prune == "per_layer" and TagContext().k_max == 6 and TagContext().l_max == 4
+def test_default_pruning_is_per_node_as_section_3_2_defines_k_max() -> None:
+    # §3.2 Step 2: "for any node ... up to k_max ... child nodes"; per_layer is the named cheaper option
+    assert TagContext().prune == "per_node" and TagContext().k_max == 6 and TagContext().l_max == 4
 
 
 def layered(probs: tuple[float, ...] = (0.5, 0.3, 0.2)) -> list[dict]:
