@@ -1,11 +1,11 @@
 """Model calls, tokens and wall time of TAG detection against a naive detector (the paper's complexity analysis).
 
-The naive detector builds both full trees first (one expansion call per node, k_max nodes kept per layer: §7's
-estimate) and then judges every cross-modal pair with one call each, layer by layer. TAG (its default reading)
-expands each tree with one call a layer, judges a layer's new pairs in calls of up to 200, and stops at the
-shallowest toxic layer. Both run on the same scripted model with injected latency (`--latency`, seconds per call)
-and the same concurrency limit, so the wall times compare critical paths, not sums. `--latency 0` is the smoke
-mode (tests/test_bench_smoke.py): the counts do not depend on it.
+The naive detector builds both full trees first (one expansion call per node; the same trees as TAG's default
+reading: three children a parent, up to k_max per node) and then judges every cross-modal pair with one call each,
+layer by layer. TAG (its default reading) expands each tree with one call a layer, judges a layer's new pairs in
+calls of up to 200, and stops at the shallowest toxic layer. Both run on the same scripted model with injected
+latency (`--latency`, seconds per call) and the same concurrency limit, so the wall times compare critical paths,
+not sums. `--latency 0` is the smoke mode (tests/test_bench_smoke.py): the counts do not depend on it.
 
     python bench/tag_calls.py [--latency 0.05] [--l-max 4] [--k-max 6]
 
@@ -186,8 +186,11 @@ class _Usage:
         self.usage = merge_usage(self.usage, u)
 
 
-async def naive_detect(gw: Gateway, spec: str, l_max: int, k_max: int) -> tuple[bool, RunUsage]:
-    """Full trees (one call per node), then one call per pair, layer by layer."""
+async def naive_detect(
+    gw: Gateway, spec: str, l_max: int, k_max: int, prune: str = "per_node", children: int = 3
+) -> tuple[bool, RunUsage]:
+    """Full trees (one call per node) of the same shape as TAG's (`children` per parent, pruned by `prune`), then
+    one call per pair, layer by layer."""
     acc = _Usage()
     sys_prompt = "naive"
     res = await gw.structured(
@@ -215,9 +218,10 @@ async def naive_detect(gw: Gateway, spec: str, l_max: int, k_max: int) -> tuple[
                 [e for es in entries for e in es],
                 layer=layer,
                 prefix=prefix,
-                children_per_parent=k_max,
+                children_per_parent=children,
                 k_max=k_max,
                 allowed_types=["similarity"],
+                prune=prune,  # type: ignore[arg-type]
             )
 
     async def judge(v: dict, t: dict) -> bool:
