@@ -236,3 +236,17 @@ def test_a_detect_rerun_with_another_reading_is_refused_as_a_settings_change(wri
 
 def _pair_args() -> list[str]:
     return ["--image-description", SAMPLE["image_description"], "--text", SAMPLE["text"]]
+
+
+def test_the_demo_model_keeps_the_default_pruning_and_the_callers_reading_wins(capsys) -> None:
+    from agents.spec import DEFAULT_SPEC
+    from runner.detect import detection_context
+
+    ctx = detection_context("tag", {"model": DEFAULT_SPEC})
+    # the embedded 135M model gets a small search (same calls in both prunings at l_max=2) and one root call
+    assert (ctx.l_max, ctx.k_max, ctx.children_per_parent) == (2, 2, 2)
+    assert ctx.prune == "per_node" and ctx.roots_mode == "joint"
+    assert "prune=per_node" in capsys.readouterr().err
+    ctx = detection_context("tag", {"model": DEFAULT_SPEC}, reading={"prune": "per_layer", "roots_mode": "separate"})
+    assert ctx.prune == "per_layer" and ctx.roots_mode == "separate" and ctx.l_max == 2
+    assert detection_context("tag", {"model": DEFAULT_SPEC}, l_max=3).l_max == 3  # explicit depths win
