@@ -122,8 +122,14 @@ def tag_reading(ctx: Any) -> dict[str, Any] | None:
 
 def detection_settings(ctx: Any, method: str) -> dict[str, Any]:
     """What makes a detection output's records (its identity, see `runner.output_identity.OutputIdentity`): the
-    method, every role's model and the graph settings of `ctx`."""
-    return {"method": method, **context_settings(ctx)}
+    method, every role's model and the graph settings of `ctx`, and the content of a toxic-pair file (an edited
+    set changes the records as another file would)."""
+    settings = {"method": method, **context_settings(ctx)}
+    if getattr(ctx, "toxic_pairs", ""):
+        from agents.tag.toxic_pairs import fingerprint
+
+        settings["toxic_pairs_sha256"] = fingerprint(ctx.toxic_pairs)
+    return settings
 
 
 def check_detection_config(method: str) -> None:

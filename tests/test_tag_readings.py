@@ -250,3 +250,15 @@ def test_the_demo_model_keeps_the_default_pruning_and_the_callers_reading_wins(c
     ctx = detection_context("tag", {"model": DEFAULT_SPEC}, reading={"prune": "per_layer", "roots_mode": "separate"})
     assert ctx.prune == "per_layer" and ctx.roots_mode == "separate" and ctx.l_max == 2
     assert detection_context("tag", {"model": DEFAULT_SPEC}, l_max=3).l_max == 3  # explicit depths win
+
+
+def test_an_edited_toxic_pair_set_is_a_settings_change(tmp_path) -> None:
+    from runner.detect import detection_context, detection_settings
+
+    path = _set(tmp_path, ("cocaine", "dealer contact"))
+    ctx = detection_context("tag", {"model": "scripted:x.json"}, reading={"toxic_pairs": path})
+    before = detection_settings(ctx, "tag")
+    Path(path).write_text(json.dumps({"image_concept": "a", "text_concept": "b", "category": "c"}) + "\n")
+    after = detection_settings(ctx, "tag")
+    assert before["toxic_pairs"] == after["toxic_pairs"] == path
+    assert before["toxic_pairs_sha256"] != after["toxic_pairs_sha256"]

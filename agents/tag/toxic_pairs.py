@@ -126,6 +126,13 @@ def load_toxic_pairs(path: str) -> dict[tuple[str, str], KnownPair]:
     return _load(path, st.st_size if st else -1, st.st_mtime_ns if st else -1)
 
 
+def fingerprint(path: str) -> str:
+    """The SHA-256 of the set's file (capped like the load), so an output's settings notice an edited set."""
+    import hashlib
+
+    return hashlib.sha256(_read_capped(path).encode("utf-8")).hexdigest()
+
+
 def match(pairs: dict[tuple[str, str], KnownPair], image_concept: str, text_concept: str) -> KnownPair | None:
     """The listed pair that an image-side and a text-side concept form, or None."""
     return pairs.get((normalise(image_concept), normalise(text_concept)))
