@@ -482,10 +482,13 @@ def _score_dataset(
     """Score every configuration of a dataset from its run file into `results`, and plot its confusion matrix."""
     for cfg in cfgs:
         rows, fails, counts = score_rows(cfg, items, ref, settings, out)
-        results.compared.extend(comparison_rows(dataset, cfg.name, cfg.model, cfg.file(out), items, ref))
+        config = config_settings(cfg, settings)
+        reading = {name: config.get(name) for name in READING_COLUMNS}  # empty for vanilla and guards
+        compared = comparison_rows(dataset, cfg.name, cfg.model, cfg.file(out), items, ref)
+        results.compared.extend({**row, **reading} for row in compared)
         results.rows.extend(rows)
         results.failures.extend(fails)
-        results.confusions.append({"dataset": dataset, "detector": cfg.model, "config": cfg.name, **counts})
+        results.confusions.append({"dataset": dataset, "detector": cfg.model, "config": cfg.name, **reading, **counts})
         plot_confusion(
             out / "plots" / f"confusion_{slug(dataset, cfg.method, cfg.l_max, cfg.model)}.png",
             counts,
@@ -564,7 +567,7 @@ def _diagnostic_tables(out: Path, results: DetectionResults) -> list[str]:
             out,
             "confusion",
             results.confusions,
-            ["dataset", "detector", "config", "tp", "fp", "tn", "fn"],
+            ["dataset", "detector", "config", "prune", "roots_mode", "tp", "fp", "tn", "fn"],
             title="Confusion matrices (overall)",
         )
     ]
