@@ -166,6 +166,8 @@ def test_detect_cli_takes_the_set_and_refuses_a_bad_one_before_any_call(write_sc
     out = json.loads(capsys.readouterr().out)
     assert out["finding"]["source"] == "toxic_pairs"
     assert out["tag_reading"]["toxic_pairs"].endswith("toxic.jsonl")
+    assert main([*args[:-1], "--toxic-pairs", str(tmp_path / "toxic.jsonl")]) == 0  # the summary names the source
+    assert "a pair of the --toxic-pairs set" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="unveil detect: toxic pairs .*file not found"):
         main([*args, "--toxic-pairs", str(tmp_path / "nope.jsonl")])
 

@@ -126,6 +126,8 @@ def _print_summary(rec: dict[str, Any], sample_id: str | None = None) -> None:
         vp = " -> ".join(s["concept"] for s in finding["visual"]["path"])
         tp = " -> ".join(s["concept"] for s in finding["textual"]["path"])
         line += f"\n  image path: {vp}\n  text path:  {tp}\n  category: {finding.get('category')}"
+        if finding.get("source") == "toxic_pairs":
+            line += " (a pair of the --toxic-pairs set; no model judged it)"
     if rec.get("explanation") or rec.get("reason"):
         line += f"\n  {rec.get('explanation') or rec.get('reason')}"
     usage = rec.get("usage", {}).get("total", {})
