@@ -98,18 +98,23 @@ def detection_context(
 
         load_toxic_pairs(ctx.toxic_pairs)
     if all(is_demo_spec(spec) for spec in ctx.models().values()) and l_max is None and k_max is None:
-        for name, value in DEMO_DEPTHS.items():
-            if children is None or name != "children_per_parent":
-                setattr(ctx, name, value)
-        if "roots_mode" not in kw:
-            ctx.roots_mode = DEMO_ROOTS_MODE
-        if announce:
-            print(
-                f"demo settings for the embedded model: l_max={ctx.l_max}, k_max={ctx.k_max}, "
-                f"{ctx.children_per_parent} children per parent, {ctx.roots_mode} root call, prune={ctx.prune}",
-                file=sys.stderr,
-            )
+        _demo_settings(ctx, keep_children=children is not None, keep_roots_mode="roots_mode" in kw, announce=announce)
     return ctx
+
+
+def _demo_settings(ctx: TagContext, *, keep_children: bool, keep_roots_mode: bool, announce: bool) -> None:
+    """The embedded demo model's smaller search (`DEMO_DEPTHS`, `DEMO_ROOTS_MODE`), except what the caller set."""
+    for name, value in DEMO_DEPTHS.items():
+        if not keep_children or name != "children_per_parent":
+            setattr(ctx, name, value)
+    if not keep_roots_mode:
+        ctx.roots_mode = DEMO_ROOTS_MODE
+    if announce:
+        print(
+            f"demo settings for the embedded model: l_max={ctx.l_max}, k_max={ctx.k_max}, "
+            f"{ctx.children_per_parent} children per parent, {ctx.roots_mode} root call, prune={ctx.prune}",
+            file=sys.stderr,
+        )
 
 
 def tag_reading(ctx: Any) -> dict[str, Any] | None:
