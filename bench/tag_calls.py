@@ -16,7 +16,8 @@ A second table puts the readings of the paper (docs/tag.md) side by side on the 
 node (`prune=per_node`, the default, §3.2 Step 2) or per layer (`per_layer`, §7's estimate, cheaper), and the
 root concepts from two entity-graph calls (`roots_mode=separate`, the default) or one joint call (`joint`). The
 `covert` sample hides its toxic pair on the least probable path (root -> c2 -> d2 in both trees, path probability
-0.04 each), which per-layer pruning drops and per-node pruning keeps.
+0.04 each), which per-layer pruning drops and per-node pruning keeps. A last pair of lines gives the worst case of
+a wide sample: a benign one with `--wide-roots` (default 4, the cap) roots a tree, under both prunings.
 """
 
 from __future__ import annotations
@@ -265,6 +266,9 @@ async def main() -> None:
     parser.add_argument("--l-max", type=int, default=4)
     parser.add_argument("--k-max", type=int, default=6)
     parser.add_argument("--concurrency", type=int, default=8, help="concurrent calls per backend")
+    parser.add_argument(
+        "--wide-roots", type=int, choices=range(5), default=4, help="roots a tree of the wide benign sample (0: skip)"
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="tag-bench-"))
     rows = []
@@ -337,6 +341,31 @@ async def readings_table(args: argparse.Namespace, tmp: Path) -> None:
         print(f"{roots_mode} | {prune} | " + " | ".join(cells))
     limit = 3 * args.l_max + 3
     print(f"target: per_layer benign calls {per_layer_benign} <= {limit}: {per_layer_benign <= limit}")
+    if args.wide_roots:
+        await wide_benign(args, tmp)
+
+
+# Root names of the wide sample: none starts with a layer prefix (c, d, e ...), which the expander rules match.
+WIDE_ROOTS = {"v": ["powder", "scale", "bag", "rolled note"], "t": ["usual number", "tonight", "pay up front", "quiet"]}
+
+
+async def wide_benign(args: argparse.Namespace, tmp: Path) -> None:
+    """The worst case of a sample with `--wide-roots` roots a tree: nothing to find, so every layer is built and
+    judged. Prints calls / tokens / pairs judged for each pruning."""
+    n = args.wide_roots
+    script = script_for("benign")
+    for role, prefix in (("root_extractor.image", "v"), ("root_extractor.text", "t")):
+        entities = [{"name": x} for x in WIDE_ROOTS[prefix][:n]]
+        script[role] = [{"when": "", "then": {"entities": entities, "relations": []}}]
+    path = tmp / "wide-benign.json"
+    path.write_text(json.dumps(script))
+    print(f"\nwide benign sample ({n} roots a tree; calls / tokens / pairs judged):")
+    for prune in ("per_node", "per_layer"):
+        out, _ = await run_tag(
+            f"scripted:{path}?latency={args.latency}", args.concurrency, l_max=args.l_max, k_max=args.k_max, prune=prune
+        )
+        calls, tokens = _totals(out["usage"])
+        print(f"wide | {prune} | {calls} | {tokens} | {out['pairs_judged']}")
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ def test_tag_calls_prints_calls_tokens_and_the_targets() -> None:
     assert re.search(rf"separate \| per_node \| (?:{cells}){{2}}\d+ \| \d+ \| 0\.99\d+ \|", out)
     assert re.search(rf"separate \| per_layer \| (?:{cells}){{2}}\d+ \| \d+ \| - \|", out)
     assert re.search(r"target: per_layer benign calls \d+ <= \d+: True", out)
+    assert re.search(r"^wide \| per_node \| \d+ \| \d+ \| \d+$", out, re.M)
 
 
 @pytest.mark.slow
