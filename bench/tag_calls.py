@@ -1,21 +1,23 @@
 """Model calls, tokens and wall time of TAG detection against a naive detector (the paper's complexity analysis).
 
-The naive detector builds both full trees first (one expansion call per node, k_max nodes kept per layer) and
-then judges every cross-modal pair with one call each, layer by layer. TAG expands each tree with one call a
-layer, judges a layer's new pairs in one call, and stops at the shallowest toxic layer. Both run on the same
-scripted model with injected latency (`--latency`, seconds per call) and the same concurrency limit, so the wall
-times compare critical paths, not sums.
+The naive detector builds both full trees first (one expansion call per node; the same trees as TAG's default
+reading: three children a parent, up to k_max per node) and then judges every cross-modal pair with one call each,
+layer by layer. TAG (its default reading) expands each tree with one call a layer, judges a layer's new pairs in
+calls of up to 200, and stops at the shallowest toxic layer. Both run on the same scripted model with injected
+latency (`--latency`, seconds per call) and the same concurrency limit, so the wall times compare critical paths,
+not sums. `--latency 0` is the smoke mode (tests/test_bench_smoke.py): the counts do not depend on it.
 
     python bench/tag_calls.py [--latency 0.05] [--l-max 4] [--k-max 6]
 
-Targets: <= 4 calls for a toxic root pair (two root graphs, the synergy review, the explainer); <= 3*l_max + 3
-calls for a benign sample; >= 30x fewer calls than naive on benign samples.
+Targets: <= 4 calls for a toxic root pair (two root graphs, the synergy review, the explainer); >= 30x fewer
+calls than naive on benign samples; with `prune=per_layer`, <= 3*l_max + 3 calls for a benign sample.
 
-A second table compares the readings of the paper (docs/tag.md) on the same scripted samples: the root
-concepts from two entity-graph calls (`roots_mode=separate`, the default) or one joint call (`joint`), and
-k_max per layer (`prune=per_layer`, the default) or per node (`per_node`). The `covert` sample hides its toxic
-pair on the least probable path (root -> c2 -> d2 in both trees, path probability 0.04 each), which per-layer
-pruning drops and per-node pruning keeps.
+A second table puts the readings of the paper (docs/tag.md) side by side on the same scripted samples: k_max per
+node (`prune=per_node`, the default, §3.2 Step 2) or per layer (`per_layer`, §7's estimate, cheaper), and the
+root concepts from two entity-graph calls (`roots_mode=separate`, the default) or one joint call (`joint`). The
+`covert` sample hides its toxic pair on the least probable path (root -> c2 -> d2 in both trees, path probability
+0.04 each), which per-layer pruning drops and per-node pruning keeps. A last pair of lines gives the worst case of
+a wide sample: a benign one with `--wide-roots` (default 4, the cap) roots a tree, under both prunings.
 """
 
 from __future__ import annotations
@@ -185,8 +187,11 @@ class _Usage:
         self.usage = merge_usage(self.usage, u)
 
 
-async def naive_detect(gw: Gateway, spec: str, l_max: int, k_max: int) -> tuple[bool, RunUsage]:
-    """Full trees (one call per node), then one call per pair, layer by layer."""
+async def naive_detect(
+    gw: Gateway, spec: str, l_max: int, k_max: int, prune: str = "per_node", children: int = 3
+) -> tuple[bool, RunUsage]:
+    """Full trees (one call per node) of the same shape as TAG's (`children` per parent, pruned by `prune`), then
+    one call per pair, layer by layer."""
     acc = _Usage()
     sys_prompt = "naive"
     res = await gw.structured(
@@ -214,9 +219,10 @@ async def naive_detect(gw: Gateway, spec: str, l_max: int, k_max: int) -> tuple[
                 [e for es in entries for e in es],
                 layer=layer,
                 prefix=prefix,
-                children_per_parent=k_max,
+                children_per_parent=children,
                 k_max=k_max,
                 allowed_types=["similarity"],
+                prune=prune,  # type: ignore[arg-type]
             )
 
     async def judge(v: dict, t: dict) -> bool:
@@ -260,6 +266,9 @@ async def main() -> None:
     parser.add_argument("--l-max", type=int, default=4)
     parser.add_argument("--k-max", type=int, default=6)
     parser.add_argument("--concurrency", type=int, default=8, help="concurrent calls per backend")
+    parser.add_argument(
+        "--wide-roots", type=int, choices=range(5), default=4, help="roots a tree of the wide benign sample (0: skip)"
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="tag-bench-"))
     rows = []
@@ -298,12 +307,16 @@ async def main() -> None:
     benign = rows[-1]
     print(
         f"\ntargets: overt calls {rows[0]['tag_calls']} <= 4: {rows[0]['tag_calls'] <= 4}; "
-        f"benign calls {benign['tag_calls']} <= {3 * args.l_max + 3}: {benign['tag_calls'] <= 3 * args.l_max + 3}; "
         f"benign ratio {benign['calls_ratio']}x >= 30x: {benign['calls_ratio'] >= 30}"
     )
+    await readings_table(args, tmp)
 
-    # The paper's readings: roots from two graph calls or one joint call; k_max per layer or per node.
-    configs = [("separate", "per_layer"), ("joint", "per_layer"), ("separate", "per_node")]
+
+async def readings_table(args: argparse.Namespace, tmp: Path) -> None:
+    """The paper's readings side by side: k_max per node (default) or per layer; roots from two graph calls
+    (default) or one joint call. Prints calls / tokens / found MTC per sample kind, and the per-layer target."""
+    configs = [("separate", "per_node"), ("separate", "per_layer"), ("joint", "per_node"), ("joint", "per_layer")]
+    per_layer_benign = 0
     print("\nreadings (calls / tokens / found MTC; '-' = not found, MTC 1):")
     kinds = ("overt", "medium", "covert", "benign")
     print("roots_mode | prune | " + " | ".join(f"{k} calls | {k} tokens | {k} mtc" for k in kinds))
@@ -323,7 +336,36 @@ async def main() -> None:
             )
             calls, tokens = _totals(out["usage"])
             cells += [str(calls), str(tokens), f"{out['mtc']:.4f}" if out["toxic"] else "-"]
+            if (roots_mode, prune, kind) == ("separate", "per_layer", "benign"):
+                per_layer_benign = calls
         print(f"{roots_mode} | {prune} | " + " | ".join(cells))
+    limit = 3 * args.l_max + 3
+    print(f"target: per_layer benign calls {per_layer_benign} <= {limit}: {per_layer_benign <= limit}")
+    if args.wide_roots:
+        await wide_benign(args, tmp)
+
+
+# Root names of the wide sample: none starts with a layer prefix (c, d, e ...), which the expander rules match.
+WIDE_ROOTS = {"v": ["powder", "scale", "bag", "rolled note"], "t": ["usual number", "tonight", "pay up front", "quiet"]}
+
+
+async def wide_benign(args: argparse.Namespace, tmp: Path) -> None:
+    """The worst case of a sample with `--wide-roots` roots a tree: nothing to find, so every layer is built and
+    judged. Prints calls / tokens / pairs judged for each pruning."""
+    n = args.wide_roots
+    script = script_for("benign")
+    for role, prefix in (("root_extractor.image", "v"), ("root_extractor.text", "t")):
+        entities = [{"name": x} for x in WIDE_ROOTS[prefix][:n]]
+        script[role] = [{"when": "", "then": {"entities": entities, "relations": []}}]
+    path = tmp / "wide-benign.json"
+    path.write_text(json.dumps(script))
+    print(f"\nwide benign sample ({n} roots a tree; calls / tokens / pairs judged):")
+    for prune in ("per_node", "per_layer"):
+        out, _ = await run_tag(
+            f"scripted:{path}?latency={args.latency}", args.concurrency, l_max=args.l_max, k_max=args.k_max, prune=prune
+        )
+        calls, tokens = _totals(out["usage"])
+        print(f"wide | {prune} | {calls} | {tokens} | {out['pairs_judged']}")
 
 
 if __name__ == "__main__":

@@ -105,6 +105,8 @@ def write_comparison(out: Path, rows: list[dict[str, Any]]) -> str:
         "dataset",
         "method",
         "detector",
+        "prune",  # the TAG reading (empty for vanilla and guards); the CSV has every reading column
+        "roots_mode",
         "level",
         "group",
         "n",

@@ -41,6 +41,9 @@ from tools.atomic_files import atomic_write_text
 from tools.errors import UnveilError
 from tools.jsonl_files import done_records
 
+# The TAG reading beside `l_max` in every result row and table (`config_settings`).
+READING_COLUMNS = ("prune", "roots_mode", "k_max", "children_per_parent")
+
 
 @dataclass
 class DetectionSettings:
@@ -54,6 +57,9 @@ class DetectionSettings:
     l_max_ablation: list[int] = field(default_factory=list)
     k_max: int | None = None
     children: int | None = None
+    # The TAG paper's readings (`prune`, `roots_mode`) and the user's toxic-pair file (`toxic_pairs`), as
+    # `runner.detect.detection_context` takes them; absent ones are filled in by `resolve_depths`.
+    reading: dict[str, str] = field(default_factory=dict)
     role_models: dict[str, str] = field(default_factory=dict)  # TagContext/VanillaContext field -> spec
     image_store: str = ""
     concurrency: int = 4
@@ -119,28 +125,41 @@ def _context(cfg: RunConfig, settings: DetectionSettings) -> Any:
         k_max=settings.k_max,
         children=settings.children,
         announce=False,
+        reading=settings.reading,
     )
 
 
 def resolve_depths(settings: DetectionSettings) -> None:
-    """Fill depths left as None the way `unveil detect` does (the builder's defaults for the first model)."""
-    if None in (settings.l_max, settings.k_max, settings.children) and settings.models:
+    """Fill depths and readings left out the way `unveil detect` does (the builder's defaults for the first
+    model, the environment), so every run and table names the reading that produced it."""
+    if settings.models:
         ctx = detection_context(
             "tag",
             {"model": settings.models[0], **settings.role_models},
             l_max=settings.l_max,
             k_max=settings.k_max,
             children=settings.children,
+            announce=None in (settings.l_max, settings.k_max, settings.children),
+            reading=settings.reading,
         )
         assert isinstance(ctx, TagContext)
         settings.l_max, settings.k_max, settings.children = ctx.l_max, ctx.k_max, ctx.children_per_parent
+        settings.reading = {"prune": ctx.prune, "roots_mode": ctx.roots_mode, "toxic_pairs": ctx.toxic_pairs}
 
 
 def config_settings(cfg: RunConfig, settings: DetectionSettings) -> dict[str, Any]:
     """The settings that produced a run (stored in every result row)."""
     if cfg.method == "vanilla" or is_guard(cfg.method):  # guards have no settings of their own
         return {"method": cfg.method}
-    return {"method": "tag", "l_max": cfg.l_max, "k_max": settings.k_max, "children_per_parent": settings.children}
+    return {
+        "method": "tag",
+        "prune": settings.reading.get("prune"),
+        "roots_mode": settings.reading.get("roots_mode"),
+        "l_max": cfg.l_max,
+        "k_max": settings.k_max,
+        "children_per_parent": settings.children,
+        "toxic_pairs": settings.reading.get("toxic_pairs", ""),
+    }
 
 
 async def run_one_config(
@@ -229,6 +248,7 @@ async def reference_mtc(
             k_max=settings.k_max,
             children=settings.children,
             announce=False,
+            reading=settings.reading,
         )
 
         async def worker(sample_id: str, sample: dict[str, Any]) -> dict[str, Any]:
@@ -311,14 +331,17 @@ def score_rows(
     by_bin = metrics.scores_by_bin(labels, preds, mtcs, settings.beta)
     usage = usage_of(ok + failed)
     models = next((r.get("models") for r in ok if r.get("models")), {"model": cfg.model})
+    config = config_settings(cfg, settings)
     common = {
         "dataset": cfg.dataset,
         "detector": cfg.model,
         "method": cfg.method,
         "l_max": cfg.l_max,
+        # the TAG reading of the row (empty for vanilla and guards): docs/tag.md
+        **{name: config.get(name) for name in READING_COLUMNS},
         "failed": len(failed),
         "models": as_json(models),
-        "settings": as_json(config_settings(cfg, settings)),
+        "settings": as_json(config),
         **cost_columns(usage),
     }
     rows = []
@@ -459,10 +482,13 @@ def _score_dataset(
     """Score every configuration of a dataset from its run file into `results`, and plot its confusion matrix."""
     for cfg in cfgs:
         rows, fails, counts = score_rows(cfg, items, ref, settings, out)
-        results.compared.extend(comparison_rows(dataset, cfg.name, cfg.model, cfg.file(out), items, ref))
+        config = config_settings(cfg, settings)
+        reading = {name: config.get(name) for name in READING_COLUMNS}  # empty for vanilla and guards
+        compared = comparison_rows(dataset, cfg.name, cfg.model, cfg.file(out), items, ref)
+        results.compared.extend({**row, **reading} for row in compared)
         results.rows.extend(rows)
         results.failures.extend(fails)
-        results.confusions.append({"dataset": dataset, "detector": cfg.model, "config": cfg.name, **counts})
+        results.confusions.append({"dataset": dataset, "detector": cfg.model, "config": cfg.name, **reading, **counts})
         plot_confusion(
             out / "plots" / f"confusion_{slug(dataset, cfg.method, cfg.l_max, cfg.model)}.png",
             counts,
@@ -478,6 +504,10 @@ def _write_report(out: Path, settings: DetectionSettings, results: DetectionResu
         f"every method and detector. Beta = {settings.beta:g}. Samples: "
         + ("toxic and benign (Table 4, with benign data)" if settings.include_benign else "toxic only (Tables 1-2)")
         + ".\n",
+        f"TA-CTD reading: prune={settings.reading.get('prune')}, roots_mode={settings.reading.get('roots_mode')}, "
+        f"l_max={settings.l_max}, k_max={settings.k_max}, children={settings.children}"
+        + (f", toxic pairs {settings.reading['toxic_pairs']}" if settings.reading.get("toxic_pairs") else "")
+        + " (docs/tag.md).\n",
         *[f"- reference MTC of {d}: {src}" for d, src in results.sources.items()],
         "",
     ]
@@ -495,7 +525,7 @@ def _score_tables(
     """The score tables: per detector at the main depth (wide), every row (long form), and the `l_max` ablation
     when asked for; returns the wide rows and the Markdown of the tables `detection.md` shows."""
     fkey = f"f{settings.beta:g}"
-    keys = ("dataset", "detector", "method", "l_max")
+    keys = ("dataset", "detector", "method", "l_max", *READING_COLUMNS)
     main_rows = [r for r in all_rows if r["l_max"] is None or r["l_max"] == settings.l_max]
     wide = _wide(main_rows, keys, fkey)
     bins = [*metrics.MTC_BINS, "overall"]
@@ -537,12 +567,12 @@ def _diagnostic_tables(out: Path, results: DetectionResults) -> list[str]:
             out,
             "confusion",
             results.confusions,
-            ["dataset", "detector", "config", "tp", "fp", "tn", "fn"],
+            ["dataset", "detector", "config", "prune", "roots_mode", "tp", "fp", "tn", "fn"],
             title="Confusion matrices (overall)",
         )
     ]
     hist_rows = [
-        {"dataset": d, "interval": b["label"], "count": b["count"], "share": b["share"]}
+        {"dataset": d, "interval": b["label"], "count": b["count"], "share": b["share"], "tables_bin": b["table_bin"]}
         for d, bins_ in results.histograms.items()
         for b in bins_
     ]
@@ -551,8 +581,21 @@ def _diagnostic_tables(out: Path, results: DetectionResults) -> list[str]:
             out,
             "mtc_histogram",
             hist_rows,
-            ["dataset", "interval", "count", "share"],
-            title="MTC distribution of toxic samples (Figure 5)",
+            ["dataset", "interval", "count", "share", "tables_bin"],
+            title="MTC distribution of toxic samples (Figure 5; tables_bin: the level Tables 1-3 count it in)",
+        )
+    )
+    levels = [
+        {"dataset": d, **row} for d, bins_ in results.histograms.items() for row in metrics.covertness_levels(bins_)
+    ]
+    md.append(
+        write_table(
+            out,
+            "mtc_levels",
+            levels,
+            ["dataset", "level", "figure_5", "tables_1_3", "not_found"],
+            title="Toxic samples per covertness level: Figure 5's bars leave MTC = 1 (not found) out of the top "
+            "bar, Tables 1-3 count it as High (both shown)",
         )
     )
     plot_histogram(out / "plots" / "mtc_histogram.png", results.histograms, title="MTC score distribution")

@@ -137,7 +137,8 @@ def mtc_histogram(
 
     MTC = 1 means "no toxic association found", not "very covert", so those samples get their own last bin
     (`not_found: True`, label "1 (not found)") instead of being merged into the top interval, which is
-    half-open: [0.8, 1).
+    half-open: [0.8, 1). Tables 1-3 bin by `mtc_bin`, where MTC = 1 is High: each bin's `table_bin` names the
+    level it counts in there, so both readings can be shown side by side (`covertness_levels`).
     """
     values = [float(m) for m in mtcs if m is not None and not math.isnan(float(m))]
     counts = [0] * (len(edges) - 1)
@@ -157,6 +158,7 @@ def mtc_histogram(
             "hi": edges[i + 1],
             "label": f"[{edges[i]:g}, {edges[i + 1]:g})",
             "not_found": False,
+            "table_bin": mtc_bin(edges[i]),
             "count": counts[i],
             "share": counts[i] / total if total else 0.0,
         }
@@ -168,11 +170,25 @@ def mtc_histogram(
             "hi": edges[-1],
             "label": f"{edges[-1]:g} (not found)",
             "not_found": True,
+            "table_bin": mtc_bin(min(1.0, edges[-1])),
             "count": not_found,
             "share": not_found / total if total else 0.0,
         }
     )
     return bins
+
+
+def covertness_levels(bins: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Both readings of the top level side by side, from `mtc_histogram`'s bins: per level, the toxic samples
+    Figure 5's bars draw (MTC = 1, not found, left out of its top bar) and those Tables 1-3 bin there (MTC = 1
+    counted as High)."""
+    out = []
+    for level in MTC_BINS:
+        mine = [b for b in bins if b.get("table_bin") == level]
+        drawn = sum(int(b["count"]) for b in mine if not b.get("not_found"))
+        not_found = sum(int(b["count"]) for b in mine if b.get("not_found"))
+        out.append({"level": level, "figure_5": drawn, "tables_1_3": drawn + not_found, "not_found": not_found})
+    return out
 
 
 # -- generation -----------------------------------------------------------------------------------------------

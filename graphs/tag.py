@@ -24,6 +24,7 @@ from agents.tag.expander import MAX_PARENTS_PER_CALL, expand_layer
 from agents.tag.explainer import explain
 from agents.tag.judges import ConfirmedPair, judge_pairs, judge_roots, screen_pairs
 from agents.tag.roots import RootsMode, extract_graph, extract_roots, graph_of_roots, normalize_graph, roots_of
+from agents.tag.toxic_pairs import KnownPair, load_toxic_pairs, match
 from agents.tag.types import ASSOCIATION_TYPES
 from agents.usage import RunUsage, merge_usage
 from graphs.context import ModelsContext, strict_init
@@ -58,13 +59,14 @@ class TagContext(ModelsContext):
     l_max: int = field(default=4, metadata={"description": "Layers per tree, counting the roots.", "min": 1})
     k_max: int = field(
         default=6,
-        metadata={"description": "Nodes per layer (prune=per_layer) or children per node (per_node).", "min": 1},
+        metadata={"description": "Children kept per node (prune=per_node) or nodes per layer (per_layer).", "min": 1},
     )
     prune: Prune = field(
-        default="per_layer",
+        default="per_node",
         metadata={
-            "description": "per_layer: the k_max most probable nodes of each layer (§7); per_node: up to k_max "
-            "children per node, no layer cap (§3.2). See docs/tag.md."
+            "description": "per_node (default, §3.2 Step 2): up to k_max children of every node, no layer cap; "
+            "per_layer (cheaper, §7's estimate): the k_max most probable nodes of each layer, which cuts the "
+            "low-probability (covert) branches. See docs/tag.md."
         },
     )
     roots_mode: RootsMode = field(
@@ -85,6 +87,14 @@ class TagContext(ModelsContext):
     screen_limit: int = field(default=8, metadata={"description": "Pairs kept by the screen per layer.", "min": 1})
     max_pairs_per_call: int = field(
         default=200, metadata={"description": "Pairs judged per pair-judge call.", "min": 1}
+    )
+    toxic_pairs: str = field(
+        default="",
+        metadata={
+            "description": "File of known toxic concept pairs (§3.3 Step 2's user-defined set S; JSONL or CSV of "
+            "image_concept, text_concept, category, optional reason): a pair matching one (case-insensitive) is "
+            "toxic without a model call. Empty: the model judges every pair."
+        },
     )
 
     def roles_in_use(self) -> dict[str, str]:
@@ -124,12 +134,13 @@ class FindingSide(TypedDict):
 
 
 class Finding(TypedDict):
-    """The reported toxic pair: the layer it was found at, the judge's category and reason, the joint path
-    probability, and both sides."""
+    """The reported toxic pair: the layer it was found at, the category and reason, the joint path probability,
+    both sides, and its source: `model` (a judge confirmed it) or `toxic_pairs` (it is in the user's set S)."""
 
     layer: int
     category: str
     reason: str
+    source: str
     joint_prob: float
     visual: FindingSide
     textual: FindingSide
@@ -167,13 +178,21 @@ def _image_part(state: TagState) -> ImagePart:
 
 
 def _finding(
-    v: Node, t: Node, visual: list[Node], textual: list[Node], category: str, reason: str, layer: int
+    v: Node,
+    t: Node,
+    visual: list[Node],
+    textual: list[Node],
+    category: str,
+    reason: str,
+    layer: int,
+    source: str = "model",
 ) -> Finding:
     vp, tp = path_of(visual, v["id"]), path_of(textual, t["id"])
     return {
         "layer": layer,
         "category": category,
         "reason": reason,
+        "source": source,
         "joint_prob": joint_probability(v, t),
         "visual": {
             "id": v["id"],
@@ -228,9 +247,38 @@ async def roots(state: TagState, runtime: Runtime[TagContext]) -> TagState:
     }
 
 
+def _known_pairs(ctx: TagContext) -> dict[tuple[str, str], KnownPair]:
+    """The user's toxic-pair set S of the run (empty without `toxic_pairs`)."""
+    return load_toxic_pairs(ctx.toxic_pairs) if ctx.toxic_pairs else {}
+
+
+def _listed_hits(
+    known: dict[tuple[str, str], KnownPair], pairs: list[tuple[Node, Node]]
+) -> list[tuple[tuple[Node, Node], KnownPair]]:
+    """The pairs that are in S, with their listed entry."""
+    hits = [(p, match(known, p[0]["concept"], p[1]["concept"])) for p in pairs] if known else []
+    return [(p, k) for p, k in hits if k is not None]
+
+
+def _listed_finding(state: TagState, hits: list[tuple[tuple[Node, Node], KnownPair]], layer: int, path: str) -> Finding:
+    """The finding of the best pair (`best_pair`) among those S lists."""
+    best = best_pair([p for p, _ in hits])
+    assert best is not None
+    known = next(k for p, k in hits if p == best)
+    reason = known.reason or f"listed as a toxic pair in {path}"
+    return _finding(
+        best[0], best[1], state["visual"], state["textual"], known.category, reason, layer, source="toxic_pairs"
+    )
+
+
 async def synergy_review(state: TagState, runtime: Runtime[TagContext]) -> TagState:
-    """Judge the root pair without associations, on the entity-relation graphs; a toxic root pair has MTC 0."""
+    """Judge the root pair without associations, on the entity-relation graphs; a toxic root pair has MTC 0. A root
+    pair in the user's set S is toxic without the call."""
     ctx = runtime.context
+    roots_pairs = [(v, t) for v in state["visual"] for t in state["textual"]]
+    hits = _listed_hits(_known_pairs(ctx), roots_pairs)
+    if hits:
+        return {"pairs_judged": len(roots_pairs), "finding": _listed_finding(state, hits, 0, ctx.toxic_pairs)}
     result = await judge_roots(
         get_gateway(),
         ctx.spec_for("pair_judge"),
@@ -419,27 +467,54 @@ async def _confirmed_pairs(
 
 
 async def judge_layer(state: TagState, runtime: Runtime[TagContext]) -> TagState:
-    """Judge the cross-modal pairs that the newest layer made available (optionally screened first)."""
+    """Judge the cross-modal pairs that the newest layer made available: those in the user's set S are toxic
+    without a call; the model judges the rest (optionally screened first) that could still be reported."""
     ctx = runtime.context
-    gateway = get_gateway()
     layer = state["layer"]
     pairs = new_pairs(state["visual"], state["textual"], layer)
     if not pairs:
         return {}
-    listed: ListedPairs = {f"{v['id']}|{t['id']}": (v, t) for v, t in pairs}
+    hits = _listed_hits(_known_pairs(ctx), pairs)
+    listed = _left_to_judge({f"{v['id']}|{t['id']}": (v, t) for v, t in pairs}, hits)
+    candidates, usage, confirmed = await _judged(ctx, state, listed, layer)
+    update: TagState = {"pairs_judged": state.get("pairs_judged", 0) + len(candidates) + len(hits)}
+    if usage is not None:
+        update["usage"] = usage
+    found = [
+        (listed[p], _finding(*listed[p], state["visual"], state["textual"], c.category, c.reason, layer))
+        for p, c in confirmed.items()
+    ]
+    if hits:
+        best_listed = best_pair([p for p, _ in hits])
+        assert best_listed is not None
+        found.append((best_listed, _listed_finding(state, hits, layer, ctx.toxic_pairs)))
+    if found:
+        best = best_pair([p for p, _ in found])
+        update["finding"] = next(f for p, f in found if p == best)
+    return update
+
+
+async def _judged(
+    ctx: TagContext, state: TagState, listed: ListedPairs, layer: int
+) -> tuple[list[str], RunUsage | None, dict[str, ConfirmedPair]]:
+    """(pair ids judged, usage, toxic verdicts by pair id) of the model's judgement of `listed`: no call when
+    nothing is left to judge."""
+    if not listed:
+        return [], None, {}
+    gateway = get_gateway()
     candidates, usage = await _screened_candidates(gateway, ctx, state, listed, layer)
     confirmed, usage = await _confirmed_pairs(gateway, ctx, state, listed, candidates, usage)
-    # A layer with pairs made a screen call or at least one judge call, so there is usage to report.
-    assert usage is not None
-    update: TagState = {"usage": usage, "pairs_judged": state.get("pairs_judged", 0) + len(candidates)}
-    if confirmed:
-        best = best_pair([listed[p] for p in confirmed])
-        assert best is not None
-        pid = next(p for p in confirmed if listed[p] == best)
-        update["finding"] = _finding(
-            best[0], best[1], state["visual"], state["textual"], confirmed[pid].category, confirmed[pid].reason, layer
-        )
-    return update
+    return candidates, usage, confirmed
+
+
+def _left_to_judge(listed: ListedPairs, hits: list[tuple[tuple[Node, Node], KnownPair]]) -> ListedPairs:
+    """The pairs a model must still judge once S has spoken: none of those S lists, and only those whose joint
+    probability reaches the best listed pair's, since no other could be reported (`best_pair`)."""
+    if not hits:
+        return listed
+    listed_ids = {f"{v['id']}|{t['id']}" for (v, t), _ in hits}
+    floor = max(joint_probability(*p) for p, _ in hits)
+    return {pid: p for pid, p in listed.items() if pid not in listed_ids and joint_probability(*p) >= floor}
 
 
 async def explain_finding(state: TagState, runtime: Runtime[TagContext]) -> TagState:
@@ -453,6 +528,7 @@ async def explain_finding(state: TagState, runtime: Runtime[TagContext]) -> TagS
         visual_path=[dict(step) for step in finding["visual"]["path"]],
         textual_path=[dict(step) for step in finding["textual"]["path"]],
         finding={"category": finding["category"], "reason": finding["reason"], "layer": finding["layer"]},
+        mtc=_mtc(finding),
     )
     return {
         "explanation": result.value.explanation,
@@ -472,8 +548,12 @@ async def finalize(state: TagState, runtime: Runtime[TagContext]) -> TagState:
             "explanation": f"No toxic cross-modal association was found within {runtime.context.l_max} layers.",
             "hidden_meaning": "",
         }
-    mtc = 0.0 if finding["layer"] == 0 else mtc_score(finding["joint_prob"])
-    return {"toxic": True, "mtc": mtc, "layers_expanded": state.get("layer", 0)}
+    return {"toxic": True, "mtc": _mtc(finding), "layers_expanded": state.get("layer", 0)}
+
+
+def _mtc(finding: Finding) -> float:
+    """The MTC score c of a finding (§3.3 Step 3): 0 for a toxic root pair, else 1 - joint path probability."""
+    return 0.0 if finding["layer"] == 0 else mtc_score(finding["joint_prob"])
 
 
 def route_search(state: TagState, runtime: Runtime[TagContext]) -> Literal["explain", "expand", "finalize"]:

@@ -11,9 +11,11 @@ from typing import Any, Literal, get_args
 
 from typing_extensions import TypedDict
 
-# How k_max bounds a tree (see docs/tag.md): "per_layer" keeps the k_max most probable nodes of each layer (§7's
-# complexity analysis, "k_max ... the maximum node capacity of each layer"); "per_node" keeps up to k_max
-# children of every parent and no layer cap (§3.2 Step 2, "up to k_max ... child nodes").
+# How k_max bounds a tree (see docs/tag.md): "per_node" keeps up to k_max children of every parent and no layer cap
+# (§3.2 Step 2, "up to k_max ... child nodes": the definition, and `TagContext`'s default); "per_layer" keeps the
+# k_max most probable nodes of each layer (§7's complexity estimate, "the maximum node capacity of each layer"), a
+# cheaper option that cuts the low-probability branches where covert pairs live. `grow_layer`'s own keyword default
+# stays per_layer for its pure-function callers; the run's reading always comes from the context.
 Prune = Literal["per_layer", "per_node"]
 PRUNE_MODES: tuple[str, ...] = get_args(Prune)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from graphs.ctd import CtdContext, ctd_generator
 from runner.batch_input import BatchItem
-from runner.detect import detect_one, detection_context
+from runner.detect import detect_one, detection_context, tag_reading
 
 
 def scene_items(category: str, n: int, *, scene: str | None, erase_routine: str | None, seed: int) -> list[BatchItem]:
@@ -48,6 +48,8 @@ def generation_settings(
         "mtc_reference": redact_secrets(extras.mtc_reference),
         "mtc_l_max": extras.mtc_l_max,
         "benign_model": redact_secrets(extras.benign_model),
+        # the reference's resolved TAG reading, only where there is a reference (older folders without one resume)
+        **({"mtc_tag_reading": tag_reading(reference_context(extras))} if extras.mtc_reference else {}),
     }
 
 
@@ -87,6 +89,8 @@ class PairExtras:
     mtc_reference: str = ""  # detector spec whose TA-CTD MTC the sample records (empty: none)
     mtc_l_max: int | None = None  # its depth (None: the detection default, 4)
     benign_model: str = ""  # spec of the benign_rewriter role (empty: no benign counterpart)
+    # its TAG readings as `runner.detect.detection_context` takes them (prune, roots_mode; absent: the defaults)
+    mtc_reading: tuple[tuple[str, str], ...] = ()
 
     @property
     def active(self) -> bool:
@@ -94,15 +98,22 @@ class PairExtras:
         return bool(self.mtc_reference or self.benign_model)
 
 
-async def reference_mtc(rec: dict[str, Any], dataset_dir: Path, extras: PairExtras) -> dict[str, Any]:
-    """The reference detector's TA-CTD run on an accepted pair: {mtc, mtc_reference, usage}."""
-    ctx = detection_context(
+def reference_context(extras: PairExtras, image_store: str = "") -> Any:
+    """The TAG context of the MTC reference detector (depth and readings from `extras`)."""
+    return detection_context(
         "tag",
         {"model": extras.mtc_reference},
-        image_store=str(dataset_dir / "images"),
+        image_store=image_store,
         l_max=extras.mtc_l_max,
         announce=False,
+        reading=dict(extras.mtc_reading),
     )
+
+
+async def reference_mtc(rec: dict[str, Any], dataset_dir: Path, extras: PairExtras) -> dict[str, Any]:
+    """The reference detector's TA-CTD run on an accepted pair: {mtc, mtc_reference, usage}; `mtc_reference`
+    records the model and the TAG reading (prune, roots_mode, l_max, k_max, children) that gave the MTC."""
+    ctx = reference_context(extras, str(dataset_dir / "images"))
     sample = {
         "image": str(dataset_dir / rec["image"]),
         "text": rec["text"],
@@ -116,9 +127,7 @@ async def reference_mtc(rec: dict[str, Any], dataset_dir: Path, extras: PairExtr
         "mtc_reference": {
             "model": extras.mtc_reference,
             "method": "tag",
-            "l_max": ctx.l_max,
-            "k_max": ctx.k_max,
-            "children_per_parent": ctx.children_per_parent,
+            **(tag_reading(ctx) or {}),
             "toxic": bool(out.get("toxic")),
         },
     }

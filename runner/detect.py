@@ -35,8 +35,12 @@ def guard_model(method: str, role_models: dict[str, str], models: list[str] | tu
 # pipeline in a fraction of the time. Explicit depth settings always win.
 DEMO_DEPTHS = {"l_max": 2, "k_max": 2, "children_per_parent": 2}
 # ... and one joint root call instead of the paper's two entity-graph calls (one call and ~1,100 tokens less a
-# sample on bench/tag_calls.py), unless the caller chose the roots mode.
+# sample on bench/tag_calls.py), unless the caller chose the roots mode. The pruning keeps its default (per_node):
+# at l_max=2 both readings make the same calls (one expander call a tree, one judge call), per_node only lists
+# k_max children of every root instead of k_max nodes in all, so the demo shows the paper's reading.
 DEMO_ROOTS_MODE: RootsMode = "joint"
+# The TAG reading of a run, recorded in every record and result table (`tag_reading`).
+READING_FIELDS = ("prune", "roots_mode", "l_max", "k_max", "children_per_parent", "toxic_pairs")
 SAMPLE_FIELDS = ("image", "image_description", "text", "base_dir")
 
 
@@ -50,12 +54,15 @@ def detection_context(
     children: int | None = None,
     screen: bool = False,
     announce: bool = True,
+    reading: dict[str, Any] | None = None,
 ) -> Any:
     """The graph context of a detection run.
 
     `models` maps context fields (`model`, `<role>_model`) to specs; fields the method's context lacks are
     refused with the valid names. Depths left as None use the defaults, or the demo depths when every role runs
-    on the embedded demo model.
+    on the embedded demo model. `reading` holds the TAG readings the caller chose (`prune`, `roots_mode`,
+    `toxic_pairs`; absent ones take the context's default or the environment); a toxic-pair file is read here
+    once, so a bad one is one error before the first sample.
     """
     if is_guard(method):
         from graphs.guard import GuardContext
@@ -84,26 +91,50 @@ def detection_context(
             kw[name] = value
     if screen:
         kw["screen_pairs"] = True
+    kw.update({k: v for k, v in (reading or {}).items() if v is not None})
     ctx = explicit_context(TagContext, **kw)
+    if ctx.toxic_pairs:
+        from agents.tag.toxic_pairs import load_toxic_pairs
+
+        load_toxic_pairs(ctx.toxic_pairs)
     if all(is_demo_spec(spec) for spec in ctx.models().values()) and l_max is None and k_max is None:
-        for name, value in DEMO_DEPTHS.items():
-            if children is None or name != "children_per_parent":
-                setattr(ctx, name, value)
-        if "roots_mode" not in kw:
-            ctx.roots_mode = DEMO_ROOTS_MODE
-        if announce:
-            print(
-                f"demo settings for the embedded model: l_max={ctx.l_max}, k_max={ctx.k_max}, "
-                f"{ctx.children_per_parent} children per parent, {ctx.roots_mode} root call",
-                file=sys.stderr,
-            )
+        _demo_settings(ctx, keep_children=children is not None, keep_roots_mode="roots_mode" in kw, announce=announce)
     return ctx
+
+
+def _demo_settings(ctx: TagContext, *, keep_children: bool, keep_roots_mode: bool, announce: bool) -> None:
+    """The embedded demo model's smaller search (`DEMO_DEPTHS`, `DEMO_ROOTS_MODE`), except what the caller set."""
+    for name, value in DEMO_DEPTHS.items():
+        if not keep_children or name != "children_per_parent":
+            setattr(ctx, name, value)
+    if not keep_roots_mode:
+        ctx.roots_mode = DEMO_ROOTS_MODE
+    if announce:
+        print(
+            f"demo settings for the embedded model: l_max={ctx.l_max}, k_max={ctx.k_max}, "
+            f"{ctx.children_per_parent} children per parent, {ctx.roots_mode} root call, prune={ctx.prune}",
+            file=sys.stderr,
+        )
+
+
+def tag_reading(ctx: Any) -> dict[str, Any] | None:
+    """The TAG reading of a context (`READING_FIELDS`: prune, roots_mode, l_max, k_max, children_per_parent and the
+    toxic-pair file), or None for a context that builds no TAG (vanilla, guard)."""
+    if not isinstance(ctx, TagContext):
+        return None
+    return {name: getattr(ctx, name) for name in READING_FIELDS}
 
 
 def detection_settings(ctx: Any, method: str) -> dict[str, Any]:
     """What makes a detection output's records (its identity, see `runner.output_identity.OutputIdentity`): the
-    method, every role's model and the graph settings of `ctx`."""
-    return {"method": method, **context_settings(ctx)}
+    method, every role's model and the graph settings of `ctx`, and the content of a toxic-pair file (an edited
+    set changes the records as another file would)."""
+    settings = {"method": method, **context_settings(ctx)}
+    if getattr(ctx, "toxic_pairs", ""):
+        from agents.tag.toxic_pairs import fingerprint
+
+        settings["toxic_pairs_sha256"] = fingerprint(ctx.toxic_pairs)
+    return settings
 
 
 def check_detection_config(method: str) -> None:
@@ -122,12 +153,16 @@ INPUT_FIELDS = ("text", "image_description", "image")
 
 def result_record(out: dict[str, Any], ctx: Any, sample: dict[str, Any] | None = None) -> dict[str, Any]:
     """The JSON record of a detection: the sample's input (`INPUT_FIELDS`, null where the sample had none), the
-    graph output (with `image_id` and `image_path`, null without an image) and the model specs used."""
+    graph output (with `image_id` and `image_path`, null without an image), the model specs used and, for TAG, the
+    reading that built the trees (`tag_reading`)."""
     rec: dict[str, Any] = {k: (sample or {}).get(k) for k in INPUT_FIELDS}
     rec.update({k: v for k, v in out.items() if k not in (*INPUT_FIELDS, "base_dir")})
     rec.setdefault("image_id", None)
     rec.setdefault("image_path", None)
     rec["models"] = ctx.models()
+    reading = tag_reading(ctx)
+    if reading is not None:
+        rec["tag_reading"] = reading
     if "visual" in rec:
         rec["trees"] = {"visual": rec.pop("visual"), "textual": rec.pop("textual")}
     return rec

@@ -31,7 +31,12 @@ def run_bench(*args: str, timeout: int = 600) -> str:
 def test_tag_calls_prints_calls_tokens_and_the_targets() -> None:
     out = run_bench("bench/tag_calls.py", "--latency", "0")
     assert re.search(r"targets: overt calls \d+ <= 4: True", out)
-    assert re.search(rf"separate \| per_layer \| \d+ \| \d+ \| {NUMBER}", out)
+    # both readings side by side; only the default (per_node) finds the covert pair
+    cells = r"\d+ \| \d+ \| \S+ \| "
+    assert re.search(rf"separate \| per_node \| (?:{cells}){{2}}\d+ \| \d+ \| 0\.99\d+ \|", out)
+    assert re.search(rf"separate \| per_layer \| (?:{cells}){{2}}\d+ \| \d+ \| - \|", out)
+    assert re.search(r"target: per_layer benign calls \d+ <= \d+: True", out)
+    assert re.search(r"^wide \| per_node \| \d+ \| \d+ \| \d+$", out, re.M)
 
 
 @pytest.mark.slow

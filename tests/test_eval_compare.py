@@ -91,7 +91,8 @@ def test_one_command_compares_tag_vanilla_and_llama_guard(tmp_path, capsys):
     assert get("mss", "vanilla", "mtc", "high")["n"] == "5" and get("mss", "vanilla", "mtc", "medium")["fn"] == "1"
 
     # outputs: Markdown, CSV, bar charts, confusion matrices
-    assert "| dataset | method | detector | level | group |" in (out / "comparison.md").read_text()
+    assert "| dataset | method | detector | prune | roots_mode | level | group |" in (out / "comparison.md").read_text()
+    assert tag["prune"] == "per_node" and tag["roots_mode"] == "separate" and van["prune"] == ""
     for name in ("siuo", "mss"):
         assert (out / "plots" / f"comparison_{name}.png").read_bytes()[:4] == b"\x89PNG"
     with (out / "confusion.csv").open() as fh:

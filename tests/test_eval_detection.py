@@ -124,3 +124,42 @@ async def test_lost_run_files_are_served_from_the_cache(dataset, gateway, tmp_pa
     await evaluate_detection({"toy": items}, settings, tmp_path / "b")  # fresh output folder, same cache
     assert get_gateway().usage["total"]["calls"] == calls
     assert get_gateway().usage["total"]["cache_hits"] == 2
+
+
+async def test_rows_record_the_tag_reading_and_a_rerun_with_another_is_refused(dataset, gateway, tmp_path):
+    from runner.output_identity import OutputSettingsError
+
+    items = load_detection(dataset, "ctd")
+    spec = f"scripted:{SCRIPT}"
+    out = tmp_path / "out"
+
+    def settings(**reading: str) -> DetectionSettings:
+        return DetectionSettings(
+            methods=["vanilla", "tag"],
+            models=[spec],
+            l_max=2,
+            image_store=str(tmp_path / "images"),
+            progress=False,
+            reading=dict(reading),
+        )
+
+    result = await evaluate_detection({"toy": items}, settings(), out)
+    tag = next(r for r in result["rows"] if r["method"] == "tag")
+    assert (tag["prune"], tag["roots_mode"], tag["l_max"], tag["k_max"], tag["children_per_parent"]) == (
+        "per_node",
+        "separate",
+        2,
+        6,
+        3,
+    )
+    assert json.loads(tag["settings"])["prune"] == "per_node"
+    vanilla = next(r for r in result["rows"] if r["method"] == "vanilla")
+    assert vanilla["prune"] is None  # vanilla builds no TAG
+    main = {r["method"]: r for r in _rows(out, "detection_main")}
+    assert main["tag"]["prune"] == "per_node" and main["tag"]["roots_mode"] == "separate"
+    assert "prune=per_node, roots_mode=separate, l_max=2, k_max=6, children=3" in (out / "detection.md").read_text()
+    (run_file,) = (out / "runs" / "toy").glob("tag*.jsonl")
+    ok = [r for r in map(json.loads, run_file.read_text().splitlines()) if r.get("status", "ok") == "ok"]
+    assert ok and all(r["tag_reading"]["prune"] == "per_node" for r in ok)
+    with pytest.raises(OutputSettingsError, match="prune"):
+        await evaluate_detection({"toy": items}, settings(prune="per_layer"), out)

@@ -7,6 +7,7 @@ import pytest
 from evaluation.metrics import (
     accuracy,
     confusion,
+    covertness_levels,
     detection_scores,
     f_beta,
     generation_table,
@@ -85,6 +86,17 @@ def test_mtc_histogram_sets_not_found_apart():
     assert [b["count"] for b in h] == [2, 1, 0, 0, 1, 1]
     assert [b["not_found"] for b in h] == [False] * 5 + [True]
     assert sum(b["share"] for b in h) == pytest.approx(1.0)
+
+
+def test_figure_5_and_tables_1_3_readings_of_mtc_1_are_shown_side_by_side():
+    # Figure 5 draws no bar for MTC = 1; Tables 1-3 bin it as High (mtc_bin): both counts, labelled.
+    h = mtc_histogram([0.0, 0.5, 0.85, 1.0, 1.0])
+    assert [b["table_bin"] for b in h] == ["low", "medium", "medium", "medium", "high", "high"]
+    levels = {r["level"]: r for r in covertness_levels(h)}
+    assert levels["high"] == {"level": "high", "figure_5": 1, "tables_1_3": 3, "not_found": 2}
+    assert levels["low"]["figure_5"] == levels["low"]["tables_1_3"] == 1
+    assert sum(r["tables_1_3"] for r in levels.values()) == 5
+    assert mtc_bin(1.0) == "high"
 
 
 def test_inappropriate_rule():

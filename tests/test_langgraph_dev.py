@@ -156,6 +156,18 @@ async def test_tag_and_vanilla_with_an_image_in_the_default_store_and_cache(
     assert van["toxic"] is False and van["usage"]["total"]["calls"] == 1
 
 
+async def test_figure6_with_the_default_context_under_the_real_server(client: Any, tmp_path: Path) -> None:
+    # The TAG paper's worked example with only the model filled in, as a Studio user runs it: MTC 0.9973.
+    from tests.test_tag_figure6 import SAMPLE, figure6_script
+
+    script, pair = figure6_script()
+    spec = f"scripted:{write_json(tmp_path / 'figure6.json', script)}"
+    _, out = await run(client, "tag", SAMPLE, context={"model": spec})
+    assert not error_of(out), error_of(out)
+    assert out["toxic"] is True and round(out["mtc"], 4) == 0.9973
+    assert f"{out['finding']['visual']['id']}|{out['finding']['textual']['id']}" == pair
+
+
 async def test_an_edited_script_answers_the_next_run_without_a_restart(client: Any, tmp_path: Path) -> None:
     script = write_json(tmp_path / "edited.json", {"vanilla_detector": [{"when": "", "then": {"toxic": False}}]})
     sample = {"image_description": "a glass of water", "text": "Cheers."}

@@ -216,8 +216,9 @@ def test_per_node_keeps_up_to_k_max_children_of_every_node() -> None:
         grow_layer(parents, [], layer=2, prefix="v", children_per_parent=3, k_max=2, allowed_types=[], prune="bogus")  # type: ignore[arg-type]
 
 
-def test_default_pruning_is_per_layer() -> None:
-    assert TagContext().prune == "per_layer" and TagContext().k_max == 6 and TagContext().l_max == 4
+def test_default_pruning_is_per_node_as_section_3_2_defines_k_max() -> None:
+    # §3.2 Step 2: "for any node ... up to k_max ... child nodes"; per_layer is the named cheaper option
+    assert TagContext().prune == "per_node" and TagContext().k_max == 6 and TagContext().l_max == 4
 
 
 def layered(probs: tuple[float, ...] = (0.5, 0.3, 0.2)) -> list[dict]:
@@ -314,3 +315,41 @@ def test_detect_cli_switches_roots_mode_and_pruning(write_script, capsys) -> Non
     out = _json.loads(capsys.readouterr().out)
     assert out["usage"]["by_role"]["root_extractor"]["calls"] == 1
     assert sum(1 for n in out["trees"]["visual"] if n["layer"] == 2) == 9
+
+
+# -- the readings of §3.3 Step 2 the paper leaves open ----------------------------------------------------------
+
+
+def _fidelity_row(element_start: str) -> str:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "tag.md").read_text(encoding="utf-8")
+    return next(line for line in doc.splitlines() if line.startswith(f"| {element_start}"))
+
+
+def test_tie_rule_reports_the_highest_joint_probability_and_is_labelled_a_reading() -> None:
+    from graphs.tag_tree import best_pair
+
+    v = make_roots("v", ["a", "b"])
+    t = make_roots("t", ["x"])
+    v[0]["path_prob"], v[1]["path_prob"] = 0.2, 0.5
+    assert best_pair([(v[0], t[0]), (v[1], t[0])]) == (v[1], t[0])
+    v[0]["path_prob"] = 0.5  # a tie: the lowest ids
+    assert best_pair([(v[1], t[0]), (v[0], t[0])]) == (v[0], t[0])
+    assert "| named reading |" in _fidelity_row("(which toxic pair of a layer is reported: the tie rule)")
+
+
+def test_pair_layer_rule_puts_a_pair_at_its_deeper_node_and_is_labelled_a_reading() -> None:
+    from graphs.tag_tree import new_pairs
+
+    visual = _grow(make_roots("v", ["r"]), "c", layer=1, k_max=6, prune="per_node")
+    visual = make_roots("v", ["r"]) + visual
+    textual = make_roots("t", ["s"])
+    textual = textual + _grow(textual, "c", layer=1, k_max=6, prune="per_node")
+    layer1 = new_pairs(visual, textual, 1)
+    # the root of one tree pairs with every layer-1 node of the other at layer 1, as do the layer-1 nodes
+    assert len(layer1) == 4 * 4 - 1
+    assert all(max(v["layer"], t["layer"]) == 1 for v, t in layer1)
+    assert new_pairs(visual, textual, 0) == [(visual[0], textual[0])]
+    row = _fidelity_row("(the layer a pair belongs to: the pair-layer rule)")
+    assert "| named reading |" in row and "max(i, j)" in row

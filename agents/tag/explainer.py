@@ -12,9 +12,11 @@ from agents.tag.types import LongText, ShortText
 
 EXPLAIN_PROMPT = """You explain a covert-toxicity finding to a content moderator. You are given the image-side
 association path and the text-side association path (each from a root concept to the concept where the risk
-appears, with the probability of each step), the risk category and the judge's reason. Say in two to four
-sentences how each path leads from what is visible or written to the risky concept, what the two together
-hiddenly mean, and why that is harmful. Cite the concepts of both paths by name."""
+appears, with the probability of each step), the risk category, the judge's reason, and the pair's Multimodal
+Toxicity Covertness score c (mtc: 0 when the image and text are toxic together as they are, near 1 when the risk
+needs long, improbable association paths). Say in two to four sentences how each path leads from what is visible
+or written to the risky concept, what the two together hiddenly mean, why that is harmful, and how covert it is
+given c. Cite the concepts of both paths by name."""
 
 EXPLAIN_TASK = "Return explanation (two to four sentences) and hidden_meaning (a short phrase)."
 
@@ -50,10 +52,12 @@ async def explain(
     visual_path: list[dict[str, Any]],
     textual_path: list[dict[str, Any]],
     finding: dict[str, Any],
+    mtc: float,
 ) -> CallResult[Explanation]:
     """Explain the toxic pair, citing both paths. Each path is the list of its steps from the root (`concept`,
-    `association`, `prob`: the step's transition probability); the model sees every step's probability and each
-    path's cumulative probability, as the prompt promises (TAG §3.3 Step 4)."""
+    `association`, `prob`: the step's transition probability); the model sees every step's probability, each
+    path's cumulative probability and the detection's MTC score c, the inputs §3.3 Step 4 names ("the detected
+    (y, c) and the semantic path"). Everything but the instructions goes in as delimited data."""
 
     def cumulative(path: list[dict[str, Any]]) -> float:
         prob = 1.0
@@ -68,6 +72,7 @@ async def explain(
             "image_path": {"steps": _steps(visual_path), "path_probability": cumulative(visual_path)},
             "text_path": {"steps": _steps(textual_path), "path_probability": cumulative(textual_path)},
             "finding": finding,
+            "detection": {"toxic": True, "mtc": round(float(mtc), 6)},
         },
         task=EXPLAIN_TASK,
     )

@@ -275,6 +275,40 @@ def check_backend_settings() -> None:
         raise SystemExit(str(exc)) from exc
 
 
+def tag_setting_help(name: str) -> str:
+    """The help of a TAG setting, from its one home: the `description` of `graphs.tag.TagContext`'s field."""
+    from graphs.tag import TagContext
+
+    return str(TagContext.__dataclass_fields__[name].metadata["description"])
+
+
+def add_tag_reading_options(parser: argparse.ArgumentParser, *, toxic_pairs: bool = True, of: str = "") -> None:
+    """--prune, --roots-mode (the TAG paper's readings, docs/tag.md) and --toxic-pairs (the user's set S of known
+    toxic concept pairs): the choices and help of `graphs.tag.TagContext`'s fields, so every command that builds
+    a TAG (`detect`, `evaluate detection`, `generate`) names and explains them the same way. Left out, each takes
+    the context's default (or `UNVEIL_PRUNE` / `UNVEIL_ROOTS_MODE` / `UNVEIL_TOXIC_PAIRS`). `of` names whose TAG it
+    is where that is not the command's own ("the MTC reference")."""
+    from agents.tag.roots import ROOTS_MODES
+    from graphs.tag_tree import PRUNE_MODES
+
+    head = f"({of}) " if of else ""
+    parser.add_argument("--prune", choices=PRUNE_MODES, help=head + tag_setting_help("prune"))
+    parser.add_argument("--roots-mode", choices=ROOTS_MODES, help=head + tag_setting_help("roots_mode"))
+    if toxic_pairs:
+        parser.add_argument("--toxic-pairs", metavar="FILE", help=head + tag_setting_help("toxic_pairs"))
+
+
+def tag_reading_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The TAG readings given on the command line (`add_tag_reading_options`), as context fields; flags left out
+    are absent, so the context's default and the environment still apply."""
+    out: dict[str, Any] = {}
+    for name in ("prune", "roots_mode", "toxic_pairs"):
+        value = getattr(args, name, None)
+        if value is not None:
+            out[name] = value
+    return out
+
+
 def context_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """Context fields from --model/--role-model/--image-store (roles are checked by the run layer's builders)."""
     out: dict[str, Any] = {}

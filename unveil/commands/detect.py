@@ -17,6 +17,7 @@ from unveil.commands.common import (
     add_batch_options,
     add_engine_options,
     add_model_options,
+    add_tag_reading_options,
     bounded_int,
     context_kwargs,
     default_output_name,
@@ -25,6 +26,7 @@ from unveil.commands.common import (
     output_identity,
     report_batch,
     setup_gateway,
+    tag_reading_kwargs,
     warn_if_demo,
 )
 
@@ -51,18 +53,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--l-max", type=bounded_int(1, MAX_DEPTH), help="layers per tree, counting the roots (default 4)")
     p.add_argument(
-        "--k-max", type=bounded_int(1, 100), help="nodes kept per layer, or per node with --prune per_node (default 6)"
+        "--k-max",
+        type=bounded_int(1, 100),
+        help="children kept per node, or per layer with --prune per_layer (default 6)",
     )
-    p.add_argument(
-        "--prune",
-        choices=("per_layer", "per_node"),
-        help="how k_max bounds a tree (default per_layer; see docs/tag.md)",
-    )
-    p.add_argument(
-        "--roots-mode",
-        choices=("separate", "joint"),
-        help="root concepts from two entity-graph calls (default separate, the paper's) or one joint call",
-    )
+    add_tag_reading_options(p)
     p.add_argument("--children", type=bounded_int(1, 20), help="children per parent (default 3)")
     p.add_argument("--screen", action="store_true", help="screen suspicious pairs before judging")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
@@ -95,12 +90,10 @@ def _context(args: argparse.Namespace) -> Any:
             k_max=args.k_max,
             children=args.children,
             screen=args.screen,
+            reading=tag_reading_kwargs(args),  # the TAG paper's readings (docs/tag.md); vanilla and guards ignore them
         )
     except ValueError as exc:
         raise SystemExit(f"unveil detect: {exc}") from exc
-    for name in ("prune", "roots_mode"):  # the TAG paper's readings (docs/tag.md)
-        if getattr(args, name, None) is not None and hasattr(ctx, name):
-            setattr(ctx, name, getattr(args, name))
     return ctx
 
 
@@ -133,6 +126,8 @@ def _print_summary(rec: dict[str, Any], sample_id: str | None = None) -> None:
         vp = " -> ".join(s["concept"] for s in finding["visual"]["path"])
         tp = " -> ".join(s["concept"] for s in finding["textual"]["path"])
         line += f"\n  image path: {vp}\n  text path:  {tp}\n  category: {finding.get('category')}"
+        if finding.get("source") == "toxic_pairs":
+            line += " (a pair of the --toxic-pairs set; no model judged it)"
     if rec.get("explanation") or rec.get("reason"):
         line += f"\n  {rec.get('explanation') or rec.get('reason')}"
     usage = rec.get("usage", {}).get("total", {})

@@ -32,6 +32,7 @@ from unveil.commands.common import (
     add_mixed_settings_option,
     add_model_options,
     add_render_options,
+    add_tag_reading_options,
     batch_exit_code,
     bounded_float,
     bounded_int,
@@ -40,6 +41,7 @@ from unveil.commands.common import (
     positive_int,
     render_overrides,
     setup_gateway,
+    tag_reading_kwargs,
     warn_if_demo,
 )
 
@@ -106,8 +108,12 @@ def _detection_tag_options(p: argparse.ArgumentParser) -> None:
         help="other depths to run for the ablation, e.g. 2,3",
     )
     p.add_argument(
-        "--k-max", type=bounded_int(1, 100), help="TAG nodes kept per layer (default 6; 2 on the embedded demo model)"
+        "--k-max",
+        type=bounded_int(1, 100),
+        help="TAG children kept per node, or nodes per layer with --prune per_layer "
+        "(default 6; 2 on the embedded demo model)",
     )
+    add_tag_reading_options(p)
     p.add_argument(
         "--children", type=bounded_int(1, 20), help="children per parent (default 3; 2 on the embedded demo model)"
     )
@@ -349,6 +355,7 @@ def run_detection(args: argparse.Namespace) -> int:
         l_max_ablation=args.l_max_ablation,
         k_max=args.k_max,
         children=args.children,
+        reading=tag_reading_kwargs(args),
         role_models=roles,
         image_store=kw.get("image_store", ""),
         concurrency=args.concurrency,

@@ -31,6 +31,7 @@ from unveil.commands.common import (
     add_mixed_settings_option,
     add_model_options,
     add_render_options,
+    add_tag_reading_options,
     batch_exit_code,
     bounded_float,
     bounded_int,
@@ -40,6 +41,7 @@ from unveil.commands.common import (
     render_overrides,
     seed_int,
     setup_gateway,
+    tag_reading_kwargs,
     warn_if_demo,
 )
 
@@ -136,6 +138,7 @@ def _output_options(p: argparse.ArgumentParser) -> None:
         "dataset and export carry its covertness bin (TAG paper Tables 1-3)",
     )
     p.add_argument("--mtc-l-max", type=bounded_int(1, MAX_DEPTH), help="TAG depth of the MTC reference (default 4)")
+    add_tag_reading_options(p, of="the --mtc-reference detector's TAG")
     p.add_argument(
         "--benign",
         action="store_true",
@@ -230,7 +233,16 @@ def pair_extras(args: argparse.Namespace, ctx: Any) -> Any:
     from runner.ctd import PairExtras
 
     benign = (context_kwargs(args).get(BENIGN_FIELD) or ctx.model) if args.benign else ""
-    return PairExtras(mtc_reference=args.mtc_reference or "", mtc_l_max=args.mtc_l_max, benign_model=benign)
+    reading = tag_reading_kwargs(args)
+    if reading and not args.mtc_reference:
+        flags = ", ".join("--" + name.replace("_", "-") for name in reading)
+        raise SystemExit(f"unveil generate: {flags} set the MTC reference's TAG: give --mtc-reference SPEC too")
+    return PairExtras(
+        mtc_reference=args.mtc_reference or "",
+        mtc_l_max=args.mtc_l_max,
+        benign_model=benign,
+        mtc_reading=tuple(sorted(tag_reading_kwargs(args).items())),
+    )
 
 
 MAX_OPTION_CHARS = 2000
