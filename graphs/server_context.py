@@ -6,7 +6,7 @@ A context typed in Studio or sent through the SDK comes from whoever reaches the
 environment and send it, with the key for custom endpoints, to the caller's address. `graphs/studio.py` (the entry
 `langgraph.json` serves) therefore passes every run's context through `check_server_context` before the graph runs:
 
-- a file or folder a field names (a guard template, a scripted model file, a local model, GGUF file or adapter, Q16
+- a file or folder a field names (a guard template, a toxic-pair set, a scripted model file, a local model, GGUF file or adapter, Q16
   embeddings, a local CLIP or BLIP folder, a diffusers model or an ESD UNet file) must lie, links resolved, in a
   folder of the server's `UNVEIL_FILE_ROOTS`; files read as text (templates, scripts, embeddings) must be regular
   files of at most `MAX_CONTEXT_FILE_BYTES`;
@@ -63,6 +63,7 @@ FIELD_KINDS: dict[str, str] = {
     "generator": "generator",
     "image_store": "store",
     "q16_embeddings": "text_file",
+    "toxic_pairs": "text_file",
     "q16_clip_model": "model_ref",
     "clip_model": "model_ref",
     "blip_model": "model_ref",
