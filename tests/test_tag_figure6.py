@@ -9,6 +9,7 @@ option) drops both ends of the pair and reports nothing: that contrast is pinned
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -130,12 +131,15 @@ def test_the_per_layer_cut_loses_figure6(write_script, capsys) -> None:
     assert TEXT_PATH[-1][0] not in {n["concept"] for n in out["trees"]["textual"]}
 
 
-async def test_figure6_through_the_graph_as_studio_runs_it(gateway, write_script) -> None:
+async def test_figure6_through_the_graph_as_studio_runs_it(gateway, write_script, monkeypatch) -> None:
     from graphs import studio
 
     script, pair = figure6_script()
-    context = {"model": write_script(script)}  # what Studio's form sends when only the model is filled in
-    graph = studio.tag(SimpleNamespace(context=context))  # type: ignore[arg-type]
+    spec = write_script(script)
+    # a server reads a context's scripted file only from its own folders (UNVEIL_FILE_ROOTS)
+    monkeypatch.setenv("UNVEIL_FILE_ROOTS", str(Path(spec.partition(":")[2]).parent))
+    context = {"model": spec}  # what Studio's form sends when only the model is filled in
+    graph = await studio.tag(SimpleNamespace(context=context))  # type: ignore[arg-type]
     out = await graph.ainvoke(SAMPLE, context=TagContext(**context))
     assert out["toxic"] is True and round(out["mtc"], 4) == 0.9973
     assert f"{out['finding']['visual']['id']}|{out['finding']['textual']['id']}" == pair
