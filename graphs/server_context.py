@@ -6,10 +6,10 @@ A context typed in Studio or sent through the SDK comes from whoever reaches the
 environment and send it, with the key for custom endpoints, to the caller's address. `graphs/studio.py` (the entry
 `langgraph.json` serves) therefore passes every run's context through `check_server_context` before the graph runs:
 
-- a file or folder a field names (a guard template, a toxic-pair set, a scripted model file, a local model, GGUF file or adapter, Q16
-  embeddings, a local CLIP or BLIP folder, a diffusers model or an ESD UNet file) must lie, links resolved, in a
-  folder of the server's `UNVEIL_FILE_ROOTS`; files read as text (templates, scripts, embeddings) must be regular
-  files of at most `MAX_CONTEXT_FILE_BYTES`;
+- a file or folder a field names (a guard template, a toxic-pair set, a scripted model file, a local model, GGUF
+  file or adapter, Q16 embeddings, a local CLIP or BLIP folder, a diffusers model or an ESD UNet file) must lie,
+  links resolved, in a folder of the server's `UNVEIL_FILE_ROOTS`; files read as text (templates, scripts,
+  embeddings) must be regular files of at most `MAX_CONTEXT_FILE_BYTES`;
 - the image store a context names must be the server's default store or lie in `UNVEIL_FILE_ROOTS` (a store is
   created where it is named: elsewhere a context could make folders anywhere);
 - a base URL (`@http://...` of a model spec or of the moderation endpoint) must be one the server allows: listed in
