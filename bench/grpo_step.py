@@ -648,6 +648,8 @@ def main() -> int:
             "fast_sampling": not args.no_fast_sampling,
         },
         "sampling_16_answers_s": sampling,
+        # The reward generator's warm-up (every bucket compiled before the first step) and any compilation after.
+        "compile": getattr(renderer.generator, "compile_stats", dict)(),
         "measured": paper,
         "steps": steps,
     }
