@@ -71,16 +71,16 @@ MIX = "24,10,40,1,17"  # the t2i part's mix of concurrent requests: bursts, a lo
 # JSON measure it); the first processes compile one bucket each side by side (`tools.t2i.warmup`) and load the rest,
 # later ones load every bucket. The rest of each job is the measured work around its warm-up.
 COLD_BUCKET_S = 127.0
-LOAD_BUCKET_S = 20.0
+LOAD_BUCKET_S = 10.0
 BUCKETS = 4  # tools.t2i.fast.DEFAULT_BUCKETS
 WORK_S = {  # seconds besides the warm-up: builds, Ray start, rounds, steps
     "t2i": 60.0,  # build, 4 baseline images, eager rounds, the compiled round and mix (the dynamic variant: if room)
-    "grpo": 130.0,  # models built (the SD warm-up overlaps the policy's load), a first step and the measured one
+    "grpo": 130.0,  # models built (the SD warm-up overlaps the policy's build), a first step and the measured one
     "scale-local": 40.0,
     "scale-ray1": 50.0,
     "scale-ray2": 50.0,
-    "scale-ray4": 50.0,
-    "grpo-multi": 100.0,
+    "scale-ray4": 45.0,
+    "grpo-multi": 90.0,
     "ipr": 300.0,
 }
 FIRST_WAVE = ("t2i", "grpo", "scale-local", "scale-ray1")  # start on a cold machine cache
@@ -695,6 +695,11 @@ def plan_lines(plan: list[list[Job]], budget: float, alone: bool) -> list[dict[s
                 progressed = True
         if not progressed:
             break
+    for name, row in rows.items():
+        # Until the first job that waits for this one is due to start: what an optional extra (the t2i part's
+        # dynamic-batch variant) may use without delaying the later jobs.
+        due = [rows[w]["start_s"] for lane in plan for w, _, _, after in lane if name in after and w in rows]
+        row["soft_s"] = min([row["cap_s"], *(d - row["start_s"] for d in due)])
     return [rows[n] for n in names if n in rows]
 
 
@@ -727,9 +732,7 @@ class GpuSampler:
             try:
                 out = subprocess.run(query, capture_output=True, text=True, timeout=10, check=True).stdout
                 rows = [[int(float(x)) for x in line.split(",")] for line in out.strip().splitlines()]
-                self.samples.append(
-                    (round(time.monotonic() - self.t0, 1), [r[0] for r in rows], [r[1] for r in rows])
-                )
+                self.samples.append((round(time.monotonic() - self.t0, 1), [r[0] for r in rows], [r[1] for r in rows]))
             except (OSError, subprocess.SubprocessError, ValueError, IndexError):
                 return  # no nvidia-smi here (CPU runs): no timeline
             self.stop.wait(self.interval)
@@ -896,8 +899,9 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
                 cmd = commands[job]
-                if job == "t2i":  # the t2i part skips a variant that would not end within its limit
-                    cmd = [*cmd, "--time-limit-s", f"{max(1.0, limit - 20):.0f}"]
+                if job == "t2i":  # the t2i part skips its optional variant if it would delay the jobs after it
+                    soft = next((r["soft_s"] for r in planned if r["job"] == job), limit)
+                    cmd = [*cmd, "--time-limit-s", f"{max(1.0, min(limit, soft) - 10):.0f}"]
                 results[job] = runner.run(job, cmd, env, limit)
                 res = results[job]
                 res["gpu_util_mean"] = sampler.mean_util(res["started_s"], res["started_s"] + res["seconds"], visible)

@@ -466,8 +466,15 @@ def main() -> int:
         model = build_qwen(work / "qwen")
         sd = q16_clip = align_clip = str(work / "unused")
     else:
-        model = build_qwen(work / "qwen")
         sd = build_sd(work)
+        # The reward generator loads and compiles its buckets on a thread of its own while the policy is built (the
+        # renderer made below finds it warm: same pipeline, same warm-up).
+        from tools.t2i import get_generator
+        from training.render import warm_in_background
+
+        warm_in_background(get_generator(f"diffusers:{sd}", device=device, max_batch=args.max_batch, accel=args.accel))
+        torch.manual_seed(0)  # the policy's random weights as when it was built first
+        model = build_qwen(work / "qwen")
         q16_clip, align_clip = build_clip(work, "L14"), build_clip(work, "B32")
     np.save(work / "q16.npy", np.random.RandomState(0).randn(2, 768).astype("float16"))
     store = get_image_store(str(work / "store"))

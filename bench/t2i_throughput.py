@@ -380,7 +380,11 @@ def mix_round(gen: Any, variant: str, prompts: list[str], args: argparse.Namespa
     async def burst(n: int, offset: int) -> None:
         reqs = [
             GenerationRequest(
-                prompt=prompts[i % len(prompts)], seed=5000 + offset + i, width=args.size, height=args.size, steps=args.steps
+                prompt=prompts[i % len(prompts)],
+                seed=5000 + offset + i,
+                width=args.size,
+                height=args.size,
+                steps=args.steps,
             )
             for i in range(n)
         ]

@@ -112,6 +112,73 @@ def test_on_four_gpus_every_gpu_starts_busy_and_one_ray_cluster_runs_at_a_time()
     assert ipr[1] == "0,1,2,3" and set(ipr[3]) == set(jobs)
 
 
+def test_the_four_gpu_plan_fits_every_part_in_540_s_by_its_estimates(capsys) -> None:
+    """The default plan on 4 GPUs, with the warm-up estimates (one bucket compiled cold per first-wave process, the
+    others loaded from the machine's cache), ends every part within the budget; the plan is printed first."""
+    from gpu_suite import DEFAULT_PARTS, plan_lines, print_plan, schedule
+
+    rows = plan_lines(schedule(list(DEFAULT_PARTS), 4), 540, alone=False)
+    by = {r["job"]: r for r in rows}
+    assert set(by) == JOBS | {"scale-ray2", "scale-ray4"}
+    assert all(r["fits"] for r in rows), rows
+    assert all(r["start_s"] + r["need_s"] <= 540 for r in rows)
+    # The 4-GPU jobs start after every 1- and 2-GPU job, grpo-multi last.
+    assert by["scale-ray4"]["start_s"] >= max(by[j]["start_s"] + by[j]["need_s"] for j in ("grpo", "t2i", "scale-ray2"))
+    assert by["grpo-multi"]["start_s"] >= by["scale-ray4"]["start_s"] + by["scale-ray4"]["need_s"]
+    # Later processes load the compiled buckets: the 4-GPU rounds need less than the first wave's.
+    assert by["scale-ray4"]["need_s"] < by["scale-ray1"]["need_s"]
+    # The t2i part's optional extra may run only until the 4-GPU jobs are due.
+    assert by["t2i"]["soft_s"] == by["scale-ray4"]["start_s"]
+    print_plan(rows, 540, tiny=False)
+    out = capsys.readouterr().out
+    assert out.startswith("plan (540 s budget") and "DOES NOT FIT" not in out and out.count("\n") == len(rows) + 1
+
+
+def test_a_part_that_cannot_finish_in_its_share_says_so_in_the_plan(capsys) -> None:
+    from gpu_suite import DEFAULT_PARTS, plan_lines, print_plan, schedule
+
+    rows = plan_lines(schedule(list(DEFAULT_PARTS), 4), 300, alone=False)
+    late = [r["job"] for r in rows if not r["fits"]]
+    assert "grpo-multi" in late and "t2i" not in late
+    print_plan(rows, 300, tiny=False)
+    flagged = [line.split()[0] for line in capsys.readouterr().out.splitlines() if "DOES NOT FIT" in line]
+    assert flagged == late
+
+
+def test_the_json_gathers_every_members_warm_up_and_the_compilations_in_timed_rounds() -> None:
+    from gpu_suite import GpuSampler, warmups
+
+    member = {
+        "pid": 7,
+        "late_compiles": 0,
+        "warmup": {"seconds": 41.5, "shapes": [{"rows": 32, "size": "512x512", "seconds": 30.0, "graphs": 2}]},
+    }
+    results = {
+        "scale-ray2": {
+            "data": {
+                "compile": {
+                    "ray2": {
+                        "members_up_s": 50,
+                        "compiles_in_timed_round": 0,
+                        "members": [member, {**member, "pid": 8}],
+                    }
+                }
+            }
+        },
+        "t2i": {"data": {"compile.compile": member, "compile.compiles_in_timed_rounds": 0, "compile.mix_compiles": 0}},
+        "grpo": {"data": {"compile": {**member, "late_compiles": 1}}},
+    }
+    got = warmups(results)
+    assert got["scale-ray2/ray2"]["compiles_in_timed_round"] == 0
+    assert [m["pid"] for m in got["scale-ray2/ray2"]["members"]] == [7, 8]
+    assert got["scale-ray2/ray2"]["members"][0]["shapes"][0]["rows"] == 32
+    assert got["t2i/compile"]["members"][0]["warmup_s"] == 41.5 and got["grpo"]["compiles_in_timed_round"] == 1
+    sampler = GpuSampler(0.0)
+    sampler.samples = [(0.0, [0, 100], [1, 2]), (2.0, [50, 100], [1, 2]), (9.0, [100, 0], [1, 2])]
+    assert sampler.mean_util(0.0, 5.0, "0") == 25.0 and sampler.mean_util(0.0, 5.0, "0,1") == 62.5
+    assert sampler.timeline()["util_pct"][2] == [100, 0] and sampler.mean_util(20, 30, "0") is None
+
+
 def test_a_part_run_alone_gets_the_budget_its_lane_mates_leave() -> None:
     """`--parts grpo` on one GPU gets the whole budget (its first step compiles for minutes), not the half it has
     beside the others; a job that waits for a running job keeps its share."""

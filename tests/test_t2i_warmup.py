@@ -183,3 +183,30 @@ def test_the_lock_folder_is_the_machine_cache(cache_env):
         with shape_lock("x", blocking=False) as again:
             assert not again  # a second holder (another process, or thread) does not get it
     assert (Path(cache_env) / "inductor" / "unveil-warmup-locks" / "x.lock").is_file()
+
+
+def test_a_dynamic_batch_compiles_one_graph_for_every_batch(cache_env):
+    """`compile+dynamic`: the warm-up's first size compiles one graph with a symbolic batch; its second size, and
+    a batch of another size later, compile nothing."""
+    from tools.t2i.diffusers_backend import DiffusersGenerator, clear_pipeline_cache
+    from tools.t2i.diffusers_backend import _ImageJob as Job
+
+    gen = DiffusersGenerator("tiny", build_tiny_sd(cache_env / "sd"), device="cpu", max_batch=4)
+    gen.fast_path = replace(PRESETS["eager"], compile=True, dynamic_batch=True)
+    torch._dynamo.reset()
+    try:
+        compile_static(gen._load().unet, backend="eager", dynamic_batch=True)
+        shapes = gen.warm_up()["shapes"]
+        assert [s["rows"] for s in shapes] == [4, 2] and shapes[0]["graphs"] >= 1 and shapes[1]["graphs"] == 0
+        kwargs = gen.call_kwargs(_request())
+        gen.render_rows([Job("a cat", None, k) for k in range(3)], kwargs, keep=3, overlap=False)
+        assert gen.compile_stats()["late_compiles"] == 0
+    finally:
+        clear_pipeline_cache()
+        torch._dynamo.reset()
+
+
+def _request():
+    from tools.t2i import GenerationRequest
+
+    return GenerationRequest(prompt="a cat", width=SIZE, height=SIZE, steps=2)

@@ -345,7 +345,13 @@ class DiffusersGenerator:
         return self.render_rows(payloads, kwargs, keep=len(real), overlap=self.fast_path.overlap_decode)
 
     def render_rows(
-        self, payloads: list[_ImageJob], kwargs: dict[str, Any], *, keep: int, overlap: bool, pipe: Pipeline | None = None
+        self,
+        payloads: list[_ImageJob],
+        kwargs: dict[str, Any],
+        *,
+        keep: int,
+        overlap: bool,
+        pipe: Pipeline | None = None,
     ) -> list[Any]:
         """One pipeline call on exactly `payloads` with `kwargs` (on `pipe`, default this generator's pipeline);
         the first `keep` images (decoded beside the next batch when `overlap` and this generator decodes

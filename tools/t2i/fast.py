@@ -17,8 +17,9 @@ CPU behaviour (and every CPU test) stays the plain eager path, bit for bit.
 A preset may be followed by switches, `accel="compile+freeze"` or `compile+no-vae` (`SWITCHES`): Inductor
 freezing (`freeze`), coordinate-descent tuning (`cd`), GEMM-only autotuning (`gemm`), NCHW convolutions
 (`nchw`), the compiled VAE decode (`vae`), the decode beside the next batch (`overlap`), the batch buckets
-(`bucket`) and a dynamic batch dimension instead of buckets (`dynamic`: one graph with a symbolic batch). They exist so the benchmark can measure them; which ones the presets use, and why, is decided by the
-measurements in docs/tools.md (bench/t2i_throughput.py).
+(`bucket`) and a dynamic batch dimension instead of buckets (`dynamic`: one graph with a symbolic batch). They
+exist so the benchmark can measure them; which ones the presets use, and why, is decided by the measurements in
+docs/tools.md (bench/t2i_throughput.py).
 
 Compilation is plain `torch.compile` with static shapes, applied in place to the UNet (the module object stays
 the same, so SLD sharing the UNet and diffusers' attribute access keep working). Its cost is paid once per bucket
@@ -79,8 +80,8 @@ class FastPath:
     # Pad each batch to a bucket size (`padded_batch`) so the compiled UNet sees a few static shapes: a batch of
     # an odd size would otherwise compile a graph with a symbolic batch (see the comment above `PRESETS`).
     bucket_batches: bool = False
-    # One graph with a symbolic batch dimension instead of one static graph per bucket (Dynamo's automatic
-    # dynamic shapes after a second batch size): no padding beyond 2 rows, but Inductor then skips its
+    # One graph with a symbolic batch dimension instead of one static graph per bucket (the inputs' first dimension
+    # marked dynamic, `compile_static`): one compilation and no padding beyond 2 rows, but Inductor then skips its
     # convolution layout optimisation (see the comment above `PRESETS`). Measured against the buckets by
     # `bench/t2i_throughput.py --mix`.
     dynamic_batch: bool = False
@@ -100,7 +101,7 @@ class FastPath:
 
     def batch_sizes(self, max_batch: int, buckets: tuple[int, ...] = DEFAULT_BUCKETS) -> tuple[int, ...]:
         """The batch sizes the warm-up compiles: the buckets below `max_batch` and `max_batch` itself (bucketed);
-        2 and `max_batch` (dynamic: the second size makes the batch dimension symbolic); `max_batch` alone
+        2 and `max_batch` (dynamic: one graph, the second size checks that it serves both); `max_batch` alone
         (neither: other sizes compile when met)."""
         if self.dynamic_batch:
             return tuple(sorted({min(2, max_batch), max_batch}))
@@ -294,10 +295,10 @@ def compile_static(
     module: Any, *, options: dict[str, Any] | None = None, backend: Any = "inductor", dynamic_batch: bool = False
 ) -> None:
     """`module.compile()` in place with static shapes: each new input shape gets a graph of its own instead of
-    one with symbolic sizes (see the comment above `PRESETS`); with `dynamic_batch`, Dynamo's automatic dynamic
-    shapes instead (the second batch size compiles one graph with a symbolic batch). Raises the per-frame
-    recompile limit to `RECOMPILE_LIMIT` and turns on the FX graph and AOTAutograd caches
-    (`tools.t2i.warmup.enable_compile_caches`)."""
+    one with symbolic sizes (see the comment above `PRESETS`); with `dynamic_batch`, the first dimension of every
+    tensor argument is marked dynamic before each call instead, so the first call compiles one graph that serves
+    every batch of 2 rows or more. Raises the per-frame recompile limit to `RECOMPILE_LIMIT` and turns on the FX
+    graph and AOTAutograd caches (`tools.t2i.warmup.enable_compile_caches`)."""
     import torch._dynamo.config as dynamo_config
 
     from tools.t2i.warmup import enable_compile_caches
@@ -305,6 +306,22 @@ def compile_static(
     enable_compile_caches()
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
     module.compile(backend=backend, dynamic=None if dynamic_batch else False, options=options)
+    if dynamic_batch:
+        module._compiled_call_impl = _batch_marked(module._compiled_call_impl)
+
+
+def _batch_marked(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """`compiled` with the batch (first) dimension of its tensor arguments marked dynamic before each call (what
+    `nn.Module.__call__` runs for a compiled module; marks must be set outside the compiled code)."""
+    import torch
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] > 1:
+                torch._dynamo.maybe_mark_dynamic(value, 0)
+        return compiled(*args, **kwargs)
+
+    return call
 
 
 @dataclass
