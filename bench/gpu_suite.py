@@ -65,14 +65,15 @@ DEFAULT_PARTS = ("t2i", "grpo", "scale", "grpo-multi")  # ipr does not fit besid
 I2P_PROMPTS = 4703
 MIX = "24,10,40,1,17"  # the t2i part's mix of concurrent requests: bursts, a lone one, one over max_batch
 
-# Estimated seconds of each job on a machine with 4 H100s, for the plan printed first (`plan_lines`). From the
-# measurements of issue 31 (6c49ae7, 4x H100): a bucket compiled cold takes COLD_BUCKET_S (the `compile` warm-up of
-# the t2i part), one loaded from the machine's cache LOAD_BUCKET_S (assumed: the members' warm-up records in the
-# JSON measure it); the first processes compile one bucket each side by side (`tools.t2i.warmup`) and load the rest,
-# later ones load every bucket. The rest of each job is the measured work around its warm-up.
+# Estimated seconds of each job on a machine with 4 H100s, for the plan printed first (`plan_lines`): a bucket
+# compiled cold takes COLD_BUCKET_S (the t2i part's `compile` warm-up in issue 31's 4-GPU run at 6c49ae7), one
+# loaded from the machine's cache LOAD_BUCKET_S (the first batch with a warm cache at 4405ca1, docs/tools.md: 28 s,
+# plus the VAE decoder); the first processes compile one bucket each side by side (`tools.t2i.warmup`) and load the
+# rest, later ones load every bucket. WORK_S is the work around the warm-up, from the parts' earlier runs
+# (bench/results/gpu_suite-*.json). The members' warm-up records in the JSON measure all of it.
 COLD_BUCKET_S = 127.0
-LOAD_BUCKET_S = 10.0
-BUCKETS = 4  # tools.t2i.fast.DEFAULT_BUCKETS
+LOAD_BUCKET_S = 30.0
+BUCKETS = 2  # tools.t2i.fast.DEFAULT_BUCKETS
 WORK_S = {  # seconds besides the warm-up: builds, Ray start, rounds, steps
     "t2i": 60.0,  # build, 4 baseline images, eager rounds, the compiled round and mix (the dynamic variant: if room)
     "grpo": 130.0,  # models built (the SD warm-up overlaps the policy's build), a first step and the measured one
@@ -83,7 +84,12 @@ WORK_S = {  # seconds besides the warm-up: builds, Ray start, rounds, steps
     "grpo-multi": 90.0,
     "ipr": 300.0,
 }
-FIRST_WAVE = ("t2i", "grpo", "scale-local", "scale-ray1")  # start on a cold machine cache
+# On 4 GPUs the two 4-GPU jobs start together and prepare side by side (Ray, model builds, warm-ups: CPU work and
+# short warm-up renders), then take the GPUs in turn: the Ray round once GRPO's ranks are prepared, GRPO's steps
+# once the Ray round has ended (`UNVEIL_BENCH_PREPARED_FILE` / `UNVEIL_BENCH_GO_FILE`, read by bench/scale.py and
+# bench/grpo_step.py). No timed round shares its GPUs. Job -> (the job it waits for, and for what).
+GATES = {"scale-ray4": ("grpo-multi", "prepared"), "grpo-multi": ("scale-ray4", "ended")}
+TAIL_S = {"scale-ray4": 25.0, "grpo-multi": 75.0}  # the timed part of a gated job (after its gate), estimated
 PACKAGES = ("torch", "diffusers", "transformers", "trl", "ray")
 
 
@@ -605,7 +611,9 @@ def schedule(parts: list[str], n_gpus: int) -> list[list[Job]]:
             [("t2i", "1", 0.55, ())],
             [("scale-local", "2", 0.5, ()), ("scale-ray2", "2,3", 0.3, ("scale-ray1",))],
             [("scale-ray1", "3", 0.5, ())],
-            [("scale-ray4", "0,1,2,3", 0.3, everything), ("grpo-multi", "0,1,2,3", 0.4, (*everything, "scale-ray4"))],
+            # Side by side, gated (`GATES`): the Ray round, then GRPO's steps.
+            [("scale-ray4", "0,1,2,3", 0.3, everything)],
+            [("grpo-multi", "0,1,2,3", 0.45, everything)],
         ]
     elif n_gpus >= 2:
         lanes = [
@@ -661,10 +669,30 @@ def estimate_s(job: str, cold: bool) -> float:
     return WORK_S[job] + warm
 
 
-def plan_lines(plan: list[list[Job]], budget: float, alone: bool) -> list[dict[str, Any]]:
+def gates_of(plan: list[list[Job]], n_gpus: int) -> dict[str, tuple[str, str]]:
+    """The `GATES` that apply: on 4 GPUs, between jobs that both run."""
+    names = {job[0] for lane in plan for job in lane}
+    return {j: g for j, g in GATES.items() if n_gpus >= 4 and j in names and g[0] in names}
+
+
+def gated_end(name: str, start: float, gates: dict[str, tuple[str, str]]) -> float:
+    """When a job ends by the estimates: `start` plus its need, or, gated, its preparation, then its gate (the
+    jobs of a gated pair start together), then its timed part."""
+    if name not in gates:
+        return start + estimate_s(name, cold=start < 1.0)
+    other, kind = gates[name]
+    prep = estimate_s(name, cold=False) - TAIL_S[name]
+    go = start + estimate_s(other, cold=False) - TAIL_S[other] if kind == "prepared" else gated_end(other, start, gates)
+    return max(start + prep, go) + TAIL_S[name]
+
+
+def plan_lines(
+    plan: list[list[Job]], budget: float, alone: bool, gates: dict[str, tuple[str, str]] | None = None
+) -> list[dict[str, Any]]:
     """The plan as the suite expects it to run: each job's GPUs, its cap (share of the budget), its estimated
-    need, the start and end the estimates give, and whether it fits (ends within its cap and the budget).
-    `alone`: a single part, which has the whole budget."""
+    need (for a gated job, its gate's wait included), the start and end the estimates give, and whether it fits
+    (ends within its cap and the budget). `alone`: a single part, which has the whole budget."""
+    gates = gates or {}
     ends: dict[str, float] = {}
     rows: dict[str, dict[str, Any]] = {}
     names = [job[0] for lane in plan for job in lane]
@@ -681,7 +709,7 @@ def plan_lines(plan: list[list[Job]], budget: float, alone: bool) -> list[dict[s
                     break
                 start = max([at, *(ends[a] for a in waits)])
                 cap = min(budget if alone else share * budget, max(0.0, budget - start))
-                need = estimate_s(name, cold=start < 1.0)
+                need = gated_end(name, start, gates) - start
                 ends[name] = start + min(need, cap)
                 rows[name] = {
                     "job": name,
@@ -754,6 +782,27 @@ class GpuSampler:
         return round(sum(values) / len(values), 1) if values else None
 
 
+def gate_env(job: str, gates: dict[str, tuple[str, str]], work: Path) -> dict[str, str]:
+    """The gate files of `job` (`GATES`): the one it waits for before its timed part, the one it creates once
+    prepared (when another job waits for that)."""
+    env = {}
+    if job in gates:
+        env["UNVEIL_BENCH_GO_FILE"] = str(work / f"{job}.go")
+    if any(other == job and kind == "prepared" for other, kind in gates.values()):
+        env["UNVEIL_BENCH_PREPARED_FILE"] = str(work / f"{job}.prepared")
+    return env
+
+
+def open_gate(job: str, other: str, kind: str, work: Path, ended: dict[str, threading.Event], runner: Runner) -> None:
+    """Open `job`'s gate (create its go file) once `other` is prepared (its file exists) or has ended, as `kind`
+    asks; a job that ended early (failed, stopped) opens it too, so nothing waits for ever."""
+    while runner.left() > 0 and not ended[job].is_set():
+        if ended[other].is_set() or (kind == "prepared" and (work / f"{other}.prepared").exists()):
+            (work / f"{job}.go").touch()
+            return
+        time.sleep(0.5)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the parts asked for within the budget; write the JSON as each ends; print the table last."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -781,9 +830,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--warm-per-gpu",
         type=int,
-        default=64,
-        help="untimed images per GPU before each scaling round, once every member is up (as many as the timed "
-        "round, so each member compiles the static batch sizes the timed round meets)",
+        default=16,
+        help="untimed images per GPU before each scaling round, once every member is up (each member compiled "
+        "its buckets before it came up: this round only forms the batches)",
     )
     ap.add_argument(
         "--out",
@@ -821,7 +870,8 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     runner = Runner(started + args.budget_s, work, started)
     results: dict[str, Any] = {}
-    planned = plan_lines(plan, args.budget_s, len(parts) == 1)
+    gates = gates_of(plan, n_gpus)
+    planned = plan_lines(plan, args.budget_s, len(parts) == 1, gates)
     print_plan(planned, args.budget_s, args.tiny)
     sampler = GpuSampler(started)
     if n_gpus:
@@ -838,6 +888,7 @@ def main(argv: list[str] | None = None) -> int:
         "budget_s": args.budget_s,
         "plan": [[f"{j} (GPUs {g or '-'})" for j, g, _, _ in lane] for lane in plan],
         "plan_estimates": planned,
+        "gates": gates,
         "estimate_assumptions": {"cold_bucket_s": COLD_BUCKET_S, "load_bucket_s": LOAD_BUCKET_S, "buckets": BUCKETS},
     }
 
@@ -887,12 +938,13 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 for other in after:
                     ended[other].wait(max(0.0, runner.left()))
-                env = {"TORCHINDUCTOR_CACHE_DIR": cache}
+                env = {"TORCHINDUCTOR_CACHE_DIR": cache, **gate_env(job, gates, work)}
                 if n_gpus:
                     env["CUDA_VISIBLE_DEVICES"] = visible
                 # A part run alone has the whole budget; among others, its share leaves the later jobs theirs.
                 limit = min(share * args.budget_s if len(parts) > 1 else args.budget_s, runner.left())
-                need = estimate_s(job, cold=time.monotonic() - started < 1.0)
+                now = time.monotonic() - started
+                need = gated_end(job, now, gates) - now
                 print(
                     f"[{time.monotonic() - started:5.0f} s] {job}: starting on GPUs {visible or '-'} with {limit:.0f} s"
                     f" (needs ~{need:.0f} s{'' if args.tiny or need <= limit else ': WILL LIKELY NOT FINISH'})",
@@ -915,6 +967,8 @@ def main(argv: list[str] | None = None) -> int:
                 ended[job].set()
 
     run: Callable[[list[Job]], None] = run_lane
+    for job, (other, kind) in gates.items():
+        threading.Thread(target=open_gate, args=(job, other, kind, work, ended, runner), daemon=True).start()
     with ThreadPoolExecutor(len(plan) or 1) as pool:
         list(pool.map(run, plan))
     return finish()

@@ -573,7 +573,9 @@ def main() -> int:
     timer.wrap(trainer, "_generate_single_turn", "generation")
     timer.wrap(trainer, "_get_per_token_logps_and_entropies", "forward (policy, old, ref)")
     timer.wrap(trainer.accelerator, "backward", "backward")
+    _ = getattr(renderer.generator, "pipeline", None)  # the reward generator's warm-up has ended (it ran beside)
     build_s = time.perf_counter() - t_start
+    gate_s = bench_gate(rank)
 
     steps: list[dict[str, float]] = []
     state = {"t0": None, "timer": {}, "reward": reward.timings.as_dict()}
@@ -634,6 +636,7 @@ def main() -> int:
     result = {
         "device": torch.cuda.get_device_name(0) if device != "cpu" else "cpu (tiny models)",
         "build_s": build_s,
+        "gate_s": gate_s,
         "processes": args.gpus,
         # Trainer logs gather over ranks: the loss and mean reward of each step, across all processes.
         "losses": [h["loss"] for h in history if "loss" in h],
@@ -681,6 +684,29 @@ def main() -> int:
         + ", ".join(f"{k} {v:.1f} s ({v / r['step_s']:.0%})" for k, v in r.items() if k not in ("step_s", "images"))
     )
     return 0
+
+
+def bench_gate(rank: int) -> float:
+    """The GPU suite's gate (`bench/gpu_suite.py`, `GATES`): once every rank has built its models and warmed up,
+    say so (`UNVEIL_BENCH_PREPARED_FILE`), then wait until the suite opens the gate (`UNVEIL_BENCH_GO_FILE`: the
+    job sharing these GPUs has ended) before the timed steps. The seconds waited (0 outside the suite)."""
+    prepared, go = os.environ.get("UNVEIL_BENCH_PREPARED_FILE"), os.environ.get("UNVEIL_BENCH_GO_FILE")
+    if not (prepared or go):
+        return 0.0
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+    if prepared and rank == 0:
+        Path(prepared).touch()
+    started = time.perf_counter()
+    while go and not Path(go).exists() and time.perf_counter() - started < GATE_TIMEOUT_S:
+        time.sleep(0.5)
+    print(f"rank {rank}: gate open after {time.perf_counter() - started:.0f} s", flush=True)
+    return time.perf_counter() - started
+
+
+GATE_TIMEOUT_S = 600.0  # a gate the suite never opens (it was stopped) does not hold the job for ever
 
 
 def finish_ranks() -> None:

@@ -50,10 +50,13 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # The batch sizes a compiled UNet is padded up to (and compiled for, before the first request), unless
-# `UNVEIL_T2I_BUCKETS` names others (`tools.t2i.warmup.CompileSettings`): each bucket is one static graph, about a
-# minute of compilation the first time on a machine. A batch of 2-7 images runs as 8 rows, 17-31 as 32: the
-# padding costs compute only on a batch that is not full, which under load is the last one of a burst.
-DEFAULT_BUCKETS = (1, 8, 16, 32)
+# `UNVEIL_T2I_BUCKETS` names others (`tools.t2i.warmup.CompileSettings`); `max_batch` (32 on CUDA) is always one.
+# Each bucket is one static graph: one to two minutes of compilation the first time on a machine, and about 30 s
+# in every later process even from the cache (Dynamo traces the UNet again: 28 s of the first batch with a warm
+# cache at 4405ca1, docs/tools.md). So two: a batch of 1-8 images runs as 8 rows, 9-31 as 32. Under load batches
+# are full (32); the padding costs compute only on the last batch of a burst, and a lone image renders in the time
+# of 8 (about 2 s on an H100) instead of waiting for a compilation of its own.
+DEFAULT_BUCKETS = (8, 32)
 
 
 @dataclass(frozen=True)
