@@ -230,9 +230,9 @@ def test_a_spec_can_name_switches(tmp_path) -> None:
 def test_compiled_presets_pad_batches_up_to_the_next_bucket():
     compiled = resolve_accel("compile", "cuda")
     sizes = {compiled.padded_batch(n, 32) for n in range(1, 33)}
-    assert sizes == {1, 8, 16, 32} == set(compiled.batch_sizes(32))  # the warm-up compiles exactly these
-    assert [compiled.padded_batch(n, 32) for n in (1, 2, 8, 9, 17)] == [1, 8, 8, 16, 32]
-    assert compiled.padded_batch(10, 12) == 12 and compiled.batch_sizes(12) == (1, 8, 12)  # max_batch is a bucket
+    assert sizes == {8, 32} == set(compiled.batch_sizes(32))  # the warm-up compiles exactly these
+    assert [compiled.padded_batch(n, 32) for n in (1, 2, 8, 9, 17)] == [8, 8, 8, 32, 32]
+    assert compiled.padded_batch(10, 12) == 12 and compiled.batch_sizes(12) == (8, 12)  # max_batch is a bucket
     assert compiled.padded_batch(40, 32) == 40  # never below the batch itself
     assert compiled.padded_batch(5, 32, (4, 6)) == 6 and compiled.batch_sizes(32, (4, 6)) == (4, 6, 32)
     assert resolve_accel("fp8", "cuda").padded_batch(3, 32) == 8
@@ -252,7 +252,7 @@ def test_compile_settings_are_read_and_checked(monkeypatch):
     for name in ("UNVEIL_T2I_BUCKETS", "UNVEIL_T2I_WARMUP_SIZES", "UNVEIL_T2I_WARMUP", "UNVEIL_COMPILE_SHARED"):
         monkeypatch.delenv(name, raising=False)
     assert compile_settings() == CompileSettings()
-    assert CompileSettings().buckets == (1, 8, 16, 32) and CompileSettings().warmup_sizes == ((512, 512),)
+    assert CompileSettings().buckets == (8, 32) and CompileSettings().warmup_sizes == ((512, 512),)
     monkeypatch.setenv("UNVEIL_T2I_BUCKETS", "32, 8,8")
     monkeypatch.setenv("UNVEIL_T2I_WARMUP_SIZES", "512x768,256")
     monkeypatch.setenv("UNVEIL_T2I_WARMUP", "off")
