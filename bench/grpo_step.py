@@ -432,6 +432,8 @@ def main() -> int:
         return launch(args.gpus, tiny=args.tiny)
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if args.gpus > 1 and not args.tiny:
+        local_rank = own_gpu(local_rank)
 
     import numpy as np
     import torch
@@ -683,6 +685,22 @@ def main() -> int:
         f"GRPO step, {args.gpus} process(es): {r['step_s']:.1f} s (target 40 s on 1 GPU, 12 s on 4); "
         + ", ".join(f"{k} {v:.1f} s ({v / r['step_s']:.0%})" for k, v in r.items() if k not in ("step_s", "images"))
     )
+    return 0
+
+
+def own_gpu(local_rank: int) -> int:
+    """Give this rank its GPU alone (before torch starts CUDA): `CUDA_VISIBLE_DEVICES` narrowed to it, so it is
+    `cuda:0` here as in every other process of the machine. Compiled graphs name their device, so with all GPUs
+    visible rank k compiled its own `cuda:k` graphs, cold, instead of loading the ones the machine's cache holds
+    (`tools.t2i.warmup`). Returns the local rank to use (0); accelerate reads `LOCAL_RANK` for its device."""
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if not visible:
+        import subprocess
+
+        found = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False).stdout
+        visible = [str(i) for i in range(len(found.strip().splitlines()))]
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible[local_rank]
+    os.environ["LOCAL_RANK"] = "0"
     return 0
 
 

@@ -261,8 +261,16 @@ class DiffusersGenerator:
         key = (self.variant, tuple(shapes))
         with guard.lock:
             if key not in guard.warmed:
+                # Compiled graphs name their device: `cuda:1` graphs are not `cuda:0` ones (a Ray member sees its GPU
+                # as `cuda:0`, as every process given one GPU does).
                 model_key = json.dumps(
-                    [type(pipe).__name__, dict(pipe.unet.config), str(pipe.unet.dtype), self.fast_path.name],
+                    [
+                        type(pipe).__name__,
+                        dict(pipe.unet.config),
+                        str(pipe.unet.dtype),
+                        str(pipe.unet.device),
+                        self.fast_path.name,
+                    ],
                     sort_keys=True,
                     default=str,
                 )
