@@ -323,7 +323,8 @@ def test_static_compilation_keeps_full_batches_on_their_own_graph():
 
 
 async def test_padded_rows_are_rendered_and_dropped(sd_dir, tmp_path):
-    """A bucketed batch of 3 images is rendered as 4 rows; the 3 images are those of an unpadded render."""
+    """A bucketed batch of 3 images is rendered as 8 rows (the smallest bucket); the 3 images are those of an
+    unpadded render."""
     from dataclasses import replace
 
     from tools.image_store import get_image_store
@@ -358,7 +359,7 @@ async def test_padded_rows_are_rendered_and_dropped(sd_dir, tmp_path):
     finally:
         gen._pipe = None
         gen.fast_path = PRESETS["eager"]
-    assert calls == [4] and len(images) == 3
+    assert calls == [8] and len(images) == 3
     solo = get_generator(f"diffusers:{sd_dir}", store=store, device="cpu", max_batch=1)
     for r, image in zip(reqs, images, strict=True):
         alone = np.asarray(store.open((await solo.generate(r))[0])).astype(int)
