@@ -279,9 +279,13 @@ class DiffusersGenerator:
                     payloads = [_ImageJob("warm-up", self.default_negative, k) for k in range(shape.rows)]
                     self.render_rows(payloads, dict(shape.kwargs), keep=0, overlap=False, pipe=pipe)
 
-                guard.warmup = warm_up(shapes, run, model_key, settings)
-                guard.warmed.add(key)
-                guard.ready = True
+                # Another generator over this UNet (SLD's three-chunk batches) warms up its own shapes: not late.
+                guard.ready = False
+                try:
+                    guard.warmup = warm_up(shapes, run, model_key, settings)
+                    guard.warmed.add(key)
+                finally:
+                    guard.ready = True
             return guard.warmup
 
     def compile_stats(self) -> dict[str, Any]:
