@@ -266,7 +266,9 @@ class DiffusersGenerator:
                 model_key = json.dumps(
                     [
                         type(pipe).__name__,
-                        dict(pipe.unet.config),
+                        # Without `_name_or_path` and the like: the same architecture loaded from two folders (two
+                        # processes' copies) compiles the same graphs, so it must share their locks.
+                        {k: v for k, v in dict(pipe.unet.config).items() if not k.startswith("_")},
                         str(pipe.unet.dtype),
                         str(pipe.unet.device),
                         self.fast_path.name,
