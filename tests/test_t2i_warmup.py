@@ -210,3 +210,21 @@ def _request():
     from tools.t2i import GenerationRequest
 
     return GenerationRequest(prompt="a cat", width=SIZE, height=SIZE, steps=2)
+
+
+def test_two_folders_of_one_architecture_share_their_warm_up_locks(tmp_path):
+    """Each bench process saves its own copy of the model: the copies compile the same graphs, so their warm-ups
+    must coordinate on the same locks (the folder is not part of the key; the dtype is)."""
+    from tools.t2i.diffusers_backend import clear_pipeline_cache, warmup_key
+    from tools.t2i.pipeline_loading import load_pipeline
+
+    try:
+        a, b = (
+            load_pipeline(build_tiny_sd(tmp_path / name), variant="plain", unet_file=None, device="cpu")
+            for name in ("a", "b")
+        )
+        assert a is not b and warmup_key(a, "compile") == warmup_key(b, "compile") != warmup_key(a, "fp8")
+        a.unet.to(torch.float16)
+        assert warmup_key(a, "compile") != warmup_key(b, "compile")
+    finally:
+        clear_pipeline_cache()

@@ -160,6 +160,16 @@ def decode_to_pil(pipe: Pipeline, latents: Any) -> list[Any]:
     return [Image.fromarray(p) for p in pixels]
 
 
+def warmup_key(pipe: Pipeline, preset: str) -> str:
+    """What the compiled graphs of `pipe`'s UNet depend on, naming its warm-up locks (`tools.t2i.warmup`): the
+    pipeline class, the UNet's architecture, dtype and device (`cuda:1` graphs are not `cuda:0` ones; a Ray member
+    sees its GPU as `cuda:0`, as every process given one GPU does) and the preset. Not the folder it was loaded
+    from (`_name_or_path`): two processes' copies of one architecture compile the same graphs."""
+    config = {k: v for k, v in dict(pipe.unet.config).items() if not k.startswith("_")}
+    parts = [type(pipe).__name__, config, str(pipe.unet.dtype), str(pipe.unet.device), preset]
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
 @dataclass(frozen=True)
 class _ImageJob:
     prompt: str
@@ -261,21 +271,7 @@ class DiffusersGenerator:
         key = (self.variant, tuple(shapes))
         with guard.lock:
             if key not in guard.warmed:
-                # Compiled graphs name their device: `cuda:1` graphs are not `cuda:0` ones (a Ray member sees its GPU
-                # as `cuda:0`, as every process given one GPU does).
-                model_key = json.dumps(
-                    [
-                        type(pipe).__name__,
-                        # Without `_name_or_path` and the like: the same architecture loaded from two folders (two
-                        # processes' copies) compiles the same graphs, so it must share their locks.
-                        {k: v for k, v in dict(pipe.unet.config).items() if not k.startswith("_")},
-                        str(pipe.unet.dtype),
-                        str(pipe.unet.device),
-                        self.fast_path.name,
-                    ],
-                    sort_keys=True,
-                    default=str,
-                )
+                model_key = warmup_key(pipe, self.fast_path.name)
 
                 def run(shape: WarmShape) -> None:
                     payloads = [_ImageJob("warm-up", self.default_negative, k) for k in range(shape.rows)]
