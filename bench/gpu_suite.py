@@ -63,6 +63,33 @@ ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("t2i", "grpo", "scale", "grpo-multi", "ipr")
 DEFAULT_PARTS = ("t2i", "grpo", "scale", "grpo-multi")  # ipr does not fit beside them in 9 minutes: run it alone
 I2P_PROMPTS = 4703
+MIX = "24,10,40,1,17"  # the t2i part's mix of concurrent requests: bursts, a lone one, one over max_batch
+
+# Estimated seconds of each job on a machine with 4 H100s, for the plan printed first (`plan_lines`): a bucket
+# compiled cold takes COLD_BUCKET_S (the t2i part's `compile` warm-up in issue 31's 4-GPU run at 6c49ae7), one
+# loaded from the machine's cache LOAD_BUCKET_S (the first batch with a warm cache at 4405ca1, docs/tools.md: 28 s,
+# plus the VAE decoder); the first processes compile one bucket each side by side (`tools.t2i.warmup`) and load the
+# rest, later ones load every bucket. WORK_S is the work around the warm-up, from the parts' earlier runs
+# (bench/results/gpu_suite-*.json). The members' warm-up records in the JSON measure all of it.
+COLD_BUCKET_S = 127.0
+LOAD_BUCKET_S = 30.0
+BUCKETS = 2  # tools.t2i.fast.DEFAULT_BUCKETS
+WORK_S = {  # seconds besides the warm-up: builds, Ray start, rounds, steps
+    "t2i": 60.0,  # build, 4 baseline images, eager rounds, the compiled round and mix (the dynamic variant: if room)
+    "grpo": 130.0,  # models built (the SD warm-up overlaps the policy's build), a first step and the measured one
+    "scale-local": 40.0,
+    "scale-ray1": 50.0,
+    "scale-ray2": 50.0,
+    "scale-ray4": 45.0,
+    "grpo-multi": 90.0,
+    "ipr": 300.0,
+}
+# On 4 GPUs the two 4-GPU jobs start together and prepare side by side (Ray, model builds, warm-ups: CPU work and
+# short warm-up renders), then take the GPUs in turn: the Ray round once GRPO's ranks are prepared, GRPO's steps
+# once the Ray round has ended (`UNVEIL_BENCH_PREPARED_FILE` / `UNVEIL_BENCH_GO_FILE`, read by bench/scale.py and
+# bench/grpo_step.py). No timed round shares its GPUs. Job -> (the job it waits for, and for what).
+GATES = {"scale-ray4": ("grpo-multi", "prepared"), "grpo-multi": ("scale-ray4", "ended")}
+TAIL_S = {"scale-ray4": 25.0, "grpo-multi": 75.0}  # the timed part of a gated job (after its gate), estimated
 PACKAGES = ("torch", "diffusers", "transformers", "trl", "ray")
 
 
@@ -122,8 +149,9 @@ def gpus() -> tuple[int, str]:
 class Runner:
     """Runs jobs as process groups against one deadline; kills what is still running when asked to stop."""
 
-    def __init__(self, deadline: float, work: Path):
+    def __init__(self, deadline: float, work: Path, t0: float | None = None):
         self.deadline = deadline
+        self.t0 = time.monotonic() if t0 is None else t0  # the suite's start: jobs' start times are relative to it
         self.work = work
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.lock = threading.Lock()
@@ -171,6 +199,8 @@ class Runner:
         return {
             "status": status,
             "seconds": round(time.monotonic() - started, 1),
+            "started_s": round(started - self.t0, 1),
+            "limit_s": round(limit, 1),
             "data": data,
             "log_tail": tail,
             "command": " ".join(cmd),
@@ -208,8 +238,11 @@ def job_commands(args: argparse.Namespace, work: Path, n_gpus: int) -> dict[str,
     t2i += (
         ["--variants", "eager", "--n", "4", "--rounds", "1", "--steps", "2", "--baseline-n", "1"]
         if args.tiny
-        else ["--variants", "eager,compile", "--n", "32", "--rounds", "1", "--baseline-n", "4"]
+        else ["--variants", "eager,compile,compile+dynamic", "--n", "32", "--rounds", "1", "--baseline-n", "4"]
     )
+    # Bucketed (the default) against a dynamic batch dimension over a mix of batch sizes; the dynamic variant runs
+    # only if the part's time limit (`--time-limit-s`, added when the job starts) leaves room for its compilation.
+    t2i += ["--mix", "2,1" if args.tiny else MIX]
     # The tiny VLM writes noise up to the completion limit: a short limit keeps the CPU run short.
     grpo_args = (
         ["--steps", "1", "--warmup", "1", "--max-completion", "16", "--images-per-prompt", "2"]
@@ -406,6 +439,52 @@ def scale_rows(work: Path, results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _member_record(stats: dict[str, Any]) -> dict[str, Any]:
+    """One member's warm-up, short: its seconds, the shapes it compiled or loaded, compilations after it."""
+    warm = stats.get("warmup") or {}
+    return {
+        "pid": stats.get("pid", warm.get("pid")),
+        "warmup_s": warm.get("seconds"),
+        "shapes": [
+            {k: r.get(k) for k in ("rows", "size", "seconds", "waited_s", "graphs", "fx_cache_hits", "fx_cache_misses")}
+            for r in warm.get("shapes", [])
+        ],
+        "shared": warm.get("shared"),
+        "late_compiles": stats.get("late_compiles", 0),
+        "late_shapes": stats.get("late_shapes", []),
+    }
+
+
+def warmups(results: dict[str, Any]) -> dict[str, Any]:
+    """Every job's compile record, gathered from the parts' JSON: each member's (or process's) warm-up and the
+    compilations that happened after it (inside timed rounds: `compiles_in_timed_round` must be 0)."""
+    out: dict[str, Any] = {}
+    for name, res in results.items():
+        data = res.get("data") or {}
+        if name.startswith("scale-"):
+            for round_name, rec in (data.get("compile") or {}).items():
+                out[f"{name}/{round_name}"] = {
+                    "members_up_s": rec.get("members_up_s"),
+                    "compiles_in_timed_round": rec.get("compiles_in_timed_round"),
+                    "members": [_member_record(m) for m in rec.get("members", [])],
+                }
+        elif name == "t2i":
+            for key, value in data.items():
+                if key.endswith(".compile") and value:
+                    variant = key.removesuffix(".compile")
+                    out[f"t2i/{variant}"] = {
+                        "compiles_in_timed_round": data.get(f"{variant}.compiles_in_timed_rounds"),
+                        "mix_compiles": data.get(f"{variant}.mix_compiles"),
+                        "members": [_member_record(value)],
+                    }
+        elif name.startswith("grpo") and data.get("compile"):
+            out[name] = {
+                "compiles_in_timed_round": data["compile"].get("late_compiles"),
+                "members": [_member_record(data["compile"])],
+            }
+    return out
+
+
 def rows_of(results: dict[str, Any], work: Path, n_gpus: int, jobs: list[str]) -> list[dict[str, str]]:
     """One table row per measured figure (and one per job that produced none, with its status)."""
     rows: list[dict[str, str]] = []
@@ -418,7 +497,7 @@ def rows_of(results: dict[str, Any], work: Path, n_gpus: int, jobs: list[str]) -
         d = t2i["data"]
         if "baseline_img_per_s" in d:
             add("t2i", "one pipeline call per prompt", f"{d['baseline_img_per_s']:.2f} images/s")
-        for variant in ("eager", "compile"):
+        for variant in ("eager", "compile", "compile+dynamic"):
             if f"{variant}.batched_img_per_s" in d:
                 add(
                     "t2i",
@@ -429,6 +508,17 @@ def rows_of(results: dict[str, Any], work: Path, n_gpus: int, jobs: list[str]) -
                 )
             elif f"{variant}.error" in d:
                 add("t2i", f"batched {variant}", d[f"{variant}.error"][:80])
+        for variant in ("compile", "compile+dynamic"):
+            if f"{variant}.mix_img_per_s" in d:
+                add(
+                    "t2i",
+                    f"mix {d[f'{variant}.mix']} of {variant}",
+                    f"{d[f'{variant}.mix_img_per_s']:.2f} images/s (warm-up {d.get(f'{variant}.warmup_s', 0):.0f} s, "
+                    f"{d.get(f'{variant}.mix_compiles', 0)} compilation(s) after it)",
+                    "bucketed vs dynamic",
+                )
+            elif f"{variant}.skipped" in d:
+                add("t2i", f"batched {variant}", d[f"{variant}.skipped"])
     for name in ("grpo", "grpo-multi"):
         res = results.get(name)
         m = res["data"].get("measured") if res else None
@@ -460,6 +550,15 @@ def rows_of(results: dict[str, Any], work: Path, n_gpus: int, jobs: list[str]) -
     for n in (2, 4):
         if f"scale-ray{n}" in jobs and n > max(n_gpus, 1) and n_gpus:
             add("scale", f"ray engine, {n} GPUs", f"not measured: {n_gpus} GPUs here")
+    for name, rec in warmups(results).items():
+        times = ", ".join(f"{m['warmup_s']:.0f}" for m in rec["members"] if m.get("warmup_s") is not None)
+        late = rec.get("compiles_in_timed_round")
+        add(
+            name.split("/")[0],
+            f"warm-up {name}",
+            f"member warm-up(s) {times or '-'} s; compilations in the timed round: {'-' if late is None else late}",
+            "0 compilations",
+        )
     ipr = results.get("ipr")
     if ipr and ipr["data"].get("exit") == 0:
         d = ipr["data"]
@@ -505,12 +604,16 @@ def schedule(parts: list[str], n_gpus: int) -> list[list[Job]]:
     job's share caps its time (`Runner` also stops it at the deadline). At most one Ray cluster runs at a time."""
     everything = ("t2i", "grpo", "scale-local", "scale-ray1", "scale-ray2")
     if n_gpus >= 4:
+        # Shares are caps (the suite's deadline caps every job too), sized from `estimate_s` with some room; the
+        # 4-GPU jobs start once GPU 0's GRPO step ends, so they are what the budget's end cuts if warm-ups run long.
         lanes: list[list[Job]] = [
-            [("grpo", "0", 0.6, ())],
+            [("grpo", "0", 0.65, ())],
             [("t2i", "1", 0.55, ())],
-            [("scale-local", "2", 0.35, ()), ("scale-ray2", "2,3", 0.2, ("scale-ray1",))],
-            [("scale-ray1", "3", 0.35, ())],
-            [("scale-ray4", "0,1,2,3", 0.3, everything), ("grpo-multi", "0,1,2,3", 0.45, (*everything, "scale-ray4"))],
+            [("scale-local", "2", 0.5, ()), ("scale-ray2", "2,3", 0.3, ("scale-ray1",))],
+            [("scale-ray1", "3", 0.5, ())],
+            # Side by side, gated (`GATES`): the Ray round, then GRPO's steps.
+            [("scale-ray4", "0,1,2,3", 0.3, everything)],
+            [("grpo-multi", "0,1,2,3", 0.45, everything)],
         ]
     elif n_gpus >= 2:
         lanes = [
@@ -559,6 +662,147 @@ def widen(lanes: list[list[Job]]) -> list[list[Job]]:
     return out
 
 
+def estimate_s(job: str, cold: bool) -> float:
+    """Estimated seconds of `job` (see `WORK_S`): its work plus its warm-up, compiling one bucket cold and loading
+    the others when it starts on a cold machine cache (`cold`), loading every bucket otherwise."""
+    warm = COLD_BUCKET_S + (BUCKETS - 1) * LOAD_BUCKET_S if cold else BUCKETS * LOAD_BUCKET_S
+    return WORK_S[job] + warm
+
+
+def gates_of(plan: list[list[Job]], n_gpus: int) -> dict[str, tuple[str, str]]:
+    """The `GATES` that apply: on 4 GPUs, between jobs that both run."""
+    names = {job[0] for lane in plan for job in lane}
+    return {j: g for j, g in GATES.items() if n_gpus >= 4 and j in names and g[0] in names}
+
+
+def gated_end(name: str, start: float, gates: dict[str, tuple[str, str]]) -> float:
+    """When a job ends by the estimates: `start` plus its need, or, gated, its preparation, then its gate (the
+    jobs of a gated pair start together), then its timed part."""
+    if name not in gates:
+        return start + estimate_s(name, cold=start < 1.0)
+    other, kind = gates[name]
+    prep = estimate_s(name, cold=False) - TAIL_S[name]
+    go = start + estimate_s(other, cold=False) - TAIL_S[other] if kind == "prepared" else gated_end(other, start, gates)
+    return max(start + prep, go) + TAIL_S[name]
+
+
+def plan_lines(
+    plan: list[list[Job]], budget: float, alone: bool, gates: dict[str, tuple[str, str]] | None = None
+) -> list[dict[str, Any]]:
+    """The plan as the suite expects it to run: each job's GPUs, its cap (share of the budget), its estimated
+    need (for a gated job, its gate's wait included), the start and end the estimates give, and whether it fits
+    (ends within its cap and the budget). `alone`: a single part, which has the whole budget."""
+    gates = gates or {}
+    ends: dict[str, float] = {}
+    rows: dict[str, dict[str, Any]] = {}
+    names = [job[0] for lane in plan for job in lane]
+    while len(ends) < len(names):  # the lanes form a DAG: each pass settles at least one job
+        progressed = False
+        for lane in plan:
+            at = 0.0
+            for name, visible, share, after in lane:
+                if name in ends:
+                    at = ends[name]
+                    continue
+                waits = [a for a in after if a in names]
+                if any(a not in ends for a in waits):
+                    break
+                start = max([at, *(ends[a] for a in waits)])
+                cap = min(budget if alone else share * budget, max(0.0, budget - start))
+                need = gated_end(name, start, gates) - start
+                ends[name] = start + min(need, cap)
+                rows[name] = {
+                    "job": name,
+                    "GPUs": visible or "-",
+                    "start_s": round(start),
+                    "cap_s": round(cap),
+                    "need_s": round(need),
+                    "fits": need <= cap,
+                }
+                at = ends[name]
+                progressed = True
+        if not progressed:
+            break
+    for name, row in rows.items():
+        # Until the first job that waits for this one is due to start: what an optional extra (the t2i part's
+        # dynamic-batch variant) may use without delaying the later jobs.
+        due = [rows[w]["start_s"] for lane in plan for w, _, _, after in lane if name in after and w in rows]
+        row["soft_s"] = min([row["cap_s"], *(d - row["start_s"] for d in due)])
+    return [rows[n] for n in names if n in rows]
+
+
+def print_plan(rows: list[dict[str, Any]], budget: float, tiny: bool) -> None:
+    """The plan, before anything starts: a job that will not fit in its cap says so here."""
+    print(f"plan ({budget:.0f} s budget; needs estimated for 4 H100s, see WORK_S{', not for --tiny' if tiny else ''}):")
+    for r in rows:
+        verdict = "fits" if r["fits"] else "DOES NOT FIT: it will be stopped at its cap"
+        print(
+            f"  {r['job']:<12} GPUs {r['GPUs']:<8} start ~{r['start_s']:>4} s  cap {r['cap_s']:>4} s  "
+            f"needs ~{r['need_s']:>4} s  {'-' if tiny else verdict}",
+            flush=True,
+        )
+
+
+class GpuSampler:
+    """`nvidia-smi` every `interval` seconds on a thread: each GPU's utilisation and memory over the suite's run
+    (what the GPUs wait for shows as idle stretches), and each job's mean utilisation from it."""
+
+    def __init__(self, t0: float, interval: float = 2.0):
+        self.t0 = t0
+        self.interval = interval
+        self.samples: list[tuple[float, list[int], list[int]]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="nvidia-smi", daemon=True)
+
+    def _run(self) -> None:
+        query = ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits"]
+        while not self.stop.is_set():
+            try:
+                out = subprocess.run(query, capture_output=True, text=True, timeout=10, check=True).stdout
+                rows = [[int(float(x)) for x in line.split(",")] for line in out.strip().splitlines()]
+                self.samples.append((round(time.monotonic() - self.t0, 1), [r[0] for r in rows], [r[1] for r in rows]))
+            except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+                return  # no nvidia-smi here (CPU runs): no timeline
+            self.stop.wait(self.interval)
+
+    def timeline(self) -> dict[str, Any]:
+        """The samples: seconds since the suite started, utilisation % and memory MiB of every GPU."""
+        samples = list(self.samples)
+        return {
+            "interval_s": self.interval,
+            "t_s": [t for t, _, _ in samples],
+            "util_pct": [u for _, u, _ in samples],
+            "mem_mib": [m for _, _, m in samples],
+        }
+
+    def mean_util(self, start: float, end: float, gpus: str) -> float | None:
+        """Mean utilisation of the GPUs `gpus` ("0,1") between `start` and `end` (suite seconds)."""
+        picked = [int(g) for g in gpus.split(",") if g.strip().isdigit()]
+        values = [u[g] for t, u, _ in list(self.samples) if start <= t <= end for g in picked if g < len(u)]
+        return round(sum(values) / len(values), 1) if values else None
+
+
+def gate_env(job: str, gates: dict[str, tuple[str, str]], work: Path) -> dict[str, str]:
+    """The gate files of `job` (`GATES`): the one it waits for before its timed part, the one it creates once
+    prepared (when another job waits for that)."""
+    env = {}
+    if job in gates:
+        env["UNVEIL_BENCH_GO_FILE"] = str(work / f"{job}.go")
+    if any(other == job and kind == "prepared" for other, kind in gates.values()):
+        env["UNVEIL_BENCH_PREPARED_FILE"] = str(work / f"{job}.prepared")
+    return env
+
+
+def open_gate(job: str, other: str, kind: str, work: Path, ended: dict[str, threading.Event], runner: Runner) -> None:
+    """Open `job`'s gate (create its go file) once `other` is prepared (its file exists) or has ended, as `kind`
+    asks; a job that ended early (failed, stopped) opens it too, so nothing waits for ever."""
+    while runner.left() > 0 and not ended[job].is_set():
+        if ended[other].is_set() or (kind == "prepared" and (work / f"{other}.prepared").exists()):
+            (work / f"{job}.go").touch()
+            return
+        time.sleep(0.5)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the parts asked for within the budget; write the JSON as each ends; print the table last."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -586,9 +830,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--warm-per-gpu",
         type=int,
-        default=64,
-        help="untimed images per GPU before each scaling round, once every member is up (as many as the timed "
-        "round, so each member compiles the static batch sizes the timed round meets)",
+        default=16,
+        help="untimed images per GPU before each scaling round, once every member is up (each member compiled "
+        "its buckets before it came up: this round only forms the batches)",
     )
     ap.add_argument(
         "--out",
@@ -624,8 +868,14 @@ def main(argv: list[str] | None = None) -> int:
         slug = "".join(c if c.isalnum() else "-" for c in machine).strip("-").lower()
         out = ROOT / "bench" / "results" / f"gpu_suite-{commit().split('+')[0]}-{slug}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    runner = Runner(started + args.budget_s, work)
+    runner = Runner(started + args.budget_s, work, started)
     results: dict[str, Any] = {}
+    gates = gates_of(plan, n_gpus)
+    planned = plan_lines(plan, args.budget_s, len(parts) == 1, gates)
+    print_plan(planned, args.budget_s, args.tiny)
+    sampler = GpuSampler(started)
+    if n_gpus:
+        sampler.thread.start()
     write_lock = threading.Lock()
     base = {
         "commit": commit(),
@@ -637,6 +887,9 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "budget_s": args.budget_s,
         "plan": [[f"{j} (GPUs {g or '-'})" for j, g, _, _ in lane] for lane in plan],
+        "plan_estimates": planned,
+        "gates": gates,
+        "estimate_assumptions": {"cold_bucket_s": COLD_BUCKET_S, "load_bucket_s": LOAD_BUCKET_S, "buckets": BUCKETS},
     }
 
     def write(final: bool = False) -> list[dict[str, str]]:
@@ -649,6 +902,8 @@ def main(argv: list[str] | None = None) -> int:
                 "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                 "rows": rows,
                 "parts": dict(results),
+                "warmups": warmups(results),
+                "gpu_timeline": sampler.timeline(),
             }
             tmp = out.with_suffix(".tmp")
             tmp.write_text(json.dumps(report, indent=1, default=str))
@@ -656,6 +911,7 @@ def main(argv: list[str] | None = None) -> int:
             return rows
 
     def finish(reason: str = "") -> int:
+        sampler.stop.set()
         rows = write(final=True)
         print(
             f"GPU suite on {machine}, commit {base['commit']}, {time.monotonic() - started:.0f} s{reason}; "
@@ -682,12 +938,25 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 for other in after:
                     ended[other].wait(max(0.0, runner.left()))
-                env = {"TORCHINDUCTOR_CACHE_DIR": cache}
+                env = {"TORCHINDUCTOR_CACHE_DIR": cache, **gate_env(job, gates, work)}
                 if n_gpus:
                     env["CUDA_VISIBLE_DEVICES"] = visible
                 # A part run alone has the whole budget; among others, its share leaves the later jobs theirs.
-                limit = share * args.budget_s if len(parts) > 1 else args.budget_s
-                results[job] = runner.run(job, commands[job], env, limit)
+                limit = min(share * args.budget_s if len(parts) > 1 else args.budget_s, runner.left())
+                now = time.monotonic() - started
+                need = gated_end(job, now, gates) - now
+                print(
+                    f"[{time.monotonic() - started:5.0f} s] {job}: starting on GPUs {visible or '-'} with {limit:.0f} s"
+                    f" (needs ~{need:.0f} s{'' if args.tiny or need <= limit else ': WILL LIKELY NOT FINISH'})",
+                    flush=True,
+                )
+                cmd = commands[job]
+                if job == "t2i":  # the t2i part skips its optional variant if it would delay the jobs after it
+                    soft = next((r["soft_s"] for r in planned if r["job"] == job), limit)
+                    cmd = [*cmd, "--time-limit-s", f"{max(1.0, min(limit, soft) - 10):.0f}"]
+                results[job] = runner.run(job, cmd, env, limit)
+                res = results[job]
+                res["gpu_util_mean"] = sampler.mean_util(res["started_s"], res["started_s"] + res["seconds"], visible)
                 print(
                     f"[{time.monotonic() - started:5.0f} s] {job}: {results[job]['status']} "
                     f"({results[job]['seconds']:.0f} s)",
@@ -698,6 +967,8 @@ def main(argv: list[str] | None = None) -> int:
                 ended[job].set()
 
     run: Callable[[list[Job]], None] = run_lane
+    for job, (other, kind) in gates.items():
+        threading.Thread(target=open_gate, args=(job, other, kind, work, ended, runner), daemon=True).start()
     with ThreadPoolExecutor(len(plan) or 1) as pool:
         list(pool.map(run, plan))
     return finish()

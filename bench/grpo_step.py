@@ -432,6 +432,8 @@ def main() -> int:
         return launch(args.gpus, tiny=args.tiny)
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if args.gpus > 1 and not args.tiny:
+        local_rank = own_gpu(local_rank)
 
     import numpy as np
     import torch
@@ -466,8 +468,15 @@ def main() -> int:
         model = build_qwen(work / "qwen")
         sd = q16_clip = align_clip = str(work / "unused")
     else:
-        model = build_qwen(work / "qwen")
         sd = build_sd(work)
+        # The reward generator loads and compiles its buckets on a thread of its own while the policy is built (the
+        # renderer made below finds it warm: same pipeline, same warm-up).
+        from tools.t2i import get_generator
+        from training.render import warm_in_background
+
+        warm_in_background(get_generator(f"diffusers:{sd}", device=device, max_batch=args.max_batch, accel=args.accel))
+        torch.manual_seed(0)  # the policy's random weights as when it was built first
+        model = build_qwen(work / "qwen")
         q16_clip, align_clip = build_clip(work, "L14"), build_clip(work, "B32")
     np.save(work / "q16.npy", np.random.RandomState(0).randn(2, 768).astype("float16"))
     store = get_image_store(str(work / "store"))
@@ -566,7 +575,9 @@ def main() -> int:
     timer.wrap(trainer, "_generate_single_turn", "generation")
     timer.wrap(trainer, "_get_per_token_logps_and_entropies", "forward (policy, old, ref)")
     timer.wrap(trainer.accelerator, "backward", "backward")
+    _ = getattr(renderer.generator, "pipeline", None)  # the reward generator's warm-up has ended (it ran beside)
     build_s = time.perf_counter() - t_start
+    gate_s = bench_gate(rank)
 
     steps: list[dict[str, float]] = []
     state = {"t0": None, "timer": {}, "reward": reward.timings.as_dict()}
@@ -627,6 +638,7 @@ def main() -> int:
     result = {
         "device": torch.cuda.get_device_name(0) if device != "cpu" else "cpu (tiny models)",
         "build_s": build_s,
+        "gate_s": gate_s,
         "processes": args.gpus,
         # Trainer logs gather over ranks: the loss and mean reward of each step, across all processes.
         "losses": [h["loss"] for h in history if "loss" in h],
@@ -648,6 +660,8 @@ def main() -> int:
             "fast_sampling": not args.no_fast_sampling,
         },
         "sampling_16_answers_s": sampling,
+        # The reward generator's warm-up (every bucket compiled before the first step) and any compilation after.
+        "compile": getattr(renderer.generator, "compile_stats", dict)(),
         "measured": paper,
         "steps": steps,
     }
@@ -672,6 +686,45 @@ def main() -> int:
         + ", ".join(f"{k} {v:.1f} s ({v / r['step_s']:.0%})" for k, v in r.items() if k not in ("step_s", "images"))
     )
     return 0
+
+
+def own_gpu(local_rank: int) -> int:
+    """Give this rank its GPU alone (before torch starts CUDA): `CUDA_VISIBLE_DEVICES` narrowed to it, so it is
+    `cuda:0` here as in every other process of the machine. Compiled graphs name their device, so with all GPUs
+    visible rank k compiled its own `cuda:k` graphs, cold, instead of loading the ones the machine's cache holds
+    (`tools.t2i.warmup`). Returns the local rank to use (0); accelerate reads `LOCAL_RANK` for its device."""
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if not visible:
+        import subprocess
+
+        found = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False).stdout
+        visible = [str(i) for i in range(len(found.strip().splitlines()))]
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible[local_rank]
+    os.environ["LOCAL_RANK"] = "0"
+    return 0
+
+
+def bench_gate(rank: int) -> float:
+    """The GPU suite's gate (`bench/gpu_suite.py`, `GATES`): once every rank has built its models and warmed up,
+    say so (`UNVEIL_BENCH_PREPARED_FILE`), then wait until the suite opens the gate (`UNVEIL_BENCH_GO_FILE`: the
+    job sharing these GPUs has ended) before the timed steps. The seconds waited (0 outside the suite)."""
+    prepared, go = os.environ.get("UNVEIL_BENCH_PREPARED_FILE"), os.environ.get("UNVEIL_BENCH_GO_FILE")
+    if not (prepared or go):
+        return 0.0
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+    if prepared and rank == 0:
+        Path(prepared).touch()
+    started = time.perf_counter()
+    while go and not Path(go).exists() and time.perf_counter() - started < GATE_TIMEOUT_S:
+        time.sleep(0.5)
+    print(f"rank {rank}: gate open after {time.perf_counter() - started:.0f} s", flush=True)
+    return time.perf_counter() - started
+
+
+GATE_TIMEOUT_S = 600.0  # a gate the suite never opens (it was stopped) does not hold the job for ever
 
 
 def finish_ranks() -> None:

@@ -152,23 +152,72 @@ async def refine_prompts(ctx: Any, n: int, offset: int) -> list[dict[str, Any]]:
     )
 
 
-def wait_for_members(ctx: Any) -> float:
-    """Open the run's generator as the IPR graph does and wait until every render member loaded its pipeline, so
-    the warm-up reaches every member (calls go only to started members); the seconds that took."""
+def run_generator(ctx: Any) -> Any:
+    """The run's generator, opened as the IPR graph opens it (the registry's cached one)."""
     from graphs.ipr import get_ipr_generator
 
+    return get_ipr_generator(ctx.generator, ctx.image_store, ctx.long_prompts)
+
+
+def wait_for_members(ctx: Any) -> float:
+    """Open the run's generator and wait until every render member (or the local generator) loaded its pipeline
+    and compiled its shapes, so no compilation falls in the rounds (calls go only to started members); the
+    seconds that took."""
     started = time.perf_counter()
-    generator = get_ipr_generator(ctx.generator, ctx.image_store, ctx.long_prompts)
-    _ = generator.pipeline  # type: ignore[attr-defined]  # the Ray generator's preflight: every member ready
+    _ = run_generator(ctx).pipeline  # the Ray generator's preflight: every member ready, warm-up included
     return time.perf_counter() - started
 
 
-def timed_round(ctx: Any, images: int, warm: int) -> tuple[float, list[dict[str, Any]]]:
-    """Warm up (pipelines loaded, batches formed), then time `images` renders; (images/s, the timed records)."""
+GATE_TIMEOUT_S = 300.0  # the suite's gate opens by then, or the round goes on anyway
+
+
+def bench_gate() -> float:
+    """The GPU suite's gate (`bench/gpu_suite.py`, `GATES`): with every member up, wait until the suite opens it
+    (`UNVEIL_BENCH_GO_FILE`: the job preparing on the same GPUs is ready and idle) before the timed rounds, so the
+    two jobs' preparations overlap but no timed round shares its GPUs; the seconds waited (0 outside the suite)."""
+    go = os.environ.get("UNVEIL_BENCH_GO_FILE")
+    started = time.perf_counter()
+    while go and not Path(go).exists() and time.perf_counter() - started < GATE_TIMEOUT_S:
+        time.sleep(0.5)
+    return time.perf_counter() - started
+
+
+def member_stats(ctx: Any) -> list[dict[str, Any]]:
+    """Each render member's compile record (the local generator's: one): its warm-up (seconds, every shape with
+    the seconds it took and waited, graphs compiled, cache hits), the shapes it ran, compilations after it."""
+    generator = run_generator(ctx)
+    pool = getattr(generator, "pool", None)
+    if pool is not None:
+        import ray
+
+        return list(ray.get([member.stats.remote() for member in pool.members]))
+    stats = getattr(generator, "compile_stats", None)
+    return [stats()] if callable(stats) else []
+
+
+def late_compiles(stats: list[dict[str, Any]]) -> int:
+    """Compilations after the warm-up, over every member."""
+    return sum(int(s.get("late_compiles", 0)) for s in stats)
+
+
+def timed_round(ctx: Any, images: int, warm: int) -> tuple[float, list[dict[str, Any]], dict[str, Any]]:
+    """Warm up (pipelines loaded and compiled, batches formed), then time `images` renders; (images/s, the timed
+    records, the compile record: each member's stats and the compilations inside the timed round)."""
+    members_s = wait_for_members(ctx)
+    gate_s = bench_gate()
     asyncio.run(refine_prompts(ctx, warm, 10_000_000))
+    before = late_compiles(member_stats(ctx))
     started = time.perf_counter()
     records = asyncio.run(refine_prompts(ctx, images, 0))
-    return images / (time.perf_counter() - started), records
+    rate = images / (time.perf_counter() - started)
+    stats = member_stats(ctx)
+    compile_record = {
+        "members_up_s": round(members_s, 1),
+        "gate_s": round(gate_s, 1),
+        "compiles_in_timed_round": late_compiles(stats) - before,
+        "members": stats,
+    }
+    return rate, records, compile_record
 
 
 def compare_records(local: list[dict[str, Any]], ray: list[dict[str, Any]]) -> tuple[bool, float]:
@@ -230,8 +279,8 @@ def bench_render(args: argparse.Namespace) -> None:
     if "local" in args.engines.split(","):
         fresh_gateway()
         with engine_session(EngineSettings("local")):
-            local, local_records = timed_round(ctx, per_gpu, args.warm)
-        saved["local"] = {"gpus": 1 if cuda else 0, "rate": local, "records": local_records}
+            local, local_records, compiled = timed_round(ctx, per_gpu, args.warm)
+        saved["local"] = {"gpus": 1 if cuda else 0, "rate": local, "records": local_records, "compile": compiled}
         rows.append(
             {
                 "engine": "local",
@@ -241,6 +290,8 @@ def bench_render(args: argparse.Namespace) -> None:
                 "speed-up": "1.00",
                 "records": "-",
                 "same images": "-",
+                "members up s": f"{compiled['members_up_s']:.0f}",
+                "compiles in timed round": compiled["compiles_in_timed_round"],
             }
         )
         from tools.t2i.registry import clear_generator_cache
@@ -269,9 +320,8 @@ def bench_render(args: argparse.Namespace) -> None:
         fresh_gateway()
         started = time.perf_counter()
         with engine_session(EngineSettings("ray")):
-            members_s = wait_for_members(ctx)
-            rate, records = timed_round(ctx, per_gpu * n, args.warm * n)
-        saved[f"ray{n}"] = {"gpus": n if cuda else 0, "rate": rate, "records": records}
+            rate, records, compiled = timed_round(ctx, per_gpu * n, args.warm * n)
+        saved[f"ray{n}"] = {"gpus": n if cuda else 0, "rate": rate, "records": records, "compile": compiled}
         same, share = compare_records(local_records, records) if local_records else (None, float("nan"))
         rows.append(
             {
@@ -283,7 +333,8 @@ def bench_render(args: argparse.Namespace) -> None:
                 "records": "-" if same is None else "equal" if same else "DIFFER",
                 "same images": "-" if same is None else f"{share:.0%}",
                 "round s": f"{time.perf_counter() - started:.0f}",
-                "members up s": f"{members_s:.0f}",
+                "members up s": f"{compiled['members_up_s']:.0f}",
+                "compiles in timed round": compiled["compiles_in_timed_round"],
             }
         )
     if counts:
@@ -296,7 +347,22 @@ def bench_render(args: argparse.Namespace) -> None:
         f"render: IPR refine (one render per prompt), {model}, {size}x{size}, {steps} steps, on {device} "
         f"({gpus} GPUs present)"
     )
-    print(table(rows, ["engine", "GPUs", "images", "images/s", "speed-up", "records", "same images"]))
+    print(
+        table(
+            rows,
+            [
+                "engine",
+                "GPUs",
+                "images",
+                "images/s",
+                "speed-up",
+                "records",
+                "same images",
+                "members up s",
+                "compiles in timed round",
+            ],
+        )
+    )
     if skipped:
         print(f"not measured (only {gpus} GPUs here): {', '.join(map(str, skipped))} GPUs")
     print("targets: >= 1.9x on 2 GPUs, >= 3.6x on 4 GPUs")
@@ -312,6 +378,7 @@ def bench_render(args: argparse.Namespace) -> None:
                     "accel": args.accel,
                     "rows": rows,
                     "skipped_gpus": skipped,
+                    "compile": {name: round_["compile"] for name, round_ in saved.items()},
                 },
                 indent=2,
             )
@@ -335,8 +402,8 @@ def main() -> None:
     r.add_argument(
         "--warm",
         type=int,
-        default=96,
-        help="warm-up images per GPU once every member is up (as many as timed: every batch size is compiled)",
+        default=16,
+        help="untimed images per GPU once every member is up and compiled its buckets (forms the batches)",
     )
     r.add_argument("--steps", type=int, default=50)
     r.add_argument("--size", type=int, default=512)

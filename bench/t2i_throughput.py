@@ -25,6 +25,12 @@ outputs that a lower-precision or compiled path causes.
     python bench/t2i_throughput.py --n 96 --rounds 1 --variants compile,compile+overlap   # several batches a round
     python bench/t2i_throughput.py --tiny --variants eager   # CPU smoke run on the tiny test pipeline
 
+`--mix 24,10,40,1,17` adds, per compiled variant, a round of that many concurrent requests after another (a
+realistic mix of batch sizes: bursts, a lone request, a batch over max_batch), timed as a whole: the bucketed
+default (`compile`) against one graph with a dynamic batch dimension (`compile+dynamic`), with the compilations
+each met after its warm-up. `--time-limit-s S` skips a variant that would not end within S seconds of the start
+(estimated from the variants before it) and says so in the JSON, so a time-boxed run ends with what it measured.
+
 `--profile` adds, per variant, where one UNet call's GPU time goes (convolutions, matmuls, attention, Triton
 kernels, the rest), read off torch.profiler's kernel names.
 """
@@ -359,6 +365,47 @@ def warm_start(folder: str, args: argparse.Namespace) -> None:
     print(json.dumps({"warm_cache_first_batch_s": time.perf_counter() - t0}))
 
 
+def mix_round(gen: Any, variant: str, prompts: list[str], args: argparse.Namespace, device: str) -> dict[str, Any]:
+    """`--mix`: rounds of the given numbers of concurrent one-image requests, one after another, timed as a whole;
+    the rate, the batch sizes formed and the compilations met after the warm-up."""
+    from tools.t2i import GenerationRequest
+    from tools.t2i.batching import get_batcher
+
+    counts = [int(x) for x in args.mix.split(",") if x.strip()]
+    stats = getattr(gen, "compile_stats", dict)
+    late = stats().get("late_compiles", 0)
+    batcher = get_batcher(gen.device)
+    before = len(batcher.stats.sizes)
+
+    async def burst(n: int, offset: int) -> None:
+        reqs = [
+            GenerationRequest(
+                prompt=prompts[i % len(prompts)],
+                seed=5000 + offset + i,
+                width=args.size,
+                height=args.size,
+                steps=args.steps,
+            )
+            for i in range(n)
+        ]
+        await asyncio.gather(*(gen.generate(r) for r in reqs))
+
+    sync(device)
+    t0 = time.perf_counter()
+    for k, n in enumerate(counts):
+        asyncio.run(burst(n, 1000 * k))
+    sync(device)
+    seconds = time.perf_counter() - t0
+    out = {
+        f"{variant}.mix": counts,
+        f"{variant}.mix_img_per_s": sum(counts) / seconds,
+        f"{variant}.mix_batch_sizes": batcher.stats.sizes[before:],
+        f"{variant}.mix_compiles": stats().get("late_compiles", 0) - late,
+    }
+    print(f"{variant}: mix {counts}: {out[f'{variant}.mix_img_per_s']:.2f} images/s", flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="CPU smoke run on the tiny test pipeline")
@@ -385,6 +432,17 @@ def main() -> None:
     ap.add_argument("--warm-start", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--json", default=None, help="also write the numbers to this JSON file")
+    ap.add_argument(
+        "--mix",
+        default="",
+        help="comma list of concurrent request counts, one round each, timed as a whole (compiled variants)",
+    )
+    ap.add_argument(
+        "--time-limit-s",
+        type=float,
+        default=0.0,
+        help="skip a variant that would not end within this many seconds of the start (0: no limit)",
+    )
     args = ap.parse_args()
     if args.warm_start:
         warm_start(args.warm_start, args)
@@ -396,6 +454,7 @@ def main() -> None:
     from tools.t2i import GenerationRequest, clear_generator_cache
     from tools.t2i.batching import get_batcher
 
+    bench_t0 = time.perf_counter()
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
     work = Path(args.workdir or tempfile.mkdtemp(prefix="t2i-bench-"))
     args.workdir = str(work)
@@ -454,7 +513,17 @@ def main() -> None:
         results["peak_tflops"] = peak
         results["limit_img_per_s"] = peak / tflop
     final_ids: dict[str, list[str]] = {}
+    spent: dict[str, float] = {}
     for variant in args.variants.split(","):
+        need = max((v for k, v in spent.items() if "compile" in k or "fp8" in k), default=0.0)
+        elapsed = time.perf_counter() - bench_t0
+        if args.time_limit_s and spent and elapsed + need > args.time_limit_s:
+            results[f"{variant}.skipped"] = (
+                f"not run: {elapsed:.0f} s spent, about {need:.0f} s needed, {args.time_limit_s:.0f} s allowed"
+            )
+            print(f"{variant}: {results[f'{variant}.skipped']}", flush=True)
+            continue
+        variant_t0 = time.perf_counter()
         try:
             gen = make_generator(variant, folder, store, args)
 
@@ -466,8 +535,10 @@ def main() -> None:
                 return await asyncio.gather(*(gen.generate(r) for r in reqs))
 
             t0 = time.perf_counter()
-            asyncio.run(round_(2))  # warm-up at the full batch shape (and compilation, if any)
+            asyncio.run(round_(2))  # warm-up: the generator compiles its buckets, then a round at the full batch
             results[f"{variant}.warmup_s"] = time.perf_counter() - t0
+            stats = getattr(gen, "compile_stats", dict)
+            late_before = stats().get("late_compiles", 0)
             batcher = get_batcher(gen.device)
             before = len(batcher.stats.sizes)
             sync(device)
@@ -483,6 +554,10 @@ def main() -> None:
             continue
         assert len(ids) == args.n and all(len(x) == 1 for x in ids)
         final_ids[variant] = [x[0] for x in ids]
+        results[f"{variant}.compiles_in_timed_rounds"] = stats().get("late_compiles", 0) - late_before
+        if args.mix and (variant.startswith(("compile", "fp8"))):
+            results.update(mix_round(gen, variant, prompts, args, device))
+        results[f"{variant}.compile"] = stats()
         rate = args.rounds * args.n / ours_s
         results[f"{variant}.batched_img_per_s"] = rate
         results[f"{variant}.batch_sizes"] = batcher.stats.sizes[before:]
@@ -512,6 +587,7 @@ def main() -> None:
             "rest (text encoder, scheduler, PIL, batching)": 1000 * max(total - unet_s - vae, 0.0),
         }
         print(f"{variant}: {rate:.2f} images/s (warm-up {results[f'{variant}.warmup_s']:.0f} s)", flush=True)
+        spent[variant] = time.perf_counter() - variant_t0
         if args.json:  # after every variant, so a run stopped at its time limit keeps the rows it finished
             Path(args.json).write_text(json.dumps(results, indent=2, default=str))
         del gen

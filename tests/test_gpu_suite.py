@@ -103,13 +103,113 @@ def test_on_four_gpus_every_gpu_starts_busy_and_one_ray_cluster_runs_at_a_time()
     assert set(jobs) == JOBS | {"scale-ray2", "scale-ray4"}
     assert "scale-ray1" in jobs["scale-ray2"][3] and set(jobs["scale-ray4"][3]) >= {"scale-ray2", "grpo", "t2i"}
     assert all(share * 540 <= 540 for _, _, share, _ in jobs.values())
-    # grpo-multi follows the 4-GPU Ray round in its lane, on all four GPUs.
-    last = next(lane for lane in lanes if lane[0][0] == "scale-ray4")
-    assert [job[0] for job in last] == ["scale-ray4", "grpo-multi"] and last[1][1] == "0,1,2,3"
+    # grpo-multi starts beside the 4-GPU Ray round, on all four GPUs, and the two take the GPUs in turn (gates):
+    # the Ray round once GRPO's ranks are prepared, GRPO's steps once the Ray round has ended.
+    from gpu_suite import gates_of
+
+    assert jobs["grpo-multi"][1] == "0,1,2,3" and set(jobs["grpo-multi"][3]) == set(jobs["scale-ray4"][3])
+    assert gates_of(lanes, 4) == {"scale-ray4": ("grpo-multi", "prepared"), "grpo-multi": ("scale-ray4", "ended")}
+    assert gates_of(lanes, 2) == {} and gates_of(schedule(["scale"], 4), 4) == {}
     assert [job[0] for lane in schedule(["grpo"], 1) for job in lane] == ["grpo"]
     # The ipr slice, asked for with the others, runs last on every GPU.
     (ipr,) = [job for lane in schedule([*DEFAULT_PARTS, "ipr"], 4) for job in lane if job[0] == "ipr"]
     assert ipr[1] == "0,1,2,3" and set(ipr[3]) == set(jobs)
+
+
+def test_the_four_gpu_plan_fits_every_part_in_540_s_by_its_estimates(capsys) -> None:
+    """The default plan on 4 GPUs, with the warm-up estimates (one bucket compiled cold per first-wave process, the
+    others loaded from the machine's cache), ends every part within the budget; the plan is printed first."""
+    from gpu_suite import DEFAULT_PARTS, gates_of, plan_lines, print_plan, schedule
+
+    lanes = schedule(list(DEFAULT_PARTS), 4)
+    rows = plan_lines(lanes, 540, alone=False, gates=gates_of(lanes, 4))
+    by = {r["job"]: r for r in rows}
+    assert set(by) == JOBS | {"scale-ray2", "scale-ray4"}
+    assert all(r["fits"] for r in rows), rows
+    assert all(r["start_s"] + r["need_s"] <= 540 for r in rows)
+    # The 4-GPU jobs start after every 1- and 2-GPU job, grpo-multi last.
+    assert by["scale-ray4"]["start_s"] >= max(by[j]["start_s"] + by[j]["need_s"] for j in ("grpo", "t2i", "scale-ray2"))
+    # GRPO's ranks prepare beside the Ray round; their steps follow it.
+    assert by["grpo-multi"]["start_s"] == by["scale-ray4"]["start_s"]
+    assert by["grpo-multi"]["need_s"] > by["scale-ray4"]["need_s"]
+    # Later processes load the compiled buckets: the 4-GPU rounds need less than the first wave's.
+    assert by["scale-ray4"]["need_s"] < by["scale-ray1"]["need_s"]
+    # The t2i part's optional extra may run only until the 4-GPU jobs are due.
+    assert by["t2i"]["soft_s"] == by["scale-ray4"]["start_s"]
+    print_plan(rows, 540, tiny=False)
+    out = capsys.readouterr().out
+    assert out.startswith("plan (540 s budget") and "DOES NOT FIT" not in out and out.count("\n") == len(rows) + 1
+
+
+def test_a_part_that_cannot_finish_in_its_share_says_so_in_the_plan(capsys) -> None:
+    from gpu_suite import DEFAULT_PARTS, gates_of, plan_lines, print_plan, schedule
+
+    lanes = schedule(list(DEFAULT_PARTS), 4)
+    rows = plan_lines(lanes, 300, alone=False, gates=gates_of(lanes, 4))
+    late = [r["job"] for r in rows if not r["fits"]]
+    assert "grpo-multi" in late and "t2i" not in late
+    print_plan(rows, 300, tiny=False)
+    flagged = [line.split()[0] for line in capsys.readouterr().out.splitlines() if "DOES NOT FIT" in line]
+    assert flagged == late
+
+
+def test_a_gate_opens_when_the_other_job_is_prepared_or_has_ended(tmp_path) -> None:
+    import threading as th
+
+    from gpu_suite import Runner, gate_env, open_gate
+
+    gates = {"scale-ray4": ("grpo-multi", "prepared"), "grpo-multi": ("scale-ray4", "ended")}
+    assert gate_env("scale-ray4", gates, tmp_path) == {"UNVEIL_BENCH_GO_FILE": str(tmp_path / "scale-ray4.go")}
+    assert gate_env("grpo-multi", gates, tmp_path) == {
+        "UNVEIL_BENCH_GO_FILE": str(tmp_path / "grpo-multi.go"),
+        "UNVEIL_BENCH_PREPARED_FILE": str(tmp_path / "grpo-multi.prepared"),
+    }
+    ended = {"scale-ray4": th.Event(), "grpo-multi": th.Event()}
+    runner = Runner(time.monotonic() + 60, tmp_path)
+    ray4 = th.Thread(target=open_gate, args=("scale-ray4", "grpo-multi", "prepared", tmp_path, ended, runner))
+    multi = th.Thread(target=open_gate, args=("grpo-multi", "scale-ray4", "ended", tmp_path, ended, runner))
+    ray4.start()
+    multi.start()
+    (tmp_path / "grpo-multi.prepared").touch()
+    ray4.join(30)
+    assert (tmp_path / "scale-ray4.go").exists() and not (tmp_path / "grpo-multi.go").exists()
+    ended["scale-ray4"].set()
+    multi.join(30)
+    assert (tmp_path / "grpo-multi.go").exists()
+
+
+def test_the_json_gathers_every_members_warm_up_and_the_compilations_in_timed_rounds() -> None:
+    from gpu_suite import GpuSampler, warmups
+
+    member = {
+        "pid": 7,
+        "late_compiles": 0,
+        "warmup": {"seconds": 41.5, "shapes": [{"rows": 32, "size": "512x512", "seconds": 30.0, "graphs": 2}]},
+    }
+    results = {
+        "scale-ray2": {
+            "data": {
+                "compile": {
+                    "ray2": {
+                        "members_up_s": 50,
+                        "compiles_in_timed_round": 0,
+                        "members": [member, {**member, "pid": 8}],
+                    }
+                }
+            }
+        },
+        "t2i": {"data": {"compile.compile": member, "compile.compiles_in_timed_rounds": 0, "compile.mix_compiles": 0}},
+        "grpo": {"data": {"compile": {**member, "late_compiles": 1}}},
+    }
+    got = warmups(results)
+    assert got["scale-ray2/ray2"]["compiles_in_timed_round"] == 0
+    assert [m["pid"] for m in got["scale-ray2/ray2"]["members"]] == [7, 8]
+    assert got["scale-ray2/ray2"]["members"][0]["shapes"][0]["rows"] == 32
+    assert got["t2i/compile"]["members"][0]["warmup_s"] == 41.5 and got["grpo"]["compiles_in_timed_round"] == 1
+    sampler = GpuSampler(0.0)
+    sampler.samples = [(0.0, [0, 100], [1, 2]), (2.0, [50, 100], [1, 2]), (9.0, [100, 0], [1, 2])]
+    assert sampler.mean_util(0.0, 5.0, "0") == 25.0 and sampler.mean_util(0.0, 5.0, "0,1") == 62.5
+    assert sampler.timeline()["util_pct"][2] == [100, 0] and sampler.mean_util(20, 30, "0") is None
 
 
 def test_a_part_run_alone_gets_the_budget_its_lane_mates_leave() -> None:

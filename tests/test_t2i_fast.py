@@ -227,16 +227,51 @@ def test_a_spec_can_name_switches(tmp_path) -> None:
 # -- batch buckets and static compilation ----------------------------------------------------------------
 
 
-def test_compiled_presets_pad_batches_to_a_few_buckets():
+def test_compiled_presets_pad_batches_up_to_the_next_bucket():
     compiled = resolve_accel("compile", "cuda")
     sizes = {compiled.padded_batch(n, 32) for n in range(1, 33)}
-    assert sizes == {1, 2, 4, 8, 16, 24, 32}  # 7 static UNet graphs for any batch up to 32
-    assert all(compiled.padded_batch(n, 32) - n <= 7 for n in range(9, 33))
-    assert compiled.padded_batch(10, 12) == 12  # never above max_batch ...
-    assert compiled.padded_batch(40, 32) == 40  # ... nor below the batch itself
-    assert resolve_accel("fp8", "cuda").padded_batch(3, 32) == 4
+    assert sizes == {8, 32} == set(compiled.batch_sizes(32))  # the warm-up compiles exactly these
+    assert [compiled.padded_batch(n, 32) for n in (1, 2, 8, 9, 17)] == [8, 8, 8, 32, 32]
+    assert compiled.padded_batch(10, 12) == 12 and compiled.batch_sizes(12) == (8, 12)  # max_batch is a bucket
+    assert compiled.padded_batch(40, 32) == 40  # never below the batch itself
+    assert compiled.padded_batch(5, 32, (4, 6)) == 6 and compiled.batch_sizes(32, (4, 6)) == (4, 6, 32)
+    assert resolve_accel("fp8", "cuda").padded_batch(3, 32) == 8
     assert PRESETS["eager"].padded_batch(3, 32) == 3  # the parity path renders exactly what was asked
     assert resolve_accel("compile+no-bucket", "cuda").padded_batch(3, 32) == 3
+    # A dynamic batch dimension: no buckets; at least 2 rows (a batch of 1 would get a graph of its own), and the
+    # warm-up's second size makes the dimension symbolic.
+    dynamic = resolve_accel("compile+dynamic", "cuda")
+    assert [dynamic.padded_batch(n, 32) for n in (1, 2, 3, 31)] == [2, 2, 3, 31]
+    assert dynamic.batch_sizes(32) == (2, 32)
+
+
+def test_compile_settings_are_read_and_checked(monkeypatch):
+    from tools.env import SettingError
+    from tools.t2i.warmup import CompileSettings, compile_settings
+
+    for name in ("UNVEIL_T2I_BUCKETS", "UNVEIL_T2I_WARMUP_SIZES", "UNVEIL_T2I_WARMUP", "UNVEIL_COMPILE_SHARED"):
+        monkeypatch.delenv(name, raising=False)
+    assert compile_settings() == CompileSettings()
+    assert CompileSettings().buckets == (8, 32) and CompileSettings().warmup_sizes == ((512, 512),)
+    monkeypatch.setenv("UNVEIL_T2I_BUCKETS", "32, 8,8")
+    monkeypatch.setenv("UNVEIL_T2I_WARMUP_SIZES", "512x768,256")
+    monkeypatch.setenv("UNVEIL_T2I_WARMUP", "off")
+    got = compile_settings()
+    assert got.buckets == (8, 32) and got.warmup_sizes == ((512, 768), (256, 256)) and got.warmup is False
+    for name, bad, says in (
+        ("UNVEIL_T2I_BUCKETS", "0,8", "between 1 and"),
+        ("UNVEIL_T2I_BUCKETS", "eight", "expected batch sizes"),
+        ("UNVEIL_T2I_WARMUP_SIZES", "500x500", "multiples of 8"),
+        ("UNVEIL_T2I_WARMUP_SIZES", "big", "WIDTHxHEIGHT"),
+    ):
+        monkeypatch.setenv(name, bad)
+        with pytest.raises(SettingError, match=f"{name}=.*{says}"):
+            compile_settings()
+        monkeypatch.delenv(name)
+    # Every setting is declared once, with its variable and help.
+    from dataclasses import fields
+
+    assert all(f.metadata["env"].startswith("UNVEIL_") and f.metadata["description"] for f in fields(CompileSettings))
 
 
 def _recording_backend(kinds: list[str], used: list[int]):
@@ -288,7 +323,8 @@ def test_static_compilation_keeps_full_batches_on_their_own_graph():
 
 
 async def test_padded_rows_are_rendered_and_dropped(sd_dir, tmp_path):
-    """A bucketed batch of 3 images is rendered as 4 rows; the 3 images are those of an unpadded render."""
+    """A bucketed batch of 3 images is rendered as 8 rows (the smallest bucket); the 3 images are those of an
+    unpadded render."""
     from dataclasses import replace
 
     from tools.image_store import get_image_store
@@ -323,7 +359,7 @@ async def test_padded_rows_are_rendered_and_dropped(sd_dir, tmp_path):
     finally:
         gen._pipe = None
         gen.fast_path = PRESETS["eager"]
-    assert calls == [4] and len(images) == 3
+    assert calls == [8] and len(images) == 3
     solo = get_generator(f"diffusers:{sd_dir}", store=store, device="cpu", max_batch=1)
     for r, image in zip(reqs, images, strict=True):
         alone = np.asarray(store.open((await solo.generate(r))[0])).astype(int)

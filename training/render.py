@@ -9,6 +9,8 @@ generator goes through `generate` and the image store.
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     from tools.t2i.diffusers_backend import DiffusersGenerator
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -141,4 +144,26 @@ def make_renderer(
         generator._pipe = own  # the generator's loaded pipeline (tools/t2i/diffusers_backend.py)
     elif scheduler != "default":
         raise ValueError(f"t2i_scheduler {scheduler!r}: expected default or dpm")
+    else:
+        warm_in_background(generator)
     return GeneratorRenderer(generator, store=store, render=render)
+
+
+def warm_in_background(generator: Any) -> threading.Thread | None:
+    """Load a diffusers generator's pipeline and compile its shapes (`DiffusersGenerator.warm_up`) on a thread of
+    its own, so the minutes of a first compilation overlap the policy's loading instead of the first step. The
+    first render waits for it (the pipeline is handed out only once warmed up); an error there is raised again by
+    that render. Only a compiled generator (the CUDA default) has anything to warm up."""
+    fast_path = getattr(generator, "fast_path", None)
+    if not (fast_path is not None and fast_path.compile and hasattr(generator, "warm_up")):
+        return None
+
+    def warm() -> None:
+        try:
+            _ = generator.pipeline
+        except Exception as exc:  # noqa: BLE001 - the first render loads again and raises it where it is seen
+            log.warning("reward renderer: background warm-up failed (%s); the first render will retry", exc)
+
+    thread = threading.Thread(target=warm, name="t2i-warm-up", daemon=True)
+    thread.start()
+    return thread

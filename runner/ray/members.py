@@ -69,10 +69,17 @@ class RenderWorker(_Member):
         self.generator = build_local_generator(spec, store=self.scratch.store, long_prompts=long_prompts, **options)
 
     def ready(self) -> dict[str, Any]:
-        """Where this member runs; loads the pipeline first, so a bad model fails here, once."""
-        if isinstance(getattr(type(self.generator), "pipeline", None), property):
-            _ = self.generator.pipeline  # type: ignore[attr-defined]  # the diffusers generator loads it lazily
-        return super().ready()
+        """Where this member runs, and its compile warm-up: loads the pipeline and compiles every shape it can
+        render first (`DiffusersGenerator.warm_up`), so a bad model fails here, once, and a member that answers
+        will not compile again (the pool sends requests only to members that answered)."""
+        warm_up = getattr(self.generator, "warm_up", None)
+        report = warm_up() if callable(warm_up) else {}  # the diffusers generator loads and compiles here
+        return {**super().ready(), "warmup": report}
+
+    def stats(self) -> dict[str, Any]:
+        """What this member compiled: its warm-up, the shapes it ran, any compilation after the warm-up."""
+        compile_stats = getattr(self.generator, "compile_stats", None)
+        return {**super().ready(), **(compile_stats() if callable(compile_stats) else {})}
 
     async def render(self, request: GenerationRequest) -> list[bytes]:
         """Render one request (batched with the others this member holds) and return its PNG bytes."""

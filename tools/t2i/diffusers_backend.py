@@ -12,6 +12,7 @@ floating-point noise of a different batch shape on GPU).
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import threading
 from dataclasses import dataclass
 from typing import Any, cast
@@ -23,6 +24,7 @@ from tools.t2i.errors import GenerationOOMError, PromptError, UnsupportedOptionE
 from tools.t2i.fast import CompileGuard, FastPath, disable_compile, resolve_accel
 from tools.t2i.pipeline_loading import Pipeline, clear_loaded_pipelines, default_device, load_pipeline
 from tools.t2i.variants import SLD_CONFIGS
+from tools.t2i.warmup import WARMUP_STEPS, WarmShape, compile_settings, warm_up
 
 # A batch job's key: the pipeline object's id and the sorted call options; jobs of one key share a batch.
 BatchKey = tuple[int, tuple[tuple[str, Any], ...]]
@@ -158,6 +160,16 @@ def decode_to_pil(pipe: Pipeline, latents: Any) -> list[Any]:
     return [Image.fromarray(p) for p in pixels]
 
 
+def warmup_key(pipe: Pipeline, preset: str) -> str:
+    """What the compiled graphs of `pipe`'s UNet depend on, naming its warm-up locks (`tools.t2i.warmup`): the
+    pipeline class, the UNet's architecture, dtype and device (`cuda:1` graphs are not `cuda:0` ones; a Ray member
+    sees its GPU as `cuda:0`, as every process given one GPU does) and the preset. Not the folder it was loaded
+    from (`_name_or_path`): two processes' copies of one architecture compile the same graphs."""
+    config = {k: v for k, v in dict(pipe.unet.config).items() if not k.startswith("_")}
+    parts = [type(pipe).__name__, config, str(pipe.unet.dtype), str(pipe.unet.device), preset]
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
 @dataclass(frozen=True)
 class _ImageJob:
     prompt: str
@@ -212,23 +224,74 @@ class DiffusersGenerator:
         self.max_wait_s = max_wait_ms / 1000.0
         self.store = store
         self.truncate_long_prompts = truncate_long_prompts
+        # The buckets and warm-up sizes (environment), read here so that a bad value fails at construction.
+        self.compile_settings = compile_settings()
         self._pipe: Pipeline | None = None
 
     # -- loading -------------------------------------------------------------------------------------------
 
     @property
     def pipeline(self) -> Pipeline:
-        """The (shared) diffusers pipeline, loaded on first use."""
+        """The (shared) diffusers pipeline, loaded on first use; a compiled one is handed out only once warmed up
+        (`warm_up`), so a thread asking meanwhile waits rather than compiling beside the warm-up."""
         if self._pipe is None:
-            self._pipe = load_pipeline(
-                self.model,
-                variant=self.variant,
-                unet_file=self.unet_file,
-                device=self.device,
-                dtype=self.dtype,
-                accel=self.fast_path.name,
-            )
+            pipe = self._load()
+            self.warm_up()
+            self._pipe = pipe
         return self._pipe
+
+    def _load(self) -> Pipeline:
+        return load_pipeline(
+            self.model,
+            variant=self.variant,
+            unet_file=self.unet_file,
+            device=self.device,
+            dtype=self.dtype,
+            accel=self.fast_path.name,
+        )
+
+    def warm_up(self) -> dict[str, Any]:
+        """Compile every shape this generator can render before its first request: each batch size of
+        `FastPath.batch_sizes` (the buckets) at each warm-up image size, one short render each, shared with the
+        machine's other processes (`tools.t2i.warmup`). Once per pipeline and call keywords; later calls wait for
+        it and return its report. Nothing to do (an empty report) on the eager path or with
+        `UNVEIL_T2I_WARMUP=0`."""
+        pipe = self._load()
+        settings = self.compile_settings
+        if not (self.fast_path.compile and settings.warmup):
+            return {}
+        shapes = []
+        for width, height in settings.warmup_sizes:
+            kwargs = self.call_kwargs(GenerationRequest(prompt="warm-up", width=width, height=height))
+            # SLD guides only after its warm-up steps, with a third batch chunk: render past them.
+            kwargs["num_inference_steps"] = max(WARMUP_STEPS, int(kwargs.get("sld_warmup_steps", 0)) + 1)
+            for rows in self.fast_path.batch_sizes(self.max_batch, settings.buckets):
+                shapes.append(WarmShape(rows, width, height, tuple(sorted(kwargs.items()))))
+        guard = compile_guard(pipe, self.fast_path)
+        key = (self.variant, tuple(shapes))
+        with guard.lock:
+            if key not in guard.warmed:
+                model_key = warmup_key(pipe, self.fast_path.name)
+
+                def run(shape: WarmShape) -> None:
+                    payloads = [_ImageJob("warm-up", self.default_negative, k) for k in range(shape.rows)]
+                    self.render_rows(payloads, dict(shape.kwargs), keep=0, overlap=False, pipe=pipe)
+
+                # Another generator over this UNet (SLD's three-chunk batches) warms up its own shapes: not late.
+                guard.ready = False
+                try:
+                    guard.warmup = warm_up(shapes, run, model_key, settings)
+                    guard.warmed.add(key)
+                finally:
+                    guard.ready = True
+            return guard.warmup
+
+    def compile_stats(self) -> dict[str, Any]:
+        """What this generator's pipeline compiled: the warm-up's report, the shapes run and any compilation after
+        the warm-up (`CompileGuard.stats`); empty on the eager path."""
+        if not self.fast_path.compile:
+            return {}
+        return compile_guard(self.pipeline, self.fast_path).stats()
 
     def call_kwargs(self, request: GenerationRequest) -> dict[str, Any]:
         """Pipeline keywords shared by every image of a batch (size, steps, guidance, SLD preset)."""
@@ -283,18 +346,32 @@ class DiffusersGenerator:
 
     def render_batch(self, jobs: list[Job]) -> list[Any]:
         """Render compatible jobs in one pipeline call (runs on the batcher's worker thread)."""
-        import torch
-
         real: list[_ImageJob] = [j.payload for j in jobs]
         # A compiled UNet renders a bucket size of rows (`FastPath.padded_batch`): padding rows repeat the last
-        # image and are dropped, so a batch of odd size reuses a static graph instead of compiling a symbolic one.
-        rows = self.fast_path.padded_batch(len(real), self.max_batch)
+        # image and are dropped, so a batch of any size reuses a graph the warm-up compiled.
+        rows = self.fast_path.padded_batch(len(real), self.max_batch, self.compile_settings.buckets)
         payloads = real + [real[-1]] * (rows - len(real))
         kwargs = dict(cast(BatchKey, jobs[0].key)[1])
-        negatives = [p.negative_prompt or "" for p in payloads]
-        pipe = self.pipeline
+        return self.render_rows(payloads, kwargs, keep=len(real), overlap=self.fast_path.overlap_decode)
+
+    def render_rows(
+        self,
+        payloads: list[_ImageJob],
+        kwargs: dict[str, Any],
+        *,
+        keep: int,
+        overlap: bool,
+        pipe: Pipeline | None = None,
+    ) -> list[Any]:
+        """One pipeline call on exactly `payloads` with `kwargs` (on `pipe`, default this generator's pipeline);
+        the first `keep` images (decoded beside the next batch when `overlap` and this generator decodes
+        itself)."""
+        import torch
+
+        pipe = self.pipeline if pipe is None else pipe
         own_decode = self.decodes_itself(pipe)
-        overlap = own_decode and self.fast_path.overlap_decode
+        overlap = own_decode and overlap
+        negatives = [p.negative_prompt or "" for p in payloads]
 
         def call() -> Any:
             # Generators are made per call: a retry after a failed compilation must draw the same latents.
@@ -315,20 +392,21 @@ class DiffusersGenerator:
         except torch.cuda.OutOfMemoryError as exc:
             if self.device.startswith("cuda"):
                 torch.cuda.empty_cache()
+            images = keep or len(payloads)  # the images asked for (a warm-up keeps none)
             raise GenerationOOMError(
-                f"{self.name}: CUDA out of memory rendering a batch of {len(jobs)} images at "
+                f"{self.name}: CUDA out of memory rendering a batch of {images} images at "
                 f"{kwargs['width']}x{kwargs['height']}, {kwargs['num_inference_steps']} steps "
                 f"(lower max_batch, now {self.max_batch})",
-                batch_size=len(jobs),
+                batch_size=images,
             ) from exc
         # The padding rows are decoded with the rest (the compiled decoder keeps the bucket shapes) and dropped.
         if overlap:
             # The UNet is done; the decode runs beside the next batch and each caller waits for its image.
             batch = submit_decode(pipe, out.images, self.device)
-            return [_Deferred(batch, i) for i in range(len(real))]
+            return [_Deferred(batch, i) for i in range(keep)]
         if own_decode:
-            return decode_to_pil(pipe, out.images)[: len(real)]
-        return list(out.images)[: len(real)]
+            return decode_to_pil(pipe, out.images)[:keep]
+        return list(out.images)[:keep]
 
     def decodes_itself(self, pipe: object) -> bool:
         """Whether this generator decodes the latents itself (`decode_to_pil`, maybe beside the next batch): the

@@ -6,24 +6,28 @@ CPU behaviour (and every CPU test) stays the plain eager path, bit for bit.
 - `eager`: fp16 UNet in NCHW layout, PyTorch SDPA attention, no compilation. The parity path: plain PyTorch
   kernels, for bit-exact checks.
 - `compile`: `eager` + fused QKV projections, cuDNN autotuning, 1x1 convolutions as matmuls, `torch.compile` of
-  the UNet and of the VAE decoder with static shapes, batches padded to bucket sizes (1, 2, 4, 8, then multiples
-  of 8) so that a few static graphs serve every batch, and the image's uint8 conversion on the GPU
-  (`decode_to_pil`). The default on CUDA.
+  the UNet and of the VAE decoder with static shapes, batches padded up to the next bucket size (1, 8, 16, 32 by
+  default: `UNVEIL_T2I_BUCKETS`, `tools.t2i.warmup`) so that a few static graphs serve every batch, every bucket
+  compiled before the first request (the warm-up), and the image's uint8 conversion on the GPU (`decode_to_pil`).
+  The default on CUDA.
 - `fp8`: `compile` without the VAE switch + torchao float8 (dynamic activation scales; per-tensor for fp16
   weights, per-row for bf16) on the UNet's linear layers. Hopper or newer only; a named option, never the
   default, because it changes the images.
 
 A preset may be followed by switches, `accel="compile+freeze"` or `compile+no-vae` (`SWITCHES`): Inductor
 freezing (`freeze`), coordinate-descent tuning (`cd`), GEMM-only autotuning (`gemm`), NCHW convolutions
-(`nchw`), the compiled VAE decode (`vae`), the decode beside the next batch (`overlap`) and the batch buckets
-(`bucket`). They exist so the benchmark can measure them; which ones the presets use, and why, is decided by the
-measurements in docs/tools.md (bench/t2i_throughput.py).
+(`nchw`), the compiled VAE decode (`vae`), the decode beside the next batch (`overlap`), the batch buckets
+(`bucket`) and a dynamic batch dimension instead of buckets (`dynamic`: one graph with a symbolic batch). They
+exist so the benchmark can measure them; which ones the presets use, and why, is decided by the measurements in
+docs/tools.md (bench/t2i_throughput.py).
 
 Compilation is plain `torch.compile` with static shapes, applied in place to the UNet (the module object stays
-the same, so SLD sharing the UNet and diffusers' attribute access keep working). Its cost is paid on the first
-batch of each new bucket size; a one-line notice is printed then, and Inductor's FX graph cache (under
-`$TORCHINDUCTOR_CACHE_DIR`, default `~/.cache/unveil/inductor`) makes later processes compile faster. If
-compilation fails, the UNet falls back to eager with a warning and the batch is rendered again.
+the same, so SLD sharing the UNet and diffusers' attribute access keep working). Its cost is paid once per bucket
+by the generator's warm-up (`tools.t2i.warmup`), before the first request; Inductor's FX graph and AOTAutograd
+caches (under `$TORCHINDUCTOR_CACHE_DIR`, default `~/.cache/unveil/inductor`, shared by every process of the
+machine) let the other processes load what the first compiled. A shape met after the warm-up still compiles, with
+a loud warning, and is counted (`CompileGuard.late_compiles`). If compilation fails, the UNet falls back to eager
+with a warning and the batch is rendered again.
 """
 
 from __future__ import annotations
@@ -44,6 +48,15 @@ from tools.t2i.errors import UnsupportedOptionError
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# The batch sizes a compiled UNet is padded up to (and compiled for, before the first request), unless
+# `UNVEIL_T2I_BUCKETS` names others (`tools.t2i.warmup.CompileSettings`); `max_batch` (32 on CUDA) is always one.
+# Each bucket is one static graph: one to two minutes of compilation the first time on a machine, and about 30 s
+# in every later process even from the cache (Dynamo traces the UNet again: 28 s of the first batch with a warm
+# cache at 4405ca1, docs/tools.md). So two: a batch of 1-8 images runs as 8 rows, 9-31 as 32. Under load batches
+# are full (32); the padding costs compute only on the last batch of a burst, and a lone image renders in the time
+# of 8 (about 2 s on an H100) instead of waiting for a compilation of its own.
+DEFAULT_BUCKETS = (8, 32)
 
 
 @dataclass(frozen=True)
@@ -70,15 +83,34 @@ class FastPath:
     # Pad each batch to a bucket size (`padded_batch`) so the compiled UNet sees a few static shapes: a batch of
     # an odd size would otherwise compile a graph with a symbolic batch (see the comment above `PRESETS`).
     bucket_batches: bool = False
+    # One graph with a symbolic batch dimension instead of one static graph per bucket (the inputs' first dimension
+    # marked dynamic, `compile_static`): one compilation and no padding beyond 2 rows, but Inductor then skips its
+    # convolution layout optimisation (see the comment above `PRESETS`). Measured against the buckets by
+    # `bench/t2i_throughput.py --mix`.
+    dynamic_batch: bool = False
 
-    def padded_batch(self, n: int, max_batch: int) -> int:
+    def padded_batch(self, n: int, max_batch: int, buckets: tuple[int, ...] = DEFAULT_BUCKETS) -> int:
         """How many rows a batch of `n` images is rendered as: `n` itself unless batches are bucketed, else the
-        next of 1, 2, 4, 8 and then the multiples of 8, at most `max(n, max_batch)` (the padding rows repeat an
-        image of the batch and are dropped)."""
-        if not self.bucket_batches or n < 1:
+        smallest of `batch_sizes(max_batch, buckets)` that holds `n` (`n` itself above them all); with a dynamic
+        batch, at least 2 (a batch of 1 would get a graph of its own). Padding rows repeat an image of the batch
+        and are dropped."""
+        if n < 1:
             return n
-        bucket = 1 << (n - 1).bit_length() if n <= 8 else -(-n // 8) * 8
-        return max(n, min(bucket, max_batch))
+        if self.dynamic_batch:
+            return max(n, 2)
+        if not self.bucket_batches:
+            return n
+        return next((b for b in self.batch_sizes(max_batch, buckets) if b >= n), n)
+
+    def batch_sizes(self, max_batch: int, buckets: tuple[int, ...] = DEFAULT_BUCKETS) -> tuple[int, ...]:
+        """The batch sizes the warm-up compiles: the buckets below `max_batch` and `max_batch` itself (bucketed);
+        2 and `max_batch` (dynamic: one graph, the second size checks that it serves both); `max_batch` alone
+        (neither: other sizes compile when met)."""
+        if self.dynamic_batch:
+            return tuple(sorted({min(2, max_batch), max_batch}))
+        if not self.bucket_batches:
+            return (max_batch,)
+        return (*sorted({b for b in buckets if b < max_batch}), max_batch)
 
     def inductor_options(self) -> dict[str, Any]:
         """Inductor settings scoped to this UNet's compilation (not process-wide)."""
@@ -142,6 +174,7 @@ SWITCHES = {
     "vae": "compile_vae",
     "overlap": "overlap_decode",
     "bucket": "bucket_batches",
+    "dynamic": "dynamic_batch",
 }
 
 
@@ -181,8 +214,13 @@ def resolve_accel(accel: str, device: str) -> FastPath:
 
 
 def default_cache_dir() -> str:
-    """Where Inductor keeps compiled kernels and FX graphs across runs (set once per process if unset)."""
-    return set_default("TORCHINDUCTOR_CACHE_DIR", str(Path.home() / ".cache" / "unveil" / "inductor"))
+    """Where Inductor keeps compiled kernels and FX graphs across runs (set once per process if unset): the
+    machine-level folder of `UNVEIL_COMPILE_CACHE` (`tools.t2i.warmup.CompileSettings`), else
+    `~/.cache/unveil/inductor`, shared by every process of the machine."""
+    from tools.t2i.warmup import compile_settings
+
+    folder = compile_settings().cache_dir or str(Path.home() / ".cache" / "unveil" / "inductor")
+    return set_default("TORCHINDUCTOR_CACHE_DIR", folder)
 
 
 def _quantize_fp8(unet: Any) -> int:
@@ -245,35 +283,64 @@ def apply_fast_path(pipe: Any, preset: FastPath) -> None:
         n = _quantize_fp8(unet)
         log.info("fp8: %d linear layers of the UNet quantised (torchao float8)", n)
     if preset.compile:
-        import torch._inductor.config as inductor_config
-
-        default_cache_dir()
-        inductor_config.fx_graph_cache = True
-        compile_static(unet, options=preset.inductor_options() or None)
+        compile_static(unet, options=preset.inductor_options() or None, dynamic_batch=preset.dynamic_batch)
     if preset.compile_vae:
         # The decoder alone (what `vae.decode` runs after one 1x1 convolution): its group norms over 512x512
         # activations are what the eager decode spends its time on.
-        compile_static(pipe.vae.decoder, options={"layout_optimization": False} if preset.nchw_convs else None)
+        compile_static(
+            pipe.vae.decoder,
+            options={"layout_optimization": False} if preset.nchw_convs else None,
+            dynamic_batch=preset.dynamic_batch,
+        )
 
 
-def compile_static(module: Any, *, options: dict[str, Any] | None = None, backend: Any = "inductor") -> None:
+def compile_static(
+    module: Any, *, options: dict[str, Any] | None = None, backend: Any = "inductor", dynamic_batch: bool = False
+) -> None:
     """`module.compile()` in place with static shapes: each new input shape gets a graph of its own instead of
-    one with symbolic sizes (see the comment above `PRESETS`). Raises the per-frame recompile limit to
-    `RECOMPILE_LIMIT`."""
+    one with symbolic sizes (see the comment above `PRESETS`); with `dynamic_batch`, the first dimension of every
+    tensor argument is marked dynamic before each call instead, so the first call compiles one graph that serves
+    every batch of 2 rows or more. Raises the per-frame recompile limit to `RECOMPILE_LIMIT` and turns on the FX
+    graph and AOTAutograd caches (`tools.t2i.warmup.enable_compile_caches`)."""
     import torch._dynamo.config as dynamo_config
 
+    from tools.t2i.warmup import enable_compile_caches
+
+    enable_compile_caches()
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
-    module.compile(backend=backend, dynamic=False, options=options)
+    module.compile(backend=backend, dynamic=None if dynamic_batch else False, options=options)
+    if dynamic_batch:
+        module._compiled_call_impl = _batch_marked(module._compiled_call_impl)
+
+
+def _batch_marked(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """`compiled` with the batch (first) dimension of its tensor arguments marked dynamic before each call (what
+    `nn.Module.__call__` runs for a compiled module; marks must be set outside the compiled code)."""
+    import torch
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] > 1:
+                torch._dynamo.maybe_mark_dynamic(value, 0)
+        return compiled(*args, **kwargs)
+
+    return call
 
 
 @dataclass
 class CompileGuard:
-    """Per-pipeline compile bookkeeping: the notice on new shapes, the eager fallback after a failure."""
+    """Per-pipeline compile bookkeeping: the notice on new shapes, the eager fallback after a failure, and, once
+    the warm-up compiled every shape (`ready`), a loud warning and a count for any compilation after it."""
 
     preset: FastPath
     seen: set[tuple[int, ...]] = field(default_factory=set)
     failed: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
+    ready: bool = False  # set by the warm-up: from here on a compilation is a defect, counted below
+    late_compiles: int = 0  # pipeline calls after the warm-up during which Dynamo compiled a graph
+    late_shapes: list[tuple[int, ...]] = field(default_factory=list)
+    warmed: set[tuple[Any, ...]] = field(default_factory=set)  # warm-up keys done (`tools.t2i.warmup`)
+    warmup: dict[str, Any] = field(default_factory=dict)  # the warm-up's report (`tools.t2i.warmup.warm_up`)
 
     def run(self, unet: Any, shape: tuple[int, ...], fn: Callable[[], T]) -> T:
         """Call `fn` (one pipeline call); print a notice while a new shape compiles; fall back to eager on a
@@ -281,13 +348,14 @@ class CompileGuard:
         if not self.preset.compile or self.failed:
             return fn()
         new = shape not in self.seen
-        if new:
+        if new and not self.ready:
             print(
                 f"unveil t2i: compiling the UNet for batch shape {shape} (one-off, about a minute; cached in "
                 f"{default_cache_dir()})",
                 file=sys.stderr,
                 flush=True,
             )
+        before = compile_count()
         t0 = time.perf_counter()
         try:
             out = fn()
@@ -303,10 +371,46 @@ class CompileGuard:
                 stacklevel=2,
             )
             return fn()
+        seconds = time.perf_counter() - t0
+        if self.ready and compile_count() > before:
+            self._late(shape, seconds)
         if new:
             self.seen.add(shape)
-            log.info("t2i: first batch of shape %s took %.1f s (compilation included)", shape, time.perf_counter() - t0)
+            log.info("t2i: first batch of shape %s took %.1f s (compilation included)", shape, seconds)
         return out
+
+    def _late(self, shape: tuple[int, ...], seconds: float) -> None:
+        """A compilation after the warm-up: said loudly (stderr and the log) and counted in `stats()`."""
+        self.late_compiles += 1
+        self.late_shapes.append(shape)
+        message = (
+            f"unveil t2i: COMPILED AFTER THE WARM-UP: batch shape {shape} was not among the warmed-up shapes "
+            f"({self.late_compiles} late compilation(s) so far; this batch took {seconds:.1f} s). Add its batch size "
+            "to UNVEIL_T2I_BUCKETS or its image size to UNVEIL_T2I_WARMUP_SIZES."
+        )
+        print(message, file=sys.stderr, flush=True)
+        log.warning(message)
+
+    def stats(self) -> dict[str, Any]:
+        """What this pipeline compiled and when: the warm-up's report, the shapes run, the late compilations."""
+        return {
+            "preset": self.preset.name,
+            "ready": self.ready,
+            "compile_failed": self.failed,
+            "shapes_run": sorted(self.seen),
+            "late_compiles": self.late_compiles,
+            "late_shapes": list(self.late_shapes),
+            "warmup": dict(self.warmup),
+        }
+
+
+def compile_count() -> int:
+    """Graphs Dynamo compiled in this process so far (its `unique_graphs` counter; 0 when unavailable)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:  # pragma: no cover - torch without Dynamo
+        return 0
+    return int(counters["stats"]["unique_graphs"])
 
 
 def is_compile_error(exc: BaseException) -> bool:

@@ -1,0 +1,230 @@
+"""The compiled path's warm-up (`tools.t2i.warmup`): every bucket compiled before the first request, nothing
+compiled after it for any batch the buckets cover (a shape outside them is compiled, said loudly and counted),
+concurrent warm-ups taking different shapes first, and the compiled artefacts shared through a cluster folder.
+
+No GPU here: the UNet of a tiny pipeline is compiled by Dynamo with its `eager` backend (the Inductor stand-in), so
+Dynamo's graph counts are real and the images are the eager path's."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.tiny import TINY_IMAGE_SIZE, build_tiny_sd
+from tools.t2i.fast import PRESETS, compile_static
+from tools.t2i.warmup import CompileSettings, WarmShape, shape_lock, warm_shapes, warm_up
+
+SIZE = TINY_IMAGE_SIZE
+
+
+@pytest.fixture
+def cache_env(tmp_path, monkeypatch):
+    """A private compile cache folder (its lock files) and the tiny sizes as the warm-up's."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setenv("UNVEIL_T2I_BUCKETS", "1,2")
+    monkeypatch.setenv("UNVEIL_T2I_WARMUP_SIZES", f"{SIZE}x{SIZE}")
+    monkeypatch.delenv("UNVEIL_T2I_WARMUP", raising=False)
+    monkeypatch.delenv("UNVEIL_COMPILE_SHARED", raising=False)
+    return tmp_path
+
+
+def _shape(rows: int) -> WarmShape:
+    return WarmShape(rows, SIZE, SIZE, (("steps", 2),))
+
+
+def test_a_warm_up_takes_the_shapes_no_other_process_holds_first(cache_env):
+    """Two warm-ups at once each compile a different shape first; the one whose shape the other holds waits for
+    that lock and then runs it (by then from the cache)."""
+    first, second = _shape(2), _shape(1)
+    order: list[int] = []
+    second_ran = threading.Event()
+
+    def run(shape: WarmShape) -> None:
+        order.append(shape.rows)
+        if shape.rows == 1:
+            second_ran.set()
+
+    with shape_lock(first.lock_name("model"), blocking=True):  # another process compiles shape 2
+        worker = threading.Thread(target=lambda: records.extend(warm_shapes([first, second], run, "model")))
+        records: list[dict] = []
+        worker.start()
+        assert second_ran.wait(60)  # it did not wait for shape 2's lock to start on shape 1
+        assert order == [1]
+    worker.join(60)
+    assert order == [1, 2] and [r["rows"] for r in records] == [1, 2]
+    assert records[0]["waited_s"] == 0.0 and set(records[1]) >= {"seconds", "waited_s", "graphs", "size"}
+
+
+def test_compiled_artefacts_are_saved_for_and_loaded_from_the_cluster_folder(cache_env, monkeypatch):
+    saved: list[bytes] = []
+    loaded: list[bytes] = []
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"compiled", None))
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda data: loaded.append(data))
+    settings = CompileSettings(shared_cache=str(cache_env / "cluster"))
+
+    def compiling_run(shape: WarmShape) -> None:
+        from torch._dynamo.utils import counters
+
+        counters["inductor"]["fxgraph_cache_miss"] += 1  # what a real compilation counts
+
+    report = warm_up([_shape(1)], compiling_run, "model", settings)
+    assert report["shared"]["load"].startswith("none yet") and report["shared"]["save"].startswith("saved")
+    files = list((cache_env / "cluster").iterdir())
+    assert len(files) == 1 and files[0].read_bytes() == b"compiled"
+    saved.append(files[0].read_bytes())
+    # Another machine: loads them first; compiles nothing new, so saves nothing.
+    again = warm_up([_shape(1)], lambda shape: None, "model", settings)
+    assert again["shared"]["load"].startswith("loaded") and loaded == saved
+    assert again["shared"]["save"] == "nothing new"
+    assert warm_up([_shape(1)], lambda shape: None, "model", CompileSettings())["shared"]["load"] == "no shared cache"
+
+
+@pytest.fixture
+def compiled_generator(cache_env):
+    """A tiny CPU generator on the compiled preset's bucketing, its UNet compiled by Dynamo (eager backend)."""
+    from tools.t2i.diffusers_backend import DiffusersGenerator, clear_pipeline_cache
+
+    folder = build_tiny_sd(cache_env / "sd")
+    gen = DiffusersGenerator("tiny", folder, device="cpu", max_batch=4, store=None)
+    gen.fast_path = replace(PRESETS["eager"], compile=True, bucket_batches=True)
+    torch._dynamo.reset()
+    compile_static(gen._load().unet, backend="eager")
+    try:
+        yield gen, folder
+    finally:
+        clear_pipeline_cache()
+        torch._dynamo.reset()
+
+
+async def test_a_compiled_generator_is_warm_before_its_first_request(compiled_generator, tmp_path, capsys):
+    from tools.image_store import get_image_store
+    from tools.t2i import GenerationRequest, get_generator
+
+    gen, folder = compiled_generator
+    gen.store = store = get_image_store(tmp_path / "store")
+    _ = gen.pipeline  # loading it warms it up
+    stats = gen.compile_stats()
+    warm = stats["warmup"]
+    # Buckets 1 and 2 below max_batch 4, and max_batch itself, at the warm-up size: each compiled once.
+    assert stats["ready"] and [s["rows"] for s in warm["shapes"]] == [4, 2, 1]
+    assert all(s["graphs"] >= 1 and s["size"] == f"{SIZE}x{SIZE}" for s in warm["shapes"])
+    assert gen.warm_up() == warm  # once per pipeline: later calls return the first report
+    capsys.readouterr()
+
+    requests = [GenerationRequest(prompt=f"a red car {i}", seed=i, width=SIZE, height=SIZE, steps=2) for i in range(3)]
+    ids = [(await gen.generate(r))[0] for r in requests[:1]]
+    import asyncio
+
+    ids += [x[0] for x in await asyncio.gather(*(gen.generate(r) for r in requests[1:]))]
+    after = gen.compile_stats()
+    assert after["late_compiles"] == 0 and "COMPILED AFTER THE WARM-UP" not in capsys.readouterr().err
+
+    # A size the warm-up did not cover still renders, and the compilation it needs is said loudly and counted.
+    await gen.generate(GenerationRequest(prompt="a boat", seed=9, width=48, height=48, steps=2))
+    late = gen.compile_stats()
+    assert late["late_compiles"] == 1 and late["late_shapes"] == [(1, 48, 48)]
+    assert "COMPILED AFTER THE WARM-UP" in capsys.readouterr().err
+
+    # The padded, compiled renders are the plain eager path's images (one per call, the UNet no longer compiled).
+    from tools.t2i.fast import disable_compile
+
+    disable_compile(gen.pipeline.unet)
+    eager = get_generator(f"diffusers:{folder}", store=store, device="cpu", max_batch=1)
+    for request, image_id in zip(requests, ids, strict=True):
+        alone = np.asarray(store.open((await eager.generate(request))[0])).astype(int)
+        assert np.abs(np.asarray(store.open(image_id)).astype(int) - alone).max() <= 1
+
+
+def test_no_warm_up_on_the_eager_path_or_when_turned_off(compiled_generator, monkeypatch):
+    from tools.t2i.diffusers_backend import DiffusersGenerator
+
+    _gen, folder = compiled_generator
+    assert DiffusersGenerator("tiny", folder, device="cpu").warm_up() == {}  # eager: nothing to compile
+    monkeypatch.setenv("UNVEIL_T2I_WARMUP", "0")
+    off = DiffusersGenerator("tiny", folder, device="cpu", max_batch=4)
+    off.fast_path = replace(PRESETS["eager"], compile=True, bucket_batches=True)
+    assert off.warm_up() == {} and off.compile_stats()["ready"] is False
+
+
+def test_the_reward_renderer_warms_a_compiled_generator_up_beside_the_policy_load():
+    from training.render import warm_in_background
+
+    class Compiled:
+        fast_path = replace(PRESETS["eager"], compile=True)
+        loads: list[str] = []
+
+        @property
+        def pipeline(self) -> object:
+            self.loads.append(threading.current_thread().name)
+            return object()
+
+        def warm_up(self) -> dict:
+            return {}
+
+    thread = warm_in_background(Compiled())
+    assert thread is not None
+    thread.join(60)
+    assert Compiled.loads == ["t2i-warm-up"]
+
+    class Eager(Compiled):
+        fast_path = PRESETS["eager"]
+
+    assert warm_in_background(Eager()) is None
+
+
+def test_the_lock_folder_is_the_machine_cache(cache_env):
+    with shape_lock("x", blocking=False) as held:
+        assert held
+        with shape_lock("x", blocking=False) as again:
+            assert not again  # a second holder (another process, or thread) does not get it
+    assert (Path(cache_env) / "inductor" / "unveil-warmup-locks" / "x.lock").is_file()
+
+
+def test_a_dynamic_batch_compiles_one_graph_for_every_batch(cache_env):
+    """`compile+dynamic`: the warm-up's first size compiles one graph with a symbolic batch; its second size, and
+    a batch of another size later, compile nothing."""
+    from tools.t2i.diffusers_backend import DiffusersGenerator, clear_pipeline_cache
+    from tools.t2i.diffusers_backend import _ImageJob as Job
+
+    gen = DiffusersGenerator("tiny", build_tiny_sd(cache_env / "sd"), device="cpu", max_batch=4)
+    gen.fast_path = replace(PRESETS["eager"], compile=True, dynamic_batch=True)
+    torch._dynamo.reset()
+    try:
+        compile_static(gen._load().unet, backend="eager", dynamic_batch=True)
+        shapes = gen.warm_up()["shapes"]
+        assert [s["rows"] for s in shapes] == [4, 2] and shapes[0]["graphs"] >= 1 and shapes[1]["graphs"] == 0
+        kwargs = gen.call_kwargs(_request())
+        gen.render_rows([Job("a cat", None, k) for k in range(3)], kwargs, keep=3, overlap=False)
+        assert gen.compile_stats()["late_compiles"] == 0
+    finally:
+        clear_pipeline_cache()
+        torch._dynamo.reset()
+
+
+def _request():
+    from tools.t2i import GenerationRequest
+
+    return GenerationRequest(prompt="a cat", width=SIZE, height=SIZE, steps=2)
+
+
+def test_two_folders_of_one_architecture_share_their_warm_up_locks(tmp_path):
+    """Each bench process saves its own copy of the model: the copies compile the same graphs, so their warm-ups
+    must coordinate on the same locks (the folder is not part of the key; the dtype is)."""
+    from tools.t2i.diffusers_backend import clear_pipeline_cache, warmup_key
+    from tools.t2i.pipeline_loading import load_pipeline
+
+    try:
+        a, b = (
+            load_pipeline(build_tiny_sd(tmp_path / name), variant="plain", unet_file=None, device="cpu")
+            for name in ("a", "b")
+        )
+        assert a is not b and warmup_key(a, "compile") == warmup_key(b, "compile") != warmup_key(a, "fp8")
+        a.unet.to(torch.float16)
+        assert warmup_key(a, "compile") != warmup_key(b, "compile")
+    finally:
+        clear_pipeline_cache()

@@ -1,0 +1,303 @@
+"""The compiled UNet's shapes, ready before the first request: the settings that name them, the warm-up that
+compiles them, and the caches every process of a machine (and of a cluster) compiles into and loads from.
+
+A compiled generator (`tools.t2i.fast`, the CUDA default) renders every batch padded up to a bucket size
+(`CompileSettings.buckets`), so the shapes it can meet are known when it starts: one per bucket and warm-up image
+size. `DiffusersGenerator.warm_up` renders each of them once (2 diffusion steps) when its pipeline loads, through
+`warm_shapes` below; a Ray render member answers `ready()` only after it, so no request ever waits for a compile
+and no timed round contains one (`CompileGuard` warns loudly and counts any that happens anyway).
+
+Sharing, so a machine compiles each shape once:
+
+- one Inductor cache folder per machine (`TORCHINDUCTOR_CACHE_DIR`, from `UNVEIL_COMPILE_CACHE` or
+  `~/.cache/unveil/inductor`) with Inductor's FX graph cache and the AOTAutograd cache on: a process that meets a
+  graph another one compiled loads it (Dynamo still traces, seconds, not a minute);
+- one lock file per shape in that folder: the processes warming up at once (the members of a machine) each take a
+  shape no other is compiling, so the first compilations run side by side, and each then loads the shapes the
+  others compiled, waiting on their locks rather than compiling the same graph again in parallel;
+- across machines, `UNVEIL_COMPILE_SHARED` names a folder every machine sees: after a warm-up that compiled
+  something, its compiled artefacts (`torch.compiler.save_cache_artifacts`) are written there, and a warm-up on
+  another machine loads them (`load_cache_artifacts`) before it starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import IO, Any
+
+from tools.env import SettingError, env_bool, env_list, env_str
+from tools.t2i.defaults import REQUEST_SIZE
+from tools.t2i.fast import DEFAULT_BUCKETS, compile_count, default_cache_dir
+
+log = logging.getLogger(__name__)
+
+WARMUP_STEPS = 2  # diffusion steps of a warm-up render: the UNet's graph does not depend on the step count
+MAX_BUCKET = 4096  # bound of a bucket size (a batch of images in one pipeline call)
+
+
+def _sizes(text: list[str], name: str) -> tuple[tuple[int, int], ...]:
+    out = []
+    for item in text:
+        w, _, h = item.lower().partition("x")
+        try:
+            size = (int(w), int(h or w))
+        except ValueError:
+            raise SettingError(f"{name}={item!r}: expected WIDTHxHEIGHT, e.g. 512x512") from None
+        if min(size) < 8 or size[0] % 8 or size[1] % 8:
+            raise SettingError(f"{name}={item!r}: width and height must be positive multiples of 8")
+        out.append(size)
+    return tuple(dict.fromkeys(out))
+
+
+def _buckets(text: list[str], name: str) -> tuple[int, ...]:
+    try:
+        values = [int(x) for x in text]
+    except ValueError:
+        raise SettingError(f"{name}={','.join(text)!r}: expected batch sizes, e.g. 1,8,16,32") from None
+    if any(not 1 <= v <= MAX_BUCKET for v in values):
+        raise SettingError(f"{name}={','.join(text)!r}: every bucket must be between 1 and {MAX_BUCKET}")
+    return tuple(sorted(set(values)))
+
+
+@dataclass(frozen=True)
+class CompileSettings:
+    """How a compiled generator's shapes are chosen, warmed up and shared (one environment variable a field)."""
+
+    buckets: tuple[int, ...] = field(
+        default=DEFAULT_BUCKETS,
+        metadata={
+            "env": "UNVEIL_T2I_BUCKETS",
+            "min": 1,
+            "max": MAX_BUCKET,
+            "description": "Batch sizes a compiled UNet pads a batch up to (comma list, e.g. 1,8,16,32); the "
+            "generator's max_batch is always one. Each is one static graph compiled at start.",
+        },
+    )
+    warmup: bool = field(
+        default=True,
+        metadata={
+            "env": "UNVEIL_T2I_WARMUP",
+            "description": "Compile every bucket when a compiled generator loads (before its first request; a Ray "
+            "render member is ready only after it). Off: each shape compiles when first met.",
+        },
+    )
+    warmup_sizes: tuple[tuple[int, int], ...] = field(
+        default=((REQUEST_SIZE, REQUEST_SIZE),),
+        metadata={
+            "env": "UNVEIL_T2I_WARMUP_SIZES",
+            "min": 8,
+            "description": "Image sizes the warm-up compiles each bucket at (comma list of WIDTHxHEIGHT, multiples "
+            "of 8; default 512x512, the IPR, CTD and request default).",
+        },
+    )
+    cache_dir: str = field(
+        default="",
+        metadata={
+            "env": "UNVEIL_COMPILE_CACHE",
+            "description": "The machine's compile cache folder (TORCHINDUCTOR_CACHE_DIR, unless that is set), shared "
+            "by every process of the machine; default ~/.cache/unveil/inductor.",
+        },
+    )
+    shared_cache: str = field(
+        default="",
+        metadata={
+            "env": "UNVEIL_COMPILE_SHARED",
+            "description": "A folder every machine of a cluster sees: warm-ups save their compiled artefacts there "
+            "and load those of other machines (empty: none).",
+        },
+    )
+
+
+def compile_settings() -> CompileSettings:
+    """The settings from the environment (each bad value a `SettingError` naming its variable)."""
+    meta = {f.name: f.metadata["env"] for f in fields(CompileSettings)}
+    buckets = env_list(meta["buckets"])
+    sizes = env_list(meta["warmup_sizes"])
+    return CompileSettings(
+        buckets=_buckets(buckets, meta["buckets"]) if buckets else DEFAULT_BUCKETS,
+        warmup=env_bool(meta["warmup"], True),
+        warmup_sizes=_sizes(sizes, meta["warmup_sizes"]) if sizes else CompileSettings.warmup_sizes,
+        cache_dir=os.path.expanduser(env_str(meta["cache_dir"]) or ""),
+        shared_cache=os.path.expanduser(env_str(meta["shared_cache"]) or ""),
+    )
+
+
+def enable_compile_caches() -> str:
+    """Point Inductor at the machine's cache folder and turn on its FX graph cache and the AOTAutograd cache (so a
+    graph another process compiled is loaded, not compiled); the folder."""
+    folder = default_cache_dir()
+    import torch._inductor.config as inductor_config
+
+    inductor_config.fx_graph_cache = True
+    with contextlib.suppress(ImportError, AttributeError):
+        import torch._functorch.config as functorch_config
+
+        functorch_config.enable_autograd_cache = True
+    return folder
+
+
+@contextlib.contextmanager
+def shape_lock(name: str, *, blocking: bool) -> Iterator[bool]:
+    """Hold the machine-wide lock of one warm-up shape (a file in the cache folder); yields False at once when
+    `blocking` is off and another process holds it."""
+    folder = Path(default_cache_dir()) / "unveil-warmup-locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    handle: IO[bytes] = open(folder / f"{name}.lock", "ab")  # noqa: SIM115 - closed below
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    finally:
+        handle.close()
+
+
+def _cache_counters() -> dict[str, int]:
+    """Inductor's and AOTAutograd's cache hit and miss counters so far (absent ones are 0)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:  # pragma: no cover - torch without Dynamo
+        return {}
+    return {
+        "fx_cache_hits": int(counters["inductor"]["fxgraph_cache_hit"]),
+        "fx_cache_misses": int(counters["inductor"]["fxgraph_cache_miss"]),
+        "aot_cache_hits": int(counters["aot_autograd"]["autograd_cache_hit"]),
+    }
+
+
+@dataclass(frozen=True)
+class WarmShape:
+    """One shape to warm up: `rows` images of `width` x `height` under the call keywords `kwargs`."""
+
+    rows: int
+    width: int
+    height: int
+    kwargs: tuple[tuple[str, Any], ...]
+
+    def lock_name(self, model_key: str) -> str:
+        """The machine-wide lock file of this shape of the model `model_key`."""
+        text = json.dumps([model_key, self.rows, self.width, self.height, repr(self.kwargs)])
+        return f"{self.rows}x{self.width}x{self.height}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+def _measure(shape: WarmShape, run: Callable[[WarmShape], None], waited: float) -> dict[str, Any]:
+    before, graphs, t0 = _cache_counters(), compile_count(), time.perf_counter()
+    run(shape)
+    after = _cache_counters()
+    return {
+        "rows": shape.rows,
+        "size": f"{shape.width}x{shape.height}",
+        "seconds": round(time.perf_counter() - t0, 2),
+        "waited_s": round(waited, 2),
+        "graphs": compile_count() - graphs,
+        **{k: after[k] - before.get(k, 0) for k in after},
+    }
+
+
+def warm_shapes(shapes: list[WarmShape], run: Callable[[WarmShape], None], model_key: str) -> list[dict[str, Any]]:
+    """Run `run` once on every shape, each under its machine-wide lock: first the shapes no other process is
+    warming up (so concurrent warm-ups compile different shapes side by side), then, waiting for their locks,
+    those others held (by then in the cache: loaded, not compiled). Returns one record per shape, in the order
+    run: its seconds, the seconds waited for its lock, the graphs Dynamo compiled and the cache hits and misses."""
+    pending = sorted(shapes, key=lambda s: -s.rows)
+    records: list[dict[str, Any]] = []
+    while pending:
+        for shape in pending:
+            with shape_lock(shape.lock_name(model_key), blocking=False) as held:
+                if held:
+                    records.append(_measure(shape, run, 0.0))
+                    break
+        else:
+            shape = pending[0]
+            t0 = time.perf_counter()
+            with shape_lock(shape.lock_name(model_key), blocking=True):
+                records.append(_measure(shape, run, time.perf_counter() - t0))
+        pending.remove(shape)
+    return records
+
+
+def _artefact_file(settings: CompileSettings, model_key: str) -> Path | None:
+    if not settings.shared_cache:
+        return None
+    import torch
+
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    text = json.dumps([torch.__version__, device, model_key, settings.buckets, settings.warmup_sizes])
+    return Path(settings.shared_cache) / f"unveil-compiled-{hashlib.sha256(text.encode()).hexdigest()[:20]}.bin"
+
+
+def load_shared_artefacts(settings: CompileSettings, model_key: str) -> str:
+    """Load the compiled artefacts another machine saved under `UNVEIL_COMPILE_SHARED` (if any); what happened."""
+    path = _artefact_file(settings, model_key)
+    if path is None:
+        return "no shared cache"
+    if not path.is_file():
+        return f"none yet in {path}"
+    import torch
+
+    try:
+        torch.compiler.load_cache_artifacts(path.read_bytes())
+    except Exception as exc:  # noqa: BLE001 - a stale or partial file only costs the compilation it would save
+        log.warning("t2i warm-up: could not load %s (%s); compiling instead", path, exc)
+        return f"unreadable: {type(exc).__name__}"
+    return f"loaded {path}"
+
+
+def save_shared_artefacts(settings: CompileSettings, model_key: str) -> str:
+    """Save this process's compiled artefacts under `UNVEIL_COMPILE_SHARED` for the other machines; what happened."""
+    path = _artefact_file(settings, model_key)
+    if path is None:
+        return "no shared cache"
+    import torch
+
+    saved = torch.compiler.save_cache_artifacts()
+    if saved is None:
+        return "nothing to save"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(saved[0])
+    tmp.replace(path)  # another machine never reads half a file
+    return f"saved {path}"
+
+
+def warm_up(
+    shapes: list[WarmShape], run: Callable[[WarmShape], None], model_key: str, settings: CompileSettings
+) -> dict[str, Any]:
+    """The whole warm-up of one pipeline: shared artefacts loaded, every shape run (`warm_shapes`), artefacts
+    saved if anything was compiled; the report a member gives (seconds, each shape's record, the cache folder)."""
+    t0 = time.perf_counter()
+    cache = enable_compile_caches()
+    loaded = load_shared_artefacts(settings, model_key)
+    records = warm_shapes(shapes, run, model_key)
+    compiled = any(r.get("fx_cache_misses", 0) for r in records)
+    saved = save_shared_artefacts(settings, model_key) if compiled else "nothing new"
+    report = {
+        "seconds": round(time.perf_counter() - t0, 2),
+        "shapes": records,
+        "buckets": sorted({s.rows for s in shapes}),
+        "sizes": sorted({f"{s.width}x{s.height}" for s in shapes}),
+        "cache_dir": cache,
+        "shared": {"load": loaded, "save": saved},
+        "pid": os.getpid(),
+    }
+    log.info(
+        "t2i warm-up: %d shape(s) in %.1f s (%s)",
+        len(records),
+        report["seconds"],
+        ", ".join(f"{r['rows']}@{r['size']} {r['seconds']:.0f} s" for r in records),
+    )
+    return report
