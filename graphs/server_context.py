@@ -174,9 +174,11 @@ class _Checker:
         self.roots = file_roots()
 
     def path(self, name: str, ref: str, *, text_file: bool = False) -> None:
+        """A file or folder the field names must lie in the server's folders."""
         check_path(name, ref, text_file=text_file, roots=self.roots)
 
     def spec(self, name: str, spec: str) -> None:
+        """A model spec: its base URL allowed, its script, local model or adapter in the server's folders."""
         try:
             parsed = ModelSpec.parse(spec)
         except ModelSpecError as exc:
@@ -192,15 +194,18 @@ class _Checker:
             self.path(name, adapter)
 
     def moderation(self, name: str, spec: str) -> None:
+        """The moderation endpoint `openai:MODEL[@BASE_URL]`: its base URL allowed."""
         _model, _, url = spec.partition("@")
         if url.strip():
             check_base_url(name, url.strip().rstrip("/"), self.allowed_urls)
 
     def guard(self, name: str, value: str) -> None:
+        """A guard: a `template=FILE` in the server's folders (built-in names name no file)."""
         if value.strip().startswith("template="):
             self.path(name, value.strip().partition("=")[2], text_file=True)
 
     def generator(self, name: str, spec: str) -> None:
+        """A text-to-image spec: a local diffusers folder or ESD UNet file in the server's folders."""
         kind, _, rest = spec.partition(":")
         model, _, query = rest.partition("?")
         if kind in ("openai", "registered"):  # an API model name, or an object the server registered itself
@@ -211,15 +216,18 @@ class _Checker:
             self.path(name, unet)
 
     def store(self, name: str, folder: str) -> None:
+        """An image store: the server's default one, or a folder in the server's folders (it is created there)."""
         if Path(folder).expanduser().resolve() != Path(default_store_root()).expanduser().resolve():
             self.path(name, folder)
 
     def model_ref(self, name: str, ref: str) -> None:
+        """A scorer's model: a Hub id, or a local folder in the server's folders."""
         local = ref.removeprefix("local-dir:")
         if ref.startswith("local-dir:") or _looks_local(local):
             self.path(name, local)
 
     def text_file(self, name: str, ref: str) -> None:
+        """A file read as data (Q16 embeddings): in the server's folders, regular and capped."""
         self.path(name, ref, text_file=True)
 
 

@@ -195,6 +195,12 @@ def _resolve_dtype(dtype: str, device: str) -> Any:
     return getattr(torch, dtype)
 
 
+def _adapter_base(folder: Path) -> Any:
+    """The base model a bare adapter folder's `adapter_config.json` names (a regular file, read capped)."""
+    raw = read_regular(folder / "adapter_config.json", MAX_SMALL_FILE_BYTES, what="adapter config")
+    return json.loads(raw.decode("utf-8")).get("base_model_name_or_path")
+
+
 def load_vlm(opts: HFOptions) -> LoadedVLM:
     """Load model, processor and optional adapter; errors name the missing piece."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
@@ -206,8 +212,7 @@ def load_vlm(opts: HFOptions) -> LoadedVLM:
             raise HFModelError(f"hf model folder {model_ref!r} does not exist")
         if (local / "adapter_config.json").is_file() and not (local / "config.json").is_file():
             # A bare adapter folder: the base model is named in its config.
-            raw = read_regular(local / "adapter_config.json", MAX_SMALL_FILE_BYTES, what="adapter config")
-            base = json.loads(raw.decode("utf-8")).get("base_model_name_or_path")
+            base = _adapter_base(local)
             if not base:
                 raise HFModelError(f"adapter folder {model_ref!r} names no base model; use hf:BASE?adapter={model_ref}")
             model_ref, adapter = base, adapter or str(local)
