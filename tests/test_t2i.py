@@ -299,6 +299,28 @@ async def test_batcher_groups_by_key_respects_max_batch_and_routes_results():
     assert [len(p) for k, p in seen if k == "b"] == [2]
 
 
+def test_batch_take_renders_the_largest_bucket_the_waiting_jobs_fill():
+    from tools.t2i.batching import batch_take
+
+    assert [batch_take(n, 32, (8, 32)) for n in (1, 7, 8, 20, 31, 32, 50)] == [1, 7, 8, 8, 8, 32, 32]
+    assert [batch_take(n, 32) for n in (1, 20, 50)] == [1, 20, 32]  # no sizes: as many as fit
+
+
+async def test_a_bucketed_batcher_pads_only_below_its_smallest_bucket():
+    # 20 jobs waiting with buckets 8 and 32: batches of 8, 8 and the last 4 (padded by the runner), 24 rows,
+    # where one batch of 20 would have been rendered as 32 rows
+    seen: list[int] = []
+
+    def runner(jobs):
+        seen.append(len(jobs))
+        return [j.payload for j in jobs]
+
+    b = Batcher("buckets")
+    out = await b.run("k", list(range(20)), runner, max_batch=32, max_wait_s=0.05, sizes=(8, 32))
+    assert out == list(range(20))
+    assert seen == [8, 8, 4]
+
+
 async def test_batcher_reports_failures_to_every_caller_and_keeps_running():
     def runner(jobs):
         if any(j.payload == "bad" for j in jobs):

@@ -157,6 +157,11 @@ def test_the_reward_renderer_warms_a_compiled_generator_up_beside_the_policy_loa
     class Compiled:
         fast_path = replace(PRESETS["eager"], compile=True)
         loads: list[str] = []
+        builds: list[str] = []
+
+        def _load(self) -> object:
+            self.builds.append(threading.current_thread().name)
+            return object()
 
         @property
         def pipeline(self) -> object:
@@ -169,6 +174,9 @@ def test_the_reward_renderer_warms_a_compiled_generator_up_beside_the_policy_loa
     thread = warm_in_background(Compiled())
     assert thread is not None
     thread.join(60)
+    # the modules are built in the caller's thread (model loading patches torch.nn process-wide: a policy built
+    # beside it got meta parameters on the GPU machine); only the compilation runs beside the policy's loading
+    assert Compiled.builds == [threading.current_thread().name]
     assert Compiled.loads == ["t2i-warm-up"]
 
     class Eager(Compiled):

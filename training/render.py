@@ -150,13 +150,20 @@ def make_renderer(
 
 
 def warm_in_background(generator: Any) -> threading.Thread | None:
-    """Load a diffusers generator's pipeline and compile its shapes (`DiffusersGenerator.warm_up`) on a thread of
-    its own, so the minutes of a first compilation overlap the policy's loading instead of the first step. The
-    first render waits for it (the pipeline is handed out only once warmed up); an error there is raised again by
-    that render. Only a compiled generator (the CUDA default) has anything to warm up."""
+    """Load a diffusers generator's pipeline here, then compile its shapes (`DiffusersGenerator.warm_up`) on a
+    thread of its own, so the minutes of a first compilation overlap the policy's loading instead of the first
+    step. The first render waits for it (the pipeline is handed out only once warmed up); an error there is raised
+    again by that render. Only a compiled generator (the CUDA default) has anything to warm up.
+
+    The pipeline is built in the caller's thread, never beside the policy: model loading (accelerate's
+    `init_empty_weights`, transformers' skipped initialisers) patches `torch.nn` for the whole process while it
+    runs, so a policy built meanwhile on another thread got meta parameters ("Cannot copy out of meta tensor")."""
     fast_path = getattr(generator, "fast_path", None)
     if not (fast_path is not None and fast_path.compile and hasattr(generator, "warm_up")):
         return None
+    load = getattr(generator, "_load", None)
+    if callable(load):
+        load()  # the shared, cached pipeline (tools/t2i/pipeline_loading.py): the thread below finds it loaded
 
     def warm() -> None:
         try:

@@ -7,6 +7,12 @@ the same compatibility key (same pipeline, size, steps, guidance, safety setting
 wait, up to a maximum batch, renders them in one call and routes each result back to its caller's future.
 While the GPU is busy new jobs pile up, so under load batches fill without waiting at all.
 
+A compiled UNet renders only its bucket sizes (`tools/t2i/fast.py: FastPath.padded_batch`): a batch of 20 with
+buckets 8 and 32 costs 32 rows. A job may therefore carry the `sizes` its runner renders without padding; the
+worker then takes the largest of them that the waiting jobs fill (20 waiting: a batch of 8, the other 12 wait for
+the next batch, which the jobs arriving meanwhile fill further), and pads only below the smallest. Jobs rarely wait
+longer for it: the GPU is busy with the batch taken, and the rest go first in the next one.
+
 The worker is a plain thread fed by a `queue.Queue`, so it serves any number of event loops (tests, CLI runs,
 training loops each with their own `asyncio.run`). Only one batch runs per device at a time, which also keeps
 pipeline objects (schedulers hold per-call state) away from concurrent use.
@@ -37,6 +43,7 @@ class Job:
     runner: Callable[[list[Job]], Sequence[Any]]
     max_batch: int = DEFAULT_MAX_BATCH
     max_wait_s: float = DEFAULT_MAX_WAIT_S
+    sizes: tuple[int, ...] = ()
     future: concurrent.futures.Future[Any] = field(default_factory=concurrent.futures.Future)
     enqueued: float = field(default_factory=time.monotonic)
 
@@ -80,9 +87,11 @@ class Batcher:
         *,
         max_batch: int = DEFAULT_MAX_BATCH,
         max_wait_s: float = DEFAULT_MAX_WAIT_S,
+        sizes: tuple[int, ...] = (),
     ) -> list[Any]:
-        """Render `payloads` (possibly batched with other callers' jobs) and return results in order."""
-        jobs = [Job(key, p, runner, max_batch=max_batch, max_wait_s=max_wait_s) for p in payloads]
+        """Render `payloads` (possibly batched with other callers' jobs) and return results in order; `sizes`, when
+        given, are the batch sizes the runner renders without padding (see the module docstring)."""
+        jobs = [Job(key, p, runner, max_batch=max_batch, max_wait_s=max_wait_s, sizes=sizes) for p in payloads]
         futures = self.submit(jobs)
         return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futures)))
 
@@ -111,10 +120,11 @@ class Batcher:
                 except queue.Empty:
                     break
                 pending.append(job)
+            take = batch_take(sum(1 for j in pending if j.key == head.key), head.max_batch, head.sizes)
             batch: list[Job] = []
             rest: deque[Job] = deque()
             for job in pending:
-                if job.key == head.key and len(batch) < head.max_batch:
+                if job.key == head.key and len(batch) < take:
                     batch.append(job)
                 else:
                     rest.append(job)
@@ -138,6 +148,14 @@ class Batcher:
         self.stats.sizes.append(len(batch))
         for job, result in zip(batch, results, strict=False):
             job.future.set_result(result)
+
+
+def batch_take(waiting: int, max_batch: int, sizes: tuple[int, ...] = ()) -> int:
+    """How many of `waiting` compatible jobs the next batch takes: up to `max_batch`; with `sizes` (the batch
+    sizes rendered without padding), the largest of them that the jobs fill, or all of them (padded) when they
+    fill none."""
+    n = min(waiting, max_batch)
+    return max((s for s in sizes if s <= n), default=n)
 
 
 _BATCHERS: dict[str, Batcher] = {}

@@ -286,6 +286,14 @@ class DiffusersGenerator:
                     guard.ready = True
             return guard.warmup
 
+    def unpadded_sizes(self) -> tuple[int, ...]:
+        """The batch sizes this generator renders without padding rows: its buckets when a compiled UNet renders
+        only those (the batcher then forms batches of them), else none (any size)."""
+        fast_path = self.fast_path
+        if not (fast_path.compile and fast_path.bucket_batches and not fast_path.dynamic_batch):
+            return ()
+        return fast_path.batch_sizes(self.max_batch, self.compile_settings.buckets)
+
     def compile_stats(self) -> dict[str, Any]:
         """What this generator's pipeline compiled: the warm-up's report, the shapes run and any compilation after
         the warm-up (`CompileGuard.stats`); empty on the eager path."""
@@ -431,7 +439,12 @@ class DiffusersGenerator:
         key: BatchKey = (id(self.pipeline), tuple(sorted(kwargs.items())))
         payloads = [_ImageJob(request.prompt, negative, request.seed + k) for k in range(request.num_images)]
         results = await get_batcher(self.device).run(
-            key, payloads, self.render_batch, max_batch=self.max_batch, max_wait_s=self.max_wait_s
+            key,
+            payloads,
+            self.render_batch,
+            max_batch=self.max_batch,
+            max_wait_s=self.max_wait_s,
+            sizes=self.unpadded_sizes(),
         )
         images = await finished_images(results)
         store = self.store or get_image_store()
