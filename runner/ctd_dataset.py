@@ -50,6 +50,7 @@ from tools.review_log import SAMPLES as SAMPLES
 from tools.review_log import ReviewBusyError
 from tools.review_log import append_records as append_records
 from tools.review_log import review_lock as review_lock
+from tools.reviewers import REVIEWERS, ReviewerAuthError, load_reviewers, require_reviewers_file, reviewers_path
 from tools.safe_files import atomic_write, atomic_writer
 
 if TYPE_CHECKING:
@@ -371,14 +372,21 @@ def apply_reviews(
     decisions: Mapping[str, dict[str, Any] | list[dict[str, Any]]],
     *,
     reviewer: str | None = None,
+    role: str = "local",
     min_reviewers: int = 1,
     rule: str = "unanimous",
     records: Callable[[], Mapping[str, dict[str, Any]]] | None = None,
     views: bool = True,
+    appended: list[tuple[str, int]] | None = None,
 ) -> dict[str, int]:
     """Apply reviewer decisions ({id: {decision: approve|reject|note|undo, note, reviewer?, undoes?}}, or {id: [one
     per reviewer]}) under the folder lock; `undo` takes back entry `undoes` of the record's `review_history`
     (see `graphs.ctd_review.undo`).
+
+    Who decides: `reviewer` with `role` as the caller authenticated them against the folder's reviewers file
+    (`tools.reviewers`: `reviewer` or `adjudicator`); the default `local` is single-user mode, allowed only while
+    the folder has no reviewers file and the rule needs one reviewer (a `ReviewerAuthError` otherwise), where a
+    decision's own `reviewer` field is a label.
 
     Several reviewers (the TAG paper's unanimous confirmation, §4.1): every approve/reject on a pending sample joins
     its `review.reviews` list (reviewer, note, time), and the sample is accepted or rejected once the reviews decide
@@ -388,17 +396,23 @@ def apply_reviews(
     decision adds a note without deciding. Updated records are appended to `samples.jsonl` (the last record of an
     id wins, as everywhere), so a concurrent `unveil generate` appending its own records loses nothing.
     Returns how many decisions approved or rejected a sample, left it pending (more reviewers needed), were notes,
-    were kept as conflicts, and were skipped (unknown id, a record that `record_problem` refuses, or empty).
-    `records` reads the folder's records by id under the lock (default `load_samples`; the web app passes its
-    index); `views=False` leaves rewriting `dataset.jsonl` and `review_queue.jsonl` to the caller."""
+    were kept as conflicts, repeated the reviewer's own judgement (`already`, not logged), undid an entry, were
+    refused (an undo of another reviewer's entry), and were skipped (unknown id, a record that `record_problem`
+    refuses, or empty). `records` reads the folder's records by id under the lock (default `load_samples`; the
+    web app passes its index); `views=False` leaves rewriting `dataset.jsonl` and `review_queue.jsonl` to the
+    caller; `appended` receives (id, history position) of each entry this call added, so a caller can offer to
+    undo exactly its own entry."""
     from graphs.ctd_rules import ReviewPolicy
 
     policy = ReviewPolicy(min_reviewers=min_reviewers, rule=rule)  # type: ignore[arg-type]
     root = Path(dataset_dir)
-    counts = {"approved": 0, "rejected": 0, "pending": 0, "noted": 0, "conflicts": 0, "undone": 0, "skipped": 0}
+    check_local_mode(root, role, min_reviewers)
+    counts = dict.fromkeys(
+        ("approved", "rejected", "pending", "noted", "conflicts", "undone", "already", "refused", "skipped"), 0
+    )
     with dataset_lock(root):
         by_id = records() if records is not None else load_samples(root)
-        changed, log = _decide(by_id, decisions, policy, reviewer, counts)
+        changed, log = _decide(by_id, decisions, policy, (reviewer or default_reviewer(), role), counts, appended)
         if changed:
             append_records(root, [{**r, "id": sid} for sid, r in changed.items()], log)
         if views:
@@ -406,15 +420,30 @@ def apply_reviews(
     return counts
 
 
+def check_local_mode(root: Path, role: str, min_reviewers: int) -> None:
+    """Refuse single-user decisions (role `local`) on a folder with a reviewers file, or under a rule of two or
+    more reviewers (see `tools.reviewers`)."""
+    if role != "local":
+        return
+    people = load_reviewers(reviewers_path(root))
+    if people is not None:
+        raise ReviewerAuthError(
+            f"{root}: this folder has a reviewers file ({REVIEWERS}): each decision needs a reviewer's token "
+            f"(UNVEIL_REVIEWER_TOKEN for `unveil review`, sign-in for `unveil ui`)"
+        )
+    require_reviewers_file(min_reviewers, people, str(root))
+
+
 def _decide(
     by_id: Mapping[str, dict[str, Any]],
     decisions: Mapping[str, dict[str, Any] | list[dict[str, Any]]],
     policy: ReviewPolicy,
-    reviewer: str | None,
+    actor: tuple[str, str],
     counts: dict[str, int],
+    appended: list[tuple[str, int]] | None,
 ) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
-    """Apply each decision to its record (in place), counting each outcome in `counts`; returns the records that
-    changed, by id, and the decision log entries to append."""
+    """Apply each decision to its record (in place) as `actor` (name, role), counting each outcome in `counts`;
+    returns the records that changed, by id, and the decision log entries to append."""
     # The one way a decision changes a record, shared with the CTD graph's review node (Studio).
     from graphs.ctd_review import apply_decision, now_iso
 
@@ -426,13 +455,13 @@ def _decide(
             if rec is None or record_problem(rec):
                 counts["skipped"] += 1
                 continue
-            done, entry = apply_decision(
-                rec, answer or {}, policy, reviewer=reviewer or default_reviewer(), now=now_iso()
-            )
+            done, entry = apply_decision(rec, answer or {}, policy, reviewer=actor[0], role=actor[1], now=now_iso())
             counts[done] += 1
             if entry is not None:
                 changed[sid] = rec
                 log.append({"id": sid, **entry})
+                if appended is not None:
+                    appended.append((sid, len(rec["review_history"]) - 1))
     return changed, log
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,7 +159,11 @@ def _register_review(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     r.add_argument("--approve", action="append", default=[], metavar="ID", help="approve one sample (repeatable)")
     r.add_argument("--reject", action="append", default=[], metavar="ID", help="reject one sample (repeatable)")
     r.add_argument("--note", default="", help="note stored with --approve/--reject decisions")
-    r.add_argument("--reviewer", help="name kept with each decision (default: the decisions' own, else the login name)")
+    r.add_argument(
+        "--reviewer",
+        help="single-user mode: name kept with each decision (default: the decisions' own, else the login name); "
+        "with a reviewers file the name is the token's (UNVEIL_REVIEWER_TOKEN, else a prompt)",
+    )
     r.add_argument(
         "--min-reviewers", type=bounded_int(1, 100), default=1, help="reviewers needed per sample (default 1)"
     )
@@ -451,16 +456,53 @@ def _named_decisions(args: argparse.Namespace, root: Path) -> dict[str, Any] | N
     return decisions
 
 
+def review_actor(args: argparse.Namespace, root: Path, decisions: dict[str, Any]) -> tuple[str | None, str]:
+    """Who applies the decisions (name, role). Without a reviewers file: single-user mode (`--reviewer`, else the
+    decisions' own labels, else the login name; role `local`). With one: the reviewer whose token is in
+    `UNVEIL_REVIEWER_TOKEN`, else typed at a prompt; a `--reviewer` or a decision line naming someone else is
+    refused (nobody decides as another)."""
+    import getpass
+
+    from tools.reviewers import ReviewerAuthError, authenticate, load_reviewers, reviewers_path
+
+    people = load_reviewers(reviewers_path(root))
+    if people is None:
+        return args.reviewer, "local"
+    token = os.environ.get("UNVEIL_REVIEWER_TOKEN", "").strip()
+    if not token and sys.stdin.isatty():
+        token = getpass.getpass(f"reviewer token for {root}: ")
+    if not token:
+        raise ReviewerAuthError(
+            f"{root} has a reviewers file: set UNVEIL_REVIEWER_TOKEN to your token (from `unveil reviewers add`)"
+        )
+    who = authenticate(people, token)
+    named = {args.reviewer} if args.reviewer else set()
+    for answers in decisions.values():
+        named |= {
+            str(a.get("reviewer")) for a in (answers if isinstance(answers, list) else [answers]) if a.get("reviewer")
+        }
+    others = sorted(named - {who.name})
+    if others:
+        raise ReviewerAuthError(
+            f"your token signs in as {who.name!r}; decisions naming {', '.join(map(repr, others))} must be applied "
+            "with their own tokens"
+        )
+    return who.name, who.role
+
+
 def _apply_decisions(args: argparse.Namespace, root: Path, decisions: dict[str, Any]) -> None:
-    """Apply the decisions under the review policy and say what changed."""
+    """Apply the decisions under the review policy as the authenticated reviewer and say what changed."""
     from runner.ctd_dataset import apply_reviews
 
+    reviewer, role = review_actor(args, root, decisions)
     counts = apply_reviews(
-        root, decisions, reviewer=args.reviewer, min_reviewers=args.min_reviewers, rule=args.review_rule
+        root, decisions, reviewer=reviewer, role=role, min_reviewers=args.min_reviewers, rule=args.review_rule
     )
     print(
         f"approved {counts['approved']}, rejected {counts['rejected']}, skipped {counts['skipped']}"
         + (f", {counts['pending']} waiting for more reviewers" if counts["pending"] else "")
+        + (f", {counts['already']} already judged by you (not counted again)" if counts["already"] else "")
+        + (f", {counts['refused']} undos of others' entries refused" if counts["refused"] else "")
         + (
             f", {counts['conflicts']} already decided by another reviewer (kept in review_history)"
             if counts["conflicts"]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evaluation.metrics import MTC_BIN_LABELS, MTC_BINS, mtc_bin
+from graphs.ctd_rules import latest_by_reviewer
 from graphs.tag_tree_check import TreeError, check_trees
 
 # The app's only imports from the CLI layer's dataset code: repoint here if ctd_dataset/batch move.
@@ -355,6 +356,7 @@ class CtdSource:
             "review": rec.get("review") or {"status": "none"},
             "undone": {h.get("undoes") for h in rec.get("review_history") or [] if h.get("decision") == "undo"},
             "judgements": judgements(rec.get("review_history") or []),
+            "n_reviews": len(latest_by_reviewer((rec.get("review") or {}).get("reviews") or [])),
         }
 
     @staticmethod
@@ -381,45 +383,48 @@ class CtdSource:
             return False
         return not (blind != "" and str(row.get("blind_found")) != blind)
 
-    def decide(self, sample_id: str, decision: str, note: str, reviewer: str) -> dict[str, int]:
-        """Apply one decision with `unveil review`'s semantics (locked, appended, reviewer and time kept); the
-        record is read through the index and the views follow in the background."""
+    def _apply(
+        self,
+        decisions: dict[str, dict[str, Any]],
+        actor: tuple[str, str],
+        appended: list[tuple[str, int]] | None = None,
+    ) -> dict[str, int]:
+        """Apply decisions as `actor` (name, role) with `unveil review`'s semantics (locked, appended, reviewer
+        and time kept); records are read through the index and the views follow in the background."""
         counts = apply_reviews(
             self.root,
-            {sample_id: {"decision": decision, "note": note, "reviewer": reviewer}},
+            decisions,
+            reviewer=actor[0],
+            role=actor[1],
             records=self.index.mapping,
             views=False,
             min_reviewers=self.min_reviewers,
             rule=self.rule,
+            appended=appended,
         )
         self.views.touch()
         return counts
 
-    def decide_many(self, sample_ids: list[str], decision: str, note: str, reviewer: str) -> dict[str, int]:
+    def decide(
+        self,
+        sample_id: str,
+        decision: str,
+        note: str,
+        actor: tuple[str, str],
+        appended: list[tuple[str, int]] | None = None,
+    ) -> dict[str, int]:
+        """Apply one decision as `actor`; `appended` receives the history entry it added."""
+        return self._apply({sample_id: {"decision": decision, "note": note}}, actor, appended)
+
+    def decide_many(self, sample_ids: list[str], decision: str, note: str, actor: tuple[str, str]) -> dict[str, int]:
         """One decision for several samples, applied together (one lock, one append)."""
-        counts = apply_reviews(
-            self.root,
-            {sid: {"decision": decision, "note": note, "reviewer": reviewer} for sid in sample_ids},
-            records=self.index.mapping,
-            views=False,
-            min_reviewers=self.min_reviewers,
-            rule=self.rule,
-        )
-        self.views.touch()
-        return counts
+        return self._apply({sid: {"decision": decision, "note": note} for sid in sample_ids}, actor)
 
-    def undo(self, sample_id: str, k: int, reviewer: str) -> dict[str, int]:
-        """Take back entry `k` of a sample's review history (the undo is appended, as every decision)."""
-        counts = apply_reviews(
-            self.root,
-            {sample_id: {"decision": "undo", "undoes": k, "reviewer": reviewer}},
-            records=self.index.mapping,
-            views=False,
-            min_reviewers=self.min_reviewers,
-            rule=self.rule,
-        )
-        self.views.touch()
-        return counts
+    def undo(
+        self, sample_id: str, k: int, actor: tuple[str, str], appended: list[tuple[str, int]] | None = None
+    ) -> dict[str, int]:
+        """Take back entry `k` of a sample's review history as `actor` (the undo is appended, as every decision)."""
+        return self._apply({sample_id: {"decision": "undo", "undoes": k}}, actor, appended)
 
     def export(self) -> Path:
         """Write the Parquet export of the usable samples."""
