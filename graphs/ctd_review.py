@@ -86,6 +86,41 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
+def judged(history: list[dict[str, Any]]) -> dict[str, str]:
+    """Each reviewer's latest approve/reject in a review history (undone entries and adjudications left out;
+    judgements kept as conflicts count: the reviewer did judge)."""
+    undone = {h.get("undoes") for h in history if h.get("decision") == "undo"}
+    out: dict[str, str] = {}
+    for k, h in enumerate(history):
+        if k not in undone and h.get("decision") in ("approve", "reject") and not h.get("adjudicated"):
+            out[str(h.get("reviewer") or "?")] = str(h["decision"])
+    return out
+
+
+def disagreement(rec: dict[str, Any]) -> bool:
+    """Whether the reviewers of a sample disagree (one approves, another rejects) and no adjudicator settled it."""
+    if (rec.get("review") or {}).get("adjudicated"):
+        return False
+    return len(set(judged(rec.get("review_history") or []).values())) > 1
+
+
+def _settle(rec: dict[str, Any], answer: dict[str, Any], entry: dict[str, Any]) -> str:
+    """An adjudicator's approve/reject on a sample whose reviewers disagree: it decides the sample whatever the
+    rule says, and is kept in the history and the review as an adjudication (the reviewers' own reviews stay)."""
+    status = parse_review(answer)["status"]
+    rec["status"] = "accepted" if status == "approved" else "rejected"
+    rec["review"] = {
+        **(rec.get("review") or {}),
+        "status": status,
+        "note": entry["note"],
+        "reviewer": entry["reviewer"],
+        "time": entry["time"],
+        "adjudicated": True,
+    }
+    entry.update(decision="approve" if status == "approved" else "reject", adjudicated=True)
+    return status
+
+
 def _live_review(rec: dict[str, Any], who: str) -> dict[str, Any] | None:
     """`who`'s review that counts now in the record's `review.reviews` (undone ones have left it), or None."""
     mine = [r for r in (rec.get("review") or {}).get("reviews") or [] if r.get("reviewer") == who]
@@ -124,6 +159,8 @@ def apply_decision(
         done = undo(rec, answer.get("undoes"), policy, entry, role=role)
         if done != "undone":
             return done, None  # nothing to undo there, undone already (a double click), or not theirs
+    elif role == "adjudicator" and disagreement(rec):
+        done = _settle(rec, answer, entry)
     else:
         one = {**parse_review(answer), "reviewer": who, "time": now}
         mine = _live_review(rec, who)
@@ -173,6 +210,9 @@ def undo(rec: dict[str, Any], k: Any, policy: ReviewPolicy, entry: dict[str, Any
     own = ReviewPolicy(
         min_reviewers=int(review.get("min_reviewers") or policy.min_reviewers), rule=review.get("rule") or policy.rule
     )
+    if review.get("adjudicated") and not target.get("adjudicated"):
+        rec["review"] = {**review, "reviews": kept}  # the adjudicator's decision still settles the sample
+        return "undone"
     if kept:
         again = combined_review(kept, own)
         rec["review"] = {**again, "reviewer": kept[-1].get("reviewer"), "time": kept[-1].get("time")}

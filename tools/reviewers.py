@@ -179,3 +179,68 @@ def require_reviewers_file(min_reviewers: int, people: dict[str, dict[str, Any]]
             f"signed-in person; add them with `unveil reviewers add DIR NAME` (without the file the local user is "
             f"the one reviewer and the rule is 1 reviewer)"
         )
+
+
+# -- assignment with overlap ----------------------------------------------------------------------------------
+
+ASSIGNMENT = "assignment.json"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Each sample goes to `per_sample` of `reviewers`, chosen by the sample id's hash (rendezvous hashing: the
+    reviewers with the highest SHA-256 of `id NUL name`), so the split needs no stored list, covers samples
+    written later, is the same on every machine, and moves only the samples of a reviewer added or removed."""
+
+    reviewers: tuple[str, ...]
+    per_sample: int
+
+    def of(self, sample_id: str) -> list[str]:
+        """The reviewers `sample_id` is assigned to, in rank order."""
+        ranked = sorted(
+            self.reviewers,
+            key=lambda name: hashlib.sha256(f"{sample_id}\x00{name}".encode()).hexdigest(),
+            reverse=True,
+        )
+        return ranked[: self.per_sample]
+
+
+def save_assignment(folder: str | os.PathLike[str], reviewers: list[str], per_sample: int) -> Assignment:
+    """Write the folder's assignment (`DIR/assignment.json`); names must be distinct and, when the folder has a
+    reviewers file, in it; `per_sample` from 1 to the number of reviewers."""
+    names = [check_name(n) for n in reviewers]
+    if len(set(names)) != len(names) or not names:
+        raise ReviewersFileError(f"--reviewers {','.join(reviewers)!r}: expected distinct names")
+    if not 1 <= per_sample <= len(names):
+        raise ReviewersFileError(f"--per-sample {per_sample}: expected 1 to {len(names)} (the reviewers named)")
+    people = load_reviewers(reviewers_path(folder))
+    unknown = [n for n in names if people is not None and n not in people]
+    if unknown:
+        raise ReviewersFileError(f"not in {reviewers_path(folder)}: {', '.join(unknown)} (unveil reviewers add)")
+    data = json.dumps({"reviewers": names, "per_sample": per_sample}, indent=2, ensure_ascii=False) + "\n"
+    with atomic_writer(Path(folder), ASSIGNMENT) as fh:
+        fh.write(data.encode("utf-8"))
+    return Assignment(tuple(names), per_sample)
+
+
+def load_assignment(folder: str | os.PathLike[str]) -> Assignment | None:
+    """The folder's assignment, or None (every reviewer may judge every sample)."""
+    p = Path(folder) / ASSIGNMENT
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ReviewersFileError(f"{p}: cannot be read ({exc.strerror}; a link is refused)") from exc
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise ReviewersFileError(f"{p}: not a regular file")
+        raw = fh.read(MAX_FILE_BYTES + 1)
+    try:
+        data = json.loads(raw[:MAX_FILE_BYTES].decode("utf-8"))
+        names, k = data["reviewers"], data["per_sample"]
+        if not (isinstance(names, list) and all(isinstance(n, str) for n in names) and isinstance(k, int)):
+            raise TypeError
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise ReviewersFileError(f"{p}: expected {{'reviewers': [NAME, ...], 'per_sample': N}}") from exc
+    return Assignment(tuple(names), max(1, min(k, len(names))))

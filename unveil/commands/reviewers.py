@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "reviewer: `unveil ui` asks for the token, `unveil review` reads UNVEIL_REVIEWER_TOKEN (or prompts), a "
         "Studio answer carries it as `token`. Without the file the local user is the one reviewer.",
     )
-    verbs = p.add_subparsers(dest="verb", required=True, metavar="{add,list,remove}")
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="{add,list,remove,assign}")
     add = verbs.add_parser("add", help="add a reviewer and print their token (shown only this once)")
     add.add_argument("dir", help="dataset folder written by `unveil generate`")
     add.add_argument("name", help="the reviewer's name, as decisions will record it")
@@ -37,6 +37,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rm = verbs.add_parser("remove", help="remove a reviewer (their token stops working; decisions stay)")
     rm.add_argument("dir", help="dataset folder")
     rm.add_argument("name", help="the reviewer to remove")
+    asg = verbs.add_parser(
+        "assign",
+        help="split the samples among reviewers with overlap: each sample to N of them, by the id's hash",
+    )
+    asg.add_argument("dir", help="dataset folder")
+    asg.add_argument("--reviewers", required=True, help="comma-separated names (in the reviewers file, if any)")
+    asg.add_argument("--per-sample", type=int, default=2, help="reviewers per sample (default 2)")
     p.set_defaults(func=run)
 
 
@@ -58,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
             "(`unveil ui` signs in with it; `UNVEIL_REVIEWER_TOKEN=... unveil review DIR ...`)",
             file=sys.stderr,
         )
+    elif args.verb == "assign":
+        _assign(root, args)
     elif args.verb == "remove":
         remove_reviewer(path, args.name)
         print(f"reviewer {args.name!r} removed from {path}", file=sys.stderr)
@@ -68,3 +77,22 @@ def run(args: argparse.Namespace) -> int:
         for name, entry in sorted((people or {}).items()):
             print(f"{name}\t{entry.get('role', 'reviewer')}\t{entry.get('added', '')}")
     return 0
+
+
+def _assign(root: Path, args: argparse.Namespace) -> None:
+    """Write the assignment and print how many of the pending samples each reviewer got."""
+    from runner.ctd_dataset import load_samples
+    from tools.reviewers import save_assignment
+
+    names = [n.strip() for n in args.reviewers.split(",") if n.strip()]
+    assignment = save_assignment(root, names, args.per_sample)
+    pending = [sid for sid, r in load_samples(root).items() if r.get("status") == "pending_review"]
+    counts = dict.fromkeys(assignment.reviewers, 0)
+    for sid in pending:
+        for name in assignment.of(sid):
+            counts[name] += 1
+    print(
+        f"each sample goes to {assignment.per_sample} of {len(names)} reviewers (by its id's hash; samples written "
+        f"later too): of {len(pending)} pending, " + ", ".join(f"{n} {c}" for n, c in counts.items()),
+        file=sys.stderr,
+    )

@@ -15,12 +15,13 @@ LABELS = ("approve", "reject")
 
 
 def judgements(history: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """Each reviewer's latest approve/reject in a sample's review history, undone entries left out."""
+    """Each reviewer's latest approve/reject in a sample's review history, undone entries and adjudications (a
+    settlement, not a rating) left out."""
     entries = list(history)
     undone = {h.get("undoes") for h in entries if h.get("decision") == "undo"}
     out: dict[str, str] = {}
     for k, h in enumerate(entries):
-        if k not in undone and h.get("decision") in LABELS:
+        if k not in undone and h.get("decision") in LABELS and not h.get("adjudicated"):
             out[str(h.get("reviewer") or "?")] = str(h["decision"])
     return out
 

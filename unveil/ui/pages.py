@@ -224,7 +224,8 @@ class ReviewFilters:
     category: str = ""
     blind: str = ""
     q: str = ""  # search words
-    todo: str = ""  # a reviewer: keep the samples they have not judged
+    todo: str = ""  # a reviewer: keep the samples they have not judged (of those assigned to them, if any)
+    disagree: str = ""  # "1": keep the samples where reviewers disagree, not yet settled by an adjudicator
 
     @classmethod
     async def of(cls, request: Request) -> ReviewFilters:

@@ -80,7 +80,8 @@ async def review(
         return RedirectResponse("/signin", 303)  # type: ignore[return-value]
     last = ui.session(request).take()
     rows = await asyncio.to_thread(ctd.rows)
-    shown = [r for r in rows if ctd.matches(r, **f.as_dict())]
+    assignment = await asyncio.to_thread(ctd.assignment)
+    shown = [r for r in rows if ctd.matches(r, **f.as_dict(), assignment=assignment)]
     wanted = request.query_params.get("id")
     current_id = wanted if wanted else (shown[0]["id"] if shown else None)
     card = await asyncio.to_thread(ctd.record, current_id) if current_id else None
@@ -110,6 +111,8 @@ async def review(
         undo=last["undo"],
         exported=last["exported"],
         flash=last["flash"],
+        assigned=assignment.of(current_id) if assignment is not None and current_id else [],
+        guidelines=await asyncio.to_thread(ctd.guidelines),
         **_queue_facts(ui, ctd, rows, request),
     )
 
@@ -160,7 +163,9 @@ async def decide(
         raise HTTPException(400, "decision must be approve, reject or note")
     actor = ui.actor(request)
     session = ui.session(request)
-    before = [r["id"] for r in await asyncio.to_thread(ctd.rows) if ctd.matches(r, **f.as_dict())]
+    assignment = await asyncio.to_thread(ctd.assignment)
+    rows = await asyncio.to_thread(ctd.rows)
+    before = [r["id"] for r in rows if ctd.matches(r, **f.as_dict(), assignment=assignment)]
     appended: list[tuple[str, int]] = []
     try:
         counts = await asyncio.to_thread(ctd.decide, id, decision, note, actor, appended)
