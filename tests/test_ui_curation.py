@@ -333,3 +333,34 @@ def test_a_non_latin_1_name_and_a_forged_link(browser: Any, tmp_path: Path) -> N
         assert page.locator(".flash").inner_text() == "Approved."
         assert page.locator("#undo-last code").inner_text() == first
     assert load_samples(ds)[first]["review"]["reviewer"] == "Zoë 李"
+
+
+def test_guidelines_disagreement_and_the_adjudicator(browser: Any, tmp_path: Path) -> None:  # noqa: F811
+    """The guidelines beside the sample (markup shown as text), the disagreement filter, and the adjudicator's
+    settling decision, in the browser."""
+    ds = tmp_path / "ds"
+    first, second = make_ctd_dataset(ds)["pending"][:2]
+    (ds / "guidelines.md").write_text("Reject when the text <b>names</b> the drug.")
+    add_reviewer(ds / REVIEWERS, "ann"), add_reviewer(ds / REVIEWERS, "bob")
+    judy = add_reviewer(ds / REVIEWERS, "judy", "adjudicator")
+    two: dict[str, Any] = {"role": "reviewer", "min_reviewers": 2}
+    apply_reviews(ds, {first: {"decision": "approve"}, second: {"decision": "approve"}}, reviewer="ann", **two)
+    apply_reviews(ds, {first: {"decision": "reject"}, second: {"decision": "approve"}}, reviewer="bob", **two)
+    with Server(create_app(ds, min_reviewers=2)) as srv:
+        page = new_page(browser)
+        sign_in(page, srv.url, judy)
+        assert page.locator("#signed-in").inner_text() == "Signed in as judy (adjudicator)"
+        page.select_option("#filters select[name=status]", "")
+        page.wait_for_url("**status=&**")
+        page.select_option("#disagree", "1")
+        page.wait_for_url("**disagree=1**")
+        assert page.locator("#sample-list .sid").all_inner_texts() == [first]
+        assert page.locator(".guidelines-text").inner_text() == "Reject when the text <b>names</b> the drug."
+        assert page.locator(".guidelines-text b").count() == 0
+        with page.expect_navigation():
+            page.click("#approve")
+        assert page.locator("#sample-list .sid").all_inner_texts() == []
+        page.goto(srv.url + f"/review?status=&id={first}")
+        assert "approved (settled by the adjudicator) by judy" in page.locator("#review-status").inner_text()
+        page.screenshot(path=str(tmp_path / "adjudicated.png"), full_page=True)
+    assert load_samples(ds)[first]["status"] == "accepted"
