@@ -175,7 +175,8 @@ def apply_decision(
             done = review["status"]
         else:
             current = rec.get("review") or {}
-            if current.get("status") == one["status"] and current.get("note", "") == note:
+            same = current.get("status") == one["status"] and current.get("note", "") == note
+            if same and str(current.get("reviewer") or who) == who:
                 return "skipped", None  # the same decision applied again (a rerun of one decisions file)
             entry.update(applied=False, conflict_with={k: current.get(k) for k in ("status", "reviewer", "time")})
             done = "conflicts"

@@ -13,7 +13,10 @@ Layout of a dataset folder `DIR`:
 - `checkpoints.sqlite`: LangGraph's checkpoints, so a killed run resumes mid-scene;
 - `decisions.jsonl`: every reviewer decision applied, in the `unveil review --decisions` format plus reviewer and time;
 - `.lock`: the folder lock (`dataset_lock`) that serialises reviewers and the rewriting of the views;
-- `export/data.parquet`: the Hugging Face `datasets` export, with the image bytes in an `Image` column.
+- `export/`: the Hugging Face `datasets` export: `data.parquet` with the image bytes in an `Image` column, the
+  same rows as `data.jsonl` and `data.csv`, and the dataset card `README.md` (`load_dataset("DIR/export")`);
+- `reviewers.json`, `assignment.json`, `guidelines.md` (optional): who reviews, who reviews which sample, and the
+  guidelines shown beside each sample (`tools.reviewers`, `unveil ui`).
 
 Every write into the folder goes through `tools.safe_files` (the batch appender and the lock files through
 `open_nofollow`): a symbolic link planted in the folder is refused or replaced, never written through, and the
@@ -558,26 +561,29 @@ _EXPORT_COLUMNS = (
 def export_hf(
     dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None, *, include_pending: bool = False
 ) -> Path:
-    """Write the usable samples as Parquet with an `Image` column (bytes embedded); returns the Parquet path.
+    """Write the usable samples as Parquet with an `Image` column (bytes embedded), the same rows as JSONL and
+    CSV, and a dataset card (`README.md`, see `runner.ctd_export`) beside it; returns the Parquet path.
 
-    Load it back with `datasets.load_dataset("parquet", data_files=str(path), split="train")`.
+    Load it back with `datasets.load_dataset(str(path.parent), split="train")` (the card names the Parquet file)
+    or `datasets.load_dataset("parquet", data_files=str(path), split="train")`.
     """
     require_extra("ctd", "dataset export", ("datasets",))
     from datasets import Dataset
 
+    from runner.ctd_export import write_extras
+
     root = Path(dataset_dir)
-    records = [
-        r
-        for r in load_samples(root).values()
-        if is_usable(r, include_pending=include_pending) and record_problem(r) is None
-    ]
-    ds = Dataset.from_dict(_export_columns(root, records), features=_export_features())
+    every = [r for r in load_samples(root).values() if record_problem(r) is None]
+    records = [r for r in every if is_usable(r, include_pending=include_pending)]
+    columns = _export_columns(root, records)
+    ds = Dataset.from_dict(columns, features=_export_features())
     # A new file renamed into place, its folder reached without following a link (tools.safe_files): a link
     # planted at `export` or at the file's name cannot make the export overwrite a file outside the folder.
-    base, rel = (Path(out_dir), Path("data.parquet")) if out_dir else (root, Path(EXPORT) / "data.parquet")
-    with atomic_writer(base, rel) as fh:
+    base, folder = (Path(out_dir), Path()) if out_dir else (root, Path(EXPORT))
+    with atomic_writer(base, folder / "data.parquet") as fh:
         ds.to_parquet(fh)
-    return base / rel
+    write_extras(base, folder, columns, records, every)
+    return base / folder / "data.parquet"
 
 
 def _export_columns(root: Path, records: list[dict[str, Any]]) -> dict[str, list[Any]]:

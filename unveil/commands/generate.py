@@ -128,7 +128,11 @@ def _pipeline_options(p: argparse.ArgumentParser) -> None:
 def _output_options(p: argparse.ArgumentParser) -> None:
     """`generate`: retrying failures, the export, the MTC reference, benign pairs and progress."""
     p.add_argument("--retry-failed", action="store_true", help="run failed scenes again")
-    p.add_argument("--export", action="store_true", help="also write DIR/export/data.parquet (Hugging Face datasets)")
+    p.add_argument(
+        "--export",
+        action="store_true",
+        help="also write DIR/export/ (data.parquet for Hugging Face datasets, data.jsonl, data.csv, README.md card)",
+    )
     p.add_argument(
         "--mtc-reference",
         metavar="SPEC",
@@ -173,7 +177,11 @@ def _register_review(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default="unanimous",
         help="how several reviewers combine (default unanimous, the paper's: one rejection rejects)",
     )
-    r.add_argument("--export", action="store_true", help="write DIR/export/data.parquet afterwards")
+    r.add_argument(
+        "--export",
+        action="store_true",
+        help="write DIR/export/ afterwards (data.parquet, data.jsonl, data.csv, README.md card)",
+    )
     r.set_defaults(func=run_review)
 
 
