@@ -135,6 +135,7 @@ def apply_decision(
     reviewer: str,
     now: str,
     role: str = "reviewer",
+    labels: dict[str, Any] | None = None,
 ) -> tuple[str, dict[str, Any] | None]:
     """Apply one decision ({decision: approve|reject|note|undo, note, reviewer?, undoes?}) to a sample record in
     place; returns what it did (approved, rejected, pending, noted, undone, conflicts, already, refused or
@@ -146,13 +147,17 @@ def apply_decision(
     `reviewer` label). An approve/reject on a pending sample joins its `review.reviews` list, and the sample is
     accepted or rejected once the reviews decide under `policy`; the same judgement again from the same reviewer
     is `already` (nothing logged); one on a decided sample is kept in the history as a conflict (`applied:
-    false`), never lost; `undo` takes back entry `undoes` of the record's `review_history` (see `undo`)."""
+    false`), never lost; `undo` takes back entry `undoes` of the record's `review_history` (see `undo`).
+    `labels` are the answer's labels as `graphs.ctd_labels.check_answer` accepted them (a corrected `category`,
+    `ratings`): kept with the review and its history entry; an applied category correction changes the record's
+    `category` in place (the generated one kept as `category_generated`). An adjudicator's approve/reject on a
+    sample whose reviewers disagree settles it (see `_settle`)."""
     decision = str(answer.get("decision", "")).strip().lower()
     if not decision:
         return "skipped", None
     who = str((answer.get("reviewer") if role == LOCAL else None) or reviewer)[:200]
     note = str(answer.get("note", ""))[:2000]
-    entry: dict[str, Any] = {"decision": decision, "note": note, "reviewer": who, "time": now}
+    entry: dict[str, Any] = {"decision": decision, "note": note, "reviewer": who, "time": now, **(labels or {})}
     if decision == "note":
         done = "noted"
     elif decision == "undo":
@@ -162,7 +167,7 @@ def apply_decision(
     elif role == "adjudicator" and disagreement(rec):
         done = _settle(rec, answer, entry)
     else:
-        one = {**parse_review(answer), "reviewer": who, "time": now}
+        one = {**parse_review(answer), "reviewer": who, "time": now, **(labels or {})}
         mine = _live_review(rec, who)
         if mine is not None and mine.get("status") == one["status"]:
             return "already", None  # the same judgement again (a double click, a second Studio resume)
@@ -180,6 +185,10 @@ def apply_decision(
                 return "skipped", None  # the same decision applied again (a rerun of one decisions file)
             entry.update(applied=False, conflict_with={k: current.get(k) for k in ("status", "reviewer", "time")})
             done = "conflicts"
+    corrected = (labels or {}).get("category")
+    if corrected and entry.get("applied") is not False and done != "undone":
+        rec.setdefault("category_generated", rec.get("category"))
+        rec["category"] = corrected
     rec["review_history"] = [*rec.get("review_history", []), entry]
     return done, entry
 
@@ -203,6 +212,13 @@ def undo(rec: dict[str, Any], k: Any, policy: ReviewPolicy, entry: dict[str, Any
             return "refused"
         entry["override"] = True
     entry["undoes"] = k
+    if target.get("category"):  # a category correction taken back: the latest other one, else the generated one
+        others = [
+            h["category"]
+            for i, h in enumerate(history)
+            if i != k and i not in undone and h.get("category") and h.get("applied") is not False
+        ]
+        rec["category"] = others[-1] if others else rec.get("category_generated", rec.get("category"))
     if target["decision"] == "note":
         return "undone"
     review = rec.get("review") or {}

@@ -410,12 +410,14 @@ def apply_reviews(
     policy = ReviewPolicy(min_reviewers=min_reviewers, rule=rule)  # type: ignore[arg-type]
     root = Path(dataset_dir)
     check_local_mode(root, role, min_reviewers)
+    labels = check_labels(root, decisions)
     counts = dict.fromkeys(
         ("approved", "rejected", "pending", "noted", "conflicts", "undone", "already", "refused", "skipped"), 0
     )
     with dataset_lock(root):
         by_id = records() if records is not None else load_samples(root)
-        changed, log = _decide(by_id, decisions, policy, (reviewer or default_reviewer(), role), counts, appended)
+        actor = (reviewer or default_reviewer(), role)
+        changed, log = _decide(by_id, decisions, policy, actor, counts, appended, labels)
         if changed:
             append_records(root, [{**r, "id": sid} for sid, r in changed.items()], log)
         if views:
@@ -437,6 +439,26 @@ def check_local_mode(root: Path, role: str, min_reviewers: int) -> None:
     require_reviewers_file(min_reviewers, people, str(root))
 
 
+def check_labels(
+    root: Path, decisions: Mapping[str, dict[str, Any] | list[dict[str, Any]]]
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """Every answer's labels under the folder's label schema (`graphs.ctd_labels`), by (id, position), checked
+    before anything is applied: one answer that does not meet the schema (a required rationale missing, a
+    category outside the vocabulary, a rating out of bounds) stops them all with a `LabelSchemaError` naming
+    its sample."""
+    from graphs.ctd_labels import LabelSchemaError, check_answer, load_schema
+
+    schema = load_schema(root)
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for sid, answers in decisions.items():
+        for i, answer in enumerate(answers if isinstance(answers, list) else [answers]):
+            try:
+                out[(sid, i)] = check_answer(answer or {}, schema)
+            except LabelSchemaError as exc:
+                raise LabelSchemaError(f"sample {sid!r}: {exc}") from None
+    return out
+
+
 def _decide(
     by_id: Mapping[str, dict[str, Any]],
     decisions: Mapping[str, dict[str, Any] | list[dict[str, Any]]],
@@ -444,21 +466,24 @@ def _decide(
     actor: tuple[str, str],
     counts: dict[str, int],
     appended: list[tuple[str, int]] | None,
+    labels: dict[tuple[str, int], dict[str, Any]],
 ) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
-    """Apply each decision to its record (in place) as `actor` (name, role), counting each outcome in `counts`;
-    returns the records that changed, by id, and the decision log entries to append."""
+    """Apply each decision to its record (in place) as `actor` (name, role) with its checked labels, counting
+    each outcome in `counts`; returns the records that changed, by id, and the decision log entries to append."""
     # The one way a decision changes a record, shared with the CTD graph's review node (Studio).
     from graphs.ctd_review import apply_decision, now_iso
 
     changed: dict[str, dict[str, Any]] = {}
     log: list[dict[str, Any]] = []
     for sid, answers in decisions.items():
-        for answer in answers if isinstance(answers, list) else [answers]:
+        for i, answer in enumerate(answers if isinstance(answers, list) else [answers]):
             rec = by_id.get(sid)
             if rec is None or record_problem(rec):
                 counts["skipped"] += 1
                 continue
-            done, entry = apply_decision(rec, answer or {}, policy, reviewer=actor[0], role=actor[1], now=now_iso())
+            done, entry = apply_decision(
+                rec, answer or {}, policy, reviewer=actor[0], role=actor[1], now=now_iso(), labels=labels.get((sid, i))
+            )
             counts[done] += 1
             if entry is not None:
                 changed[sid] = rec
@@ -507,6 +532,9 @@ def read_decisions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any] | l
         decision: dict[str, Any] = {"decision": rec.get("decision") or "", "note": rec.get("note") or ""}
         if "undoes" in rec:
             decision["undoes"] = rec["undoes"]
+        for name in ("category", "ratings"):  # labels of the folder's schema, checked when applied
+            if rec.get(name) not in (None, ""):
+                decision[name] = rec[name]
         if rec.get("reviewer"):
             decision["reviewer"] = str(rec["reviewer"])
         sid = str(rec["id"])

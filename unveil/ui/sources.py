@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evaluation.metrics import MTC_BIN_LABELS, MTC_BINS, mtc_bin
+from graphs.ctd_labels import LabelSchema, load_schema
 from graphs.ctd_review import disagreement
 from graphs.ctd_rules import latest_by_reviewer
 from graphs.tag_tree_check import TreeError, check_trees
@@ -452,9 +453,15 @@ class CtdSource:
         note: str,
         actor: tuple[str, str],
         appended: list[tuple[str, int]] | None = None,
+        labels: dict[str, Any] | None = None,
     ) -> dict[str, int]:
-        """Apply one decision as `actor`; `appended` receives the history entry it added."""
-        return self._apply({sample_id: {"decision": decision, "note": note}}, actor, appended)
+        """Apply one decision as `actor` with its labels (a corrected `category`, `ratings`: checked against the
+        folder's label schema); `appended` receives the history entry it added."""
+        return self._apply({sample_id: {"decision": decision, "note": note, **(labels or {})}}, actor, appended)
+
+    def label_schema(self) -> LabelSchema | None:
+        """The folder's label schema (`labels.json`), read now, or None."""
+        return load_schema(self.root)
 
     def decide_many(self, sample_ids: list[str], decision: str, note: str, actor: tuple[str, str]) -> dict[str, int]:
         """One decision for several samples, applied together (one lock, one append)."""

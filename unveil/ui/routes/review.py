@@ -15,6 +15,8 @@ from typing import Any
 from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from agents.categories import CATEGORIES
+from graphs.ctd_labels import LabelSchemaError
 from graphs.ctd_rules import latest_by_reviewer
 from tools.reviewers import ReviewerAuthError
 from unveil.ui.agreement import agreement
@@ -113,6 +115,8 @@ async def review(
         flash=last["flash"],
         assigned=assignment.of(current_id) if assignment is not None and current_id else [],
         guidelines=await asyncio.to_thread(ctd.guidelines),
+        schema=await asyncio.to_thread(ctd.label_schema),
+        category_choices=CATEGORIES,
         **_queue_facts(ui, ctd, rows, request),
     )
 
@@ -167,10 +171,14 @@ async def decide(
     rows = await asyncio.to_thread(ctd.rows)
     before = [r["id"] for r in rows if ctd.matches(r, **f.as_dict(), assignment=assignment)]
     appended: list[tuple[str, int]] = []
+    labels = await _labels_of(request, ctd)
     try:
-        counts = await asyncio.to_thread(ctd.decide, id, decision, note, actor, appended)
+        counts = await asyncio.to_thread(ctd.decide, id, decision, note, actor, appended, labels)
     except DatasetBusyError as exc:  # another reviewer or writer held the lock too long: nothing was written
         raise HTTPException(503, f"{exc} (your decision was not saved; press it again)") from exc
+    except LabelSchemaError as exc:  # the dataset's labels.json asks for more: nothing was written
+        session.flash = f"Not saved: {exc}"
+        return RedirectResponse(f"/review?{f.query(id=id)}", 303)
     if counts.get("conflicts"):
         session.conflict = id
         return RedirectResponse(f"/review?{f.query(id=id)}", 303)
@@ -188,6 +196,21 @@ async def decide(
         later = before[before.index(id) + 1 :]
         nxt = later[0] if later else None
     return RedirectResponse(f"/review?{f.query(**({'id': nxt} if nxt else {}))}", status_code=303)
+
+
+async def _labels_of(request: Request, ctd: CtdSource) -> dict[str, Any]:
+    """The label fields of a decision form (a corrected category, one field per rating of the schema)."""
+    schema = await asyncio.to_thread(ctd.label_schema)
+    if schema is None:
+        return {}
+    form = await request.form()
+    labels: dict[str, Any] = {}
+    if schema.category and form.get("category"):
+        labels["category"] = str(form.get("category"))
+    ratings = {name: str(form.get(f"rating_{name}") or "") for name in schema.ratings}
+    if any(ratings.values()):
+        labels["ratings"] = ratings
+    return labels
 
 
 @router.post("/review/bulk")
@@ -212,6 +235,9 @@ async def bulk(
         counts = await asyncio.to_thread(ctd.decide_many, chosen, decision, note, actor)
     except DatasetBusyError as exc:
         raise HTTPException(503, f"{exc} (nothing was saved; press it again)") from exc
+    except LabelSchemaError as exc:
+        ui.session(request).flash = f"Nothing saved: {exc}"
+        return RedirectResponse(f"/review?{f.query()}", 303)
     done = counts["approved"] + counts["rejected"] + counts["pending"]
     already, rest = counts["already"], len(chosen) - done - counts["already"]
     ui.session(request).flash = (
