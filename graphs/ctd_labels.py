@@ -11,7 +11,8 @@
 - `ratings` (default none): optional whole-number ratings, each with its bounds.
 
 Without the file a decision is approve/reject with an optional note, as before. The schema is checked by
-`check_answer` before a decision is applied (the web app and `unveil review` both go through it).
+`check_answer` before a decision is applied (the web app and `unveil review` both go through it), as is a
+rejection that sends the sample back to the Eraser (`send_back`: it needs a note, which the Eraser reads).
 """
 
 from __future__ import annotations
@@ -83,9 +84,15 @@ def check_answer(answer: dict[str, Any], schema: LabelSchema | None) -> dict[str
     what is missing or wrong (a required rationale, a category outside the vocabulary, a rating out of bounds or
     not in the schema). Other decisions (note, undo) carry no labels."""
     decision = str(answer.get("decision", "")).strip().lower()
+    note = str(answer.get("note") or "").strip()
+    if answer.get("send_back"):
+        if decision != "reject" or not note:
+            raise LabelSchemaError(
+                "sending a sample back to the Eraser is a rejection with a note (the Eraser reads it)"
+            )
+        return {**check_answer({**answer, "send_back": False}, schema), "send_back": True}
     if schema is None or decision not in ("approve", "reject"):
         return {}
-    note = str(answer.get("note") or "").strip()
     if not note and (schema.rationale == "always" or (schema.rationale == "reject" and decision == "reject")):
         what = "every decision" if schema.rationale == "always" else "a rejection"
         raise LabelSchemaError(f"a rationale (the note) is required for {what} in this dataset (labels.json)")

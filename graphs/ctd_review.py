@@ -158,6 +158,8 @@ def apply_decision(
     who = str((answer.get("reviewer") if role == LOCAL else None) or reviewer)[:200]
     note = str(answer.get("note", ""))[:2000]
     entry: dict[str, Any] = {"decision": decision, "note": note, "reviewer": who, "time": now, **(labels or {})}
+    if entry.get("send_back") is False:
+        del entry["send_back"]
     if decision == "note":
         done = "noted"
     elif decision == "undo":
@@ -185,6 +187,9 @@ def apply_decision(
                 return "skipped", None  # the same decision applied again (a rerun of one decisions file)
             entry.update(applied=False, conflict_with={k: current.get(k) for k in ("status", "reviewer", "time")})
             done = "conflicts"
+    if (labels or {}).get("send_back") and done == "rejected":
+        rec["status"] = "sent_back"  # `unveil generate` on the folder gives the Eraser another attempt
+        rec["send_back"] = {"note": note, "reviewer": who, "time": now, "round": rec.get("rounds")}
     corrected = (labels or {}).get("category")
     if corrected and entry.get("applied") is not False and done != "undone":
         rec.setdefault("category_generated", rec.get("category"))
@@ -237,6 +242,7 @@ def undo(rec: dict[str, Any], k: Any, policy: ReviewPolicy, entry: dict[str, Any
         again = {"status": "pending"}
         rec["review"] = {"status": "pending", "reviews": []}
     rec["status"] = {"approved": "accepted", "rejected": "rejected"}.get(again["status"], "pending_review")
+    rec.pop("send_back", None)  # an undone rejection sends nothing back
     return "undone"
 
 

@@ -268,7 +268,18 @@ _TEXT_FIELDS = (
     "erasure_reason",
     "drop_reason",
 )
-_OBJECT_FIELDS = ("decision", "review", "models", "usage", "benign", "erasure", "scene", "modality", "duplicate_of")
+_OBJECT_FIELDS = (
+    "decision",
+    "review",
+    "models",
+    "usage",
+    "benign",
+    "erasure",
+    "scene",
+    "modality",
+    "duplicate_of",
+    "send_back",
+)
 
 
 def record_problem(rec: dict[str, Any]) -> str | None:
@@ -286,7 +297,7 @@ def record_problem(rec: dict[str, Any]) -> str | None:
     for k in _OBJECT_FIELDS:
         if rec.get(k) is not None and not isinstance(rec[k], dict):
             return f"{k!r} is {type(rec[k]).__name__}, not an object"
-    lists = {k: rec.get(k) for k in ("votes", "feedback_history", "review_history")}
+    lists = {k: rec.get(k) for k in ("votes", "feedback_history", "review_history", "sent_back")}
     lists["review.reviews"] = (rec.get("review") or {}).get("reviews")
     for k, v in lists.items():
         if v is not None and not (isinstance(v, list) and all(isinstance(x, dict) for x in v)):
@@ -532,8 +543,8 @@ def read_decisions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any] | l
         decision: dict[str, Any] = {"decision": rec.get("decision") or "", "note": rec.get("note") or ""}
         if "undoes" in rec:
             decision["undoes"] = rec["undoes"]
-        for name in ("category", "ratings"):  # labels of the folder's schema, checked when applied
-            if rec.get(name) not in (None, ""):
+        for name in ("category", "ratings", "send_back"):  # labels of the folder's schema, checked when applied
+            if rec.get(name) not in (None, "", False):
                 decision[name] = rec[name]
         if rec.get("reviewer"):
             decision["reviewer"] = str(rec["reviewer"])

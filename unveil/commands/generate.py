@@ -164,6 +164,12 @@ def _register_review(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     r.add_argument("--reject", action="append", default=[], metavar="ID", help="reject one sample (repeatable)")
     r.add_argument("--note", default="", help="note stored with --approve/--reject decisions")
     r.add_argument(
+        "--send-back",
+        action="store_true",
+        help="with --reject and --note: send the samples back to the Eraser, which reads the note; the next "
+        "`unveil generate` on the folder gives them another attempt",
+    )
+    r.add_argument(
         "--reviewer",
         help="single-user mode: name kept with each decision (default: the decisions' own, else the login name); "
         "with a reviewers file the name is the token's (UNVEIL_REVIEWER_TOKEN, else a prompt)",
@@ -345,6 +351,55 @@ async def _run_scenes(
         )
 
 
+async def _revise_sent_back(ctx: Any, extras: Any, *, out: Path, dedup: Any, spending: _Spending) -> dict[str, str]:
+    """Give the Eraser another attempt at every sample a reviewer sent back (status `sent_back`): each scene's
+    thread continues from the reviewer's note (`runner.ctd.send_back_scene`), and its new record (keeping the
+    review history and, in `sent_back`, every note that sent it back) is appended under the folder lock. A scene
+    that cannot be continued is named and the others go on; the spending caps count the new calls. Returns the
+    error of each scene that failed."""
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    from graphs.ctd import builder
+    from runner.ctd import complete_pair, send_back_scene
+    from runner.ctd_dataset import CHECKPOINTS, SAMPLES, append_records, dataset_lock, sample_record
+
+    sent = {sid: r for sid, r in done_records(out / SAMPLES).items() if r.get("status") == "sent_back"}
+    errors: dict[str, str] = {}
+    if not sent:
+        return errors
+    async with AsyncSqliteSaver.from_conn_string(str(out / CHECKPOINTS)) as saver:
+        graph = builder.compile(checkpointer=saver, name="ctd_generation")
+        for sid, old in sent.items():
+            if spending.stop():
+                break
+            try:
+                values = await send_back_scene(graph, sid, old.get("send_back") or {}, ctx)
+            except Exception as exc:  # noqa: BLE001 - one scene's failure is reported; the others go on
+                errors[sid] = f"{type(exc).__name__}: {exc}"
+                continue
+            rec = sample_record(values, dataset_dir=out)
+            if rec["status"] in ("accepted", "pending_review"):
+                dup = await dedup.check_and_add(sid, rec["text"], rec["image_sha256"])
+                if dup is not None:
+                    rec.update(duplicate_of=dup, status="duplicate")
+            rec = await complete_pair({"id": sid, **rec}, out, extras)
+            rec.update(
+                review_history=old.get("review_history", []), sent_back=[*old.get("sent_back", []), old["send_back"]]
+            )
+            spending.add(
+                {"usage": _usage_delta(rec, old), "cost_usd": rec["cost_usd"] - float(old.get("cost_usd") or 0)}
+            )
+            with dataset_lock(out):
+                append_records(out, [rec])
+    return errors
+
+
+def _usage_delta(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
+    """The calls a revised scene made since its earlier record (a thread's usage is cumulative)."""
+    calls = [int(((r.get("usage") or {}).get("total") or {}).get("calls", 0)) for r in (new, old)]
+    return {"total": {"calls": calls[0] - calls[1]}}
+
+
 def _result(summary: Any, statuses: dict[str, int], stopped: str | None) -> dict[str, Any]:
     """What a `generate` run reports: the batch's counts and failures, the samples per status, and why it stopped
     early (a spending cap) or None."""
@@ -410,6 +465,10 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     summary = await _run_scenes(
         args, ctx, extras, items, out=out, category=category, identity=identity, dedup=dedup, spending=spending
     )
+    sent_back = await _revise_sent_back(ctx, extras, out=out, dedup=dedup, spending=spending)
+    for sid, error in sent_back.items():
+        summary.failed += 1
+        summary.failures.append({"id": sid, "error": f"sent back by a reviewer, not revised: {error}"})
     result = _result(summary, write_views(out), spending.stop())
     if args.export:
         result["export"] = str(export_hf(out))
@@ -460,7 +519,8 @@ def _named_decisions(args: argparse.Namespace, root: Path) -> dict[str, Any] | N
             )
             return None
     decisions.update({sid: {"decision": "approve", "note": args.note} for sid in args.approve})
-    decisions.update({sid: {"decision": "reject", "note": args.note} for sid in args.reject})
+    back = {"send_back": True} if args.send_back else {}
+    decisions.update({sid: {"decision": "reject", "note": args.note, **back} for sid in args.reject})
     return decisions
 
 

@@ -49,6 +49,7 @@ STATUS_LABELS = {
     "pending_review": "pending",
     "accepted": "accepted",
     "rejected": "rejected",
+    "sent_back": "sent back",
     "dropped": "dropped",
     "duplicate": "duplicate",
     "failed": "failed",

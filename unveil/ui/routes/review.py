@@ -163,15 +163,17 @@ async def decide(
     filtered list. The same decision sent twice (a double click) is applied once; the same judgement of the same
     reviewer again is reported as already judged, not logged."""
     await ui.check_csrf(request)
-    if decision not in ("approve", "reject", "note"):
-        raise HTTPException(400, "decision must be approve, reject or note")
+    if decision not in ("approve", "reject", "note", "send_back"):
+        raise HTTPException(400, "decision must be approve, reject, send_back or note")
     actor = ui.actor(request)
     session = ui.session(request)
+    labels = await _labels_of(request, ctd)
+    if decision == "send_back":  # a rejection whose note goes back to the Eraser
+        decision, labels = "reject", {**labels, "send_back": True}
     assignment = await asyncio.to_thread(ctd.assignment)
     rows = await asyncio.to_thread(ctd.rows)
     before = [r["id"] for r in rows if ctd.matches(r, **f.as_dict(), assignment=assignment)]
     appended: list[tuple[str, int]] = []
-    labels = await _labels_of(request, ctd)
     try:
         counts = await asyncio.to_thread(ctd.decide, id, decision, note, actor, appended, labels)
     except DatasetBusyError as exc:  # another reviewer or writer held the lock too long: nothing was written
@@ -188,6 +190,8 @@ async def decide(
         session.flash = FLASHES["already_judged"]
     elif decision == "note":
         session.flash = FLASHES["note"]
+    elif labels.get("send_back") and counts.get("rejected"):
+        session.flash = FLASHES["sent_back"]
     else:
         session.flash = _decided_flash(ctd, id, decision, counts)
     session.undo = appended[-1] if appended else None  # this request's own entry, never a concurrent one
