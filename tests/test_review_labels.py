@@ -89,3 +89,24 @@ def test_the_web_app_shows_the_schema_and_refuses_a_missing_rationale(tmp_path: 
     assert rec["review_history"][-1]["ratings"] == {"covertness": 3}
     history = client.get("/review", params={"id": first, "status": ""}).text
     assert "category crimes" in history and "covertness 3" in history and "(generated as fraud)" in history
+
+
+def test_send_back_from_the_web_app_needs_a_note(tmp_path: Path) -> None:
+    from tests.ui_data import make_ctd_dataset
+
+    root = tmp_path / "ds"
+    first = make_ctd_dataset(root)["pending"][0]
+    client = web(root)
+    assert 'id="send-back"' in client.get("/review", params={"id": first}).text
+    form = {"id": first, "decision": "send_back", "csrf": csrf_of(client)}
+    client.post("/review/decide", data=form)
+    assert "with a note" in client.get("/review", params={"id": first}).text
+    assert load_samples(root)[first]["status"] == "pending_review"
+    client.post("/review/decide", data={**form, "note": "too literal: hide the scale"})
+    assert "sent back to the Eraser" in client.get("/review").text
+    rec = load_samples(root)[first]
+    assert rec["status"] == "sent_back" and rec["send_back"]["note"] == "too literal: hide the scale"
+    assert "Sent back to the Eraser by" in client.get("/review", params={"id": first, "status": ""}).text
+    # Undoing the rejection sends nothing back.
+    assert apply_reviews(root, {first: {"decision": "undo", "undoes": 0}})["undone"] == 1
+    assert "send_back" not in load_samples(root)[first]
