@@ -292,3 +292,15 @@ def test_single_user_mode_takes_any_name_without_a_500(tmp_path: Path) -> None:
     assert log_lines(root)[-1]["reviewer"] == "Zoë 李 ✓"
     with pytest.raises(ReviewerAuthError, match="reviewers file"):
         web(root, min_reviewers=2)
+
+
+def test_unveil_review_lists_the_reviewers_own_queue(tmp_path: Path, capsys, monkeypatch) -> None:
+    root = pending_folder(tmp_path / "ds", "a", "b", "c")
+    alice = add_reviewer(root / REVIEWERS, "alice")
+    apply_reviews(root, {"a": {"decision": "approve"}}, reviewer="alice", role="reviewer", min_reviewers=2)
+    assert main(["review", str(root)]) == 0
+    assert "3 samples wait for review\n" in capsys.readouterr().err
+    monkeypatch.setenv("UNVEIL_REVIEWER_TOKEN", alice)
+    assert main(["review", str(root)]) == 0
+    out = capsys.readouterr()
+    assert "[a]" not in out.out and "[b]" in out.out and "2 samples wait for review by you (alice; 3 in all)" in out.err

@@ -580,14 +580,35 @@ def _apply_decisions(args: argparse.Namespace, root: Path, decisions: dict[str, 
     )
 
 
+def _own_queue(root: Path, items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """With a reviewers file and `UNVEIL_REVIEWER_TOKEN` set: the queue items that reviewer has not judged (of those
+    assigned to them, with an assignment), and their name; else every item and ""."""
+    from tools.reviewers import authenticate, load_assignment, load_reviewers, reviewers_path
+
+    people, token = load_reviewers(reviewers_path(root)), os.environ.get("UNVEIL_REVIEWER_TOKEN", "").strip()
+    if people is None or not token:
+        return items, ""
+    me = authenticate(people, token).name
+    assignment = load_assignment(root)
+    mine = [
+        it
+        for it in items
+        if me not in {r.get("reviewer") for r in it.get("reviews_so_far") or []}
+        and (assignment is None or me not in assignment.reviewers or me in assignment.of(str(it["id"])))
+    ]
+    return mine, me
+
+
 def _print_queue(root: Path) -> None:
-    """Rewrite the views and print every sample waiting for review with its judges' votes."""
+    """Rewrite the views and print every sample waiting for review with its judges' votes (a signed-in reviewer's
+    own queue: what they have not judged, of what is assigned to them)."""
     from runner.ctd_dataset import REVIEW_QUEUE, write_views
 
     write_views(root)
-    queue = [ln for ln in (root / REVIEW_QUEUE).read_text(encoding="utf-8").split("\n") if ln.strip()]
-    for line in queue:  # split on \n only: a U+2028 inside a JSON string is text, not a line break
-        item = json.loads(line)
+    lines = [ln for ln in (root / REVIEW_QUEUE).read_text(encoding="utf-8").split("\n") if ln.strip()]
+    everyone = [json.loads(line) for line in lines]  # split on \n only: a U+2028 in a JSON string is text
+    queue, me = _own_queue(root, everyone)
+    for item in queue:
         print(
             f"[{item['id']}] {item.get('category')}/{item.get('subcategory')}\n  text:  {item.get('text')}"
             f"\n  image: {root / item['image'] if item.get('image') else '(none)'}"
@@ -596,7 +617,8 @@ def _print_queue(root: Path) -> None:
         for v in item.get("votes") or []:
             verdict = "risk" if v.get("has_risk") else "no risk"
             print(f"    {v.get('judge') or '?':>9}: {verdict} {v.get('category') or ''} - {v.get('reason') or ''}")
-    print(f"{len(queue)} samples wait for review", file=sys.stderr)
+    mine = f" by you ({me}; {len(everyone)} in all)" if me else ""
+    print(f"{len(queue)} samples wait for review{mine}", file=sys.stderr)
 
 
 def _print_dataset_notes(root: Path) -> None:
