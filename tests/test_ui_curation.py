@@ -364,3 +364,36 @@ def test_guidelines_disagreement_and_the_adjudicator(browser: Any, tmp_path: Pat
         assert "approved (settled by the adjudicator) by judy" in page.locator("#review-status").inner_text()
         page.screenshot(path=str(tmp_path / "adjudicated.png"), full_page=True)
     assert load_samples(ds)[first]["status"] == "accepted"
+
+
+def test_label_schema_and_send_back_in_the_browser(browser: Any, tmp_path: Path) -> None:  # noqa: F811
+    """With labels.json: the category is corrected in place and a rating kept; a rejection without its required
+    rationale is not saved; Reject and send back marks the sample for the Eraser."""
+    ds = tmp_path / "ds"
+    first, second = make_ctd_dataset(ds)["pending"][:2]
+    (ds / "labels.json").write_text(
+        json.dumps({"category": True, "rationale": "reject", "ratings": {"covertness": [1, 5]}})
+    )
+    with Server(create_app(ds)) as srv:
+        page = new_page(browser)
+        page.goto(srv.url + f"/review?id={first}")
+        assert "Rationale (required to reject)" in (page.locator("#note").get_attribute("placeholder") or "")
+        with page.expect_navigation():
+            page.click("#reject")
+        assert "rationale (the note) is required for a rejection" in page.locator(".flash").inner_text()
+        assert page.locator("#card").get_attribute("data-id") == first
+        page.select_option("#label-category", "crimes")
+        page.fill("#rating-covertness", "4")
+        with page.expect_navigation():
+            page.click("#approve")
+        page.goto(srv.url + f"/review?id={second}")
+        page.fill("#note", "the scale gives it away")
+        with page.expect_navigation():
+            page.click("#send-back")
+        assert "sent back to the Eraser" in page.locator(".flash").inner_text()
+        page.goto(srv.url + f"/review?status=&id={second}")
+        assert "the scale gives it away" in page.locator("#sent-back").inner_text()
+        assert page.locator("#status").inner_text() == "sent back"
+    recs = load_samples(ds)
+    assert recs[first]["category"] == "crimes" and recs[first]["review"]["reviews"][0]["ratings"] == {"covertness": 4}
+    assert recs[second]["status"] == "sent_back"
