@@ -169,24 +169,9 @@ def apply_decision(
     elif role == "adjudicator" and disagreement(rec):
         done = _settle(rec, answer, entry)
     else:
-        one = {**parse_review(answer), "reviewer": who, "time": now, **(labels or {})}
-        mine = _live_review(rec, who)
-        if mine is not None and mine.get("status") == one["status"]:
-            return "already", None  # the same judgement again (a double click, a second Studio resume)
-        if rec.get("status") == "pending_review":
-            review = combined_review([*(rec.get("review") or {}).get("reviews", []), one], policy)
-            rec["review"] = {**review, "reviewer": who, "time": now}
-            if review["status"] != "pending":
-                rec["status"] = "accepted" if review["status"] == "approved" else "rejected"
-            entry["decision"] = "approve" if one["status"] == "approved" else "reject"
-            done = review["status"]
-        else:
-            current = rec.get("review") or {}
-            same = current.get("status") == one["status"] and current.get("note", "") == note
-            if same and str(current.get("reviewer") or who) == who:
-                return "skipped", None  # the same decision applied again (a rerun of one decisions file)
-            entry.update(applied=False, conflict_with={k: current.get(k) for k in ("status", "reviewer", "time")})
-            done = "conflicts"
+        done = _judge(rec, {**parse_review(answer), "reviewer": who, "time": now, **(labels or {})}, policy, entry)
+        if done in ("already", "skipped"):
+            return done, None
     if (labels or {}).get("send_back") and done == "rejected":
         rec["status"] = "sent_back"  # `unveil generate` on the folder gives the Eraser another attempt
         rec["send_back"] = {"note": note, "reviewer": who, "time": now, "round": rec.get("rounds")}
@@ -196,6 +181,29 @@ def apply_decision(
         rec["category"] = corrected
     rec["review_history"] = [*rec.get("review_history", []), entry]
     return done, entry
+
+
+def _judge(rec: dict[str, Any], one: dict[str, Any], policy: ReviewPolicy, entry: dict[str, Any]) -> str:
+    """An approve/reject (`one`, a review) on a record: `already` when it repeats the reviewer's own judgement;
+    on a pending sample it joins `review.reviews` and the policy decides (approved, rejected or pending); on a
+    decided one it is kept as a conflict (`applied: false`), or `skipped` as the same decision applied again."""
+    who, now = one["reviewer"], one["time"]
+    mine = _live_review(rec, who)
+    if mine is not None and mine.get("status") == one["status"]:
+        return "already"  # the same judgement again (a double click, a second Studio resume)
+    if rec.get("status") == "pending_review":
+        review = combined_review([*(rec.get("review") or {}).get("reviews", []), one], policy)
+        rec["review"] = {**review, "reviewer": who, "time": now}
+        if review["status"] != "pending":
+            rec["status"] = "accepted" if review["status"] == "approved" else "rejected"
+        entry["decision"] = "approve" if one["status"] == "approved" else "reject"
+        return str(review["status"])
+    current = rec.get("review") or {}
+    same = current.get("status") == one["status"] and current.get("note", "") == entry["note"]
+    if same and str(current.get("reviewer") or who) == who:
+        return "skipped"  # the same decision applied again (a rerun of one decisions file)
+    entry.update(applied=False, conflict_with={k: current.get(k) for k in ("status", "reviewer", "time")})
+    return "conflicts"
 
 
 def undo(rec: dict[str, Any], k: Any, policy: ReviewPolicy, entry: dict[str, Any], *, role: str = "reviewer") -> str:
