@@ -17,6 +17,9 @@ from typing import Any, Literal, TypedDict
 
 from graphs.ctd_rules import ReviewPolicy, review_outcome
 from tools.review_log import append_records, read_records, review_lock
+from tools.reviewers import ReviewerAuthError, authenticate
+
+LOCAL = "local"  # the role of the one reviewer of a folder without a reviewers file (single-user mode)
 
 
 def parse_review(answer: Any) -> dict[str, str]:
@@ -41,6 +44,31 @@ def parse_reviews(answer: Any) -> list[dict[str, str]]:
     return [parse_review(a) for a in answer] if isinstance(answer, list) else [parse_review(answer)]
 
 
+def authenticated_answers(
+    answer: Any, people: dict[str, dict[str, Any]] | None, *, default_name: str
+) -> list[tuple[dict[str, Any], str, str]]:
+    """One Studio resume value (an answer or a list of them) as (answer, reviewer, role) triples. With a reviewers
+    file (`people`) each answer must carry its reviewer's `token`, and the name is the file's (a `reviewer` field
+    is ignored); without one (single-user mode) the answer's `reviewer` is a label, else `default_name`, role
+    `local`. The token never leaves this function. A bad decision or token is a ValueError naming it."""
+    answers = [
+        a if isinstance(a, dict) else {"decision": a} for a in (answer if isinstance(answer, list) else [answer])
+    ]
+    parse_reviews(answers)
+    out: list[tuple[dict[str, Any], str, str]] = []
+    for a in answers:
+        clean = {k: v for k, v in a.items() if k not in ("token", "reviewer")}
+        if people is None:
+            out.append((clean, str(a.get("reviewer") or default_name)[:200], LOCAL))
+            continue
+        try:
+            who = authenticate(people, a.get("token") if isinstance(a.get("token"), str) else None)
+        except ReviewerAuthError as exc:
+            raise ValueError(f'review answer: {exc}; add "token": "..." (from `unveil reviewers add`)') from exc
+        out.append((clean, who.name, who.role))
+    return out
+
+
 def combined_review(reviews: list[dict[str, str]], policy: ReviewPolicy) -> dict[str, Any]:
     """The sample's `review` record: the outcome under `policy`, the last note, and every reviewer's decision."""
     outcome = review_outcome(reviews, policy)
@@ -58,69 +86,163 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
+def judged(history: list[dict[str, Any]]) -> dict[str, str]:
+    """Each reviewer's latest approve/reject in a review history (undone entries and adjudications left out;
+    judgements kept as conflicts count: the reviewer did judge)."""
+    undone = {h.get("undoes") for h in history if h.get("decision") == "undo"}
+    out: dict[str, str] = {}
+    for k, h in enumerate(history):
+        if k not in undone and h.get("decision") in ("approve", "reject") and not h.get("adjudicated"):
+            out[str(h.get("reviewer") or "?")] = str(h["decision"])
+    return out
+
+
+def disagreement(rec: dict[str, Any]) -> bool:
+    """Whether the reviewers of a sample disagree (one approves, another rejects) and no adjudicator settled it."""
+    if (rec.get("review") or {}).get("adjudicated"):
+        return False
+    return len(set(judged(rec.get("review_history") or []).values())) > 1
+
+
+def _settle(rec: dict[str, Any], answer: dict[str, Any], entry: dict[str, Any]) -> str:
+    """An adjudicator's approve/reject on a sample whose reviewers disagree: it decides the sample whatever the
+    rule says, and is kept in the history and the review as an adjudication (the reviewers' own reviews stay)."""
+    status = parse_review(answer)["status"]
+    rec["status"] = "accepted" if status == "approved" else "rejected"
+    rec["review"] = {
+        **(rec.get("review") or {}),
+        "status": status,
+        "note": entry["note"],
+        "reviewer": entry["reviewer"],
+        "time": entry["time"],
+        "adjudicated": True,
+    }
+    entry.update(decision="approve" if status == "approved" else "reject", adjudicated=True)
+    return status
+
+
+def _live_review(rec: dict[str, Any], who: str) -> dict[str, Any] | None:
+    """`who`'s review that counts now in the record's `review.reviews` (undone ones have left it), or None."""
+    mine = [r for r in (rec.get("review") or {}).get("reviews") or [] if r.get("reviewer") == who]
+    return mine[-1] if mine else None
+
+
 def apply_decision(
-    rec: dict[str, Any], answer: dict[str, Any], policy: ReviewPolicy, *, reviewer: str, now: str
+    rec: dict[str, Any],
+    answer: dict[str, Any],
+    policy: ReviewPolicy,
+    *,
+    reviewer: str,
+    now: str,
+    role: str = "reviewer",
+    labels: dict[str, Any] | None = None,
 ) -> tuple[str, dict[str, Any] | None]:
     """Apply one decision ({decision: approve|reject|note|undo, note, reviewer?, undoes?}) to a sample record in
-    place; returns what it did (approved, rejected, pending, noted, undone, conflicts or skipped) and the history
-    entry it added (None when skipped). The caller holds the folder lock and appends the record and the entry.
+    place; returns what it did (approved, rejected, pending, noted, undone, conflicts, already, refused or
+    skipped) and the history entry it added (None when nothing was added). The caller holds the folder lock and
+    appends the record and the entry.
 
-    An approve/reject on a pending sample joins its `review.reviews` list, and the sample is accepted or rejected
-    once the reviews decide under `policy`; one on a decided sample is kept in the history as a conflict
-    (`applied: false`), never lost; applying the same decision twice is skipped; `undo` takes back entry `undoes`
-    of the record's `review_history` (see `undo`)."""
+    `reviewer` is who decides, as the caller authenticated them, and `role` their role (`reviewer`,
+    `adjudicator`, or `local` for the one user of a folder without a reviewers file, whose answers may carry a
+    `reviewer` label). An approve/reject on a pending sample joins its `review.reviews` list, and the sample is
+    accepted or rejected once the reviews decide under `policy`; the same judgement again from the same reviewer
+    is `already` (nothing logged); one on a decided sample is kept in the history as a conflict (`applied:
+    false`), never lost; `undo` takes back entry `undoes` of the record's `review_history` (see `undo`).
+    `labels` are the answer's labels as `graphs.ctd_labels.check_answer` accepted them (a corrected `category`,
+    `ratings`): kept with the review and its history entry; an applied category correction changes the record's
+    `category` in place (the generated one kept as `category_generated`). An adjudicator's approve/reject on a
+    sample whose reviewers disagree settles it (see `_settle`)."""
     decision = str(answer.get("decision", "")).strip().lower()
     if not decision:
         return "skipped", None
-    who = str(answer.get("reviewer") or reviewer)[:200]
+    who = str((answer.get("reviewer") if role == LOCAL else None) or reviewer)[:200]
     note = str(answer.get("note", ""))[:2000]
-    entry: dict[str, Any] = {"decision": decision, "note": note, "reviewer": who, "time": now}
+    entry: dict[str, Any] = {"decision": decision, "note": note, "reviewer": who, "time": now, **(labels or {})}
+    if entry.get("send_back") is False:
+        del entry["send_back"]
     if decision == "note":
         done = "noted"
     elif decision == "undo":
-        if not undo(rec, answer.get("undoes"), policy, entry):
-            return "skipped", None  # nothing to undo there, or undone already (a double click)
-        done = "undone"
-    elif rec.get("status") == "pending_review":
-        one = {**parse_review(answer), "reviewer": who, "time": now}
+        done = undo(rec, answer.get("undoes"), policy, entry, role=role)
+        if done != "undone":
+            return done, None  # nothing to undo there, undone already (a double click), or not theirs
+    elif role == "adjudicator" and disagreement(rec):
+        done = _settle(rec, answer, entry)
+    else:
+        done = _judge(rec, {**parse_review(answer), "reviewer": who, "time": now, **(labels or {})}, policy, entry)
+        if done in ("already", "skipped"):
+            return done, None
+    if (labels or {}).get("send_back") and done == "rejected":
+        rec["status"] = "sent_back"  # `unveil generate` on the folder gives the Eraser another attempt
+        rec["send_back"] = {"note": note, "reviewer": who, "time": now, "round": rec.get("rounds")}
+    corrected = (labels or {}).get("category")
+    if corrected and entry.get("applied") is not False and done != "undone":
+        rec.setdefault("category_generated", rec.get("category"))
+        rec["category"] = corrected
+    rec["review_history"] = [*rec.get("review_history", []), entry]
+    return done, entry
+
+
+def _judge(rec: dict[str, Any], one: dict[str, Any], policy: ReviewPolicy, entry: dict[str, Any]) -> str:
+    """An approve/reject (`one`, a review) on a record: `already` when it repeats the reviewer's own judgement;
+    on a pending sample it joins `review.reviews` and the policy decides (approved, rejected or pending); on a
+    decided one it is kept as a conflict (`applied: false`), or `skipped` as the same decision applied again."""
+    who, now = one["reviewer"], one["time"]
+    mine = _live_review(rec, who)
+    if mine is not None and mine.get("status") == one["status"]:
+        return "already"  # the same judgement again (a double click, a second Studio resume)
+    if rec.get("status") == "pending_review":
         review = combined_review([*(rec.get("review") or {}).get("reviews", []), one], policy)
         rec["review"] = {**review, "reviewer": who, "time": now}
         if review["status"] != "pending":
             rec["status"] = "accepted" if review["status"] == "approved" else "rejected"
         entry["decision"] = "approve" if one["status"] == "approved" else "reject"
-        done = review["status"]
-    else:
-        status = parse_review(answer)["status"]
-        current = rec.get("review") or {}
-        if current.get("status") == status and current.get("note", "") == note:
-            return "skipped", None  # the same decision applied again (a rerun of one decisions file)
-        entry.update(applied=False, conflict_with={k: current.get(k) for k in ("status", "reviewer", "time")})
-        done = "conflicts"
-    rec["review_history"] = [*rec.get("review_history", []), entry]
-    return done, entry
+        return str(review["status"])
+    current = rec.get("review") or {}
+    same = current.get("status") == one["status"] and current.get("note", "") == entry["note"]
+    if same and str(current.get("reviewer") or who) == who:
+        return "skipped"  # the same decision applied again (a rerun of one decisions file)
+    entry.update(applied=False, conflict_with={k: current.get(k) for k in ("status", "reviewer", "time")})
+    return "conflicts"
 
 
-def undo(rec: dict[str, Any], k: Any, policy: ReviewPolicy, entry: dict[str, Any]) -> bool:
+def undo(rec: dict[str, Any], k: Any, policy: ReviewPolicy, entry: dict[str, Any], *, role: str = "reviewer") -> str:
     """Undo entry `k` of a record's review history (an applied approve/reject, or a note) in place: the undone
     review leaves `review.reviews` and the others decide again under the record's own policy (none left: the
-    sample waits for review again). The history only grows: `entry` (the undo) names `k`. False when `k` is no
-    such entry, is an undo, was not applied, or is undone already."""
+    sample waits for review again). The history only grows: `entry` (the undo) names `k`. Returns `undone`;
+    `skipped` when `k` is no such entry, is an undo, was not applied, or is undone already; `refused` when the
+    entry is another reviewer's and `role` is not `adjudicator` (an adjudicator's undo of someone else's entry is
+    marked `override`; the single user, role `local`, may undo any entry)."""
     history = rec.get("review_history") or []
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(history):
-        return False
+        return "skipped"
     target = history[k]
     undone = {h.get("undoes") for h in history if h.get("decision") == "undo"}
     if k in undone or target.get("decision") not in ("approve", "reject", "note") or target.get("applied") is False:
-        return False
+        return "skipped"
+    if role != LOCAL and target.get("reviewer") != entry["reviewer"]:
+        if role != "adjudicator":
+            return "refused"
+        entry["override"] = True
     entry["undoes"] = k
+    if target.get("category"):  # a category correction taken back: the latest other one, else the generated one
+        others = [
+            h["category"]
+            for i, h in enumerate(history)
+            if i != k and i not in undone and h.get("category") and h.get("applied") is not False
+        ]
+        rec["category"] = others[-1] if others else rec.get("category_generated", rec.get("category"))
     if target["decision"] == "note":
-        return True
+        return "undone"
     review = rec.get("review") or {}
     mine = (target.get("reviewer"), target.get("time"))
     kept = [r for r in review.get("reviews") or [] if (r.get("reviewer"), r.get("time")) != mine]
     own = ReviewPolicy(
         min_reviewers=int(review.get("min_reviewers") or policy.min_reviewers), rule=review.get("rule") or policy.rule
     )
+    if review.get("adjudicated") and not target.get("adjudicated"):
+        rec["review"] = {**review, "reviews": kept}  # the adjudicator's decision still settles the sample
+        return "undone"
     if kept:
         again = combined_review(kept, own)
         rec["review"] = {**again, "reviewer": kept[-1].get("reviewer"), "time": kept[-1].get("time")}
@@ -128,7 +250,8 @@ def undo(rec: dict[str, Any], k: Any, policy: ReviewPolicy, entry: dict[str, Any
         again = {"status": "pending"}
         rec["review"] = {"status": "pending", "reviews": []}
     rec["status"] = {"approved": "accepted", "rejected": "rejected"}.get(again["status"], "pending_review")
-    return True
+    rec.pop("send_back", None)  # an undone rejection sends nothing back
+    return "undone"
 
 
 def sample_record(out: dict[str, Any], *, dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
@@ -208,25 +331,32 @@ def queue_in_folder(folder: Path, sample_id: str, out: dict[str, Any]) -> dict[s
 
 
 def decide_in_folder(
-    folder: Path, sample_id: str, answers: list[dict[str, Any]], policy: ReviewPolicy, *, reviewer: str, answer_key: str
-) -> dict[str, Any] | None:
-    """Apply a Studio reviewer's answers to the folder's record under the folder lock, appending the record and
-    the decision lines as the web app does; returns the record after them (None when the folder has none).
+    folder: Path,
+    sample_id: str,
+    answers: list[tuple[dict[str, Any], str, str]],
+    policy: ReviewPolicy,
+    *,
+    answer_key: str,
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """Apply a Studio resume's answers (each with the reviewer it was authenticated as and their role) to the
+    folder's record under the folder lock, appending the record and the decision lines as the web app does;
+    returns the record after them (None when the folder has none) and what each answer did.
 
     `answer_key` names this answer within the run; an answer whose key the history holds already (a node re-run
     replaying an earlier answer) is not applied twice."""
     with review_lock(folder):
         rec = read_records(folder).get(sample_id)
         if rec is None:
-            return None
+            return None, []
         if any(h.get("studio_answer") == answer_key for h in rec.get("review_history") or []):
-            return rec
-        log = []
-        for answer in answers:
-            _, entry = apply_decision(rec, answer, policy, reviewer=reviewer, now=now_iso())
+            return rec, []
+        log, done = [], []
+        for answer, reviewer, role in answers:
+            what, entry = apply_decision(rec, answer, policy, reviewer=reviewer, now=now_iso(), role=role)
+            done.append(what)
             if entry is not None:
                 entry["studio_answer"] = answer_key
                 log.append({"id": sample_id, **entry})
         if log:
             append_records(folder, [{**rec, "id": sample_id}], log)
-        return rec
+        return rec, done

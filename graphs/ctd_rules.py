@@ -296,3 +296,34 @@ def review_outcome(reviews: Sequence[Mapping[str, Any]], policy: ReviewPolicy | 
     if approvals + rejections < needed:
         return "pending"
     return "approved" if approvals > rejections else "rejected"
+
+
+# -- agreement between reviewers (approve/reject labels) ------------------------------------------------------
+
+KAPPA_LABELS = ("approve", "reject")
+
+
+def cohen_kappa(pairs: list[tuple[str, str]]) -> float | None:
+    """Cohen's kappa of two raters' labels on the same samples."""
+    n = len(pairs)
+    if n < 2:
+        return None
+    observed = sum(1 for a, b in pairs if a == b) / n
+    chance = sum(
+        (sum(1 for a, _ in pairs if a == lab) / n) * (sum(1 for _, b in pairs if b == lab) / n) for lab in KAPPA_LABELS
+    )
+    return None if chance >= 1 else (observed - chance) / (1 - chance)
+
+
+def fleiss_kappa(items: list[list[str]]) -> float | None:
+    """Fleiss' kappa over samples each judged by two or more raters (the number of raters may vary by sample:
+    each sample's agreement is over its own rater pairs)."""
+    rated = [labels for labels in items if len(labels) >= 2]
+    if len(rated) < 2:
+        return None
+    total = sum(len(x) for x in rated)
+    p = {lab: sum(x.count(lab) for x in rated) / total for lab in KAPPA_LABELS}
+    per_item = [(sum(x.count(lab) ** 2 for lab in KAPPA_LABELS) - len(x)) / (len(x) * (len(x) - 1)) for x in rated]
+    observed = sum(per_item) / len(rated)
+    chance = sum(v * v for v in p.values())
+    return None if chance >= 1 else (observed - chance) / (1 - chance)

@@ -71,6 +71,42 @@ async def run_scene(
     return dict(final.values)
 
 
+def reviewer_feedback(values: dict[str, Any], send_back: dict[str, Any]) -> dict[str, Any]:
+    """The feedback entry a reviewer's rejection adds to the Eraser's history (the form the Gatekeeper's feedback
+    takes: the attempt, the problem and the advice), so the next attempt reads the reviewer's note."""
+    erasure = values.get("erasure") or {}
+    return {
+        "round": values.get("rounds", 0),
+        "problem": "reviewer_rejected",
+        "detail": f"a human reviewer ({send_back.get('reviewer') or '?'}) rejected the accepted pair",
+        "attempt": {k: erasure.get(k) for k in ("t2i_prompt", "caption", "erasure_reason", "technique")},
+        "feedback": str(send_back.get("note") or ""),
+        "suggestions": [],
+    }
+
+
+async def send_back_scene(
+    graph: Any, sample_id: str, send_back: dict[str, Any], ctx: CtdContext, *, thread_prefix: str = "ctd"
+) -> dict[str, Any]:
+    """Give the Eraser another attempt at a scene a reviewer sent back: the scene's finished thread is continued
+    from a new checkpoint written as the `feedback` node (its history plus the reviewer's note), so the graph runs
+    eraser -> checks -> judges -> gatekeeper again with every earlier attempt, from where the scene stopped; no
+    earlier call is repeated. Returns the graph's final values. A scene without its thread in the folder's
+    checkpoints (a Studio sample, a copied folder) is a ValueError."""
+    config: Any = {"configurable": {"thread_id": f"{thread_prefix}:{sample_id}"}}
+    snapshot = await graph.aget_state(config)
+    values = dict(snapshot.values or {})
+    if not values.get("erasure") or snapshot.next:
+        raise ValueError(f"scene {sample_id}: no finished run in this folder's checkpoints to send back to the Eraser")
+    history = [*values.get("feedback_history", []), reviewer_feedback(values, send_back)]
+    await graph.aupdate_state(config, {"feedback_history": history}, as_node="feedback")
+    await graph.ainvoke(None, config, context=ctx)
+    final = await graph.aget_state(config)
+    if final.next:
+        raise RuntimeError(f"scene {sample_id} stopped at {final.next} (an interrupt needs review mode interrupt)")
+    return dict(final.values)
+
+
 async def preflight_t2i(ctx: CtdContext) -> None:
     """Load the text-to-image pipeline once before any scene starts, so a missing model is one clear error
     instead of a failure per scene (raises ValueError naming the spec)."""

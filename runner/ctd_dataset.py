@@ -13,7 +13,10 @@ Layout of a dataset folder `DIR`:
 - `checkpoints.sqlite`: LangGraph's checkpoints, so a killed run resumes mid-scene;
 - `decisions.jsonl`: every reviewer decision applied, in the `unveil review --decisions` format plus reviewer and time;
 - `.lock`: the folder lock (`dataset_lock`) that serialises reviewers and the rewriting of the views;
-- `export/data.parquet`: the Hugging Face `datasets` export, with the image bytes in an `Image` column.
+- `export/`: the Hugging Face `datasets` export: `data.parquet` with the image bytes in an `Image` column, the
+  same rows as `data.jsonl` and `data.csv`, and the dataset card `README.md` (`load_dataset("DIR/export")`);
+- `reviewers.json`, `assignment.json`, `guidelines.md` (optional): who reviews, who reviews which sample, and the
+  guidelines shown beside each sample (`tools.reviewers`, `unveil ui`).
 
 Every write into the folder goes through `tools.safe_files` (the batch appender and the lock files through
 `open_nofollow`): a symbolic link planted in the folder is refused or replaced, never written through, and the
@@ -50,6 +53,7 @@ from tools.review_log import SAMPLES as SAMPLES
 from tools.review_log import ReviewBusyError
 from tools.review_log import append_records as append_records
 from tools.review_log import review_lock as review_lock
+from tools.reviewers import REVIEWERS, ReviewerAuthError, load_reviewers, require_reviewers_file, reviewers_path
 from tools.safe_files import atomic_write, atomic_writer
 
 if TYPE_CHECKING:
@@ -264,7 +268,18 @@ _TEXT_FIELDS = (
     "erasure_reason",
     "drop_reason",
 )
-_OBJECT_FIELDS = ("decision", "review", "models", "usage", "benign", "erasure", "scene", "modality", "duplicate_of")
+_OBJECT_FIELDS = (
+    "decision",
+    "review",
+    "models",
+    "usage",
+    "benign",
+    "erasure",
+    "scene",
+    "modality",
+    "duplicate_of",
+    "send_back",
+)
 
 
 def record_problem(rec: dict[str, Any]) -> str | None:
@@ -282,7 +297,7 @@ def record_problem(rec: dict[str, Any]) -> str | None:
     for k in _OBJECT_FIELDS:
         if rec.get(k) is not None and not isinstance(rec[k], dict):
             return f"{k!r} is {type(rec[k]).__name__}, not an object"
-    lists = {k: rec.get(k) for k in ("votes", "feedback_history", "review_history")}
+    lists = {k: rec.get(k) for k in ("votes", "feedback_history", "review_history", "sent_back")}
     lists["review.reviews"] = (rec.get("review") or {}).get("reviews")
     for k, v in lists.items():
         if v is not None and not (isinstance(v, list) and all(isinstance(x, dict) for x in v)):
@@ -371,14 +386,21 @@ def apply_reviews(
     decisions: Mapping[str, dict[str, Any] | list[dict[str, Any]]],
     *,
     reviewer: str | None = None,
+    role: str = "local",
     min_reviewers: int = 1,
     rule: str = "unanimous",
     records: Callable[[], Mapping[str, dict[str, Any]]] | None = None,
     views: bool = True,
+    appended: list[tuple[str, int]] | None = None,
 ) -> dict[str, int]:
     """Apply reviewer decisions ({id: {decision: approve|reject|note|undo, note, reviewer?, undoes?}}, or {id: [one
     per reviewer]}) under the folder lock; `undo` takes back entry `undoes` of the record's `review_history`
     (see `graphs.ctd_review.undo`).
+
+    Who decides: `reviewer` with `role` as the caller authenticated them against the folder's reviewers file
+    (`tools.reviewers`: `reviewer` or `adjudicator`); the default `local` is single-user mode, allowed only while
+    the folder has no reviewers file and the rule needs one reviewer (a `ReviewerAuthError` otherwise), where a
+    decision's own `reviewer` field is a label.
 
     Several reviewers (the TAG paper's unanimous confirmation, §4.1): every approve/reject on a pending sample joins
     its `review.reviews` list (reviewer, note, time), and the sample is accepted or rejected once the reviews decide
@@ -388,17 +410,25 @@ def apply_reviews(
     decision adds a note without deciding. Updated records are appended to `samples.jsonl` (the last record of an
     id wins, as everywhere), so a concurrent `unveil generate` appending its own records loses nothing.
     Returns how many decisions approved or rejected a sample, left it pending (more reviewers needed), were notes,
-    were kept as conflicts, and were skipped (unknown id, a record that `record_problem` refuses, or empty).
-    `records` reads the folder's records by id under the lock (default `load_samples`; the web app passes its
-    index); `views=False` leaves rewriting `dataset.jsonl` and `review_queue.jsonl` to the caller."""
+    were kept as conflicts, repeated the reviewer's own judgement (`already`, not logged), undid an entry, were
+    refused (an undo of another reviewer's entry), and were skipped (unknown id, a record that `record_problem`
+    refuses, or empty). `records` reads the folder's records by id under the lock (default `load_samples`; the
+    web app passes its index); `views=False` leaves rewriting `dataset.jsonl` and `review_queue.jsonl` to the
+    caller; `appended` receives (id, history position) of each entry this call added, so a caller can offer to
+    undo exactly its own entry."""
     from graphs.ctd_rules import ReviewPolicy
 
     policy = ReviewPolicy(min_reviewers=min_reviewers, rule=rule)  # type: ignore[arg-type]
     root = Path(dataset_dir)
-    counts = {"approved": 0, "rejected": 0, "pending": 0, "noted": 0, "conflicts": 0, "undone": 0, "skipped": 0}
+    check_local_mode(root, role, min_reviewers)
+    labels = check_labels(root, decisions)
+    counts = dict.fromkeys(
+        ("approved", "rejected", "pending", "noted", "conflicts", "undone", "already", "refused", "skipped"), 0
+    )
     with dataset_lock(root):
         by_id = records() if records is not None else load_samples(root)
-        changed, log = _decide(by_id, decisions, policy, reviewer, counts)
+        actor = (reviewer or default_reviewer(), role)
+        changed, log = _decide(by_id, decisions, policy, actor, counts, appended, labels)
         if changed:
             append_records(root, [{**r, "id": sid} for sid, r in changed.items()], log)
         if views:
@@ -406,33 +436,71 @@ def apply_reviews(
     return counts
 
 
+def check_local_mode(root: Path, role: str, min_reviewers: int) -> None:
+    """Refuse single-user decisions (role `local`) on a folder with a reviewers file, or under a rule of two or
+    more reviewers (see `tools.reviewers`)."""
+    if role != "local":
+        return
+    people = load_reviewers(reviewers_path(root))
+    if people is not None:
+        raise ReviewerAuthError(
+            f"{root}: this folder has a reviewers file ({REVIEWERS}): each decision needs a reviewer's token "
+            f"(UNVEIL_REVIEWER_TOKEN for `unveil review`, sign-in for `unveil ui`)"
+        )
+    require_reviewers_file(min_reviewers, people, str(root))
+
+
+def check_labels(
+    root: Path, decisions: Mapping[str, dict[str, Any] | list[dict[str, Any]]]
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """Every answer's labels under the folder's label schema (`graphs.ctd_labels`), by (id, position), checked
+    before anything is applied: one answer that does not meet the schema (a required rationale missing, a
+    category outside the vocabulary, a rating out of bounds) stops them all with a `LabelSchemaError` naming
+    its sample."""
+    from graphs.ctd_labels import LabelSchemaError, check_answer, load_schema
+
+    schema = load_schema(root)
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for sid, answers in decisions.items():
+        for i, answer in enumerate(answers if isinstance(answers, list) else [answers]):
+            try:
+                out[(sid, i)] = check_answer(answer or {}, schema)
+            except LabelSchemaError as exc:
+                raise LabelSchemaError(f"sample {sid!r}: {exc}") from None
+    return out
+
+
 def _decide(
     by_id: Mapping[str, dict[str, Any]],
     decisions: Mapping[str, dict[str, Any] | list[dict[str, Any]]],
     policy: ReviewPolicy,
-    reviewer: str | None,
+    actor: tuple[str, str],
     counts: dict[str, int],
+    appended: list[tuple[str, int]] | None,
+    labels: dict[tuple[str, int], dict[str, Any]],
 ) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
-    """Apply each decision to its record (in place), counting each outcome in `counts`; returns the records that
-    changed, by id, and the decision log entries to append."""
+    """Apply each decision to its record (in place) as `actor` (name, role) with its checked labels, counting
+    each outcome in `counts`; returns the records that changed, by id, and the decision log entries to append."""
     # The one way a decision changes a record, shared with the CTD graph's review node (Studio).
     from graphs.ctd_review import apply_decision, now_iso
 
     changed: dict[str, dict[str, Any]] = {}
     log: list[dict[str, Any]] = []
     for sid, answers in decisions.items():
-        for answer in answers if isinstance(answers, list) else [answers]:
+        for i, answer in enumerate(answers if isinstance(answers, list) else [answers]):
             rec = by_id.get(sid)
             if rec is None or record_problem(rec):
                 counts["skipped"] += 1
                 continue
             done, entry = apply_decision(
-                rec, answer or {}, policy, reviewer=reviewer or default_reviewer(), now=now_iso()
+                rec, answer or {}, policy, reviewer=actor[0], role=actor[1], now=now_iso(), labels=labels.get((sid, i))
             )
             counts[done] += 1
             if entry is not None:
                 changed[sid] = rec
                 log.append({"id": sid, **entry})
+                if appended is not None:
+                    appended.append((sid, len(rec["review_history"]) - 1))
     return changed, log
 
 
@@ -475,6 +543,9 @@ def read_decisions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any] | l
         decision: dict[str, Any] = {"decision": rec.get("decision") or "", "note": rec.get("note") or ""}
         if "undoes" in rec:
             decision["undoes"] = rec["undoes"]
+        for name in ("category", "ratings", "send_back"):  # labels of the folder's schema, checked when applied
+            if rec.get(name) not in (None, "", False):
+                decision[name] = rec[name]
         if rec.get("reviewer"):
             decision["reviewer"] = str(rec["reviewer"])
         sid = str(rec["id"])
@@ -529,26 +600,29 @@ _EXPORT_COLUMNS = (
 def export_hf(
     dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None, *, include_pending: bool = False
 ) -> Path:
-    """Write the usable samples as Parquet with an `Image` column (bytes embedded); returns the Parquet path.
+    """Write the usable samples as Parquet with an `Image` column (bytes embedded), the same rows as JSONL and
+    CSV, and a dataset card (`README.md`, see `runner.ctd_export`) beside it; returns the Parquet path.
 
-    Load it back with `datasets.load_dataset("parquet", data_files=str(path), split="train")`.
+    Load it back with `datasets.load_dataset(str(path.parent), split="train")` (the card names the Parquet file)
+    or `datasets.load_dataset("parquet", data_files=str(path), split="train")`.
     """
     require_extra("ctd", "dataset export", ("datasets",))
     from datasets import Dataset
 
+    from runner.ctd_export import write_extras
+
     root = Path(dataset_dir)
-    records = [
-        r
-        for r in load_samples(root).values()
-        if is_usable(r, include_pending=include_pending) and record_problem(r) is None
-    ]
-    ds = Dataset.from_dict(_export_columns(root, records), features=_export_features())
+    every = [r for r in load_samples(root).values() if record_problem(r) is None]
+    records = [r for r in every if is_usable(r, include_pending=include_pending)]
+    columns = _export_columns(root, records)
+    ds = Dataset.from_dict(columns, features=_export_features())
     # A new file renamed into place, its folder reached without following a link (tools.safe_files): a link
     # planted at `export` or at the file's name cannot make the export overwrite a file outside the folder.
-    base, rel = (Path(out_dir), Path("data.parquet")) if out_dir else (root, Path(EXPORT) / "data.parquet")
-    with atomic_writer(base, rel) as fh:
+    base, folder = (Path(out_dir), Path()) if out_dir else (root, Path(EXPORT))
+    with atomic_writer(base, folder / "data.parquet") as fh:
         ds.to_parquet(fh)
-    return base / rel
+    write_extras(base, folder, columns, records, every)
+    return base / folder / "data.parquet"
 
 
 def _export_columns(root: Path, records: list[dict[str, Any]]) -> dict[str, list[Any]]:

@@ -15,6 +15,7 @@ from PIL import Image
 from runner.ctd_dataset import apply_reviews
 from tests.test_ui import CHROMIUM, CHROMIUM_ARGS, Server
 from tests.ui_data import make_ctd_dataset, make_detection_results, make_eval_ipr_results, make_ipr_results
+from tools.reviewers import REVIEWERS, add_reviewer
 from unveil.ui import create_app
 
 
@@ -63,11 +64,12 @@ def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="unveil-ui-shots-"))
     make_ctd_dataset(tmp / "ds", duplicate=True)
-    make_ctd_dataset(tmp / "ds2")  # two reviewers needed
+    make_ctd_dataset(tmp / "ds2")  # two reviewers needed: each signs in with a token of the reviewers file
+    tokens = {who: add_reviewer(tmp / "ds2" / REVIEWERS, who) for who in ("alice", "bob")}
     pending = ["drugs-00000", "drugs-00001", "drugs-00002"]
     for who, decisions in (("alice", ["approve", "approve", "reject"]), ("bob", ["reject", "approve", "reject"])):
         for sid, d in zip(pending, decisions, strict=True):
-            apply_reviews(tmp / "ds2", {sid: {"decision": d, "reviewer": who}}, min_reviewers=2)
+            apply_reviews(tmp / "ds2", {sid: {"decision": d}}, reviewer=who, role="reviewer", min_reviewers=2)
     make_detection_results(tmp / "detect.jsonl", tmp / "store")
     make_ipr_results(tmp / "refine.jsonl", tmp / "store")
     runs = make_eval_ipr_results(tmp / "runs", tmp / "store")
@@ -102,6 +104,11 @@ def main(out: Path) -> None:
         for source, url, name, action, kw in shots:
             with Server(create_app(source, reviewer="alice", **kw)) as srv:
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
+                if source == tmp / "ds2":  # sign in as bob first
+                    page.goto(srv.url + "/signin")
+                    page.fill("#token", tokens["bob"])
+                    page.click("#signin-button")
+                    page.wait_for_url("**/review")
                 page.goto(srv.url + url)
                 page.wait_for_function("Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)")
                 if action is not None:

@@ -208,25 +208,18 @@ def _pending_folder(tmp_path: Path, *ids: str) -> Path:
 
 def test_apply_reviews_keeps_every_reviewer_and_waits_for_unanimity(tmp_path) -> None:
     root = _pending_folder(tmp_path, "a", "b")
-    counts = apply_reviews(
-        root,
-        {
-            "a": {"decision": "approve", "reviewer": "ann", "note": "ok"},
-            "b": {"decision": "approve", "reviewer": "ann"},
-        },
-        min_reviewers=2,
-    )
-    assert counts == {"approved": 0, "rejected": 0, "pending": 2, "noted": 0, "conflicts": 0, "skipped": 0, "undone": 0}
+    zero = dict.fromkeys(("approved", "rejected", "pending", "noted", "conflicts", "skipped", "undone"), 0)
+    zero.update(already=0, refused=0)
+    # Each reviewer as authenticated (tests/test_review_auth.py covers the tokens).
+    ann: dict = {"reviewer": "ann", "role": "reviewer", "min_reviewers": 2}
+    bob: dict = {"reviewer": "bob", "role": "reviewer", "min_reviewers": 2}
+    counts = apply_reviews(root, {"a": {"decision": "approve", "note": "ok"}, "b": {"decision": "approve"}}, **ann)
+    assert counts == {**zero, "pending": 2}
     assert load_samples(root)["a"]["status"] == "pending_review"
     counts = apply_reviews(
-        root,
-        {
-            "a": {"decision": "approve", "reviewer": "bob"},
-            "b": {"decision": "reject", "reviewer": "bob", "note": "too literal"},
-        },
-        min_reviewers=2,
+        root, {"a": {"decision": "approve"}, "b": {"decision": "reject", "note": "too literal"}}, **bob
     )
-    assert counts == {"approved": 1, "rejected": 1, "pending": 0, "noted": 0, "conflicts": 0, "skipped": 0, "undone": 0}
+    assert counts == {**zero, "approved": 1, "rejected": 1}
     recs = load_samples(root)
     assert recs["a"]["status"] == "accepted" and recs["b"]["status"] == "rejected"
     assert [(r["reviewer"], r["status"]) for r in recs["a"]["review"]["reviews"]] == [
@@ -247,24 +240,40 @@ def test_decisions_file_keeps_several_reviewers_per_sample(tmp_path) -> None:
     )
     decisions = read_decisions(path)
     assert [d["reviewer"] for d in decisions["a"]] == ["ann", "bob"]
-    assert apply_reviews(root, decisions, min_reviewers=2)["approved"] == 1
+    # Each line is applied by its own (authenticated) reviewer: a line's name never makes its applier someone else.
+    done = [
+        apply_reviews(root, {"a": d}, reviewer=d["reviewer"], role="reviewer", min_reviewers=2) for d in decisions["a"]
+    ]
+    assert [c["pending"] for c in done] == [1, 0] and done[1]["approved"] == 1
 
 
-async def test_interrupt_asks_again_until_the_reviewers_decide(tmp_path, tiny_sd, fresh_gateway):
+async def test_interrupt_asks_again_until_the_reviewers_decide(tmp_path, tiny_sd, fresh_gateway, monkeypatch):
+    """Several reviewers in Studio need the server's reviewers file: each answer carries its reviewer's token (a
+    name alone is refused), and a reviewer's repeated answer is not counted twice."""
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.types import Command
 
+    from tools.reviewers import REVIEWERS_FILE_ENV, add_reviewer
+
+    people = tmp_path / "reviewers.json"
+    ann, bob = add_reviewer(people, "ann"), add_reviewer(people, "bob")
+    monkeypatch.setenv(REVIEWERS_FILE_ENV, str(people))
     spec = write_script(tmp_path, merge(base_script([erasure("A")]), panel_rules("A")))
     g = builder.compile(checkpointer=InMemorySaver())
     cfg = {"configurable": {"thread_id": "r1"}}
     ctx = context(tmp_path, spec, tiny_sd, review="interrupt", min_reviewers=2)
     await g.ainvoke({"id": "r1", "category": "drugs"}, cfg, context=ctx)
-    second = await g.ainvoke(Command(resume={"decision": "approve", "reviewer": "ann"}), cfg, context=ctx)
+    named = await g.ainvoke(Command(resume={"decision": "approve", "reviewer": "ann"}), cfg, context=ctx)
+    assert "token" in named["__interrupt__"][0].value["error"]
+    second = await g.ainvoke(Command(resume={"decision": "approve", "token": ann}), cfg, context=ctx)
     payload = second["__interrupt__"][0].value
-    assert [r["reviewer"] for r in payload["reviews_so_far"]] == ["ann"] and "Another reviewer" in payload["question"]
-    out = await g.ainvoke(
-        Command(resume={"decision": "approve", "reviewer": "bob", "note": "subtle"}), cfg, context=ctx
+    assert [r["reviewer"] for r in payload["reviews_so_far"]] == ["ann"] and "1 of 2 reviewers" in payload["question"]
+    again = await g.ainvoke(
+        Command(resume=[{"decision": "approve", "token": ann}, {"decision": "approve", "token": ann}]), cfg, context=ctx
     )
+    payload = again["__interrupt__"][0].value
+    assert "already judged by ann" in payload["error"] and len(payload["reviews_so_far"]) == 1
+    out = await g.ainvoke(Command(resume={"decision": "approve", "token": bob, "note": "subtle"}), cfg, context=ctx)
     assert out["status"] == "accepted" and [r["reviewer"] for r in out["review"]["reviews"]] == ["ann", "bob"]
 
 

@@ -21,6 +21,7 @@ from graphs.ctd import builder
 from runner.ctd_dataset import DECISIONS, SAMPLES, dataset_lock
 from tests.test_ctd import base_script, context, erasure, fresh_gateway, merge, panel_rules, tiny_sd, write_script
 from tools.review_log import REVIEW_DIR_ENV, review_lock
+from tools.reviewers import REVIEWERS, add_reviewer
 from unveil.ui.sources import CtdSource
 
 __all__ = ["fresh_gateway", "tiny_sd"]  # fixtures shared with test_ctd.py
@@ -62,7 +63,7 @@ async def test_review_decided_in_the_web_app_resolves_the_studio_run(tmp_path, t
     assert card is not None and card["image_id"] and not card["image_refused"]
     assert card["text"].startswith("CAPTION-A:")
 
-    web.decide(SID, "reject", "too literal", "alice")
+    web.decide(SID, "reject", "too literal", ("alice", "local"))
     # Resumed with no decision of its own: the node reads the folder again and takes the web app's.
     out = await g.ainvoke(Command(resume={}), cfg, context=ctx)
     assert "__interrupt__" not in out
@@ -80,8 +81,8 @@ async def test_review_decided_in_the_web_app_resolves_the_studio_run(tmp_path, t
 async def test_review_undone_in_the_web_app_pauses_studio_again(tmp_path, tiny_sd, folder):
     g, cfg, ctx, _ = await start(tmp_path, tiny_sd)
     web = CtdSource(folder)
-    web.decide(SID, "approve", "", "alice")
-    web.undo(SID, 0, "alice")  # the web app counts the approval as taken back: pending again
+    web.decide(SID, "approve", "", ("alice", "local"))
+    web.undo(SID, 0, ("alice", "local"))  # the web app counts the approval as taken back: pending again
     assert web.record(SID)["status"] == "pending_review"
     out = await g.ainvoke(Command(resume="web"), cfg, context=ctx)
     assert "__interrupt__" in out  # the undone approval does not decide; the empty answer is asked again
@@ -92,16 +93,21 @@ async def test_review_undone_in_the_web_app_pauses_studio_again(tmp_path, tiny_s
 
 
 async def test_review_decided_in_studio_shows_in_the_web_app(tmp_path, tiny_sd, folder):
+    """Two reviewers need the folder's reviewers file: each Studio answer carries its reviewer's token, a
+    repeated answer is not logged twice, and the web app's undo is the reviewer's own."""
+    carol, dave = add_reviewer(folder / REVIEWERS, "carol"), add_reviewer(folder / REVIEWERS, "dave")
     g, cfg, ctx, _ = await start(tmp_path, tiny_sd, min_reviewers=2)
     out = await g.ainvoke(
-        Command(resume={"decision": "approve", "note": "fine", "reviewer": "carol"}), cfg, context=ctx
+        Command(resume={"decision": "approve", "note": "fine", "token": carol, "reviewer": "dave"}), cfg, context=ctx
     )
     assert out["__interrupt__"][0].value["reviews_so_far"] == [
         {"reviewer": "carol", "status": "approved", "note": "fine"}
     ]
     web = CtdSource(folder)
     assert web.record(SID)["status"] == "pending_review"  # one of two reviewers so far
-    out = await g.ainvoke(Command(resume={"decision": "approve", "reviewer": "dave"}), cfg, context=ctx)
+    out = await g.ainvoke(Command(resume={"decision": "approve", "token": carol}), cfg, context=ctx)
+    assert out["__interrupt__"][0].value["error"] == "carol: already judged by you"
+    out = await g.ainvoke(Command(resume={"decision": "approve", "token": dave}), cfg, context=ctx)
     assert out["status"] == "accepted"
     # Each Studio answer is one decisions.jsonl line with its reviewer and time (the node's re-run replays the
     # first answer, which is not written twice), and the web app shows the sample decided by both.
@@ -115,8 +121,9 @@ async def test_review_decided_in_studio_shows_in_the_web_app(tmp_path, tiny_sd, 
     assert card["status"] == "accepted" and card["review"]["status"] == "approved"
     assert card["judgements"] == {"carol": "approve", "dave": "approve"}
     assert [r for r in web.rows() if r["id"] == SID][0]["review_status"] == "approved"
-    # The web app's undo of a Studio decision works on the same history.
-    assert web.undo(SID, 1, "dave")["undone"] == 1
+    # The web app's undo of a Studio decision works on the same history, for its own reviewer only.
+    assert web.undo(SID, 1, ("carol", "reviewer"))["refused"] == 1
+    assert web.undo(SID, 1, ("dave", "reviewer"))["undone"] == 1
     assert web.record(SID)["status"] == "pending_review"
 
 
@@ -146,7 +153,7 @@ async def test_review_studio_and_the_web_app_share_one_lock(tmp_path, tiny_sd, f
     holder.start()
     held.wait(5)
     t0 = time.monotonic()
-    CtdSource(folder).decide(SID, "note", "seen", "frank")
+    CtdSource(folder).decide(SID, "note", "seen", ("frank", "local"))
     holder.join()
     assert time.monotonic() - t0 >= 0.8 and [x["reviewer"] for x in seen["log"]] == ["erin"]
     assert [x["reviewer"] for x in lines(folder / DECISIONS)] == ["erin", "frank"]

@@ -313,7 +313,7 @@ async def test_ctd_review_in_studio_and_the_web_app_agree(
     sid = (await client.threads.get_state(thread_id))["interrupts"][0]["value"]["review_id"]
     card = web.record(sid)
     assert card is not None and card["status"] == "pending_review" and card["image_id"]
-    web.decide(sid, "reject", "too plain", "alice")
+    web.decide(sid, "reject", "too plain", ("alice", "local"))
     out = await client.runs.wait(thread_id, "ctd", command={"resume": "web"}, context=ctx, raise_error=False)
     assert not error_of(out), error_of(out)
     assert out["status"] == "rejected" and [r["reviewer"] for r in out["review"]["reviews"]] == ["alice"]

@@ -14,6 +14,7 @@ import pytest
 from runner.ctd_dataset import DECISIONS, apply_reviews, load_samples
 from tests.test_ui import Server, browser, natural_widths, new_page, set_reviewer  # noqa: F401 - a fixture
 from tests.ui_data import INPUT_TEXTS, make_ctd_dataset, make_detection_results, make_eval_ipr_results
+from tools.reviewers import REVIEWERS, add_reviewer
 from unveil.ui import create_app
 
 pytestmark = pytest.mark.slow
@@ -122,7 +123,9 @@ def test_undo_a_decision_and_a_note(browser: Any, tmp_path: Path) -> None:  # no
         again = page.request.post(
             srv.url + "/review/undo", form={"id": first, "undoes": "2", "csrf": csrf}, max_redirects=0
         )
-        assert again.status == 303 and "flash=already" in again.headers["location"]
+        assert again.status == 303
+        page.goto(srv.url + again.headers["location"])
+        assert page.locator(".flash").inner_text().startswith("Already recorded")
     log = [json.loads(x) for x in (ds / DECISIONS).read_text().splitlines()]
     assert [(d["decision"], d.get("undoes")) for d in log] == [
         ("approve", None),
@@ -138,14 +141,15 @@ def test_undo_with_two_reviewers_recounts_the_rest(tmp_path: Path) -> None:
     """Undoing one of two reviews decides again from the other under the sample's own policy."""
     ds = tmp_path / "ds"
     sample = make_ctd_dataset(ds)["pending"][0]
-    apply_reviews(ds, {sample: {"decision": "approve", "reviewer": "alice"}}, min_reviewers=2)
-    apply_reviews(ds, {sample: {"decision": "reject", "reviewer": "bob"}}, min_reviewers=2)
+    two: dict[str, Any] = {"role": "reviewer", "min_reviewers": 2}  # as authenticated (tests/test_review_auth.py)
+    apply_reviews(ds, {sample: {"decision": "approve"}}, reviewer="alice", **two)
+    apply_reviews(ds, {sample: {"decision": "reject"}}, reviewer="bob", **two)
     assert load_samples(ds)[sample]["status"] == "rejected"
-    counts = apply_reviews(ds, {sample: {"decision": "undo", "undoes": 1, "reviewer": "bob"}}, min_reviewers=2)
+    counts = apply_reviews(ds, {sample: {"decision": "undo", "undoes": 1}}, reviewer="bob", **two)
     rec = load_samples(ds)[sample]
     assert counts["undone"] == 1 and rec["status"] == "pending_review"
     assert [r["reviewer"] for r in rec["review"]["reviews"]] == ["alice"] and rec["review"]["min_reviewers"] == 2
-    assert apply_reviews(ds, {sample: {"decision": "undo", "undoes": 1}})["skipped"] == 1
+    assert apply_reviews(ds, {sample: {"decision": "undo", "undoes": 1}}, reviewer="bob", **two)["skipped"] == 1
 
 
 def test_search_and_bulk_decisions(browser: Any, tmp_path: Path) -> None:  # noqa: F811
@@ -238,42 +242,158 @@ def test_kappa_values() -> None:
     assert judgements(history) == {"y": "reject"}
 
 
+def sign_in(page: Any, url: str, token: str) -> None:
+    """Sign a page's browser in with a reviewer token (the folder has a reviewers file)."""
+    page.goto(url + "/review")
+    assert page.url.endswith("/signin")
+    page.fill("#token", token)
+    with page.expect_navigation():
+        page.click("#signin-button")
+
+
 def test_several_reviewers_tally_queues_and_agreement(browser: Any, tmp_path: Path) -> None:  # noqa: F811
-    """With two reviewers needed (unanimous), each reviewer has a queue of what they have not judged, a sample
-    shows who judged what and the outcome, and the reviewers page counts and compares them."""
+    """With two reviewers needed (unanimous), each signs in with their token; the queue opens on what the
+    reviewer has not judged, a decision says how many of the reviewers needed judged it, a repeat is 'already
+    judged by you', a sample shows who judged what and the outcome, and the reviewers page counts and compares
+    them."""
     ds = tmp_path / "ds"
     pending = make_ctd_dataset(ds)["pending"]
+    tokens = {name: add_reviewer(ds / REVIEWERS, name) for name in ("alice", "bob")}
     with Server(create_app(ds, min_reviewers=2)) as srv:
         page = new_page(browser)
+        sign_in(page, srv.url, tokens["alice"])
+        assert page.locator("#signed-in").inner_text() == "Signed in as alice"
+        assert page.locator("#reviewer-name").count() == 0  # no name to type: the token's is the name
+        with page.expect_navigation():
+            page.keyboard.press("a")
+        assert page.locator(".flash").inner_text() == (
+            "Approved: 1 of 2 reviewers so far; the sample stays pending until 1 more reviewer judges it."
+        )
+        with page.expect_navigation():
+            page.keyboard.press("a")
+        # The default queue is alice's own: the two she judged left it, though both still wait for bob.
         page.goto(srv.url + "/review")
-        set_reviewer(page, "alice")
-        for _ in range(2):
-            with page.expect_navigation():
-                page.keyboard.press("a")
-        page.goto(srv.url + "/review?status=pending_review&todo=alice")
         assert page.locator("#sample-list .sid").all_inner_texts() == pending[2:]
-        set_reviewer(page, "bob")
-        page.goto(srv.url + "/review?status=pending_review&todo=bob")
-        assert page.locator("#sample-list .sid").all_inner_texts() == pending
-        with page.expect_navigation():
-            page.keyboard.press("r")  # bob rejects the first: unanimity fails
-        with page.expect_navigation():
-            page.keyboard.press("a")  # and approves the second: two approvals accept it
-        assert page.locator("#sample-list .sid").all_inner_texts() == pending[2:]
+        assert page.locator("#todo option:checked").inner_text() == "alice (you)"
+        # Her approval again (a stale tab) is not counted or logged twice.
         page.goto(srv.url + f"/review?status=&id={pending[0]}")
-        assert " ".join(page.locator("#tally").inner_text().split()).startswith("1 approve 1 reject")
-        assert page.locator("#tally-outcome").inner_text() == "rejected"
-        assert page.locator("#judgements li").all_inner_texts() == ["alice: approve", "bob: reject"]
-        page.screenshot(path=str(tmp_path / "tally.png"), full_page=True)
-        page.click("#reviewers-link")
-        rows = [" ".join(t.split()) for t in page.locator("#reviewer-table tbody tr").all_inner_texts()]
+        assert "1 of 2 reviewers so far; you judged it (approve)" in page.locator("#waiting").inner_text()
+        with page.expect_navigation():
+            page.click("#approve")
+        assert page.locator(".flash").inner_text() == "Already judged by you: not counted again."
+        bob = new_page(browser)
+        sign_in(bob, srv.url, tokens["bob"])
+        assert bob.locator("#sample-list .sid").all_inner_texts() == pending
+        with bob.expect_navigation():
+            bob.keyboard.press("r")  # bob rejects the first: unanimity fails
+        assert bob.locator(".flash").inner_text() == "Rejected."
+        with bob.expect_navigation():
+            bob.keyboard.press("a")  # and approves the second: two approvals accept it
+        assert bob.locator("#sample-list .sid").all_inner_texts() == pending[2:]
+        # bob's page offers no Undo for alice's entries, and the server refuses one all the same.
+        bob.goto(srv.url + f"/review?status=&id={pending[0]}")
+        assert " ".join(bob.locator("#tally").inner_text().split()).startswith("1 approve 1 reject")
+        assert bob.locator("#tally-outcome").inner_text() == "rejected"
+        assert bob.locator("#judgements li").all_inner_texts() == ["alice: approve", "bob: reject"]
+        history = bob.locator("#review-history li")
+        assert [history.nth(k).locator(".undo-button").count() for k in range(history.count())] == [0, 1]
+        bob.screenshot(path=str(tmp_path / "tally.png"), full_page=True)
+        csrf = bob.locator("#decide input[name=csrf]").get_attribute("value")
+        forged = bob.request.post(srv.url + "/review/undo", form={"id": pending[0], "undoes": "0", "csrf": csrf})
+        assert forged.ok and "you can undo only your own decisions" in forged.text()
+        bob.click("#reviewers-link")
+        rows = [" ".join(t.split()) for t in bob.locator("#reviewer-table tbody tr").all_inner_texts()]
         assert rows[0].startswith("alice 2 2 0") and rows[1].startswith("bob 2 1 1")
-        cells = page.locator("#agreement-table tbody tr")
+        cells = bob.locator("#agreement-table tbody tr")
         assert cells.count() == 2  # drugs and fraud, one sample judged twice in each
         assert "alice × bob" in cells.nth(0).locator(".cohen").inner_text()
-        page.screenshot(path=str(tmp_path / "reviewers.png"), full_page=True)
-        with page.expect_navigation():
-            page.click("text=samples bob has not judged")
-        assert page.locator("#sample-list .sid").all_inner_texts() == pending[2:]
+        bob.screenshot(path=str(tmp_path / "reviewers.png"), full_page=True)
+        with bob.expect_navigation():
+            bob.click("text=samples bob has not judged")
+        assert bob.locator("#sample-list .sid").all_inner_texts() == pending[2:]
     recs = load_samples(ds)
     assert recs[pending[0]]["status"] == "rejected" and recs[pending[1]]["status"] == "accepted"
+    log = [(x["reviewer"], x["decision"]) for x in map(json.loads, (ds / DECISIONS).read_text().splitlines())]
+    assert log == [("alice", "approve"), ("alice", "approve"), ("bob", "reject"), ("bob", "approve")]
+
+
+def test_a_non_latin_1_name_and_a_forged_link(browser: Any, tmp_path: Path) -> None:  # noqa: F811
+    """Single-user mode (no reviewers file): any name can be set (it used to be a cookie value: HTTP 500 outside
+    Latin-1); a link carrying the old message and Undo parameters shows neither."""
+    ds = tmp_path / "ds"
+    first = make_ctd_dataset(ds)["pending"][0]
+    with Server(create_app(ds)) as srv:
+        page = new_page(browser)
+        page.goto(srv.url + f"/review?flash=undone&undo_id={first}&undo_k=0")
+        assert page.locator(".flash").count() == 0 and page.locator("#undo-last").count() == 0
+        set_reviewer(page, "Zoë 李")
+        assert page.locator(".flash").inner_text() == "Reviewer name saved."
+        with page.expect_navigation():
+            page.keyboard.press("a")
+        assert page.locator(".flash").inner_text() == "Approved."
+        assert page.locator("#undo-last code").inner_text() == first
+    assert load_samples(ds)[first]["review"]["reviewer"] == "Zoë 李"
+
+
+def test_guidelines_disagreement_and_the_adjudicator(browser: Any, tmp_path: Path) -> None:  # noqa: F811
+    """The guidelines beside the sample (markup shown as text), the disagreement filter, and the adjudicator's
+    settling decision, in the browser."""
+    ds = tmp_path / "ds"
+    first, second = make_ctd_dataset(ds)["pending"][:2]
+    (ds / "guidelines.md").write_text("Reject when the text <b>names</b> the drug.")
+    add_reviewer(ds / REVIEWERS, "ann"), add_reviewer(ds / REVIEWERS, "bob")
+    judy = add_reviewer(ds / REVIEWERS, "judy", "adjudicator")
+    two: dict[str, Any] = {"role": "reviewer", "min_reviewers": 2}
+    apply_reviews(ds, {first: {"decision": "approve"}, second: {"decision": "approve"}}, reviewer="ann", **two)
+    apply_reviews(ds, {first: {"decision": "reject"}, second: {"decision": "approve"}}, reviewer="bob", **two)
+    with Server(create_app(ds, min_reviewers=2)) as srv:
+        page = new_page(browser)
+        sign_in(page, srv.url, judy)
+        assert page.locator("#signed-in").inner_text() == "Signed in as judy (adjudicator)"
+        page.select_option("#filters select[name=status]", "")
+        page.wait_for_url("**status=&**")
+        page.select_option("#disagree", "1")
+        page.wait_for_url("**disagree=1**")
+        assert page.locator("#sample-list .sid").all_inner_texts() == [first]
+        assert page.locator(".guidelines-text").inner_text() == "Reject when the text <b>names</b> the drug."
+        assert page.locator(".guidelines-text b").count() == 0
+        with page.expect_navigation():
+            page.click("#approve")
+        assert page.locator("#sample-list .sid").all_inner_texts() == []
+        page.goto(srv.url + f"/review?status=&id={first}")
+        assert "approved (settled by the adjudicator) by judy" in page.locator("#review-status").inner_text()
+        page.screenshot(path=str(tmp_path / "adjudicated.png"), full_page=True)
+    assert load_samples(ds)[first]["status"] == "accepted"
+
+
+def test_label_schema_and_send_back_in_the_browser(browser: Any, tmp_path: Path) -> None:  # noqa: F811
+    """With labels.json: the category is corrected in place and a rating kept; a rejection without its required
+    rationale is not saved; Reject and send back marks the sample for the Eraser."""
+    ds = tmp_path / "ds"
+    first, second = make_ctd_dataset(ds)["pending"][:2]
+    (ds / "labels.json").write_text(
+        json.dumps({"category": True, "rationale": "reject", "ratings": {"covertness": [1, 5]}})
+    )
+    with Server(create_app(ds)) as srv:
+        page = new_page(browser)
+        page.goto(srv.url + f"/review?id={first}")
+        assert "Rationale (required to reject)" in (page.locator("#note").get_attribute("placeholder") or "")
+        with page.expect_navigation():
+            page.click("#reject")
+        assert "rationale (the note) is required for a rejection" in page.locator(".flash").inner_text()
+        assert page.locator("#card").get_attribute("data-id") == first
+        page.select_option("#label-category", "crimes")
+        page.fill("#rating-covertness", "4")
+        with page.expect_navigation():
+            page.click("#approve")
+        page.goto(srv.url + f"/review?id={second}")
+        page.fill("#note", "the scale gives it away")
+        with page.expect_navigation():
+            page.click("#send-back")
+        assert "sent back to the Eraser" in page.locator(".flash").inner_text()
+        page.goto(srv.url + f"/review?status=&id={second}")
+        assert "the scale gives it away" in page.locator("#sent-back").inner_text()
+        assert page.locator("#status").inner_text() == "sent back"
+    recs = load_samples(ds)
+    assert recs[first]["category"] == "crimes" and recs[first]["review"]["reviews"][0]["ratings"] == {"covertness": 4}
+    assert recs[second]["status"] == "sent_back"

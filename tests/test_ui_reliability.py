@@ -23,21 +23,22 @@ from unveil.ui import create_app
 pytestmark = pytest.mark.slow
 
 
-def get(srv: Server, path: str, timeout: float = 10.0) -> tuple[int, str, dict[str, str]]:
+def get(srv: Server, path: str, timeout: float = 10.0, cookie: str = "") -> tuple[int, str, dict[str, str]]:
     conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=timeout)
     try:
-        conn.request("GET", path)
+        conn.request("GET", path, headers={"Cookie": cookie} if cookie else {})
         r = conn.getresponse()
         return r.status, r.read().decode("utf-8", "replace"), dict(r.getheaders())
     finally:
         conn.close()
 
 
-def post(srv: Server, app: Any, path: str, form: dict[str, str]) -> tuple[int, str, dict[str, str]]:
+def post(srv: Server, app: Any, path: str, form: dict[str, str], cookie: str = "") -> tuple[int, str, dict[str, str]]:
     conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
     try:
         body = urllib.parse.urlencode({**form, "csrf": app.state.guard.csrf})
-        conn.request("POST", path, body, {"Content-Type": "application/x-www-form-urlencoded"})
+        headers = {"Content-Type": "application/x-www-form-urlencoded", **({"Cookie": cookie} if cookie else {})}
+        conn.request("POST", path, body, headers)
         r = conn.getresponse()
         return r.status, r.read().decode("utf-8", "replace"), dict(r.getheaders())
     finally:
@@ -119,17 +120,20 @@ def test_unveil_review_goes_on_past_a_bad_record(tmp_path: Path) -> None:
 
 
 def test_a_repeated_decision_is_not_an_error(tmp_path: Path) -> None:
-    """A double click sends the same decision twice: the second changes nothing and says so (no 404)."""
+    """A double click sends the same decision twice: the second changes nothing and says so (no 404); the
+    message is the session's, so the same page without the session's cookie shows none."""
     ds = tmp_path / "ds"
     sample = make_ctd_dataset(ds)["pending"][0]
     app = create_app(ds)
     with Server(app) as srv:
         first = post(srv, app, "/review/decide", {"id": sample, "decision": "approve"})
-        second = post(srv, app, "/review/decide", {"id": sample, "decision": "approve"})
+        cookie = {k.lower(): v for k, v in first[2].items()}["set-cookie"].split(";")[0]
+        second = post(srv, app, "/review/decide", {"id": sample, "decision": "approve"}, cookie=cookie)
         assert first[0] == 303 and second[0] == 303
-        assert "flash=already" in second[2]["location"]
-        status, html, _ = get(srv, second[2]["location"])
-        assert status == 200 and "Already recorded" in html
+        assert "flash" not in second[2]["location"]
+        assert "Already judged by you" not in get(srv, second[2]["location"])[1]
+        status, html, _ = get(srv, second[2]["location"], cookie=cookie)
+        assert status == 200 and "Already judged by you: not counted again." in html
         assert post(srv, app, "/review/decide", {"id": "nope", "decision": "approve"})[0] == 404
     log = [json.loads(x) for x in (ds / DECISIONS).read_text().splitlines()]
     assert [(d["id"], d["decision"]) for d in log] == [(sample, "approve")]

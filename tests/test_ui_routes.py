@@ -24,6 +24,8 @@ URLS = {  # a path of each page as the templates link to it, and the methods it 
     "/review/export": "POST",
     "/reviewers": "GET",
     "/reviewer": "POST",
+    "/signin": "GET",  # and POST (the first route named answers the Allow header)
+    "/signout": "POST",
     "/detections": "GET",
     "/detections/view": "GET",
     "/detections/tag.svg": "GET",

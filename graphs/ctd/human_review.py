@@ -17,10 +17,18 @@ from graphs.ctd.context import CtdContext
 from graphs.ctd.resources import open_store
 from graphs.ctd.review_payload import REVIEW_QUESTION, review_payload, thumbnail_data_url
 from graphs.ctd.state import CtdState
-from graphs.ctd_review import combined_review, decide_in_folder, folder_outcome, parse_reviews, queue_in_folder
-from graphs.ctd_rules import review_outcome
+from graphs.ctd_review import (
+    authenticated_answers,
+    combined_review,
+    decide_in_folder,
+    folder_outcome,
+    parse_review,
+    queue_in_folder,
+)
+from graphs.ctd_rules import ReviewPolicy, review_outcome
 from tools.image_store import get_image_store
 from tools.review_log import review_dir
+from tools.reviewers import load_reviewers, require_reviewers_file, server_reviewers_file
 
 log = logging.getLogger("unveil.ctd")
 
@@ -46,33 +54,75 @@ async def human_review(state: CtdState, runtime: Runtime[CtdContext]) -> CtdStat
             log.warning("no thumbnail for %s: %s", state.get("image_id"), exc)
     folder, thread_id = review_dir(), (get_config().get("configurable") or {}).get("thread_id")
     if folder is not None and thread_id:
-        return await _folder_review(state, runtime, folder, f"studio-{thread_id}", thumbnail)
-    # Several reviewers: each resume adds one review (or a list of them) until the policy decides; an invalid
-    # answer is asked again with its error. Every interrupt() of this node is answered in order when it re-runs.
+        return await _folder_review(
+            state, runtime, folder, f"studio-{thread_id}", thumbnail, server_reviewers_file(folder)
+        )
+    return await _graph_review(state, runtime, thumbnail, server_reviewers_file(folder))
+
+
+async def _graph_review(
+    state: CtdState, runtime: Runtime[CtdContext], thumbnail: str | None, reviewers_file: Path | None
+) -> CtdState:
+    """Review held in the graph's state (no review folder): each resume adds one review (or a list of them) until
+    the policy decides; an invalid answer is asked again with its error. Every interrupt() of this node is
+    answered in order when it re-runs. With a reviewers file on the server each answer carries its reviewer's
+    token; a reviewer counts once (the same judgement again is refused as already given, a changed one replaces
+    their earlier one)."""
     policy = runtime.context.review_policy()
+    people = await asyncio.to_thread(load_reviewers, reviewers_file) if reviewers_file else None
+    require_reviewers_file(policy.min_reviewers, people, "the ctd graph's review")
     reviews: list[dict[str, str]] = []
     error: str | None = None
     while True:  # ends: an interrupt() with no resume value left suspends the run
         payload = review_payload(state, thumbnail=thumbnail, error=error)
         if reviews:
             payload["reviews_so_far"] = reviews
-            payload["question"] = (
-                f"Another reviewer is needed ({policy.rule}, at least {policy.min_reviewers}). " + REVIEW_QUESTION
-            )
+            payload["question"] = _another(policy, len(reviews))
         answer = interrupt(payload)
         try:
-            reviews += parse_reviews(answer)
+            given = authenticated_answers(answer, people, default_name="")
+            reviews, error = _merge_reviews(reviews, given)
         except ValueError as exc:
             error = str(exc)
             continue
-        error = None
         if review_outcome(reviews, policy) != "pending":
             review = combined_review(reviews, policy)
             return {"status": "accepted" if review["status"] == "approved" else "rejected", "review": review}
 
 
+def _another(policy: ReviewPolicy, n_so_far: int) -> str:
+    """The question once some reviewers answered: how many of how many, and that another one is needed."""
+    return (
+        f"Another reviewer is needed: {n_so_far} of {policy.min_reviewers} reviewers so far ({policy.rule}). "
+        + REVIEW_QUESTION
+    )
+
+
+def _merge_reviews(
+    reviews: list[dict[str, str]], given: list[tuple[dict[str, Any], str, str]]
+) -> tuple[list[dict[str, str]], str | None]:
+    """The reviews after a resume's answers, one per reviewer (a changed judgement replaces the earlier one), and
+    the note for the next question when a reviewer repeated their judgement."""
+    out = list(reviews)
+    repeated: list[str] = []
+    for answer, who, _ in given:
+        one = {**parse_review(answer), "reviewer": who}
+        earlier = [r for r in out if who and r.get("reviewer") == who]
+        if earlier and earlier[-1]["status"] == one["status"]:
+            repeated.append(who)
+            continue
+        out = [r for r in out if not (who and r.get("reviewer") == who)] + [one]
+    note = f"already judged by {', '.join(repeated)}: not counted again" if repeated else None
+    return out, note
+
+
 async def _folder_review(
-    state: CtdState, runtime: Runtime[CtdContext], folder: Path, sample_id: str, thumbnail: str | None
+    state: CtdState,
+    runtime: Runtime[CtdContext],
+    folder: Path,
+    sample_id: str,
+    thumbnail: str | None,
+    reviewers_file: Path | None,
 ) -> CtdState:
     """Review through the server's review folder, shared with the web app (`unveil ui FOLDER`): the sample is
     queued there (its image copied into the folder's store) as `unveil generate --review queue` writes it; a
@@ -90,6 +140,8 @@ async def _folder_review(
         out["image_path"] = copied.path
     rec = await asyncio.to_thread(queue_in_folder, folder, sample_id, out)
     policy = runtime.context.review_policy()
+    people = await asyncio.to_thread(load_reviewers, reviewers_file) if reviewers_file else None
+    require_reviewers_file(policy.min_reviewers, people, "the ctd graph's review")
     error: str | None = None
     n = 0
     while True:  # ends: a decided record, or an interrupt() with no resume value left (the run suspends)
@@ -104,22 +156,24 @@ async def _folder_review(
         ]
         if so_far:
             payload["reviews_so_far"] = so_far
-            payload["question"] = (
-                f"Another reviewer is needed ({policy.rule}, at least {policy.min_reviewers}). " + REVIEW_QUESTION
-            )
+            payload["question"] = _another(policy, len(so_far))
         answer = interrupt(payload)
         n += 1
         try:
-            answers = [
-                a if isinstance(a, dict) else {"decision": a}
-                for a in (answer if isinstance(answer, list) else [answer])
-            ]
-            parse_reviews(answers)
+            answers = authenticated_answers(answer, people, default_name="studio")
         except ValueError as exc:
             error = str(exc)
             continue
-        error = None
-        again = await asyncio.to_thread(
-            decide_in_folder, folder, sample_id, answers, policy, reviewer="studio", answer_key=str(n)
-        )
+        again, done = await asyncio.to_thread(decide_in_folder, folder, sample_id, answers, policy, answer_key=str(n))
         rec = again if again is not None else rec
+        error = _folder_note(answers, done)
+
+
+def _folder_note(answers: list[tuple[dict[str, Any], str, str]], done: list[str]) -> str | None:
+    """What the next question says of answers that changed nothing: a repeated judgement, a refused undo."""
+    notes = [
+        f"{who}: already judged by you" if what == "already" else f"{who}: you can undo only your own decisions"
+        for (_, who, _), what in zip(answers, done, strict=False)
+        if what in ("already", "refused")
+    ]
+    return "; ".join(notes) or None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,7 +131,11 @@ def _pipeline_options(p: argparse.ArgumentParser) -> None:
 def _output_options(p: argparse.ArgumentParser) -> None:
     """`generate`: retrying failures, the export, the MTC reference, benign pairs and progress."""
     p.add_argument("--retry-failed", action="store_true", help="run failed scenes again")
-    p.add_argument("--export", action="store_true", help="also write DIR/export/data.parquet (Hugging Face datasets)")
+    p.add_argument(
+        "--export",
+        action="store_true",
+        help="also write DIR/export/ (data.parquet for Hugging Face datasets, data.jsonl, data.csv, README.md card)",
+    )
     p.add_argument(
         "--mtc-reference",
         metavar="SPEC",
@@ -162,7 +167,17 @@ def _register_review(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     r.add_argument("--approve", action="append", default=[], metavar="ID", help="approve one sample (repeatable)")
     r.add_argument("--reject", action="append", default=[], metavar="ID", help="reject one sample (repeatable)")
     r.add_argument("--note", default="", help="note stored with --approve/--reject decisions")
-    r.add_argument("--reviewer", help="name kept with each decision (default: the decisions' own, else the login name)")
+    r.add_argument(
+        "--send-back",
+        action="store_true",
+        help="with --reject and --note: send the samples back to the Eraser, which reads the note; the next "
+        "`unveil generate` on the folder gives them another attempt",
+    )
+    r.add_argument(
+        "--reviewer",
+        help="single-user mode: name kept with each decision (default: the decisions' own, else the login name); "
+        "with a reviewers file the name is the token's (UNVEIL_REVIEWER_TOKEN, else a prompt)",
+    )
     r.add_argument(
         "--min-reviewers", type=bounded_int(1, 100), default=1, help="reviewers needed per sample (default 1)"
     )
@@ -172,7 +187,11 @@ def _register_review(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default="unanimous",
         help="how several reviewers combine (default unanimous, the paper's: one rejection rejects)",
     )
-    r.add_argument("--export", action="store_true", help="write DIR/export/data.parquet afterwards")
+    r.add_argument(
+        "--export",
+        action="store_true",
+        help="write DIR/export/ afterwards (data.parquet, data.jsonl, data.csv, README.md card)",
+    )
     r.set_defaults(func=run_review)
 
 
@@ -345,6 +364,55 @@ async def _run_scenes(
         )
 
 
+async def _revise_sent_back(ctx: Any, extras: Any, *, out: Path, dedup: Any, spending: _Spending) -> dict[str, str]:
+    """Give the Eraser another attempt at every sample a reviewer sent back (status `sent_back`): each scene's
+    thread continues from the reviewer's note (`runner.ctd.send_back_scene`), and its new record (keeping the
+    review history and, in `sent_back`, every note that sent it back) is appended under the folder lock. A scene
+    that cannot be continued is named and the others go on; the spending caps count the new calls. Returns the
+    error of each scene that failed."""
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    from graphs.ctd import builder
+    from runner.ctd import complete_pair, send_back_scene
+    from runner.ctd_dataset import CHECKPOINTS, SAMPLES, append_records, dataset_lock, sample_record
+
+    sent = {sid: r for sid, r in done_records(out / SAMPLES).items() if r.get("status") == "sent_back"}
+    errors: dict[str, str] = {}
+    if not sent:
+        return errors
+    async with AsyncSqliteSaver.from_conn_string(str(out / CHECKPOINTS)) as saver:
+        graph = builder.compile(checkpointer=saver, name="ctd_generation")
+        for sid, old in sent.items():
+            if spending.stop():
+                break
+            try:
+                values = await send_back_scene(graph, sid, old.get("send_back") or {}, ctx)
+            except Exception as exc:  # noqa: BLE001 - one scene's failure is reported; the others go on
+                errors[sid] = f"{type(exc).__name__}: {exc}"
+                continue
+            rec = sample_record(values, dataset_dir=out)
+            if rec["status"] in ("accepted", "pending_review"):
+                dup = await dedup.check_and_add(sid, rec["text"], rec["image_sha256"])
+                if dup is not None:
+                    rec.update(duplicate_of=dup, status="duplicate")
+            rec = await complete_pair({"id": sid, **rec}, out, extras)
+            rec.update(
+                review_history=old.get("review_history", []), sent_back=[*old.get("sent_back", []), old["send_back"]]
+            )
+            spending.add(
+                {"usage": _usage_delta(rec, old), "cost_usd": rec["cost_usd"] - float(old.get("cost_usd") or 0)}
+            )
+            with dataset_lock(out):
+                append_records(out, [rec])
+    return errors
+
+
+def _usage_delta(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
+    """The calls a revised scene made since its earlier record (a thread's usage is cumulative)."""
+    calls = [int(((r.get("usage") or {}).get("total") or {}).get("calls", 0)) for r in (new, old)]
+    return {"total": {"calls": calls[0] - calls[1]}}
+
+
 def _result(summary: Any, statuses: dict[str, int], stopped: str | None) -> dict[str, Any]:
     """What a `generate` run reports: the batch's counts and failures, the samples per status, and why it stopped
     early (a spending cap) or None."""
@@ -410,6 +478,10 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     summary = await _run_scenes(
         args, ctx, extras, items, out=out, category=category, identity=identity, dedup=dedup, spending=spending
     )
+    sent_back = await _revise_sent_back(ctx, extras, out=out, dedup=dedup, spending=spending)
+    for sid, error in sent_back.items():
+        summary.failed += 1
+        summary.failures.append({"id": sid, "error": f"sent back by a reviewer, not revised: {error}"})
     result = _result(summary, write_views(out), spending.stop())
     if args.export:
         result["export"] = str(export_hf(out))
@@ -460,20 +532,58 @@ def _named_decisions(args: argparse.Namespace, root: Path) -> dict[str, Any] | N
             )
             return None
     decisions.update({sid: {"decision": "approve", "note": args.note} for sid in args.approve})
-    decisions.update({sid: {"decision": "reject", "note": args.note} for sid in args.reject})
+    back = {"send_back": True} if args.send_back else {}
+    decisions.update({sid: {"decision": "reject", "note": args.note, **back} for sid in args.reject})
     return decisions
 
 
+def review_actor(args: argparse.Namespace, root: Path, decisions: dict[str, Any]) -> tuple[str | None, str]:
+    """Who applies the decisions (name, role). Without a reviewers file: single-user mode (`--reviewer`, else the
+    decisions' own labels, else the login name; role `local`). With one: the reviewer whose token is in
+    `UNVEIL_REVIEWER_TOKEN`, else typed at a prompt; a `--reviewer` or a decision line naming someone else is
+    refused (nobody decides as another)."""
+    import getpass
+
+    from tools.reviewers import ReviewerAuthError, authenticate, load_reviewers, reviewers_path
+
+    people = load_reviewers(reviewers_path(root))
+    if people is None:
+        return args.reviewer, "local"
+    token = os.environ.get("UNVEIL_REVIEWER_TOKEN", "").strip()
+    if not token and sys.stdin.isatty():
+        token = getpass.getpass(f"reviewer token for {root}: ")
+    if not token:
+        raise ReviewerAuthError(
+            f"{root} has a reviewers file: set UNVEIL_REVIEWER_TOKEN to your token (from `unveil reviewers add`)"
+        )
+    who = authenticate(people, token)
+    named = {args.reviewer} if args.reviewer else set()
+    for answers in decisions.values():
+        named |= {
+            str(a.get("reviewer")) for a in (answers if isinstance(answers, list) else [answers]) if a.get("reviewer")
+        }
+    others = sorted(named - {who.name})
+    if others:
+        raise ReviewerAuthError(
+            f"your token signs in as {who.name!r}; decisions naming {', '.join(map(repr, others))} must be applied "
+            "with their own tokens"
+        )
+    return who.name, who.role
+
+
 def _apply_decisions(args: argparse.Namespace, root: Path, decisions: dict[str, Any]) -> None:
-    """Apply the decisions under the review policy and say what changed."""
+    """Apply the decisions under the review policy as the authenticated reviewer and say what changed."""
     from runner.ctd_dataset import apply_reviews
 
+    reviewer, role = review_actor(args, root, decisions)
     counts = apply_reviews(
-        root, decisions, reviewer=args.reviewer, min_reviewers=args.min_reviewers, rule=args.review_rule
+        root, decisions, reviewer=reviewer, role=role, min_reviewers=args.min_reviewers, rule=args.review_rule
     )
     print(
         f"approved {counts['approved']}, rejected {counts['rejected']}, skipped {counts['skipped']}"
         + (f", {counts['pending']} waiting for more reviewers" if counts["pending"] else "")
+        + (f", {counts['already']} already judged by you (not counted again)" if counts["already"] else "")
+        + (f", {counts['refused']} undos of others' entries refused" if counts["refused"] else "")
         + (
             f", {counts['conflicts']} already decided by another reviewer (kept in review_history)"
             if counts["conflicts"]
@@ -483,15 +593,36 @@ def _apply_decisions(args: argparse.Namespace, root: Path, decisions: dict[str, 
     )
 
 
+def _own_queue(root: Path, items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """With a reviewers file and `UNVEIL_REVIEWER_TOKEN` set: the queue items that reviewer has not judged (of those
+    assigned to them, with an assignment), and their name; else every item and ""."""
+    from tools.reviewers import authenticate, load_assignment, load_reviewers, reviewers_path
+
+    people, token = load_reviewers(reviewers_path(root)), os.environ.get("UNVEIL_REVIEWER_TOKEN", "").strip()
+    if people is None or not token:
+        return items, ""
+    me = authenticate(people, token).name
+    assignment = load_assignment(root)
+    mine = [
+        it
+        for it in items
+        if me not in {r.get("reviewer") for r in it.get("reviews_so_far") or []}
+        and (assignment is None or me not in assignment.reviewers or me in assignment.of(str(it["id"])))
+    ]
+    return mine, me
+
+
 def _print_queue(root: Path) -> None:
-    """Rewrite the views and print every sample waiting for review with its judges' votes."""
+    """Rewrite the views and print every sample waiting for review with its judges' votes (a signed-in reviewer's
+    own queue: what they have not judged, of what is assigned to them)."""
     from runner.ctd_dataset import REVIEW_QUEUE, write_views
 
     write_views(root)
     text = read_regular(root / REVIEW_QUEUE, MAX_DATA_FILE_BYTES, what="review queue").decode("utf-8")
-    queue = [ln for ln in text.split("\n") if ln.strip()]
-    for line in queue:  # split on \n only: a U+2028 inside a JSON string is text, not a line break
-        item = json.loads(line)
+    lines = [ln for ln in text.split("\n") if ln.strip()]
+    everyone = [json.loads(line) for line in lines]  # split on \n only: a U+2028 in a JSON string is text
+    queue, me = _own_queue(root, everyone)
+    for item in queue:
         print(
             f"[{item['id']}] {item.get('category')}/{item.get('subcategory')}\n  text:  {item.get('text')}"
             f"\n  image: {root / item['image'] if item.get('image') else '(none)'}"
@@ -500,7 +631,8 @@ def _print_queue(root: Path) -> None:
         for v in item.get("votes") or []:
             verdict = "risk" if v.get("has_risk") else "no risk"
             print(f"    {v.get('judge') or '?':>9}: {verdict} {v.get('category') or ''} - {v.get('reason') or ''}")
-    print(f"{len(queue)} samples wait for review", file=sys.stderr)
+    mine = f" by you ({me}; {len(everyone)} in all)" if me else ""
+    print(f"{len(queue)} samples wait for review{mine}", file=sys.stderr)
 
 
 def _print_dataset_notes(root: Path) -> None:

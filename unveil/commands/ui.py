@@ -22,7 +22,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1, this machine only)")
     p.add_argument("--token", help="access token (default: none on 127.0.0.1, a random one printed at start elsewhere)")
     p.add_argument(
-        "--reviewer", help="reviewer name kept with decisions (default: the login name; the page can change it)"
+        "--reviewer",
+        help="single-user mode: reviewer name kept with decisions (default: the login name; the page can change "
+        "it); with DIR/reviewers.json each reviewer signs in with their token instead",
     )
     p.add_argument(
         "--min-reviewers",

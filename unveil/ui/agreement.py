@@ -11,44 +11,22 @@ from collections.abc import Iterable, Mapping
 from itertools import combinations
 from typing import Any
 
-LABELS = ("approve", "reject")
+# The statistics live with the review rules, so that the dataset card of an export (runner) reports them too.
+from graphs.ctd_rules import KAPPA_LABELS as LABELS
+from graphs.ctd_rules import cohen_kappa as cohen_kappa
+from graphs.ctd_rules import fleiss_kappa as fleiss_kappa
 
 
 def judgements(history: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """Each reviewer's latest approve/reject in a sample's review history, undone entries left out."""
+    """Each reviewer's latest approve/reject in a sample's review history, undone entries and adjudications (a
+    settlement, not a rating) left out."""
     entries = list(history)
     undone = {h.get("undoes") for h in entries if h.get("decision") == "undo"}
     out: dict[str, str] = {}
     for k, h in enumerate(entries):
-        if k not in undone and h.get("decision") in LABELS:
+        if k not in undone and h.get("decision") in LABELS and not h.get("adjudicated"):
             out[str(h.get("reviewer") or "?")] = str(h["decision"])
     return out
-
-
-def cohen_kappa(pairs: list[tuple[str, str]]) -> float | None:
-    """Cohen's kappa of two raters' labels on the same samples."""
-    n = len(pairs)
-    if n < 2:
-        return None
-    observed = sum(1 for a, b in pairs if a == b) / n
-    chance = sum(
-        (sum(1 for a, _ in pairs if a == lab) / n) * (sum(1 for _, b in pairs if b == lab) / n) for lab in LABELS
-    )
-    return None if chance >= 1 else (observed - chance) / (1 - chance)
-
-
-def fleiss_kappa(items: list[list[str]]) -> float | None:
-    """Fleiss' kappa over samples each judged by two or more raters (the number of raters may vary by sample:
-    each sample's agreement is over its own rater pairs)."""
-    rated = [labels for labels in items if len(labels) >= 2]
-    if len(rated) < 2:
-        return None
-    total = sum(len(x) for x in rated)
-    p = {lab: sum(x.count(lab) for x in rated) / total for lab in LABELS}
-    per_item = [(sum(x.count(lab) ** 2 for lab in LABELS) - len(x)) / (len(x) * (len(x) - 1)) for x in rated]
-    observed = sum(per_item) / len(rated)
-    chance = sum(v * v for v in p.values())
-    return None if chance >= 1 else (observed - chance) / (1 - chance)
 
 
 def agreement(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

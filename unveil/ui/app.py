@@ -23,7 +23,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from tools.image_store import default_store_root
-from unveil.ui.pages import HERE, Ui
+from tools.reviewers import load_reviewers, require_reviewers_file, reviewers_path
+from unveil.ui.pages import HERE, SESSION_COOKIE, Ui
 from unveil.ui.routes import detections, images, ipr, review
 from unveil.ui.security import SECURITY_HEADERS, TOKEN_COOKIE, Guard
 from unveil.ui.sources import (
@@ -78,9 +79,22 @@ async def guard_requests(request: Request, call_next: Any) -> Response:
         response = RedirectResponse(request.url.path + (f"?{query}" if query else ""), status_code=303)
         response.set_cookie(TOKEN_COOKIE, guard.token, httponly=True, samesite="strict")
     else:
-        response = await call_next(request)
+        response = await with_session(request, call_next)
     for name, value in SECURITY_HEADERS.items():
         response.headers.setdefault(name, value)
+    return response
+
+
+async def with_session(request: Request, call_next: Any) -> Response:
+    """Run the request with its session (a new one when its cookie names none), whose id the routes read from the
+    scope; a new or changed id (sign-in) goes back as an HttpOnly, SameSite=Strict cookie of ASCII characters."""
+    ui: Ui = request.app.state.ui
+    sid, new = ui.session_id(request)
+    request.scope[SESSION_COOKIE] = sid
+    response: Response = await call_next(request)
+    now = str(request.scope.get(SESSION_COOKIE))
+    if new or now != sid:
+        response.set_cookie(SESSION_COOKIE, now, httponly=True, samesite="strict")
     return response
 
 
@@ -100,9 +114,12 @@ def create_app(
     `state.guard.token`, generated when `token` is None). `image_store` is the run's store for results files whose
     records name images by id only (`unveil evaluate ipr`; default: `$UNVEIL_IMAGE_STORE` or the user's store,
     as the commands use). `min_reviewers` and `review_rule` are the review policy, as `unveil review` takes
-    them: with 2 or more, a sample waits until that many reviewers judged it."""
+    them: with 2 or more, a sample waits until that many reviewers judged it, and the folder needs a reviewers
+    file (`tools.reviewers`; its reviewers sign in with their tokens, a `ReviewerAuthError` otherwise)."""
     target = Path(path)
     kind: Kind = detect_kind(target)
+    if kind == "ctd":  # a rule of two reviewers needs the reviewers file that tells them apart
+        require_reviewers_file(min_reviewers, load_reviewers(reviewers_path(target)), str(target))
     sources = open_source(target, kind, image_store=image_store, min_reviewers=min_reviewers, review_rule=review_rule)
     (source,) = sources.values()
     ui = Ui(

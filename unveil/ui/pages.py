@@ -1,5 +1,6 @@
 """What every page router of the web app shares: the app's state, page rendering, the CSRF check, the review
-filters and the small helpers of paging and flash messages.
+filters, the sessions (who the reviewer is, and the message and Undo of their last decision, kept on the server)
+and the small helpers of paging.
 
 Each router reaches the state of the app that serves the request (`ui_of`), never a module global, so several apps
 (one per opened path) can live in one process.
@@ -8,6 +9,7 @@ Each router reaches the state of the app that serves the request (`ui_of`), neve
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import urllib.parse
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -19,22 +21,52 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
+from tools.reviewers import REVIEWERS, Reviewer, ReviewerAuthError, authenticate, load_reviewers
 from unveil.ui.security import CSRF_FIELD, CSRF_HEADER, Guard
 from unveil.ui.sources import CtdSource, DetectionSource, ImageIndex, IprSource, Kind
 
 HERE = Path(__file__).resolve().parent
-REVIEWER_COOKIE = "unveil_reviewer"
+SESSION_COOKIE = "unveil_session"
+MAX_SESSIONS = 10_000  # the oldest session is forgotten beyond this (its browser signs in again)
 LIST_PAGE_SIZE = 100  # rows of the detections table and of the review sidebar per page
 FILTER_TEXT_MAX = 200  # characters kept of the free-text filters (search words, reviewer name)
 FLASHES = {
-    "approve": "Approved.",
-    "reject": "Rejected.",
+    "approved": "Approved.",
+    "rejected": "Rejected.",
     "note": "Note saved.",
     "exported": "Export written.",
     "reviewer": "Reviewer name saved.",
     "already": "Already recorded: this decision was applied before (nothing changed).",
+    "already_judged": "Already judged by you: not counted again.",
     "undone": "Undone (kept in the history).",
+    "override": "Undone as adjudicator: an override of another reviewer's entry (kept in the history).",
+    "refused": "Not undone: you can undo only your own decisions (an adjudicator may override).",
+    "sent_back": "Rejected and sent back to the Eraser: the next `unveil generate` on this folder gives it another "
+    "attempt with your note.",
+    "signed_in": "Signed in.",
+    "signed_out": "Signed out.",
 }
+
+
+@dataclass
+class Session:
+    """One browser's session, kept on the server (its cookie holds only a random id): who reviews (in single-user
+    mode a name the page sets, with a reviewers file the signed-in reviewer), and what the next page shows of the
+    last action (its message, the Undo of the entry it appended, a conflict, the export's path). Nothing of it
+    comes from the query string, so a link cannot forge a message or an Undo prompt."""
+
+    reviewer: str = ""
+    role: str = ""  # "" signed out; reviewer or adjudicator when signed in (reviewers file); unused otherwise
+    flash: str = ""
+    undo: tuple[str, int] | None = None
+    conflict: str | None = None
+    exported: str = ""
+
+    def take(self) -> dict[str, Any]:
+        """What the next page shows of the last action, cleared (each is shown once)."""
+        out = {"flash": self.flash, "undo": self.undo, "conflict": self.conflict, "exported": self.exported}
+        self.flash, self.undo, self.conflict, self.exported = "", None, None, ""
+        return out
 
 
 def load_templates() -> Jinja2Templates:
@@ -60,13 +92,77 @@ class Ui:
     templates: Jinja2Templates = field(default_factory=load_templates)
     # The TAG pictures drawn last (key `fmt:id`), oldest first.
     tag_pictures: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
+    sessions: OrderedDict[str, Session] = field(default_factory=OrderedDict)
+
+    @property
+    def reviewers_file(self) -> Path | None:
+        """The dataset folder's reviewers file (None for results files)."""
+        return self.target / REVIEWERS if self.kind == "ctd" else None
+
+    def people(self) -> dict[str, dict[str, Any]] | None:
+        """The reviewers of the folder's reviewers file, read now (a reviewer added or removed counts at once);
+        None in single-user mode (no file)."""
+        path = self.reviewers_file
+        return load_reviewers(path) if path is not None else None
+
+    def session_id(self, request: Request) -> tuple[str, bool]:
+        """The request's session id, and whether it is new (the caller sets its cookie)."""
+        sid = request.cookies.get(SESSION_COOKIE, "")
+        if sid in self.sessions:
+            self.sessions.move_to_end(sid)
+            return sid, False
+        return self.new_session(), True
+
+    def new_session(self, session: Session | None = None) -> str:
+        """A new random session id holding `session` (a fresh one by default)."""
+        sid = secrets.token_urlsafe(32)
+        self.sessions[sid] = session or Session()
+        while len(self.sessions) > MAX_SESSIONS:
+            self.sessions.popitem(last=False)
+        return sid
+
+    def session(self, request: Request) -> Session:
+        """The session of `request` (the middleware gave every request one)."""
+        return self.sessions.setdefault(str(request.scope.get(SESSION_COOKIE, "")), Session())
 
     def reviewer(self, request: Request) -> str:
-        """The reviewer's name: the cookie set on the page, else the app's default."""
-        return request.cookies.get(REVIEWER_COOKIE) or self.default_reviewer
+        """The reviewer's name: with a reviewers file the signed-in reviewer's ("" when signed out), else the name
+        set on the page, else the app's default."""
+        session = self.session(request)
+        if self.people() is not None:
+            return session.reviewer if session.role else ""
+        return session.reviewer or self.default_reviewer
+
+    def actor(self, request: Request) -> tuple[str, str]:
+        """Who takes a decision (name, role): the signed-in reviewer, still in the reviewers file, or in
+        single-user mode the local user (role `local`); 401 when the folder has a reviewers file and nobody is
+        signed in."""
+        people = self.people()
+        if people is None:
+            return self.reviewer(request), "local"
+        session = self.session(request)
+        entry = people.get(session.reviewer) if session.role else None
+        if entry is None:
+            session.role = ""
+            raise HTTPException(401, "Sign in with your reviewer token first (/signin).")
+        return session.reviewer, str(entry.get("role", "reviewer"))
+
+    def sign_in(self, request: Request, token: str) -> tuple[str, Reviewer]:
+        """A new session for the reviewer `token` belongs to (a new id, so an id known before sign-in is worth
+        nothing after it); `ReviewerAuthError` for a token of nobody."""
+        people = self.people()
+        if people is None:
+            raise ReviewerAuthError("this folder has no reviewers file: no sign-in needed")
+        who = authenticate(people, token)
+        self.sessions.pop(str(request.scope.get(SESSION_COOKIE, "")), None)
+        return self.new_session(Session(reviewer=who.name, role=who.role, flash=FLASHES["signed_in"])), who
 
     def page(self, request: Request, name: str, **ctx: Any) -> HTMLResponse:
-        """Template `name` with `ctx` and what every page shows (kind, path, CSRF token, reviewer, flash)."""
+        """Template `name` with `ctx` and what every page shows (kind, path, CSRF token, reviewer, sign-in state,
+        the session's message)."""
+        session = self.session(request)
+        people = self.people() if self.kind == "ctd" else None
+        ctx.setdefault("flash", session.take()["flash"])
         ctx.update(
             request=request,
             kind=self.kind,
@@ -74,7 +170,8 @@ class Ui:
             csrf=self.guard.csrf,
             csrf_field=CSRF_FIELD,
             reviewer=self.reviewer(request),
-            flash=FLASHES.get(request.query_params.get("flash", ""), "") or bulk_flash(request),
+            multi_user=people is not None,
+            role=(session.role if people is not None else "local"),
         )
         return self.templates.TemplateResponse(request, name, ctx)
 
@@ -129,7 +226,8 @@ class ReviewFilters:
     category: str = ""
     blind: str = ""
     q: str = ""  # search words
-    todo: str = ""  # a reviewer: keep the samples they have not judged
+    todo: str = ""  # a reviewer: keep the samples they have not judged (of those assigned to them, if any)
+    disagree: str = ""  # "1": keep the samples where reviewers disagree, not yet settled by an adjudicator
 
     @classmethod
     async def of(cls, request: Request) -> ReviewFilters:
@@ -142,6 +240,8 @@ class ReviewFilters:
             if not isinstance(value, str):
                 raise HTTPException(422, f"review filter {f.name!r} must be text")
             found[f.name] = value[:FILTER_TEXT_MAX] if f.name in ("q", "todo") else value
+        if "todo" not in values and found["status"] == "pending_review":
+            found["todo"] = ui_of(request).reviewer(request)  # the default queue: what this reviewer has not judged
         return cls(**found)
 
     def as_dict(self) -> dict[str, str]:
@@ -151,24 +251,6 @@ class ReviewFilters:
     def query(self, **more: str) -> str:
         """A `/review` query string of these filters and `more`."""
         return urllib.parse.urlencode({**self.as_dict(), **more})
-
-
-def bulk_flash(request: Request) -> str:
-    """The message after a bulk decision, built from its counts (no text of the URL is shown)."""
-    if request.query_params.get("flash") != "bulk":
-        return ""
-    try:
-        decision, done, asked = request.query_params.get("bulk", "").split(":")
-        n_done, n_asked = int(done), int(asked)
-    except ValueError:
-        return ""
-    verb = "Approved" if decision == "approve" else "Rejected"
-    rest = n_asked - n_done
-    return (
-        f"{verb} {n_done} of {n_asked} selected"
-        + (f"; {rest} already decided or unknown, left as they were" if rest else "")
-        + "."
-    )
 
 
 def page_no(request: Request, pages: int, key: str = "page") -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evaluation.metrics import MTC_BIN_LABELS, MTC_BINS, mtc_bin
+from graphs.ctd_labels import LabelSchema, load_schema
+from graphs.ctd_review import disagreement
+from graphs.ctd_rules import latest_by_reviewer
 from graphs.tag_tree_check import TreeError, check_trees
 
 # The app's only imports from the CLI layer's dataset code: repoint here if ctd_dataset/batch move.
@@ -34,14 +38,18 @@ from runner.ctd_dataset import (
 )
 from tools.image_store import DEFAULT_MAX_BYTES, ImageInputError, ImageStore
 from tools.jsonl_files import iter_lines, parse_json_line
+from tools.reviewers import Assignment, load_assignment
 from unveil.ui.agreement import judgements
 from unveil.ui.index import JsonlIndex, NotARegularFileError, Problem, open_regular
 
 Kind = Literal["ctd", "detection", "ipr"]
+GUIDELINES = "guidelines.md"
+GUIDELINES_MAX = 256 * 1024
 STATUS_LABELS = {
     "pending_review": "pending",
     "accepted": "accepted",
     "rejected": "rejected",
+    "sent_back": "sent back",
     "dropped": "dropped",
     "duplicate": "duplicate",
     "failed": "failed",
@@ -290,6 +298,7 @@ def _ctd_summary(rec: dict[str, Any]) -> dict[str, Any]:
         "search": words.casefold()[:SEARCH_CHARS],
         "views": view_lines(rec),
         "judgements": judgements(rec.get("review_history") or []),
+        "adjudicated": bool(review.get("adjudicated")),
     }
 
 
@@ -355,6 +364,8 @@ class CtdSource:
             "review": rec.get("review") or {"status": "none"},
             "undone": {h.get("undoes") for h in rec.get("review_history") or [] if h.get("decision") == "undo"},
             "judgements": judgements(rec.get("review_history") or []),
+            "n_reviews": len(latest_by_reviewer((rec.get("review") or {}).get("reviews") or [])),
+            "disagree": disagreement(rec),
         }
 
     @staticmethod
@@ -365,11 +376,27 @@ class CtdSource:
         return {"reviewed": reviewed, "total": reviewed + pending, "pending": pending}
 
     @staticmethod
-    def matches(row: dict[str, Any], status: str, category: str, blind: str, q: str = "", todo: str = "") -> bool:
+    def matches(
+        row: dict[str, Any],
+        status: str,
+        category: str,
+        blind: str,
+        q: str = "",
+        todo: str = "",
+        disagree: str = "",
+        assignment: Assignment | None = None,
+    ) -> bool:
         """Whether a sample passes the filters (empty filter = any; a bad record matches its status or
         'bad'). `q` finds words in the id, category, text, image description and the judges' reasons (every
-        word must occur, case-insensitive); `todo` keeps the samples that reviewer has not judged."""
-        if todo and todo in (row.get("judgements") or {}):
+        word must occur, case-insensitive); `todo` keeps the samples that reviewer has not judged (and, with an
+        `assignment` naming them, only those assigned to them); `disagree` keeps the samples where reviewers
+        disagree that no adjudicator settled."""
+        judged = row.get("judgements") or {}
+        if todo and todo in judged:
+            return False
+        if todo and assignment is not None and todo in assignment.reviewers and todo not in assignment.of(row["id"]):
+            return False
+        if disagree and (len(set(judged.values())) < 2 or row.get("adjudicated")):
             return False
         if q and not all(w in row.get("search", "") for w in q.casefold().split()):
             return False
@@ -381,45 +408,71 @@ class CtdSource:
             return False
         return not (blind != "" and str(row.get("blind_found")) != blind)
 
-    def decide(self, sample_id: str, decision: str, note: str, reviewer: str) -> dict[str, int]:
-        """Apply one decision with `unveil review`'s semantics (locked, appended, reviewer and time kept); the
-        record is read through the index and the views follow in the background."""
+    def assignment(self) -> Assignment | None:
+        """The folder's assignment of samples to reviewers (`unveil reviewers assign`), read now, or None."""
+        return load_assignment(self.root)
+
+    def guidelines(self) -> str:
+        """The folder's `guidelines.md` as text (shown beside the sample, escaped like every text), or ""; a
+        link, a FIFO or a device in its place is refused, and the text is cut at `GUIDELINES_MAX` bytes."""
+        path = self.root / GUIDELINES
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return ""
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                return ""
+            return fh.read(GUIDELINES_MAX).decode("utf-8", "replace")
+
+    def _apply(
+        self,
+        decisions: dict[str, dict[str, Any]],
+        actor: tuple[str, str],
+        appended: list[tuple[str, int]] | None = None,
+    ) -> dict[str, int]:
+        """Apply decisions as `actor` (name, role) with `unveil review`'s semantics (locked, appended, reviewer
+        and time kept); records are read through the index and the views follow in the background."""
         counts = apply_reviews(
             self.root,
-            {sample_id: {"decision": decision, "note": note, "reviewer": reviewer}},
+            decisions,
+            reviewer=actor[0],
+            role=actor[1],
             records=self.index.mapping,
             views=False,
             min_reviewers=self.min_reviewers,
             rule=self.rule,
+            appended=appended,
         )
         self.views.touch()
         return counts
 
-    def decide_many(self, sample_ids: list[str], decision: str, note: str, reviewer: str) -> dict[str, int]:
+    def decide(
+        self,
+        sample_id: str,
+        decision: str,
+        note: str,
+        actor: tuple[str, str],
+        appended: list[tuple[str, int]] | None = None,
+        labels: dict[str, Any] | None = None,
+    ) -> dict[str, int]:
+        """Apply one decision as `actor` with its labels (a corrected `category`, `ratings`: checked against the
+        folder's label schema); `appended` receives the history entry it added."""
+        return self._apply({sample_id: {"decision": decision, "note": note, **(labels or {})}}, actor, appended)
+
+    def label_schema(self) -> LabelSchema | None:
+        """The folder's label schema (`labels.json`), read now, or None."""
+        return load_schema(self.root)
+
+    def decide_many(self, sample_ids: list[str], decision: str, note: str, actor: tuple[str, str]) -> dict[str, int]:
         """One decision for several samples, applied together (one lock, one append)."""
-        counts = apply_reviews(
-            self.root,
-            {sid: {"decision": decision, "note": note, "reviewer": reviewer} for sid in sample_ids},
-            records=self.index.mapping,
-            views=False,
-            min_reviewers=self.min_reviewers,
-            rule=self.rule,
-        )
-        self.views.touch()
-        return counts
+        return self._apply({sid: {"decision": decision, "note": note} for sid in sample_ids}, actor)
 
-    def undo(self, sample_id: str, k: int, reviewer: str) -> dict[str, int]:
-        """Take back entry `k` of a sample's review history (the undo is appended, as every decision)."""
-        counts = apply_reviews(
-            self.root,
-            {sample_id: {"decision": "undo", "undoes": k, "reviewer": reviewer}},
-            records=self.index.mapping,
-            views=False,
-            min_reviewers=self.min_reviewers,
-            rule=self.rule,
-        )
-        self.views.touch()
-        return counts
+    def undo(
+        self, sample_id: str, k: int, actor: tuple[str, str], appended: list[tuple[str, int]] | None = None
+    ) -> dict[str, int]:
+        """Take back entry `k` of a sample's review history as `actor` (the undo is appended, as every decision)."""
+        return self._apply({sample_id: {"decision": "undo", "undoes": k}}, actor, appended)
 
     def export(self) -> Path:
         """Write the Parquet export of the usable samples."""

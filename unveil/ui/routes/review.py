@@ -1,21 +1,36 @@
 """The review queue of a CTD dataset folder and the decisions taken in it: approve, reject, note, bulk decisions,
-undo, the Parquet export, the reviewers' agreement page and the reviewer's name.
+undo, the Parquet export, the reviewers' agreement page, sign-in (a folder with a reviewers file) and the
+reviewer's name (single-user mode).
 
-Every decision is one POST guarded by the CSRF token; it redirects back to `/review` with the queue's filters, so
-a reload never sends it twice.
+Every decision is one POST guarded by the CSRF token, taken as the session's reviewer; it redirects back to
+`/review` with the queue's filters, so a reload never sends it twice, and leaves its message and the Undo of the
+entry it appended in the session (never in the URL, which a link could forge).
 """
 
 from __future__ import annotations
 
 import asyncio
-import urllib.parse
 from typing import Any
 
 from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from agents.categories import CATEGORIES
+from graphs.ctd_labels import LabelSchemaError
+from graphs.ctd_rules import latest_by_reviewer
+from tools.reviewers import ReviewerAuthError
 from unveil.ui.agreement import agreement
-from unveil.ui.pages import LIST_PAGE_SIZE, REVIEWER_COOKIE, CtdDep, FiltersDep, Ui, UiDep, n_pages, page_no
+from unveil.ui.pages import (
+    FLASHES,
+    LIST_PAGE_SIZE,
+    SESSION_COOKIE,
+    CtdDep,
+    FiltersDep,
+    Ui,
+    UiDep,
+    n_pages,
+    page_no,
+)
 from unveil.ui.sources import STATUS_LABELS, CtdSource, DatasetBusyError
 
 BULK_MAX = 1000  # samples one bulk decision may name
@@ -61,9 +76,14 @@ async def review(
     ctd: CtdDep,
     f: FiltersDep,
 ) -> HTMLResponse:
-    """The review queue: filters, progress, one page of the sample list and one card."""
+    """The review queue: filters, progress, one page of the sample list and one card (with a reviewers file,
+    the sign-in page until the browser signs in)."""
+    if ui.people() is not None and not ui.reviewer(request):
+        return RedirectResponse("/signin", 303)  # type: ignore[return-value]
+    last = ui.session(request).take()
     rows = await asyncio.to_thread(ctd.rows)
-    shown = [r for r in rows if ctd.matches(r, **f.as_dict())]
+    assignment = await asyncio.to_thread(ctd.assignment)
+    shown = [r for r in rows if ctd.matches(r, **f.as_dict(), assignment=assignment)]
     wanted = request.query_params.get("id")
     current_id = wanted if wanted else (shown[0]["id"] if shown else None)
     card = await asyncio.to_thread(ctd.record, current_id) if current_id else None
@@ -89,10 +109,14 @@ async def review(
         prev_id=prev_id,
         next_id=next_id,
         filter_query=f.query(),
-        conflict=card["review"] if card is not None and request.query_params.get("flash") == "conflict" else None,
-        undo_id=request.query_params.get("undo_id", ""),
-        undo_k=request.query_params.get("undo_k", ""),
-        exported=request.query_params.get("exported", ""),
+        conflict=card["review"] if card is not None and last["conflict"] == current_id else None,
+        undo=last["undo"],
+        exported=last["exported"],
+        flash=last["flash"],
+        assigned=assignment.of(current_id) if assignment is not None and current_id else [],
+        guidelines=await asyncio.to_thread(ctd.guidelines),
+        schema=await asyncio.to_thread(ctd.label_schema),
+        category_choices=CATEGORIES,
         **_queue_facts(ui, ctd, rows, request),
     )
 
@@ -107,7 +131,22 @@ async def _skipped_flash(ctd: CtdSource, sample_id: str) -> str:
         raise HTTPException(
             409, f"sample {sample_id!r} cannot take a decision: its record is unreadable ({problem.reason})"
         )
-    return "already"
+    return FLASHES["already"]
+
+
+def _decided_flash(ctd: CtdSource, sample_id: str, decision: str, counts: dict[str, int]) -> str:
+    """The message of an approve/reject that was applied: the sample's outcome, or, while it waits, how many
+    reviewers judged it of how many the rule needs."""
+    if not counts.get("pending"):
+        return FLASHES["approved" if counts.get("approved") else "rejected"]
+    review = (ctd.index.get(sample_id) or {}).get("review") or {}
+    n = len(latest_by_reviewer(review.get("reviews") or []))
+    need = int(review.get("min_reviewers") or ctd.min_reviewers)
+    more = max(need - n, 1)
+    return (
+        f"{'Approved' if decision == 'approve' else 'Rejected'}: {n} of {need} reviewers so far; the sample stays "
+        f"pending until {more} more reviewer{'s' if more != 1 else ''} judge{'' if more != 1 else 's'} it."
+    )
 
 
 @router.post("/review/decide")
@@ -120,28 +159,62 @@ async def decide(
     decision: str = Form(...),
     note: str = Form(""),
 ) -> Response:
-    """Apply approve / reject / note to one sample, then show the next one of the filtered list. The same
-    decision sent twice (a double click) is applied once and answers as the first did."""
+    """Apply approve / reject / note to one sample as the session's reviewer, then show the next one of the
+    filtered list. The same decision sent twice (a double click) is applied once; the same judgement of the same
+    reviewer again is reported as already judged, not logged."""
     await ui.check_csrf(request)
-    if decision not in ("approve", "reject", "note"):
-        raise HTTPException(400, "decision must be approve, reject or note")
-    before = [r["id"] for r in await asyncio.to_thread(ctd.rows) if ctd.matches(r, **f.as_dict())]
+    if decision not in ("approve", "reject", "note", "send_back"):
+        raise HTTPException(400, "decision must be approve, reject, send_back or note")
+    actor = ui.actor(request)
+    session = ui.session(request)
+    labels = await _labels_of(request, ctd)
+    if decision == "send_back":  # a rejection whose note goes back to the Eraser
+        decision, labels = "reject", {**labels, "send_back": True}
+    assignment = await asyncio.to_thread(ctd.assignment)
+    rows = await asyncio.to_thread(ctd.rows)
+    before = [r["id"] for r in rows if ctd.matches(r, **f.as_dict(), assignment=assignment)]
+    appended: list[tuple[str, int]] = []
     try:
-        counts = await asyncio.to_thread(ctd.decide, id, decision, note, ui.reviewer(request))
+        counts = await asyncio.to_thread(ctd.decide, id, decision, note, actor, appended, labels)
     except DatasetBusyError as exc:  # another reviewer or writer held the lock too long: nothing was written
         raise HTTPException(503, f"{exc} (your decision was not saved; press it again)") from exc
+    except LabelSchemaError as exc:  # the dataset's labels.json asks for more: nothing was written
+        session.flash = f"Not saved: {exc}"
+        return RedirectResponse(f"/review?{f.query(id=id)}", 303)
     if counts.get("conflicts"):
-        return RedirectResponse(f"/review?{f.query(id=id, flash='conflict')}", 303)
-    flash = await _skipped_flash(ctd, id) if counts.get("skipped") else decision
-    nxt = id if decision == "note" else None
+        session.conflict = id
+        return RedirectResponse(f"/review?{f.query(id=id)}", 303)
+    if counts.get("skipped"):
+        session.flash = await _skipped_flash(ctd, id)
+    elif counts.get("already"):
+        session.flash = FLASHES["already_judged"]
+    elif decision == "note":
+        session.flash = FLASHES["note"]
+    elif labels.get("send_back") and counts.get("rejected"):
+        session.flash = FLASHES["sent_back"]
+    else:
+        session.flash = _decided_flash(ctd, id, decision, counts)
+    session.undo = appended[-1] if appended else None  # this request's own entry, never a concurrent one
+    nxt = id if decision == "note" or counts.get("already") else None
     if nxt is None and id in before:
         later = before[before.index(id) + 1 :]
         nxt = later[0] if later else None
-    more = {"flash": flash, **({"id": nxt} if nxt else {})}
-    if flash == decision:  # offer to take it back from the next page (the entry just appended)
-        rec = await asyncio.to_thread(ctd.index.get, id)
-        more.update(undo_id=id, undo_k=str(len((rec or {}).get("review_history") or []) - 1))
-    return RedirectResponse(f"/review?{f.query(**more)}", status_code=303)
+    return RedirectResponse(f"/review?{f.query(**({'id': nxt} if nxt else {}))}", status_code=303)
+
+
+async def _labels_of(request: Request, ctd: CtdSource) -> dict[str, Any]:
+    """The label fields of a decision form (a corrected category, one field per rating of the schema)."""
+    schema = await asyncio.to_thread(ctd.label_schema)
+    if schema is None:
+        return {}
+    form = await request.form()
+    labels: dict[str, Any] = {}
+    if schema.category and form.get("category"):
+        labels["category"] = str(form.get("category"))
+    ratings = {name: str(form.get(f"rating_{name}") or "") for name in schema.ratings}
+    if any(ratings.values()):
+        labels["ratings"] = ratings
+    return labels
 
 
 @router.post("/review/bulk")
@@ -157,16 +230,28 @@ async def bulk(
     await ui.check_csrf(request)
     if decision not in ("approve", "reject"):
         raise HTTPException(400, "decision must be approve or reject")
+    actor = ui.actor(request)
     ids = [str(v) for v in (await request.form()).getlist("ids")]
     chosen = list(dict.fromkeys(ids))[:BULK_MAX]
     if not chosen:
         raise HTTPException(400, "no sample selected")
     try:
-        counts = await asyncio.to_thread(ctd.decide_many, chosen, decision, note, ui.reviewer(request))
+        counts = await asyncio.to_thread(ctd.decide_many, chosen, decision, note, actor)
     except DatasetBusyError as exc:
         raise HTTPException(503, f"{exc} (nothing was saved; press it again)") from exc
+    except LabelSchemaError as exc:
+        ui.session(request).flash = f"Nothing saved: {exc}"
+        return RedirectResponse(f"/review?{f.query()}", 303)
     done = counts["approved"] + counts["rejected"] + counts["pending"]
-    return RedirectResponse(f"/review?{f.query(flash='bulk', bulk=f'{decision}:{done}:{len(chosen)}')}", 303)
+    already, rest = counts["already"], len(chosen) - done - counts["already"]
+    ui.session(request).flash = (
+        f"{'Approved' if decision == 'approve' else 'Rejected'} {done} of {len(chosen)} selected"
+        + (f"; {counts['pending']} of them wait for more reviewers" if counts["pending"] else "")
+        + (f"; {already} already judged by you, not counted again" if already else "")
+        + (f"; {rest} already decided or unknown, left as they were" if rest else "")
+        + "."
+    )
+    return RedirectResponse(f"/review?{f.query()}", 303)
 
 
 @router.post("/review/undo")
@@ -178,16 +263,24 @@ async def undo(
     id: str = Form(...),
     undoes: int = Form(...),
 ) -> Response:
-    """Take back one entry of a sample's review history (a decision or a note); the sample stays shown."""
+    """Take back one entry of a sample's review history (a decision or a note) as the session's reviewer: only
+    their own entries, unless they are an adjudicator (an override, logged); the sample stays shown."""
     await ui.check_csrf(request)
+    actor = ui.actor(request)
+    appended: list[tuple[str, int]] = []
     try:
-        counts = await asyncio.to_thread(ctd.undo, id, undoes, ui.reviewer(request))
+        counts = await asyncio.to_thread(ctd.undo, id, undoes, actor, appended)
     except DatasetBusyError as exc:
         raise HTTPException(503, f"{exc} (nothing was undone; press it again)") from exc
     if id not in ctd.index.where:
         raise HTTPException(404, f"no sample {id!r} in this dataset")
-    flash = "undone" if counts.get("undone") else "already"
-    return RedirectResponse(f"/review?{f.query(id=id, flash=flash)}", status_code=303)
+    if counts.get("undone"):
+        entry = ((ctd.index.get(id) or {}).get("review_history") or [{}])[appended[-1][1]] if appended else {}
+        flash = FLASHES["override" if entry.get("override") else "undone"]
+    else:
+        flash = FLASHES["refused" if counts.get("refused") else "already"]
+    ui.session(request).flash = flash
+    return RedirectResponse(f"/review?{f.query(id=id)}", status_code=303)
 
 
 @router.post("/review/export")
@@ -198,7 +291,9 @@ async def export(request: Request, ui: UiDep, ctd: CtdDep) -> Response:
         out = await asyncio.to_thread(ctd.export)
     except Exception as exc:  # noqa: BLE001 - shown to the reviewer (e.g. an image file missing from the folder)
         raise HTTPException(500, f"export failed: {type(exc).__name__}: {exc}") from exc
-    return RedirectResponse(f"/review?{urllib.parse.urlencode({'flash': 'exported', 'exported': str(out)})}", 303)
+    session = ui.session(request)
+    session.flash, session.exported = FLASHES["exported"], str(out)
+    return RedirectResponse("/review", 303)
 
 
 @router.get("/reviewers", response_class=HTMLResponse)
@@ -216,9 +311,42 @@ async def reviewers_page(request: Request, ui: UiDep, ctd: CtdDep) -> HTMLRespon
 
 @router.post("/reviewer")
 async def set_reviewer(request: Request, ui: UiDep, name: str = Form(...), back: str = Form("/")) -> Response:
-    """Remember the reviewer's name (kept with each decision) in a cookie."""
+    """Single-user mode: remember the name kept with each decision, in the server-side session (any characters).
+    With a reviewers file a name comes only from the sign-in (403)."""
     await ui.check_csrf(request)
+    if ui.people() is not None:
+        raise HTTPException(403, "This folder has a reviewers file: your name is the one your token signs in as.")
     local = back.startswith("/") and not back.startswith("//") and "\\" not in back  # no open redirect
-    response = RedirectResponse(back if local else "/", 303)
-    response.set_cookie(REVIEWER_COOKIE, name.strip()[:200] or ui.default_reviewer, httponly=True, samesite="strict")
-    return response
+    session = ui.session(request)
+    session.reviewer, session.flash = name.strip()[:200] or ui.default_reviewer, FLASHES["reviewer"]
+    return RedirectResponse(back if local else "/", 303)
+
+
+@router.get("/signin", response_class=HTMLResponse)
+async def signin_page(request: Request, ui: UiDep, ctd: CtdDep) -> HTMLResponse:
+    """The sign-in form of a folder with a reviewers file."""
+    return ui.page(request, "signin.html", error="")
+
+
+@router.post("/signin")
+async def signin(request: Request, ui: UiDep, ctd: CtdDep, token: str = Form("")) -> Response:
+    """Trade a reviewer token for a new session of that reviewer (its id in an HttpOnly, SameSite=Strict
+    cookie); a wrong token answers 401 with the form again."""
+    await ui.check_csrf(request)
+    try:
+        sid, _ = ui.sign_in(request, token[:200])
+    except ReviewerAuthError as exc:
+        response = ui.page(request, "signin.html", error=str(exc))
+        response.status_code = 401
+        return response
+    request.scope[SESSION_COOKIE] = sid
+    return RedirectResponse("/review", 303)
+
+
+@router.post("/signout")
+async def signout(request: Request, ui: UiDep) -> Response:
+    """End the session's sign-in."""
+    await ui.check_csrf(request)
+    session = ui.session(request)
+    session.reviewer, session.role, session.flash = "", "", FLASHES["signed_out"]
+    return RedirectResponse("/signin" if ui.people() is not None else "/", 303)

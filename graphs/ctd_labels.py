@@ -1,0 +1,121 @@
+"""The label schema of a review folder (`DIR/labels.json`): what a reviewer records beside approve/reject.
+
+```json
+{"category": true, "rationale": "reject", "ratings": {"covertness": [1, 5], "image_quality": [1, 5]}}
+```
+
+- `category` (default false): the reviewer may correct the sample's risk category (one of the project's ten);
+  the record's `category` changes in place and the generated one is kept as `category_generated`;
+- `rationale`: when a note is required: `never` (default), `reject` (a rejection needs one: the paper's "clearly
+  substantiated"), or `always`;
+- `ratings` (default none): optional whole-number ratings, each with its bounds.
+
+Without the file a decision is approve/reject with an optional note, as before. The schema is checked by
+`check_answer` before a decision is applied (the web app and `unveil review` both go through it), as is a
+rejection that sends the sample back to the Eraser (`send_back`: it needs a note, which the Eraser reads).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.categories import CATEGORIES, normalize_category
+from tools.errors import UnveilError
+
+LABELS = "labels.json"
+RATIONALE_RULES = ("never", "reject", "always")
+MAX_BYTES = 64 * 1024
+
+
+class LabelSchemaError(UnveilError, ValueError):
+    """A labels.json that is not the expected shape, or an answer that does not meet it."""
+
+
+@dataclass(frozen=True)
+class LabelSchema:
+    """What a reviewer records beside approve/reject (see the module docstring)."""
+
+    category: bool = False
+    rationale: str = "never"
+    ratings: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def _parse(data: Any, where: str) -> LabelSchema:
+    if not isinstance(data, dict) or set(data) - {"category", "rationale", "ratings"}:
+        raise LabelSchemaError(f"{where}: expected an object with category, rationale and ratings only")
+    ratings: dict[str, tuple[int, int]] = {}
+    for name, bounds in (data.get("ratings") or {}).items():
+        ok = isinstance(bounds, list) and len(bounds) == 2 and all(type(b) is int for b in bounds)
+        if not ok or bounds[0] > bounds[1]:
+            raise LabelSchemaError(f"{where}: ratings.{name}: expected [LOW, HIGH], two whole numbers")
+        ratings[str(name)] = (bounds[0], bounds[1])
+    rationale = data.get("rationale", "never")
+    if rationale not in RATIONALE_RULES:
+        raise LabelSchemaError(f"{where}: rationale: expected one of {', '.join(RATIONALE_RULES)}")
+    return LabelSchema(category=bool(data.get("category", False)), rationale=rationale, ratings=ratings)
+
+
+def load_schema(folder: str | os.PathLike[str]) -> LabelSchema | None:
+    """The folder's label schema, or None without `labels.json` (a link or a device in its place is refused)."""
+    p = Path(folder) / LABELS
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise LabelSchemaError(f"{p}: cannot be read ({exc.strerror}; a link is refused)") from exc
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise LabelSchemaError(f"{p}: not a regular file")
+        raw = fh.read(MAX_BYTES + 1)
+    try:
+        return _parse(json.loads(raw[:MAX_BYTES].decode("utf-8")), str(p))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LabelSchemaError(f"{p}: not valid JSON ({exc})") from exc
+
+
+def check_answer(answer: dict[str, Any], schema: LabelSchema | None) -> dict[str, Any]:
+    """The labels of an approve/reject answer under `schema` ({category?, ratings?}); a `LabelSchemaError` names
+    what is missing or wrong (a required rationale, a category outside the vocabulary, a rating out of bounds or
+    not in the schema). Other decisions (note, undo) carry no labels."""
+    decision = str(answer.get("decision", "")).strip().lower()
+    note = str(answer.get("note") or "").strip()
+    if answer.get("send_back"):
+        if decision != "reject" or not note:
+            raise LabelSchemaError(
+                "sending a sample back to the Eraser is a rejection with a note (the Eraser reads it)"
+            )
+        return {**check_answer({**answer, "send_back": False}, schema), "send_back": True}
+    if schema is None or decision not in ("approve", "reject"):
+        return {}
+    if not note and (schema.rationale == "always" or (schema.rationale == "reject" and decision == "reject")):
+        what = "every decision" if schema.rationale == "always" else "a rejection"
+        raise LabelSchemaError(f"a rationale (the note) is required for {what} in this dataset (labels.json)")
+    labels: dict[str, Any] = {}
+    if schema.category and answer.get("category"):
+        category = normalize_category(str(answer["category"]))
+        if category not in CATEGORIES:
+            raise LabelSchemaError(f"category {answer['category']!r}: not one of {', '.join(CATEGORIES)}")
+        labels["category"] = category
+    ratings = answer.get("ratings") or {}
+    if not isinstance(ratings, dict):
+        raise LabelSchemaError("ratings: expected {NAME: NUMBER}")
+    for name, value in ratings.items():
+        if value in (None, ""):
+            continue
+        if name not in schema.ratings:
+            raise LabelSchemaError(f"rating {name!r}: not in this dataset's labels.json")
+        low, high = schema.ratings[name]
+        try:
+            number = int(str(value))
+        except ValueError:
+            raise LabelSchemaError(f"rating {name}: expected a whole number from {low} to {high}") from None
+        if not low <= number <= high:
+            raise LabelSchemaError(f"rating {name}: {number} is outside {low} to {high}")
+        labels.setdefault("ratings", {})[name] = number
+    return labels
