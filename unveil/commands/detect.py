@@ -24,7 +24,9 @@ from unveil.commands.common import (
     new_file_path,
     output_identity,
     report_batch,
+    report_stop,
     setup_gateway,
+    spending_caps,
     warn_if_demo,
 )
 
@@ -181,6 +183,7 @@ def _run_file(args: argparse.Namespace, ctx: Any) -> int:
     identity = output_identity(args, "detect", detection_settings(ctx, args.method))
     items = list(read_jsonl(source))
     base_dir = str(source.resolve().parent)
+    spending = spending_caps(args)
 
     shown: set[str] = set()
 
@@ -205,6 +208,7 @@ def _run_file(args: argparse.Namespace, ctx: Any) -> int:
             progress=not args.no_progress,
             inputs=(source,),
             identity=identity,
+            spending=spending,
         )
     )
     if not args.input:
@@ -213,6 +217,7 @@ def _run_file(args: argparse.Namespace, ctx: Any) -> int:
         for sid, rec in done_records(output).items():
             if sid not in shown:
                 _print_summary(rec, sid)
+    report_stop(spending)
     return report_batch(summary, output)
 
 

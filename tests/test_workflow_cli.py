@@ -1,0 +1,220 @@
+"""The CI workflow through the real CLI: quality gates (`--fail-under`), spending caps on every batch command, and
+the raw calls of a sample (`unveil calls`).
+
+Models are `scripted:` files; the vanilla detector answers toxic for a text with OVERT and not toxic otherwise,
+in one call per sample, so every count below can be worked out by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from agents.gateway import set_gateway
+from tools.jsonl_files import done_records
+from unveil.cli import main as cli_main
+
+SCRIPT = Path(__file__).parent / "fixtures" / "eval" / "scripts" / "detect.json"
+MODEL = f"scripted:{SCRIPT}"
+
+
+def main(argv: list[str]) -> int:
+    """Run the CLI as the console script does: a `SystemExit` with a message is exit 1, the message on stderr."""
+    try:
+        return cli_main(argv)
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+            return 1
+        return int(exc.code or 0)
+
+
+@pytest.fixture(autouse=True)
+def _reset_gateway():
+    yield
+    set_gateway(None)
+
+
+def write_pairs(path: Path, texts: list[str], *, labels: list[int] | None = None) -> Path:
+    """A CTD-layout dataset (also a `detect --input` file): one pair per text, toxic unless `labels` says."""
+    rows = [
+        {
+            "id": f"s{k}",
+            "text": t,
+            "image_description": "a street at night",
+            "label": (labels or [1] * len(texts))[k],
+            "category": "violence",
+            "mtc": 0.5,
+        }
+        for k, t in enumerate(texts)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def evaluate_args(data: Path, out: Path, *extra: str, cache: str = "off") -> list[str]:
+    """`unveil evaluate detection` of the vanilla method on `data` with the scripted detector."""
+    return [
+        "evaluate",
+        "detection",
+        "--dataset",
+        f"d=ctd:{data}",
+        "--methods",
+        "vanilla",
+        "--detectors",
+        MODEL,
+        "--cache",
+        cache,
+        "--out",
+        str(out),
+        "--no-progress",
+        "--concurrency",
+        "1",
+        *extra,
+    ]
+
+
+# -- --fail-under -------------------------------------------------------------------------------------------
+def test_fail_under_gates_the_exit_code_on_a_quality_metric(tmp_path, capsys):
+    data = write_pairs(tmp_path / "d.jsonl", ["OVERT threat", "a quiet evening"])  # accuracy 0.5: one found
+    assert main(evaluate_args(data, tmp_path / "a", "--fail-under", "accuracy=0.5")) == 0
+    capsys.readouterr()
+    rc = main(evaluate_args(data, tmp_path / "b", "--fail-under", "recall=0.4", "--fail-under", "accuracy=0.9"))
+    assert rc == 3
+    err = capsys.readouterr().err
+    assert "fail-under: d vanilla" in err and "accuracy = 0.5000 is under 0.9" in err
+    assert "recall" not in err.split("fail-under:", 1)[1]  # recall 0.5 passes its gate of 0.4
+
+
+def test_fail_under_refuses_an_unknown_metric_naming_the_valid_ones(tmp_path, capsys):
+    data = write_pairs(tmp_path / "d.jsonl", ["OVERT threat"])
+    rc = main(evaluate_args(data, tmp_path / "out", "--fail-under", "accuracyy=0.5", "--beta", "1"))
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "accuracy, precision, recall, f1" in err
+    assert not (tmp_path / "out").exists()  # refused before anything ran
+
+
+def test_fail_under_fails_when_no_configuration_has_a_value(tmp_path, capsys):
+    data = write_pairs(tmp_path / "d.jsonl", ["CRASH"])  # the only sample fails: nothing is scored
+    assert main(evaluate_args(data, tmp_path / "out", "--fail-under", "f2=0")) == 3
+    assert "no configuration has a value" in capsys.readouterr().err
+
+
+def test_failed_samples_without_gates_keep_exit_2(tmp_path):
+    data = write_pairs(tmp_path / "d.jsonl", ["CRASH", "OVERT"])
+    assert main(evaluate_args(data, tmp_path / "out")) == 2
+
+
+def test_fail_under_on_evaluate_ipr(tmp_path, monkeypatch, capsys):
+    from tests.test_eval_ipr import ColourScorer, PaintGenerator
+    from tools.t2i.registry import register_generator, unregister_generator
+
+    store = tmp_path / "images"
+    spec = register_generator("paint-gate", PaintGenerator(store))
+    monkeypatch.setattr("unveil.commands.evaluate._ipr_scorer", lambda args, root: ColourScorer(store))
+    prompts = tmp_path / "p.jsonl"
+    rows = [{"prompt": "a bloody fight", "category": "violence"}, {"prompt": "a calm lake", "category": "violence"}]
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = ["evaluate", "ipr", "--prompts", str(prompts), "--generator", f"sd={spec}", "--image-store", str(store)]
+    base += ["--images-per-prompt", "1", "--no-progress", "--cache", "off"]
+    try:
+        # one of the two prompts paints a red (inappropriate) image: safe = 0.5
+        assert main([*base, "--out", str(tmp_path / "a"), "--fail-under", "safe=0.5"]) == 0
+        assert main([*base, "--out", str(tmp_path / "b"), "--fail-under", "safe=0.6"]) == 3
+        assert "sd: safe = 0.5000 is under 0.6" in capsys.readouterr().err
+        assert main([*base, "--out", str(tmp_path / "c"), "--fail-under", "ip=0.1"]) == 1
+        assert "safe" in capsys.readouterr().err  # the valid names, IP's gate named as its safe share
+    finally:
+        unregister_generator(spec)
+
+
+# -- spending caps ------------------------------------------------------------------------------------------
+def detect_args(data: Path, out: Path, *extra: str, cache: str = "off") -> list[str]:
+    """`unveil detect` of a JSONL with the vanilla method, one sample at a time."""
+    return ["detect", "--input", str(data), "--output", str(out), "--method", "vanilla", "--model", MODEL] + [
+        "--cache",
+        cache,
+        "--concurrency",
+        "1",
+        "--no-progress",
+        *extra,
+    ]
+
+
+def test_detect_stops_at_its_call_cap_and_a_rerun_goes_on(tmp_path, capsys):
+    data = write_pairs(tmp_path / "pairs.jsonl", ["OVERT a", "b", "c", "OVERT d"])
+    out = tmp_path / "out.jsonl"
+    assert main(detect_args(data, out, "--max-calls", "1")) == 0
+    assert list(done_records(out)) == ["s0"]  # samples not started are not recorded, not as failures either
+    assert "spending cap reached: 1 model calls (--max-calls 1); rerun with a higher cap" in capsys.readouterr().err
+    assert main(detect_args(data, out, "--max-calls", "3")) == 0  # the earlier call counts against the cap
+    assert list(done_records(out)) == ["s0", "s1", "s2"]
+    assert main(detect_args(data, out)) == 0  # no cap: the rest
+    assert len(done_records(out)) == 4 and all(r["status"] == "ok" for r in done_records(out).values())
+
+
+def test_a_cost_cap_of_zero_starts_nothing(tmp_path, capsys):
+    data = write_pairs(tmp_path / "pairs.jsonl", ["a", "b"])
+    out = tmp_path / "out.jsonl"
+    assert main(detect_args(data, out, "--max-cost", "0")) == 0
+    assert done_records(out) == {}
+    assert "spending cap reached: $0.0000 (--max-cost 0)" in capsys.readouterr().err
+
+
+def test_evaluate_detection_cap_leaves_samples_not_run_not_failed(tmp_path, capsys):
+    data = write_pairs(tmp_path / "d.jsonl", ["OVERT a", "b", "c"])
+    out = tmp_path / "out"
+    assert main(evaluate_args(data, out, "--max-calls", "2")) == 0  # not run is not failed: exit 0
+    err = capsys.readouterr().err
+    assert "1 not run" in err and "spending cap reached" in err
+    (run_file,) = (out / "runs").rglob("*.jsonl")
+    assert len(done_records(run_file)) == 2
+    assert main(evaluate_args(data, out)) == 0
+    assert len(done_records(run_file)) == 3
+
+
+def test_refine_and_evaluate_ipr_take_the_caps():
+    from unveil.cli import build_parser
+
+    parser = build_parser()
+    for argv in (["refine", "--input", "p.jsonl"], ["evaluate", "ipr"], ["evaluate", "detection", "--dataset", "x"]):
+        args = parser.parse_args([*argv, "--max-calls", "5", "--max-cost", "1.5"])
+        assert (args.max_calls, args.max_cost) == (5, 1.5)
+
+
+# -- unveil calls -------------------------------------------------------------------------------------------
+def test_calls_shows_each_call_of_a_sample_with_secrets_redacted(tmp_path, capsys, monkeypatch):
+    secret = "sk-test-1234567890abcdef"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    data = write_pairs(tmp_path / "pairs.jsonl", [f"OVERT the key is {secret}", "b"])
+    out, cache = tmp_path / "out.jsonl", str(tmp_path / "cache.sqlite")
+    assert main(detect_args(data, out, cache=cache)) == 0
+    assert main(detect_args(data, tmp_path / "again.jsonl", cache=cache)) == 0  # answered by the cache
+    rec = done_records(out)["s0"]
+    assert [c["cache_hit"] for c in rec["usage"]["calls"]] == [False]
+    capsys.readouterr()
+
+    assert main(["calls", "s0", "--results", str(out), "--cache", cache]) == 0
+    shown = capsys.readouterr().out
+    assert "call 1: vanilla_detector on scripted:" in shown and "cache hit: no" in shown
+    assert "OVERT the key is" in shown and secret not in shown  # the message as sent, the key redacted
+    assert '"toxic": true' in shown.replace("\n", " ") or '"toxic":true' in shown  # the raw answer
+
+    assert main(["calls", "s0", "--results", str(tmp_path / "again.jsonl"), "--cache", cache, "--json"]) == 0
+    (call,) = json.loads(capsys.readouterr().out)
+    assert call["cache_hit"] is True and call["role"] == "vanilla_detector"
+    assert call["messages"][0]["role"] == "system" and "latency_s" in call and "cost_usd" in call
+
+
+def test_calls_says_why_a_sample_has_none(tmp_path, capsys):
+    data = write_pairs(tmp_path / "pairs.jsonl", ["a"])
+    out = tmp_path / "out.jsonl"
+    assert main(detect_args(data, out, cache="off")) == 0
+    assert main(["calls", "s0", "--results", str(out)]) == 1
+    assert "lists no calls" in capsys.readouterr().err
+    assert main(["calls", "nope", "--results", str(out)]) == 1
+    assert "no sample 'nope'" in capsys.readouterr().err
