@@ -218,3 +218,88 @@ def test_calls_says_why_a_sample_has_none(tmp_path, capsys):
     assert "lists no calls" in capsys.readouterr().err
     assert main(["calls", "nope", "--results", str(out)]) == 1
     assert "no sample 'nope'" in capsys.readouterr().err
+
+
+# -- unveil compare -----------------------------------------------------------------------------------------
+def test_compare_two_evaluation_runs_side_by_side(tmp_path, capsys):
+    data = write_pairs(tmp_path / "d.jsonl", ["OVERT a", "a walk", "OVERT b", "CRASH"], labels=[1, 0, 0, 1])
+    out = tmp_path / "out"
+    assert main(evaluate_args(data, out, "--include-benign", "--methods", "vanilla,tag", "--l-max", "2")) == 2
+    (a,) = (out / "runs").rglob("vanilla*.jsonl")
+    (b,) = (out / "runs").rglob("tag*.jsonl")
+    capsys.readouterr()
+    assert main(["compare", str(a), str(b), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["shared"] == 3 and result["only_a"] == 0  # CRASH failed in both: not compared
+    overall = result["groups"][0]
+    assert overall["n"] == 3 and overall["a_accuracy"] == pytest.approx(2 / 3)  # vanilla: OVERT b is benign
+    assert overall["delta_accuracy"] == pytest.approx(overall["b_accuracy"] - overall["a_accuracy"])
+    assert {g["group"] for g in result["groups"]} == {"overall", "category", "bin"}
+    assert result["cost"]["a"]["calls"] == 3 and result["cost"]["b"]["calls"] > 3  # one call a sample; TAG more
+    assert main(["compare", str(a), str(b), "--only-disagreements"]) == 0
+    shown = capsys.readouterr().out
+    assert f"{result['disagreements']} verdicts differ" in shown
+    listed = [ln for ln in shown.splitlines() if ln.startswith(("*", " s"))]
+    assert len(listed) == result["disagreements"] and all(ln.startswith("*") for ln in listed)
+
+
+def test_compare_refuses_a_file_that_is_not_detection_results(tmp_path, capsys):
+    other = tmp_path / "x.jsonl"
+    other.write_text(json.dumps({"id": "a", "status": "ok", "prompt": "p"}) + "\n")
+    assert main(["compare", str(other), str(other)]) == 1
+    assert "not a detection results file" in capsys.readouterr().err
+
+
+# -- unveil list --------------------------------------------------------------------------------------------
+def test_list_reads_every_table(capsys):
+    from agents.guard import GUARDS
+    from evaluation.datasets import DETECTION_FORMATS
+    from tools.t2i.registry import KINDS
+
+    assert main(["list", "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    names = {section: [r["name"] for r in rows] for section, rows in table.items()}
+    assert {"scripted", "transformers", "openai"} <= set(names["providers"])
+    assert names["generators"] == list(KINDS)
+    assert [f"guard:{g}" for g in GUARDS] == [r["spec"] for r in table["guards"]][: len(GUARDS)]
+    assert set(DETECTION_FORMATS) <= set(names["formats"])
+    assert {"tag", "vanilla", "ctd", "ipr", "guard"} <= set(names["graphs"])
+    assert main(["list", "formats"]) == 0
+    assert "--dataset siuo:FILE" in capsys.readouterr().out
+
+
+# -- unveil doctor ------------------------------------------------------------------------------------------
+def doctor(tmp_path: Path, capsys, *extra: str) -> tuple[int, dict[str, dict]]:
+    """`unveil doctor --json` with a writable cache and store; its checks by name."""
+    rc = main(["doctor", "--json", "--cache", str(tmp_path / "c.sqlite"), "--image-store", str(tmp_path / "s"), *extra])
+    return rc, {c["name"]: c for c in json.loads(capsys.readouterr().out)}
+
+
+def test_doctor_probes_each_configured_server(tmp_path, capsys, monkeypatch):
+    from tests.faultserver import FaultServer
+
+    answers = {"Probe": {"ok": True}, "text": "ok"}
+    with FaultServer(answers) as good, FaultServer(answers, images_refused="model has no vision") as text_only:
+        monkeypatch.setenv("UNVEIL_PAIR_JUDGE_MODEL", text_only.spec())
+        rc, checks = doctor(tmp_path, capsys, "--model", good.spec(), "--timeout", "20")
+    assert rc == 0  # every server gap is reported; none of them is the default run's
+    good_name = f"server {good.spec()}"
+    assert [checks[f"{good_name}: {w}"]["ok"] for w in ("reachable", "JSON schema", "images")] == [True] * 3
+    bad = checks[f"server {text_only.spec()}: images"]
+    assert not bad["ok"] and "UNVEIL_TEXT_ONLY" in bad["fix"]
+    assert checks["image store"]["ok"] and checks["response cache"]["ok"]
+    assert all(name in checks for name in ("chromium", "GPUs", "extra ui"))
+
+
+def test_doctor_names_an_unreachable_server_and_an_unwritable_store(tmp_path, capsys):
+    from tests.test_ui import free_port
+
+    blocker = tmp_path / "s"
+    blocker.write_text("a file where the store's folder should be")
+    spec = f"openai:m@http://127.0.0.1:{free_port()}/v1"
+    rc, checks = doctor(tmp_path, capsys, "--role-model", f"pair_judge={spec}", "--timeout", "5")
+    assert rc == 1 and not checks["image store"]["ok"] and checks["image store"]["needed"]
+    assert "UNVEIL_IMAGE_STORE" in checks["image store"]["fix"]
+    reach = checks[f"server {spec}: reachable"]
+    assert not reach["ok"] and reach["fix"]
+    assert f"server {spec}: images" not in checks  # nothing more is asked of a server that is not there
