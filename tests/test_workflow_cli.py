@@ -303,3 +303,126 @@ def test_doctor_names_an_unreachable_server_and_an_unwritable_store(tmp_path, ca
     reach = checks[f"server {spec}: reachable"]
     assert not reach["ok"] and reach["fix"]
     assert f"server {spec}: images" not in checks  # nothing more is asked of a server that is not there
+
+
+# -- unveil run FILE ----------------------------------------------------------------------------------------
+def write_run_file(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_run_file_runs_its_jobs_records_itself_and_gates(tmp_path, capsys):
+    from runner.output_identity import settings_path
+
+    data = write_pairs(tmp_path / "d.jsonl", ["OVERT threat", "a quiet evening"])
+    out = tmp_path / "det.jsonl"
+    run_file = write_run_file(
+        tmp_path / "run.toml",
+        f"""
+model = "{MODEL}"
+cache = "off"
+no_progress = true
+concurrency = 1
+
+[[jobs]]
+name = "detect the pairs"
+command = "detect"
+input = "{data}"
+output = "{out}"
+method = "vanilla"
+max_calls = 10
+
+[[jobs]]
+command = "evaluate detection"
+dataset = ["d=ctd:{data}"]
+methods = ["vanilla"]
+detectors = ["{MODEL}"]
+out = "{tmp_path / "eval"}"
+fail_under = {{accuracy = 0.9, recall = 0.1}}
+""",
+    )
+    assert main(["run", str(run_file)]) == 3  # the gravest exit of its jobs: accuracy 0.5 < 0.9
+    err = capsys.readouterr().err
+    assert "exit 0: detect the pairs" in err and "exit 3: job 2 (evaluate detection)" in err
+    assert len(done_records(out)) == 2 and (tmp_path / "eval" / "detection.md").is_file()
+    sidecar = json.loads(settings_path(out).read_text())
+    digest = __import__("hashlib").sha256(run_file.read_bytes()).hexdigest()
+    assert f"unveil run {run_file} (sha256 {digest}; detect the pairs)" in sidecar["command"]
+    assert main(["run", str(run_file)]) == 3  # the same file reruns the run: nothing left to do
+    assert "0 done, 0 failed, 2 already in" in capsys.readouterr().err
+
+
+def test_run_file_keys_are_the_commands_flags(tmp_path):
+    from unveil.cli import build_parser
+    from unveil.commands.runfile import plan
+
+    run_file = write_run_file(
+        tmp_path / "run.toml",
+        """
+[[jobs]]
+command = "evaluate detection"
+dataset = ["a.json", "b.json"]
+methods = ["vanilla", "tag"]
+l_max_ablation = [2, 3]
+include-benign = true
+role_model = { pair_judge = "openai:gpt-4.1" }
+max_cost = 2.5
+
+[[jobs]]
+command = "refine"
+prompt = "-a prompt that starts with a dash"
+t_max = 2
+""",
+    )
+    (det, ref), _ = plan(run_file)
+    cli = build_parser().parse_args(
+        ["evaluate", "detection", "--dataset", "a.json", "--dataset", "b.json", "--methods", "vanilla,tag"]
+        + ["--l-max-ablation", "2,3", "--include-benign", "--role-model", "pair_judge=openai:gpt-4.1"]
+        + ["--max-cost", "2.5"]
+    )
+    assert {k: v for k, v in vars(det.args).items() if k != "command_line"} == vars(cli)
+    assert ref.args.prompt == "-a prompt that starts with a dash" and ref.args.t_max == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('[[jobs]]\ncommand = "detect"\nmax_cots = 1\n', "unknown key(s) max_cots; `detect` takes: "),
+        ('max_calls = 1\n[[jobs]]\ncommand = "list"\n', "command 'list'; expected one of detect"),
+        ('fail_under = {accuracy = 1}\n[[jobs]]\ncommand = "detect"\n', "taken by none of its jobs"),
+        ('[[jobs]]\ncommand = "detect"\nscreen = "yes"\n', "key 'screen': a switch"),
+        ('[jobs]\ncommand = "detect"\n', "expected one or more [[jobs]] tables"),
+    ],
+)
+def test_run_file_refuses_what_no_command_takes(tmp_path, capsys, text, said):
+    assert main(["run", str(write_run_file(tmp_path / "run.toml", text))]) == 1
+    err = capsys.readouterr().err
+    assert said in err
+    if "unknown key" in said:
+        assert "max_calls" in err and "max_cost" in err  # the valid keys are listed
+
+
+def test_run_dry_run_prints_the_plan_and_the_estimate(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the jobs' default outputs (runs/...) would land here
+    data = write_pairs(tmp_path / "d.jsonl", ["a", "b", "c"])
+    run_file = write_run_file(
+        tmp_path / "run.toml",
+        f"""
+model = "openai:gpt-4.1"
+[[jobs]]
+command = "detect"
+input = "{data}"
+method = "vanilla"
+[[jobs]]
+command = "evaluate detection"
+dataset = ["ctd:{data}"]
+methods = ["vanilla", "tag"]
+l_max = 2
+""",
+    )
+    assert main(["run", str(run_file), "--dry-run"]) == 0
+    shown = capsys.readouterr().out
+    assert "vanilla: 3 samples x 1 calls = 3 calls on openai:gpt-4.1, about $0.02" in shown
+    assert "tag l_max=2: 3 samples x 9 calls = 27 calls" in shown
+    assert "estimated: 33 model calls" in shown
+    assert not (tmp_path / "runs").exists()  # nothing ran
