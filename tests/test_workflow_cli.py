@@ -426,3 +426,20 @@ l_max = 2
     assert "tag l_max=2: 3 samples x 9 calls = 27 calls" in shown
     assert "estimated: 33 model calls" in shown
     assert not (tmp_path / "runs").exists()  # nothing ran
+
+
+def test_run_file_in_yaml(tmp_path):
+    pytest.importorskip("yaml")
+    from unveil.commands.runfile import plan
+
+    run_file = write_run_file(
+        tmp_path / "run.yaml",
+        "model: openai:gpt-4.1\njobs:\n  - command: detect\n    method: vanilla\n    max_calls: 3\n    screen: true\n",
+    )
+    ((job,), _) = plan(run_file)
+    assert (job.args.method, job.args.max_calls, job.args.screen, job.args.model) == (
+        "vanilla",
+        3,
+        True,
+        "openai:gpt-4.1",
+    )

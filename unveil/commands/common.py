@@ -254,10 +254,10 @@ def spending_caps(args: argparse.Namespace) -> Any:
     return Spending(getattr(args, "max_calls", None), getattr(args, "max_cost", None))
 
 
-def report_stop(spending: Any) -> None:
-    """Say on stderr that a spending cap stopped the run, and how to go on."""
+def report_stop(spending: Any, not_run: int) -> None:
+    """Say on stderr that a spending cap kept `not_run` samples from starting, and how to go on."""
     why = spending.stop()
-    if why:
+    if why and not_run:
         print(f"{why}; rerun with a higher cap to continue", file=sys.stderr)
 
 

@@ -217,7 +217,7 @@ def _run_file(args: argparse.Namespace, ctx: Any) -> int:
         for sid, rec in done_records(output).items():
             if sid not in shown:
                 _print_summary(rec, sid)
-    report_stop(spending)
+    report_stop(spending, summary.total - summary.skipped - summary.completed - summary.failed)
     return report_batch(summary, output)
 
 

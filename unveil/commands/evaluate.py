@@ -394,7 +394,7 @@ def _finish(
         + ")",
         file=sys.stderr,
     )
-    report_stop(spending)
+    report_stop(spending, not_run)
     return gated_exit_code(failed, misses)
 
 

@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
                 spending=spending,
             )
         )
-        report_stop(spending)
+        report_stop(spending, summary.total - summary.skipped - summary.completed - summary.failed)
         return report_batch(summary, output)
 
     def show(line: str) -> None:
