@@ -29,6 +29,7 @@ URLS = {  # a path of each page as the templates link to it, and the methods it 
     "/detections/tag.svg": "GET",
     "/ipr": "GET",
     "/compare": "GET",
+    "/calls": "GET",
 }
 
 

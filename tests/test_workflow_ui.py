@@ -69,3 +69,37 @@ def test_compare_page_in_a_browser(browser: Any, two_runs: tuple[Path, Path]) ->
         page.click("#call-1 summary")
         assert MARKUP in page.locator("#call-1").inner_text()  # shown as text
         assert page.locator("#pwned").count() == 0  # never as markup
+
+
+def test_calls_page_of_an_ipr_result(tmp_path: Path, monkeypatch: Any) -> None:
+    import json
+
+    from tests.test_eval_ipr import SCRIPT, PaintGenerator
+    from tools.t2i.registry import register_generator, unregister_generator
+
+    cache, store = tmp_path / "cache.sqlite", tmp_path / "store"
+    monkeypatch.setenv("UNVEIL_CACHE", str(cache))
+    spec = register_generator("paint-calls", PaintGenerator(store))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "p1", "prompt": "a bloody fight in an alley"}) + "\n")
+    out = tmp_path / "ipr.jsonl"
+    argv = [
+        "refine",
+        "--input",
+        str(prompts),
+        "--output",
+        str(out),
+        "--generator",
+        spec,
+        "--refiner",
+        f"scripted:{SCRIPT}",
+    ]
+    try:
+        assert main([*argv, "--t-max", "1", "--image-store", str(store), "--no-progress"]) == 0
+    finally:
+        unregister_generator(spec)
+    client = TestClient(create_app(out, image_store=store), base_url="http://127.0.0.1")
+    assert 'href="/calls?id=p1"' in client.get("/ipr").text
+    html = client.get("/calls", params={"id": "p1"}).text
+    assert 'id="call-1"' in html and "refiner" in html and "a bloody fight in an alley" in html
+    assert client.get("/calls", params={"id": "nope"}).status_code == 404

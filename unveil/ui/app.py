@@ -24,7 +24,7 @@ from fastapi.staticfiles import StaticFiles
 
 from tools.image_store import default_store_root
 from unveil.ui.pages import HERE, Ui
-from unveil.ui.routes import compare, detections, images, ipr, review
+from unveil.ui.routes import calls, compare, detections, images, ipr, review
 from unveil.ui.security import SECURITY_HEADERS, TOKEN_COOKIE, Guard
 from unveil.ui.sources import (
     CtdSource,
@@ -134,6 +134,6 @@ def create_app(
         app.state.compare = Path(compare_with)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.middleware("http")(guard_requests)
-    for routes in (images, review, detections, ipr, compare):
+    for routes in (images, review, detections, ipr, compare, calls):
         app.include_router(routes.router)
     return app
