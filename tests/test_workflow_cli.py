@@ -443,3 +443,14 @@ def test_run_file_in_yaml(tmp_path):
         True,
         "openai:gpt-4.1",
     )
+
+
+def test_doctor_says_to_exempt_a_loopback_server_from_the_proxy(tmp_path, capsys, monkeypatch):
+    from tests.test_ui import free_port
+
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    spec = f"openai:m@http://127.0.0.1:{free_port()}/v1"
+    _, checks = doctor(tmp_path, capsys, "--model", spec, "--timeout", "5")
+    assert "add 127.0.0.1 to NO_PROXY" in checks[f"server {spec}: reachable"]["fix"]

@@ -171,6 +171,22 @@ class Probe(BaseModel):
     ok: bool
 
 
+def _start_hint(spec: str) -> str:
+    """What to do about a server that does not answer: start it; for a loopback one behind a proxy set in the
+    environment (which the model clients honour), also exempt it from the proxy."""
+    from urllib.parse import urlsplit
+
+    from agents.spec import ModelSpec
+
+    host = (urlsplit(ModelSpec.parse(spec).base_url or "").hostname or "").lower()
+    proxied = any(os.environ.get(v) for v in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY"))
+    exempt = os.environ.get("NO_PROXY", "") + "," + os.environ.get("no_proxy", "")
+    loopback = host in ("localhost", "::1") or host.startswith("127.")
+    if loopback and proxied and host not in exempt:
+        return f"start the server; a proxy is set in the environment: add {host} to NO_PROXY so calls reach it"
+    return "start the server (or fix the spec's @BASE_URL)"
+
+
 async def _probe(spec: str, timeout: float) -> list[Check]:
     """The three calls of one server (see the module docstring), each its own check."""
     from langchain_core.messages import HumanMessage
@@ -184,7 +200,7 @@ async def _probe(spec: str, timeout: float) -> list[Check]:
     strict = Gateway(GatewaySettings(cache_path=None, max_retries=0, max_repairs=0, structured_method="json_schema"))
     image = "data:image/png;base64," + base64.b64encode(PIXEL_PNG).decode()
     calls: list[tuple[str, Any, str]] = [
-        ("reachable", plain.text(role="doctor", spec=spec, messages=[HumanMessage("Say ok.")]), "start the server"),
+        ("reachable", plain.text(role="doctor", spec=spec, messages=[HumanMessage("Say ok.")]), _start_hint(spec)),
         (
             "JSON schema",
             strict.structured(role="doctor", spec=spec, schema=Probe, messages=[HumanMessage("Answer ok=true.")]),
