@@ -24,6 +24,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from pydantic import BaseModel, ValidationError
 
 from agents.cache import ResponseCache, cache_key, default_cache_path
+from agents.call_log import DETAILS, call_details
 from agents.content import data_text
 from agents.limits import BackendLimits, check_limits
 from agents.providers.json_salvage import salvage_json
@@ -35,7 +36,7 @@ from agents.providers.registry import (
     supports_images,
 )
 from agents.spec import ModelSpec, as_model_spec
-from agents.usage import RunUsage, cost_of, empty_usage, merge_usage, single_call_usage
+from agents.usage import RunUsage, cost_of, empty_usage, merge_usage, single_call_usage, without_calls
 from tools.env import SettingError, check_minimum, env_float, env_int, env_str
 from tools.errors import UnveilError
 from tools.redact import install_log_redaction, redact_secrets, redact_url
@@ -388,8 +389,14 @@ class Gateway:
             result = await self._call_with_fallback(call, convo, schema)
             value, raw, error = _parse_answer(result, schema)
             if value is not None:
-                await self._cache_store(call, {"parsed": value.model_dump(mode="json"), "raw": raw})
-                return CallResult(value=value, raw=raw, usage=self._account(call, repairs=attempt - 1))
+                usage = self._account(call, repairs=attempt - 1)
+                entry = {
+                    "parsed": value.model_dump(mode="json"),
+                    "raw": raw,
+                    DETAILS: self._details(call, messages, usage),
+                }
+                await self._cache_store(call, entry)
+                return CallResult(value=value, raw=raw, usage=usage)
             convo = _repair_messages(messages, raw, error)
         self._account(call, repairs=self.settings.max_repairs)
         raise StructuredOutputError(role, str(call.spec), error, raw, self.settings.max_repairs + 1)
@@ -420,8 +427,9 @@ class Gateway:
         call.retries += retries
         call.count_tokens(msg)
         raw = _raw_text(msg)
-        await self._cache_store(call, {"raw": raw})
-        return CallResult(value=raw, raw=raw, usage=self._account(call))
+        usage = self._account(call)
+        await self._cache_store(call, {"raw": raw, DETAILS: self._details(call, messages, usage)})
+        return CallResult(value=raw, raw=raw, usage=usage)
 
     # -- steps shared by structured and text ---------------------------------------------------------------
     async def _start(
@@ -437,6 +445,7 @@ class Gateway:
         """The call's parsed spec and cache key (None without a cache)."""
         parsed = as_model_spec(spec)
         call = _Call(role=role, usage_role=usage_role or role.split(".", 1)[0], spec=parsed, params=dict(params or {}))
+        call.started = time.monotonic()
         if self.cache is not None or parsed.provider == "scripted":
             call.fingerprint = await self.fingerprint(parsed)
         if self.cache is not None:
@@ -464,11 +473,22 @@ class Gateway:
         if self.cache is not None and call.key is not None:
             await asyncio.to_thread(self.cache.put, call.key, value)  # an unwritable cache never costs the answer
 
+    def _details(self, call: _Call, messages: list[BaseMessage], usage: RunUsage) -> dict[str, Any]:
+        """The call's details kept in its cache entry, for `unveil calls` (`agents.call_log`)."""
+        return call_details(
+            role=call.role,
+            spec=call.spec,
+            messages=messages,
+            params=call.params,
+            usage=dict(usage),
+            started=call.started,
+        )
+
     def _cache_hit(self, call: _Call, value: T, raw: str) -> CallResult[T]:
         usage = single_call_usage(
-            call.usage_role, input_tokens=0, output_tokens=0, cost_usd=0.0, cache_hit=True, retries=0
+            call.usage_role, input_tokens=0, output_tokens=0, cost_usd=0.0, cache_hit=True, retries=0, key=call.key
         )
-        self.usage = merge_usage(self.usage, usage)
+        self.usage = merge_usage(self.usage, without_calls(usage))
         return CallResult(value=value, raw=raw, usage=usage, cache_hit=True)
 
     def _account(self, call: _Call, repairs: int = 0) -> RunUsage:
@@ -481,8 +501,9 @@ class Gateway:
             cost_usd=cost,
             cache_hit=False,
             retries=call.retries + repairs,
+            key=call.key,
         )
-        self.usage = merge_usage(self.usage, usage)
+        self.usage = merge_usage(self.usage, without_calls(usage))
         return usage
 
     async def _model(self, call: _Call) -> Any:
@@ -552,6 +573,7 @@ class _Call:
     in_tok: int = 0
     out_tok: int = 0
     retries: int = 0
+    started: float = 0.0  # time.monotonic() when the call began: its latency in the call details
 
     def count_tokens(self, msg: Any) -> None:
         """Add an answer's token usage (every attempt is paid for, repaired or not)."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
+from typing import NotRequired  # pydantic needs these on Python < 3.12 (Studio schemas)
 
-from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12 (Studio schemas)
+from typing_extensions import TypedDict
 
 from tools.env import env_str
 from tools.safe_files import MAX_SMALL_FILE_BYTES, read_regular
@@ -43,11 +44,21 @@ class RoleUsage(TypedDict):
     cost_usd: float
 
 
+class CallRef(TypedDict):
+    """One model call of a sample: its response-cache key (the call's details are kept in that entry, see
+    `agents.gateway`) and whether the cache answered it."""
+
+    key: str
+    cache_hit: bool
+
+
 class RunUsage(TypedDict):
-    """Usage of a run: totals and a breakdown by role."""
+    """Usage of a run: totals and a breakdown by role; a sample's usage also lists its calls, in order (`calls`:
+    absent without a response cache, which is where their details live)."""
 
     total: RoleUsage
     by_role: dict[str, RoleUsage]
+    calls: NotRequired[list[CallRef]]
 
 
 def empty_role_usage() -> RoleUsage:
@@ -78,13 +89,29 @@ def merge_usage(left: RunUsage | None, right: RunUsage | None) -> RunUsage:
     by_role = dict(left["by_role"])
     for role, counts in right["by_role"].items():
         by_role[role] = _add(by_role.get(role, empty_role_usage()), counts)
-    return RunUsage(total=_add(left["total"], right["total"]), by_role=by_role)
+    out = RunUsage(total=_add(left["total"], right["total"]), by_role=by_role)
+    calls = [*left.get("calls", []), *right.get("calls", [])]
+    if calls:
+        out["calls"] = calls
+    return out
+
+
+def without_calls(usage: RunUsage) -> RunUsage:
+    """`usage` without its list of calls: the counts a total over many samples keeps (the list would only grow)."""
+    return RunUsage(total=usage["total"], by_role=usage["by_role"])
 
 
 def single_call_usage(
-    role: str, *, input_tokens: int, output_tokens: int, cost_usd: float, cache_hit: bool, retries: int
+    role: str,
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    cost_usd: float,
+    cache_hit: bool,
+    retries: int,
+    key: str | None = None,
 ) -> RunUsage:
-    """The usage record of one gateway call (its repairs included)."""
+    """The usage record of one gateway call (its repairs included), naming the call by its cache `key` if any."""
     counts = RoleUsage(
         calls=0 if cache_hit else 1 + retries,
         cache_hits=1 if cache_hit else 0,
@@ -93,7 +120,10 @@ def single_call_usage(
         output_tokens=output_tokens,
         cost_usd=cost_usd,
     )
-    return RunUsage(total=dict(counts), by_role={role: counts})  # type: ignore[typeddict-item]
+    usage = RunUsage(total=dict(counts), by_role={role: counts})  # type: ignore[typeddict-item]
+    if key:
+        usage["calls"] = [CallRef(key=key, cache_hit=cache_hit)]
+    return usage
 
 
 @lru_cache(maxsize=1)

@@ -37,6 +37,7 @@ from runner.batch import BatchSummary, run_batch
 from runner.batch_input import BatchItem
 from runner.detect import detect_one, detection_context, detection_settings, guard_model, is_guard
 from runner.output_identity import OutputIdentity
+from runner.spending import Spending
 from tools.atomic_files import atomic_write_text
 from tools.errors import UnveilError
 from tools.jsonl_files import done_records
@@ -74,6 +75,7 @@ class DetectionSettings:
     mtc_reference: str = ""
     allow_mixed_settings: bool = False  # add to run files made with other settings (see `OutputIdentity`)
     command: str = ""  # the command line, kept beside each run file
+    spending: Spending | None = None  # the spending caps of the whole evaluation (`runner.spending`)
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,7 @@ async def run_one_config(
         desc=f"{cfg.dataset}: {cfg.name} [{cfg.model}]",
         progress=settings.progress,
         identity=run_identity(ctx, cfg.method, settings),
+        spending=settings.spending,
     )
 
 
@@ -264,6 +267,7 @@ async def reference_mtc(
             desc=f"{dataset}: MTC reference [{cfg.model}]",
             progress=settings.progress,
             identity=run_identity(ctx, "tag", settings),
+            spending=settings.spending,
         )
         ok, _ = split_records(path, [it.id for it in items])
         return (

@@ -46,6 +46,7 @@ from runner.batch import run_batch
 from runner.batch_input import BatchItem
 from runner.output_identity import OutputIdentity
 from runner.refine import ipr_context, refine_one
+from runner.spending import Spending
 from tools.atomic_files import atomic_write_text
 from tools.scorers.rules import Q16_THRESHOLD, is_inappropriate
 from tools.t2i.base import GenerationRequest, ImageGenerator
@@ -92,6 +93,7 @@ class IPRSettings(RenderSettings):
     retry_failed: bool = False
     allow_mixed_settings: bool = False  # add to run files made with other settings (see `OutputIdentity`)
     command: str = ""  # the command line, kept beside each run file
+    spending: Spending | None = None  # the spending caps of the whole evaluation (`runner.spending`)
 
 
 # Images rendered (not found in the store) by the trajectory running in this context: the IPR graph's nodes run in
@@ -363,6 +365,7 @@ class IPREvaluation:
                 desc=f"{v.method} {v.kind}",
                 progress=self.settings.progress,
                 identity=identity,
+                spending=self.settings.spending,
             )
 
     def variant_settings(self, v: Variant) -> dict[str, Any]:

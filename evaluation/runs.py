@@ -13,8 +13,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from agents.usage import RunUsage, empty_usage, merge_usage
+from agents.usage import RunUsage, empty_usage, merge_usage, without_calls
 from tools.jsonl_files import done_records
+
+NOT_RUN = "not run (stopped before this sample)"  # a sample a spending cap kept from starting: no record, no failure
 
 
 def slug(*parts: Any) -> str:
@@ -35,7 +37,7 @@ def usage_of(records: Iterable[dict[str, Any]]) -> RunUsage:
     total = empty_usage()
     for rec in records:
         if isinstance(rec.get("usage"), dict) and "total" in rec["usage"]:
-            total = merge_usage(total, rec["usage"])
+            total = merge_usage(total, without_calls(rec["usage"]))
     return total
 
 
@@ -58,7 +60,7 @@ def split_records(path: Path, ids: Iterable[str]) -> tuple[list[dict[str, Any]],
     for sid in ids:
         rec = done.get(sid)
         if rec is None:
-            failed.append({"id": sid, "status": "failed", "error": "not run (stopped before this sample)"})
+            failed.append({"id": sid, "status": "failed", "error": NOT_RUN})
         elif rec.get("status") == "ok":
             ok.append(rec)
         else:

@@ -42,6 +42,7 @@ from runner.output_identity import (
     record_identity,
     refuse_input_as_output,
 )
+from runner.spending import Spending
 from tools.atomic_files import atomic_write_text, exclusive_output, write_lock
 from tools.jsonl_files import JsonlAppender, done_records, repair_tail
 from tools.safe_files import StorageError
@@ -81,6 +82,11 @@ class BatchRun:
     kind: str | None = None
     inputs: tuple[str | os.PathLike[str], ...] = ()
     identity: OutputIdentity | None = None
+    spending: Spending | None = None
+
+    def stop_reason(self) -> str | None:
+        """Why no new sample may start: `stop`'s answer, else a spending cap reached, else None."""
+        return (self.stop() if self.stop else None) or (self.spending.stop() if self.spending else None)
 
     @property
     def output_kind(self) -> str | None:
@@ -126,6 +132,7 @@ async def run_batch(
     kind: str | None = None,
     inputs: tuple[str | os.PathLike[str], ...] = (),
     identity: OutputIdentity | None = None,
+    spending: Spending | None = None,
 ) -> BatchSummary:
     """Run `worker(id, record)` over the items not yet in `output`, appending each result or failure.
 
@@ -134,6 +141,8 @@ async def run_batch(
     existing output must be a result file of the same kind (records carry it), and `inputs` may not be the output.
     `identity` (what makes the output) is checked against the one recorded beside an existing output and written
     beside a new one (`check_identity`); every refusal comes before anything is written or run.
+    `spending` (the command's caps, `runner.spending`) counts the output's earlier records and each new one, and
+    stops new samples from starting once a cap is reached, as `stop` does.
     The output is locked for the run: a second process on it gets `OutputBusyError`.
     """
     run = BatchRun(
@@ -147,6 +156,7 @@ async def run_batch(
         kind=kind,
         inputs=inputs,
         identity=identity,
+        spending=spending,
     )
     refuse_input_as_output(run.output, inputs)
     with exclusive_output(run.output):
@@ -157,11 +167,13 @@ async def _run_locked(items: list[BatchItem], worker: Worker, run: BatchRun) -> 
     """The run, with the output's run lock held: check and prepare the output, count what earlier runs did, run
     the rest, and report the samples a `stop` kept from starting."""
     done = _prepare_output(run)
+    if run.spending is not None:
+        run.spending.add_earlier(str(run.output), done.items())
     todo = [it for it in items if it.id not in done]
     summary = _earlier_results(items, len(todo), done, run.id_field)
     stopped = await _run_samples(todo, worker, run, summary)
     if stopped:
-        why = run.stop() if run.stop else ""
+        why = run.stop_reason() or ""
         summary.failures.append({run.id_field: "*", "error": f"stopped before {stopped} samples: {why}"})
     return summary
 
@@ -202,12 +214,14 @@ async def _run_samples(todo: list[BatchItem], worker: Worker, run: BatchRun, sum
 
     async def one(item: BatchItem) -> None:
         async with sem:
-            reason = run.stop() if run.stop else None
+            reason = run.stop_reason()
             if reason:
                 stopped.append(item.id)
                 return
             rec = await _result_record(item, worker, run)
             await appender.append(rec)
+            if run.spending is not None:
+                run.spending.add(rec, output=str(run.output), sample_id=item.id)
             if rec["status"] == "failed":
                 summary.failed += 1
                 summary.failures.append({run.id_field: item.id, "error": rec["error"]})

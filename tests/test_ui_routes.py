@@ -30,6 +30,8 @@ URLS = {  # a path of each page as the templates link to it, and the methods it 
     "/detections/view": "GET",
     "/detections/tag.svg": "GET",
     "/ipr": "GET",
+    "/compare": "GET",
+    "/calls": "GET",
 }
 
 

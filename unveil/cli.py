@@ -20,7 +20,8 @@ DESCRIPTION = (
 EPILOG = (
     "Run `unveil COMMAND --help` for a command's options. Batch commands exit 0 when every sample succeeded, 2 when "
     "the batch ran but some samples of its output failed, in this run or an earlier one (their records say why; "
-    "--retry-failed runs them again), and 1 when the command could not run, its command line included."
+    "--retry-failed runs them again), and 1 when the command could not run, its command line included. The evaluate "
+    "commands exit 3 when a --fail-under quality gate was missed."
 )
 USAGE_EXIT = 1  # argparse's own is 2, which the batch commands use for "some samples failed"
 

@@ -117,6 +117,17 @@ def _from_gguf(folder: Path, gguf: str) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+def is_prepared(model: str = "smollm2") -> bool:
+    """Whether a `transformers:` model loads without a conversion first: a folder model always does, a GGUF one once
+    its dequantized copy is kept (setup's "embedded model ready" step). Raises as `load_lm` would for a model that
+    is missing."""
+    folder, gguf = _source(model)
+    if gguf is None:
+        return True
+    saved = _dequantized_dir(folder, gguf)
+    return (saved / "config.json").is_file() and (saved / "model.safetensors").is_file()
+
+
 SMALL_MODEL_THREADS = 1
 
 

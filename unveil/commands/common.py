@@ -85,6 +85,29 @@ def batch_exit_code(failed: int) -> int:
     return 2 if failed else 0
 
 
+GATE_EXIT = 3  # an evaluation ran but a quality metric fell under its --fail-under
+
+
+def add_gate_option(parser: argparse.ArgumentParser, metrics: str) -> None:
+    """--fail-under METRIC=VALUE (repeatable), the pass/fail of an evaluate command in CI (`evaluation.gates`)."""
+    parser.add_argument(
+        "--fail-under",
+        action="append",
+        default=[],
+        metavar="METRIC=VALUE",
+        help=f"exit {GATE_EXIT} when METRIC of any configuration's overall row is under VALUE (repeatable; "
+        f"METRIC: {metrics})",
+    )
+
+
+def gated_exit_code(failed: int, misses: list[Any]) -> int:
+    """The exit rule of an evaluate command: `GATE_EXIT` when a --fail-under gate missed (each miss printed; it
+    wins over failed samples, which the run's failures table lists), else `batch_exit_code(failed)`."""
+    for miss in misses:
+        print(f"fail-under: {miss}", file=sys.stderr)
+    return GATE_EXIT if misses else batch_exit_code(failed)
+
+
 def report_batch(summary: Any, output: Any, *, done: str = "done") -> int:
     """Print a batch's summary (this run's counts, then every failed record of the output, earlier runs' too) and
     return its exit code (`batch_exit_code` of the failed records in the output)."""
@@ -212,11 +235,38 @@ def engine_settings(args: argparse.Namespace) -> Any:
     return EngineSettings(engine=args.engine, ray_address=address)
 
 
+def add_spending_options(parser: argparse.ArgumentParser, what: str = "samples") -> None:
+    """--max-calls and --max-cost, the spending caps of every batch command (`runner.spending`): counting what the
+    output's records spent (earlier runs' too), they stop new `what` from starting; those in flight finish and are
+    written, and a rerun with a higher cap goes on."""
+    parser.add_argument(
+        "--max-calls", type=bounded_int(0), help=f"stop starting {what} once this many model calls were made"
+    )
+    parser.add_argument(
+        "--max-cost", type=bounded_float(0.0, 1e9), help=f"stop starting {what} once this many dollars were spent"
+    )
+
+
+def spending_caps(args: argparse.Namespace) -> Any:
+    """The `runner.spending.Spending` of --max-calls/--max-cost (no caps for a command without them)."""
+    from runner.spending import Spending
+
+    return Spending(getattr(args, "max_calls", None), getattr(args, "max_cost", None))
+
+
+def report_stop(spending: Any, not_run: int) -> None:
+    """Say on stderr that a spending cap kept `not_run` samples from starting, and how to go on."""
+    why = spending.stop()
+    if why and not_run:
+        print(f"{why}; rerun with a higher cap to continue", file=sys.stderr)
+
+
 def add_batch_options(parser: argparse.ArgumentParser) -> None:
-    """--input, --output, --concurrency, --retry-failed, --no-progress."""
+    """--input, --output, --concurrency, --max-calls, --max-cost, --retry-failed, --no-progress."""
     parser.add_argument("--input", help="JSONL of samples to run as a batch")
     parser.add_argument("--output", help="JSONL results; rerunning skips ids already in it")
     parser.add_argument("--concurrency", type=positive_int, default=4, help="samples run at once")
+    add_spending_options(parser)
     parser.add_argument("--retry-failed", action="store_true", help="run failed samples of the output again")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_mixed_settings_option(parser)

@@ -25,7 +25,9 @@ from unveil.commands.common import (
     new_file_path,
     output_identity,
     report_batch,
+    report_stop,
     setup_gateway,
+    spending_caps,
     tag_reading_kwargs,
     warn_if_demo,
 )
@@ -176,6 +178,7 @@ def _run_file(args: argparse.Namespace, ctx: Any) -> int:
     identity = output_identity(args, "detect", detection_settings(ctx, args.method))
     items = list(read_jsonl(source))
     base_dir = str(source.resolve().parent)
+    spending = spending_caps(args)
 
     shown: set[str] = set()
 
@@ -200,6 +203,7 @@ def _run_file(args: argparse.Namespace, ctx: Any) -> int:
             progress=not args.no_progress,
             inputs=(source,),
             identity=identity,
+            spending=spending,
         )
     )
     if not args.input:
@@ -208,6 +212,7 @@ def _run_file(args: argparse.Namespace, ctx: Any) -> int:
         for sid, rec in done_records(output).items():
             if sid not in shown:
                 _print_summary(rec, sid)
+    report_stop(spending, summary.total - summary.skipped - summary.completed - summary.failed)
     return report_batch(summary, output)
 
 

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from evaluation.gates import IPR_GATES, detection_gates, detection_misses, ipr_misses, parse_gates
 from tools.scorers.rules import IP_SOURCES
 from tools.t2i.defaults import IPR_IMAGES_PER_PROMPT
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
@@ -29,18 +30,22 @@ from unveil.commands.common import (
     MAX_SCENES,
     MAX_STEPS,
     add_engine_options,
+    add_gate_option,
     add_mixed_settings_option,
     add_model_options,
     add_render_options,
+    add_spending_options,
     add_tag_reading_options,
-    batch_exit_code,
     bounded_float,
     bounded_int,
     context_kwargs,
+    gated_exit_code,
     int_list,
     positive_int,
     render_overrides,
+    report_stop,
     setup_gateway,
+    spending_caps,
     tag_reading_kwargs,
     warn_if_demo,
 )
@@ -58,6 +63,7 @@ def _run_options(p: argparse.ArgumentParser, default_out: str) -> None:
         "--out", default=default_out, help=f"output folder for tables, plots and run files (default {default_out})"
     )
     p.add_argument("--concurrency", type=positive_int, default=4, help="samples run at once")
+    add_spending_options(p)
     p.add_argument("--retry-failed", action="store_true", help="run samples that failed before again")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     add_mixed_settings_option(p)
@@ -273,6 +279,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_model_options(d)
     add_engine_options(d)
     _run_options(d, "runs/eval-detection")
+    add_gate_option(d, "accuracy, precision, recall, f<BETA> (f2 by default)")
     d.set_defaults(func=run_detection)
 
     i = ev.add_parser(
@@ -285,6 +292,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_model_options(i)
     add_engine_options(i)
     _run_options(i, "runs/eval-ipr")
+    add_gate_option(i, ", ".join(f"{k} ({v})" for k, v in IPR_GATES.items()))
     i.set_defaults(func=run_ipr)
 
 
@@ -332,6 +340,7 @@ def run_detection(args: argparse.Namespace) -> int:
     from graphs.vanilla import VanillaContext
     from runner.context import check_model_fields
 
+    gates = parse_gates(args.fail_under, detection_gates(args.beta))  # before any model call
     setup_gateway(args)
     kw = context_kwargs(args)
     detectors = args.detectors or [kw.get("model") or ModelsContext().model]
@@ -367,17 +376,33 @@ def run_detection(args: argparse.Namespace) -> int:
         mtc_reference=args.mtc_reference,
         allow_mixed_settings=args.allow_mixed_settings,
         command=args.command_line,
+        spending=spending_caps(args),
     )
     try:
         result = asyncio.run(evaluate_detection(datasets, settings, args.out))
     except MtcReferenceError as exc:
         raise SystemExit(f"unveil evaluate detection: {exc}") from exc
-    print((Path(args.out) / "detection.md").read_text())
+    return _finish(args, "detection.md", "samples", result, detection_misses(gates, result["rows"]), settings.spending)
+
+
+def _finish(
+    args: argparse.Namespace, report: str, noun: str, result: dict[str, Any], misses: list[Any], spending: Any
+) -> int:
+    """Print an evaluation's report and what it left out, and return its exit code: failed samples count, samples
+    a spending cap kept from starting do not (a rerun with a higher cap runs them)."""
+    from evaluation.runs import NOT_RUN
+
+    print((Path(args.out) / report).read_text())
+    not_run = sum(1 for f in result["failures"] if f.get("error") == NOT_RUN)
+    failed = len(result["failures"]) - not_run
     print(
-        f"tables and plots in {args.out} ({len(result['failures'])} failed samples listed in failures.md)",
+        f"tables and plots in {args.out} ({failed} failed {noun} listed in failures.md"
+        + (f"; {not_run} not run" if not_run else "")
+        + ")",
         file=sys.stderr,
     )
-    return batch_exit_code(len(result["failures"]))
+    report_stop(spending, not_run)
+    return gated_exit_code(failed, misses)
 
 
 def generator_specs(args: argparse.Namespace) -> dict[str, str]:
@@ -469,6 +494,7 @@ def run_ipr(args: argparse.Namespace) -> int:
     from evaluation.ipr import IPRSettings, evaluate_ipr
     from tools.datafiles import DATA_DIR, IPR_EVAL_PROMPTS, Q16_EMBEDDINGS, data_file
 
+    gates = parse_gates(args.fail_under, IPR_GATES)  # before any model call
     # The paper's data are the defaults: the 300-prompt split and Q16's embeddings kept in the repository's data/.
     args.prompts = args.prompts or str(data_file(IPR_EVAL_PROMPTS))
     if not args.q16_embeddings and not os.environ.get("UNVEIL_Q16_PROMPTS") and (DATA_DIR / Q16_EMBEDDINGS).is_file():
@@ -502,11 +528,7 @@ def run_ipr(args: argparse.Namespace) -> int:
         retry_failed=args.retry_failed,
         allow_mixed_settings=args.allow_mixed_settings,
         command=args.command_line,
+        spending=spending_caps(args),
     )
     result = asyncio.run(evaluate_ipr(items, settings, generators, _ipr_scorer(args, store_root), args.out))
-    print((Path(args.out) / "ipr.md").read_text())
-    print(
-        f"tables and plots in {args.out} ({len(result['failures'])} failed prompts listed in failures.md)",
-        file=sys.stderr,
-    )
-    return batch_exit_code(len(result["failures"]))
+    return _finish(args, "ipr.md", "prompts", result, ipr_misses(gates, result["rows"]), settings.spending)

@@ -15,11 +15,11 @@ import asyncio
 import json
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runner.batch import run_batch
+from runner.spending import Spending
 from tools.extras import require_extra
 from tools.jsonl_files import done_records
 from tools.safe_files import MAX_DATA_FILE_BYTES, read_regular
@@ -32,6 +32,7 @@ from unveil.commands.common import (
     add_mixed_settings_option,
     add_model_options,
     add_render_options,
+    add_spending_options,
     add_tag_reading_options,
     batch_exit_code,
     bounded_float,
@@ -42,6 +43,7 @@ from unveil.commands.common import (
     render_overrides,
     seed_int,
     setup_gateway,
+    spending_caps,
     tag_reading_kwargs,
     warn_if_demo,
 )
@@ -88,10 +90,7 @@ def _scene_options(p: argparse.ArgumentParser) -> None:
 def _budget_options(p: argparse.ArgumentParser) -> None:
     """`generate`: scenes at once, and the caps on model calls and dollars."""
     p.add_argument("--concurrency", type=positive_int, default=4, help="scenes run at once")
-    p.add_argument("--max-calls", type=bounded_int(0), help="stop starting scenes once this many model calls were made")
-    p.add_argument(
-        "--max-cost", type=bounded_float(0.0, 1e9), help="stop starting scenes once this many dollars were spent"
-    )
+    add_spending_options(p, "scenes")
 
 
 def _pipeline_options(p: argparse.ArgumentParser) -> None:
@@ -289,32 +288,6 @@ async def preflight_t2i(ctx: Any) -> None:
         raise SystemExit(f"--{exc}") from exc
 
 
-@dataclass
-class _Spending:
-    """What the dataset's scenes spent (model calls, dollars) against the --max-calls and --max-cost caps.
-
-    The cap sums the records' own usage (earlier runs' and this run's), not a process-wide counter: records are
-    the values that say what each scene spent, and they survive a restart."""
-
-    max_calls: int | None
-    max_cost: float | None
-    calls: int = 0
-    cost: float = 0.0
-
-    def add(self, rec: dict[str, Any]) -> None:
-        """Count one scene's record."""
-        self.calls += int(((rec.get("usage") or {}).get("total") or {}).get("calls", 0))
-        self.cost += float(rec.get("cost_usd") or 0.0)
-
-    def stop(self) -> str | None:
-        """Why no new scene may start (a cap is reached), or None."""
-        if self.max_calls is not None and self.calls >= self.max_calls:
-            return f"spending cap reached: {self.calls} model calls (--max-calls {self.max_calls})"
-        if self.max_cost is not None and self.cost >= self.max_cost:
-            return f"spending cap reached: ${self.cost:.4f} (--max-cost {self.max_cost})"
-        return None
-
-
 async def _run_scenes(
     args: argparse.Namespace,
     ctx: Any,
@@ -325,7 +298,7 @@ async def _run_scenes(
     category: str,
     identity: Any,
     dedup: Any,
-    spending: _Spending,
+    spending: Spending,
 ) -> Any:
     """Run the scenes as one batch into the dataset's samples file, each graph run checkpointed in the folder (so
     a killed scene resumes where it stopped); a finished scene becomes a sample record, marked when it nearly
@@ -347,9 +320,7 @@ async def _run_scenes(
                 if dup is not None:
                     rec["duplicate_of"] = dup
                     rec["status"] = "duplicate"
-            rec = await complete_pair({"id": sample_id, **rec}, out, extras)
-            spending.add(rec)
-            return rec
+            return await complete_pair({"id": sample_id, **rec}, out, extras)
 
         return await run_batch(
             items,
@@ -359,12 +330,12 @@ async def _run_scenes(
             retry_failed=args.retry_failed,
             desc=f"ctd {category}",
             progress=not args.no_progress,
-            stop=spending.stop,
+            spending=spending,
             identity=identity,
         )
 
 
-async def _revise_sent_back(ctx: Any, extras: Any, *, out: Path, dedup: Any, spending: _Spending) -> dict[str, str]:
+async def _revise_sent_back(ctx: Any, extras: Any, *, out: Path, dedup: Any, spending: Spending) -> dict[str, str]:
     """Give the Eraser another attempt at every sample a reviewer sent back (status `sent_back`): each scene's
     thread continues from the reviewer's note (`runner.ctd.send_back_scene`), and its new record (keeping the
     review history and, in `sent_back`, every note that sent it back) is appended under the folder lock. A scene
@@ -469,9 +440,7 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
         with dataset_lock(out):
             drop_failed(samples_path)
     earlier = done_records(samples_path)
-    spending = _Spending(args.max_calls, args.max_cost)
-    for rec in earlier.values():
-        spending.add(rec)
+    spending = spending_caps(args)  # run_batch counts the earlier records and each new one
     dedup = DuplicateIndex(threshold=args.near_duplicate)
     await asyncio.to_thread(dedup.load, [{"id": k, **v} for k, v in earlier.items()])
     await preflight_t2i(ctx)

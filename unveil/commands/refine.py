@@ -28,8 +28,10 @@ from unveil.commands.common import (
     output_identity,
     render_overrides,
     report_batch,
+    report_stop,
     seed_int,
     setup_gateway,
+    spending_caps,
     warn_if_demo,
 )
 
@@ -167,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
         output = Path(args.output) if args.output else Path("runs") / default
         identity = output_identity(args, "refine", refine_settings(ctx, record_seeds=not args.ignore_record_seeds))
         items = list(read_jsonl(source))
+        spending = spending_caps(args)
 
         async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
             seed = None if args.ignore_record_seeds else seed_of(record)
@@ -185,8 +188,10 @@ def run(args: argparse.Namespace) -> int:
                 progress=not args.no_progress,
                 inputs=(source,),
                 identity=identity,
+                spending=spending,
             )
         )
+        report_stop(spending, summary.total - summary.skipped - summary.completed - summary.failed)
         return report_batch(summary, output)
 
     def show(line: str) -> None:

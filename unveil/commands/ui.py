@@ -45,6 +45,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="the run's image store, for results that name images by id only (`unveil "
         "evaluate ipr`; default $UNVEIL_IMAGE_STORE or ~/.cache/unveil/images)",
     )
+    p.add_argument(
+        "--compare",
+        metavar="FILE",
+        help="a second detection results file: the page /compare puts the two runs side by side",
+    )
     p.set_defaults(func=run)
 
 
@@ -66,12 +71,16 @@ def run(args: argparse.Namespace) -> int:
             image_store=args.image_store,
             min_reviewers=args.min_reviewers,
             review_rule=args.review_rule,
+            compare_with=args.compare,
         )
     except ValueError as exc:
         raise SystemExit(f"unveil ui: {exc}") from exc
     token = app.state.guard.token
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
-    url = f"http://{'[' + shown + ']' if ':' in shown else shown}:{args.port}/" + (f"?token={token}" if token else "")
+    page = "compare" if args.compare else ""
+    url = f"http://{'[' + shown + ']' if ':' in shown else shown}:{args.port}/{page}" + (
+        f"?token={token}" if token else ""
+    )
     print(
         f"Unveil {app.state.kind} view of {args.path}\n  open {url}\n  (Ctrl+C stops the server)",
         file=sys.stderr,

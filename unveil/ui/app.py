@@ -25,7 +25,7 @@ from fastapi.staticfiles import StaticFiles
 from tools.image_store import default_store_root
 from tools.reviewers import load_reviewers, require_reviewers_file, reviewers_path
 from unveil.ui.pages import HERE, SESSION_COOKIE, Ui
-from unveil.ui.routes import detections, images, ipr, review
+from unveil.ui.routes import calls, compare, detections, images, ipr, review
 from unveil.ui.security import SECURITY_HEADERS, TOKEN_COOKIE, Guard
 from unveil.ui.sources import (
     CtdSource,
@@ -107,6 +107,7 @@ def create_app(
     image_store: str | Path | None = None,
     min_reviewers: int = 1,
     review_rule: str = "unanimous",
+    compare_with: str | Path | None = None,
 ) -> FastAPI:
     """The app for `path` (a CTD dataset folder, a detection results file or an IPR results file).
 
@@ -115,7 +116,8 @@ def create_app(
     records name images by id only (`unveil evaluate ipr`; default: `$UNVEIL_IMAGE_STORE` or the user's store,
     as the commands use). `min_reviewers` and `review_rule` are the review policy, as `unveil review` takes
     them: with 2 or more, a sample waits until that many reviewers judged it, and the folder needs a reviewers
-    file (`tools.reviewers`; its reviewers sign in with their tokens, a `ReviewerAuthError` otherwise)."""
+    file (`tools.reviewers`; its reviewers sign in with their tokens, a `ReviewerAuthError` otherwise).
+    `compare_with` (a second detection results file) adds the page `/compare`, the two runs side by side."""
     target = Path(path)
     kind: Kind = detect_kind(target)
     if kind == "ctd":  # a rule of two reviewers needs the reviewers file that tells them apart
@@ -142,8 +144,13 @@ def create_app(
     app.state.guard = ui.guard
     app.state.kind = kind
     app.state.source = source
+    app.state.compare = None
+    if compare_with is not None:
+        if kind != "detection" or not Path(compare_with).is_file():
+            raise ValueError(f"--compare {str(compare_with)!r}: give a detection results file beside one")
+        app.state.compare = Path(compare_with)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.middleware("http")(guard_requests)
-    for routes in (images, review, detections, ipr):
+    for routes in (images, review, detections, ipr, compare, calls):
         app.include_router(routes.router)
     return app

@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
 
+from unveil.ui.calls import calls_view
 from unveil.ui.pages import LIST_PAGE_SIZE, DetectionDep, UiDep, n_pages, page_no
 from unveil.ui.sources import MTC_BIN_LABELS, MTC_BINS
 
@@ -51,7 +52,8 @@ async def detection(request: Request, id: str, ui: UiDep, det: DetectionDep) -> 
         if problem is None:
             raise HTTPException(404, f"no result {id!r} in this file")
         return ui.page(request, "bad.html", problem=problem, back="/detections")
-    return ui.page(request, "detection.html", rec=rec)
+    calls = await asyncio.to_thread(calls_view, rec.get("usage"))
+    return ui.page(request, "detection.html", rec=rec, calls=calls["calls"], calls_note=calls["note"])
 
 
 @router.get("/detections/tag.{fmt}")

@@ -1,0 +1,150 @@
+"""`unveil list`: what a spec, a method or a flag may name, read from the tables the code itself uses.
+
+Providers (`agents.providers.registry`), text-to-image generators (`tools.t2i.registry`), guard models
+(`agents.guard.GUARDS`), detection and IPR methods, scorers (`tools.scorers.score`), detection dataset formats
+(`evaluation.datasets`) and the LangGraph graphs (`langgraph.json`), each with the spec that names it. Nothing is
+copied here: a provider, guard or format added to its table shows up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from unveil.commands.common import json_text
+
+SECTIONS = ("providers", "generators", "guards", "methods", "scorers", "formats", "graphs")
+LANGGRAPH_JSON = Path(__file__).resolve().parents[2] / "langgraph.json"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the `list` subcommand."""
+    p = sub.add_parser(
+        "list",
+        help="list providers, generators, guards, methods, scorers, dataset formats and graphs with their specs",
+        description="Read from the tables the code uses, so the list is always the one a spec may name.",
+    )
+    p.add_argument("section", nargs="?", choices=SECTIONS, help="only this section (default: all)")
+    p.add_argument("--json", action="store_true", help="print as JSON")
+    p.set_defaults(func=run)
+
+
+def providers() -> list[dict[str, str]]:
+    """Every model provider a spec may name, with its spec form and what sets it apart."""
+    from agents.providers.registry import IN_PROCESS_PROVIDERS, OWN_PROVIDERS, TEXT_ONLY_PROVIDERS, known_providers
+    from agents.usage import FREE_PROVIDERS, price_table
+
+    prices = price_table()
+    out = []
+    for name in known_providers():
+        notes = ["Unveil's own" if name in OWN_PROVIDERS else "via LangChain"]
+        if name in TEXT_ONLY_PROVIDERS:
+            notes.append("text only (images go in as descriptions)")
+        if name in IN_PROCESS_PROVIDERS:
+            notes.append("weights load in-process")
+        if name in FREE_PROVIDERS:
+            notes.append("free")
+        priced = sorted(k.split(":", 1)[1] for k in prices if k.startswith(f"{name}:"))
+        if priced:
+            notes.append("priced: " + ", ".join(priced))
+        out.append({"name": name, "spec": f"{name}:MODEL[@BASE_URL]", "notes": "; ".join(notes)})
+    return out
+
+
+def generators() -> list[dict[str, str]]:
+    """The text-to-image generator kinds, with the defaults of CTD and IPR."""
+    from tools.t2i.registry import DEFAULT_CTD_GENERATOR, DEFAULT_IPR_GENERATOR, KINDS
+
+    defaults = ((DEFAULT_CTD_GENERATOR, "CTD"), (DEFAULT_IPR_GENERATOR, "IPR"))
+    return [
+        {
+            "name": kind,
+            "spec": f"{kind}:{'MODEL' if kind == 'openai' else 'MODEL_ID_OR_FOLDER'}",
+            "notes": ", ".join(f"{spec} ({use} default)" for spec, use in defaults if spec.split(":", 1)[0] == kind),
+        }
+        for kind in KINDS
+    ]
+
+
+def guards() -> list[dict[str, str]]:
+    """The guard models of `unveil detect --method guard:NAME`, and a template of one's own."""
+    from agents.guard import GUARDS
+
+    rows = [{"name": name, "spec": f"guard:{name}", "notes": "model: --role-model guard=SPEC"} for name in GUARDS]
+    rows.append({"name": "template", "spec": "guard:template=FILE", "notes": "a guard prompt file of your own"})
+    return rows
+
+
+def methods() -> list[dict[str, str]]:
+    """The detection methods and the IPR evaluation's generation methods."""
+    from unveil.commands.evaluate import IPR_METHODS
+
+    rows = [
+        {"name": "tag", "spec": "--method tag", "notes": "TAG detection (detect, evaluate detection)"},
+        {"name": "vanilla", "spec": "--method vanilla", "notes": "the one-call baseline (detect, evaluate detection)"},
+    ]
+    rows += [{"name": g["spec"], "spec": f"--method {g['spec']}", "notes": "a guard model"} for g in guards()]
+    rows += [{"name": m, "spec": f"--methods {m}", "notes": "evaluate ipr"} for m in IPR_METHODS]
+    return rows
+
+
+def scorers() -> list[dict[str, str]]:
+    """The image scorers of `--scorers`, with the modules each needs."""
+    from tools.scorers.score import SCORER_MODULES, SCORER_NAMES
+
+    return [
+        {
+            "name": name,
+            "spec": name,
+            "notes": f"needs {', '.join(SCORER_MODULES[name])}" if name in SCORER_MODULES else "",
+        }
+        for name in SCORER_NAMES
+    ]
+
+
+def formats() -> list[dict[str, str]]:
+    """The detection dataset layouts of `--format` (and `--dataset FMT:FILE`)."""
+    from evaluation.datasets import DETECTION_FORMATS
+
+    rows = [{"name": f, "spec": f"--dataset {f}:FILE", "notes": ""} for f in DETECTION_FORMATS]
+    rows.append({"name": "auto", "spec": "--format auto", "notes": "guessed from the file (the default)"})
+    return rows
+
+
+def graphs() -> list[dict[str, str]]:
+    """The LangGraph graphs registered for Studio and `langgraph dev`."""
+    if not LANGGRAPH_JSON.is_file():
+        return []
+    table = json.loads(LANGGRAPH_JSON.read_text(encoding="utf-8")).get("graphs") or {}
+    return [{"name": name, "spec": str(target), "notes": "langgraph.json"} for name, target in table.items()]
+
+
+def catalog(sections: tuple[str, ...] = SECTIONS) -> dict[str, list[dict[str, str]]]:
+    """The named sections of the list."""
+    makers: dict[str, Any] = {
+        "providers": providers,
+        "generators": generators,
+        "guards": guards,
+        "methods": methods,
+        "scorers": scorers,
+        "formats": formats,
+        "graphs": graphs,
+    }
+    return {name: makers[name]() for name in sections}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the list, as aligned text or JSON."""
+    table = catalog((args.section,) if args.section else SECTIONS)
+    if args.json:
+        print(json_text(table))
+        return 0
+    for section, rows in table.items():
+        print(f"{section}:")
+        width = max((len(r["spec"]) for r in rows), default=0)
+        for r in rows:
+            print(f"  {r['spec']:<{width}}  {r['notes']}".rstrip())
+        print()
+    return 0
