@@ -81,6 +81,7 @@ class BatchRun:
     kind: str | None = None
     inputs: tuple[str | os.PathLike[str], ...] = ()
     identity: OutputIdentity | None = None
+    keep_input: tuple[str, ...] = ()
 
     @property
     def output_kind(self) -> str | None:
@@ -126,6 +127,7 @@ async def run_batch(
     kind: str | None = None,
     inputs: tuple[str | os.PathLike[str], ...] = (),
     identity: OutputIdentity | None = None,
+    keep_input: tuple[str, ...] = (),
 ) -> BatchSummary:
     """Run `worker(id, record)` over the items not yet in `output`, appending each result or failure.
 
@@ -133,7 +135,8 @@ async def run_batch(
     samples from starting and is reported in the summary's failures as not run. `kind` names the command: an
     existing output must be a result file of the same kind (records carry it), and `inputs` may not be the output.
     `identity` (what makes the output) is checked against the one recorded beside an existing output and written
-    beside a new one (`check_identity`); every refusal comes before anything is written or run.
+    beside a new one (`check_identity`); every refusal comes before anything is written or run. `keep_input` names
+    the input fields a failed record keeps (null where the sample had none), so a failure still shows what was run.
     The output is locked for the run: a second process on it gets `OutputBusyError`.
     """
     run = BatchRun(
@@ -147,6 +150,7 @@ async def run_batch(
         kind=kind,
         inputs=inputs,
         identity=identity,
+        keep_input=keep_input,
     )
     refuse_input_as_output(run.output, inputs)
     with exclusive_output(run.output):
@@ -236,15 +240,16 @@ async def _result_record(item: BatchItem, worker: Worker, run: BatchRun) -> dict
     kind?, error, raw_answer?}` for a bad input line or a sample whose worker raised."""
     id_field = run.id_field
     tag = {"kind": run.kind} if run.kind else {}
+    kept = {k: (item.record or {}).get(k) for k in run.keep_input}
     if item.error is not None:
-        return {id_field: item.id, "status": "failed", **tag, "error": item.error}
+        return {id_field: item.id, "status": "failed", **tag, **kept, "error": item.error}
     try:
         result = await worker(item.id, item.record or {})
         return {id_field: item.id, "status": "ok", **tag, **result}
     except (asyncio.CancelledError, StorageError):
         raise  # a run's store that cannot be written fails every later sample too: stop, naming it
     except Exception as exc:  # noqa: BLE001 - one bad sample must not stop the batch
-        rec = {id_field: item.id, "status": "failed", **tag, "error": describe_error(exc)}
+        rec = {id_field: item.id, "status": "failed", **tag, **kept, "error": describe_error(exc)}
         raw = getattr(exc, "raw", None)
         if raw:
             from tools.redact import redact_secrets

@@ -481,3 +481,29 @@ def test_the_review_thumbnail_is_small_and_viewable(tmp_path):
     assert url.startswith("data:image/jpeg;base64,") and 1_000 < len(url) < 70_000
     thumb = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
     assert max(thumb.size) == THUMBNAIL_PIXELS and thumb.size[0] > thumb.size[1]
+
+
+async def test_a_blind_judge_behind_a_text_only_server_votes_on_the_description_and_a_failed_one_costs_its_vote(
+    tmp_path, tiny_sd, fresh_gateway
+):
+    # blind.0 is scripted; blind.1 is a llama.cpp-style server that crashes on image blocks (it gets the T2I prompt
+    # as the image's description instead); blind.2's server is down (its failure costs its vote only).
+    from tests.conftest import free_port
+    from tests.faultserver import FaultServer
+
+    spec = write_script(tmp_path, merge(base_script([erasure("A")]), panel_rules("A", blind=(True, False, False))))
+    refused = 'can only concatenate str (not "list") to str'
+    answers = {"Vote": vote(False)}
+    with FaultServer(answers, images_refused=refused) as server:
+        dead = f"openai:gone@http://127.0.0.1:{free_port()}/v1"
+        ctx = context(tmp_path, spec, tiny_sd, n_blind=3, blind_judge_models=[spec, server.spec(), dead])
+        out = await graph.ainvoke({"id": "s1", "category": "drugs", "seed": 7}, context=ctx)
+        assert server.stats["images_refused"] == 1 and len(server.bodies) == 2
+        assert "a kitchen table with a bag of flour" in json.dumps(server.bodies[-1]["messages"])
+    votes = {v["judge"]: v for v in out["votes"]}
+    assert votes["blind.1"]["has_risk"] is False and not votes["blind.1"].get("failed")
+    assert votes["blind.2"]["failed"] and "gone" in votes["blind.2"]["error"]
+    # The Gatekeeper decided on the five votes that came: 1 of 2 answering blind judges found the risk.
+    assert out["status"] == "accepted", out["decision"]
+    assert (out["decision"]["blind_found"], out["decision"]["n_blind"]) == (1, 2)
+    assert out["decision"]["failed_judges"] == ["blind.2"]

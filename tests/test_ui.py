@@ -351,6 +351,46 @@ def test_detection_results_page(browser: Any, tmp_path: Path) -> None:
         assert page.locator("#explanation").inner_text() == MARKUP_REASON and page.title() != "pwned"
 
 
+def test_a_failed_detection_keeps_its_input_and_a_description_only_sample_reads_calmly(
+    browser: Any, tmp_path: Path
+) -> None:
+    # As a user meets it: `unveil detect` on a batch with a description-only pair and a pair whose image is missing.
+    from unveil.cli import main
+
+    pairs = tmp_path / "pairs.jsonl"
+    lines = [
+        {"id": "described", "text": "Stay hydrated.", "image_description": "a bottle of water"},
+        {"id": "broken", "text": "Look at this.", "image": "missing.png"},
+    ]
+    pairs.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"vanilla_detector": [{"when": "", "then": {"toxic": False, "reason": "fine"}}]}))
+    out = tmp_path / "out.jsonl"
+    argv = ["detect", "--method", "vanilla", "--input", str(pairs), "--output", str(out), "--no-progress"]
+    assert main([*argv, "--model", f"scripted:{script}", "--image-store", str(tmp_path / "store")]) == 2
+    recs = {r["id"]: r for r in map(json.loads, out.read_text(encoding="utf-8").splitlines())}
+    assert recs["broken"]["status"] == "failed" and "missing.png" in recs["broken"]["error"]
+    assert (recs["broken"]["text"], recs["broken"]["image"]) == ("Look at this.", "missing.png")
+    with Server(create_app(out)) as srv:
+        page = new_page(browser)
+        page.goto(srv.url + "/detections/view?id=broken")
+        head = page.locator(".card-head").inner_text()
+        assert "failed" in head and "MTC" not in head  # no label without a number
+        assert page.locator("#input-text").inner_text() == "Look at this."
+        assert page.locator("#input-image").inner_text() == "missing.png"
+        assert "Not stored" in page.locator("#no-image").inner_text()
+        red = page.evaluate(
+            "() => { const d = document.createElement('span'); d.style.color = 'var(--bad)'; document.body.append(d);"
+            " const c = getComputedStyle(d).color; d.remove(); return c; }"
+        )
+        assert red.startswith("rgb") and page.eval_on_selector("#no-image", "e => getComputedStyle(e).color") != red
+        page.goto(srv.url + "/detections/view?id=described")
+        assert page.locator("#no-image").inner_text() == "Description only: this sample has no image."
+        assert "calm" in (page.locator("#no-image").get_attribute("class") or "")
+        assert page.locator("#input-description").inner_text() == "a bottle of water"
+        page.screenshot(path=str(tmp_path / "described.png"), full_page=True)
+
+
 def test_ipr_results_page(browser: Any, tmp_path: Path) -> None:
     results = tmp_path / "refine.jsonl"
     make_ipr_results(results, tmp_path / "store")

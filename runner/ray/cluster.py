@@ -25,6 +25,7 @@ from runner.ray.settings import (
     scorer_settings,
     vlm_settings,
 )
+from tools.env import set_default
 from tools.scorers.score import set_remote_scoring
 from tools.t2i.registry import set_remote_generators
 
@@ -43,6 +44,8 @@ def connect(address: str | None) -> bool:
     kwargs: dict[str, Any] = {"namespace": NAMESPACE, "logging_level": logging.WARNING}
     if not address:
         kwargs["include_dashboard"] = False
+        # A cluster Unveil starts itself sends Ray no usage statistics (the user may still set the variable).
+        set_default("RAY_USAGE_STATS_ENABLED", "0")
         ray.init(**kwargs)
         return True
     timeout = env_seconds("UNVEIL_RAY_CONNECT_TIMEOUT", CONNECT_TIMEOUT_S)

@@ -11,7 +11,7 @@ from typing import Any
 from agents.spec import is_demo_spec
 from runner.batch import run_batch
 from runner.batch_input import read_jsonl
-from runner.detect import check_detection_config, detect_one, detection_settings
+from runner.detect import INPUT_FIELDS, check_detection_config, detect_one, detection_settings
 from unveil.commands.common import (
     MAX_DEPTH,
     add_batch_options,
@@ -119,13 +119,14 @@ def command_line_image(ref: str | None) -> Path | None:
     return path.resolve()
 
 
-def _print_summary(rec: dict[str, Any], sample_id: str | None = None) -> None:
+def _print_summary(rec: dict[str, Any], sample_id: str | None = None, *, demo: bool = False) -> None:
+    """One result as a few lines; `demo` labels it as the embedded 135M model's (a demonstration, not a verdict)."""
     head = f"[{sample_id}] " if sample_id else ""
     if rec.get("status") == "failed":
         print(f"{head}FAILED: {rec.get('error')}", flush=True)
         return
     verdict = "TOXIC" if rec.get("toxic") else "not toxic"
-    line = f"{head}{verdict}"
+    line = f"{head}{verdict}" + (" (the 135M demo model's answer, not a safety judgement)" if demo else "")
     if "mtc" in rec:
         line += f"  MTC={rec['mtc']:.4f}"
     finding = rec.get("finding")
@@ -133,6 +134,8 @@ def _print_summary(rec: dict[str, Any], sample_id: str | None = None) -> None:
         vp = " -> ".join(s["concept"] for s in finding["visual"]["path"])
         tp = " -> ".join(s["concept"] for s in finding["textual"]["path"])
         line += f"\n  image path: {vp}\n  text path:  {tp}\n  category: {finding.get('category')}"
+        if finding.get("layer") == 0:  # a one-node path each: the roots themselves were judged toxic
+            line += "\n  found at the roots: the pair is toxic as given, nothing hidden (hence MTC 0)"
     if rec.get("explanation") or rec.get("reason"):
         line += f"\n  {rec.get('explanation') or rec.get('reason')}"
     usage = rec.get("usage", {}).get("total", {})
@@ -183,17 +186,17 @@ def _run_file(args: argparse.Namespace, ctx: Any) -> int:
     base_dir = str(source.resolve().parent)
 
     shown: set[str] = set()
+    # The embedded model answers one call at a time, so running demo samples side by side gains nothing and
+    # only delays the first result: one sample at a time there.
+    demo = all(is_demo_spec(spec) for spec in ctx.models().values())
 
     async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
         rec = await detect_one({**record, "base_dir": base_dir}, ctx, args.method)
         if not args.input:  # the demo shows each result as soon as it is done
-            _print_summary(rec, sample_id)
+            _print_summary(rec, sample_id, demo=demo)
             shown.add(sample_id)
         return rec
 
-    # The embedded model answers one call at a time, so running demo samples side by side gains nothing and
-    # only delays the first result: one sample at a time there.
-    demo = all(is_demo_spec(spec) for spec in ctx.models().values())
     summary = asyncio.run(
         run_batch(
             items,
@@ -205,6 +208,7 @@ def _run_file(args: argparse.Namespace, ctx: Any) -> int:
             progress=not args.no_progress,
             inputs=(source,),
             identity=identity,
+            keep_input=INPUT_FIELDS,
         )
     )
     if not args.input:
@@ -212,7 +216,7 @@ def _run_file(args: argparse.Namespace, ctx: Any) -> int:
 
         for sid, rec in done_records(output).items():
             if sid not in shown:
-                _print_summary(rec, sid)
+                _print_summary(rec, sid, demo=demo)
     return report_batch(summary, output)
 
 
@@ -228,11 +232,12 @@ def _run_pair(args: argparse.Namespace, ctx: Any) -> int:
         from unveil.render import render_tag
 
         render_tag(rec, args.render)
-        print(f"TAG picture written to {args.render}", file=sys.stderr)
+        what = "TAG picture" if args.method == "tag" else "picture of the verdict"
+        print(f"{what} written to {args.render}", file=sys.stderr)
     if args.json:
         print(json_text(rec))
     else:
-        _print_summary(rec)
+        _print_summary(rec, demo=all(is_demo_spec(spec) for spec in ctx.models().values()))
     return 0
 
 

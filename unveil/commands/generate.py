@@ -33,6 +33,7 @@ from unveil.commands.common import (
     batch_exit_code,
     bounded_float,
     bounded_int,
+    check_generator_flag,
     context_kwargs,
     output_identity,
     positive_int,
@@ -369,9 +370,10 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     if args.export:
         require_extra("ctd", "--export", ("datasets",))  # before the scenes, not after them
     out = Path(args.out)
+    ctx = build_context(args, out)
+    check_generator_flag(ctx.generator)  # offline with a Hub model: said at once, before the folder is made
     out.mkdir(parents=True, exist_ok=True)
     check_checkpoints(out / CHECKPOINTS)
-    ctx = build_context(args, out)
     extras = pair_extras(args, ctx)
     warn_if_demo([*ctx.models().values(), *(s for s in (extras.mtc_reference, extras.benign_model) if s)])
     items = scene_items(category, args.n, scene=args.scene, erase_routine=args.erase_routine, seed=args.seed)
@@ -484,8 +486,9 @@ def _print_queue(root: Path) -> None:
             f"\n  erasure: {item.get('erasure_reason')}"
         )
         for v in item.get("votes") or []:
-            verdict = "risk" if v.get("has_risk") else "no risk"
-            print(f"    {v.get('judge') or '?':>9}: {verdict} {v.get('category') or ''} - {v.get('reason') or ''}")
+            verdict = "failed (not counted)" if v.get("failed") else "risk" if v.get("has_risk") else "no risk"
+            why = v.get("error") if v.get("failed") else v.get("reason")
+            print(f"    {v.get('judge') or '?':>9}: {verdict} {v.get('category') or ''} - {why or ''}")
     print(f"{len(queue)} samples wait for review", file=sys.stderr)
 
 
