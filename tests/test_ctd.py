@@ -7,6 +7,7 @@ erasure attempt gets its own votes however the parallel judges are scheduled.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -507,3 +508,17 @@ async def test_a_blind_judge_behind_a_text_only_server_votes_on_the_description_
     assert out["status"] == "accepted", out["decision"]
     assert (out["decision"]["blind_found"], out["decision"]["n_blind"]) == (1, 2)
     assert out["decision"]["failed_judges"] == ["blind.2"]
+
+
+def test_docs_name_every_key_of_a_generated_record(tmp_path, tiny_sd):
+    # docs/ctd.md's samples.jsonl row against a record `unveil generate` really wrote (queued for review).
+    from tests.conftest import ROOT
+    from unveil.cli import main
+
+    spec = write_script(tmp_path, accepting_script())
+    out = tmp_path / "ds"
+    assert main(cli_args(out, spec, tiny_sd, "--review", "queue", n=1)) == 0
+    (rec,) = read_lines(out / "samples.jsonl")
+    row = next(line for line in (ROOT / "docs" / "ctd.md").read_text().splitlines() if line.startswith("| `samples."))
+    named = set(re.findall(r"`([a-z_0-9]+)`", row))
+    assert set(rec) <= named, sorted(set(rec) - named)
