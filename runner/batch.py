@@ -164,6 +164,9 @@ async def _run_locked(items: list[BatchItem], worker: Worker, run: BatchRun) -> 
     todo = [it for it in items if it.id not in done]
     summary = _earlier_results(items, len(todo), done, run.id_field)
     stopped = await _run_samples(todo, worker, run, summary)
+    # Failures are listed in the input's order, not in the order concurrent samples happened to finish.
+    order = {it.id: i for i, it in enumerate(items)}
+    summary.failures.sort(key=lambda f: order.get(str(f.get(run.id_field)), len(order)))
     if stopped:
         why = run.stop() if run.stop else ""
         summary.failures.append({run.id_field: "*", "error": f"stopped before {stopped} samples: {why}"})

@@ -187,6 +187,12 @@ async def test_rejected_twice_then_accepted_with_feedback_reaching_eraser(tmp_pa
     assert [h["problem"] for h in out["feedback_history"]] == ["too_easy", "too_obscure"]
     assert out["feedback_history"][0]["feedback"].startswith("FEEDBACK-ONE")
     assert out["feedback_history"][0]["attempt"]["caption"].startswith("CAPTION-A")
+    # every earlier round's image is kept in the history (an id of the run's store), the last one is the sample's
+    from tools.image_store import ImageStore
+
+    store = ImageStore(tmp_path / "images")
+    earlier = [store.path_for(h["image_id"]) for h in out["feedback_history"]]
+    assert all(p.is_file() for p in earlier) and len({*earlier, Path(out["image_path"])}) == 3
     assert out["text"].startswith("CAPTION-C:")
     assert out["seeds"] == [100, 101, 102]
     assert {v["round"] for v in out["votes"]} == {1, 2, 3} and len(out["votes"]) == 18

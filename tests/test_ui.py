@@ -341,6 +341,8 @@ def test_detection_results_page(browser: Any, tmp_path: Path) -> None:
         with page.expect_navigation():
             page.click("text=pair-0")
         assert all(w > 0 for w in natural_widths(page, "#sample-img, #tag-img"))
+        # the zoom frame takes most of the window's height (it was a 270 px strip)
+        assert page.eval_on_selector("#tag-frame", "e => e.getBoundingClientRect().height") >= 600
         assert page.locator("#verdict").inner_text() == "toxic"
         # The toxic path is highlighted in both trees: flour <- white powder ... cocaine, drugs slang <- the good stuff.
         hot = page.locator(".tree li.hot .concept").all_inner_texts()
@@ -355,8 +357,6 @@ def test_a_failed_detection_keeps_its_input_and_a_description_only_sample_reads_
     browser: Any, tmp_path: Path
 ) -> None:
     # As a user meets it: `unveil detect` on a batch with a description-only pair and a pair whose image is missing.
-    from unveil.cli import main
-
     pairs = tmp_path / "pairs.jsonl"
     lines = [
         {"id": "described", "text": "Stay hydrated.", "image_description": "a bottle of water"},
@@ -367,7 +367,9 @@ def test_a_failed_detection_keeps_its_input_and_a_description_only_sample_reads_
     script.write_text(json.dumps({"vanilla_detector": [{"when": "", "then": {"toxic": False, "reason": "fine"}}]}))
     out = tmp_path / "out.jsonl"
     argv = ["detect", "--method", "vanilla", "--input", str(pairs), "--output", str(out), "--no-progress"]
-    assert main([*argv, "--model", f"scripted:{script}", "--image-store", str(tmp_path / "store")]) == 2
+    argv += ["--model", f"scripted:{script}", "--image-store", str(tmp_path / "store"), "--cache", "off"]
+    proc = subprocess.run([sys.executable, "-m", "unveil.cli", *argv], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr[-3000:]  # one sample failed
     recs = {r["id"]: r for r in map(json.loads, out.read_text(encoding="utf-8").splitlines())}
     assert recs["broken"]["status"] == "failed" and "missing.png" in recs["broken"]["error"]
     assert (recs["broken"]["text"], recs["broken"]["image"]) == ("Look at this.", "missing.png")

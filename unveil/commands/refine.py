@@ -8,9 +8,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runner.batch import run_batch
-from runner.batch_input import read_jsonl
-from runner.refine import prompt_of, refine_one, refine_settings, seed_of
 from tools.t2i.defaults import IPR_T_MAX
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from tools.t2i.settings import RenderSettings
@@ -154,6 +151,11 @@ def format_trajectory(rec: dict[str, Any], sample_id: str | None = None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run `unveil refine`."""
+    # The run layer is imported here, not at the top: parsing and --help stay light.
+    from runner.batch import run_batch
+    from runner.batch_input import read_jsonl
+    from runner.refine import prompt_of, refine_one, refine_settings, seed_of
+
     if not args.input and args.prompt is None:
         raise SystemExit("give a PROMPT or --input prompts.jsonl")
     if args.input and args.prompt is not None:
