@@ -141,3 +141,13 @@ def test_a_refused_image_path_names_where_it_resolved(tmp_path: Path) -> None:
     message = str(exc.value)
     assert f"resolved to '{(tmp_path / 'data' / 'a.png').resolve()}'" in message
     assert f"add its folder ('{(tmp_path / 'data').resolve()}')" in message
+
+
+def test_render_of_a_vanilla_verdict_is_not_called_a_tag_picture(tmp_path: Path, capsys: Any) -> None:
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"vanilla_detector": [{"when": "", "then": {"toxic": False, "reason": "fine"}}]}))
+    picture = tmp_path / "verdict.png"
+    argv = ["detect", "--method", "vanilla", "--text", "Hi.", "--image-description", "a cup", "--render", str(picture)]
+    assert main([*argv, "--model", f"scripted:{script}", "--cache", "off", "--image-store", str(tmp_path / "st")]) == 0
+    err = capsys.readouterr().err
+    assert picture.is_file() and f"picture of the verdict written to {picture}" in err and "TAG picture" not in err

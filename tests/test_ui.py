@@ -393,6 +393,25 @@ def test_a_failed_detection_keeps_its_input_and_a_description_only_sample_reads_
         page.screenshot(path=str(tmp_path / "described.png"), full_page=True)
 
 
+def test_a_long_sample_id_neither_widens_nor_breaks_the_review_list(browser: Any, tmp_path: Path) -> None:
+    ds = tmp_path / "ds"
+    make_ctd_dataset(ds)
+    samples = ds / SAMPLES
+    first = json.loads(samples.read_text(encoding="utf-8").splitlines()[0])
+    long_id = "drugs-" + "x" * 180
+    with samples.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps({**first, "id": long_id}) + "\n")
+    with Server(create_app(ds)) as srv:
+        page = new_page(browser)
+        page.goto(srv.url + "/review?id=" + long_id)
+        side = page.eval_on_selector(".side", "e => e.getBoundingClientRect().width")
+        assert side <= 300  # the column keeps its width
+        row = page.locator("#sample-list a", has_text="drugs-xxx").first
+        widths = row.evaluate("e => [e.scrollWidth, e.clientWidth]")
+        assert widths[0] <= widths[1] + 1  # nothing spills out of the row
+        assert page.eval_on_selector("#card h1", "e => e.scrollWidth <= e.clientWidth + 1")  # the page wraps it
+
+
 def test_ipr_results_page(browser: Any, tmp_path: Path) -> None:
     results = tmp_path / "refine.jsonl"
     make_ipr_results(results, tmp_path / "store")
