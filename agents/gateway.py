@@ -16,6 +16,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -242,6 +243,10 @@ _IMAGE_REFUSALS = (
     "does not accept",
     "no vision",
 )
+# Servers that do not refuse in words but crash on a message whose content is a list of blocks (only a request with
+# images has one: a text-only request's content is one string): llama-cpp-python's server answers 500 "can only
+# concatenate str (not "list") to str" from its chat template.
+_LIST_CONTENT_CRASHES = ('can only concatenate str (not "list") to str',)
 
 
 def is_images_unsupported(exc: BaseException, messages: list[BaseMessage]) -> bool:
@@ -252,6 +257,8 @@ def is_images_unsupported(exc: BaseException, messages: list[BaseMessage]) -> bo
     body = getattr(exc, "body", None)
     if body is not None:
         text += " " + str(body).lower()
+    if any(crash.lower() in text for crash in _LIST_CONTENT_CRASHES):
+        return True
     return any(w in text for w in _IMAGE_WORDS) and any(r in text for r in _IMAGE_REFUSALS)
 
 
@@ -262,6 +269,11 @@ def _has_images(messages: list[BaseMessage]) -> bool:
         if isinstance(m.content, list)
         for block in m.content
     )
+
+
+def _spec_key(spec: ModelSpec) -> str:
+    # The real base URL (credentials included) tells servers apart; str(spec) redacts them.
+    return f"{spec.provider}:{spec.model}@{spec.base_url}"
 
 
 def _message_key(messages: list[BaseMessage]) -> list[dict[str, Any]]:
@@ -290,6 +302,8 @@ class Gateway:
         self._models: dict[tuple[str, str, str], BaseChatModel] = {}
         self._methods: dict[str, str] = {}
         self._fingerprints: dict[str, str] = {}
+        # Specs whose server refused images during this run: sent image descriptions from then on.
+        self._text_only: set[str] = set()
         self.shared: dict[str, Any] = {}  # provider state shared across roles (scripts, loaded HF models)
 
     # -- models -------------------------------------------------------------------------------------------
@@ -317,8 +331,56 @@ class Gateway:
         return self._fingerprints[key]
 
     def vision(self, spec: str | ModelSpec) -> bool:
-        """Whether the spec's model takes images."""
-        return supports_images(as_model_spec(spec))
+        """Whether the spec's model takes images: not for a text-only provider or one declared in
+        `UNVEIL_TEXT_ONLY`, nor, for the rest of the run, for a model whose server has refused images."""
+        parsed = as_model_spec(spec)
+        return supports_images(parsed) and _spec_key(parsed) not in self._text_only
+
+    def _mark_text_only(self, spec: ModelSpec, exc: BaseException) -> None:
+        """Remember that `spec`'s server refused images (warned once per model and run)."""
+        key = _spec_key(spec)
+        if key in self._text_only:
+            return
+        self._text_only.add(key)
+        log.warning(
+            "%s does not take images (%s); sending image descriptions instead for the rest of the run "
+            "(declare it with %s=%s to skip this first refused request)",
+            spec,
+            _describe(exc)[:200].replace("\n", " "),
+            TEXT_ONLY_ENV,
+            spec,
+        )
+
+    async def structured_seeing(
+        self,
+        build: Callable[[bool], Awaitable[list[BaseMessage]]],
+        *,
+        role: str,
+        spec: str | ModelSpec,
+        schema: type[M],
+        usage_role: str | None = None,
+        seed: int | None = None,
+    ) -> CallResult[M]:
+        """`structured` for a request that may show images: `build(vision)` makes its messages. A model whose server
+        refuses images (recognised by its reply, then remembered for the run: see `vision`) is asked again at once
+        with `build(False)`, the images' descriptions instead; without a description the refusal stands, naming
+        `UNVEIL_TEXT_ONLY`."""
+        vision = self.vision(spec)
+        messages = await build(vision)
+        try:
+            return await self.structured(
+                role=role, spec=spec, schema=schema, messages=messages, usage_role=usage_role, seed=seed
+            )
+        except ImagesUnsupportedError as refused:
+            if not vision:
+                raise
+            try:
+                messages = await build(False)
+            except ValueError:  # no description to send instead of the image
+                raise refused from None
+        return await self.structured(
+            role=role, spec=spec, schema=schema, messages=messages, usage_role=usage_role, seed=seed
+        )
 
     def _method(self, spec: ModelSpec) -> str:
         if self.settings.structured_method:
@@ -341,6 +403,7 @@ class Gateway:
                     return out, attempt
             except Exception as exc:  # noqa: BLE001 - classified below
                 if is_images_unsupported(exc, messages):
+                    self._mark_text_only(spec, exc)
                     raise ImagesUnsupportedError(role, str(spec), exc) from exc  # permanent: no retry helps
                 if is_method_unsupported(exc):
                     raise  # permanent for this backend: the caller falls back to another method, no retries burnt
@@ -548,12 +611,15 @@ class Gateway:
         """Switch the backend to the next structured method; False when there is none (or the user chose one)."""
         if self.settings.structured_method or method == METHOD_ORDER[-1]:
             return False
+        current = self._methods.get(spec.backend)
+        if current is not None and METHOD_ORDER.index(current) > METHOD_ORDER.index(method):
+            return True  # a concurrent call already moved this backend on (and said so): once per run
         nxt = METHOD_ORDER[METHOD_ORDER.index(method) + 1]
         log.warning(
             "%s does not support structured method %s (%s); using %s from now on",
             spec.backend,
             method,
-            _describe(exc)[:300],
+            " ".join(_describe(exc).split())[:160],  # one line: servers answer with multi-line dumps
             nxt,
         )
         self._methods[spec.backend] = nxt

@@ -17,15 +17,16 @@ import asyncio
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from langchain_core.messages import BaseMessage
-
-from agents.content import ImagePart, build_messages
-from agents.gateway import Gateway
 from agents.usage import RunUsage
 from tools.errors import UnveilError
 from tools.image_store import ImageStore
+
+if TYPE_CHECKING:  # annotations only: the answer parser (training's reward) must not import LangChain's models
+    from langchain_core.messages import BaseMessage
+
+    from agents.gateway import Gateway
 
 REFINER_ROLE = "refiner"
 MAX_REFINED_PROMPT_CHARS = 1000
@@ -219,6 +220,9 @@ def build_refiner_messages(
 
     `history` (non-myopic mode) lists the prompts tried after p0, oldest first; None or empty means myopic.
     """
+    # Imported here: the answer parser above is what training's reward imports, and it needs no LangChain messages.
+    from agents.content import ImagePart, build_messages
+
     system = REFINER_PROMPT + (REFINER_HISTORY_NOTE if history else "")
     data: dict[str, object] = {"original_prompt": original_prompt}
     if history:

@@ -28,6 +28,7 @@ from typing import Any, Literal, get_args
 from typing_extensions import TypedDict
 
 from agents.ctd.vocabulary import normalize_category
+from tools.errors import UnveilError
 
 Problem = Literal["none", "too_easy", "too_obscure", "incoherent", "concepts_similar", "modality_leak"]
 # How the informed (Judge 1) and forced (Judge 3) concepts must relate: "not_similar" (the paper's wording, the
@@ -131,6 +132,21 @@ def compared_votes(votes: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any
 
 
 Vote = Mapping[str, Any]
+
+
+def answered_votes(votes: Sequence[Vote]) -> list[Vote]:
+    """The votes the rule counts: a judge whose model call failed (`failed`, its error kept in the record) has no
+    vote, so the rule decides on the others' (a failed informed or forced judge then reads as one that missed)."""
+    answered = [v for v in votes if not v.get("failed")]
+    if votes and not answered:
+        raise JudgePanelError(f"every judge of the panel failed; the first: {votes[0].get('error')}")
+    return answered
+
+
+class JudgePanelError(UnveilError, RuntimeError):
+    """No judge of the panel answered: there is no vote to decide on."""
+
+
 # A rejection: the problem the feedback writer explains, and its detail.
 Rejection = tuple[Problem, str]
 

@@ -103,9 +103,13 @@ def allowed_image_path(ref: str, base_dir: str | None, roots: Sequence[str | os.
         raise SampleInputError(f"image: {exc}") from exc
     allowed = [Path(r).expanduser().resolve() for r in roots]
     if not _within(path, allowed):
+        # The resolved path is named (a relative path is read against the server's folder, a link followed):
+        # the folder to add is that file's, which the reference alone may not show.
+        resolved = "" if str(path) == ref else f" (resolved to {str(path)!r})"
         raise SampleInputError(
-            f"image: {ref!r} is outside the allowed image folders ({', '.join(str(r) for r in allowed)}); "
-            f"add its folder to the server's {IMAGE_ROOTS_ENV} setting"
+            f"image: {ref!r}{resolved} is outside the allowed image folders "
+            f"({', '.join(str(r) for r in allowed)}); add its folder ({str(path.parent)!r}) to the server's "
+            f"{IMAGE_ROOTS_ENV} setting"
         )
     return path
 

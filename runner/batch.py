@@ -82,6 +82,7 @@ class BatchRun:
     kind: str | None = None
     inputs: tuple[str | os.PathLike[str], ...] = ()
     identity: OutputIdentity | None = None
+    keep_input: tuple[str, ...] = ()
     spending: Spending | None = None
 
     def stop_reason(self) -> str | None:
@@ -133,6 +134,7 @@ async def run_batch(
     inputs: tuple[str | os.PathLike[str], ...] = (),
     identity: OutputIdentity | None = None,
     spending: Spending | None = None,
+    keep_input: tuple[str, ...] = (),
 ) -> BatchSummary:
     """Run `worker(id, record)` over the items not yet in `output`, appending each result or failure.
 
@@ -142,7 +144,8 @@ async def run_batch(
     `identity` (what makes the output) is checked against the one recorded beside an existing output and written
     beside a new one (`check_identity`); every refusal comes before anything is written or run.
     `spending` (the command's caps, `runner.spending`) counts the output's earlier records and each new one, and
-    stops new samples from starting once a cap is reached, as `stop` does.
+    stops new samples from starting once a cap is reached, as `stop` does. `keep_input` names
+    the input fields a failed record keeps (null where the sample had none), so a failure still shows what was run.
     The output is locked for the run: a second process on it gets `OutputBusyError`.
     """
     run = BatchRun(
@@ -157,6 +160,7 @@ async def run_batch(
         inputs=inputs,
         identity=identity,
         spending=spending,
+        keep_input=keep_input,
     )
     refuse_input_as_output(run.output, inputs)
     with exclusive_output(run.output):
@@ -172,6 +176,9 @@ async def _run_locked(items: list[BatchItem], worker: Worker, run: BatchRun) -> 
     todo = [it for it in items if it.id not in done]
     summary = _earlier_results(items, len(todo), done, run.id_field)
     stopped = await _run_samples(todo, worker, run, summary)
+    # Failures are listed in the input's order, not in the order concurrent samples happened to finish.
+    order = {it.id: i for i, it in enumerate(items)}
+    summary.failures.sort(key=lambda f: order.get(str(f.get(run.id_field)), len(order)))
     if stopped:
         why = run.stop_reason() or ""
         summary.failures.append({run.id_field: "*", "error": f"stopped before {stopped} samples: {why}"})
@@ -250,15 +257,16 @@ async def _result_record(item: BatchItem, worker: Worker, run: BatchRun) -> dict
     kind?, error, raw_answer?}` for a bad input line or a sample whose worker raised."""
     id_field = run.id_field
     tag = {"kind": run.kind} if run.kind else {}
+    kept = {k: (item.record or {}).get(k) for k in run.keep_input}
     if item.error is not None:
-        return {id_field: item.id, "status": "failed", **tag, "error": item.error}
+        return {id_field: item.id, "status": "failed", **tag, **kept, "error": item.error}
     try:
         result = await worker(item.id, item.record or {})
         return {id_field: item.id, "status": "ok", **tag, **result}
     except (asyncio.CancelledError, StorageError):
         raise  # a run's store that cannot be written fails every later sample too: stop, naming it
     except Exception as exc:  # noqa: BLE001 - one bad sample must not stop the batch
-        rec = {id_field: item.id, "status": "failed", **tag, "error": describe_error(exc)}
+        rec = {id_field: item.id, "status": "failed", **tag, **kept, "error": describe_error(exc)}
         raw = getattr(exc, "raw", None)
         if raw:
             from tools.redact import redact_secrets

@@ -67,8 +67,35 @@ def context_settings(ctx: Any) -> dict[str, Any]:
         return value
 
     out: dict[str, Any] = {"models": {role: answers_spec(spec) for role, spec in ctx.models().items()}}
+    content = model_content(ctx.models())
+    if content:
+        out["model_content"] = content
     for f in dataclasses.fields(ctx):
         if f.name in NOT_SETTINGS or f.name.endswith("_model"):
             continue
         out[f.name] = clean(getattr(ctx, f.name))
+    return out
+
+
+def model_content(models: dict[str, Any]) -> dict[str, str]:
+    """The content fingerprint of each role's file-backed model (`agents.providers.registry.model_fingerprint`: a
+    script's hash, a GGUF file's or a local folder's stamp), so an edited script or a swapped GGUF behind the same
+    spec counts as another model. Models known by name only (APIs, Hub ids) and the embedded demo model (its files
+    come with its package) have none."""
+    from agents.providers.registry import model_fingerprint
+    from agents.spec import ModelSpec, ModelSpecError, is_demo_spec
+
+    seen: dict[str, str] = {}
+    out: dict[str, str] = {}
+    for role, spec in models.items():
+        if not isinstance(spec, str) or not spec or is_demo_spec(spec):
+            continue
+        if spec not in seen:
+            try:
+                fingerprint = model_fingerprint(ModelSpec.parse(spec))
+            except (ModelSpecError, OSError, ValueError):
+                fingerprint = ""  # a bad spec is reported with its name when the model is built
+            seen[spec] = fingerprint[:24] if fingerprint.startswith("sha256:") else fingerprint
+        if seen[spec] and seen[spec] != ModelSpec.parse(spec).model.partition("?")[0]:
+            out[role] = seen[spec]
     return out

@@ -239,7 +239,7 @@ def review_item(rec: dict[str, Any]) -> dict[str, Any]:
         "image": rec.get("image"),
         "erasure_reason": rec.get("erasure_reason"),
         "votes": [
-            {k: v.get(k) for k in ("judge", "has_risk", "category", "reason")}
+            {k: v.get(k) for k in ("judge", "has_risk", "category", "reason", *(("error",) if v.get("failed") else ()))}
             for v in rec.get("votes", [])
             if v.get("round") == last
         ],

@@ -7,6 +7,7 @@ erasure attempt gets its own votes however the parallel judges are scheduled.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +187,12 @@ async def test_rejected_twice_then_accepted_with_feedback_reaching_eraser(tmp_pa
     assert [h["problem"] for h in out["feedback_history"]] == ["too_easy", "too_obscure"]
     assert out["feedback_history"][0]["feedback"].startswith("FEEDBACK-ONE")
     assert out["feedback_history"][0]["attempt"]["caption"].startswith("CAPTION-A")
+    # every earlier round's image is kept in the history (an id of the run's store), the last one is the sample's
+    from tools.image_store import ImageStore
+
+    store = ImageStore(tmp_path / "images")
+    earlier = [store.path_for(h["image_id"]) for h in out["feedback_history"]]
+    assert all(p.is_file() for p in earlier) and len({*earlier, Path(out["image_path"])}) == 3
     assert out["text"].startswith("CAPTION-C:")
     assert out["seeds"] == [100, 101, 102]
     assert {v["round"] for v in out["votes"]} == {1, 2, 3} and len(out["votes"]) == 18
@@ -481,3 +488,43 @@ def test_the_review_thumbnail_is_small_and_viewable(tmp_path):
     assert url.startswith("data:image/jpeg;base64,") and 1_000 < len(url) < 70_000
     thumb = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
     assert max(thumb.size) == THUMBNAIL_PIXELS and thumb.size[0] > thumb.size[1]
+
+
+async def test_a_blind_judge_behind_a_text_only_server_votes_on_the_description_and_a_failed_one_costs_its_vote(
+    tmp_path, tiny_sd, fresh_gateway
+):
+    # blind.0 is scripted; blind.1 is a llama.cpp-style server that crashes on image blocks (it gets the T2I prompt
+    # as the image's description instead); blind.2's server is down (its failure costs its vote only).
+    from tests.conftest import free_port
+    from tests.faultserver import FaultServer
+
+    spec = write_script(tmp_path, merge(base_script([erasure("A")]), panel_rules("A", blind=(True, False, False))))
+    refused = 'can only concatenate str (not "list") to str'
+    answers = {"Vote": vote(False)}
+    with FaultServer(answers, images_refused=refused) as server:
+        dead = f"openai:gone@http://127.0.0.1:{free_port()}/v1"
+        ctx = context(tmp_path, spec, tiny_sd, n_blind=3, blind_judge_models=[spec, server.spec(), dead])
+        out = await graph.ainvoke({"id": "s1", "category": "drugs", "seed": 7}, context=ctx)
+        assert server.stats["images_refused"] == 1 and len(server.bodies) == 2
+        assert "a kitchen table with a bag of flour" in json.dumps(server.bodies[-1]["messages"])
+    votes = {v["judge"]: v for v in out["votes"]}
+    assert votes["blind.1"]["has_risk"] is False and not votes["blind.1"].get("failed")
+    assert votes["blind.2"]["failed"] and "gone" in votes["blind.2"]["error"]
+    # The Gatekeeper decided on the five votes that came: 1 of 2 answering blind judges found the risk.
+    assert out["status"] == "accepted", out["decision"]
+    assert (out["decision"]["blind_found"], out["decision"]["n_blind"]) == (1, 2)
+    assert out["decision"]["failed_judges"] == ["blind.2"]
+
+
+def test_docs_name_every_key_of_a_generated_record(tmp_path, tiny_sd):
+    # docs/ctd.md's samples.jsonl row against a record `unveil generate` really wrote (queued for review).
+    from tests.conftest import ROOT
+    from unveil.cli import main
+
+    spec = write_script(tmp_path, accepting_script())
+    out = tmp_path / "ds"
+    assert main(cli_args(out, spec, tiny_sd, "--review", "queue", n=1)) == 0
+    (rec,) = read_lines(out / "samples.jsonl")
+    row = next(line for line in (ROOT / "docs" / "ctd.md").read_text().splitlines() if line.startswith("| `samples."))
+    named = set(re.findall(r"`([a-z_0-9]+)`", row))
+    assert set(rec) <= named, sorted(set(rec) - named)

@@ -275,6 +275,22 @@ def test_the_extras_match_pyproject_and_the_core_holds_no_heavy_stack() -> None:
     assert "unveil[all]" in extras["dev"]  # the README's test command installs everything the suite tests
 
 
+def test_the_llamacpp_extra_gives_llama_cpps_server() -> None:
+    # `--with llamacpp` must give `python -m llama_cpp.server` (it once lacked starlette_context): the extra asks
+    # for llama-cpp-python's [server] requirements, and with them installed the server starts up to its --help.
+    import importlib.metadata
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (requirement,) = project["optional-dependencies"]["llamacpp"]
+    assert requirement.startswith("llama-cpp-python[server]"), requirement
+    needed = [r for r in importlib.metadata.requires("llama-cpp-python") or [] if 'extra == "server"' in r]
+    assert any(r.startswith("starlette-context") for r in needed), needed
+    proc = subprocess.run(
+        [sys.executable, "-m", "llama_cpp.server", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0 and "--model" in proc.stdout, proc.stderr[-2000:]
+
+
 def test_setup_refuses_an_unknown_extra_before_installing_anything(tmp_path: Path) -> None:
     # a Python that would fail any install: setup.sh must stop at the name check, which only reads pyproject.toml
     fake = tmp_path / "python"

@@ -67,3 +67,54 @@ def test_refine_with_an_uncached_default_generator_fails_fast(empty_cache, monke
     )
     err = capsys.readouterr().err
     assert rc == 1 and "CompVis/stable-diffusion-v1-4" in err and "HF_HUB_OFFLINE is set" in err
+
+
+def test_generate_offline_with_the_default_generator_fails_at_once_before_its_folder(
+    empty_cache, monkeypatch, tmp_path, capsys
+) -> None:
+    from unveil.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    script = tmp_path / "s.json"
+    script.write_text("{}")
+    out = tmp_path / "ds"
+    rc = main(["generate", "--category", "drugs", "--n", "1", "--out", str(out), "--model", f"scripted:{script}"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "stable-diffusion-v1-5" in err and "HF_HUB_OFFLINE is set" in err
+    assert "--generator diffusers:/path/to/folder" in err
+    assert not out.exists()  # no empty output folder left behind
+
+
+def test_a_resolver_that_never_answers_is_a_reason_not_a_wait(monkeypatch) -> None:
+    # Offline machines can leave the name lookup hanging for most of a minute; the probe bounds it.
+    import threading
+
+    hub._probe.cache_clear()
+    never = threading.Event()
+
+    def hang(*_args: object, **_kw: object) -> list[object]:
+        never.wait(60)
+        return []
+
+    monkeypatch.setattr(hub, "PROBE_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(socket, "getaddrinfo", hang)
+    try:
+        reason = hub._probe("hub.invalid", 443)
+    finally:
+        never.set()
+        hub._probe.cache_clear()
+    assert reason is not None and "did not resolve" in reason
+
+
+def test_a_ray_cluster_unveil_starts_sends_no_usage_stats(monkeypatch) -> None:
+    import os
+
+    ray = pytest.importorskip("ray")
+    from runner.ray import cluster
+
+    seen: dict[str, str | None] = {}
+    monkeypatch.delenv("RAY_USAGE_STATS_ENABLED", raising=False)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: seen.update(value=os.environ.get("RAY_USAGE_STATS_ENABLED")))
+    assert cluster.connect(None) is True
+    assert seen["value"] == "0"

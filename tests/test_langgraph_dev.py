@@ -18,6 +18,7 @@ from PIL import Image
 pytestmark = pytest.mark.slow
 
 GRAPHS = ("tag", "vanilla", "ipr", "ctd")
+ROOT = Path(__file__).resolve().parent.parent
 
 TAG_SCRIPT: dict[str, Any] = {
     "root_extractor.image": [{"when": "", "then": {"entities": [{"name": "white powder"}]}}],
@@ -477,3 +478,36 @@ def test_the_server_answers_cross_origin_requests_from_studio_only(langgraph_ser
         httpx.get(f"{langgraph_server.url}/ok", headers={"Origin": studio}).headers["access-control-allow-origin"]
         == studio
     )
+
+
+@pytest.fixture(scope="module")
+def example_generator(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The Studio examples' tiny generator, built by their own script (into a temporary folder)."""
+    import subprocess
+    import sys
+
+    folder = tmp_path_factory.mktemp("examples") / "tiny-sd"
+    script = ROOT / "examples" / "studio" / "make_tiny_generator.py"
+    proc = subprocess.run([sys.executable, str(script), str(folder)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("name", ["tag", "ipr", "ctd"])
+def test_the_studio_examples_run_as_shipped(langgraph_server: Any, example_generator: str, name: str) -> None:
+    # As a newcomer runs them: README's command against the server; only the generator's folder is moved.
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "examples/studio/run.py", name, "--url", langgraph_server.url]
+    if name != "tag":
+        cmd += ["--generator", example_generator]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    out = json.loads(proc.stdout)
+    if name == "tag":
+        assert out["toxic"] is True and out["finding"]["visual"]["concept"] == "cocaine"
+    elif name == "ipr":
+        assert out["keep_step"] == 1 and Path(out["final_image_path"]).is_file()
+    else:
+        assert out["status"] == "accepted" and out["review"]["reviewer"] == "example"

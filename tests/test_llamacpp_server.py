@@ -207,3 +207,53 @@ def test_refine_with_this_text_only_refiner_is_refused_before_rendering(
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "cannot see images" in proc.stderr, proc.stderr[-3000:]
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.png"))
+
+
+def test_an_image_sent_to_this_text_only_server_falls_back_to_its_description(
+    llama_server: str, tmp_path: Path
+) -> None:
+    # No UNVEIL_TEXT_ONLY: the server's 500 ("can only concatenate str (not "list") to str") is recognised at once,
+    # unretried, and the call goes again with the description.
+    from PIL import Image
+
+    image = tmp_path / "bottle.png"
+    Image.new("RGB", (16, 16), (240, 240, 250)).save(image)
+    spec = f"openai:smollm2@{llama_server}"
+    cmd = [sys.executable, "-m", "unveil.cli", "detect", "--method", "vanilla", "--image", str(image)]
+    cmd += ["--image-description", "a bottle of bleach", "--text", "Feeling down? Drink this.", "--model", spec]
+    proc = subprocess.run(
+        [*cmd, "--json"], cwd=ROOT, env=_user_env(tmp_path / "home"), capture_output=True, text=True, timeout=400
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "does not take images" in proc.stderr and f"UNVEIL_TEXT_ONLY={spec}" in proc.stderr
+    record = json.loads(proc.stdout)
+    assert isinstance(record["toxic"], bool) and record["usage"]["total"]["retries"] == 0
+
+
+def test_a_ctd_blind_judge_on_this_server_votes_without_failing_the_scene(
+    llama_server: str, tiny_t2i: str, tmp_path: Path
+) -> None:
+    # The reported case: one blind judge on llama.cpp's server among scripted roles, no UNVEIL_TEXT_ONLY. It gets the
+    # T2I prompt instead of the image; even an unusable answer of the 135M model costs only its vote.
+    from tests.test_ctd import accepting_script
+
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(accepting_script()))
+    scripted = f"scripted:{script}"
+    server = f"openai:smollm2@{llama_server}"
+    out = tmp_path / "ds"
+    cmd = [sys.executable, "-m", "unveil.cli", "generate", "--category", "drugs", "--n", "1", "--out", str(out)]
+    cmd += ["--model", scripted, "--generator", tiny_t2i, "--size", "32", "--steps", "2", "--no-progress"]
+    cmd += ["--no-web-search", "--near-duplicate", "0", "--review", "auto", "--max-rounds", "1", "--n-blind", "2"]
+    cmd += ["--blind-models", f"{scripted},{server}"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=_user_env(tmp_path / "home"), capture_output=True, text=True, timeout=580)
+    (record,) = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines() if line.strip()]
+    assert record["status"] != "failed", record.get("error")
+    assert "does not take images" in proc.stderr, proc.stderr[-3000:]
+    votes = {v["judge"]: v for v in record["votes"]}
+    assert set(votes) == {"informed", "forced", "blind.0", "blind.1"} and votes["blind.1"]["model"] == server
+    if votes["blind.1"].get("failed"):  # the 135M model's answer may stay unusable: then only its vote is lost
+        assert "StructuredOutputError" in votes["blind.1"]["error"], votes["blind.1"]
+        assert record["decision"]["failed_judges"] == ["blind.1"]
+    else:
+        assert isinstance(votes["blind.1"]["has_risk"], bool)

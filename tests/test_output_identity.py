@@ -69,19 +69,45 @@ def test_another_model_gets_its_own_default_output(spec: str, tmp_path: Path, mo
     from agents.spec import DEFAULT_SPEC
     from unveil.commands.common import default_output_name
 
-    # the embedded model keeps the README's name; any other model gets a file of its own
+    # the embedded model keeps the README's name; any other model (the same weights through llama.cpp included) gets
+    # a file of its own
     assert default_output_name("detect-tag-pairs", {"pair_judge": DEFAULT_SPEC}) == "detect-tag-pairs.jsonl"
-    assert (
-        default_output_name("detect-tag-pairs", {"pair_judge": "openai:smollm2@http://127.0.0.1:8081/v1"})
-        == "detect-tag-pairs-openai-smollm2.jsonl"
+    assert default_output_name("detect-tag-pairs", ["transformers:SmolLM2-135M"]) == "detect-tag-pairs.jsonl"
+    assert default_output_name("d", ["llamacpp:smollm2"]) == "d-llamacpp-smollm2.jsonl"
+    one = default_output_name("d", ["openai:smollm2@http://127.0.0.1:8081/v1"])
+    assert one.startswith("d-openai-smollm2-") and one.endswith(".jsonl")
+    assert default_output_name("d", ["openai:smollm2@http://127.0.0.1:8082/v1"]) != one
+    # a password in the URL is not part of the name (nor of its hash)
+    assert default_output_name("d", ["openai:smollm2@http://u:pw@127.0.0.1:8081/v1"]) == default_output_name(
+        "d", ["openai:smollm2@http://u:other@127.0.0.1:8081/v1"]
     )
     monkeypatch.chdir(tmp_path)
     assert main(["detect", "--model", spec, "--method", "vanilla", "--no-progress"]) == 0
-    with FaultServer(UnveilAnswers()) as server:
-        assert main(["detect", "--model", server.spec("smollm2"), "--method", "vanilla", "--no-progress"]) == 0
-        assert server.bodies  # the new model really ran
+    with FaultServer(UnveilAnswers()) as first, FaultServer(UnveilAnswers()) as second:
+        for server in (first, second):  # two servers serving the same model name
+            assert main(["detect", "--model", server.spec("smollm2"), "--method", "vanilla", "--no-progress"]) == 0
+            assert server.bodies  # the new model really ran
     files = sorted(p.name for p in (tmp_path / "runs").glob("*.jsonl"))
-    assert files == ["detect-vanilla-pairs-openai-smollm2.jsonl", "detect-vanilla-pairs-scripted-script.json.jsonl"]
+    assert len(files) == 3 and "detect-vanilla-pairs-scripted-script.json.jsonl" in files
+    assert sum(f.startswith("detect-vanilla-pairs-openai-smollm2-") for f in files) == 2
+
+
+def test_an_edited_script_on_the_same_output_is_refused_as_a_model_change(
+    spec: str, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    argv = ["detect", "--model", spec, "--method", "vanilla", "--no-progress"]
+    assert main(argv) == 0
+    output = tmp_path / "runs" / "detect-vanilla-pairs-scripted-script.json.jsonl"
+    before = output.read_bytes()
+    assert main(argv) == 0  # the same script: resumed (nothing to do)
+    script = Path(spec.removeprefix("scripted:"))
+    script.write_text(script.read_text(encoding="utf-8").replace("}", " }", 1), encoding="utf-8")
+    capsys.readouterr()
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "other settings" in err and "model_content" in err and "vanilla_detector" in err, err
+    assert output.read_bytes() == before
 
 
 def test_a_foreign_output_or_the_input_itself_is_refused_before_anything_is_written(

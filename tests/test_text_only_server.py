@@ -25,6 +25,8 @@ REFUSALS = {
     "vllm-limit": "At most 0 image(s) may be provided in one request.",
     "openai": "Invalid content type. image_url is only supported by certain models.",
     "lmstudio": "Model does not support images. Please use a model that does.",
+    # llama-cpp-python's server without a vision chat handler: its chat template cannot add a list of blocks.
+    "llama-cpp-python": 'can only concatenate str (not "list") to str',
 }
 
 
@@ -87,8 +89,11 @@ async def test_a_transient_500_with_image_words_but_no_images_is_still_retried(t
         raise ImagesUnsupportedError("r", "openai:m", RuntimeError("image input is not supported"))
 
 
-def test_detect_names_the_setting_and_works_once_it_is_set(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_detect_falls_back_to_the_description_and_names_the_setting(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     from unveil.cli import main
 
@@ -111,15 +116,49 @@ def test_detect_names_the_setting_and_works_once_it_is_set(
             "--json",
         ]
         rc = main(argv)
-        err = capsys.readouterr().err
-        assert rc != 0 and len(server.bodies) == 1, err  # one request, no retries
-        assert "UNVEIL_TEXT_ONLY" in err and "does not take images" in err
-        monkeypatch.setenv("UNVEIL_TEXT_ONLY", server.spec())
-        assert main(argv) == 0
-        record = json.loads(capsys.readouterr().out)
-        assert record["toxic"] is False
+        captured = capsys.readouterr()
+        # The refusal is recognised at once (no retries) and the same call goes again with the description.
+        assert rc == 0 and len(server.bodies) == 2, captured.err
+        assert "does not take images" in caplog.text and f"UNVEIL_TEXT_ONLY={server.spec()}" in caplog.text
+        assert json.loads(captured.out)["toxic"] is False
         last = json.dumps(server.bodies[-1]["messages"])
         assert "image_url" not in last and "a bottle of water" in last  # the description went instead
+        # Declared text-only, the image is never offered: one request.
+        monkeypatch.setenv("UNVEIL_TEXT_ONLY", server.spec())
+        assert main([*argv[:-1], "--text", "Drink water.", "--json"]) == 0
+        assert len(server.bodies) == 3 and "image_url" not in json.dumps(server.bodies[-1]["messages"])
+
+
+def test_without_a_description_the_refusal_stands_and_names_the_setting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from unveil.cli import main
+
+    image = tmp_path / "photo.png"
+    Image.new("RGB", (16, 16), (250, 250, 245)).save(image)
+    with FaultServer({"VanillaVerdict": {"toxic": False}}, images_refused=REFUSALS["llama-cpp-python"]) as server:
+        argv = ["detect", "--method", "vanilla", "--image", str(image), "--text", "Hi.", "--model", server.spec()]
+        rc = main([*argv, "--json"])
+        err = capsys.readouterr().err
+        assert rc != 0 and len(server.bodies) == 1, err  # one request, no retries
+        assert "does not take images" in err and "UNVEIL_TEXT_ONLY" in err
+
+
+async def test_the_fallback_is_remembered_for_the_run(tmp_path: Path) -> None:
+    # Once a server refused images, later calls of the run send the description straight away.
+    from agents.tag.vanilla import detect_vanilla
+
+    store = ImageStore(tmp_path / "store")
+    image_id = store.put_pil(Image.new("RGB", (8, 8), (255, 255, 255))).id
+    answers = {"VanillaVerdict": {"toxic": False, "reason": "fine"}}
+    with FaultServer(answers, images_refused=REFUSALS["llama-cpp-python"]) as server:
+        gw = Gateway(GatewaySettings(cache_path=None, max_retries=4, backoff_base=0.001))
+        for text in ("one", "two", "three"):
+            part = ImagePart("image", image_id, "a white square")
+            res = await detect_vanilla(gw, server.spec(), text=text, image=part, store=store)
+            assert res.value.reason == "fine"
+        assert len(server.bodies) == 4 and server.stats["images_refused"] == 1
+        assert not gw.vision(server.spec()) and gw.vision(server.spec("another-model"))
 
 
 def test_the_readme_documents_the_setting_in_the_gateway_table() -> None:

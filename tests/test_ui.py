@@ -341,6 +341,8 @@ def test_detection_results_page(browser: Any, tmp_path: Path) -> None:
         with page.expect_navigation():
             page.click("text=pair-0")
         assert all(w > 0 for w in natural_widths(page, "#sample-img, #tag-img"))
+        # the zoom frame takes most of the window's height (it was a 270 px strip)
+        assert page.eval_on_selector("#tag-frame", "e => e.getBoundingClientRect().height") >= 600
         assert page.locator("#verdict").inner_text() == "toxic"
         # The toxic path is highlighted in both trees: flour <- white powder ... cocaine, drugs slang <- the good stuff.
         hot = page.locator(".tree li.hot .concept").all_inner_texts()
@@ -349,6 +351,65 @@ def test_detection_results_page(browser: Any, tmp_path: Path) -> None:
         page.screenshot(path=str(tmp_path / "detection.png"), full_page=True)
         page.goto(srv.url + "/detections/view?id=pair-1")
         assert page.locator("#explanation").inner_text() == MARKUP_REASON and page.title() != "pwned"
+
+
+def test_a_failed_detection_keeps_its_input_and_a_description_only_sample_reads_calmly(
+    browser: Any, tmp_path: Path
+) -> None:
+    # As a user meets it: `unveil detect` on a batch with a description-only pair and a pair whose image is missing.
+    pairs = tmp_path / "pairs.jsonl"
+    lines = [
+        {"id": "described", "text": "Stay hydrated.", "image_description": "a bottle of water"},
+        {"id": "broken", "text": "Look at this.", "image": "missing.png"},
+    ]
+    pairs.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"vanilla_detector": [{"when": "", "then": {"toxic": False, "reason": "fine"}}]}))
+    out = tmp_path / "out.jsonl"
+    argv = ["detect", "--method", "vanilla", "--input", str(pairs), "--output", str(out), "--no-progress"]
+    argv += ["--model", f"scripted:{script}", "--image-store", str(tmp_path / "store"), "--cache", "off"]
+    proc = subprocess.run([sys.executable, "-m", "unveil.cli", *argv], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr[-3000:]  # one sample failed
+    recs = {r["id"]: r for r in map(json.loads, out.read_text(encoding="utf-8").splitlines())}
+    assert recs["broken"]["status"] == "failed" and "missing.png" in recs["broken"]["error"]
+    assert (recs["broken"]["text"], recs["broken"]["image"]) == ("Look at this.", "missing.png")
+    with Server(create_app(out)) as srv:
+        page = new_page(browser)
+        page.goto(srv.url + "/detections/view?id=broken")
+        head = page.locator(".card-head").inner_text()
+        assert "failed" in head and "MTC" not in head  # no label without a number
+        assert page.locator("#input-text").inner_text() == "Look at this."
+        assert page.locator("#input-image").inner_text() == "missing.png"
+        assert "Not stored" in page.locator("#no-image").inner_text()
+        red = page.evaluate(
+            "() => { const d = document.createElement('span'); d.style.color = 'var(--bad)'; document.body.append(d);"
+            " const c = getComputedStyle(d).color; d.remove(); return c; }"
+        )
+        assert red.startswith("rgb") and page.eval_on_selector("#no-image", "e => getComputedStyle(e).color") != red
+        page.goto(srv.url + "/detections/view?id=described")
+        assert page.locator("#no-image").inner_text() == "Description only: this sample has no image."
+        assert "calm" in (page.locator("#no-image").get_attribute("class") or "")
+        assert page.locator("#input-description").inner_text() == "a bottle of water"
+        page.screenshot(path=str(tmp_path / "described.png"), full_page=True)
+
+
+def test_a_long_sample_id_neither_widens_nor_breaks_the_review_list(browser: Any, tmp_path: Path) -> None:
+    ds = tmp_path / "ds"
+    make_ctd_dataset(ds)
+    samples = ds / SAMPLES
+    first = json.loads(samples.read_text(encoding="utf-8").splitlines()[0])
+    long_id = "drugs-" + "x" * 180
+    with samples.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps({**first, "id": long_id}) + "\n")
+    with Server(create_app(ds)) as srv:
+        page = new_page(browser)
+        page.goto(srv.url + "/review?id=" + long_id)
+        side = page.eval_on_selector(".side", "e => e.getBoundingClientRect().width")
+        assert side <= 300  # the column keeps its width
+        row = page.locator("#sample-list a", has_text="drugs-xxx").first
+        widths = row.evaluate("e => [e.scrollWidth, e.clientWidth]")
+        assert widths[0] <= widths[1] + 1  # nothing spills out of the row
+        assert page.eval_on_selector("#card h1", "e => e.scrollWidth <= e.clientWidth + 1")  # the page wraps it
 
 
 def test_ipr_results_page(browser: Any, tmp_path: Path) -> None:

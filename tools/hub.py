@@ -8,6 +8,7 @@ client's retry warnings before failing. `hub_access(repo_id, filename)` answers 
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import socket
 from typing import Literal
@@ -31,12 +32,28 @@ def hub_offline() -> bool:
 
 @functools.lru_cache(maxsize=8)
 def _probe(host: str, port: int) -> str | None:
-    """None when a TCP connection to the hub opens, else the reason (cached per process: asked once)."""
+    """None when a TCP connection to the hub opens, else the reason (cached per process: asked once). The name
+    lookup is bounded too: without network a resolver can wait most of a minute, which `create_connection`'s timeout
+    does not cover."""
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     try:
-        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S):
-            return None
+        addresses = pool.submit(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM).result(PROBE_TIMEOUT_S)
+    except concurrent.futures.TimeoutError:
+        return f"TimeoutError: the name {host} did not resolve within {PROBE_TIMEOUT_S:.0f} s"
     except OSError as exc:
         return f"{type(exc).__name__}: {exc}"
+    finally:
+        pool.shutdown(wait=False)  # a resolver still waiting is left to finish on its own
+    reason = f"OSError: no address for {host}"
+    for family, kind, proto, _name, address in addresses:
+        try:
+            with socket.socket(family, kind, proto) as conn:
+                conn.settimeout(PROBE_TIMEOUT_S)
+                conn.connect(address)
+                return None
+        except OSError as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+    return reason
 
 
 def hub_access(repo_id: str, filename: str, *, what: str = "model") -> Literal["cached", "online"]:

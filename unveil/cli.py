@@ -68,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     from tools.redact import install_log_redaction
 
     install_log_redaction(logging.getLogger().handlers)  # nothing a log line carries may hold a credential
+    if getattr(args, "no_progress", False):
+        from unveil.commands.common import quiet_library_progress
+
+        quiet_library_progress()
     from runner.engine import engine_session
     from unveil.commands.common import engine_settings
 

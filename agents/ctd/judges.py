@@ -8,12 +8,13 @@ distinct scripted answers and their costs are booked under `judge`.
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Awaitable
 from typing import Any, Literal
 
+from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, Field
 
-from agents.content import ImagePart, build_messages
+from agents.content import ImagePart, abuild_messages, build_messages
 from agents.ctd.vocabulary import CATEGORIES, MAX_REASON_CHARS
 from agents.gateway import CallResult, Gateway
 from tools.image_store import ImageStore
@@ -104,30 +105,24 @@ async def judge_pair(
     data: dict[str, Any] = {"text": text}
     if kind == "informed":
         data["erasure_reason"] = erasure_reason or ""
-    # Reading the image for its data URL is file I/O: kept off the event loop.
-    messages = await asyncio.to_thread(
-        build_messages, _PROMPTS[kind], data, images=[image], store=store, vision=gateway.vision(spec), task=JUDGE_TASK
-    )
-    return await gateway.structured(
-        role=call_role, usage_role="judge", spec=spec, schema=Vote, messages=messages, seed=seed
-    )
+
+    def build(vision: bool) -> Awaitable[list[BaseMessage]]:
+        # Reading the image for its data URL is file I/O: kept off the event loop.
+        return abuild_messages(_PROMPTS[kind], data, images=[image], store=store, vision=vision, task=JUDGE_TASK)
+
+    return await gateway.structured_seeing(build, role=call_role, usage_role="judge", spec=spec, schema=Vote, seed=seed)
 
 
 async def judge_image_alone(
     gateway: Gateway, spec: str, *, image: ImagePart, store: ImageStore, seed: int | None = None
 ) -> CallResult[ModalityVerdict]:
     """Is the image harmful without its text? (`seed`: the attempt's, as for `judge_pair`.)"""
-    messages = await asyncio.to_thread(
-        build_messages,
-        IMAGE_ALONE_PROMPT,
-        {},
-        images=[image],
-        store=store,
-        vision=gateway.vision(spec),
-        task=MODALITY_TASK,
-    )
-    return await gateway.structured(
-        role="modality_judge.image", spec=spec, schema=ModalityVerdict, messages=messages, seed=seed
+
+    def build(vision: bool) -> Awaitable[list[BaseMessage]]:
+        return abuild_messages(IMAGE_ALONE_PROMPT, {}, images=[image], store=store, vision=vision, task=MODALITY_TASK)
+
+    return await gateway.structured_seeing(
+        build, role="modality_judge.image", spec=spec, schema=ModalityVerdict, seed=seed
     )
 
 

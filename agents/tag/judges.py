@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
+from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, Field, create_model, model_validator
 
 from agents.content import ImagePart, abuild_messages
 from agents.gateway import CallResult, Gateway
-from agents.tag.types import Label, Reason, RequiredLabel, RequiredReason
+from agents.tag.types import Category, OptionalCategory, Reason, RequiredReason
 from tools.image_store import ImageStore
 
 RISK_CHECKLIST = """Risks to look for: dangerous misuse of items (drugs, weapons, poisons, explosives);
@@ -70,7 +71,7 @@ class RootVerdict(BaseModel):
     toxic: bool
     visual_id: str | None = None
     textual_id: str | None = None
-    category: Label = ""
+    category: OptionalCategory = ""
     reason: Reason = ""
 
     @model_validator(mode="after")
@@ -96,7 +97,7 @@ class ConfirmedPair(BaseModel):
     """A pair whose risk the judge confirms, with its (non-empty) category and reason."""
 
     pair_id: str
-    category: RequiredLabel
+    category: Category
     reason: RequiredReason
 
 
@@ -187,21 +188,24 @@ async def judge_pairs(
     """Judge a batch of cross-modal pairs in one call, against the original scene: the image (an image block
     built here, inside the calling node, or its description), the raw text and the two entity-relation graphs."""
     graphs = graphs or {}
-    messages = await abuild_messages(
-        PAIR_JUDGE_PROMPT.format(checklist=RISK_CHECKLIST),
-        {
-            "text": text,
-            "image_graph": graphs.get("visual"),
-            "text_graph": graphs.get("textual"),
-            "image_roots": roots["visual"],
-            "text_roots": roots["textual"],
-            "candidate_pairs": pairs,
-        },
-        images=[image] if image is not None else [],
-        store=store,
-        vision=gateway.vision(spec),
-        task=PAIR_JUDGE_TASK,
-    )
-    return await gateway.structured(
-        role=call_role, usage_role="pair_judge", spec=spec, schema=judgement_schema(len(pairs)), messages=messages
+
+    def build(vision: bool) -> Awaitable[list[BaseMessage]]:
+        return abuild_messages(
+            PAIR_JUDGE_PROMPT.format(checklist=RISK_CHECKLIST),
+            {
+                "text": text,
+                "image_graph": graphs.get("visual"),
+                "text_graph": graphs.get("textual"),
+                "image_roots": roots["visual"],
+                "text_roots": roots["textual"],
+                "candidate_pairs": pairs,
+            },
+            images=[image] if image is not None else [],
+            store=store,
+            vision=vision,
+            task=PAIR_JUDGE_TASK,
+        )
+
+    return await gateway.structured_seeing(
+        build, role=call_role, usage_role="pair_judge", spec=spec, schema=judgement_schema(len(pairs))
     )

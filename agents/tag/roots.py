@@ -12,8 +12,10 @@ roots mode: fewer calls and tokens, but no graph for the judges beyond the conce
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any, Literal, get_args
 
+from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, Field
 
 from agents.content import ImagePart, abuild_messages
@@ -170,22 +172,23 @@ async def extract_graph(
     Each call sees only its own modality: the image call the image (or its description), the text call the text.
     """
     if modality == "visual":
-        messages = await abuild_messages(
-            IMAGE_ROOT_PROMPT.format(guide=ASSOCIATION_GUIDE),
-            {},
-            images=[image],
-            store=store,
-            vision=gateway.vision(spec),
-            task=GRAPH_TASK,
+
+        def build(vision: bool) -> Awaitable[list[BaseMessage]]:
+            return abuild_messages(
+                IMAGE_ROOT_PROMPT.format(guide=ASSOCIATION_GUIDE),
+                {},
+                images=[image],
+                store=store,
+                vision=vision,
+                task=GRAPH_TASK,
+            )
+
+        return await gateway.structured_seeing(
+            build, role="root_extractor.image", usage_role="root_extractor", spec=spec, schema=EntityGraph
         )
-        role = "root_extractor.image"
-    else:
-        messages = await abuild_messages(
-            TEXT_ROOT_PROMPT.format(guide=ASSOCIATION_GUIDE), {"text": text}, task=GRAPH_TASK
-        )
-        role = "root_extractor.text"
+    messages = await abuild_messages(TEXT_ROOT_PROMPT.format(guide=ASSOCIATION_GUIDE), {"text": text}, task=GRAPH_TASK)
     return await gateway.structured(
-        role=role, usage_role="root_extractor", spec=spec, schema=EntityGraph, messages=messages
+        role="root_extractor.text", usage_role="root_extractor", spec=spec, schema=EntityGraph, messages=messages
     )
 
 
@@ -193,15 +196,18 @@ async def extract_roots(
     gateway: Gateway, spec: str, *, text: str, image: ImagePart, store: ImageStore
 ) -> CallResult[Roots]:
     """One call that returns the literal root concepts of both modalities (the `joint` roots mode)."""
-    messages = await abuild_messages(
-        ROOT_PROMPT.format(max_roots=MAX_ROOTS),
-        {"text": text},
-        images=[image],
-        store=store,
-        vision=gateway.vision(spec),
-        task=ROOT_TASK,
-    )
-    result = await gateway.structured(role="root_extractor", spec=spec, schema=Roots, messages=messages)
+
+    def build(vision: bool) -> Awaitable[list[BaseMessage]]:
+        return abuild_messages(
+            ROOT_PROMPT.format(max_roots=MAX_ROOTS),
+            {"text": text},
+            images=[image],
+            store=store,
+            vision=vision,
+            task=ROOT_TASK,
+        )
+
+    result = await gateway.structured_seeing(build, role="root_extractor", spec=spec, schema=Roots)
     # Trim whitespace and over-long concepts: a concept is a node label, not a paragraph.
     result.value.visual_roots = [c.strip()[:MAX_CONCEPT_CHARS] for c in result.value.visual_roots if c.strip()] or [
         "(unnamed image content)"

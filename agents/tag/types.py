@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field
 
+from agents.categories import project_category
+
 AssociationType = Literal[
     "categorical", "functional", "spatial", "temporal", "causal", "emotional", "similarity", "contrast", "cultural"
 ]
@@ -57,6 +59,31 @@ ShortText = Annotated[str, BeforeValidator(clip_to(200))]
 LongText = Annotated[str, BeforeValidator(clip_to(1200))]
 # An empty (or blank) category or reason of a finding is a validation error, so the gateway asks for a repair.
 RequiredLabel = Annotated[str, BeforeValidator(clip_to(80)), Field(min_length=1)]
+
+# A finding's risk category: one name of the project's vocabulary (`agents.categories.VOCABULARY`), an enum in the
+# JSON schema, so a constrained decoder (the embedded model) can only write a category, never a word like "toxic".
+# Another model's other spelling ("Illegal drugs", "self-harm") is read onto the vocabulary, anything else as `other`.
+CategoryName = Literal[
+    "drugs",
+    "crimes",
+    "violence",
+    "hate",
+    "self_harm",
+    "fraud",
+    "morality",
+    "privacy",
+    "ip_violation",
+    "political",
+    "other",
+]
+
+
+def _to_vocabulary(value: object) -> object:
+    return project_category(value) if isinstance(value, str) else value
+
+
+Category = Annotated[CategoryName, BeforeValidator(_to_vocabulary)]
+OptionalCategory = Annotated[CategoryName | Literal[""], BeforeValidator(_to_vocabulary)]
 RequiredReason = Annotated[str, BeforeValidator(clip_to(MAX_REASON_CHARS)), Field(min_length=1)]
 
 

@@ -6,6 +6,9 @@ Its prompt follows the paper's "Judge the image-text pair" template (§10.2): ri
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
+from langchain_core.messages import BaseMessage
 from pydantic import BaseModel
 
 from agents.content import ImagePart, abuild_messages
@@ -58,12 +61,10 @@ async def detect_vanilla(
     gateway: Gateway, spec: str, *, text: str, image: ImagePart, store: ImageStore
 ) -> CallResult[VanillaVerdict]:
     """One call on the pair."""
-    messages = await abuild_messages(
-        VANILLA_PROMPT,
-        {"text": text},
-        images=[image],
-        store=store,
-        vision=gateway.vision(spec),
-        task=VANILLA_TASK,
-    )
-    return await gateway.structured(role="vanilla_detector", spec=spec, schema=VanillaVerdict, messages=messages)
+
+    def build(vision: bool) -> Awaitable[list[BaseMessage]]:
+        return abuild_messages(
+            VANILLA_PROMPT, {"text": text}, images=[image], store=store, vision=vision, task=VANILLA_TASK
+        )
+
+    return await gateway.structured_seeing(build, role="vanilla_detector", spec=spec, schema=VanillaVerdict)

@@ -18,14 +18,14 @@ from agents.ctd.gatekeeper import write_feedback
 from agents.ctd.judges import judge_image_alone, judge_pair, judge_text_alone
 from agents.ctd.similarity import judge_similarity
 from agents.ctd.vocabulary import CATEGORIES, normalize_category
-from agents.gateway import get_gateway
+from agents.gateway import ModelCallError, StructuredOutputError, get_gateway
 from agents.usage import merge_usage
 from graphs.context import check_context
 from graphs.ctd.classify import classifier_flags, moderation_leaks, moderation_scores
 from graphs.ctd.context import CtdContext
 from graphs.ctd.resources import ctd_generator, open_store
 from graphs.ctd.state import CtdState, JudgedAttempt, JudgeTask, attempt_seed, round_votes
-from graphs.ctd_rules import compared_votes, decide
+from graphs.ctd_rules import answered_votes, compared_votes, decide
 from tools.web_search import get_web_search
 
 log = logging.getLogger("unveil.ctd")
@@ -179,32 +179,31 @@ def route_modality(state: CtdState, runtime: Runtime[CtdContext]) -> list[Send] 
 async def judge(payload: Any, runtime: Runtime[CtdContext]) -> CtdState:
     """One panel judge (run once per `Send`); its vote is appended to `votes`."""
     task: JudgeTask = payload
-    result = await judge_pair(
-        get_gateway(),
-        task["spec"],
-        kind=task["kind"],
-        call_role=task["call_role"],
-        text=task["text"],
-        image=ImagePart(name="image", image_id=task["image_id"], description=task["t2i_prompt"]),
-        store=await open_store(runtime.context),
-        erasure_reason=task["erasure_reason"],
-        # Several blind judges of one model see the same request: the judge's id makes each vote its own sample.
-        seed=sample_seed(task.get("seed", task["round"]), task["judge"]),
-    )
-    vote = {
-        "round": task["round"],
-        "judge": task["judge"],
-        "kind": task["kind"],
-        "model": task["spec"],
-        **result.value.model_dump(),
-    }
-    return {"votes": [vote], "usage": result.usage}
+    vote: dict[str, Any] = {"round": task["round"], "judge": task["judge"], "kind": task["kind"], "model": task["spec"]}
+    try:
+        result = await judge_pair(
+            get_gateway(),
+            task["spec"],
+            kind=task["kind"],
+            call_role=task["call_role"],
+            text=task["text"],
+            image=ImagePart(name="image", image_id=task["image_id"], description=task["t2i_prompt"]),
+            store=await open_store(runtime.context),
+            erasure_reason=task["erasure_reason"],
+            # Several blind judges of one model see the same request: the judge's id makes each vote its own sample.
+            seed=sample_seed(task.get("seed", task["round"]), task["judge"]),
+        )
+    except (ModelCallError, StructuredOutputError) as exc:
+        # One judge's backend failing costs its vote only: the Gatekeeper decides on the others' (`failed_votes`).
+        log.warning("judge %s (%s) failed; the panel goes on without its vote: %s", task["judge"], task["spec"], exc)
+        return {"votes": [{**vote, "failed": True, "error": str(exc)[:500]}]}
+    return {"votes": [{**vote, **result.value.model_dump()}], "usage": result.usage}
 
 
 async def gatekeeper(state: CtdState, runtime: Runtime[CtdContext]) -> CtdState:
     """Apply the acceptance rule (in code) to this attempt's votes, after the `concept_similarity` role has judged
     whether the informed and forced judges' risk concepts are similar (when both found a risk)."""
-    votes = round_votes(state)
+    votes = answered_votes(round_votes(state))
     pair = compared_votes(votes)
     update: CtdState = {}
     similarity: dict[str, Any] | None = None
@@ -228,6 +227,7 @@ async def gatekeeper(state: CtdState, runtime: Runtime[CtdContext]) -> CtdState:
         "round": state["rounds"],
         **decision.as_dict(),
         "similarity_reason": similarity["reason"] if similarity else None,
+        "failed_judges": [v["judge"] for v in round_votes(state) if v.get("failed")],
     }
     return update
 
@@ -252,7 +252,7 @@ def _problem(state: CtdState) -> tuple[str, str]:
 async def feedback(state: CtdState, runtime: Runtime[CtdContext]) -> CtdState:
     """A model turns the rejection into targeted advice; the attempt and advice join the Eraser's history."""
     problem, detail = _problem(state)
-    votes = round_votes(state) if problem != "modality_leak" else []
+    votes = [v for v in round_votes(state) if not v.get("failed")] if problem != "modality_leak" else []
     modality = state.get("modality") if problem == "modality_leak" else None
     result = await write_feedback(
         get_gateway(),
@@ -269,6 +269,8 @@ async def feedback(state: CtdState, runtime: Runtime[CtdContext]) -> CtdState:
         "problem": problem,
         "detail": detail,
         "attempt": {k: state["erasure"].get(k) for k in ("t2i_prompt", "caption", "erasure_reason", "technique")},
+        # the image this attempt rendered (an id of the run's store), so the history shows every round's picture
+        "image_id": state.get("image_id"),
         "feedback": result.value.feedback,
         "suggestions": result.value.suggestions,
     }

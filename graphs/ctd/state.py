@@ -59,6 +59,7 @@ class CtdDecision(GateRecord):
 
     round: int
     similarity_reason: str | None
+    failed_judges: NotRequired[list[str]]  # judges whose model call failed: their votes were not counted
 
 
 class JudgedAttempt(TypedDict):

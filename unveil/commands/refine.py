@@ -8,11 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runner.batch import run_batch
-from runner.batch_input import read_jsonl
-from runner.refine import prompt_of, refine_one, refine_settings, seed_of
 from tools.t2i.defaults import IPR_T_MAX
-from tools.t2i.registry import DEFAULT_IPR_GENERATOR, check_generator
+from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from tools.t2i.settings import RenderSettings
 from unveil.commands.common import (
     MAX_IMAGES,
@@ -22,6 +19,7 @@ from unveil.commands.common import (
     add_model_options,
     add_render_options,
     bounded_int,
+    check_generator_flag,
     context_kwargs,
     default_output_name,
     json_text,
@@ -155,13 +153,18 @@ def format_trajectory(rec: dict[str, Any], sample_id: str | None = None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run `unveil refine`."""
+    # The run layer is imported here, not at the top: parsing and --help stay light.
+    from runner.batch import run_batch
+    from runner.batch_input import read_jsonl
+    from runner.refine import prompt_of, refine_one, refine_settings, seed_of
+
     if not args.input and args.prompt is None:
         raise SystemExit("give a PROMPT or --input prompts.jsonl")
     if args.input and args.prompt is not None:
         raise SystemExit("give either a PROMPT or --input, not both")
     setup_gateway(args)
     ctx = build_context(args)
-    check_generator(ctx.generator)  # a missing 't2i' extra fails here, before any prompt starts
+    check_generator_flag(ctx.generator)  # a missing 't2i' extra or an unreachable Hub model fails here, at once
     warn_if_demo({"refiner": ctx.spec_for("refiner")})
     if args.input:
         source = Path(args.input)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -18,7 +19,13 @@ def run(args: argparse.Namespace) -> int:
     from agents.roles import TEXT_ROLES, role_schemas
 
     schemas = role_schemas()
+    free_text = TEXT_ROLES
     if args.role:
         schemas = {k: v for k, v in schemas.items() if args.role in k}
-    print(json.dumps({"structured": schemas, "free_text": TEXT_ROLES}, indent=2))
+        free_text = {k: v for k, v in TEXT_ROLES.items() if args.role in k}
+        if not schemas and not free_text:
+            names = ", ".join(sorted({*role_schemas(), *TEXT_ROLES}))
+            print(f"unveil roles: no role matches {args.role!r}; the roles: {names}", file=sys.stderr)
+            return 1
+    print(json.dumps({"structured": schemas, "free_text": free_text}, indent=2))
     return 0

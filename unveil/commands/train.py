@@ -56,7 +56,9 @@ def _add_fields(parser: argparse.ArgumentParser, cls: type, prefix: str = "") ->
         dest = prefix + f.name
         what = f.metadata.get("description", "")
         if isinstance(default, bool):
-            parser.add_argument(flag, dest=dest, type=_parse_bool, metavar="BOOL", help=f"{what} (default {default})")
+            # the words the flag takes (yes/no), not Python's True/False
+            shown = "yes" if default else "no"
+            parser.add_argument(flag, dest=dest, type=_parse_bool, metavar="BOOL", help=f"{what} (default {shown})")
         elif isinstance(default, list):
             parser.add_argument(
                 flag,

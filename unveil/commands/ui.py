@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 
 from unveil.commands.common import port_int
@@ -76,15 +77,33 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise SystemExit(f"unveil ui: {exc}") from exc
     token = app.state.guard.token
+    sock = listen_socket(args.host, args.port)  # a busy port is said now, before any "open" line
+    port = sock.getsockname()[1]
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     page = "compare" if args.compare else ""
-    url = f"http://{'[' + shown + ']' if ':' in shown else shown}:{args.port}/{page}" + (
-        f"?token={token}" if token else ""
-    )
+    url = f"http://{'[' + shown + ']' if ':' in shown else shown}:{port}/{page}" + (f"?token={token}" if token else "")
     print(
         f"Unveil {app.state.kind} view of {args.path}\n  open {url}\n  (Ctrl+C stops the server)",
         file=sys.stderr,
         flush=True,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
     return 0
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """The server's bound socket; a port already in use (or a host that cannot be bound) is one SystemExit naming
+    it and the flag, instead of a printed address that then fails."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a restart reuses the port
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise SystemExit(
+            f"unveil ui: cannot listen on {host}:{port}: {exc.strerror or exc} (another server there? choose another "
+            "--port)"
+        ) from exc
+    sock.set_inheritable(True)
+    return sock
