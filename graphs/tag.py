@@ -30,6 +30,7 @@ from agents.usage import RunUsage, merge_usage
 from graphs.context import ModelsContext, strict_init
 from graphs.ingest import ingest
 from graphs.tag_tree import (
+    READING_HELP,
     Node,
     Prune,
     _assign_entries,
@@ -63,18 +64,11 @@ class TagContext(ModelsContext):
     )
     prune: Prune = field(
         default="per_node",
-        metadata={
-            "description": "per_node (default, §3.2 Step 2): up to k_max children of every node, no layer cap; "
-            "per_layer (cheaper, §7's estimate): the k_max most probable nodes of each layer, which cuts the "
-            "low-probability (covert) branches. See docs/tag.md."
-        },
+        metadata={"description": READING_HELP["prune"]},
     )
     roots_mode: RootsMode = field(
         default="separate",
-        metadata={
-            "description": "separate: an entity-graph call per modality (the paper's); "
-            "joint: one literal-concepts call."
-        },
+        metadata={"description": READING_HELP["roots_mode"]},
     )
     children_per_parent: int = field(default=3, metadata={"description": "Children asked for per parent.", "min": 1})
     association_types: list[str] = field(
@@ -90,11 +84,7 @@ class TagContext(ModelsContext):
     )
     toxic_pairs: str = field(
         default="",
-        metadata={
-            "description": "File of known toxic concept pairs (§3.3 Step 2's user-defined set S; JSONL or CSV of "
-            "image_concept, text_concept, category, optional reason): a pair matching one (case-insensitive) is "
-            "toxic without a model call. Empty: the model judges every pair."
-        },
+        metadata={"description": READING_HELP["toxic_pairs"]},
     )
 
     def roles_in_use(self) -> dict[str, str]:

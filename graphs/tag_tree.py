@@ -19,6 +19,18 @@ from typing_extensions import TypedDict
 Prune = Literal["per_layer", "per_node"]
 PRUNE_MODES: tuple[str, ...] = get_args(Prune)
 
+# The help of the TAG readings a command can switch (`--prune`, `--roots-mode`, `--toxic-pairs`): `TagContext`'s
+# fields take their descriptions from here, and the CLI reads them without loading the model stack.
+READING_HELP: dict[str, str] = {
+    "prune": "per_node (default, §3.2 Step 2): up to k_max children of every node, no layer cap; "
+    "per_layer (cheaper, §7's estimate): the k_max most probable nodes of each layer, which cuts the "
+    "low-probability (covert) branches. See docs/tag.md.",
+    "roots_mode": "separate: an entity-graph call per modality (the paper's); joint: one literal-concepts call.",
+    "toxic_pairs": "File of known toxic concept pairs (§3.3 Step 2's user-defined set S; JSONL or CSV of "
+    "image_concept, text_concept, category, optional reason): a pair matching one (case-insensitive) is "
+    "toxic without a model call. Empty: the model judges every pair.",
+}
+
 
 class Node(TypedDict):
     """A concept in an association tree; `path_prob` is the cumulative transition probability from its root."""

@@ -13,7 +13,7 @@ roots mode: fewer calls and tokens, but no graph for the judges beyond the conce
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, Field
@@ -21,6 +21,8 @@ from pydantic import BaseModel, Field
 from agents.content import ImagePart, abuild_messages
 from agents.gateway import CallResult, Gateway
 from agents.tag.types import ASSOCIATION_GUIDE, MAX_CONCEPT_CHARS, MAX_ROOTS, AssociationType, Concept, Label
+from agents.tag.types import ROOTS_MODES as ROOTS_MODES
+from agents.tag.types import RootsMode as RootsMode
 from tools.image_store import ImageStore
 
 _GRAPH_MISSION = """Identify all key entities and their hierarchical relationships (an entity that is part of,
@@ -60,8 +62,6 @@ central first."""
 ROOT_TASK = "Return the image concepts as visual_roots and the text concepts as textual_roots."
 
 # How the roots are extracted (the TAG graph's `roots_mode`): the paper's two graph calls, or one joint call.
-RootsMode = Literal["separate", "joint"]
-ROOTS_MODES: tuple[str, ...] = get_args(RootsMode)
 
 # Bounds of a graph answer (they also bound constrained-decoding grammars).
 MAX_ENTITIES = 12

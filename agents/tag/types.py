@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BeforeValidator, Field
 
 from agents.categories import project_category
+
+# How the root concepts are extracted (docs/tag.md): here, beside the other TAG vocabularies, so the CLI's
+# help names the choices without loading the model stack.
+RootsMode = Literal["separate", "joint"]
+ROOTS_MODES: tuple[str, ...] = get_args(RootsMode)
 
 AssociationType = Literal[
     "categorical", "functional", "spatial", "temporal", "causal", "emotional", "similarity", "contrast", "cultural"

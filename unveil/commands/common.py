@@ -371,10 +371,11 @@ def check_backend_settings() -> None:
 
 
 def tag_setting_help(name: str) -> str:
-    """The help of a TAG setting, from its one home: the `description` of `graphs.tag.TagContext`'s field."""
-    from graphs.tag import TagContext
+    """The help of a TAG reading (`graphs.tag_tree.READING_HELP`, the description of `TagContext`'s field), read
+    without loading the graphs' model stack (`--help` stays fast)."""
+    from graphs.tag_tree import READING_HELP
 
-    return str(TagContext.__dataclass_fields__[name].metadata["description"])
+    return READING_HELP[name]
 
 
 def add_tag_reading_options(parser: argparse.ArgumentParser, *, toxic_pairs: bool = True, of: str = "") -> None:
@@ -383,7 +384,7 @@ def add_tag_reading_options(parser: argparse.ArgumentParser, *, toxic_pairs: boo
     a TAG (`detect`, `evaluate detection`, `generate`) names and explains them the same way. Left out, each takes
     the context's default (or `UNVEIL_PRUNE` / `UNVEIL_ROOTS_MODE` / `UNVEIL_TOXIC_PAIRS`). `of` names whose TAG it
     is where that is not the command's own ("the MTC reference")."""
-    from agents.tag.roots import ROOTS_MODES
+    from agents.tag.types import ROOTS_MODES
     from graphs.tag_tree import PRUNE_MODES
 
     head = f"({of}) " if of else ""
