@@ -65,7 +65,7 @@ def _default(f: Field[Any]) -> Any:
     return factory() if callable(factory) else None
 
 
-def _base_type(annotation: Any) -> Any:
+def base_type(annotation: Any) -> Any:
     """The declared type without `| None` (list[str] stays list[str])."""
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
@@ -75,7 +75,7 @@ def _base_type(annotation: Any) -> Any:
 
 def coerce_field(name: str, value: Any, annotation: Any) -> Any:
     """`value` as the field's declared type (bool, int, float, str or list[str]), or a `ContextError`."""
-    kind = _base_type(annotation)
+    kind = base_type(annotation)
     got = f"got {value!r} ({type(value).__name__})"
     if typing.get_origin(kind) is typing.Literal:
         # The choices are the Literal's own values (checked in `validate_fields`); here only the type.
@@ -130,7 +130,7 @@ def is_empty(value: Any) -> bool:
 
 def field_choices(annotation: Any) -> tuple[Any, ...]:
     """The allowed values of a field typed `Literal[...]` (the one spelling of its choices), else ()."""
-    kind = _base_type(annotation)
+    kind = base_type(annotation)
     return typing.get_args(kind) if typing.get_origin(kind) is typing.Literal else ()
 
 

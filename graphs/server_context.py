@@ -36,7 +36,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from agents.spec import ModelSpec, ModelSpecError
-from graphs.context import ContextError, _base_type, coerce_field, field_choices, is_empty
+from graphs.context import ContextError, base_type, coerce_field, field_choices, is_empty
 from tools.addresses import BadURLError, split_url
 from tools.env import env_list
 from tools.image_store import default_store_root
@@ -80,7 +80,7 @@ def field_kind(name: str, annotation: Any, metadata: Mapping[str, Any]) -> str:
         return FIELD_KINDS[name]
     if name.endswith("_model"):
         return "spec"
-    kind = _base_type(annotation)
+    kind = base_type(annotation)
     if kind in (bool, int, float) or field_choices(annotation):
         return "plain"
     if typing.get_origin(kind) is list and metadata.get("item_choices") is not None:
