@@ -123,7 +123,9 @@ class GRPOSettings(RenderSettings, TrainSettings):
     q16_model: str = setting(
         "openai/clip-vit-large-patch14", "transformers CLIP for Q16 (its prompts are for ViT-L/14)"
     )
-    q16_embeddings: str = setting("", "path to Q16's prompt embeddings (.npy or .p)")
+    q16_embeddings: str = setting(
+        "", "path to Q16's prompt embeddings (.npy or .p; empty: $UNVEIL_Q16_PROMPTS, else data/q16/vit-l-14.npy)"
+    )
     scorer_device: str = setting("", "device for generator and scorers (default: this rank's device)")
     reward: RewardSettings = field(default_factory=RewardSettings)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -460,12 +459,13 @@ def run_ipr(args: argparse.Namespace) -> int:
     scorers, then the evaluation and its report."""
     from evaluation.datasets import load_prompts
     from evaluation.ipr import IPRSettings, evaluate_ipr
-    from tools.datafiles import DATA_DIR, IPR_EVAL_PROMPTS, Q16_EMBEDDINGS, data_file
+    from tools.datafiles import IPR_EVAL_PROMPTS, data_file
+    from tools.scorers.q16 import resolve_q16_embeddings
 
-    # The paper's data are the defaults: the 300-prompt split and Q16's embeddings kept in the repository's data/.
+    # The paper's data are the defaults: the 300-prompt split and Q16's embeddings kept in the repository's data/
+    # (the latter through the one default every command shares).
     args.prompts = args.prompts or str(data_file(IPR_EVAL_PROMPTS))
-    if not args.q16_embeddings and not os.environ.get("UNVEIL_Q16_PROMPTS") and (DATA_DIR / Q16_EMBEDDINGS).is_file():
-        args.q16_embeddings = str(DATA_DIR / Q16_EMBEDDINGS)
+    args.q16_embeddings = resolve_q16_embeddings(args.q16_embeddings)
     setup_gateway(args)
     kw = context_kwargs(args)
     refiner, rewriter = _ipr_models(args, kw)

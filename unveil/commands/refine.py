@@ -10,7 +10,7 @@ from typing import Any
 
 from runner.batch import run_batch
 from runner.batch_input import read_jsonl
-from runner.refine import prompt_of, refine_one, refine_settings, seed_of
+from runner.refine import check_refine_settings, prompt_of, refine_one, refine_settings, seed_of
 from tools.t2i.defaults import IPR_T_MAX
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR, check_generator
 from tools.t2i.settings import RenderSettings
@@ -65,7 +65,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--score", action="store_true", help="score every step (Q16, NudeNet, CLIP by default)")
     p.add_argument("--scorers", help="comma-separated scorers for --score: q16,nudenet,clip,blip")
-    p.add_argument("--q16-embeddings", help="Q16 prompt-embeddings file (.npy)")
+    p.add_argument(
+        "--q16-embeddings",
+        help="Q16 prompt-embeddings file (.npy or .p; default: $UNVEIL_Q16_PROMPTS, else the repository's "
+        "data/q16/vit-l-14.npy)",
+    )
     p.add_argument("--q16-clip-model", help="CLIP ViT-L/14 model id or folder for Q16 (default: OpenAI's)")
     p.add_argument("--clip-model", help="open_clip model or folder for the CLIP score (default ViT-B/32)")
     p.add_argument(
@@ -160,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
     setup_gateway(args)
     ctx = build_context(args)
     check_generator(ctx.generator)  # a missing 't2i' extra fails here, before any prompt starts
+    check_refine_settings(ctx)  # and a scorer's missing file, naming its flag, before the first render
     warn_if_demo({"refiner": ctx.spec_for("refiner")})
     if args.input:
         source = Path(args.input)
