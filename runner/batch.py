@@ -116,15 +116,19 @@ def forget_configuration_failures(path: Path, *, id_field: str = "id", kind: str
     if not path.is_file() or path.stat().st_size == 0:
         return 0
     with write_lock(path):
-        lines = [line for line in path.read_bytes().splitlines() if line.strip()]
-        try:
-            records = [json.loads(line) for line in lines]
-        except ValueError:
-            return 0
-        if not all(_configuration_failure(rec, id_field, kind) for rec in records):
-            return 0
+        count = 0
+        for line in path.read_bytes().splitlines():
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                return 0
+            if not _configuration_failure(rec, id_field, kind):
+                return 0  # the first other record ends the look: an output of results keeps its settings
+            count += 1
         atomic_write_text(path, "")
-    return len(records)
+    return count
 
 
 def _configuration_failure(rec: Any, id_field: str, kind: str | None) -> bool:
