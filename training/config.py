@@ -18,6 +18,9 @@ from training.fields import setting
 from training.reward import RewardSettings
 
 DEFAULT_BASE = "Qwen/Qwen2.5-VL-3B-Instruct"
+# The shipped GRPO settings (section 4.3, Appendix A, the authors' code): `unveil train grpo --config` and the
+# default of `unveil evaluate ipr-ablation`.
+GRPO_CONFIG = Path(__file__).resolve().parent / "configs" / "grpo.toml"
 
 
 @dataclass

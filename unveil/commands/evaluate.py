@@ -255,7 +255,7 @@ def _ipr_scoring_options(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `evaluate detection` and `evaluate ipr`."""
+    """Add `evaluate detection`, `evaluate ipr` and `evaluate ipr-ablation`."""
     p = sub.add_parser("evaluate", help="reproduce the papers' evaluation tables and figures")
     ev = p.add_subparsers(dest="evaluation", required=True)
 
@@ -279,6 +279,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_engine_options(i)
     _run_options(i, "runs/eval-ipr")
     i.set_defaults(func=run_ipr)
+
+    from unveil.commands.ipr_ablation import add_ablation_parser
+
+    add_ablation_parser(ev)
 
 
 def _named_datasets(args: argparse.Namespace) -> dict[str, tuple[Path, str]]:
