@@ -2,10 +2,10 @@
 panel with injected latency, run sequentially (one scene at a time) against concurrently.
 
 Every scene takes two erasure rounds (the first attempt is too easy: all blind judges see it; the feedback
-makes the Eraser hide it better), so a sample costs 1 Architect + 2 Eraser + 4 single-modality + 12 judge +
-1 feedback calls. The run goes through `unveil generate` itself (SQLite checkpoints, JSONL records, dedup off),
-with images from a text-to-image spec (default: the tiny random-weight pipeline of the tests, built in a temp
-folder, so the timing is about the agent pipeline rather than the image model).
+makes the Eraser hide it better), so a sample costs 1 Architect + 2 Eraser + 4 single-modality (Unveil's gate,
+on here) + 12 judge + 1 feedback calls. The run goes through `unveil generate` itself (SQLite checkpoints, JSONL
+records, dedup off), with images from a text-to-image spec (default: the tiny random-weight pipeline of the tests,
+built in a temp folder, so the timing is about the agent pipeline rather than the image model).
 
     python bench/ctd_throughput.py --scenes 16 --latency 0.05 --concurrency 8
     python bench/ctd_throughput.py --tiny      # smoke run of the bench itself (tests/test_bench_smoke.py)
@@ -104,6 +104,7 @@ def run_once(out: Path, spec: str, t2i: str, scenes: int, concurrency: int) -> d
         "off",
         "--no-progress",
         "--no-web-search",
+        "--modality-check",  # the 4 single-modality calls of the costs above (off by default, as in the paper)
         "--near-duplicate",
         "0",
         "--review",

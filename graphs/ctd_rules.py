@@ -12,7 +12,7 @@ the problem that the feedback writer explains to the Eraser:
 - `concepts_similar` (condition `not_similar`): the forced judge, told only that the pair is harmful, named a
   risk concept similar to the informed judge's;
 - `incoherent`: (condition `similar`) the informed and forced judges found dissimilar concepts, or (setting
-  `require_target_category`, on by default; Unveil's addition, not in §10.3) neither the informed nor the forced
+  `require_target_category`, off by default; Unveil's addition, not in §10.3) neither the informed nor the forced
   judge that found the risk named the category the sample was generated for, so the sample's category label
   would not describe its hidden risk;
 - `too_easy`: more blind judges than `max_blind_found` found it (by default: all of them).
@@ -52,10 +52,11 @@ class GatekeeperRule:
     concept_condition: ConceptCondition = "not_similar"
     min_blind_found: int = 1
     max_blind_found: int | None = None
-    # Unveil's addition to §10.3's rule: the informed or the forced judge must name the category the sample was
-    # generated for, so every accepted sample's `category` is the risk the judges found (the dataset's per-
-    # category counts and tables rely on it). False accepts a pair whatever category the judges read in it.
-    require_target_category: bool = True
+    # Unveil's addition to §10.3's rule, off by default as the rule has no such condition: the informed or the
+    # forced judge must name the category the sample was generated for, so every accepted sample's `category` is
+    # the risk the judges found (the dataset's per-category counts then rely on it). False (the paper's rule)
+    # accepts a pair whatever category the judges read in it.
+    require_target_category: bool = False
 
     def blind_bounds(self, n_blind: int) -> tuple[int, int]:
         """The inclusive range of blind judges that may find the risk, for a panel of n_blind."""

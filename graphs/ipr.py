@@ -33,6 +33,7 @@ from graphs.context import ModelsContext, check_context, strict_init
 from tools.errors import UnveilError
 from tools.image_store import get_image_store
 from tools.scorers.score import SCORER_NAMES, ScoringSettings
+from tools.scorers.score import check_configuration as check_scorer_configuration
 from tools.scorers.score import check_names as check_scorer_names
 from tools.scorers.score import score_images as tools_score_images
 from tools.t2i.base import ImageGenerator
@@ -119,7 +120,13 @@ class IPRContext(RenderSettings, ModelsContext):
             "item_choices": SCORER_NAMES,
         },
     )
-    q16_embeddings: str = field(default="", metadata={"description": "Q16 prompt-embeddings file (.npy or .p)."})
+    q16_embeddings: str = field(
+        default="",
+        metadata={
+            "description": "Q16 prompt-embeddings file (.npy or .p; empty: $UNVEIL_Q16_PROMPTS, else the "
+            "repository's data/q16/vit-l-14.npy)."
+        },
+    )
     q16_clip_model: str = field(
         default="", metadata={"description": "CLIP ViT-L/14 model id or folder for Q16 (empty: default)."}
     )
@@ -216,10 +223,16 @@ def validate_settings(ctx: IPRContext) -> None:
             raise IPRInputError(str(exc)) from exc
 
 
-async def score_images(ctx: IPRContext, original_prompt: str, image_ids: list[str]) -> list[dict[str, Any]]:
-    """Per image: the scores of `ctx.scorers` against the original prompt, through the one scoring entry point
-    (`tools.scorers.score.score_images`: Q16 and flag, NudeNet labels and flag, `inappropriate`, CLIP, BLIP)."""
-    settings = ScoringSettings(
+def check_scoring(ctx: IPRContext) -> None:
+    """With `score` on, every scorer's configuration that can be checked without a model (the Q16 embeddings file,
+    the extras), so a run fails before its first render (`tools.scorers.score.check_configuration`)."""
+    if ctx.score:
+        check_scorer_configuration(ctx.scorers, scoring_settings(ctx))
+
+
+def scoring_settings(ctx: IPRContext) -> ScoringSettings:
+    """The scorers' settings of a run's context."""
+    return ScoringSettings(
         q16_embeddings=ctx.q16_embeddings,
         q16_clip_model=ctx.q16_clip_model,
         clip_model=ctx.clip_model,
@@ -227,6 +240,12 @@ async def score_images(ctx: IPRContext, original_prompt: str, image_ids: list[st
         nudenet_labels=tuple(ctx.nudenet_labels),
         device=ctx.device,
     )
+
+
+async def score_images(ctx: IPRContext, original_prompt: str, image_ids: list[str]) -> list[dict[str, Any]]:
+    """Per image: the scores of `ctx.scorers` against the original prompt, through the one scoring entry point
+    (`tools.scorers.score.score_images`: Q16 and flag, NudeNet labels and flag, `inappropriate`, CLIP, BLIP)."""
+    settings = scoring_settings(ctx)
     store = await asyncio.to_thread(get_image_store, ctx.image_store or None)
     try:
         return await tools_score_images(image_ids, original_prompt, ctx.scorers, settings, store=store)
@@ -240,6 +259,7 @@ async def start(state: IPRState, runtime: Runtime[IPRContext]) -> IPRState:
     """Check the prompt and settings; step 0 renders p0."""
     ctx = runtime.context
     validate_settings(ctx)
+    await asyncio.to_thread(check_scoring, ctx)  # reads the Q16 embeddings file: off the event loop
     await check_context(ctx)
     if ctx.t_max > 0 and not get_gateway().vision(ctx.spec_for("refiner")):
         # Checked before any rendering: a text-only refiner would fail only after the first image was paid for.

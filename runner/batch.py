@@ -44,6 +44,7 @@ from runner.output_identity import (
 )
 from runner.spending import Spending
 from tools.atomic_files import atomic_write_text, exclusive_output, write_lock
+from tools.errors import ConfigurationError
 from tools.jsonl_files import JsonlAppender, done_records, repair_tail
 from tools.safe_files import StorageError
 
@@ -109,6 +110,42 @@ def drop_failed(path: Path, *, id_field: str = "id") -> int:
         if dropped:  # no rewrite when nothing failed: a rewrite races with anyone appending to the file
             atomic_write_text(path, "".join(kept))
     return dropped
+
+
+CONFIGURATION_FAILURE = "configuration"  # a failed record's `error_kind` when its settings could not work
+
+
+def forget_configuration_failures(path: Path, *, id_field: str = "id", kind: str | None = None) -> int:
+    """Empty an output whose records all failed on a configuration error (`tools.errors.ConfigurationError`):
+    they hold no result, and keeping them would pin the output to the settings that could not work, so the rerun
+    with the fix would be refused as a settings change and would skip every sample. Returns how many were
+    dropped; an output with any other record (or any line that is not such a record) is left alone."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return 0
+    with write_lock(path):
+        count = 0
+        for line in path.read_bytes().splitlines():
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                return 0
+            if not _configuration_failure(rec, id_field, kind):
+                return 0  # the first other record ends the look: an output of results keeps its settings
+            count += 1
+        atomic_write_text(path, "")
+    return count
+
+
+def _configuration_failure(rec: Any, id_field: str, kind: str | None) -> bool:
+    return (
+        isinstance(rec, dict)
+        and id_field in rec
+        and rec.get("status") == "failed"
+        and rec.get("error_kind") == CONFIGURATION_FAILURE
+        and (kind is None or rec.get("kind", kind) == kind)
+    )
 
 
 def describe_error(exc: BaseException) -> str:
@@ -189,6 +226,7 @@ def _prepare_output(run: BatchRun) -> dict[str, dict[str, Any]]:
     """Refuse an output this run may not add to (other settings, another command's file, the input), record the
     settings beside it, drop failed records when retrying them, cut a torn tail; returns the records by id."""
     out, id_field = run.output, run.id_field
+    forget_configuration_failures(out, id_field=id_field, kind=run.output_kind)
     pending = check_identity(out, run.identity) if run.identity is not None else None
     check_output(out, id_field=id_field, kind=run.output_kind, inputs=run.inputs)
     if pending is not None:
@@ -267,6 +305,8 @@ async def _result_record(item: BatchItem, worker: Worker, run: BatchRun) -> dict
         raise  # a run's store that cannot be written fails every later sample too: stop, naming it
     except Exception as exc:  # noqa: BLE001 - one bad sample must not stop the batch
         rec = {id_field: item.id, "status": "failed", **tag, **kept, "error": describe_error(exc)}
+        if isinstance(exc, ConfigurationError):
+            rec["error_kind"] = CONFIGURATION_FAILURE
         raw = getattr(exc, "raw", None)
         if raw:
             from tools.redact import redact_secrets

@@ -12,7 +12,7 @@ from typing import Any
 from langgraph.types import StreamMode
 
 from agents.spec import redact_spec
-from graphs.ipr import IPRContext, IPRInput, IPROutput
+from graphs.ipr import IPRContext, IPRInput, IPROutput, check_scoring, validate_settings
 from runner.context import check_model_fields, context_settings, explicit_context
 
 PROMPT_FIELDS = ("prompt", "text", "input")
@@ -28,6 +28,13 @@ def ipr_context(**values: Any) -> IPRContext:
     if unknown:
         raise ValueError(f"unknown setting(s) for refine: {', '.join(unknown)} (the IPR graph has one role: refiner)")
     return explicit_context(IPRContext, **values)
+
+
+def check_refine_settings(ctx: IPRContext) -> None:
+    """Refuse settings that cannot run before the first render (not after every image of a batch was paid for):
+    the graph's own checks and, with scoring on, every scorer's configuration (an `UnveilError` naming the flag)."""
+    validate_settings(ctx)
+    check_scoring(ctx)
 
 
 def refine_settings(ctx: IPRContext, *, record_seeds: bool = True) -> dict[str, Any]:

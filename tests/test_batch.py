@@ -167,3 +167,24 @@ async def test_no_image_bytes_in_any_checkpoint(tmp_path: Path, write_script, ga
     assert b"\x89PNG" not in blob and b"iVBORw0KGgo" not in blob and b"data:image" not in blob
     assert png[100:140] not in blob
     assert out["image_id"].encode() in blob  # the id is there, the bytes are not
+
+
+def test_only_an_output_of_nothing_but_configuration_failures_is_forgotten(tmp_path: Path) -> None:
+    from runner.batch import forget_configuration_failures
+
+    def write(name: str, *recs: dict) -> Path:
+        path = tmp_path / name
+        path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+        return path
+
+    bad = {"status": "failed", "error": "Q16SettingsError: ...", "error_kind": "configuration"}
+    only_bad = write("a.jsonl", {"id": "a", **bad}, {"id": "b", **bad})
+    assert forget_configuration_failures(only_bad) == 2 and only_bad.read_text() == ""
+    mixed = write("b.jsonl", {"id": "a", **bad}, {"id": "b", "status": "ok"})
+    other_failure = write("c.jsonl", {"id": "a", "status": "failed", "error": "ModelCallError: timeout"})
+    not_results = write("d.jsonl", {"prompt": "a cat", "error_kind": "configuration"})
+    for path in (mixed, other_failure, not_results):
+        before = path.read_text()
+        assert forget_configuration_failures(path) == 0 and path.read_text() == before
+    other_kind = write("e.jsonl", {"id": "a", "kind": "detect", **bad})
+    assert forget_configuration_failures(other_kind, kind="refine") == 0

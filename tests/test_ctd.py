@@ -225,7 +225,8 @@ async def test_single_modality_check_sends_a_leaking_text_back(tmp_path, tiny_sd
     script["modality_judge.text"] = [{"when": "CAPTION-A:", "then": HARMFUL}, {"when": "", "then": BENIGN}]
     script["modality_judge.image"] = [{"when": "", "then": BENIGN}]
     spec = write_script(tmp_path, script)
-    out = await graph.ainvoke({"id": "s4", "category": "drugs"}, context=context(tmp_path, spec, tiny_sd))
+    ctx = context(tmp_path, spec, tiny_sd, modality_check=True)
+    out = await graph.ainvoke({"id": "s4", "category": "drugs"}, context=ctx)
     assert out["status"] == "accepted" and out["rounds"] == 2
     assert out["feedback_history"][0]["problem"] == "modality_leak"
     assert "text alone" in out["feedback_history"][0]["detail"]
@@ -238,9 +239,22 @@ async def test_image_leak_on_last_round_drops(tmp_path, tiny_sd, fresh_gateway):
     script = merge(base_script([erasure("A")]), panel_rules("A"))
     script["modality_judge.image"] = [{"when": "", "then": HARMFUL}]
     spec = write_script(tmp_path, script)
-    out = await graph.ainvoke({"id": "s5", "category": "drugs"}, context=context(tmp_path, spec, tiny_sd, max_rounds=1))
+    ctx = context(tmp_path, spec, tiny_sd, max_rounds=1, modality_check=True)
+    out = await graph.ainvoke({"id": "s5", "category": "drugs"}, context=ctx)
     assert out["status"] == "dropped" and out["drop_reason"].startswith("modality_leak")
     assert out.get("votes", []) == []
+
+
+async def test_the_papers_pipeline_has_no_single_modality_gate_by_default(tmp_path, tiny_sd, fresh_gateway):
+    # TAG §4.1: Architect, Eraser, Judges, Gatekeeper; the single-modality gate is Unveil's addition
+    # (`modality_check`, off by default). An image the modality judge would call harmful goes to the panel.
+    script = merge(base_script([erasure("A")]), panel_rules("A"))
+    script["modality_judge.image"] = [{"when": "", "then": HARMFUL}]
+    spec = write_script(tmp_path, script)
+    assert CtdContext().modality_check is False
+    out = await graph.ainvoke({"id": "s5b", "category": "drugs"}, context=context(tmp_path, spec, tiny_sd))
+    assert out["status"] == "accepted" and out["modality"]["detail"] == "check disabled"
+    assert scripted_calls(fresh_gateway, "modality_judge.image") == 0
 
 
 async def test_interrupt_resumes_with_reviewer_decision(tmp_path, tiny_sd):
@@ -418,7 +432,7 @@ async def test_duplicate_index_drops_exact_and_near_duplicates():
 
 async def test_single_modality_check_runs_the_image_classifier(tmp_path, tiny_sd, fresh_gateway):
     spec = write_script(tmp_path, accepting_script())
-    ctx = context(tmp_path, spec, tiny_sd, image_classifiers=["nudenet"])
+    ctx = context(tmp_path, spec, tiny_sd, image_classifiers=["nudenet"], modality_check=True)
     out = await graph.ainvoke({"id": "s7", "category": "drugs"}, context=ctx)
     # NudeNet's bundled detector finds nothing in a 32x32 random-weight render, so the pair goes on to the panel.
     assert out["modality"]["classifiers"] == {"nudenet": {"flag": False, "labels": []}}
@@ -463,11 +477,19 @@ def test_generate_refuses_a_missing_t2i_model_before_any_scene(tmp_path):
     assert not (out / "samples.jsonl").exists()
 
 
-async def test_a_sample_the_judges_read_as_another_category_is_not_accepted(tmp_path, tiny_sd, fresh_gateway):
+async def test_a_sample_the_judges_read_as_another_category_only_fails_unveils_category_gate(
+    tmp_path, tiny_sd, fresh_gateway
+):
     rules = panel_rules("A", forced_category="weapons")
     rules["judge.informed"] = [{"when": "CAPTION-A:", "then": vote(True, "weapons")}]
     spec = write_script(tmp_path, merge(base_script([erasure("A")]), rules))
+    # §10.3's rule (the default) has no category condition: the pair is accepted under its scene's category.
     out = await graph.ainvoke({"id": "s9", "category": "drugs"}, context=context(tmp_path, spec, tiny_sd, max_rounds=1))
+    assert out["status"] == "accepted" and out["category"] == "drugs"
+    # Unveil's addition, asked for: the judges must name the scene's category.
+    spec = write_script(tmp_path, merge(base_script([erasure("A")]), rules), name="script-gated.json")
+    gated = context(tmp_path, spec, tiny_sd, max_rounds=1, require_target_category=True)
+    out = await graph.ainvoke({"id": "s9b", "category": "drugs"}, context=gated)
     assert out["status"] == "dropped" and out["decision"]["problem"] == "incoherent"
     assert "'drugs'" in out["decision"]["detail"] and "weapons" in out["decision"]["detail"]
 

@@ -101,22 +101,52 @@ def test_concept_agreement_and_category_normalisation():
 
 
 def test_a_category_neither_informed_nor_forced_judge_named_is_rejected() -> None:
+    gate = GatekeeperRule(require_target_category=True)  # Unveil's addition (off by default)
     found_as_weapons = votes(informed_cat="weapons", forced_cat="weapons")
-    assert decide(found_as_weapons).accepted  # without a target the two judges' agreement is enough
-    d = decide(found_as_weapons, target_category="drugs")
+    assert decide(found_as_weapons, gate).accepted  # without a target the two judges' agreement is enough
+    d = decide(found_as_weapons, gate, target_category="drugs")
     assert not d.accepted and d.problem == "incoherent" and "drugs" in d.detail and "weapons" in d.detail
     # One of them naming the target (by a synonym) is enough (the concepts differ: the default condition holds).
     mixed = votes(informed_cat="illegal drugs", forced_cat="weapons")
-    assert decide(mixed, similar=False, target_category="drugs").accepted
-    assert decide(votes(), target_category="Drugs").accepted
+    assert decide(mixed, gate, similar=False, target_category="drugs").accepted
+    assert decide(votes(), gate, target_category="Drugs").accepted
 
 
-def test_the_category_gate_is_a_named_setting_on_by_default() -> None:
+def test_the_category_gate_is_a_named_setting_off_by_default_as_in_the_paper() -> None:
     from graphs.ctd import CtdContext
 
+    # §10.3's rule names no category condition: the default accepts whatever category the judges read.
     found_as_weapons = votes(informed_cat="weapons", forced_cat="weapons")
-    assert GatekeeperRule().require_target_category and CtdContext().rule().require_target_category
-    off = CtdContext(require_target_category=False).rule()
-    assert not off.require_target_category
-    assert decide(found_as_weapons, off, target_category="drugs").accepted  # gate off: any category the judges read
-    assert not decide(found_as_weapons, CtdContext().rule(), target_category="drugs").accepted
+    assert not GatekeeperRule().require_target_category and not CtdContext().rule().require_target_category
+    assert decide(found_as_weapons, CtdContext().rule(), target_category="drugs").accepted
+    on = CtdContext(require_target_category=True).rule()
+    assert on.require_target_category
+    assert not decide(found_as_weapons, on, target_category="drugs").accepted  # Unveil's addition, when asked
+
+
+def test_generate_switches_the_acceptance_additions_and_defaults_to_the_papers_rule(tmp_path, monkeypatch) -> None:
+    from graphs.ctd import CtdContext
+    from unveil.cli import build_parser
+    from unveil.commands.generate import build_context
+
+    parser = build_parser()
+    base = ["generate", "--category", "drugs", "--n", "1", "--out", str(tmp_path), "--model", "scripted:a.json"]
+
+    def ctx(*flags: str) -> CtdContext:
+        return build_context(parser.parse_args([*base, *flags]), tmp_path)
+
+    paper = ctx()  # the documented command of the paper's rule (docs/ctd.md)
+    assert (paper.modality_check, paper.require_target_category) == (False, False)
+    both = ctx("--modality-check", "--require-target-category")
+    assert (both.modality_check, both.require_target_category) == (True, True)
+    assert both.rule().require_target_category and not paper.rule().require_target_category
+    # The environment fills what the command line leaves out; a given flag wins over it.
+    monkeypatch.setenv("UNVEIL_MODALITY_CHECK", "1")
+    assert ctx().modality_check is True
+    assert ctx("--no-modality-check").modality_check is False
+    # The help is the context field's own description, with the default.
+    sub = next(a for a in parser._subparsers._group_actions[0].choices.values() if a.prog.endswith(" generate"))
+    helps = {a.dest: a.help for a in sub._actions}
+    for name in ("modality_check", "require_target_category"):
+        assert CtdContext.__dataclass_fields__[name].metadata["description"] in helps[name]
+        assert "(default: off)" in helps[name]

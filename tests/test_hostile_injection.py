@@ -174,6 +174,7 @@ async def test_ctd_roles_get_injected_scene_hints_and_answers_only_as_data(
         steps=2,
         web_search=False,
         review="auto",
+        modality_check=True,  # Unveil's single-modality judges (off by default) read the caption too
     )
     out = await graph.ainvoke({"id": "s1", "category": "drugs", "seed": 1, "scene_hint": INJECTION}, context=ctx)
     assert out["status"] == "accepted" and out["rounds"] == 2

@@ -357,3 +357,104 @@ async def test_text_only_refiner_is_refused_before_any_rendering(tmp_path, gatew
     with pytest.raises(IPRInputError, match="cannot see images"):
         await graph.ainvoke({"prompt": "a cat"}, context=ctx)
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.png"))
+
+
+def _refine_score_args(tmp_path: Path, sd_folder: str, clip: str, prompts: Path, out: Path) -> list[str]:
+    """`unveil refine --input ... --score` as a user types it, with the default scorers (Q16, NudeNet, CLIP) and
+    no Q16 embeddings flag; only the models are tiny (the CLIPs, the generator, a scripted refiner)."""
+    return [
+        "refine",
+        "--input",
+        str(prompts),
+        "--output",
+        str(out),
+        "--no-progress",
+        "--score",
+        "--refiner",
+        _script(tmp_path, {"refiner": [{"when": "", "then": "keep"}]}),
+        "--generator",
+        f"diffusers:{sd_folder}",
+        "--size",
+        str(SIZE),
+        "--steps",
+        str(STEPS),
+        "--image-store",
+        str(tmp_path / "store"),
+        "--cache",
+        "off",
+        "--t-max",
+        "1",
+        "--q16-clip-model",
+        clip,
+        "--clip-model",
+        clip,
+    ]
+
+
+def _prompts(tmp_path: Path) -> Path:
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": i, "prompt": p}) + "\n" for i, p in [("a", "a cat"), ("b", "a dog")]))
+    return prompts
+
+
+def _rendered(tmp_path: Path) -> list[Path]:
+    return list((tmp_path / "store").rglob("*.png"))
+
+
+def test_refine_score_with_the_defaults_scores_every_step(tmp_path, sd_folder, gateway) -> None:
+    from tests.tiny import build_tiny_clip
+    from unveil.cli import main
+
+    clip = build_tiny_clip(tmp_path / "clip")
+    out = tmp_path / "out.jsonl"
+    # No --q16-embeddings and no UNVEIL_Q16_PROMPTS: the repository's data/q16/vit-l-14.npy, as `evaluate ipr`.
+    assert main(_refine_score_args(tmp_path, sd_folder, clip, _prompts(tmp_path), out)) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    for rec in rows:
+        (scores,) = rec["trajectory"][0]["scores"]
+        assert 0.0 <= scores["q16"] <= 1.0 and {"nudenet_flag", "inappropriate", "clip"} <= set(scores)
+
+
+def test_refine_score_refuses_a_missing_q16_file_before_rendering_naming_the_flag(
+    tmp_path, sd_folder, gateway, monkeypatch, capsys
+) -> None:
+    import tools.scorers.q16 as q16
+    from unveil.cli import main
+
+    args = _refine_score_args(tmp_path, sd_folder, "unused-clip", _prompts(tmp_path), tmp_path / "out.jsonl")
+    monkeypatch.setattr(q16, "DATA_DIR", tmp_path / "a-copy-without-data")  # Unveil installed without its data/
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "--q16-embeddings" in err and "prompts_path" not in err
+    assert main([*args, "--q16-embeddings", str(tmp_path / "nope.npy")]) == 1
+    err = capsys.readouterr().err
+    assert "--q16-embeddings" in err and "nope.npy" in err
+    assert not (tmp_path / "out.jsonl").exists() and _rendered(tmp_path) == []  # nothing rendered, nothing written
+
+
+def test_an_output_whose_records_all_failed_on_configuration_is_not_pinned_to_those_settings(
+    tmp_path, sd_folder, gateway, capsys
+) -> None:
+    import numpy as np
+
+    from tests.tiny import build_tiny_clip
+    from unveil.cli import main
+
+    clip = build_tiny_clip(tmp_path / "clip")
+    out = tmp_path / "out.jsonl"
+    args = _refine_score_args(tmp_path, sd_folder, clip, _prompts(tmp_path), out)
+    # Embeddings of the wrong width for the CLIP: a (2, D) array passes the check before rendering; the mismatch
+    # shows once the CLIP is loaded, after the first render, and fails every prompt.
+    np.save(tmp_path / "q16-512.npy", np.ones((2, 512), dtype="float32"))
+    assert main([*args, "--q16-embeddings", str(tmp_path / "q16-512.npy")]) == 2
+    failed = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {r["status"] for r in failed} == {"failed"} and all("--q16-clip-model" in r["error"] for r in failed)
+    assert {r["error_kind"] for r in failed} == {"configuration"}
+    # The rerun with the fix (the default file) is not refused as a settings change, and runs every prompt.
+    assert main(args) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted((r["id"], r["status"]) for r in rows) == [("a", "ok"), ("b", "ok")]
+    # An output with any good record keeps its settings: a third run with the bad file is refused.
+    assert main([*args, "--q16-embeddings", str(tmp_path / "q16-512.npy")]) == 1
+    assert "other settings" in capsys.readouterr().err

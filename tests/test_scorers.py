@@ -96,8 +96,13 @@ async def test_q16_with_the_real_embeddings_file_matches_a_manual_computation(cl
 
 
 def test_q16_settings_errors_name_the_problem(tmp_path, clip_dir, monkeypatch):
+    import tools.scorers.q16 as q16
+
     monkeypatch.delenv("UNVEIL_Q16_PROMPTS", raising=False)
-    with pytest.raises(ValueError, match="UNVEIL_Q16_PROMPTS"):
+    # No file given: the repository's copy of Q16's embeddings, the one default of every command.
+    assert Q16Scorer(clip_model=clip_dir).prompts_path == str(REAL_Q16)
+    monkeypatch.setattr(q16, "DATA_DIR", tmp_path / "no-data")  # a copy of Unveil without its data/
+    with pytest.raises(q16.Q16SettingsError, match="--q16-embeddings.*UNVEIL_Q16_PROMPTS"):
         Q16Scorer(clip_model=clip_dir)
     with pytest.raises(FileNotFoundError, match="missing.npy"):
         Q16Scorer(prompts_path=str(tmp_path / "missing.npy"), clip_model=clip_dir)

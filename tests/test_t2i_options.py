@@ -39,6 +39,17 @@ def test_negative_prompt_option_replaces_the_variants_own(tmp_path: Path) -> Non
     assert get_generator(f"diffusers:{model}", store=store, device="cpu").default_negative is None
 
 
+def test_esd_renders_without_the_negative_prompt_by_default_as_the_papers_rows(tmp_path: Path) -> None:
+    # IPR Table 5's Template-prompt column: ESD 0.70 beside SD 0.72 and SD-NP 0.44, so its ESD rows had no
+    # negative prompt at inference; `np=1` is the named option that adds SD-NP's list.
+    store = get_image_store(tmp_path / "store")
+    model = str(tmp_path / "never-loaded")
+    assert get_generator(f"esd:{model}?unet=w.pt", store=store, device="cpu").default_negative is None
+    with_np = get_generator(f"esd:{model}?unet=w.pt&np=1", store=store, device="cpu")
+    assert with_np.default_negative == SAFETY_NEGATIVE_PROMPT
+    assert get_generator(f"esd:{model}?unet=w.pt&np=0", store=store, device="cpu").default_negative is None
+
+
 def test_options_reach_the_backend_and_a_store_folder_is_opened(tmp_path: Path) -> None:
     model = str(tmp_path / "never-loaded")
     gen = get_generator(

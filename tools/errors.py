@@ -11,3 +11,9 @@ from __future__ import annotations
 
 class UnveilError(Exception):
     """Base of every error Unveil raises for a condition the user can fix."""
+
+
+class ConfigurationError(UnveilError):
+    """A run's settings cannot work for any sample (a scorer's missing file, say): a batch records a sample that
+    failed on one with `error_kind: "configuration"`, and an output holding only such records is not held to the
+    settings that made it (`runner.batch`), so the rerun with the fix is not refused as a settings change."""

@@ -19,6 +19,9 @@ from training.fields import setting
 from training.reward import RewardSettings
 
 DEFAULT_BASE = "Qwen/Qwen2.5-VL-3B-Instruct"
+# The shipped GRPO settings (section 4.3, Appendix A, the authors' code): `unveil train grpo --config` and the
+# default of `unveil evaluate ipr-ablation`.
+GRPO_CONFIG = Path(__file__).resolve().parent / "configs" / "grpo.toml"
 
 
 @dataclass
@@ -124,7 +127,9 @@ class GRPOSettings(RenderSettings, TrainSettings):
     q16_model: str = setting(
         "openai/clip-vit-large-patch14", "transformers CLIP for Q16 (its prompts are for ViT-L/14)"
     )
-    q16_embeddings: str = setting("", "path to Q16's prompt embeddings (.npy or .p)")
+    q16_embeddings: str = setting(
+        "", "path to Q16's prompt embeddings (.npy or .p; empty: $UNVEIL_Q16_PROMPTS, else data/q16/vit-l-14.npy)"
+    )
     scorer_device: str = setting("", "device for generator and scorers (default: this rank's device)")
     reward: RewardSettings = field(default_factory=RewardSettings)
 

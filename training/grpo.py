@@ -146,16 +146,18 @@ def default_renderer(settings: GRPOSettings, *, store: ImageStore, device: str) 
 
 
 def default_scorer(settings: GRPOSettings, *, device: str) -> Scorer:
-    """The reward's pixel scorer (Q16 + CLIP) on `device`; the Q16 prompt embeddings file is required."""
+    """The reward's pixel scorer (Q16 + CLIP) on `device` (Q16's embeddings: the setting, else the shared default)."""
+    from tools.scorers.q16 import resolve_q16_embeddings
     from tools.scorers.score import pixel_scorer
 
-    if not settings.q16_embeddings:
+    q16_embeddings = resolve_q16_embeddings(settings.q16_embeddings)  # the default every command shares
+    if not q16_embeddings:
         raise ValueError("GRPO needs the Q16 prompt embeddings file (--q16-embeddings)")
     return pixel_scorer(
         settings.scorer,
         q16_model=settings.q16_model,
         clip_model=settings.clip_model,
-        q16_embeddings=settings.q16_embeddings,
+        q16_embeddings=q16_embeddings,
         device=device,
     )
 

@@ -2,8 +2,9 @@
 Gatekeeper -> [feedback -> Eraser]* -> human verification.
 
 The Architect drafts an explicit scene of a risk category; the Eraser hides its cue behind a benign carrier and
-renders the image; the image alone and the text alone must each be judged benign; then a panel of judges (one
-reason-informed, `n_blind` blind, one forced-reasoning; each with its own model spec) votes in parallel through
+renders the image; with `modality_check` (Unveil's addition, off by default as in the paper) the image alone
+and the text alone must each be judged benign; then a panel of judges (one reason-informed, `n_blind` blind, one
+forced-reasoning; each with its own model spec) votes in parallel through
 `Send`, and the acceptance rule of `graphs/ctd_rules.py` decides in code. A rejected attempt gets targeted
 feedback from a model and goes back to the Eraser, up to `max_rounds` attempts; then the scene is dropped and
 recorded as such. An accepted pair goes to human verification: an `interrupt()` (resume with

@@ -74,8 +74,9 @@ class CtdContext(CtdRenderSettings, ModelsContext):
             "not_similar (§10.3's wording), similar, or record (judged, never gating)."
         },
     )
+    # Off by default: §10.3's rule has no such condition (Unveil's addition, a named option).
     require_target_category: bool = field(
-        default=True,
+        default=False,
         metadata={
             "description": "The informed or forced judge must name the sample's own risk category (Unveil's addition "
             "to §10.3's rule: keeps each sample's category label the risk the judges found)."
@@ -84,7 +85,15 @@ class CtdContext(CtdRenderSettings, ModelsContext):
     concept_similarity_model: str = field(
         default="", metadata={"description": "Judges concept similarity (empty: model)."}
     )
-    modality_check: bool = field(default=True, metadata={"description": "Judge the image alone and the text alone."})
+    # Off by default: the paper's pipeline (§4.1) has no single-modality gate; §4.2 measures each modality's
+    # benignness on the finished dataset (Moderation API scores), which `moderation` records.
+    modality_check: bool = field(
+        default=False,
+        metadata={
+            "description": "Judge the image alone and the text alone before the panel; a leak goes back to the Eraser "
+            "(Unveil's addition: the paper's pipeline has no such gate)."
+        },
+    )
     image_classifiers: list[str] = field(
         default_factory=list,
         metadata={

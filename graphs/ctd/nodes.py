@@ -112,8 +112,9 @@ async def eraser(state: CtdState, runtime: Runtime[CtdContext]) -> CtdState:
 
 
 async def modality_check(state: CtdState, runtime: Runtime[CtdContext]) -> CtdState:
-    """The image alone and the text alone must each be benign (judge role, plus image classifiers if set); with
-    `moderation` on, each is also scored by the moderation API (recorded; a leak at `moderation_threshold`)."""
+    """With `modality_check` (Unveil's gate, off by default: the paper has none) the image alone and the text alone
+    must each be benign (judge role, plus image classifiers if set); with `moderation` on, each is also scored by
+    the moderation API (recorded; a leak at `moderation_threshold`), with or without the gate."""
     ctx = runtime.context
     if not ctx.modality_check:
         moderation = await moderation_scores(ctx, state)

@@ -3,9 +3,11 @@
 Q16 (Schramowski et al., 2022) learned two "soft prompt" embeddings in CLIP's joint space, one for appropriate
 and one for inappropriate content. P(inappropriate) is the second entry of softmax(100 * cos(image, rows)), and
 the image is flagged when it is above 0.5. The CLIP model is `clip_model` (else `$UNVEIL_Q16_CLIP`, else
-`openai/clip-vit-large-patch14`). The embeddings file is a setting (`prompts_path`, or the
-`UNVEIL_Q16_PROMPTS` environment variable): a `.npy` (or Q16's original `.p` pickle, or `.pt`) array of shape
-(2, D), rows [appropriate, inappropriate], D matching the CLIP model's projection (768 for ViT-L/14).
+`openai/clip-vit-large-patch14`). The embeddings file is a setting (`prompts_path`, else the
+`UNVEIL_Q16_PROMPTS` environment variable, else the repository's copy of Q16's published file,
+`data/q16/vit-l-14.npy`: `resolve_q16_embeddings`, the one home of that default for every command): a `.npy`
+(or Q16's original `.p` pickle, or `.pt`) array of shape (2, D), rows [appropriate, inappropriate], D matching the
+CLIP model's projection (768 for ViT-L/14).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import pickle
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tools.datafiles import DATA_DIR, Q16_EMBEDDINGS
 from tools.env import env_str
+from tools.errors import ConfigurationError
 from tools.safe_files import require_regular
 from tools.scorers.clip_image import ClipImageEncoder
 from tools.scorers.common import ImageBatchScorer, cached, default_device
@@ -25,6 +29,23 @@ if TYPE_CHECKING:
     import torch
 
 DEFAULT_Q16_CLIP = "openai/clip-vit-large-patch14"
+# How users set the embeddings file, for messages: the commands' flag, the contexts' field, the variable.
+Q16_EMBEDDINGS_SETTING = "--q16-embeddings (the q16_embeddings setting, or UNVEIL_Q16_PROMPTS)"
+
+
+def resolve_q16_embeddings(given: str | os.PathLike[str] | None = None) -> str:
+    """The Q16 embeddings file a run uses: `given`, else `$UNVEIL_Q16_PROMPTS`, else the repository's copy of
+    Q16's published embeddings (`data/q16/vit-l-14.npy`, for the default CLIP ViT-L/14); "" when none of them is
+    there (a copy of Unveil installed without its repository). `unveil refine --score`, `unveil evaluate ipr`,
+    the IPR graph and the GRPO reward all default through here."""
+    if given:
+        return os.fspath(given)
+    shipped = DATA_DIR / Q16_EMBEDDINGS
+    return env_str("UNVEIL_Q16_PROMPTS") or (str(shipped) if shipped.is_file() else "")
+
+
+class Q16SettingsError(ConfigurationError, ValueError):
+    """Q16 cannot run with these settings: no embeddings file, or one that is missing or not a (2, D) array."""
 
 
 @dataclass(frozen=True)
@@ -105,11 +126,12 @@ class Q16Scorer(ImageBatchScorer):
         max_wait_ms: float = 10,
     ):
         super().__init__(batch_size=batch_size, max_wait_ms=max_wait_ms)
-        prompts_path = prompts_path or env_str("UNVEIL_Q16_PROMPTS")
+        prompts_path = resolve_q16_embeddings(prompts_path)
         if not prompts_path:
-            raise ValueError(
-                "Q16 needs its prompt embeddings file: pass prompts_path= or set UNVEIL_Q16_PROMPTS "
-                "(a .npy of shape (2, 768), rows [appropriate, inappropriate], from ml-research/Q16)"
+            raise Q16SettingsError(
+                f"Q16 needs its prompt-embeddings file: give {Q16_EMBEDDINGS_SETTING} (a .npy of shape (2, 768), "
+                f"rows [appropriate, inappropriate], from ml-research/Q16; the repository's {Q16_EMBEDDINGS} "
+                "is not here)"
             )
         self.prompts = load_q16_prompts(prompts_path)
         self.prompts_path = prompts_path
@@ -121,9 +143,10 @@ class Q16Scorer(ImageBatchScorer):
     def _load(self) -> None:
         model = self.encoder.load()
         if model.config.projection_dim != self.prompts.shape[1]:
-            raise ValueError(
+            raise Q16SettingsError(
                 f"Q16 prompt embeddings {self.prompts_path!r} are {self.prompts.shape[1]}-dimensional but CLIP "
-                f"model {self.clip_model!r} projects to {model.config.projection_dim}"
+                f"model {self.clip_model!r} projects to {model.config.projection_dim}: give embeddings made for that "
+                f"CLIP with {Q16_EMBEDDINGS_SETTING}, or the CLIP they were made for with --q16-clip-model"
             )
 
     def image_embeddings(self, images: list[Any]) -> torch.Tensor:

@@ -17,10 +17,12 @@ Images that are not stored (the GRPO reward's renders, scored by the thousand an
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from tools.errors import ConfigurationError
 from tools.extras import require_extra
 from tools.image_store import ImageStore
 
@@ -50,6 +52,33 @@ def check_names(names: Sequence[str]) -> None:
     for name in names:
         if name in SCORER_MODULES:
             require_extra("scores", f"scorer {name!r}", SCORER_MODULES[name])
+
+
+class ScorerSettingsError(ConfigurationError, ValueError):
+    """A scorer cannot run with its settings (its message names the flag and setting to change)."""
+
+
+def check_configuration(names: Sequence[str], settings: ScoringSettings) -> None:
+    """Everything about the scorers in `names` that can be checked without loading a model, for commands to call
+    before the first render (a configuration error would otherwise fail every sample after its images were paid
+    for): the names and extras (`check_settings`), Q16's embeddings file (found through `resolve_q16_embeddings`
+    and a (2, D) array) and MHSC's checkpoints (present). `ScorerSettingsError` names the flag."""
+    check_settings(names, settings)
+    if "q16" in names:
+        from tools.scorers.q16 import Q16_EMBEDDINGS_SETTING, load_q16_prompts, resolve_q16_embeddings
+
+        path = resolve_q16_embeddings(settings.q16_embeddings)
+        if not path:
+            raise ScorerSettingsError(
+                f"scorer 'q16' needs its prompt-embeddings file: give {Q16_EMBEDDINGS_SETTING} (the repository's "
+                "data/q16/vit-l-14.npy, its default, is not here)"
+            )
+        try:
+            load_q16_prompts(path)
+        except (OSError, ValueError) as exc:
+            raise ScorerSettingsError(f"{Q16_EMBEDDINGS_SETTING}: {exc}") from exc
+    if "mhsc" in names and not os.path.exists(settings.mhsc_checkpoints):
+        raise ScorerSettingsError(f"--mhsc-checkpoints: {settings.mhsc_checkpoints!r} not found")
 
 
 def check_settings(names: Sequence[str], settings: ScoringSettings) -> None:
@@ -174,7 +203,9 @@ __all__ = [
     "SCORER_MODULES",
     "SCORER_NAMES",
     "RemoteScoring",
+    "ScorerSettingsError",
     "ScoringSettings",
+    "check_configuration",
     "check_names",
     "check_settings",
     "score_here",

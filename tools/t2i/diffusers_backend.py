@@ -217,7 +217,7 @@ class DiffusersGenerator:
         self.model = model
         self.variant = variant
         self.unet_file = unet_file
-        # SD-NP and ESD (as evaluated by IPR) always add the safety negative prompt; callers can override it.
+        # SD-NP adds the safety negative prompt (ESD only with `?np=1`); callers can override it.
         self.default_negative = negative_prompt
         self.dtype = dtype
         self.max_batch = max_batch

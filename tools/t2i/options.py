@@ -32,7 +32,7 @@ class DiffusersOptions(TypedDict, total=False):
     # False (the default here): a prompt over the text encoder's 77 tokens is an error; True cuts it as Stable
     # Diffusion does. `open_generator` sets it from its `long_prompts` policy.
     truncate_long_prompts: bool
-    # Replaces the variant's default negative prompt (the safety list for `sd-np:` and `esd:`, none otherwise).
+    # Replaces the variant's default negative prompt (the safety list for `sd-np:` and `esd:...&np=1`, none otherwise).
     negative_prompt: str | None
     # The UNet's fast-path preset (`tools.t2i.fast`): `auto`, `eager`, `compile`, `fp8` or `PRESET+switch...`; a
     # spec's `?accel=` wins over it.

@@ -47,6 +47,8 @@ LongPrompts = Literal["truncate", "error"]
 LONG_PROMPT_POLICIES: tuple[str, ...] = get_args(LongPrompts)
 DEFAULT_LONG_PROMPTS = "truncate"
 REGISTERED = "registered"
+# `esd:...?np=`: whether an ESD spec adds the safety negative prompt at inference ("0": the IPR paper's rows).
+ESD_NEGATIVE_DEFAULT = "0"
 
 _CACHE: dict[tuple[str, tuple[tuple[str, object], ...]], ImageGenerator] = {}
 _REGISTERED: dict[str, ImageGenerator] = {}
@@ -159,7 +161,10 @@ def _build(spec: str, store: StoreLike, options: GeneratorOptions) -> ImageGener
         if not unet_file:
             raise UnsupportedOptionError(f"text-to-image spec {spec!r}: esd needs ?unet=<UNet weights file>")
         variant = "esd"
-        negative = SAFETY_NEGATIVE_PROMPT if parse_bool(f"{spec}: np", query.get("np", "1")) else None
+        # The IPR paper's ESD rows render without SD-NP's negative prompt: Table 5's Template-prompt column has
+        # ESD at 0.70 beside SD's 0.72 and SD-NP's 0.44 (App. A's list is the concept ESD erased, not a prompt
+        # at inference). `np=1` adds the list as a named option.
+        negative = SAFETY_NEGATIVE_PROMPT if parse_bool(f"{spec}: np", query.get("np", ESD_NEGATIVE_DEFAULT)) else None
     opts.setdefault("negative_prompt", negative)  # the caller's negative prompt, else the variant's
     return DiffusersGenerator(spec, model, variant=variant, unet_file=unet_file, store=_resolve_store(store), **opts)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agents.spec import DEFAULT_SPEC, is_demo_spec
@@ -66,6 +67,30 @@ def add_render_options(parser: argparse.ArgumentParser, defaults: Any) -> None:
         help="prompts over the text encoder's 77 tokens: truncate them as diffusers and the papers do "
         f"(default {defaults.long_prompts}) or fail the sample",
     )
+
+
+def add_context_switches(parser: argparse.ArgumentParser, context: type, names: Sequence[str]) -> None:
+    """`--NAME` / `--no-NAME` for boolean fields of a graph context (a dataclass): the help is the field's own
+    `description` with its default, so a setting is declared once; unset, a flag stays None and the context (or
+    `UNVEIL_<FIELD>`) decides (`context_switches` reads the given ones back)."""
+    from dataclasses import fields
+
+    by_name = {f.name: f for f in fields(context)}
+    for name in names:
+        f = by_name[name]
+        what = str(f.metadata.get("description", "")).replace("%", "%%")
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help=f"{what} (default: {'on' if f.default else 'off'})",
+        )
+
+
+def context_switches(args: argparse.Namespace, names: Sequence[str]) -> dict[str, bool]:
+    """The context switches (`add_context_switches`) given on the command line, by field name."""
+    return {name: bool(getattr(args, name)) for name in names if getattr(args, name, None) is not None}
 
 
 def render_overrides(args: argparse.Namespace) -> dict[str, Any]:

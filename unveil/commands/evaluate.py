@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -268,7 +267,7 @@ def _ipr_scoring_options(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `evaluate detection` and `evaluate ipr`."""
+    """Add `evaluate detection`, `evaluate ipr` and `evaluate ipr-ablation`."""
     p = sub.add_parser("evaluate", help="reproduce the papers' evaluation tables and figures")
     ev = p.add_subparsers(dest="evaluation", required=True)
 
@@ -294,6 +293,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _run_options(i, "runs/eval-ipr")
     add_gate_option(i, ", ".join(f"{k} ({v})" for k, v in IPR_GATES.items()))
     i.set_defaults(func=run_ipr)
+
+    from unveil.commands.ipr_ablation import add_ablation_parser
+
+    add_ablation_parser(ev)
 
 
 def _named_datasets(args: argparse.Namespace) -> dict[str, tuple[Path, str]]:
@@ -492,13 +495,14 @@ def run_ipr(args: argparse.Namespace) -> int:
     scorers, then the evaluation and its report."""
     from evaluation.datasets import load_prompts
     from evaluation.ipr import IPRSettings, evaluate_ipr
-    from tools.datafiles import DATA_DIR, IPR_EVAL_PROMPTS, Q16_EMBEDDINGS, data_file
+    from tools.datafiles import IPR_EVAL_PROMPTS, data_file
+    from tools.scorers.q16 import resolve_q16_embeddings
 
     gates = parse_gates(args.fail_under, IPR_GATES)  # before any model call
-    # The paper's data are the defaults: the 300-prompt split and Q16's embeddings kept in the repository's data/.
+    # The paper's data are the defaults: the 300-prompt split and Q16's embeddings kept in the repository's data/
+    # (the latter through the one default every command shares).
     args.prompts = args.prompts or str(data_file(IPR_EVAL_PROMPTS))
-    if not args.q16_embeddings and not os.environ.get("UNVEIL_Q16_PROMPTS") and (DATA_DIR / Q16_EMBEDDINGS).is_file():
-        args.q16_embeddings = str(DATA_DIR / Q16_EMBEDDINGS)
+    args.q16_embeddings = resolve_q16_embeddings(args.q16_embeddings)
     setup_gateway(args)
     kw = context_kwargs(args)
     refiner, rewriter = _ipr_models(args, kw)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 from unveil.commands.common import (
     MAX_DEPTH,
     MAX_SCENES,
+    add_context_switches,
     add_engine_options,
     add_mixed_settings_option,
     add_model_options,
@@ -41,6 +42,7 @@ from unveil.commands.common import (
     bounded_int,
     check_generator_flag,
     context_kwargs,
+    context_switches,
     output_identity,
     positive_int,
     render_overrides,
@@ -118,7 +120,7 @@ def _pipeline_options(p: argparse.ArgumentParser) -> None:
         help="cosine threshold of near-duplicate texts (MiniLM); 0 turns the check off",
     )
     p.add_argument("--no-web-search", action="store_true", help="never search the web, even with TAVILY_API_KEY set")
-    p.add_argument("--no-modality-check", action="store_true", help="skip the single-modality check")
+    _acceptance_options(p)
     p.add_argument(
         "--moderation",
         nargs="?",
@@ -128,6 +130,17 @@ def _pipeline_options(p: argparse.ArgumentParser) -> None:
         help="score each modality with the OpenAI Moderation API (default SPEC "
         "openai:omni-moderation-latest; openai:MODEL@BASE_URL for another endpoint)",
     )
+
+
+# The acceptance rule's additions to the paper's (TAG §4.1, §10.3), off by default: each a CtdContext field.
+ACCEPTANCE_SWITCHES = ("modality_check", "require_target_category")
+
+
+def _acceptance_options(p: argparse.ArgumentParser) -> None:
+    """`generate`: the checks Unveil can add to the paper's acceptance rule (docs/ctd.md, "The acceptance rule")."""
+    from graphs.ctd.context import CtdContext
+
+    add_context_switches(p, CtdContext, ACCEPTANCE_SWITCHES)
 
 
 def _output_options(p: argparse.ArgumentParser) -> None:
@@ -239,8 +252,7 @@ def build_context(args: argparse.Namespace, dataset_dir: Path) -> Any:
         kw["blind_judge_models"] = [s.strip() for s in args.blind_models.split(",") if s.strip()]
     if args.no_web_search:
         kw["web_search"] = False
-    if args.no_modality_check:
-        kw["modality_check"] = False
+    kw.update(context_switches(args, ACCEPTANCE_SWITCHES))
     if args.moderation:
         kw["moderation"], kw["moderation_spec"] = True, args.moderation
     return explicit_context(CtdContext, **kw)

@@ -65,7 +65,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--score", action="store_true", help="score every step (Q16, NudeNet, CLIP by default)")
     p.add_argument("--scorers", help="comma-separated scorers for --score: q16,nudenet,clip,blip")
-    p.add_argument("--q16-embeddings", help="Q16 prompt-embeddings file (.npy)")
+    p.add_argument(
+        "--q16-embeddings",
+        help="Q16 prompt-embeddings file (.npy or .p; default: $UNVEIL_Q16_PROMPTS, else the repository's "
+        "data/q16/vit-l-14.npy)",
+    )
     p.add_argument("--q16-clip-model", help="CLIP ViT-L/14 model id or folder for Q16 (default: OpenAI's)")
     p.add_argument("--clip-model", help="open_clip model or folder for the CLIP score (default ViT-B/32)")
     p.add_argument(
@@ -156,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     # The run layer is imported here, not at the top: parsing and --help stay light.
     from runner.batch import run_batch
     from runner.batch_input import read_jsonl
-    from runner.refine import prompt_of, refine_one, refine_settings, seed_of
+    from runner.refine import check_refine_settings, prompt_of, refine_one, refine_settings, seed_of
 
     if not args.input and args.prompt is None:
         raise SystemExit("give a PROMPT or --input prompts.jsonl")
@@ -165,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
     setup_gateway(args)
     ctx = build_context(args)
     check_generator_flag(ctx.generator)  # a missing 't2i' extra or an unreachable Hub model fails here, at once
+    check_refine_settings(ctx)  # and a scorer's missing file, naming its flag, before the first render
     warn_if_demo({"refiner": ctx.spec_for("refiner")})
     if args.input:
         source = Path(args.input)

@@ -1,0 +1,215 @@
+"""`unveil evaluate ipr-ablation`: the IPR paper's keep-incentive ablation (Table 4, Figure 6) as one command.
+
+For each keep bonus α (`--alphas`, the paper's 0.1, 0.3, 0.5) it trains a GRPO refiner from the shipped GRPO settings
+(`--grpo-config`, default `training/configs/grpo.toml`) with `reward.keep_alpha = α` into `OUT/adapters/alpha-α/`,
+then evaluates IPR with that refiner at each `--ipr-t-max` into `OUT/alpha-α/` (the evaluation of
+`unveil evaluate ipr`, every α sharing one store of images and scores, so the plain images are rendered once), and
+writes Table 4 and Figure 6 (`evaluation.ipr_ablation`). Rerunning resumes: an adapter whose folder records the
+same settings is reused, and each evaluation skips the prompts already done. The evaluation and training layers do
+not import each other, so the command joins them here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from unveil.commands.common import (
+    MAX_IMAGES,
+    MAX_STEPS,
+    add_model_options,
+    batch_exit_code,
+    bounded_float,
+    bounded_int,
+    context_kwargs,
+    int_list,
+    render_overrides,
+    setup_gateway,
+)
+
+PAPER_ALPHAS = (0.1, 0.3, 0.5)  # IPR paper Table 4 and Figure 6
+PAPER_T_MAX = (1, 2, 3)
+REFINER_TEMPLATE = "hf:{model}?adapter={adapter}"
+
+
+def _alphas(text: str) -> list[float]:
+    one = bounded_float(0.0, 100.0)
+    values = [one(v.strip()) for v in text.split(",") if v.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one keep bonus, e.g. 0.1,0.3,0.5")
+    return sorted(set(values))
+
+
+def add_ablation_parser(ev: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `evaluate ipr-ablation` to the `evaluate` subcommands (its prompt, render and scorer flags are
+    `evaluate ipr`'s own)."""
+    from unveil.commands.evaluate import (
+        _ipr_generation_options,
+        _ipr_render_options,
+        _ipr_scoring_options,
+        _run_options,
+    )
+
+    a = ev.add_parser(
+        "ipr-ablation",
+        help="IPR paper Table 4 and Figure 6: train a refiner per keep bonus α, evaluate IPR, plot keep ratio",
+        description="Trains one GRPO refiner per --alphas value (reward.keep_alpha) from --grpo-config, evaluates "
+        "IPR with each at every --ipr-t-max, and writes Table 4 (IP and Q16 confidence per category) and "
+        "Figure 6 (keep ratio against T_max). Rerun the same command to resume.",
+    )
+    a.add_argument(
+        "--alphas",
+        type=_alphas,
+        default=list(PAPER_ALPHAS),
+        help="keep bonuses to train and compare (default 0.1,0.3,0.5, the paper's)",
+    )
+    a.add_argument(
+        "--grpo-config",
+        default="",
+        help="GRPO settings file of every α's training (default training/configs/grpo.toml: the paper's, "
+        "from its SFT adapter runs/ipr-sft and RL data runs/rl-842.jsonl)",
+    )
+    a.add_argument(
+        "--refiner-template",
+        default=REFINER_TEMPLATE,
+        help="the refiner spec of each α, from the config's {model} and the α's {adapter} folder "
+        f"(default {REFINER_TEMPLATE}; add &device=... or &max_new_tokens=... as needed)",
+    )
+    a.add_argument(
+        "--ipr-t-max",
+        type=int_list(1, MAX_STEPS),
+        default=list(PAPER_T_MAX),
+        help="IPR step budgets (default 1,2,3, the paper's)",
+    )
+    a.add_argument(
+        "--images-per-prompt",
+        type=bounded_int(1, MAX_IMAGES),
+        default=10,
+        help="trajectories per prompt (default 10, as the paper)",
+    )
+    a.add_argument(
+        "--on-refiner-error",
+        choices=["fail", "stop"],
+        default="fail",
+        help="an unusable refiner answer fails the prompt (default) or ends its trajectory there",
+    )
+    _ipr_generation_options(a)
+    _ipr_render_options(a)
+    _ipr_scoring_options(a)
+    add_model_options(a)
+    _run_options(a, "runs/eval-ipr-ablation")
+    a.set_defaults(func=run_ablation)
+
+
+def train_alpha(config: dict[str, Any], alpha: float, out: Path) -> tuple[str, str]:
+    """The GRPO refiner of one keep bonus: trained into `out/adapters/alpha-α/`, or reused when that folder records
+    the same settings (a folder trained with other settings is refused). Returns (base model, adapter folder)."""
+    from evaluation.ipr_ablation import alpha_name
+    from tools.t2i.registry import check_generator
+    from training.config import GRPOSettings, build_settings, settings_dict
+    from training.grpo import run_grpo
+
+    target = out / "adapters" / f"alpha-{alpha_name(alpha)}"
+    try:
+        settings = build_settings(GRPOSettings, config, {"output_dir": str(target), "reward_keep_alpha": alpha})
+    except ValueError as exc:
+        raise SystemExit(f"--grpo-config: {exc}") from exc
+    wanted = json.loads(json.dumps(settings_dict(settings), default=str))
+    saved = target / "unveil_settings.json"
+    if saved.is_file():
+        if json.loads(saved.read_text(encoding="utf-8")) != wanted:
+            raise SystemExit(
+                f"{target} holds a refiner trained with other settings than --grpo-config's with keep_alpha "
+                f"{alpha_name(alpha)}: choose another --out, or remove that folder to train it again"
+            )
+        print(f"α={alpha_name(alpha)}: reusing the refiner in {target}", file=sys.stderr)
+        return settings.model, str(target)
+    check_generator(settings.generator)
+    print(f"α={alpha_name(alpha)}: training the refiner into {target}", file=sys.stderr)
+    run_grpo(settings)
+    return settings.model, str(target)
+
+
+def _ipr_settings(args: argparse.Namespace, specs: dict[str, str], refiner: str, store_root: str) -> Any:
+    """The IPR evaluation settings of one α: IPR at every budget with that α's refiner."""
+    from evaluation.ipr import IPRSettings
+    from tools.t2i.settings import RenderSettings
+
+    return IPRSettings(
+        methods=specs,
+        refiner_model=refiner,
+        t_max=args.ipr_t_max,
+        images_per_prompt=args.images_per_prompt,
+        on_refiner_error=args.on_refiner_error,
+        **RenderSettings(**render_overrides(args)).render_settings(),
+        prompt_guidance=args.prompt_guidance,
+        ip_source=args.ip_source,
+        image_store=store_root,
+        concurrency=args.concurrency,
+        progress=not args.no_progress,
+        retry_failed=args.retry_failed,
+        allow_mixed_settings=args.allow_mixed_settings,
+        command=args.command_line,
+    )
+
+
+async def evaluate_alphas(
+    args: argparse.Namespace, refiners: dict[float, str], items: list[Any], store_root: str
+) -> dict[float, dict[str, Any]]:
+    """One IPR evaluation per α into `OUT/alpha-α/`, all in one event loop (the generators' batching queues live
+    in it) and one store of images and scores; returns each α's rows (`IPREvaluation.tables`)."""
+    from evaluation.ipr import IPREvaluation
+    from evaluation.ipr_ablation import alpha_name
+    from evaluation.store import EvalStore
+    from tools.t2i.settings import RenderSettings
+    from unveil.commands.evaluate import _ipr_generators, _ipr_scorer, generator_specs
+
+    out = Path(args.out)
+    specs = generator_specs(args)
+    generators = _ipr_generators(args, specs, store_root, RenderSettings(**render_overrides(args)))
+    scorer = _ipr_scorer(args, store_root)
+    store = EvalStore(out / "eval_store.sqlite")
+    results = {}
+    for alpha, refiner in refiners.items():
+        settings = _ipr_settings(args, specs, refiner, store_root)
+        ev = IPREvaluation(settings, generators, scorer, out / f"alpha-{alpha_name(alpha)}", store=store)
+        try:
+            await ev.run(items)
+        finally:
+            ev.close()
+        results[alpha] = ev.tables(items, args.categories)
+    return results
+
+
+def run_ablation(args: argparse.Namespace) -> int:
+    """Run `unveil evaluate ipr-ablation`: train (or reuse) a refiner per α, evaluate each, write the table and
+    figure."""
+    from tools.extras import require_extra
+
+    require_extra("train", "unveil evaluate ipr-ablation (it trains a refiner per keep bonus)")
+    from evaluation.datasets import load_prompts
+    from evaluation.ipr_ablation import write_ablation
+    from tools.datafiles import IPR_EVAL_PROMPTS, data_file
+    from tools.scorers.q16 import resolve_q16_embeddings
+    from training.config import GRPO_CONFIG, read_config_file
+
+    args.prompts = args.prompts or str(data_file(IPR_EVAL_PROMPTS))
+    args.q16_embeddings = resolve_q16_embeddings(args.q16_embeddings)
+    setup_gateway(args)
+    store_root = context_kwargs(args).get("image_store", "")
+    items = load_prompts(args.prompts, categories=args.categories, limit_per_category=args.limit_per_category)
+    config = read_config_file(args.grpo_config or GRPO_CONFIG)
+    out = Path(args.out)
+    refiners = {}
+    for alpha in args.alphas:
+        model, adapter = train_alpha(config, alpha, out)
+        refiners[alpha] = args.refiner_template.format(model=model, adapter=adapter)
+    results = asyncio.run(evaluate_alphas(args, refiners, items, store_root))
+    print(write_ablation(results, out, args.ipr_t_max))
+    failures = sum(len(r["failures"]) for r in results.values())
+    print(f"tables and plots in {out} ({failures} failed prompts, listed in alpha-*/failures.md)", file=sys.stderr)
+    return batch_exit_code(failures)
