@@ -9,17 +9,16 @@ distinct scripted answers and their costs are booked under `judge`.
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Any, Literal
+from typing import Any
 
 from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, Field
 
 from agents.content import ImagePart, abuild_messages, build_messages
 from agents.ctd.vocabulary import CATEGORIES, MAX_REASON_CHARS
+from agents.ctd.vocabulary import JudgeKind as JudgeKind
 from agents.gateway import CallResult, Gateway
 from tools.image_store import ImageStore
-
-JudgeKind = Literal["blind", "informed", "forced"]
 
 _CATEGORY_LIST = ", ".join(CATEGORIES)
 

@@ -7,8 +7,13 @@ the same kinds of links.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from agents.categories import CATEGORIES, normalize_category
 from agents.tag.types import ASSOCIATION_GUIDE
+
+# The judges of the panel (agents/ctd/judges.py), here so the CTD settings name them without the model stack.
+JudgeKind = Literal["blind", "informed", "forced"]
 
 # The categories are the project's one vocabulary (agents/categories.py); CTD generates samples in them.
 __all__ = ["CATEGORIES", "ERASURE_TECHNIQUES", "MAX_REASON_CHARS", "MAX_TEXT_CHARS", "normalize_category"]

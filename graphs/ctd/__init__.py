@@ -19,11 +19,31 @@ The package has one module a job: `context` (the run's settings), `state`, `reso
 and `human_review` (human verification), and `build` (the compiled graph).
 """
 
-from graphs.ctd.build import builder, graph
-from graphs.ctd.context import CtdContext
-from graphs.ctd.resources import ctd_generator
-from graphs.ctd.review_payload import THUMBNAIL_PIXELS, thumbnail_data_url
-from graphs.ctd.state import CtdInput, CtdOutput, CtdState
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from graphs.ctd.build import builder, graph
+    from graphs.ctd.context import CtdContext
+    from graphs.ctd.resources import ctd_generator
+    from graphs.ctd.review_payload import THUMBNAIL_PIXELS, thumbnail_data_url
+    from graphs.ctd.state import CtdInput, CtdOutput, CtdState
+
+# Each public name and the module it lives in. They load on first use (PEP 562), so reading the settings of
+# `graphs.ctd.context` (the CLI's help) neither builds the graph nor loads the model stack.
+_HOMES = {
+    "builder": "build",
+    "graph": "build",
+    "CtdContext": "context",
+    "ctd_generator": "resources",
+    "THUMBNAIL_PIXELS": "review_payload",
+    "thumbnail_data_url": "review_payload",
+    "CtdInput": "state",
+    "CtdOutput": "state",
+    "CtdState": "state",
+}
 
 __all__ = [
     "THUMBNAIL_PIXELS",
@@ -36,3 +56,10 @@ __all__ = [
     "graph",
     "thumbnail_data_url",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name of the package, imported from its module on first use."""
+    if name not in _HOMES:
+        raise AttributeError(f"module 'graphs.ctd' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"graphs.ctd.{_HOMES[name]}"), name)

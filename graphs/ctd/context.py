@@ -8,7 +8,7 @@ from typing import Literal
 # typing_extensions' TypedDict: pydantic (Studio's schema export) rejects typing's on Python < 3.12.
 from typing_extensions import TypedDict
 
-from agents.ctd.judges import JudgeKind
+from agents.ctd.vocabulary import JudgeKind
 from agents.spec import redact_spec
 from graphs.context import ModelsContext, strict_init
 from graphs.ctd_rules import ConceptCondition, GatekeeperRule, ReviewPolicy, ReviewRule
