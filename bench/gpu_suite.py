@@ -33,6 +33,7 @@ I2P's 4,703 prompts (an upper bound: the warm-up is paid once).
     python bench/gpu_suite.py --parts scale --scale-accel eager
     python bench/gpu_suite.py --parts ipr --i2p I2P.csv --budget-s 540 --out $OUT/gpu_suite-ipr.json
     python bench/gpu_suite.py --tiny                # CPU smoke run on the tiny test models (checks the suite)
+    python bench/gpu_suite.py --tiny --budget-s 0   # the same without a time limit (what the test runs)
 
 The JSON (commit, GPU model, versions of torch, diffusers, transformers, TRL and Ray, the rows and every part's
 numbers and log tail) is rewritten as each part ends, and once more, with the table printed last, at the end or on
@@ -46,6 +47,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import signal
@@ -130,8 +132,12 @@ class Runner:
         self.stopping = False
 
     def left(self) -> float:
-        """Seconds to the deadline."""
+        """Seconds to the deadline (infinite without a budget)."""
         return self.deadline - time.monotonic()
+
+    def wait_for(self, event: threading.Event) -> None:
+        """Wait for `event`, at most until the deadline."""
+        event.wait(None if math.isinf(self.deadline) else max(0.0, self.left()))
 
     def run(self, name: str, cmd: list[str], env: dict[str, str], limit: float) -> dict[str, Any]:
         """Run one job for at most `limit` seconds (and never past the deadline); its JSON, status, seconds, log."""
@@ -152,8 +158,9 @@ class Runner:
                     start_new_session=True,
                 )
                 self.procs[name] = proc
+            print(f"{name}: started", flush=True)  # from here a stop ends it (SIGTERM's test waits for this)
             try:
-                rc = proc.wait(timeout=limit)
+                rc = proc.wait(timeout=None if math.isinf(limit) else limit)
                 status = "ok" if rc == 0 else f"failed (exit {rc})"
             except subprocess.TimeoutExpired:
                 status = f"stopped at its time limit ({limit:.0f} s)"
@@ -574,7 +581,8 @@ def main(argv: list[str] | None = None) -> int:
         "--budget-s",
         type=float,
         default=540.0,
-        help="seconds for the whole suite: every job is stopped by then, the table follows at once",
+        help="seconds for the whole suite: every job is stopped by then, the table follows at once (0: no limit, "
+        "every part runs to its end)",
     )
     ap.add_argument(
         "--scale-accel",
@@ -624,7 +632,10 @@ def main(argv: list[str] | None = None) -> int:
         slug = "".join(c if c.isalnum() else "-" for c in machine).strip("-").lower()
         out = ROOT / "bench" / "results" / f"gpu_suite-{commit().split('+')[0]}-{slug}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    runner = Runner(started + args.budget_s, work)
+    if args.budget_s < 0:
+        ap.error("--budget-s: expected seconds >= 0 (0: no limit)")
+    budget = args.budget_s or math.inf
+    runner = Runner(started + budget, work)
     results: dict[str, Any] = {}
     write_lock = threading.Lock()
     base = {
@@ -681,12 +692,12 @@ def main(argv: list[str] | None = None) -> int:
         for job, visible, share, after in lane:
             try:
                 for other in after:
-                    ended[other].wait(max(0.0, runner.left()))
+                    runner.wait_for(ended[other])
                 env = {"TORCHINDUCTOR_CACHE_DIR": cache}
                 if n_gpus:
                     env["CUDA_VISIBLE_DEVICES"] = visible
                 # A part run alone has the whole budget; among others, its share leaves the later jobs theirs.
-                limit = share * args.budget_s if len(parts) > 1 else args.budget_s
+                limit = share * budget if len(parts) > 1 else budget
                 results[job] = runner.run(job, commands[job], env, limit)
                 print(
                     f"[{time.monotonic() - started:5.0f} s] {job}: {results[job]['status']} "
