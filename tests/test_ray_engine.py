@@ -194,7 +194,7 @@ def test_detect_and_generate_records_equal_the_local_engine(cluster: Any, tmp_pa
     assert store_ids(tmp_path / "gen-ray" / "images") == store_ids(tmp_path / "gen-local" / "images") != set()
 
 
-@pytest.mark.timeout(1200)  # a hang guard only: the busy loops slow the three runs several times over
+@pytest.mark.timeout(2400)  # a hang guard only: the busy loops slow the three runs several times over
 def test_refine_on_the_second_node_and_a_killed_render_actor(
     cluster: Any, tmp_path: Path, sd_folder: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -220,6 +220,8 @@ def test_refine_on_the_second_node_and_a_killed_render_actor(
     assert len(reference) == N and {len(r["trajectory"]) for r in reference.values()} == {1, 2}
 
     monkeypatch.setenv("UNVEIL_RAY_RENDER_RESOURCES", json.dumps({"unveil_render": 1}))
+    # The restarted member loads its pipeline with every CPU busy: its deadline is no part of what is tested.
+    monkeypatch.setenv("UNVEIL_RAY_RESTART_TIMEOUT", "3000")
     from unveil.cli import build_parser
     from unveil.commands.refine import build_context
 
@@ -261,7 +263,7 @@ def test_refine_on_the_second_node_and_a_killed_render_actor(
                 return list(registry._REMOTE[0].pools.values())  # type: ignore[attr-defined]
 
             summary = asyncio.run(run())
-            assert summary.failed == 0 and summary.completed == N
+            assert summary.failed == 0 and summary.completed == N, summary.failures
             if kill:  # the member was restarted: a new process
                 (pool,) = [p for p in generator_pools() if p.members]
                 assert ray.get(pool.members[0].ready.remote())["pid"] != where["pid"]
