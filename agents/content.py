@@ -2,11 +2,12 @@
 
 Instructions live only in the system message (the role's prompt constant). Text and images under test go in a
 separate user message, each text inside a `<data name=...>` element whose closing tag cannot be forged (every
-spelling of a `data` tag inside the content is escaped: any case, spacing, line break, invisible character,
-HTML entity, look-alike bracket or slash, or look-alike letters: fullwidth, mathematical, Cyrillic, Greek and other
-confusables and combining marks are folded before tags are looked for), and each image as an image content block
-built from the image store inside the calling node. Models without vision get the image's description instead,
-also as data.
+spelling of a `data` tag inside the content is escaped: any case, spacing, line break, HTML entity; every invisible
+character (Unicode format characters, the tag block, combining marks, variation selectors, controls) is removed and
+every look-alike folded (compatibility forms, letters named D, A, T, alpha or tau with any decoration in any script,
+look-alike brackets and slashes, and a few shape-only confusables) before tags are looked for), and each image as
+an image content block built from the image store inside the calling node. Models without vision get the image's
+description instead, also as data.
 """
 
 from __future__ import annotations
@@ -39,58 +40,114 @@ _GAP = r"[\s\x00-\x08\x0e-\x1f\x7f\u00ad\u034f\u180e\u200b-\u200f\u202a-\u202e\u
 _SLASH = r"(?:/|&sol;|&#0*47;?|&#x0*2f;?|\\u002f|\uff0f|\u2215|\u2044)"
 # `<`, optional gap, optional slash, optional gap, then the tag name `data` in any case (fullwidth letters too).
 _INVISIBLE = r"[\x00-\x08\x0e-\x1f\x7f\u00ad\u034f\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]*"
-_NAME = _INVISIBLE.join(("[d\uff44]", "[a\uff41]", "[t\uff54]", "[a\uff41]"))
+# `_EITHER` (a private-use character the folding gives a letter that reads as D by its shape and A by its name,
+# Cherokee A) stands for either.
+_EITHER = "\ue000"
+_NAME = _INVISIBLE.join((f"[d\uff44{_EITHER}]", f"[a\uff41{_EITHER}]", "[t\uff54]", f"[a\uff41{_EITHER}]"))
 _TAG = re.compile(f"{_OPEN}{_GAP}(?P<slash>{_SLASH})?{_GAP}(?={_NAME})", re.IGNORECASE)
 
 
-# Look-alikes of the delimiter's characters that compatibility decomposition (NFKD) does not fold: Cyrillic, Greek,
-# Cherokee, Lisu and Canadian-syllabics letters, small capitals, Latin alpha, and bracket- and slash-like signs.
-_CONFUSABLES = str.maketrans(
-    {
-        **dict.fromkeys("\u0501\u0256\u0257\u13e7\u146f\ua4d2\u1d05\u13a0\u15de\ua4d3\u2145\u2146", "d"),
-        **dict.fromkeys("\u0430\u0410\u03b1\u0391\u0251\u237a\u1d00\u13aa\ua4ee\u15c5\u0250\u0252", "a"),
-        **dict.fromkeys("\u0442\u0422\u03c4\u03a4\u1d1b\u13a2\ua4d4\u22a4\u27d9\u2ca6\u01ad\u0167", "t"),
-        **dict.fromkeys("\u2039\u3008\u27e8\u1438\u02c2\u276e\u276c\u2329\u29fc\u1445", "<"),
-        **dict.fromkeys("\u2215\u2044\u2571\u29f8\u141f\u3033\u30ce\u4e3f\u2cc6\u01c0", "/"),
-    }
-)
+# Look-alikes of the delimiter's characters that neither compatibility decomposition nor their Unicode names fold
+# (the names say nothing of the shape): Cyrillic, Cherokee, Lisu and Canadian-syllabics letters, Latin alpha, and
+# bracket- and slash-like signs. Checked before the names (Cherokee A looks like a D).
+_CONFUSABLES = {
+    "\u13a0": _EITHER,
+    **dict.fromkeys("\u0501\u13e7\u146f\ua4d2\u15de\ua4d3\u2145\u2146\u2202", "d"),
+    **dict.fromkeys("\u0430\u0410\u0251\u237a\u13aa\ua4ee\u15c5\u0250\u0252", "a"),
+    **dict.fromkeys("\u0442\u0422\u13a2\ua4d4\u22a4\u27d9\u2ca6", "t"),
+    **dict.fromkeys("\u2039\u3008\u27e8\u1438\u02c2\u276e\u276c\u2329\u29fc\u1445", "<"),
+    **dict.fromkeys("\u2215\u2044\u2571\u29f8\u141f\u3033\u30ce\u4e3f\u2cc6\u01c0", "/"),
+}
+# A letter of the delimiter by its name, in any script and with any decoration: `LATIN SMALL LETTER D WITH
+# STROKE` (đ), `LATIN LETTER SMALL CAPITAL D`, `GREEK SMALL LETTER ALPHA WITH TONOS`, `COMBINING LATIN SMALL
+# LETTER A`, `REGIONAL INDICATOR SYMBOL LETTER D`, `CYRILLIC SMALL LETTER A`.
+_LETTER_NAME = re.compile(r"\bLETTER (?:SMALL |CAPITAL |SCRIPT )*(?P<letter>D|A|T|ALPHA|TAU)(?: WITH .*)?$")
+_LETTERS = {"D": "d", "A": "a", "T": "t", "ALPHA": "a", "TAU": "t"}
+# Invisible by nature: format characters (bidirectional controls, joiners, the tag block), combining marks
+# (variation selectors among them), enclosing marks, controls and unassigned code points; and the default-ignorable
+# letters (Hangul fillers) that render as nothing.
+_INVISIBLE_CATEGORIES = frozenset({"Cf", "Mn", "Me", "Cc", "Cn"})
+_IGNORABLE_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
+_TAGS = range(0xE0000, 0xE0080)  # the tag block: invisible, but some readers take U+E00xx for ASCII xx
 
 
-@functools.lru_cache(maxsize=4096)
-def _fold(char: str) -> str:
-    """What a reader takes `char` for: compatibility-decomposed (fullwidth, mathematical and circled letters become
-    plain ones), combining marks dropped (a `d` with a dot is still a `d`), look-alikes mapped to the letter."""
-    decomposed = unicodedata.normalize("NFKD", char.translate(_CONFUSABLES))
-    return "".join(c for c in decomposed if not unicodedata.combining(c)).translate(_CONFUSABLES)
+def _named_look_alike(char: str) -> str | None:
+    """The delimiter character `char` is named as (a letter, a left angle bracket, a slash), or None."""
+    name = unicodedata.name(char, "")
+    letter = _LETTER_NAME.search(name)
+    if letter:
+        return _LETTERS[letter.group("letter")]
+    if "LESS-THAN" in name or ("LEFT" in name and ("ANGLE" in name or "CHEVRON" in name)):
+        return "<"
+    if ("SOLIDUS" in name and "REVERSE" not in name) or ("SLASH" in name and "BACK" not in name):
+        return "/"
+    return None
+
+
+@functools.lru_cache(maxsize=8192)
+def _fold(char: str, tags_as_ascii: bool = False) -> str:
+    """What a reader takes `char` for: a look-alike of a delimiter character becomes that character (by shape,
+    then by name), an invisible character nothing, whitespace a space, anything else its compatibility
+    decomposition (fullwidth, mathematical and circled letters become plain ones), each part folded again with
+    its combining marks dropped (`d` with a dot is still a `d`). `tags_as_ascii`: a tag character reads as the
+    ASCII character it encodes (the other reading of the same text)."""
+    if char.isascii():
+        return char
+    if ord(char) in _TAGS:
+        code = ord(char) - _TAGS.start
+        return chr(code) if tags_as_ascii and 0x20 <= code < 0x7F else ""
+    look_alike = _CONFUSABLES.get(char) or _named_look_alike(char)
+    invisible = unicodedata.category(char) in _INVISIBLE_CATEGORIES or char in _IGNORABLE_LETTERS
+    if look_alike is not None and not (invisible and look_alike in "</"):
+        return look_alike  # a combining letter d is a d; a combining solidus overlay or angle is no sign
+    if invisible:
+        return ""
+    if char.isspace():
+        return " "
+    parts = unicodedata.normalize("NFKD", char)
+    if parts == char:
+        return char
+    return "".join(_fold(part, tags_as_ascii) for part in parts)
+
+
+def _tag_spans(text: str, tags_as_ascii: bool) -> list[tuple[int, int, bool]]:
+    """(start, end, closing) in `text` of every bracket that opens a `data` tag once each character is folded."""
+    folded: list[str] = []
+    origin: list[int] = []  # index in `text` of the character each folded character comes from
+    for i, char in enumerate(text):
+        f = _fold(char, tags_as_ascii)
+        folded.append(f)
+        origin.extend([i] * len(f))
+    origin.append(len(text))
+    return [
+        (origin[m.start()], max(origin[m.end()], origin[m.start()] + 1), bool(m.group("slash")))
+        for m in _TAG.finditer("".join(folded))
+    ]
 
 
 def escape_data(text: str) -> str:
     """Neutralise delimiter spoofing: untrusted text cannot open or close a `data` element in any spelling.
 
-    Every bracket that starts something a parser could read as a `data` tag (any case, spacing or line break,
-    entity-encoded, a look-alike bracket or look-alike letters) becomes the inert `<\\` (`<\\/` for a closing
-    tag): the model still sees the text, but no tag. Tags are looked for in the text with every character folded
-    (`_fold`); the brackets found are replaced in the text as it was.
+    Every bracket that starts something a reader could take for a `data` tag becomes the inert `<\\` (`<\\/` for a
+    closing tag): the model still sees the text, but no tag. Tags are looked for in the text with every character
+    folded (`_fold`: invisible characters removed, compatibility forms and combining marks folded, look-alikes of
+    `<`, `/`, `d`, `a`, `t` taken for them), once with the tag block invisible and once read as ASCII; the
+    brackets found are replaced in the text as it was.
     """
 
-    def inert(m: re.Match[str]) -> str:
-        return "<\\/" if m.group("slash") else "<\\"
+    def inert(closing: bool) -> str:
+        return "<\\/" if closing else "<\\"
 
     if text.isascii():
-        return _TAG.sub(inert, text)
-    folded: list[str] = []
-    origin: list[int] = []  # index in `text` of the character each folded character comes from
-    for i, char in enumerate(text):
-        f = char if char.isascii() else _fold(char)
-        folded.append(f)
-        origin.extend([i] * len(f))
-    origin.append(len(text))
+        return _TAG.sub(lambda m: inert(bool(m.group("slash"))), text)
+    spans = sorted(_tag_spans(text, False) + _tag_spans(text, True))
     out: list[str] = []
     last = 0
-    for m in _TAG.finditer("".join(folded)):
-        start, end = origin[m.start()], origin[m.end()]
+    for start, end, closing in spans:
+        if start < last:  # the same bracket found in both readings
+            continue
         out.append(text[last:start])
-        out.append(inert(m))
+        out.append(inert(closing))
         last = end
     out.append(text[last:])
     return "".join(out)

@@ -33,6 +33,7 @@ I2P's 4,703 prompts (an upper bound: the warm-up is paid once).
     python bench/gpu_suite.py --parts scale --scale-accel eager
     python bench/gpu_suite.py --parts ipr --i2p I2P.csv --budget-s 540 --out $OUT/gpu_suite-ipr.json
     python bench/gpu_suite.py --tiny                # CPU smoke run on the tiny test models (checks the suite)
+    python bench/gpu_suite.py --tiny --budget-s 0   # the same without a time limit (what the test runs)
 
 The JSON (commit, GPU model, versions of torch, diffusers, transformers, TRL and Ray, the rows and every part's
 numbers and log tail) is rewritten as each part ends, and once more, with the table printed last, at the end or on
@@ -46,6 +47,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import signal
@@ -158,8 +160,12 @@ class Runner:
         self.stopping = False
 
     def left(self) -> float:
-        """Seconds to the deadline."""
+        """Seconds to the deadline (infinite without a budget)."""
         return self.deadline - time.monotonic()
+
+    def wait_for(self, event: threading.Event) -> None:
+        """Wait for `event`, at most until the deadline."""
+        event.wait(None if math.isinf(self.deadline) else max(0.0, self.left()))
 
     def run(self, name: str, cmd: list[str], env: dict[str, str], limit: float) -> dict[str, Any]:
         """Run one job for at most `limit` seconds (and never past the deadline); its JSON, status, seconds, log."""
@@ -180,8 +186,9 @@ class Runner:
                     start_new_session=True,
                 )
                 self.procs[name] = proc
+            print(f"{name}: started", flush=True)  # from here a stop ends it (SIGTERM's test waits for this)
             try:
-                rc = proc.wait(timeout=limit)
+                rc = proc.wait(timeout=None if math.isinf(limit) else limit)
                 status = "ok" if rc == 0 else f"failed (exit {rc})"
             except subprocess.TimeoutExpired:
                 status = f"stopped at its time limit ({limit:.0f} s)"
@@ -715,7 +722,7 @@ def plan_lines(
                     "job": name,
                     "GPUs": visible or "-",
                     "start_s": round(start),
-                    "cap_s": round(cap),
+                    "cap_s": round(cap) if math.isfinite(cap) else None,  # None: no budget (--budget-s 0)
                     "need_s": round(need),
                     "fits": need <= cap,
                 }
@@ -727,17 +734,20 @@ def plan_lines(
         # Until the first job that waits for this one is due to start: what an optional extra (the t2i part's
         # dynamic-batch variant) may use without delaying the later jobs.
         due = [rows[w]["start_s"] for lane in plan for w, _, _, after in lane if name in after and w in rows]
-        row["soft_s"] = min([row["cap_s"], *(d - row["start_s"] for d in due)])
+        cap_s = math.inf if row["cap_s"] is None else row["cap_s"]
+        soft = min([cap_s, *(d - row["start_s"] for d in due)])
+        row["soft_s"] = round(soft) if math.isfinite(soft) else None
     return [rows[n] for n in names if n in rows]
 
 
 def print_plan(rows: list[dict[str, Any]], budget: float, tiny: bool) -> None:
     """The plan, before anything starts: a job that will not fit in its cap says so here."""
-    print(f"plan ({budget:.0f} s budget; needs estimated for 4 H100s, see WORK_S{', not for --tiny' if tiny else ''}):")
+    total = f"{budget:.0f} s budget" if math.isfinite(budget) else "no budget"
+    print(f"plan ({total}; needs estimated for 4 H100s, see WORK_S{', not for --tiny' if tiny else ''}):")
     for r in rows:
         verdict = "fits" if r["fits"] else "DOES NOT FIT: it will be stopped at its cap"
         print(
-            f"  {r['job']:<12} GPUs {r['GPUs']:<8} start ~{r['start_s']:>4} s  cap {r['cap_s']:>4} s  "
+            f"  {r['job']:<12} GPUs {r['GPUs']:<8} start ~{r['start_s']:>4} s  cap {r['cap_s'] or '-':>4} s  "
             f"needs ~{r['need_s']:>4} s  {'-' if tiny else verdict}",
             flush=True,
         )
@@ -818,7 +828,8 @@ def main(argv: list[str] | None = None) -> int:
         "--budget-s",
         type=float,
         default=540.0,
-        help="seconds for the whole suite: every job is stopped by then, the table follows at once",
+        help="seconds for the whole suite: every job is stopped by then, the table follows at once (0: no limit, "
+        "every part runs to its end)",
     )
     ap.add_argument(
         "--scale-accel",
@@ -868,11 +879,14 @@ def main(argv: list[str] | None = None) -> int:
         slug = "".join(c if c.isalnum() else "-" for c in machine).strip("-").lower()
         out = ROOT / "bench" / "results" / f"gpu_suite-{commit().split('+')[0]}-{slug}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    runner = Runner(started + args.budget_s, work, started)
+    if args.budget_s < 0:
+        ap.error("--budget-s: expected seconds >= 0 (0: no limit)")
+    budget = args.budget_s or math.inf
+    runner = Runner(started + budget, work, started)
     results: dict[str, Any] = {}
     gates = gates_of(plan, n_gpus)
-    planned = plan_lines(plan, args.budget_s, len(parts) == 1, gates)
-    print_plan(planned, args.budget_s, args.tiny)
+    planned = plan_lines(plan, budget, len(parts) == 1, gates)
+    print_plan(planned, budget, args.tiny)
     sampler = GpuSampler(started)
     if n_gpus:
         sampler.thread.start()
@@ -937,23 +951,26 @@ def main(argv: list[str] | None = None) -> int:
         for job, visible, share, after in lane:
             try:
                 for other in after:
-                    ended[other].wait(max(0.0, runner.left()))
+                    runner.wait_for(ended[other])
                 env = {"TORCHINDUCTOR_CACHE_DIR": cache, **gate_env(job, gates, work)}
                 if n_gpus:
                     env["CUDA_VISIBLE_DEVICES"] = visible
                 # A part run alone has the whole budget; among others, its share leaves the later jobs theirs.
-                limit = min(share * args.budget_s if len(parts) > 1 else args.budget_s, runner.left())
+                limit = min(share * budget if len(parts) > 1 else budget, runner.left())
                 now = time.monotonic() - started
                 need = gated_end(job, now, gates) - now
+                cap = f"{limit:.0f} s" if math.isfinite(limit) else "no limit"
                 print(
-                    f"[{time.monotonic() - started:5.0f} s] {job}: starting on GPUs {visible or '-'} with {limit:.0f} s"
+                    f"[{time.monotonic() - started:5.0f} s] {job}: starting on GPUs {visible or '-'} with {cap}"
                     f" (needs ~{need:.0f} s{'' if args.tiny or need <= limit else ': WILL LIKELY NOT FINISH'})",
                     flush=True,
                 )
                 cmd = commands[job]
                 if job == "t2i":  # the t2i part skips its optional variant if it would delay the jobs after it
-                    soft = next((r["soft_s"] for r in planned if r["job"] == job), limit)
-                    cmd = [*cmd, "--time-limit-s", f"{max(1.0, min(limit, soft) - 10):.0f}"]
+                    soft = next((r["soft_s"] for r in planned if r["job"] == job), None)
+                    allowed = min(limit, math.inf if soft is None else soft)
+                    if math.isfinite(allowed):
+                        cmd = [*cmd, "--time-limit-s", f"{max(1.0, allowed - 10):.0f}"]
                 results[job] = runner.run(job, cmd, env, limit)
                 res = results[job]
                 res["gpu_util_mean"] = sampler.mean_util(res["started_s"], res["started_s"] + res["seconds"], visible)

@@ -86,8 +86,11 @@ def _error_line(raw: bytes, exc: ValueError) -> int | None:
 
 
 def _in_folder(base: Path, name: Any, field: str, *folders: str) -> str:
-    """The image path of `name`, looked up under each of `folders` of `base` first, then beside the file."""
-    if isinstance(name, str) and name and "://" not in name:
+    """The image path of `name`, looked up under each of `folders` of `base` first, then beside the file. An
+    absolute path is kept as given (inside the dataset folder; outside it, one error naming the field)."""
+    # `base / folder / "/abs"` is "/abs" itself: without the check an absolute path that exists was rewritten
+    # under the folder as `folder//abs`.
+    if isinstance(name, str) and name and "://" not in name and not Path(name).is_absolute():
         for folder in folders:
             if (base / folder / name).exists():
                 return dataset_image(f"{folder}/{name}", base, field)

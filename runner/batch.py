@@ -45,7 +45,7 @@ from runner.output_identity import (
 from runner.spending import Spending
 from tools.atomic_files import atomic_write_text, exclusive_output, write_lock
 from tools.errors import ConfigurationError
-from tools.jsonl_files import JsonlAppender, done_records, repair_tail
+from tools.jsonl_files import MAX_LINE_BYTES, JsonlAppender, done_records, record_line, repair_tail
 from tools.safe_files import StorageError
 
 Worker = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -263,7 +263,7 @@ async def _run_samples(todo: list[BatchItem], worker: Worker, run: BatchRun, sum
             if reason:
                 stopped.append(item.id)
                 return
-            rec = await _result_record(item, worker, run)
+            rec = _within_the_cap(await _result_record(item, worker, run), run)
             await appender.append(rec)
             if run.spending is not None:
                 run.spending.add(rec, output=str(run.output), sample_id=item.id)
@@ -288,6 +288,23 @@ async def _run_samples(todo: list[BatchItem], worker: Worker, run: BatchRun, sum
         bar.close()
         appender.close()
     return len(stopped)
+
+
+def _within_the_cap(rec: dict[str, Any], run: BatchRun) -> dict[str, Any]:
+    """`rec`, or a failed record in its place when its line would be over `MAX_LINE_BYTES`: every reader (a resume,
+    `unveil review`, the web app) skips such a line and would read an earlier record of the id, so readers would
+    disagree and a reviewer would decide on a stale copy; one cap, applied where records are written."""
+    size = len(record_line(rec))
+    if size <= MAX_LINE_BYTES:
+        return rec
+    tag = {"kind": run.kind} if run.kind else {}
+    return {
+        run.id_field: rec[run.id_field],
+        "status": "failed",
+        **tag,
+        "error": f"its record is {size:,} bytes, over the {MAX_LINE_BYTES:,}-byte line cap every reader uses; "
+        "not written",
+    }
 
 
 async def _result_record(item: BatchItem, worker: Worker, run: BatchRun) -> dict[str, Any]:

@@ -291,3 +291,23 @@ def test_a_review_rewrite_during_a_running_batch_loses_no_record(tmp_path: Path)
         appender.close()
     records = load_samples(tmp_path)
     assert records["p1"]["status"] == "accepted" and records["p2"]["status"] == "pending_review"
+
+
+def test_a_record_over_the_line_cap_is_a_failure_every_reader_agrees_on(tmp_path: Path) -> None:
+    """A record over the 4 MiB cap was written whole: the resume and the web app skipped it (reading the earlier
+    record of the id) while others read it, so a reviewer decided on a stale copy. Now it is written as a failure
+    naming the cap, and every reader reads that."""
+    from tools.jsonl_files import MAX_LINE_BYTES, done_records
+    from unveil.ui.index import JsonlIndex
+
+    out = tmp_path / "o.jsonl"
+
+    async def huge(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
+        return {"text": "x" * (MAX_LINE_BYTES + 10) if sample_id == "s1" else "small"}
+
+    summary = asyncio.run(run_batch(_items(3), huge, out, concurrency=1, progress=False))
+    assert (summary.completed, summary.failed) == (2, 1) and "line cap" in summary.failures[0]["error"]
+    assert max(len(line) for line in out.read_bytes().splitlines()) < MAX_LINE_BYTES
+    assert done_records(out)["s1"]["status"] == "failed"
+    index = JsonlIndex(out, summarize=lambda rec: {"status": rec.get("status")})
+    assert index.get("s1")["status"] == "failed" and not index.all_problems()

@@ -104,6 +104,62 @@ def test_image_paths_cannot_leave_the_dataset_folder(tmp_path):
     assert "image" in msg and "id 1" in msg
 
 
+@pytest.mark.parametrize("kind", ["holisafe", "siuo", "mssbench"])
+def test_an_absolute_image_path_is_kept_as_given_or_refused_naming_the_file(tmp_path, kind):
+    """An absolute path was rewritten under `images/` (`images//abs/...`): now one inside the dataset folder is
+    kept as given and one outside it is refused, naming the file, the record and the field, as `../` is."""
+    base = tmp_path / "bench"
+    (base / "images").mkdir(parents=True)
+    (base / "chat").mkdir()
+    (base / "elsewhere").mkdir()
+    inside, outside = base / "elsewhere" / "a.png", tmp_path / "outside.png"
+    for path in (inside, outside):
+        path.write_bytes(b"")  # only its path is checked here
+
+    def write(image):
+        if kind == "holisafe":
+            rows, name, field = (
+                [{"id": 1, "image": image, "query": "q", "type": "SSU", "category": "c"}],
+                "h.json",
+                "image",
+            )
+        elif kind == "siuo":
+            rows = [
+                {
+                    "question_id": 1,
+                    "image": image,
+                    "question": "q",
+                    "category": "self-harm",
+                    "safety_warning": "w",
+                    "reference_answer": "r",
+                }
+            ]
+            name, field = "siuo_gen.json", "image"
+        else:
+            rows = {
+                "chat": [
+                    {"safe_image_path": image, "unsafe_image_path": image, "intent": "i", "Type": "t", "queries": ["q"]}
+                ],
+                "embodied": [],
+            }
+            name, field = "combine.json", "safe_image_path"
+        path = base / name
+        path.write_text(json.dumps(rows))
+        return path, field
+
+    path, field = write(str(inside))
+    items = load_detection(path, kind)
+    assert not _bad(items), _bad(items)
+    assert {Path(r["image"]) for r in _ok(items).values()} == {inside.resolve()}
+
+    path, field = write(str(outside))
+    bad = _bad(load_detection(path, kind))
+    assert bad and all(
+        path.name in msg and field in msg and "escapes the dataset folder" in msg for msg in bad.values()
+    )
+    assert not _ok(load_detection(path, kind))
+
+
 def _holisafe(tmp_path, rows):
     path = tmp_path / "holisafe.json"
     path.write_text(

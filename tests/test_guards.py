@@ -189,3 +189,29 @@ def test_unveil_detect_runs_a_guard_method(script, tmp_path, capsys):
     assert (rec["toxic"], rec["category"], rec["guard_codes"]) == (True, "self_harm", ["S11"])
     with pytest.raises(SystemExit):
         main(["detect", "--method", "guardrail", "--text", "x"])
+
+
+@pytest.mark.parametrize(
+    "name,body,field",
+    [
+        ("list-output.json", json.dumps({"instruction": "Classify.", "output": ["llama-guard"]}), "'output'"),
+        ("object-output.json", json.dumps({"instruction": "Classify.", "output": {"kind": "x"}}), "'output'"),
+        ("deep.json", "[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ("huge.json", '{"instruction": "Classify.", "output": ' + "9" * 5000 + "}", "not valid JSON"),
+        ("task.json", json.dumps({"instruction": "Classify.", "task": ["x"]}), "'task'"),
+        ("latin1.txt", "Klassifiziere sch\xf6n", "not UTF-8"),
+    ],
+    ids=lambda value: value if isinstance(value, str) and len(value) < 20 else "",
+)
+def test_a_broken_template_is_one_error_naming_the_file_and_field(tmp_path, capsys, name, body, field):
+    """Through `unveil detect` as a user runs it: before, a list or object as `output` and deep nesting ended in an
+    "internal error" (TypeError, RecursionError) naming neither the file nor the field."""
+    from unveil.cli import main
+
+    path = tmp_path / name
+    path.write_bytes(body.encode("latin-1" if name.endswith(".txt") else "utf-8"))
+    with pytest.raises(SystemExit) as exit_:  # what `unveil` exits with: this one line on stderr and status 1
+        main(["detect", "--method", f"guard:template={path}", "--text", "x", "--json", "--cache", "off"])
+    err = f"{exit_.value.code}\n{capsys.readouterr().err}"
+    assert isinstance(exit_.value.code, str) and "internal error" not in err and "Traceback" not in err, err[-2000:]
+    assert str(path) in err and field in err, err[-2000:]

@@ -428,3 +428,20 @@ def test_a_hand_edited_cycle_or_orphan_is_one_clear_error(tmp_path: Path) -> Non
 def test_a_failed_record_is_not_drawn_as_a_verdict(tmp_path: Path) -> None:
     text = render_tag({"status": "failed", "error": "backend down", "toxic": False}, tmp_path / "f.svg").read_text()
     assert "FAILED" in text and "backend down" in text and "Not toxic" not in text
+
+
+@pytest.mark.parametrize("ext", ["png", "svg"])
+def test_dollar_signs_in_concepts_are_text_not_tex(tmp_path: Path, ext: str) -> None:
+    """`$...$` in a concept, an edge type, the explanation or a reason broke the picture (matplotlib's mathtext
+    parsed it and the save failed): every drawn text is plain."""
+    rec = big_tag(2)
+    weird = ["$\\badcommand{x}$", "costs $5 and $10", "$x^2$", "a lone $", "\\$ and $$"]
+    for node, text in zip(rec["trees"]["visual"] + rec["trees"]["textual"], itertools.cycle(weird), strict=False):
+        node["concept"] = text
+    rec["explanation"] = "the $\\frac{a}{$ pair"
+    out = render_tag(rec, tmp_path / f"tag.{ext}")
+    assert out.stat().st_size > 0
+    if ext == "svg":
+        assert "$\\badcommand{x}$" in out.read_text()
+    vanilla = {"toxic": True, "category": "fraud", "reason": "send $\\unknown$ to win $100"}
+    assert "$\\unknown$" in render_tag(vanilla, tmp_path / "v.svg").read_text()

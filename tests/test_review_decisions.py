@@ -53,3 +53,38 @@ def test_an_undecided_queue_line_is_skipped_and_a_note_is_valid(tmp_path: Path, 
     got = read_decisions(path)
     assert got["a"] == {"decision": "", "note": ""} and got["b"]["decision"] == "note"
     assert got["7"] == {"decision": "Approved", "note": ""}
+
+
+@pytest.mark.parametrize("failing", ["decisions.jsonl", "samples.jsonl"])
+def test_a_decision_is_never_applied_without_its_log_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    """The log is written first: when `decisions.jsonl` cannot be written nothing changes; when `samples.jsonl`
+    cannot, the decision is logged and the record keeps its state; the error says which (before, a full disk let
+    the record change with no log line)."""
+    import errno
+
+    from runner.ctd_dataset import DECISIONS, SAMPLES, apply_reviews, load_samples
+    from tests.ui_data import make_ctd_dataset
+    from tools import review_log
+
+    ds = tmp_path / "ds"
+    sample = make_ctd_dataset(ds)["pending"][0]
+    real = review_log.append_lines
+
+    def full(path: Path, data: bytes) -> None:
+        if path.name == failing:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, data)
+
+    monkeypatch.setattr(review_log, "append_lines", full)
+    logged = (ds / DECISIONS).read_text() if (ds / DECISIONS).exists() else ""
+    with pytest.raises(review_log.ReviewWriteError, match=failing) as err:
+        apply_reviews(ds, {sample: {"decision": "approve", "reviewer": "ann"}})
+    assert load_samples(ds)[sample]["status"] == "pending_review"
+    now = (ds / DECISIONS).read_text() if (ds / DECISIONS).exists() else ""
+    if failing == DECISIONS:
+        assert "nothing was saved" in str(err.value) and now == logged
+    else:
+        assert failing == SAMPLES and "are in decisions.jsonl" in str(err.value)
+        assert json.loads(now.splitlines()[-1])["id"] == sample

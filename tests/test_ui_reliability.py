@@ -186,3 +186,44 @@ def test_over_long_lines_are_skipped_and_long_files_are_paged(tmp_path: Path) ->
             fh.write(json.dumps({**first, "id": "late-one"}) + "\n")
         status, html, _ = get(srv, "/detections?page=3")
         assert "late-one" in html and "255 of 255 results" in html
+
+
+def _fill(disk: Path) -> None:
+    """Fill a small file system until it refuses another byte."""
+    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        for size in (65536, 4096, 512, 1):
+            try:
+                while os.write(fd, b"\0" * size):
+                    pass
+            except OSError:
+                continue
+    finally:
+        os.close(fd)
+
+
+def test_a_decision_on_a_full_disk_says_what_was_saved(tmp_path: Path) -> None:
+    """On a full disk the decision page answered a bare 500 and the record could change without its log line:
+    now the log is written first, and the page says (507) that nothing was saved."""
+    import shutil
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        src = tmp_path / "src"
+        sample = make_ctd_dataset(src)["pending"][0]
+        shutil.copytree(src, disk / "ds", symlinks=True)
+        ds = disk / "ds"
+        app = create_app(ds)
+        with Server(app) as srv:
+            before = (ds / SAMPLES).read_bytes(), (ds / DECISIONS).read_bytes() if (ds / DECISIONS).exists() else b""
+            _fill(disk)
+            status, body, _ = post(srv, app, "/review/decide", {"id": sample, "decision": "approve"})
+            assert status == 507 and "nothing was saved" in body and DECISIONS in body, (status, body[-500:])
+            after = (ds / SAMPLES).read_bytes(), (ds / DECISIONS).read_bytes() if (ds / DECISIONS).exists() else b""
+            assert after == before
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

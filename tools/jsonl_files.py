@@ -182,12 +182,7 @@ class JsonlAppender:
 
     async def append(self, record: dict[str, Any]) -> None:
         """Write one record as one line."""
-        try:
-            line = (json.dumps(record, ensure_ascii=False, default=str, allow_nan=False) + "\n").encode("utf-8")
-        except UnicodeEncodeError:  # lone surrogates (undecodable input bytes): escape them rather than lose the record
-            line = (json.dumps(record, ensure_ascii=True, default=str, allow_nan=False) + "\n").encode("ascii")
-        except ValueError:  # NaN or Infinity: not JSON; write them as null rather than emit an unreadable line
-            line = (json.dumps(finite_values(record), ensure_ascii=True, default=str) + "\n").encode("ascii")
+        line = record_line(record)
         async with self._lock:
             if self._broken is not None:
                 raise self._broken
@@ -200,6 +195,16 @@ class JsonlAppender:
     def close(self) -> None:
         """Close the file."""
         os.close(self._fd)
+
+
+def record_line(record: dict[str, Any]) -> bytes:
+    """The line a record is written as (UTF-8 JSON and a newline)."""
+    try:
+        return (json.dumps(record, ensure_ascii=False, default=str, allow_nan=False) + "\n").encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates (undecodable input bytes): escape them rather than lose the record
+        return (json.dumps(record, ensure_ascii=True, default=str, allow_nan=False) + "\n").encode("ascii")
+    except ValueError:  # NaN or Infinity: not JSON; write them as null rather than emit an unreadable line
+        return (json.dumps(finite_values(record), ensure_ascii=True, default=str) + "\n").encode("ascii")
 
 
 def finite_values(value: Any) -> Any:

@@ -15,31 +15,40 @@ _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/@'\"<>]+@")
 # A key given a value: `api_key=...`, `api-key: ...`, `"api_key": "..."`. An `=` or `:` must separate the two, so
 # prose that names a variable ("set OPENAI_API_KEY in the server's environment") keeps its words.
 _KEY_ASSIGNMENT = re.compile(r"(?i)(api[_-]?key['\"]?\s*[=:]\s*['\"]?)[^\s'\",]+")
+# A URL query parameter whose name says it holds a credential (`?key=`, `&api-key=`, `?access_token=`, `?sig=`,
+# `?code=`): its value, as a password in the user part is.
+_QUERY_SECRET = re.compile(
+    r"(?i)([?&;][^=&;#\s'\"<>]*(?:key|token|secret|passw|pwd|sig|auth|credential|session|code)[^=&;#\s'\"<>]*=)"
+    r"[^&;#\s'\"<>]+"
+)
 
 
 def redact_url(url: str) -> str:
-    """`url` with its user name and password (if any) replaced by `***`; the host, port and path stay readable.
+    """`url` with its user name and password (if any) and the value of every query parameter named as a credential
+    replaced by `***`; the host, port, path and other parameters stay readable.
 
-    `http://user:pw@host:8000/v1` -> `http://***@host:8000/v1`. Text that is not a URL passes through unchanged.
+    `http://user:pw@host:8000/v1?api-key=k&v=2` -> `http://***@host:8000/v1?api-key=***&v=2`. Text that is not a
+    URL passes through unchanged.
     """
     try:
         parts = urlsplit(url)
     except ValueError:
-        return _URL_USERINFO.sub(r"\1***@", url)
-    if "@" not in parts.netloc:
+        return _QUERY_SECRET.sub(r"\1***", _URL_USERINFO.sub(r"\1***@", url))
+    query = _QUERY_SECRET.sub(r"\1***", f"?{parts.query}")[1:] if parts.query else ""
+    if "@" not in parts.netloc and query == parts.query:
         return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit((parts.scheme, f"***@{host}", parts.path, parts.query, parts.fragment))
+    netloc = f"***@{parts.netloc.rsplit('@', 1)[1]}" if "@" in parts.netloc else parts.netloc
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def redact_secrets(text: str) -> str:
     """`text` without credentials: the value of every secret-looking environment variable (an API key of any
     shape, e.g. a self-hosted server's token that a 401 answer echoes back), `sk-...` keys, `api_key=...` and the
-    user name and password of any URL."""
+    user name and password of any URL and its query parameters named as credentials."""
     for name, value in env_items().items():
         if len(value) >= 8 and _SECRET_NAME.search(name) and value in text:
             text = text.replace(value, "***")
-    text = _URL_USERINFO.sub(r"\1***@", text)
+    text = _QUERY_SECRET.sub(r"\1***", _URL_USERINFO.sub(r"\1***@", text))
     text = re.sub(r"(sk-[A-Za-z0-9_\-]{6})[A-Za-z0-9_\-]+", r"\1…", text)
     return _KEY_ASSIGNMENT.sub(r"\1***", text)
 

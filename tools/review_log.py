@@ -43,6 +43,10 @@ class ReviewBusyError(UnveilError, RuntimeError):
     """Another process held the review folder's lock for longer than the timeout."""
 
 
+class ReviewWriteError(UnveilError, OSError):
+    """A decision could not be written (a full disk, no permission); the message says what was saved."""
+
+
 def review_dir() -> Path | None:
     """The review folder the server's configuration names (`UNVEIL_REVIEW_DIR`), or None when it names none (no
     filesystem call: async graph nodes call it)."""
@@ -85,13 +89,30 @@ def read_records(folder: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
 def append_records(
     folder: str | os.PathLike[str], records: Sequence[dict[str, Any]], decisions: Sequence[dict[str, Any]] = ()
 ) -> None:
-    """Append updated sample records to `samples.jsonl` and their decision lines to `decisions.jsonl` (the caller
-    holds `review_lock`)."""
+    """Append the decision lines to `decisions.jsonl`, then the updated sample records to `samples.jsonl` (the
+    caller holds `review_lock`).
+
+    The log goes first: a decision is never applied without its line (before, a full disk let the record change
+    while its log line was lost). A write that fails raises `ReviewWriteError` saying what was saved: nothing (the
+    log could not be written), or the log lines without the records (the decisions are logged, the samples keep
+    their state; deciding again applies them)."""
     root = Path(folder)
-    if records:
-        append_lines(root / SAMPLES, _lines(records))
     if decisions:
-        append_lines(root / DECISIONS, _lines(decisions))
+        try:
+            append_lines(root / DECISIONS, _lines(decisions))
+        except OSError as exc:
+            raise ReviewWriteError(
+                f"{root / DECISIONS}: could not be written ({exc.strerror or exc}); nothing was saved"
+            ) from exc
+    if records:
+        try:
+            append_lines(root / SAMPLES, _lines(records))
+        except OSError as exc:
+            logged = f"the {len(decisions)} decision line(s) are in {DECISIONS} but " if decisions else ""
+            raise ReviewWriteError(
+                f"{root / SAMPLES}: could not be written ({exc.strerror or exc}); {logged}no sample record "
+                "changed: decide again once the folder can be written"
+            ) from exc
 
 
 def _lines(records: Sequence[dict[str, Any]]) -> bytes:

@@ -640,8 +640,17 @@ def render_tag(result: dict[str, Any], path: str | Path) -> Path:
     """Draw `result` (an `unveil detect --json` record, TAG or vanilla) to `path` (.png, .svg or .pdf)."""
     out = check_render_path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    # Real text in SVG and PDF, so concepts can be searched and copied from the picture.
-    with plt.rc_context({"svg.fonttype": "none", "pdf.fonttype": 42, "font.family": "DejaVu Sans"}):
+    # Real text in SVG and PDF, so concepts can be searched and copied from the picture; `$...$` is text, not TeX
+    # (see `draw_tag`).
+    with plt.rc_context(
+        {
+            "svg.fonttype": "none",
+            "pdf.fonttype": 42,
+            "font.family": "DejaVu Sans",
+            "text.parse_math": False,
+            "text.usetex": False,
+        }
+    ):
         fig = _draw_tag(result)[0] if _has_trees(result) else _draw_verdict_only(result)
         try:
             fig.savefig(out, dpi=150)
@@ -652,6 +661,10 @@ def render_tag(result: dict[str, Any], path: str | Path) -> Path:
 
 def draw_tag(result: dict[str, Any]) -> tuple[Figure, TagLayout | None]:
     """The figure (and, for a TAG result, its layout) that `render_tag` saves; the caller closes the figure."""
-    if _has_trees(result):
-        return _draw_tag(result)
-    return _draw_verdict_only(result), None
+    # Concepts, reasons and explanations are model output and user text, drawn as they are: `$...$` is not TeX
+    # (matplotlib's mathtext read `$\\x$` as a formula and the save failed), whichever text it lies in. The
+    # settings are read when each text is made; `render_tag` sets them too.
+    with plt.rc_context({"text.parse_math": False, "text.usetex": False}):
+        if _has_trees(result):
+            return _draw_tag(result)
+        return _draw_verdict_only(result), None

@@ -15,6 +15,7 @@ from agents.guard.base import PROJECT_CATEGORIES, GuardDefinition, GuardParseErr
 from agents.guard.guardreasoner import parse_guardreasoner
 from agents.guard.llama_guard import parse_llama_guard
 from agents.guard.llavaguard import parse_llavaguard
+from tools.errors import UnveilError
 from tools.safe_files import read_regular
 
 PARSERS: dict[str, Parser] = {
@@ -25,6 +26,11 @@ PARSERS: dict[str, Parser] = {
 # A guard's instruction is a prompt, not a data set: a bigger file is a mistake (or a device such as /dev/zero).
 MAX_TEMPLATE_BYTES = 1024 * 1024
 DEFAULT_TASK = "Give your safety assessment of the data above in the output format your instructions define."
+
+
+class GuardTemplateError(UnveilError, ValueError):
+    """A guard template file that cannot be used; the message names the file and, where one is at fault, the
+    field."""
 
 
 def parse_auto(raw: str, guard: GuardDefinition) -> GuardVerdict:
@@ -48,28 +54,37 @@ def load_template_guard(path: str) -> GuardDefinition:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ValueError(f"guard template {path!r}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+        raise GuardTemplateError(
+            f"guard template {path!r}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+        ) from None
     if p.suffix.lower() != ".json":
         if not text.strip():
-            raise ValueError(f"guard template {path!r}: empty")
+            raise GuardTemplateError(f"guard template {path!r}: empty")
         return GuardDefinition(name=p.stem, instruction=text.strip(), task=DEFAULT_TASK, parser=parse_auto)
     try:
         spec = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"guard template {path!r}: not valid JSON ({exc})") from exc
+    except (ValueError, RecursionError) as exc:  # bad JSON, a number past Python's digit limit, deep nesting
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+        raise GuardTemplateError(f"guard template {path!r}: not valid JSON ({why})") from None
     if not isinstance(spec, dict) or not isinstance(spec.get("instruction"), str) or not spec["instruction"].strip():
-        raise ValueError(f"guard template {path!r}: field 'instruction' missing or empty")
+        raise GuardTemplateError(f"guard template {path!r}: field 'instruction' missing or empty")
+    for name in ("name", "task"):
+        if spec.get(name) is not None and not isinstance(spec[name], str):
+            raise GuardTemplateError(f"guard template {path!r}: field {name!r} must be a string")
     output = spec.get("output", "auto")
-    if output != "auto" and output not in PARSERS:
-        raise ValueError(f"guard template {path!r}: field 'output' {output!r} is not one of auto, {', '.join(PARSERS)}")
+    # A list or an object here raised TypeError (unhashable) from the lookup: an internal error naming nothing.
+    if not isinstance(output, str) or (output != "auto" and output not in PARSERS):
+        raise GuardTemplateError(
+            f"guard template {path!r}: field 'output' {str(output)[:80]!r} is not one of auto, {', '.join(PARSERS)}"
+        )
     cats = spec.get("categories", {})
     if not isinstance(cats, dict) or not all(isinstance(v, str) and is_category_name(v) for v in cats.values()):
         allowed = ", ".join(PROJECT_CATEGORIES)
-        raise ValueError(f"guard template {path!r}: field 'categories' must map codes to one of {allowed}")
+        raise GuardTemplateError(f"guard template {path!r}: field 'categories' must map codes to one of {allowed}")
     return GuardDefinition(
-        name=str(spec.get("name") or p.stem),
+        name=spec.get("name") or p.stem,
         instruction=spec["instruction"].strip(),
-        task=str(spec.get("task") or DEFAULT_TASK),
+        task=spec.get("task") or DEFAULT_TASK,
         parser=parse_auto if output == "auto" else PARSERS[output],
         categories={str(k).upper(): project_category(v) for k, v in cats.items()},
     )

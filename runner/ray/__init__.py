@@ -14,8 +14,9 @@ guarantee of the local engine holds as it is. What moves out is the GPU work and
   bucket per model backend; every driver's `BackendLimits` holds a slot there too, so all jobs on a cluster
   together stay under `UNVEIL_MAX_CONCURRENCY` / `UNVEIL_RPM`.
 
-A member that dies (killed, node lost) is restarted by Ray (`max_restarts`), and the request it held is sent again,
-to whichever member is least loaded (`RETRIES` times): rendering is deterministic and the store content-addressed,
+A member that dies (killed, node lost) is restarted by Ray (`max_restarts`); its requests wait until it answers
+`ready()` again (or another member is started), within `UNVEIL_RAY_RESTART_TIMEOUT`, and are sent again (a request
+its members died under more than `RETRIES` times fails): rendering is deterministic and the store content-addressed,
 so a repeated render changes nothing. Settings of the pools come from the environment (see `PoolSettings`).
 
 Modules: `settings` (pool settings and deadlines from the environment), `members` (what runs in the actors),
