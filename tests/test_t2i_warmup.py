@@ -60,6 +60,20 @@ def test_a_warm_up_takes_the_shapes_no_other_process_holds_first(cache_env):
     assert records[0]["waited_s"] == 0.0 and set(records[1]) >= {"seconds", "waited_s", "graphs", "size"}
 
 
+def test_a_shape_compiled_on_this_machine_loads_without_waiting_for_its_lock(cache_env):
+    """Once a shape ran to the end on this machine, later warm-ups load it from the cache side by side: none waits
+    for that shape's lock (held here, as by a process still compiling another model's shape of that name)."""
+    shape = _shape(2)
+    assert warm_shapes([shape], lambda s: None, "model")[0]["waited_s"] == 0.0  # the first: compiles, marks done
+    ran = threading.Event()
+    with shape_lock(shape.lock_name("model"), blocking=True):
+        worker = threading.Thread(target=lambda: warm_shapes([shape], lambda s: ran.set(), "model"))
+        worker.start()
+        assert ran.wait(60)  # it ran while the lock was held: it did not take the lock
+    worker.join(60)
+    assert not worker.is_alive()
+
+
 def test_compiled_artefacts_are_saved_for_and_loaded_from_the_cluster_folder(cache_env, monkeypatch):
     saved: list[bytes] = []
     loaded: list[bytes] = []
