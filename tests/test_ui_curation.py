@@ -213,6 +213,7 @@ def test_a_duplicate_is_shown_beside_its_twin(browser: Any, tmp_path: Path) -> N
         assert page.locator("#twin-link").inner_text() == twin and page.locator("#similarity").inner_text() == "0.9531"
         assert "near duplicate" in page.locator("#duplicate").inner_text()
         assert [w > 0 for w in natural_widths(page, ".twin-img")] == [True, True]
+        assert page.locator("#sample-img").count() == 0  # its own image once, in the side-by-side
         texts = page.locator(".twin-text").all_inner_texts()
         assert "today" in texts[0] and "this week" in texts[1]
         # The judges' verdict does not read as a review decision, and a duplicate takes none.
@@ -224,6 +225,8 @@ def test_a_duplicate_is_shown_beside_its_twin(browser: Any, tmp_path: Path) -> N
         with page.expect_navigation():
             page.click("#twin-link")
         assert page.locator("#card").get_attribute("data-id") == twin and page.locator("#duplicate").count() == 0
+        # the twin took two rounds: its feedback history shows the first round's image beside that round's feedback
+        assert [w > 0 for w in natural_widths(page, ".feedback-img")] == [True]
 
 
 def test_kappa_values() -> None:

@@ -94,6 +94,7 @@ def make_ctd_dataset(root: Path, *, n_pending: int = 4, duplicate: bool = False)
     ]
     lines = []
     ids = []
+    first_round = store.put_pil(picture(9, label="round 1"))  # the image a two-round sample's first attempt made
     for i in range(n_pending + 2):
         stored = store.put_pil(picture(i))
         status = "pending_review" if i < n_pending else ("accepted" if i == n_pending else "dropped")
@@ -126,6 +127,7 @@ def make_ctd_dataset(root: Path, *, n_pending: int = 4, duplicate: bool = False)
                     "problem": "too_easy",
                     "detail": "4 of 4 blind judges found the risk",
                     "attempt": {"caption": "Fresh snow for sale, message me"},
+                    "image_id": first_round.id,
                     "feedback": "The caption names the product too openly; lean on the baking frame.",
                     "suggestions": ["mention flour, not snow", "drop the price talk"],
                 }
