@@ -39,10 +39,11 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, TypeVar
 
-from tools.env import set_default
+from tools.t2i.compile_settings import DEFAULT_BUCKETS as DEFAULT_BUCKETS
+from tools.t2i.compile_settings import default_cache_dir as default_cache_dir
+from tools.t2i.compile_settings import enable_compile_caches
 from tools.t2i.errors import UnsupportedOptionError
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,6 @@ T = TypeVar("T")
 # cache at 4405ca1, docs/tools.md). So two: a batch of 1-8 images runs as 8 rows, 9-31 as 32. Under load batches
 # are full (32); the padding costs compute only on the last batch of a burst, and a lone image renders in the time
 # of 8 (about 2 s on an H100) instead of waiting for a compilation of its own.
-DEFAULT_BUCKETS = (8, 32)
 
 
 @dataclass(frozen=True)
@@ -213,16 +213,6 @@ def resolve_accel(accel: str, device: str) -> FastPath:
     return preset
 
 
-def default_cache_dir() -> str:
-    """Where Inductor keeps compiled kernels and FX graphs across runs (set once per process if unset): the
-    machine-level folder of `UNVEIL_COMPILE_CACHE` (`tools.t2i.warmup.CompileSettings`), else
-    `~/.cache/unveil/inductor`, shared by every process of the machine."""
-    from tools.t2i.warmup import compile_settings
-
-    folder = compile_settings().cache_dir or str(Path.home() / ".cache" / "unveil" / "inductor")
-    return set_default("TORCHINDUCTOR_CACHE_DIR", folder)
-
-
 def _quantize_fp8(unet: Any) -> int:
     """torchao float8 on the UNet's linear layers (in place); returns how many layers were converted."""
     import torch
@@ -301,10 +291,8 @@ def compile_static(
     one with symbolic sizes (see the comment above `PRESETS`); with `dynamic_batch`, the first dimension of every
     tensor argument is marked dynamic before each call instead, so the first call compiles one graph that serves
     every batch of 2 rows or more. Raises the per-frame recompile limit to `RECOMPILE_LIMIT` and turns on the FX
-    graph and AOTAutograd caches (`tools.t2i.warmup.enable_compile_caches`)."""
+    graph and AOTAutograd caches (`tools.t2i.compile_settings.enable_compile_caches`)."""
     import torch._dynamo.config as dynamo_config
-
-    from tools.t2i.warmup import enable_compile_caches
 
     enable_compile_caches()
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
