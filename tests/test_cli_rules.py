@@ -98,6 +98,9 @@ def test_generate_refuses_a_checkpoints_file_that_is_not_a_database_once(tmp_pat
                 str(out),
                 "--model",
                 "scripted:none.json",
+                # a local folder: the default Hub generator is refused offline before the folder is looked at
+                "--generator",
+                f"diffusers:{tmp_path / 'tiny-sd'}",
                 "--cache",
                 "off",
                 "--no-web-search",

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
+from tools.datafiles import DATA_DIR
 from unveil.commands.common import json_text
 
 SECTIONS = ("providers", "generators", "guards", "methods", "scorers", "formats", "graphs")
-LANGGRAPH_JSON = Path(__file__).resolve().parents[2] / "langgraph.json"
+LANGGRAPH_JSON = DATA_DIR.parent / "langgraph.json"  # the repository root: data/ is beside langgraph.json
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
