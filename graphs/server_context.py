@@ -8,7 +8,8 @@ environment and send it, with the key for custom endpoints, to the caller's addr
 
 - a file or folder a field names (a guard template, a toxic-pair set, a scripted model file, a local model, GGUF
   file or adapter, Q16 embeddings, a local CLIP or BLIP folder, a diffusers model or an ESD UNet file) must lie,
-  links resolved, in a folder of the server's `UNVEIL_FILE_ROOTS`; files read as text (templates, scripts,
+  links resolved, in a folder of the server's `UNVEIL_FILE_ROOTS` or the repository's shipped `data/` and
+  `examples/` (the Studio examples run as shipped); files read as text (templates, scripts,
   embeddings) must be regular files of at most `MAX_CONTEXT_FILE_BYTES`;
 - the image store a context names must be the server's default store or lie in `UNVEIL_FILE_ROOTS` (a store is
   created where it is named: elsewhere a context could make folders anywhere);
@@ -38,6 +39,7 @@ from urllib.parse import parse_qs
 from agents.spec import ModelSpec, ModelSpecError
 from graphs.context import ContextError, base_type, coerce_field, field_choices, is_empty
 from tools.addresses import BadURLError, split_url
+from tools.datafiles import DATA_DIR
 from tools.env import env_list
 from tools.image_store import default_store_root
 from tools.redact import redact_url
@@ -88,9 +90,16 @@ def field_kind(name: str, annotation: Any, metadata: Mapping[str, Any]) -> str:
     return "unknown"
 
 
+def shipped_roots() -> list[Path]:
+    """The repository's own read-only folders a context may always name: `data/` (the papers' public data, e.g.
+    the Q16 embeddings) and `examples/` (the Studio examples' scripted answers and their tiny generator)."""
+    repo = DATA_DIR.parent
+    return [(repo / "data").resolve(), (repo / "examples").resolve()]
+
+
 def file_roots() -> list[Path]:
-    """The folders of `UNVEIL_FILE_ROOTS`, links resolved."""
-    return [Path(r).expanduser().resolve() for r in env_list(FILE_ROOTS_ENV, os.pathsep)]
+    """The folders of `UNVEIL_FILE_ROOTS`, links resolved, and the repository's shipped folders (`shipped_roots`)."""
+    return [Path(r).expanduser().resolve() for r in env_list(FILE_ROOTS_ENV, os.pathsep)] + shipped_roots()
 
 
 def _within(path: Path, roots: list[Path]) -> bool:

@@ -158,3 +158,15 @@ def test_a_guard_template_is_read_capped_and_only_from_a_regular_file(tmp_path: 
         fh.truncate(2 * 1024 * 1024)  # sparse: 2 MiB of zeros on no disk
     with pytest.raises(UnreadableFileError, match="1,048,576-byte limit"):
         get_guard(f"template={big}")
+
+
+def test_the_shipped_data_and_examples_may_be_named_and_nothing_else_of_the_repository(monkeypatch) -> None:
+    from graphs.server_context import check_path
+    from tools.datafiles import DATA_DIR
+
+    monkeypatch.delenv("UNVEIL_FILE_ROOTS", raising=False)
+    repo = DATA_DIR.parent
+    assert check_path("model", str(repo / "examples" / "studio" / "tag-answers.json"), text_file=True)
+    assert check_path("q16_embeddings", str(repo / "data" / "q16" / "vit-l-14.npy"))
+    with pytest.raises(ContextError, match="outside the folders"):
+        check_path("guard", str(repo / "README.md"), text_file=True)
