@@ -126,7 +126,6 @@ def check_generator(spec: str) -> None:
 
 
 def _build(spec: str, store: StoreLike, options: GeneratorOptions) -> ImageGenerator:
-    check_generator(spec)
     kind, model, query = parse_spec(spec)
     if kind == "openai":
         _check_options(spec, options, OPENAI_OPTIONS)
@@ -146,6 +145,8 @@ def _build(spec: str, store: StoreLike, options: GeneratorOptions) -> ImageGener
             f"text-to-image spec {spec!r}: parameter(s) {sorted(set(query) - allowed_query)} not supported"
             + (" (esd takes unet=, np= and accel=)" if kind == "esd" else f" ({kind} takes accel= only)")
         )
+    # The spec and options first (an old spelling is named at once, offline too), then whether the model can be had.
+    check_generator(spec)
     opts: DiffusersOptions = options.copy()  # checked above: no other keys
     if "accel" in query:
         opts["accel"] = query["accel"]
