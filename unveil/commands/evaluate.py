@@ -294,9 +294,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_gate_option(i, ", ".join(f"{k} ({v})" for k, v in IPR_GATES.items()))
     i.set_defaults(func=run_ipr)
 
-    from unveil.commands.ipr_ablation import add_ablation_parser
+    from unveil.commands.ipr_ablation import IprParts, add_ablation_parser
 
-    add_ablation_parser(ev)
+    parts = IprParts(
+        option_groups=(_ipr_generation_options, _ipr_render_options, _ipr_scoring_options),
+        run_options=_run_options,
+        generator_specs=generator_specs,
+        generators=_ipr_generators,
+        scorer=_ipr_scorer,
+    )
+    add_ablation_parser(ev, parts)
 
 
 def _named_datasets(args: argparse.Namespace) -> dict[str, tuple[Path, str]]:

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,16 +47,21 @@ def _alphas(text: str) -> list[float]:
     return sorted(set(values))
 
 
-def add_ablation_parser(ev: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `evaluate ipr-ablation` to the `evaluate` subcommands (its prompt, render and scorer flags are
-    `evaluate ipr`'s own)."""
-    from unveil.commands.evaluate import (
-        _ipr_generation_options,
-        _ipr_render_options,
-        _ipr_scoring_options,
-        _run_options,
-    )
+@dataclass(frozen=True)
+class IprParts:
+    """`evaluate ipr`'s own flag groups and builders, handed in by `unveil/commands/evaluate.py`, which owns them
+    and registers this subcommand (so this module never imports it back)."""
 
+    option_groups: tuple[Callable[[argparse.ArgumentParser], None], ...]  # prompts/methods, render, scoring
+    run_options: Callable[[argparse.ArgumentParser, str], None]
+    generator_specs: Callable[[argparse.Namespace], dict[str, str]]
+    generators: Callable[..., Any]
+    scorer: Callable[[argparse.Namespace, str], Any]
+
+
+def add_ablation_parser(ev: argparse._SubParsersAction[argparse.ArgumentParser], parts: IprParts) -> None:
+    """Add `evaluate ipr-ablation` to the `evaluate` subcommands (its prompt, render and scorer flags are
+    `evaluate ipr`'s own, from `parts`)."""
     a = ev.add_parser(
         "ipr-ablation",
         help="IPR paper Table 4 and Figure 6: train a refiner per keep bonus α, evaluate IPR, plot keep ratio",
@@ -97,12 +105,11 @@ def add_ablation_parser(ev: argparse._SubParsersAction[argparse.ArgumentParser])
         default="fail",
         help="an unusable refiner answer fails the prompt (default) or ends its trajectory there",
     )
-    _ipr_generation_options(a)
-    _ipr_render_options(a)
-    _ipr_scoring_options(a)
+    for add_group in parts.option_groups:
+        add_group(a)
     add_model_options(a)
-    _run_options(a, "runs/eval-ipr-ablation")
-    a.set_defaults(func=run_ablation)
+    parts.run_options(a, "runs/eval-ipr-ablation")
+    a.set_defaults(func=functools.partial(run_ablation, parts=parts))
 
 
 def train_alpha(config: dict[str, Any], alpha: float, out: Path) -> tuple[str, str]:
@@ -158,7 +165,7 @@ def _ipr_settings(args: argparse.Namespace, specs: dict[str, str], refiner: str,
 
 
 async def evaluate_alphas(
-    args: argparse.Namespace, refiners: dict[float, str], items: list[Any], store_root: str
+    args: argparse.Namespace, refiners: dict[float, str], items: list[Any], store_root: str, parts: IprParts
 ) -> dict[float, dict[str, Any]]:
     """One IPR evaluation per α into `OUT/alpha-α/`, all in one event loop (the generators' batching queues live
     in it) and one store of images and scores; returns each α's rows (`IPREvaluation.tables`)."""
@@ -166,12 +173,11 @@ async def evaluate_alphas(
     from evaluation.ipr_ablation import alpha_name
     from evaluation.store import EvalStore
     from tools.t2i.settings import RenderSettings
-    from unveil.commands.evaluate import _ipr_generators, _ipr_scorer, generator_specs
 
     out = Path(args.out)
-    specs = generator_specs(args)
-    generators = _ipr_generators(args, specs, store_root, RenderSettings(**render_overrides(args)))
-    scorer = _ipr_scorer(args, store_root)
+    specs = parts.generator_specs(args)
+    generators = parts.generators(args, specs, store_root, RenderSettings(**render_overrides(args)))
+    scorer = parts.scorer(args, store_root)
     store = EvalStore(out / "eval_store.sqlite")
     results = {}
     for alpha, refiner in refiners.items():
@@ -185,7 +191,7 @@ async def evaluate_alphas(
     return results
 
 
-def run_ablation(args: argparse.Namespace) -> int:
+def run_ablation(args: argparse.Namespace, *, parts: IprParts) -> int:
     """Run `unveil evaluate ipr-ablation`: train (or reuse) a refiner per α, evaluate each, write the table and
     figure."""
     from tools.extras import require_extra
@@ -208,7 +214,7 @@ def run_ablation(args: argparse.Namespace) -> int:
     for alpha in args.alphas:
         model, adapter = train_alpha(config, alpha, out)
         refiners[alpha] = args.refiner_template.format(model=model, adapter=adapter)
-    results = asyncio.run(evaluate_alphas(args, refiners, items, store_root))
+    results = asyncio.run(evaluate_alphas(args, refiners, items, store_root, parts))
     print(write_ablation(results, out, args.ipr_t_max))
     failures = sum(len(r["failures"]) for r in results.values())
     print(f"tables and plots in {out} ({failures} failed prompts, listed in alpha-*/failures.md)", file=sys.stderr)
