@@ -14,11 +14,12 @@ time leaves the others' rows, and nothing it started outlives it):
 - `grpo-multi`: `bench/grpo_step.py --gpus N` (N = 4, or 2 with two or three GPUs): the same step, data-parallel
   under `accelerate launch`, each rank rendering the reward of its own prompts on its own GPU.
 
-On four GPUs the parts run side by side so that no GPU idles: GRPO on GPU 0, T2I on GPU 1, the local round on GPU 2
-beside the 1-GPU Ray round on GPU 3, then the 2-GPU Ray round on GPUs 2-3; once all of these have ended, the 4-GPU
-Ray round and then GRPO on all four. Every process shares one Inductor cache (`TORCHINDUCTOR_CACHE_DIR`), so the
-later ones compile from the earlier ones' graphs. With two or three GPUs the rows run two at a time, with one GPU (or
-`--tiny`) one after the other.
+On four GPUs the 4-GPU jobs come first, side by side and gated (the Ray round once GRPO's ranks have taken their
+warm-up step, GRPO's measured step once the Ray round has ended): their eight processes share the machine's cold
+compilation (one bucket each for the first two, the others load). Then, with the cache warm, GRPO on GPU 0, T2I on
+GPU 1, the local round on GPU 2 beside the 1-GPU Ray round on GPU 3, then the 2-GPU Ray round on GPUs 2-3. Every
+process shares one Inductor cache (`TORCHINDUCTOR_CACHE_DIR`). With two or three GPUs the rows run two at a time,
+with one GPU (or `--tiny`) one after the other.
 
 Every model is Stable Diffusion 1.5's (and Qwen2.5-VL-3B's, CLIP's) configuration with random weights, built from
 configs by the benchmarks themselves: nothing is downloaded.
@@ -67,31 +68,33 @@ DEFAULT_PARTS = ("t2i", "grpo", "scale", "grpo-multi")  # ipr does not fit besid
 I2P_PROMPTS = 4703
 MIX = "24,10,40,1,17"  # the t2i part's mix of concurrent requests: bursts, a lone one, one over max_batch
 
-# Estimated seconds of each job on a machine with 4 H100s, for the plan printed first (`plan_lines`): a bucket
-# compiled cold takes COLD_BUCKET_S (the t2i part's `compile` warm-up in issue 31's 4-GPU run at 6c49ae7), one
-# loaded from the machine's cache LOAD_BUCKET_S (the first batch with a warm cache at 4405ca1, docs/tools.md: 28 s,
-# plus the VAE decoder); the first processes compile one bucket each side by side (`tools.t2i.warmup`) and load the
-# rest, later ones load every bucket. WORK_S is the work around the warm-up, from the parts' earlier runs
-# (bench/results/gpu_suite-*.json). The members' warm-up records in the JSON measure all of it.
+# Estimated seconds of each job on a machine with 4 GPUs, for the plan printed first (`plan_lines`): a bucket
+# compiled cold takes COLD_BUCKET_S (the t2i part's `compile` warm-up in issue 31's 4-GPU run at 6c49ae7), one loaded
+# from the machine's cache LOAD_BUCKET_S (the members' warm-ups with a warm cache at 4c6947f on 4 H200s: 28-38 s for
+# both buckets); the first processes compile one bucket each side by side (`tools.t2i.warmup`) and load the rest,
+# later ones load every bucket. WORK_S is the work besides the warm-up, OVERLAP_S the part of it that runs beside the
+# warm-up (GRPO builds its policy and compiles its decoding while the reward generator warms up), both from the parts'
+# earlier runs (bench/results/gpu_suite-4c6947f-*.json). The members' warm-up records in the JSON measure all of it.
 COLD_BUCKET_S = 127.0
-LOAD_BUCKET_S = 30.0
+LOAD_BUCKET_S = 17.0
 BUCKETS = 2  # tools.t2i.fast.DEFAULT_BUCKETS
 WORK_S = {  # seconds besides the warm-up: builds, Ray start, rounds, steps
-    "t2i": 60.0,  # build, 4 baseline images, eager rounds, the compiled round and mix (the dynamic variant: if room)
-    "grpo": 130.0,  # models built (the SD warm-up overlaps the policy's build), a first step and the measured one
-    "scale-local": 40.0,
-    "scale-ray1": 50.0,
-    "scale-ray2": 50.0,
-    "scale-ray4": 45.0,
-    "grpo-multi": 90.0,
+    "t2i": 100.0,  # build, 4 baseline images, eager rounds, the compiled round and mix (the dynamic variant: if room)
+    "grpo": 120.0,  # the first step's renders and passes, the measured step, the report
+    "scale-local": 50.0,
+    "scale-ray1": 90.0,  # Ray's start and stop around the round
+    "scale-ray2": 85.0,
+    "scale-ray4": 70.0,
+    "grpo-multi": 50.0,
     "ipr": 300.0,
 }
-# On 4 GPUs the two 4-GPU jobs start together and prepare side by side (Ray, model builds, warm-ups: CPU work and
-# short warm-up renders), then take the GPUs in turn: the Ray round once GRPO's ranks are prepared, GRPO's steps
-# once the Ray round has ended (`UNVEIL_BENCH_PREPARED_FILE` / `UNVEIL_BENCH_GO_FILE`, read by bench/scale.py and
-# bench/grpo_step.py). No timed round shares its GPUs. Job -> (the job it waits for, and for what).
+OVERLAP_S = {"grpo": 140.0, "grpo-multi": 130.0}  # the policy's build and its decoding's compilation (4 Qwen builds)
+# The 4-GPU jobs start together and prepare side by side (Ray, model builds, warm-ups, GRPO's warm-up step), then
+# take the GPUs in turn: the Ray round once GRPO's ranks are prepared, GRPO's measured step once the Ray round has
+# ended (`UNVEIL_BENCH_PREPARED_FILE` / `UNVEIL_BENCH_GO_FILE`, read by bench/scale.py and bench/grpo_step.py). No
+# timed round shares its GPUs. Job -> (the job it waits for, and for what).
 GATES = {"scale-ray4": ("grpo-multi", "prepared"), "grpo-multi": ("scale-ray4", "ended")}
-TAIL_S = {"scale-ray4": 25.0, "grpo-multi": 75.0}  # the timed part of a gated job (after its gate), estimated
+TAIL_S = {"scale-ray4": 35.0, "grpo-multi": 30.0}  # the timed part of a gated job (after its gate), estimated
 PACKAGES = ("torch", "diffusers", "transformers", "trl", "ray")
 
 
@@ -611,16 +614,18 @@ def schedule(parts: list[str], n_gpus: int) -> list[list[Job]]:
     job's share caps its time (`Runner` also stops it at the deadline). At most one Ray cluster runs at a time."""
     everything = ("t2i", "grpo", "scale-local", "scale-ray1", "scale-ray2")
     if n_gpus >= 4:
-        # Shares are caps (the suite's deadline caps every job too), sized from `estimate_s` with some room; the
-        # 4-GPU jobs start once GPU 0's GRPO step ends, so they are what the budget's end cuts if warm-ups run long.
+        # The 4-GPU jobs first: their eight processes share the cold compilation (a later process would only load),
+        # and the GRPO step, the longest 1-GPU job, then has the rest of the budget with the cache warm. Shares are
+        # caps (the suite's deadline caps every job too), sized from `estimate_s` with some room.
+        wide = ("scale-ray4", "grpo-multi")
         lanes: list[list[Job]] = [
-            [("grpo", "0", 0.65, ())],
-            [("t2i", "1", 0.55, ())],
-            [("scale-local", "2", 0.5, ()), ("scale-ray2", "2,3", 0.3, ("scale-ray1",))],
-            [("scale-ray1", "3", 0.5, ())],
-            # Side by side, gated (`GATES`): the Ray round, then GRPO's steps.
-            [("scale-ray4", "0,1,2,3", 0.3, everything)],
-            [("grpo-multi", "0,1,2,3", 0.45, everything)],
+            # Side by side, gated (`GATES`): the Ray round, then GRPO's measured step.
+            [("scale-ray4", "0,1,2,3", 0.5, ())],
+            [("grpo-multi", "0,1,2,3", 0.55, ())],
+            [("grpo", "0", 0.6, wide)],
+            [("t2i", "1", 0.5, wide)],
+            [("scale-local", "2", 0.3, wide), ("scale-ray2", "2,3", 0.3, ("scale-ray1",))],
+            [("scale-ray1", "3", 0.35, wide)],
         ]
     elif n_gpus >= 2:
         lanes = [
@@ -656,24 +661,31 @@ def schedule(parts: list[str], n_gpus: int) -> list[list[Job]]:
 
 def widen(lanes: list[list[Job]]) -> list[list[Job]]:
     """Give the budget left by parts not asked for to the jobs that run: a lane whose jobs wait for no job that
-    runs has its shares scaled to sum to 1 (so `--parts grpo` alone gets the whole budget, not half of it)."""
+    runs has its shares scaled to sum to 1 (so `--parts grpo` alone gets the whole budget, not half of it), or, if
+    running jobs wait for it, to what the largest of those leaves."""
     running = {job[0] for lane in lanes for job in lane}
     out = []
     for lane in lanes:
         total = sum(share for _, _, share, _ in lane)
         waits = any(set(after) & running for _, _, _, after in lane)
-        if waits or total >= 1.0:
+        names = {name for name, *_ in lane}
+        # A lane other jobs wait for widens only up to what the largest of them leaves: to 1, it could take
+        # the later jobs' time.
+        later = [share for ln in lanes for _, _, share, after in ln if set(after) & names]
+        target = max(total, 1.0 - max(later)) if later else 1.0
+        if waits or total >= target:
             out.append(lane)
         else:
-            out.append([(name, gpus, share / total, after) for name, gpus, share, after in lane])
+            out.append([(name, gpus, share * target / total, after) for name, gpus, share, after in lane])
     return out
 
 
 def estimate_s(job: str, cold: bool) -> float:
     """Estimated seconds of `job` (see `WORK_S`): its work plus its warm-up, compiling one bucket cold and loading
-    the others when it starts on a cold machine cache (`cold`), loading every bucket otherwise."""
+    the others when it starts on a cold machine cache (`cold`), loading every bucket otherwise; the part of the work
+    that runs beside the warm-up (`OVERLAP_S`) counts only where it is the longer."""
     warm = COLD_BUCKET_S + (BUCKETS - 1) * LOAD_BUCKET_S if cold else BUCKETS * LOAD_BUCKET_S
-    return WORK_S[job] + warm
+    return WORK_S[job] + max(warm, OVERLAP_S.get(job, 0.0))
 
 
 def gates_of(plan: list[list[Job]], n_gpus: int) -> dict[str, tuple[str, str]]:
@@ -688,8 +700,9 @@ def gated_end(name: str, start: float, gates: dict[str, tuple[str, str]]) -> flo
     if name not in gates:
         return start + estimate_s(name, cold=start < 1.0)
     other, kind = gates[name]
-    prep = estimate_s(name, cold=False) - TAIL_S[name]
-    go = start + estimate_s(other, cold=False) - TAIL_S[other] if kind == "prepared" else gated_end(other, start, gates)
+    cold = start < 1.0
+    prep = estimate_s(name, cold) - TAIL_S[name]
+    go = start + estimate_s(other, cold) - TAIL_S[other] if kind == "prepared" else gated_end(other, start, gates)
     return max(start + prep, go) + TAIL_S[name]
 
 
