@@ -575,11 +575,10 @@ def main() -> int:
     timer.wrap(trainer, "_generate_single_turn", "generation")
     timer.wrap(trainer, "_get_per_token_logps_and_entropies", "forward (policy, old, ref)")
     timer.wrap(trainer.accelerator, "backward", "backward")
-    if not args.warmup:
-        # No warm-up step to take it: the reward generator's warm-up (it ran beside the builds) ends before the
-        # timed steps. With one, the warm-up step's first render waits for it instead, and the policy's compiled
-        # decoding (the step's generation) compiles meanwhile rather than after it.
-        _ = getattr(renderer.generator, "pipeline", None)
+    # The reward generator's warm-up (it ran beside the builds) ends before the first step: the policy's compiled
+    # decoding records CUDA graphs, and a capture fails when another thread launches work meanwhile ("operation
+    # failed due to a previous error during capture", 4x H100 at 5c6efad).
+    _ = getattr(renderer.generator, "pipeline", None)
     build_s = time.perf_counter() - t_start
     gate = {"s": 0.0 if args.warmup else bench_gate(rank)}
 

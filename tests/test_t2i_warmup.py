@@ -199,6 +199,43 @@ def test_the_reward_renderer_warms_a_compiled_generator_up_beside_the_policy_loa
     assert warm_in_background(Eager()) is None
 
 
+def test_training_waits_for_the_renderers_warm_up_before_its_first_step():
+    """The first generation's CUDA-graph capture must not overlap the reward generator's warm-up thread (it failed
+    so on 4x H100): the callback `build_grpo_trainer` adds blocks in `on_train_begin` until the warm-up has ended."""
+    from training.grpo import _renderer_warm_first
+
+    started, release, handed = threading.Event(), threading.Event(), []
+
+    class Compiled:
+        fast_path = replace(PRESETS["eager"], compile=True)
+
+        def warm_up(self) -> dict:
+            return {}
+
+        @property
+        def pipeline(self) -> object:
+            started.set()
+            assert release.wait(60)
+            handed.append(threading.current_thread().name)
+            return object()
+
+    class Renderer:
+        generator = Compiled()
+
+    begun = threading.Thread(target=_renderer_warm_first(Renderer()).on_train_begin, args=(None, None, None))
+    begun.start()
+    assert started.wait(60)
+    assert begun.is_alive()  # still waiting for the warm-up
+    release.set()
+    begun.join(60)
+    assert not begun.is_alive() and handed
+
+    class Eager:
+        generator = type("G", (), {"fast_path": PRESETS["eager"]})()
+
+    _renderer_warm_first(Eager()).on_train_begin(None, None, None)  # nothing to wait for: returns at once
+
+
 def test_the_lock_folder_is_the_machine_cache(cache_env):
     with shape_lock("x", blocking=False) as held:
         assert held

@@ -174,3 +174,15 @@ def warm_in_background(generator: Any) -> threading.Thread | None:
     thread = threading.Thread(target=warm, name="t2i-warm-up", daemon=True)
     thread.start()
     return thread
+
+
+def wait_for_warm_up(renderer: Any) -> None:
+    """Block until the background warm-up of a renderer's compiled generator (`warm_in_background`) has ended.
+
+    Training calls this before its first step: the policy's compiled decoding records CUDA graphs, and a capture
+    fails when another thread launches GPU work meanwhile ("operation failed due to a previous error during
+    capture", seen on 4x H100 when the first generation overlapped the reward generator's warm-up)."""
+    generator: Any = getattr(renderer, "generator", None)
+    fast_path = getattr(generator, "fast_path", None)
+    if fast_path is not None and fast_path.compile and hasattr(generator, "warm_up"):
+        _ = generator.pipeline  # handed out only once warmed up (`DiffusersGenerator.pipeline`)
