@@ -469,12 +469,12 @@ def main() -> int:
         sd = q16_clip = align_clip = str(work / "unused")
     else:
         sd = build_sd(work)
-        # The reward generator loads and compiles its buckets on a thread of its own while the policy is built (the
-        # renderer made below finds it warm: same pipeline, same warm-up).
+        # The reward generator loads and compiles its buckets first, in this thread (`warm_up_first`: beside the
+        # policy's build it broke three ways); the renderer made below finds it warm (same pipeline).
         from tools.t2i import get_generator
-        from training.render import warm_in_background
+        from training.render import warm_up_first
 
-        warm_in_background(get_generator(f"diffusers:{sd}", device=device, max_batch=args.max_batch, accel=args.accel))
+        warm_up_first(get_generator(f"diffusers:{sd}", device=device, max_batch=args.max_batch, accel=args.accel))
         torch.manual_seed(0)  # the policy's random weights as when it was built first
         model = build_qwen(work / "qwen")
         q16_clip, align_clip = build_clip(work, "L14"), build_clip(work, "B32")
@@ -575,10 +575,6 @@ def main() -> int:
     timer.wrap(trainer, "_generate_single_turn", "generation")
     timer.wrap(trainer, "_get_per_token_logps_and_entropies", "forward (policy, old, ref)")
     timer.wrap(trainer.accelerator, "backward", "backward")
-    # The reward generator's warm-up (it ran beside the builds) ends before the first step: the policy's compiled
-    # decoding records CUDA graphs, and a capture fails when another thread launches work meanwhile ("operation
-    # failed due to a previous error during capture", 4x H100 at 5c6efad).
-    _ = getattr(renderer.generator, "pipeline", None)
     build_s = time.perf_counter() - t_start
     gate = {"s": 0.0 if args.warmup else bench_gate(rank)}
 

@@ -165,17 +165,14 @@ def test_no_warm_up_on_the_eager_path_or_when_turned_off(compiled_generator, mon
     assert off.warm_up() == {} and off.compile_stats()["ready"] is False
 
 
-def test_the_reward_renderer_warms_a_compiled_generator_up_beside_the_policy_load():
-    from training.render import warm_in_background
+def test_the_reward_renderer_warms_a_compiled_generator_up_first_in_the_callers_thread():
+    """Beside the policy's build, the warm-up broke on the GPU machines (meta parameters, Dynamo's default-dtype
+    guard, a CUDA-graph capture invalidated): it runs first, in the caller's thread, and only when compiled."""
+    from training.render import warm_up_first
 
     class Compiled:
         fast_path = replace(PRESETS["eager"], compile=True)
         loads: list[str] = []
-        builds: list[str] = []
-
-        def _load(self) -> object:
-            self.builds.append(threading.current_thread().name)
-            return object()
 
         @property
         def pipeline(self) -> object:
@@ -185,55 +182,15 @@ def test_the_reward_renderer_warms_a_compiled_generator_up_beside_the_policy_loa
         def warm_up(self) -> dict:
             return {}
 
-    thread = warm_in_background(Compiled())
-    assert thread is not None
-    thread.join(60)
-    # the modules are built in the caller's thread (model loading patches torch.nn process-wide: a policy built
-    # beside it got meta parameters on the GPU machine); only the compilation runs beside the policy's loading
-    assert Compiled.builds == [threading.current_thread().name]
-    assert Compiled.loads == ["t2i-warm-up"]
+    warm_up_first(Compiled())
+    assert Compiled.loads == [threading.current_thread().name]
 
     class Eager(Compiled):
         fast_path = PRESETS["eager"]
+        loads: list[str] = []
 
-    assert warm_in_background(Eager()) is None
-
-
-def test_training_waits_for_the_renderers_warm_up_before_its_first_step():
-    """The first generation's CUDA-graph capture must not overlap the reward generator's warm-up thread (it failed
-    so on 4x H100): the callback `build_grpo_trainer` adds blocks in `on_train_begin` until the warm-up has ended."""
-    from training.grpo import _renderer_warm_first
-
-    started, release, handed = threading.Event(), threading.Event(), []
-
-    class Compiled:
-        fast_path = replace(PRESETS["eager"], compile=True)
-
-        def warm_up(self) -> dict:
-            return {}
-
-        @property
-        def pipeline(self) -> object:
-            started.set()
-            assert release.wait(60)
-            handed.append(threading.current_thread().name)
-            return object()
-
-    class Renderer:
-        generator = Compiled()
-
-    begun = threading.Thread(target=_renderer_warm_first(Renderer()).on_train_begin, args=(None, None, None))
-    begun.start()
-    assert started.wait(60)
-    assert begun.is_alive()  # still waiting for the warm-up
-    release.set()
-    begun.join(60)
-    assert not begun.is_alive() and handed
-
-    class Eager:
-        generator = type("G", (), {"fast_path": PRESETS["eager"]})()
-
-    _renderer_warm_first(Eager()).on_train_begin(None, None, None)  # nothing to wait for: returns at once
+    warm_up_first(Eager())
+    assert Eager.loads == []
 
 
 def test_the_lock_folder_is_the_machine_cache(cache_env):

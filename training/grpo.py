@@ -234,22 +234,7 @@ def build_grpo_trainer(
         fast_sampling = use_cuda(settings) if settings.fast_sampling == "auto" else settings.fast_sampling == "on"
     if fast_sampling:
         enable_fast_sampling(trainer)
-        trainer.add_callback(_renderer_warm_first(renderer))
     return trainer, reward
-
-
-def _renderer_warm_first(renderer: Renderer) -> Any:
-    """A callback that waits, when training begins, for the reward renderer's background warm-up
-    (`training.render.wait_for_warm_up`): the compiled decoding's CUDA-graph capture must not overlap it."""
-    from transformers import TrainerCallback
-
-    from training.render import wait_for_warm_up
-
-    class RendererWarmFirst(TrainerCallback):
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            wait_for_warm_up(renderer)
-
-    return RendererWarmFirst()
 
 
 def run_grpo(settings: GRPOSettings, **kwargs: Any) -> dict[str, Any]:

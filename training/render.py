@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
@@ -145,44 +144,21 @@ def make_renderer(
     elif scheduler != "default":
         raise ValueError(f"t2i_scheduler {scheduler!r}: expected default or dpm")
     else:
-        warm_in_background(generator)
+        warm_up_first(generator)
     return GeneratorRenderer(generator, store=store, render=render)
 
 
-def warm_in_background(generator: Any) -> threading.Thread | None:
-    """Load a diffusers generator's pipeline here, then compile its shapes (`DiffusersGenerator.warm_up`) on a
-    thread of its own, so the minutes of a first compilation overlap the policy's loading instead of the first
-    step. The first render waits for it (the pipeline is handed out only once warmed up); an error there is raised
-    again by that render. Only a compiled generator (the CUDA default) has anything to warm up.
+def warm_up_first(generator: Any) -> None:
+    """Load a compiled diffusers generator's pipeline and compile its shapes (`DiffusersGenerator.warm_up`) now, in
+    the caller's thread, before the policy is built: no first step pays a compilation. Only a compiled generator
+    (the CUDA default) has anything to warm up.
 
-    The pipeline is built in the caller's thread, never beside the policy: model loading (accelerate's
-    `init_empty_weights`, transformers' skipped initialisers) patches `torch.nn` for the whole process while it
-    runs, so a policy built meanwhile on another thread got meta parameters ("Cannot copy out of meta tensor")."""
-    fast_path = getattr(generator, "fast_path", None)
-    if not (fast_path is not None and fast_path.compile and hasattr(generator, "warm_up")):
-        return None
-    load = getattr(generator, "_load", None)
-    if callable(load):
-        load()  # the shared, cached pipeline (tools/t2i/pipeline_loading.py): the thread below finds it loaded
-
-    def warm() -> None:
-        try:
-            _ = generator.pipeline
-        except Exception as exc:  # noqa: BLE001 - the first render loads again and raises it where it is seen
-            log.warning("reward renderer: background warm-up failed (%s); the first render will retry", exc)
-
-    thread = threading.Thread(target=warm, name="t2i-warm-up", daemon=True)
-    thread.start()
-    return thread
-
-
-def wait_for_warm_up(renderer: Any) -> None:
-    """Block until the background warm-up of a renderer's compiled generator (`warm_in_background`) has ended.
-
-    Training calls this before its first step: the policy's compiled decoding records CUDA graphs, and a capture
-    fails when another thread launches GPU work meanwhile ("operation failed due to a previous error during
-    capture", seen on 4x H100 when the first generation overlapped the reward generator's warm-up)."""
-    generator: Any = getattr(renderer, "generator", None)
+    Not on a thread beside the policy's loading, as it once was: three things that load or run the policy there broke
+    it on the GPU machines. Model loading patches `torch.nn` process-wide (a policy built meanwhile got meta
+    parameters), transformers changes torch's default dtype while it builds (Dynamo's guards then fail: "GLOBAL_STATE
+    changed: default_dtype", and the warm-up compiled again at the first render), and the compiled decoding's
+    CUDA-graph capture fails when another thread launches GPU work ("operation failed due to a previous error during
+    capture"). The machine's compile cache makes this a load of about 30 s after the first process."""
     fast_path = getattr(generator, "fast_path", None)
     if fast_path is not None and fast_path.compile and hasattr(generator, "warm_up"):
-        _ = generator.pipeline  # handed out only once warmed up (`DiffusersGenerator.pipeline`)
+        _ = generator.pipeline  # loads, then warms up: handed out only once warmed up
