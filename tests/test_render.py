@@ -409,7 +409,7 @@ def test_cli_vanilla_render_matches_the_verdict(tmp_path: Path, capsys: pytest.C
 
 
 def test_a_hand_edited_cycle_or_orphan_is_one_clear_error(tmp_path: Path) -> None:
-    from graphs.tag_tree_check import TreeError
+    from graphs.tag.tree_check import TreeError
 
     cycle = small_tag()
     cycle["trees"]["visual"][0]["parent"] = "v1.0"  # root points at its own child: a cycle

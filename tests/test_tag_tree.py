@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from graphs.tag_tree import best_pair, grow_layer, make_roots, mtc_score, new_pairs, path_of
+from graphs.tag.tree import best_pair, grow_layer, make_roots, mtc_score, new_pairs, path_of
 
 ALL = ["categorical", "functional", "similarity", "cultural", "causal"]
 

@@ -31,7 +31,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import FancyBboxPatch, Patch  # noqa: E402
 
-from graphs.tag_tree_check import check_trees, record_trees  # noqa: E402
+from graphs.tag.tree_check import check_trees, record_trees  # noqa: E402
 
 HIGHLIGHT = "#c0392b"
 EDGE = "#95a5a6"

@@ -53,7 +53,7 @@ def make_roots(prefix: str, concepts: Iterable[str]) -> list[Node]:
     ]
 
 
-def _assign_entries(parents: list[Node], expansions: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def assign_entries(parents: list[Node], expansions: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Children lists by parent id; entries with unknown ids go, in order, to parents that got none."""
     by_id = {p["id"]: p for p in parents}
     out: dict[str, list[dict[str, Any]]] = {}
@@ -163,7 +163,7 @@ def grow_layer(
         raise ValueError(f"prune: {prune!r} is not one of {', '.join(PRUNE_MODES)}")
     per_parent = min(children_per_parent, k_max) if prune == "per_node" else children_per_parent
     allowed = set(allowed_types)
-    assigned = _assign_entries(parents, expansions)
+    assigned = assign_entries(parents, expansions)
     nodes: list[Node] = []
     for parent in parents:
         valid = _valid_children(parent, assigned.get(parent["id"], []), allowed)
