@@ -12,19 +12,10 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pytest
 
+from agents.tag.types import ASSOCIATION_TYPES
 from unveil.render import Box, TagLayout, draw_tag, layout_tag, render_tag
 
-TYPES = [
-    "categorical",
-    "functional",
-    "spatial",
-    "temporal",
-    "causal",
-    "emotional",
-    "similarity",
-    "contrast",
-    "cultural",
-]
+TYPES = list(ASSOCIATION_TYPES)
 WORDS = [
     "flange",
     "industrial component",

@@ -38,7 +38,11 @@ class TagContext(ModelsContext):
     children_per_parent: int = field(default=3, metadata={"description": "Children asked for per parent.", "min": 1})
     association_types: list[str] = field(
         default_factory=lambda: list(ASSOCIATION_TYPES),
-        metadata={"description": "Allowed association types.", "min_items": 1, "item_choices": ASSOCIATION_TYPES},
+        metadata={
+            "description": f"Allowed association types, any of: {', '.join(ASSOCIATION_TYPES)} (default: all).",
+            "min_items": 1,
+            "item_choices": ASSOCIATION_TYPES,
+        },
     )
     screen_pairs: bool = field(
         default=False, metadata={"description": "Screen pairs for suspicious ones before judging."}
