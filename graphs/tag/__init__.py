@@ -15,7 +15,7 @@ graph).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from graphs.tag.build import builder, graph
@@ -37,7 +37,7 @@ _HOMES = {
 __all__ = ["Finding", "TagContext", "TagInput", "TagOutput", "TagState", "builder", "graph"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """A public name of the package, imported from its module on first use."""
     if name not in _HOMES:
         raise AttributeError(f"module 'graphs.tag' has no attribute {name!r}")

@@ -4,7 +4,7 @@ verdict, and the route that ends the search at the first toxic layer (the judgin
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
+from typing import Literal
 
 from langgraph.runtime import Runtime
 
@@ -16,7 +16,7 @@ from agents.usage import RunUsage, merge_usage
 from graphs.tag.context import TagContext
 from graphs.tag.findings import mtc_of
 from graphs.tag.state import TagState, image_part
-from graphs.tag.tree import Node, assign_entries, grow_layer, make_roots, path_of
+from graphs.tag.tree import ExpansionEntry, Node, assign_entries, grow_layer, make_roots, path_of
 from tools.image_store import get_image_store
 
 
@@ -73,7 +73,7 @@ async def _ask_expander(
     state: TagState,
     modality: Literal["visual", "textual"],
     frontier: list[Node],
-) -> tuple[list[dict[str, Any]], RunUsage | None]:
+) -> tuple[list[ExpansionEntry], RunUsage | None]:
     """Step 1 of `_grow_tree`: the expander's children of every frontier parent, as `{parent_id, children}`
     entries, with the calls' usage."""
     nodes = state[modality]
@@ -96,7 +96,7 @@ async def _ask_expander(
             for i, chunk in enumerate(chunks)
         ]
     )
-    entries: list[dict[str, Any]] = []
+    entries: list[ExpansionEntry] = []
     usage: RunUsage | None = None
     for chunk, result in zip(chunks, results, strict=True):
         assigned = assign_entries(chunk, [e.model_dump() for e in result.value.expansions])

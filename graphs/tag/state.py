@@ -67,7 +67,7 @@ class TagOutput(TypedDict, total=False):
     pairs_judged: int
     visual: list[Node]
     textual: list[Node]
-    entity_graphs: dict[str, Any]
+    entity_graphs: dict[str, dict[str, Any]]
     image_id: str | None
     image_path: str | None
     usage: Annotated[RunUsage, merge_usage]
