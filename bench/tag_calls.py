@@ -40,7 +40,7 @@ from agents.tag.judges import PairJudgement  # noqa: E402
 from agents.tag.roots import Roots  # noqa: E402
 from agents.usage import RunUsage, merge_usage  # noqa: E402
 from graphs.tag import TagContext, graph  # noqa: E402
-from graphs.tag_tree import (  # noqa: E402
+from graphs.tag.tree import (  # noqa: E402
     Node,  # noqa: E402
     grow_layer,
     make_roots,

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 # Re-exported (the `as` spelling marks them public): the runner shapes records with sample_record, and the review
 # folder's names and lock live in tools.review_log.
-from graphs.ctd_review import sample_record as sample_record
+from graphs.ctd.review import sample_record as sample_record
 from tools.extras import require_extra
 from tools.jsonl_files import done_records, read_jsonl_records
 from tools.review_log import DECISIONS as DECISIONS
@@ -57,7 +57,7 @@ from tools.reviewers import REVIEWERS, ReviewerAuthError, load_reviewers, requir
 from tools.safe_files import atomic_write, atomic_writer
 
 if TYPE_CHECKING:
-    from graphs.ctd_rules import ReviewPolicy
+    from graphs.ctd.rules import ReviewPolicy
 
 DatasetBusyError = ReviewBusyError  # the name callers know
 
@@ -395,7 +395,7 @@ def apply_reviews(
 ) -> dict[str, int]:
     """Apply reviewer decisions ({id: {decision: approve|reject|note|undo, note, reviewer?, undoes?}}, or {id: [one
     per reviewer]}) under the folder lock; `undo` takes back entry `undoes` of the record's `review_history`
-    (see `graphs.ctd_review.undo`).
+    (see `graphs.ctd.review.undo`).
 
     Who decides: `reviewer` with `role` as the caller authenticated them against the folder's reviewers file
     (`tools.reviewers`: `reviewer` or `adjudicator`); the default `local` is single-user mode, allowed only while
@@ -404,7 +404,7 @@ def apply_reviews(
 
     Several reviewers (the TAG paper's unanimous confirmation, §4.1): every approve/reject on a pending sample joins
     its `review.reviews` list (reviewer, note, time), and the sample is accepted or rejected once the reviews decide
-    under the policy (`min_reviewers`, `rule`: see `graphs.ctd_rules.ReviewPolicy`); until then it stays pending.
+    under the policy (`min_reviewers`, `rule`: see `graphs.ctd.rules.ReviewPolicy`); until then it stays pending.
     Every decision also joins the record's `review_history` and `DIR/decisions.jsonl`. A decision on a sample that
     is already decided is not applied but kept in the history (`applied: false`), so it is never lost; a `note`
     decision adds a note without deciding. Updated records are appended to `samples.jsonl` (the last record of an
@@ -416,7 +416,7 @@ def apply_reviews(
     web app passes its index); `views=False` leaves rewriting `dataset.jsonl` and `review_queue.jsonl` to the
     caller; `appended` receives (id, history position) of each entry this call added, so a caller can offer to
     undo exactly its own entry."""
-    from graphs.ctd_rules import ReviewPolicy
+    from graphs.ctd.rules import ReviewPolicy
 
     policy = ReviewPolicy(min_reviewers=min_reviewers, rule=rule)  # type: ignore[arg-type]
     root = Path(dataset_dir)
@@ -453,11 +453,11 @@ def check_local_mode(root: Path, role: str, min_reviewers: int) -> None:
 def check_labels(
     root: Path, decisions: Mapping[str, dict[str, Any] | list[dict[str, Any]]]
 ) -> dict[tuple[str, int], dict[str, Any]]:
-    """Every answer's labels under the folder's label schema (`graphs.ctd_labels`), by (id, position), checked
+    """Every answer's labels under the folder's label schema (`graphs.ctd.labels`), by (id, position), checked
     before anything is applied: one answer that does not meet the schema (a required rationale missing, a
     category outside the vocabulary, a rating out of bounds) stops them all with a `LabelSchemaError` naming
     its sample."""
-    from graphs.ctd_labels import LabelSchemaError, check_answer, load_schema
+    from graphs.ctd.labels import LabelSchemaError, check_answer, load_schema
 
     schema = load_schema(root)
     out: dict[tuple[str, int], dict[str, Any]] = {}
@@ -482,7 +482,7 @@ def _decide(
     """Apply each decision to its record (in place) as `actor` (name, role) with its checked labels, counting
     each outcome in `counts`; returns the records that changed, by id, and the decision log entries to append."""
     # The one way a decision changes a record, shared with the CTD graph's review node (Studio).
-    from graphs.ctd_review import apply_decision, now_iso
+    from graphs.ctd.review import apply_decision, now_iso
 
     changed: dict[str, dict[str, Any]] = {}
     log: list[dict[str, Any]] = []
@@ -516,7 +516,7 @@ def moderation_summary(dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
 def read_decisions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any] | list[dict[str, Any]]]:
     """Reviewer decisions from a JSONL file (the review queue with `decision`, `note` and `reviewer` filled in), by
     sample id; several lines for one id (several reviewers) become a list, in file order."""
-    from graphs.ctd_review import parse_review  # the one reader of review answers, shared with the interrupt path
+    from graphs.ctd.review import parse_review  # the one reader of review answers, shared with the interrupt path
 
     out: dict[str, dict[str, Any] | list[dict[str, Any]]] = {}
     p = Path(path)

@@ -17,8 +17,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from graphs.ctd_review import judged
-from graphs.ctd_rules import fleiss_kappa
+from graphs.ctd.review import judged
+from graphs.ctd.rules import fleiss_kappa
 from tools.safe_files import atomic_write
 
 JSONL = "data.jsonl"

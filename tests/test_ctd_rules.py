@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agents.ctd.vocabulary import normalize_category
-from graphs.ctd_rules import GatekeeperRule, concepts_agree, decide
+from graphs.ctd.rules import GatekeeperRule, concepts_agree, decide
 
 
 def votes(

@@ -63,11 +63,11 @@ def test_every_fidelity_row_is_classified_and_cites_section_and_code(doc: str) -
 
 
 def test_the_checker_catches_a_missing_symbol_and_file() -> None:
-    assert defines(ROOT / "graphs" / "tag_tree.py", "grow_layer")
-    assert defines(ROOT / "graphs" / "tag.py", "TagContext.prune")
-    assert not defines(ROOT / "graphs" / "tag_tree.py", "grow_layers_that_do_not_exist")
-    assert REF.findall("`graphs/tag.py:TagContext.prune`, `x.py:y`") == [
-        ("graphs/tag.py", "TagContext.prune"),
+    assert defines(ROOT / "graphs" / "tag" / "tree.py", "grow_layer")
+    assert defines(ROOT / "graphs" / "tag" / "context.py", "TagContext.prune")
+    assert not defines(ROOT / "graphs" / "tag" / "tree.py", "grow_layers_that_do_not_exist")
+    assert REF.findall("`graphs/tag/context.py:TagContext.prune`, `x.py:y`") == [
+        ("graphs/tag/context.py", "TagContext.prune"),
         ("x.py", "y"),
     ]
 

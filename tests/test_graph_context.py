@@ -175,7 +175,7 @@ def test_choices_have_one_spelling_the_literal_type() -> None:
 
     from graphs.context import ContextError, field_choices
     from graphs.tag import TagContext
-    from graphs.tag_tree import PRUNE_MODES, Prune
+    from graphs.tag.tree import PRUNE_MODES, Prune
 
     assert field_choices(typing.get_type_hints(TagContext)["prune"]) == PRUNE_MODES == typing.get_args(Prune)
     with pytest.raises(ContextError, match="per_layer, per_node"):

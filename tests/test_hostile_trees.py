@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from graphs.tag_tree_check import TreeError, check_tree, check_trees
+from graphs.tag.tree_check import TreeError, check_tree, check_trees
 
 
 def _node(node_id: str, parent: Any, layer: int) -> dict[str, Any]:

@@ -12,19 +12,10 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pytest
 
+from agents.tag.types import ASSOCIATION_TYPES
 from unveil.render import Box, TagLayout, draw_tag, layout_tag, render_tag
 
-TYPES = [
-    "categorical",
-    "functional",
-    "spatial",
-    "temporal",
-    "causal",
-    "emotional",
-    "similarity",
-    "contrast",
-    "cultural",
-]
+TYPES = list(ASSOCIATION_TYPES)
 WORDS = [
     "flange",
     "industrial component",
@@ -409,7 +400,7 @@ def test_cli_vanilla_render_matches_the_verdict(tmp_path: Path, capsys: pytest.C
 
 
 def test_a_hand_edited_cycle_or_orphan_is_one_clear_error(tmp_path: Path) -> None:
-    from graphs.tag_tree_check import TreeError
+    from graphs.tag.tree_check import TreeError
 
     cycle = small_tag()
     cycle["trees"]["visual"][0]["parent"] = "v1.0"  # root points at its own child: a cycle

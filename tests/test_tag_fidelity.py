@@ -8,7 +8,7 @@ import pytest
 from agents.tag import judges, roots, vanilla
 from graphs.tag import TagContext
 from graphs.tag import graph as tag_graph
-from graphs.tag_tree import Prune, grow_layer, make_roots
+from graphs.tag.tree import Prune, grow_layer, make_roots
 from graphs.vanilla import VanillaContext
 from graphs.vanilla import graph as vanilla_graph
 
@@ -328,7 +328,7 @@ def _fidelity_row(element_start: str) -> str:
 
 
 def test_tie_rule_reports_the_highest_joint_probability_and_is_labelled_a_reading() -> None:
-    from graphs.tag_tree import best_pair
+    from graphs.tag.tree import best_pair
 
     v = make_roots("v", ["a", "b"])
     t = make_roots("t", ["x"])
@@ -340,7 +340,7 @@ def test_tie_rule_reports_the_highest_joint_probability_and_is_labelled_a_readin
 
 
 def test_pair_layer_rule_puts_a_pair_at_its_deeper_node_and_is_labelled_a_reading() -> None:
-    from graphs.tag_tree import new_pairs
+    from graphs.tag.tree import new_pairs
 
     visual = _grow(make_roots("v", ["r"]), "c", layer=1, k_max=6, prune="per_node")
     visual = make_roots("v", ["r"]) + visual

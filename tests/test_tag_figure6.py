@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from graphs.tag import TagContext
-from graphs.tag_tree import Node, grow_layer, make_roots
+from graphs.tag.tree import Node, grow_layer, make_roots
 
 IMAGE_ROOT, TEXT_ROOT = "flange", "items with undefined function"
 IMAGE_PATH = [("component for modified tool", 0.3), ("weapon component", 0.2)]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from graphs.tag_tree import best_pair, grow_layer, make_roots, mtc_score, new_pairs, path_of
+from agents.tag.types import ASSOCIATION_TYPES
+from graphs.tag.tree import best_pair, grow_layer, make_roots, mtc_score, new_pairs, path_of
 
-ALL = ["categorical", "functional", "similarity", "cultural", "causal"]
+ALL = list(ASSOCIATION_TYPES)
 
 
 def child(concept: str, p: float, assoc: str = "similarity") -> dict:

@@ -31,7 +31,8 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import FancyBboxPatch, Patch  # noqa: E402
 
-from graphs.tag_tree_check import check_trees, record_trees  # noqa: E402
+from agents.tag.types import ASSOCIATION_TYPES  # noqa: E402
+from graphs.tag.tree_check import check_trees, record_trees  # noqa: E402
 
 HIGHLIGHT = "#c0392b"
 EDGE = "#95a5a6"
@@ -574,8 +575,7 @@ def _legend(ax: Any, layout: TagLayout) -> None:
         frameon=True,
         framealpha=1.0,
         edgecolor="#d5d8dc",
-        title="p: transition probability; types: categorical, functional, spatial, temporal, causal, "
-        "emotional, similarity, contrast, cultural",
+        title=f"p: transition probability; types: {', '.join(ASSOCIATION_TYPES)}",
         title_fontsize=7.5,
     )
 

@@ -1,6 +1,6 @@
 """The Gatekeeper's feedback writer.
 
-Accepting or rejecting a candidate is decided in code (`graphs/ctd_rules.py`); this role only turns a rejection
+Accepting or rejecting a candidate is decided in code (`graphs/ctd/rules.py`); this role only turns a rejection
 and the votes behind it into targeted advice for the Eraser: whether the hiding was too easy, too obscure,
 incoherent, or leaked into one modality, and what to change.
 """

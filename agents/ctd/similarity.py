@@ -3,7 +3,7 @@
 The paper's Gatekeeper (§10.3) asks a model "whether the risk judgments given by [Judge 1 and Judge 3] are
 conceptually similar" from their risk category and subcategory; Unveil asks that one question of this small
 structured role (call role `concept_similarity`) instead of comparing category strings, and the acceptance rule
-(`graphs/ctd_rules.py`, setting `concept_condition`) uses the answer.
+(`graphs/ctd/rules.py`, setting `concept_condition`) uses the answer.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""Shared vocabulary of the TAG roles: the nine association types and the bounds on answer sizes."""
+"""Shared vocabulary of the TAG roles: the association types (spelled once, as `AssociationType`) and the bounds on
+answer sizes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Annotated, Literal, get_args
 
 from pydantic import BeforeValidator, Field
@@ -14,31 +15,37 @@ from agents.categories import project_category
 RootsMode = Literal["separate", "joint"]
 ROOTS_MODES: tuple[str, ...] = get_args(RootsMode)
 
+# The association types of the TAG paper (§8, §10.1): the one place they are spelled. Every list, prompt and help
+# text derives from this type (`ASSOCIATION_TYPES`, `ASSOCIATION_GUIDE`), so adding a type is this line plus its
+# description in `ASSOCIATION_DESCRIPTIONS`; tests/test_tag_vocabulary.py checks that the two agree and that no
+# other module or doc spells the list out.
 AssociationType = Literal[
     "categorical", "functional", "spatial", "temporal", "causal", "emotional", "similarity", "contrast", "cultural"
 ]
-ASSOCIATION_TYPES: tuple[str, ...] = (
-    "categorical",
-    "functional",
-    "spatial",
-    "temporal",
-    "causal",
-    "emotional",
-    "similarity",
-    "contrast",
-    "cultural",
-)
+ASSOCIATION_TYPES: tuple[AssociationType, ...] = get_args(AssociationType)
 
-ASSOCIATION_GUIDE = """Association types (each edge is exactly one of these):
-- categorical: class or "is-a" membership (a crowbar is a tool, and in a risky scene a burglary tool).
-- functional: use or purpose, including hazardous misuse (fertilizer -> explosive component).
-- spatial: where something is usually found or what it sits near (matches -> kitchen drawer).
-- temporal: what comes before or after (drinking -> driving).
-- causal: cause and effect (faulty wiring -> short circuit).
-- emotional: feelings or states a concept evokes (isolation -> depression).
-- similarity: shared form, colour, texture or other attributes (flour -> white powder drugs).
-- contrast: opposites or complements (security -> vulnerability).
-- cultural: symbols, slang, idioms, coded language (lab reagent -> illicit precursor)."""
+# What each type means, as the prompts (expander, root extractor, CTD's Eraser) tell the model; in the type's order.
+ASSOCIATION_DESCRIPTIONS: dict[AssociationType, str] = {
+    "categorical": 'class or "is-a" membership (a crowbar is a tool, and in a risky scene a burglary tool).',
+    "functional": "use or purpose, including hazardous misuse (fertilizer -> explosive component).",
+    "spatial": "where something is usually found or what it sits near (matches -> kitchen drawer).",
+    "temporal": "what comes before or after (drinking -> driving).",
+    "causal": "cause and effect (faulty wiring -> short circuit).",
+    "emotional": "feelings or states a concept evokes (isolation -> depression).",
+    "similarity": "shared form, colour, texture or other attributes (flour -> white powder drugs).",
+    "contrast": "opposites or complements (security -> vulnerability).",
+    "cultural": "symbols, slang, idioms, coded language (lab reagent -> illicit precursor).",
+}
+
+
+def association_guide(types: Iterable[AssociationType] = ASSOCIATION_TYPES) -> str:
+    """The prompts' list of association types, one line a type with its description (`ASSOCIATION_DESCRIPTIONS`);
+    a type without a description is a `KeyError` naming it."""
+    lines = [f"- {name}: {ASSOCIATION_DESCRIPTIONS[name]}" for name in types]
+    return "\n".join(["Association types (each edge is exactly one of these):", *lines])
+
+
+ASSOCIATION_GUIDE = association_guide()
 
 # Hard caps that also bound the JSON grammar of constrained decoders (maxItems / maxLength).
 MAX_ROOTS = 4

@@ -5,18 +5,21 @@ The Architect drafts an explicit scene of a risk category; the Eraser hides its 
 renders the image; with `modality_check` (Unveil's addition, off by default as in the paper) the image alone
 and the text alone must each be judged benign; then a panel of judges (one reason-informed, `n_blind` blind, one
 forced-reasoning; each with its own model spec) votes in parallel through
-`Send`, and the acceptance rule of `graphs/ctd_rules.py` decides in code. A rejected attempt gets targeted
+`Send`, and the acceptance rule of `graphs/ctd/rules.py` decides in code. A rejected attempt gets targeted
 feedback from a model and goes back to the Eraser, up to `max_rounds` attempts; then the scene is dropped and
 recorded as such. An accepted pair goes to human verification: an `interrupt()` (resume with
 `{"decision": "approve"|"reject", "note": "..."}`), a review queue for batch runs, or none. With the server's
 review folder set (`UNVEIL_REVIEW_DIR`), the interrupt is shared with the web app on that folder
-(`graphs.ctd_review`).
+(`graphs.ctd.review`).
 
 State holds ids and paths of images, never their bytes.
 
 The package has one module a job: `context` (the run's settings), `state`, `resources` (generator and image store),
-`classify` (image classifiers and moderation scores), `nodes` (the generation nodes and routes), `review_payload`
-and `human_review` (human verification), and `build` (the compiled graph).
+`classify` (image classifiers and moderation scores), `rules` (the Gatekeeper's acceptance rule, the review
+policy and agreement statistics: pure functions), `nodes` (the generation nodes and routes), `review_payload` and
+`human_review` (human verification), `review` (the review folder's decisions, shared with the web app), `labels`
+(a review folder's label schema), and `build` (the compiled graph). `rules`, `review` and `labels` load no model
+stack: the web app and `unveil review` use them.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from typing_extensions import TypedDict
 from agents.ctd.vocabulary import JudgeKind
 from agents.spec import redact_spec
 from graphs.context import ModelsContext, strict_init
-from graphs.ctd_rules import ConceptCondition, GatekeeperRule, ReviewPolicy, ReviewRule
+from graphs.ctd.rules import ConceptCondition, GatekeeperRule, ReviewPolicy, ReviewRule
 from tools.t2i.registry import DEFAULT_CTD_GENERATOR
 from tools.t2i.settings import CtdRenderSettings
 

@@ -1,6 +1,6 @@
 """Human verification of an accepted CTD pair: an `interrupt()` for a reviewer (or several), a review queue for batch
 runs, or none; with the server's review folder set (`UNVEIL_REVIEW_DIR`), the pause is shared with the web app on
-that folder (`graphs.ctd_review`)."""
+that folder (`graphs.ctd.review`)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,7 @@ from langgraph.types import interrupt
 
 from graphs.ctd.context import CtdContext
 from graphs.ctd.resources import open_store
-from graphs.ctd.review_payload import REVIEW_QUESTION, review_payload, thumbnail_data_url
-from graphs.ctd.state import CtdState
-from graphs.ctd_review import (
+from graphs.ctd.review import (
     authenticated_answers,
     combined_review,
     decide_in_folder,
@@ -25,7 +23,9 @@ from graphs.ctd_review import (
     parse_review,
     queue_in_folder,
 )
-from graphs.ctd_rules import ReviewPolicy, review_outcome
+from graphs.ctd.review_payload import REVIEW_QUESTION, review_payload, thumbnail_data_url
+from graphs.ctd.rules import ReviewPolicy, review_outcome
+from graphs.ctd.state import CtdState
 from tools.image_store import get_image_store
 from tools.review_log import review_dir
 from tools.reviewers import load_reviewers, require_reviewers_file, server_reviewers_file

@@ -24,8 +24,8 @@ from graphs.context import check_context
 from graphs.ctd.classify import classifier_flags, moderation_leaks, moderation_scores
 from graphs.ctd.context import CtdContext
 from graphs.ctd.resources import ctd_generator, open_store
+from graphs.ctd.rules import answered_votes, compared_votes, decide
 from graphs.ctd.state import CtdState, JudgedAttempt, JudgeTask, attempt_seed, round_votes
-from graphs.ctd_rules import answered_votes, compared_votes, decide
 from tools.web_search import get_web_search
 
 log = logging.getLogger("unveil.ctd")

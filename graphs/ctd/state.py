@@ -10,7 +10,7 @@ from typing_extensions import TypedDict
 
 from agents.usage import RunUsage, merge_usage
 from graphs.ctd.context import PanelJudge
-from graphs.ctd_rules import GateRecord
+from graphs.ctd.rules import GateRecord
 
 
 class CtdInput(TypedDict, total=False):

@@ -396,9 +396,9 @@ def check_backend_settings() -> None:
 
 
 def tag_setting_help(name: str) -> str:
-    """The help of a TAG reading (`graphs.tag_tree.READING_HELP`, the description of `TagContext`'s field), read
+    """The help of a TAG reading (`graphs.tag.tree.READING_HELP`, the description of `TagContext`'s field), read
     without loading the graphs' model stack (`--help` stays fast)."""
-    from graphs.tag_tree import READING_HELP
+    from graphs.tag.tree import READING_HELP
 
     return READING_HELP[name]
 
@@ -410,7 +410,7 @@ def add_tag_reading_options(parser: argparse.ArgumentParser, *, toxic_pairs: boo
     the context's default (or `UNVEIL_PRUNE` / `UNVEIL_ROOTS_MODE` / `UNVEIL_TOXIC_PAIRS`). `of` names whose TAG it
     is where that is not the command's own ("the MTC reference")."""
     from agents.tag.types import ROOTS_MODES
-    from graphs.tag_tree import PRUNE_MODES
+    from graphs.tag.tree import PRUNE_MODES
 
     head = f"({of}) " if of else ""
     parser.add_argument("--prune", choices=PRUNE_MODES, help=head + tag_setting_help("prune"))

@@ -12,9 +12,9 @@ from itertools import combinations
 from typing import Any
 
 # The statistics live with the review rules, so that the dataset card of an export (runner) reports them too.
-from graphs.ctd_rules import KAPPA_LABELS as LABELS
-from graphs.ctd_rules import cohen_kappa as cohen_kappa
-from graphs.ctd_rules import fleiss_kappa as fleiss_kappa
+from graphs.ctd.rules import KAPPA_LABELS as LABELS
+from graphs.ctd.rules import cohen_kappa as cohen_kappa
+from graphs.ctd.rules import fleiss_kappa as fleiss_kappa
 
 
 def judgements(history: Iterable[Mapping[str, Any]]) -> dict[str, str]:

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evaluation.metrics import MTC_BIN_LABELS, MTC_BINS, mtc_bin
-from graphs.ctd_labels import LabelSchema, load_schema
-from graphs.ctd_review import disagreement
-from graphs.ctd_rules import latest_by_reviewer
-from graphs.tag_tree_check import TreeError, check_trees
+from graphs.ctd.labels import LabelSchema, load_schema
+from graphs.ctd.review import disagreement
+from graphs.ctd.rules import latest_by_reviewer
+from graphs.tag.tree_check import TreeError, check_trees
 
 # The app's only imports from the CLI layer's dataset code: repoint here if ctd_dataset/batch move.
 from runner.ctd_dataset import (
@@ -318,7 +318,7 @@ class CtdSource:
         self.index = JsonlIndex(self.root / SAMPLES, _ctd_summary)
         self.views = ViewsWriter(self.root, self.index)
         # apply_reviews imports the review rules from the graphs layer: load them now, not on the first click.
-        import graphs.ctd_review  # noqa: F401
+        import graphs.ctd.review  # noqa: F401
 
     def rows(self) -> list[dict[str, Any]]:
         """Every sample's summary (id, status, category, blind count, review status; `bad` when its record

@@ -16,8 +16,8 @@ from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from agents.categories import CATEGORIES
-from graphs.ctd_labels import LabelSchemaError
-from graphs.ctd_rules import latest_by_reviewer
+from graphs.ctd.labels import LabelSchemaError
+from graphs.ctd.rules import latest_by_reviewer
 from tools.reviewers import ReviewerAuthError
 from unveil.ui.agreement import agreement
 from unveil.ui.pages import (

@@ -6,8 +6,8 @@ Kept free of model calls so every rule can be tested on hand-built trees.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Literal, get_args
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Literal, cast, get_args
 
 from typing_extensions import TypedDict
 
@@ -32,6 +32,13 @@ READING_HELP: dict[str, str] = {
 }
 
 
+# A child as the expander wrote it (its schema's `model_dump()`: concept, association, probability, reason) or as a
+# test builds it by hand; read defensively, since a field may be missing or odd.
+RawChild = Mapping[str, object]
+# One parent's children as the expander answered: `{"parent_id": ..., "children": [RawChild, ...]}`.
+ExpansionEntry = Mapping[str, object]
+
+
 class Node(TypedDict):
     """A concept in an association tree; `path_prob` is the cumulative transition probability from its root."""
 
@@ -53,14 +60,15 @@ def make_roots(prefix: str, concepts: Iterable[str]) -> list[Node]:
     ]
 
 
-def _assign_entries(parents: list[Node], expansions: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def assign_entries(parents: list[Node], expansions: Sequence[ExpansionEntry]) -> dict[str, list[RawChild]]:
     """Children lists by parent id; entries with unknown ids go, in order, to parents that got none."""
     by_id = {p["id"]: p for p in parents}
-    out: dict[str, list[dict[str, Any]]] = {}
-    orphans: list[list[dict[str, Any]]] = []
+    out: dict[str, list[RawChild]] = {}
+    orphans: list[list[RawChild]] = []
     for entry in expansions:
         pid = str(entry.get("parent_id", ""))
-        children = list(entry.get("children") or [])
+        # The expander's schema makes `children` a list of child objects; a hand-built entry may leave it out.
+        children = list(cast("Iterable[RawChild]", entry.get("children") or []))
         if pid in by_id and pid not in out:
             out[pid] = children
         else:
@@ -71,21 +79,24 @@ def _assign_entries(parents: list[Node], expansions: list[dict[str, Any]]) -> di
     return out
 
 
-def _raw_probability(child: dict[str, Any]) -> float:
+def _raw_probability(child: RawChild) -> float:
     """A child's stated probability, negative or unreadable values counting as 0."""
+    raw = child.get("probability", 0.0)
+    if not isinstance(raw, (int, float, str, bytes)):
+        return 0.0
     try:
-        value = float(child.get("probability", 0.0))
+        value = float(raw)
     except (TypeError, ValueError):
         return 0.0
     return max(0.0, value) if value == value else 0.0
 
 
-def _valid_children(parent: Node, children: list[dict[str, Any]], allowed: set[str]) -> list[dict[str, Any]]:
+def _valid_children(parent: Node, children: list[RawChild], allowed: set[str]) -> list[RawChild]:
     """Step 1 of `grow_layer`: a parent's children in the listed order, less those with an empty concept, a repeated
     one, one equal to the parent, or a type outside `allowed`."""
     # A child equal to its parent (case-insensitive) is no association at all: dropped like a duplicate.
     seen: set[str] = {" ".join(parent["concept"].lower().split())}
-    valid: list[dict[str, Any]] = []
+    valid: list[RawChild] = []
     for child in children:
         concept = str(child.get("concept", "")).strip()
         key = " ".join(concept.lower().split())
@@ -96,7 +107,7 @@ def _valid_children(parent: Node, children: list[dict[str, Any]], allowed: set[s
     return valid
 
 
-def _most_probable(valid: list[dict[str, Any]], per_parent: int) -> list[dict[str, Any]]:
+def _most_probable(valid: list[RawChild], per_parent: int) -> list[RawChild]:
     """Step 2 of `grow_layer`: the `per_parent` most probable children, ties in the listed order, kept in the
     listed order."""
     # The prompt asks for the most probable associations (§10.1); a model that lists more, or lists them out of
@@ -105,7 +116,7 @@ def _most_probable(valid: list[dict[str, Any]], per_parent: int) -> list[dict[st
     return [child for _, child in sorted(ranked[:per_parent], key=lambda ic: ic[0])]
 
 
-def _child_nodes(parent: Node, kept: list[dict[str, Any]], layer: int) -> list[Node]:
+def _child_nodes(parent: Node, kept: list[RawChild], layer: int) -> list[Node]:
     """Step 3 of `grow_layer`: a parent's kept children as nodes (ids not yet given), their probabilities normalised
     to sum 1 (uniform when none is positive)."""
     if not kept:
@@ -142,7 +153,7 @@ def _number_layer(nodes: list[Node], *, layer: int, prefix: str, k_max: int, pru
 
 def grow_layer(
     parents: list[Node],
-    expansions: list[dict[str, Any]],
+    expansions: Sequence[ExpansionEntry],
     *,
     layer: int,
     prefix: str,
@@ -163,7 +174,7 @@ def grow_layer(
         raise ValueError(f"prune: {prune!r} is not one of {', '.join(PRUNE_MODES)}")
     per_parent = min(children_per_parent, k_max) if prune == "per_node" else children_per_parent
     allowed = set(allowed_types)
-    assigned = _assign_entries(parents, expansions)
+    assigned = assign_entries(parents, expansions)
     nodes: list[Node] = []
     for parent in parents:
         valid = _valid_children(parent, assigned.get(parent["id"], []), allowed)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 # typing_extensions' TypedDict: `GateRecord` is part of the CTD graph's state, which pydantic reads on Python < 3.12.
 from typing_extensions import TypedDict
@@ -288,16 +288,20 @@ class ReviewPolicy:
     rule: ReviewRule = "unanimous"
 
 
-def latest_by_reviewer(reviews: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+# A review as a record holds it ({status, reviewer, note, ...}): `latest_by_reviewer` returns what it was given.
+ReviewT = TypeVar("ReviewT", bound=Mapping[str, object])
+
+
+def latest_by_reviewer(reviews: Sequence[ReviewT]) -> list[ReviewT]:
     """Each reviewer's latest review (anonymous reviews are each their own reviewer)."""
-    latest: dict[str, Mapping[str, Any]] = {}
+    latest: dict[str, ReviewT] = {}
     for i, review in enumerate(reviews):
         name = str(review.get("reviewer") or "").strip()
         latest[name or f"\x00anonymous-{i}"] = review
     return list(latest.values())
 
 
-def review_outcome(reviews: Sequence[Mapping[str, Any]], policy: ReviewPolicy | None = None) -> ReviewOutcome:
+def review_outcome(reviews: Sequence[Mapping[str, object]], policy: ReviewPolicy | None = None) -> ReviewOutcome:
     """The sample's outcome under `policy`, from its reviews ({status: approved|rejected, reviewer, note})."""
     policy = policy or ReviewPolicy()
     if policy.rule not in REVIEW_RULES:

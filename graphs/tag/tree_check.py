@@ -26,7 +26,7 @@ def record_trees(rec: Mapping[str, Any]) -> Any:
     return {side: rec.get(side) or [] for side in SIDES} if trees is None else trees
 
 
-def check_tree(nodes: Any, *, side: str, where: str = "record") -> None:
+def check_tree(nodes: object, *, side: str, where: str = "record") -> None:
     """Raise `TreeError` unless `nodes` is a list of node objects with unique string ids, each parent null or an id
     of the same tree, and no parent chain returns to a node it left."""
     if not isinstance(nodes, Sequence) or isinstance(nodes, (str, bytes)):

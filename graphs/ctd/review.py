@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
-from graphs.ctd_rules import ReviewPolicy, review_outcome
+from graphs.ctd.rules import ReviewPolicy, review_outcome
 from tools.review_log import append_records, read_records, review_lock
 from tools.reviewers import ReviewerAuthError, authenticate
 
@@ -148,7 +148,7 @@ def apply_decision(
     accepted or rejected once the reviews decide under `policy`; the same judgement again from the same reviewer
     is `already` (nothing logged); one on a decided sample is kept in the history as a conflict (`applied:
     false`), never lost; `undo` takes back entry `undoes` of the record's `review_history` (see `undo`).
-    `labels` are the answer's labels as `graphs.ctd_labels.check_answer` accepted them (a corrected `category`,
+    `labels` are the answer's labels as `graphs.ctd.labels.check_answer` accepted them (a corrected `category`,
     `ratings`): kept with the review and its history entry; an applied category correction changes the record's
     `category` in place (the generated one kept as `category_generated`). An adjudicator's approve/reject on a
     sample whose reviewers disagree settles it (see `_settle`)."""
