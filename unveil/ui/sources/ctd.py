@@ -1,27 +1,19 @@
-"""What the web app shows, read from disk: a CTD dataset folder, a detection results file or an IPR results file.
-
-Every image the app serves comes from a content-addressed store (`tools.image_store`): a record's image is shown
-only when its path lies in a store folder as `ROOT/ab/<sha256>.png`, and a file is served only when its bytes hash
-to its name. Anything else (a path outside the store, a renamed or edited file) is refused.
-"""
+"""The source of the CTD page kind: a dataset folder written by `unveil generate`, its samples as review cards,
+and the review actions (`unveil review`'s, under the folder's lock)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import stat
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from evaluation.metrics import MTC_BIN_LABELS, MTC_BINS, mtc_bin
 from graphs.ctd_labels import LabelSchema, load_schema
 from graphs.ctd_review import disagreement
 from graphs.ctd_rules import latest_by_reviewer
-from graphs.tag_tree_check import TreeError, check_trees
 
 # The app's only imports from the CLI layer's dataset code: repoint here if ctd_dataset/batch move.
 from runner.ctd_dataset import (
@@ -36,13 +28,11 @@ from runner.ctd_dataset import (
     view_lines,
     write_view_texts,
 )
-from tools.image_store import DEFAULT_MAX_BYTES, ImageInputError, ImageStore
-from tools.jsonl_files import iter_lines, parse_json_line
-from tools.reviewers import Assignment, load_assignment
+from tools.reviewers import Assignment, load_assignment, load_reviewers, require_reviewers_file, reviewers_path
 from unveil.ui.agreement import judgements
-from unveil.ui.index import JsonlIndex, NotARegularFileError, Problem, open_regular
+from unveil.ui.index import JsonlIndex, Problem
+from unveil.ui.sources.common import ImageIndex, OpenOptions, PageSource, usage_cost
 
-Kind = Literal["ctd", "detection", "ipr"]
 GUIDELINES = "guidelines.md"
 GUIDELINES_MAX = 256 * 1024
 STATUS_LABELS = {
@@ -56,145 +46,14 @@ STATUS_LABELS = {
     "bad": "unreadable",
 }
 __all__ = [
-    "Kind",
-    "detect_kind",
-    "ImageIndex",
     "CtdSource",
-    "DetectionSource",
-    "IprSource",
-    "default_reviewer",
     "DatasetBusyError",
-    "NotARegularFileError",
-    "MTC_BINS",
-    "MTC_BIN_LABELS",
     "STATUS_LABELS",
+    "default_reviewer",
+    "flush_views",
+    "is_dataset_folder",
+    "open_ctd",
 ]
-
-
-def detect_kind(path: str | os.PathLike[str]) -> Kind:
-    """Which page a path opens: a folder with `samples.jsonl` is a CTD dataset; a JSONL whose records carry a
-    `trajectory` (`unveil refine`) or `trajectories` / `used_prompt` (`unveil evaluate ipr`) is IPR output, one
-    whose records carry `mtc`, `toxic` or `trees` is detection output."""
-    p = Path(path)
-    if p.is_dir():
-        if (p / SAMPLES).is_file():
-            return "ctd"
-        raise ValueError(f"{p}: a folder without {SAMPLES} (not a dataset folder written by `unveil generate`)")
-    if not p.is_file():
-        raise ValueError(f"{p}: no such file or folder")
-    try:
-        open_regular(p).close()
-    except NotARegularFileError as exc:
-        raise ValueError(str(exc)) from exc
-    seen = False
-    for _, raw in iter_lines(p):  # the first record that says what it is decides (the page then indexes it once)
-        try:
-            rec = parse_json_line(raw) if raw is not None else None
-        except ValueError:
-            continue
-        if not isinstance(rec, dict) or "id" not in rec:
-            continue
-        seen = True
-        if any(k in rec for k in ("trajectory", "trajectories", "used_prompt")):
-            return "ipr"
-        if any(k in rec for k in ("mtc", "toxic", "trees")):
-            return "detection"
-    if not seen:
-        raise ValueError(f"{p}: no JSONL records with an id (expected `unveil detect`/`refine` output)")
-    raise ValueError(f"{p}: records are neither detection results (mtc/toxic) nor IPR results (trajectory)")
-
-
-class ImageIndex:
-    """The store folders a page may serve images from, and the check that a file belongs to one."""
-
-    def __init__(self) -> None:
-        self.roots: list[Path] = []
-        self._verified: dict[str, tuple[int, int, int, int]] = {}
-        self._lock = threading.Lock()
-
-    def add_root(self, root: str | os.PathLike[str]) -> None:
-        """Allow one more store folder."""
-        r = Path(root).resolve()
-        if r not in self.roots:
-            self.roots.append(r)
-
-    def id_of(
-        self, path: str | None, base: Path, *, known_id: str | None = None, learn_root: bool = False
-    ) -> str | None:
-        """The image id of a record's image path when it is a file of the form `ROOT/ab/<sha>.png` inside an
-        allowed store (or, with `learn_root`, inside whatever store it names: results files of `detect`/`refine`
-        point at the run's store); None when it is not."""
-        if not path:
-            return None
-        p = Path(path)
-        p = (p if p.is_absolute() else base / p).resolve()
-        sha = p.stem
-        if p.suffix != ".png" or p.parent.name != sha[:2] or (known_id and known_id != sha):
-            return None
-        try:
-            ImageStore(p.parent.parent).path_for(sha)  # validates the digest
-        except ImageInputError:
-            return None
-        root = p.parent.parent
-        if learn_root and p.is_file():
-            self.add_root(root)
-        return sha if root in self.roots else None
-
-    @staticmethod
-    def valid_id(image_id: Any) -> str | None:
-        """An image id given without a path (`unveil evaluate ipr` records), if it is a SHA-256 digest; it is
-        served only if an allowed store holds it."""
-        if not isinstance(image_id, str):
-            return None
-        try:
-            ImageStore(".").path_for(image_id)
-        except ImageInputError:
-            return None
-        return image_id
-
-    def open_file(self, image_id: str) -> tuple[Any, int] | None:
-        """The open stored file of an id and its size, if some allowed store holds it as a regular file under
-        the image size cap and its bytes hash to the id (hashed in chunks, again whenever the file changed); the
-        caller closes it. A FIFO, a device, a folder or an oversized file is never read."""
-        for root in self.roots:
-            try:
-                path = ImageStore(root).path_for(image_id)
-            except ImageInputError:
-                return None
-            try:
-                fh = open_regular(path)
-            except NotARegularFileError:
-                continue
-            st = os.fstat(fh.fileno())
-            key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
-            with self._lock:
-                known = self._verified.get(image_id) == key
-            if not known and st.st_size <= DEFAULT_MAX_BYTES:
-                digest = hashlib.sha256()
-                while chunk := fh.read(1 << 20):
-                    digest.update(chunk)
-                if digest.hexdigest() == image_id:
-                    with self._lock:
-                        self._verified[image_id] = key
-                    known = True
-                fh.seek(0)
-            if known:
-                return fh, st.st_size
-            fh.close()
-        return None
-
-
-def _usage_rows(usage: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Per-role usage as rows (role, calls, cache hits, tokens, cost), the total last."""
-    usage = usage or {}
-    rows = [{"role": role, **(u or {})} for role, u in sorted((usage.get("by_role") or {}).items())]
-    if usage.get("total"):
-        rows.append({"role": "total", **usage["total"]})
-    return rows
-
-
-def _cost(usage: dict[str, Any] | None) -> float:
-    return float(((usage or {}).get("total") or {}).get("cost_usd") or 0.0)
 
 
 class ViewsWriter:
@@ -360,7 +219,7 @@ class CtdSource:
             "vote_rounds": sorted(rounds.items()),
             "blind_found": found,
             "n_blind": n_blind,
-            "cost": _cost(rec.get("usage")) or float(rec.get("cost_usd") or 0.0),
+            "cost": usage_cost(rec.get("usage")) or float(rec.get("cost_usd") or 0.0),
             "review": rec.get("review") or {"status": "none"},
             "undone": {h.get("undoes") for h in rec.get("review_history") or [] if h.get("decision") == "undo"},
             "judgements": judgements(rec.get("review_history") or []),
@@ -480,265 +339,21 @@ class CtdSource:
         return export_hf(self.root)
 
 
-def _detection_row(rec: dict[str, Any]) -> dict[str, Any]:
-    """One detection result's table row (its image is looked up when the row is shown)."""
-    mtc = rec.get("mtc")
-    finding = rec.get("finding") or {}
-    usage = rec.get("usage") or {}
-    verdict = "failed" if rec.get("status") == "failed" else ("toxic" if rec.get("toxic") else "not toxic")
-    value = float(mtc) if isinstance(mtc, (int, float)) and not isinstance(mtc, bool) and 0 <= mtc <= 1 else None
-    return {
-        "verdict": verdict,
-        "mtc": value,
-        "bin": mtc_bin(value) if value is not None else "",
-        "category": str(finding.get("category") or rec.get("category") or ""),
-        "label": rec.get("label"),
-        "cost": _cost(usage),
-        "calls": int((usage.get("total") or {}).get("calls", 0)),
-        "error": rec.get("error"),
-        "image_path": rec.get("image_path"),
-        "image_sha": rec.get("image_id"),
-        "finding": (
-            f"{(finding.get('visual') or {}).get('concept', '')} ↔ {(finding.get('textual') or {}).get('concept', '')}"
-        )
-        if finding
-        else "",
-    }
+def is_dataset_folder(path: Path) -> bool:
+    """Whether a folder is a CTD dataset folder (it holds `samples.jsonl`)."""
+    return (path / SAMPLES).is_file()
 
 
-@dataclass
-class DetectionSource:
-    """A detection results file (`unveil detect --output` or `unveil evaluate detection` output)."""
-
-    path: Path
-    images: ImageIndex = field(default_factory=ImageIndex)
-
-    def __post_init__(self) -> None:
-        self.index = JsonlIndex(self.path, self._row)
-        self._roots_seen: set[str] = set()
-
-    def _row(self, rec: dict[str, Any]) -> dict[str, Any]:
-        row = _detection_row(rec)
-        path = row["image_path"]
-        if isinstance(path, str) and path:
-            # Learn each store folder the results point at once, from its first image (not one check per row).
-            root = str(Path(path).parent.parent)
-            if root not in self._roots_seen:
-                self._roots_seen.add(root)
-                self.images.id_of(path, Path(self.path).parent, known_id=row["image_sha"], learn_root=True)
-        return row
-
-    def rows(self) -> list[dict[str, Any]]:
-        """One row per record: verdict, MTC and its bin, category, label, cost (`bad` when unreadable)."""
-        return self.index.rows()
-
-    def image_of(self, row: dict[str, Any]) -> str | None:
-        """The image id of a row, when its image is in an allowed store."""
-        path = row.get("image_path")
-        return (
-            self.images.id_of(path, Path(self.path).parent, known_id=row.get("image_sha"))
-            if isinstance(path, str)
-            else None
-        )
-
-    def record(self, sample_id: str) -> dict[str, Any] | None:
-        """One record with its trees, the toxic path's node ids, and its image id, or None."""
-        rec = self.index.get(sample_id)
-        if rec is None or self.index.problem(sample_id):
-            return None
-        try:
-            return self._view(rec)
-        except (ValueError, TypeError, AttributeError, KeyError):
-            return None
-
-    def _view(self, rec: dict[str, Any]) -> dict[str, Any]:
-        trees = rec.get("trees") or {"visual": rec.get("visual") or [], "textual": rec.get("textual") or []}
-        try:
-            check_trees(rec)
-        except TreeError as exc:  # a parent cycle would spin the walk below for ever: show the record as bad
-            rec, trees = {**rec, "error": str(exc), "tree_error": str(exc)}, {}
-        finding = rec.get("finding") or None
-        on_path: set[str] = set()
-        for side in ("visual", "textual"):
-            nodes = {n["id"]: n for n in trees.get(side) or []}
-            node_id = ((finding or {}).get(side) or {}).get("id")
-            while node_id is not None and node_id in nodes and f"{side}:{node_id}" not in on_path:
-                on_path.add(f"{side}:{node_id}")
-                node_id = nodes[node_id].get("parent")
-        path = rec.get("image_path")
-        image_id = (
-            self.images.id_of(path, Path(self.path).parent, known_id=rec.get("image_id"), learn_root=True)
-            if isinstance(path, str)
-            else None
-        )
-        views = {side: _tree(trees.get(side) or [], side, on_path) for side in ("visual", "textual")}
-
-        def text(key: str) -> str | None:
-            value = rec.get(key)
-            return value if isinstance(value, str) else None
-
-        image = next((v for v in (text("image_id"), text("image"), text("image_path")) if v), None)
-        return {
-            **rec,
-            "trees_view": views,
-            "input": {"text": text("text"), "image_description": text("image_description"), "image": image},
-            "image_view": image_id,
-            "usage_rows": _usage_rows(rec.get("usage")),
-            "models_json": json.dumps(rec.get("models") or {}, indent=1, ensure_ascii=False),
-        }
+def open_ctd(path: Path, options: OpenOptions) -> CtdSource:
+    """The dataset folder at `path` under the review policy of `options`, indexed now; a rule of two reviewers or
+    more needs the folder's reviewers file that tells them apart (`ReviewerAuthError` otherwise)."""
+    require_reviewers_file(options.min_reviewers, load_reviewers(reviewers_path(path)), str(path))
+    source = CtdSource(path, min_reviewers=options.min_reviewers, rule=options.review_rule)
+    source.rows()
+    return source
 
 
-def _tree(nodes: list[dict[str, Any]], side: str, on_path: set[str]) -> list[dict[str, Any]]:
-    """Nodes in depth-first order with their depth, for an indented list (the toxic path flagged); a node is
-    shown once even where parents form a cycle."""
-    children: dict[str | None, list[dict[str, Any]]] = {}
-    for n in nodes:
-        children.setdefault(n.get("parent"), []).append(n)
-    out: list[dict[str, Any]] = []
-    seen: set[Any] = set()
-
-    def walk(parent: str | None, depth: int) -> None:
-        for n in children.get(parent, []):
-            if n["id"] in seen:
-                continue
-            seen.add(n["id"])
-            out.append({**n, "depth": depth, "on_path": f"{side}:{n['id']}" in on_path})
-            walk(n["id"], depth + 1)
-
-    walk(None, 0)
-    return out
-
-
-def _ipr_summary(rec: dict[str, Any]) -> dict[str, Any]:
-    """Why each run of a record stopped (one for `unveil refine`, one per seed for `unveil evaluate ipr`)."""
-    stops = [rec.get("stop_reason"), *(tr.get("stop_reason") for tr in rec.get("trajectories") or [])]
-    return {"stops": sorted({s for s in stops if isinstance(s, str) and s})}
-
-
-@dataclass
-class IprSource:
-    """An IPR results file (`unveil refine --output` or `unveil evaluate ipr` output)."""
-
-    path: Path
-    images: ImageIndex = field(default_factory=ImageIndex)
-
-    def __post_init__(self) -> None:
-        self.index = JsonlIndex(self.path, _ipr_summary)
-
-    def rows(self) -> list[dict[str, Any]]:
-        """Every record's summary (id, stop reason), in file order."""
-        return self.index.rows()
-
-    def learn_roots(self) -> None:
-        """Learn the run's store folders from the first records' image paths (before any image is asked for)."""
-        for row in self.rows()[:50]:
-            self.prompt(row["id"])
-
-    def prompt(self, sample_id: str) -> dict[str, Any] | None:
-        """One record as runs of steps (store images only, scalar scores): one run for `unveil refine`, one per
-        seed for `unveil evaluate ipr`, and one step per image for its plain/rewriter baselines; None when
-        unknown or unreadable."""
-        rec = self.index.get(sample_id)
-        if rec is None or self.index.problem(sample_id):
-            return None
-        try:
-            return self._view(rec)
-        except (ValueError, TypeError, AttributeError, KeyError):
-            return None
-
-    def _view(self, rec: dict[str, Any]) -> dict[str, Any]:
-        if "trajectory" in rec:
-            runs = [
-                {
-                    "label": "",
-                    "steps": [self._refine_step(st) for st in rec.get("trajectory") or []],
-                    "keep_step": rec.get("keep_step"),
-                }
-            ]
-        elif "trajectories" in rec:
-            runs = [self._eval_run(tr) for tr in rec.get("trajectories") or []]
-        else:
-            runs = [
-                {
-                    "label": "images",
-                    "keep_step": None,
-                    "steps": [
-                        {
-                            "step": f"seed {im.get('seed')}",
-                            "prompt": rec.get("used_prompt") or rec.get("prompt"),
-                            "shown": [self.images.valid_id(im.get("image_id"))],
-                            "score_rows": [_scalars(im)],
-                        }
-                        for im in rec.get("images") or []
-                    ],
-                }
-            ]
-        return {**rec, "runs": runs, "cost": _cost(rec.get("usage"))}
-
-    def _refine_step(self, step: dict[str, Any]) -> dict[str, Any]:
-        ids = step.get("image_ids") or []
-        paths = step.get("image_paths") or []
-        shown = [
-            self.images.id_of(p, Path(self.path).parent, known_id=ids[k] if k < len(ids) else None, learn_root=True)
-            for k, p in enumerate(paths)
-        ]
-        return {**step, "shown": shown, "score_rows": [_scalars(sc) for sc in step.get("scores") or []]}
-
-    def _eval_run(self, tr: dict[str, Any]) -> dict[str, Any]:
-        if "keep_step" in tr or "stop_reason" in tr:
-            return self._eval_run_steps(tr)
-        # Run files of older versions: `kept_at`, and each step's action says how its prompt came about.
-        steps = tr.get("steps") or []
-        kept = tr.get("kept_at")
-        view = []
-        for k, st in enumerate(steps):
-            # A step's action is how its prompt came about; the refiner's keep applies to the last image.
-            action = "keep" if kept is not None and k == len(steps) - 1 else ("refine" if k < len(steps) - 1 else None)
-            view.append(
-                {
-                    "step": st.get("t", k),
-                    "prompt": st.get("prompt"),
-                    "action": action,
-                    "reason": steps[k + 1].get("reason") if k + 1 < len(steps) else "",
-                    "shown": [self.images.valid_id(st.get("image_id"))],
-                    "score_rows": [
-                        _scalars(
-                            {x: v for x, v in st.items() if x not in ("t", "prompt", "action", "reason", "image_id")}
-                        )
-                    ],
-                }
-            )
-        return {
-            "label": f"seed {tr.get('seed')}",
-            "steps": view,
-            "keep_step": view[-1]["step"] if kept is not None and view else None,
-        }
-
-    def _eval_run_steps(self, tr: dict[str, Any]) -> dict[str, Any]:
-        """One trajectory of an `unveil evaluate ipr` run file as `unveil refine` shows one: each step with the
-        refiner's action and reason on its image, the kept step, and why the run stopped."""
-        hidden = ("t", "prompt", "action", "reason", "image_id", "seed", "error")
-        view = [
-            {
-                "step": st.get("t", k),
-                "prompt": st.get("prompt"),
-                "action": st.get("action"),
-                "reason": st.get("reason") or "",
-                "error": st.get("error"),
-                "shown": [self.images.valid_id(st.get("image_id"))],
-                "score_rows": [_scalars({x: v for x, v in st.items() if x not in hidden})],
-            }
-            for k, st in enumerate(tr.get("steps") or [])
-        ]
-        stop = tr.get("stop_reason")
-        return {
-            "label": f"seed {tr.get('seed')}",
-            "steps": view,
-            "keep_step": tr.get("keep_step"),
-            "stop_reason": stop if isinstance(stop, str) else "",
-        }
-
-
-def _scalars(scores: dict[str, Any] | None) -> dict[str, Any]:
-    """The scalar entries of a score dict (lists such as NudeNet labels are left out of the table)."""
-    return {k: v for k, v in (scores or {}).items() if isinstance(v, (int, float, bool, str)) and k != "image_id"}
+def flush_views(source: PageSource) -> None:
+    """Write the views every decision left pending (the app calls it when it stops)."""
+    if isinstance(source, CtdSource):
+        source.views.flush()
