@@ -16,9 +16,9 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from evaluation.gates import IPR_GATES, detection_gates, detection_misses, ipr_misses, parse_gates
+from evaluation.gates import IPR_GATES, GateMiss, detection_gates, detection_misses, ipr_misses, parse_gates
 from tools.t2i.settings import RenderSettings
 from unveil.commands.common import (
     MAX_DEPTH,
@@ -54,6 +54,9 @@ from unveil.commands.evaluate_ipr import (
     ipr_scoring_options,
     ipr_settings,
 )
+
+if TYPE_CHECKING:
+    from runner.spending import Spending
 
 
 def _run_options(p: argparse.ArgumentParser, default_out: str) -> None:
@@ -290,7 +293,12 @@ def run_detection(args: argparse.Namespace) -> int:
 
 
 def _finish(
-    args: argparse.Namespace, report: str, noun: str, result: dict[str, Any], misses: list[Any], spending: Any
+    args: argparse.Namespace,
+    report: str,
+    noun: str,
+    result: dict[str, Any],
+    misses: list[GateMiss],
+    spending: Spending | None,
 ) -> int:
     """Print an evaluation's report and what it left out, and return its exit code: failed samples count, samples
     a spending cap kept from starting do not (a rerun with a higher cap runs them)."""

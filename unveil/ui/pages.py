@@ -162,7 +162,7 @@ class Ui:
         self.sessions.pop(str(request.scope.get(SESSION_COOKIE, "")), None)
         return self.new_session(Session(reviewer=who.name, role=who.role, flash=FLASHES["signed_in"])), who
 
-    def page(self, request: Request, name: str, **ctx: Any) -> HTMLResponse:
+    def page(self, request: Request, name: str, **ctx: object) -> HTMLResponse:
         """Template `name` with `ctx` and what every page shows (kind, path, CSRF token, reviewer, sign-in state,
         the session's message)."""
         session = self.session(request)
