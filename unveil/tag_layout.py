@@ -90,6 +90,7 @@ class TagLayout:
 
 
 def wrap_text(text: str, width: int, lines: int) -> list[str]:
+    """`text` on at most `lines` lines of `width` characters, the last cut with an ellipsis when it runs over."""
     out = textwrap.wrap(" ".join(str(text).split()), width) or [""]
     if len(out) > lines:
         out = out[:lines]
@@ -177,6 +178,7 @@ def _tree_x(nodes: Sequence[dict[str, Any]]) -> dict[str, float]:
 
 
 def path_ids(nodes: Sequence[dict[str, Any]], node_id: str | None) -> set[str]:
+    """The ids on the path from `node_id` up to its root (each once, even where parents form a cycle)."""
     by_id = {n["id"]: n for n in nodes}
     out: set[str] = set()
     while node_id is not None and node_id in by_id and node_id not in out:
@@ -186,6 +188,7 @@ def path_ids(nodes: Sequence[dict[str, Any]], node_id: str | None) -> set[str]:
 
 
 def tag_trees(result: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The visual and the textual tree of a detection record, checked first (`graphs.tag_tree_check`)."""
     check_trees(result)  # a cycle or a dangling parent is one clear error, before any walk up the parents
     trees = record_trees(result)
     return list(trees.get("visual") or []), list(trees.get("textual") or [])
