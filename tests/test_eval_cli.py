@@ -114,3 +114,47 @@ def test_rewriter_format_flag_names_posi_and_the_text_only_refiner():
             parser.parse_args(["evaluate", "ipr", "--prompts", "p.jsonl", "--rewriter-format", fmt]).rewriter_format
             == fmt
         )
+
+
+def test_one_builder_makes_the_settings_of_evaluate_ipr_and_of_its_ablation():
+    """`evaluate ipr` and `evaluate ipr-ablation` build their IPRSettings with the one builder: the shared flags
+    mean the same in both, the refinement flags only `evaluate ipr` has keep their defaults in the ablation."""
+    from evaluation.ipr import IPRSettings
+    from unveil.commands.evaluate_ipr import ipr_settings
+
+    parser = build_parser()
+    ipr = parser.parse_args(
+        [
+            "evaluate",
+            "ipr",
+            "--with-rewriter",
+            "--history",
+            "--seed-mode",
+            "fixed",
+            "--ipr-t-max",
+            "1,2",
+            "--steps",
+            "3",
+        ]
+    )
+    ipr.command_line = "unveil evaluate ipr"
+    made = ipr_settings(ipr, {"sd": "diffusers:m"}, refiner="scripted:r", store_root="/s", rewriter="scripted:w")
+    assert (made.with_rewriter, made.history, made.seed_mode, made.rewriter_model) == (
+        True,
+        True,
+        "fixed",
+        "scripted:w",
+    )
+    assert (made.t_max, made.steps, made.image_store, made.refiner_model) == ([1, 2], 3, "/s", "scripted:r")
+    ablation = parser.parse_args(["evaluate", "ipr-ablation", "--steps", "3"])
+    ablation.command_line = "unveil evaluate ipr-ablation"
+    alpha = ipr_settings(ablation, {"sd": "diffusers:m"}, refiner="hf:m?adapter=a", store_root="/s")
+    defaults = IPRSettings()
+    assert (alpha.with_rewriter, alpha.history, alpha.seed_mode, alpha.rewriter_format, alpha.rewriter_model) == (
+        defaults.with_rewriter,
+        defaults.history,
+        defaults.seed_mode,
+        defaults.rewriter_format,
+        defaults.rewriter_model,
+    )
+    assert (alpha.t_max, alpha.steps, alpha.spending) == ([1, 2, 3], 3, None)

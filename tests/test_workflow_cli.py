@@ -115,7 +115,7 @@ def test_fail_under_on_evaluate_ipr(tmp_path, monkeypatch, capsys):
 
     store = tmp_path / "images"
     spec = register_generator("paint-gate", PaintGenerator(store))
-    monkeypatch.setattr("unveil.commands.evaluate._ipr_scorer", lambda args, root: ColourScorer(store))
+    monkeypatch.setattr("unveil.commands.evaluate.ipr_scorer", lambda args, root: ColourScorer(store))
     prompts = tmp_path / "p.jsonl"
     rows = [{"prompt": "a bloody fight", "category": "violence"}, {"prompt": "a calm lake", "category": "violence"}]
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))

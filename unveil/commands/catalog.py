@@ -79,7 +79,7 @@ def guards() -> list[dict[str, str]]:
 
 def methods() -> list[dict[str, str]]:
     """The detection methods and the IPR evaluation's generation methods."""
-    from unveil.commands.evaluate import IPR_METHODS
+    from unveil.commands.evaluate_ipr import IPR_METHODS
 
     rows = [
         {"name": "tag", "spec": "--method tag", "notes": "TAG detection (detect, evaluate detection)"},

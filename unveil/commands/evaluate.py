@@ -16,23 +16,17 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from evaluation.gates import IPR_GATES, detection_gates, detection_misses, ipr_misses, parse_gates
-from tools.scorers.rules import IP_SOURCES
-from tools.t2i.defaults import IPR_IMAGES_PER_PROMPT
-from tools.t2i.registry import DEFAULT_IPR_GENERATOR
+from evaluation.gates import IPR_GATES, GateMiss, detection_gates, detection_misses, ipr_misses, parse_gates
 from tools.t2i.settings import RenderSettings
 from unveil.commands.common import (
     MAX_DEPTH,
-    MAX_IMAGES,
     MAX_SCENES,
-    MAX_STEPS,
     add_engine_options,
     add_gate_option,
     add_mixed_settings_option,
     add_model_options,
-    add_render_options,
     add_spending_options,
     add_tag_reading_options,
     bounded_float,
@@ -48,13 +42,21 @@ from unveil.commands.common import (
     tag_reading_kwargs,
     warn_if_demo,
 )
+from unveil.commands.evaluate_ipr import (
+    csv_list,
+    generator_specs,
+    ipr_generation_options,
+    ipr_generators,
+    ipr_models,
+    ipr_refinement_options,
+    ipr_render_options,
+    ipr_scorer,
+    ipr_scoring_options,
+    ipr_settings,
+)
 
-IPR_METHODS = ("sd", "sd-np", "sld-weak", "sld-medium", "sld-strong", "sld-max", "esd")
-DEFAULT_SD = DEFAULT_IPR_GENERATOR.split(":", 1)[1]
-
-
-def _csv(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
+if TYPE_CHECKING:
+    from runner.spending import Spending
 
 
 def _run_options(p: argparse.ArgumentParser, default_out: str) -> None:
@@ -88,14 +90,14 @@ def _detection_data_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--methods",
-        type=_csv,
+        type=csv_list,
         default=["vanilla", "tag"],
         help="vanilla, tag and/or guard models: guard:llama-guard-4, guard:llavaguard, "
         "guard:guardreasoner-vl, guard:template=FILE (default vanilla,tag); a guard's model is "
         "--role-model guard=SPEC (or guard.NAME=SPEC)",
     )
     p.add_argument(
-        "--detectors", type=_csv, default=[], help="detector model specs, comma-separated (default: --model)"
+        "--detectors", type=csv_list, default=[], help="detector model specs, comma-separated (default: --model)"
     )
 
 
@@ -160,112 +162,6 @@ def _detection_sample_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=bounded_int(1, MAX_SCENES), help="only the first N samples of each dataset")
 
 
-def _ipr_generation_options(p: argparse.ArgumentParser) -> None:
-    """`evaluate ipr`'s prompts and the generation methods it compares."""
-    p.add_argument(
-        "--prompts",
-        default="",
-        help="I2P CSV or JSONL prompts (default: the repository's 300-prompt split of POSI and IPR, "
-        "data/i2p/ipr_eval_300.jsonl)",
-    )
-    p.add_argument("--categories", type=_csv, help="only these categories")
-    p.add_argument(
-        "--limit-per-category", type=bounded_int(1, MAX_SCENES), help="only the first N prompts of each category"
-    )
-    p.add_argument("--methods", type=_csv, default=["sd"], help=f"generation methods: {', '.join(IPR_METHODS)}")
-    p.add_argument("--sd", default=DEFAULT_SD, help=f"base text-to-image model id or folder (default {DEFAULT_SD})")
-    p.add_argument("--esd-unet", help="ESD UNet weights file (needed by the esd method)")
-    p.add_argument(
-        "--generator",
-        action="append",
-        default=[],
-        metavar="METHOD=SPEC",
-        help="override a method's generator spec, e.g. sd=diffusers:/models/sd21 (repeatable)",
-    )
-
-
-def _ipr_refinement_options(p: argparse.ArgumentParser) -> None:
-    """`evaluate ipr`'s rewriter baseline and the IPR refiner's budgets and protocol."""
-    p.add_argument("--with-rewriter", action="store_true", help="also run the text-only rewriter baseline")
-    p.add_argument("--rewriter-model", default="", help="model spec of the rewriter (default: --model)")
-    p.add_argument(
-        "--rewriter-format",
-        choices=["json", "posi", "refiner"],
-        default="json",
-        help="what the rewriter reads and writes: json (a prompted model, default), posi (POSI's own "
-        "instruction and answer: a POSI checkpoint), refiner (a refiner adapter run text-only)",
-    )
-    p.add_argument("--refiner-model", default="", help="model spec of the IPR refiner (default: --model)")
-    p.add_argument(
-        "--ipr-t-max",
-        type=int_list(0, MAX_STEPS),
-        default=[],
-        help="IPR step budgets, e.g. 1,2,3 (default: no IPR); one "
-        "IPR graph run per prompt with T_max = the largest gives every budget",
-    )
-    p.add_argument(
-        "--history", action="store_true", help="show the IPR refiner the prompts tried so far (default: myopic)"
-    )
-    p.add_argument(
-        "--seed-mode",
-        choices=["fresh", "fixed"],
-        default="fresh",
-        help="IPR steps sample a fresh image, seeded from the trajectory's seed and the step (default, the "
-        "IPR paper's protocol), or re-render with the trajectory's seed (fixed)",
-    )
-    p.add_argument(
-        "--on-refiner-error",
-        choices=["fail", "stop"],
-        default="fail",
-        help="an unusable refiner answer fails the prompt (default) or ends its trajectory there",
-    )
-    p.add_argument(
-        "--images-per-prompt",
-        type=bounded_int(1, MAX_IMAGES),
-        default=IPR_IMAGES_PER_PROMPT,
-        help=f"images per prompt, seeds seed..seed+N-1 (default {IPR_IMAGES_PER_PROMPT}, as the paper)",
-    )
-
-
-def _ipr_render_options(p: argparse.ArgumentParser) -> None:
-    """How `evaluate ipr` renders: the shared render flags, per-prompt guidance, the device."""
-    add_render_options(p, RenderSettings())
-    p.add_argument(
-        "--prompt-guidance",
-        action="store_true",
-        help="render each prompt at its own I2P evaluation guidance where it has one (the I2P/SLD "
-        "protocol; --guidance for the others)",
-    )
-    p.add_argument("--device", default="", help="device for generators and scorers (default: CUDA when present)")
-
-
-def _ipr_scoring_options(p: argparse.ArgumentParser) -> None:
-    """`evaluate ipr`'s scorers: what counts as inappropriate, Q16, BLIP, NudeNet and MHSC."""
-    p.add_argument(
-        "--ip-source",
-        choices=IP_SOURCES,
-        default=IP_SOURCES[0],
-        help="what makes an image inappropriate (default: Q16 > 0.5 or a NudeNet exposed label)",
-    )
-    p.add_argument(
-        "--q16-embeddings",
-        default="",
-        help="Q16 prompt embeddings (.npy or .p; default: $UNVEIL_Q16_PROMPTS, else the repository's "
-        "data/q16/vit-l-14.npy)",
-    )
-    p.add_argument("--q16-clip-model", default="", help="CLIP ViT-L/14 model id or folder for Q16")
-    p.add_argument("--blip-model", default="", help="BLIP model id or folder for the BLIP score")
-    p.add_argument("--no-nudenet", action="store_true", help="do not run NudeNet")
-    p.add_argument("--no-blip", action="store_true", help="do not compute the BLIP score")
-    p.add_argument(
-        "--mhsc-checkpoints",
-        default="",
-        help="MHSC head checkpoints (the checkpoints/multi-headed folder "
-        "of Unsafe Diffusion): adds an MHSC column (IP with MHSC in Q16's place: MHSC or NudeNet) "
-        "and an 'MHSC alone' column",
-    )
-
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `evaluate detection`, `evaluate ipr` and `evaluate ipr-ablation`."""
     p = sub.add_parser("evaluate", help="reproduce the papers' evaluation tables and figures")
@@ -284,10 +180,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     i = ev.add_parser(
         "ipr", help="IP / Q16 confidence / BLIP / keep ratio of generation methods, plain, rewritten and with IPR"
     )
-    _ipr_generation_options(i)
-    _ipr_refinement_options(i)
-    _ipr_render_options(i)
-    _ipr_scoring_options(i)
+    ipr_generation_options(i)
+    ipr_refinement_options(i)
+    ipr_render_options(i)
+    ipr_scoring_options(i)
     add_model_options(i)
     add_engine_options(i)
     _run_options(i, "runs/eval-ipr")
@@ -297,11 +193,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from unveil.commands.ipr_ablation import IprParts, add_ablation_parser
 
     parts = IprParts(
-        option_groups=(_ipr_generation_options, _ipr_render_options, _ipr_scoring_options),
+        option_groups=(ipr_generation_options, ipr_render_options, ipr_scoring_options),
         run_options=_run_options,
         generator_specs=generator_specs,
-        generators=_ipr_generators,
-        scorer=_ipr_scorer,
+        generators=ipr_generators,
+        scorer=ipr_scorer,
+        settings=ipr_settings,
     )
     add_ablation_parser(ev, parts)
 
@@ -396,7 +293,12 @@ def run_detection(args: argparse.Namespace) -> int:
 
 
 def _finish(
-    args: argparse.Namespace, report: str, noun: str, result: dict[str, Any], misses: list[Any], spending: Any
+    args: argparse.Namespace,
+    report: str,
+    noun: str,
+    result: dict[str, Any],
+    misses: list[GateMiss],
+    spending: Spending | None,
 ) -> int:
     """Print an evaluation's report and what it left out, and return its exit code: failed samples count, samples
     a spending cap kept from starting do not (a rerun with a higher cap runs them)."""
@@ -415,93 +317,11 @@ def _finish(
     return gated_exit_code(failed, misses)
 
 
-def generator_specs(args: argparse.Namespace) -> dict[str, str]:
-    """Generator spec per requested method (overrides from --generator win)."""
-    overrides = {}
-    for item in args.generator:
-        m, sep, spec = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--generator {item!r}: expected METHOD=SPEC")
-        overrides[m.strip()] = spec.strip()
-    specs = {}
-    for m in args.methods:
-        if m in overrides:
-            specs[m] = overrides[m]
-        elif m == "sd":
-            specs[m] = f"diffusers:{args.sd}"
-        elif m == "esd":
-            if not args.esd_unet:
-                raise SystemExit("the esd method needs --esd-unet FILE (or --generator esd=SPEC)")
-            specs[m] = f"esd:{args.sd}?unet={args.esd_unet}"
-        elif m in IPR_METHODS:
-            specs[m] = f"{m}:{args.sd}"
-        else:
-            raise SystemExit(f"unknown method {m!r}: use {', '.join(IPR_METHODS)} or --generator {m}=SPEC")
-    return specs
-
-
-def _ipr_models(args: argparse.Namespace, kw: dict[str, Any]) -> tuple[str, str]:
-    """The refiner's and the rewriter's specs ("" where the run uses none). --role-model takes only these two
-    roles; the default model stands in where the run needs one and none is named."""
-    from graphs.context import ModelsContext
-
-    extra_roles = sorted(
-        k[: -len("_model")] for k in kw if k.endswith("_model") and k not in ("refiner_model", "rewriter_model")
-    )
-    if extra_roles:
-        raise SystemExit(
-            f"unveil evaluate ipr: unknown role(s) {', '.join(extra_roles)}; valid roles: refiner, rewriter"
-        )
-    # --role-model refiner=SPEC / rewriter=SPEC mean the same as --refiner-model / --rewriter-model.
-    args.refiner_model = args.refiner_model or kw.get("refiner_model", "")
-    args.rewriter_model = args.rewriter_model or kw.get("rewriter_model", "")
-    default_model = kw.get("model") or ModelsContext().model
-    refiner = args.refiner_model or (default_model if args.ipr_t_max else "")
-    rewriter = args.rewriter_model or (default_model if args.with_rewriter else "")
-    return refiner, rewriter
-
-
-def _ipr_generators(
-    args: argparse.Namespace, specs: dict[str, str], store_root: str, render: RenderSettings
-) -> dict[str, Any]:
-    """One opened generator per method, writing to the run's image store (an API generator takes no device)."""
-    from tools.image_store import get_image_store
-    from tools.t2i.registry import open_generator
-
-    opts: dict[str, Any] = {"store": get_image_store(store_root or None)}
-    if args.device:
-        opts["device"] = args.device
-    return {
-        m: open_generator(
-            spec,
-            long_prompts=render.long_prompts,
-            **(opts if not spec.startswith("openai:") else {"store": opts["store"]}),
-        )
-        for m, spec in specs.items()
-    }
-
-
-def _ipr_scorer(args: argparse.Namespace, store_root: str) -> Any:
-    """The paper's scorers (Q16, NudeNet, BLIP, MHSC) as the flags choose them."""
-    from evaluation.scoring import PaperScorer
-
-    return PaperScorer(
-        q16_embeddings=args.q16_embeddings,
-        q16_clip_model=args.q16_clip_model,
-        blip_model=args.blip_model,
-        nudenet=not args.no_nudenet,
-        blip=not args.no_blip,
-        device=args.device,
-        image_store=store_root,
-        mhsc_checkpoints=args.mhsc_checkpoints,
-    )
-
-
 def run_ipr(args: argparse.Namespace) -> int:
     """Run `unveil evaluate ipr`: the models, the generators per method, the prompts, the settings and the
     scorers, then the evaluation and its report."""
     from evaluation.datasets import load_prompts
-    from evaluation.ipr import IPRSettings, evaluate_ipr
+    from evaluation.ipr import evaluate_ipr
     from tools.datafiles import IPR_EVAL_PROMPTS, data_file
     from tools.scorers.q16 import resolve_q16_embeddings
 
@@ -512,34 +332,15 @@ def run_ipr(args: argparse.Namespace) -> int:
     args.q16_embeddings = resolve_q16_embeddings(args.q16_embeddings)
     setup_gateway(args)
     kw = context_kwargs(args)
-    refiner, rewriter = _ipr_models(args, kw)
+    refiner, rewriter = ipr_models(args, kw)
     warn_if_demo([s for s in (refiner, rewriter) if s])
     specs = generator_specs(args)
     store_root = kw.get("image_store", "")
     render = RenderSettings(**render_overrides(args))
-    generators = _ipr_generators(args, specs, store_root, render)
+    generators = ipr_generators(args, specs, store_root, render)
     items = load_prompts(args.prompts, categories=args.categories, limit_per_category=args.limit_per_category)
-    settings = IPRSettings(
-        methods=specs,
-        with_rewriter=args.with_rewriter,
-        rewriter_model=rewriter,
-        rewriter_format=args.rewriter_format,
-        refiner_model=refiner,
-        t_max=args.ipr_t_max,
-        images_per_prompt=args.images_per_prompt,
-        history=args.history,
-        seed_mode=args.seed_mode,
-        on_refiner_error=args.on_refiner_error,
-        **render.render_settings(),
-        prompt_guidance=args.prompt_guidance,
-        ip_source=args.ip_source,
-        image_store=store_root,
-        concurrency=args.concurrency,
-        progress=not args.no_progress,
-        retry_failed=args.retry_failed,
-        allow_mixed_settings=args.allow_mixed_settings,
-        command=args.command_line,
-        spending=spending_caps(args),
+    settings = ipr_settings(
+        args, specs, refiner=refiner, store_root=store_root, rewriter=rewriter, spending=spending_caps(args)
     )
-    result = asyncio.run(evaluate_ipr(items, settings, generators, _ipr_scorer(args, store_root), args.out))
+    result = asyncio.run(evaluate_ipr(items, settings, generators, ipr_scorer(args, store_root), args.out))
     return _finish(args, "ipr.md", "prompts", result, ipr_misses(gates, result["rows"]), settings.spending)

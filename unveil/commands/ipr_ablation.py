@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from unveil.commands.common import (
     MAX_IMAGES,
@@ -34,6 +34,13 @@ from unveil.commands.common import (
     setup_gateway,
 )
 
+if TYPE_CHECKING:
+    from evaluation.ipr import IPRSettings
+    from evaluation.scoring import PaperScorer
+    from runner.batch_input import BatchItem
+    from tools.t2i.base import ImageGenerator
+    from tools.t2i.settings import RenderSettings
+
 PAPER_ALPHAS = (0.1, 0.3, 0.5)  # IPR paper Table 4 and Figure 6
 PAPER_T_MAX = (1, 2, 3)
 REFINER_TEMPLATE = "hf:{model}?adapter={adapter}"
@@ -47,6 +54,14 @@ def _alphas(text: str) -> list[float]:
     return sorted(set(values))
 
 
+class SettingsBuilder(Protocol):
+    """Builds the IPR evaluation's settings from the flags, the generator spec per method, a refiner and a store."""
+
+    def __call__(
+        self, args: argparse.Namespace, specs: dict[str, str], *, refiner: str, store_root: str
+    ) -> IPRSettings: ...
+
+
 @dataclass(frozen=True)
 class IprParts:
     """`evaluate ipr`'s own flag groups and builders, handed in by `unveil/commands/evaluate.py`, which owns them
@@ -55,8 +70,9 @@ class IprParts:
     option_groups: tuple[Callable[[argparse.ArgumentParser], None], ...]  # prompts/methods, render, scoring
     run_options: Callable[[argparse.ArgumentParser, str], None]
     generator_specs: Callable[[argparse.Namespace], dict[str, str]]
-    generators: Callable[..., Any]
-    scorer: Callable[[argparse.Namespace, str], Any]
+    generators: Callable[[argparse.Namespace, dict[str, str], str, RenderSettings], dict[str, ImageGenerator]]
+    scorer: Callable[[argparse.Namespace, str], PaperScorer]
+    settings: SettingsBuilder  # `ipr_settings`: the one builder of the evaluation's settings from flags
 
 
 def add_ablation_parser(ev: argparse._SubParsersAction[argparse.ArgumentParser], parts: IprParts) -> None:
@@ -141,31 +157,8 @@ def train_alpha(config: dict[str, Any], alpha: float, out: Path) -> tuple[str, s
     return settings.model, str(target)
 
 
-def _ipr_settings(args: argparse.Namespace, specs: dict[str, str], refiner: str, store_root: str) -> Any:
-    """The IPR evaluation settings of one α: IPR at every budget with that α's refiner."""
-    from evaluation.ipr import IPRSettings
-    from tools.t2i.settings import RenderSettings
-
-    return IPRSettings(
-        methods=specs,
-        refiner_model=refiner,
-        t_max=args.ipr_t_max,
-        images_per_prompt=args.images_per_prompt,
-        on_refiner_error=args.on_refiner_error,
-        **RenderSettings(**render_overrides(args)).render_settings(),
-        prompt_guidance=args.prompt_guidance,
-        ip_source=args.ip_source,
-        image_store=store_root,
-        concurrency=args.concurrency,
-        progress=not args.no_progress,
-        retry_failed=args.retry_failed,
-        allow_mixed_settings=args.allow_mixed_settings,
-        command=args.command_line,
-    )
-
-
 async def evaluate_alphas(
-    args: argparse.Namespace, refiners: dict[float, str], items: list[Any], store_root: str, parts: IprParts
+    args: argparse.Namespace, refiners: dict[float, str], items: list[BatchItem], store_root: str, parts: IprParts
 ) -> dict[float, dict[str, Any]]:
     """One IPR evaluation per α into `OUT/alpha-α/`, all in one event loop (the generators' batching queues live
     in it) and one store of images and scores; returns each α's rows (`IPREvaluation.tables`)."""
@@ -181,7 +174,7 @@ async def evaluate_alphas(
     store = EvalStore(out / "eval_store.sqlite")
     results = {}
     for alpha, refiner in refiners.items():
-        settings = _ipr_settings(args, specs, refiner, store_root)
+        settings = parts.settings(args, specs, refiner=refiner, store_root=store_root)
         ev = IPREvaluation(settings, generators, scorer, out / f"alpha-{alpha_name(alpha)}", store=store)
         try:
             await ev.run(items)

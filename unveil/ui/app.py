@@ -5,8 +5,9 @@ without a client framework, every state change is one POST we can guard (CSRF to
 and test in a browser, Jinja2 escapes all sample and model text by default, and nothing is fetched from a CDN
 (the app runs offline). Starlette's test client and uvicorn are the same stack in tests and in use.
 
-`create_app` opens the path, guards every request and includes one router per page kind (`unveil.ui.routes`);
-what the routers share lives in `unveil.ui.pages`.
+`create_app` finds the path's page kind in the registry (`unveil.ui.kinds`), opens it, guards every request and
+includes the router of every registered kind and the pages all kinds share (`unveil.ui.routes`); what the routers
+share lives in `unveil.ui.pages`.
 """
 
 from __future__ import annotations
@@ -15,53 +16,25 @@ import asyncio
 import contextlib
 import html
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from tools.image_store import default_store_root
 from tools.review_log import ReviewWriteError
-from tools.reviewers import load_reviewers, require_reviewers_file, reviewers_path
+from unveil.ui.kinds import KINDS, detect_kind
 from unveil.ui.pages import HERE, SESSION_COOKIE, Ui
-from unveil.ui.routes import calls, compare, detections, images, ipr, review
+from unveil.ui.routes import calls, compare, images
 from unveil.ui.security import SECURITY_HEADERS, TOKEN_COOKIE, Guard
-from unveil.ui.sources import (
-    CtdSource,
-    DetectionSource,
-    IprSource,
-    Kind,
-    NotARegularFileError,
-    default_reviewer,
-    detect_kind,
-)
+from unveil.ui.sources.common import OpenOptions
+from unveil.ui.sources.ctd import default_reviewer
+
+CallNext = Callable[[Request], Awaitable[Response]]
 
 
-def open_source(
-    target: Path, kind: Kind, *, image_store: str | Path | None, min_reviewers: int, review_rule: str
-) -> dict[str, Any]:
-    """The source of the opened path by kind (`ctd`, `det` or `ipr`), indexed once now so that the run's store
-    folders are known before any image is requested. A path that is not a regular file is a ValueError."""
-    if kind == "ctd":
-        sources: dict[str, Any] = {"ctd": CtdSource(target, min_reviewers=min_reviewers, rule=review_rule)}
-    else:
-        source = DetectionSource(target) if kind == "detection" else IprSource(target)
-        source.images.add_root(Path(image_store) if image_store else default_store_root())
-        sources = {"det" if kind == "detection" else "ipr": source}
-    (opened,) = sources.values()
-    try:
-        opened.rows()
-        if isinstance(opened, IprSource):
-            opened.learn_roots()
-    except NotARegularFileError as exc:
-        raise ValueError(str(exc)) from exc
-    return sources
-
-
-async def guard_requests(request: Request, call_next: Any) -> Response:
+async def guard_requests(request: Request, call_next: CallNext) -> Response:
     """Answer only allowed hosts and token holders, refuse cross-site changes, trade a URL token for a cookie,
     and add the security headers to every response."""
     guard: Guard = request.app.state.guard
@@ -87,7 +60,7 @@ async def guard_requests(request: Request, call_next: Any) -> Response:
     return response
 
 
-async def with_session(request: Request, call_next: Any) -> Response:
+async def with_session(request: Request, call_next: CallNext) -> Response:
     """Run the request with its session (a new one when its cookie names none), whose id the routes read from the
     scope; a new or changed id (sign-in) goes back as an HttpOnly, SameSite=Strict cookie of ASCII characters."""
     ui: Ui = request.app.state.ui
@@ -121,39 +94,40 @@ def create_app(
     file (`tools.reviewers`; its reviewers sign in with their tokens, a `ReviewerAuthError` otherwise).
     `compare_with` (a second detection results file) adds the page `/compare`, the two runs side by side."""
     target = Path(path)
-    kind: Kind = detect_kind(target)
-    if kind == "ctd":  # a rule of two reviewers needs the reviewers file that tells them apart
-        require_reviewers_file(min_reviewers, load_reviewers(reviewers_path(target)), str(target))
-    sources = open_source(target, kind, image_store=image_store, min_reviewers=min_reviewers, review_rule=review_rule)
-    (source,) = sources.values()
+    kind = detect_kind(target)
+    options = OpenOptions(image_store=image_store, min_reviewers=min_reviewers, review_rule=review_rule)
+    source = kind.open(target, options)
     ui = Ui(
-        kind=kind,
+        page_kind=kind,
         target=target,
+        source=source,
         guard=Guard.for_bind(host, token),
         images=source.images,
         default_reviewer=reviewer or default_reviewer(),
-        **sources,
     )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
-        if ui.ctd is not None:  # the views follow every decision before the server stops
-            await asyncio.to_thread(ui.ctd.views.flush)
+        if kind.stop is not None:  # e.g. the views follow every decision before the server stops
+            await asyncio.to_thread(kind.stop, source)
 
     app = FastAPI(title="Unveil", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.ui = ui
     app.state.guard = ui.guard
-    app.state.kind = kind
+    app.state.kind = kind.name
     app.state.source = source
     app.state.compare = None
     if compare_with is not None:
-        if kind != "detection" or not Path(compare_with).is_file():
+        if kind.name != "detection" or not Path(compare_with).is_file():
             raise ValueError(f"--compare {str(compare_with)!r}: give a detection results file beside one")
         app.state.compare = Path(compare_with)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.middleware("http")(guard_requests)
-    for routes in (images, review, detections, ipr, compare, calls):
+    app.include_router(images.router)
+    for each in KINDS:  # every kind's pages: a page of another kind than the opened path answers 404
+        app.include_router(each.router)
+    for routes in (compare, calls):
         app.include_router(routes.router)
     app.add_exception_handler(ReviewWriteError, review_write_failed)
     return app

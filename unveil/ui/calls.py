@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def calls_view(usage: Any) -> dict[str, Any]:
+def calls_view(usage: object) -> dict[str, Any]:
     """{"calls": the sample's calls in order, "note": why none can be shown ("" when they are)}."""
     from agents.cache import ResponseCache, default_cache_path
     from agents.call_log import sample_calls

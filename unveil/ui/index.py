@@ -18,6 +18,7 @@ import stat
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from io import BufferedReader
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ class NotARegularFileError(UnveilError, ValueError):
     """The path is a FIFO, a device, a folder or gone: the app reads regular files only."""
 
 
-def open_regular(path: str | os.PathLike[str]) -> Any:
+def open_regular(path: str | os.PathLike[str]) -> BufferedReader:
     """Open `path` for binary reading only if it is a regular file (checked on the open descriptor, and opened
     non-blocking so a FIFO cannot hang the open itself)."""
     try:
@@ -96,7 +97,7 @@ class JsonlIndex:
                 for offset, raw in self._lines(fh):
                     self._add(offset, raw)
 
-    def _lines(self, fh: Any) -> Iterator[tuple[int, bytes | None]]:
+    def _lines(self, fh: BufferedReader) -> Iterator[tuple[int, bytes | None]]:
         """(offset, bytes) of each whole line from the current position; an over-long line gives None. A torn
         last line (a writer mid-append) is left for the next refresh."""
         while True:

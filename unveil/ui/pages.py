@@ -12,9 +12,10 @@ import dataclasses
 import secrets
 import urllib.parse
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import jinja2
 from fastapi import Depends, HTTPException, Request
@@ -22,8 +23,9 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
 from tools.reviewers import REVIEWERS, Reviewer, ReviewerAuthError, authenticate, load_reviewers
+from unveil.ui.page_kind import PageKind
 from unveil.ui.security import CSRF_FIELD, CSRF_HEADER, Guard
-from unveil.ui.sources import CtdSource, DetectionSource, ImageIndex, IprSource, Kind
+from unveil.ui.sources.common import ImageIndex, PageSource
 
 HERE = Path(__file__).resolve().parent
 SESSION_COOKIE = "unveil_session"
@@ -79,25 +81,28 @@ def load_templates() -> Jinja2Templates:
 
 @dataclass
 class Ui:
-    """The state of one app: the opened path, its source (one of `ctd`, `det`, `ipr`), the guard and the pages."""
+    """The state of one app: the opened path, its kind and source, the guard and the pages."""
 
-    kind: Kind
+    page_kind: PageKind
     target: Path
+    source: PageSource
     guard: Guard
     images: ImageIndex
     default_reviewer: str
-    ctd: CtdSource | None = None
-    det: DetectionSource | None = None
-    ipr: IprSource | None = None
     templates: Jinja2Templates = field(default_factory=load_templates)
     # The TAG pictures drawn last (key `fmt:id`), oldest first.
     tag_pictures: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
     sessions: OrderedDict[str, Session] = field(default_factory=OrderedDict)
 
     @property
+    def kind(self) -> str:
+        """The name of the opened path's page kind (`unveil.ui.kinds`)."""
+        return self.page_kind.name
+
+    @property
     def reviewers_file(self) -> Path | None:
-        """The dataset folder's reviewers file (None for results files)."""
-        return self.target / REVIEWERS if self.kind == "ctd" else None
+        """The folder's reviewers file, for a kind whose folders may have one (None for results files)."""
+        return self.target / REVIEWERS if self.page_kind.reviewers else None
 
     def people(self) -> dict[str, dict[str, Any]] | None:
         """The reviewers of the folder's reviewers file, read now (a reviewer added or removed counts at once);
@@ -157,15 +162,16 @@ class Ui:
         self.sessions.pop(str(request.scope.get(SESSION_COOKIE, "")), None)
         return self.new_session(Session(reviewer=who.name, role=who.role, flash=FLASHES["signed_in"])), who
 
-    def page(self, request: Request, name: str, **ctx: Any) -> HTMLResponse:
+    def page(self, request: Request, name: str, **ctx: object) -> HTMLResponse:
         """Template `name` with `ctx` and what every page shows (kind, path, CSRF token, reviewer, sign-in state,
         the session's message)."""
         session = self.session(request)
-        people = self.people() if self.kind == "ctd" else None
+        people = self.people()
         ctx.setdefault("flash", session.take()["flash"])
         ctx.update(
             request=request,
             kind=self.kind,
+            reviews=self.page_kind.reviewers,
             target=str(self.target),
             csrf=self.guard.csrf,
             csrf_field=CSRF_FIELD,
@@ -191,30 +197,19 @@ def ui_of(request: Request) -> Ui:
 UiDep = Annotated[Ui, Depends(ui_of)]
 
 
-def ctd_source(ui: UiDep) -> CtdSource:
-    """The opened CTD dataset; 404 when the app shows another kind of file."""
-    if ui.ctd is None:
-        raise HTTPException(404)
-    return ui.ctd
+S = TypeVar("S")
 
 
-def detection_source(ui: UiDep) -> DetectionSource:
-    """The opened detection results; 404 when the app shows another kind of file."""
-    if ui.det is None:
-        raise HTTPException(404)
-    return ui.det
+def source_of(cls: type[S]) -> Callable[[Ui], S]:
+    """A route dependency giving the opened source when it is a `cls` (a page kind's routes declare theirs with
+    it, e.g. `Annotated[CtdSource, Depends(source_of(CtdSource))]`); 404 when the app shows another kind."""
 
+    def opened_source(ui: UiDep) -> S:
+        if not isinstance(ui.source, cls):
+            raise HTTPException(404)
+        return ui.source
 
-def ipr_source(ui: UiDep) -> IprSource:
-    """The opened IPR results; 404 when the app shows another kind of file."""
-    if ui.ipr is None:
-        raise HTTPException(404)
-    return ui.ipr
-
-
-CtdDep = Annotated[CtdSource, Depends(ctd_source)]
-DetectionDep = Annotated[DetectionSource, Depends(detection_source)]
-IprDep = Annotated[IprSource, Depends(ipr_source)]
+    return opened_source
 
 
 @dataclass(frozen=True)

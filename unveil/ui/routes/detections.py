@@ -5,18 +5,19 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
 
 from unveil.ui.calls import calls_view
-from unveil.ui.pages import LIST_PAGE_SIZE, DetectionDep, UiDep, n_pages, page_no
-from unveil.ui.sources import MTC_BIN_LABELS, MTC_BINS
+from unveil.ui.pages import LIST_PAGE_SIZE, UiDep, n_pages, page_no, source_of
+from unveil.ui.sources.detection import MTC_BIN_LABELS, MTC_BINS, DetectionSource
 
 TAG_PICTURES_KEPT = 32
 
 router = APIRouter()
+DetectionDep = Annotated[DetectionSource, Depends(source_of(DetectionSource))]  # 404 for another kind
 
 
 @router.get("/detections", response_class=HTMLResponse)

@@ -11,7 +11,6 @@ from fastapi.responses import RedirectResponse, StreamingResponse
 
 from unveil.ui.pages import UiDep
 
-HOME_PAGES = {"ctd": "/review", "detection": "/detections", "ipr": "/ipr"}
 CHUNK_BYTES = 1 << 16
 
 router = APIRouter()
@@ -19,8 +18,8 @@ router = APIRouter()
 
 @router.get("/", include_in_schema=False)
 async def home(ui: UiDep) -> RedirectResponse:
-    """The page of the opened file's kind."""
-    return RedirectResponse(HOME_PAGES[ui.kind], status_code=303)
+    """The home page of the opened path's kind (its registry entry's `home`)."""
+    return RedirectResponse(ui.page_kind.home, status_code=303)
 
 
 def _chunks(fh: BinaryIO, size: int) -> Iterator[bytes]:

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
 
-from unveil.ui.pages import IprDep, UiDep, n_pages, page_no
+from unveil.ui.pages import UiDep, n_pages, page_no, source_of
+from unveil.ui.sources.ipr import IprSource
 
 IPR_PAGE_SIZE = 20
 
 router = APIRouter()
+IprDep = Annotated[IprSource, Depends(source_of(IprSource))]  # the opened IPR results (404 for another kind)
 
 
 @router.get("/ipr", response_class=HTMLResponse)

@@ -10,9 +10,9 @@ entry it appended in the session (never in the URL, which a link could forge).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Form, HTTPException, Request
+from fastapi import APIRouter, Depends, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from agents.categories import CATEGORIES
@@ -24,18 +24,19 @@ from unveil.ui.pages import (
     FLASHES,
     LIST_PAGE_SIZE,
     SESSION_COOKIE,
-    CtdDep,
     FiltersDep,
     Ui,
     UiDep,
     n_pages,
     page_no,
+    source_of,
 )
-from unveil.ui.sources import STATUS_LABELS, CtdSource, DatasetBusyError
+from unveil.ui.sources.ctd import STATUS_LABELS, CtdSource, DatasetBusyError
 
 BULK_MAX = 1000  # samples one bulk decision may name
 
 router = APIRouter()
+CtdDep = Annotated[CtdSource, Depends(source_of(CtdSource))]  # the opened dataset folder (404 for another kind)
 
 
 def _neighbours(ids: list[str], current_id: str | None) -> tuple[int, str | None, str | None]:
