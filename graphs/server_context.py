@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+from agents.providers.profiles import provider_profile
 from agents.spec import ModelSpec, ModelSpecError
 from graphs.context import ContextError, base_type, coerce_field, field_choices, is_empty
 from tools.addresses import BadURLError, split_url
@@ -195,11 +196,12 @@ class _Checker:
         if parsed.base_url:
             check_base_url(name, parsed.base_url, self.allowed_urls)
         model, _, query = parsed.model.partition("?")
-        if parsed.provider == "scripted":
+        files = provider_profile(parsed.provider)  # what its spec may name on disk
+        if files.model_files == "script":
             self.path(name, model, text_file=True)
-        elif parsed.provider in ("llamacpp", "transformers", "hf") and _looks_local(model):
+        elif files.model_files == "model" and _looks_local(model):
             self.path(name, model)
-        for adapter in parse_qs(query).get("adapter", []) if parsed.provider == "hf" else []:
+        for adapter in (v for o in files.path_options for v in parse_qs(query).get(o, [])):
             self.path(name, adapter)
 
     def moderation(self, name: str, spec: str) -> None:
