@@ -15,7 +15,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -101,7 +101,7 @@ def _spec_key(spec: ModelSpec) -> str:
     return f"{spec.provider}:{spec.model}@{spec.base_url}"
 
 
-def _message_key(messages: list[BaseMessage]) -> list[dict[str, Any]]:
+def _message_key(messages: list[BaseMessage]) -> list[dict[str, object]]:
     return [{"type": m.type, "content": m.content} for m in messages]
 
 
@@ -246,7 +246,7 @@ class Gateway:
         schema: type[M],
         messages: list[BaseMessage],
         usage_role: str | None = None,
-        params: dict[str, Any] | None = None,
+        params: Mapping[str, object] | None = None,
         seed: int | None = None,
     ) -> CallResult[M]:
         """Ask `spec`'s model for an answer of type `schema`.
@@ -290,7 +290,7 @@ class Gateway:
         spec: str | ModelSpec,
         messages: list[BaseMessage],
         usage_role: str | None = None,
-        params: dict[str, Any] | None = None,
+        params: Mapping[str, object] | None = None,
         seed: int | None = None,
     ) -> CallResult[str]:
         """A free-text answer (for roles whose output is parsed by the caller, such as the IPR refiner), with the
@@ -319,9 +319,9 @@ class Gateway:
         role: str,
         spec: str | ModelSpec,
         usage_role: str | None,
-        params: dict[str, Any] | None,
+        params: Mapping[str, object] | None,
         messages: list[BaseMessage],
-        output: dict[str, Any],
+        output: dict[str, object],
         seed: int | None = None,
     ) -> _Call:
         """The call's parsed spec and cache key (None without a cache)."""
@@ -453,7 +453,7 @@ class _Call:
     role: str
     usage_role: str
     spec: ModelSpec
-    params: dict[str, Any]
+    params: dict[str, object]
     key: str | None = None
     fingerprint: str = ""
     in_tok: int = 0

@@ -185,10 +185,11 @@ def _resolve_dtype(dtype: str, device: str) -> Any:
     return getattr(torch, dtype)
 
 
-def _adapter_base(folder: Path) -> Any:
+def _adapter_base(folder: Path) -> str | None:
     """The base model a bare adapter folder's `adapter_config.json` names (a regular file, read capped)."""
     raw = read_regular(folder / "adapter_config.json", MAX_SMALL_FILE_BYTES, what="adapter config")
-    return json.loads(raw.decode("utf-8")).get("base_model_name_or_path")
+    base = json.loads(raw.decode("utf-8")).get("base_model_name_or_path")
+    return base if isinstance(base, str) else None  # anything else names no model
 
 
 def load_vlm(opts: HFOptions) -> LoadedVLM:

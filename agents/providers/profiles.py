@@ -152,28 +152,21 @@ class ProviderProfile:
         return cast("ProviderModule", importlib.import_module(self.module))
 
 
-def _in_process(name: str, module: str, **facts: Any) -> ProviderProfile:
-    # Unveil's own providers: they answer in this process and cost nothing per token.
-    return ProviderProfile(name=name, module=module, in_process=True, free=True, **facts)
-
-
-def _api(name: str, **facts: Any) -> ProviderProfile:
-    # An API behind LangChain's `init_chat_model`: the model name goes to the provider verbatim.
-    return ProviderProfile(
-        name=name,
-        module=LANGCHAIN_MODULE,
-        in_process=False,
-        fingerprint="name",
-        model_files="none",
-        options=None,
-        **facts,
-    )
-
-
 def langchain_profile(name: str) -> ProviderProfile:
     """The profile of a provider that only LangChain knows: a remote API with tool calling, images and the
     gateway's concurrency."""
-    return _api(name, structured_method="function_calling", images=True, max_concurrency=None, free=False)
+    return ProviderProfile(
+        name=name,
+        module=LANGCHAIN_MODULE,
+        structured_method="function_calling",
+        images=True,
+        max_concurrency=None,
+        in_process=False,
+        free=False,
+        fingerprint="name",
+        model_files="none",
+        options=None,
+    )
 
 
 # USD per 1M (input, output) tokens, public list prices at the time of writing; `$UNVEIL_PRICES` overrides them.
@@ -190,10 +183,12 @@ _OPENAI_PRICES = {
 PROFILES: Mapping[str, ProviderProfile] = {
     p.name: p
     for p in (
-        _in_process(
-            "scripted",
-            "agents.providers.scripted",
+        ProviderProfile(
+            name="scripted",
+            module="agents.providers.scripted",
             structured_method="function_calling",
+            in_process=True,
+            free=True,
             images=True,
             max_concurrency=None,  # canned answers: as many at once as the gateway allows
             fingerprint="script",
@@ -201,10 +196,12 @@ PROFILES: Mapping[str, ProviderProfile] = {
             options=("latency",),
             answers_per_role=True,
         ),
-        _in_process(
-            "transformers",
-            "agents.providers.transformers_lm",
+        ProviderProfile(
+            name="transformers",
+            module="agents.providers.transformers_lm",
             structured_method="function_calling",
+            in_process=True,
+            free=True,
             images=False,
             max_concurrency=1,
             fingerprint="files",
@@ -212,10 +209,12 @@ PROFILES: Mapping[str, ProviderProfile] = {
             options=(),
             demo_models=SMOLLM2_ALIASES,
         ),
-        _in_process(
-            "llamacpp",
-            "agents.providers.llamacpp",
+        ProviderProfile(
+            name="llamacpp",
+            module="agents.providers.llamacpp",
             structured_method="function_calling",
+            in_process=True,
+            free=True,
             images=False,
             max_concurrency=1,
             fingerprint="files",
@@ -223,10 +222,12 @@ PROFILES: Mapping[str, ProviderProfile] = {
             options=(),
             demo_models=SMOLLM2_ALIASES,
         ),
-        _in_process(
-            "hf",
-            "agents.providers.hf_vlm",
+        ProviderProfile(
+            name="hf",
+            module="agents.providers.hf_vlm",
             structured_method="function_calling",
+            in_process=True,
+            free=True,
             images=True,
             max_concurrency=1,
             fingerprint="files",
@@ -246,8 +247,13 @@ PROFILES: Mapping[str, ProviderProfile] = {
             path_options=("adapter",),
             engine_hosted=True,
         ),
-        _api(
-            "openai",
+        ProviderProfile(
+            name="openai",
+            module=LANGCHAIN_MODULE,
+            in_process=False,
+            fingerprint="name",
+            model_files="none",
+            options=None,
             structured_method="json_schema",
             images=True,
             max_concurrency=None,
@@ -258,8 +264,13 @@ PROFILES: Mapping[str, ProviderProfile] = {
             key_env=("OPENAI_API_KEY",),
             own_http_client=True,
         ),
-        _api(
-            "anthropic",
+        ProviderProfile(
+            name="anthropic",
+            module=LANGCHAIN_MODULE,
+            in_process=False,
+            fingerprint="name",
+            model_files="none",
+            options=None,
             structured_method="function_calling",
             images=True,
             max_concurrency=None,
@@ -268,8 +279,13 @@ PROFILES: Mapping[str, ProviderProfile] = {
             official_hosts=("api.anthropic.com",),
             key_env=("ANTHROPIC_API_KEY",),
         ),
-        _api(
-            "google_genai",
+        ProviderProfile(
+            name="google_genai",
+            module=LANGCHAIN_MODULE,
+            in_process=False,
+            fingerprint="name",
+            model_files="none",
+            options=None,
             structured_method="function_calling",
             images=True,
             max_concurrency=None,
@@ -277,17 +293,38 @@ PROFILES: Mapping[str, ProviderProfile] = {
             prices={"gemini-2.5-flash": (0.30, 2.50), "gemini-2.5-pro": (1.25, 10.00)},
             key_env=("GOOGLE_API_KEY", "GEMINI_API_KEY"),
         ),
-        _api("ollama", structured_method="json_schema", images=True, max_concurrency=None, free=True),
-        _api(
-            "mistralai",
+        ProviderProfile(
+            name="ollama",
+            module=LANGCHAIN_MODULE,
+            in_process=False,
+            fingerprint="name",
+            model_files="none",
+            options=None,
+            structured_method="json_schema",
+            images=True,
+            max_concurrency=None,
+            free=True,  # a local server
+        ),
+        ProviderProfile(
+            name="mistralai",
+            module=LANGCHAIN_MODULE,
+            in_process=False,
+            fingerprint="name",
+            model_files="none",
+            options=None,
             structured_method="function_calling",
             images=True,
             max_concurrency=None,
             free=False,
             key_env=("MISTRAL_API_KEY",),
         ),
-        _api(
-            "groq",
+        ProviderProfile(
+            name="groq",
+            module=LANGCHAIN_MODULE,
+            in_process=False,
+            fingerprint="name",
+            model_files="none",
+            options=None,
             structured_method="function_calling",
             images=True,
             max_concurrency=None,
