@@ -6,7 +6,9 @@ and then fails with the raw answer kept, retries transient transport faults with
 from a persistent cache, counts tokens and cost per role, and holds per-backend concurrency and rate limits.
 
 LangGraph's default retry policy does not retry `ValueError`, which is what a schema violation looks like, so
-the repair loop lives here rather than in a node retry policy.
+the repair loop lives here rather than in a node retry policy. Reading answers (validation, salvage, repair
+requests, the schema sent) is `agents.answers`; the errors and the fault classification are `agents.faults`; what
+differs between providers (structured method, limits, fingerprints) is their profile (`agents.providers.profiles`).
 """
 
 from __future__ import annotations

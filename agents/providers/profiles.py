@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 from urllib.parse import parse_qs
 
@@ -380,8 +380,3 @@ def spec_options(spec: ModelSpec, profile: ProviderProfile) -> dict[str, str]:
         takes = f"known: {', '.join(known)}" if known else "it takes none"
         raise ProviderOptionError(f"model spec {spec}: unknown option(s) {', '.join(unknown)} ({takes})")
     return given
-
-
-def profile_fields() -> list[str]:
-    """The names of a profile's facts (what the conformance suite checks each registered profile for)."""
-    return [f.name for f in fields(ProviderProfile)]

@@ -58,8 +58,9 @@ def set_remote_chat_models(factory: RemoteChatModels | None) -> None:
 
 def create_chat_model(spec: ModelSpec, role: str, shared: SharedState) -> BaseChatModel:
     """The chat model for a spec; `role` matters only to providers whose answers are per role (scripted)."""
-    if _REMOTE_CHAT and provider_profile(spec.provider).engine_hosted:
-        provider_profile(spec.provider).implementation().check_options(spec)  # refused here, not in an actor
+    profile = provider_profile(spec.provider)
+    if _REMOTE_CHAT and profile.engine_hosted:
+        profile.implementation().check_options(spec)  # a bad option is refused here, not in an actor
         return _REMOTE_CHAT[0](spec, role)
     return build_local_chat_model(spec, role, shared)
 
