@@ -25,7 +25,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +94,7 @@ class Script:
             return ordered[idx]
 
 
-def script_key(role: str, answers: dict[str, Any]) -> str | None:
+def script_key(role: str, answers: Mapping[str, object]) -> str | None:
     """The script key answering `role`: the role itself, else its nearest enclosing role, dropping one dotted part at
     a time (`judge.blind.2` -> `judge.blind` -> `judge`); None when no key matches."""
     parts = role.split(".")
