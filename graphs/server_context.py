@@ -196,13 +196,13 @@ class _Checker:
         if parsed.base_url:
             check_base_url(name, parsed.base_url, self.allowed_urls)
         model, _, query = parsed.model.partition("?")
-        files = provider_profile(parsed.provider)  # what its spec may name on disk
-        if files.model_files == "script":
+        profile = provider_profile(parsed.provider)  # says what its spec may name on disk
+        if profile.model_files == "script":
             self.path(name, model, text_file=True)
-        elif files.model_files == "model" and _looks_local(model):
+        elif profile.model_files == "model" and _looks_local(model):
             self.path(name, model)
-        for adapter in (v for o in files.path_options for v in parse_qs(query).get(o, [])):
-            self.path(name, adapter)
+        for path in (v for option in profile.path_options for v in parse_qs(query).get(option, [])):
+            self.path(name, path)
 
     def moderation(self, name: str, spec: str) -> None:
         """The moderation endpoint `openai:MODEL[@BASE_URL]`: its base URL allowed."""
