@@ -43,7 +43,9 @@ def default_cache_path() -> Path | None:
     return Path(env) if env else Path.home() / ".cache" / "unveil" / "responses.sqlite"
 
 
-def cache_key(*, spec: str, messages: list[dict[str, Any]], schema: dict[str, Any], params: dict[str, Any]) -> str:
+def cache_key(
+    *, spec: str, messages: list[dict[str, object]], schema: dict[str, object], params: dict[str, object]
+) -> str:
     """A stable key for a call."""
     blob = json.dumps(
         {"spec": spec, "messages": messages, "schema": schema, "params": params},
@@ -54,7 +56,7 @@ def cache_key(*, spec: str, messages: list[dict[str, Any]], schema: dict[str, An
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-def sample_seed(*parts: Any) -> int:
+def sample_seed(*parts: object) -> int:
     """A 31-bit seed derived from `parts` (a scene's seed and a judge's id, ...), the same on every machine and
     rerun: it tells apart samples of one role that would otherwise send the same request (see `Gateway.structured`)."""
     digest = hashlib.sha256(json.dumps(parts, default=str).encode("utf-8")).digest()

@@ -6,41 +6,45 @@ and then fails with the raw answer kept, retries transient transport faults with
 from a persistent cache, counts tokens and cost per role, and holds per-backend concurrency and rate limits.
 
 LangGraph's default retry policy does not retry `ValueError`, which is what a schema violation looks like, so
-the repair loop lives here rather than in a node retry policy.
+the repair loop lives here rather than in a node retry policy. Reading answers (validation, salvage, repair
+requests, the schema sent) is `agents.answers`; the errors and the fault classification are `agents.faults`; what
+differs between providers (structured method, limits, fingerprints) is their profile (`agents.providers.profiles`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, ValidationError
 
+from agents.answers import answer_error, parse_answer, raw_text, repair_messages, wire_schema, with_schema_note
 from agents.cache import ResponseCache, cache_key, default_cache_path
 from agents.call_log import DETAILS, call_details
-from agents.content import data_text
-from agents.limits import BackendLimits, check_limits
-from agents.providers.json_salvage import salvage_json
-from agents.providers.registry import (
-    TEXT_ONLY_ENV,
-    create_chat_model,
-    model_fingerprint,
-    self_hosted,
-    supports_images,
+from agents.faults import (
+    ImagesUnsupportedError,
+    ModelCallError,
+    StructuredOutputError,
+    describe,
+    is_images_unsupported,
+    is_method_unsupported,
+    is_transient,
+    retry_after,
 )
+from agents.limits import BackendLimits, check_limits
+from agents.providers.profiles import METHOD_ORDER, SharedState, provider_profile
+from agents.providers.registry import TEXT_ONLY_ENV, create_chat_model, model_fingerprint, supports_images
 from agents.spec import ModelSpec, as_model_spec
 from agents.usage import RunUsage, cost_of, empty_usage, merge_usage, single_call_usage, without_calls
 from tools.env import SettingError, check_minimum, env_float, env_int, env_str
-from tools.errors import UnveilError
-from tools.redact import install_log_redaction, redact_secrets, redact_url
+from tools.redact import install_log_redaction
 
 log = logging.getLogger("unveil.gateway")
 install_log_redaction()  # HTTP clients log request URLs, a base URL's password included
@@ -53,67 +57,11 @@ __all__ = [
     "ModelCallError",
     "StructuredOutputError",
     "get_gateway",
-    "redact_secrets",
-    "redact_url",
-    "salvage_json",
     "set_gateway",
-]  # redact_* re-exported: older imports
+]
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
-
-# Which structured-output method to try first, per provider; others fall back along METHOD_ORDER.
-PREFERRED_METHOD = {
-    "openai": "json_schema",
-    "ollama": "json_schema",
-    "anthropic": "function_calling",
-    "google_genai": "function_calling",
-    "scripted": "function_calling",
-    "llamacpp": "function_calling",
-    "transformers": "function_calling",
-    "hf": "function_calling",
-}
-METHOD_ORDER = ("json_schema", "function_calling", "json_mode")
-TRANSIENT_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
-
-REPAIR_PROMPT = (
-    "Your previous answer could not be used: {error}. Answer again with only the structured result the system "
-    "message asks for, following the schema exactly."
-)
-
-
-class StructuredOutputError(UnveilError, RuntimeError):
-    """A role's answer stayed malformed after the bounded repairs; `raw` keeps the last answer for inspection."""
-
-    def __init__(self, role: str, spec: str, error: str, raw: str, attempts: int):
-        super().__init__(f"role {role!r} ({spec}): no valid structured answer after {attempts} attempts: {error}")
-        self.role, self.spec, self.error, self.raw, self.attempts = role, spec, error, raw, attempts
-
-
-class ModelCallError(UnveilError, RuntimeError):
-    """A backend kept failing (or failed permanently) for a role."""
-
-    def __init__(self, role: str, spec: str, error: BaseException, attempts: int, request: str = ""):
-        # `request` says what was asked (the output schema and structured method): a server that rejects or crashes
-        # on one schema is then named with it.
-        asked = f"; {request}" if request else ""
-        super().__init__(
-            f"role {role!r} ({spec}{asked}): model call failed after {attempts} attempts: {_describe(error)}"
-        )
-        self.role, self.spec, self.attempts = role, spec, attempts
-
-
-class ImagesUnsupportedError(ModelCallError):
-    """The server refused the request's images: the model is text-only and was not declared so."""
-
-    def __init__(self, role: str, spec: str, error: BaseException):
-        RuntimeError.__init__(
-            self,
-            f"role {role!r} ({spec}): the server does not take images ({_describe(error)[:300]}); declare the model "
-            f"text-only with {TEXT_ONLY_ENV}={spec} (comma-separated spec prefixes) so it is sent image descriptions "
-            "instead, or use a vision model",
-        )
-        self.role, self.spec, self.attempts = role, spec, 1
 
 
 @dataclass
@@ -150,145 +98,13 @@ class GatewaySettings:
             )
 
 
-def _describe(exc: BaseException) -> str:
-    # Never echo credentials that a client library or a server may have put in a message.
-    return redact_secrets(f"{type(exc).__name__}: {exc}")[:500]
-
-
-def _status_of(exc: BaseException) -> int | None:
-    for attr in ("status_code", "status", "http_status"):
-        value = getattr(exc, attr, None)
-        if isinstance(value, int):
-            return value
-    response = getattr(exc, "response", None)
-    value = getattr(response, "status_code", None)
-    return value if isinstance(value, int) else None
-
-
-_TRANSIENT_NAMES = ("Timeout", "Connection", "RateLimit", "ServiceUnavailable", "RemoteProtocol", "ReadError")
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Faults worth retrying: rate limits, server errors, timeouts, dropped connections."""
-    status = _status_of(exc)
-    if status is not None:
-        return status in TRANSIENT_STATUS
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
-        return True
-    name = type(exc).__name__
-    return any(k in name for k in _TRANSIENT_NAMES)
-
-
-def retry_after(exc: BaseException) -> float | None:
-    """Seconds from a Retry-After header, when the error carries a response."""
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None)
-    if not headers:
-        return None
-    value = headers.get("retry-after")
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
-
-
-# A server that lacks a structured-output method says so in words, with whatever status it likes: llama-cpp-python's
-# server answers 500 "Input should be 'text' or 'json_object'" to `response_format: json_schema`, others 400/404/422
-# "tools not supported". Recognised by the message (a method word and a refusal word), never by the status alone.
-_METHOD_WORDS = ("response_format", "json_schema", "json_object", "tool_choice", "tools", "function", "structured")
-_REFUSAL_WORDS = (
-    "not support",
-    "unsupported",
-    "not implemented",
-    "input should be",
-    "literal_error",
-    "not allowed",
-    "extra inputs",
-    "unrecognized",
-    "unknown",
-    "invalid",
-    "not available",
-    "not enabled",
-)
-
-
-def is_method_unsupported(exc: BaseException) -> bool:
-    """Whether `exc` says the backend does not support the structured-output method that was asked for (any status
-    code, 500 included); such an error is not retried, the gateway falls back to the next method instead."""
-    if _answer_error(exc) is not None or _status_of(exc) in (401, 403, 429):
-        return False  # a bad answer to repair, or an auth/rate fault, whatever its words
-    text = str(exc).lower()
-    body = getattr(exc, "body", None)
-    if body is not None:
-        text += " " + str(body).lower()
-    if not any(k in text for k in _METHOD_WORDS):
-        return False
-    return isinstance(exc, (NotImplementedError, TypeError)) or any(k in text for k in _REFUSAL_WORDS)
-
-
-# A text-only model behind an OpenAI-compatible server refuses image blocks in words, with any status (llama.cpp's
-# server "image input is not supported", vLLM "is not a multimodal model" / "At most 0 image(s)", OpenAI "image_url
-# is only supported by certain models", LM Studio "does not support images"). Recognised by an image word and a
-# refusal word, and only for a request that holds images.
-_IMAGE_WORDS = ("image", "multimodal", "multi-modal", "vision", "mmproj")
-_IMAGE_REFUSALS = (
-    "not support",
-    "unsupported",
-    "not a multimodal",
-    "not a multi-modal",
-    "only supported",
-    "at most 0",
-    "not enabled",
-    "not implemented",
-    "does not accept",
-    "no vision",
-)
-# Servers that do not refuse in words but crash on a message whose content is a list of blocks (only a request with
-# images has one: a text-only request's content is one string): llama-cpp-python's server answers 500 "can only
-# concatenate str (not "list") to str" from its chat template.
-_LIST_CONTENT_CRASHES = ('can only concatenate str (not "list") to str',)
-
-
-def is_images_unsupported(exc: BaseException, messages: list[BaseMessage]) -> bool:
-    """Whether `exc` is a server saying that it takes no images, in answer to a request with image blocks."""
-    if not _has_images(messages) or _status_of(exc) in (401, 403, 408, 429):
-        return False
-    text = str(exc).lower()
-    body = getattr(exc, "body", None)
-    if body is not None:
-        text += " " + str(body).lower()
-    if any(crash.lower() in text for crash in _LIST_CONTENT_CRASHES):
-        return True
-    return any(w in text for w in _IMAGE_WORDS) and any(r in text for r in _IMAGE_REFUSALS)
-
-
-def _has_images(messages: list[BaseMessage]) -> bool:
-    return any(
-        isinstance(block, dict) and block.get("type") in ("image_url", "image")
-        for m in messages
-        if isinstance(m.content, list)
-        for block in m.content
-    )
-
-
 def _spec_key(spec: ModelSpec) -> str:
     # The real base URL (credentials included) tells servers apart; str(spec) redacts them.
     return f"{spec.provider}:{spec.model}@{spec.base_url}"
 
 
-def _message_key(messages: list[BaseMessage]) -> list[dict[str, Any]]:
+def _message_key(messages: list[BaseMessage]) -> list[dict[str, object]]:
     return [{"type": m.type, "content": m.content} for m in messages]
-
-
-def _raw_text(msg: Any) -> str:
-    if not isinstance(msg, AIMessage):
-        return str(msg)
-    if msg.tool_calls:
-        return json.dumps(msg.tool_calls[0].get("args", {}), ensure_ascii=False)
-    content = msg.content
-    if isinstance(content, list):
-        return "\n".join(b.get("text", "") if isinstance(b, dict) else str(b) for b in content)
-    return str(content)
 
 
 class Gateway:
@@ -304,15 +120,20 @@ class Gateway:
         self._fingerprints: dict[str, str] = {}
         # Specs whose server refused images during this run: sent image descriptions from then on.
         self._text_only: set[str] = set()
-        self.shared: dict[str, Any] = {}  # provider state shared across roles (scripts, loaded HF models)
+        self.shared: SharedState = {}  # provider state shared across roles (scripts, loaded HF models)
 
     # -- models -------------------------------------------------------------------------------------------
     def model_for(self, spec: ModelSpec, role: str, fingerprint: str = "") -> BaseChatModel:
-        """The chat model for a spec; scripted models are per role (each role has its own answer list) and per
-        script content (`fingerprint`), so an edited script is answered from its new version."""
+        """The chat model for a spec; a provider whose answers are per role (scripted) gets a model per role, and one
+        fingerprinted by its script's content (`fingerprint`) a model per content, so an edited script is answered
+        from its new version."""
         # The real base URL (credentials included) is part of the key: str(spec) redacts them.
-        scripted = spec.provider == "scripted"
-        key = (f"{spec.provider}:{spec.model}@{spec.base_url}", *((role, fingerprint) if scripted else ("", "")))
+        profile = provider_profile(spec.provider)
+        key = (
+            f"{spec.provider}:{spec.model}@{spec.base_url}",
+            role if profile.answers_per_role else "",
+            fingerprint if profile.fingerprint == "script" else "",
+        )
         if key not in self._models:
             self._models[key] = create_chat_model(spec, role, self.shared)
         return self._models[key]
@@ -323,7 +144,7 @@ class Gateway:
         A script is hashed at every call (a small file), so a long-lived process such as `langgraph dev` sees an
         edited script at once; other models' fingerprints are taken once per process, as the model itself is
         loaded once per process, so the two stay in step."""
-        if spec.provider == "scripted":
+        if provider_profile(spec.provider).fingerprint == "script":
             return await asyncio.to_thread(model_fingerprint, spec)
         key = str(spec)
         if key not in self._fingerprints:
@@ -346,7 +167,7 @@ class Gateway:
             "%s does not take images (%s); sending image descriptions instead for the rest of the run "
             "(declare it with %s=%s to skip this first refused request)",
             spec,
-            _describe(exc)[:200].replace("\n", " "),
+            describe(exc)[:200].replace("\n", " "),
             TEXT_ONLY_ENV,
             spec,
         )
@@ -386,7 +207,7 @@ class Gateway:
         if self.settings.structured_method:
             return self.settings.structured_method
         # Remembered per backend (provider + base URL): one server supports the same methods for all its models.
-        return self._methods.get(spec.backend, PREFERRED_METHOD.get(spec.provider, "function_calling"))
+        return self._methods.get(spec.backend, provider_profile(spec.provider).structured_method)
 
     # -- calls --------------------------------------------------------------------------------------------
     async def _invoke(
@@ -415,7 +236,7 @@ class Gateway:
                 if delay is None:
                     delay = min(self.settings.backoff_max, self.settings.backoff_base * 2**attempt)
                     delay *= 0.5 + random.random()  # jitter spreads concurrent retries apart
-                log.warning("role %s (%s): %s; retry %d in %.2fs", role, spec, _describe(exc), attempt + 1, delay)
+                log.warning("role %s (%s): %s; retry %d in %.2fs", role, spec, describe(exc), attempt + 1, delay)
                 attempt += 1
                 await asyncio.sleep(min(delay, self.settings.backoff_max))
 
@@ -427,7 +248,7 @@ class Gateway:
         schema: type[M],
         messages: list[BaseMessage],
         usage_role: str | None = None,
-        params: dict[str, Any] | None = None,
+        params: Mapping[str, object] | None = None,
         seed: int | None = None,
     ) -> CallResult[M]:
         """Ask `spec`'s model for an answer of type `schema`.
@@ -450,7 +271,7 @@ class Gateway:
         raw, error = "", "no answer"
         for attempt in range(1, self.settings.max_repairs + 2):
             result = await self._call_with_fallback(call, convo, schema)
-            value, raw, error = _parse_answer(result, schema)
+            value, raw, error = parse_answer(result, schema)
             if value is not None:
                 usage = self._account(call, repairs=attempt - 1)
                 entry = {
@@ -460,7 +281,7 @@ class Gateway:
                 }
                 await self._cache_store(call, entry)
                 return CallResult(value=value, raw=raw, usage=usage)
-            convo = _repair_messages(messages, raw, error)
+            convo = repair_messages(messages, raw, error)
         self._account(call, repairs=self.settings.max_repairs)
         raise StructuredOutputError(role, str(call.spec), error, raw, self.settings.max_repairs + 1)
 
@@ -471,7 +292,7 @@ class Gateway:
         spec: str | ModelSpec,
         messages: list[BaseMessage],
         usage_role: str | None = None,
-        params: dict[str, Any] | None = None,
+        params: Mapping[str, object] | None = None,
         seed: int | None = None,
     ) -> CallResult[str]:
         """A free-text answer (for roles whose output is parsed by the caller, such as the IPR refiner), with the
@@ -489,7 +310,7 @@ class Gateway:
             raise ModelCallError(role, str(call.spec), exc, 1) from exc
         call.retries += retries
         call.count_tokens(msg)
-        raw = _raw_text(msg)
+        raw = raw_text(msg)
         usage = self._account(call)
         await self._cache_store(call, {"raw": raw, DETAILS: self._details(call, messages, usage)})
         return CallResult(value=raw, raw=raw, usage=usage)
@@ -500,16 +321,17 @@ class Gateway:
         role: str,
         spec: str | ModelSpec,
         usage_role: str | None,
-        params: dict[str, Any] | None,
+        params: Mapping[str, object] | None,
         messages: list[BaseMessage],
-        output: dict[str, Any],
+        output: dict[str, object],
         seed: int | None = None,
     ) -> _Call:
         """The call's parsed spec and cache key (None without a cache)."""
         parsed = as_model_spec(spec)
         call = _Call(role=role, usage_role=usage_role or role.split(".", 1)[0], spec=parsed, params=dict(params or {}))
         call.started = time.monotonic()
-        if self.cache is not None or parsed.provider == "scripted":
+        profile = provider_profile(parsed.provider)
+        if self.cache is not None or profile.fingerprint == "script":
             call.fingerprint = await self.fingerprint(parsed)
         if self.cache is not None:
             call.key = cache_key(
@@ -521,7 +343,7 @@ class Gateway:
                 # seed is in the key only (never sent as a model parameter, which some backends refuse).
                 params={
                     **call.params,
-                    "role": role if parsed.provider == "scripted" else "",
+                    "role": role if profile.answers_per_role else "",
                     **({"sample_seed": seed} if seed is not None else {}),
                 },
             )
@@ -584,7 +406,7 @@ class Gateway:
         while True:
             method = self._method(call.spec)
             model = await self._model(call)
-            call_msgs = _with_schema_note(convo, schema) if method == "json_mode" else convo
+            call_msgs = with_schema_note(convo, schema) if method == "json_mode" else convo
             try:
                 runnable = model.with_structured_output(wire_schema(schema, call.spec), method=method, include_raw=True)
                 result, used = await self._invoke(runnable, call_msgs, call.spec, call.role)
@@ -593,7 +415,7 @@ class Gateway:
                     continue
                 # OpenAI's json_schema parsing raises on a cut, non-JSON or off-schema answer before LangChain
                 # sees it: that is a bad answer to repair, not a backend fault.
-                bad_answer = _answer_error(exc.__cause__ if isinstance(exc, ModelCallError) else exc)
+                bad_answer = answer_error(exc.__cause__ if isinstance(exc, ModelCallError) else exc)
                 if bad_answer is None:
                     if isinstance(exc, (ImagesUnsupportedError, StructuredOutputError)):
                         raise
@@ -619,7 +441,7 @@ class Gateway:
             "%s does not support structured method %s (%s); using %s from now on",
             spec.backend,
             method,
-            " ".join(_describe(exc).split())[:160],  # one line: servers answer with multi-line dumps
+            " ".join(describe(exc).split())[:160],  # one line: servers answer with multi-line dumps
             nxt,
         )
         self._methods[spec.backend] = nxt
@@ -633,7 +455,7 @@ class _Call:
     role: str
     usage_role: str
     spec: ModelSpec
-    params: dict[str, Any]
+    params: dict[str, object]
     key: str | None = None
     fingerprint: str = ""
     in_tok: int = 0
@@ -641,117 +463,11 @@ class _Call:
     retries: int = 0
     started: float = 0.0  # time.monotonic() when the call began: its latency in the call details
 
-    def count_tokens(self, msg: Any) -> None:
+    def count_tokens(self, msg: object) -> None:
         """Add an answer's token usage (every attempt is paid for, repaired or not)."""
         meta = getattr(msg, "usage_metadata", None) or {}
         self.in_tok += int(meta.get("input_tokens", 0))
         self.out_tok += int(meta.get("output_tokens", 0))
-
-
-# Self-hosted servers turn a JSON schema into a grammar; llama.cpp (llama-cpp-python's server, Ollama) writes a
-# `maxLength` of n as n nested optional groups and fails, or crashes, past about a thousand. Bounds above this are
-# left out of the schema such a server gets; the answer is still validated against the full schema (and repaired).
-SERVER_BOUND_LIMIT = 200
-_LENGTH_BOUNDS = ("maxLength", "maxItems")
-
-
-def wire_schema(schema: type[M], spec: ModelSpec) -> type[M] | dict[str, Any]:
-    """The schema sent to `spec`'s backend: `schema` itself, or for a self-hosted server (a custom `@base_url`) its
-    JSON schema without length bounds above `SERVER_BOUND_LIMIT`."""
-    if not self_hosted(spec):
-        return schema
-    return _loosen_object(schema.model_json_schema())
-
-
-def _loosen_object(node: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: _loosen(v)
-        for k, v in node.items()
-        if not (k in _LENGTH_BOUNDS and isinstance(v, int) and v > SERVER_BOUND_LIMIT)
-    }
-
-
-def _loosen(node: object) -> object:
-    if isinstance(node, dict):
-        return _loosen_object(node)
-    if isinstance(node, list):
-        return [_loosen(v) for v in node]
-    return node
-
-
-def _with_schema_note(convo: list[BaseMessage], schema: type[BaseModel]) -> list[BaseMessage]:
-    """JSON mode carries no schema on the wire: state it in the system message."""
-    note = f"\n\nAnswer with one JSON object that follows this JSON schema:\n{json.dumps(schema.model_json_schema())}"
-    return [SystemMessage(content=str(convo[0].content) + note), *convo[1:]]
-
-
-def _parse_answer(result: dict[str, Any], schema: type[M]) -> tuple[M | None, str, str]:
-    """(validated value or None, the raw answer text, what was wrong with it) -- salvaging JSON from free text."""
-    raw_msg = result.get("raw")
-    raw = _raw_text(raw_msg)
-    value = result.get("parsed")
-    error = result.get("parsing_error")
-    if value is None:
-        salvaged = salvage_json(raw)
-        if salvaged is not None:
-            try:
-                value = schema.model_validate(salvaged)
-            except ValidationError as exc:
-                error = exc
-    elif not isinstance(value, schema):
-        try:
-            value = schema.model_validate(value)
-        except ValidationError as exc:
-            value, error = None, exc
-    if value is not None:
-        return value, raw, ""
-    finish = (getattr(raw_msg, "response_metadata", None) or {}).get("finish_reason")
-    if finish == "length":
-        return None, raw, "the answer was cut at the token limit; answer more briefly"
-    if isinstance(error, ValidationError):
-        return None, raw, _validation_summary(error)
-    if error is not None:
-        return None, raw, str(error).splitlines()[0][:300]
-    return None, raw, "the answer was not the requested structured result"
-
-
-def _repair_messages(messages: list[BaseMessage], raw: str, error: str) -> list[BaseMessage]:
-    """The original request plus the bad answer (as data, never as instructions) and what to fix."""
-    note = data_text("previous_answer", raw[:4000]) + "\n\n" + REPAIR_PROMPT.format(error=error)
-    return [*messages, HumanMessage(content=note)]
-
-
-def _answer_error(exc: BaseException | None) -> dict[str, Any] | None:
-    """A client-side parse failure of an answer (cut at the token limit, not JSON, off the schema) as the
-    `include_raw` result the repair loop expects; None for any other error."""
-    if exc is None:
-        return None
-    name = type(exc).__name__
-    raw, finish = "", None
-    if name == "LengthFinishReasonError":
-        finish = "length"
-        choices = getattr(getattr(exc, "completion", None), "choices", None) or []
-        raw = (getattr(getattr(choices[0], "message", None), "content", None) or "") if choices else ""
-    elif isinstance(exc, ValidationError):
-        errors = exc.errors()
-        value = errors[0].get("input") if errors else None
-        raw = value if isinstance(value, str) else json.dumps(value, default=str) if value is not None else ""
-    elif isinstance(exc, json.JSONDecodeError):
-        raw = exc.doc or ""
-    elif name == "OutputParserException":
-        raw = str(getattr(exc, "llm_output", "") or "")
-    else:
-        return None
-    msg = AIMessage(content=raw, response_metadata={"finish_reason": finish} if finish else {})
-    return {"raw": msg, "parsed": None, "parsing_error": exc}
-
-
-def _validation_summary(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors()[:5]:
-        loc = ".".join(str(x) for x in err.get("loc", ()))
-        parts.append(f"{loc or 'answer'}: {err.get('msg')}")
-    return "; ".join(parts)
 
 
 _GATEWAY: Gateway | None = None

@@ -1,6 +1,7 @@
 """Concurrency limits and rate limiting per backend (one per provider and base URL).
 
-A backend gets a semaphore (`$UNVEIL_MAX_CONCURRENCY`, default 8; in-process local models 1) and, when
+A backend gets a semaphore (its provider profile's `max_concurrency`: 1 for in-process weights; else
+`$UNVEIL_MAX_CONCURRENCY`, default 8) and, when
 `$UNVEIL_RPM` or a per-backend setting asks for one, a token-bucket limit on requests per minute. Both are
 created per event loop, since asyncio primitives belong to the loop that made them.
 
@@ -18,9 +19,8 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Protocol
 
+from agents.providers.profiles import provider_profile
 from tools.env import SettingError, check_minimum, env_float, env_int
-
-LOCAL_PROVIDERS = {"llamacpp", "hf", "transformers"}
 
 
 def check_limits(max_concurrency: int | None = None, rpm: float | None = None) -> None:
@@ -96,8 +96,9 @@ class BackendLimits:
         self._limiters: dict[tuple[int, str], RateLimiter] = {}
 
     def _limit_for(self, backend: str) -> int:
-        provider = backend.split("@", 1)[0]
-        return 1 if provider in LOCAL_PROVIDERS else self.max_concurrency
+        """The provider profile's own limit (in-process weights: 1), else this gateway's setting."""
+        own = provider_profile(backend.split("@", 1)[0]).max_concurrency
+        return self.max_concurrency if own is None else own
 
     @asynccontextmanager
     async def slot(self, backend: str) -> AsyncIterator[None]:

@@ -17,13 +17,11 @@ import functools
 import re
 from dataclasses import dataclass
 
+from agents.providers.profiles import provider_profile
 from tools.errors import UnveilError
 from tools.redact import redact_secrets, redact_url
 
 DEFAULT_SPEC = "transformers:smollm2"
-# The embedded SmolLM2 under every name it answers to (see `is_demo_spec`).
-DEMO_PROVIDERS = ("transformers", "llamacpp")
-DEMO_MODELS = ("smollm2", "smollm2-135m", "smollm2-135m-instruct")
 
 
 _URL_SPLIT = re.compile(r"@(?=https?://)")
@@ -104,4 +102,5 @@ def is_demo_spec(spec: str | ModelSpec) -> bool:
         parsed = spec if isinstance(spec, ModelSpec) else ModelSpec.parse(spec)
     except ModelSpecError:
         return False
-    return parsed.provider in DEMO_PROVIDERS and parsed.model.lower() in DEMO_MODELS and not parsed.base_url
+    # The embedded SmolLM2 under every name its providers run it by (their profiles' `demo_models`).
+    return parsed.model.lower() in provider_profile(parsed.provider).demo_models and not parsed.base_url

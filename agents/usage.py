@@ -1,8 +1,9 @@
 """Token and cost accounting: per call, merged per role and per run.
 
-Prices are USD per million tokens, looked up by `provider:model` then by model name. Users override or extend
-the table with a JSON file named by `$UNVEIL_PRICES` (`{"openai:gpt-4.1": [2.0, 8.0], ...}`). Local and scripted
-models cost nothing.
+Prices are USD per million tokens, looked up by `provider:model` then by model name: each provider profile's
+`prices` (`agents.providers.profiles`), which users override or extend with a JSON file named by `$UNVEIL_PRICES`
+(`{"openai:gpt-4.1": [2.0, 8.0], ...}`). A provider whose profile is `free` (local and scripted models, a local
+Ollama) costs nothing.
 """
 
 from __future__ import annotations
@@ -13,24 +14,9 @@ from typing import NotRequired  # pydantic needs these on Python < 3.12 (Studio 
 
 from typing_extensions import TypedDict
 
+from agents.providers.profiles import PROFILES, provider_profile
 from tools.env import env_str
 from tools.safe_files import MAX_SMALL_FILE_BYTES, read_regular
-
-# USD per 1M (input, output) tokens, public list prices at the time of writing; override with $UNVEIL_PRICES.
-DEFAULT_PRICES: dict[str, tuple[float, float]] = {
-    "openai:gpt-4.1": (2.00, 8.00),
-    "openai:gpt-4.1-mini": (0.40, 1.60),
-    "openai:gpt-4.1-nano": (0.10, 0.40),
-    "openai:gpt-4o": (2.50, 10.00),
-    "openai:gpt-4o-mini": (0.15, 0.60),
-    "openai:gpt-5": (1.25, 10.00),
-    "openai:gpt-5-mini": (0.25, 2.00),
-    "anthropic:claude-sonnet-4-5": (3.00, 15.00),
-    "anthropic:claude-haiku-4-5": (1.00, 5.00),
-    "google_genai:gemini-2.5-flash": (0.30, 2.50),
-    "google_genai:gemini-2.5-pro": (1.25, 10.00),
-}
-FREE_PROVIDERS = {"scripted", "llamacpp", "hf", "transformers", "ollama"}
 
 
 class RoleUsage(TypedDict):
@@ -129,7 +115,7 @@ def single_call_usage(
 @lru_cache(maxsize=1)
 def price_table() -> dict[str, tuple[float, float]]:
     """The default prices updated by `$UNVEIL_PRICES`, if set."""
-    table = dict(DEFAULT_PRICES)
+    table = {f"{p.name}:{model}": price for p in PROFILES.values() for model, price in p.prices.items()}
     path = env_str("UNVEIL_PRICES")
     if path:
         data = read_regular(path, MAX_SMALL_FILE_BYTES, what="UNVEIL_PRICES file")  # regular, capped
@@ -140,7 +126,7 @@ def price_table() -> dict[str, tuple[float, float]]:
 
 def cost_of(provider: str, model: str, input_tokens: int, output_tokens: int) -> float:
     """USD cost of a call; unknown paid models cost 0 and are visible as such in the usage record."""
-    if provider in FREE_PROVIDERS:
+    if provider_profile(provider).free:
         return 0.0
     table = price_table()
     price = table.get(f"{provider}:{model}") or table.get(model)

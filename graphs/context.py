@@ -23,22 +23,13 @@ from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agents.providers.profiles import API_KEYS, provider_profile
 from agents.spec import DEFAULT_SPEC, ModelSpec, ModelSpecError, redact_spec
 from tools.env import FALSE_WORDS, TRUE_WORDS, env_str, parse_bool
 from tools.errors import UnveilError
 from tools.t2i.settings import renamed_hint
 
 T = TypeVar("T")
-
-# Hosted providers and the environment variables their keys come from (any one of them is enough).
-API_KEYS: dict[str, tuple[str, ...]] = {
-    # Only OPENAI_API_KEY reaches api.openai.com; UNVEIL_OPENAI_API_KEY is for a custom @base_url (no check there).
-    "openai": ("OPENAI_API_KEY",),
-    "anthropic": ("ANTHROPIC_API_KEY",),
-    "google_genai": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
-    "mistralai": ("MISTRAL_API_KEY",),
-    "groq": ("GROQ_API_KEY",),
-}
 
 
 class ContextError(UnveilError, ValueError):
@@ -204,7 +195,7 @@ def check_model_spec(field_name: str, spec: str) -> None:
         parsed = ModelSpec.parse(spec)
     except ModelSpecError as exc:
         raise ContextError(f"{field_name}: {exc}") from exc
-    if parsed.provider == "scripted":
+    if provider_profile(parsed.provider).model_files == "script":
         path = Path(parsed.model.split("?", 1)[0]).expanduser()
         if not path.is_file():
             raise ContextError(f"{field_name}: the script file {str(path)!r} of {spec!r} does not exist")

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+from agents.providers.profiles import provider_profile
 from agents.spec import ModelSpec, ModelSpecError
 from graphs.context import ContextError, base_type, coerce_field, field_choices, is_empty
 from tools.addresses import BadURLError, split_url
@@ -195,12 +196,13 @@ class _Checker:
         if parsed.base_url:
             check_base_url(name, parsed.base_url, self.allowed_urls)
         model, _, query = parsed.model.partition("?")
-        if parsed.provider == "scripted":
+        profile = provider_profile(parsed.provider)  # says what its spec may name on disk
+        if profile.model_files == "script":
             self.path(name, model, text_file=True)
-        elif parsed.provider in ("llamacpp", "transformers", "hf") and _looks_local(model):
+        elif profile.model_files == "model" and _looks_local(model):
             self.path(name, model)
-        for adapter in parse_qs(query).get("adapter", []) if parsed.provider == "hf" else []:
-            self.path(name, adapter)
+        for path in (v for option in profile.path_options for v in parse_qs(query).get(option, [])):
+            self.path(name, path)
 
     def moderation(self, name: str, spec: str) -> None:
         """The moderation endpoint `openai:MODEL[@BASE_URL]`: its base URL allowed."""

@@ -9,7 +9,8 @@ import pytest
 from pydantic import BaseModel
 
 from agents.content import build_messages
-from agents.gateway import Gateway, GatewaySettings, ModelCallError, salvage_json
+from agents.gateway import Gateway, GatewaySettings, ModelCallError
+from agents.providers.json_salvage import salvage_json
 from agents.spec import ModelSpec, ModelSpecError
 from agents.usage import cost_of, merge_usage, price_table, single_call_usage
 
@@ -187,7 +188,7 @@ async def test_rate_limiter_spaces_requests() -> None:
 
 
 async def test_an_unknown_provider_error_lists_every_provider(gateway) -> None:
-    from agents.providers.registry import UnknownProviderError
+    from agents.providers.profiles import UnknownProviderError
 
     with pytest.raises(UnknownProviderError) as err:
         await gateway.structured(role="judge", spec="nosuch:model", schema=Verdict, messages=msgs())

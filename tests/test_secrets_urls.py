@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from agents.content import build_messages
 from agents.gateway import Gateway, GatewaySettings, ModelCallError
-from agents.providers.registry import custom_endpoint_key
+from agents.providers.langchain_api import custom_endpoint_key
 from agents.spec import ModelSpec, redact_spec
 from tests.faultserver import FaultServer, UnveilAnswers
 from tools.redact import redact_secrets, redact_url

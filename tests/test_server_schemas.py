@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from agents.answers import SERVER_BOUND_LIMIT, wire_schema
 from agents.content import build_messages
 from agents.ctd.architect import Scene
-from agents.gateway import SERVER_BOUND_LIMIT, Gateway, GatewaySettings, ModelCallError, wire_schema
+from agents.gateway import Gateway, GatewaySettings, ModelCallError
 from agents.spec import ModelSpec
 from tests.faultserver import FaultServer
 

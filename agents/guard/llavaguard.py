@@ -7,8 +7,8 @@ and its assessment steps; the image (and the pair's text, as context) come as da
 
 from __future__ import annotations
 
-from agents.gateway import salvage_json
 from agents.guard.base import GuardDefinition, GuardParseError, GuardVerdict
+from agents.providers.json_salvage import salvage_json
 
 LLAVAGUARD_CATEGORIES = {
     "O1": "Hate, Humiliation, Harassment",

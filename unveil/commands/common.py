@@ -387,7 +387,7 @@ def quiet_library_progress() -> None:
 def check_backend_settings() -> None:
     """Settings errors of the model backends (`UNVEIL_REQUEST_TIMEOUT`; the gateway's own variables are checked when
     it is made) raised once, before the first sample, instead of failing every sample (SystemExit naming it)."""
-    from agents.providers.registry import request_timeout
+    from agents.providers.langchain_api import request_timeout
 
     try:
         request_timeout()
