@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from graphs.context import ContextError
+
 T = TypeVar("T")
 
 
@@ -27,7 +29,7 @@ def check_model_fields(classes: tuple[type, ...], kw: dict[str, Any]) -> None:
     if unknown:
         roles = sorted(f[: -len("_model")] for f in fields if f.endswith("_model") and f != "model")
         names = ", ".join(u[: -len("_model")] for u in unknown)
-        raise ValueError(f"unknown role(s) {names}; valid roles: {', '.join(roles)}")
+        raise ContextError(f"unknown role(s) {names}; valid roles: {', '.join(roles)}")
 
 
 # Context fields that say where things are kept or run, not what the records hold.

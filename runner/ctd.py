@@ -17,6 +17,7 @@ from typing import Any
 from graphs.ctd import CtdContext, ctd_generator
 from runner.batch_input import BatchItem
 from runner.detect import detect_one, detection_context, tag_reading
+from tools.env import SettingError
 
 
 def scene_items(category: str, n: int, *, scene: str | None, erase_routine: str | None, seed: int) -> list[BatchItem]:
@@ -97,7 +98,9 @@ async def send_back_scene(
     snapshot = await graph.aget_state(config)
     values = dict(snapshot.values or {})
     if not values.get("erasure") or snapshot.next:
-        raise ValueError(f"scene {sample_id}: no finished run in this folder's checkpoints to send back to the Eraser")
+        raise SettingError(
+            f"scene {sample_id}: no finished run in this folder's checkpoints to send back to the Eraser"
+        )
     history = [*values.get("feedback_history", []), reviewer_feedback(values, send_back)]
     await graph.aupdate_state(config, {"feedback_history": history}, as_node="feedback")
     await graph.ainvoke(None, config, context=ctx)
@@ -115,7 +118,7 @@ async def preflight_t2i(ctx: CtdContext) -> None:
         if isinstance(getattr(type(generator), "pipeline", None), property):
             await asyncio.to_thread(getattr, generator, "pipeline")
     except Exception as exc:  # noqa: BLE001 - shown to the user as the reason nothing ran
-        raise ValueError(f"generator {ctx.generator}: the text-to-image model cannot be used: {exc}") from exc
+        raise SettingError(f"generator {ctx.generator}: the text-to-image model cannot be used: {exc}") from exc
 
 
 @dataclass(frozen=True)

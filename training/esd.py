@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.atomic_files import atomic_write_text
+from tools.env import SettingError
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from tools.t2i.variants import SAFETY_NEGATIVE_PROMPT
 from training.fields import setting
@@ -67,12 +68,12 @@ class ESDSettings:
 
     def __post_init__(self) -> None:
         if self.train_method not in ("noxattn", "xattn"):
-            raise ValueError(f"train_method {self.train_method!r}: expected noxattn (ESD-u) or xattn (ESD-x)")
+            raise SettingError(f"train_method {self.train_method!r}: expected noxattn (ESD-u) or xattn (ESD-x)")
         if not self.concept.strip():
-            raise ValueError("concept: name the concept to erase, e.g. --concept nudity")
+            raise SettingError("concept: name the concept to erase, e.g. --concept nudity")
         for name in ("iterations", "ddim_steps", "resolution"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1")
+                raise SettingError(f"{name} must be at least 1")
 
 
 def trainable(name: str, method: str) -> bool:

@@ -15,6 +15,7 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
+from tools.env import SettingError
 from tools.image_store import ImageStore
 from tools.t2i.base import GenerationRequest, ImageGenerator
 from tools.t2i.registry import open_generator
@@ -143,7 +144,7 @@ def make_renderer(
         generator = copy.copy(generator)
         generator._pipe = own  # the generator's loaded pipeline (tools/t2i/diffusers_backend.py)
     elif scheduler != "default":
-        raise ValueError(f"t2i_scheduler {scheduler!r}: expected default or dpm")
+        raise SettingError(f"t2i_scheduler {scheduler!r}: expected default or dpm")
     else:
         warm_in_background(generator)
     return GeneratorRenderer(generator, store=store, render=render)

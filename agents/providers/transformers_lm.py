@@ -33,6 +33,7 @@ from agents.providers.llamacpp import SMOLLM2_ALIASES, resolve_model_path
 from agents.providers.local_base import LocalChatModel
 from agents.providers.messages import chat_result, text_chat_messages, tool_call_message
 from tools.env import env_int
+from tools.errors import MissingFileError
 
 log = logging.getLogger("unveil.transformers")
 
@@ -74,7 +75,7 @@ def _source(model: str) -> tuple[Path, str | None]:
         return path.parent, path.name
     if path.is_dir():
         return path, None
-    raise FileNotFoundError(f"transformers model {model!r}: no such folder or .gguf file")
+    raise MissingFileError(f"transformers model {model!r}: no such folder or .gguf file")
 
 
 def _dequantized_dir(folder: Path, gguf: str) -> Path:

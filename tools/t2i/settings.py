@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from tools.env import SettingError
 from tools.t2i.base import GenerationRequest
 from tools.t2i.defaults import CTD_GUIDANCE, CTD_SIZE, CTD_STEPS, IPR_GUIDANCE, IPR_SIZE, IPR_STEPS
 from tools.t2i.errors import renamed_note
@@ -74,11 +75,11 @@ class RenderSettings:
         for name in ("width", "height", "steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < RENDER_FIELD_META[name]["min"]:
-                raise ValueError(
+                raise SettingError(
                     f"{name} must be an integer of at least {RENDER_FIELD_META[name]['min']}, got {value!r}"
                 )
         if self.long_prompts not in LONG_PROMPT_POLICIES:
-            raise ValueError(f"long_prompts must be {' or '.join(LONG_PROMPT_POLICIES)}, got {self.long_prompts!r}")
+            raise SettingError(f"long_prompts must be {' or '.join(LONG_PROMPT_POLICIES)}, got {self.long_prompts!r}")
 
 
 @dataclass(kw_only=True)

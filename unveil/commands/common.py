@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agents.spec import DEFAULT_SPEC, is_demo_spec
+from tools.errors import CommandLineError
 
 if TYPE_CHECKING:
     from agents.gateway import Gateway
@@ -257,7 +258,7 @@ def engine_settings(args: argparse.Namespace) -> Any:
         return EngineSettings()
     address = getattr(args, "ray_address", None)
     if address and args.engine != "ray":
-        raise SystemExit("--ray-address needs --engine ray")
+        raise CommandLineError("--ray-address needs --engine ray")
     return EngineSettings(engine=args.engine, ray_address=address)
 
 
@@ -386,13 +387,11 @@ def quiet_library_progress() -> None:
 
 def check_backend_settings() -> None:
     """Settings errors of the model backends (`UNVEIL_REQUEST_TIMEOUT`; the gateway's own variables are checked when
-    it is made) raised once, before the first sample, instead of failing every sample (SystemExit naming it)."""
+    it is made) raised once, before the first sample, instead of failing every sample (a `SettingError` naming
+    it)."""
     from agents.providers.registry import request_timeout
 
-    try:
-        request_timeout()
-    except ValueError as exc:
-        raise SystemExit(str(exc)) from exc
+    request_timeout()
 
 
 def tag_setting_help(name: str) -> str:
@@ -438,7 +437,7 @@ def context_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     for item in args.role_model:
         role, sep, spec = item.partition("=")
         if not sep or not role or not spec:
-            raise SystemExit(f"--role-model {item!r}: expected ROLE=SPEC")
+            raise CommandLineError(f"--role-model {item!r}: expected ROLE=SPEC")
         out[f"{role.strip()}_model"] = spec.strip()
     if args.image_store:
         out["image_store"] = args.image_store

@@ -27,8 +27,8 @@ from tools.errors import UnveilError
 
 COMMANDS = ("detect", "evaluate detection", "evaluate ipr", "refine", "generate")
 JOB_KEYS = ("command", "name")
-# Exit codes by severity: could not run, a quality gate missed, some samples failed, all well.
-SEVERITY = (1, 3, 2, 0)
+# Exit codes by severity: a bug, could not run, a quality gate missed, some samples failed, all well.
+SEVERITY = (70, 1, 3, 2, 0)  # 70: `unveil.cli.BUG_EXIT`
 
 
 class RunFileError(UnveilError, ValueError):
@@ -323,7 +323,7 @@ def print_plan(jobs: list[Job], path: Path, digest: str) -> None:
 
 def run_jobs(jobs: list[Job]) -> int:
     """Run the jobs in order, each as its command would (its engine, its errors as one line); every job runs
-    whatever the others did. Returns the gravest exit code (1, then 3, then 2, then 0)."""
+    whatever the others did. Returns the gravest exit code (a bug's 70, then 1, 3, 2 and 0)."""
     from runner.engine import engine_session
     from unveil.cli import report_error
     from unveil.commands.common import engine_settings
@@ -334,7 +334,7 @@ def run_jobs(jobs: list[Job]) -> int:
         try:
             with engine_session(engine_settings(job.args)):
                 rc = int(job.args.func(job.args) or 0)
-        except SystemExit as exc:
+        except SystemExit as exc:  # an exit of a library the job called (argparse's own are met when planning)
             if isinstance(exc.code, str):
                 print(exc.code, file=sys.stderr)
             rc = 1 if isinstance(exc.code, str) else int(exc.code or 0)

@@ -14,6 +14,7 @@ from dataclasses import MISSING, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tools.env import BOOL_WORDS, SettingError, parse_bool
+from tools.errors import CommandLineError
 from tools.extras import require_extra
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR, check_generator
 from tools.t2i.settings import RenderSettings
@@ -192,7 +193,7 @@ def run_build_data(args: argparse.Namespace) -> int:
     roles = dict(item.split("=", 1) for item in args.role_model if "=" in item)
     unknown = sorted(set(roles) - {"labeller"})
     if unknown:
-        raise SystemExit(f"unveil train build-data: unknown role(s) {', '.join(unknown)}; valid roles: labeller")
+        raise CommandLineError(f"unknown role(s) {', '.join(unknown)}; valid roles: labeller")
     labeller = args.labeller or roles.get("labeller") or args.model or DEFAULT_SPEC
     warn_if_demo([labeller])
     if not gateway.vision(labeller):
