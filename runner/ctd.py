@@ -117,7 +117,7 @@ async def preflight_t2i(ctx: CtdContext) -> None:
         generator = await asyncio.to_thread(ctd_generator, ctx)
         if isinstance(getattr(type(generator), "pipeline", None), property):
             await asyncio.to_thread(getattr, generator, "pipeline")
-    except Exception as exc:  # noqa: BLE001 - shown to the user as the reason nothing ran
+    except Exception as exc:
         raise SettingError(f"generator {ctx.generator}: the text-to-image model cannot be used: {exc}") from exc
 
 

@@ -165,7 +165,7 @@ def detection_settings(ctx: DetectionContext, method: str) -> dict[str, Any]:
     method, every role's model and the graph settings of `ctx`, and the content of a toxic-pair file (an edited
     set changes the records as another file would)."""
     settings = {"method": method, **context_settings(ctx)}
-    if getattr(ctx, "toxic_pairs", ""):
+    if isinstance(ctx, TagContext) and ctx.toxic_pairs:
         from agents.tag.toxic_pairs import fingerprint
 
         settings["toxic_pairs_sha256"] = fingerprint(ctx.toxic_pairs)

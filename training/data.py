@@ -55,7 +55,7 @@ class _PlaceholderStore(ImageStore):
     """Just enough of an ImageStore for building messages whose images are replaced by placeholders (no folder is
     created: only `data_url` is used)."""
 
-    def __init__(self) -> None:  # noqa: D107 - deliberately skips ImageStore's folder setup
+    def __init__(self) -> None:
         pass
 
     def data_url(self, image_id: str) -> str:

@@ -111,7 +111,7 @@ def enable_fast_sampling(trainer: Any) -> None:
             return original(*args, **kwargs)
         try:
             return original(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - only compilation failures fall back
+        except Exception as exc:
             if not is_compile_error(exc):
                 raise
             warnings.warn(

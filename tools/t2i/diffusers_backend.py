@@ -145,7 +145,7 @@ def decode_to_pil(pipe: Pipeline, latents: Any) -> list[Any]:
     with torch.inference_mode():
         try:
             image = pipe.vae.decode(latents / pipe.vae.config.scaling_factor, return_dict=False)[0]
-        except Exception as exc:  # noqa: BLE001 - only compilation errors are handled; others re-raise
+        except Exception as exc:
             if not is_compile_error(exc):
                 raise
             disable_compile(pipe.vae.decoder)

@@ -347,7 +347,7 @@ class CompileGuard:
         t0 = time.perf_counter()
         try:
             out = fn()
-        except Exception as exc:  # noqa: BLE001 - only compilation errors are handled; others re-raise
+        except Exception as exc:
             if not is_compile_error(exc):
                 raise
             self.failed = True

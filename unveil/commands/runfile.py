@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tools.env import env_str
 from tools.errors import UnveilError
 
 COMMANDS = ("detect", "evaluate detection", "evaluate ipr", "refine", "generate")
@@ -233,11 +234,10 @@ def _lines(path: str | None) -> int:
 
 def _main_model(args: argparse.Namespace) -> str:
     """The spec most of a job's calls go to: --model, else $UNVEIL_MODEL, else the default."""
-    import os
 
     from agents.spec import DEFAULT_SPEC
 
-    return str(getattr(args, "model", None) or os.environ.get("UNVEIL_MODEL") or DEFAULT_SPEC)
+    return str(getattr(args, "model", None) or env_str("UNVEIL_MODEL") or DEFAULT_SPEC)
 
 
 def _evaluate_detection(args: argparse.Namespace) -> list[tuple[str, int, int, str]]:
