@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from graphs.ctd import CtdContext, ctd_generator
+from graphs.tag import TagContext
 from runner.batch_input import BatchItem
-from runner.detect import detect_one, detection_context, tag_reading
+from runner.detect import detect_one, tag_context, tag_reading
 from tools.env import SettingError
 
 
@@ -137,16 +138,14 @@ class PairExtras:
         return bool(self.mtc_reference or self.benign_model)
 
 
-def reference_context(extras: PairExtras, image_store: str = "") -> Any:
+def reference_context(extras: PairExtras, image_store: str = "") -> TagContext:
     """The TAG context of the MTC reference detector (depth and readings from `extras`)."""
-    return detection_context(
-        "tag",
-        {"model": extras.mtc_reference},
-        image_store=image_store,
-        l_max=extras.mtc_l_max,
-        announce=False,
-        reading=dict(extras.mtc_reading),
-    )
+    settings: dict[str, Any] = {"model": extras.mtc_reference, **dict(extras.mtc_reading)}
+    if image_store:
+        settings["image_store"] = image_store
+    if extras.mtc_l_max is not None:
+        settings["l_max"] = extras.mtc_l_max
+    return tag_context(settings, announce=False)
 
 
 async def reference_mtc(rec: dict[str, Any], dataset_dir: Path, extras: PairExtras) -> dict[str, Any]:

@@ -208,7 +208,7 @@ def record_line(record: dict[str, Any]) -> bytes:
         return (json.dumps(finite_values(record), ensure_ascii=True, default=str) + "\n").encode("ascii")
 
 
-def finite_values(value: Any) -> Any:
+def finite_values(value: object) -> object:
     """`value` with every NaN/Infinity float replaced by None (JSON has no such numbers)."""
     if isinstance(value, float):
         return value if value == value and value not in (float("inf"), float("-inf")) else None

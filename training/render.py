@@ -136,7 +136,7 @@ def make_renderer(
         shared = generator.pipeline
         own = copy.copy(shared)
         # diffusers leaves `from_config` unannotated.
-        own.scheduler = DPMSolverMultistepScheduler.from_config(shared.scheduler.config)  # type: ignore[no-untyped-call]
+        own.scheduler = DPMSolverMultistepScheduler.from_config(shared.scheduler.config)  # type: ignore[no-untyped-call, unused-ignore]
         from tools.t2i import diffusers_backend as backend
 
         # The copy shares the tokenizers, so it must share their lock too (keyed by pipeline id in the backend).

@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from PIL import Image
+
 from tools.env import SettingError
 from tools.image_store import ImageStore
 from tools.scorers.pixels import to_pil
@@ -138,7 +140,7 @@ class ImagePool:
         return sum(len(p) for p in self.pools.values())
 
 
-def completion_text(completion: Any) -> str:
+def completion_text(completion: object) -> str:
     """The text of a TRL completion (a string, or a conversational list of messages)."""
     if isinstance(completion, str):
         return completion
@@ -288,7 +290,7 @@ class RefinementReward:
                 log_metric("reward/pool_images", self.pool.size())
         return rewards
 
-    def _open(self, image_id: str) -> Any:
+    def _open(self, image_id: str) -> Image.Image:
         if self.store is None:
             raise SettingError("RefinementReward: rows carry no image and no image store was given")
         return self.store.open(image_id).convert("RGB")

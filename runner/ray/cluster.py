@@ -141,7 +141,7 @@ def describe_cluster() -> dict[str, Any]:
     """Nodes (CPUs, GPUs, custom resources), totals, Unveil's named actors, and the pools a run would place."""
     nodes = []
     # ray.nodes is unannotated: one dict per node (Alive, NodeID, NodeManagerAddress, Resources, ...).
-    found: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    found: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call, unused-ignore]
     for node in found:
         if not node.get("Alive"):
             continue

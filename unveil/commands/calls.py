@@ -75,7 +75,7 @@ def load_calls(results: Path, sample_id: str, cache_path: str | None) -> list[di
         cache.close()
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: object) -> str:
     """A message's content as text: text blocks as they are, images by hash."""
     if isinstance(content, str):
         return content

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tools.errors import CommandLineError, UnveilError
 from unveil.commands.common import (
@@ -34,6 +34,9 @@ from unveil.commands.common import (
     render_overrides,
     setup_gateway,
 )
+
+if TYPE_CHECKING:
+    from evaluation.ipr import IPRSettings
 
 PAPER_ALPHAS = (0.1, 0.3, 0.5)  # IPR paper Table 4 and Figure 6
 PAPER_T_MAX = (1, 2, 3)
@@ -142,7 +145,7 @@ def train_alpha(config: dict[str, Any], alpha: float, out: Path) -> tuple[str, s
     return settings.model, str(target)
 
 
-def _ipr_settings(args: argparse.Namespace, specs: dict[str, str], refiner: str, store_root: str) -> Any:
+def _ipr_settings(args: argparse.Namespace, specs: dict[str, str], refiner: str, store_root: str) -> IPRSettings:
     """The IPR evaluation settings of one α: IPR at every budget with that α's refiner."""
     from evaluation.ipr import IPRSettings
     from tools.t2i.settings import RenderSettings

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tools.errors import CommandLineError
 from tools.t2i.defaults import IPR_T_MAX
@@ -33,6 +33,9 @@ from unveil.commands.common import (
     spending_caps,
     warn_if_demo,
 )
+
+if TYPE_CHECKING:
+    from graphs.ipr import IPRContext
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -86,7 +89,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-def build_context(args: argparse.Namespace) -> Any:
+def build_context(args: argparse.Namespace) -> IPRContext:
     """The IPR context from the command-line options (explicit values win over `UNVEIL_<FIELD>`)."""
     from runner.refine import ipr_context
 

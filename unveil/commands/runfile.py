@@ -110,7 +110,7 @@ def option_keys(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     return keys
 
 
-def _flag_values(key: str, value: Any, action: argparse.Action) -> list[str]:
+def _flag_values(key: str, value: object, action: argparse.Action) -> list[str]:
     """The command-line words of one key's value (see the module docstring); a value the flag cannot take is a
     `RunFileError` naming the key."""
     flag = next((o for o in action.option_strings if o.startswith("--")), "")
@@ -133,7 +133,7 @@ def _flag_values(key: str, value: Any, action: argparse.Action) -> list[str]:
     return [flag, text] if flag else [text]
 
 
-def _scalar(key: str, value: Any) -> str:
+def _scalar(key: str, value: object) -> str:
     """One value as a command-line word (strings and numbers only)."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise RunFileError(f"key {key!r}: expected a string or a number, got {value!r}")

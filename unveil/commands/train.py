@@ -34,6 +34,9 @@ from unveil.commands.common import (
 )
 
 if TYPE_CHECKING:  # training (and torch) is imported only when a training command runs
+    from collections.abc import Callable
+    from dataclasses import Field
+
     from training.config import TrainSettings
 
 S = TypeVar("S", bound="TrainSettings")
@@ -72,7 +75,7 @@ def _add_fields(parser: argparse.ArgumentParser, cls: type, prefix: str = "") ->
             parser.add_argument(flag, dest=dest, type=_number_type(f, default), help=f"{what} (default {default!r})")
 
 
-def _number_type(f: Any, default: Any) -> Any:
+def _number_type(f: Field[Any], default: object) -> Callable[[str], object]:
     """The argparse type of a settings field: numbers bounded as `unveil.commands.common` bounds every numeric
     flag (a field's `min` metadata, else none below; finite; at most `MAX_SETTING`), other values as their type."""
     if isinstance(default, float):
