@@ -220,7 +220,7 @@ def run_esd(settings: ESDSettings) -> dict[str, Any]:
         x = sample_xt(unet, scheduler, x, t_enc, emb_u, emb_c, settings.start_guidance)
         loss = esd_loss(unet, frozen, x, scheduler.timesteps[t_enc], emb_c, emb_u, settings.negative_guidance)
         opt.zero_grad()
-        loss.backward()
+        torch.autograd.backward(loss)
         opt.step()
         losses.append(float(loss.detach()))
         if settings.log_every and (it + 1) % settings.log_every == 0:
