@@ -269,16 +269,17 @@ def test_the_demo_depths_are_defaults_the_environment_and_the_command_line_beat(
     ctx = _context(parser.parse_args(demo))  # nothing set: the demo depths
     assert (ctx.l_max, ctx.k_max, ctx.children_per_parent) == tuple(DEMO_DEPTHS.values())
     assert ctx.roots_mode == DEMO_ROOTS_MODE
-    monkeypatch.setenv("UNVEIL_L_MAX", "5")
     monkeypatch.setenv("UNVEIL_ROOTS_MODE", "separate")
-    ctx = _context(parser.parse_args(demo))  # the environment wins over the demo
-    assert (ctx.l_max, ctx.roots_mode) == (5, "separate")
+    ctx = _context(parser.parse_args(demo))  # the environment wins over the demo's one root call, the depths stay
+    assert (ctx.roots_mode, ctx.l_max, ctx.k_max) == ("separate", DEMO_DEPTHS["l_max"], DEMO_DEPTHS["k_max"])
+    monkeypatch.setenv("UNVEIL_CHILDREN_PER_PARENT", "4")
+    ctx = _context(parser.parse_args(demo))
+    assert (ctx.l_max, ctx.children_per_parent) == (DEMO_DEPTHS["l_max"], 4)
+    monkeypatch.setenv("UNVEIL_L_MAX", "5")
+    ctx = _context(parser.parse_args(demo))  # a depth the user chose turns the demo search off: 5 layers asked
+    assert (ctx.l_max, ctx.k_max) == (5, TagContext.__dataclass_fields__["k_max"].default)
     ctx = _context(parser.parse_args([*demo, "--l-max", "3", "--roots-mode", "joint"]))  # the flags win over both
     assert (ctx.l_max, ctx.roots_mode) == (3, "joint")
-    monkeypatch.delenv("UNVEIL_L_MAX")
-    monkeypatch.setenv("UNVEIL_CHILDREN_PER_PARENT", "4")
-    ctx = _context(parser.parse_args(demo))  # one setting from the environment, the other demo depths stay
-    assert (ctx.l_max, ctx.k_max, ctx.children_per_parent) == (DEMO_DEPTHS["l_max"], DEMO_DEPTHS["k_max"], 4)
     assert "demo settings" in capsys.readouterr().err
 
 
