@@ -174,7 +174,7 @@ def detection_settings(ctx: DetectionContext, method: str) -> dict[str, Any]:
 
 def check_detection_config(method: str) -> None:
     """Settings errors of a detection method that would otherwise fail every sample (an unknown guard, a template
-    file that cannot be read): raised once, as ValueError naming the setting, before the first sample."""
+    file that cannot be read): raised once, as an `UnveilError` naming the setting, before the first sample."""
     if is_guard(method):
         from agents.guard import get_guard
 
