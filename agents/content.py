@@ -23,6 +23,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
+from tools.env import SettingError
 from tools.image_store import ImageStore
 
 DATA_NOTICE = (
@@ -190,7 +191,7 @@ def build_messages(
         elif image.description:
             parts.append(data_text(f"{image.name}_description", image.description))
         elif image.image_id:
-            raise ValueError(
+            raise SettingError(
                 f"{image.name}: this model cannot see images and no description was given; "
                 "pass an image description or use a vision model"
             )

@@ -222,7 +222,7 @@ class Gateway:
                     out = await model.ainvoke(messages)
                     log.info("role %s (%s): answered in %.2fs", role, spec, time.monotonic() - started)
                     return out, attempt
-            except Exception as exc:  # noqa: BLE001 - classified below
+            except Exception as exc:
                 if is_images_unsupported(exc, messages):
                     self._mark_text_only(spec, exc)
                     raise ImagesUnsupportedError(role, str(spec), exc) from exc  # permanent: no retry helps
@@ -306,7 +306,7 @@ class Gateway:
             msg, retries = await self._invoke(model, messages, call.spec, role)
         except (ModelCallError, StructuredOutputError):
             raise
-        except Exception as exc:  # noqa: BLE001 - any other failure is this role's model call failing
+        except Exception as exc:
             raise ModelCallError(role, str(call.spec), exc, 1) from exc
         call.retries += retries
         call.count_tokens(msg)
@@ -410,7 +410,7 @@ class Gateway:
             try:
                 runnable = model.with_structured_output(wire_schema(schema, call.spec), method=method, include_raw=True)
                 result, used = await self._invoke(runnable, call_msgs, call.spec, call.role)
-            except Exception as exc:  # noqa: BLE001 - classified below
+            except Exception as exc:
                 if is_method_unsupported(exc) and self._fall_back(call.spec, method, exc):
                     continue
                 # OpenAI's json_schema parsing raises on a cut, non-JSON or off-schema answer before LangChain

@@ -151,6 +151,30 @@ def _after_label(text: str, reasons: list[str] | None = None) -> str | None:
     return rest or None
 
 
+def _unlabelled_candidate(body: str, reasons: list[str], text: str) -> str:
+    """The decision of an answer without blocks or labels: its last line after any reasoning (a leading reason line
+    joins `reasons`)."""
+    lines = [ln.strip() for ln in body.splitlines() if ln.strip()]
+    if lines and _REASON_LINE.match(lines[0]):
+        reasons.append(_REASON_LINE.sub("", lines[0]).strip())
+        lines = lines[1:]
+    if not lines:
+        raise RefinerAnswerError("the refiner gave a reason but no answer", text)
+    # Without labels, the decision is the last line (reasoning, if any, comes first).
+    return lines[-1] if len(lines) > 1 and _is_keep(lines[-1]) else " ".join(lines)
+
+
+def _clean_candidate(candidate: str, reasons: list[str]) -> str:
+    """The candidate as one line without tags; reason lines left at its start join `reasons`."""
+    # A reason line left inside the candidate ("Reason: ... \n keep") belongs to the reason.
+    cand_lines = [ln for ln in candidate.splitlines() if ln.strip()]
+    while len(cand_lines) > 1 and _REASON_LINE.match(cand_lines[0]):
+        reasons.append(_REASON_LINE.sub("", cand_lines.pop(0)).strip())
+    candidate = " ".join(ln.strip() for ln in cand_lines)
+    candidate = _TAG.sub(" ", candidate)
+    return re.sub(r"\s+", " ", candidate).strip()
+
+
 def parse_refiner_answer(raw: str) -> RefinerDecision:
     """Parse a refiner answer into keep / refine(prompt); raises `RefinerAnswerError` when it holds neither."""
     if raw is None or not str(raw).strip():
@@ -163,29 +187,12 @@ def parse_refiner_answer(raw: str) -> RefinerDecision:
         raise RefinerAnswerError("the refiner's answer ends inside an unclosed reasoning block", text)
     answers = [m.group(1) for m in _ANSWER_BLOCK.finditer(body)]
     if answers:
-        candidate = answers[-1].strip()
-        labelled = _after_label(candidate)
-        candidate = labelled if labelled is not None else candidate
+        labelled = _after_label(answers[-1].strip())
+        candidate = labelled if labelled is not None else answers[-1].strip()
     else:
         labelled = _after_label(body, reasons)
-        if labelled is not None:
-            candidate = labelled
-        else:
-            lines = [ln.strip() for ln in body.splitlines() if ln.strip()]
-            if lines and _REASON_LINE.match(lines[0]):
-                reasons.append(_REASON_LINE.sub("", lines[0]).strip())
-                lines = lines[1:]
-            if not lines:
-                raise RefinerAnswerError("the refiner gave a reason but no answer", text)
-            # Without labels, the decision is the last line (reasoning, if any, comes first).
-            candidate = lines[-1] if len(lines) > 1 and _is_keep(lines[-1]) else " ".join(lines)
-    # A reason line left inside the candidate ("Reason: ... \n keep") belongs to the reason.
-    cand_lines = [ln for ln in candidate.splitlines() if ln.strip()]
-    while len(cand_lines) > 1 and _REASON_LINE.match(cand_lines[0]):
-        reasons.append(_REASON_LINE.sub("", cand_lines.pop(0)).strip())
-    candidate = " ".join(ln.strip() for ln in cand_lines)
-    candidate = _TAG.sub(" ", candidate)
-    candidate = re.sub(r"\s+", " ", candidate).strip()
+        candidate = labelled if labelled is not None else _unlabelled_candidate(body, reasons, text)
+    candidate = _clean_candidate(candidate, reasons)
     reason = " ".join(r for r in reasons if r)
     if not candidate:
         raise RefinerAnswerError("the refiner's answer block is empty", text)

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 from agents.content import build_messages
 from agents.gateway import CallResult, Gateway
 from agents.refiner import MAX_REFINED_PROMPT_CHARS, build_refiner_messages, parse_refiner_answer
+from tools.env import SettingError
 from tools.errors import UnveilError
 
 REWRITER_ROLE = "rewriter"
@@ -98,5 +99,5 @@ async def rewrite_prompt(
         decision = parse_refiner_answer(res.raw)
         value = RewrittenPrompt(prompt=prompt if decision.action == "keep" else str(decision.prompt))
     else:
-        raise ValueError(f"rewriter format {fmt!r}: use one of {', '.join(REWRITER_FORMATS)}")
+        raise SettingError(f"rewriter format {fmt!r}: use one of {', '.join(REWRITER_FORMATS)}")
     return CallResult(value=value, raw=res.raw, usage=res.usage, cache_hit=res.cache_hit)

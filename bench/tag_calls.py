@@ -33,15 +33,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-from agents.content import build_messages  # noqa: E402
-from agents.gateway import Gateway, GatewaySettings, set_gateway  # noqa: E402
-from agents.tag.expander import Expansion  # noqa: E402
-from agents.tag.judges import PairJudgement  # noqa: E402
-from agents.tag.roots import Roots  # noqa: E402
-from agents.usage import RunUsage, merge_usage  # noqa: E402
-from graphs.tag import TagContext, graph  # noqa: E402
-from graphs.tag.tree import (  # noqa: E402
-    Node,  # noqa: E402
+from agents.content import build_messages
+from agents.gateway import Gateway, GatewaySettings, set_gateway
+from agents.tag.expander import Expansion
+from agents.tag.judges import PairJudgement
+from agents.tag.roots import Roots
+from agents.usage import RunUsage, merge_usage
+from graphs.tag import TagContext, graph
+from graphs.tag.tree import (
+    Node,
     grow_layer,
     make_roots,
     new_pairs,

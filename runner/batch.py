@@ -138,7 +138,7 @@ def forget_configuration_failures(path: Path, *, id_field: str = "id", kind: str
     return count
 
 
-def _configuration_failure(rec: Any, id_field: str, kind: str | None) -> bool:
+def _configuration_failure(rec: object, id_field: str, kind: str | None) -> bool:
     return (
         isinstance(rec, dict)
         and id_field in rec

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tools import jsonl_files
+from tools.errors import MissingFileError
 from tools.jsonl_files import iter_lines, parse_json_line
 
 
@@ -58,7 +59,7 @@ def read_jsonl(path: str | os.PathLike[str], *, id_field: str = "id") -> Iterato
     resumed run recognises them."""
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"input {str(path)!r}: file not found")
+        raise MissingFileError(f"input {str(path)!r}: file not found")
     parsed: list[tuple[int, Any, str | None]] = []  # (line, value, error)
     user_ids: set[str] = set()
     for lineno, raw in iter_lines(p):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from graphs.context import ContextError, ModelsContext
+
 T = TypeVar("T")
 
 
@@ -27,7 +29,7 @@ def check_model_fields(classes: tuple[type, ...], kw: dict[str, Any]) -> None:
     if unknown:
         roles = sorted(f[: -len("_model")] for f in fields if f.endswith("_model") and f != "model")
         names = ", ".join(u[: -len("_model")] for u in unknown)
-        raise ValueError(f"unknown role(s) {names}; valid roles: {', '.join(roles)}")
+        raise ContextError(f"unknown role(s) {names}; valid roles: {', '.join(roles)}")
 
 
 # Context fields that say where things are kept or run, not what the records hold.
@@ -49,7 +51,7 @@ def answers_spec(spec: str) -> str:
     return f"{head}?{urlencode(kept, safe='/:@')}" if kept else head
 
 
-def context_settings(ctx: Any) -> dict[str, Any]:
+def context_settings(ctx: ModelsContext) -> dict[str, Any]:
     """The settings of a graph context that change its records, for an output's identity (`runner.batch.
     OutputIdentity`): every role's effective model spec (`models`, credentials redacted) and every other field
     except where things are kept or run (`NOT_SETTINGS`). String values pass through `redact_secrets`."""
@@ -57,7 +59,7 @@ def context_settings(ctx: Any) -> dict[str, Any]:
 
     from tools.redact import redact_secrets
 
-    def clean(value: Any) -> Any:
+    def clean(value: object) -> object:
         if isinstance(value, str):
             return redact_secrets(value)
         if isinstance(value, (list, tuple)):

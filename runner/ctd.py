@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from graphs.ctd import CtdContext, ctd_generator
+from graphs.tag import TagContext
 from runner.batch_input import BatchItem
-from runner.detect import detect_one, detection_context, tag_reading
+from runner.detect import detect_one, tag_context, tag_reading
+from tools.env import SettingError
 
 
 def scene_items(category: str, n: int, *, scene: str | None, erase_routine: str | None, seed: int) -> list[BatchItem]:
@@ -97,7 +99,9 @@ async def send_back_scene(
     snapshot = await graph.aget_state(config)
     values = dict(snapshot.values or {})
     if not values.get("erasure") or snapshot.next:
-        raise ValueError(f"scene {sample_id}: no finished run in this folder's checkpoints to send back to the Eraser")
+        raise SettingError(
+            f"scene {sample_id}: no finished run in this folder's checkpoints to send back to the Eraser"
+        )
     history = [*values.get("feedback_history", []), reviewer_feedback(values, send_back)]
     await graph.aupdate_state(config, {"feedback_history": history}, as_node="feedback")
     await graph.ainvoke(None, config, context=ctx)
@@ -114,8 +118,8 @@ async def preflight_t2i(ctx: CtdContext) -> None:
         generator = await asyncio.to_thread(ctd_generator, ctx)
         if isinstance(getattr(type(generator), "pipeline", None), property):
             await asyncio.to_thread(getattr, generator, "pipeline")
-    except Exception as exc:  # noqa: BLE001 - shown to the user as the reason nothing ran
-        raise ValueError(f"generator {ctx.generator}: the text-to-image model cannot be used: {exc}") from exc
+    except Exception as exc:
+        raise SettingError(f"generator {ctx.generator}: the text-to-image model cannot be used: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -134,16 +138,14 @@ class PairExtras:
         return bool(self.mtc_reference or self.benign_model)
 
 
-def reference_context(extras: PairExtras, image_store: str = "") -> Any:
+def reference_context(extras: PairExtras, image_store: str = "") -> TagContext:
     """The TAG context of the MTC reference detector (depth and readings from `extras`)."""
-    return detection_context(
-        "tag",
-        {"model": extras.mtc_reference},
-        image_store=image_store,
-        l_max=extras.mtc_l_max,
-        announce=False,
-        reading=dict(extras.mtc_reading),
-    )
+    settings: dict[str, Any] = {"model": extras.mtc_reference, **dict(extras.mtc_reading)}
+    if image_store:
+        settings["image_store"] = image_store
+    if extras.mtc_l_max is not None:
+        settings["l_max"] = extras.mtc_l_max
+    return tag_context(settings, announce=False)
 
 
 async def reference_mtc(rec: dict[str, Any], dataset_dir: Path, extras: PairExtras) -> dict[str, Any]:

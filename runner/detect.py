@@ -7,7 +7,7 @@ sample with `detect_one`, so the same settings give the same records whichever c
 from __future__ import annotations
 
 import sys
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from agents.spec import is_demo_spec
 from agents.tag.roots import RootsMode
@@ -15,6 +15,14 @@ from graphs.ingest import grant_image_roots
 from graphs.tag import TagContext
 from graphs.vanilla import VanillaContext
 from runner.context import check_model_fields, context_settings, explicit_context
+from tools.env import env_str
+from tools.errors import UnveilError
+
+if TYPE_CHECKING:
+    from graphs.guard import GuardContext
+
+# The context of one detection method: TAG, vanilla or a guard model.
+DetectionContext: TypeAlias = "TagContext | VanillaContext | GuardContext"
 
 Method = Literal["tag", "vanilla"]
 METHODS: tuple[str, ...] = ("tag", "vanilla")  # and guard:NAME (see `is_guard`)
@@ -32,7 +40,8 @@ def guard_model(method: str, role_models: dict[str, str], models: list[str] | tu
 
 
 # The embedded 135M demo model is slow on CPU and its long prompts help nobody: a smaller search shows the same
-# pipeline in a fraction of the time. Explicit depth settings always win.
+# pipeline in a fraction of the time. They are defaults: a depth given on the command line or in the environment
+# (`UNVEIL_L_MAX`) wins, see `demo_defaults`.
 DEMO_DEPTHS = {"l_max": 2, "k_max": 2, "children_per_parent": 2}
 # ... and one joint root call instead of the paper's two entity-graph calls (one call and ~1,100 tokens less a
 # sample on bench/tag_calls.py), unless the caller chose the roots mode. The pruning keeps its default (per_node):
@@ -42,6 +51,10 @@ DEMO_ROOTS_MODE: RootsMode = "joint"
 # The TAG reading of a run, recorded in every record and result table (`tag_reading`).
 READING_FIELDS = ("prune", "roots_mode", "l_max", "k_max", "children_per_parent", "toxic_pairs")
 SAMPLE_FIELDS = ("image", "image_description", "text", "base_dir")
+
+
+class DetectionMethodError(UnveilError, ValueError):
+    """A detection method that is neither `tag`, `vanilla` nor `guard:NAME`."""
 
 
 def detection_context(
@@ -55,28 +68,19 @@ def detection_context(
     screen: bool = False,
     announce: bool = True,
     reading: dict[str, Any] | None = None,
-) -> Any:
+) -> DetectionContext:
     """The graph context of a detection run.
 
     `models` maps context fields (`model`, `<role>_model`) to specs; fields the method's context lacks are
-    refused with the valid names. Depths left as None use the defaults, or the demo depths when every role runs
-    on the embedded demo model. `reading` holds the TAG readings the caller chose (`prune`, `roots_mode`,
-    `toxic_pairs`; absent ones take the context's default or the environment); a toxic-pair file is read here
-    once, so a bad one is one error before the first sample.
+    refused with the valid names. Depths left as None use the environment, else the defaults, or the demo depths
+    when every role runs on the embedded demo model (`tag_context`). `reading` holds the TAG readings the caller
+    chose (`prune`, `roots_mode`, `toxic_pairs`; absent ones take the environment or the context's default); a
+    toxic-pair file is read here once, so a bad one is one error before the first sample.
     """
     if is_guard(method):
-        from graphs.guard import GuardContext
-
-        roles = dict(models or {})
-        spec = guard_model(method, roles, [roles["model"]] if roles.get("model") else [])
-        guard_kw: dict[str, Any] = {"guard": method.removeprefix("guard:"), "guard_model": spec}
-        if roles.get("model"):
-            guard_kw["model"] = roles["model"]
-        if image_store:
-            guard_kw["image_store"] = image_store
-        return explicit_context(GuardContext, **guard_kw)
+        return _guard_context(method, models or {}, image_store)
     if method not in METHODS:
-        raise ValueError(f"unknown detection method {method!r}: use tag, vanilla or guard:NAME")
+        raise DetectionMethodError(f"unknown detection method {method!r}: use tag, vanilla or guard:NAME")
     kw: dict[str, Any] = {k: v for k, v in (models or {}).items() if not k.startswith("guard")}
     # A role of either detector is accepted for both (one --role-model list serves `--methods vanilla,tag`);
     # a misspelt one is refused with the valid roles.
@@ -92,32 +96,63 @@ def detection_context(
     if screen:
         kw["screen_pairs"] = True
     kw.update({k: v for k, v in (reading or {}).items() if v is not None})
-    ctx = explicit_context(TagContext, **kw)
+    return tag_context(kw, announce=announce)
+
+
+def _guard_context(method: str, roles: dict[str, str], image_store: str) -> GuardContext:
+    """The context of a guard method: its model (`guard_model`) and the run's default model and store."""
+    from graphs.guard import GuardContext
+
+    spec = guard_model(method, roles, [roles["model"]] if roles.get("model") else [])
+    guard_kw: dict[str, Any] = {"guard": method.removeprefix("guard:"), "guard_model": spec}
+    if roles.get("model"):
+        guard_kw["model"] = roles["model"]
+    if image_store:
+        guard_kw["image_store"] = image_store
+    return explicit_context(GuardContext, **guard_kw)
+
+
+def tag_context(settings: dict[str, Any], *, announce: bool = True) -> TagContext:
+    """A TAG context from the caller's `settings` (fields of `TagContext`), which win over `UNVEIL_<FIELD>`.
+
+    When every role runs on the embedded demo model, the demo's smaller search (`demo_defaults`) takes the place of
+    the field defaults it covers: the caller's settings and the environment still win, and the demo values are given
+    to the constructor (nothing is changed on the context after it is built).
+    """
+    ctx = explicit_context(TagContext, **settings)
+    demo = demo_defaults(settings) if all(is_demo_spec(spec) for spec in ctx.models().values()) else {}
+    if demo:
+        ctx = explicit_context(TagContext, **settings, **demo)
+        if announce:
+            print(
+                f"demo settings for the embedded model: l_max={ctx.l_max}, k_max={ctx.k_max}, "
+                f"{ctx.children_per_parent} children per parent, {ctx.roots_mode} root call, prune={ctx.prune}",
+                file=sys.stderr,
+            )
     if ctx.toxic_pairs:
         from agents.tag.toxic_pairs import load_toxic_pairs
 
         load_toxic_pairs(ctx.toxic_pairs)
-    if all(is_demo_spec(spec) for spec in ctx.models().values()) and l_max is None and k_max is None:
-        _demo_settings(ctx, keep_children=children is not None, keep_roots_mode="roots_mode" in kw, announce=announce)
     return ctx
 
 
-def _demo_settings(ctx: TagContext, *, keep_children: bool, keep_roots_mode: bool, announce: bool) -> None:
-    """The embedded demo model's smaller search (`DEMO_DEPTHS`, `DEMO_ROOTS_MODE`), except what the caller set."""
-    for name, value in DEMO_DEPTHS.items():
-        if not keep_children or name != "children_per_parent":
-            setattr(ctx, name, value)
-    if not keep_roots_mode:
-        ctx.roots_mode = DEMO_ROOTS_MODE
-    if announce:
-        print(
-            f"demo settings for the embedded model: l_max={ctx.l_max}, k_max={ctx.k_max}, "
-            f"{ctx.children_per_parent} children per parent, {ctx.roots_mode} root call, prune={ctx.prune}",
-            file=sys.stderr,
-        )
+def demo_defaults(settings: dict[str, Any]) -> dict[str, Any]:
+    """The demo settings (`DEMO_DEPTHS`, `DEMO_ROOTS_MODE`) that neither `settings` nor `UNVEIL_<FIELD>` gives.
+
+    A depth the caller chose (`l_max` or `k_max`, on the command line or in the environment) turns the demo search
+    off: the caller asked for a search of that size, not the demo's. The children and the roots mode are kept one
+    by one."""
+
+    def given(name: str) -> bool:
+        return name in settings or env_str(f"UNVEIL_{name.upper()}") is not None
+
+    if given("l_max") or given("k_max"):
+        return {}
+    demo: dict[str, Any] = {**DEMO_DEPTHS, "roots_mode": DEMO_ROOTS_MODE}
+    return {name: value for name, value in demo.items() if not given(name)}
 
 
-def tag_reading(ctx: Any) -> dict[str, Any] | None:
+def tag_reading(ctx: DetectionContext) -> dict[str, Any] | None:
     """The TAG reading of a context (`READING_FIELDS`: prune, roots_mode, l_max, k_max, children_per_parent and the
     toxic-pair file), or None for a context that builds no TAG (vanilla, guard)."""
     if not isinstance(ctx, TagContext):
@@ -125,12 +160,12 @@ def tag_reading(ctx: Any) -> dict[str, Any] | None:
     return {name: getattr(ctx, name) for name in READING_FIELDS}
 
 
-def detection_settings(ctx: Any, method: str) -> dict[str, Any]:
+def detection_settings(ctx: DetectionContext, method: str) -> dict[str, Any]:
     """What makes a detection output's records (its identity, see `runner.output_identity.OutputIdentity`): the
     method, every role's model and the graph settings of `ctx`, and the content of a toxic-pair file (an edited
     set changes the records as another file would)."""
     settings = {"method": method, **context_settings(ctx)}
-    if getattr(ctx, "toxic_pairs", ""):
+    if isinstance(ctx, TagContext) and ctx.toxic_pairs:
         from agents.tag.toxic_pairs import fingerprint
 
         settings["toxic_pairs_sha256"] = fingerprint(ctx.toxic_pairs)
@@ -139,7 +174,7 @@ def detection_settings(ctx: Any, method: str) -> dict[str, Any]:
 
 def check_detection_config(method: str) -> None:
     """Settings errors of a detection method that would otherwise fail every sample (an unknown guard, a template
-    file that cannot be read): raised once, as ValueError naming the setting, before the first sample."""
+    file that cannot be read): raised once, as an `UnveilError` naming the setting, before the first sample."""
     if is_guard(method):
         from agents.guard import get_guard
 
@@ -151,7 +186,7 @@ def check_detection_config(method: str) -> None:
 INPUT_FIELDS = ("text", "image_description", "image")
 
 
-def result_record(out: dict[str, Any], ctx: Any, sample: dict[str, Any] | None = None) -> dict[str, Any]:
+def result_record(out: dict[str, Any], ctx: DetectionContext, sample: dict[str, Any] | None = None) -> dict[str, Any]:
     """The JSON record of a detection: the sample's input (`INPUT_FIELDS`, null where the sample had none), the
     graph output (with `image_id` and `image_path`, null without an image), the model specs used and, for TAG, the
     reading that built the trees (`tag_reading`)."""
@@ -168,7 +203,7 @@ def result_record(out: dict[str, Any], ctx: Any, sample: dict[str, Any] | None =
     return rec
 
 
-async def detect_one(sample: dict[str, Any], ctx: Any, method: str) -> dict[str, Any]:
+async def detect_one(sample: dict[str, Any], ctx: DetectionContext, method: str) -> dict[str, Any]:
     """Run one sample (`image`, `image_description`, `text`, `base_dir`) through the chosen graph."""
     from graphs.guard import graph as guard_graph
     from graphs.tag import graph as tag_graph

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tools.env import env_str
+from tools.env import SettingError, env_str
 
 ENGINES: tuple[str, ...] = ("local", "ray")
 ADDRESS_ENV = "UNVEIL_RAY_ADDRESS"
@@ -20,7 +20,7 @@ class EngineSettings:
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
-            raise ValueError(f"engine {self.engine!r}: use {' or '.join(ENGINES)}")
+            raise SettingError(f"engine {self.engine!r}: use {' or '.join(ENGINES)}")
 
     def address(self) -> str | None:
         """The Ray address to connect to (the setting, else `$UNVEIL_RAY_ADDRESS`, else None)."""

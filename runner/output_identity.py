@@ -61,7 +61,7 @@ MIX_FLAG = "--allow-mixed-settings"
 MAX_SIDECAR_BYTES = MAX_LINE_BYTES  # a sidecar is a few lines of settings; a larger one is not ours
 
 
-def _is_result(rec: Any, id_field: str, kind: str | None) -> bool:
+def _is_result(rec: object, id_field: str, kind: str | None) -> bool:
     # Every record the runner writes has an id and a status ("ok"/"failed", or a worker's own such as a CTD
     # scene's "accepted"); input samples have no status. Records of older versions carry no kind.
     status = rec.get("status") if isinstance(rec, dict) else None
@@ -173,7 +173,7 @@ def _normal(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str, sort_keys=True))
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     text = json.dumps(value, default=str, sort_keys=True)
     return text if len(text) <= 120 else text[:117] + "..."
 

@@ -12,8 +12,10 @@ from typing import Any
 from langgraph.types import StreamMode
 
 from agents.spec import redact_spec
+from graphs.context import ContextError
 from graphs.ipr import IPRContext, IPRInput, IPROutput, check_scoring, validate_settings
 from runner.context import check_model_fields, context_settings, explicit_context
+from tools.errors import InputDataError
 
 PROMPT_FIELDS = ("prompt", "text", "input")
 OUTPUT_FIELDS = frozenset(IPROutput.__annotations__)
@@ -26,7 +28,7 @@ def ipr_context(**values: Any) -> IPRContext:
     allowed = set(IPRContext.__dataclass_fields__)
     unknown = sorted(k for k in values if k not in allowed)
     if unknown:
-        raise ValueError(f"unknown setting(s) for refine: {', '.join(unknown)} (the IPR graph has one role: refiner)")
+        raise ContextError(f"unknown setting(s) for refine: {', '.join(unknown)} (the IPR graph has one role: refiner)")
     return explicit_context(IPRContext, **values)
 
 
@@ -49,7 +51,7 @@ def prompt_of(record: dict[str, Any]) -> str:
         value = record.get(name)
         if isinstance(value, str):
             return value
-    raise ValueError(f"record has no prompt: expected a string field {' or '.join(PROMPT_FIELDS)}")
+    raise InputDataError(f"record has no prompt: expected a string field {' or '.join(PROMPT_FIELDS)}")
 
 
 def seed_of(record: dict[str, Any]) -> int | None:
@@ -60,11 +62,11 @@ def seed_of(record: dict[str, Any]) -> int | None:
             if isinstance(value, float) and value.is_integer():
                 return int(value)
             if isinstance(value, bool) or not isinstance(value, (int, str)):
-                raise ValueError(f"{name}: expected an integer seed, got {type(value).__name__}")
+                raise InputDataError(f"{name}: expected an integer seed, got {type(value).__name__}")
             try:
                 return int(value)
             except ValueError:
-                raise ValueError(f"{name}: {str(value)[:40]!r} is not an integer seed") from None
+                raise InputDataError(f"{name}: {str(value)[:40]!r} is not an integer seed") from None
     return None
 
 

@@ -37,3 +37,22 @@ def generate_args(out: Path, spec: str, t2i: str, *extra: str, n: int = 2, cache
         "0",
         *extra,
     ]
+
+
+def refusal(argv: list[str], capsys: object) -> str:
+    """What `unveil ARGV` says when it refuses to run: the one error line the CLI prints (exit 1, no traceback).
+
+    A command that still ends with `SystemExit(message)` (before it reports through `unveil.cli.report_error`) is
+    accepted as well, its message returned, so the assertion is about the words either way."""
+    import pytest
+
+    from unveil.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        assert isinstance(exc.code, str), exc.code
+        return exc.code
+    err = capsys.readouterr().err  # type: ignore[attr-defined]
+    assert code == 1 and "Traceback" not in err and "internal error" not in err, (code, err[-2000:])
+    return err if err else pytest.fail("no error printed")

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from extras_plugin import (  # noqa: F401 - hooks: a missing extra skips with its name
+    pytest_collection_modifyitems,
     pytest_configure,
     pytest_make_collect_report,
     pytest_runtest_makereport,

@@ -4,11 +4,18 @@
 test module's imports) that raises `MissingExtraError`, or `ModuleNotFoundError` for a module of an extra
 (`tools.extras.EXTRA_MODULES`), is reported as skipped with the extra's name, not as a failure. Any other error
 stays a failure. Hooks are imported by tests/conftest.py.
+
+Every test that needs an extra also carries the marker `needs_<extra>` (registered in pyproject.toml), set here from
+its `extra` marks and from the modules of an extra its test file imports or `importorskip`s, so a run can leave a
+stack out by name: `pytest -m "not needs_ray and not needs_train"`.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -67,3 +74,34 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
             if reason:
                 report.outcome = "skipped"
                 report.longrepr = (str(collector.path), 0, f"Skipped: {reason}")
+
+
+@functools.cache
+def imported_extras(path: Path) -> frozenset[str]:
+    """The extras whose modules a test file imports (anywhere in it) or passes to `pytest.importorskip`."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return frozenset()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "importorskip" and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                names.add(first.value)
+    tops = {name.split(".")[0] for name in names}
+    return frozenset(extra for extra, modules in EXTRA_MODULES.items() if tops & set(modules))
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by the markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test `needs_<extra>` for the extras it declares (`extra` marks) or its file imports."""
+    for item in items:
+        extras = {str(extra) for mark in item.iter_markers("extra") for extra in mark.args}
+        extras |= imported_extras(Path(item.path))
+        for extra in sorted(extras):
+            item.add_marker(getattr(pytest.mark, f"needs_{extra}"))

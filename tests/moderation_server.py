@@ -31,7 +31,7 @@ class ModerationServer:
             def log_message(self, *args: Any) -> None:  # keep test output quiet
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802 - the http.server API
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
                 owner.bodies.append(body)
                 owner.auth.append(self.headers.get("Authorization", ""))

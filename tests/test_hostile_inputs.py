@@ -198,7 +198,7 @@ def test_detect_missing_or_empty_input_file(tmp_path: Path, content: bytes | Non
         # the CLI turns the error into one line naming the file, and a non-zero exit
         assert main(args) == 1
         err = capsys.readouterr().err
-        assert "FileNotFoundError" in err and "pairs.jsonl" in err and words in err
+        assert "MissingFileError" in err and "pairs.jsonl" in err and words in err and "Traceback" not in err
     else:
         assert main(args) == 0
         assert words in capsys.readouterr().err

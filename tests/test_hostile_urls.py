@@ -40,7 +40,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:  # keep test output clean
         pass
 
-    def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
+    def do_GET(self) -> None:
         server: _Server = self.server  # type: ignore[assignment]
         server.requests.append(self.path)
         if self.path.startswith("/redirect"):

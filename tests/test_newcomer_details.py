@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.cli_args import refusal
 from tests.conftest import ROOT
 from unveil.cli import main
 
@@ -61,10 +62,9 @@ def test_ui_on_a_busy_port_says_so_before_printing_an_address(tmp_path: Path, ca
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        with pytest.raises(SystemExit) as exc:
-            main(["ui", str(results), "--port", str(port)])
-    assert f"cannot listen on 127.0.0.1:{port}" in str(exc.value) and "--port" in str(exc.value)
-    assert "open http" not in capsys.readouterr().err
+        err = refusal(["ui", str(results), "--port", str(port)], capsys)
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "--port" in err
+    assert "open http" not in err
 
 
 def test_a_ray_connection_error_names_unveils_flag_not_rays(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -367,13 +367,14 @@ def test_cluster_info_lists_nodes_resources_and_pools(
     assert len(info["nodes"]) == 2 and info["pools"]["scorer"]["actors"] == 1
 
 
-def test_engine_flags_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_engine_flags_are_checked(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from runner.engine import EngineSettings
     from runner.ray import render_settings
-    from unveil.cli import main
+    from tests.cli_args import refusal
 
-    with pytest.raises(SystemExit, match="needs --engine ray"):
-        main(["detect", "--ray-address", "auto", "--text", "t", "--image-description", "d"])
+    assert "needs --engine ray" in refusal(
+        ["detect", "--ray-address", "auto", "--text", "t", "--image-description", "d"], capsys
+    )
     with pytest.raises(ValueError, match="engine 'spark'"):
         EngineSettings("spark")
     monkeypatch.setenv("UNVEIL_RAY_ADDRESS", "ray://head:10001")

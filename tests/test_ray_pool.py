@@ -13,10 +13,10 @@ import pytest
 
 pytest.importorskip("ray")
 
-from ray.exceptions import ActorDiedError, ActorUnavailableError  # noqa: E402
+from ray.exceptions import ActorDiedError, ActorUnavailableError
 
-from runner.ray.pool import ActorPool  # noqa: E402
-from runner.ray.settings import RETRIES, PoolSettings, PoolStalledError  # noqa: E402
+from runner.ray.pool import ActorPool
+from runner.ray.settings import RETRIES, PoolSettings, PoolStalledError
 
 
 class FakeRef:

@@ -4,6 +4,7 @@ of known toxic pairs (§3.3 Step 2) is checked beside the model-judged pairs."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from agents.tag import toxic_pairs
 from agents.tag.toxic_pairs import ToxicPairsError, load_toxic_pairs, match
 from graphs.tag import TagContext
 from graphs.tag import graph as tag_graph
+from tests.cli_args import refusal
 
 SAMPLE = {"image_description": "white powder in a bag", "text": "text the usual number"}
 NONE = {"toxic_pairs": []}
@@ -168,8 +170,9 @@ def test_detect_cli_takes_the_set_and_refuses_a_bad_one_before_any_call(write_sc
     assert out["tag_reading"]["toxic_pairs"].endswith("toxic.jsonl")
     assert main([*args[:-1], "--toxic-pairs", str(tmp_path / "toxic.jsonl")]) == 0  # the summary names the source
     assert "a pair of the --toxic-pairs set" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="unveil detect: toxic pairs .*file not found"):
-        main([*args, "--toxic-pairs", str(tmp_path / "nope.jsonl")])
+    assert re.search(
+        "toxic pairs .*file not found", refusal([*args, "--toxic-pairs", str(tmp_path / "nope.jsonl")], capsys)
+    )
 
 
 # -- the reading: flags, records, identity ---------------------------------------------------------------------
@@ -252,6 +255,32 @@ def test_the_demo_model_keeps_the_default_pruning_and_the_callers_reading_wins(c
     ctx = detection_context("tag", {"model": DEFAULT_SPEC}, reading={"prune": "per_layer", "roots_mode": "separate"})
     assert ctx.prune == "per_layer" and ctx.roots_mode == "separate" and ctx.l_max == 2
     assert detection_context("tag", {"model": DEFAULT_SPEC}, l_max=3).l_max == 3  # explicit depths win
+
+
+def test_the_demo_depths_are_defaults_the_environment_and_the_command_line_beat(monkeypatch, capsys) -> None:
+    # CONTRIBUTING's precedence (command line > environment > default) holds for the demo model too: its smaller
+    # search takes the place of the defaults only.
+    from agents.spec import DEFAULT_SPEC
+    from runner.detect import DEMO_DEPTHS, DEMO_ROOTS_MODE
+    from unveil.commands.detect import _context
+
+    parser = __import__("unveil.cli", fromlist=["build_parser"]).build_parser()
+    demo = ["detect", "--model", DEFAULT_SPEC]
+    ctx = _context(parser.parse_args(demo))  # nothing set: the demo depths
+    assert (ctx.l_max, ctx.k_max, ctx.children_per_parent) == tuple(DEMO_DEPTHS.values())
+    assert ctx.roots_mode == DEMO_ROOTS_MODE
+    monkeypatch.setenv("UNVEIL_ROOTS_MODE", "separate")
+    ctx = _context(parser.parse_args(demo))  # the environment wins over the demo's one root call, the depths stay
+    assert (ctx.roots_mode, ctx.l_max, ctx.k_max) == ("separate", DEMO_DEPTHS["l_max"], DEMO_DEPTHS["k_max"])
+    monkeypatch.setenv("UNVEIL_CHILDREN_PER_PARENT", "4")
+    ctx = _context(parser.parse_args(demo))
+    assert (ctx.l_max, ctx.children_per_parent) == (DEMO_DEPTHS["l_max"], 4)
+    monkeypatch.setenv("UNVEIL_L_MAX", "5")
+    ctx = _context(parser.parse_args(demo))  # a depth the user chose turns the demo search off: 5 layers asked
+    assert (ctx.l_max, ctx.k_max) == (5, TagContext.__dataclass_fields__["k_max"].default)
+    ctx = _context(parser.parse_args([*demo, "--l-max", "3", "--roots-mode", "joint"]))  # the flags win over both
+    assert (ctx.l_max, ctx.roots_mode) == (3, "joint")
+    assert "demo settings" in capsys.readouterr().err
 
 
 def test_an_edited_toxic_pair_set_is_a_settings_change(tmp_path) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tools.errors import MissingFileError
+
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 I2P_PROMPTS = "i2p/i2p_4703.csv"  # I2P's 4,703 prompts (MIT)
@@ -25,7 +27,7 @@ def data_file(name: str) -> Path:
     error naming it, so a command's default never fails later with a bare "file not found"."""
     path = DATA_DIR / name
     if not path.is_file():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"data file {name!r} not found under {DATA_DIR}: it comes with the Unveil repository (data/); "
             "outside a clone, pass your own copy's path"
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Sequence
 
+from tools.env import SettingError
 from tools.errors import UnveilError
 
 # Extra name (as in pyproject.toml) -> the top-level modules whose presence says it is installed.
@@ -57,7 +58,7 @@ def _installed(module: str) -> bool:
 def missing_modules(extra: str, modules: Sequence[str] | None = None) -> list[str]:
     """The modules of `extra` (or the given subset of what it provides) that are not installed."""
     if extra not in EXTRA_MODULES:
-        raise ValueError(f"unknown extra {extra!r}; extras: {', '.join(EXTRA_MODULES)}")
+        raise SettingError(f"unknown extra {extra!r}; extras: {', '.join(EXTRA_MODULES)}")
     return [m for m in (modules or EXTRA_MODULES[extra]) if not _installed(m)]
 
 

@@ -20,9 +20,12 @@ import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from PIL import Image, UnidentifiedImageError
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 from tools.env import env_int, env_str
 from tools.errors import UnveilError
@@ -190,7 +193,7 @@ _SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N", "I;16S", "I;16BS", "I;16LS")
 _BLOCK_PIXELS = 1 << 18
 
 
-def _finite_range(flat: Any) -> tuple[float, float]:
+def _finite_range(flat: npt.NDArray[Any]) -> tuple[float, float]:
     """The smallest and largest finite value of a flat array, read in blocks (integers have no NaN: no copy)."""
     import numpy as np
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.atomic_files import write_all, write_lock
+from tools.errors import InputDataError
 from tools.safe_files import open_regular, open_side_file
 
 MAX_LINE_BYTES = 4 * 1024 * 1024
@@ -70,13 +71,13 @@ def read_jsonl_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict
     name = Path(path).name
     for lineno, raw in iter_lines(path):
         if raw is None:
-            raise ValueError(f"{name} line {lineno}: line is over {MAX_LINE_BYTES} bytes")
+            raise InputDataError(f"{name} line {lineno}: line is over {MAX_LINE_BYTES} bytes")
         try:
             value = parse_json_line(raw)
         except ValueError as exc:
-            raise ValueError(f"{name} line {lineno}: {exc}") from exc
+            raise InputDataError(f"{name} line {lineno}: {exc}") from exc
         if not isinstance(value, dict):
-            raise ValueError(f"{name} line {lineno}: expected an object, got {type(value).__name__}")
+            raise InputDataError(f"{name} line {lineno}: expected an object, got {type(value).__name__}")
         yield lineno, value
 
 
@@ -207,7 +208,7 @@ def record_line(record: dict[str, Any]) -> bytes:
         return (json.dumps(finite_values(record), ensure_ascii=True, default=str) + "\n").encode("ascii")
 
 
-def finite_values(value: Any) -> Any:
+def finite_values(value: object) -> object:
     """`value` with every NaN/Infinity float replaced by None (JSON has no such numbers)."""
     if isinstance(value, float):
         return value if value == value and value not in (float("inf"), float("-inf")) else None

@@ -18,7 +18,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from tools.env import env_str
+from tools.env import SettingError, env_str
 from tools.image_store import ImageStore
 
 DEFAULT_MODERATION = "openai:omni-moderation-latest"
@@ -43,10 +43,10 @@ def parse_moderation_spec(spec: str) -> tuple[str, str | None]:
     if text.startswith("openai:"):
         text = text[len("openai:") :]
     elif ":" in text.split("@", 1)[0]:
-        raise ValueError(f"moderation model {spec!r}: only OpenAI-compatible endpoints ('openai:MODEL[@BASE_URL]')")
+        raise SettingError(f"moderation model {spec!r}: only OpenAI-compatible endpoints ('openai:MODEL[@BASE_URL]')")
     model, _, base_url = text.partition("@")
     if not model.strip():
-        raise ValueError(f"moderation model {spec!r}: no model name")
+        raise SettingError(f"moderation model {spec!r}: no model name")
     return model.strip(), base_url.strip().rstrip("/") or None
 
 

@@ -32,7 +32,7 @@ from typing import Any, Literal, get_args
 
 from tools.env import env_str
 from tools.errors import UnveilError
-from tools.safe_files import atomic_writer
+from tools.safe_files import atomic_writer, read_named_file
 
 REVIEWERS = "reviewers.json"
 REVIEWERS_FILE_ENV = "UNVEIL_REVIEWERS_FILE"
@@ -91,19 +91,11 @@ def load_reviewers(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]] | 
     """The reviewers of a file by name ({token_sha256, role, added}); None when there is no file (single-user
     mode). Anything else in its place, or a file that is not the expected JSON, is a `ReviewersFileError`."""
     p = Path(path)
-    try:
-        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
+    raw = read_named_file(
+        p, MAX_FILE_BYTES, what="reviewers file", error=ReviewersFileError, nofollow=True, missing_ok=True
+    )
+    if raw is None:
         return None
-    except OSError as exc:
-        raise ReviewersFileError(f"{p}: cannot be read ({exc.strerror}; a link is refused)") from exc
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ReviewersFileError(f"{p}: not a regular file")
-        raw = fh.read(MAX_FILE_BYTES + 1)
-    if len(raw) > MAX_FILE_BYTES:
-        raise ReviewersFileError(f"{p}: over {MAX_FILE_BYTES} bytes")
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:

@@ -23,11 +23,11 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Literal, overload
 
-from tools.errors import UnveilError
+from tools.errors import MissingFileError, UnveilError
 
 _LINK_ERRORS = (errno.ELOOP, errno.ENOTDIR, errno.EMLINK)
 
@@ -54,21 +54,31 @@ class UnreadableFileError(UnveilError, ValueError):
 
 
 def open_regular(path: str | os.PathLike[str], *, what: str = "file", nofollow: bool = False) -> int:
-    """A read descriptor of `path`, only if it is a regular file: opened non-blocking (a FIFO cannot hang the open)
-    and checked on the open descriptor (no swap between a check and the open), then made blocking again. With
-    `nofollow`, a link at the name is refused too. `FileNotFoundError` for a missing file, as `open` gives."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (os.O_NOFOLLOW if nofollow else 0)
+    """A read descriptor of `path`, only if it is a regular file (`_open_regular_fd`). With `nofollow`, a link at
+    the name is refused too. A missing file is a `MissingFileError` naming it (still a `FileNotFoundError`)."""
+    flags = os.O_RDONLY | (os.O_NOFOLLOW if nofollow else 0)
     try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
+        return _open_regular_fd(
+            path, flags, 0o666, refuse=lambda why: UnreadableFileError(f"{what} {str(path)!r} {why}")
+        )
+    except FileNotFoundError as exc:
+        raise MissingFileError(f"{what} {str(path)!r}: file not found") from exc
+    except UnreadableFileError:
         raise
     except OSError as exc:
         if nofollow and exc.errno in _LINK_ERRORS:
             raise UnreadableFileError(f"{what} {str(path)!r} is a link: refusing to read through it") from exc
         raise UnreadableFileError(f"{what} {str(path)!r} cannot be opened ({exc.strerror})") from exc
+
+
+def _open_regular_fd(path: str | os.PathLike[str], flags: int, mode: int, *, refuse: Callable[[str], Exception]) -> int:
+    """The one opener of a file that must be regular: opened non-blocking (a FIFO cannot hang the open) and
+    checked on the open descriptor (no swap between a check and the open), then made blocking again. Anything
+    else is `refuse("is not a regular file")`; an `OSError` of the open itself is the caller's to explain."""
+    fd = os.open(path, flags | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), mode)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UnreadableFileError(f"{what} {str(path)!r} is not a regular file")
+            raise refuse("is not a regular file")
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
@@ -90,6 +100,49 @@ def read_regular(path: str | os.PathLike[str], max_bytes: int, *, what: str = "f
     if len(data) > max_bytes:
         raise UnreadableFileError(f"{what} {str(path)!r} is over the {max_bytes:,}-byte limit")
     return data
+
+
+@overload
+def read_named_file(
+    path: str | os.PathLike[str],
+    max_bytes: int,
+    *,
+    what: str,
+    error: Callable[[str], Exception],
+    nofollow: bool = ...,
+    missing_ok: Literal[False] = ...,
+) -> bytes: ...
+@overload
+def read_named_file(
+    path: str | os.PathLike[str],
+    max_bytes: int,
+    *,
+    what: str,
+    error: Callable[[str], Exception],
+    nofollow: bool = ...,
+    missing_ok: bool,
+) -> bytes | None: ...
+def read_named_file(
+    path: str | os.PathLike[str],
+    max_bytes: int,
+    *,
+    what: str,
+    error: Callable[[str], Exception],
+    nofollow: bool = False,
+    missing_ok: bool = False,
+) -> bytes | None:
+    """The bytes of a small file a user or a folder names (a reviewers file, a label schema, a toxic-pair set), read
+    as `read_regular` reads (a regular file only, capped at `max_bytes`, with `nofollow` no link at the name). Every
+    refusal is `error(message)`, the caller's own error class, with a message naming `what` and the path; a missing
+    file is None with `missing_ok`."""
+    try:
+        return read_regular(path, max_bytes, what=what, nofollow=nofollow)
+    except FileNotFoundError as exc:
+        if missing_ok:
+            return None
+        raise error(f"{what} {str(path)!r}: file not found") from exc
+    except UnreadableFileError as exc:
+        raise error(str(exc)) from exc
 
 
 def _relative_parts(rel: str | os.PathLike[str]) -> list[str]:
@@ -183,22 +236,20 @@ def refuse_link(path: str | os.PathLike[str], what: str = "file") -> None:
 
 def open_side_file(path: str | os.PathLike[str], flags: int, mode: int = 0o666) -> int:
     """The one way to open a file beside an output (its locks, its `.torn` lines, a dataset's decisions): never
-    through a link (`O_NOFOLLOW`), regular files only (opened non-blocking, so a FIFO planted at the name cannot
-    hang the open, and checked on the descriptor), then made blocking again."""
+    through a link (`O_NOFOLLOW`), regular files only (`_open_regular_fd`: a FIFO planted at the name cannot hang
+    the open)."""
+
+    def refuse(why: str) -> UnsafePathError:
+        return UnsafePathError(f"{str(path)!r} {why}: refusing to write to it")
+
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), mode)
+        return _open_regular_fd(path, flags | os.O_NOFOLLOW, mode, refuse=refuse)
+    except UnsafePathError:
+        raise
     except OSError as exc:
         if exc.errno == errno.ENXIO:  # a FIFO with no reader, opened for writing
-            raise UnsafePathError(f"{str(path)!r} is not a regular file: refusing to write to it") from exc
+            raise refuse("is not a regular file") from exc
         raise _refusal(Path(path), Path(path).parent, exc) from exc
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UnsafePathError(f"{str(path)!r} is not a regular file: refusing to write to it")
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def pid_alive(pid: int) -> bool:

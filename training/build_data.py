@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from runner.batch import BatchSummary, run_batch
 from runner.batch_input import BatchItem
 from runner.output_identity import OutputIdentity
+from tools.env import SettingError
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from tools.t2i.settings import RenderSettings
 
@@ -43,7 +44,7 @@ class BuildDataSettings(RenderSettings):
         from agents.spec import is_demo_spec
 
         if is_demo_spec(self.labeller) and not self.allow_demo_labeller:
-            raise ValueError(
+            raise SettingError(
                 f"labeller {self.labeller!r} is the embedded 135M demonstration model: its labels would be noise, "
                 f"and the IPR paper's teacher is GPT-4.1. Choose a strong vision model (e.g. --labeller "
                 f"{PAPER_TEACHER}), or pass --allow-demo-labeller to check the pipeline only"

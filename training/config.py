@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tools.env import SettingError
+from tools.errors import InputDataError
 from tools.safe_files import MAX_SMALL_FILE_BYTES, read_regular
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from tools.t2i.settings import RenderSettings, renamed_hint
@@ -150,7 +152,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     else:
         data = json.loads(text)
     if not isinstance(data, dict):
-        raise ValueError(f"config file {p}: expected a table of settings (name = value), got {type(data).__name__}")
+        raise InputDataError(f"config file {p}: expected a table of settings (name = value), got {type(data).__name__}")
     return data
 
 
@@ -172,14 +174,14 @@ def build_settings(cls: type[S], config: dict[str, Any] | None = None, overrides
     names = {f.name for f in fields(cls)}
     unknown = sorted(set(merged) - names)
     if unknown:
-        raise ValueError(f"unknown {cls.__name__} settings: {', '.join(unknown)}{renamed_hint(unknown)}")
+        raise SettingError(f"unknown {cls.__name__} settings: {', '.join(unknown)}{renamed_hint(unknown)}")
     if "reward" in names:
         bad = sorted(set(reward_cfg) - reward_names)
         if bad:
-            raise ValueError(f"unknown reward settings: {', '.join(bad)}")
+            raise SettingError(f"unknown reward settings: {', '.join(bad)}")
         merged["reward"] = RewardSettings(**reward_cfg)
     elif reward_cfg:
-        raise ValueError(f"{cls.__name__} has no reward settings")
+        raise SettingError(f"{cls.__name__} has no reward settings")
     return cls(**merged)
 
 

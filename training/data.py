@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tools.env import SettingError
+from tools.errors import InputDataError, MissingFileError
 from tools.image_store import ImageStore
 from tools.jsonl_files import MAX_LINE_BYTES, iter_lines
 from tools.safe_files import MAX_DATA_FILE_BYTES, read_regular
@@ -53,7 +55,7 @@ class _PlaceholderStore(ImageStore):
     """Just enough of an ImageStore for building messages whose images are replaced by placeholders (no folder is
     created: only `data_url` is used)."""
 
-    def __init__(self) -> None:  # noqa: D107 - deliberately skips ImageStore's folder setup
+    def __init__(self) -> None:
         pass
 
     def data_url(self, image_id: str) -> str:
@@ -105,13 +107,13 @@ def load_prompts(path: str | Path, *, field: str | None = None, limit: int | Non
     """
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"prompts {str(path)!r}: file not found")
+        raise MissingFileError(f"prompts {str(path)!r}: file not found")
     rows: list[Any]
     suffix = p.suffix.lower()
     try:
         text = read_regular(p, MAX_DATA_FILE_BYTES, what="prompts").decode("utf-8")  # regular, capped
     except UnicodeDecodeError as exc:
-        raise ValueError(f"prompts {str(path)!r}: not UTF-8 ({exc.reason} at byte {exc.start})") from exc
+        raise InputDataError(f"prompts {str(path)!r}: not UTF-8 ({exc.reason} at byte {exc.start})") from exc
     if suffix == ".jsonl":
         rows = []
         for lineno, line in enumerate(text.split("\n"), 1):  # JSONL splits on \n only (U+2028 is data)
@@ -119,7 +121,7 @@ def load_prompts(path: str | Path, *, field: str | None = None, limit: int | Non
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as exc:
-                    raise ValueError(f"{p.name} line {lineno}: not valid JSON ({exc.msg})") from exc
+                    raise InputDataError(f"{p.name} line {lineno}: not valid JSON ({exc.msg})") from exc
     elif suffix == ".json":
         data = json.loads(text)
         rows = data if isinstance(data, list) else data.get("data") or data.get("prompts") or []
@@ -207,7 +209,7 @@ def check_rl_prompts(
 
     name = Path(path).name
     if name in PAPER_RL_FILE_NAMES and len(records) != PAPER_RL_ROWS:
-        raise ValueError(
+        raise InputDataError(
             f"RL prompts {str(path)!r}: the paper's RL set has {PAPER_RL_ROWS} prompts, this file has "
             f"{len(records)} (a truncated or different copy; the repository's is data/posi/{name})"
         )
@@ -278,7 +280,7 @@ def _resolve_image(rec: dict[str, Any], base_dir: Path, store: ImageStore | None
             return decode_image(read_file_capped(path), name=str(path)).convert("RGB")  # size checked first
     if rec.get("image_id") and store is not None:
         return store.open(rec["image_id"]).convert("RGB")
-    raise FileNotFoundError(f"record {rec.get('id')!r}: image {ref!r} not found (and no image_id in the store)")
+    raise MissingFileError(f"record {rec.get('id')!r}: image {ref!r} not found (and no image_id in the store)")
 
 
 def labelled_records(path: str | Path) -> list[dict[str, Any]]:
@@ -286,13 +288,13 @@ def labelled_records(path: str | Path) -> list[dict[str, Any]]:
     out = []
     for lineno, raw in iter_lines(path):  # regular files only, each line capped (never held whole)
         if raw is None:
-            raise ValueError(f"{Path(path).name} line {lineno}: line is over {MAX_LINE_BYTES} bytes")
+            raise InputDataError(f"{Path(path).name} line {lineno}: line is over {MAX_LINE_BYTES} bytes")
         try:
             rec = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{Path(path).name} line {lineno}: not a UTF-8 JSON record ({exc})") from exc
+            raise InputDataError(f"{Path(path).name} line {lineno}: not a UTF-8 JSON record ({exc})") from exc
         if not isinstance(rec, dict):
-            raise ValueError(f"{Path(path).name} line {lineno}: expected a JSON object, got {type(rec).__name__}")
+            raise InputDataError(f"{Path(path).name} line {lineno}: expected a JSON object, got {type(rec).__name__}")
         if rec.get("status", "ok") == "ok" and rec.get("answer"):
             out.append(rec)
     return out
@@ -308,7 +310,7 @@ def sft_dataset_from_labelled(path: str | Path, *, store: ImageStore | None = No
         for r in labelled_records(path)
     ]
     if not rows:
-        raise ValueError(f"{path}: no completed labelled records")
+        raise InputDataError(f"{path}: no completed labelled records")
     return Dataset.from_list(rows)
 
 
@@ -324,7 +326,7 @@ def load_toxiclean_it(folder: str | Path, split: str = "train") -> Dataset:
 
     root = Path(folder)
     if not root.exists():
-        raise FileNotFoundError(f"ToxiClean-IT folder {str(folder)!r} not found")
+        raise MissingFileError(f"ToxiClean-IT folder {str(folder)!r} not found")
     if (root / "dataset_info.json").exists() or (root / "state.json").exists():
         ds = datasets.load_from_disk(str(root))
         ds = ds[split] if isinstance(ds, datasets.DatasetDict) else ds
@@ -335,7 +337,7 @@ def load_toxiclean_it(folder: str | Path, split: str = "train") -> Dataset:
         else:
             files = sorted(root.rglob("*.jsonl")) + sorted(root.rglob("*.json"))
             if not files:
-                raise FileNotFoundError(f"{folder}: no parquet, JSON or JSONL files and not a saved dataset")
+                raise MissingFileError(f"{folder}: no parquet, JSON or JSONL files and not a saved dataset")
             rows: list[dict[str, Any]] = []
             for f in files:
                 text = read_regular(f, MAX_DATA_FILE_BYTES, what="data file").decode("utf-8")
@@ -352,7 +354,7 @@ def load_toxiclean_it(folder: str | Path, split: str = "train") -> Dataset:
             ds = Dataset.from_list(rows)
     missing = {"image", "query", "response"} - set(ds.column_names)
     if missing:
-        raise ValueError(f"{folder}: not the ToxiClean-IT layout, missing columns {sorted(missing)}")
+        raise InputDataError(f"{folder}: not the ToxiClean-IT layout, missing columns {sorted(missing)}")
     if not isinstance(ds.features["image"], ImageFeature):
         ds = ds.cast_column("image", ImageFeature())
     return ds
@@ -388,7 +390,7 @@ def load_sft_dataset(source: str | Path, *, kind: str = "auto", store: ImageStor
         return sft_dataset_from_toxiclean(p)
     if kind == "posi":
         return sft_dataset_from_posi(p)
-    raise ValueError(f"unknown SFT data kind {kind!r}: expected labelled, toxiclean or posi")
+    raise SettingError(f"unknown SFT data kind {kind!r}: expected labelled, toxiclean or posi")
 
 
 # -- GRPO dataset -------------------------------------------------------------------------------------------------
@@ -413,7 +415,7 @@ def grpo_dataset(records: Iterable[dict[str, Any]], *, store: ImageStore, pool: 
 
     rows = grpo_rows(records)
     if not rows:
-        raise ValueError("GRPO dataset: no records")
+        raise InputDataError("GRPO dataset: no records")
     ds = Dataset.from_list(rows)
     if pool is not None:
         for r in rows:

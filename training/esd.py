@@ -25,12 +25,16 @@ import random
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tools.atomic_files import atomic_write_text
+from tools.env import SettingError
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from tools.t2i.variants import SAFETY_NEGATIVE_PROMPT
 from training.fields import setting
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("unveil.training.esd")
 
@@ -67,12 +71,12 @@ class ESDSettings:
 
     def __post_init__(self) -> None:
         if self.train_method not in ("noxattn", "xattn"):
-            raise ValueError(f"train_method {self.train_method!r}: expected noxattn (ESD-u) or xattn (ESD-x)")
+            raise SettingError(f"train_method {self.train_method!r}: expected noxattn (ESD-u) or xattn (ESD-x)")
         if not self.concept.strip():
-            raise ValueError("concept: name the concept to erase, e.g. --concept nudity")
+            raise SettingError("concept: name the concept to erase, e.g. --concept nudity")
         for name in ("iterations", "ddim_steps", "resolution"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1")
+                raise SettingError(f"{name} must be at least 1")
 
 
 def trainable(name: str, method: str) -> bool:
@@ -82,12 +86,20 @@ def trainable(name: str, method: str) -> bool:
     return CROSS_ATTENTION in name
 
 
-def esd_target(e0: Any, ep: Any, negative_guidance: float) -> Any:
+def esd_target(e0: torch.Tensor, ep: torch.Tensor, negative_guidance: float) -> torch.Tensor:
     """The frozen model's prediction steered away from the concept: e_0 - eta * (e_p - e_0)."""
     return e0 - negative_guidance * (ep - e0)
 
 
-def esd_loss(unet: Any, frozen: Any, x: Any, t: Any, emb_c: Any, emb_u: Any, negative_guidance: float) -> Any:
+def esd_loss(
+    unet: torch.nn.Module,
+    frozen: torch.nn.Module,
+    x: torch.Tensor,
+    t: torch.Tensor,
+    emb_c: torch.Tensor,
+    emb_u: torch.Tensor,
+    negative_guidance: float,
+) -> torch.Tensor:
     """MSE between the trained model's concept-conditioned prediction and `esd_target` at latent `x`, step `t`."""
     import torch
 
@@ -105,9 +117,9 @@ def load_esd_models(settings: ESDSettings, device: str) -> tuple[Any, Any, Any]:
     from diffusers import DDIMScheduler, StableDiffusionPipeline
 
     # diffusers leaves `from_pretrained` and `from_config` unannotated.
-    pipe = StableDiffusionPipeline.from_pretrained(settings.model, safety_checker=None)  # type: ignore[no-untyped-call]
+    pipe = StableDiffusionPipeline.from_pretrained(settings.model, safety_checker=None)  # type: ignore[no-untyped-call, unused-ignore]
     pipe.to(device)
-    scheduler = DDIMScheduler.from_config(pipe.scheduler.config)  # type: ignore[no-untyped-call]
+    scheduler = DDIMScheduler.from_config(pipe.scheduler.config)  # type: ignore[no-untyped-call, unused-ignore]
     scheduler.set_timesteps(settings.ddim_steps, device=device)
     frozen = copy.deepcopy(pipe.unet).eval().requires_grad_(False)
     pipe.text_encoder.requires_grad_(False)
@@ -115,7 +127,7 @@ def load_esd_models(settings: ESDSettings, device: str) -> tuple[Any, Any, Any]:
     return pipe, scheduler, frozen
 
 
-def select_trainable(unet: Any, method: str) -> list[Any]:
+def select_trainable(unet: torch.nn.Module, method: str) -> list[torch.nn.Parameter]:
     """Mark the UNet's parameters trainable or frozen by `trainable` and return the trainable ones."""
     params = []
     for name, p in unet.named_parameters():
@@ -125,7 +137,7 @@ def select_trainable(unet: Any, method: str) -> list[Any]:
     return params
 
 
-def embed_text(pipe: Any, text: str, device: str) -> Any:
+def embed_text(pipe: Any, text: str, device: str) -> torch.Tensor:
     """The pipeline's text-encoder embedding of `text` (padded to the tokenizer's length, no gradient)."""
     import torch
 
@@ -137,10 +149,19 @@ def embed_text(pipe: Any, text: str, device: str) -> Any:
         return_tensors="pt",
     ).input_ids.to(device)
     with torch.no_grad():
-        return pipe.text_encoder(ids)[0]
+        embedding: torch.Tensor = pipe.text_encoder(ids)[0]
+    return embedding
 
 
-def sample_xt(unet: Any, scheduler: Any, x: Any, t_enc: int, emb_u: Any, emb_c: Any, guidance: float) -> Any:
+def sample_xt(
+    unet: torch.nn.Module,
+    scheduler: Any,
+    x: torch.Tensor,
+    t_enc: int,
+    emb_u: torch.Tensor,
+    emb_c: torch.Tensor,
+    guidance: float,
+) -> torch.Tensor:
     """DDIM from noise `x` down to step `t_enc` with the model being trained, guided towards the concept.
 
     ESD samples x_t with the trained model (not the frozen one), with classifier-free guidance `guidance`."""
@@ -154,7 +175,7 @@ def sample_xt(unet: Any, scheduler: Any, x: Any, t_enc: int, emb_u: Any, emb_c: 
     return x
 
 
-def save_unet(unet: Any, out: Path) -> None:
+def save_unet(unet: torch.nn.Module, out: Path) -> None:
     """Write the UNet's state dict to `out` (safetensors) through a temporary file."""
     from safetensors.torch import save_file
 
@@ -199,7 +220,7 @@ def run_esd(settings: ESDSettings) -> dict[str, Any]:
         x = sample_xt(unet, scheduler, x, t_enc, emb_u, emb_c, settings.start_guidance)
         loss = esd_loss(unet, frozen, x, scheduler.timesteps[t_enc], emb_c, emb_u, settings.negative_guidance)
         opt.zero_grad()
-        loss.backward()
+        torch.autograd.backward(loss)
         opt.step()
         losses.append(float(loss.detach()))
         if settings.log_every and (it + 1) % settings.log_every == 0:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import copy
 from dataclasses import field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 
 
-def setting(default: T, description: str) -> Any:
+def setting(default: T, description: str) -> T:
     """A dataclass field with `default` (copied per instance when mutable) and `description` as its help, kept in
     the field's metadata as the graph contexts keep theirs."""
     meta = {"description": description}

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tools.atomic_files import atomic_write_text
-from tools.env import env_int
+from tools.env import SettingError, env_int
 from training.config import GRPOSettings, settings_dict
 from training.models import common_trainer_args, load_model, load_processor, use_cuda
 from training.reward import ImagePool, RefinementReward, Renderer, Scorer, seeds_for
@@ -59,10 +59,10 @@ def grpo_records(settings: GRPOSettings, *, store: ImageStore, renderer: Rendere
             continue
         todo.append(rec)
     if settings.start_images not in ("dataset", "render"):
-        raise ValueError(f"start_images {settings.start_images!r}: use dataset or render")
+        raise SettingError(f"start_images {settings.start_images!r}: use dataset or render")
     if todo and settings.start_images == "dataset":
         ids = ", ".join(str(r.get("id", r["prompt"][:40])) for r in todo[:3])
-        raise ValueError(
+        raise SettingError(
             f"--data {settings.data}: {len(todo)} record(s) have no image of their own ({ids}...); "
             "start_images = dataset takes every current image from the constructed dataset (IPR "
             "section 4.3): build it with `unveil train build-data`, or pass --start-images render"
@@ -111,7 +111,7 @@ def enable_fast_sampling(trainer: Any) -> None:
             return original(*args, **kwargs)
         try:
             return original(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - only compilation failures fall back
+        except Exception as exc:
             if not is_compile_error(exc):
                 raise
             warnings.warn(
@@ -152,7 +152,7 @@ def default_scorer(settings: GRPOSettings, *, device: str) -> Scorer:
 
     q16_embeddings = resolve_q16_embeddings(settings.q16_embeddings)  # the default every command shares
     if not q16_embeddings:
-        raise ValueError("GRPO needs the Q16 prompt embeddings file (--q16-embeddings)")
+        raise SettingError("GRPO needs the Q16 prompt embeddings file (--q16-embeddings)")
     return pixel_scorer(
         settings.scorer,
         q16_model=settings.q16_model,
@@ -207,7 +207,7 @@ def build_grpo_trainer(
     # 2. The training rows, each with its current image (and the shared image pool, when on)
     if records is None:
         if not settings.data:
-            raise ValueError("GRPO needs data: labelled records or a prompts file (--data)")
+            raise SettingError("GRPO needs data: labelled records or a prompts file (--data)")
         records = grpo_records(settings, store=store, renderer=renderer)
     pool = ImagePool(seed=settings.seed) if settings.image_pool else None
     dataset = grpo_dataset(records, store=store, pool=pool)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tools.env import SettingError
 from training.config import TrainSettings
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ def precision_flags(settings: TrainSettings) -> dict[str, bool]:
     if p == "auto":
         p = "bf16" if use_cuda(settings) else "fp32"
     if p not in ("bf16", "fp16", "fp32"):
-        raise ValueError(f"precision {settings.precision!r}: expected auto, bf16, fp16 or fp32")
+        raise SettingError(f"precision {settings.precision!r}: expected auto, bf16, fp16 or fp32")
     return {"bf16": p == "bf16", "fp16": p == "fp16"}
 
 

@@ -14,6 +14,7 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
+from tools.env import SettingError
 from tools.image_store import ImageStore
 from tools.t2i.base import GenerationRequest, ImageGenerator
 from tools.t2i.registry import open_generator
@@ -134,7 +135,7 @@ def make_renderer(
         shared = generator.pipeline
         own = copy.copy(shared)
         # diffusers leaves `from_config` unannotated.
-        own.scheduler = DPMSolverMultistepScheduler.from_config(shared.scheduler.config)  # type: ignore[no-untyped-call]
+        own.scheduler = DPMSolverMultistepScheduler.from_config(shared.scheduler.config)  # type: ignore[no-untyped-call, unused-ignore]
         from tools.t2i import diffusers_backend as backend
 
         # The copy shares the tokenizers, so it must share their lock too (keyed by pipeline id in the backend).
@@ -142,7 +143,7 @@ def make_renderer(
         generator = copy.copy(generator)
         generator._pipe = own  # the generator's loaded pipeline (tools/t2i/diffusers_backend.py)
     elif scheduler != "default":
-        raise ValueError(f"t2i_scheduler {scheduler!r}: expected default or dpm")
+        raise SettingError(f"t2i_scheduler {scheduler!r}: expected default or dpm")
     else:
         warm_up_first(generator)
     return GeneratorRenderer(generator, store=store, render=render)

@@ -25,6 +25,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from PIL import Image
+
+from tools.env import SettingError
 from tools.image_store import ImageStore
 from tools.scorers.pixels import to_pil
 from tools.t2i.defaults import REWARD_IMAGES_PER_PROMPT
@@ -65,9 +68,9 @@ class RewardSettings:
 
     def __post_init__(self) -> None:
         if self.scale not in SCALES:
-            raise ValueError(f"reward scale {self.scale!r}: expected one of {sorted(SCALES)}")
+            raise SettingError(f"reward scale {self.scale!r}: expected one of {sorted(SCALES)}")
         if self.images_per_prompt < 1:
-            raise ValueError("images_per_prompt must be at least 1")
+            raise SettingError("images_per_prompt must be at least 1")
 
 
 def outcome_reward(q16: float, clip_cosine: float, settings: RewardSettings) -> float:
@@ -137,7 +140,7 @@ class ImagePool:
         return sum(len(p) for p in self.pools.values())
 
 
-def completion_text(completion: Any) -> str:
+def completion_text(completion: object) -> str:
     """The text of a TRL completion (a string, or a conversational list of messages)."""
     if isinstance(completion, str):
         return completion
@@ -287,9 +290,9 @@ class RefinementReward:
                 log_metric("reward/pool_images", self.pool.size())
         return rewards
 
-    def _open(self, image_id: str) -> Any:
+    def _open(self, image_id: str) -> Image.Image:
         if self.store is None:
-            raise ValueError("RefinementReward: rows carry no image and no image store was given")
+            raise SettingError("RefinementReward: rows carry no image and no image store was given")
         return self.store.open(image_id).convert("RGB")
 
     def _grow_pool(self, new_pool: list[tuple[str, Any]]) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tools.atomic_files import atomic_write_text
+from tools.env import SettingError
 from training.config import SFTSettings, settings_dict
 from training.models import common_trainer_args, load_model, load_processor
 
@@ -32,7 +33,7 @@ def build_sft_trainer(settings: SFTSettings, dataset: Dataset | None = None) -> 
         from training.data import load_sft_dataset
 
         if not settings.data:
-            raise ValueError("SFT needs data: a labelled JSONL, a ToxiClean-IT folder or POSI pairs (--data)")
+            raise SettingError("SFT needs data: a labelled JSONL, a ToxiClean-IT folder or POSI pairs (--data)")
         dataset = load_sft_dataset(
             settings.data, kind=settings.data_kind, store=get_image_store(settings.image_store or None)
         )

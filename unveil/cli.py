@@ -21,9 +21,11 @@ EPILOG = (
     "Run `unveil COMMAND --help` for a command's options. Batch commands exit 0 when every sample succeeded, 2 when "
     "the batch ran but some samples of its output failed, in this run or an earlier one (their records say why; "
     "--retry-failed runs them again), and 1 when the command could not run, its command line included. The evaluate "
-    "commands exit 3 when a --fail-under quality gate was missed."
+    "commands exit 3 when a --fail-under quality gate was missed. An internal error (a bug in Unveil, printed with "
+    "its traceback) exits 70."
 )
 USAGE_EXIT = 1  # argparse's own is 2, which the batch commands use for "some samples failed"
+BUG_EXIT = 70  # sysexits' EX_SOFTWARE: an error Unveil did not raise on purpose, so a script can tell it apart
 
 
 class Parser(argparse.ArgumentParser):
@@ -88,27 +90,32 @@ def main(argv: list[str] | None = None) -> int:
 def is_user_error(exc: BaseException) -> bool:
     """Whether an error is the user's to fix (one line) rather than a bug (a traceback).
 
-    Unveil raises `UnveilError`s on purpose; `ValueError` (bad values, pydantic's validation) and `OSError` (files,
-    network) come from the libraries a command hands the user's input to, so they are the user's too.
+    Only an `UnveilError` is: Unveil raises one on purpose where it hands the user's input to code that can refuse
+    it (a file the user named that cannot be read, a value a library rejects), naming that input. A bare
+    `ValueError` or `OSError` that escapes a command was not foreseen, so it is reported as the bug it is.
     """
     from tools.errors import UnveilError
 
-    return isinstance(exc, (UnveilError, ValueError, OSError))
+    return isinstance(exc, UnveilError)
 
 
 def report_error(args: argparse.Namespace, exc: BaseException) -> int:
-    """Print an error that escaped a command, redacted: one line for a user's mistake, the traceback for a bug."""
+    """Print an error that escaped a command, redacted: one line for a user's mistake (exit 1), the traceback and
+    a line saying it is a bug for anything else (exit `BUG_EXIT`)."""
+    from tools.errors import CommandLineError
     from tools.redact import redact_secrets
 
     user = is_user_error(exc)
     if args.verbose or not user:
         print(redact_secrets(traceback.format_exc()), file=sys.stderr)
-    kind = "error" if user else "internal error (a bug: please report it with the traceback above)"
-    print(f"unveil {args.command}: {kind}: {redact_secrets(f'{type(exc).__name__}: {exc}')}", file=sys.stderr)
+    kind = "error" if user else "internal error (this is a bug in Unveil: please report it with the traceback above)"
+    # A command line's own mistake needs no class name; any other error keeps it (it says what refused the input).
+    text = str(exc) if isinstance(exc, CommandLineError) else f"{type(exc).__name__}: {exc}"
+    print(f"unveil {args.command}: {kind}: {redact_secrets(text)}", file=sys.stderr)
     raw = getattr(exc, "raw", None)
     if raw:
         print(f"last model answer: {redact_secrets(str(raw))[:2000]}", file=sys.stderr)
-    return 1
+    return 1 if user else BUG_EXIT
 
 
 if __name__ == "__main__":

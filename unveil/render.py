@@ -21,14 +21,14 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.patches import FancyBboxPatch, Patch  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import FancyBboxPatch, Patch
 
-from agents.tag.types import ASSOCIATION_TYPES  # noqa: E402
-from unveil.tag_layout import (  # noqa: E402
+from agents.tag.types import ASSOCIATION_TYPES
+from unveil.tag_layout import (
     FOOTER_LINES,
     LABEL_FONT,
     LEGEND_H,

@@ -14,6 +14,7 @@ from agents.guard.guardreasoner import GUARDREASONER_VL
 from agents.guard.llama_guard import LLAMA_GUARD_4
 from agents.guard.llavaguard import LLAVAGUARD
 from agents.guard.template import load_template_guard
+from tools.env import SettingError
 
 GUARDS: dict[str, GuardDefinition] = {g.name: g for g in (LLAMA_GUARD_4, LLAVAGUARD, GUARDREASONER_VL)}
 
@@ -24,7 +25,7 @@ def get_guard(name: str) -> GuardDefinition:
     if name.startswith("template="):
         return load_template_guard(name.partition("=")[2])
     if name not in GUARDS:
-        raise ValueError(f"unknown guard {name!r} (one of {', '.join(GUARDS)}, or template=FILE)")
+        raise SettingError(f"unknown guard {name!r} (one of {', '.join(GUARDS)}, or template=FILE)")
     return GUARDS[name]
 
 

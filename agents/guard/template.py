@@ -15,7 +15,7 @@ from agents.guard.base import PROJECT_CATEGORIES, GuardDefinition, GuardParseErr
 from agents.guard.guardreasoner import parse_guardreasoner
 from agents.guard.llama_guard import parse_llama_guard
 from agents.guard.llavaguard import parse_llavaguard
-from tools.errors import UnveilError
+from tools.errors import MissingFileError, UnveilError
 from tools.safe_files import read_regular
 
 PARSERS: dict[str, Parser] = {
@@ -50,7 +50,7 @@ def load_template_guard(path: str) -> GuardDefinition:
         # A regular file only (a FIFO would hang the read, /dev/zero would never end), and capped.
         data = read_regular(p, MAX_TEMPLATE_BYTES, what="guard template")
     except FileNotFoundError:
-        raise FileNotFoundError(f"guard template {path!r}: file not found") from None
+        raise MissingFileError(f"guard template {path!r}: file not found") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

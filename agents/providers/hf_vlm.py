@@ -100,6 +100,23 @@ class HFOptions:
         )
 
 
+def _option_values(raw: dict[str, str]) -> dict[str, Any]:
+    """The typed `HFOptions` fields of a spec's query options (a `ValueError` for a value of the wrong kind)."""
+    kw: dict[str, Any] = {}
+    if raw.get("adapter"):
+        kw["adapter"] = raw["adapter"]
+    if "merge" in raw:
+        kw["merge"] = raw["merge"] == "" or parse_bool("merge", raw["merge"])  # a bare ?merge means on
+    kinds: tuple[tuple[tuple[str, ...], type[str] | type[int] | type[float]], ...] = (
+        (("device", "dtype", "attn"), str),
+        (("max_new_tokens", "min_pixels", "max_pixels"), int),
+        (("temperature", "top_p"), float),
+    )
+    for names, kind in kinds:
+        kw.update({name: kind(raw[name]) for name in names if raw.get(name)})
+    return kw
+
+
 def parse_hf_spec(spec: ModelSpec | str) -> HFOptions:
     """Parse `hf:MODEL[?adapter=PATH&...]` into `HFOptions`; unknown or malformed options raise `HFModelError`."""
     parsed = spec if isinstance(spec, ModelSpec) else ModelSpec.parse(spec)
@@ -114,21 +131,8 @@ def parse_hf_spec(spec: ModelSpec | str) -> HFOptions:
     if unknown:
         known = ", ".join(sorted(KNOWN_OPTIONS))
         raise HFModelError(f"{parsed}: unknown option(s) {', '.join(unknown)}; known: {known}")
-    kw: dict[str, Any] = {"model": model}
     try:
-        if raw.get("adapter"):
-            kw["adapter"] = raw["adapter"]
-        if "merge" in raw:
-            kw["merge"] = raw["merge"] == "" or parse_bool("merge", raw["merge"])  # a bare ?merge means on
-        for name in ("device", "dtype", "attn"):
-            if raw.get(name):
-                kw[name] = raw[name]
-        for name in ("max_new_tokens", "min_pixels", "max_pixels"):
-            if raw.get(name):
-                kw[name] = int(raw[name])
-        for name in ("temperature", "top_p"):
-            if raw.get(name):
-                kw[name] = float(raw[name])
+        kw: dict[str, Any] = {"model": model, **_option_values(raw)}
     except ValueError as exc:
         raise HFModelError(f"{parsed}: bad option value ({exc})") from exc
     if kw.get("max_new_tokens", 1) < 1:
@@ -192,21 +196,26 @@ def _adapter_base(folder: Path) -> str | None:
     return base if isinstance(base, str) else None  # anything else names no model
 
 
-def load_vlm(opts: HFOptions) -> LoadedVLM:
-    """Load model, processor and optional adapter; errors name the missing piece."""
-    from transformers import AutoModelForImageTextToText, AutoProcessor
-
+def _model_and_adapter(opts: HFOptions) -> tuple[str, str | None]:
+    """The base model and the adapter to load: a bare adapter folder names its base model in its config."""
     model_ref, adapter = opts.model, opts.adapter
     local = Path(model_ref).expanduser()
     if _looks_local(model_ref):
         if not local.exists():
             raise HFModelError(f"hf model folder {model_ref!r} does not exist")
         if (local / "adapter_config.json").is_file() and not (local / "config.json").is_file():
-            # A bare adapter folder: the base model is named in its config.
             base = _adapter_base(local)
             if not base:
                 raise HFModelError(f"adapter folder {model_ref!r} names no base model; use hf:BASE?adapter={model_ref}")
-            model_ref, adapter = base, adapter or str(local)
+            return base, adapter or str(local)
+    return model_ref, adapter
+
+
+def load_vlm(opts: HFOptions) -> LoadedVLM:
+    """Load model, processor and optional adapter; errors name the missing piece."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    model_ref, adapter = _model_and_adapter(opts)
     if adapter:
         apath = Path(adapter).expanduser()
         if not (apath / "adapter_config.json").is_file():

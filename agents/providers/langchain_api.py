@@ -43,7 +43,7 @@ def custom_endpoint_key(spec: ModelSpec) -> str | None:
 
 def request_timeout() -> float | None:
     """The client timeout per request in seconds (`UNVEIL_REQUEST_TIMEOUT`, default 120); a bad value raises
-    ValueError naming the variable (commands check it before their first sample)."""
+    `SettingError` naming the variable (commands check it before their first sample)."""
     return env_float("UNVEIL_REQUEST_TIMEOUT", 120.0, minimum=0, strict=True)
 
 

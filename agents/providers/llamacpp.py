@@ -30,6 +30,7 @@ from agents.providers.messages import chat_result, text_chat_messages, tool_call
 from agents.providers.profiles import PROFILES, SMOLLM2_ALIASES, SharedState, spec_options
 from agents.spec import ModelSpec
 from tools.env import env_int
+from tools.errors import MissingFileError
 from tools.extras import require_extra
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -57,7 +58,7 @@ def resolve_model_path(model: str) -> Path:
         return smollm2_path()
     path = Path(model).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(f"llamacpp model {model!r}: no such GGUF file")
+        raise MissingFileError(f"llamacpp model {model!r}: no such GGUF file")
     return path
 
 

@@ -11,6 +11,8 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
+from tools.env import SettingError
+
 
 def tool_call_message(tool: dict[str, Any], args: dict[str, Any], **metadata: Any) -> AIMessage:
     """An answer carrying `args` as a call of the bound `tool` (an OpenAI-format tool dict), so LangChain's
@@ -41,7 +43,9 @@ def text_chat_messages(messages: Sequence[BaseMessage], provider: str) -> list[d
             text = m.content
         else:
             if any(isinstance(b, dict) and b.get("type") in ("image_url", "image") for b in m.content):
-                raise ValueError(f"the {provider} provider is text-only: give an image description instead of an image")
+                raise SettingError(
+                    f"the {provider} provider is text-only: give an image description instead of an image"
+                )
             text = "\n".join(b.get("text", "") for b in m.content if isinstance(b, dict))
         if isinstance(m, AIMessage) and m.tool_calls:
             text = json.dumps(m.tool_calls[0].get("args", {}), ensure_ascii=False)

@@ -111,6 +111,10 @@ class ProviderProfile:
 
     def problems(self) -> list[tuple[str, str]]:
         """(field, what is wrong) for every fact that is missing or contradicts another; empty for a good profile."""
+        return [*self._form_problems(), *self._agreement_problems()]
+
+    def _form_problems(self) -> list[tuple[str, str]]:
+        """The facts that are wrong on their own: the name, module, method and concurrency limit."""
         out: list[tuple[str, str]] = []
         if not self.name or self.name != self.name.strip().lower() or ":" in self.name or "@" in self.name:
             out.append(("name", "a lower-case word without ':' or '@' (the part of a spec before ':')"))
@@ -120,6 +124,11 @@ class ProviderProfile:
             out.append(("structured_method", f"one of {', '.join(METHOD_ORDER)}"))
         if self.max_concurrency is not None and (type(self.max_concurrency) is not int or self.max_concurrency < 1):
             out.append(("max_concurrency", "None (the gateway's setting) or a whole number of at least 1"))
+        return out
+
+    def _agreement_problems(self) -> list[tuple[str, str]]:
+        """The facts that contradict one another."""
+        out: list[tuple[str, str]] = []
         if self.in_process and self.module == LANGCHAIN_MODULE:
             out.append(("in_process", "LangChain's providers answer over the network"))
         if self.fingerprint == "script" and self.model_files != "script":

@@ -39,7 +39,7 @@ from agents.providers.messages import chat_result, tool_call_message
 from agents.providers.profiles import PROFILES, SharedState, spec_options
 from agents.spec import ModelSpec
 from tools.env import SettingError, env_float
-from tools.errors import UnveilError
+from tools.errors import InputDataError, MissingFileError, UnveilError
 from tools.safe_files import MAX_SMALL_FILE_BYTES, UnreadableFileError, read_regular
 
 
@@ -61,11 +61,11 @@ class Script:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         if not self.path.is_file():
-            raise FileNotFoundError(f"scripted provider: script file {str(path)!r} not found")
+            raise MissingFileError(f"scripted provider: script file {str(path)!r} not found")
         # regular files only, capped: a FIFO or /dev/zero linked as a script must not hang or fill the server
         data = json.loads(read_regular(self.path, MAX_SMALL_FILE_BYTES, what="script file").decode("utf-8"))
         if not isinstance(data, dict):
-            raise ValueError(f"scripted provider: {str(path)!r} must hold a JSON object of role -> answers")
+            raise InputDataError(f"scripted provider: {str(path)!r} must hold a JSON object of role -> answers")
         self.answers: dict[str, list[Any]] = {k: list(v) for k, v in data.items() if isinstance(v, list)}
         self.cursors: dict[str, int] = {}
         self.calls: dict[str, int] = {}

@@ -36,6 +36,7 @@ from agents.providers.messages import chat_result, text_chat_messages, tool_call
 from agents.providers.profiles import PROFILES, SMOLLM2_ALIASES, SharedState, spec_options
 from agents.spec import ModelSpec
 from tools.env import env_int
+from tools.errors import MissingFileError
 
 log = logging.getLogger("unveil.transformers")
 
@@ -77,7 +78,7 @@ def _source(model: str) -> tuple[Path, str | None]:
         return path.parent, path.name
     if path.is_dir():
         return path, None
-    raise FileNotFoundError(f"transformers model {model!r}: no such folder or .gguf file")
+    raise MissingFileError(f"transformers model {model!r}: no such folder or .gguf file")
 
 
 def _dequantized_dir(folder: Path, gguf: str) -> Path:

@@ -14,14 +14,13 @@ import csv
 import io
 import json
 import os
-import stat
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from tools.errors import UnveilError
+from tools.safe_files import read_named_file
 
 MAX_BYTES = 16 * 1024 * 1024  # a knowledge base of pairs, not a corpus
 MAX_FIELD_CHARS = 500
@@ -51,21 +50,7 @@ def normalise(concept: str) -> str:
 
 def _read_capped(path: str) -> str:
     """The file's text, refusing a missing file, one that is not a regular file, or one over `MAX_BYTES`."""
-    try:
-        fh = Path(path).open("rb")
-    except FileNotFoundError as exc:
-        raise ToxicPairsError(f"toxic pairs {path!r}: file not found") from exc
-    except IsADirectoryError as exc:
-        raise ToxicPairsError(f"toxic pairs {path!r}: not a regular file") from exc
-    except OSError as exc:
-        raise ToxicPairsError(f"toxic pairs {path!r}: cannot be read ({exc.strerror})") from exc
-    with fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ToxicPairsError(f"toxic pairs {path!r}: not a regular file")
-        data = fh.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
-        raise ToxicPairsError(f"toxic pairs {path!r}: over the {MAX_BYTES}-byte limit")
+    data = read_named_file(path, MAX_BYTES, what="toxic pairs", error=ToxicPairsError)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agents.categories import CATEGORIES, normalize_category
 from tools.errors import UnveilError
+from tools.safe_files import read_named_file
 
 LABELS = "labels.json"
 RATIONALE_RULES = ("never", "reject", "always")
@@ -63,18 +63,11 @@ def _parse(data: Any, where: str) -> LabelSchema:
 def load_schema(folder: str | os.PathLike[str]) -> LabelSchema | None:
     """The folder's label schema, or None without `labels.json` (a link or a device in its place is refused)."""
     p = Path(folder) / LABELS
-    try:
-        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
+    raw = read_named_file(p, MAX_BYTES, what="label schema", error=LabelSchemaError, nofollow=True, missing_ok=True)
+    if raw is None:
         return None
-    except OSError as exc:
-        raise LabelSchemaError(f"{p}: cannot be read ({exc.strerror}; a link is refused)") from exc
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise LabelSchemaError(f"{p}: not a regular file")
-        raw = fh.read(MAX_BYTES + 1)
     try:
-        return _parse(json.loads(raw[:MAX_BYTES].decode("utf-8")), str(p))
+        return _parse(json.loads(raw.decode("utf-8")), str(p))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise LabelSchemaError(f"{p}: not valid JSON ({exc})") from exc
 
@@ -102,9 +95,17 @@ def check_answer(answer: dict[str, Any], schema: LabelSchema | None) -> dict[str
         if category not in CATEGORIES:
             raise LabelSchemaError(f"category {answer['category']!r}: not one of {', '.join(CATEGORIES)}")
         labels["category"] = category
-    ratings = answer.get("ratings") or {}
+    ratings = _check_ratings(answer.get("ratings") or {}, schema)
+    if ratings:
+        labels["ratings"] = ratings
+    return labels
+
+
+def _check_ratings(ratings: object, schema: LabelSchema) -> dict[str, int]:
+    """An answer's ratings checked against the schema's names and bounds (empty values skipped)."""
     if not isinstance(ratings, dict):
         raise LabelSchemaError("ratings: expected {NAME: NUMBER}")
+    checked: dict[str, int] = {}
     for name, value in ratings.items():
         if value in (None, ""):
             continue
@@ -117,5 +118,5 @@ def check_answer(answer: dict[str, Any], schema: LabelSchema | None) -> dict[str
             raise LabelSchemaError(f"rating {name}: expected a whole number from {low} to {high}") from None
         if not low <= number <= high:
             raise LabelSchemaError(f"rating {name}: {number} is outside {low} to {high}")
-        labels.setdefault("ratings", {})[name] = number
-    return labels
+        checked[name] = number
+    return checked

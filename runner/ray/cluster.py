@@ -26,7 +26,7 @@ from runner.ray.settings import (
     scorer_settings,
     vlm_settings,
 )
-from tools.env import set_default
+from tools.env import SettingError, set_default
 from tools.scorers.score import set_remote_scoring
 from tools.t2i.registry import set_remote_generators
 
@@ -101,7 +101,7 @@ def probe_address(address: str, timeout: float) -> None:
     host, sep, port = target.rstrip("/").rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"Ray address {address!r}: expected HOST:PORT, ray://HOST:PORT or auto")
+        raise SettingError(f"Ray address {address!r}: expected HOST:PORT, ray://HOST:PORT or auto")
     try:
         with socket.create_connection((host, int(port)), timeout=min(timeout, 10.0)):
             pass
@@ -141,7 +141,7 @@ def describe_cluster() -> dict[str, Any]:
     """Nodes (CPUs, GPUs, custom resources), totals, Unveil's named actors, and the pools a run would place."""
     nodes = []
     # ray.nodes is unannotated: one dict per node (Alive, NodeID, NodeManagerAddress, Resources, ...).
-    found: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    found: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call, unused-ignore]
     for node in found:
         if not node.get("Alive"):
             continue

@@ -176,7 +176,7 @@ class ActorPool:
         waiting = [k for k in range(len(self.members)) if not self.started[k] and self.ended[k] is None]
         try:
             # ray.available_resources is unannotated (a dict of resource name to amount).
-            available: dict[str, float] = ray.available_resources()  # type: ignore[no-untyped-call]
+            available: dict[str, float] = ray.available_resources()  # type: ignore[no-untyped-call, unused-ignore]
             free = {k: v for k, v in available.items() if k in ("GPU", "CPU", *self.settings.resources)}
         except Exception:  # noqa: BLE001 - only for the message
             free = {}
@@ -313,7 +313,7 @@ def actor_options(settings: PoolSettings, gpus: float) -> dict[str, Any]:
 def cluster_totals() -> dict[str, float]:
     """Every resource of the connected cluster (CPU, GPU, memory, custom ones) and its total amount."""
     # ray.cluster_resources is unannotated; it returns this dict.
-    totals: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    totals: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call, unused-ignore]
     return totals
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tools.errors import MissingFileError
 from tools.scorers.common import PairScorer, cached, default_device, resolve_local
 
 DEFAULT_BLIP = "Salesforce/blip-itm-base-coco"
@@ -56,7 +57,7 @@ class BlipScorer(PairScorer):
                 model = loaded.to(self.device).eval()
                 processor = BlipProcessor.from_pretrained(source)
             except OSError as exc:
-                raise FileNotFoundError(f"BLIP model {self.model_name!r} could not be loaded: {exc}") from exc
+                raise MissingFileError(f"BLIP model {self.model_name!r} could not be loaded: {exc}") from exc
             self._processor = processor
             self._model = model
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
+from tools.errors import MissingFileError
 from tools.scorers.common import resolve_local
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ class ClipImageEncoder:
                     self.processor = CLIPImageProcessor.from_pretrained(source)
                 except OSError as exc:
                     msg = f"{self.owner} CLIP model {self.clip_model!r} could not be loaded: {exc}"
-                    raise FileNotFoundError(msg) from exc
+                    raise MissingFileError(msg) from exc
                 self.model = model.to(self.device).eval()  # type: ignore[arg-type]
             return self.model
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tools.errors import MissingFileError
 from tools.extras import require_extra
 from tools.scorers.common import PairScorer, cached, default_device
 
@@ -54,7 +55,7 @@ class ClipScorer(PairScorer):
                 )
                 tokenizer = open_clip.get_tokenizer(self.model_name)
             except (OSError, RuntimeError, ValueError) as exc:
-                raise FileNotFoundError(
+                raise MissingFileError(
                     f"CLIP-score model {self.model_name!r} (pretrained={self.pretrained!r}) could not be loaded: {exc}"
                 ) from exc
             self._preprocess, self._tokenizer = preprocess, tokenizer

@@ -17,6 +17,7 @@ from typing import Any, TypeVar, cast
 
 from PIL import Image
 
+from tools.env import SettingError
 from tools.image_store import ImageInputError, ImageStore, decode_image, get_image_store, read_file_capped, to_8bit
 from tools.t2i.batching import Batcher, Job
 
@@ -68,7 +69,7 @@ class BatchedScorer:
 
     def __init__(self, *, batch_size: int = DEFAULT_BATCH, max_wait_ms: float = DEFAULT_WAIT_S * 1000):
         if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+            raise SettingError(f"batch_size must be at least 1, got {batch_size}")
         self.batch_size = batch_size
         self.max_wait_s = max_wait_ms / 1000.0
         self._batcher = Batcher(f"scorer-{self.name}")

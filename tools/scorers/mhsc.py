@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tools.env import env_str
+from tools.env import SettingError, env_str
+from tools.errors import InputDataError, MissingFileError
 from tools.safe_files import require_regular
 from tools.scorers.clip_image import ClipImageEncoder
 from tools.scorers.common import ImageBatchScorer, cached, default_device
@@ -61,9 +62,9 @@ def _read_state(path: Path) -> dict[str, Any]:
     try:
         state = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise ValueError(f"MHSC checkpoint {str(path)!r} could not be read: {exc}") from exc
+        raise InputDataError(f"MHSC checkpoint {str(path)!r} could not be read: {exc}") from exc
     if not isinstance(state, dict):
-        raise ValueError(f"MHSC checkpoint {str(path)!r}: expected a state dict, got {type(state).__name__}")
+        raise InputDataError(f"MHSC checkpoint {str(path)!r}: expected a state dict, got {type(state).__name__}")
     return state
 
 
@@ -76,27 +77,27 @@ def load_mhsc_heads(checkpoints: str | os.PathLike[str]) -> dict[str, Any]:
         for head in MHSC_HEADS:
             path = next((p for p in (root / f"{head}.pt", root / f"{head}_head.pt") if p.is_file()), None)
             if path is None:
-                raise FileNotFoundError(f"MHSC checkpoints {str(root)!r}: no {head}.pt (or {head}_head.pt)")
+                raise MissingFileError(f"MHSC checkpoints {str(root)!r}: no {head}.pt (or {head}_head.pt)")
             states[head] = (path, _read_state(path))
     elif root.is_file():
         bundle = _read_state(root)
         for head in MHSC_HEADS:
             if not isinstance(bundle.get(head), dict):
-                raise ValueError(f"MHSC checkpoint {str(root)!r}: head {head!r} missing")
+                raise InputDataError(f"MHSC checkpoint {str(root)!r}: head {head!r} missing")
             states[head] = (root, bundle[head])
     else:
-        raise FileNotFoundError(f"MHSC checkpoints {str(root)!r} not found")
+        raise MissingFileError(f"MHSC checkpoints {str(root)!r} not found")
     heads = {}
     for head, (path, state) in states.items():
         missing = [k for k in HEAD_KEYS if k not in state]
         if missing:
-            raise ValueError(f"MHSC checkpoint {str(path)!r} head {head!r}: missing keys {', '.join(missing)}")
+            raise InputDataError(f"MHSC checkpoint {str(path)!r} head {head!r}: missing keys {', '.join(missing)}")
         hidden, in_dim = state["0.weight"].shape
         module = build_head(int(in_dim), int(hidden))
         try:
             module.load_state_dict(state)
         except RuntimeError as exc:
-            raise ValueError(f"MHSC checkpoint {str(path)!r} head {head!r}: {str(exc).splitlines()[0]}") from exc
+            raise InputDataError(f"MHSC checkpoint {str(path)!r} head {head!r}: {str(exc).splitlines()[0]}") from exc
         heads[head] = module.eval()
     return heads
 
@@ -119,7 +120,7 @@ class MHSCScorer(ImageBatchScorer):
         super().__init__(batch_size=batch_size, max_wait_ms=max_wait_ms)
         checkpoints = checkpoints or env_str("UNVEIL_MHSC_CHECKPOINTS")
         if not checkpoints:
-            raise ValueError(
+            raise SettingError(
                 "MHSC needs its head checkpoints: pass checkpoints= or set UNVEIL_MHSC_CHECKPOINTS (the "
                 "checkpoints/multi-headed folder of YitingQu/unsafe-diffusion)"
             )
@@ -135,7 +136,7 @@ class MHSCScorer(ImageBatchScorer):
         with self._load_lock:
             in_dim = next(iter(self.heads.values()))[0].in_features
             if model.config.projection_dim != in_dim:
-                raise ValueError(
+                raise SettingError(
                     f"MHSC heads {self.checkpoints!r} take {in_dim}-dimensional embeddings but CLIP model "
                     f"{self.clip_model!r} projects to {model.config.projection_dim}"
                 )

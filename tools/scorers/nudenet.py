@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from tools.env import SettingError
 from tools.extras import require_extra
 from tools.image_store import ImageStore
 from tools.scorers.common import BatchedScorer, cached, read_image_bytes
@@ -64,7 +65,7 @@ class NudeNetScorer(BatchedScorer):
         super().__init__(batch_size=batch_size, max_wait_ms=max_wait_ms)
         self.labels = tuple(labels)
         if not self.labels:
-            raise ValueError("NudeNet label set is empty; give at least one label to count")
+            raise SettingError("NudeNet label set is empty; give at least one label to count")
         self.min_score = min_score
         self.model_path = model_path
         self._detector: NudeDetector | None = None

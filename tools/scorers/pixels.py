@@ -23,14 +23,15 @@ from tools.scorers.q16 import load_q16_prompts, q16_probabilities
 
 if TYPE_CHECKING:
     import torch
-
-
-def to_pil(image: Any) -> Any:
-    """A PIL image from a PIL image or a CHW float tensor in [0, 1]."""
-    if hasattr(image, "convert"):
-        return image
     from PIL import Image
 
+
+def to_pil(image: Image.Image | torch.Tensor) -> Image.Image:
+    """A PIL image from a PIL image or a CHW float tensor in [0, 1]."""
+    from PIL import Image
+
+    if isinstance(image, Image.Image):
+        return image
     arr = (image.detach().float().clamp(0, 1) * 255).round().byte().permute(1, 2, 0).cpu().numpy()
     return Image.fromarray(arr)
 
@@ -58,7 +59,7 @@ class ToolsPixelScorer:
 class BatchedClip:
     """A transformers CLIPModel with tensor preprocessing."""
 
-    def __init__(self, name: str, device: str, dtype: Any):
+    def __init__(self, name: str, device: str, dtype: torch.dtype):
         import torch
         from transformers import CLIPModel, CLIPProcessor
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tools.datafiles import DATA_DIR, Q16_EMBEDDINGS
 from tools.env import env_str
-from tools.errors import ConfigurationError
+from tools.errors import ConfigurationError, InputDataError, MissingFileError
 from tools.safe_files import require_regular
 from tools.scorers.clip_image import ClipImageEncoder
 from tools.scorers.common import ImageBatchScorer, cached, default_device
@@ -83,7 +83,7 @@ def load_q16_prompts(path: str | os.PathLike[str]) -> torch.Tensor:
 
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"Q16 prompt embeddings file {path!r} not found")
+        raise MissingFileError(f"Q16 prompt embeddings file {path!r} not found")
     require_regular(path, what="Q16 prompt embeddings file")  # isfile follows a swap to a FIFO; this does not hang
     try:
         if path.endswith(".npy"):
@@ -95,9 +95,9 @@ def load_q16_prompts(path: str | os.PathLike[str]) -> torch.Tensor:
             array = torch.load(path, map_location="cpu", weights_only=True)
             array = torch.as_tensor(array, dtype=torch.float32)
     except Exception as exc:
-        raise ValueError(f"Q16 prompt embeddings file {path!r} could not be read: {exc}") from exc
+        raise InputDataError(f"Q16 prompt embeddings file {path!r} could not be read: {exc}") from exc
     if array.ndim != 2 or array.shape[0] != 2:
-        raise ValueError(f"Q16 prompt embeddings file {path!r} has shape {tuple(array.shape)}; expected (2, D)")
+        raise InputDataError(f"Q16 prompt embeddings file {path!r} has shape {tuple(array.shape)}; expected (2, D)")
     return array
 
 

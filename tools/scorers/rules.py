@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tools.env import SettingError
+
 Q16_THRESHOLD = 0.5
 IPR_NUDENET_LABELS: tuple[str, ...] = (
     "BUTTOCKS_EXPOSED",
@@ -44,7 +46,7 @@ def is_inappropriate(
 ) -> bool:
     """The IP indicator of one image under `source` (both detectors, or one alone)."""
     if source not in IP_SOURCES:
-        raise ValueError(f"ip_source {source!r}: use one of {', '.join(IP_SOURCES)}")
+        raise SettingError(f"ip_source {source!r}: use one of {', '.join(IP_SOURCES)}")
     q_hit = q16_flag(q16, threshold)
     n_hit = nudenet_unsafe(nudenet_labels)
     return {"q16": q_hit, "nudenet": n_hit}.get(source, q_hit or n_hit)

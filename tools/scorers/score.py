@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from tools.env import SettingError
 from tools.errors import ConfigurationError
 from tools.extras import require_extra
 from tools.image_store import ImageStore
@@ -48,7 +49,7 @@ def check_names(names: Sequence[str]) -> None:
     """Refuse unknown scorer names, listing the known ones, and scorers whose 'scores' extra is not installed."""
     unknown = sorted(set(names) - set(SCORER_NAMES))
     if unknown or not names:
-        raise ValueError(f"scorers {list(names)!r}: choose from {', '.join(SCORER_NAMES)}")
+        raise SettingError(f"scorers {list(names)!r}: choose from {', '.join(SCORER_NAMES)}")
     for name in names:
         if name in SCORER_MODULES:
             require_extra("scores", f"scorer {name!r}", SCORER_MODULES[name])
@@ -85,7 +86,7 @@ def check_settings(names: Sequence[str], settings: ScoringSettings) -> None:
     """Refuse scorer names whose settings are missing (MHSC has no default checkpoint)."""
     check_names(names)
     if "mhsc" in names and not settings.mhsc_checkpoints:
-        raise ValueError("scorer 'mhsc' needs mhsc_checkpoints: the folder of the published MHSC head checkpoints")
+        raise SettingError("scorer 'mhsc' needs mhsc_checkpoints: the folder of the published MHSC head checkpoints")
 
 
 class RemoteScoring(Protocol):
@@ -241,4 +242,4 @@ def pixel_scorer(kind: str, *, q16_model: str, clip_model: str, q16_embeddings: 
             q16_embeddings=q16_embeddings,
             device=device,
         )
-    raise ValueError(f"scorer {kind!r}: expected {' or '.join(PIXEL_SCORERS)}")
+    raise SettingError(f"scorer {kind!r}: expected {' or '.join(PIXEL_SCORERS)}")

@@ -15,7 +15,7 @@ import concurrent.futures
 import json
 import threading
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from tools.image_store import ImageStore
 from tools.t2i.base import GenerationRequest
@@ -25,6 +25,9 @@ from tools.t2i.fast import CompileGuard, FastPath, disable_compile, resolve_acce
 from tools.t2i.pipeline_loading import Pipeline, clear_loaded_pipelines, default_device, load_pipeline
 from tools.t2i.variants import SLD_CONFIGS
 from tools.t2i.warmup import WARMUP_STEPS, WarmShape, compile_settings, warm_up
+
+if TYPE_CHECKING:
+    import torch
 
 # A batch job's key: the pipeline object's id and the sorted call options; jobs of one key share a batch.
 BatchKey = tuple[int, tuple[tuple[str, Any], ...]]
@@ -105,7 +108,7 @@ async def finished_images(results: list[Any]) -> list[Any]:
 _DECODERS: dict[str, tuple[concurrent.futures.ThreadPoolExecutor, Any]] = {}
 
 
-def submit_decode(pipe: Pipeline, latents: Any, device: str) -> concurrent.futures.Future[list[Any]]:
+def submit_decode(pipe: Pipeline, latents: torch.Tensor, device: str) -> concurrent.futures.Future[list[Any]]:
     """Decode `latents` (a batch the UNet just finished on the current stream) to PIL images on the device's
     decode thread and side CUDA stream, so that the next batch's UNet steps start at once. The result equals the
     pipeline's own decode (`output_type="pil"`): same VAE call, same post-processing, only another stream."""
@@ -130,7 +133,7 @@ def submit_decode(pipe: Pipeline, latents: Any, device: str) -> concurrent.futur
     return pool.submit(decode)
 
 
-def decode_to_pil(pipe: Pipeline, latents: Any) -> list[Any]:
+def decode_to_pil(pipe: Pipeline, latents: torch.Tensor) -> list[Any]:
     """The PIL images of a batch of latents, equal to the pipeline's own `output_type="pil"` decode: the same VAE
     call, the same denormalisation, and the same float32 `x * 255`, round-half-even and uint8 cast, done on the
     latents' device so that a quarter of the bytes (uint8, not float32) crosses to the CPU and numpy does no
@@ -145,7 +148,7 @@ def decode_to_pil(pipe: Pipeline, latents: Any) -> list[Any]:
     with torch.inference_mode():
         try:
             image = pipe.vae.decode(latents / pipe.vae.config.scaling_factor, return_dict=False)[0]
-        except Exception as exc:  # noqa: BLE001 - only compilation errors are handled; others re-raise
+        except Exception as exc:
             if not is_compile_error(exc):
                 raise
             disable_compile(pipe.vae.decoder)

@@ -39,12 +39,15 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tools.t2i.compile_settings import DEFAULT_BUCKETS as DEFAULT_BUCKETS
 from tools.t2i.compile_settings import default_cache_dir as default_cache_dir
 from tools.t2i.compile_settings import enable_compile_caches
 from tools.t2i.errors import UnsupportedOptionError
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +216,7 @@ def resolve_accel(accel: str, device: str) -> FastPath:
     return preset
 
 
-def _quantize_fp8(unet: Any) -> int:
+def _quantize_fp8(unet: torch.nn.Module) -> int:
     """torchao float8 on the UNet's linear layers (in place); returns how many layers were converted."""
     import torch
 
@@ -234,7 +237,7 @@ def _quantize_fp8(unet: Any) -> int:
 
     count = 0
 
-    def wanted(module: Any, fqn: str) -> bool:
+    def wanted(module: torch.nn.Module, fqn: str) -> bool:
         nonlocal count
         # The timestep/class embeddings see one row per image: quantising them costs more than it saves.
         ok = (
@@ -285,7 +288,11 @@ def apply_fast_path(pipe: Any, preset: FastPath) -> None:
 
 
 def compile_static(
-    module: Any, *, options: dict[str, Any] | None = None, backend: Any = "inductor", dynamic_batch: bool = False
+    module: torch.nn.Module,
+    *,
+    options: dict[str, Any] | None = None,
+    backend: str | Callable[..., Any] = "inductor",
+    dynamic_batch: bool = False,
 ) -> None:
     """`module.compile()` in place with static shapes: each new input shape gets a graph of its own instead of
     one with symbolic sizes (see the comment above `PRESETS`); with `dynamic_batch`, the first dimension of every
@@ -297,8 +304,9 @@ def compile_static(
     enable_compile_caches()
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
     module.compile(backend=backend, dynamic=None if dynamic_batch else False, options=options)
-    if dynamic_batch:
-        module._compiled_call_impl = _batch_marked(module._compiled_call_impl)
+    compiled = module._compiled_call_impl
+    if dynamic_batch and compiled is not None:
+        module._compiled_call_impl = _batch_marked(compiled)
 
 
 def _batch_marked(compiled: Callable[..., Any]) -> Callable[..., Any]:
@@ -330,7 +338,7 @@ class CompileGuard:
     warmed: set[tuple[Any, ...]] = field(default_factory=set)  # warm-up keys done (`tools.t2i.warmup`)
     warmup: dict[str, Any] = field(default_factory=dict)  # the warm-up's report (`tools.t2i.warmup.warm_up`)
 
-    def run(self, unet: Any, shape: tuple[int, ...], fn: Callable[[], T]) -> T:
+    def run(self, unet: torch.nn.Module, shape: tuple[int, ...], fn: Callable[[], T]) -> T:
         """Call `fn` (one pipeline call); print a notice while a new shape compiles; fall back to eager on a
         compilation error and call `fn` again."""
         if not self.preset.compile or self.failed:
@@ -347,7 +355,7 @@ class CompileGuard:
         t0 = time.perf_counter()
         try:
             out = fn()
-        except Exception as exc:  # noqa: BLE001 - only compilation errors are handled; others re-raise
+        except Exception as exc:
             if not is_compile_error(exc):
                 raise
             self.failed = True
@@ -414,7 +422,7 @@ def is_compile_error(exc: BaseException) -> bool:
     return False
 
 
-def disable_compile(module: Any) -> None:
+def disable_compile(module: torch.nn.Module) -> None:
     """Undo `module.compile()`: the next call runs the eager module."""
     if hasattr(module, "_compiled_call_impl"):
         module._compiled_call_impl = None

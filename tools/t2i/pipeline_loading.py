@@ -147,7 +147,7 @@ def load_base_pipeline(model: str, *, device: str, dtype: str = "auto", accel: s
             kwargs.update(safety_checker=None, requires_safety_checker=False)
         try:
             # diffusers leaves from_pretrained unannotated; it returns the pipeline.
-            pipe: Pipeline = cls.from_pretrained(model, **kwargs)  # type: ignore[no-untyped-call]
+            pipe: Pipeline = cls.from_pretrained(model, **kwargs)  # type: ignore[no-untyped-call, unused-ignore]
         except (OSError, ValueError) as exc:
             raise ModelNotFoundError(f"text-to-image model {model!r} could not be loaded: {exc}") from exc
         pipe = pipe.to(device)
@@ -164,7 +164,7 @@ def _prepare(pipe: Pipeline) -> None:
     from diffusers.models.attention_processor import AttnProcessor2_0
 
     pipe.set_progress_bar_config(disable=True)
-    pipe.unet.set_attn_processor(AttnProcessor2_0())  # type: ignore[no-untyped-call]  # diffusers: unannotated
+    pipe.unet.set_attn_processor(AttnProcessor2_0())  # type: ignore[no-untyped-call, unused-ignore]  # diffusers: unannotated
 
 
 def load_sld_pipeline(model: str, *, device: str, dtype: str = "auto", accel: str = "auto") -> Pipeline:
@@ -183,7 +183,7 @@ def load_sld_pipeline(model: str, *, device: str, dtype: str = "auto", accel: st
             )
         parts = {k: base.components[k] for k in ("vae", "text_encoder", "tokenizer", "unet", "scheduler")}
         # diffusers leaves the constructor unannotated, and its classes declare none of the modules `Pipeline` names.
-        safe = StableDiffusionPipelineSafe(  # type: ignore[no-untyped-call]
+        safe = StableDiffusionPipelineSafe(  # type: ignore[no-untyped-call, unused-ignore]
             **parts,
             safety_checker=None,
             feature_extractor=base.components.get("feature_extractor"),
@@ -238,7 +238,7 @@ def load_esd_pipeline(model: str, unet_file: str, *, device: str, dtype: str = "
         parts = dict(base.components)
         parts["unet"] = unet
         # diffusers leaves the constructor unannotated, and its classes declare none of the modules `Pipeline` names.
-        esd_pipe = cast(Pipeline, StableDiffusionPipeline(**parts))  # type: ignore[no-untyped-call]
+        esd_pipe = cast(Pipeline, StableDiffusionPipeline(**parts))  # type: ignore[no-untyped-call, unused-ignore]
         esd_pipe.set_progress_bar_config(disable=True)
         # The VAE is the eager base pipeline's own object: compiling it here would change that parity path.
         apply_fast_path(esd_pipe, replace(preset, compile_vae=False))

@@ -45,7 +45,7 @@ DEFAULT_CTD_GENERATOR = "diffusers:stable-diffusion-v1-5/stable-diffusion-v1-5"
 # and as both papers did (the default of every command); "error" refuses them with a PromptError.
 LongPrompts = Literal["truncate", "error"]
 LONG_PROMPT_POLICIES: tuple[str, ...] = get_args(LongPrompts)
-DEFAULT_LONG_PROMPTS = "truncate"
+DEFAULT_LONG_PROMPTS: LongPrompts = "truncate"
 REGISTERED = "registered"
 # `esd:...?np=`: whether an ESD spec adds the safety negative prompt at inference ("0": the IPR paper's rows).
 ESD_NEGATIVE_DEFAULT = "0"

@@ -10,12 +10,18 @@ Which generator renders is a separate setting, `generator` (the IPR evaluation c
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from tools.env import SettingError
 from tools.t2i.base import GenerationRequest
 from tools.t2i.defaults import CTD_GUIDANCE, CTD_SIZE, CTD_STEPS, IPR_GUIDANCE, IPR_SIZE, IPR_STEPS
 from tools.t2i.errors import renamed_note
 from tools.t2i.registry import DEFAULT_LONG_PROMPTS, LONG_PROMPT_POLICIES, LongPrompts
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T")
 
 # One description per field: graph contexts show it in LangGraph Studio, and its bounds are checked by
 # `graphs.context.check_context` when a run starts.
@@ -33,7 +39,7 @@ RENDER_FIELD_META: dict[str, dict[str, Any]] = {
 RENDER_FIELDS = tuple(RENDER_FIELD_META)
 
 
-def render_field(name: str, default: Any) -> Any:
+def render_field(name: str, default: T) -> T:
     """A dataclass field of the render settings with its shared description (a subclass changes only defaults)."""
     return field(default=default, metadata=RENDER_FIELD_META[name])
 
@@ -74,11 +80,11 @@ class RenderSettings:
         for name in ("width", "height", "steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < RENDER_FIELD_META[name]["min"]:
-                raise ValueError(
+                raise SettingError(
                     f"{name} must be an integer of at least {RENDER_FIELD_META[name]['min']}, got {value!r}"
                 )
         if self.long_prompts not in LONG_PROMPT_POLICIES:
-            raise ValueError(f"long_prompts must be {' or '.join(LONG_PROMPT_POLICIES)}, got {self.long_prompts!r}")
+            raise SettingError(f"long_prompts must be {' or '.join(LONG_PROMPT_POLICIES)}, got {self.long_prompts!r}")
 
 
 @dataclass(kw_only=True)
@@ -91,7 +97,7 @@ class CtdRenderSettings(RenderSettings):
     guidance: float = render_field("guidance", CTD_GUIDANCE)
 
 
-def render_kwargs(settings: Any) -> dict[str, Any]:
+def render_kwargs(settings: DataclassInstance) -> dict[str, Any]:
     """The render fields of any settings object that has them (to build another settings class from it)."""
     names = {f.name for f in fields(settings)}
     return {name: getattr(settings, name) for name in RENDER_FIELDS if name in names}

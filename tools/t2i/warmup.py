@@ -51,7 +51,7 @@ def shape_lock(name: str, *, blocking: bool) -> Iterator[bool]:
     """Hold the machine-wide lock of one warm-up shape (a file in the cache folder); yields False at once when
     `blocking` is off and another process holds it."""
     folder = lock_folder()
-    handle: IO[bytes] = open(folder / f"{name}.lock", "ab")  # noqa: SIM115 - closed below
+    handle: IO[bytes] = open(folder / f"{name}.lock", "ab")
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))

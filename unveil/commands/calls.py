@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tools.errors import CommandLineError, MissingFileError
 from unveil.commands.common import json_text
 
 
@@ -45,28 +46,28 @@ def results_file(path: Path) -> Path:
     if path.is_dir():
         path = path / SAMPLES
     if not path.is_file():
-        raise SystemExit(f"unveil calls: --results {str(path)!r}: no such results file")
+        raise MissingFileError(f"--results {str(path)!r}: no such results file")
     return path
 
 
 def load_calls(results: Path, sample_id: str, cache_path: str | None) -> list[dict[str, Any]]:
     """The calls of `sample_id` in `results`, looked up in the response cache at `cache_path` (default: the
-    default cache). A missing sample or cache is a SystemExit naming it."""
+    default cache). A missing sample or cache is an `UnveilError` naming it."""
     from agents.cache import ResponseCache, cache_off, default_cache_path
     from agents.call_log import sample_calls
     from tools.jsonl_files import done_records
 
     rec = done_records(results_file(results)).get(sample_id)
     if rec is None:
-        raise SystemExit(f"unveil calls: no sample {sample_id!r} in {results}")
+        raise CommandLineError(f"no sample {sample_id!r} in {results}")
     if not (rec.get("usage") or {}).get("calls"):
-        raise SystemExit(
-            f"unveil calls: the record of {sample_id!r} lists no calls (made with the response cache off, by a "
+        raise CommandLineError(
+            f"the record of {sample_id!r} lists no calls (made with the response cache off, by a "
             "version before calls were recorded, or a sample that made none)"
         )
     path = None if cache_path and cache_off(cache_path) else (Path(cache_path) if cache_path else default_cache_path())
     if path is None or not path.is_file():
-        raise SystemExit(f"unveil calls: no response cache at {path} (give the run's with --cache)")
+        raise MissingFileError(f"no response cache at {path} (give the run's with --cache)")
     cache = ResponseCache(path)
     try:
         return sample_calls(rec["usage"], cache)
@@ -74,7 +75,7 @@ def load_calls(results: Path, sample_id: str, cache_path: str | None) -> list[di
         cache.close()
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: object) -> str:
     """A message's content as text: text blocks as they are, images by hash."""
     if isinstance(content, str):
         return content

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agents.spec import DEFAULT_SPEC, is_demo_spec
+from tools.errors import CommandLineError
 
 if TYPE_CHECKING:
     from agents.gateway import Gateway
+    from runner.batch import BatchSummary
+    from runner.engine import EngineSettings
+    from runner.output_identity import OutputIdentity
+    from runner.spending import Spending
+    from tools.t2i.settings import RenderSettings
 
 DEMO_NOTICE = (
     "NOTE: {who} on the embedded model SmolLM2-135M-Instruct ({specs}). A 135M model makes this "
@@ -38,7 +45,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_render_options(parser: argparse.ArgumentParser, defaults: Any) -> None:
+def add_render_options(parser: argparse.ArgumentParser, defaults: RenderSettings) -> None:
     """The render flags of every command that renders, named as the fields of `tools.t2i.settings.RenderSettings`:
     --width, --height (or --size for both), --steps, --guidance, --negative-prompt, --long-prompts. They default
     to None, so only given flags override the context (`UNVEIL_<FIELD>`) or the settings' own defaults; `defaults`
@@ -134,7 +141,7 @@ def gated_exit_code(failed: int, misses: list[Any]) -> int:
     return GATE_EXIT if misses else batch_exit_code(failed)
 
 
-def report_batch(summary: Any, output: Any, *, done: str = "done") -> int:
+def report_batch(summary: BatchSummary, output: str | os.PathLike[str], *, done: str = "done") -> int:
     """Print a batch's summary (this run's counts, then every failed record of the output, earlier runs' too) and
     return its exit code (`batch_exit_code` of the failed records in the output)."""
     earlier = f" ({summary.failed_earlier} of them failed then)" if summary.failed_earlier else ""
@@ -165,7 +172,7 @@ MAX_STEPS = 1000  # refinements (t_max), diffusion steps
 MAX_PIXELS = 4096  # image width or height
 
 
-def bounded_int(lo: int, hi: int | None = None) -> Any:
+def bounded_int(lo: int, hi: int | None = None) -> Callable[[str], int]:
     """An argparse type: a whole number in [lo, hi] (hi None: no upper bound), refused with the bound otherwise."""
 
     def parse(text: str) -> int:
@@ -183,7 +190,7 @@ def bounded_int(lo: int, hi: int | None = None) -> Any:
     return parse
 
 
-def bounded_float(lo: float, hi: float, *, above: bool = False) -> Any:
+def bounded_float(lo: float, hi: float, *, above: bool = False) -> Callable[[str], float]:
     """An argparse type: a finite number in [lo, hi] (`above`: strictly over lo); NaN and infinities are refused."""
     import math
 
@@ -204,7 +211,7 @@ def bounded_float(lo: float, hi: float, *, above: bool = False) -> Any:
     return parse
 
 
-def int_list(lo: int, hi: int) -> Any:
+def int_list(lo: int, hi: int) -> Callable[[str], list[int]]:
     """An argparse type: comma-separated whole numbers, each in [lo, hi]."""
     one = bounded_int(lo, hi)
 
@@ -249,7 +256,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def engine_settings(args: argparse.Namespace) -> Any:
+def engine_settings(args: argparse.Namespace) -> EngineSettings:
     """The run layer's engine settings from --engine/--ray-address (local for commands without them)."""
     from runner.engine import EngineSettings
 
@@ -257,7 +264,7 @@ def engine_settings(args: argparse.Namespace) -> Any:
         return EngineSettings()
     address = getattr(args, "ray_address", None)
     if address and args.engine != "ray":
-        raise SystemExit("--ray-address needs --engine ray")
+        raise CommandLineError("--ray-address needs --engine ray")
     return EngineSettings(engine=args.engine, ray_address=address)
 
 
@@ -273,16 +280,16 @@ def add_spending_options(parser: argparse.ArgumentParser, what: str = "samples")
     )
 
 
-def spending_caps(args: argparse.Namespace) -> Any:
+def spending_caps(args: argparse.Namespace) -> Spending:
     """The `runner.spending.Spending` of --max-calls/--max-cost (no caps for a command without them)."""
     from runner.spending import Spending
 
     return Spending(getattr(args, "max_calls", None), getattr(args, "max_cost", None))
 
 
-def report_stop(spending: Any, not_run: int) -> None:
+def report_stop(spending: Spending | None, not_run: int) -> None:
     """Say on stderr that a spending cap kept `not_run` samples from starting, and how to go on."""
-    why = spending.stop()
+    why = spending.stop() if spending is not None else None
     if why and not_run:
         print(f"{why}; rerun with a higher cap to continue", file=sys.stderr)
 
@@ -311,7 +318,7 @@ def add_mixed_settings_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(MIX_FLAG, dest="allow_mixed_settings", action="store_true", help=MIXED_SETTINGS_HELP)
 
 
-def output_identity(args: argparse.Namespace, kind: str, settings: dict[str, Any]) -> Any:
+def output_identity(args: argparse.Namespace, kind: str, settings: dict[str, Any]) -> OutputIdentity:
     """The identity of the output a command writes (`runner.output_identity.OutputIdentity`): its kind, settings,
     the command line (credentials redacted) and whether --allow-mixed-settings was given."""
     from runner.output_identity import OutputIdentity
@@ -324,7 +331,7 @@ def output_identity(args: argparse.Namespace, kind: str, settings: dict[str, Any
     )
 
 
-def default_output_name(stem: str, specs: Any) -> str:
+def default_output_name(stem: str, specs: dict[str, str] | Sequence[str]) -> str:
     """A default output file name: `STEM.jsonl` on the embedded demo model (`transformers:smollm2`), else
     `STEM-PROVIDER-MODEL[-HASH].jsonl` with the main model's provider and name and, for a server, a short hash of its
     base URL, so each distinct model gets its own file: another model never lands in the demo's file (nor
@@ -386,13 +393,11 @@ def quiet_library_progress() -> None:
 
 def check_backend_settings() -> None:
     """Settings errors of the model backends (`UNVEIL_REQUEST_TIMEOUT`; the gateway's own variables are checked when
-    it is made) raised once, before the first sample, instead of failing every sample (SystemExit naming it)."""
+    it is made) raised once, before the first sample, instead of failing every sample (a `SettingError` naming
+    it)."""
     from agents.providers.langchain_api import request_timeout
 
-    try:
-        request_timeout()
-    except ValueError as exc:
-        raise SystemExit(str(exc)) from exc
+    request_timeout()
 
 
 def tag_setting_help(name: str) -> str:
@@ -438,7 +443,7 @@ def context_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     for item in args.role_model:
         role, sep, spec = item.partition("=")
         if not sep or not role or not spec:
-            raise SystemExit(f"--role-model {item!r}: expected ROLE=SPEC")
+            raise CommandLineError(f"--role-model {item!r}: expected ROLE=SPEC")
         out[f"{role.strip()}_model"] = spec.strip()
     if args.image_store:
         out["image_store"] = args.image_store
@@ -474,7 +479,7 @@ def warn_if_demo(specs: dict[str, str] | list[str]) -> None:
     print(DEMO_NOTICE.format(who=who, specs=specs_used), file=sys.stderr)
 
 
-def json_text(value: Any, *, indent: int = 2) -> str:
+def json_text(value: object, *, indent: int = 2) -> str:
     """`value` as JSON for printing: NaN and Infinity (not JSON) become null, as in batch outputs."""
     import json
 

@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-def _num(value: Any, signed: bool = False) -> str:
+def _num(value: object, signed: bool = False) -> str:
     """A metric for the table: 4 decimals, `-` for a missing value."""
     if not isinstance(value, (int, float)) or not math.isfinite(value):
         return "-"

@@ -6,9 +6,10 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.spec import is_demo_spec
+from tools.errors import CommandLineError, UnveilError
 from unveil.commands.common import (
     MAX_DEPTH,
     add_batch_options,
@@ -28,6 +29,9 @@ from unveil.commands.common import (
     tag_reading_kwargs,
     warn_if_demo,
 )
+
+if TYPE_CHECKING:
+    from runner.detect import DetectionContext
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pairs.jsonl"
 
@@ -75,25 +79,21 @@ def _method(value: str) -> str:
     raise argparse.ArgumentTypeError(f"{value!r}: use tag, vanilla or guard:NAME")
 
 
-def _context(args: argparse.Namespace) -> Any:
+def _context(args: argparse.Namespace) -> DetectionContext:
     from runner.detect import detection_context
 
     kw = context_kwargs(args)
     store = kw.pop("image_store", "")
-    try:
-        ctx = detection_context(
-            args.method,
-            kw,
-            image_store=store,
-            l_max=args.l_max,
-            k_max=args.k_max,
-            children=args.children,
-            screen=args.screen,
-            reading=tag_reading_kwargs(args),  # the TAG paper's readings (docs/tag.md); vanilla and guards ignore them
-        )
-    except ValueError as exc:
-        raise SystemExit(f"unveil detect: {exc}") from exc
-    return ctx
+    return detection_context(
+        args.method,
+        kw,
+        image_store=store,
+        l_max=args.l_max,
+        k_max=args.k_max,
+        children=args.children,
+        screen=args.screen,
+        reading=tag_reading_kwargs(args),  # the TAG paper's readings (docs/tag.md); vanilla and guards ignore them
+    )
 
 
 def command_line_image(ref: str | None) -> Path | None:
@@ -145,17 +145,15 @@ def _check_flags(args: argparse.Namespace) -> None:
     """Refuse a combination of flags that names no one job, and a --render path that cannot be written, before
     any model call."""
     if args.input and (args.text or args.image or args.image_description):
-        raise SystemExit(
-            "unveil detect: give either one pair (--text with --image or --image-description) or --input, not both"
-        )
+        raise CommandLineError("give either one pair (--text with --image or --image-description) or --input, not both")
     if not args.input and not args.text and (args.image or args.image_description):
-        raise SystemExit(
-            "unveil detect: --text is missing: a pair needs its text (run with no --image, --text or "
+        raise CommandLineError(
+            "--text is missing: a pair needs its text (run with no --image, --text or "
             "--input to try the bundled examples)"
         )
     if args.render and (args.input or not args.text):
-        raise SystemExit(
-            "unveil detect: --render draws one pair's TAG; it is not supported with --input or the "
+        raise CommandLineError(
+            "--render draws one pair's TAG; it is not supported with --input or the "
             "bundled examples (run one pair with --text)"
         )
     if args.render:
@@ -163,11 +161,13 @@ def _check_flags(args: argparse.Namespace) -> None:
 
         try:
             check_render_path(args.render)  # before any model call
-        except ValueError as exc:
-            raise SystemExit(f"unveil detect: {exc}") from exc
+        except ValueError as exc:  # unveil/render.py names the flag and the formats it can write
+            if isinstance(exc, UnveilError):
+                raise
+            raise CommandLineError(str(exc)) from exc
 
 
-def _run_file(args: argparse.Namespace, ctx: Any) -> int:
+def _run_file(args: argparse.Namespace, ctx: DetectionContext) -> int:
     """Detect every pair of --input (or of the bundled examples, each summary shown as soon as it is done) as a
     batch that resumes into its output file."""
     from runner.batch import run_batch
@@ -222,7 +222,7 @@ def _run_file(args: argparse.Namespace, ctx: Any) -> int:
     return report_batch(summary, output)
 
 
-def _run_pair(args: argparse.Namespace, ctx: Any) -> int:
+def _run_pair(args: argparse.Namespace, ctx: DetectionContext) -> int:
     """Detect the one pair of --text with --image or --image-description; print it, as JSON with --json, and
     draw its TAG with --render."""
     from runner.detect import detect_one
@@ -254,8 +254,8 @@ def run(args: argparse.Namespace) -> int:
     setup_gateway(args)
     try:
         check_detection_config(args.method)  # one error now, not one failed record per sample
-    except (ValueError, OSError) as exc:  # OSError: a template file that cannot be read
-        raise SystemExit(f"unveil detect: --method {args.method}: {exc}") from exc
+    except UnveilError as exc:  # an unknown guard, a template file that cannot be read or used
+        raise CommandLineError(f"--method {args.method}: {exc}") from exc
     ctx = _context(args)
     warn_if_demo(ctx.models())
     if args.input or not args.text:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import os
 import shutil
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tools.env import env_items, env_str
 from unveil.commands.common import add_model_options, bounded_float, context_kwargs, json_text
 
 CHROMIUM = ("chromium", "chromium-browser")
@@ -84,7 +84,7 @@ def embedded_model_check(args: argparse.Namespace) -> Check:
     from agents.providers.transformers_lm import is_prepared
     from agents.spec import DEFAULT_SPEC, is_demo_spec
 
-    needed = is_demo_spec(args.model or os.environ.get("UNVEIL_MODEL") or DEFAULT_SPEC)
+    needed = is_demo_spec(args.model or env_str("UNVEIL_MODEL") or DEFAULT_SPEC)
     name = f"embedded model {DEFAULT_SPEC}"
     try:
         ready = is_prepared("smollm2")
@@ -153,7 +153,7 @@ def configured_specs(args: argparse.Namespace) -> list[str]:
     from agents.spec import ModelSpec, ModelSpecError
 
     named = list(context_kwargs(args).values())
-    named += [v for k, v in sorted(os.environ.items()) if k.startswith("UNVEIL_") and k.endswith("_MODEL") and v]
+    named += [v for k, v in sorted(env_items().items()) if k.startswith("UNVEIL_") and k.endswith("_MODEL") and v]
     out: dict[str, str] = {}
     for text in named:
         try:
@@ -179,8 +179,8 @@ def _start_hint(spec: str) -> str:
     from agents.spec import ModelSpec
 
     host = (urlsplit(ModelSpec.parse(spec).base_url or "").hostname or "").lower()
-    proxied = any(os.environ.get(v) for v in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY"))
-    exempt = os.environ.get("NO_PROXY", "") + "," + os.environ.get("no_proxy", "")
+    proxied = any(env_str(v) for v in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY"))
+    exempt = (env_str("NO_PROXY") or "") + "," + (env_str("no_proxy") or "")
     loopback = host in ("localhost", "::1") or host.startswith("127.")
     if loopback and proxied and host not in exempt:
         return f"start the server; a proxy is set in the environment: add {host} to NO_PROXY so calls reach it"

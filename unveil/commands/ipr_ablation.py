@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tools.errors import CommandLineError, UnveilError
 from unveil.commands.common import (
     MAX_IMAGES,
     MAX_STEPS,
@@ -139,13 +140,13 @@ def train_alpha(config: dict[str, Any], alpha: float, out: Path) -> tuple[str, s
     target = out / "adapters" / f"alpha-{alpha_name(alpha)}"
     try:
         settings = build_settings(GRPOSettings, config, {"output_dir": str(target), "reward_keep_alpha": alpha})
-    except ValueError as exc:
-        raise SystemExit(f"--grpo-config: {exc}") from exc
+    except UnveilError as exc:
+        raise CommandLineError(f"--grpo-config: {exc}") from exc
     wanted = json.loads(json.dumps(settings_dict(settings), default=str))
     saved = target / "unveil_settings.json"
     if saved.is_file():
         if json.loads(saved.read_text(encoding="utf-8")) != wanted:
-            raise SystemExit(
+            raise CommandLineError(
                 f"{target} holds a refiner trained with other settings than --grpo-config's with keep_alpha "
                 f"{alpha_name(alpha)}: choose another --out, or remove that folder to train it again"
             )

@@ -6,8 +6,9 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tools.errors import CommandLineError
 from tools.t2i.defaults import IPR_T_MAX
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
 from tools.t2i.settings import RenderSettings
@@ -32,6 +33,9 @@ from unveil.commands.common import (
     spending_caps,
     warn_if_demo,
 )
+
+if TYPE_CHECKING:
+    from graphs.ipr import IPRContext
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -85,7 +89,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-def build_context(args: argparse.Namespace) -> Any:
+def build_context(args: argparse.Namespace) -> IPRContext:
     """The IPR context from the command-line options (explicit values win over `UNVEIL_<FIELD>`)."""
     from runner.refine import ipr_context
 
@@ -112,10 +116,7 @@ def build_context(args: argparse.Namespace) -> Any:
         kw["score"] = True
     if args.scorers:
         kw["scorers"] = [s.strip() for s in args.scorers.split(",") if s.strip()]
-    try:
-        return ipr_context(**kw)
-    except ValueError as exc:
-        raise SystemExit(f"unveil refine: {exc}") from exc
+    return ipr_context(**kw)
 
 
 def format_trajectory(rec: dict[str, Any], sample_id: str | None = None) -> str:
@@ -163,9 +164,9 @@ def run(args: argparse.Namespace) -> int:
     from runner.refine import check_refine_settings, prompt_of, refine_one, refine_settings, seed_of
 
     if not args.input and args.prompt is None:
-        raise SystemExit("give a PROMPT or --input prompts.jsonl")
+        raise CommandLineError("give a PROMPT or --input prompts.jsonl")
     if args.input and args.prompt is not None:
-        raise SystemExit("give either a PROMPT or --input, not both")
+        raise CommandLineError("give either a PROMPT or --input, not both")
     setup_gateway(args)
     ctx = build_context(args)
     check_generator_flag(ctx.generator)  # a missing 't2i' extra or an unreachable Hub model fails here, at once

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from tools.env import env_str
 from tools.safe_files import MAX_DATA_FILE_BYTES, read_regular
 from unveil.commands.common import bounded_int
 from unveil.ui.index import Problem
@@ -92,7 +92,7 @@ def review_actor(args: argparse.Namespace, root: Path, decisions: dict[str, Any]
     people = load_reviewers(reviewers_path(root))
     if people is None:
         return args.reviewer, "local"
-    token = os.environ.get("UNVEIL_REVIEWER_TOKEN", "").strip()
+    token = env_str("UNVEIL_REVIEWER_TOKEN", "") or ""
     if not token and sys.stdin.isatty():
         token = getpass.getpass(f"reviewer token for {root}: ")
     if not token:
@@ -141,7 +141,7 @@ def _own_queue(root: Path, items: list[dict[str, Any]]) -> tuple[list[dict[str, 
     assigned to them, with an assignment), and their name; else every item and ""."""
     from tools.reviewers import authenticate, load_assignment, load_reviewers, reviewers_path
 
-    people, token = load_reviewers(reviewers_path(root)), os.environ.get("UNVEIL_REVIEWER_TOKEN", "").strip()
+    people, token = load_reviewers(reviewers_path(root)), env_str("UNVEIL_REVIEWER_TOKEN", "") or ""
     if people is None or not token:
         return items, ""
     me = authenticate(people, token).name

@@ -10,6 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from tools.errors import MissingFileError
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `reviewers` subcommand and its verbs."""
@@ -53,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
     root = Path(args.dir)
     if not root.is_dir():
-        raise SystemExit(f"unveil reviewers: {root}: no such folder")
+        raise MissingFileError(f"{str(root)!r}: no such folder")
     path = reviewers_path(root)
     if args.verb == "add":
         token = add_reviewer(

@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tools.env import env_str
 from tools.errors import UnveilError
 
 COMMANDS = ("detect", "evaluate detection", "evaluate ipr", "refine", "generate")
 JOB_KEYS = ("command", "name")
-# Exit codes by severity: could not run, a quality gate missed, some samples failed, all well.
-SEVERITY = (1, 3, 2, 0)
+# Exit codes by severity: a bug, could not run, a quality gate missed, some samples failed, all well.
+SEVERITY = (70, 1, 3, 2, 0)  # 70: `unveil.cli.BUG_EXIT`
 
 
 class RunFileError(UnveilError, ValueError):
@@ -109,7 +110,7 @@ def option_keys(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     return keys
 
 
-def _flag_values(key: str, value: Any, action: argparse.Action) -> list[str]:
+def _flag_values(key: str, value: object, action: argparse.Action) -> list[str]:
     """The command-line words of one key's value (see the module docstring); a value the flag cannot take is a
     `RunFileError` naming the key."""
     flag = next((o for o in action.option_strings if o.startswith("--")), "")
@@ -132,7 +133,7 @@ def _flag_values(key: str, value: Any, action: argparse.Action) -> list[str]:
     return [flag, text] if flag else [text]
 
 
-def _scalar(key: str, value: Any) -> str:
+def _scalar(key: str, value: object) -> str:
     """One value as a command-line word (strings and numbers only)."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise RunFileError(f"key {key!r}: expected a string or a number, got {value!r}")
@@ -233,11 +234,10 @@ def _lines(path: str | None) -> int:
 
 def _main_model(args: argparse.Namespace) -> str:
     """The spec most of a job's calls go to: --model, else $UNVEIL_MODEL, else the default."""
-    import os
 
     from agents.spec import DEFAULT_SPEC
 
-    return str(getattr(args, "model", None) or os.environ.get("UNVEIL_MODEL") or DEFAULT_SPEC)
+    return str(getattr(args, "model", None) or env_str("UNVEIL_MODEL") or DEFAULT_SPEC)
 
 
 def _evaluate_detection(args: argparse.Namespace) -> list[tuple[str, int, int, str]]:
@@ -323,7 +323,7 @@ def print_plan(jobs: list[Job], path: Path, digest: str) -> None:
 
 def run_jobs(jobs: list[Job]) -> int:
     """Run the jobs in order, each as its command would (its engine, its errors as one line); every job runs
-    whatever the others did. Returns the gravest exit code (1, then 3, then 2, then 0)."""
+    whatever the others did. Returns the gravest exit code (a bug's 70, then 1, 3, 2 and 0)."""
     from runner.engine import engine_session
     from unveil.cli import report_error
     from unveil.commands.common import engine_settings
@@ -334,7 +334,7 @@ def run_jobs(jobs: list[Job]) -> int:
         try:
             with engine_session(engine_settings(job.args)):
                 rc = int(job.args.func(job.args) or 0)
-        except SystemExit as exc:
+        except SystemExit as exc:  # an exit of a library the job called (argparse's own are met when planning)
             if isinstance(exc.code, str):
                 print(exc.code, file=sys.stderr)
             rc = 1 if isinstance(exc.code, str) else int(exc.code or 0)

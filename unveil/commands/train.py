@@ -14,6 +14,7 @@ from dataclasses import MISSING, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tools.env import BOOL_WORDS, SettingError, parse_bool
+from tools.errors import CommandLineError
 from tools.extras import require_extra
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR, check_generator
 from tools.t2i.settings import RenderSettings
@@ -33,6 +34,9 @@ from unveil.commands.common import (
 )
 
 if TYPE_CHECKING:  # training (and torch) is imported only when a training command runs
+    from collections.abc import Callable
+    from dataclasses import Field
+
     from training.config import TrainSettings
 
 S = TypeVar("S", bound="TrainSettings")
@@ -71,7 +75,7 @@ def _add_fields(parser: argparse.ArgumentParser, cls: type, prefix: str = "") ->
             parser.add_argument(flag, dest=dest, type=_number_type(f, default), help=f"{what} (default {default!r})")
 
 
-def _number_type(f: Any, default: Any) -> Any:
+def _number_type(f: Field[Any], default: object) -> Callable[[str], object]:
     """The argparse type of a settings field: numbers bounded as `unveil.commands.common` bounds every numeric
     flag (a field's `min` metadata, else none below; finite; at most `MAX_SETTING`), other values as their type."""
     if isinstance(default, float):
@@ -192,7 +196,7 @@ def run_build_data(args: argparse.Namespace) -> int:
     roles = dict(item.split("=", 1) for item in args.role_model if "=" in item)
     unknown = sorted(set(roles) - {"labeller"})
     if unknown:
-        raise SystemExit(f"unveil train build-data: unknown role(s) {', '.join(unknown)}; valid roles: labeller")
+        raise CommandLineError(f"unknown role(s) {', '.join(unknown)}; valid roles: labeller")
     labeller = args.labeller or roles.get("labeller") or args.model or DEFAULT_SPEC
     warn_if_demo([labeller])
     if not gateway.vision(labeller):

@@ -6,6 +6,7 @@ import argparse
 import socket
 import sys
 
+from tools.errors import CommandLineError, UnveilError
 from unveil.commands.common import port_int
 
 
@@ -74,8 +75,10 @@ def run(args: argparse.Namespace) -> int:
             review_rule=args.review_rule,
             compare_with=args.compare,
         )
-    except ValueError as exc:
-        raise SystemExit(f"unveil ui: {exc}") from exc
+    except ValueError as exc:  # unveil/ui refuses a path or flag it cannot serve with a ValueError naming it
+        if isinstance(exc, UnveilError):
+            raise
+        raise CommandLineError(str(exc)) from exc
     token = app.state.guard.token
     sock = listen_socket(args.host, args.port)  # a busy port is said now, before any "open" line
     port = sock.getsockname()[1]
@@ -92,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
-    """The server's bound socket; a port already in use (or a host that cannot be bound) is one SystemExit naming
-    it and the flag, instead of a printed address that then fails."""
+    """The server's bound socket; a port already in use (or a host that cannot be bound) is one `CommandLineError`
+    naming it and the flag, instead of a printed address that then fails."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -101,9 +104,8 @@ def listen_socket(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise SystemExit(
-            f"unveil ui: cannot listen on {host}:{port}: {exc.strerror or exc} (another server there? choose another "
-            "--port)"
+        raise CommandLineError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc} (another server there? choose another --port)"
         ) from exc
     sock.set_inheritable(True)
     return sock
