@@ -352,7 +352,8 @@ def decide_in_folder(
             return rec, []
         log, done = [], []
         for answer, reviewer, role in answers:
-            what, entry = apply_decision(rec, answer, policy, reviewer=reviewer, now=now_iso(), role=role)
+            back = {"send_back": True} if answer.get("send_back") else None  # as the web app's send back
+            what, entry = apply_decision(rec, answer, policy, reviewer=reviewer, now=now_iso(), role=role, labels=back)
             done.append(what)
             if entry is not None:
                 entry["studio_answer"] = answer_key
