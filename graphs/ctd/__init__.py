@@ -8,15 +8,16 @@ forced-reasoning; each with its own model spec) votes in parallel through
 `Send`, and the acceptance rule of `graphs/ctd_rules.py` decides in code. A rejected attempt gets targeted
 feedback from a model and goes back to the Eraser, up to `max_rounds` attempts; then the scene is dropped and
 recorded as such. An accepted pair goes to human verification: an `interrupt()` (resume with
-`{"decision": "approve"|"reject", "note": "..."}`), a review queue for batch runs, or none. With the server's
+`{"decision": "approve"|"reject"|"send_back", "note": "..."}`; a send back gives the Eraser another attempt
+that reads the note), a review queue for batch runs, or none. With the server's
 review folder set (`UNVEIL_REVIEW_DIR`), the interrupt is shared with the web app on that folder
 (`graphs.ctd_review`).
 
 State holds ids and paths of images, never their bytes.
 
 The package has one module a job: `context` (the run's settings), `state`, `resources` (generator and image store),
-`classify` (image classifiers and moderation scores), `nodes` (the generation nodes and routes), `review_payload`
-and `human_review` (human verification), and `build` (the compiled graph).
+`classify` (image classifiers and moderation scores), `nodes` (the generation nodes and routes), `review_payload`,
+`human_review` and `send_back` (human verification), and `build` (the compiled graph).
 """
 
 from __future__ import annotations
