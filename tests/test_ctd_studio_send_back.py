@@ -149,6 +149,7 @@ async def test_a_send_back_in_the_review_folder_is_shared_with_the_web_app(
     web = CtdSource(folder)
     card = web.record(sid)
     assert card is not None and card["status"] == "pending_review" and card["text"].startswith("CAPTION-B:")
+    assert card["judgements"] == {} and not card["disagree"]  # ann's rejection judged the earlier pair
     latest = [r for r in lines(folder / SAMPLES) if r["id"] == sid][-1]
     assert latest["sent_back"][0]["note"] == NOTE and len(latest["review_history"]) == 1
 
@@ -159,5 +160,20 @@ async def test_a_send_back_in_the_review_folder_is_shared_with_the_web_app(
     assert "NOTE-7Q once more" in eraser_requests(fresh_gateway)[-1]
     out = await g.ainvoke(Command(resume={"decision": "approve", "reviewer": "ann"}), cfg, context=ctx)
     assert out["status"] == "accepted" and [b["reviewer"] for b in out["sent_back"]] == ["ann", "bob"]
-    assert web.record(sid)["status"] == "accepted"
+    assert web.record(sid)["status"] == "accepted" and web.record(sid)["judgements"] == {"ann": "approve"}
     assert [x["decision"] for x in lines(folder / DECISIONS)] == ["reject", "reject", "approve"]
+
+
+async def test_a_sent_back_sample_the_judges_drop_is_recorded_dropped_in_the_review_folder(
+    tmp_path, tiny_sd, fresh_gateway, monkeypatch
+):
+    folder = tmp_path / "review"
+    monkeypatch.setenv(REVIEW_DIR_ENV, str(folder))
+    g, cfg, ctx, _ = await start(tmp_path, tiny_sd, max_rounds=1, b_accepted=False)
+    out = await g.ainvoke(Command(resume={"decision": "send_back", "note": NOTE}), cfg, context=ctx)
+    assert out["status"] == "dropped"
+    # The web app no longer shows it waiting for the Eraser: dropped, its review history and the note kept.
+    latest = [r for r in lines(folder / SAMPLES) if r["id"] == f"studio-{THREAD}"][-1]
+    assert latest["status"] == "dropped" and latest["drop_reason"].startswith("too_easy")
+    assert [h["decision"] for h in latest["review_history"]] == ["reject"] and latest["sent_back"][0]["note"] == NOTE
+    assert CtdSource(folder).record(f"studio-{THREAD}")["status"] == "dropped"

@@ -9,7 +9,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from langgraph.config import get_config
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
@@ -20,6 +19,7 @@ from graphs.ctd.send_back import (
     SendBack,
     answer_key,
     deciding_send_back,
+    folder_sample,
     folder_send_back,
     requeue_revised,
     sent_back_update,
@@ -63,12 +63,10 @@ async def human_review(state: CtdState, runtime: Runtime[CtdContext]) -> CtdStat
             thumbnail = await asyncio.to_thread(thumbnail_data_url, store, state["image_id"])
         except Exception as exc:  # noqa: BLE001 - the reviewer still gets the path; the review must not fail
             log.warning("no thumbnail for %s: %s", state.get("image_id"), exc)
-    folder, thread_id = review_dir(), (get_config().get("configurable") or {}).get("thread_id")
-    if folder is not None and thread_id:
-        return await _folder_review(
-            state, runtime, folder, f"studio-{thread_id}", thumbnail, server_reviewers_file(folder)
-        )
-    return await _graph_review(state, runtime, thumbnail, server_reviewers_file(folder))
+    where = folder_sample()
+    if where is not None:
+        return await _folder_review(state, runtime, where[0], where[1], thumbnail, server_reviewers_file(where[0]))
+    return await _graph_review(state, runtime, thumbnail, server_reviewers_file(review_dir()))
 
 
 async def _graph_review(

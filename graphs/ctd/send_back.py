@@ -12,15 +12,17 @@ does, `{"decision": "reject", "send_back": true, "note": "..."}` (`studio_answer
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any, Literal
 
+from langgraph.config import get_config
 from typing_extensions import TypedDict
 
 from graphs.ctd.state import CtdState
 from graphs.ctd_labels import check_answer
 from graphs.ctd_review import sample_record
-from tools.review_log import append_records, read_records, review_lock
+from tools.review_log import append_records, read_records, review_dir, review_lock
 
 SEND_BACK = "send_back"  # the decision a Studio answer names (the web app's form posts the same value)
 DECISIONS = ("approve", "reject", SEND_BACK)
@@ -128,10 +130,20 @@ def folder_send_back(rec: dict[str, Any], state: CtdState) -> SendBack | None:
     }
 
 
+def _revised(folder: Path, sample_id: str, out: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
+    """The folder's new record of a sent-back sample after its new attempt (`out`), keeping the review history and,
+    in `sent_back`, every note that sent it back, as `unveil generate` keeps them."""
+    return {
+        "id": sample_id,
+        **sample_record(out, dataset_dir=folder),
+        "review_history": rec.get("review_history", []),
+        "sent_back": [*rec.get("sent_back", []), rec.get("send_back") or {}],
+    }
+
+
 def requeue_revised(folder: Path, sample_id: str, out: dict[str, Any]) -> dict[str, Any] | None:
     """When the folder's record of the sample was sent back at an earlier attempt, append the new attempt as
-    pending review (keeping the review history, and the notes that sent it back in `sent_back`, as `unveil
-    generate` keeps them) and return it; else None. Under the folder lock (blocking: run it in a thread)."""
+    pending review and return it; else None. Under the folder lock (blocking: run it in a thread)."""
     with review_lock(folder):
         rec = read_records(folder).get(sample_id)
         back = (rec or {}).get("send_back") or {}
@@ -141,11 +153,31 @@ def requeue_revised(folder: Path, sample_id: str, out: dict[str, Any]) -> dict[s
             or int(back.get("round") or 0) >= int(out.get("rounds") or 0)
         ):
             return None
-        new = {
-            "id": sample_id,
-            **sample_record({**out, "status": "pending_review", "review": {"status": "pending"}}, dataset_dir=folder),
-            "review_history": rec.get("review_history", []),
-            "sent_back": [*rec.get("sent_back", []), back],
-        }
+        new = _revised(folder, sample_id, {**out, "status": "pending_review", "review": {"status": "pending"}}, rec)
         append_records(folder, [new])
         return new
+
+
+def drop_in_folder(folder: Path, sample_id: str, out: dict[str, Any]) -> None:
+    """When the folder's record of the sample waits for its sent-back attempt, append the scene as dropped (the
+    judges rejected the last attempt), so the web app no longer shows it waiting. Under the folder lock
+    (blocking: run it in a thread)."""
+    with review_lock(folder):
+        rec = read_records(folder).get(sample_id)
+        if rec is not None and rec.get("status") == "sent_back":
+            append_records(folder, [_revised(folder, sample_id, out, rec)])
+
+
+def folder_sample() -> tuple[Path, str] | None:
+    """The server's review folder and this run's sample id in it (`studio-<thread id>`), or None without a folder
+    or a thread (call it inside a node)."""
+    folder, thread_id = review_dir(), (get_config().get("configurable") or {}).get("thread_id")
+    return (folder, f"studio-{thread_id}") if folder is not None and thread_id else None
+
+
+async def record_drop(state: CtdState, update: CtdState) -> None:
+    """The drop node's note to the review folder: a sent-back sample whose new attempt the judges rejected for the
+    last time is recorded there as dropped (`drop_in_folder`)."""
+    where = folder_sample() if state.get("sent_back") else None
+    if where is not None:
+        await asyncio.to_thread(drop_in_folder, where[0], where[1], {**state, **update})

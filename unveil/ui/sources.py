@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from evaluation.metrics import MTC_BIN_LABELS, MTC_BINS, mtc_bin
 from graphs.ctd_labels import LabelSchema, load_schema
-from graphs.ctd_review import disagreement
+from graphs.ctd_review import attempt_start, disagreement
 from graphs.ctd_rules import latest_by_reviewer
 from graphs.tag_tree_check import TreeError, check_trees
 
@@ -297,7 +297,7 @@ def _ctd_summary(rec: dict[str, Any]) -> dict[str, Any]:
         "review_status": review.get("status") or "none",
         "search": words.casefold()[:SEARCH_CHARS],
         "views": view_lines(rec),
-        "judgements": judgements(rec.get("review_history") or []),
+        "judgements": judgements(rec.get("review_history") or [], attempt_start(rec)),
         "adjudicated": bool(review.get("adjudicated")),
     }
 
@@ -363,7 +363,7 @@ class CtdSource:
             "cost": _cost(rec.get("usage")) or float(rec.get("cost_usd") or 0.0),
             "review": rec.get("review") or {"status": "none"},
             "undone": {h.get("undoes") for h in rec.get("review_history") or [] if h.get("decision") == "undo"},
-            "judgements": judgements(rec.get("review_history") or []),
+            "judgements": judgements(rec.get("review_history") or [], attempt_start(rec)),
             "n_reviews": len(latest_by_reviewer((rec.get("review") or {}).get("reviews") or [])),
             "disagree": disagreement(rec),
         }
