@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from graphs.ctd import CtdContext, ctd_generator
+from graphs.ctd.send_back import reviewer_feedback
 from graphs.tag import TagContext
 from runner.batch_input import BatchItem
 from runner.detect import detect_one, tag_context, tag_reading
@@ -71,20 +72,6 @@ async def run_scene(
     if final.next:
         raise RuntimeError(f"scene {sample_id} stopped at {final.next} (an interrupt needs review mode interrupt)")
     return dict(final.values)
-
-
-def reviewer_feedback(values: dict[str, Any], send_back: dict[str, Any]) -> dict[str, Any]:
-    """The feedback entry a reviewer's rejection adds to the Eraser's history (the form the Gatekeeper's feedback
-    takes: the attempt, the problem and the advice), so the next attempt reads the reviewer's note."""
-    erasure = values.get("erasure") or {}
-    return {
-        "round": values.get("rounds", 0),
-        "problem": "reviewer_rejected",
-        "detail": f"a human reviewer ({send_back.get('reviewer') or '?'}) rejected the accepted pair",
-        "attempt": {k: erasure.get(k) for k in ("t2i_prompt", "caption", "erasure_reason", "technique")},
-        "feedback": str(send_back.get("note") or ""),
-        "suggestions": [],
-    }
 
 
 async def send_back_scene(

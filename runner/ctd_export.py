@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from graphs.ctd.review import judged
+from graphs.ctd.review import attempt_start, judged
 from graphs.ctd.rules import fleiss_kappa
 from tools.safe_files import atomic_write
 
@@ -82,7 +82,7 @@ def dataset_card(rows: list[dict[str, Any]], records: list[dict[str, Any]], revi
     cats = sorted({c for c, _ in per_cat})
     table = "\n".join(f"| {c} | {per_cat[(c, 1)]} | {per_cat[(c, 0)]} |" for c in cats)
     rule, n_reviewers, settled = _review_facts(reviewed)
-    labels = [list(judged(r.get("review_history") or []).values()) for r in reviewed]
+    labels = [list(judged(r.get("review_history") or [], attempt_start(r)).values()) for r in reviewed]
     kappa = fleiss_kappa(labels)
     multi = sum(1 for x in labels if len(x) >= 2)
     models = Counter(

@@ -331,6 +331,52 @@ async def test_ctd_review_in_studio_and_the_web_app_agree(
     assert [(x["id"], x["reviewer"]) for x in log][-1] == (sid, "bob")
 
 
+async def test_ctd_send_back_in_studio_gives_the_eraser_another_attempt(
+    client: Any, langgraph_server: Any, tiny_sd: str, tmp_path: Path
+) -> None:
+    from tests.test_ctd import base_script, erasure, merge, panel_rules
+
+    # The Eraser answers B once the reviewer's note is in its request, else A; the panel accepts both.
+    eraser = [{"when": "NOTE-SRV", "then": erasure("B")}, {"when": "", "then": erasure("A")}]
+    script = merge(base_script(eraser), panel_rules("A"), panel_rules("B"))
+    spec = f"scripted:{write_json(tmp_path / 'script.json', script)}"
+    ctx = {
+        "model": spec,
+        "generator": tiny_sd,
+        "width": 32,
+        "height": 32,
+        "steps": 2,
+        "web_search": False,
+        "review": "interrupt",
+    }
+    thread_id, first = await run(client, "ctd", {"id": "srv-4", "category": "drugs", "seed": 8}, context=ctx)
+    assert not error_of(first), error_of(first)
+    shown = (await client.threads.get_state(thread_id))["interrupts"][0]["value"]
+    assert shown["text"].startswith("CAPTION-A:") and "'send_back'" in shown["question"]
+    # A send back without its note is asked again, naming the field.
+    out = await client.runs.wait(
+        thread_id, "ctd", command={"resume": {"decision": "send_back"}}, context=ctx, raise_error=False
+    )
+    assert not error_of(out), error_of(out)
+    assert "note is empty" in (await client.threads.get_state(thread_id))["interrupts"][0]["value"]["error"]
+    answer = {"decision": "send_back", "note": "NOTE-SRV: the scale gives it away", "reviewer": "ann"}
+    out = await client.runs.wait(thread_id, "ctd", command={"resume": answer}, context=ctx, raise_error=False)
+    assert not error_of(out), error_of(out)
+    state = await client.threads.get_state(thread_id)
+    assert state["next"] == ["human_review"]
+    again = state["interrupts"][0]["value"]
+    assert again["text"].startswith("CAPTION-B:") and again["rounds"] == 2
+    assert state["values"]["feedback_history"][-1]["feedback"] == answer["note"]
+    log = [json.loads(x) for x in (langgraph_server.review_dir / "decisions.jsonl").read_text().splitlines()]
+    assert [(x["id"], x["decision"], x.get("send_back")) for x in log][-1] == (again["review_id"], "reject", True)
+    final = await client.runs.wait(
+        thread_id, "ctd", command={"resume": {"decision": "approve", "reviewer": "ann"}}, context=ctx, raise_error=False
+    )
+    assert not error_of(final), error_of(final)
+    assert final["status"] == "accepted" and final["text"].startswith("CAPTION-B:")
+    assert [(b["reviewer"], b["round"]) for b in final["sent_back"]] == [("ann", 1)]
+
+
 async def test_context_is_validated_with_errors_naming_the_field(client: Any, tmp_path: Path) -> None:
     spec = f"scripted:{write_json(tmp_path / 'script.json', TAG_SCRIPT)}"
     sample = {"image_description": "a bag of white powder", "text": "Fresh batch. Text the usual number."}

@@ -8,7 +8,8 @@ forced-reasoning; each with its own model spec) votes in parallel through
 `Send`, and the acceptance rule of `graphs/ctd/rules.py` decides in code. A rejected attempt gets targeted
 feedback from a model and goes back to the Eraser, up to `max_rounds` attempts; then the scene is dropped and
 recorded as such. An accepted pair goes to human verification: an `interrupt()` (resume with
-`{"decision": "approve"|"reject", "note": "..."}`), a review queue for batch runs, or none. With the server's
+`{"decision": "approve"|"reject"|"send_back", "note": "..."}`; a send back gives the Eraser another attempt
+that reads the note), a review queue for batch runs, or none. With the server's
 review folder set (`UNVEIL_REVIEW_DIR`), the interrupt is shared with the web app on that folder
 (`graphs.ctd.review`).
 
@@ -16,9 +17,9 @@ State holds ids and paths of images, never their bytes.
 
 The package has one module a job: `context` (the run's settings), `state`, `resources` (generator and image store),
 `classify` (image classifiers and moderation scores), `rules` (the Gatekeeper's acceptance rule, the review
-policy and agreement statistics: pure functions), `nodes` (the generation nodes and routes), `review_payload` and
-`human_review` (human verification), `review` (the review folder's decisions, shared with the web app), `labels`
-(a review folder's label schema), and `build` (the compiled graph). `rules`, `review` and `labels` load no model
+policy and agreement statistics: pure functions), `nodes` (the generation nodes and routes), `review_payload`,
+`human_review` and `send_back` (human verification), `review` (the review folder's decisions, shared with the
+web app), `labels` (a review folder's label schema), and `build` (the compiled graph). `rules`, `review` and `labels` load no model
 stack: the web app and `unveil review` use them.
 """
 

@@ -17,6 +17,7 @@ from graphs.ctd.nodes import (
     route_gatekeeper,
     route_modality,
 )
+from graphs.ctd.send_back import route_review
 from graphs.ctd.state import CtdInput, CtdOutput, CtdState
 
 builder = StateGraph(CtdState, context_schema=CtdContext, input_schema=CtdInput, output_schema=CtdOutput)
@@ -36,6 +37,6 @@ builder.add_edge("judge", "gatekeeper")
 builder.add_conditional_edges("gatekeeper", route_gatekeeper, ["human_review", "feedback", "drop"])
 builder.add_edge("feedback", "eraser")
 builder.add_edge("drop", END)
-builder.add_edge("human_review", END)
+builder.add_conditional_edges("human_review", route_review, ["eraser", END])  # a send back: another attempt
 
 graph = builder.compile(name="ctd_generation")

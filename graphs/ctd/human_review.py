@@ -9,7 +9,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from langgraph.config import get_config
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
@@ -20,11 +19,22 @@ from graphs.ctd.review import (
     combined_review,
     decide_in_folder,
     folder_outcome,
+    now_iso,
     parse_review,
     queue_in_folder,
 )
 from graphs.ctd.review_payload import REVIEW_QUESTION, review_payload, thumbnail_data_url
 from graphs.ctd.rules import ReviewPolicy, review_outcome
+from graphs.ctd.send_back import (
+    SendBack,
+    answer_key,
+    deciding_send_back,
+    folder_sample,
+    folder_send_back,
+    requeue_revised,
+    sent_back_update,
+    studio_answers,
+)
 from graphs.ctd.state import CtdState
 from tools.image_store import get_image_store
 from tools.review_log import review_dir
@@ -34,7 +44,8 @@ log = logging.getLogger("unveil.ctd")
 
 
 async def human_review(state: CtdState, runtime: Runtime[CtdContext]) -> CtdState:
-    """Human verification: pause for a reviewer, queue the sample for later review, or skip (auto).
+    """Human verification: pause for a reviewer, queue the sample for later review, or skip (auto); a reviewer
+    may send the sample back to the Eraser with a note (`graphs.ctd.send_back`).
 
     An invalid answer pauses again with the error in the payload (each `interrupt()` of the node gets its own
     resume value, replayed when the node reruns), so a typo never leaves the thread failed. When the server names a
@@ -52,12 +63,10 @@ async def human_review(state: CtdState, runtime: Runtime[CtdContext]) -> CtdStat
             thumbnail = await asyncio.to_thread(thumbnail_data_url, store, state["image_id"])
         except Exception as exc:  # noqa: BLE001 - the reviewer still gets the path; the review must not fail
             log.warning("no thumbnail for %s: %s", state.get("image_id"), exc)
-    folder, thread_id = review_dir(), (get_config().get("configurable") or {}).get("thread_id")
-    if folder is not None and thread_id:
-        return await _folder_review(
-            state, runtime, folder, f"studio-{thread_id}", thumbnail, server_reviewers_file(folder)
-        )
-    return await _graph_review(state, runtime, thumbnail, server_reviewers_file(folder))
+    where = folder_sample()
+    if where is not None:
+        return await _folder_review(state, runtime, where[0], where[1], thumbnail, server_reviewers_file(where[0]))
+    return await _graph_review(state, runtime, thumbnail, server_reviewers_file(review_dir()))
 
 
 async def _graph_review(
@@ -71,7 +80,7 @@ async def _graph_review(
     policy = runtime.context.review_policy()
     people = await asyncio.to_thread(load_reviewers, reviewers_file) if reviewers_file else None
     require_reviewers_file(policy.min_reviewers, people, "the ctd graph's review")
-    reviews: list[dict[str, str]] = []
+    reviews: list[dict[str, Any]] = []
     error: str | None = None
     while True:  # ends: an interrupt() with no resume value left suspends the run
         payload = review_payload(state, thumbnail=thumbnail, error=error)
@@ -80,13 +89,22 @@ async def _graph_review(
             payload["question"] = _another(policy, len(reviews))
         answer = interrupt(payload)
         try:
-            given = authenticated_answers(answer, people, default_name="")
+            given = authenticated_answers(studio_answers(answer), people, default_name="")
             reviews, error = _merge_reviews(reviews, given)
         except ValueError as exc:
             error = str(exc)
             continue
         if review_outcome(reviews, policy) != "pending":
             review = combined_review(reviews, policy)
+            back = deciding_send_back(reviews, review["status"])
+            if back is not None:
+                entry: SendBack = {
+                    "note": back["note"],
+                    "reviewer": back["reviewer"],
+                    "time": now_iso(),
+                    "round": state.get("rounds"),
+                }
+                return sent_back_update(state, entry, review)
             return {"status": "accepted" if review["status"] == "approved" else "rejected", "review": review}
 
 
@@ -99,14 +117,17 @@ def _another(policy: ReviewPolicy, n_so_far: int) -> str:
 
 
 def _merge_reviews(
-    reviews: list[dict[str, str]], given: list[tuple[dict[str, Any], str, str]]
-) -> tuple[list[dict[str, str]], str | None]:
-    """The reviews after a resume's answers, one per reviewer (a changed judgement replaces the earlier one), and
-    the note for the next question when a reviewer repeated their judgement."""
+    reviews: list[dict[str, Any]], given: list[tuple[dict[str, Any], str, str]]
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The reviews after a resume's answers, one per reviewer (a changed judgement replaces the earlier one; a
+    rejection that sends the sample back says so, `send_back: true`), and the note for the next question when a
+    reviewer repeated their judgement."""
     out = list(reviews)
     repeated: list[str] = []
     for answer, who, _ in given:
-        one = {**parse_review(answer), "reviewer": who}
+        one: dict[str, Any] = {**parse_review(answer), "reviewer": who}
+        if answer.get("send_back"):
+            one["send_back"] = True
         earlier = [r for r in out if who and r.get("reviewer") == who]
         if earlier and earlier[-1]["status"] == one["status"]:
             repeated.append(who)
@@ -128,7 +149,8 @@ async def _folder_review(
     queued there (its image copied into the folder's store) as `unveil generate --review queue` writes it; a
     decision already taken there (in the web app, undos counted) resolves the review without a pause, and is read
     again whenever the run resumes; a Studio answer is applied to the folder's record under the folder lock and
-    logged in `decisions.jsonl` with its reviewer and time, so the web app shows it."""
+    logged in `decisions.jsonl` with its reviewer and time, so the web app shows it. A send back, there or here,
+    sends the run to the Eraser; its next attempt is queued again (`graphs.ctd.send_back.requeue_revised`)."""
     out: dict[str, Any] = dict(state)
     if state.get("image_id"):
         src = await open_store(runtime.context)
@@ -138,7 +160,8 @@ async def _folder_review(
             )
         )
         out["image_path"] = copied.path
-    rec = await asyncio.to_thread(queue_in_folder, folder, sample_id, out)
+    revised = await asyncio.to_thread(requeue_revised, folder, sample_id, out)
+    rec = revised if revised is not None else await asyncio.to_thread(queue_in_folder, folder, sample_id, out)
     policy = runtime.context.review_policy()
     people = await asyncio.to_thread(load_reviewers, reviewers_file) if reviewers_file else None
     require_reviewers_file(policy.min_reviewers, people, "the ctd graph's review")
@@ -148,6 +171,9 @@ async def _folder_review(
         decided = folder_outcome(rec)
         if decided is not None:
             return {"status": decided["status"], "review": decided["review"]}
+        back = folder_send_back(rec, state)  # sent back in the web app, or by this node's answer below
+        if back is not None:
+            return sent_back_update(state, back, rec.get("review") or {})
         payload = review_payload(state, thumbnail=thumbnail, error=error)
         payload["review_id"], payload["review_dir"] = sample_id, str(folder)
         so_far = [
@@ -160,11 +186,13 @@ async def _folder_review(
         answer = interrupt(payload)
         n += 1
         try:
-            answers = authenticated_answers(answer, people, default_name="studio")
+            answers = authenticated_answers(studio_answers(answer), people, default_name="studio")
         except ValueError as exc:
             error = str(exc)
             continue
-        again, done = await asyncio.to_thread(decide_in_folder, folder, sample_id, answers, policy, answer_key=str(n))
+        again, done = await asyncio.to_thread(
+            decide_in_folder, folder, sample_id, answers, policy, answer_key=answer_key(state, n)
+        )
         rec = again if again is not None else rec
         error = _folder_note(answers, done)
 

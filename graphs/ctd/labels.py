@@ -79,9 +79,14 @@ def check_answer(answer: dict[str, Any], schema: LabelSchema | None) -> dict[str
     decision = str(answer.get("decision", "")).strip().lower()
     note = str(answer.get("note") or "").strip()
     if answer.get("send_back"):
-        if decision != "reject" or not note:
+        if decision != "reject":
             raise LabelSchemaError(
-                "sending a sample back to the Eraser is a rejection with a note (the Eraser reads it)"
+                f"send_back: sending a sample back to the Eraser is a rejection with a note; decision is {decision!r}"
+            )
+        if not note:
+            raise LabelSchemaError(
+                "send_back: sending a sample back to the Eraser is a rejection with a note; the note is empty "
+                "(the Eraser reads it)"
             )
         return {**check_answer({**answer, "send_back": False}, schema), "send_back": True}
     if schema is None or decision not in ("approve", "reject"):

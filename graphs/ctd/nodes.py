@@ -25,6 +25,7 @@ from graphs.ctd.classify import classifier_flags, moderation_leaks, moderation_s
 from graphs.ctd.context import CtdContext
 from graphs.ctd.resources import ctd_generator, open_store
 from graphs.ctd.rules import answered_votes, compared_votes, decide
+from graphs.ctd.send_back import record_drop
 from graphs.ctd.state import CtdState, JudgedAttempt, JudgeTask, attempt_seed, round_votes
 from tools.web_search import get_web_search
 
@@ -281,8 +282,10 @@ async def feedback(state: CtdState, runtime: Runtime[CtdContext]) -> CtdState:
 async def drop(state: CtdState, runtime: Runtime[CtdContext]) -> CtdState:
     """Record a scene that used up its attempts."""
     problem, detail = _problem(state)
-    return {
+    update: CtdState = {
         "status": "dropped",
         "drop_reason": f"{problem} after {state['rounds']} rounds: {detail}",
         "review": {"status": "none"},
     }
+    await record_drop(state, update)  # a sample sent back from a review folder: recorded there as dropped
+    return update

@@ -86,13 +86,28 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
-def judged(history: list[dict[str, Any]]) -> dict[str, str]:
-    """Each reviewer's latest approve/reject in a review history (undone entries and adjudications left out;
-    judgements kept as conflicts count: the reviewer did judge)."""
+def attempt_start(rec: dict[str, Any]) -> int:
+    """Where the judgements of the sample's current attempt begin in its review history: after the rejection that
+    sent the attempt before it back to the Eraser (the last of `sent_back`, the send backs its revisions answered,
+    found by reviewer and time), else 0. An earlier attempt's judgements judged another pair."""
+    marks = {(b.get("reviewer"), b.get("time")) for b in rec.get("sent_back") or []}
+    history = rec.get("review_history") or []
+    ends = [
+        k
+        for k, h in enumerate(history)
+        if h.get("decision") == "reject" and (h.get("reviewer"), h.get("time")) in marks
+    ]
+    return ends[-1] + 1 if ends else 0
+
+
+def judged(history: list[dict[str, Any]], since: int = 0) -> dict[str, str]:
+    """Each reviewer's latest approve/reject in a review history from entry `since` on (the current attempt's:
+    `attempt_start`), undone entries and adjudications left out; judgements kept as conflicts count: the reviewer
+    did judge."""
     undone = {h.get("undoes") for h in history if h.get("decision") == "undo"}
     out: dict[str, str] = {}
     for k, h in enumerate(history):
-        if k not in undone and h.get("decision") in ("approve", "reject") and not h.get("adjudicated"):
+        if k >= since and k not in undone and h.get("decision") in ("approve", "reject") and not h.get("adjudicated"):
             out[str(h.get("reviewer") or "?")] = str(h["decision"])
     return out
 
@@ -101,7 +116,7 @@ def disagreement(rec: dict[str, Any]) -> bool:
     """Whether the reviewers of a sample disagree (one approves, another rejects) and no adjudicator settled it."""
     if (rec.get("review") or {}).get("adjudicated"):
         return False
-    return len(set(judged(rec.get("review_history") or []).values())) > 1
+    return len(set(judged(rec.get("review_history") or [], attempt_start(rec)).values())) > 1
 
 
 def _settle(rec: dict[str, Any], answer: dict[str, Any], entry: dict[str, Any]) -> str:
@@ -352,7 +367,8 @@ def decide_in_folder(
             return rec, []
         log, done = [], []
         for answer, reviewer, role in answers:
-            what, entry = apply_decision(rec, answer, policy, reviewer=reviewer, now=now_iso(), role=role)
+            back = {"send_back": True} if answer.get("send_back") else None  # as the web app's send back
+            what, entry = apply_decision(rec, answer, policy, reviewer=reviewer, now=now_iso(), role=role, labels=back)
             done.append(what)
             if entry is not None:
                 entry["studio_answer"] = answer_key

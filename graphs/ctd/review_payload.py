@@ -34,8 +34,9 @@ def thumbnail_data_url(store: ImageStore, image_id: str) -> str:
 
 
 REVIEW_QUESTION = (
-    "Approve this sample? Resume with {'decision': 'approve'|'reject', 'note': '...', "
-    "'reviewer': '...'} (or a list of such answers, one per reviewer)"
+    "Approve this sample? Resume with {'decision': 'approve'|'reject'|'send_back', 'note': '...', "
+    "'reviewer': '...'} (or a list of such answers, one per reviewer). 'send_back' rejects the pair and gives "
+    "the Eraser another attempt, which reads your note (required) as feedback."
 )
 
 

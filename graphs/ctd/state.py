@@ -84,7 +84,7 @@ class CtdOutput(TypedDict, total=False):
     id: str
     category: str
     subcategory: str
-    status: Literal["accepted", "pending_review", "rejected", "dropped"]
+    status: Literal["accepted", "pending_review", "rejected", "sent_back", "dropped"]
     text: str
     image_id: str
     image_path: str
@@ -99,6 +99,7 @@ class CtdOutput(TypedDict, total=False):
     rounds: int
     seeds: list[int]
     review: dict[str, Any]
+    sent_back: list[dict[str, Any]]  # each reviewer's send back (note, reviewer, time, round), oldest first
     drop_reason: str
     models: dict[str, str | list[str]]
     web_search: bool

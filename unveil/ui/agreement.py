@@ -17,14 +17,15 @@ from graphs.ctd.rules import cohen_kappa as cohen_kappa
 from graphs.ctd.rules import fleiss_kappa as fleiss_kappa
 
 
-def judgements(history: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """Each reviewer's latest approve/reject in a sample's review history, undone entries and adjudications (a
-    settlement, not a rating) left out."""
+def judgements(history: Iterable[Mapping[str, Any]], since: int = 0) -> dict[str, str]:
+    """Each reviewer's latest approve/reject in a sample's review history from entry `since` on (the current
+    attempt's: `graphs.ctd.review.attempt_start`), undone entries and adjudications (a settlement, not a rating)
+    left out."""
     entries = list(history)
     undone = {h.get("undoes") for h in entries if h.get("decision") == "undo"}
     out: dict[str, str] = {}
     for k, h in enumerate(entries):
-        if k not in undone and h.get("decision") in LABELS and not h.get("adjudicated"):
+        if k >= since and k not in undone and h.get("decision") in LABELS and not h.get("adjudicated"):
             out[str(h.get("reviewer") or "?")] = str(h["decision"])
     return out
 

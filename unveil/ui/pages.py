@@ -43,8 +43,8 @@ FLASHES = {
     "undone": "Undone (kept in the history).",
     "override": "Undone as adjudicator: an override of another reviewer's entry (kept in the history).",
     "refused": "Not undone: you can undo only your own decisions (an adjudicator may override).",
-    "sent_back": "Rejected and sent back to the Eraser: the next `unveil generate` on this folder gives it another "
-    "attempt with your note.",
+    "sent_back": "Rejected and sent back to the Eraser: the next `unveil generate` on this folder (for a Studio "
+    "sample, its run once resumed) gives it another attempt with your note.",
     "signed_in": "Signed in.",
     "signed_out": "Signed out.",
 }

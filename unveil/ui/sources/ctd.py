@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from graphs.ctd.labels import LabelSchema, load_schema
-from graphs.ctd.review import disagreement
+from graphs.ctd.review import attempt_start, disagreement
 from graphs.ctd.rules import latest_by_reviewer
 
 # The app's only imports from the CLI layer's dataset code: repoint here if ctd_dataset/batch move.
@@ -156,7 +156,7 @@ def _ctd_summary(rec: dict[str, Any]) -> dict[str, Any]:
         "review_status": review.get("status") or "none",
         "search": words.casefold()[:SEARCH_CHARS],
         "views": view_lines(rec),
-        "judgements": judgements(rec.get("review_history") or []),
+        "judgements": judgements(rec.get("review_history") or [], attempt_start(rec)),
         "adjudicated": bool(review.get("adjudicated")),
     }
 
@@ -222,7 +222,7 @@ class CtdSource:
             "cost": usage_cost(rec.get("usage")) or float(rec.get("cost_usd") or 0.0),
             "review": rec.get("review") or {"status": "none"},
             "undone": {h.get("undoes") for h in rec.get("review_history") or [] if h.get("decision") == "undo"},
-            "judgements": judgements(rec.get("review_history") or []),
+            "judgements": judgements(rec.get("review_history") or [], attempt_start(rec)),
             "n_reviews": len(latest_by_reviewer((rec.get("review") or {}).get("reviews") or [])),
             "disagree": disagreement(rec),
         }
