@@ -19,8 +19,8 @@ The package has one module a job: `context` (the run's settings), `state`, `reso
 `classify` (image classifiers and moderation scores), `rules` (the Gatekeeper's acceptance rule, the review
 policy and agreement statistics: pure functions), `nodes` (the generation nodes and routes), `review_payload`,
 `human_review` and `send_back` (human verification), `review` (the review folder's decisions, shared with the
-web app), `labels` (a review folder's label schema), and `build` (the compiled graph). `rules`, `review` and `labels` load no model
-stack: the web app and `unveil review` use them.
+web app), `labels` (a review folder's label schema), and `build` (the compiled graph). `rules`, `review` and
+`labels` load no model stack: the web app and `unveil review` use them.
 """
 
 from __future__ import annotations
