@@ -9,12 +9,15 @@ from typing import Any
 
 from agents.categories import OTHER, is_category_name, project_category
 from tools.errors import UnveilError
-from tools.image_input import resolve_path
 from tools.image_store import ImageInputError
 
 
 class DatasetError(UnveilError, ValueError):
     """A record cannot become a sample; the message names the field."""
+
+
+class DatasetFileNotFoundError(DatasetError, FileNotFoundError):
+    """A dataset file is not there (or is not a file); the message names it."""
 
 
 def parse_label(value: Any, field: str) -> int:
@@ -45,6 +48,9 @@ def dataset_image(ref: Any, base_dir: Path, field: str) -> str:
         raise DatasetError(f"{field}: empty or missing")
     if "://" in ref:
         return ref
+    # imported here: tools.image_input brings httpx, and the CLI reads the format registry while building its parser
+    from tools.image_input import resolve_path
+
     try:
         path = resolve_path(ref, base_dir)
     except ImageInputError as exc:
