@@ -28,14 +28,13 @@ from runner.ctd_dataset import (
     IMAGES,
     SAMPLES,
     DatasetBusyError,
-    apply_reviews,
     dataset_lock,
-    default_reviewer,
-    export_hf,
     record_problem,
     view_lines,
     write_view_texts,
 )
+from runner.ctd_export import export_hf
+from runner.ctd_reviews import apply_reviews, default_reviewer
 from tools.image_store import DEFAULT_MAX_BYTES, ImageInputError, ImageStore
 from tools.jsonl_files import iter_lines, parse_json_line
 from tools.reviewers import Assignment, load_assignment
