@@ -86,7 +86,7 @@ def _error_line(raw: bytes, exc: ValueError) -> int | None:
     return raw.count(b"\n", 0, big.start()) + 1 if big else None
 
 
-def _in_folder(base: Path, name: Any, field: str, *folders: str) -> str:
+def _in_folder(base: Path, name: object, field: str, *folders: str) -> str:
     """The image path of `name`, looked up under each of `folders` of `base` first, then beside the file. An
     absolute path is kept as given (inside the dataset folder; outside it, one error naming the field)."""
     # `base / folder / "/abs"` is "/abs" itself: without the check an absolute path that exists was rewritten
@@ -131,7 +131,7 @@ def _collect(
     return items
 
 
-def _records(path: Path, data: Any, key: str | None = None) -> list[Any]:
+def _records(path: Path, data: object, key: str | None = None) -> list[object]:
     if key is not None:
         if not isinstance(data, dict) or key not in data:
             raise DatasetError(f"{path.name}: field {key!r} missing (expected 'chat' and 'embodied' lists)")
@@ -141,7 +141,7 @@ def _records(path: Path, data: Any, key: str | None = None) -> list[Any]:
     return data
 
 
-def _obj(rec: Any) -> dict[str, Any]:
+def _obj(rec: object) -> dict[str, Any]:
     if not isinstance(rec, dict):
         raise DatasetError("expected an object")
     return rec
@@ -152,7 +152,7 @@ def load_siuo(path: Path, base: Path, include_benign: bool = True) -> list[Batch
     """SIUO's `siuo_gen.json`/`siuo_mcqa.json`: every pair is unsafe only in combination (label 1)."""
     data = _records(path, read_json_file(path))
 
-    def row(i: int, rec: Any) -> tuple[str, Callable[[], list[dict[str, Any]]]]:
+    def row(i: int, rec: object) -> tuple[str, Callable[[], list[dict[str, Any]]]]:
         qid = rec.get("question_id") if isinstance(rec, dict) else None
 
         def build() -> list[dict[str, Any]]:
@@ -198,7 +198,7 @@ def load_mssbench(path: Path, base: Path, include_benign: bool = True) -> list[B
     return _collect(path, iter(rows), include_benign)
 
 
-def _mss_chat_samples(i: int, rec: Any, base: Path) -> list[dict[str, Any]]:
+def _mss_chat_samples(i: int, rec: object, base: Path) -> list[dict[str, Any]]:
     """The samples of chat row `i`: per query, one with the safe image (label 0) and one with the unsafe image."""
     r = _obj(rec)
     safe = _in_folder(base, r.get("safe_image_path"), "safe_image_path", "chat")
@@ -221,7 +221,7 @@ def _mss_chat_samples(i: int, rec: Any, base: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _mss_embodied_samples(i: int, rec: Any, base: Path) -> list[dict[str, Any]]:
+def _mss_embodied_samples(i: int, rec: object, base: Path) -> list[dict[str, Any]]:
     """The samples of embodied row `i`: per instruction pair, the safe instruction with the safe observation
     (label 0) and the unsafe one with the unsafe observation (label 1)."""
     r = _obj(rec)
@@ -263,7 +263,7 @@ def load_holisafe(path: Path, base: Path, include_benign: bool = True) -> list[B
     """HoliSafe-Bench's JSON list: the label is the last letter of `type` (U unsafe, S safe)."""
     data = _records(path, read_json_file(path))
 
-    def row(i: int, rec: Any) -> tuple[str, Callable[[], list[dict[str, Any]]]]:
+    def row(i: int, rec: object) -> tuple[str, Callable[[], list[dict[str, Any]]]]:
         rid = rec.get("id") if isinstance(rec, dict) else None
 
         def build() -> list[dict[str, Any]]:

@@ -237,7 +237,7 @@ def load_detection(
 
 
 # -- prompts for the IPR evaluation ---------------------------------------------------------------------------
-def _seed(value: Any, field: str) -> int | None:
+def _seed(value: str | float | None, field: str) -> int | None:
     if value in (None, ""):
         return None
     try:

@@ -100,5 +100,5 @@ class CachedScorer:
         return value
 
 
-def _num(value: Any) -> float | None:
+def _num(value: float | str | None) -> float | None:
     return None if value is None else float(value)

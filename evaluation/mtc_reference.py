@@ -107,7 +107,7 @@ def self_referenced(settings: DetectionSettings) -> list[str]:
     return [m for m in settings.models if m == settings.mtc_reference]
 
 
-def _spec_set(models: Any) -> frozenset[str]:
+def _spec_set(models: object) -> frozenset[str]:
     """The model specs a reference used: a record's `models` (role -> spec) or a single spec."""
     if isinstance(models, Mapping):
         return frozenset(redact_spec(str(v)) for v in models.values() if v)

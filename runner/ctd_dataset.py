@@ -148,7 +148,7 @@ def record_problem(rec: dict[str, Any]) -> str | None:
     """Why a `samples.jsonl` record cannot be used (a hand edit or a damaged line: a field of the wrong type), or
     None; a bad record is left out of the views and takes no decision, and the others go on."""
 
-    def is_int(v: Any) -> bool:
+    def is_int(v: object) -> bool:
         return v is None or (isinstance(v, int) and not isinstance(v, bool))
 
     if not isinstance(rec.get("status"), str):

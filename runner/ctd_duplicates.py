@@ -13,12 +13,20 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from runner.ctd_dataset import CANDIDATE_STATUSES
 from tools.extras import require_extra
 
 DEFAULT_NEAR_DUPLICATE = 0.92
+
+
+class Duplicate(TypedDict):
+    """What a duplicate repeats (a record's `duplicate_of`): the kind, the earlier sample's id, the similarity."""
+
+    kind: Literal["exact", "near"]
+    of: str
+    similarity: float
 
 
 def normalize_text(text: str) -> str:
@@ -121,7 +129,7 @@ class DuplicateIndex:
             for r, vec in zip(kept, self._embed([r["text"] for r in kept]), strict=True):
                 self.vectors.append((r["id"], vec))
 
-    async def check_and_add(self, sample_id: str, text: str, image_sha256: str | None) -> dict[str, Any] | None:
+    async def check_and_add(self, sample_id: str, text: str, image_sha256: str | None) -> Duplicate | None:
         """None if new (and now indexed); else {kind, of, similarity} naming the sample it repeats."""
         async with self._lock:
             key = exact_key(text, image_sha256)

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tools.errors import ConfigurationError
 from tools.extras import require_extra
@@ -38,6 +38,7 @@ SCORER_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 SCORER_NAMES: tuple[str, ...] = tuple(SCORER_COLUMNS)
 # Scorers whose stack is the optional 'scores' extra (Q16, BLIP and MHSC run on transformers, in the core install).
+_Scorer = TypeVar("_Scorer")  # the scorer object a `get_*` factory builds
 SCORER_MODULES: dict[str, tuple[str, ...]] = {"clip": ("open_clip",), "nudenet": ("nudenet",)}
 
 
@@ -140,7 +141,7 @@ async def start_scorers(
 
     device = {"device": settings.device} if settings.device else {}
 
-    def make(factory: Any, **options: Any) -> Any:
+    def make(factory: Callable[..., _Scorer], **options: object) -> Awaitable[_Scorer]:
         # Scorer construction reads model and embeddings files: done in a worker thread, not on the event loop.
         return asyncio.to_thread(factory, **options)
 
