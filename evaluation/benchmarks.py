@@ -1,4 +1,5 @@
-"""Loaders of three public cross-modal safety benchmarks, each from the layout its authors publish.
+"""Loaders of three public cross-modal safety benchmarks, each from the layout its authors publish, and their
+registry entries (`SIUO`, `MSSBENCH`, `HOLISAFE`, listed in `evaluation.datasets.FORMATS`).
 
 Every loader maps the benchmark onto the detection sample schema of `evaluation.datasets` (`id`, `text`,
 `image`, `label` 1 unsafe / 0 safe, `category`, ...) and returns `BatchItem`s; a record it cannot use becomes a
@@ -32,6 +33,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from evaluation.formats import BenchmarkFormat, JsonValue, first_record
 from evaluation.samples import DatasetError, dataset_image, make_sample, require_text
 from runner.batch_input import BatchItem, duplicate_id, unique_id
 from tools.jsonl_files import parse_json_line
@@ -39,10 +41,8 @@ from tools.safe_files import MAX_DATA_FILE_BYTES, UnreadableFileError, read_regu
 
 HOLISAFE_TYPES = ("SSS", "SSU", "SUU", "USU", "UUU")
 
-Loader = Callable[[Path, Path, bool], list[BatchItem]]
 
-
-def _read_json(path: Path) -> Any:
+def read_json_file(path: Path) -> JsonValue:
     """The file's JSON value; every way it can fail (unreadable, not UTF-8, not JSON, an integer over Python's digit
     limit, nesting deeper than the parser allows) is one `DatasetError` naming the file and, where known, the line."""
     try:
@@ -52,11 +52,12 @@ def _read_json(path: Path) -> Any:
     except OSError as exc:
         raise DatasetError(f"{path.name}: cannot be read ({exc.strerror or exc})") from exc
     try:
-        return parse_json_line(raw)
+        value: JsonValue = parse_json_line(raw)  # json's values are exactly JsonValue's
     except ValueError as exc:
         line = _error_line(raw, exc)
         at = f" at line {line}" if line else ""
         raise DatasetError(f"{path.name}: cannot be read as JSON{at}: {exc}") from exc
+    return value
 
 
 def _error_line(raw: bytes, exc: ValueError) -> int | None:
@@ -85,7 +86,7 @@ def _error_line(raw: bytes, exc: ValueError) -> int | None:
     return raw.count(b"\n", 0, big.start()) + 1 if big else None
 
 
-def _in_folder(base: Path, name: Any, field: str, *folders: str) -> str:
+def _in_folder(base: Path, name: object, field: str, *folders: str) -> str:
     """The image path of `name`, looked up under each of `folders` of `base` first, then beside the file. An
     absolute path is kept as given (inside the dataset folder; outside it, one error naming the field)."""
     # `base / folder / "/abs"` is "/abs" itself: without the check an absolute path that exists was rewritten
@@ -130,7 +131,7 @@ def _collect(
     return items
 
 
-def _records(path: Path, data: Any, key: str | None = None) -> list[Any]:
+def _records(path: Path, data: object, key: str | None = None) -> list[object]:
     if key is not None:
         if not isinstance(data, dict) or key not in data:
             raise DatasetError(f"{path.name}: field {key!r} missing (expected 'chat' and 'embodied' lists)")
@@ -140,7 +141,7 @@ def _records(path: Path, data: Any, key: str | None = None) -> list[Any]:
     return data
 
 
-def _obj(rec: Any) -> dict[str, Any]:
+def _obj(rec: object) -> dict[str, Any]:
     if not isinstance(rec, dict):
         raise DatasetError("expected an object")
     return rec
@@ -149,9 +150,9 @@ def _obj(rec: Any) -> dict[str, Any]:
 # -- SIUO -----------------------------------------------------------------------------------------------------
 def load_siuo(path: Path, base: Path, include_benign: bool = True) -> list[BatchItem]:
     """SIUO's `siuo_gen.json`/`siuo_mcqa.json`: every pair is unsafe only in combination (label 1)."""
-    data = _records(path, _read_json(path))
+    data = _records(path, read_json_file(path))
 
-    def row(i: int, rec: Any) -> tuple[str, Callable[[], list[dict[str, Any]]]]:
+    def row(i: int, rec: object) -> tuple[str, Callable[[], list[dict[str, Any]]]]:
         qid = rec.get("question_id") if isinstance(rec, dict) else None
 
         def build() -> list[dict[str, Any]]:
@@ -188,7 +189,7 @@ def _strings(rec: dict[str, Any], plural: str, singular: str) -> list[str]:
 
 def load_mssbench(path: Path, base: Path, include_benign: bool = True) -> list[BatchItem]:
     """MSSBench's `combine.json`: each query with its safe image (label 0) and its unsafe image (label 1)."""
-    data = _read_json(path)
+    data = read_json_file(path)
     chat, embodied = _records(path, data, "chat"), _records(path, data, "embodied")
     rows: list[tuple[str, Callable[[], list[dict[str, Any]]]]] = [
         *((f"chat[{i}]", partial(_mss_chat_samples, i, rec, base)) for i, rec in enumerate(chat)),
@@ -197,7 +198,7 @@ def load_mssbench(path: Path, base: Path, include_benign: bool = True) -> list[B
     return _collect(path, iter(rows), include_benign)
 
 
-def _mss_chat_samples(i: int, rec: Any, base: Path) -> list[dict[str, Any]]:
+def _mss_chat_samples(i: int, rec: object, base: Path) -> list[dict[str, Any]]:
     """The samples of chat row `i`: per query, one with the safe image (label 0) and one with the unsafe image."""
     r = _obj(rec)
     safe = _in_folder(base, r.get("safe_image_path"), "safe_image_path", "chat")
@@ -220,7 +221,7 @@ def _mss_chat_samples(i: int, rec: Any, base: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _mss_embodied_samples(i: int, rec: Any, base: Path) -> list[dict[str, Any]]:
+def _mss_embodied_samples(i: int, rec: object, base: Path) -> list[dict[str, Any]]:
     """The samples of embodied row `i`: per instruction pair, the safe instruction with the safe observation
     (label 0) and the unsafe one with the unsafe observation (label 1)."""
     r = _obj(rec)
@@ -260,9 +261,9 @@ def _mss_embodied_samples(i: int, rec: Any, base: Path) -> list[dict[str, Any]]:
 # -- HoliSafe -------------------------------------------------------------------------------------------------
 def load_holisafe(path: Path, base: Path, include_benign: bool = True) -> list[BatchItem]:
     """HoliSafe-Bench's JSON list: the label is the last letter of `type` (U unsafe, S safe)."""
-    data = _records(path, _read_json(path))
+    data = _records(path, read_json_file(path))
 
-    def row(i: int, rec: Any) -> tuple[str, Callable[[], list[dict[str, Any]]]]:
+    def row(i: int, rec: object) -> tuple[str, Callable[[], list[dict[str, Any]]]]:
         rid = rec.get("id") if isinstance(rec, dict) else None
 
         def build() -> list[dict[str, Any]]:
@@ -291,22 +292,37 @@ def load_holisafe(path: Path, base: Path, include_benign: bool = True) -> list[B
     return _collect(path, (row(i, rec) for i, rec in enumerate(data)), include_benign)
 
 
-BENCHMARK_LOADERS: dict[str, Loader] = {"siuo": load_siuo, "mssbench": load_mssbench, "holisafe": load_holisafe}
+def looks_like_mssbench(document: JsonValue) -> bool:
+    """MSSBench's `combine.json`: an object with `chat` and `embodied`."""
+    return isinstance(document, dict) and "chat" in document and "embodied" in document
 
 
-def sniff_benchmark(path: Path) -> str | None:
-    """The benchmark layout of a JSON file, judged from its shape and first record; None if none fits."""
-    if path.suffix != ".json":
-        return None
-    try:
-        data = parse_json_line(read_regular(path, MAX_DATA_FILE_BYTES, what="benchmark file"))
-    except (OSError, ValueError):
-        return None  # the loader then names what is wrong
-    if isinstance(data, dict) and "chat" in data and "embodied" in data:
-        return "mssbench"
-    first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
-    if "question_id" in first and "question" in first:
-        return "siuo"
-    if "query" in first and "type" in first and "image" in first:
-        return "holisafe"
-    return None
+def looks_like_siuo(document: JsonValue) -> bool:
+    """SIUO: a list whose first record has `question_id` and `question`."""
+    first = first_record(document)
+    return "question_id" in first and "question" in first
+
+
+def looks_like_holisafe(document: JsonValue) -> bool:
+    """HoliSafe-Bench: a list whose first record has `query`, `type` and `image`."""
+    first = first_record(document)
+    return "query" in first and "type" in first and "image" in first
+
+
+SIUO = BenchmarkFormat(
+    "siuo", "SIUO's siuo_gen.json / siuo_mcqa.json (every pair unsafe together)", "json", looks_like_siuo, load_siuo
+)
+MSSBENCH = BenchmarkFormat(
+    "mssbench",
+    "MSSBench's combine.json (chat and embodied; safe and unsafe image per query)",
+    "json",
+    looks_like_mssbench,
+    load_mssbench,
+)
+HOLISAFE = BenchmarkFormat(
+    "holisafe",
+    "HoliSafe-Bench's JSON list (label: the last letter of type)",
+    "json",
+    looks_like_holisafe,
+    load_holisafe,
+)

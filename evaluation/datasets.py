@@ -21,18 +21,22 @@ so it is counted and listed rather than dropped.
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from evaluation.benchmarks import BENCHMARK_LOADERS, sniff_benchmark
-from evaluation.samples import DatasetError, dataset_image, make_sample, parse_label, require_text
+from evaluation.benchmarks import HOLISAFE, MSSBENCH, SIUO, read_json_file
+from evaluation.formats import BenchmarkFormat, JsonValue, Loader, build_registry, fallback, first_record, sniff
+from evaluation.samples import (
+    DatasetError,
+    DatasetFileNotFoundError,
+    dataset_image,
+    make_sample,
+    parse_label,
+    require_text,
+)
 from runner.batch_input import BatchItem, read_jsonl
-from tools.safe_files import MAX_DATA_FILE_BYTES, open_regular, read_regular
-
-# siuo, mssbench and holisafe are read by evaluation/benchmarks.py
-DETECTION_FORMATS = ("ctd", "hateful_memes", "vlsbench", "mmit", "siuo", "mssbench", "holisafe")
+from tools.safe_files import open_regular
 
 
 def _ctd(rec: dict[str, Any], base: Path) -> dict[str, Any]:
@@ -113,19 +117,19 @@ def _mmit(rec: dict[str, Any], base: Path) -> dict[str, Any]:
     )
 
 
-_PARSERS: dict[str, Callable[[dict[str, Any], Path], dict[str, Any]]] = {
-    "ctd": _ctd,
-    "hateful_memes": _hateful,
-    "vlsbench": _vlsbench,
-    "mmit": _mmit,
-}
+RecordParser = Callable[[dict[str, Any], Path], dict[str, Any]]
+
+
+def _unwrap(document: JsonValue) -> JsonValue:
+    """The list of a JSON file (some copies wrap it in an object)."""
+    if isinstance(document, dict):
+        return next((v for v in document.values() if isinstance(v, list)), None)
+    return document
 
 
 def _json_records(path: Path) -> Iterable[tuple[str, dict[str, Any] | None, str | None]]:
     """(fallback id, record, error) from a JSON list file."""
-    data = json.loads(read_regular(path, MAX_DATA_FILE_BYTES, what="benchmark file").decode("utf-8"))
-    if isinstance(data, dict):  # some copies wrap the list
-        data = next((v for v in data.values() if isinstance(v, list)), None)
+    data = _unwrap(read_json_file(path))
     if not isinstance(data, list):
         raise DatasetError(f"{path.name}: expected a JSON list of records")
     for i, rec in enumerate(data):
@@ -135,62 +139,105 @@ def _json_records(path: Path) -> Iterable[tuple[str, dict[str, Any] | None, str 
             yield f"item-{i}", rec, None
 
 
-def detect_format(path: Path) -> str:
-    """Guess a detection layout from the file's first record."""
+def record_loader(parse: RecordParser) -> Loader:
+    """A `Loader` of a format whose files hold records one by one (a JSON list in a `.json` file, else JSONL), each
+    made a sample by `parse`; a record `parse` refuses becomes a failed item naming the file and the record."""
 
-    if (bench := sniff_benchmark(path)) is not None:
-        return bench
+    def load(path: Path, base: Path, include_benign: bool) -> list[BatchItem]:
+        if path.suffix == ".json":
+            raw = list(_json_records(path))
+        else:
+            raw = [(it.id, it.record, it.error) for it in read_jsonl(path)]
+        items: list[BatchItem] = []
+        seen: set[str] = set()
+        for fid, rec, err in raw:
+            if rec is None:
+                items.append(BatchItem(fid, None, err))
+                continue
+            try:
+                sample = parse(rec, base)
+            except (DatasetError, KeyError, TypeError, ValueError) as exc:
+                msg = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+                rid = rec.get("id", rec.get("instruction_id", fid))
+                sid = str(rid) if isinstance(rid, (str, int)) else fid
+                items.append(BatchItem(sid, None, f"{path.name} {fid}: {msg}"))
+                continue
+            if sample["id"] in seen:
+                dup = f"{path.name} {fid}: duplicate id {sample['id']!r}"
+                items.append(BatchItem(f"{sample['id']}#dup-{fid}", None, dup))
+                continue
+            seen.add(sample["id"])
+            if include_benign or sample["label"] == 1:
+                items.append(BatchItem(sample["id"], sample))
+        return items
+
+    return load
+
+
+def _has_img(first_record: JsonValue) -> bool:
+    """Hateful Memes: the first JSONL record has `img`."""
+    return isinstance(first_record, dict) and "img" in first_record
+
+
+def _has_instruction(document: JsonValue) -> bool:
+    """VLSBench: the (possibly wrapped) list's first record has `instruction`."""
+    return "instruction" in first_record(_unwrap(document))
+
+
+# The one registry of detection formats: the sniffer (`detect_format`), `load_detection`, the CLI's `--format` and
+# `unveil list formats` read it. Within a container the specific sniff rules are tried in this order, then the
+# container's fallback.
+FORMATS: dict[str, BenchmarkFormat] = build_registry(
+    [
+        BenchmarkFormat(
+            "ctd", "Unveil's CTD export (JSONL; label or toxic, optional mtc)", "jsonl", fallback, record_loader(_ctd)
+        ),
+        BenchmarkFormat(
+            "hateful_memes", "the Hateful Memes JSONL (img, label, text)", "jsonl", _has_img, record_loader(_hateful)
+        ),
+        BenchmarkFormat(
+            "vlsbench",
+            "VLSBench's data.json (every sample harmful)",
+            "json",
+            _has_instruction,
+            record_loader(_vlsbench),
+        ),
+        BenchmarkFormat(
+            "mmit", "the MMIT (ShieldVLM) JSON list, images under <risk_type>/", "json", fallback, record_loader(_mmit)
+        ),
+        SIUO,
+        MSSBENCH,
+        HOLISAFE,
+    ]
+)
+
+
+def detect_format(path: Path) -> str:
+    """The registered format a file looks like: a `.json` file is judged from its document, any other from its
+    first JSONL record (`evaluation.formats.sniff`)."""
     if path.suffix == ".json":
-        first = next((r for _, r, _ in _json_records(path) if r), {})
-        return "vlsbench" if "instruction" in first else "mmit"
+        return sniff(FORMATS, "json", read_json_file(path))
     first_item = next(iter(read_jsonl(path)), None)
     first = first_item.record if first_item and first_item.record else {}
-    return "hateful_memes" if "img" in first else "ctd"
+    return sniff(FORMATS, "jsonl", first)
 
 
 def load_detection(
     path: str | Path, fmt: str = "auto", *, include_benign: bool = True, base_dir: str | Path | None = None
 ) -> list[BatchItem]:
-    """Detection samples of a dataset file in the layout `fmt` (or guessed with `auto`)."""
+    """Detection samples of a dataset file in the registered format `fmt` (or guessed with `auto`)."""
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"dataset {str(path)!r}: file not found")
+        raise DatasetFileNotFoundError(f"dataset {str(path)!r}: file not found")
     fmt = detect_format(p) if fmt == "auto" else fmt
-    if fmt not in DETECTION_FORMATS:
-        raise ValueError(f"unknown dataset format {fmt!r} (one of {', '.join(DETECTION_FORMATS)})")
+    if fmt not in FORMATS:
+        raise DatasetError(f"unknown dataset format {fmt!r} (one of {', '.join(FORMATS)})")
     base = Path(base_dir).resolve() if base_dir else p.resolve().parent
-
-    if fmt in BENCHMARK_LOADERS:
-        return BENCHMARK_LOADERS[fmt](p, base, include_benign)
-    parse = _PARSERS[fmt]
-    if p.suffix == ".json":
-        raw = [(fid, rec, err) for fid, rec, err in _json_records(p)]
-    else:
-        raw = [(it.id, it.record, it.error) for it in read_jsonl(p)]
-    items: list[BatchItem] = []
-    seen: set[str] = set()
-    for fid, rec, err in raw:
-        if rec is None:
-            items.append(BatchItem(fid, None, err))
-            continue
-        try:
-            sample = parse(rec, base)
-        except (DatasetError, KeyError, TypeError, ValueError) as exc:
-            msg = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-            rid = rec.get("id", rec.get("instruction_id", fid))
-            items.append(BatchItem(str(rid) if isinstance(rid, (str, int)) else fid, None, f"{p.name} {fid}: {msg}"))
-            continue
-        if sample["id"] in seen:
-            items.append(BatchItem(f"{sample['id']}#dup-{fid}", None, f"{p.name} {fid}: duplicate id {sample['id']!r}"))
-            continue
-        seen.add(sample["id"])
-        if include_benign or sample["label"] == 1:
-            items.append(BatchItem(sample["id"], sample))
-    return items
+    return FORMATS[fmt].load(p, base, include_benign)
 
 
 # -- prompts for the IPR evaluation ---------------------------------------------------------------------------
-def _seed(value: Any, field: str) -> int | None:
+def _seed(value: str | float | None, field: str) -> int | None:
     if value in (None, ""):
         return None
     try:

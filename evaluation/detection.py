@@ -7,13 +7,8 @@ every model call cached by the gateway. The tables are then computed from those 
 command recomputes nothing and only rewrites the tables.
 
 Covertness bins (TAG paper Tables 1-3) need one MTC per sample from one fixed reference, not from the detector
-being scored (a reference that records its models is checked against the scored ones, with a warning): with its own
-MTC every toxic sample below 0.8 was by construction found toxic by that detector, so its Low/Medium accuracy on
-toxic data is 1.0 whatever it does. The reference of a dataset is, in this order: a named run file (`mtc_from`,
-e.g. an earlier TA-CTD run or `unveil detect` output: records with `id` and `mtc`); a reference detector
-(`mtc_reference`), run once with TA-CTD into `runs/<dataset>/mtc-reference_*.jsonl` and reused for every method and
-model; else the dataset's own `mtc` field (a CTD export carries the one its generation's reference detector
-assigned). Samples without a reference MTC count only in `overall`.
+being scored: `evaluation.mtc_reference` finds it. The settings and the configurations they expand to are
+`evaluation.detection_configs`.
 
 Tables 1-2 are on toxic samples only: `include_benign` (default off) keeps the benign ones (Table 4, "with
 benign data").
@@ -22,153 +17,39 @@ benign data").
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.spec import redact_spec
 from evaluation import metrics
 from evaluation.compare import comparison_rows, write_comparison
+from evaluation.detection_configs import (
+    READING_COLUMNS,
+    RunConfig,
+    config_context,
+    config_settings,
+    resolve_depths,
+    run_configs,
+    run_identity,
+)
+
+# The entry point's settings and error, re-exported (the `as` spelling marks them public) for its callers.
+from evaluation.detection_configs import DetectionSettings as DetectionSettings
+from evaluation.mtc_reference import MtcReferenceError as MtcReferenceError
+from evaluation.mtc_reference import reference_mtc, scored_by_reference, self_referenced
 from evaluation.report import plot_confusion, plot_histogram, write_table
 from evaluation.runs import as_json, cost_columns, slug, split_records, usage_of
-from graphs.tag import TagContext
 from runner.batch import BatchSummary, run_batch
 from runner.batch_input import BatchItem
-from runner.detect import detect_one, detection_context, detection_settings, guard_model, is_guard
-from runner.output_identity import OutputIdentity
-from runner.spending import Spending
+from runner.detect import detect_one
 from tools.atomic_files import atomic_write_text
-from tools.errors import UnveilError
-from tools.jsonl_files import done_records
-
-# The TAG reading beside `l_max` in every result row and table (`config_settings`).
-READING_COLUMNS = ("prune", "roots_mode", "k_max", "children_per_parent")
-
-
-@dataclass
-class DetectionSettings:
-    """What to run: methods, detector models, TAG depth and its ablation, run options."""
-
-    methods: list[str] = field(default_factory=lambda: ["vanilla", "tag"])
-    models: list[str] = field(default_factory=list)
-    # Depths left as None follow `runner.detect.detection_context` (defaults, or the demo depths on the embedded
-    # model), exactly as in `unveil detect`; `evaluate_detection` resolves them before the first run.
-    l_max: int | None = None
-    l_max_ablation: list[int] = field(default_factory=list)
-    k_max: int | None = None
-    children: int | None = None
-    # The TAG paper's readings (`prune`, `roots_mode`) and the user's toxic-pair file (`toxic_pairs`), as
-    # `runner.detect.detection_context` takes them; absent ones are filled in by `resolve_depths`.
-    reading: dict[str, str] = field(default_factory=dict)
-    role_models: dict[str, str] = field(default_factory=dict)  # TagContext/VanillaContext field -> spec
-    image_store: str = ""
-    concurrency: int = 4
-    progress: bool = True
-    retry_failed: bool = False
-    beta: float = 2.0
-    # Tables 1-2 score toxic samples only; True mixes in the benign ones (Table 4, "with benign data").
-    include_benign: bool = False
-    # The one fixed MTC reference of the bins (module docstring): run files by dataset name ("" = every dataset),
-    # else a reference detector spec run once with TA-CTD, else the dataset's `mtc` field.
-    mtc_from: dict[str, str] = field(default_factory=dict)
-    mtc_reference: str = ""
-    allow_mixed_settings: bool = False  # add to run files made with other settings (see `OutputIdentity`)
-    command: str = ""  # the command line, kept beside each run file
-    spending: Spending | None = None  # the spending caps of the whole evaluation (`runner.spending`)
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """One configuration run on one dataset."""
-
-    dataset: str
-    model: str
-    method: str
-    l_max: int | None
-
-    @property
-    def name(self) -> str:
-        """A readable label, e.g. `tag (l_max=3)`."""
-        return self.method if self.l_max is None else f"{self.method} (l_max={self.l_max})"
-
-    def file(self, out_dir: Path) -> Path:
-        """The run's JSONL."""
-        return out_dir / "runs" / slug(self.dataset) / f"{slug(self.method, self.l_max, self.model)}.jsonl"
-
-
-def run_configs(dataset: str, settings: DetectionSettings) -> list[RunConfig]:
-    """Every configuration to run for a dataset, main ones first."""
-    out: list[RunConfig] = []
-    for model in settings.models:
-        for method in settings.methods:
-            if method == "vanilla":
-                out.append(RunConfig(dataset, model, "vanilla", None))
-            elif method == "tag":
-                for depth in [settings.l_max, *[d for d in settings.l_max_ablation if d != settings.l_max]]:
-                    out.append(RunConfig(dataset, model, "tag", depth))
-            elif not is_guard(method):
-                raise ValueError(f"unknown detection method {method!r} (use vanilla, tag and/or guard:NAME)")
-    # A guard runs once per dataset on its own model, not once per detector model.
-    out.extend(
-        RunConfig(dataset, guard_model(m, settings.role_models, settings.models), m, None)
-        for m in settings.methods
-        if is_guard(m)
-    )
-    return out
-
-
-def _context(cfg: RunConfig, settings: DetectionSettings) -> Any:
-    return detection_context(
-        cfg.method,
-        {"model": cfg.model, **settings.role_models},
-        image_store=settings.image_store,
-        l_max=cfg.l_max if cfg.l_max is not None else settings.l_max,
-        k_max=settings.k_max,
-        children=settings.children,
-        announce=False,
-        reading=settings.reading,
-    )
-
-
-def resolve_depths(settings: DetectionSettings) -> None:
-    """Fill depths and readings left out the way `unveil detect` does (the builder's defaults for the first
-    model, the environment), so every run and table names the reading that produced it."""
-    if settings.models:
-        ctx = detection_context(
-            "tag",
-            {"model": settings.models[0], **settings.role_models},
-            l_max=settings.l_max,
-            k_max=settings.k_max,
-            children=settings.children,
-            announce=None in (settings.l_max, settings.k_max, settings.children),
-            reading=settings.reading,
-        )
-        assert isinstance(ctx, TagContext)
-        settings.l_max, settings.k_max, settings.children = ctx.l_max, ctx.k_max, ctx.children_per_parent
-        settings.reading = {"prune": ctx.prune, "roots_mode": ctx.roots_mode, "toxic_pairs": ctx.toxic_pairs}
-
-
-def config_settings(cfg: RunConfig, settings: DetectionSettings) -> dict[str, Any]:
-    """The settings that produced a run (stored in every result row)."""
-    if cfg.method == "vanilla" or is_guard(cfg.method):  # guards have no settings of their own
-        return {"method": cfg.method}
-    return {
-        "method": "tag",
-        "prune": settings.reading.get("prune"),
-        "roots_mode": settings.reading.get("roots_mode"),
-        "l_max": cfg.l_max,
-        "k_max": settings.k_max,
-        "children_per_parent": settings.children,
-        "toxic_pairs": settings.reading.get("toxic_pairs", ""),
-    }
 
 
 async def run_one_config(
     cfg: RunConfig, items: list[BatchItem], settings: DetectionSettings, out_dir: Path
 ) -> BatchSummary:
     """Run (or resume) one configuration over the items."""
-    ctx = _context(cfg, settings)
+    ctx = config_context(cfg, settings)
 
     async def worker(sample_id: str, sample: dict[str, Any]) -> dict[str, Any]:
         rec = await detect_one(sample, ctx, cfg.method)
@@ -192,136 +73,6 @@ async def run_one_config(
         identity=run_identity(ctx, cfg.method, settings),
         spending=settings.spending,
     )
-
-
-def run_identity(ctx: Any, method: str, settings: DetectionSettings) -> OutputIdentity:
-    """The identity of one configuration's run file: the detection settings `unveil detect` records too."""
-    return OutputIdentity(
-        "evaluate detection",
-        detection_settings(ctx, method),
-        command=settings.command,
-        allow_mixed=settings.allow_mixed_settings,
-    )
-
-
-class MtcReferenceError(UnveilError, ValueError):
-    """The MTC reference cannot be used (a missing run file, a run without MTC values)."""
-
-
-def read_mtc_run(path: str | Path) -> dict[str, float]:
-    """Per-sample MTC of a finished TA-CTD run file (records with `id` and a numeric `mtc`; failures skipped)."""
-    p = Path(path)
-    if not p.is_file():
-        raise MtcReferenceError(f"--mtc-from {str(path)!r}: file not found")
-    out = {
-        sid: float(r["mtc"])
-        for sid, r in done_records(p).items()
-        if r.get("status", "ok") == "ok" and isinstance(r.get("mtc"), (int, float))
-    }
-    if not out:
-        raise MtcReferenceError(f"--mtc-from {str(path)!r}: no record has an `mtc` value (is it a TA-CTD run?)")
-    return out
-
-
-def reference_config(dataset: str, settings: DetectionSettings) -> RunConfig:
-    """The reference detector's TA-CTD run of a dataset (at the main depth)."""
-    return RunConfig(dataset, settings.mtc_reference, "tag", settings.l_max)
-
-
-def reference_file(cfg: RunConfig, out_dir: Path) -> Path:
-    """Where the reference run is kept: apart from the scored runs, so it is never mistaken for one."""
-    return out_dir / "runs" / slug(cfg.dataset) / f"mtc-reference_{slug(cfg.l_max, cfg.model)}.jsonl"
-
-
-async def reference_mtc(
-    dataset: str, items: list[BatchItem], settings: DetectionSettings, out_dir: Path
-) -> tuple[dict[str, float], str]:
-    """(per-sample reference MTC, a sentence naming its source) of one dataset; see the module docstring."""
-    run_file = settings.mtc_from.get(dataset) or settings.mtc_from.get("")
-    if run_file:
-        ref = read_mtc_run(run_file)
-        return {it.id: ref[it.id] for it in items if it.id in ref}, f"the run file {run_file}"
-    if settings.mtc_reference:
-        cfg = reference_config(dataset, settings)
-        ctx = detection_context(
-            "tag",
-            {"model": cfg.model},
-            image_store=settings.image_store,
-            l_max=settings.l_max,
-            k_max=settings.k_max,
-            children=settings.children,
-            announce=False,
-            reading=settings.reading,
-        )
-
-        async def worker(sample_id: str, sample: dict[str, Any]) -> dict[str, Any]:
-            return await detect_one(sample, ctx, "tag")
-
-        path = reference_file(cfg, out_dir)
-        await run_batch(
-            items,
-            worker,
-            path,
-            concurrency=settings.concurrency,
-            retry_failed=settings.retry_failed,
-            desc=f"{dataset}: MTC reference [{cfg.model}]",
-            progress=settings.progress,
-            identity=run_identity(ctx, "tag", settings),
-            spending=settings.spending,
-        )
-        ok, _ = split_records(path, [it.id for it in items])
-        return (
-            {r["id"]: float(r["mtc"]) for r in ok if r.get("mtc") is not None},
-            f"TA-CTD of the reference detector {cfg.model} at l_max={cfg.l_max}",
-        )
-    ref = {it.id: float(it.record["mtc"]) for it in items if it.record and it.record.get("mtc") is not None}
-    return ref, "the dataset's `mtc` field"
-
-
-def self_referenced(settings: DetectionSettings) -> list[str]:
-    """Scored detectors whose TA-CTD rows the reference detector would bin by their own MTC (a biased table)."""
-    if not settings.mtc_reference or "tag" not in settings.methods:
-        return []
-    return [m for m in settings.models if m == settings.mtc_reference]
-
-
-def _spec_set(models: Any) -> frozenset[str]:
-    """The model specs a reference used: a record's `models` (role -> spec) or a single spec."""
-    if isinstance(models, Mapping):
-        return frozenset(redact_spec(str(v)) for v in models.values() if v)
-    return frozenset({redact_spec(str(models))}) if models else frozenset()
-
-
-def reference_models(dataset: str, items: list[BatchItem], settings: DetectionSettings) -> set[frozenset[str]]:
-    """The model sets behind a dataset's reference MTC, where the source records them: the `models` of a run
-    file's records (`mtc_from`), or the `mtc_reference` a CTD sample carries (its generation's reference detector).
-    Empty for `mtc_reference` (checked by `self_referenced`) and for sources that record nothing."""
-    run_file = settings.mtc_from.get(dataset) or settings.mtc_from.get("")
-    if run_file:
-        ids = {it.id for it in items}
-        records = [r for sid, r in done_records(Path(run_file)).items() if sid in ids and r.get("mtc") is not None]
-        return {_spec_set(r.get("models")) for r in records} - {frozenset()}
-    if settings.mtc_reference:
-        return set()
-    out: set[frozenset[str]] = set()
-    for it in items:
-        ref = (it.record or {}).get("mtc_reference")
-        if it.record and it.record.get("mtc") is not None and ref:
-            out.add(_spec_set(ref.get("model") if isinstance(ref, Mapping) else ref))
-    return out - {frozenset()}
-
-
-def scored_by_reference(dataset: str, items: list[BatchItem], settings: DetectionSettings) -> list[str]:
-    """Scored TA-CTD detectors whose own models produced the reference MTC of `--mtc-from RUN` or of the dataset's
-    `mtc` field: their rows would be binned by their own MTC (the bias the module docstring describes)."""
-    used = reference_models(dataset, items, settings)
-    if not used:
-        return []
-    hits: list[str] = []
-    for cfg in run_configs(dataset, settings):
-        if cfg.method == "tag" and cfg.model not in hits and _spec_set(_context(cfg, settings).models()) in used:
-            hits.append(cfg.model)
-    return hits
 
 
 def score_rows(

@@ -9,7 +9,6 @@ from typing import Any
 
 from agents.categories import OTHER, is_category_name, project_category
 from tools.errors import UnveilError
-from tools.image_input import resolve_path
 from tools.image_store import ImageInputError
 
 
@@ -17,7 +16,11 @@ class DatasetError(UnveilError, ValueError):
     """A record cannot become a sample; the message names the field."""
 
 
-def parse_label(value: Any, field: str) -> int:
+class DatasetFileNotFoundError(DatasetError, FileNotFoundError):
+    """A dataset file is not there (or is not a file); the message names it."""
+
+
+def parse_label(value: object, field: str) -> int:
     """A 0/1 label from the spellings benchmarks use (0/1, true/false, safe/unsafe, ...); `field` names the input."""
     if isinstance(value, bool):
         return int(value)
@@ -32,19 +35,22 @@ def parse_label(value: Any, field: str) -> int:
     raise DatasetError(f"{field}: {value!r} is not a label (use 0/1, true/false or safe/unsafe)")
 
 
-def require_text(value: Any, field: str) -> str:
+def require_text(value: object, field: str) -> str:
     """A non-empty string, or a `DatasetError` naming `field`."""
     if not isinstance(value, str) or not value.strip():
         raise DatasetError(f"{field}: empty or missing")
     return value
 
 
-def dataset_image(ref: Any, base_dir: Path, field: str) -> str:
+def dataset_image(ref: object, base_dir: Path, field: str) -> str:
     """A checked image path (relative paths may not leave the dataset folder); URLs pass through to ingest."""
     if not isinstance(ref, str) or not ref.strip():
         raise DatasetError(f"{field}: empty or missing")
     if "://" in ref:
         return ref
+    # imported here: tools.image_input brings httpx, and the CLI reads the format registry while building its parser
+    from tools.image_input import resolve_path
+
     try:
         path = resolve_path(ref, base_dir)
     except ImageInputError as exc:
@@ -55,7 +61,7 @@ def dataset_image(ref: Any, base_dir: Path, field: str) -> str:
 
 
 def make_sample(
-    sid: Any,
+    sid: object,
     *,
     text: str,
     image: str | None,
@@ -90,7 +96,7 @@ def make_sample(
     return out
 
 
-def sample_category(category: str | None, sub_category: Any = None) -> str:
+def sample_category(category: str | None, sub_category: object = None) -> str:
     """A benchmark's category in the project's vocabulary (`agents.categories`): a vocabulary name stays; another
     name is read from its subcategory where that names a category (HoliSafe's illegal_activity/drug_related_hazards
     is drugs), else from itself (SIUO's "illegal activities & crime" is crimes, "information misinterpretation"

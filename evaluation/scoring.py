@@ -1,5 +1,5 @@
 """The paper scorer for `unveil evaluate ipr`: Q16, NudeNet and BLIP on each image through the one scoring entry
-point (`tools.scorers.score.score_images`), adapted to the `ImageScorer` interface of `evaluation/ipr.py`.
+point (`tools.scorers.score.score_images`), adapted to the `ImageScorer` interface of `evaluation/ipr_cache.py`.
 
 Kept apart from `evaluation/ipr.py` so the evaluation logic can be run (and tested) with any scorer. Each
 `tools.scorers` model loads once per process and batches concurrent calls, so scoring many prompts at once

@@ -3,9 +3,9 @@ makes the export folder loadable with `datasets.load_dataset(FOLDER, split="trai
 Parquet file) and says what the data is: rows per category, the review rule, the reviewers' agreement and the
 models used.
 
-The JSONL and CSV files hold every column of the Parquet file except the image bytes: `image` is the image's path
-relative to the dataset folder (as `dataset.jsonl` has it). Written by `runner.ctd_dataset.export_hf`, each as a
-new file renamed into place.
+`export_hf` writes the usable samples of a dataset folder (`runner.ctd_dataset`) as Parquet with the image bytes in
+an `Image` column; the JSONL and CSV files beside it hold every column but the image bytes: `image` is the image's
+path relative to the dataset folder (as `dataset.jsonl` has it). Each file is written new and renamed into place.
 """
 
 from __future__ import annotations
@@ -13,13 +13,16 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from graphs.ctd.review import attempt_start, judged
 from graphs.ctd.rules import fleiss_kappa
-from tools.safe_files import atomic_write
+from runner.ctd_dataset import EXPORT, dataset_rows, is_usable, load_samples, record_problem
+from tools.extras import require_extra
+from tools.safe_files import atomic_write, atomic_writer
 
 JSONL = "data.jsonl"
 CSV = "data.csv"
@@ -125,3 +128,112 @@ Load it with `datasets.load_dataset("path/to/this/folder", split="train")` (the 
 
 {model_lines}
 """
+
+
+def _inside(root: Path, ref: str, *, sample_id: str) -> Path:
+    """The file a record's `image` names, which must resolve (symlinks followed) inside the dataset folder.
+
+    `samples.jsonl` can be edited by hand or come from someone else: without this check an absolute path, a
+    `../` or a symlink would let it embed any file of the machine in the export.
+    """
+    base = root.resolve()
+    full = (base / ref).resolve()  # an absolute `ref` replaces `base` here, and is then checked like any other
+    if base not in full.parents:
+        raise ValueError(f"sample {sample_id!r}: image path {ref!r} is outside the dataset folder {str(base)!r}")
+    if not full.is_file():
+        raise ValueError(f"sample {sample_id!r}: image {ref!r} not found in the dataset folder")
+    return full
+
+
+# The export's columns: the text ones first, as strings ("" when missing), then the others.
+_EXPORT_TEXT_COLUMNS = (
+    "id",
+    "category",
+    "subcategory",
+    "text",
+    "image_sha256",
+    "t2i_prompt",
+    "erasure_reason",
+    "review_status",
+)
+_EXPORT_COLUMNS = (
+    *_EXPORT_TEXT_COLUMNS,
+    "image",
+    "rounds",
+    "cost_usd",
+    "votes",
+    "models",
+    "seeds",
+    "label",
+    "mtc",
+    "counterpart_of",
+)
+
+
+def export_hf(
+    dataset_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None, *, include_pending: bool = False
+) -> Path:
+    """Write the usable samples as Parquet with an `Image` column (bytes embedded), the same rows as JSONL and
+    CSV, and a dataset card (`README.md`, see `runner.ctd_export`) beside it; returns the Parquet path.
+
+    Load it back with `datasets.load_dataset(str(path.parent), split="train")` (the card names the Parquet file)
+    or `datasets.load_dataset("parquet", data_files=str(path), split="train")`.
+    """
+    require_extra("ctd", "dataset export", ("datasets",))
+    from datasets import Dataset
+
+    root = Path(dataset_dir)
+    every = [r for r in load_samples(root).values() if record_problem(r) is None]
+    records = [r for r in every if is_usable(r, include_pending=include_pending)]
+    columns = _export_columns(root, records)
+    ds = Dataset.from_dict(columns, features=_export_features())
+    # A new file renamed into place, its folder reached without following a link (tools.safe_files): a link
+    # planted at `export` or at the file's name cannot make the export overwrite a file outside the folder.
+    base, folder = (Path(out_dir), Path()) if out_dir else (root, Path(EXPORT))
+    with atomic_writer(base, folder / "data.parquet") as fh:
+        ds.to_parquet(fh)
+    write_extras(base, folder, columns, records, every)
+    return base / folder / "data.parquet"
+
+
+def _export_columns(root: Path, records: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """The export's columns, one value per dataset row (a sample and its benign counterpart, if any), with each
+    image's bytes read from the folder (`_inside`: never a file outside it)."""
+    from tools.image_store import read_file_capped  # size checked before reading, like every image input
+
+    columns: dict[str, list[Any]] = {c: [] for c in _EXPORT_COLUMNS}
+    for r in [row for rec in records for row in dataset_rows(rec)]:
+        img = _inside(root, r["image"], sample_id=str(r.get("id")))
+        row = {**r, "review_status": (r.get("review") or {}).get("status", "")}
+        columns["label"].append(int(r.get("label", 1)))
+        columns["mtc"].append(None if r.get("mtc") is None else float(r["mtc"]))
+        columns["counterpart_of"].append(r.get("counterpart_of"))
+        for c in _EXPORT_TEXT_COLUMNS:
+            columns[c].append(str(row.get(c) or ""))
+        columns["image"].append({"bytes": read_file_capped(img), "path": r["image"]})
+        columns["rounds"].append(int(r.get("rounds") or 0))
+        columns["cost_usd"].append(float(r.get("cost_usd") or 0.0))
+        columns["votes"].append(json.dumps(r.get("votes", []), ensure_ascii=False))
+        columns["models"].append(json.dumps(r.get("models") or {}, ensure_ascii=False))
+        columns["seeds"].append([int(s) for s in r.get("seeds", [])])
+    return columns
+
+
+def _export_features() -> Any:
+    """The export's `datasets.Features`: the types of `_EXPORT_COLUMNS`."""
+    from datasets import Features, Image, Value
+
+    return Features(
+        {
+            **{c: Value("string") for c in _EXPORT_TEXT_COLUMNS},
+            "image": Image(),
+            "rounds": Value("int32"),
+            "cost_usd": Value("float64"),
+            "votes": Value("string"),
+            "models": Value("string"),
+            "seeds": [Value("int64")],
+            "label": Value("int32"),
+            "mtc": Value("float64"),
+            "counterpart_of": Value("string"),
+        }
+    )

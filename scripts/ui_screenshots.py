@@ -12,7 +12,7 @@ from typing import Any
 
 from PIL import Image
 
-from runner.ctd_dataset import apply_reviews
+from runner.ctd_reviews import apply_reviews
 from tests.test_ui import CHROMIUM, CHROMIUM_ARGS, Server
 from tests.ui_data import make_ctd_dataset, make_detection_results, make_eval_ipr_results, make_ipr_results
 from tools.reviewers import REVIEWERS, add_reviewer, save_assignment

@@ -278,7 +278,8 @@ def test_nan_never_reaches_the_output(tmp_path: Path) -> None:
 def test_a_review_rewrite_during_a_running_batch_loses_no_record(tmp_path: Path) -> None:
     """`unveil review` (or the web UI) rewrites samples.jsonl atomically while `unveil generate` is appending to it:
     the appender reopens the replaced file, so both the decision and the new record survive."""
-    from runner.ctd_dataset import SAMPLES, apply_reviews, load_samples
+    from runner.ctd_dataset import SAMPLES, load_samples
+    from runner.ctd_reviews import apply_reviews
 
     samples = tmp_path / SAMPLES
     appender = JsonlAppender(samples)

@@ -412,7 +412,7 @@ def test_spending_cap_stops_cleanly(tmp_path, tiny_sd):
 
 
 async def test_duplicate_index_drops_exact_and_near_duplicates():
-    from runner.ctd_dataset import DuplicateIndex
+    from runner.ctd_duplicates import DuplicateIndex
 
     index = DuplicateIndex(threshold=0.85)
     first = "The flour is extra fine this week, ask me for the good stuff."

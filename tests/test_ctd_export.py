@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runner.ctd_dataset import apply_reviews, export_hf
+from runner.ctd_export import export_hf
+from runner.ctd_reviews import apply_reviews
 from tests.ui_data import make_ctd_dataset
 from tools.reviewers import REVIEWERS, add_reviewer
 

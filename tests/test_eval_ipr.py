@@ -247,7 +247,7 @@ async def test_ipr_steps_sample_fresh_images_unless_seeds_are_fixed(tmp_path, ga
     out = tmp_path / "out"
     res = await evaluate_ipr(load_prompts(prompts), settings, {"sd": gen}, ColourScorer(store), out)
     assert res["failures"] == []
-    from evaluation.ipr import Variant
+    from evaluation.ipr_settings import Variant
 
     (rec,) = [json.loads(line) for line in Variant("sd", "ipr").file(out).read_text().splitlines()]
     for k, tr in enumerate(rec["trajectories"]):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from runner.ctd_dataset import export_hf
+from runner.ctd_export import export_hf
 
 
 def _dataset(root: Path, image: str) -> None:

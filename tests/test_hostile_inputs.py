@@ -326,7 +326,7 @@ def test_generate_refuses_bad_options_before_any_scene(tmp_path: Path, extra: li
     ],
 )
 def test_review_decisions_file_errors_name_the_line(tmp_path: Path, content: bytes | None, words: str) -> None:
-    from runner.ctd_dataset import read_decisions
+    from runner.ctd_reviews import read_decisions
 
     path = tmp_path / "decisions.jsonl"
     if content is not None:

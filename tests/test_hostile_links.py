@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from runner.ctd_dataset import DECISIONS, apply_reviews, dataset_lock, export_hf, write_views
+from runner.ctd_dataset import DECISIONS, dataset_lock, write_views
+from runner.ctd_export import export_hf
+from runner.ctd_reviews import apply_reviews
 from tools.atomic_files import exclusive_output
 from tools.image_store import ImageStore, ImageStoreError
 from tools.jsonl_files import JsonlAppender

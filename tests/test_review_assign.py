@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from runner.ctd_dataset import DECISIONS, apply_reviews, load_samples
+from runner.ctd_dataset import DECISIONS, load_samples
+from runner.ctd_reviews import apply_reviews
 from tests.test_review_auth import csrf_of, log_lines, pending_folder, sign_in, web
 from tools.reviewers import REVIEWERS, Assignment, ReviewersFileError, add_reviewer, load_assignment
 from unveil.cli import main

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from runner.ctd_dataset import DECISIONS, SAMPLES, apply_reviews, load_samples
+from runner.ctd_dataset import DECISIONS, SAMPLES, load_samples
+from runner.ctd_reviews import apply_reviews
 from tools.reviewers import (
     REVIEWERS,
     ReviewerAuthError,

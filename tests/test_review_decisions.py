@@ -39,7 +39,7 @@ def test_bad_decisions_name_the_file_and_line(tmp_path: Path, capsys, second_lin
 
 
 def test_an_undecided_queue_line_is_skipped_and_a_note_is_valid(tmp_path: Path, capsys) -> None:
-    from runner.ctd_dataset import read_decisions
+    from runner.ctd_reviews import read_decisions
 
     path = tmp_path / "d.jsonl"
     path.write_text(
@@ -64,7 +64,8 @@ def test_a_decision_is_never_applied_without_its_log_line(
     the record change with no log line)."""
     import errno
 
-    from runner.ctd_dataset import DECISIONS, SAMPLES, apply_reviews, load_samples
+    from runner.ctd_dataset import DECISIONS, SAMPLES, load_samples
+    from runner.ctd_reviews import apply_reviews
     from tests.ui_data import make_ctd_dataset
     from tools import review_log
 

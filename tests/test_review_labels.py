@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from graphs.ctd.labels import LabelSchemaError, load_schema
-from runner.ctd_dataset import apply_reviews, load_samples
+from runner.ctd_dataset import load_samples
+from runner.ctd_reviews import apply_reviews
 from tests.test_review_auth import csrf_of, log_lines, pending_folder, web
 from unveil.cli import main
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evaluation.detection import RunConfig
+from evaluation.detection_configs import RunConfig
 from evaluation.runs import slug
 
 

@@ -298,13 +298,13 @@ def test_an_edited_toxic_pair_set_is_a_settings_change(tmp_path) -> None:
 def test_fixed_builder_roles_leave_the_scored_detector_only_the_judging() -> None:
     # docs/tag.md's TA-CTD reading (§5.1: the detectors "receive the TAGs as input"): role models win over each
     # detector given with --detectors, so every detector judges TAGs one builder made.
-    from evaluation.detection import DetectionSettings, RunConfig, _context
+    from evaluation.detection_configs import DetectionSettings, RunConfig, config_context
 
     builder = "scripted:builder.json"
     roles = {f"{r}_model": builder for r in ("root_extractor", "expander", "explainer")}
     settings = DetectionSettings(models=["scripted:a.json", "scripted:b.json"], l_max=4, k_max=6, children=3)
     settings.role_models = roles
     for detector in settings.models:
-        ctx = _context(RunConfig("d", detector, "tag", 4), settings)
+        ctx = config_context(RunConfig("d", detector, "tag", 4), settings)
         assert {ctx.spec_for(r) for r in ("root_extractor", "expander", "explainer")} == {builder}
         assert ctx.spec_for("pair_judge") == detector

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from runner.ctd_dataset import DECISIONS, SAMPLES, apply_reviews, load_samples
+from runner.ctd_dataset import DECISIONS, SAMPLES, load_samples
+from runner.ctd_reviews import apply_reviews
 from tests.ui_data import (
     MARKUP_CAPTION,
     MARKUP_REASON,

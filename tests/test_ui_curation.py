@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from runner.ctd_dataset import DECISIONS, apply_reviews, load_samples
+from runner.ctd_dataset import DECISIONS, load_samples
+from runner.ctd_reviews import apply_reviews
 from tests.test_ui import Server, browser, natural_widths, new_page, set_reviewer  # noqa: F401 - a fixture
 from tests.ui_data import INPUT_TEXTS, make_ctd_dataset, make_detection_results, make_eval_ipr_results
 from tools.reviewers import REVIEWERS, add_reviewer

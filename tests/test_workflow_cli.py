@@ -253,7 +253,7 @@ def test_compare_refuses_a_file_that_is_not_detection_results(tmp_path, capsys):
 # -- unveil list --------------------------------------------------------------------------------------------
 def test_list_reads_every_table(capsys):
     from agents.guard import GUARDS
-    from evaluation.datasets import DETECTION_FORMATS
+    from evaluation.datasets import FORMATS
     from tools.t2i.registry import KINDS
 
     assert main(["list", "--json"]) == 0
@@ -262,7 +262,7 @@ def test_list_reads_every_table(capsys):
     assert {"scripted", "transformers", "openai"} <= set(names["providers"])
     assert names["generators"] == list(KINDS)
     assert [f"guard:{g}" for g in GUARDS] == [r["spec"] for r in table["guards"]][: len(GUARDS)]
-    assert set(DETECTION_FORMATS) <= set(names["formats"])
+    assert set(FORMATS) <= set(names["formats"])
     assert {"tag", "vanilla", "ctd", "ipr", "guard"} <= set(names["graphs"])
     assert main(["list", "formats"]) == 0
     assert "--dataset siuo:FILE" in capsys.readouterr().out

@@ -2,7 +2,7 @@
 record, and the review folder that Studio and the web app share.
 
 Every reviewer goes through `apply_decision`: the web app and `unveil review` (through
-`runner.ctd_dataset.apply_reviews`) and the CTD graph's human-review node when the server names a review folder
+`runner.ctd_reviews.apply_reviews`) and the CTD graph's human-review node when the server names a review folder
 (`UNVEIL_REVIEW_DIR`, see `tools.review_log`). So a decision taken in Studio shows in the web app and one taken in
 the web app resolves the Studio run: both read the sample's record and append the updated record and a
 `decisions.jsonl` line under the folder's one lock, and an undo counts the same in both.

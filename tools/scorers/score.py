@@ -18,17 +18,28 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tools.env import SettingError
 from tools.errors import ConfigurationError
 from tools.extras import require_extra
 from tools.image_store import ImageStore
 
-SCORER_NAMES: tuple[str, ...] = ("q16", "nudenet", "clip", "blip", "mhsc")
+# The registered scorers and the columns each adds to a score row (`score_row`; tests/test_scorers_conformance.py
+# runs every entry and checks its row has exactly these). The IP indicator `inappropriate` joins when q16 and
+# nudenet both run.
+SCORER_COLUMNS: dict[str, tuple[str, ...]] = {
+    "q16": ("q16", "q16_flag"),
+    "nudenet": ("nudenet_flag", "nudenet_labels"),
+    "clip": ("clip",),
+    "blip": ("blip",),
+    "mhsc": ("mhsc", "mhsc_flag", "mhsc_categories"),
+}
+SCORER_NAMES: tuple[str, ...] = tuple(SCORER_COLUMNS)
 # Scorers whose stack is the optional 'scores' extra (Q16, BLIP and MHSC run on transformers, in the core install).
+_Scorer = TypeVar("_Scorer")  # the scorer object a `get_*` factory builds
 SCORER_MODULES: dict[str, tuple[str, ...]] = {"clip": ("open_clip",), "nudenet": ("nudenet",)}
 
 
@@ -131,7 +142,7 @@ async def start_scorers(
 
     device = {"device": settings.device} if settings.device else {}
 
-    def make(factory: Any, **options: Any) -> Any:
+    def make(factory: Callable[..., _Scorer], **options: object) -> Awaitable[_Scorer]:
         # Scorer construction reads model and embeddings files: done in a worker thread, not on the event loop.
         return asyncio.to_thread(factory, **options)
 
@@ -201,6 +212,7 @@ async def score_here(
 
 
 __all__ = [
+    "SCORER_COLUMNS",
     "SCORER_MODULES",
     "SCORER_NAMES",
     "RemoteScoring",

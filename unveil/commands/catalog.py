@@ -107,9 +107,9 @@ def scorers() -> list[dict[str, str]]:
 
 def formats() -> list[dict[str, str]]:
     """The detection dataset layouts of `--format` (and `--dataset FMT:FILE`)."""
-    from evaluation.datasets import DETECTION_FORMATS
+    from evaluation.datasets import FORMATS
 
-    rows = [{"name": f, "spec": f"--dataset {f}:FILE", "notes": ""} for f in DETECTION_FORMATS]
+    rows = [{"name": f.name, "spec": f"--dataset {f.name}:FILE", "notes": f.help} for f in FORMATS.values()]
     rows.append({"name": "auto", "spec": "--format auto", "notes": "guessed from the file (the default)"})
     return rows
 

@@ -80,13 +80,11 @@ def _detection_data_options(p: argparse.ArgumentParser) -> None:
         help="dataset file (repeatable), e.g. siuo:data/siuo_gen.json; NAME labels it in the tables "
         "(default: the file's folder/stem); FMT is its layout, as --format",
     )
+    from evaluation.datasets import FORMATS
+    from evaluation.formats import format_help
+
     p.add_argument(
-        "--format",
-        action="append",
-        default=[],
-        metavar="FMT",
-        help="layout per --dataset (ctd, hateful_memes, vlsbench, mmit, siuo, mssbench, holisafe, or "
-        "auto; one value applies to all)",
+        "--format", action="append", default=[], metavar="FMT", choices=[*FORMATS, "auto"], help=format_help(FORMATS)
     )
     p.add_argument(
         "--methods",
@@ -204,7 +202,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _named_datasets(args: argparse.Namespace) -> dict[str, tuple[Path, str]]:
-    from evaluation.datasets import DETECTION_FORMATS
+    from evaluation.datasets import FORMATS
 
     formats = args.format or ["auto"]
     if len(formats) not in (1, len(args.dataset)):
@@ -216,7 +214,7 @@ def _named_datasets(args: argparse.Namespace) -> dict[str, tuple[Path, str]]:
             path, name = item, ""
         fmt = formats[k] if len(formats) > 1 else formats[0]
         prefix, colon, rest = path.partition(":")  # FMT:FILE, e.g. siuo:data/siuo_gen.json
-        if colon and prefix in DETECTION_FORMATS:
+        if colon and prefix in FORMATS:
             fmt, path = prefix, rest
         name = name or f"{Path(path).parent.name}/{Path(path).stem}".strip("/")
         if name in out:

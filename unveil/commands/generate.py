@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from runner.batch import BatchSummary
     from runner.batch_input import BatchItem
     from runner.ctd import PairExtras
-    from runner.ctd_dataset import DuplicateIndex
+    from runner.ctd_duplicates import DuplicateIndex
     from runner.output_identity import OutputIdentity
     from runner.spending import Spending
 
@@ -385,11 +385,11 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     from runner.ctd_dataset import (
         CHECKPOINTS,
         SAMPLES,
-        DuplicateIndex,
         dataset_lock,
-        export_hf,
         write_views,
     )
+    from runner.ctd_duplicates import DuplicateIndex
+    from runner.ctd_export import export_hf
     from runner.output_identity import check_identity
 
     category = normalize_category(args.category)

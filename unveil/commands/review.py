@@ -60,7 +60,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _named_decisions(args: argparse.Namespace, root: Path) -> dict[str, Any] | None:
     """The decisions to apply: the --decisions file, then --approve and --reject (with --note). None when a
     named sample does not wait for review (said on stderr): a mistake worth an exit code, not a silent skip."""
-    from runner.ctd_dataset import load_samples, read_decisions
+    from runner.ctd_dataset import load_samples
+    from runner.ctd_reviews import read_decisions
 
     decisions: dict[str, Any] = dict(read_decisions(args.decisions)) if args.decisions else {}
     named = [*args.approve, *args.reject]
@@ -116,7 +117,7 @@ def review_actor(args: argparse.Namespace, root: Path, decisions: dict[str, Any]
 
 def _apply_decisions(args: argparse.Namespace, root: Path, decisions: dict[str, Any]) -> None:
     """Apply the decisions under the review policy as the authenticated reviewer and say what changed."""
-    from runner.ctd_dataset import apply_reviews
+    from runner.ctd_reviews import apply_reviews
 
     reviewer, role = review_actor(args, root, decisions)
     counts = apply_reviews(
@@ -200,7 +201,8 @@ def _print_dataset_notes(root: Path) -> None:
 def run_review(args: argparse.Namespace) -> int:
     """Run `unveil review`: apply the decisions given, or list the queue when none is; then the dataset's notes
     and, with --export, the export."""
-    from runner.ctd_dataset import SAMPLES, export_hf
+    from runner.ctd_dataset import SAMPLES
+    from runner.ctd_export import export_hf
 
     root = Path(args.dir)
     if not (root / SAMPLES).is_file():

@@ -20,14 +20,13 @@ from runner.ctd_dataset import (
     IMAGES,
     SAMPLES,
     DatasetBusyError,
-    apply_reviews,
     dataset_lock,
-    default_reviewer,
-    export_hf,
     record_problem,
     view_lines,
     write_view_texts,
 )
+from runner.ctd_export import export_hf
+from runner.ctd_reviews import apply_reviews, default_reviewer
 from tools.reviewers import Assignment, load_assignment, load_reviewers, require_reviewers_file, reviewers_path
 from unveil.ui.agreement import judgements
 from unveil.ui.index import JsonlIndex, Problem
