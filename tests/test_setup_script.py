@@ -148,7 +148,7 @@ def readme_test_command() -> str:
 
 def test_ci_sets_up_once_then_style_gate_then_the_readme_command(stubs: Path, tmp_path: Path) -> None:
     command = readme_test_command()
-    assert command == "./scripts/setup.sh --dev && python3 -m pytest -q"
+    assert command == "./scripts/setup.sh --dev && python3 -m pytest -q -n auto --dist loadgroup"
     assert command in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     _stub(stubs, "chromium", "exit 0")
     proc, calls = run_script(".ci/run", [], stubs, 0, tmp_path)
@@ -162,7 +162,7 @@ def test_ci_sets_up_once_then_style_gate_then_the_readme_command(stubs: Path, tm
         "-m ruff check .",
         "-m ruff format --check .",
         "-m mypy",
-        "-m pytest -q",
+        "-m pytest -q -n auto --dist loadgroup",
     ]
 
 
