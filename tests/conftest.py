@@ -27,14 +27,15 @@ from agents.gateway import Gateway, GatewaySettings, set_gateway
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Tests that must not run beside each other under `pytest -n auto --dist loadgroup` (pytest-xdist), by module:
-# each group runs on one worker, one test at a time. Ray: one local cluster at a time on this machine (each starts a
-# head and nodes sized to the machine's CPUs). langgraph dev: the server keeps its state in the repository's
-# `.langgraph_api/`, which two servers in one checkout would share.
+# Tests that must not run beside each other under `pytest -n auto --dist loadgroup` (pytest-xdist), by module or
+# by test (`file.py::name`, parameters left out): each group runs on one worker, one test at a time. Ray: one
+# local cluster at a time on this machine (each starts a head and workers sized to the machine's CPUs). langgraph
+# dev: the server keeps its state in the repository's `.langgraph_api/`, which two servers in one checkout share.
 XDIST_GROUPS = {
     "test_ray_engine.py": "ray",
-    "test_gpu_suite.py": "ray",
-    "test_bench_smoke.py": "ray",
+    "test_gpu_suite.py::test_the_tiny_suite_runs_every_part_and_writes_one_json": "ray",
+    "test_gpu_suite.py::test_the_ipr_part_evaluates_a_slice_on_ray_and_extrapolates": "ray",
+    "test_bench_smoke.py::test_scale_render_tiny_runs_the_local_and_ray_engines": "ray",
     "test_langgraph_dev.py": "langgraph_dev",
     "test_guard_langgraph_dev.py": "langgraph_dev",
 }
@@ -62,7 +63,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("xdist_group"):
             continue
         module = item.path.name
-        group = XDIST_GROUPS.get(module)
+        name = getattr(item, "originalname", item.name)  # without its parameters
+        group = XDIST_GROUPS.get(f"{module}::{name}", XDIST_GROUPS.get(module))
         if group is None:
             group = item.nodeid.split("::")[0] if _uses_a_wide_fixture_of_the_suite(item) else None
         if group is not None:

@@ -15,8 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 NUMBER = r"\d+(?:\.\d+)?"
 # A bench subprocess loads its models and tiny pipelines from scratch: on a busy 2-core machine that can take
-# minutes (run_bench's own limit is 600 s).
-pytestmark = pytest.mark.timeout(660)
+# minutes (run_bench's own limit is 600 s). Every test here is slow: `make test-fast` leaves the benches out.
+pytestmark = [pytest.mark.timeout(660), pytest.mark.slow]
 
 
 def run_bench(*args: str, timeout: int = 600) -> str:
@@ -39,7 +39,6 @@ def test_tag_calls_prints_calls_tokens_and_the_targets() -> None:
     assert re.search(r"^wide \| per_node \| \d+ \| \d+ \| \d+$", out, re.M)
 
 
-@pytest.mark.slow
 def test_scale_render_tiny_runs_the_local_and_ray_engines() -> None:
     out = run_bench("bench/scale.py", "render", "--tiny", "--gpus", "1", "--prompts-per-gpu", "4", "--warm", "1")
     assert "tiny pipeline" in out
@@ -47,7 +46,6 @@ def test_scale_render_tiny_runs_the_local_and_ray_engines() -> None:
     assert re.search(rf"^ray\s+0\s+4\s+{NUMBER}\s+{NUMBER}", out, re.M)
 
 
-@pytest.mark.slow
 def test_t2i_throughput_tiny_prints_images_per_second() -> None:
     out = run_bench(
         "bench/t2i_throughput.py", "--tiny", "--variants", "eager", "--n", "2", "--rounds", "1", "--steps", "2"
@@ -56,20 +54,17 @@ def test_t2i_throughput_tiny_prints_images_per_second() -> None:
     assert re.search(rf"\| eager \| {NUMBER} \| {NUMBER}x \|", out)
 
 
-@pytest.mark.slow
 def test_grpo_step_tiny_prints_seconds_per_step() -> None:
     out = run_bench("bench/grpo_step.py", "--tiny")
     assert re.search(rf"GRPO step, 1 process\(es\): {NUMBER} s", out)
 
 
-@pytest.mark.slow
 def test_ctd_throughput_tiny_prints_samples_per_hour() -> None:
     out = run_bench("bench/ctd_throughput.py", "--tiny")
     assert re.search(rf"^sequential\s+{NUMBER}\s+2\s+\d+\s+{NUMBER}", out, re.M)
     assert re.search(rf"^concurrent x2\s+{NUMBER}\s+2\s+\d+", out, re.M)
 
 
-@pytest.mark.slow
 def test_faults_tiny_loses_and_duplicates_nothing() -> None:
     # The bench itself exits 1 when a record is lost or duplicated; the row must show its counts.
     out = run_bench("bench/faults.py", "--tiny", "--commands", "detect", "--scenarios", "two-writers")
@@ -77,7 +72,6 @@ def test_faults_tiny_loses_and_duplicates_nothing() -> None:
     assert re.search(r"^detect\s+two-writers\s", out, re.M)
 
 
-@pytest.mark.slow
 def test_first_run_times_the_demo_on_this_environment() -> None:
     # Setup already ran (the README's test command starts with it): time the demo's first result only.
     out = run_bench("bench/first_run.py", "--skip-setup", "--first-only")
