@@ -10,7 +10,6 @@ processes. Without `--engine ray` Ray is never imported (a subprocess checks `sy
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -19,7 +18,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,18 +94,6 @@ def same_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
     monkeypatch.setenv("UNVEIL_RAY_RENDER_CPUS", str(torch.get_num_threads()))
-
-
-@contextlib.contextmanager
-def cpu_load(processes: int) -> Iterator[None]:
-    """`processes` busy loops for the duration (the loaded machine the kill test failed on)."""
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
-    try:
-        yield
-    finally:
-        for proc in busy:
-            proc.kill()
-            proc.wait()
 
 
 def _refine_setup(tmp_path: Path, sd: str, n: int = N) -> list[str]:
@@ -194,14 +180,35 @@ def test_detect_and_generate_records_equal_the_local_engine(cluster: Any, tmp_pa
     assert store_ids(tmp_path / "gen-ray" / "images") == store_ids(tmp_path / "gen-local" / "images") != set()
 
 
-@pytest.mark.timeout(2400)  # a hang guard only: the busy loops slow the three runs several times over
+class RefineReference:
+    """The refine run both kill tests compare against: its arguments (the prompts and script of one folder), and
+    the local engine's records and store."""
+
+    def __init__(self, folder: Path, sd: str):
+        from unveil.cli import main
+
+        self.common = _refine_setup(folder, sd)
+        self.prompts = folder / "prompts.jsonl"
+        self.out, self.store = folder / "ref.jsonl", folder / "ref-store"
+        assert main([*self.common, "--output", str(self.out), "--image-store", str(self.store)]) == 0
+
+
+@pytest.fixture(scope="module")
+def refine_reference(tmp_path_factory: pytest.TempPathFactory, sd_folder: str) -> RefineReference:
+    """The local engine's refine run, once a module (the kill tests' reference)."""
+    return RefineReference(tmp_path_factory.mktemp("refine"), sd_folder)
+
+
+@pytest.mark.timeout(1200)  # a hang guard only: a cluster, a pipeline per node and two runs on a shared machine
 def test_refine_on_the_second_node_and_a_killed_render_actor(
-    cluster: Any, tmp_path: Path, sd_folder: str, monkeypatch: pytest.MonkeyPatch
+    cluster: Any, tmp_path: Path, sd_folder: str, refine_reference: RefineReference, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Records equal the local engine's; the render actor runs on the node with `unveil_render` and its images end
-    in the driver's store; killing it mid-run (Ray restarts it) loses and repeats nothing, with the CPUs busy
-    (on a loaded 2-core machine 3 of 6 samples failed with `ActorUnavailableError: ... The actor is restarting`
-    when requests were resent 3 times within 1.5 s; now a restarting member is waited for)."""
+    """The render actor runs on the node with `unveil_render`; killing it mid-run (Ray restarts it) loses and
+    repeats nothing: the records equal the local engine's and its images end in the driver's store. A request that
+    meets the member while it restarts is waited for and sent again (on a loaded 2-core machine 3 of 6 samples once
+    failed with `ActorUnavailableError: ... The actor is restarting`): tests/test_ray_pool.py checks that waiting
+    for every interleaving with fake actors, so this run needs no busy CPUs to reach it (it took 15 minutes with
+    them)."""
     import ray
 
     from runner.batch import run_batch
@@ -210,17 +217,14 @@ def test_refine_on_the_second_node_and_a_killed_render_actor(
     from runner.refine import prompt_of, refine_one, seed_of
     from tools.image_store import get_image_store
     from tools.t2i.registry import open_generator
-    from unveil.cli import main
 
     _, render_node = cluster
-    common = _refine_setup(tmp_path, sd_folder)
-    ref_out, ref_store = tmp_path / "ref.jsonl", tmp_path / "ref-store"
-    assert main([*common, "--output", str(ref_out), "--image-store", str(ref_store)]) == 0
-    reference = _by_id(ref_out, {str(ref_store): "<store>"})
+    common, ref_store = refine_reference.common, refine_reference.store
+    reference = _by_id(refine_reference.out, {str(ref_store): "<store>"})
     assert len(reference) == N and {len(r["trajectory"]) for r in reference.values()} == {1, 2}
 
     monkeypatch.setenv("UNVEIL_RAY_RENDER_RESOURCES", json.dumps({"unveil_render": 1}))
-    # The restarted member loads its pipeline with every CPU busy: its deadline is no part of what is tested.
+    # The restarted member loads its pipeline on a machine others share: its deadline is no part of what is tested.
     monkeypatch.setenv("UNVEIL_RAY_RESTART_TIMEOUT", "3000")
     from unveil.cli import build_parser
     from unveil.commands.refine import build_context
@@ -230,57 +234,50 @@ def test_refine_on_the_second_node_and_a_killed_render_actor(
         (where,) = generator.pipeline  # waits for the member to load its pipeline
         assert where["node"] == render_node.node_id
 
-        for name, kill in (("ray", False), ("killed", True)):
-            out, store = tmp_path / f"{name}.jsonl", tmp_path / f"{name}-store"
-            args = build_parser().parse_args([*common, "--output", str(out), "--image-store", str(store)])
-            ctx = build_context(args)
+        # One run, its render actor killed once the first sample is done (a run without the kill is a subset).
+        out, store = tmp_path / "killed.jsonl", tmp_path / "killed-store"
+        args = build_parser().parse_args([*common, "--output", str(out), "--image-store", str(store)])
+        ctx = build_context(args)
+        first_done = asyncio.Event()
 
-            async def worker(sample_id: str, record: dict[str, Any], ctx: Any = ctx) -> dict[str, Any]:
-                # What `unveil refine` writes per record (the record's other fields kept under "input").
-                rec = await refine_one(prompt_of(record), ctx, seed=seed_of(record), sample_id=sample_id)
-                extra = {k: v for k, v in record.items() if k not in rec and k != "id"}
-                return {**rec, "input": extra} if extra else rec
+        async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
+            # What `unveil refine` writes per record (the record's other fields kept under "input").
+            rec = await refine_one(prompt_of(record), ctx, seed=seed_of(record), sample_id=sample_id)
+            first_done.set()
+            extra = {k: v for k, v in record.items() if k not in rec and k != "id"}
+            return {**rec, "input": extra} if extra else rec
 
-            async def run(out: Path = out, kill: bool = kill) -> Any:
-                load = cpu_load(os.cpu_count() or 1) if kill else contextlib.nullcontext()
-                with load:
-                    return await run_batch_and_kill(out, kill)
+        def generator_pools() -> list[Any]:
+            from tools.t2i import registry
 
-            async def run_batch_and_kill(out: Path, kill: bool) -> Any:
-                batch = asyncio.ensure_future(
-                    run_batch(list(read_jsonl(tmp_path / "prompts.jsonl")), worker, out, concurrency=3, progress=False)
-                )
-                if kill:
-                    while not out.exists() or out.read_bytes().count(b"\n") < 1:
-                        await asyncio.sleep(0.05)
-                    (pool,) = [p for p in generator_pools() if p.members]
-                    ray.kill(pool.members[0], no_restart=False)  # Ray restarts it; its requests are sent again
-                return await batch
+            return list(registry._REMOTE[0].pools.values())  # type: ignore[attr-defined]
 
-            def generator_pools() -> list[Any]:
-                from tools.t2i import registry
+        async def run_batch_and_kill() -> Any:
+            prompts = list(read_jsonl(refine_reference.prompts))
+            batch = asyncio.ensure_future(run_batch(prompts, worker, out, concurrency=3, progress=False))
+            await first_done.wait()  # the other samples are in flight
+            (pool,) = [p for p in generator_pools() if p.members]
+            ray.kill(pool.members[0], no_restart=False)  # Ray restarts it; its requests are sent again
+            return await batch
 
-                return list(registry._REMOTE[0].pools.values())  # type: ignore[attr-defined]
-
-            summary = asyncio.run(run())
-            assert summary.failed == 0 and summary.completed == N, summary.failures
-            if kill:  # the member was restarted: a new process
-                (pool,) = [p for p in generator_pools() if p.members]
-                assert ray.get(pool.members[0].ready.remote())["pid"] != where["pid"]
-            got = _by_id(out, {str(store): "<store>"})
-            assert got == reference, _diff(reference, got)
-            assert store_ids(store) == store_ids(ref_store) == referenced_ids(read_records(out))
-            assert temp_files(tmp_path) == []
+        summary = asyncio.run(run_batch_and_kill())
+        assert summary.failed == 0 and summary.completed == N, summary.failures
+        (pool,) = [p for p in generator_pools() if p.members]  # the member was restarted: a new process
+        assert ray.get(pool.members[0].ready.remote())["pid"] != where["pid"]
+        got = _by_id(out, {str(store): "<store>"})
+        assert got == reference, _diff(reference, got)
+        assert store_ids(store) == store_ids(ref_store) == referenced_ids(read_records(out))
+        assert temp_files(tmp_path) == []
 
 
-def test_a_driver_killed_with_sigkill_resumes_without_loss(cluster: Any, tmp_path: Path, sd_folder: str) -> None:
+def test_a_driver_killed_with_sigkill_resumes_without_loss(
+    cluster: Any, tmp_path: Path, refine_reference: RefineReference
+) -> None:
     from unveil.cli import main
 
     c, _ = cluster
-    common = _refine_setup(tmp_path, sd_folder)
-    ref_out, ref_store = tmp_path / "ref.jsonl", tmp_path / "ref-store"
-    assert main([*common, "--output", str(ref_out), "--image-store", str(ref_store)]) == 0
-    reference = read_records(ref_out)
+    common, ref_store = refine_reference.common, refine_reference.store
+    reference = read_records(refine_reference.out)
 
     out, store = tmp_path / "out.jsonl", tmp_path / "store"
     cmd = [*common, "--output", str(out), "--image-store", str(store), "--engine", "ray"]
