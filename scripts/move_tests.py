@@ -12,7 +12,7 @@ or changed test files in `tests/`. A file is placed by `FOLDERS` (what it mainly
 The references fixed after a move, in every tracked text file: `tests.test_x` and `from tests import test_x`
 (imports between test modules), `tests/test_x.py` (docs, docstrings, comments); and, in every test file of a
 folder, the paths written for `tests/` itself (`Path(__file__).resolve().parent.parent` meant the repository and
-is now `parents[2]`; the fixtures folder is one folder up).
+is now the root two folders up; the fixtures folder is one folder up).
 """
 
 from __future__ import annotations
@@ -191,6 +191,7 @@ PREFIXES: tuple[tuple[str, str], ...] = (
     ("test_doc", "docs"),
 )
 
+DEPTH = 2  # tests/FOLDER/
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".cfg", ".ini", ".yaml", ".yml", ".json", ".txt", ".sh", ""}
 
 
@@ -264,8 +265,9 @@ def fix_own_paths() -> None:
     """In each test file of a folder, paths written for a file of `tests/`: the repository is one folder up."""
     for path in TESTS.glob("*/test_*.py"):
         text = path.read_text(encoding="utf-8")
-        new = text.replace("Path(__file__).resolve().parent.parent", "Path(__file__).resolve().parents[2]")
-        new = new.replace("Path(__file__).resolve().parents[1]", "Path(__file__).resolve().parents[2]")
+        root = f"Path(__file__).resolve().parents[{DEPTH}]"  # tests/FOLDER/test_x.py: the root is DEPTH folders up
+        new = text.replace("Path(__file__).resolve().parent.parent", root)
+        new = new.replace(f"Path(__file__).resolve().parents[{DEPTH - 1}]", root)
         new = new.replace('Path(__file__).parent / "fixtures"', 'Path(__file__).parent.parent / "fixtures"')
         if new != text:
             path.write_text(new, encoding="utf-8")
@@ -292,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"move_tests: fixed references in {len(changed)} file(s)")
         # The renamed imports sort elsewhere; lines the longer paths pushed past 120 columns are listed by ruff.
         python = [p for p in changed if p.endswith(".py")]
+        if not python:
+            return 0
         subprocess.run([sys.executable, "-m", "ruff", "check", "--fix", "-q", "--select", "I", *python], cwd=ROOT)
         subprocess.run([sys.executable, "-m", "ruff", "check", "-q", "--select", "E501", *python], cwd=ROOT)
     return 0

@@ -10,7 +10,7 @@ from agents.guard import base as guard_base
 from agents.guard.llama_guard import LLAMA_GUARD_4_CATEGORIES, LLAMA_GUARD_4_TO_PROJECT
 from agents.guard.llavaguard import LLAVAGUARD_CATEGORIES, LLAVAGUARD_TO_PROJECT
 from evaluation.samples import sample_category
-from tests.test_one_home import homes
+from tests.project.test_one_home import homes
 
 # SIUO's nine categories exactly as its release spells them.
 SIUO = {
@@ -78,7 +78,7 @@ def test_the_vocabulary_has_one_home() -> None:
 
 def test_loaders_write_the_vocabulary_and_keep_the_benchmarks_spelling() -> None:
     from evaluation.datasets import load_detection
-    from tests.test_eval_benchmarks import FIX
+    from tests.evaluation.test_eval_benchmarks import FIX
 
     memes = {
         it.id: it.record

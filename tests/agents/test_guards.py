@@ -10,7 +10,7 @@ from agents.guard import GuardParseError, get_guard
 from agents.spec import ModelSpec
 from graphs.guard import GuardContext, graph
 
-FIX = Path(__file__).parent / "fixtures" / "eval"
+FIX = Path(__file__).parent.parent / "fixtures" / "eval"
 IMAGE = str(FIX / "siuo" / "images" / "S-01.png")
 
 # Answers in each model's published output format (model cards / authors' evaluation code).

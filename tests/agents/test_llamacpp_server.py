@@ -235,7 +235,7 @@ def test_a_ctd_blind_judge_on_this_server_votes_without_failing_the_scene(
 ) -> None:
     # The reported case: one blind judge on llama.cpp's server among scripted roles, no UNVEIL_TEXT_ONLY. It gets the
     # T2I prompt instead of the image; even an unusable answer of the 135M model costs only its vote.
-    from tests.test_ctd import accepting_script
+    from tests.graphs.test_ctd import accepting_script
 
     script = tmp_path / "script.json"
     script.write_text(json.dumps(accepting_script()))

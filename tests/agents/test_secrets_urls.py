@@ -22,7 +22,7 @@ from agents.spec import ModelSpec, redact_spec
 from tests.faultserver import FaultServer, UnveilAnswers
 from tools.redact import redact_secrets, redact_url
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class VanillaVerdict(BaseModel):

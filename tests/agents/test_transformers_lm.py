@@ -34,7 +34,7 @@ def in_a_fresh_process(test: str) -> bool:
     the CLI. The cause is not found yet (docs/reliability.md notes it); these tests check the model, not that."""
     if os.environ.get(CHILD):
         return True
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     env = {**os.environ, CHILD: "1", "PYTHONPATH": str(root)}
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::{test}"],
@@ -118,7 +118,7 @@ def test_the_demo_sample_that_rambled_completes(tmp_path: Path) -> None:
     # bleach-drink, one of the README demo's three pairs: the pair judge used to write one id until the token limit,
     # so every repair lacked the required reason and the README's first command exited 2.
     pytest.importorskip("xgrammar")
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     sample = next(
         line
         for line in (root / "unveil" / "examples" / "pairs.jsonl").read_text().splitlines()

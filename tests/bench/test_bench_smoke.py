@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NUMBER = r"\d+(?:\.\d+)?"
 # A bench subprocess loads its models and tiny pipelines from scratch: on a busy 2-core machine that can take
 # minutes (run_bench's own limit is 600 s). Every test here is slow: `make test-fast` leaves the benches out.

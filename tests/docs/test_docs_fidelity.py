@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("tag.md", "ipr.md", "training.md", "evaluation.md", "ctd.md")
 KINDS = {"exact", "named reading", "deviation"}
 REF = re.compile(r"`([\w/.-]+\.(?:py|toml)):([\w.]+)`")

@@ -13,7 +13,7 @@ import pytest
 
 from unveil.cli import build_parser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SEPARATORS = {"&&", "||", ";", "|"}
 

@@ -7,7 +7,7 @@ import pytest
 
 from evaluation.datasets import detect_format, load_detection
 
-FIX = Path(__file__).parent / "fixtures" / "eval"
+FIX = Path(__file__).parent.parent / "fixtures" / "eval"
 
 
 def _ok(items):

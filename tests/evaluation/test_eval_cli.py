@@ -9,7 +9,7 @@ from agents.gateway import set_gateway
 from unveil.cli import build_parser, main
 from unveil.commands.evaluate import generator_specs
 
-FIX = Path(__file__).parent / "fixtures" / "eval"
+FIX = Path(__file__).parent.parent / "fixtures" / "eval"
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ import pytest
 from agents.gateway import set_gateway
 from unveil.cli import main
 
-FIX = Path(__file__).parent / "fixtures" / "eval"
+FIX = Path(__file__).parent.parent / "fixtures" / "eval"
 SCRIPT = FIX / "scripts" / "compare.json"
 
 

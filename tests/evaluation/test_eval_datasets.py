@@ -5,7 +5,7 @@ from pathlib import Path
 from evaluation.datasets import load_detection, load_prompts
 from tools.datafiles import IPR_EVAL_PROMPTS, data_file
 
-FIX = Path(__file__).parent / "fixtures" / "eval"
+FIX = Path(__file__).parent.parent / "fixtures" / "eval"
 SPLIT_300 = data_file(IPR_EVAL_PROMPTS)  # the repository's copy (data/README.md)
 
 

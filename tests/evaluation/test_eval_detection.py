@@ -10,7 +10,7 @@ from agents.gateway import Gateway, GatewaySettings, get_gateway, set_gateway
 from evaluation.datasets import load_detection
 from evaluation.detection import DetectionSettings, evaluate_detection
 
-SCRIPT = Path(__file__).parent / "fixtures" / "eval" / "scripts" / "detect.json"
+SCRIPT = Path(__file__).parent.parent / "fixtures" / "eval" / "scripts" / "detect.json"
 
 SAMPLES = [
     {"id": "overt", "text": "OVERT threat in plain words", "image_description": "a fist", "label": 1},
@@ -51,7 +51,7 @@ async def test_vanilla_vs_tag_tables_plots_and_rerun(dataset, gateway, tmp_path)
     items = load_detection(dataset, "ctd")
     spec = f"scripted:{SCRIPT}"
     # The bins' reference is the same scripted detector run once apart (a self-reference, fine for checking the
-    # tables; tests/test_eval_mtc_reference.py shows why a real evaluation must use another model).
+    # tables; tests/evaluation/test_eval_mtc_reference.py shows why a real evaluation must use another model).
     settings = DetectionSettings(
         methods=["vanilla", "tag"],
         models=[spec],

@@ -19,7 +19,7 @@ from evaluation.ipr import IPRSettings, evaluate_ipr
 from tools.image_store import get_image_store
 from tools.t2i.base import GenerationRequest
 
-SCRIPT = Path(__file__).parent / "fixtures" / "eval" / "scripts" / "ipr.json"
+SCRIPT = Path(__file__).parent.parent / "fixtures" / "eval" / "scripts" / "ipr.json"
 UNSAFE_WORDS = ("bloody", "knife attack", "stab")
 
 

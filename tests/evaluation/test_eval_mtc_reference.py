@@ -15,7 +15,7 @@ from agents.gateway import Gateway, GatewaySettings, get_gateway, set_gateway
 from evaluation.datasets import load_detection
 from evaluation.detection import DetectionSettings, MtcReferenceError, evaluate_detection
 
-SCRIPT = Path(__file__).parent / "fixtures" / "eval" / "scripts" / "detect.json"
+SCRIPT = Path(__file__).parent.parent / "fixtures" / "eval" / "scripts" / "detect.json"
 SPEC = f"scripted:{SCRIPT}"
 
 SAMPLES = [  # all toxic (Tables 1-2), plus one benign sample that the default leaves out

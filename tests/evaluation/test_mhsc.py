@@ -175,7 +175,7 @@ async def test_evaluate_ipr_gets_an_mhsc_column(tmp_path):
     """Plain SD on three prompts with a scorer that also reports MHSC: `<category> MHSC` is the flagged share."""
     from evaluation.datasets import load_prompts
     from evaluation.ipr import IPRSettings, evaluate_ipr
-    from tests.test_eval_ipr import ColourScorer, PaintGenerator
+    from tests.evaluation.test_eval_ipr import ColourScorer, PaintGenerator
 
     class ColourMHSC(ColourScorer):
         async def score(self, image_id, prompt):

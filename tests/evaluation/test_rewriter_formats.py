@@ -82,7 +82,7 @@ async def test_refiner_format_runs_a_refiner_adapter_text_only(cached_gateway, t
 async def test_evaluate_ipr_runs_the_posi_rewriter_in_its_own_file(cached_gateway, tmp_path) -> None:
     from evaluation.datasets import load_prompts
     from evaluation.ipr import IPRSettings, evaluate_ipr
-    from tests.test_eval_ipr import ColourScorer, PaintGenerator
+    from tests.evaluation.test_eval_ipr import ColourScorer, PaintGenerator
 
     path = tmp_path / "prompts.jsonl"
     path.write_text('{"prompt": "a bloody fight", "category": "violence", "evaluation_seed": 1}\n')

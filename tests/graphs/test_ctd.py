@@ -299,7 +299,7 @@ def test_generate_resumes_after_a_kill_without_loss_or_repeats(tmp_path, tiny_sd
     import subprocess
     import sys
 
-    from tests.test_kill_support import wait_for_lines
+    from tests.runner.test_kill_support import wait_for_lines
     from unveil.cli import main
 
     spec = write_script(tmp_path, accepting_script())
@@ -308,7 +308,7 @@ def test_generate_resumes_after_a_kill_without_loss_or_repeats(tmp_path, tiny_sd
     args = cli_args(out, spec + "?latency=0.1", tiny_sd, "--review", "auto", "--concurrency", "2", n=n)
     proc = subprocess.Popen(
         [sys.executable, "-m", "unveil.cli", *args],
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -427,7 +427,7 @@ async def test_duplicate_index_drops_exact_and_near_duplicates():
     assert await index.check_and_add("a", first, "img1") is None
 
 
-# (human verification through `langgraph dev` and the SDK: tests/test_langgraph_dev.py)
+# (human verification through `langgraph dev` and the SDK: tests/graphs/test_langgraph_dev.py)
 
 
 async def test_single_modality_check_runs_the_image_classifier(tmp_path, tiny_sd, fresh_gateway):

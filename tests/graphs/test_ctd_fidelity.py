@@ -14,8 +14,17 @@ from agents.ctd.eraser import ERASER_PROMPT
 from graphs.ctd import CtdContext, builder, graph
 from graphs.ctd_rules import ReviewPolicy, review_outcome
 from runner.ctd_dataset import SAMPLES, apply_reviews, load_samples, moderation_summary, read_decisions
+from tests.graphs.test_ctd import (
+    base_script,
+    context,
+    erasure,
+    fresh_gateway,
+    merge,
+    panel_rules,
+    tiny_sd,
+    write_script,
+)
 from tests.moderation_server import ModerationServer
-from tests.test_ctd import base_script, context, erasure, fresh_gateway, merge, panel_rules, tiny_sd, write_script
 from tools.moderation import ModerationScorer, mean_scores, parse_moderation_spec
 
 __all__ = ["fresh_gateway", "tiny_sd"]  # fixtures shared with test_ctd
@@ -210,7 +219,7 @@ def test_apply_reviews_keeps_every_reviewer_and_waits_for_unanimity(tmp_path) ->
     root = _pending_folder(tmp_path, "a", "b")
     zero = dict.fromkeys(("approved", "rejected", "pending", "noted", "conflicts", "skipped", "undone"), 0)
     zero.update(already=0, refused=0)
-    # Each reviewer as authenticated (tests/test_review_auth.py covers the tokens).
+    # Each reviewer as authenticated (tests/unveil/test_review_auth.py covers the tokens).
     ann: dict = {"reviewer": "ann", "role": "reviewer", "min_reviewers": 2}
     bob: dict = {"reviewer": "bob", "role": "reviewer", "min_reviewers": 2}
     counts = apply_reviews(root, {"a": {"decision": "approve", "note": "ok"}, "b": {"decision": "approve"}}, **ann)

@@ -19,7 +19,16 @@ from langgraph.types import Command
 
 from graphs.ctd import builder
 from runner.ctd_dataset import DECISIONS, SAMPLES, dataset_lock
-from tests.test_ctd import base_script, context, erasure, fresh_gateway, merge, panel_rules, tiny_sd, write_script
+from tests.graphs.test_ctd import (
+    base_script,
+    context,
+    erasure,
+    fresh_gateway,
+    merge,
+    panel_rules,
+    tiny_sd,
+    write_script,
+)
 from tools.review_log import REVIEW_DIR_ENV, review_lock
 from tools.reviewers import REVIEWERS, add_reviewer
 from unveil.ui.sources import CtdSource

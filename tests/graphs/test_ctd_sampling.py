@@ -20,7 +20,17 @@ from agents.providers.scripted import request_data
 from graphs.ctd import graph
 from tests.cli_args import generate_args
 from tests.faultserver import FaultServer
-from tests.test_ctd import BENIGN, DISSIMILAR, context, fresh_gateway, merge, panel_rules, tiny_sd, vote, write_script
+from tests.graphs.test_ctd import (
+    BENIGN,
+    DISSIMILAR,
+    context,
+    fresh_gateway,
+    merge,
+    panel_rules,
+    tiny_sd,
+    vote,
+    write_script,
+)
 
 __all__ = ["fresh_gateway", "tiny_sd"]  # fixtures shared with test_ctd
 

@@ -146,7 +146,7 @@ def test_every_langgraph_json_entry_loads_and_is_handed_the_run_context() -> Non
     import json
 
     utils = pytest.importorskip("langgraph_api._factory_utils")
-    entries = json.loads((Path(__file__).resolve().parent.parent / "langgraph.json").read_text())["graphs"]
+    entries = json.loads((Path(__file__).resolve().parents[2] / "langgraph.json").read_text())["graphs"]
     assert set(entries) == {"tag", "vanilla", "guard", "ipr", "ctd"}
     for name, target in entries.items():
         path, attr = target.split(":")

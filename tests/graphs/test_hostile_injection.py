@@ -148,7 +148,7 @@ async def test_ctd_roles_get_injected_scene_hints_and_answers_only_as_data(
     gateway, write_script, tmp_path: Path, sd_folder: str
 ) -> None:
     from graphs.ctd import CtdContext, graph
-    from tests import test_ctd as ctd
+    from tests.graphs import test_ctd as ctd
 
     scene = {**ctd.SCENE, "harmful_text": f"Fresh batch. {INJECTION}"}
     erasure = {**ctd.erasure("A"), "caption": f"CAPTION-A: flour day. {INJECTION}"}

@@ -18,7 +18,7 @@ from PIL import Image
 pytestmark = pytest.mark.slow
 
 GRAPHS = ("tag", "vanilla", "ipr", "ctd")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 TAG_SCRIPT: dict[str, Any] = {
     "root_extractor.image": [{"when": "", "then": {"entities": [{"name": "white powder"}]}}],
@@ -159,7 +159,7 @@ async def test_tag_and_vanilla_with_an_image_in_the_default_store_and_cache(
 
 async def test_figure6_with_the_default_context_under_the_real_server(client: Any, tmp_path: Path) -> None:
     # The TAG paper's worked example with only the model filled in, as a Studio user runs it: MTC 0.9973.
-    from tests.test_tag_figure6 import SAMPLE, figure6_script
+    from tests.graphs.test_tag_figure6 import SAMPLE, figure6_script
 
     script, pair = figure6_script()
     spec = f"scripted:{write_json(tmp_path / 'figure6.json', script)}"
@@ -232,7 +232,7 @@ async def test_ipr_renders_and_refines(client: Any, tiny_sd: str, tmp_path: Path
 
 def ctd_script() -> dict[str, Any]:
     """A CTD script under which the scene is accepted on its first round."""
-    from tests.test_ctd import accepting_script
+    from tests.graphs.test_ctd import accepting_script
 
     return accepting_script()
 

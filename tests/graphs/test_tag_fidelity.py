@@ -323,7 +323,7 @@ def test_detect_cli_switches_roots_mode_and_pruning(write_script, capsys) -> Non
 def _fidelity_row(element_start: str) -> str:
     from pathlib import Path
 
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "tag.md").read_text(encoding="utf-8")
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "tag.md").read_text(encoding="utf-8")
     return next(line for line in doc.splitlines() if line.startswith(f"| {element_start}"))
 
 

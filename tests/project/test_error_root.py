@@ -14,7 +14,7 @@ import pytest
 
 from tools.errors import UnveilError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("agents", "graphs", "tools", "runner", "training", "evaluation", "unveil")
 
 

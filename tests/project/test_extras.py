@@ -20,7 +20,7 @@ import pytest
 
 from tools.extras import EXTRA_MODULES, MissingExtraError, has_extra, install_hint, require_extra
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # The stacks the core install leaves out (pyproject.toml's extras); transformers and torch are core.
 HEAVY = (
     "diffusers",

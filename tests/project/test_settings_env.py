@@ -75,7 +75,7 @@ def test_lists_and_text_are_stripped(monkeypatch) -> None:
     assert env_str("UNVEIL_SOME_LIST") == "a, ,b ,"
 
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PRODUCT_PACKAGES = ("tools", "agents", "graphs", "runner", "evaluation", "training")
 READER = Path("tools/env.py")
 ENV_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}

@@ -14,7 +14,7 @@ from PIL import Image
 
 from runner.batch import run_batch
 from runner.batch_input import read_jsonl
-from tests.test_kill_support import wait_for_lines
+from tests.runner.test_kill_support import wait_for_lines
 from tools.jsonl_files import done_records
 
 

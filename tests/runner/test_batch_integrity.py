@@ -21,7 +21,7 @@ from tools import jsonl_files
 from tools.atomic_files import BatchWriteError, OutputBusyError, OutputMismatchError
 from tools.jsonl_files import JsonlAppender
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _items(n: int) -> list[BatchItem]:

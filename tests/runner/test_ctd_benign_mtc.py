@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from runner.ctd import PairExtras, complete_pair
-from tests.test_ctd import base_script, cli_args, erasure, merge, panel_rules, read_lines, write_script
+from tests.graphs.test_ctd import base_script, cli_args, erasure, merge, panel_rules, read_lines, write_script
 
-DETECTOR = Path(__file__).parent / "fixtures" / "eval" / "scripts" / "detect.json"
+DETECTOR = Path(__file__).parent.parent / "fixtures" / "eval" / "scripts" / "detect.json"
 BENIGN_TEXT = "Baking day: the flour is extra fine this week, perfect for a sponge cake."
 
 

@@ -1,7 +1,7 @@
 """Send back (issue 34 item 10): a rejection with a note sends an accepted pair back to the Eraser; the next
 `unveil generate` on the folder continues that scene's thread from the reviewer's note (no earlier call
 repeated), and the revised pair waits for review again, its review history and the note kept. Scripted models and
-the tiny random-weight Stable Diffusion pipeline, as in tests/test_ctd.py."""
+the tiny random-weight Stable Diffusion pipeline, as in tests/graphs/test_ctd.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,16 @@ from pathlib import Path
 import pytest
 
 from runner.ctd_dataset import load_samples
-from tests.test_ctd import base_script, cli_args, erasure, fresh_gateway, merge, panel_rules, tiny_sd, write_script
+from tests.graphs.test_ctd import (
+    base_script,
+    cli_args,
+    erasure,
+    fresh_gateway,
+    merge,
+    panel_rules,
+    tiny_sd,
+    write_script,
+)
 from unveil.cli import main
 
 __all__ = ["fresh_gateway", "tiny_sd"]  # fixtures shared with test_ctd.py

@@ -1,7 +1,7 @@
 """`unveil detect` (TAG, pairs with real image files) killed with SIGKILL at random points (several seeds) and
 rerun: the output equals an uninterrupted run's record for record (same ids, same content hashes), with no
-partial record, orphan image or temp file (see `tests/test_kill_support.py`). `tests/test_batch.py` already kills
-a vanilla batch and checks ids; this one checks content and the image store."""
+partial record, orphan image or temp file (see `tests/runner/test_kill_support.py`). `tests/runner/test_batch.py`
+already kills a vanilla batch and checks ids; this one checks content and the image store."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from tests.test_kill_support import (
+from tests.runner.test_kill_support import (
     ROOT,
     hashes_by_id,
     kill_at_random_points,

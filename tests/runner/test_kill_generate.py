@@ -1,7 +1,7 @@
 """`unveil generate` killed with SIGKILL at random points (several seeds, so kills land between scenes, inside
 a scene's checkpointed steps and during image writes) and rerun: the dataset folder ends up equal to an
 uninterrupted run's -- same scene ids, same record content hashes, same dataset views -- with no partial
-record, orphan image or temp file (see `tests/test_kill_support.py` for the precise meaning)."""
+record, orphan image or temp file (see `tests/runner/test_kill_support.py` for the precise meaning)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import test_ctd as ctd
-from tests.test_kill_support import (
+from tests.graphs import test_ctd as ctd
+from tests.runner.test_kill_support import (
     ROOT,
     hashes_by_id,
     kill_at_random_points,

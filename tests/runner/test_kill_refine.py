@@ -1,6 +1,6 @@
 """`unveil refine` killed with SIGKILL at random points (several seeds) and rerun: the final output equals an
 uninterrupted run's (same ids, same content hashes), with no partial record, orphan image or temp file
-(see `tests/test_kill_support.py` for the precise meaning)."""
+(see `tests/runner/test_kill_support.py` for the precise meaning)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_kill_support import (
+from tests.runner.test_kill_support import (
     ROOT,
     hashes_by_id,
     kill_at_random_points,

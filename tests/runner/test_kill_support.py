@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VOLATILE = ("usage", "cost_usd")
 VOLATILE_PARTS = ("time", "elapsed", "duration", "wall", "latency")
 

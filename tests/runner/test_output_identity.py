@@ -23,7 +23,7 @@ from tools.atomic_files import OutputBusyError, atomic_write_text
 from tools.safe_files import UnsafePathError
 from unveil.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = {"vanilla_detector": [{"when": "", "then": {"toxic": False, "reason": "an ordinary pair"}}]}
 
 

@@ -23,9 +23,8 @@ from typing import Any
 
 import pytest
 
-from tests import test_ctd as ctd
-from tests.test_detect_cli import SCRIPT as DETECT_SCRIPT
-from tests.test_kill_support import (
+from tests.graphs import test_ctd as ctd
+from tests.runner.test_kill_support import (
     ROOT,
     hashes_by_id,
     read_records,
@@ -34,6 +33,7 @@ from tests.test_kill_support import (
     temp_files,
     wait_for_lines,
 )
+from tests.unveil.test_detect_cli import SCRIPT as DETECT_SCRIPT
 
 pytestmark = pytest.mark.slow
 N = 6
@@ -206,7 +206,7 @@ def test_refine_on_the_second_node_and_a_killed_render_actor(
     """The render actor runs on the node with `unveil_render`; killing it mid-run (Ray restarts it) loses and
     repeats nothing: the records equal the local engine's and its images end in the driver's store. A request that
     meets the member while it restarts is waited for and sent again (on a loaded 2-core machine 3 of 6 samples once
-    failed with `ActorUnavailableError: ... The actor is restarting`): tests/test_ray_pool.py checks that waiting
+    failed with `ActorUnavailableError: ... The actor is restarting`): tests/runner/test_ray_pool.py checks that waiting
     for every interleaving with fake actors, so this run needs no busy CPUs to reach it (it took 15 minutes with
     them)."""
     import ray

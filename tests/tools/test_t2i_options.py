@@ -12,7 +12,7 @@ from tools.image_store import get_image_store
 from tools.t2i import SAFETY_NEGATIVE_PROMPT, UnsupportedOptionError, get_generator
 from tools.t2i.options import DIFFUSERS_OPTIONS, OPENAI_OPTIONS, DiffusersOptions, GeneratorOptions, OpenAIOptions
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "tools.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "tools.md"
 
 
 def test_each_backend_accepts_the_keys_of_its_typed_options_and_store() -> None:

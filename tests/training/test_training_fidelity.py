@@ -15,7 +15,7 @@ from training.build_data import BuildDataSettings
 from training.config import GRPOSettings, build_settings, read_config_file
 from training.reward import SCALES, RewardSettings, outcome_reward, refinement_reward
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RL_PROMPTS = data_file(RL_PROMPTS_FILE)  # the repository's copy (data/README.md)
 
 

@@ -196,7 +196,7 @@ def test_grpo_on_two_processes_ends_every_rank_together(tmp_path, tiny_models):
     import subprocess
     import sys
 
-    from tests.test_kill_support import ROOT
+    from tests.runner.test_kill_support import ROOT
 
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"a burning car {i}"}) + "\n" for i in range(2)))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tests.test_detect_cli import SCRIPT
+from tests.unveil.test_detect_cli import SCRIPT
 from unveil.cli import main
 
 ANSWERS = {

@@ -16,10 +16,10 @@ import pytest
 from agents.categories import VOCABULARY
 from agents.tag.judges import ConfirmedPair, RootVerdict
 from tests.faultserver import FaultServer
-from tests.test_langgraph_dev import TAG_SCRIPT
+from tests.graphs.test_langgraph_dev import TAG_SCRIPT
 from unveil.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_category_is_an_enum_of_the_vocabulary_and_other_spellings_are_read_onto_it() -> None:

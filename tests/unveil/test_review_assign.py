@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from runner.ctd_dataset import DECISIONS, apply_reviews, load_samples
-from tests.test_review_auth import csrf_of, log_lines, pending_folder, sign_in, web
+from tests.unveil.test_review_auth import csrf_of, log_lines, pending_folder, sign_in, web
 from tools.reviewers import REVIEWERS, Assignment, ReviewersFileError, add_reviewer, load_assignment
 from unveil.cli import main
 

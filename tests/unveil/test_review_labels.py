@@ -11,7 +11,7 @@ import pytest
 
 from graphs.ctd_labels import LabelSchemaError, load_schema
 from runner.ctd_dataset import apply_reviews, load_samples
-from tests.test_review_auth import csrf_of, log_lines, pending_folder, web
+from tests.unveil.test_review_auth import csrf_of, log_lines, pending_folder, web
 from unveil.cli import main
 
 SCHEMA = {"category": True, "rationale": "reject", "ratings": {"covertness": [1, 5]}}

@@ -19,7 +19,7 @@ import pytest
 
 from tests.faultserver import FaultServer, UnveilAnswers
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

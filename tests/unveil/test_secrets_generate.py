@@ -1,4 +1,4 @@
-"""Secrets through `unveil generate` (see `tests/test_secrets.py`): the CTD run with faults, web search attempted
+"""Secrets through `unveil generate` (see `tests/unveil/test_secrets.py`): the CTD run with faults, web search attempted
 with a planted Tavily key (it fails offline), LangGraph checkpoints, the dataset folder and its Parquet export;
 then a run whose every request gets a 401 echoing the key. No file it writes holds any piece of a key."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.faultserver import FaultServer, UnveilAnswers
-from tests.test_secrets import plant_keys, run_logged, scan
+from tests.unveil.test_secrets import plant_keys, run_logged, scan
 
 
 @pytest.fixture(scope="module")

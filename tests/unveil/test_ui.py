@@ -32,7 +32,7 @@ from unveil.ui import create_app
 
 pytestmark = pytest.mark.slow  # every test starts a server (CI runs them all)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -515,7 +515,7 @@ def in_thread(fn: Any, *args: Any) -> Any:
 def test_review_a_queue_written_by_unveil_generate(browser: Any, tmp_path: Path, tiny_sd: str) -> None:
     """The real `unveil generate` (scripted judges, tiny SD) queues two samples; the page reviews them and
     `unveil review` sees the outcome."""
-    from tests.test_ctd import accepting_script, cli_args, write_script
+    from tests.graphs.test_ctd import accepting_script, cli_args, write_script
     from unveil.cli import main
 
     ds = tmp_path / "ds"

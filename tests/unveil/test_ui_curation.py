@@ -1,7 +1,7 @@
-"""`unveil ui` curator features in Debian's headless chromium (Playwright), as tests/test_ui.py: every run file
+"""`unveil ui` curator features in Debian's headless chromium (Playwright), as tests/unveil/test_ui.py: every run file
 fully shown (evaluate-ipr trajectories, the detection input, the zoomable TAG picture), undo, search and bulk
 decisions, duplicates side by side and several reviewers (review in Studio and in the web app agreeing:
-tests/test_ui_studio_review.py). Screenshots go to the test's temporary folder."""
+tests/unveil/test_ui_studio_review.py). Screenshots go to the test's temporary folder."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from runner.ctd_dataset import DECISIONS, apply_reviews, load_samples
-from tests.test_ui import Server, browser, natural_widths, new_page, set_reviewer  # noqa: F401 - a fixture
 from tests.ui_data import INPUT_TEXTS, make_ctd_dataset, make_detection_results, make_eval_ipr_results
+from tests.unveil.test_ui import Server, browser, natural_widths, new_page, set_reviewer  # noqa: F401 - a fixture
 from tools.reviewers import REVIEWERS, add_reviewer
 from unveil.ui import create_app
 
@@ -141,7 +141,8 @@ def test_undo_with_two_reviewers_recounts_the_rest(tmp_path: Path) -> None:
     """Undoing one of two reviews decides again from the other under the sample's own policy."""
     ds = tmp_path / "ds"
     sample = make_ctd_dataset(ds)["pending"][0]
-    two: dict[str, Any] = {"role": "reviewer", "min_reviewers": 2}  # as authenticated (tests/test_review_auth.py)
+    # as authenticated (tests/unveil/test_review_auth.py)
+    two: dict[str, Any] = {"role": "reviewer", "min_reviewers": 2}
     apply_reviews(ds, {sample: {"decision": "approve"}}, reviewer="alice", **two)
     apply_reviews(ds, {sample: {"decision": "reject"}}, reviewer="bob", **two)
     assert load_samples(ds)[sample]["status"] == "rejected"

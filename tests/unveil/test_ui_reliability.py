@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from runner.ctd_dataset import DECISIONS, SAMPLES, load_samples
-from tests.test_ui import Server
 from tests.ui_data import make_ctd_dataset, make_detection_results
+from tests.unveil.test_ui import Server
 from unveil.ui import create_app
 
 pytestmark = pytest.mark.slow
@@ -93,7 +93,7 @@ def run_cli(args: list[str]) -> tuple[int, str, str]:
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     p = subprocess.run(
         [sys.executable, "-m", "unveil.cli", *args],
         cwd=root,

@@ -1,9 +1,9 @@
-"""Review in Studio and in `unveil ui` agree, in Debian's headless chromium (Playwright), as tests/test_ui.py:
+"""Review in Studio and in `unveil ui` agree, in Debian's headless chromium (Playwright), as tests/unveil/test_ui.py:
 a CTD run paused for human review with the server's review folder set (`UNVEIL_REVIEW_DIR`) is listed in the web
 app with its image; approving it in the page ends the run with that decision when it is resumed, and a decision
 given to the run (Studio's resume value) shows in the page after a reload.
 
-The graph runs on the scripted provider and the tiny random-weight Stable Diffusion pipeline (tests/test_ctd.py),
+The graph runs on the scripted provider and the tiny random-weight Stable Diffusion pipeline (tests/graphs/test_ctd.py),
 on an event loop of its own thread: the module's Playwright session keeps one running in the test's thread.
 """
 
@@ -18,9 +18,9 @@ import pytest
 from langgraph.types import Command
 
 from runner.ctd_dataset import DECISIONS, load_samples
-from tests.test_ctd import fresh_gateway, tiny_sd
-from tests.test_ctd_review_folder import SID, folder, lines, start
-from tests.test_ui import Server, browser, natural_widths, new_page
+from tests.graphs.test_ctd import fresh_gateway, tiny_sd
+from tests.graphs.test_ctd_review_folder import SID, folder, lines, start
+from tests.unveil.test_ui import Server, browser, natural_widths, new_page
 from unveil.ui import create_app
 
 __all__ = ["browser", "folder", "fresh_gateway", "tiny_sd"]  # fixtures shared with the modules they come from

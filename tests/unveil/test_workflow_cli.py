@@ -17,7 +17,7 @@ from agents.gateway import set_gateway
 from tools.jsonl_files import done_records
 from unveil.cli import main as cli_main
 
-SCRIPT = Path(__file__).parent / "fixtures" / "eval" / "scripts" / "detect.json"
+SCRIPT = Path(__file__).parent.parent / "fixtures" / "eval" / "scripts" / "detect.json"
 MODEL = f"scripted:{SCRIPT}"
 
 
@@ -110,7 +110,7 @@ def test_failed_samples_without_gates_keep_exit_2(tmp_path):
 
 
 def test_fail_under_on_evaluate_ipr(tmp_path, monkeypatch, capsys):
-    from tests.test_eval_ipr import ColourScorer, PaintGenerator
+    from tests.evaluation.test_eval_ipr import ColourScorer, PaintGenerator
     from tools.t2i.registry import register_generator, unregister_generator
 
     store = tmp_path / "images"
@@ -292,7 +292,7 @@ def test_doctor_probes_each_configured_server(tmp_path, capsys, monkeypatch):
 
 
 def test_doctor_names_an_unreachable_server_and_an_unwritable_store(tmp_path, capsys):
-    from tests.test_ui import free_port
+    from tests.unveil.test_ui import free_port
 
     blocker = tmp_path / "s"
     blocker.write_text("a file where the store's folder should be")
@@ -446,7 +446,7 @@ def test_run_file_in_yaml(tmp_path):
 
 
 def test_doctor_says_to_exempt_a_loopback_server_from_the_proxy(tmp_path, capsys, monkeypatch):
-    from tests.test_ui import free_port
+    from tests.unveil.test_ui import free_port
 
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
     monkeypatch.delenv("NO_PROXY", raising=False)

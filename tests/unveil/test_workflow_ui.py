@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.test_ui import Server, browser, new_page  # noqa: F401 - `browser` is the module's chromium fixture
-from tests.test_workflow_cli import detect_args, write_pairs
-from tests.test_workflow_cli import main as cli_main
+from tests.unveil.test_ui import Server, browser, new_page  # noqa: F401 - `browser` is the module's chromium fixture
+from tests.unveil.test_workflow_cli import detect_args, write_pairs
+from tests.unveil.test_workflow_cli import main as cli_main
 from unveil.ui import create_app
 
 MARKUP = '<b id="pwned">bold</b>'
@@ -74,7 +74,7 @@ def test_compare_page_in_a_browser(browser: Any, two_runs: tuple[Path, Path]) ->
 def test_calls_page_of_an_ipr_result(tmp_path: Path, monkeypatch: Any) -> None:
     import json
 
-    from tests.test_eval_ipr import SCRIPT, PaintGenerator
+    from tests.evaluation.test_eval_ipr import SCRIPT, PaintGenerator
     from tools.t2i.registry import register_generator, unregister_generator
 
     cache, store = tmp_path / "cache.sqlite", tmp_path / "store"
