@@ -15,8 +15,12 @@ format:  ## rewrite the sources in the project's style
 	$(PYTHON) -m ruff check --fix .
 	$(PYTHON) -m ruff format .
 
+# -n auto: one pytest-xdist worker per CPU; --dist loadgroup keeps each `xdist_group` (tests/conftest.py: Ray, the
+# langgraph dev server, a module's shared fixtures) on one worker.
+PYTEST_PARALLEL ?= -n auto --dist loadgroup
+
 test-fast:  ## every test but the slow ones (servers, model pipelines, benches)
-	$(PYTHON) -m pytest -q -m "not slow"
+	$(PYTHON) -m pytest -q $(PYTEST_PARALLEL) -m "not slow"
 
 test:  ## exactly CI: setup, the gate, the whole suite
 	bash .ci/run

@@ -8,7 +8,7 @@ records, dedup off), with images from a text-to-image spec (default: the tiny ra
 built in a temp folder, so the timing is about the agent pipeline rather than the image model).
 
     python bench/ctd_throughput.py --scenes 16 --latency 0.05 --concurrency 8
-    python bench/ctd_throughput.py --tiny      # smoke run of the bench itself (tests/test_bench_smoke.py)
+    python bench/ctd_throughput.py --tiny      # smoke run of the bench itself (tests/bench/test_bench_smoke.py)
 """
 
 from __future__ import annotations

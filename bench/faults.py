@@ -24,7 +24,7 @@ Two more rows stress the output itself (detect, fault rate 0):
 
     python bench/faults.py                       # 200 samples per command, rates 0, 0.1, 0.3, and both rows
     python bench/faults.py --n 40 --commands detect --rates 0.3 --scenarios none
-    python bench/faults.py --tiny                # smoke run of the bench itself (tests/test_bench_smoke.py)
+    python bench/faults.py --tiny                # smoke run of the bench itself (tests/bench/test_bench_smoke.py)
 """
 
 from __future__ import annotations

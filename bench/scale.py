@@ -87,7 +87,7 @@ async def detect_batch(work: Path, name: str, samples: int, spec: str, concurren
 def bench_detect(args: argparse.Namespace) -> None:
     """Local vs Ray detect with a scripted remote-latency model."""
     from runner.engine import EngineSettings, engine_session
-    from tests.test_detect_cli import SCRIPT
+    from tests.unveil.test_detect_cli import SCRIPT
 
     os.environ["UNVEIL_MAX_CONCURRENCY"] = str(args.concurrency)  # the API limit must not be what is measured
     work = Path(tempfile.mkdtemp(prefix="unveil-bench-scale-"))

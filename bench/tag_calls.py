@@ -5,7 +5,7 @@ reading: three children a parent, up to k_max per node) and then judges every cr
 layer by layer. TAG (its default reading) expands each tree with one call a layer, judges a layer's new pairs in
 calls of up to 200, and stops at the shallowest toxic layer. Both run on the same scripted model with injected
 latency (`--latency`, seconds per call) and the same concurrency limit, so the wall times compare critical paths,
-not sums. `--latency 0` is the smoke mode (tests/test_bench_smoke.py): the counts do not depend on it.
+not sums. `--latency 0` is the smoke mode (tests/bench/test_bench_smoke.py): the counts do not depend on it.
 
     python bench/tag_calls.py [--latency 0.05] [--l-max 4] [--k-max 6]
 

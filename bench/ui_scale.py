@@ -109,7 +109,7 @@ def main() -> None:
     if args.tiny:
         args.results, args.samples, args.decisions, args.huge_line_mib = 1_000, 500, 10, 8
 
-    from tests.test_ui import Server
+    from tests.unveil.test_ui import Server
     from unveil.ui import create_app
 
     out: dict[str, Any] = {"results": args.results, "samples": args.samples}

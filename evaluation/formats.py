@@ -5,7 +5,7 @@ and `unveil list formats`), the container its files use (`json`: one JSON docume
 sniff rule (does a parsed file look like this format?) and a loader (file -> `BatchItem`s). The sniffer, the
 loaders and the CLI all read the registry, so a format is added in one place; an entry that lacks a piece is refused
 when it is built, naming the format and the piece (`FormatEntryError`). Recipe: CONTRIBUTING.md, "A benchmark
-format."; conformance suite: tests/test_benchmark_formats.py.
+format."; conformance suite: tests/bench/test_benchmark_formats.py.
 """
 
 from __future__ import annotations

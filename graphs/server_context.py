@@ -19,7 +19,7 @@ environment and send it, with the key for custom endpoints, to the caller's addr
   key (`UNVEIL_OPENAI_API_KEY`) only ever goes to an endpoint the operator chose;
 - every field has a kind (`FIELD_KINDS`; fields typed bool, number or `Literal`, and lists with fixed choices name
   nothing); a text field of no known kind is refused, so a new field cannot slip through unchecked
-  (`tests/test_server_context.py` checks every context `langgraph.json` serves).
+  (`tests/graphs/test_server_context.py` checks every context `langgraph.json` serves).
 
 The settings are the server's own (its environment, or the `env` of `langgraph.json`), never a run's. The CLI's
 flags and in-process callers are the operator's own choices and are not limited here.

@@ -13,8 +13,8 @@ from typing import Any
 from PIL import Image
 
 from runner.ctd_reviews import apply_reviews
-from tests.test_ui import CHROMIUM, CHROMIUM_ARGS, Server
 from tests.ui_data import make_ctd_dataset, make_detection_results, make_eval_ipr_results, make_ipr_results
+from tests.unveil.test_ui import CHROMIUM, CHROMIUM_ARGS, Server
 from tools.reviewers import REVIEWERS, add_reviewer, save_assignment
 from unveil.ui import create_app
 
@@ -66,12 +66,12 @@ def sent_back_folder(root: Path) -> None:
 
 def studio_sample(tmp: Path) -> tuple[Path, str]:
     """A sample reviewed in Studio: a CTD run (scripted provider, tiny random-weight Stable Diffusion, as in
-    tests/test_ctd_review_folder.py) paused for review with the review folder `tmp/studio` set, sent back to the
+    tests/graphs/test_ctd_review_folder.py) paused for review with the review folder `tmp/studio` set, sent back to the
     Eraser by a Studio answer, then approved, as Studio sends them. Returns the folder and the sample's id."""
     from langgraph.types import Command
 
     from agents.gateway import Gateway, GatewaySettings, set_gateway
-    from tests.test_ctd_review_folder import SID, start
+    from tests.graphs.test_ctd_review_folder import SID, start
     from tests.tiny import build_tiny_sd
     from tools.review_log import REVIEW_DIR_ENV
 

@@ -3,6 +3,7 @@ and a `langgraph dev` server on a free loopback port."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
@@ -26,6 +27,49 @@ from extras_plugin import (  # noqa: F401 - hooks: a missing extra skips with it
 from agents.gateway import Gateway, GatewaySettings, set_gateway
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Tests that must not run beside each other under `pytest -n auto --dist loadgroup` (pytest-xdist), by module or
+# by test (`file.py::name`, parameters left out): each group runs on one worker, one test at a time. Ray: one
+# local cluster at a time on this machine (each starts a head and workers sized to the machine's CPUs). langgraph
+# dev: the server keeps its state in the repository's `.langgraph_api/`, which two servers in one checkout share.
+XDIST_GROUPS = {
+    "test_ray_engine.py": "ray",
+    "test_gpu_suite.py::test_the_tiny_suite_runs_every_part_and_writes_one_json": "ray",
+    "test_gpu_suite.py::test_the_ipr_part_evaluates_a_slice_on_ray_and_extrapolates": "ray",
+    "test_bench_smoke.py::test_scale_render_tiny_runs_the_local_and_ray_engines": "ray",
+    "test_langgraph_dev.py": "langgraph_dev",
+    "test_guard_langgraph_dev.py": "langgraph_dev",
+}
+WIDE_SCOPES = ("module", "class", "package", "session")
+TESTS = Path(__file__).resolve().parent
+
+
+def _uses_a_wide_fixture_of_the_suite(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture of this suite (not pytest's own `tmp_path_factory`) wider than one test."""
+    info = getattr(item, "_fixtureinfo", None)
+    for fixturedefs in info.name2fixturedefs.values() if info is not None else ():
+        if not fixturedefs or fixturedefs[-1].scope not in WIDE_SCOPES:
+            continue
+        source = inspect.getsourcefile(fixturedefs[-1].func)
+        if source is not None and TESTS in Path(source).resolve().parents:
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put each test in its `xdist_group`: the module's entry of `XDIST_GROUPS`, else, for a test that uses a
+    fixture wider than one test (a tiny model built once a module, a server), its module, so that fixture is built
+    on one worker only. Without xdist the markers do nothing."""
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        module = item.path.name
+        name = getattr(item, "originalname", item.name)  # without its parameters
+        group = XDIST_GROUPS.get(f"{module}::{name}", XDIST_GROUPS.get(module))
+        if group is None:
+            group = item.nodeid.split("::")[0] if _uses_a_wide_fixture_of_the_suite(item) else None
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True)

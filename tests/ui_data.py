@@ -146,7 +146,7 @@ def make_ctd_dataset(root: Path, *, n_pending: int = 4, duplicate: bool = False)
         lines.append(json.dumps(rec, ensure_ascii=False))
     # A record whose image path points outside the store: the app must refuse to show that file. It is a rejected
     # sample, so the Export button's test exports the rest (an accepted one would make the export refuse the whole
-    # folder, naming it: tests/test_hostile_export.py).
+    # folder, naming it: tests/runner/test_hostile_export.py).
     outside = root.parent / "outside.png"
     picture(1, label="outside the store").save(outside)
     bad = json.loads(lines[-1])

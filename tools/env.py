@@ -2,7 +2,7 @@
 `SettingError` that names the variable and says what it must be.
 
 Product code reads the environment only through this module (the CLI in `unveil/` may read it too);
-`tests/test_settings_env.py` keeps it so. An unset variable and an empty one are the same: the default applies.
+`tests/project/test_settings_env.py` keeps it so. An unset variable and an empty one are the same: the default applies.
 Booleans have one vocabulary, `1/true/yes/on` and `0/false/no/off` (any case); anything else is an error.
 """
 

@@ -65,7 +65,7 @@ def default_store_root() -> Path:
 
 
 # The formats Pillow may open from untrusted input: raster formats Pillow decodes itself, the ones the project reads
-# and tests (tests/test_image_modes.py). Any other plugin never sees the bytes, whatever the file is called: EPS
+# and tests (tests/tools/test_image_modes.py). Any other plugin never sees the bytes, whatever the file is called: EPS
 # and PostScript would be handed to Ghostscript, and every extra parser is more attack surface.
 ALLOWED_FORMATS = (
     "PNG",

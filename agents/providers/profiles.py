@@ -8,7 +8,7 @@ the names under which it runs the embedded demonstration model. The gateway, the
 spec helpers, the server-context checks and `unveil list` read these fields; none keeps a table of provider names.
 
 Adding a provider is one module that implements `ProviderModule` and one `ProviderProfile` in `PROFILES`;
-`tests/test_provider_conformance.py` runs every registered provider. The facts a new provider must decide have no
+`tests/agents/test_provider_conformance.py` runs every registered provider. The facts a new provider must decide have no
 default (a profile without `max_concurrency` cannot be built), and `ProviderProfile.__post_init__` refuses a profile
 whose facts contradict each other, naming the field.
 

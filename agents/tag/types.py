@@ -17,7 +17,7 @@ ROOTS_MODES: tuple[str, ...] = get_args(RootsMode)
 
 # The association types of the TAG paper (§8, §10.1): the one place they are spelled. Every list, prompt and help
 # text derives from this type (`ASSOCIATION_TYPES`, `ASSOCIATION_GUIDE`), so adding a type is this line plus its
-# description in `ASSOCIATION_DESCRIPTIONS`; tests/test_tag_vocabulary.py checks that the two agree and that no
+# description in `ASSOCIATION_DESCRIPTIONS`; tests/graphs/test_tag_vocabulary.py checks that the two agree and that no
 # other module or doc spells the list out.
 AssociationType = Literal[
     "categorical", "functional", "spatial", "temporal", "causal", "emotional", "similarity", "contrast", "cultural"

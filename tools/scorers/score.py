@@ -27,7 +27,7 @@ from tools.errors import ConfigurationError
 from tools.extras import require_extra
 from tools.image_store import ImageStore
 
-# The registered scorers and the columns each adds to a score row (`score_row`; tests/test_scorers_conformance.py
+# The registered scorers and the columns each adds to a score row (`score_row`; tests/tools/test_scorers_conformance.py
 # runs every entry and checks its row has exactly these). The IP indicator `inappropriate` joins when q16 and
 # nudenet both run.
 SCORER_COLUMNS: dict[str, tuple[str, ...]] = {

@@ -2,7 +2,7 @@
 
 The start page (`/`), the routes the app serves and the recognition of a path (`detect_kind`) all read `KINDS`;
 adding a kind is a source module in `unveil/ui/sources/`, a router in `unveil/ui/routes/`, its templates and one
-entry here (CONTRIBUTING.md, "A page kind of the web app"). `tests/test_ui_kinds.py` runs every entry through the
+entry here (CONTRIBUTING.md, "A page kind of the web app"). `tests/unveil/test_ui_kinds.py` runs every entry through the
 same checks. The first kind that claims a path opens it, so a kind whose records are more specific comes first.
 """
 

@@ -1,0 +1,85 @@
+"""Every bench's CPU smoke mode runs as a user runs it (a subprocess from the repository root) and prints its
+numbers, so a bench that a code change broke fails here instead of the next time someone measures with it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NUMBER = r"\d+(?:\.\d+)?"
+# A bench subprocess loads its models and tiny pipelines from scratch: on a busy 2-core machine that can take
+# minutes (run_bench's own limit is 600 s). Every test here is slow: `make test-fast` leaves the benches out.
+pytestmark = [pytest.mark.timeout(660), pytest.mark.slow]
+
+
+def run_bench(*args: str, timeout: int = 600) -> str:
+    """Run `python bench/ARGS...` from the repository root; its stdout (the test fails on a non-zero exit)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)  # a smoke run never joins a cluster another process runs
+    proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def test_tag_calls_prints_calls_tokens_and_the_targets() -> None:
+    out = run_bench("bench/tag_calls.py", "--latency", "0")
+    assert re.search(r"targets: overt calls \d+ <= 4: True", out)
+    # both readings side by side; only the default (per_node) finds the covert pair
+    cells = r"\d+ \| \d+ \| \S+ \| "
+    assert re.search(rf"separate \| per_node \| (?:{cells}){{2}}\d+ \| \d+ \| 0\.99\d+ \|", out)
+    assert re.search(rf"separate \| per_layer \| (?:{cells}){{2}}\d+ \| \d+ \| - \|", out)
+    assert re.search(r"target: per_layer benign calls \d+ <= \d+: True", out)
+    assert re.search(r"^wide \| per_node \| \d+ \| \d+ \| \d+$", out, re.M)
+
+
+def test_scale_render_tiny_runs_the_local_and_ray_engines() -> None:
+    out = run_bench("bench/scale.py", "render", "--tiny", "--gpus", "1", "--prompts-per-gpu", "4", "--warm", "1")
+    assert "tiny pipeline" in out
+    assert re.search(rf"^local\s+0\s+4\s+{NUMBER}\s+1\.00", out, re.M)
+    assert re.search(rf"^ray\s+0\s+4\s+{NUMBER}\s+{NUMBER}", out, re.M)
+
+
+def test_t2i_throughput_tiny_prints_images_per_second() -> None:
+    out = run_bench(
+        "bench/t2i_throughput.py", "--tiny", "--variants", "eager", "--n", "2", "--rounds", "1", "--steps", "2"
+    )
+    assert re.search(rf"eager: {NUMBER} images/s", out)
+    assert re.search(rf"\| eager \| {NUMBER} \| {NUMBER}x \|", out)
+
+
+def test_grpo_step_tiny_prints_seconds_per_step() -> None:
+    out = run_bench("bench/grpo_step.py", "--tiny")
+    assert re.search(rf"GRPO step, 1 process\(es\): {NUMBER} s", out)
+
+
+def test_ctd_throughput_tiny_prints_samples_per_hour() -> None:
+    out = run_bench("bench/ctd_throughput.py", "--tiny")
+    assert re.search(rf"^sequential\s+{NUMBER}\s+2\s+\d+\s+{NUMBER}", out, re.M)
+    assert re.search(rf"^concurrent x2\s+{NUMBER}\s+2\s+\d+", out, re.M)
+
+
+def test_faults_tiny_loses_and_duplicates_nothing() -> None:
+    # The bench itself exits 1 when a record is lost or duplicated; the row must show its counts.
+    out = run_bench("bench/faults.py", "--tiny", "--commands", "detect", "--scenarios", "two-writers")
+    assert re.search(r"^detect\s+faults\s+30%\s+8\s+\d+\s+\d+\s+0\s+0\s", out, re.M)
+    assert re.search(r"^detect\s+two-writers\s", out, re.M)
+
+
+def test_first_run_times_the_demo_on_this_environment() -> None:
+    # Setup already ran (the README's test command starts with it): time the demo's first result only.
+    out = run_bench("bench/first_run.py", "--skip-setup", "--first-only")
+    assert re.search(rf"first result after {NUMBER} s: \[", out)
+
+
+def test_image_decode_memory_prints_the_rise_per_mode() -> None:
+    out = run_bench("bench/image_decode_memory.py", "--side", "300", "--modes", "I;16,RGBA", "--before")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [(r["mode"], r["code"]) for r in rows] == [("I;16", "before"), ("I;16", "now"), ("RGBA", "now")]
+    assert all(r["errors"] == [] and r["rss_rise_mib"] >= 0 for r in rows)

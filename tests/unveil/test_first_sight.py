@@ -1,0 +1,107 @@
+"""What a newcomer sees first (issue 33, item 7): the demo's category is a category of the vocabulary (an enum in the
+schema), its output is labelled as the 135M demo's, the embedded-model note names the spec(s) and roles really in
+use, and a server's refusal of a structured-output method is said once per run, on one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.categories import VOCABULARY
+from agents.tag.judges import ConfirmedPair, RootVerdict
+from tests.faultserver import FaultServer
+from tests.graphs.test_langgraph_dev import TAG_SCRIPT
+from unveil.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_category_is_an_enum_of_the_vocabulary_and_other_spellings_are_read_onto_it() -> None:
+    schema = ConfirmedPair.model_json_schema()
+    assert tuple(schema["properties"]["category"]["enum"]) == VOCABULARY
+    assert ConfirmedPair(pair_id="p", category="Illegal drugs", reason="r").category == "drugs"
+    assert ConfirmedPair(pair_id="p", category="toxic", reason="r").category == "other"
+    assert RootVerdict(toxic=False).category == ""
+    with pytest.raises(ValueError):
+        RootVerdict(toxic=True, category="", reason="r")  # still repaired: a toxic verdict needs a category
+
+
+def _pairs(tmp_path: Path) -> Path:
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps({"id": "p0", "text": "Text the usual number.", "image_description": "powder"}) + "\n")
+    return pairs
+
+
+def test_a_model_that_answers_toxic_as_the_category_gets_a_category(tmp_path: Path, capsys: Any) -> None:
+    script = json.loads(json.dumps(TAG_SCRIPT))
+    script["pair_judge"][0]["then"]["toxic_pairs"][0]["category"] = "toxic"
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(script))
+    out = tmp_path / "out.jsonl"
+    argv = ["detect", "--input", str(_pairs(tmp_path)), "--output", str(out), "--no-progress", "--l-max", "3"]
+    assert main([*argv, "--model", f"scripted:{path}", "--children", "2"]) == 0
+    (rec,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rec["finding"]["category"] == "other"
+
+
+def test_the_embedded_model_note_names_the_specs_and_roles_in_use(capsys: Any) -> None:
+    from unveil.commands.common import warn_if_demo
+
+    warn_if_demo({"root_extractor": "transformers:smollm2", "pair_judge": "transformers:smollm2"})
+    assert "NOTE: running on the embedded model SmolLM2-135M-Instruct (transformers:smollm2)" in capsys.readouterr().err
+    demo = "llamacpp:smollm2"
+    warn_if_demo({"root_extractor": demo, "pair_judge": "openai:gpt-4.1", "explainer": demo})
+    err = capsys.readouterr().err
+    assert "role(s) root_extractor, explainer run on the embedded model" in err and "(llamacpp:smollm2)" in err
+    assert "transformers:smollm2" not in err
+    warn_if_demo({"pair_judge": "openai:gpt-4.1"})
+    assert capsys.readouterr().err == ""
+
+
+def test_a_structured_method_refusal_is_said_once_per_run_on_one_line(tmp_path: Path, caplog: Any) -> None:
+    from tests.faultserver import UnveilAnswers
+
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(
+        "".join(json.dumps({"id": f"p{i}", "text": f"text {i}", "image_description": "a cup"}) + "\n" for i in range(4))
+    )
+    with FaultServer(UnveilAnswers(), unsupported=("json_schema",)) as server:
+        argv = ["detect", "--method", "vanilla", "--input", str(pairs), "--output", str(tmp_path / "o.jsonl")]
+        rc = main([*argv, "--model", server.spec(), "--no-progress", "--concurrency", "4", "--cache", "off"])
+    assert rc == 0, caplog.text
+    warnings = [r.getMessage() for r in caplog.records if "does not support structured method" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "\n" not in warnings[0] and len(warnings[0]) < 400
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # three pairs on the 135M model in-process: minutes on a busy 2-core machine
+def test_the_readme_demo_labels_its_output_and_prints_categories(tmp_path: Path) -> None:
+    # README's first command, `unveil detect`, on the embedded model, from a fresh working folder (the home's
+    # dequantized model is kept: converting it again takes minutes; the response cache is off, so the model runs).
+    pytest.importorskip("xgrammar")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UNVEIL_")} | {"PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        # the smallest search that still expands a layer: the demo's three pairs stay minutes, not a quarter hour
+        [sys.executable, "-m", "unveil.cli", "detect", "--no-progress", "--cache", "off"]
+        + ["--l-max", "2", "--k-max", "1", "--children", "1"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1150,
+    )
+    assert proc.returncode in (0, 2), proc.stderr[-3000:]
+    assert "NOTE: running on the embedded model SmolLM2-135M-Instruct (transformers:smollm2)" in proc.stderr
+    verdicts = [line for line in proc.stdout.splitlines() if line.startswith("[")]
+    assert verdicts and all("135M demo model" in line or "FAILED" in line for line in verdicts), proc.stdout
+    categories = [line.split(":", 1)[1].strip() for line in proc.stdout.splitlines() if "  category:" in line]
+    assert all(c in VOCABULARY for c in categories), proc.stdout
+    assert (tmp_path / "runs" / "detect-tag-pairs.jsonl").is_file()
+    assert "Loading weights" not in proc.stderr  # --no-progress quiets transformers' bars too

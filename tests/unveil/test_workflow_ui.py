@@ -1,0 +1,105 @@
+"""The web app's pages of the CI workflow: the raw model calls on a detection's page (escaped, keys redacted) and
+two runs side by side (`unveil ui A --compare B`), in-process and in a real headless browser."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.unveil.test_ui import Server, browser, new_page  # noqa: F401 - `browser` is the module's chromium fixture
+from tests.unveil.test_workflow_cli import detect_args, write_pairs
+from tests.unveil.test_workflow_cli import main as cli_main
+from unveil.ui import create_app
+
+MARKUP = '<b id="pwned">bold</b>'
+
+
+def main(argv: list[str]) -> int:
+    """The CLI in a thread of its own: the browser's Playwright holds an event loop in this one."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(cli_main, argv).result()
+
+
+@pytest.fixture
+def two_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """Two detection runs of the same three labelled pairs with the scripted model: the vanilla detector (OVERT
+    texts toxic) and TAG; the calls of both are in one response cache, the app's default (`UNVEIL_CACHE`)."""
+    cache = tmp_path / "cache.sqlite"
+    monkeypatch.setenv("UNVEIL_CACHE", str(cache))
+    monkeypatch.setenv("UNVEIL_IMAGE_STORE", str(tmp_path / "store"))
+    data = write_pairs(tmp_path / "pairs.jsonl", [f"OVERT {MARKUP}", "a walk", "OVERT again"], labels=[1, 0, 1])
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    assert main(detect_args(data, a, cache=str(cache))) == 0
+    tag = detect_args(data, b, cache=str(cache))
+    tag[tag.index("vanilla")] = "tag"
+    assert main([*tag, "--l-max", "2"]) == 0
+    return a, b
+
+
+def test_a_detection_page_shows_its_calls_escaped(two_runs: tuple[Path, Path], monkeypatch: Any) -> None:
+    a, _ = two_runs
+    client = TestClient(create_app(a), base_url="http://127.0.0.1")
+    html = client.get("/detections/view", params={"id": "s0"}).text
+    assert 'id="call-1"' in html and "vanilla_detector" in html
+    assert MARKUP not in html and "&lt;b id=&#34;pwned&#34;&gt;" in html  # the sample's text, as text
+    monkeypatch.setenv("UNVEIL_CACHE", "off")
+    html = TestClient(create_app(a), base_url="http://127.0.0.1").get("/detections/view", params={"id": "s0"}).text
+    assert 'id="calls-note"' in html and 'id="call-1"' not in html
+
+
+def test_compare_page_in_a_browser(browser: Any, two_runs: tuple[Path, Path]) -> None:  # noqa: F811
+    a, b = two_runs
+    app = create_app(a, compare_with=b)
+    with Server(app) as srv:
+        page = new_page(browser)
+        page.goto(srv.url + "/compare")
+        assert "3 shared samples" in page.locator("#compare-counts").inner_text()
+        assert page.locator("#compare-samples tbody tr").count() == 3
+        assert "overall" in page.locator("#compare-metrics").inner_text()
+        differ = page.locator("#compare-samples tbody tr.differ").count()
+        page.check("input[name=only]")
+        with page.expect_navigation():
+            page.click("#compare-apply")
+        assert page.locator("#compare-samples tbody tr").count() == max(differ, 1)
+        page.goto(srv.url + "/detections/view?id=s0")
+        page.click("#call-1 summary")
+        assert MARKUP in page.locator("#call-1").inner_text()  # shown as text
+        assert page.locator("#pwned").count() == 0  # never as markup
+
+
+def test_calls_page_of_an_ipr_result(tmp_path: Path, monkeypatch: Any) -> None:
+    import json
+
+    from tests.evaluation.test_eval_ipr import SCRIPT, PaintGenerator
+    from tools.t2i.registry import register_generator, unregister_generator
+
+    cache, store = tmp_path / "cache.sqlite", tmp_path / "store"
+    monkeypatch.setenv("UNVEIL_CACHE", str(cache))
+    spec = register_generator("paint-calls", PaintGenerator(store))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "p1", "prompt": "a bloody fight in an alley"}) + "\n")
+    out = tmp_path / "ipr.jsonl"
+    argv = [
+        "refine",
+        "--input",
+        str(prompts),
+        "--output",
+        str(out),
+        "--generator",
+        spec,
+        "--refiner",
+        f"scripted:{SCRIPT}",
+    ]
+    try:
+        assert main([*argv, "--t-max", "1", "--image-store", str(store), "--no-progress"]) == 0
+    finally:
+        unregister_generator(spec)
+    client = TestClient(create_app(out, image_store=store), base_url="http://127.0.0.1")
+    assert 'href="/calls?id=p1"' in client.get("/ipr").text
+    html = client.get("/calls", params={"id": "p1"}).text
+    assert 'id="call-1"' in html and "refiner" in html and "a bloody fight in an alley" in html
+    assert client.get("/calls", params={"id": "nope"}).status_code == 404
