@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from extras_plugin import pytest_collection_modifyitems as mark_extras
 from extras_plugin import (  # noqa: F401 - hooks: a missing extra skips with its name
-    pytest_collection_modifyitems,
     pytest_configure,
     pytest_make_collect_report,
     pytest_runtest_makereport,
@@ -59,7 +59,8 @@ def _uses_a_wide_fixture_of_the_suite(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Put each test in its `xdist_group`: the module's entry of `XDIST_GROUPS`, else, for a test that uses a
     fixture wider than one test (a tiny model built once a module, a server), its module, so that fixture is built
-    on one worker only. Without xdist the markers do nothing."""
+    on one worker only. Without xdist the markers do nothing. The extras' markers first (`extras_plugin`)."""
+    mark_extras(config, items)
     for item in items:
         if item.get_closest_marker("xdist_group"):
             continue

@@ -15,6 +15,16 @@ from graphs.ctd import CtdContext, builder, graph
 from graphs.ctd.rules import ReviewPolicy, review_outcome
 from runner.ctd_dataset import SAMPLES, load_samples, moderation_summary
 from runner.ctd_reviews import apply_reviews, read_decisions
+from tests.graphs.test_ctd import (
+    base_script,
+    context,
+    erasure,
+    fresh_gateway,
+    merge,
+    panel_rules,
+    tiny_sd,
+    write_script,
+)
 from tests.moderation_server import ModerationServer
 from tools.moderation import ModerationScorer, mean_scores, parse_moderation_spec
 
