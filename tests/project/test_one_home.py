@@ -46,7 +46,7 @@ def test_default_generator_specs_and_long_prompt_policy_have_one_home() -> None:
         "tools/t2i/options.py",
         "tools/t2i/registry.py",
     ]
-    assert homes(r"^(LONG_PROMPT_POLICIES|DEFAULT_LONG_PROMPTS)\s*=") == ["tools/t2i/registry.py"]
+    assert homes(r"^(LONG_PROMPT_POLICIES|DEFAULT_LONG_PROMPTS)\s*(:[^=]*)?=") == ["tools/t2i/registry.py"]
 
 
 def test_running_one_sample_lives_in_the_run_layer() -> None:
