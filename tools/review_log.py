@@ -34,7 +34,7 @@ from typing import Any
 
 from tools.env import env_str
 from tools.errors import UnveilError
-from tools.jsonl_files import append_lines, done_records
+from tools.jsonl_files import MAX_LINE_BYTES, append_lines, done_records
 from tools.safe_files import open_in
 
 SAMPLES = "samples.jsonl"
@@ -176,11 +176,19 @@ def append_records(
     """Append the decision lines to `decisions.jsonl`, then the updated sample records to `samples.jsonl` (the
     caller holds `review_lock`).
 
-    The log goes first: a decision is never applied without its line (before, a full disk let the record change
-    while its log line was lost). A write that fails raises `ReviewWriteError` saying what was saved: nothing (the
-    log could not be written), or the log lines without the records (the decisions are logged, the samples keep
-    their state; deciding again applies them)."""
+    A record whose line would be over the line cap (`MAX_LINE_BYTES`) is refused before anything is written: the
+    readers would skip it and go on with its earlier copy. The log goes first: a decision is never applied without
+    its line (before, a full disk let the record change while its log line was lost). A write that fails raises
+    `ReviewWriteError` saying what was saved: nothing (the log could not be written), or the log lines without the
+    records (the decisions are logged, the samples keep their state; deciding again applies them)."""
     root = Path(folder)
+    for rec in records:
+        size = len(_lines([rec]))
+        if size > MAX_LINE_BYTES:  # every reader skips such a line and would read the record's earlier copy
+            raise ReviewWriteError(
+                f"{root / SAMPLES}: the updated record of {str(rec.get('id'))!r} would be {size:,} bytes, over the "
+                f"{MAX_LINE_BYTES:,}-byte line cap every reader uses; nothing was saved"
+            )
     if decisions:
         try:
             append_lines(root / DECISIONS, _lines(decisions))

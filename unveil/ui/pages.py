@@ -166,7 +166,7 @@ class Ui:
         response = self.page(
             request,
             "not_saved.html",
-            title="Busy: not saved, try again" if busy else "The folder could not be written",
+            title="Busy: not saved, try again" if busy else "Could not be written",
             message=str(exc),
             back=back,
             flash="",
