@@ -39,6 +39,7 @@ from typing import Any
 
 DEFAULT_MAX_BATCH = 32
 DEFAULT_MAX_WAIT_S = 0.02
+CLOSE_AT_EXIT_S = 600.0  # how long exit waits for a batch still rendering (a hung device must not hang the exit)
 
 
 @dataclass
@@ -104,17 +105,17 @@ class Batcher:
 
     # -- worker side -------------------------------------------------------------------------------------
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
         """Stop the worker thread and wait for it: the batch it is rendering finishes, the jobs still waiting are
         cancelled (their callers see `CancelledError`). Called for every batcher at exit, so no thread is inside
         torch while the interpreter shuts down (that aborted the process); meant for the end of a process or a
-        test, when nothing submits any more."""
+        test, when nothing submits any more. `timeout` bounds the wait for the batch (None: no bound)."""
         with self._lock:
             thread, self._thread = self._thread, None
             if thread is None or not thread.is_alive():
                 return
             self._queue.put(None)
-        thread.join()
+        thread.join(timeout)
 
     def _ensure_thread(self) -> None:
         with self._lock:
@@ -192,7 +193,7 @@ _RUNNING: weakref.WeakSet[Batcher] = weakref.WeakSet()  # batchers whose thread 
 def _close_all() -> None:
     """Stop every worker before the interpreter shuts down (see the module docstring)."""
     for batcher in list(_RUNNING):
-        batcher.close()
+        batcher.close(timeout=CLOSE_AT_EXIT_S)
 
 
 _BATCHERS: dict[str, Batcher] = {}
