@@ -37,6 +37,10 @@ class StorageError(UnveilError, OSError):
     can succeed, so a batch stops with this one error instead of failing every sample with it."""
 
 
+# A folder that takes no more bytes (full, over quota, read-only, failing).
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS})
+
+
 class UnsafePathError(UnveilError, ValueError):
     """A write would follow a link (or leave its folder); the message names the path and the folder."""
 
@@ -290,7 +294,8 @@ def remove_dead_temp_files(folder: Path | int) -> None:
 @contextlib.contextmanager
 def atomic_writer(root: str | os.PathLike[str], rel: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     """A binary file to fill; on a clean exit it is synced and renamed to `root/rel` (a new file: whatever stood
-    at the name, a link included, is replaced, not written through). On an error nothing changes at the name."""
+    at the name, a link included, is replaced, not written through). On an error nothing changes at the name;
+    a full disk (`FULL_ERRNOS`) is a `StorageError` naming the file."""
     parts = _relative_parts(rel)
     if not parts:
         raise UnsafePathError(f"{str(root)!r}: no file name given")
@@ -312,9 +317,12 @@ def atomic_writer(root: str | os.PathLike[str], rel: str | os.PathLike[str]) -> 
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dfd)
+            if isinstance(exc, OSError) and not isinstance(exc, UnveilError) and exc.errno in FULL_ERRNOS:
+                # A full disk: one error naming the file (a bare "[Errno 28] No space left on device" named none).
+                raise StorageError(exc.errno, exc.strerror or str(exc), str(Path(root) / rel)) from exc
             raise
 
 

@@ -89,3 +89,36 @@ def test_a_decision_is_never_applied_without_its_log_line(
     else:
         assert failing == SAMPLES and "are in decisions.jsonl" in str(err.value)
         assert json.loads(now.splitlines()[-1])["id"] == sample
+
+
+def test_a_record_over_the_line_cap_is_refused_by_the_writer_and_shown_as_bad_by_the_web_app(tmp_path: Path) -> None:
+    """Every reader skips a line over the 4 MiB cap and would go on with the id's earlier record: a decision whose
+    record would cross the cap is refused before anything is written, and a file that holds such a line (an older
+    version's) shows that id as bad in the web app, which takes no decision on its stale copy."""
+    from runner.ctd_dataset import DECISIONS, SAMPLES, apply_reviews
+    from tests.ui_data import make_ctd_dataset
+    from tools.jsonl_files import MAX_LINE_BYTES
+    from tools.review_log import ReviewWriteError
+    from unveil.ui.sources import CtdSource
+
+    ds = tmp_path / "ds"
+    first, second = make_ctd_dataset(ds)["pending"][:2]
+    records = {json.loads(ln)["id"]: json.loads(ln) for ln in (ds / SAMPLES).read_text().splitlines()}
+    line = json.dumps({**records[first], "text": ""}, ensure_ascii=True) + "\n"
+    with (ds / SAMPLES).open("a") as fh:  # a record just under the cap: one more history entry crosses it
+        fh.write(json.dumps({**records[first], "text": "x" * (MAX_LINE_BYTES - len(line) - 10)}, ensure_ascii=True))
+        fh.write("\n")
+    before = (ds / SAMPLES).read_bytes()
+    with pytest.raises(ReviewWriteError, match="over the .*line cap every reader uses; nothing was saved"):
+        apply_reviews(ds, {first: {"decision": "note", "note": "seen"}}, views=False)
+    assert (ds / SAMPLES).read_bytes() == before and not (ds / DECISIONS).exists()
+
+    stale = records[second]
+    with (ds / SAMPLES).open("a") as fh:
+        fh.write(json.dumps({"id": second, **stale, "text": "y" * MAX_LINE_BYTES}) + "\n")
+    web = CtdSource(ds)
+    assert [r for r in web.rows() if r["id"] == second][0]["bad"] is True
+    assert "over" in web.problem(second).reason and web.record(second) is None
+    assert web.decide(second, "approve", "", ("ann", "local"))["skipped"] == 1
+    third = [sid for sid in records if sid not in (first, second) and records[sid]["status"] == "pending_review"][0]
+    assert web.decide(third, "approve", "", ("ann", "local"))["approved"] == 1  # the others go on

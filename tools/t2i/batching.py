@@ -16,15 +16,22 @@ longer for it: the GPU is busy with the batch taken, and the rest go first in th
 The worker is a plain thread fed by a `queue.Queue`, so it serves any number of event loops (tests, CLI runs,
 training loops each with their own `asyncio.run`). Only one batch runs per device at a time, which also keeps
 pipeline objects (schedulers hold per-call state) away from concurrent use.
+
+At exit every worker is stopped (`Batcher.close`): the batch it is rendering finishes and the jobs still waiting
+are cancelled. A run that ends on an error while a batch renders (a full disk refusing the previous image) left the
+daemon thread inside torch as the interpreter shut down, and the process aborted (exit 134) after its own clear
+error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import queue
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +39,7 @@ from typing import Any
 
 DEFAULT_MAX_BATCH = 32
 DEFAULT_MAX_WAIT_S = 0.02
+CLOSE_AT_EXIT_S = 600.0  # how long exit waits for a batch still rendering (a hung device must not hang the exit)
 
 
 @dataclass
@@ -68,7 +76,7 @@ class Batcher:
     def __init__(self, name: str = "default"):
         self.name = name
         self.stats = BatchStats()
-        self._queue: queue.Queue[Job] = queue.Queue()
+        self._queue: queue.Queue[Job | None] = queue.Queue()  # None: stop (see `close`)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -97,17 +105,33 @@ class Batcher:
 
     # -- worker side -------------------------------------------------------------------------------------
 
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the worker thread and wait for it: the batch it is rendering finishes, the jobs still waiting are
+        cancelled (their callers see `CancelledError`). Called for every batcher at exit, so no thread is inside
+        torch while the interpreter shuts down (that aborted the process); meant for the end of a process or a
+        test, when nothing submits any more. `timeout` bounds the wait for the batch (None: no bound)."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+            if thread is None or not thread.is_alive():
+                return
+            self._queue.put(None)
+        thread.join(timeout)
+
     def _ensure_thread(self) -> None:
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name=f"t2i-batcher-{self.name}", daemon=True)
                 self._thread.start()
+                _RUNNING.add(self)
 
     def _loop(self) -> None:
         pending: deque[Job] = deque()
         while True:
             if not pending:
-                pending.append(self._queue.get())
+                first = self._queue.get()
+                if first is None:
+                    return
+                pending.append(first)
             head = pending[0]
             deadline = head.enqueued + head.max_wait_s
             while True:
@@ -119,6 +143,10 @@ class Batcher:
                     job = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
                 except queue.Empty:
                     break
+                if job is None:  # closing: what waits is cancelled, never started
+                    for waiting in pending:
+                        waiting.future.cancel()
+                    return
                 pending.append(job)
             take = batch_take(sum(1 for j in pending if j.key == head.key), head.max_batch, head.sizes)
             batch: list[Job] = []
@@ -156,6 +184,16 @@ def batch_take(waiting: int, max_batch: int, sizes: tuple[int, ...] = ()) -> int
     fill none."""
     n = min(waiting, max_batch)
     return max((s for s in sizes if s <= n), default=n)
+
+
+_RUNNING: weakref.WeakSet[Batcher] = weakref.WeakSet()  # batchers whose thread was started
+
+
+@atexit.register
+def _close_all() -> None:
+    """Stop every worker before the interpreter shuts down (see the module docstring)."""
+    for batcher in list(_RUNNING):
+        batcher.close(timeout=CLOSE_AT_EXIT_S)
 
 
 _BATCHERS: dict[str, Batcher] = {}

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
+import sqlite3
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tools.extras import require_extra
 from tools.jsonl_files import done_records
+from tools.safe_files import StorageError
 from tools.t2i.errors import renamed_note
 from tools.t2i.settings import CtdRenderSettings
 
@@ -290,7 +293,13 @@ async def _run_scenes(
         graph = builder.compile(checkpointer=saver, name="ctd_generation")
 
         async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
-            values = await run_scene(graph, sample_id, record, ctx)
+            try:
+                values = await run_scene(graph, sample_id, record, ctx)
+            except sqlite3.OperationalError as exc:
+                full = checkpoint_error(out / CHECKPOINTS, exc)
+                if full is None:
+                    raise
+                raise full from exc
             rec = sample_record(values, dataset_dir=out)
             if rec["status"] in ("accepted", "pending_review"):
                 dup = await dedup.check_and_add(sample_id, rec["text"], rec["image_sha256"])
@@ -310,6 +319,20 @@ async def _run_scenes(
             spending=spending,
             identity=identity,
         )
+
+
+def checkpoint_error(path: Path, exc: sqlite3.OperationalError) -> StorageError | None:
+    """A checkpoint database that cannot be written (SQLite's "database or disk is full", an I/O error) ends the
+    run as one `StorageError` naming it, as a full samples file or image store does, rather than failing every
+    scene with SQLite's words; any other SQLite error is the scene's own."""
+    full = getattr(exc, "sqlite_errorname", "") in ("SQLITE_FULL", "SQLITE_IOERR") or any(
+        words in str(exc) for words in ("disk is full", "disk I/O error")
+    )
+    if not full:
+        return None
+    return StorageError(
+        errno.ENOSPC, f"the scenes' checkpoints cannot be written ({exc}); free space and rerun to resume", str(path)
+    )
 
 
 async def _revise_sent_back(

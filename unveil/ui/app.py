@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import html
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -23,7 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from tools.review_log import ReviewWriteError
+from tools.review_log import ReviewBusyError, ReviewWriteError
 from unveil.ui.kinds import KINDS, detect_kind
 from unveil.ui.pages import HERE, SESSION_COOKIE, Ui
 from unveil.ui.routes import calls, compare, images
@@ -129,10 +128,13 @@ def create_app(
         app.include_router(each.router)
     for routes in (compare, calls):
         app.include_router(routes.router)
-    app.add_exception_handler(ReviewWriteError, review_write_failed)
+    app.add_exception_handler(ReviewWriteError, not_saved)
+    app.add_exception_handler(ReviewBusyError, not_saved)
     return app
 
 
-async def review_write_failed(_request: Request, exc: Exception) -> Response:
-    """A decision that could not be written (a full disk): 507 with what was saved, not a bare 500."""
-    return HTMLResponse(html.escape(str(exc)), status_code=507)
+async def not_saved(request: Request, exc: Exception) -> Response:
+    """A change that could not be written: the folder busy (503, nothing saved, try again) or not writable (a
+    full disk: 507 with what was saved), never a bare 500 (`Ui.not_saved`)."""
+    ui: Ui = request.app.state.ui
+    return ui.not_saved(request, exc)

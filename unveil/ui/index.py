@@ -13,7 +13,9 @@ raises `ValueError`/`TypeError`) stays listed under its id as bad, so one bad re
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import stat
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -26,6 +28,20 @@ from tools.errors import UnveilError
 from tools.jsonl_files import MAX_LINE_BYTES, parse_json_line
 
 Summarize = Callable[[dict[str, Any]], dict[str, Any]]
+HEAD_BYTES = 4096  # of an over-long line, read for the id that leads it
+
+
+def head_id(head: bytes, id_field: str = "id") -> str | None:
+    """The id of a record line that is over the cap, when the record starts with it (as every record Unveil
+    writes does: `{"id": ...`); None otherwise."""
+    match = re.match(rb'\s*\{\s*"' + re.escape(id_field.encode()) + rb'"\s*:\s*("(?:[^"\\]|\\.)*")', head)
+    if match is None:
+        return None
+    try:
+        value = json.loads(match.group(1))
+    except ValueError:
+        return None
+    return value if isinstance(value, str) and value else None
 
 
 class NotARegularFileError(UnveilError, ValueError):
@@ -82,6 +98,8 @@ class JsonlIndex:
         self.summaries: dict[str, dict[str, Any]] = {}  # in order of each id's first record
         self.problems: dict[str, Problem] = {}  # id -> why its last record is unusable
         self.unreadable: list[Problem] = []  # lines with no usable id
+        self.overcap: set[str] = set()  # ids whose last line is over the cap (no record of theirs is used)
+        self._head = b""  # the start of the last over-long line (its id, when it leads the record)
 
     def refresh(self) -> None:
         """Read what was appended since the last call (or everything, when the file was replaced or cut)."""
@@ -106,7 +124,7 @@ class JsonlIndex:
             if not raw.endswith(b"\n"):
                 if len(raw) <= self.max_line_bytes:
                     return  # end of file, or a line still being written
-                size = len(raw)
+                size, self._head = len(raw), raw[:HEAD_BYTES]
                 while raw and not raw.endswith(b"\n"):  # skip the rest of the over-long line
                     raw = fh.readline(self.max_line_bytes)
                     size += len(raw)
@@ -124,7 +142,17 @@ class JsonlIndex:
     def _add(self, offset: int, raw: bytes | None) -> None:
         line = self._lineno
         if raw is None:
-            self.unreadable.append(Problem(line, f"line is over {self.max_line_bytes} bytes (not read)"))
+            reason = f"line is over {self.max_line_bytes} bytes (not read)"
+            sid = head_id(self._head, self.id_field)
+            if sid is None:
+                self.unreadable.append(Problem(line, reason))
+                return
+            # The id's last record is this line: its earlier copy is stale, so the id is shown as bad and takes
+            # no decision (before, the page showed and decided on the earlier copy).
+            self.overcap.add(sid)
+            self.where[sid] = (offset, 0, line)  # known (a decision answers why not), never read
+            self.problems[sid] = Problem(line, reason, sid)
+            self.summaries[sid] = {"id": sid, "status": "", "bad": True, "line": line}
             return
         try:
             rec = parse_json_line(raw)
@@ -139,6 +167,7 @@ class JsonlIndex:
             self.unreadable.append(Problem(line, f"{self.id_field!r} is not a string"))
             return
         sid = str(raw_id)
+        self.overcap.discard(sid)
         try:
             summary = self.summarize(rec)
             self.problems.pop(sid, None)
@@ -165,7 +194,7 @@ class JsonlIndex:
         self.refresh()
         with self._lock:
             at = self.where.get(sample_id)
-            if at is None:
+            if at is None or sample_id in self.overcap:
                 return None
             offset, length, _ = at
             with open_regular(self.path) as fh:

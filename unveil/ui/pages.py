@@ -22,6 +22,7 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
+from tools.review_log import ReviewBusyError
 from tools.reviewers import REVIEWERS, Reviewer, ReviewerAuthError, authenticate, load_reviewers
 from unveil.ui.page_kind import PageKind
 from unveil.ui.security import CSRF_FIELD, CSRF_HEADER, Guard
@@ -161,6 +162,24 @@ class Ui:
         who = authenticate(people, token)
         self.sessions.pop(str(request.scope.get(SESSION_COOKIE, "")), None)
         return self.new_session(Session(reviewer=who.name, role=who.role, flash=FLASHES["signed_in"])), who
+
+    def not_saved(self, request: Request, exc: Exception, *, back: str = "/review") -> HTMLResponse:
+        """The answer to a change that could not be written: 503 (with `Retry-After`) when the folder was busy and
+        nothing was saved, 507 when the folder could not be written, with the error's own account of what was
+        saved and the way back to the sample (the session's pending message and Undo are kept for that page)."""
+        busy = isinstance(exc, ReviewBusyError)
+        response = self.page(
+            request,
+            "not_saved.html",
+            title="Busy: not saved, try again" if busy else "Could not be written",
+            message=str(exc),
+            back=back,
+            flash="",
+        )
+        response.status_code = 503 if busy else 507
+        if busy:
+            response.headers["Retry-After"] = "5"
+        return response
 
     def page(self, request: Request, name: str, **ctx: object) -> HTMLResponse:
         """Template `name` with `ctx` and what every page shows (kind, path, CSRF token, reviewer, sign-in state,

@@ -18,6 +18,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from agents.categories import CATEGORIES
 from graphs.ctd.labels import LabelSchemaError
 from graphs.ctd.rules import latest_by_reviewer
+from tools.review_log import ReviewWriteError, review_lock_async
 from tools.reviewers import ReviewerAuthError
 from unveil.ui.agreement import agreement
 from unveil.ui.pages import (
@@ -176,9 +177,10 @@ async def decide(
     before = [r["id"] for r in rows if ctd.matches(r, **f.as_dict(), assignment=assignment)]
     appended: list[tuple[str, int]] = []
     try:
-        counts = await asyncio.to_thread(ctd.decide, id, decision, note, actor, appended, labels)
-    except DatasetBusyError as exc:  # another reviewer or writer held the lock too long: nothing was written
-        raise HTTPException(503, f"{exc} (your decision was not saved; press it again)") from exc
+        async with review_lock_async(ctd.root):  # waited for here, not in a thread the pages need
+            counts = await asyncio.to_thread(ctd.decide, id, decision, note, actor, appended, labels)
+    except (DatasetBusyError, ReviewWriteError) as exc:  # a folder held too long (nothing saved), or a full disk
+        return ui.not_saved(request, exc, back=f"/review?{f.query(id=id)}")
     except LabelSchemaError as exc:  # the dataset's labels.json asks for more: nothing was written
         session.flash = f"Not saved: {exc}"
         return RedirectResponse(f"/review?{f.query(id=id)}", 303)
@@ -237,9 +239,10 @@ async def bulk(
     if not chosen:
         raise HTTPException(400, "no sample selected")
     try:
-        counts = await asyncio.to_thread(ctd.decide_many, chosen, decision, note, actor)
-    except DatasetBusyError as exc:
-        raise HTTPException(503, f"{exc} (nothing was saved; press it again)") from exc
+        async with review_lock_async(ctd.root):
+            counts = await asyncio.to_thread(ctd.decide_many, chosen, decision, note, actor)
+    except (DatasetBusyError, ReviewWriteError) as exc:
+        return ui.not_saved(request, exc, back=f"/review?{f.query()}")
     except LabelSchemaError as exc:
         ui.session(request).flash = f"Nothing saved: {exc}"
         return RedirectResponse(f"/review?{f.query()}", 303)
@@ -270,9 +273,10 @@ async def undo(
     actor = ui.actor(request)
     appended: list[tuple[str, int]] = []
     try:
-        counts = await asyncio.to_thread(ctd.undo, id, undoes, actor, appended)
-    except DatasetBusyError as exc:
-        raise HTTPException(503, f"{exc} (nothing was undone; press it again)") from exc
+        async with review_lock_async(ctd.root):
+            counts = await asyncio.to_thread(ctd.undo, id, undoes, actor, appended)
+    except (DatasetBusyError, ReviewWriteError) as exc:
+        return ui.not_saved(request, exc, back=f"/review?{f.query(id=id)}")
     if id not in ctd.index.where:
         raise HTTPException(404, f"no sample {id!r} in this dataset")
     if counts.get("undone"):
@@ -288,6 +292,8 @@ async def undo(
 async def export(request: Request, ui: UiDep, ctd: CtdDep) -> Response:
     """Write the Parquet export (DIR/export/data.parquet)."""
     await ui.check_csrf(request)
+    async with review_lock_async(ctd.root):  # the views' pending rewrite, under the lock waited for here
+        await asyncio.to_thread(ctd.views.flush)
     try:
         out = await asyncio.to_thread(ctd.export)
     except Exception as exc:
