@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from runner.ctd_dataset import DECISIONS, SAMPLES, apply_reviews
+from runner.ctd_dataset import DECISIONS, SAMPLES
+from runner.ctd_reviews import apply_reviews
 from tests.ui_data import make_ctd_dataset
 from tests.unveil.test_ui import Server
 from tools import review_log

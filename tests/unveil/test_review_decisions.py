@@ -95,7 +95,8 @@ def test_a_record_over_the_line_cap_is_refused_by_the_writer_and_shown_as_bad_by
     """Every reader skips a line over the 4 MiB cap and would go on with the id's earlier record: a decision whose
     record would cross the cap is refused before anything is written, and a file that holds such a line (an older
     version's) shows that id as bad in the web app, which takes no decision on its stale copy."""
-    from runner.ctd_dataset import DECISIONS, SAMPLES, apply_reviews
+    from runner.ctd_dataset import DECISIONS, SAMPLES
+    from runner.ctd_reviews import apply_reviews
     from tests.ui_data import make_ctd_dataset
     from tools.jsonl_files import MAX_LINE_BYTES
     from tools.review_log import ReviewWriteError

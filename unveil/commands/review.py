@@ -1,6 +1,6 @@
 """`unveil review`: apply human decisions to the samples a batch run (`unveil generate`) queued for review, list
 the queue, and export the dataset. The web app (`unveil ui DIR`) takes the same decisions with the same semantics
-(`runner.ctd_dataset.apply_reviews`)."""
+(`runner.ctd_reviews.apply_reviews`)."""
 
 from __future__ import annotations
 
