@@ -5,7 +5,9 @@ written twice."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -60,7 +62,21 @@ async def test_each_fault_kind_is_retried_or_repaired(kind: str) -> None:
         assert elapsed < 5.0  # the client timed out (0.4 s) instead of waiting for the hanging server
 
 
-async def test_retries_are_bounded_and_back_off() -> None:
+async def test_retries_are_bounded_and_back_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The delays the gateway asks for, not the gaps a loaded machine measures: exponential in the attempt, with
+    jitter in [0.5, 1.5) (fixed here), and each one really waited before the next attempt."""
+    import agents.gateway as gateway_module
+
+    monkeypatch.setattr(gateway_module.random, "random", lambda: 0.5)  # jitter factor 1.0
+    asked: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(delay: float, *args: object) -> None:
+        if sys._getframe(1).f_globals.get("__name__") == "agents.gateway":  # the retry waits, not other sleeps
+            asked.append(delay)
+        await real_sleep(delay, *args)
+
+    monkeypatch.setattr(gateway_module.asyncio, "sleep", sleep)
     with FaultServer({"VanillaVerdict": VERDICT}, kinds=("500",), rate=1.0) as server:
         gw = _gateway(backoff_base=0.05, max_retries=3)
         with pytest.raises(ModelCallError, match="after 4 attempts.*500"):
@@ -69,10 +85,8 @@ async def test_retries_are_bounded_and_back_off() -> None:
             )
         assert len(server.bodies) == 4  # one try + max_retries, then it stops
         gaps = [b - a for a, b in zip(server.times, server.times[1:], strict=False)]
-    # exponential backoff with jitter in [0.5, 1.5): base * 2**i * jitter
-    for i, gap in enumerate(gaps):
-        assert gap >= 0.05 * 2**i * 0.5 - 0.005, gaps
-    assert gaps[2] > gaps[0]
+    assert asked == pytest.approx([0.05, 0.1, 0.2])  # base * 2**attempt
+    assert all(gap >= delay for gap, delay in zip(gaps, asked, strict=True)), (gaps, asked)
 
 
 async def test_retry_after_is_honoured() -> None:
