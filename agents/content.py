@@ -154,7 +154,7 @@ def escape_data(text: str) -> str:
     return "".join(out)
 
 
-def data_text(name: str, value: Any) -> str:
+def data_text(name: str, value: object) -> str:
     """One delimited data element; non-string values are serialised as JSON."""
     body = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=1)
     return f'<data name="{name}">\n{escape_data(body)}\n</data>'

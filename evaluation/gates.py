@@ -10,7 +10,7 @@ checked against fails, so a run that scored nothing never passes.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,7 +86,9 @@ def _value(row: dict[str, Any], metric: str) -> float | None:
     return float(raw)
 
 
-def check_gates(gates: Sequence[Gate], rows: Sequence[dict[str, Any]], label: Any) -> list[GateMiss]:
+def check_gates(
+    gates: Sequence[Gate], rows: Sequence[dict[str, Any]], label: Callable[[dict[str, Any]], str]
+) -> list[GateMiss]:
     """Every miss of `gates` on the overall `rows` (one per configuration; `label(row)` names it)."""
     misses: list[GateMiss] = []
     for gate in gates:

@@ -12,7 +12,7 @@ from typing import Any
 from tools.atomic_files import atomic_write_bytes, atomic_write_text
 
 
-def _cell(value: Any, digits: int = 4) -> str:
+def _cell(value: object, digits: int = 4) -> str:
     if value is None:
         return ""
     if isinstance(value, float):

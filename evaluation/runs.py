@@ -68,6 +68,6 @@ def split_records(path: Path, ids: Iterable[str]) -> tuple[list[dict[str, Any]],
     return ok, failed
 
 
-def as_json(value: Any) -> str:
+def as_json(value: object) -> str:
     """Compact JSON for a CSV cell (model specs, settings)."""
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))

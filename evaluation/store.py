@@ -33,6 +33,6 @@ class EvalStore:
         hit = self._cache.get(key_of(namespace, payload))
         return None if hit is None else hit.get("value")
 
-    def put(self, namespace: str, payload: dict[str, Any], value: Any) -> None:
+    def put(self, namespace: str, payload: dict[str, Any], value: object) -> None:
         """Store a value."""
         self._cache.put(key_of(namespace, payload), {"value": value})

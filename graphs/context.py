@@ -114,12 +114,12 @@ def coerce_field(name: str, value: Any, annotation: Any) -> Any:
     return value
 
 
-def is_empty(value: Any) -> bool:
+def is_empty(value: object) -> bool:
     """Whether a setting was left empty: null, or a string of nothing but spaces (a cleared form field)."""
     return value is None or (isinstance(value, str) and not value.strip())
 
 
-def field_choices(annotation: Any) -> tuple[Any, ...]:
+def field_choices(annotation: object) -> tuple[Any, ...]:
     """The allowed values of a field typed `Literal[...]` (the one spelling of its choices), else ()."""
     kind = base_type(annotation)
     return typing.get_args(kind) if typing.get_origin(kind) is typing.Literal else ()

@@ -75,7 +75,7 @@ def trusted_store_root(image_store: str) -> Path | None:
     return store if _within(store, trusted) else None
 
 
-def check_text(value: Any, field: str, *, required: bool, limit: int) -> str | None:
+def check_text(value: object, field: str, *, required: bool, limit: int) -> str | None:
     """A stripped string, or a clear error naming the field."""
     if value is None or (isinstance(value, str) and not value.strip()):
         if required:

@@ -76,7 +76,7 @@ FIELD_KINDS: dict[str, str] = {
 }
 
 
-def field_kind(name: str, annotation: Any, metadata: Mapping[str, Any]) -> str:
+def field_kind(name: str, annotation: object, metadata: Mapping[str, Any]) -> str:
     """What a context field names: `spec` (`*_model` fields), a kind of `FIELD_KINDS`, `plain` (a bool, a number, a
     `Literal`, a list with fixed choices), or `unknown`."""
     if name in FIELD_KINDS:

@@ -168,7 +168,7 @@ def settings_path(output: str | os.PathLike[str]) -> Path:
     return out.parent / f".{out.name}.settings"
 
 
-def _normal(value: Any) -> Any:
+def _normal(value: object) -> Any:
     # Settings compare as JSON: a tuple and a list of the same specs are the same setting.
     return json.loads(json.dumps(value, default=str, sort_keys=True))
 

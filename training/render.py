@@ -149,7 +149,7 @@ def make_renderer(
     return GeneratorRenderer(generator, store=store, render=render)
 
 
-def warm_up_first(generator: Any) -> None:
+def warm_up_first(generator: object) -> None:
     """Load a compiled diffusers generator's pipeline and compile its shapes (`DiffusersGenerator.warm_up`) now, in
     the caller's thread, before the policy is built: no first step pays a compilation. Only a compiled generator
     (the CUDA default) has anything to warm up.
@@ -162,4 +162,4 @@ def warm_up_first(generator: Any) -> None:
     capture"). The machine's compile cache makes this a load of about 30 s after the first process."""
     fast_path = getattr(generator, "fast_path", None)
     if fast_path is not None and fast_path.compile and hasattr(generator, "warm_up"):
-        _ = generator.pipeline  # loads, then warms up: handed out only once warmed up
+        getattr(generator, "pipeline")  # noqa: B009 - the property loads, then warms up (once)

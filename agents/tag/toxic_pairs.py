@@ -75,7 +75,7 @@ def _rows(path: str, text: str) -> list[tuple[int, Any]]:
     return out
 
 
-def _pair(path: str, line: int, row: Any) -> KnownPair:
+def _pair(path: str, line: int, row: object) -> KnownPair:
     """One row as a pair; a row that is not an object or lacks a concept or the category is refused."""
     if not isinstance(row, dict):
         raise ToxicPairsError(f"toxic pairs {path!r} line {line}: expected an object with {', '.join(FIELDS[:3])}")

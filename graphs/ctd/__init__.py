@@ -26,7 +26,7 @@ web app), `labels` (a review folder's label schema), and `build` (the compiled g
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from graphs.ctd.build import builder, graph
@@ -62,7 +62,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """A public name of the package, imported from its module on first use."""
     if name not in _HOMES:
         raise AttributeError(f"module 'graphs.ctd' has no attribute {name!r}")

@@ -45,7 +45,7 @@ class LabelSchema:
     ratings: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
-def _parse(data: Any, where: str) -> LabelSchema:
+def _parse(data: object, where: str) -> LabelSchema:
     if not isinstance(data, dict) or set(data) - {"category", "rationale", "ratings"}:
         raise LabelSchemaError(f"{where}: expected an object with category, rationale and ratings only")
     ratings: dict[str, tuple[int, int]] = {}

@@ -22,7 +22,7 @@ from tools.reviewers import ReviewerAuthError, authenticate
 LOCAL = "local"  # the role of the one reviewer of a folder without a reviewers file (single-user mode)
 
 
-def parse_review(answer: Any) -> dict[str, str]:
+def parse_review(answer: object) -> dict[str, str]:
     """A reviewer's answer (a dict, or a bare 'approve'/'reject' string) as {status, note, reviewer}."""
     if isinstance(answer, str):
         answer = {"decision": answer}
@@ -39,13 +39,13 @@ def parse_review(answer: Any) -> dict[str, str]:
     return {"status": status, "note": str(answer.get("note", ""))[:2000], "reviewer": reviewer}
 
 
-def parse_reviews(answer: Any) -> list[dict[str, str]]:
+def parse_reviews(answer: object) -> list[dict[str, str]]:
     """One resume value as a list of reviews: a list of answers (several reviewers at once) or a single one."""
     return [parse_review(a) for a in answer] if isinstance(answer, list) else [parse_review(answer)]
 
 
 def authenticated_answers(
-    answer: Any, people: dict[str, dict[str, Any]] | None, *, default_name: str
+    answer: object, people: dict[str, dict[str, Any]] | None, *, default_name: str
 ) -> list[tuple[dict[str, Any], str, str]]:
     """One Studio resume value (an answer or a list of them) as (answer, reviewer, role) triples. With a reviewers
     file (`people`) each answer must carry its reviewer's `token`, and the name is the file's (a `reviewer` field
@@ -62,7 +62,8 @@ def authenticated_answers(
             out.append((clean, str(a.get("reviewer") or default_name)[:200], LOCAL))
             continue
         try:
-            who = authenticate(people, a.get("token") if isinstance(a.get("token"), str) else None)
+            token = a.get("token")
+            who = authenticate(people, token if isinstance(token, str) else None)
         except ReviewerAuthError as exc:
             raise ValueError(f'review answer: {exc}; add "token": "..." (from `unveil reviewers add`)') from exc
         out.append((clean, who.name, who.role))

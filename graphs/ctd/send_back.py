@@ -52,7 +52,7 @@ def reviewer_feedback(values: dict[str, Any] | CtdState, send_back: dict[str, An
     }
 
 
-def _one_answer(answer: Any) -> Any:
+def _one_answer(answer: object) -> object:
     """One reviewer's answer checked field by field (a ValueError names the field) and written as the one
     reader (`graphs.ctd.review.parse_review`) and the send-back rule read it: `send_back` as a rejection."""
     if isinstance(answer, str):
@@ -78,7 +78,7 @@ def _one_answer(answer: Any) -> Any:
     return out
 
 
-def studio_answers(answer: Any) -> Any:
+def studio_answers(answer: object) -> object:
     """A Studio resume value (an answer, or a list of them, one per reviewer) with each answer checked and a send
     back written as a rejection with `send_back: true`; a ValueError names the field that is wrong."""
     return [_one_answer(a) for a in answer] if isinstance(answer, list) else _one_answer(answer)
