@@ -17,7 +17,6 @@ import functools
 import re
 from dataclasses import dataclass
 
-from agents.providers.profiles import provider_profile
 from tools.errors import UnveilError
 from tools.redact import redact_secrets, redact_url
 
@@ -93,14 +92,3 @@ def redact_spec(spec: str) -> str:
         return str(ModelSpec.parse(spec))
     except ModelSpecError:
         return redact_url(spec)
-
-
-def is_demo_spec(spec: str | ModelSpec) -> bool:
-    """Whether a spec names the embedded 135M demonstration model (a pipeline demo, never a judge or a teacher),
-    under any of its local aliases; the same model behind a server (`openai:smollm2@http://...`) is the user's own."""
-    try:
-        parsed = spec if isinstance(spec, ModelSpec) else ModelSpec.parse(spec)
-    except ModelSpecError:
-        return False
-    # The embedded SmolLM2 under every name its providers run it by (their profiles' `demo_models`).
-    return parsed.model.lower() in provider_profile(parsed.provider).demo_models and not parsed.base_url

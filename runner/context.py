@@ -84,8 +84,9 @@ def model_content(models: dict[str, Any]) -> dict[str, str]:
     script's hash, a GGUF file's or a local folder's stamp), so an edited script or a swapped GGUF behind the same
     spec counts as another model. Models known by name only (APIs, Hub ids) and the embedded demo model (its files
     come with its package) have none."""
+    from agents.providers.profiles import is_demo_spec
     from agents.providers.registry import model_fingerprint
-    from agents.spec import ModelSpec, ModelSpecError, is_demo_spec
+    from agents.spec import ModelSpec, ModelSpecError
 
     seen: dict[str, str] = {}
     out: dict[str, str] = {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from agents.spec import is_demo_spec
+from agents.providers.profiles import is_demo_spec
 from agents.tag.roots import RootsMode
 from graphs.ingest import grant_image_roots
 from graphs.tag import TagContext

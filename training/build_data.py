@@ -41,7 +41,7 @@ class BuildDataSettings(RenderSettings):
 
     def __post_init__(self) -> None:
         from agents.labeller import PAPER_TEACHER
-        from agents.spec import is_demo_spec
+        from agents.providers.profiles import is_demo_spec
 
         if is_demo_spec(self.labeller) and not self.allow_demo_labeller:
             raise SettingError(

@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 from urllib.parse import parse_qs
 
+from agents.spec import ModelSpec, ModelSpecError
 from tools.errors import UnveilError
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
-    from agents.spec import ModelSpec
 
 StructuredMethod = Literal["json_schema", "function_calling", "json_mode"]
 # The structured-output methods in the order the gateway falls back along.
@@ -389,3 +389,14 @@ def spec_options(spec: ModelSpec, profile: ProviderProfile) -> dict[str, str]:
         takes = f"known: {', '.join(known)}" if known else "it takes none"
         raise ProviderOptionError(f"model spec {spec}: unknown option(s) {', '.join(unknown)} ({takes})")
     return given
+
+
+def is_demo_spec(spec: str | ModelSpec) -> bool:
+    """Whether a spec names the embedded 135M demonstration model (a pipeline demo, never a judge or a teacher),
+    under any of its local aliases; the same model behind a server (`openai:smollm2@http://...`) is the user's own."""
+    try:
+        parsed = spec if isinstance(spec, ModelSpec) else ModelSpec.parse(spec)
+    except ModelSpecError:
+        return False
+    # The embedded SmolLM2 under every name its providers run it by (their profiles' `demo_models`).
+    return parsed.model.lower() in provider_profile(parsed.provider).demo_models and not parsed.base_url

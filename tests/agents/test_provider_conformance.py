@@ -30,11 +30,12 @@ from agents.providers.profiles import (
     ProviderProfile,
     ProviderProfileError,
     UnknownProviderError,
+    is_demo_spec,
     known_providers,
     provider_profile,
 )
 from agents.providers.registry import build_local_chat_model, model_fingerprint, supports_images
-from agents.spec import DEFAULT_SPEC, ModelSpec, is_demo_spec
+from agents.spec import DEFAULT_SPEC, ModelSpec
 from agents.usage import cost_of
 from tests.faultserver import FaultServer
 from tools.errors import UnveilError

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.spec import DEFAULT_SPEC, ModelSpec, is_demo_spec
+from agents.providers.profiles import is_demo_spec
+from agents.spec import DEFAULT_SPEC, ModelSpec
 from tools.extras import MissingExtraError
 
 

@@ -8,7 +8,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agents.spec import DEFAULT_SPEC, is_demo_spec
+from agents.providers.profiles import is_demo_spec
+from agents.spec import DEFAULT_SPEC
 from tools.errors import CommandLineError
 
 if TYPE_CHECKING:

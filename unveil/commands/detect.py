@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agents.spec import is_demo_spec
+from agents.providers.profiles import is_demo_spec
 from tools.errors import CommandLineError, UnveilError
 from unveil.commands.common import (
     MAX_DEPTH,

@@ -81,8 +81,9 @@ def chromium_check() -> Check:
 def embedded_model_check(args: argparse.Namespace) -> Check:
     """The embedded SmolLM2 of the default spec: its package present and its weights converted once (needed when
     the default model is the embedded one: no --model, no UNVEIL_MODEL naming another)."""
+    from agents.providers.profiles import is_demo_spec
     from agents.providers.transformers_lm import is_prepared
-    from agents.spec import DEFAULT_SPEC, is_demo_spec
+    from agents.spec import DEFAULT_SPEC
 
     needed = is_demo_spec(args.model or env_str("UNVEIL_MODEL") or DEFAULT_SPEC)
     name = f"embedded model {DEFAULT_SPEC}"
