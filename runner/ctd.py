@@ -10,6 +10,8 @@ counterpart (Table 4, "with benign data").
 from __future__ import annotations
 
 import asyncio
+import errno
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from graphs.tag import TagContext
 from runner.batch_input import BatchItem
 from runner.detect import detect_one, tag_context, tag_reading
 from tools.env import SettingError
+from tools.safe_files import StorageError
 
 
 def scene_items(category: str, n: int, *, scene: str | None, erase_routine: str | None, seed: int) -> list[BatchItem]:
@@ -206,3 +209,17 @@ async def complete_pair(rec: dict[str, Any], dataset_dir: str | Path, extras: Pa
     out["usage"] = usage
     out["cost_usd"] = float(((usage or {}).get("total") or {}).get("cost_usd", 0.0))
     return out
+
+
+def checkpoint_error(path: Path, exc: sqlite3.OperationalError) -> StorageError | None:
+    """A checkpoint database that cannot be written (SQLite's "database or disk is full", an I/O error) ends the
+    run as one `StorageError` naming it, as a full samples file or image store does, rather than failing every
+    scene with SQLite's words; any other SQLite error is the scene's own."""
+    full = getattr(exc, "sqlite_errorname", "") in ("SQLITE_FULL", "SQLITE_IOERR") or any(
+        words in str(exc) for words in ("disk is full", "disk I/O error")
+    )
+    if not full:
+        return None
+    return StorageError(
+        errno.ENOSPC, f"the scenes' checkpoints cannot be written ({exc}); free space and rerun to resume", str(path)
+    )

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import errno
 import sqlite3
 import sys
 from pathlib import Path
@@ -20,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from tools.extras import require_extra
 from tools.jsonl_files import done_records
-from tools.safe_files import StorageError
 from tools.t2i.errors import renamed_note
 from tools.t2i.settings import CtdRenderSettings
 
@@ -286,7 +284,7 @@ async def _run_scenes(
 
     from graphs.ctd import builder
     from runner.batch import run_batch
-    from runner.ctd import complete_pair, run_scene
+    from runner.ctd import checkpoint_error, complete_pair, run_scene
     from runner.ctd_dataset import CHECKPOINTS, SAMPLES, sample_record
 
     async with AsyncSqliteSaver.from_conn_string(str(out / CHECKPOINTS)) as saver:
@@ -319,20 +317,6 @@ async def _run_scenes(
             spending=spending,
             identity=identity,
         )
-
-
-def checkpoint_error(path: Path, exc: sqlite3.OperationalError) -> StorageError | None:
-    """A checkpoint database that cannot be written (SQLite's "database or disk is full", an I/O error) ends the
-    run as one `StorageError` naming it, as a full samples file or image store does, rather than failing every
-    scene with SQLite's words; any other SQLite error is the scene's own."""
-    full = getattr(exc, "sqlite_errorname", "") in ("SQLITE_FULL", "SQLITE_IOERR") or any(
-        words in str(exc) for words in ("disk is full", "disk I/O error")
-    )
-    if not full:
-        return None
-    return StorageError(
-        errno.ENOSPC, f"the scenes' checkpoints cannot be written ({exc}); free space and rerun to resume", str(path)
-    )
 
 
 async def _revise_sent_back(
