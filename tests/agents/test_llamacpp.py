@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agents.providers.llamacpp import close_truncated_json, grammar_schema
+from tools.errors import ConfigurationError
 
 
 def test_grammar_schema_drops_string_bounds_but_keeps_array_bounds() -> None:
@@ -47,7 +48,7 @@ async def test_embedded_smollm2_answers_a_structured_role(gateway) -> None:
 
     try:
         smollm2_path()
-    except RuntimeError as exc:
+    except ConfigurationError as exc:
         pytest.skip(str(exc))
     result = await extract_roots(
         gateway,
