@@ -396,7 +396,7 @@ def ipr_job(i2p: str, prompts: int, images: int, json_out: Path, tiny: bool) -> 
         str(work / "run"),
     ]
     print("running:", " ".join(cmd), flush=True)
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), time.time()
     # The repository first, then whatever the caller's path held (on the lent machines: the carried wheels).
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     rc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": path}).returncode
@@ -408,11 +408,37 @@ def ipr_job(i2p: str, prompts: int, images: int, json_out: Path, tiny: bool) -> 
         "wall_s": round(wall, 1),
         "exit": rc,
         "i2p_prompts": I2P_PROMPTS,
+        # The whole slice's wall time scaled up: an upper bound (the start-up and the end are paid once per run).
         "extrapolated_h": round(wall * I2P_PROMPTS / max(1, n) / 3600, 2),
+        **ipr_phases(work / "store", started_at, wall, n * images, images),
     }
     json_out.write_text(json.dumps(report, indent=1))
     print(json.dumps(report), flush=True)
     return rc
+
+
+def ipr_phases(store: Path, started_at: float, wall: float, renders: int, images: int) -> dict[str, Any]:
+    """Where the ipr slice's wall time went, from the times its images landed in the run's store: `start_s` until
+    the first image (Ray, the members' model loads and compile warm-ups), `render_s` from the first image to the
+    last, `end_s` after the last (the last scores, the report, Ray's stop). `steady_h` is I2P at the slice's
+    rendering rate plus one start and one end; an empty store (a failed run) gives no phases."""
+    stamps = sorted(f.stat().st_mtime for f in store.rglob("*.png")) if store.is_dir() else []
+    if len(stamps) < 2 * images:
+        return {}
+    first, last = stamps[0] - started_at, stamps[-1] - started_at
+    # The images counted after the first one's batch: a prompt's images land together, so the first prompt's
+    # rendering time is not inside `render_s`.
+    timed = sum(1 for t in stamps if t - started_at > first + 1.0)
+    per_render = (last - first) / max(1, timed)
+    steady = first + (wall - last) + per_render * I2P_PROMPTS * images
+    return {
+        "stored_images": len(stamps),
+        "start_s": round(first, 1),
+        "render_s": round(last - first, 1),
+        "end_s": round(wall - last, 1),
+        "images_per_s": round(1 / per_render, 2) if per_render else None,
+        "steady_h": round(steady / 3600, 2),
+    }
 
 
 def scale_rows(work: Path, results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -577,15 +603,22 @@ def rows_of(results: dict[str, Any], work: Path, n_gpus: int, jobs: list[str]) -
             "ipr",
             f"evaluate ipr --engine ray, {d['prompts']} prompts x {d['images_per_prompt']} images, {n_gpus} GPU(s)",
             f"{d['wall_s']:.0f} s (start-up and warm-up included) -> {d['extrapolated_h']:.2f} h "
-            f"for I2P's {d['i2p_prompts']} prompts",
-            "<= 3 h for I2P",
+            f"for I2P's {d['i2p_prompts']} prompts as an upper bound"
+            + (
+                f"; {d['start_s']:.0f} s to the first image, {d['render_s']:.0f} s rendering at "
+                f"{d['images_per_s']} images/s, {d['end_s']:.0f} s after the last -> {d['steady_h']:.2f} h "
+                "(one start and one end)"
+                if "steady_h" in d
+                else ""
+            ),
+            "<= 1.5 h for I2P",
         )
     elif not ipr:
         add(
             "ipr",
             "evaluate ipr --engine ray, 200-prompt slice",
             "not run (run `--parts ipr --i2p FILE` alone)",
-            "<= 3 h for I2P",
+            "<= 1.5 h for I2P",
         )
     for name in jobs:
         res = results.get(name)

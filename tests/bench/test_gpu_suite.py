@@ -304,3 +304,25 @@ def test_the_ipr_part_evaluates_a_slice_on_ray_and_extrapolates(tmp_path: Path) 
     # Both are rounded in the JSON (wall_s to 0.1 s, the hours to 0.01 h): compare within that rounding.
     assert data["extrapolated_h"] == pytest.approx(data["wall_s"] * 4703 / 2 / 3600, abs=0.01 + 0.05 * 4703 / 2 / 3600)
     assert "evaluate ipr --engine ray, 2 prompts x 2 images" in proc.stdout
+    # Where the time went, from the stored images: the phases add up to the wall time.
+    assert data["stored_images"] == 4
+    assert data["start_s"] + data["render_s"] + data["end_s"] == pytest.approx(data["wall_s"], abs=0.2)
+    assert data["steady_h"] <= data["extrapolated_h"] + 0.01
+
+
+def test_the_ipr_phases_come_from_when_the_images_landed(tmp_path: Path) -> None:
+    """Three prompts of two images: the first lands 40 s in, then one prompt every 10 s, the run ends 15 s after
+    the last. The steady extrapolation pays one start and one end, and renders I2P at 4 images in 20 s."""
+    from gpu_suite import ipr_phases
+
+    t0 = 1_000_000.0
+    for k, at in enumerate([40.0, 40.0, 50.0, 50.0, 60.0, 60.0]):
+        f = tmp_path / "store" / "ab" / f"{k}.png"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(b"png")
+        os.utime(f, (t0 + at, t0 + at))
+    phases = ipr_phases(tmp_path / "store", t0, 75.0, 6, 2)
+    assert (phases["start_s"], phases["render_s"], phases["end_s"]) == (40.0, 20.0, 15.0)
+    assert phases["images_per_s"] == 0.2
+    assert phases["steady_h"] == round((40 + 15 + 5.0 * 4703 * 2) / 3600, 2)
+    assert ipr_phases(tmp_path / "missing", t0, 75.0, 6, 2) == {}
