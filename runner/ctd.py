@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import errno
 import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphs.ctd import CtdContext, ctd_generator
 from graphs.ctd.send_back import reviewer_feedback
@@ -23,6 +25,15 @@ from runner.batch_input import BatchItem
 from runner.detect import detect_one, tag_context, tag_reading
 from tools.env import SettingError
 from tools.safe_files import StorageError
+
+if TYPE_CHECKING:
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+# How long an operation on the scenes' checkpoints waits for another connection's write lock (SQLite's busy
+# timeout) before "database is locked": a rerun, a send-back or another process that finds the file briefly locked
+# by a writer waits for it instead of failing its scenes at once; the bound keeps a lock that is never released an
+# error rather than a hang. (sqlite3's own default is 5 s, short for a machine under load.)
+CHECKPOINT_BUSY_TIMEOUT_S = 30.0
 
 
 def scene_items(category: str, n: int, *, scene: str | None, erase_routine: str | None, seed: int) -> list[BatchItem]:
@@ -209,6 +220,33 @@ async def complete_pair(rec: dict[str, Any], dataset_dir: str | Path, extras: Pa
     out["usage"] = usage
     out["cost_usd"] = float(((usage or {}).get("total") or {}).get("cost_usd", 0.0))
     return out
+
+
+@asynccontextmanager
+async def scene_checkpoints(path: Path) -> AsyncIterator[AsyncSqliteSaver]:
+    """The scenes' LangGraph checkpoint saver on the SQLite file `path`, closed only once no operation is left
+    half-done on it, so no lock of this run outlives it.
+
+    Why: LangGraph writes a scene's checkpoints from tasks of its own, and a scene cancelled while one of them runs
+    (the batch cancels the other scenes when one stops the run, e.g. on a full disk) ends without waiting for it.
+    Closing the connection under such a write (its INSERT run, its COMMIT not yet) leaves the closed connection
+    holding SQLite's write lock until Python collects the write's cursor: a rerun in the same process, a Studio or
+    another process then gets "database is locked". So the close takes the saver's lock, which every operation
+    holds from its first statement to its commit, rolls back what a cancelled operation left uncommitted, and
+    closes while holding it: an operation still waiting for the lock then finds the connection closed before it
+    runs a statement."""
+    import aiosqlite
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    async with aiosqlite.connect(str(path), timeout=CHECKPOINT_BUSY_TIMEOUT_S) as conn:
+        saver = AsyncSqliteSaver(conn)
+        try:
+            yield saver
+        finally:
+            async with saver.lock:
+                if conn.in_transaction:
+                    await conn.rollback()
+                await conn.close()
 
 
 def checkpoint_error(path: Path, exc: sqlite3.OperationalError) -> StorageError | None:

@@ -9,6 +9,7 @@ stops at exit (`tools.t2i.batching.Batcher.close`)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import json
@@ -26,6 +27,7 @@ import pytest
 from tests.graphs import test_ctd as ctd
 from tools import safe_files
 from tools.t2i.batching import Batcher, Job
+from tools.t2i.registry import register_generator, unregister_generator
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 2
@@ -187,3 +189,94 @@ def test_a_full_disk_is_one_error_naming_the_file_and_a_rerun_completes(
     assert sorted(r["id"] for r in records) == [f"drugs-{i:05d}" for i in range(N)]
     assert all(r["status"] == "accepted" and (out / r["image"]).is_file() for r in records)
     assert len(_lines(out / "dataset.jsonl")) == N
+
+
+def _write_lock_free(db: Path) -> bool:
+    """Whether a new connection gets the database's write lock at once (no busy wait)."""
+    with contextlib.closing(sqlite3.connect(db, timeout=0)) as conn:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            assert "locked" in str(exc), exc
+            return False
+        conn.rollback()
+        return True
+
+
+@pytest.fixture
+def paint_spec(tmp_path: Path) -> Iterator[str]:
+    """A `registered:` generator that paints small images into the dataset's store: scenes without a pipeline."""
+    from tests.evaluation.test_eval_ipr import PaintGenerator
+
+    spec = register_generator(f"paint-{tmp_path.name}", PaintGenerator(tmp_path / "ds" / "images"))
+    yield spec
+    unregister_generator(spec)
+
+
+def test_a_run_stopped_while_a_checkpoint_write_runs_leaves_the_checkpoints_unlocked(
+    tmp_path: Path, paint_spec: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The interleaving behind the once-flaky rerun above ("database is locked" on both scenes after a full
+    checkpoints file stopped the run, only under load): one scene stops the run while its sibling's checkpoint
+    write is inside its transaction (INSERT run, COMMIT not yet). LangGraph writes checkpoints from tasks of its
+    own, and a scene cancelled during such a write ends without waiting for it (langgraph 1.2: its loop's exit is
+    cancelled with it), so the write outlives its scene, as the second scene's double does here. The run used to
+    close the connection under that write: the closed connection kept SQLite's write lock until Python collected
+    the write's cursor. Now the write finishes before the connection closes, and nothing of the run holds the
+    file when its one error is reported.
+
+    Deterministic: the write is held inside its transaction (a statement trace on the connection's thread) until
+    the batch has stopped, the last moment before the checkpoints are closed."""
+    import runner.batch
+    import runner.ctd
+    from unveil.cli import main
+
+    in_transaction, release = threading.Event(), threading.Event()
+    outliving: list[asyncio.Task[None]] = []
+
+    def trace(sql: str) -> None:  # on the connection's thread: the write's INSERT, its transaction begun
+        if sql.startswith("INSERT") and " INTO writes " in sql and not in_transaction.is_set():
+            in_transaction.set()
+            release.wait()
+
+    async def run_scene(graph: Any, sample_id: str, record: dict[str, Any], ctx: Any, **_: Any) -> dict[str, Any]:
+        saver = graph.checkpointer
+        if sample_id.endswith("1"):
+            await saver.setup()
+            await saver.conn.set_trace_callback(trace)
+            config = {"configurable": {"thread_id": f"ctd:{sample_id}", "checkpoint_ns": "", "checkpoint_id": "1"}}
+            outliving.append(asyncio.ensure_future(saver.aput_writes(config, [("note", "kept")], "task-1")))
+            await asyncio.Future()  # still running when its sibling stops the run: the batch cancels it
+        await asyncio.to_thread(in_transaction.wait)
+        raise sqlite3.OperationalError("database or disk is full")
+
+    real_batch = runner.batch.run_batch
+
+    async def run_batch(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await real_batch(*args, **kwargs)
+        finally:
+            release.set()  # the scenes have stopped: the write goes on as the run turns to its checkpoints
+
+    spec = ctd.write_script(tmp_path, ctd.accepting_script())
+    out = tmp_path / "ds"
+    args = ctd.cli_args(out, spec, paint_spec, "--review", "auto", "--concurrency", "2", n=N)
+    try:
+        with monkeypatch.context() as stopping:
+            stopping.setattr(runner.ctd, "run_scene", run_scene)
+            stopping.setattr(runner.batch, "run_batch", run_batch)
+            assert main(args) == 1
+    finally:
+        release.set()  # never leave the connection's thread waiting, whatever failed
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("unveil generate: ")]
+    assert len(errors) == 1 and "checkpoints.sqlite" in errors[0] and "disk is full" in errors[0], errors
+    db = out / "checkpoints.sqlite"
+    assert _write_lock_free(db), "the stopped run still holds the checkpoints' write lock"
+    (write,) = outliving
+    assert write.done() and write.exception() is None  # the write that was running finished, kept
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        kept = conn.execute("SELECT count(*) FROM writes WHERE thread_id = 'ctd:drugs-00001'").fetchone()
+    assert kept == (1,)
+    # The same command again in this process (the real scenes now): it completes, every id once.
+    assert main(args) == 0
+    assert sorted(r["id"] for r in _lines(out / "samples.jsonl")) == [f"drugs-{i:05d}" for i in range(N)]

@@ -280,14 +280,12 @@ async def _run_scenes(
     """Run the scenes as one batch into the dataset's samples file, each graph run checkpointed in the folder (so
     a killed scene resumes where it stopped); a finished scene becomes a sample record, marked when it nearly
     duplicates an earlier one and completed with the pair's extras."""
-    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
     from graphs.ctd import builder
     from runner.batch import run_batch
-    from runner.ctd import checkpoint_error, complete_pair, run_scene
+    from runner.ctd import checkpoint_error, complete_pair, run_scene, scene_checkpoints
     from runner.ctd_dataset import CHECKPOINTS, SAMPLES, sample_record
 
-    async with AsyncSqliteSaver.from_conn_string(str(out / CHECKPOINTS)) as saver:
+    async with scene_checkpoints(out / CHECKPOINTS) as saver:
         graph = builder.compile(checkpointer=saver, name="ctd_generation")
 
         async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
@@ -327,17 +325,15 @@ async def _revise_sent_back(
     review history and, in `sent_back`, every note that sent it back) is appended under the folder lock. A scene
     that cannot be continued is named and the others go on; the spending caps count the new calls. Returns the
     error of each scene that failed."""
-    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
     from graphs.ctd import builder
-    from runner.ctd import complete_pair, send_back_scene
+    from runner.ctd import complete_pair, scene_checkpoints, send_back_scene
     from runner.ctd_dataset import CHECKPOINTS, SAMPLES, append_records, dataset_lock, sample_record
 
     sent = {sid: r for sid, r in done_records(out / SAMPLES).items() if r.get("status") == "sent_back"}
     errors: dict[str, str] = {}
     if not sent:
         return errors
-    async with AsyncSqliteSaver.from_conn_string(str(out / CHECKPOINTS)) as saver:
+    async with scene_checkpoints(out / CHECKPOINTS) as saver:
         graph = builder.compile(checkpointer=saver, name="ctd_generation")
         for sid, old in sent.items():
             if spending.stop():
@@ -475,6 +471,7 @@ def run(args: argparse.Namespace) -> int:
 def check_checkpoints(path: Path) -> None:
     """One upfront error naming the file when the checkpoints database is unreadable (instead of one per scene)."""
     import sqlite3
+    from contextlib import closing
 
     from tools.safe_files import refuse_links
 
@@ -482,7 +479,8 @@ def check_checkpoints(path: Path) -> None:
     if not path.exists():
         return
     try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        # closed here, not when collected: the error below keeps this frame (and an open connection) alive
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
             conn.execute("PRAGMA schema_version").fetchone()
     except sqlite3.DatabaseError as exc:
         raise SystemExit(
