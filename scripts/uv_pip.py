@@ -121,7 +121,9 @@ def main(argv: list[str]) -> int:
     if uv is None:
         print("uv_pip: uv is not available; using pip", file=sys.stderr)
         return CANNOT
-    cmd = [*uv, "pip", "install", "--quiet", "--python", sys.executable, *args, *argv]
+    # --compile-bytecode: pip writes every module's .pyc at install; uv does not unless asked, and then each process
+    # compiles what it imports (torch alone: 700+ modules, seconds a start) wherever bytecode is not written.
+    cmd = [*uv, "pip", "install", "--quiet", "--compile-bytecode", "--python", sys.executable, *args, *argv]
     return subprocess.run(cmd, env={**os.environ, **env}).returncode
 
 

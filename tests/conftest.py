@@ -17,14 +17,15 @@ from typing import Any
 
 import pytest
 from extras_plugin import pytest_collection_modifyitems as mark_extras
+from extras_plugin import pytest_configure as declare_extras
 from extras_plugin import (  # noqa: F401 - hooks: a missing extra skips with its name
-    pytest_configure,
     pytest_make_collect_report,
     pytest_runtest_makereport,
     pytest_runtest_setup,
 )
 
 from agents.gateway import Gateway, GatewaySettings, set_gateway
+from tests.tiny_cache import CACHE_ENV as TINY_CACHE_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,6 +43,45 @@ XDIST_GROUPS = {
 }
 WIDE_SCOPES = ("module", "class", "package", "session")
 TESTS = Path(__file__).resolve().parent
+
+
+_TINY_CACHE_MADE: list[str] = []  # the folder this process made for the run's tiny models, removed at its end
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The extras' marker, and one folder per run where each tiny model is built once (`tests/tiny_cache.py`):
+    made by the process that starts the run, before pytest-xdist starts its workers, which inherit it."""
+    declare_extras(config)
+    _share_the_cores(config)
+    if not os.environ.get(TINY_CACHE_ENV):
+        import tempfile
+
+        _TINY_CACHE_MADE.append(tempfile.mkdtemp(prefix="unveil-tiny-models-"))
+        os.environ[TINY_CACHE_ENV] = _TINY_CACHE_MADE[0]
+
+
+def _share_the_cores(config: pytest.Config) -> None:
+    """A pytest-xdist worker gets its share of the CPUs for torch's thread pool (the processes its tests start
+    inherit it through `OMP_NUM_THREADS`): with one worker per CPU, each worker's default pool of one thread per
+    CPU puts two threads on every core, and torch's threads then spin waiting on each other (a 1-second tiny render
+    took 19 s beside another worker's). The tiny models gain nothing from more threads; a variable set by the
+    caller stays as it is."""
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 0))
+    if workers < 2 or os.environ.get("OMP_NUM_THREADS"):
+        return
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+    if "torch" in sys.modules:  # imported before this hook: its pool is already sized, so size it again
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the tiny models' folder this process made."""
+    import shutil
+
+    for folder in _TINY_CACHE_MADE:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(TINY_CACHE_ENV, None)
+    _TINY_CACHE_MADE.clear()
 
 
 def _uses_a_wide_fixture_of_the_suite(item: pytest.Item) -> bool:

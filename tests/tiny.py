@@ -11,7 +11,8 @@ tests exercise the real loading code (`from_pretrained`, open_clip's `local-dir:
   real Q16 embeddings file fits) that is also an open_clip `local-dir:` folder (CLIP-score path).
 - `build_tiny_blip(path)`: a transformers `BlipForImageTextRetrieval` + `BlipProcessor` folder.
 
-The functions take a path and always build; cache them per session with a `tmp_path_factory` fixture.
+Each builder takes a path and returns it. Under pytest each model is built once per run and copied to the path
+(`tests/tiny_cache.py`); elsewhere it is built there.
 Random weights make every output meaningless but deterministic, which is all the tests need.
 """
 
@@ -23,6 +24,8 @@ import os
 from pathlib import Path
 
 import torch
+
+from tests.tiny_cache import built_once
 
 SEED = 0
 TINY_IMAGE_SIZE = 32  # pixels; the latent is 16x16 (VAE downsamples by 2)
@@ -82,6 +85,7 @@ def _tiny_text_encoder():
     return CLIPTextModel(cfg)
 
 
+@built_once
 def build_tiny_sd(path: str | os.PathLike[str]) -> str:
     """Save a tiny SD 1.x-style `StableDiffusionPipeline` folder (32x32 images) to `path` and return it."""
     from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
@@ -136,6 +140,7 @@ def build_tiny_sd(path: str | os.PathLike[str]) -> str:
     return str(folder)
 
 
+@built_once
 def build_tiny_clip(path: str | os.PathLike[str]) -> str:
     """Save a tiny CLIP to `path` in both transformers and open_clip layouts and return it.
 
@@ -205,6 +210,7 @@ _BLIP_WORDS = (
 ).split()
 
 
+@built_once
 def build_tiny_blip(path: str | os.PathLike[str]) -> str:
     """Save a tiny `BlipForImageTextRetrieval` + `BlipProcessor` folder to `path` and return it."""
     import string

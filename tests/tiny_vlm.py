@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.tiny_cache import built_once
+
 # Qwen's special tokens, in the order the real tokenizer numbers them (after
 # the ordinary vocabulary). The ids differ from the real model; the model
 # config below is wired to whatever ids the tiny tokenizer assigns.
@@ -104,6 +106,7 @@ def _build_tokenizer():
     return fast
 
 
+@built_once
 def build_tiny_qwen_vl(path: str | Path) -> str:
     """Build and save a tiny random-weight Qwen2.5-VL + processor at ``path``.
 

@@ -346,6 +346,21 @@ def test_uv_gets_pips_indexes_find_links_and_constraints_in_pips_precedence(monk
     assert env == {"SSL_CERT_FILE": "/etc/ssl/ca.crt", "UV_HTTP_TIMEOUT": "180"}
 
 
+def test_uv_compiles_the_bytecode_as_pip_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without it every process compiles torch's 700+ modules again where bytecode is not written (a test run's
+    # every worker and subprocess).
+    uv_pip = load_uv_pip()
+    calls: list[list[str]] = []
+    monkeypatch.setattr(uv_pip, "pip_settings", lambda: {})
+    monkeypatch.setattr(uv_pip, "uv_command", lambda: ["uv"])
+    monkeypatch.setattr(
+        uv_pip.subprocess, "run", lambda cmd, **k: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0)
+    )
+    assert uv_pip.main(["-e", "."]) == 0
+    assert len(calls) == 1 and calls[0][:3] == ["uv", "pip", "install"] and "--compile-bytecode" in calls[0]
+    assert calls[0][-2:] == ["-e", "."]
+
+
 def test_a_pip_setting_uv_cannot_honour_sends_setup_to_pip(monkeypatch: pytest.MonkeyPatch) -> None:
     uv_pip = load_uv_pip()
     with pytest.raises(ValueError, match="client-cert"):

@@ -9,6 +9,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from tests.runner.test_kill_support import (
@@ -24,6 +25,10 @@ from tests.runner.test_kill_support import (
 N = 16
 
 
+@pytest.mark.slow(
+    reason="its subject is a real `unveil detect` process SIGKILLed mid-run, three times: a subprocess entry point; "
+    "tests/runner/test_batch.py kills a detect batch in the fast loop"
+)
 def test_killed_tag_batch_equals_an_uninterrupted_run(tmp_path: Path) -> None:
     from unveil.cli import main
 

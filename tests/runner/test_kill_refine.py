@@ -75,6 +75,10 @@ def _setup(tmp_path: Path, sd: str) -> tuple[Path, list[str]]:
     return src, common
 
 
+@pytest.mark.slow(
+    reason="its subject is a real `unveil refine` process SIGKILLed mid-run (three kills, each a new interpreter "
+    "loading torch and the pipeline): a subprocess entry point; tests/runner/test_batch.py kills one in the fast loop"
+)
 def test_killed_refine_batch_equals_an_uninterrupted_run(tmp_path: Path, sd_folder: str) -> None:
     from unveil.cli import main
 

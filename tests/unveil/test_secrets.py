@@ -88,6 +88,11 @@ def _jsonl(path: Path) -> dict[str, dict]:
     return {json.loads(line)["id"]: json.loads(line) for line in path.read_text().splitlines()}
 
 
+@pytest.mark.slow(
+    reason="its subject is everything real `unveil detect` and `unveil refine` processes write, their captured stdout "
+    "and stderr included, through the tiny pipeline and a fault server that hangs: a subprocess entry point; "
+    "tests/agents/test_secrets_urls.py keeps a key scan of a real `unveil detect` in the fast loop"
+)
 def test_detect_and_refine_never_write_a_key(tmp_path: Path, sd_folder: str) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()

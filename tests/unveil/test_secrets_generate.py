@@ -19,6 +19,11 @@ def sd_folder(tmp_path_factory: pytest.TempPathFactory) -> str:
     return build_tiny_sd(tmp_path_factory.mktemp("sd") / "sd")
 
 
+@pytest.mark.slow(
+    reason="its subject is everything two real `unveil generate` processes write, their captured stdout and stderr "
+    "included, through the tiny pipeline and a fault server that hangs: a subprocess entry point; "
+    "tests/agents/test_secrets_urls.py keeps a key scan of a real `unveil detect` in the fast loop"
+)
 def test_generate_never_writes_a_key(tmp_path: Path, sd_folder: str) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
