@@ -83,3 +83,14 @@ def test_image_decode_memory_prints_the_rise_per_mode() -> None:
     rows = [json.loads(line) for line in out.splitlines()]
     assert [(r["mode"], r["code"]) for r in rows] == [("I;16", "before"), ("I;16", "now"), ("RGBA", "now")]
     assert all(r["errors"] == [] and r["rss_rise_mib"] >= 0 for r in rows)
+
+
+def test_ui_scale_tiny_lists_decides_and_opens_the_huge_line(tmp_path: Path) -> None:
+    numbers = tmp_path / "ui_scale.json"
+    out = run_bench("bench/ui_scale.py", "--tiny", "--json", str(numbers))
+    got = json.loads(numbers.read_text())
+    # the smoke sizes, every measurement present and printed
+    assert (got["results"], got["samples"], got["huge_line_mib"]) == (1000, 500, 8)
+    for key in ("list_first_page_s", "list_last_page_s", "decide_median_s", "decide_p95_s", "huge_line_peak_growth_mb"):
+        assert got[key] >= 0 and re.search(rf"{key}: {NUMBER}", out), key
+    assert got["decide_median_s"] <= got["decide_p95_s"] <= got["decide_max_s"]
