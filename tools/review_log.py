@@ -82,16 +82,10 @@ def review_lock(folder: str | os.PathLike[str], *, timeout: float = LOCK_TIMEOUT
         return
     fd = _open_lock(root)
     try:
-        deadline = time.monotonic() + timeout
-        while not _try_lock(fd):
-            if time.monotonic() >= deadline:
-                raise _busy(root, timeout)
+        for _ in _failed_tries(root, fd, timeout):
             time.sleep(POLL_S)
-        token = _HELD.set(_HELD.get() | {key})
-        try:
+        with _holding(key):
             yield
-        finally:
-            _HELD.reset(token)
     finally:
         os.close(fd)  # closing releases the lock
 
@@ -111,16 +105,10 @@ async def review_lock_async(folder: str | os.PathLike[str], *, timeout: float = 
         return
     fd = _open_lock(root)
     try:
-        deadline = time.monotonic() + timeout
-        while not _try_lock(fd):
-            if time.monotonic() >= deadline:
-                raise _busy(root, timeout)
+        for _ in _failed_tries(root, fd, timeout):
             await _pause()
-        token = _HELD.set(_HELD.get() | {key})
-        try:
+        with _holding(key):
             yield
-        finally:
-            _HELD.reset(token)
     finally:
         os.close(fd)
 
@@ -128,6 +116,27 @@ async def review_lock_async(folder: str | os.PathLike[str], *, timeout: float = 
 async def _pause() -> None:
     """One poll interval of `review_lock_async` (a seam the tests hold a waiter in)."""
     await asyncio.sleep(POLL_S)
+
+
+def _failed_tries(root: Path, fd: int, timeout: float) -> Iterator[None]:
+    """Try the folder's lock until it is taken, yielding after each failed try so that the caller waits one poll
+    interval its own way (`review_lock` sleeps, `review_lock_async` awaits); `ReviewBusyError` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not _try_lock(fd):
+        if time.monotonic() >= deadline:
+            raise _busy(root, timeout)
+        yield
+
+
+@contextlib.contextmanager
+def _holding(key: str) -> Iterator[None]:
+    """Mark the folder's lock as held by this context (and the threads it starts), so the holder's own work takes
+    it again at once."""
+    token = _HELD.set(_HELD.get() | {key})
+    try:
+        yield
+    finally:
+        _HELD.reset(token)
 
 
 def _lock_key(root: Path) -> str:
