@@ -86,33 +86,16 @@ WORK_S = {  # seconds besides the warm-up: builds, Ray start, rounds, steps
     "scale-local": 55.0,
     "scale-ray1": 85.0,  # Ray's start and stop around the round
     "scale-ray2": 85.0,
-    # the 1- and 2-GPU Ray rounds in one process and one Ray start (the 4-GPU plan): the second round's member
-    # warm-up (both buckets from the cache) is counted here, the first one's by `estimate_s`
-    "scale-ray12": 150.0,
     "scale-ray4": 70.0,
-    # four ranks' builds, the warm-up step (its decoding's compilation), the measured step: 282 s in all, alone on a
-    # cold 4x H100, at 8e50bb7 (bench/results/gpu_suite-8e50bb7-4x-h100-grpo-multi.json)
-    "grpo-multi": 150.0,
+    "grpo-multi": 180.0,  # four ranks' builds, the warm-up step (its decoding's compilation), the measured step
     "ipr": 300.0,
 }
-# On 4 GPUs the 4-GPU jobs and the two longest 1-GPU preparations start together and prepare side by side (Ray,
-# model builds, compile warm-ups, GRPO's warm-up step on 4 ranks), then take the GPUs in turn: the Ray round once
-# the others are prepared, GRPO's 4-rank measured step once the Ray round has ended, and the 1-GPU GRPO steps and
-# local-engine round once GRPO's 4 ranks have ended (`UNVEIL_BENCH_PREPARED_FILE` / `UNVEIL_BENCH_GO_FILE`, read by
-# bench/scale.py and bench/grpo_step.py). No timed round shares its GPUs: a job waiting at its gate holds memory,
-# never compute. The 1-GPU GRPO job waits before its warm-up step (`GATE_FIRST`): that step samples and trains on its
-# GPU, which the 4-GPU jobs still use then. Job -> ((the job it waits for, and for what), ...); a job waits only for
-# the jobs that run.
-GATES: dict[str, tuple[tuple[str, str], ...]] = {
-    "scale-ray4": (("grpo-multi", "prepared"), ("grpo", "prepared"), ("scale-local", "prepared")),
-    "grpo-multi": (("scale-ray4", "ended"),),
-    "grpo": (("grpo-multi", "ended"), ("scale-ray4", "ended")),
-    "scale-local": (("grpo-multi", "ended"), ("scale-ray4", "ended")),
-}
-GATE_FIRST = frozenset({"grpo"})  # jobs whose gate comes before their warm-up step (`UNVEIL_BENCH_GATE_FIRST`)
-# The part of a gated job after its gate, estimated: the Ray round; GRPO's 4-rank measured step; the 1-GPU GRPO
-# warm-up step (its decoding's compilation: 126 s at d92bc2f) and measured step (52 s); the local-engine round.
-TAIL_S = {"scale-ray4": 35.0, "grpo-multi": 30.0, "grpo": 190.0, "scale-local": 35.0}
+# The 4-GPU jobs start together and prepare side by side (Ray, model builds, warm-ups, GRPO's warm-up step), then
+# take the GPUs in turn: the Ray round once GRPO's ranks are prepared, GRPO's measured step once the Ray round has
+# ended (`UNVEIL_BENCH_PREPARED_FILE` / `UNVEIL_BENCH_GO_FILE`, read by bench/scale.py and bench/grpo_step.py). No
+# timed round shares its GPUs. Job -> (the job it waits for, and for what).
+GATES = {"scale-ray4": ("grpo-multi", "prepared"), "grpo-multi": ("scale-ray4", "ended")}
+TAIL_S = {"scale-ray4": 35.0, "grpo-multi": 30.0}  # the timed part of a gated job (after its gate), estimated
 PACKAGES = ("torch", "diffusers", "transformers", "trl", "ray")
 
 
@@ -321,17 +304,17 @@ def job_commands(args: argparse.Namespace, work: Path, n_gpus: int) -> dict[str,
         "--out",
         str(work / "ipr.json"),
     ]
-    for name, counts in (("scale-ray1", "1"), ("scale-ray2", "2"), ("scale-ray4", "4"), ("scale-ray12", "1,2")):
-        jobs[name] = [
+    for n in (1, 2, 4):
+        jobs[f"scale-ray{n}"] = [
             *scale,
             "--engines",
             "ray",
             "--gpus",
-            counts,
+            str(n),
             "--records-out",
-            str(work / f"{name}.records.json"),
+            str(work / f"scale-ray{n}.records.json"),
             "--json",
-            str(work / f"{name}.json"),
+            str(work / f"scale-ray{n}.json"),
         ]
     return jobs
 
@@ -462,18 +445,21 @@ def scale_rows(work: Path, results: dict[str, Any]) -> list[dict[str, Any]]:
     """The scaling rows from the rounds' record files: rate, speed-up over the local engine, records compared."""
     from scale import compare_records  # bench/scale.py (this file's folder is on sys.path)
 
-    def load(name: str) -> list[dict[str, Any]]:
-        """The rounds a job saved (one, or the 1- and 2-GPU rounds of `scale-ray12`)."""
+    def load(name: str) -> dict[str, Any] | None:
         f = work / f"{name}.records.json"
         try:
-            return list(json.loads(f.read_text()).values()) if f.is_file() else []
-        except ValueError:
-            return []
+            return next(iter(json.loads(f.read_text()).values())) if f.is_file() else None
+        except (ValueError, StopIteration):
+            return None
 
-    local = next(iter(load("scale-local")), None)
+    local = load("scale-local")
     rows = []
-    names = ("scale-local", "scale-ray1", "scale-ray12", "scale-ray2", "scale-ray4")
-    for name, got in ((n, got) for n in names if n in results for got in load(n)):
+    for name in ("scale-local", "scale-ray1", "scale-ray2", "scale-ray4"):
+        if name not in results:
+            continue
+        got = load(name)
+        if got is None:
+            continue
         row: dict[str, Any] = {
             "engine": "local" if name == "scale-local" else "ray",
             "GPUs": got["gpus"],
@@ -662,22 +648,18 @@ def schedule(parts: list[str], n_gpus: int) -> list[list[Job]]:
     job's share caps its time (`Runner` also stops it at the deadline). At most one Ray cluster runs at a time."""
     everything = ("t2i", "grpo", "scale-local", "scale-ray1", "scale-ray2")
     if n_gpus >= 4:
-        # The 4-GPU jobs first: their eight processes share the cold compilation (a later process would only load).
-        # The 1-GPU GRPO step (the longest 1-GPU job) and the local-engine round prepare beside them, each on its
-        # GPU, and take their timed turn once the 4-GPU jobs have ended (`GATES`); the t2i part and the 1- and
-        # 2-GPU Ray rounds (one job: one Ray start, `scale-ray12`) start then. Shares are caps (the suite's
-        # deadline caps every job too), sized from `estimate_s` with some room.
+        # The 4-GPU jobs first: their eight processes share the cold compilation (a later process would only load),
+        # and the GRPO step, the longest 1-GPU job, then has the rest of the budget with the cache warm. Shares are
+        # caps (the suite's deadline caps every job too), sized from `estimate_s` with some room.
         wide = ("scale-ray4", "grpo-multi")
         lanes: list[list[Job]] = [
             # Side by side, gated (`GATES`): the Ray round, then GRPO's measured step.
             [("scale-ray4", "0,1,2,3", 0.65, ())],
             [("grpo-multi", "0,1,2,3", 0.7, ())],
-            [("grpo", "0", 1.0, ())],
-            [("scale-local", "2", 0.8, ())],
-            [("t2i", "1", 0.4, wide)],
-            # GPU 3 first: Ray hands its first GPU to the 1-GPU round's member while the local round may still run
-            # on GPU 2 (its timed turn starts when the 4-GPU jobs end, as this job does).
-            [("scale-ray12", "3,2", 0.45, wide)],
+            [("grpo", "0", 0.6, wide)],
+            [("t2i", "1", 0.5, wide)],
+            [("scale-local", "2", 0.3, wide), ("scale-ray2", "2,3", 0.3, ("scale-ray1",))],
+            [("scale-ray1", "3", 0.35, wide)],
         ]
     elif n_gpus >= 2:
         lanes = [
@@ -705,7 +687,7 @@ def schedule(parts: list[str], n_gpus: int) -> list[list[Job]]:
         "t2i": "t2i" in parts,
         "grpo": "grpo" in parts,
         "grpo-multi": "grpo-multi" in parts,
-        **{j: "scale" in parts for j in ("scale-local", "scale-ray1", "scale-ray2", "scale-ray12", "scale-ray4")},
+        **{j: "scale" in parts for j in ("scale-local", "scale-ray1", "scale-ray2", "scale-ray4")},
     }
     lanes = [[job for job in lane if want[job[0]]] for lane in lanes]
     return widen([lane for lane in lanes if lane])
@@ -739,33 +721,27 @@ def estimate_s(job: str, cold: bool) -> float:
     return WORK_S[job] + warm
 
 
-Gates = dict[str, tuple[tuple[str, str], ...]]
-
-
-def gates_of(plan: list[list[Job]], n_gpus: int) -> Gates:
-    """The `GATES` that apply: on 4 GPUs, each job's waits on the jobs that run (a job left with none has no gate)."""
+def gates_of(plan: list[list[Job]], n_gpus: int) -> dict[str, tuple[str, str]]:
+    """The `GATES` that apply: on 4 GPUs, between jobs that both run."""
     names = {job[0] for lane in plan for job in lane}
-    if n_gpus < 4:
-        return {}
-    gates = {j: tuple((o, k) for o, k in deps if o in names) for j, deps in GATES.items() if j in names}
-    return {j: deps for j, deps in gates.items() if deps}
+    return {j: g for j, g in GATES.items() if n_gpus >= 4 and j in names and g[0] in names}
 
 
-def gated_end(name: str, start: float, gates: Gates) -> float:
-    """When a job ends by the estimates: `start` plus its need, or, gated, its preparation, then its gate (once
-    every job it waits for is prepared or has ended; the gated jobs start together), then its timed part."""
-    cold = start < 1.0
+def gated_end(name: str, start: float, gates: dict[str, tuple[str, str]]) -> float:
+    """When a job ends by the estimates: `start` plus its need, or, gated, its preparation, then its gate (the
+    jobs of a gated pair start together), then its timed part."""
     if name not in gates:
-        return start + estimate_s(name, cold)
+        return start + estimate_s(name, cold=start < 1.0)
+    other, kind = gates[name]
+    cold = start < 1.0
     prep = estimate_s(name, cold) - TAIL_S[name]
-    go = max(
-        start + estimate_s(other, cold) - TAIL_S[other] if kind == "prepared" else gated_end(other, start, gates)
-        for other, kind in gates[name]
-    )
+    go = start + estimate_s(other, cold) - TAIL_S[other] if kind == "prepared" else gated_end(other, start, gates)
     return max(start + prep, go) + TAIL_S[name]
 
 
-def plan_lines(plan: list[list[Job]], budget: float, alone: bool, gates: Gates | None = None) -> list[dict[str, Any]]:
+def plan_lines(
+    plan: list[list[Job]], budget: float, alone: bool, gates: dict[str, tuple[str, str]] | None = None
+) -> list[dict[str, Any]]:
     """The plan as the suite expects it to run: each job's GPUs, its cap (share of the budget), its estimated
     need (for a gated job, its gate's wait included), the start and end the estimates give, and whether it fits
     (ends within its cap and the budget). `alone`: a single part, which has the whole budget."""
@@ -862,31 +838,22 @@ class GpuSampler:
         return round(sum(values) / len(values), 1) if values else None
 
 
-def gate_env(job: str, gates: Gates, work: Path) -> dict[str, str]:
+def gate_env(job: str, gates: dict[str, tuple[str, str]], work: Path) -> dict[str, str]:
     """The gate files of `job` (`GATES`): the one it waits for before its timed part, the one it creates once
-    prepared (when another job waits for that); and, for a `GATE_FIRST` job, that its gate comes before its
-    warm-up step."""
+    prepared (when another job waits for that)."""
     env = {}
     if job in gates:
         env["UNVEIL_BENCH_GO_FILE"] = str(work / f"{job}.go")
-        if job in GATE_FIRST:
-            env["UNVEIL_BENCH_GATE_FIRST"] = "1"
-    if any(other == job and kind == "prepared" for deps in gates.values() for other, kind in deps):
+    if any(other == job and kind == "prepared" for other, kind in gates.values()):
         env["UNVEIL_BENCH_PREPARED_FILE"] = str(work / f"{job}.prepared")
     return env
 
 
-def open_gate(
-    job: str, deps: tuple[tuple[str, str], ...], work: Path, ended: dict[str, threading.Event], runner: Runner
-) -> None:
-    """Open `job`'s gate (create its go file) once every job it waits for is prepared (its file exists) or has
-    ended, as each wait asks; a job that ended early (failed, stopped) counts as ended, so nothing waits for ever."""
-
-    def done(other: str, kind: str) -> bool:
-        return ended[other].is_set() or (kind == "prepared" and (work / f"{other}.prepared").exists())
-
+def open_gate(job: str, other: str, kind: str, work: Path, ended: dict[str, threading.Event], runner: Runner) -> None:
+    """Open `job`'s gate (create its go file) once `other` is prepared (its file exists) or has ended, as `kind`
+    asks; a job that ended early (failed, stopped) opens it too, so nothing waits for ever."""
     while runner.left() > 0 and not ended[job].is_set():
-        if all(done(other, kind) for other, kind in deps):
+        if ended[other].is_set() or (kind == "prepared" and (work / f"{other}.prepared").exists()):
             (work / f"{job}.go").touch()
             return
         time.sleep(0.5)
@@ -1063,8 +1030,8 @@ def main(argv: list[str] | None = None) -> int:
                 ended[job].set()
 
     run: Callable[[list[Job]], None] = run_lane
-    for job, deps in gates.items():
-        threading.Thread(target=open_gate, args=(job, deps, work, ended, runner), daemon=True).start()
+    for job, (other, kind) in gates.items():
+        threading.Thread(target=open_gate, args=(job, other, kind, work, ended, runner), daemon=True).start()
     with ThreadPoolExecutor(len(plan) or 1) as pool:
         list(pool.map(run, plan))
     return finish()

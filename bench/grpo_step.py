@@ -576,12 +576,7 @@ def main() -> int:
     timer.wrap(trainer, "_get_per_token_logps_and_entropies", "forward (policy, old, ref)")
     timer.wrap(trainer.accelerator, "backward", "backward")
     build_s = time.perf_counter() - t_start
-    # The suite's gate (`bench_gate`) comes after the warm-up steps, or before them (and before any step) when the
-    # suite says so (`UNVEIL_BENCH_GATE_FIRST`: the warm-up step would share GPUs with another job's timed part).
-    gate_first = not args.warmup or os.environ.get("UNVEIL_BENCH_GATE_FIRST") == "1"
-    if gate_first and device != "cpu" and os.environ.get("UNVEIL_BENCH_GO_FILE"):
-        torch.cuda.empty_cache()  # while it waits, this job holds what it uses, not its allocator's cache
-    gate = {"s": bench_gate(rank) if gate_first else 0.0}
+    gate = {"s": 0.0 if args.warmup else bench_gate(rank)}
 
     steps: list[dict[str, float]] = []
     state = {"t0": None, "timer": {}, "reward": reward.timings.as_dict()}
@@ -611,7 +606,7 @@ def main() -> int:
                 f"rank {rank} step {len(steps)} [{phase}]: " + ", ".join(f"{k}={v:.2f}" for k, v in rec.items()),
                 flush=True,
             )
-            if not gate_first and len(steps) == args.warmup:
+            if args.warmup and len(steps) == args.warmup:
                 # The suite's gate comes after the warm-up steps (every compilation done), so the job sharing
                 # these GPUs waits for a prepared job only; the wait is not part of the next step's time.
                 gate["s"] = bench_gate(rank)
@@ -716,10 +711,9 @@ def own_gpu(local_rank: int) -> int:
 
 def bench_gate(rank: int) -> float:
     """The GPU suite's gate (`bench/gpu_suite.py`, `GATES`): once every rank has built its models and taken its
-    warm-up steps (every compilation done), or, with `UNVEIL_BENCH_GATE_FIRST`, once it has built its models and
-    warmed up the reward generator (before any step), say so (`UNVEIL_BENCH_PREPARED_FILE`), then wait until the
-    suite opens the gate (`UNVEIL_BENCH_GO_FILE`: the jobs sharing these GPUs have ended) before the steps that
-    follow. The seconds waited (0 outside the suite)."""
+    warm-up steps (every compilation done), say so (`UNVEIL_BENCH_PREPARED_FILE`), then wait until the suite opens
+    the gate (`UNVEIL_BENCH_GO_FILE`: the job sharing these GPUs has ended) before the timed steps. The seconds
+    waited (0 outside the suite)."""
     prepared, go = os.environ.get("UNVEIL_BENCH_PREPARED_FILE"), os.environ.get("UNVEIL_BENCH_GO_FILE")
     if not (prepared or go):
         return 0.0

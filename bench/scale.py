@@ -172,13 +172,10 @@ GATE_TIMEOUT_S = 300.0  # the suite's gate opens by then, or the round goes on a
 
 
 def bench_gate() -> float:
-    """The GPU suite's gate (`bench/gpu_suite.py`, `GATES`): with every member up, say so when another job waits
-    for that (`UNVEIL_BENCH_PREPARED_FILE`), then wait until the suite opens the gate (`UNVEIL_BENCH_GO_FILE`: the
-    jobs sharing these GPUs are prepared and idle, or have ended) before the timed rounds, so the jobs' preparations
-    overlap but no timed round shares its GPUs; the seconds waited (0 outside the suite)."""
-    prepared, go = os.environ.get("UNVEIL_BENCH_PREPARED_FILE"), os.environ.get("UNVEIL_BENCH_GO_FILE")
-    if prepared:
-        Path(prepared).touch()
+    """The GPU suite's gate (`bench/gpu_suite.py`, `GATES`): with every member up, wait until the suite opens it
+    (`UNVEIL_BENCH_GO_FILE`: the job preparing on the same GPUs is ready and idle) before the timed rounds, so the
+    two jobs' preparations overlap but no timed round shares its GPUs; the seconds waited (0 outside the suite)."""
+    go = os.environ.get("UNVEIL_BENCH_GO_FILE")
     started = time.perf_counter()
     while go and not Path(go).exists() and time.perf_counter() - started < GATE_TIMEOUT_S:
         time.sleep(0.5)
