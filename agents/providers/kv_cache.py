@@ -10,10 +10,13 @@ gives (`tests/agents/test_kv_cache.py`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedConfig
 
 
-def growing_cache(config: Any) -> Any:
+def growing_cache(config: PreTrainedConfig) -> object | None:
     """A `GrowingCache` for a model of `config`, or None where this transformers has no per-layer caches (before
     4.56): `generate` then builds its own `DynamicCache`."""
     try:

@@ -20,9 +20,10 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
@@ -38,6 +39,9 @@ from agents.providers.profiles import PROFILES, SMOLLM2_ALIASES, SharedState, sp
 from agents.spec import ModelSpec
 from tools.env import env_int
 from tools.errors import MissingFileError
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("unveil.transformers")
 
@@ -255,7 +259,7 @@ class TransformersChatModel(LocalChatModel):
 
     def _prepare(
         self, lm: LoadedLM, messages: list[BaseMessage], tools: list[dict[str, Any]] | None, max_tokens: int
-    ) -> tuple[Any, dict[str, Any]]:
+    ) -> tuple[Mapping[str, torch.Tensor], dict[str, Any]]:
         """The prompt's token ids and the arguments of `generate` (greedy, constrained by the bound tool's schema)."""
         import xgrammar as xgr
 
@@ -276,7 +280,7 @@ class TransformersChatModel(LocalChatModel):
         return ids, gen
 
 
-def _generate(lm: LoadedLM, ids: Any, gen: dict[str, Any]) -> Any:
+def _generate(lm: LoadedLM, ids: Mapping[str, torch.Tensor], gen: dict[str, Any]) -> torch.Tensor:
     """The new token ids of one greedy generation, with a key/value cache that grows in place (`kv_cache`)."""
     import torch
 
@@ -284,12 +288,12 @@ def _generate(lm: LoadedLM, ids: Any, gen: dict[str, Any]) -> Any:
     if cache is not None:
         gen = {**gen, lm.cache_kwarg: cache}
     with torch.inference_mode():
-        out = lm.model.generate(**ids, **gen)
+        out: torch.Tensor = lm.model.generate(**ids, **gen)
     return out[0, int(ids["input_ids"].shape[1]) :]
 
 
 def _answer(
-    lm: LoadedLM, text: str, new: Any, tools: list[dict[str, Any]] | None, max_tokens: int, n_in: int
+    lm: LoadedLM, text: str, new: torch.Tensor, tools: list[dict[str, Any]] | None, max_tokens: int, n_in: int
 ) -> ChatResult:
     """The chat result of a generation: the tool call its JSON makes (closed if the token limit cut it)."""
     eos = lm.model.generation_config.eos_token_id
