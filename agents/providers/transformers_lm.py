@@ -10,6 +10,10 @@ saved with `save_pretrained`, and `transformers:/path/to/model.gguf` any GGUF fi
 Structured answers: the bound tool's JSON schema is compiled by xgrammar and its logits processor masks every
 token that would leave the schema, so the answer always parses (an answer cut at the token limit is closed by
 `close_truncated_json`). The model is text-only: callers give image descriptions instead of images.
+
+Generation is greedy, with a key/value cache that grows in place (`kv_cache.py`). The embedded model runs torch on one
+thread, so two generations run at once where two CPUs are free (`generation_slots`), each op still on one thread:
+the answers are the same bit for bit as one at a time.
 """
 
 from __future__ import annotations
