@@ -87,8 +87,9 @@ class ProviderProfile:
     module: str  # the module that implements `ProviderModule` for this provider
     structured_method: StructuredMethod  # tried first; the gateway falls back along METHOD_ORDER
     images: bool  # whether its models take image blocks (else they are sent the images' descriptions)
-    # Requests at once per backend: 1 for weights that compute in this process (they would only contend), None for
-    # the gateway's setting (`UNVEIL_MAX_CONCURRENCY`). No default: a provider that forgets it cannot be built.
+    # Requests at once per backend: 1 for weights that compute in this process (they would only contend; the
+    # single-threaded embedded model's 2 take a core each), None for the gateway's setting (`UNVEIL_MAX_CONCURRENCY`).
+    # No default: a provider that forgets it cannot be built.
     max_concurrency: int | None
     in_process: bool  # answers in this process, no network involved
     free: bool  # costs nothing per token (local weights, scripts, a local server)
@@ -212,7 +213,7 @@ PROFILES: Mapping[str, ProviderProfile] = {
             in_process=True,
             free=True,
             images=False,
-            max_concurrency=1,
+            max_concurrency=2,  # two generations on one thread each where two CPUs are free (transformers_lm.py)
             fingerprint="files",
             model_files="model",
             options=(),

@@ -10,6 +10,10 @@ saved with `save_pretrained`, and `transformers:/path/to/model.gguf` any GGUF fi
 Structured answers: the bound tool's JSON schema is compiled by xgrammar and its logits processor masks every
 token that would leave the schema, so the answer always parses (an answer cut at the token limit is closed by
 `close_truncated_json`). The model is text-only: callers give image descriptions instead of images.
+
+Generation is greedy, with a key/value cache that grows in place (`kv_cache.py`). The embedded model runs torch on one
+thread, so two generations run at once where two CPUs are free (`generation_slots`), each op still on one thread:
+the answers are the same bit for bit as one at a time.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
@@ -30,6 +35,7 @@ from langchain_core.outputs import ChatResult
 
 from agents.providers.fingerprint import file_stamp
 from agents.providers.json_salvage import close_truncated_json
+from agents.providers.kv_cache import growing_cache
 from agents.providers.llamacpp import resolve_model_path
 from agents.providers.local_base import LocalChatModel
 from agents.providers.messages import chat_result, text_chat_messages, tool_call_message
@@ -37,6 +43,9 @@ from agents.providers.profiles import PROFILES, SMOLLM2_ALIASES, SharedState, sp
 from agents.spec import ModelSpec
 from tools.env import env_int
 from tools.errors import MissingFileError
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("unveil.transformers")
 
@@ -51,14 +60,16 @@ def models_cache_dir() -> Path:
 
 @dataclass
 class LoadedLM:
-    """A model and tokenizer in memory, the xgrammar compiler for its vocabulary, and the lock that serialises
-    generation on it (one request at a time: the CPU is the bottleneck)."""
+    """A model and tokenizer in memory, the xgrammar compiler for its vocabulary, the lock that serialises the
+    tokenizer and the compiler, and the slots that bound how many generations run on it at once."""
 
     model: Any
     tokenizer: Any
     compiler: Any
     grammars: dict[str, Any] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    slots: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(1))
+    cache_kwarg: str = "past_key_values"  # what `generate` calls its key/value cache argument
 
     def grammar(self, schema: dict[str, Any]) -> Any:
         """The compiled grammar of a JSON schema (compiled once per schema)."""
@@ -133,6 +144,9 @@ def is_prepared(model: str = "smollm2") -> bool:
 
 
 SMALL_MODEL_THREADS = 1
+# Generations at once on a single-threaded model. Decoding one token reads every weight once, so it is bounded by
+# memory bandwidth: two cores gain from a second generation, more add little. The provider's profile admits as many.
+MAX_GENERATIONS = 2
 
 
 def is_smollm2(model: str) -> bool:
@@ -156,6 +170,7 @@ def load_lm(model: str) -> LoadedLM:
         threads = env_int("UNVEIL_TORCH_THREADS", 0, minimum=0) or (SMALL_MODEL_THREADS if is_smollm2(model) else 0)
         if threads:
             torch.set_num_threads(threads)
+        slots = generation_slots(threads, usable_cpus())
         folder, gguf = _source(model)
         lm: Any
         tokenizer: Any
@@ -166,8 +181,39 @@ def load_lm(model: str) -> LoadedLM:
             tokenizer = AutoTokenizer.from_pretrained(folder)
         lm.eval()
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=lm.config.vocab_size)
-        _LOADED[model] = LoadedLM(model=lm, tokenizer=tokenizer, compiler=xgr.GrammarCompiler(info))
+        _LOADED[model] = LoadedLM(
+            model=lm,
+            tokenizer=tokenizer,
+            compiler=xgr.GrammarCompiler(info),
+            slots=threading.BoundedSemaphore(slots),
+            cache_kwarg=generate_cache_kwarg(),
+        )
         return _LOADED[model]
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the platform tells it, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def generation_slots(threads: int, cpus: int) -> int:
+    """How many generations run at once on a model whose torch ops use `threads` threads (0: torch's pool, every
+    CPU) on `cpus` CPUs: two where each runs on one thread and two CPUs are there (the TAG graph's visual and
+    textual expansions are asked at once), else one, as a pool of several threads already takes every CPU. Each op
+    still runs on one thread, so every answer is the same bit for bit; a second generation only takes another
+    core."""
+    return min(MAX_GENERATIONS, cpus) if threads == 1 else 1
+
+
+def generate_cache_kwarg() -> str:
+    """The name `generate` takes a key/value cache by: `cache` since transformers 5.x renamed it (the old name then
+    warns on every call), else `past_key_values`."""
+    from transformers.generation import utils
+
+    return "cache" if "cache" in getattr(utils, "ALL_CACHE_NAMES", ()) else "past_key_values"
 
 
 # Longest string the grammar lets the model write. A small model can ramble inside one string (an id) until the
@@ -204,21 +250,25 @@ class TransformersChatModel(LocalChatModel):
     def _respond(self, messages: list[BaseMessage], options: dict[str, Any]) -> ChatResult:
         tools, max_tokens = options.get("tools"), int(options.get("max_tokens") or self.max_tokens)
         lm = load_lm(self.model_ref)
-        # Everything that touches the model, its tokenizer or the grammar compiler runs under the model's lock: the
-        # TAG roots and expansions call concurrently, and a Hugging Face fast tokenizer shared by two threads can
-        # garble the inputs (seen as random tokens the grammar then rejects).
+        # The tokenizer and the grammar compiler are used under the model's lock: the TAG roots and expansions call
+        # concurrently, and a Hugging Face fast tokenizer shared by two threads can garble the inputs (seen as random
+        # tokens the grammar then rejects). Generation itself holds one of the model's slots (`generation_slots`).
         with lm.lock:
-            return self._run_locked(lm, messages, tools, max_tokens)
+            ids, gen = self._prepare(lm, messages, tools, max_tokens)
+        with lm.slots:
+            new = _generate(lm, ids, gen)
+        with lm.lock:
+            text = lm.tokenizer.decode(new, skip_special_tokens=True).strip()
+        return _answer(lm, text, new, tools, max_tokens, int(ids["input_ids"].shape[1]))
 
-    def _run_locked(
-        self, lm: Any, messages: list[BaseMessage], tools: list[dict[str, Any]] | None, max_tokens: int
-    ) -> ChatResult:
-        import torch
+    def _prepare(
+        self, lm: LoadedLM, messages: list[BaseMessage], tools: list[dict[str, Any]] | None, max_tokens: int
+    ) -> tuple[Mapping[str, torch.Tensor], dict[str, Any]]:
+        """The prompt's token ids and the arguments of `generate` (greedy, constrained by the bound tool's schema)."""
         import xgrammar as xgr
 
         turns = text_chat_messages(messages, "transformers")
         ids = lm.tokenizer.apply_chat_template(turns, add_generation_prompt=True, return_tensors="pt", return_dict=True)
-        n_in = int(ids["input_ids"].shape[1])
         gen: dict[str, Any] = {
             "max_new_tokens": max_tokens,
             "do_sample": False,
@@ -231,26 +281,41 @@ class TransformersChatModel(LocalChatModel):
         if tools:
             schema = bounded_strings(tools[0]["function"]["parameters"])
             gen["logits_processor"] = [xgr.contrib.hf.LogitsProcessor(lm.grammar(schema))]  # one per generate()
-        with torch.inference_mode():
-            out = lm.model.generate(**ids, **gen)
-        new = out[0, n_in:]
-        text = lm.tokenizer.decode(new, skip_special_tokens=True).strip()
-        eos = lm.model.generation_config.eos_token_id
-        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        truncated = len(new) >= max_tokens and not (len(new) and int(new[-1]) in eos_ids)
-        msg = AIMessage(content=text)
-        args = None
-        if tools:
-            try:
-                args = json.loads(text, strict=False)
-            except json.JSONDecodeError:
-                args = close_truncated_json(text) if truncated else None
-            if isinstance(args, dict):
-                msg = tool_call_message(tools[0], args)
-        # A completed truncated answer is reported as "stop" with a flag, so the gateway accepts it if it validates.
-        finish = "stop" if isinstance(args, dict) or not truncated else "length"
-        msg.response_metadata = {"finish_reason": finish, "truncated": truncated}
-        return chat_result(msg, n_in, len(new))
+        return ids, gen
+
+
+def _generate(lm: LoadedLM, ids: Mapping[str, torch.Tensor], gen: dict[str, Any]) -> torch.Tensor:
+    """The new token ids of one greedy generation, with a key/value cache that grows in place (`kv_cache`)."""
+    import torch
+
+    cache = growing_cache(lm.model.config)
+    if cache is not None:
+        gen = {**gen, lm.cache_kwarg: cache}
+    with torch.inference_mode():
+        out: torch.Tensor = lm.model.generate(**ids, **gen)
+    return out[0, int(ids["input_ids"].shape[1]) :]
+
+
+def _answer(
+    lm: LoadedLM, text: str, new: torch.Tensor, tools: list[dict[str, Any]] | None, max_tokens: int, n_in: int
+) -> ChatResult:
+    """The chat result of a generation: the tool call its JSON makes (closed if the token limit cut it)."""
+    eos = lm.model.generation_config.eos_token_id
+    eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    truncated = len(new) >= max_tokens and not (len(new) and int(new[-1]) in eos_ids)
+    msg = AIMessage(content=text)
+    args = None
+    if tools:
+        try:
+            args = json.loads(text, strict=False)
+        except json.JSONDecodeError:
+            args = close_truncated_json(text) if truncated else None
+        if isinstance(args, dict):
+            msg = tool_call_message(tools[0], args)
+    # A completed truncated answer is reported as "stop" with a flag, so the gateway accepts it if it validates.
+    finish = "stop" if isinstance(args, dict) or not truncated else "length"
+    msg.response_metadata = {"finish_reason": finish, "truncated": truncated}
+    return chat_result(msg, n_in, len(new))
 
 
 def transformers_fingerprint(model: str) -> str:

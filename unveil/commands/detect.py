@@ -185,8 +185,9 @@ def _run_file(args: argparse.Namespace, ctx: DetectionContext) -> int:
     spending = spending_caps(args)
 
     shown: set[str] = set()
-    # The embedded model answers one call at a time, so running demo samples side by side gains nothing and
-    # only delays the first result: one sample at a time there.
+    # The embedded model answers at most two calls at once (a sample's visual and textual expansions already
+    # take both), so running demo samples side by side would only delay the first result and make the order in
+    # which results are printed and written depend on timing: one sample at a time there.
     demo = all(is_demo_spec(spec) for spec in ctx.models().values())
 
     async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
