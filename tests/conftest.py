@@ -96,6 +96,7 @@ def _uses_a_wide_fixture_of_the_suite(item: pytest.Item) -> bool:
     return False
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Put each test in its `xdist_group`: the module's entry of `XDIST_GROUPS`, else, for a test that uses a
     fixture wider than one test (a tiny model built once a module, a server), its module, so that fixture is built
