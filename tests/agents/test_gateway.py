@@ -216,3 +216,13 @@ def test_gateway_and_providers_import_without_a_circle() -> None:
         "    assert 'agents.gateway' not in sys.modules, first + ' imports the gateway'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_a_schemas_json_schema_is_built_once_per_class() -> None:
+    from agents.gateway import json_schema
+
+    class Verdict(BaseModel):
+        toxic: bool
+
+    assert json_schema(Verdict) == Verdict.model_json_schema()
+    assert json_schema(Verdict) is json_schema(Verdict)  # pydantic builds a new one on every call, for every call
