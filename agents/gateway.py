@@ -14,6 +14,7 @@ differs between providers (structured method, limits, fingerprints) is their pro
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import time
@@ -72,6 +73,13 @@ class CallResult(Generic[T]):
     raw: str
     usage: RunUsage
     cache_hit: bool = False
+
+
+@functools.lru_cache(maxsize=512)
+def json_schema(schema: type[BaseModel]) -> dict[str, object]:
+    """`schema`'s JSON schema, built once per class: pydantic builds it anew on every call (1 to 2 ms, on every
+    structured call, for its cache key). Shared: read it, never change it."""
+    return schema.model_json_schema()
 
 
 @dataclass
@@ -260,7 +268,7 @@ class Gateway:
         method fallback and transport retries, validation with salvage, bounded repair, cache store, and accounting
         of every attempt.
         """
-        call = await self._start(role, spec, usage_role, params, messages, schema.model_json_schema(), seed)
+        call = await self._start(role, spec, usage_role, params, messages, json_schema(schema), seed)
         hit = await self._cache_lookup(call)
         if hit is not None:
             try:

@@ -43,8 +43,16 @@ def read_cases(path: Path) -> list[tuple[str, str, float, str]]:
         for child in case:
             if child.tag in ("failure", "error", "skipped"):
                 outcome = {"failure": "failed"}.get(child.tag, child.tag)
-        cases.append((file, f"{file}::{case.get('name', '')}", float(case.get("time", 0.0) or 0.0), outcome))
+        cases.append(
+            (file, f"{file}::{without_group(case.get('name', ''))}", float(case.get("time", 0.0) or 0.0), outcome)
+        )
     return cases
+
+
+def without_group(name: str) -> str:
+    """A test's name without the `@group` pytest-xdist appends under `--dist loadgroup` (its own rule: an `@` after
+    the parameters' closing bracket)."""
+    return name[: name.rfind("@")] if name.rfind("@") > name.rfind("]") else name
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -96,6 +96,7 @@ def _uses_a_wide_fixture_of_the_suite(item: pytest.Item) -> bool:
     return False
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Put each test in its `xdist_group`: the module's entry of `XDIST_GROUPS`, else, for a test that uses a
     fixture wider than one test (a tiny model built once a module, a server), its module, so that fixture is built
@@ -122,6 +123,10 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[N
     for name in list(os.environ):
         if name.startswith("UNVEIL_") and name not in ("UNVEIL_IMAGE_STORE", "UNVEIL_CACHE", "UNVEIL_BACKOFF_BASE"):
             monkeypatch.delenv(name)
+    if os.environ.get("OMP_NUM_THREADS"):
+        # llama.cpp sizes its pool by the CPUs, not OMP_NUM_THREADS: the worker's share of the cores for it too, else
+        # its threads spin waiting on each other beside the other worker's (the embedded SmolLM2 call: 23 s, not 10).
+        monkeypatch.setenv("UNVEIL_LLAMA_THREADS", os.environ["OMP_NUM_THREADS"])
     set_gateway(None)
     yield
     set_gateway(None)

@@ -53,7 +53,8 @@ class ModerationServer:
                 self.wfile.write(data)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # A short poll: `shutdown()` waits for the serving loop to look (every 0.5 s by default).
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
 
     def result(self, item: dict[str, Any]) -> dict[str, Any]:
         """The moderation result of one input item."""

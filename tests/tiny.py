@@ -7,6 +7,7 @@ tests exercise the real loading code (`from_pretrained`, open_clip's `local-dir:
   vocabulary file bundled with open_clip.
 - `build_tiny_sd(path)`: a Stable Diffusion 1.x-style pipeline folder (UNet2DConditionModel, AutoencoderKL,
   CLIPTextModel, CLIPTokenizer, DDIMScheduler); 32x32 images (16x16 latents), fast at 2 steps.
+  `build_tiny_sd_without_attention(path)`: the same with a UNet of residual blocks only, fast to compile.
 - `build_tiny_clip(path)`: a transformers `CLIPModel` + `CLIPProcessor` folder (Q16 path; projection 768 so the
   real Q16 embeddings file fits) that is also an open_clip `local-dir:` folder (CLIP-score path).
 - `build_tiny_blip(path)`: a transformers `BlipForImageTextRetrieval` + `BlipProcessor` folder.
@@ -137,6 +138,34 @@ def build_tiny_sd(path: str | os.PathLike[str]) -> str:
         requires_safety_checker=False,
     )
     pipe.save_pretrained(str(folder), safe_serialization=True)
+    return str(folder)
+
+
+@built_once
+def build_tiny_sd_without_attention(path: str | os.PathLike[str]) -> str:
+    """`build_tiny_sd`'s pipeline folder with a UNet of residual blocks only (no attention, no middle block), for
+    the tests of compilation bookkeeping (warm-up, buckets, late compiles): Dynamo traces it in under a second, the
+    tiny UNet with attention in 3 to 4 s per shape, and what those tests count does not depend on the layers."""
+    import shutil
+
+    from diffusers import UNet2DConditionModel
+
+    folder = Path(build_tiny_sd(path))
+    torch.manual_seed(SEED)
+    unet = UNet2DConditionModel(
+        sample_size=TINY_IMAGE_SIZE // 2,
+        in_channels=4,
+        out_channels=4,
+        block_out_channels=(16,),
+        layers_per_block=1,
+        norm_num_groups=8,
+        down_block_types=("DownBlock2D",),
+        up_block_types=("UpBlock2D",),
+        mid_block_type=None,
+        cross_attention_dim=TEXT_HIDDEN,
+    )
+    shutil.rmtree(folder / "unet")
+    unet.save_pretrained(str(folder / "unet"), safe_serialization=True)
     return str(folder)
 
 

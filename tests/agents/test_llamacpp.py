@@ -39,6 +39,11 @@ def test_unclosable_text_gives_none() -> None:
     assert close_truncated_json("no json at all") is None
 
 
+@pytest.mark.slow(
+    reason="its subject is the real SmolLM2-135M answering the TAG root role through llama.cpp (about 10 s on 2 "
+    "cores); tests/agents/test_provider_conformance.py's llamacpp case calls the same model through the gateway in "
+    "the fast loop, as the transformers twin of this test is slow too"
+)
 async def test_embedded_smollm2_answers_a_structured_role(gateway) -> None:
     pytest.importorskip("llama_cpp")
     from agents.content import ImagePart

@@ -36,12 +36,12 @@ def _files(roots: tuple[str, ...], suffixes: tuple[str, ...]) -> list[Path]:
 
 def quoted_types(text: str) -> set[str]:
     """The types a source file names as string literals."""
-    return {t for t in ASSOCIATION_TYPES if re.search(rf"""["']{t}["']""", text)}
+    return {t for t in ASSOCIATION_TYPES if t in text and re.search(rf"""["']{t}["']""", text)}
 
 
 def prose_types(line: str) -> set[str]:
     """The types a line of a doc names as words."""
-    return {t for t in ASSOCIATION_TYPES if re.search(rf"\b{t}\b", line)}
+    return {t for t in ASSOCIATION_TYPES if t in line and re.search(rf"\b{t}\b", line)}  # `in` first: faster
 
 
 def test_every_type_has_its_description_in_the_types_order() -> None:
@@ -97,10 +97,13 @@ def test_no_doc_or_text_spells_the_list_out_or_miscounts_it() -> None:
     for path in _files(DOCS, (".md",)) + _files(CODE_DIRS, (".py", ".html", ".js")):
         text = path.read_text(encoding="utf-8")
         where = path.relative_to(ROOT)
-        named = listed_in_prose(text)
+        # No two lines name more types than the whole text: only a text naming enough is read window by window.
+        named = listed_in_prose(text) if len(prose_types(text)) >= COPY_AT else set()
         if len(named) >= COPY_AT:
             problems.append(f"{where}: lists {sorted(named)}")
-        for said in re.findall(rf"\b({'|'.join(NUMBERS)}|\d+) association types\b", " ".join(text.split()), re.I):
+        words = " ".join(text.split())
+        said_counts = rf"\b({'|'.join(NUMBERS)}|\d+) association types\b"
+        for said in re.findall(said_counts, words, re.I) if "association types" in words.lower() else ():
             if said.lower() != count:
                 problems.append(f"{where}: says {said!r} association types, there are {len(ASSOCIATION_TYPES)}")
     assert not problems, problems

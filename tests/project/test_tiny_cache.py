@@ -67,3 +67,21 @@ def test_each_xdist_worker_gets_its_share_of_the_cpus_for_torch(monkeypatch: pyt
     monkeypatch.delenv("OMP_NUM_THREADS")
     _share_the_cores(SimpleNamespace())  # type: ignore[arg-type]  # not a worker: torch's default
     assert "OMP_NUM_THREADS" not in os.environ
+
+
+@pytest.fixture(scope="module")
+def built_for_the_module() -> str:
+    """A fixture wider than one test, as a tiny model built once a module is."""
+    return "built"
+
+
+def test_a_test_with_a_module_fixture_runs_in_its_modules_xdist_group(
+    built_for_the_module: str, request: pytest.FixtureRequest
+) -> None:
+    """The conftest's group is set before pytest-xdist reads the groups into the test ids (`@group`, which
+    `--dist loadgroup` schedules by): set after it, as it once was, every group was silently ignored and a module's
+    fixture was built on both workers."""
+    module = "tests/project/test_tiny_cache.py"
+    assert [mark.args[0] for mark in request.node.iter_markers("xdist_group")] == [module]
+    if getattr(request.config.option, "loadgroup", False):  # a pytest-xdist worker under --dist loadgroup
+        assert request.node.nodeid.endswith(f"@{module}"), request.node.nodeid

@@ -88,7 +88,8 @@ class _Server(http.server.ThreadingHTTPServer):
 def _serve(host: str) -> Iterator[_Server]:
     server = _Server((host, 0), _Handler)
     server.requests = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll: `shutdown()` waits for the loop to look (every 0.5 s by default, twice a test with two servers).
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
     thread.start()
     try:
         yield server
@@ -372,7 +373,7 @@ async def test_https_keeps_the_host_name_for_sni_and_the_certificate(
     names: list[str | None] = []
     tls.sni_callback = lambda sock, name, ctx: names.append(name)
     server.socket = tls.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
     thread.start()
     real = socket.getaddrinfo
     lookups: list[str] = []

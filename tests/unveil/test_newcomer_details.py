@@ -115,19 +115,27 @@ async def test_failures_are_listed_in_input_order(tmp_path: Path) -> None:
     assert [f["id"] for f in summary.failures] == ["s0", "s1", "s2", "s3", "s4"]
 
 
-def test_no_progress_quiets_the_libraries_bars(tmp_path: Path) -> None:
+def test_no_progress_quiets_the_libraries_bars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import huggingface_hub.utils as hub
+    import transformers.utils.logging as tl
+
     script = tmp_path / "s.json"
     script.write_text(json.dumps({"vanilla_detector": [{"when": "", "then": {"toxic": False}}]}))
-    proc = _run_python(
-        f"""
-        import os, transformers.utils.logging as tl
-        from unveil.cli import main
-        rc = main(["detect", "--method", "vanilla", "--no-progress", "--model", "scripted:{script}", "--cache",
-                   "off", "--output", "{tmp_path / "out.jsonl"}", "--image-store", "{tmp_path / "store"}"])
-        print("RESULT", rc, tl.is_progress_bar_enabled(), os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS"))
-        """
-    )
-    assert "RESULT 0 False 1" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "0")
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS")  # unset, as for a user (and put back afterwards)
+    bars_were_on, hub_bars_were_off = tl.is_progress_bar_enabled(), hub.are_progress_bars_disabled()
+    tl.enable_progress_bar()  # on, as in a new process: an earlier run in this one may have turned them off
+    try:
+        rc = main(
+            ["detect", "--method", "vanilla", "--no-progress", "--model", f"scripted:{script}", "--cache", "off"]
+            + ["--output", str(tmp_path / "out.jsonl"), "--image-store", str(tmp_path / "store")]
+        )
+        assert (rc, tl.is_progress_bar_enabled(), os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS")) == (0, False, "1")
+    finally:
+        (tl.enable_progress_bar if bars_were_on else tl.disable_progress_bar)()
+        (hub.disable_progress_bars if hub_bars_were_off else hub.enable_progress_bars)()
 
 
 def test_a_refused_image_path_names_where_it_resolved(tmp_path: Path) -> None:
