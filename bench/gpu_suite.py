@@ -629,6 +629,20 @@ def rows_of(results: dict[str, Any], work: Path, n_gpus: int, jobs: list[str]) -
     return rows
 
 
+def folder_size(folder: str) -> dict[str, Any]:
+    """How many files `folder` holds and their megabytes (none when it does not exist)."""
+    path = Path(folder)
+    files = [f for f in path.rglob("*") if f.is_file()] if path.is_dir() else []
+    return {"folder": folder, "files": len(files), "mb": round(sum(f.stat().st_size for f in files) / 1e6, 1)}
+
+
+def compile_caches(machine_cache: str) -> dict[str, Any]:
+    """The compile caches the jobs see: the machine's Inductor folder and, with `UNVEIL_COMPILE_SHARED`, the
+    cluster's shared folder (a run's start tells whether it began cold, warm or from a shared folder)."""
+    shared = os.environ.get("UNVEIL_COMPILE_SHARED", "")
+    return {"machine": folder_size(machine_cache), "shared": folder_size(shared) if shared else None}
+
+
 def table(rows: list[dict[str, str]]) -> str:
     """A plain-text table of the rows."""
     cols = ["part", "what", "result", "target"]
@@ -950,6 +964,7 @@ def main(argv: list[str] | None = None) -> int:
         "plan_estimates": planned,
         "gates": gates,
         "estimate_assumptions": {"cold_bucket_s": COLD_BUCKET_S, "load_bucket_s": LOAD_BUCKET_S, "buckets": BUCKETS},
+        "compile_caches_at_start": compile_caches(cache),
     }
 
     def write(final: bool = False) -> list[dict[str, str]]:
@@ -963,6 +978,7 @@ def main(argv: list[str] | None = None) -> int:
                 "rows": rows,
                 "parts": dict(results),
                 "warmups": warmups(results),
+                "compile_caches": compile_caches(cache),
                 "gpu_timeline": sampler.timeline(),
             }
             tmp = out.with_suffix(".tmp")

@@ -87,30 +87,54 @@ def _sync_fn(accelerator: Any) -> Callable[[list[Any]], list[Any]] | None:
     return lambda items: gather_object(items)
 
 
+def policy_compile_key(model: Any) -> str:
+    """What the policy's compiled decoding depends on, naming its artefacts in a cluster's shared compile folder
+    (`tools.t2i.warmup.shared_compilation`): the model class, its configuration (not the folder it came from), dtype
+    and device."""
+    to_dict = getattr(getattr(model, "config", None), "to_dict", None)
+    values = {k: v for k, v in (to_dict() if callable(to_dict) else {}).items() if not k.startswith("_")}
+    dtype, device = str(getattr(model, "dtype", "")), str(getattr(model, "device", ""))
+    parts = [type(model).__name__, values, dtype, device, "decode"]
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
 def enable_fast_sampling(trainer: Any) -> None:
     """Policy sampling with a static KV cache and compiled decoding (transformers' own auto-compilation).
 
     TRL's transformers path samples with a dynamic cache and turns compilation off; decoding a 3B policy is then
     bound by Python and kernel launches (about 40 ms a token, 16 x 200 tokens in 8-21 s on an H100). With a
     static cache, `generate` compiles the one-token decoding step (CUDA graphs, `reduce-overhead`) once per cache
-    size. If that compilation fails, sampling falls back to the eager path with a warning.
+    size, into the machine's compile cache; with `UNVEIL_COMPILE_SHARED` set, the first sampling call loads what
+    other machines compiled for this policy and saves what it compiled itself (`shared_compilation`). If that
+    compilation fails, sampling falls back to the eager path with a warning.
     """
     import warnings
 
-    from tools.t2i.fast import default_cache_dir, is_compile_error
+    from tools.t2i.fast import is_compile_error
+    from tools.t2i.warmup import enable_compile_caches, shared_compilation
 
-    default_cache_dir()  # Inductor's cache survives the process, so later runs compile faster
+    enable_compile_caches()  # Inductor's cache survives the process, so later runs compile faster
     trainer.generation_config.cache_implementation = "static"
     trainer.generation_config.disable_compile = False
     if isinstance(getattr(trainer, "generation_kwargs", None), dict):
         trainer.generation_kwargs["cache_implementation"] = "static"
     original = trainer._generate_single_turn
+    first = [True]
+
+    def compiled(*args: Any, **kwargs: Any) -> Any:
+        if not first:
+            return original(*args, **kwargs)
+        first.clear()
+        with shared_compilation(policy_compile_key(getattr(trainer, "model", None))) as shared:
+            out = original(*args, **kwargs)
+        log.info("compiled policy sampling, shared compile folder: %s", shared)
+        return out
 
     def generate(*args: Any, **kwargs: Any) -> Any:
         if trainer.generation_config.disable_compile:
             return original(*args, **kwargs)
         try:
-            return original(*args, **kwargs)
+            return compiled(*args, **kwargs)
         except Exception as exc:
             if not is_compile_error(exc):
                 raise

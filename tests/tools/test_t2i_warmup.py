@@ -8,6 +8,7 @@ traces several times faster and which counts its shapes and graphs the same."""
 
 from __future__ import annotations
 
+import socket
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -75,28 +76,62 @@ def test_a_shape_compiled_on_this_machine_loads_without_waiting_for_its_lock(cac
     assert not worker.is_alive()
 
 
-def test_compiled_artefacts_are_saved_for_and_loaded_from_the_cluster_folder(cache_env, monkeypatch):
-    saved: list[bytes] = []
-    loaded: list[bytes] = []
-    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"compiled", None))
-    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda data: loaded.append(data))
-    settings = CompileSettings(shared_cache=str(cache_env / "cluster"))
+def _compiling(data: bytes, saved_by: list[bytes]):
+    """A warm-up run that compiles (counts an FX graph cache miss) and whose process then holds artefacts `data`."""
 
-    def compiling_run(shape: WarmShape) -> None:
+    def run(shape: WarmShape) -> None:
         from torch._dynamo.utils import counters
 
         counters["inductor"]["fxgraph_cache_miss"] += 1  # what a real compilation counts
+        saved_by.append(data)
 
-    report = warm_up([_shape(1)], compiling_run, "model", settings)
-    assert report["shared"]["load"].startswith("none yet") and report["shared"]["save"].startswith("saved")
-    files = list((cache_env / "cluster").iterdir())
-    assert len(files) == 1 and files[0].read_bytes() == b"compiled"
-    saved.append(files[0].read_bytes())
-    # Another machine: loads them first; compiles nothing new, so saves nothing.
-    again = warm_up([_shape(1)], lambda shape: None, "model", settings)
-    assert again["shared"]["load"].startswith("loaded") and loaded == saved
+    return run
+
+
+def test_compiled_artefacts_are_saved_for_and_loaded_from_the_cluster_folder(cache_env, monkeypatch):
+    """Two machines compiling different shapes each save a file of their own (neither overwrites the other), and a
+    third machine loads both before its warm-up; a warm-up that compiled nothing saves nothing."""
+    held: list[bytes] = []
+    loaded: list[bytes] = []
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (held[-1], None))
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda data: loaded.append(data))
+    settings = CompileSettings(shared_cache=str(cache_env / "cluster"))
+    for host, data, rows in (("machine-a", b"bucket 1", 1), ("machine-b", b"bucket 2", 2)):
+        monkeypatch.setattr(socket, "gethostname", lambda host=host: host)
+        report = warm_up([_shape(rows)], _compiling(data, held), "model", settings)
+        assert report["shared"]["save"].startswith("saved")
+    assert report["shared"]["load"].startswith("loaded 1 file(s)")  # machine b found a's file first
+    files = sorted((cache_env / "cluster").iterdir())
+    assert [f.read_bytes() for f in files] == [b"bucket 1", b"bucket 2"]
+    assert ["machine-a" in files[0].name, "machine-b" in files[1].name] == [True, True]
+    # A third machine: loads both files first; compiles nothing new, so saves nothing.
+    loaded.clear()
+    monkeypatch.setattr(socket, "gethostname", lambda: "machine-c")
+    again = warm_up([_shape(1), _shape(2)], lambda shape: None, "model", settings)
+    assert again["shared"]["load"].startswith("loaded 2 file(s)") and sorted(loaded) == [b"bucket 1", b"bucket 2"]
     assert again["shared"]["save"] == "nothing new"
+    # Another model's warm-up loads none of them.
+    assert warm_up([_shape(1)], lambda shape: None, "other", settings)["shared"]["load"].startswith("none yet")
     assert warm_up([_shape(1)], lambda shape: None, "model", CompileSettings())["shared"]["load"] == "no shared cache"
+
+
+def test_an_unreadable_artefact_file_is_skipped_with_a_warning(cache_env, monkeypatch, caplog):
+    """A stale or partial file costs only the compilation it would have saved: the others still load."""
+
+    def load(data: bytes) -> None:
+        if data == b"stale":
+            raise RuntimeError("artefacts of another torch")
+
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", load)
+    settings = CompileSettings(shared_cache=str(cache_env / "cluster"))
+    held = [b"stale"]
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (held[-1], None))
+    for host in ("machine-a", "machine-b"):
+        monkeypatch.setattr(socket, "gethostname", lambda host=host: host)
+        warm_up([_shape(1)], _compiling(b"stale" if host == "machine-a" else b"good", held), "model", settings)
+    report = warm_up([_shape(1)], lambda shape: None, "model", settings)
+    assert report["shared"]["load"].startswith("loaded 1 file(s)") and "1 unreadable" in report["shared"]["load"]
+    assert "could not load" in caplog.text
 
 
 @pytest.fixture

@@ -58,3 +58,42 @@ def test_other_errors_are_raised():
     with pytest.raises(ValueError, match="bad batch"):
         trainer._generate_single_turn(["d"])
     assert trainer.generation_config.disable_compile is False
+
+
+def test_the_first_sampling_call_shares_its_compiled_decoding_through_the_cluster_folder(tmp_path, monkeypatch):
+    """With `UNVEIL_COMPILE_SHARED`, the first sampling call of one machine saves the decoding it compiled, and the
+    first call on another machine loads that file before it samples (later calls neither load nor save)."""
+    import socket
+
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setenv("UNVEIL_COMPILE_SHARED", str(tmp_path / "cluster"))
+    events: list[str] = []
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"decoding", None))
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda data: events.append(f"load {data.decode()}"))
+
+    def machine(host: str, compiles: bool) -> Any:
+        monkeypatch.setattr(socket, "gethostname", lambda: host)
+        trainer = fake_trainer()
+        inner = trainer._generate_single_turn
+
+        def generate(prompts: list[str]) -> list[str]:
+            events.append("sample")
+            if compiles:
+                counters["inductor"]["fxgraph_cache_miss"] += 1  # what transformers' compilation counts
+            return inner(prompts)
+
+        trainer._generate_single_turn = generate
+        enable_fast_sampling(trainer)
+        return trainer
+
+    first = machine("machine-a", compiles=True)
+    assert first._generate_single_turn(["a"]) == ["a!"] and first._generate_single_turn(["b"]) == ["b!"]
+    files = list((tmp_path / "cluster").iterdir())
+    assert len(files) == 1 and "machine-a" in files[0].name and files[0].read_bytes() == b"decoding"
+    assert events == ["sample", "sample"]
+    second = machine("machine-b", compiles=False)
+    assert second._generate_single_turn(["c"]) == ["c!"] and second._generate_single_turn(["d"]) == ["d!"]
+    assert events[2:] == ["load decoding", "sample", "sample"]
+    assert len(list((tmp_path / "cluster").iterdir())) == 1  # it compiled nothing: nothing saved

@@ -16,8 +16,9 @@ Sharing, so a machine compiles each shape once:
   shape no other is compiling, so the first compilations run side by side, and each then loads the shapes the
   others compiled, waiting on their locks rather than compiling the same graph again in parallel;
 - across machines, `UNVEIL_COMPILE_SHARED` names a folder every machine sees: after a warm-up that compiled
-  something, its compiled artefacts (`torch.compiler.save_cache_artifacts`) are written there, and a warm-up on
-  another machine loads them (`load_cache_artifacts`) before it starts.
+  something, its compiled artefacts (`torch.compiler.save_cache_artifacts`) are written there, one file per
+  process, and a warm-up on another machine loads every file of its model (`load_cache_artifacts`) before it
+  starts. `shared_compilation` does the same around any first call that compiles (the GRPO policy's decoding).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import hashlib
 import json
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -157,48 +159,72 @@ def warm_shapes(shapes: list[WarmShape], run: Callable[[WarmShape], None], model
     return records
 
 
-def _artefact_file(settings: CompileSettings, model_key: str) -> Path | None:
-    if not settings.shared_cache:
-        return None
+def _artefact_prefix(model_key: str) -> str:
+    """The name every artefact file of `model_key` starts with: the graphs depend on torch's version, the GPU model
+    and what `model_key` names (a pipeline's UNet, a policy's decoding)."""
     import torch
 
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    text = json.dumps([torch.__version__, device, model_key, settings.buckets, settings.warmup_sizes])
-    return Path(settings.shared_cache) / f"unveil-compiled-{hashlib.sha256(text.encode()).hexdigest()[:20]}.bin"
+    text = json.dumps([torch.__version__, device, model_key])
+    return f"unveil-compiled-{hashlib.sha256(text.encode()).hexdigest()[:20]}"
 
 
 def load_shared_artefacts(settings: CompileSettings, model_key: str) -> str:
-    """Load the compiled artefacts another machine saved under `UNVEIL_COMPILE_SHARED` (if any); what happened."""
-    path = _artefact_file(settings, model_key)
-    if path is None:
+    """Load every artefact file of `model_key` that processes of this or other machines saved under
+    `UNVEIL_COMPILE_SHARED` (if set); what happened."""
+    if not settings.shared_cache:
         return "no shared cache"
-    if not path.is_file():
-        return f"none yet in {path}"
+    folder = Path(settings.shared_cache)
+    files = sorted(folder.glob(f"{_artefact_prefix(model_key)}-*.bin")) if folder.is_dir() else []
+    if not files:
+        return f"none yet in {folder}"
     import torch
 
-    try:
-        torch.compiler.load_cache_artifacts(path.read_bytes())
-    except Exception as exc:  # noqa: BLE001 - a stale or partial file only costs the compilation it would save
-        log.warning("t2i warm-up: could not load %s (%s); compiling instead", path, exc)
-        return f"unreadable: {type(exc).__name__}"
-    return f"loaded {path}"
+    size, unreadable = 0, 0
+    for path in files:
+        try:
+            data = path.read_bytes()
+            torch.compiler.load_cache_artifacts(data)
+        except Exception as exc:  # noqa: BLE001 - a stale or partial file only costs the compilation it would save
+            log.warning("compile cache: could not load %s (%s); compiling what it held instead", path, exc)
+            unreadable += 1
+            continue
+        size += len(data)
+    note = f"; {unreadable} unreadable" if unreadable else ""
+    return f"loaded {len(files) - unreadable} file(s), {size / 1e6:.1f} MB, from {folder}{note}"
 
 
 def save_shared_artefacts(settings: CompileSettings, model_key: str) -> str:
-    """Save this process's compiled artefacts under `UNVEIL_COMPILE_SHARED` for the other machines; what happened."""
-    path = _artefact_file(settings, model_key)
-    if path is None:
+    """Save this process's compiled artefacts under `UNVEIL_COMPILE_SHARED` for the other machines, in a file of
+    its own (processes compiling different shapes at once must not overwrite each other's); what happened."""
+    if not settings.shared_cache:
         return "no shared cache"
     import torch
 
     saved = torch.compiler.save_cache_artifacts()
     if saved is None:
         return "nothing to save"
+    host = "".join(c if c.isalnum() else "-" for c in socket.gethostname())[:40]
+    path = Path(settings.shared_cache) / f"{_artefact_prefix(model_key)}-{host}-{os.getpid()}.bin"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp = path.with_suffix(".tmp")
     tmp.write_bytes(saved[0])
     tmp.replace(path)  # another machine never reads half a file
-    return f"saved {path}"
+    return f"saved {path} ({len(saved[0]) / 1e6:.1f} MB)"
+
+
+@contextlib.contextmanager
+def shared_compilation(model_key: str, settings: CompileSettings | None = None) -> Iterator[dict[str, str]]:
+    """Around code that may compile the graphs of `model_key` (a first call): load the artefacts other machines
+    saved for it before, and save this process's after if it compiled something (an FX graph cache miss). Yields
+    the report (`load`, then `save`)."""
+    settings = settings or compile_settings()
+    enable_compile_caches()
+    report = {"load": load_shared_artefacts(settings, model_key)}
+    misses = _cache_counters().get("fx_cache_misses", 0)
+    yield report
+    compiled = _cache_counters().get("fx_cache_misses", 0) > misses
+    report["save"] = save_shared_artefacts(settings, model_key) if compiled else "nothing new"
 
 
 def warm_up(
@@ -207,18 +233,15 @@ def warm_up(
     """The whole warm-up of one pipeline: shared artefacts loaded, every shape run (`warm_shapes`), artefacts
     saved if anything was compiled; the report a member gives (seconds, each shape's record, the cache folder)."""
     t0 = time.perf_counter()
-    cache = enable_compile_caches()
-    loaded = load_shared_artefacts(settings, model_key)
-    records = warm_shapes(shapes, run, model_key)
-    compiled = any(r.get("fx_cache_misses", 0) for r in records)
-    saved = save_shared_artefacts(settings, model_key) if compiled else "nothing new"
+    with shared_compilation(model_key, settings) as shared:
+        records = warm_shapes(shapes, run, model_key)
     report = {
         "seconds": round(time.perf_counter() - t0, 2),
         "shapes": records,
         "buckets": sorted({s.rows for s in shapes}),
         "sizes": sorted({f"{s.width}x{s.height}" for s in shapes}),
-        "cache_dir": cache,
-        "shared": {"load": loaded, "save": saved},
+        "cache_dir": default_cache_dir(),
+        "shared": shared,
         "pid": os.getpid(),
     }
     log.info(
