@@ -741,20 +741,28 @@ def gates_of(plan: list[list[Job]], n_gpus: int) -> dict[str, tuple[str, str]]:
     return {j: g for j, g in GATES.items() if n_gpus >= 4 and j in names and g[0] in names}
 
 
-def gated_end(name: str, start: float, gates: dict[str, tuple[str, str]]) -> float:
+def gated_end(name: str, start: float, gates: dict[str, tuple[str, str]], cold_machine: bool = True) -> float:
     """When a job ends by the estimates: `start` plus its need, or, gated, its preparation, then its gate (the
-    jobs of a gated pair start together), then its timed part."""
+    jobs of a gated pair start together), then its timed part. `cold_machine`: the first jobs compile (no shared
+    compile folder with artefacts to load)."""
     if name not in gates:
-        return start + estimate_s(name, cold=start < 1.0)
+        return start + estimate_s(name, cold=cold_machine and start < 1.0)
     other, kind = gates[name]
-    cold = start < 1.0
+    cold = cold_machine and start < 1.0
     prep = estimate_s(name, cold) - TAIL_S[name]
-    go = start + estimate_s(other, cold) - TAIL_S[other] if kind == "prepared" else gated_end(other, start, gates)
+    if kind == "prepared":
+        go = start + estimate_s(other, cold) - TAIL_S[other]
+    else:
+        go = gated_end(other, start, gates, cold_machine)
     return max(start + prep, go) + TAIL_S[name]
 
 
 def plan_lines(
-    plan: list[list[Job]], budget: float, alone: bool, gates: dict[str, tuple[str, str]] | None = None
+    plan: list[list[Job]],
+    budget: float,
+    alone: bool,
+    gates: dict[str, tuple[str, str]] | None = None,
+    cold_machine: bool = True,
 ) -> list[dict[str, Any]]:
     """The plan as the suite expects it to run: each job's GPUs, its cap (share of the budget), its estimated
     need (for a gated job, its gate's wait included), the start and end the estimates give, and whether it fits
@@ -776,7 +784,7 @@ def plan_lines(
                     break
                 start = max([at, *(ends[a] for a in waits)])
                 cap = min(budget if alone else share * budget, max(0.0, budget - start))
-                need = gated_end(name, start, gates) - start
+                need = gated_end(name, start, gates, cold_machine) - start
                 ends[name] = start + min(need, cap)
                 rows[name] = {
                     "job": name,
@@ -945,7 +953,9 @@ def main(argv: list[str] | None = None) -> int:
     runner = Runner(started + budget, work, started)
     results: dict[str, Any] = {}
     gates = gates_of(plan, n_gpus)
-    planned = plan_lines(plan, budget, len(parts) == 1, gates)
+    # Artefacts in the cluster's shared compile folder (`UNVEIL_COMPILE_SHARED`): the first jobs load, not compile.
+    cold_machine = not (compile_caches(cache)["shared"] or {}).get("files")
+    planned = plan_lines(plan, budget, len(parts) == 1, gates, cold_machine)
     print_plan(planned, budget, args.tiny)
     sampler = GpuSampler(started)
     if n_gpus:
@@ -1020,7 +1030,7 @@ def main(argv: list[str] | None = None) -> int:
                 # A part run alone has the whole budget; among others, its share leaves the later jobs theirs.
                 limit = min(share * budget if len(parts) > 1 else budget, runner.left())
                 now = time.monotonic() - started
-                need = gated_end(job, now, gates) - now
+                need = gated_end(job, now, gates, cold_machine) - now
                 cap = f"{limit:.0f} s" if math.isfinite(limit) else "no limit"
                 print(
                     f"[{time.monotonic() - started:5.0f} s] {job}: starting on GPUs {visible or '-'} with {cap}"

@@ -162,6 +162,33 @@ def test_the_four_gpu_plan_by_its_estimates(capsys) -> None:
     assert all(r["fits"] for r in roomy), roomy
 
 
+def test_with_a_shared_compile_folder_the_first_jobs_load_and_every_part_fits_540_s() -> None:
+    """Artefacts in `UNVEIL_COMPILE_SHARED` (an earlier run of the cluster): the first wave's warm-ups are loads, so
+    the estimates start the 1-GPU jobs earlier and every part fits one 540 s call; the cold plan names the parts
+    that do not."""
+    from gpu_suite import DEFAULT_PARTS, gates_of, plan_lines, schedule
+
+    lanes = schedule(list(DEFAULT_PARTS), 4)
+    cold = {r["job"]: r for r in plan_lines(lanes, 540, alone=False, gates=gates_of(lanes, 4))}
+    shared = {r["job"]: r for r in plan_lines(lanes, 540, alone=False, gates=gates_of(lanes, 4), cold_machine=False)}
+    assert shared["grpo-multi"]["need_s"] < cold["grpo-multi"]["need_s"]
+    assert shared["grpo"]["start_s"] < cold["grpo"]["start_s"]
+    assert all(r["fits"] for r in shared.values()) and not all(r["fits"] for r in cold.values())
+
+
+def test_the_compile_caches_are_counted_for_the_report(tmp_path, monkeypatch) -> None:
+    from gpu_suite import compile_caches
+
+    (tmp_path / "machine" / "a").mkdir(parents=True)
+    (tmp_path / "machine" / "a" / "graph.bin").write_bytes(b"x" * 2_000_000)
+    monkeypatch.setenv("UNVEIL_COMPILE_SHARED", str(tmp_path / "cluster"))
+    report = compile_caches(str(tmp_path / "machine"))
+    assert report["machine"] == {"folder": str(tmp_path / "machine"), "files": 1, "mb": 2.0}
+    assert report["shared"] == {"folder": str(tmp_path / "cluster"), "files": 0, "mb": 0.0}
+    monkeypatch.delenv("UNVEIL_COMPILE_SHARED")
+    assert compile_caches(str(tmp_path / "none"))["shared"] is None
+
+
 def test_a_part_that_cannot_finish_in_its_share_says_so_in_the_plan(capsys) -> None:
     from gpu_suite import DEFAULT_PARTS, gates_of, plan_lines, print_plan, schedule
 
