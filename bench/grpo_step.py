@@ -421,6 +421,11 @@ def main() -> int:
         "same group and batch in all (each rank takes 1/N of the prompts and renders its own reward)",
     )
     args = ap.parse_args()
+    import logging
+
+    # What the compiled decoding loaded from and saved to a shared compile folder (`UNVEIL_COMPILE_SHARED`).
+    logging.basicConfig(format="%(name)s: %(message)s")
+    logging.getLogger("unveil.training.grpo").setLevel(logging.INFO)
     if args.tiny:
         small = {"steps": 1, "warmup": 1, "prompts": 4, "images_per_prompt": 2, "t2i_steps": 2, "max_completion": 16}
         for name, value in small.items():

@@ -180,7 +180,7 @@ def load_shared_artefacts(settings: CompileSettings, model_key: str) -> str:
         return f"none yet in {folder}"
     import torch
 
-    size, unreadable = 0, 0
+    size, unreadable, t0 = 0, 0, time.perf_counter()
     for path in files:
         try:
             data = path.read_bytes()
@@ -191,7 +191,8 @@ def load_shared_artefacts(settings: CompileSettings, model_key: str) -> str:
             continue
         size += len(data)
     note = f"; {unreadable} unreadable" if unreadable else ""
-    return f"loaded {len(files) - unreadable} file(s), {size / 1e6:.1f} MB, from {folder}{note}"
+    seconds = time.perf_counter() - t0
+    return f"loaded {len(files) - unreadable} file(s), {size / 1e6:.1f} MB, from {folder} in {seconds:.1f} s{note}"
 
 
 def save_shared_artefacts(settings: CompileSettings, model_key: str) -> str:
@@ -201,6 +202,7 @@ def save_shared_artefacts(settings: CompileSettings, model_key: str) -> str:
         return "no shared cache"
     import torch
 
+    t0 = time.perf_counter()
     saved = torch.compiler.save_cache_artifacts()
     if saved is None:
         return "nothing to save"
@@ -210,7 +212,7 @@ def save_shared_artefacts(settings: CompileSettings, model_key: str) -> str:
     tmp = path.with_suffix(".tmp")
     tmp.write_bytes(saved[0])
     tmp.replace(path)  # another machine never reads half a file
-    return f"saved {path} ({len(saved[0]) / 1e6:.1f} MB)"
+    return f"saved {path} ({len(saved[0]) / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s)"
 
 
 @contextlib.contextmanager
