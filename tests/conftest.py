@@ -3,6 +3,8 @@ and a `langgraph dev` server on a free loopback port."""
 
 from __future__ import annotations
 
+import functools
+import gc
 import inspect
 import json
 import os
@@ -74,6 +76,16 @@ def _share_the_cores(config: pytest.Config) -> None:
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move what the imports and the collection made (torch's, transformers' modules, the test items: millions of
+    objects that live for the whole run) out of the garbage collector's sight (`gc.freeze`), after one last
+    collection: each full collection then walks only what the tests make. Without it a worker spent about 15 s of
+    a `make test-fast` run in 30 full collections, and 4 s at its end in pytest's last ones."""
+    gc.collect()
+    gc.freeze()
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Remove the tiny models' folder this process made."""
     import shutil
@@ -88,12 +100,16 @@ def _uses_a_wide_fixture_of_the_suite(item: pytest.Item) -> bool:
     """Whether the test uses a fixture of this suite (not pytest's own `tmp_path_factory`) wider than one test."""
     info = getattr(item, "_fixtureinfo", None)
     for fixturedefs in info.name2fixturedefs.values() if info is not None else ():
-        if not fixturedefs or fixturedefs[-1].scope not in WIDE_SCOPES:
-            continue
-        source = inspect.getsourcefile(fixturedefs[-1].func)
-        if source is not None and TESTS in Path(source).resolve().parents:
+        if fixturedefs and fixturedefs[-1].scope in WIDE_SCOPES and _defined_in_the_suite(fixturedefs[-1].func):
             return True
     return False
+
+
+@functools.cache
+def _defined_in_the_suite(func: Callable[..., Any]) -> bool:
+    """Whether a fixture's function is defined under tests/ (asked once a fixture, not once a test: collection)."""
+    source = inspect.getsourcefile(func)
+    return source is not None and TESTS in Path(source).resolve().parents
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups into the test ids
