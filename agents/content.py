@@ -169,6 +169,18 @@ class ImagePart:
     description: str | None = None
 
 
+def check_images_shown(images: Sequence[ImagePart], *, store: ImageStore | None, vision: bool) -> None:
+    """Raise the `SettingError` of `build_messages` for an image that neither reaches the model (a model that
+    cannot see images, or no store) nor has a description; a caller that starts other calls beside the one showing
+    it checks first, so the error comes before any of them loads a model or pays for an answer."""
+    for image in images:
+        if image.image_id and not image.description and not (vision and store is not None):
+            raise SettingError(
+                f"{image.name}: this model cannot see images and no description was given; "
+                "pass an image description or use a vision model"
+            )
+
+
 def build_messages(
     system_prompt: str,
     data: dict[str, Any],
@@ -183,6 +195,7 @@ def build_messages(
     `task` is a fixed, trusted sentence from the role (never user content) repeated after the data, which
     helps small models remember what to produce.
     """
+    check_images_shown(images, store=store, vision=vision)
     blocks: list[dict[str, Any]] = []
     parts = [data_text(k, v) for k, v in data.items() if v is not None]
     for image in images:
@@ -190,11 +203,6 @@ def build_messages(
             parts.append(f'<data name="{image.name}">[the attached image]</data>')
         elif image.description:
             parts.append(data_text(f"{image.name}_description", image.description))
-        elif image.image_id:
-            raise SettingError(
-                f"{image.name}: this model cannot see images and no description was given; "
-                "pass an image description or use a vision model"
-            )
     if task:
         parts.append(task)
     blocks.append({"type": "text", "text": "\n\n".join(parts)})

@@ -80,7 +80,10 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
 def imported_extras(path: Path) -> frozenset[str]:
     """The extras whose modules a test file imports (anywhere in it) or passes to `pytest.importorskip`."""
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        if not any(module in text for module in _MODULE_EXTRA):  # most files name none: no need to parse them
+            return frozenset()
+        tree = ast.parse(text)
     except (OSError, SyntaxError, ValueError):
         return frozenset()
     names: set[str] = set()

@@ -8,6 +8,7 @@ from typing import Literal
 
 from langgraph.runtime import Runtime
 
+from agents.content import check_images_shown
 from agents.gateway import Gateway, get_gateway
 from agents.tag.expander import MAX_PARENTS_PER_CALL, expand_layer
 from agents.tag.explainer import explain
@@ -32,6 +33,9 @@ async def roots(state: TagState, runtime: Runtime[TagContext]) -> TagState:
         graphs = {m: graph_of_roots(c) for m, c in concepts.items()}
         usage = joint.usage
     elif ctx.roots_mode == "separate":
+        # The image's call fails at once where a text-only model gets no description; the text call beside it
+        # would go on loading the model or paying for an answer no one reads, so that error comes first.
+        check_images_shown([image_part(state)], store=store, vision=gateway.vision(spec))
         image_graph, text_graph = await asyncio.gather(
             extract_graph(gateway, spec, modality="visual", text=state["text"], image=image_part(state), store=store),
             extract_graph(gateway, spec, modality="textual", text=state["text"], image=image_part(state), store=store),

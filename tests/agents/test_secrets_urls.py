@@ -6,6 +6,7 @@ server, which records every Authorization header it receives."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import subprocess
@@ -100,10 +101,44 @@ async def test_errors_name_the_server_without_its_password() -> None:
     assert "pw-canary" not in str(err.value) and f"127.0.0.1:{server.port}" in str(err.value)
 
 
+RUN_ENV = {"UNVEIL_MAX_RETRIES": "1", "UNVEIL_BACKOFF_BASE": "0.01", "LANGSMITH_TRACING": "false"}
+
+
+def _detect_in_a_process(argv: list[str], home: Path) -> tuple[bytes, bytes]:
+    """`unveil -v ARGV` as a real process with a user's environment (HOME moved): its stdout and stderr."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UNVEIL_")}
+    env.update({"HOME": str(home), "PYTHONPATH": str(ROOT), **RUN_ENV})
+    proc = subprocess.run(
+        [sys.executable, "-m", "unveil.cli", "-v", *argv], cwd=ROOT, env=env, capture_output=True, timeout=240
+    )
+    return proc.stdout, proc.stderr
+
+
+def _detect_here(
+    argv: list[str], home: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], caplog
+) -> tuple[bytes, bytes]:
+    """The same run through `unveil.cli.main` in this process, the same environment set by `monkeypatch`: its
+    stdout, and its stderr followed by its log lines (pytest's handlers take them here, redaction included)."""
+    from unveil.cli import main
+
+    for name in [n for n in os.environ if n.startswith("UNVEIL_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(home))
+    for name, value in RUN_ENV.items():
+        monkeypatch.setenv(name, value)
+    caplog.set_level(logging.INFO)  # what -v shows
+    main(["-v", *argv])
+    out, err = capfd.readouterr()
+    return out.encode(), (err + caplog.text).encode()
+
+
 @pytest.mark.parametrize("where", ["userinfo", "query"])
-def test_detect_batch_never_writes_a_url_password(tmp_path: Path, where: str) -> None:
+def test_detect_batch_never_writes_a_url_password(
+    tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], caplog
+) -> None:
     """A password in the URL's user part, or a key in its query string, reaches no file a run writes (the
-    settings sidecar held the query's key in clear)."""
+    settings sidecar held the query's key in clear). The user part's run is a real `unveil detect` process (its
+    captured stdout and stderr scanned too), the query's the same command in this process."""
     password = f"pw-canary-{secrets.token_hex(10)}"
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text(
@@ -115,55 +150,28 @@ def test_detect_batch_never_writes_a_url_password(tmp_path: Path, where: str) ->
             ]
         )
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("UNVEIL_")}
-    env.update(
-        {
-            "HOME": str(tmp_path / "home"),
-            "PYTHONPATH": str(ROOT),
-            "UNVEIL_MAX_RETRIES": "1",
-            "UNVEIL_BACKOFF_BASE": "0.01",
-            "LANGSMITH_TRACING": "false",
-        }
-    )
     with FaultServer(UnveilAnswers()) as server:
         spec = (
             f"openai:fake-model@http://user:{password}@127.0.0.1:{server.port}/v1"
             if where == "userinfo"
             else f"openai:fake-model@http://127.0.0.1:{server.port}/v1?api-key={password}"
         )
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "unveil.cli",
-                "-v",
-                "detect",
-                "--method",
-                "tag",
-                "--l-max",
-                "2",
-                "--input",
-                str(pairs),
-                "--output",
-                str(tmp_path / "out.jsonl"),
-                "--model",
-                spec,
-                "--no-progress",
-            ],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            timeout=240,
-        )
-    (tmp_path / "stdout.log").write_bytes(proc.stdout)
-    (tmp_path / "stderr.log").write_bytes(proc.stderr)
+        argv = ["detect", "--method", "tag", "--l-max", "2", "--input", str(pairs)]
+        argv += ["--output", str(tmp_path / "out.jsonl"), "--model", spec, "--no-progress"]
+        if where == "userinfo":
+            stdout, stderr = _detect_in_a_process(argv, tmp_path / "home")
+        else:
+            stdout, stderr = _detect_here(argv, tmp_path / "home", monkeypatch, capfd, caplog)
+    (tmp_path / "stdout.log").write_bytes(stdout)
+    (tmp_path / "stderr.log").write_bytes(stderr)
     records = {json.loads(line)["id"]: json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()}
-    assert set(records) == {"ok", "fails"} and records["fails"]["status"] == "failed", proc.stderr[-2000:]
+    assert set(records) == {"ok", "fails"} and records["fails"]["status"] == "failed", stderr[-2000:]
     # The OpenAI client puts a base URL's query after its own path (`/v1/?api-key=...`), which this server does
     # not serve: with the key in the query every sample fails, and its error names the server without the key.
-    assert records["ok"]["status"] == ("ok" if where == "userinfo" else "failed"), proc.stderr[-2000:]
+    assert records["ok"]["status"] == ("ok" if where == "userinfo" else "failed"), stderr[-2000:]
     assert (tmp_path / ".out.jsonl.settings").is_file()
     assert f"127.0.0.1:{server.port}" in records["fails"]["error"]  # the reason still names the server
     assert list((tmp_path / "home").rglob("responses.sqlite"))  # the default cache was written too
+    assert b"HTTP Request: POST" in stderr  # the client's log lines, which carry the URL, are among the files scanned
     hits = [str(p) for p in tmp_path.rglob("*") if p.is_file() and password.encode() in p.read_bytes()]
     assert hits == []

@@ -13,7 +13,9 @@ import pytest
 from tests.tiny import build_tiny_clip, build_tiny_sd
 from tests.tiny_vlm import build_tiny_qwen_vl
 
-pytest.importorskip("trl")
+# Declared, not imported: trl takes about 1.5 s to import, at the collection of every xdist worker of make test-fast,
+# which runs none of this file.
+pytestmark = pytest.mark.extra("train")
 
 
 def _config(tmp_path: Path, qwen: str, sd: str, clip: str, prompts: Path) -> Path:

@@ -15,6 +15,9 @@ from agents.gateway import Gateway, GatewaySettings, get_gateway, set_gateway
 from evaluation.datasets import load_detection
 from evaluation.detection import DetectionSettings, MtcReferenceError, evaluate_detection
 
+# The bins are this file's subject, not the pictures: its 13 evaluations would write about 60 PNGs (8 s).
+pytestmark = pytest.mark.usefixtures("no_pictures")
+
 SCRIPT = Path(__file__).parent.parent / "fixtures" / "eval" / "scripts" / "detect.json"
 SPEC = f"scripted:{SCRIPT}"
 

@@ -279,10 +279,13 @@ async def test_text_only_model_without_description_is_a_clear_error(gateway, tmp
 
     img = tmp_path / "x.png"
     Image.new("RGB", (8, 8), "red").save(img)
+    built: list[object] = []
+    monkeypatch.setattr(gateway, "model_for", lambda *args: built.append(args))
     with pytest.raises(ValueError, match="cannot see images"):
         monkeypatch.setenv("UNVEIL_IMAGE_ROOTS", str(tmp_path))  # the server's own setting
         context = TagContext(model="llamacpp:smollm2")
         await tag_graph.ainvoke({"image": str(img), "text": "hello"}, context=context)
+    assert built == []  # the error comes before the text call beside the image's would load the model
 
 
 async def test_vanilla_is_one_call(gateway, write_script) -> None:

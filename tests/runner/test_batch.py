@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from runner.batch import run_batch
@@ -75,6 +76,11 @@ async def test_torn_tail_is_cut_before_resuming(tmp_path: Path) -> None:
     assert sorted(r["id"] for r in lines) == ["0", "1", "2"]
 
 
+@pytest.mark.slow(
+    reason="its subject is real `unveil detect` processes, two SIGKILLed mid-run and a third that resumes: a process "
+    "entry point (8 s of make test-fast); the fast loop resumes batches in the process (torn tails, reruns, "
+    "tests/runner/test_batch_integrity.py) and tests/runner/test_kill_detect.py kills TAG batches at random points"
+)
 def test_killed_detect_batch_resumes_without_loss_or_duplicates(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     # one content-matched rule answers every sample, so concurrency cannot change any answer

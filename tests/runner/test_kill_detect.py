@@ -1,7 +1,7 @@
 """`unveil detect` (TAG, pairs with real image files) killed with SIGKILL at random points (several seeds) and
 rerun: the output equals an uninterrupted run's record for record (same ids, same content hashes), with no
 partial record, orphan image or temp file (see `tests/runner/test_kill_support.py`). `tests/runner/test_batch.py`
-already kills a vanilla batch and checks ids; this one checks content and the image store."""
+also kills a vanilla batch and checks ids; this one checks content and the image store."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ N = 16
 
 @pytest.mark.slow(
     reason="its subject is a real `unveil detect` process SIGKILLed mid-run, three times: a subprocess entry point; "
-    "tests/runner/test_batch.py kills a detect batch in the fast loop"
+    "the fast loop resumes batches in the process (tests/runner/test_batch.py, test_batch_integrity.py)"
 )
 def test_killed_tag_batch_equals_an_uninterrupted_run(tmp_path: Path) -> None:
     from unveil.cli import main

@@ -43,7 +43,7 @@ def _views(folder: Path) -> dict[str, list[str]]:
 
 @pytest.mark.slow(
     reason="its subject is a real `unveil generate` process SIGKILLed mid-run (three kills, each a new interpreter "
-    "loading torch and the pipeline): a subprocess entry point; tests/runner/test_batch.py kills one in the fast loop"
+    "loading torch and the pipeline): a subprocess entry point; the fast loop resumes batches in the process"
 )
 def test_killed_generate_run_equals_an_uninterrupted_run(tmp_path: Path, sd_spec: str) -> None:
     from unveil.cli import main

@@ -32,6 +32,10 @@ def main(argv: list[str]) -> int:
         return int(exc.code or 0)
 
 
+# The workflow (run files, gates, doctor, comparisons) is this file's subject, not the evaluations' pictures.
+pytestmark = pytest.mark.usefixtures("no_pictures")
+
+
 @pytest.fixture(autouse=True)
 def _reset_gateway():
     yield

@@ -51,6 +51,33 @@ def test_a_detection_page_shows_its_calls_escaped(two_runs: tuple[Path, Path], m
     assert 'id="calls-note"' in html and 'id="call-1"' not in html
 
 
+def _rows(html: str, table: str) -> list[str]:
+    """The rows of one table's body of a page (the compare page writes each row's cells after its `<tr class=...>`)."""
+    body = html.split(f'id="{table}"', 1)[1].split("<tbody>", 1)[1].split("</tbody>", 1)[0]
+    return body.split("<tr")[1:]
+
+
+def test_compare_page_in_the_process(two_runs: tuple[Path, Path]) -> None:
+    """What the browser test below checks on the compare page, through the app in this process: the counts, the
+    metrics, every shared sample, and `only` leaving the samples whose verdicts differ."""
+    a, b = two_runs
+    client = TestClient(create_app(a, compare_with=b), base_url="http://127.0.0.1")
+    html = client.get("/compare").text
+    assert "3 shared samples" in html.split('id="compare-counts"', 1)[1].split("</p>", 1)[0]
+    assert "overall" in html.split('id="compare-metrics"', 1)[1].split("</table>", 1)[0]
+    rows = _rows(html, "compare-samples")
+    differ = sum(row.startswith(' class="differ"') for row in rows)
+    assert len(rows) == 3
+    only = _rows(client.get("/compare", params={"only": "1"}).text, "compare-samples")
+    assert len(only) == max(differ, 1)  # the samples whose verdicts differ, or the one row saying there is none
+    assert all(row.startswith(' class="differ"') for row in only) if differ else "No sample to show" in only[0]
+
+
+@pytest.mark.slow(
+    reason="its subject is the web app's pages in chromium (a server and a browser: about 3 s of make test-fast); "
+    "the fast loop checks the same pages in the process (test_compare_page_in_the_process, "
+    "test_a_detection_page_shows_its_calls_escaped)"
+)
 def test_compare_page_in_a_browser(browser: Any, two_runs: tuple[Path, Path]) -> None:  # noqa: F811
     a, b = two_runs
     app = create_app(a, compare_with=b)
