@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from tests.graphs.test_ctd import (
     tiny_sd,
     write_script,
 )
+from tools import review_log
 from tools.review_log import REVIEW_DIR_ENV, review_lock
 from tools.reviewers import REVIEWERS, add_reviewer
 from unveil.ui.sources import CtdSource
@@ -136,35 +136,45 @@ async def test_review_decided_in_studio_shows_in_the_web_app(tmp_path, tiny_sd, 
     assert web.record(SID)["status"] == "pending_review"
 
 
-async def test_review_studio_and_the_web_app_share_one_lock(tmp_path, tiny_sd, folder):
+async def test_review_studio_and_the_web_app_share_one_lock(tmp_path, tiny_sd, folder, monkeypatch):
+    """Each side's decision waits while the other holds the folder's lock: the holder lets go only once the decision
+    has tried the lock and been refused, and nothing was written until then (no clock involved)."""
     g, cfg, ctx, _ = await start(tmp_path, tiny_sd)
-    held, seen = threading.Event(), {}
+    held, refused, seen = threading.Event(), threading.Event(), {}
+    try_lock = review_log._try_lock
+
+    def watched_try(fd: int) -> bool:
+        taken = try_lock(fd)
+        if not taken:
+            refused.set()
+        return taken
+
+    monkeypatch.setattr(review_log, "_try_lock", watched_try)
 
     def hold(lock: Any) -> None:
         with lock(folder):
             held.set()
-            time.sleep(1.0)
+            seen["refused"] = refused.wait(60)  # the other side tried the lock while it was held here
             seen["log"] = lines(folder / DECISIONS)
 
     # The web app's lock held: the Studio decision waits for it.
     holder = threading.Thread(target=hold, args=(dataset_lock,))
     holder.start()
-    held.wait(5)
-    t0 = time.monotonic()
+    assert held.wait(60)
     out = await g.ainvoke(Command(resume={"decision": "reject", "reviewer": "erin"}), cfg, context=ctx)
     holder.join()
-    assert time.monotonic() - t0 >= 0.8 and seen["log"] == []
+    assert seen["refused"] and seen["log"] == []
     assert out["status"] == "rejected" and [x["reviewer"] for x in lines(folder / DECISIONS)] == ["erin"]
 
     # The lock Studio takes held: a web app decision waits for it.
     held.clear()
+    refused.clear()
     holder = threading.Thread(target=hold, args=(review_lock,))
     holder.start()
-    held.wait(5)
-    t0 = time.monotonic()
+    assert held.wait(60)
     CtdSource(folder).decide(SID, "note", "seen", ("frank", "local"))
     holder.join()
-    assert time.monotonic() - t0 >= 0.8 and [x["reviewer"] for x in seen["log"]] == ["erin"]
+    assert seen["refused"] and [x["reviewer"] for x in seen["log"]] == ["erin"]
     assert [x["reviewer"] for x in lines(folder / DECISIONS)] == ["erin", "frank"]
 
 
