@@ -87,7 +87,7 @@ def _sync_fn(accelerator: Any) -> Callable[[list[Any]], list[Any]] | None:
     return lambda items: gather_object(items)
 
 
-def policy_compile_key(model: Any) -> str:
+def policy_compile_key(model: object) -> str:
     """What the policy's compiled decoding depends on, naming its artefacts in a cluster's shared compile folder
     (`tools.t2i.warmup.shared_compilation`): the model class, its configuration (not the folder it came from), dtype
     and device."""

@@ -5,24 +5,37 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import stat
 import tempfile
 from typing import Any
 
 import ray
 
 from tools.image_store import ImageStore, pid_alive
+from tools.safe_files import UnsafePathError
 from tools.scorers.score import ScoringSettings, score_here
 from tools.t2i.base import GenerationRequest
 from tools.t2i.options import GeneratorOptions
 from tools.t2i.registry import build_local_generator
 
 
+def scratch_base() -> str:
+    """The folder of this user's render members' scratch stores: one per user (`unveil-ray-UID`, mode 700), since a
+    folder another user made first (one `/tmp/unveil-ray` for everyone) could not be written, and a folder or link
+    another user planted at that name is refused, never written through."""
+    base = os.path.join(tempfile.gettempdir(), f"unveil-ray-{os.getuid()}")
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    info = os.lstat(base)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise UnsafePathError(f"{base}: the render members' scratch folder is not a folder of this user; remove it")
+    return base
+
+
 class _Scratch:
     """A per-member scratch image store: images live there only until their bytes went back to the driver."""
 
     def __init__(self, kind: str):
-        base = os.path.join(tempfile.gettempdir(), "unveil-ray")
-        os.makedirs(base, exist_ok=True)
+        base = scratch_base()
         for name in os.listdir(base):  # scratch of members killed before they could clean up
             pid = name.rsplit("-", 1)[-1]
             if pid.isdigit() and not pid_alive(int(pid)):
