@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from tools.safe_files import atomic_write
 from tools.t2i.compile_settings import DEFAULT_BUCKETS as DEFAULT_BUCKETS
 from tools.t2i.compile_settings import CompileSettings as CompileSettings
 from tools.t2i.compile_settings import compile_settings as compile_settings
@@ -207,11 +208,8 @@ def save_shared_artefacts(settings: CompileSettings, model_key: str) -> str:
     if saved is None:
         return "nothing to save"
     host = "".join(c if c.isalnum() else "-" for c in socket.gethostname())[:40]
-    path = Path(settings.shared_cache) / f"{_artefact_prefix(model_key)}-{host}-{os.getpid()}.bin"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(saved[0])
-    tmp.replace(path)  # another machine never reads half a file
+    # Whole and never through a link planted at the name: another machine never reads half a file.
+    path = atomic_write(settings.shared_cache, f"{_artefact_prefix(model_key)}-{host}-{os.getpid()}.bin", saved[0])
     return f"saved {path} ({len(saved[0]) / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s)"
 
 
