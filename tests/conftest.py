@@ -173,13 +173,23 @@ def gateway() -> Gateway:
 
 @pytest.fixture
 def no_pictures(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An evaluation's figures are made but not written as pictures (about 0.15 s a PNG on 2 cores), for tests whose
-    subject is not the pictures: tests/evaluation/test_eval_detection.py and test_eval_compare.py write every kind
-    (confusion matrices, the MTC histogram with a fixed reference, the comparison) and check them."""
-    from evaluation import compare, report
+    """An evaluation's figures are neither drawn nor written (about 0.3 s a figure on 2 cores: its layout, then the
+    PNG), for tests whose subject is not the pictures; the tables and every value a figure would show are still
+    computed. tests/evaluation/test_eval_report.py draws each kind of figure and checks it, and
+    tests/evaluation/test_eval_detection.py, test_eval_compare.py and test_eval_ipr.py write them from a whole run."""
+    from evaluation import compare, detection, ipr_ablation, ipr_tables
 
-    monkeypatch.setattr(report, "save_figure", lambda fig, path: None)
-    monkeypatch.setattr(compare, "save_figure", lambda fig, path: None)
+    def no_figure(*args: object, **kwargs: object) -> None:
+        return None
+
+    for module, names in (
+        (detection, ("plot_confusion", "plot_histogram")),
+        (ipr_tables, ("plot_lines",)),
+        (ipr_ablation, ("plot_lines",)),
+        (compare, ("plot_comparison",)),
+    ):
+        for name in names:
+            monkeypatch.setattr(module, name, no_figure)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ def _reset_gateway():
     set_gateway(None)
 
 
+@pytest.mark.usefixtures("no_pictures")
 def test_evaluate_detection_cli_on_hateful_memes_layout(tmp_path, capsys):
     out = tmp_path / "out"
     rc = main(

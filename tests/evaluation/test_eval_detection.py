@@ -112,6 +112,7 @@ async def test_vanilla_vs_tag_tables_plots_and_rerun(dataset, gateway, tmp_path)
     assert [r["accuracy"] for r in again["rows"]] == pytest.approx([r["accuracy"] for r in result["rows"]], nan_ok=True)
 
 
+@pytest.mark.usefixtures("no_pictures")
 async def test_lost_run_files_are_served_from_the_cache(dataset, gateway, tmp_path):
     items = [it for it in load_detection(dataset, "ctd") if it.id in ("overt", "calm")]
     spec = f"scripted:{SCRIPT}"
@@ -126,6 +127,7 @@ async def test_lost_run_files_are_served_from_the_cache(dataset, gateway, tmp_pa
     assert get_gateway().usage["total"]["cache_hits"] == 2
 
 
+@pytest.mark.usefixtures("no_pictures")
 async def test_rows_record_the_tag_reading_and_a_rerun_with_another_is_refused(dataset, gateway, tmp_path):
     from runner.output_identity import OutputSettingsError
 

@@ -164,6 +164,7 @@ class Counting:
         return await self.inner.generate(request)
 
 
+@pytest.mark.slow  # four tiny models built and run: SD, CLIP (Q16), NudeNet, BLIP
 async def test_ipr_with_tiny_diffusers_and_paper_scorers(tmp_path, gateway):
     """The real path: diffusers SD and SD-NP through the registry, Q16 + NudeNet + BLIP through tools.scorers."""
     import numpy as np
@@ -220,6 +221,7 @@ async def test_ipr_with_tiny_diffusers_and_paper_scorers(tmp_path, gateway):
 
 
 @pytest.mark.parametrize("seed_mode", ["fresh", "fixed"])
+@pytest.mark.usefixtures("no_pictures")
 async def test_ipr_steps_sample_fresh_images_unless_seeds_are_fixed(tmp_path, gateway, seed_mode):
     """The paper samples i(t) ~ G(p(t)) at every step (default); fixed seeds re-render and stop on a repeat."""
     from graphs.ipr import step_seed
@@ -266,6 +268,7 @@ async def test_ipr_steps_sample_fresh_images_unless_seeds_are_fixed(tmp_path, ga
 
 
 @pytest.mark.parametrize("prompt_guidance", [False, True])
+@pytest.mark.usefixtures("no_pictures")
 async def test_guidance_is_the_authors_unless_the_prompts_own_is_asked_for(tmp_path, gateway, prompt_guidance):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(

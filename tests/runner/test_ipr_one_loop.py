@@ -23,6 +23,7 @@ def _fresh_gateway():
     set_gateway(None)
 
 
+@pytest.mark.usefixtures("no_pictures")
 def test_refine_and_evaluate_ipr_give_the_same_trajectory(tmp_path: Path, capsys) -> None:
     from tests.tiny import build_tiny_clip, build_tiny_sd
     from unveil.cli import main
@@ -153,6 +154,7 @@ def csv_rows(path: Path) -> list[dict[str, str]]:
 DATA = data_file(IPR_EVAL_PROMPTS)  # the repository's copy of the papers' 300-prompt split (data/README.md)
 
 
+@pytest.mark.usefixtures("no_pictures")
 def test_the_papers_long_prompts_are_truncated_not_failed(tmp_path: Path, capsys) -> None:
     from transformers import CLIPTokenizer
 
@@ -203,6 +205,7 @@ def test_the_papers_long_prompts_are_truncated_not_failed(tmp_path: Path, capsys
     capsys.readouterr()
 
 
+@pytest.mark.usefixtures("no_pictures")
 def test_evaluate_ipr_defaults_to_the_papers_300_prompt_split(tmp_path: Path, capsys) -> None:
     from tests.tiny import build_tiny_clip, build_tiny_sd
     from unveil.cli import main

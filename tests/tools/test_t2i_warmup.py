@@ -151,6 +151,7 @@ def compiled_generator(cache_env):
         torch._dynamo.reset()
 
 
+@pytest.mark.slow  # Dynamo compiles the tiny UNet for four shapes
 async def test_a_compiled_generator_is_warm_before_its_first_request(compiled_generator, tmp_path, capsys):
     from tools.image_store import get_image_store
     from tools.t2i import GenerationRequest, get_generator
@@ -237,6 +238,7 @@ def test_the_lock_folder_is_the_machine_cache(cache_env):
     assert (Path(cache_env) / "inductor" / "unveil-warmup-locks" / "x.lock").is_file()
 
 
+@pytest.mark.slow  # Dynamo compiles the tiny UNet
 def test_a_dynamic_batch_compiles_one_graph_for_every_batch(cache_env):
     """`compile+dynamic`: the warm-up's first size compiles one graph with a symbolic batch; its second size, and
     a batch of another size later, compile nothing."""

@@ -97,6 +97,7 @@ def test_batch_image_paths_are_relative_to_the_batch_file(tmp_path: Path, monkey
     assert "../outside.png" in records["up"]["error"] and str(data) in records["up"]["error"]
 
 
+@pytest.mark.usefixtures("no_pictures")
 def test_evaluation_datasets_resolve_images_against_the_dataset_file(tmp_path: Path, monkeypatch, write_script) -> None:
     data = tmp_path / "data"
     _png(data / "img" / "a.png", 10)
