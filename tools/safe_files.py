@@ -292,16 +292,21 @@ def remove_dead_temp_files(folder: Path | int) -> None:
 
 
 @contextlib.contextmanager
-def atomic_writer(root: str | os.PathLike[str], rel: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+def atomic_writer(
+    root: str | os.PathLike[str], rel: str | os.PathLike[str], *, one_machine: bool = True
+) -> Iterator[BinaryIO]:
     """A binary file to fill; on a clean exit it is synced and renamed to `root/rel` (a new file: whatever stood
     at the name, a link included, is replaced, not written through). On an error nothing changes at the name;
-    a full disk (`FULL_ERRNOS`) is a `StorageError` naming the file."""
+    a full disk (`FULL_ERRNOS`) is a `StorageError` naming the file. `one_machine=False` for a folder several
+    machines write (a cluster's shared folder): the temp files of writers killed mid-write are then left in place,
+    since one whose process does not run here may be another machine's write in progress."""
     parts = _relative_parts(rel)
     if not parts:
         raise UnsafePathError(f"{str(root)!r}: no file name given")
     name = parts[-1]
     with folder_fd(root, Path(*parts[:-1]) if len(parts) > 1 else "", create=True) as dfd:
-        remove_dead_temp_files(dfd)
+        if one_machine:
+            remove_dead_temp_files(dfd)
         # The writer's pid leads the name, so a later writer can remove it if this one is killed.
         tmp = f".{os.getpid()}.{name}.{secrets.token_hex(4)}.tmp"
         fd = _open_component(
@@ -326,9 +331,11 @@ def atomic_writer(root: str | os.PathLike[str], rel: str | os.PathLike[str]) -> 
             raise
 
 
-def atomic_write(root: str | os.PathLike[str], rel: str | os.PathLike[str], data: bytes) -> Path:
+def atomic_write(
+    root: str | os.PathLike[str], rel: str | os.PathLike[str], data: bytes, *, one_machine: bool = True
+) -> Path:
     """Write `data` as the whole new content of `root/rel` (see `atomic_writer`); returns the path."""
-    with atomic_writer(root, rel) as fh:
+    with atomic_writer(root, rel, one_machine=one_machine) as fh:
         fh.write(data)
     return Path(root) / rel
 

@@ -9,6 +9,8 @@ traces several times faster and which counts its shapes and graphs the same."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +21,14 @@ import torch
 
 from tests.tiny import TINY_IMAGE_SIZE, build_tiny_sd, build_tiny_sd_without_attention
 from tools.t2i.fast import PRESETS, compile_static
-from tools.t2i.warmup import CompileSettings, WarmShape, shape_lock, warm_shapes, warm_up
+from tools.t2i.warmup import (
+    CompileSettings,
+    WarmShape,
+    save_shared_artefacts,
+    shape_lock,
+    warm_shapes,
+    warm_up,
+)
 
 SIZE = TINY_IMAGE_SIZE
 
@@ -113,6 +122,22 @@ def test_compiled_artefacts_are_saved_for_and_loaded_from_the_cluster_folder(cac
     # Another model's warm-up loads none of them.
     assert warm_up([_shape(1)], lambda shape: None, "other", settings)["shared"]["load"].startswith("none yet")
     assert warm_up([_shape(1)], lambda shape: None, "model", CompileSettings())["shared"]["load"] == "no shared cache"
+
+
+def test_saving_leaves_another_machines_write_in_progress(cache_env, monkeypatch):
+    """In the cluster's folder a temp file whose process does not run on this machine may be another machine's
+    artefact being written: saving here leaves it (a single machine's folders remove such files as dead)."""
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()  # a pid that runs nowhere here, as another machine's writer's would not
+    folder = cache_env / "cluster"
+    folder.mkdir()
+    elsewhere = folder / f".{finished.pid}.unveil-compiled-x-machine-a-7.bin.0a1b2c3d.tmp"
+    elsewhere.write_bytes(b"half written on machine a")
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"this machine's graphs", None))
+    report = save_shared_artefacts(CompileSettings(shared_cache=str(folder)), "model")
+    assert report.startswith("saved")
+    assert elsewhere.read_bytes() == b"half written on machine a"
+    assert [f.read_bytes() for f in folder.glob("unveil-compiled-*.bin")] == [b"this machine's graphs"]
 
 
 def test_an_unreadable_artefact_file_is_skipped_with_a_warning(cache_env, monkeypatch, caplog):

@@ -208,8 +208,10 @@ def save_shared_artefacts(settings: CompileSettings, model_key: str) -> str:
     if saved is None:
         return "nothing to save"
     host = "".join(c if c.isalnum() else "-" for c in socket.gethostname())[:40]
-    # Whole and never through a link planted at the name: another machine never reads half a file.
-    path = atomic_write(settings.shared_cache, f"{_artefact_prefix(model_key)}-{host}-{os.getpid()}.bin", saved[0])
+    # Whole and never through a link planted at the name: another machine never reads half a file; and the folder
+    # is the cluster's, so another machine's write in progress is not taken for a dead writer's.
+    name = f"{_artefact_prefix(model_key)}-{host}-{os.getpid()}.bin"
+    path = atomic_write(settings.shared_cache, name, saved[0], one_machine=False)
     return f"saved {path} ({len(saved[0]) / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s)"
 
 
