@@ -127,8 +127,8 @@ def full_for_new_files(monkeypatch: pytest.MonkeyPatch, suffix: str) -> None:
     real = safe_files.atomic_writer
 
     @contextlib.contextmanager
-    def writer(root: Any, rel: Any) -> Iterator[Any]:
-        with real(root, rel) as fh:
+    def writer(root: Any, rel: Any, **kwargs: Any) -> Iterator[Any]:
+        with real(root, rel, **kwargs) as fh:
             yield _FullFile(fh) if str(rel).endswith(suffix) else fh
 
     monkeypatch.setattr(safe_files, "atomic_writer", writer)
