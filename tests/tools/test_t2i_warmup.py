@@ -140,6 +140,19 @@ def test_saving_leaves_another_machines_write_in_progress(cache_env, monkeypatch
     assert [f.read_bytes() for f in folder.glob("unveil-compiled-*.bin")] == [b"this machine's graphs"]
 
 
+def test_a_shared_folder_that_cannot_be_written_is_a_warning_and_the_warm_up_goes_on(cache_env, monkeypatch, caplog):
+    """The graphs are compiled and in this machine's cache when the save fails: the warm-up ends with its report
+    (saying why nothing was saved) instead of failing, as an unreadable file only costs a compilation when loading."""
+    blocker = cache_env / "not-a-folder"
+    blocker.write_text("a file where the shared folder's parent should be")
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"this machine's graphs", None))
+    settings = CompileSettings(shared_cache=str(blocker / "cluster"))
+    report = warm_up([_shape(1)], _compiling(b"graphs", []), "model", settings)
+    assert report["shared"]["load"].startswith("none yet")
+    assert report["shared"]["save"].startswith("not saved") and "could not save" in caplog.text
+    assert [r["rows"] for r in report["shapes"]] == [1]
+
+
 def test_an_unreadable_artefact_file_is_skipped_with_a_warning(cache_env, monkeypatch, caplog):
     """A stale or partial file costs only the compilation it would have saved: the others still load."""
 

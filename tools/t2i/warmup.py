@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from tools.safe_files import atomic_write
+from tools.safe_files import UnsafePathError, atomic_write
 from tools.t2i.compile_settings import DEFAULT_BUCKETS as DEFAULT_BUCKETS
 from tools.t2i.compile_settings import CompileSettings as CompileSettings
 from tools.t2i.compile_settings import compile_settings as compile_settings
@@ -198,7 +198,8 @@ def load_shared_artefacts(settings: CompileSettings, model_key: str) -> str:
 
 def save_shared_artefacts(settings: CompileSettings, model_key: str) -> str:
     """Save this process's compiled artefacts under `UNVEIL_COMPILE_SHARED` for the other machines, in a file of
-    its own (processes compiling different shapes at once must not overwrite each other's); what happened."""
+    its own (processes compiling different shapes at once must not overwrite each other's); what happened. A folder
+    that cannot be written is a warning, not an error."""
     if not settings.shared_cache:
         return "no shared cache"
     import torch
@@ -211,7 +212,13 @@ def save_shared_artefacts(settings: CompileSettings, model_key: str) -> str:
     # Whole and never through a link planted at the name: another machine never reads half a file; and the folder
     # is the cluster's, so another machine's write in progress is not taken for a dead writer's.
     name = f"{_artefact_prefix(model_key)}-{host}-{os.getpid()}.bin"
-    path = atomic_write(settings.shared_cache, name, saved[0], one_machine=False)
+    try:
+        path = atomic_write(settings.shared_cache, name, saved[0], one_machine=False)
+    except (OSError, UnsafePathError) as exc:
+        # This process's graphs are compiled and in the machine's cache: a folder it cannot write costs the other
+        # machines one compilation each, as an unreadable file does when loading, not this run.
+        log.warning("compile cache: could not save to %s (%s); other machines will compile these graphs", name, exc)
+        return f"not saved: {exc}"
     return f"saved {path} ({len(saved[0]) / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s)"
 
 
