@@ -94,3 +94,34 @@ def test_ui_scale_tiny_lists_decides_and_opens_the_huge_line(tmp_path: Path) -> 
     for key in ("list_first_page_s", "list_last_page_s", "decide_median_s", "decide_p95_s", "huge_line_peak_growth_mb"):
         assert got[key] >= 0 and re.search(rf"{key}: {NUMBER}", out), key
     assert got["decide_median_s"] <= got["decide_p95_s"] <= got["decide_max_s"]
+
+
+def test_compile_reuse_tiny_compiles_once_across_a_plain_process_and_a_ray_actor(tmp_path: Path) -> None:
+    """The plain process compiles the tiny UNet (Inductor on CPU); the Ray actor after it on the same cache folder
+    loads both caches' entries and compiles nothing; the record keeps what the plain process's key was made of."""
+    out = run_bench("bench/compile_reuse.py", "--tiny", "--json", str(tmp_path / "reuse.json"))
+    assert re.search(rf"^plain \| {NUMBER} \| 0 \| [1-9]\d* \| 0 \| [1-9]\d*$", out, re.M)
+    assert re.search(rf"^ray \| {NUMBER} \| \d+ \| 0 \| [1-9]\d* \| 0$", out, re.M)
+    assert "reused: yes" in out
+    key = json.loads((tmp_path / "reuse.json").read_text())["plain"]["keys"][0]
+    assert key["inputs"] and {row["type"] for row in key["inputs"]} == {"FakeTensor"}
+    assert "example_inputs" not in key["fields"] and "inductor_config" in key["fields"]
+    assert "TensorMetadata" in key["inputs"][0]["pickle"]
+
+
+def test_compile_reuse_names_the_parts_of_two_keys_that_differ() -> None:
+    """Keys compared pair by pair: the differing fields, how many example inputs differ, of which types, and the
+    pickled text of the first differing input when it was kept."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("compile_reuse", ROOT / "bench" / "compile_reuse.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    row = {"type": "FakeTensor", "sha": "a", "pickle": "A"}
+    a = [{"fields": {"gm": "1", "inductor_config": "2"}, "inputs": [row, {**row, "sha": "b"}, row]}]
+    b = [{"fields": {"gm": "1", "inductor_config": "3"}, "inputs": [{**row, "sha": "c", "pickle": "C"}, row, row]}]
+    (diff,) = bench.compare(a, b)
+    assert diff["fields"] == ["inductor_config"] and (diff["inputs"], diff["inputs_differing"]) == (3, 2)
+    assert diff["types"] == ["FakeTensor/FakeTensor"] and diff["first_differing_pickles"] == ["A", "C"]
+    assert bench.compare(a, a) == [{"fields": [], "inputs": 3, "inputs_differing": 0}]
