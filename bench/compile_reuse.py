@@ -70,7 +70,7 @@ def _generator(folder: str, tiny: bool) -> Any:
     from tools.image_store import ImageStore
     from tools.t2i.registry import build_local_generator
 
-    store = ImageStore(tempfile.mkdtemp(prefix="unveil-compile-reuse-"))
+    store = ImageStore(Path(folder).parent / f"store-{os.getpid()}")  # in the bench's work folder
     if not tiny:
         return build_local_generator(f"diffusers:{folder}?accel=compile", store=store)
     from dataclasses import replace
@@ -148,10 +148,14 @@ def _in_ray_actor(folder: str, tiny: bool) -> dict[str, Any]:
 
     import ray
 
+    class Warmer:  # an actor, as a render member is one (`runner.ray.members.RenderWorker`)
+        def warm(self, folder: str, tiny: bool) -> dict[str, Any]:
+            return warm(folder, tiny)
+
     ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING)
     try:
-        task = ray.remote(num_cpus=1, num_gpus=0 if tiny else 1)(warm)
-        record: dict[str, Any] = ray.get(task.remote(folder, tiny))
+        actor = ray.remote(num_cpus=1, num_gpus=0 if tiny else 1)(Warmer).remote()
+        record: dict[str, Any] = ray.get(actor.warm.remote(folder, tiny))
         return record
     finally:
         ray.shutdown()

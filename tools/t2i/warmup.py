@@ -217,7 +217,8 @@ def save_shared_artefacts(settings: CompileSettings, model_key: str) -> str:
     except (OSError, UnsafePathError) as exc:
         # This process's graphs are compiled and in the machine's cache: a folder it cannot write costs the other
         # machines one compilation each, as an unreadable file does when loading, not this run.
-        log.warning("compile cache: could not save to %s (%s); other machines will compile these graphs", name, exc)
+        where = Path(settings.shared_cache) / name
+        log.warning("compile cache: could not save %s (%s); other machines will compile these graphs", where, exc)
         return f"not saved: {exc}"
     return f"saved {path} ({len(saved[0]) / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s)"
 
