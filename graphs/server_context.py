@@ -17,6 +17,9 @@ environment and send it, with the key for custom endpoints, to the caller's addr
   `UNVEIL_ALLOWED_BASE_URLS`, or the endpoint of a spec the server's own environment sets (with
   `UNVEIL_MODEL=openai:m@http://127.0.0.1:8000/v1` the operator's local server stays usable from Studio). So a server
   key (`UNVEIL_OPENAI_API_KEY`) only ever goes to an endpoint the operator chose;
+- each field is read with the parser of the code that uses it (`agents.guard.parse_guard`,
+  `tools.t2i.registry.parse_spec`, `ModelSpec.parse`, `tools.moderation.parse_moderation_spec`): a check that read
+  `guard:template=/proc/self/environ` its own way passed it while the graph read the file;
 - every field has a kind (`FIELD_KINDS`; fields typed bool, number or `Literal`, and lists with fixed choices name
   nothing); a text field of no known kind is refused, so a new field cannot slip through unchecked
   (`tests/graphs/test_server_context.py` checks every context `langgraph.json` serves).
@@ -36,14 +39,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+from agents.guard import parse_guard
 from agents.providers.profiles import provider_profile
 from agents.spec import ModelSpec, ModelSpecError
 from graphs.context import ContextError, base_type, coerce_field, field_choices, is_empty
 from tools.addresses import BadURLError, split_url
 from tools.datafiles import DATA_DIR
-from tools.env import env_list
+from tools.env import SettingError, env_list
 from tools.image_store import default_store_root
+from tools.moderation import parse_moderation_spec
 from tools.redact import redact_url
+from tools.t2i.errors import UnsupportedOptionError
+from tools.t2i.pipeline_loading import looks_like_path
+from tools.t2i.registry import REGISTERED, parse_spec
 
 FILE_ROOTS_ENV = "UNVEIL_FILE_ROOTS"
 ALLOWED_BASE_URLS_ENV = "UNVEIL_ALLOWED_BASE_URLS"
@@ -205,25 +213,39 @@ class _Checker:
             self.path(name, path)
 
     def moderation(self, name: str, spec: str) -> None:
-        """The moderation endpoint `openai:MODEL[@BASE_URL]`: its base URL allowed."""
-        _model, _, url = spec.partition("@")
-        if url.strip():
-            check_base_url(name, url.strip().rstrip("/"), self.allowed_urls)
+        """The moderation endpoint `openai:MODEL[@BASE_URL]`, read as the scorer reads it: its base URL allowed."""
+        try:
+            _model, url = parse_moderation_spec(spec)
+        except SettingError as exc:
+            raise ContextError(f"{name}: {exc}") from exc
+        if url:
+            check_base_url(name, url, self.allowed_urls)
 
     def guard(self, name: str, value: str) -> None:
-        """A guard: a `template=FILE` in the server's folders (built-in names name no file)."""
-        if value.strip().startswith("template="):
-            self.path(name, value.strip().partition("=")[2], text_file=True)
+        """A guard, read as the graph reads it (`parse_guard`, any `guard:` prefix): a template file in the server's
+        folders (built-in names name no file)."""
+        try:
+            ref = parse_guard(value)
+        except SettingError as exc:
+            raise ContextError(f"{name}: {exc}") from exc
+        if ref.template is not None:
+            self.path(name, ref.template, text_file=True)
 
     def generator(self, name: str, spec: str) -> None:
-        """A text-to-image spec: a local diffusers folder or ESD UNet file in the server's folders."""
-        kind, _, rest = spec.partition(":")
-        model, _, query = rest.partition("?")
-        if kind in ("openai", "registered"):  # an API model name, or an object the server registered itself
+        """A text-to-image spec, read as the registry reads it (`parse_spec`): a local diffusers folder or ESD UNet
+        file in the server's folders."""
+        if spec.startswith(f"{REGISTERED}:"):  # an object the server registered itself
             return
-        if _looks_local(model):
+        try:
+            kind, model, _query = parse_spec(spec)
+        except UnsupportedOptionError as exc:
+            raise ContextError(f"{name}: {exc}") from exc
+        if kind == "openai":  # an API model name
+            return
+        if looks_like_path(model) or _looks_local(model):
             self.path(name, model)
-        for unet in parse_qs(query).get("unet", []):
+        # Every `unet=` given, not only the last one the registry uses: no value of the query escapes the check.
+        for unet in parse_qs(spec.partition("?")[2], keep_blank_values=True).get("unet", []):
             self.path(name, unet)
 
     def store(self, name: str, folder: str) -> None:

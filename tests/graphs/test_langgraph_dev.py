@@ -476,6 +476,9 @@ async def test_a_context_cannot_read_server_files_or_choose_an_endpoint(
         attempts: list[tuple[str, dict[str, Any], str]] = [
             ("guard", {"guard": "template=/proc/self/environ", "model": attacker}, "guard: "),
             ("guard", {"guard": "template=/proc/self/environ", "model": f"scripted:{script}"}, "guard: "),
+            # The CLI's spelling (`--method guard:template=FILE`), which the graph reads too (issue 44, item 1).
+            ("guard", {"guard": "guard:template=/proc/self/environ", "model": f"scripted:{script}"}, "guard: "),
+            ("guard", {"guard": " guard: template=/proc/self/environ", "model": attacker}, "guard: "),
             ("guard", {"model": attacker}, "model: "),
             ("guard", {"guard_model": attacker}, "guard_model: "),
             ("vanilla", {"vanilla_detector_model": attacker}, "vanilla_detector_model: "),

@@ -170,3 +170,73 @@ def test_the_shipped_data_and_examples_may_be_named_and_nothing_else_of_the_repo
     assert check_path("q16_embeddings", str(repo / "data" / "q16" / "vit-l-14.npy"))
     with pytest.raises(ContextError, match="outside the folders"):
         check_path("guard", str(repo / "README.md"), text_file=True)
+
+
+# Every spelling of a guard template that the graph reads (`agents.guard.parse_guard`): the CLI's
+# `--method guard:template=FILE`, the context's `template=FILE`, and the spaces either may carry. A check that read
+# the value its own way let `guard:template=/proc/self/environ` through the real `langgraph dev`.
+GUARD_SPELLINGS = (
+    "template={}",
+    "guard:template={}",
+    " guard:template={} ",
+    "guard: template={}",
+    "  template= {}",
+)
+
+
+@pytest.mark.parametrize("spelling", GUARD_SPELLINGS)
+def test_every_guard_spelling_the_graph_reads_is_checked_by_the_served_factory(
+    roots: Path, spelling: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    import agents.guard as guard_module
+
+    value = spelling.format("/proc/self/environ")
+    # The graph reads this very file for the value: the check must see the same one.
+    read: list[str] = []
+    monkeypatch.setattr(guard_module, "load_template_guard", lambda path: read.append(path))
+    guard_module.get_guard(value)
+    assert read == ["/proc/self/environ"]
+    runtime: Any = SimpleNamespace(context={"guard": value})
+    with pytest.raises(ContextError, match="^guard: .*outside the folders"):
+        asyncio.run(studio.guard(runtime))
+
+
+@pytest.mark.parametrize("spelling", GUARD_SPELLINGS)
+def test_every_guard_spelling_in_the_server_folders_is_served(roots: Path, spelling: str) -> None:
+    import asyncio
+
+    (roots / "guard.txt").write_text("Say safe or unsafe.", encoding="utf-8")
+    runtime: Any = SimpleNamespace(context={"guard": spelling.format(roots / "guard.txt")})
+    assert asyncio.run(studio.guard(runtime)) is not None
+
+
+@pytest.mark.parametrize("value", ["guard:guard:template=/etc/passwd", "Template=/etc/passwd", "guard:nope"])
+def test_a_guard_the_graph_cannot_read_is_refused_by_the_check_too(roots: Path, value: str) -> None:
+    from agents.guard import get_guard
+    from tools.env import SettingError
+
+    with pytest.raises(SettingError, match="unknown guard"):
+        get_guard(value)
+    with pytest.raises(ContextError, match="^guard: unknown guard"):
+        check_server_context(GuardContext, {"guard": value})
+
+
+@pytest.mark.parametrize(
+    "cls, settings",
+    [
+        # Read as the registry and the moderation scorer read them: spaces and repeated parameters included.
+        (IPRContext, {"generator": " diffusers:/etc "}),
+        (IPRContext, {"generator": "esd:CompVis/stable-diffusion-v1-4?unet=x&unet=/etc/hostname"}),
+        (IPRContext, {"generator": "sd-np:a/b/../../../etc"}),
+        (CtdContext, {"moderation_spec": " omni-moderation-latest @ http://10.0.0.1/v1 "}),
+    ],
+)
+def test_other_fields_are_checked_as_their_consumers_parse_them(
+    roots: Path, cls: type, settings: dict[str, Any]
+) -> None:
+    with pytest.raises(ContextError) as err:
+        check_server_context(cls, settings)
+    (name,) = settings
+    assert str(err.value).startswith(f"{name}: ")
