@@ -92,6 +92,13 @@ def env_items() -> dict[str, str]:
     return dict(os.environ)
 
 
-def set_default(name: str, value: str) -> str:
-    """Set a variable that configures a third-party library unless the user set it; its value either way."""
-    return os.environ.setdefault(name, value)
+def set_default(name: str, value: str, *, unless_only: str | None = None) -> str:
+    """Set a variable that configures a third-party library unless the user set it; its value either way.
+
+    `unless_only`: a value the library itself writes into the variable when nothing set it (so it is no choice of
+    the user's); found there, it is replaced by `value` as if the variable were unset."""
+    current = os.environ.get(name)
+    if current is None or (unless_only is not None and current == unless_only):
+        os.environ[name] = value
+        return value
+    return current

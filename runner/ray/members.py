@@ -15,6 +15,7 @@ from tools.image_store import ImageStore, pid_alive
 from tools.safe_files import UnsafePathError
 from tools.scorers.score import ScoringSettings, score_here
 from tools.t2i.base import GenerationRequest
+from tools.t2i.compile_settings import default_cache_dir
 from tools.t2i.options import GeneratorOptions
 from tools.t2i.registry import build_local_generator
 
@@ -74,10 +75,43 @@ class _Member:
             scratch.close()
 
 
+def member_threads(cores: int, node_gpus: float, reserved_cpus: float, member_gpus: float) -> int | None:
+    """The CPU threads a render member on a GPU sets: its share of the node's cores (one GPU's worth), never fewer
+    than the CPUs it reserved. Ray sets `OMP_NUM_THREADS` to the reservation (1 by default), which left a GPU
+    member's CPU work (Dynamo's tracing, the cache pickler's hashing, the text encoder's tokenizer) on one thread
+    where a plain process uses every core. None (Ray's setting stands) for a member without a GPU: on a CPU the
+    thread count changes the pixels and the compiled graphs' key, and the reservation is the user's choice there
+    (`UNVEIL_RAY_RENDER_CPUS`)."""
+    if member_gpus <= 0:
+        return None
+    share = cores // max(1, round(node_gpus))
+    return max(1, int(reserved_cpus), share)
+
+
+def prepare_render_process() -> dict[str, Any]:
+    """What a render member sets before it loads a model: the machine's compile cache folder (the one a plain
+    process on this machine uses, `default_cache_dir`, not torch's own default that Ray workers inherit or that
+    importing torch._dynamo writes) and its share of the node's cores; both, for its report."""
+    import torch
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    node = ray.get_runtime_context().get_node_id()
+    # ray.nodes and get_assigned_resources are unannotated: a list of node dicts, a dict of amounts.
+    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call, unused-ignore]
+    node_gpus = next((float(n["Resources"].get("GPU", 0.0)) for n in nodes if n.get("NodeID") == node), 0.0)
+    assigned: dict[str, float] = ray.get_runtime_context().get_assigned_resources()  # type: ignore[no-untyped-call, unused-ignore]
+    threads = member_threads(cores, node_gpus, assigned.get("CPU", 0.0), assigned.get("GPU", 0.0))
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return {"cache_dir": default_cache_dir(), "threads": torch.get_num_threads()}
+
+
 class RenderWorker(_Member):
     """One render pool member: the ordinary batched generator of `spec`, rendering into a scratch store."""
 
     def __init__(self, spec: str, long_prompts: str, options: GeneratorOptions):
+        # Before the model loads: a compiled UNet's graphs are then found where this machine's processes keep them.
+        self.process = prepare_render_process()
         self.scratch = _Scratch("render")
         self.generator = build_local_generator(spec, store=self.scratch.store, long_prompts=long_prompts, **options)
 
@@ -87,7 +121,7 @@ class RenderWorker(_Member):
         will not compile again (the pool sends requests only to members that answered)."""
         warm_up = getattr(self.generator, "warm_up", None)
         report = warm_up() if callable(warm_up) else {}  # the diffusers generator loads and compiles here
-        return {**super().ready(), "warmup": report}
+        return {**super().ready(), "warmup": report, "process": self.process}
 
     def stats(self) -> dict[str, Any]:
         """What this member compiled: its warm-up, the shapes it ran, any compilation after the warm-up."""

@@ -138,6 +138,29 @@ def _refine_setup(tmp_path: Path, sd: str, n: int = N) -> list[str]:
     ]
 
 
+def test_a_render_member_compiles_in_the_machine_cache_folder_not_torchs_own(
+    cluster: Any, tmp_path: Path, sd_folder: str
+) -> None:
+    # A worker of a driver that imported diffusers (so torch._dynamo) inherits torch's own default folder in
+    # TORCHINDUCTOR_CACHE_DIR; the member must still use the folder every plain process of the machine uses.
+    import ray
+
+    from runner.ray.members import RENDER_ACTOR
+    from tools.t2i.compile_settings import torch_default_cache_dir
+
+    machine = tmp_path / "machine-cache"
+    env = {"TORCHINDUCTOR_CACHE_DIR": torch_default_cache_dir(), "UNVEIL_COMPILE_CACHE": str(machine)}
+    actor = RENDER_ACTOR.options(num_cpus=1, runtime_env={"env_vars": env}).remote(
+        f"diffusers:{sd_folder}", "truncate", {}
+    )
+    try:
+        ready = ray.get(actor.ready.remote(), timeout=240)
+    finally:
+        ray.kill(actor, no_restart=True)
+    assert ready["process"]["cache_dir"] == str(machine)
+    assert ready["process"]["threads"] >= 1
+
+
 def test_the_local_engine_never_imports_ray(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps(DETECT_SCRIPT))

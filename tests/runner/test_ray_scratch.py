@@ -35,3 +35,14 @@ def test_a_link_planted_at_the_scratch_name_is_refused(tmp_path, monkeypatch):
     with pytest.raises(UnsafePathError, match="scratch folder"):
         _Scratch("render")
     assert list(target.iterdir()) == []
+
+
+def test_a_gpu_member_gets_its_share_of_the_node_cores_and_a_cpu_member_keeps_rays_setting():
+    from runner.ray.members import member_threads
+
+    # Ray gives a member OMP_NUM_THREADS = its reservation (1): a GPU member takes one GPU's share of the cores.
+    assert member_threads(cores=16, node_gpus=1, reserved_cpus=1, member_gpus=1) == 16
+    assert member_threads(cores=64, node_gpus=4, reserved_cpus=1, member_gpus=0.75) == 16
+    assert member_threads(cores=4, node_gpus=8, reserved_cpus=2, member_gpus=1) == 2  # never below its reservation
+    # On a CPU the thread count changes the pixels and the compile key: Ray's setting (the user's) stands.
+    assert member_threads(cores=16, node_gpus=0, reserved_cpus=1, member_gpus=0) is None

@@ -4,7 +4,9 @@ below both the compiled path (`tools.t2i.fast`) and its warm-up (`tools.t2i.warm
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
+import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -116,9 +118,25 @@ def enable_compile_caches() -> str:
     return folder
 
 
+def torch_default_cache_dir() -> str:
+    """torch's own cache folder (`torchinductor_<user>` in the temp folder), which `import torch._dynamo` writes
+    into `TORCHINDUCTOR_CACHE_DIR` when nothing has set it."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir as torch_default
+    except ImportError:  # another torch layout: the same formula
+        user = "".join("_" if c in '\\/:*?"<>|' else c for c in getpass.getuser())
+        return os.path.join(tempfile.gettempdir(), "torchinductor_" + user)
+    return str(torch_default())
+
+
 def default_cache_dir() -> str:
-    """Where Inductor keeps compiled kernels and FX graphs across runs (set once per process if unset): the
-    machine-level folder of `UNVEIL_COMPILE_CACHE` (`CompileSettings`), else
-    `~/.cache/unveil/inductor`, shared by every process of the machine."""
+    """Where Inductor keeps compiled kernels and FX graphs across runs, set in the process's environment: the
+    user's `TORCHINDUCTOR_CACHE_DIR`, else the machine-level folder of `UNVEIL_COMPILE_CACHE` (`CompileSettings`),
+    else `~/.cache/unveil/inductor`, shared by every process of the machine.
+
+    torch's own default found in the variable is no choice of the user's and is replaced: importing
+    `torch._dynamo` (diffusers and transformers do) writes it there, so whichever process imported them before
+    asking here (a Ray render member, or any process Ray started from a driver that had) compiled cold in a folder
+    of its own."""
     folder = compile_settings().cache_dir or str(Path.home() / ".cache" / "unveil" / "inductor")
-    return set_default("TORCHINDUCTOR_CACHE_DIR", folder)
+    return set_default("TORCHINDUCTOR_CACHE_DIR", folder, unless_only=torch_default_cache_dir())
