@@ -63,6 +63,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))  # the guard and the parts' helpers are this folder's modules
+from regression_guard import guard_report, guard_rows, loud_lines  # noqa: E402
+
 PARTS = ("t2i", "grpo", "scale", "grpo-multi", "ipr")
 DEFAULT_PARTS = ("t2i", "grpo", "scale", "grpo-multi")  # ipr does not fit beside them in 9 minutes: run it alone
 I2P_PROMPTS = 4703
@@ -881,6 +884,14 @@ def open_gate(job: str, other: str, kind: str, work: Path, ended: dict[str, thre
         time.sleep(0.5)
 
 
+def guard_of(out: Path) -> dict[str, Any]:
+    """The regression guard's report as the suite wrote it into `out` (empty for a tiny run)."""
+    try:
+        return dict(json.loads(out.read_text()).get("guard") or {})
+    except (OSError, ValueError):
+        return {}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the parts asked for within the budget; write the JSON as each ends; print the table last."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -991,6 +1002,11 @@ def main(argv: list[str] | None = None) -> int:
                 "compile_caches": compile_caches(cache),
                 "gpu_timeline": sampler.timeline(),
             }
+            if final and not args.tiny:
+                # Every figure against the last committed run on this GPU model (`bench/regression_guard.py`).
+                report["guard"] = guard_report(report, exclude=out)
+                rows = [*rows, *guard_rows(report["guard"])]
+                report["rows"] = rows
             tmp = out.with_suffix(".tmp")
             tmp.write_text(json.dumps(report, indent=1, default=str))
             tmp.replace(out)  # a reader never sees half a file
@@ -999,6 +1015,8 @@ def main(argv: list[str] | None = None) -> int:
     def finish(reason: str = "") -> int:
         sampler.stop.set()
         rows = write(final=True)
+        for line in loud_lines(guard_of(out)):
+            print(line, flush=True)
         print(
             f"GPU suite on {machine}, commit {base['commit']}, {time.monotonic() - started:.0f} s{reason}; "
             + ", ".join(f"{k} {v}" for k, v in base["versions"].items())
