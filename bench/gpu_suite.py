@@ -18,8 +18,13 @@ On four GPUs the 4-GPU jobs come first, side by side and gated (the Ray round on
 warm-up step, GRPO's measured step once the Ray round has ended): their eight processes share the machine's cold
 compilation (one bucket each for the first two, the others load). Then, with the cache warm, GRPO on GPU 0, T2I on
 GPU 1, the local round on GPU 2 beside the 1-GPU Ray round on GPU 3, then the 2-GPU Ray round on GPUs 2-3. Every
-process shares one Inductor cache (`TORCHINDUCTOR_CACHE_DIR`). With two or three GPUs the rows run two at a time,
-with one GPU (or `--tiny`) one after the other.
+process shares one Inductor cache (`TORCHINDUCTOR_CACHE_DIR`). With two or three GPUs the rows run two at a time.
+With one GPU, T2I runs alone first, then GRPO and both scaling rounds prepare side by side and take the GPU in turn
+(`GATES_ONE_GPU`), every process compiling the one bucket the timed rounds use (`ONE_GPU_ENV`); grpo-multi is
+named "not planned". With `--tiny` (no GPU) the jobs run one after the other.
+
+At the end every figure is compared with the last committed result of the same GPU model
+(`bench/regression_guard.py`): one more than 10% worse is a loud line, a table row and `guard` in the JSON.
 
 Every model is Stable Diffusion 1.5's (and Qwen2.5-VL-3B's, CLIP's) configuration with random weights, built from
 configs by the benchmarks themselves: nothing is downloaded.
@@ -65,6 +70,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))  # the guard and the parts' helpers are this folder's modules
 from regression_guard import guard_report, guard_rows, loud_lines  # noqa: E402
+from t2i_phases import STEPS as PHASE_STEPS  # noqa: E402
 
 PARTS = ("t2i", "grpo", "scale", "grpo-multi", "ipr")
 DEFAULT_PARTS = ("t2i", "grpo", "scale", "grpo-multi")  # ipr does not fit beside them in 9 minutes: run it alone
@@ -98,7 +104,24 @@ WORK_S = {  # seconds besides the warm-up: builds, Ray start, rounds, steps
 # ended (`UNVEIL_BENCH_PREPARED_FILE` / `UNVEIL_BENCH_GO_FILE`, read by bench/scale.py and bench/grpo_step.py). No
 # timed round shares its GPUs. Job -> (the job it waits for, and for what).
 GATES = {"scale-ray4": ("grpo-multi", "prepared"), "grpo-multi": ("scale-ray4", "ended")}
-TAIL_S = {"scale-ray4": 35.0, "grpo-multi": 30.0}  # the timed part of a gated job (after its gate), estimated
+# On one GPU the same idea in one lane's time: after the T2I part (alone: its rounds are timed from its first to
+# its last minute), GRPO and both scaling rounds start together and prepare side by side (model builds, Ray's
+# start, warm-ups, GRPO's first step); the local round's timed part waits until GRPO is prepared, the Ray round's
+# until the local one has ended, GRPO's measured step until the Ray round has ended.
+GATES_ONE_GPU = {
+    "scale-local": ("grpo", "prepared"),
+    "scale-ray1": ("scale-local", "ended"),
+    "grpo": ("scale-ray1", "ended"),
+}
+# The timed part of a gated job (after its gate), estimated.
+TAIL_S = {"scale-ray4": 35.0, "grpo-multi": 30.0, "scale-local": 30.0, "scale-ray1": 40.0, "grpo": 60.0}
+# One GPU: every timed round renders full batches of 32, so the suite compiles that one bucket
+# (`UNVEIL_T2I_BUCKETS=32`) instead of two (the graph of bucket 32 is the same either way; bucket 8 serves only
+# batches of 1-8, which only the T2I mix has, and the mix does not run there). One cold bucket, compiled by a
+# process alone on the machine: 105 s at 7e53b15 on 2x H100 (the T2I part's `compile` warm-up, one bucket then).
+ONE_GPU_ENV = {"UNVEIL_T2I_BUCKETS": "32"}
+ONE_GPU_COLD_BUCKET_S = 110.0
+ONE_GPU_T2I_WORK_S = 70.0  # WORK_S["t2i"] less its mix
 PACKAGES = ("torch", "diffusers", "transformers", "trl", "ray")
 
 
@@ -254,9 +277,11 @@ def job_commands(args: argparse.Namespace, work: Path, n_gpus: int) -> dict[str,
         if args.tiny
         else ["--variants", "eager,compile,compile+dynamic", "--n", "32", "--rounds", "1", "--baseline-n", "4"]
     )
+    t2i += ["--phases"]  # where each variant's timed round went (bench/t2i_phases.py)
     # Bucketed (the default) against a dynamic batch dimension over a mix of batch sizes; the dynamic variant runs
     # only if the part's time limit (`--time-limit-s`, added when the job starts) leaves room for its compilation.
-    t2i += ["--mix", "2,1" if args.tiny else MIX]
+    if args.tiny or n_gpus != 1:  # one GPU compiles bucket 32 alone (`ONE_GPU_ENV`): a mix would only pad to it
+        t2i += ["--mix", "2,1" if args.tiny else MIX]
     # The tiny VLM writes noise up to the completion limit: a short limit keeps the CPU run short.
     grpo_args = (
         ["--steps", "1", "--warmup", "1", "--max-completion", "16", "--images-per-prompt", "2"]
@@ -548,6 +573,15 @@ def rows_of(results: dict[str, Any], work: Path, n_gpus: int, jobs: list[str]) -
                 )
             elif f"{variant}.error" in d:
                 add("t2i", f"batched {variant}", d[f"{variant}.error"][:80])
+        for variant in ("eager", "compile"):
+            phases = d.get(f"{variant}.phases")
+            if phases:
+                steps = ", ".join(f"{step} {phases[step]['wall_ms_per_image']:.0f}" for step in PHASE_STEPS)
+                add(
+                    "t2i",
+                    f"where {variant}'s round went, wall ms per image",
+                    f"{steps} (round {phases['round_s']:.1f} s)",
+                )
         for variant in ("compile", "compile+dynamic"):
             if f"{variant}.mix_img_per_s" in d:
                 add(
@@ -684,8 +718,17 @@ def schedule(parts: list[str], n_gpus: int) -> list[list[Job]]:
             [("t2i", "1", 0.45, ()), ("scale-ray1", "1", 0.3, ())],
             [("scale-ray2", "0,1", 0.35, everything[:-1]), ("grpo-multi", "0,1", 0.45, everything)],
         ]
+    elif n_gpus == 1:
+        # T2I alone first (it compiles the machine's one bucket), then the rest side by side, gated
+        # (`GATES_ONE_GPU`). grpo-multi needs two GPUs: not planned (`not_planned`).
+        lanes = [
+            [("t2i", "0", 0.35, ())],
+            [("grpo", "0", 0.65, ("t2i",))],
+            [("scale-local", "0", 0.65, ("t2i",))],
+            [("scale-ray1", "0", 0.65, ("t2i",))],
+        ]
     else:
-        visible = "0" if n_gpus else ""
+        visible = ""
         lanes = [
             [
                 (j, visible, share, ())
@@ -731,32 +774,47 @@ def widen(lanes: list[list[Job]]) -> list[list[Job]]:
     return out
 
 
-def estimate_s(job: str, cold: bool) -> float:
-    """Estimated seconds of `job` (see `WORK_S`): its work plus its warm-up, compiling one bucket cold and loading
-    the others when it starts on a cold machine cache (`cold`), loading every bucket otherwise."""
-    warm = COLD_BUCKET_S + (BUCKETS - 1) * LOAD_BUCKET_S if cold else BUCKETS * LOAD_BUCKET_S
-    return WORK_S[job] + warm
+def estimate_s(job: str, cold: bool, n_gpus: int = 4) -> float:
+    """Estimated seconds of `job` (see `WORK_S`) on a machine of `n_gpus`: its work plus its warm-up, compiling one
+    bucket cold and loading the others when it starts on a cold machine cache (`cold`), loading every bucket
+    otherwise. One GPU: one bucket (`ONE_GPU_ENV`), compiled by a process alone, and no T2I mix."""
+    buckets, cold_bucket, work = BUCKETS, COLD_BUCKET_S, WORK_S[job]
+    if n_gpus == 1:
+        buckets, cold_bucket = 1, ONE_GPU_COLD_BUCKET_S
+        work = ONE_GPU_T2I_WORK_S if job == "t2i" else work
+    warm = cold_bucket + (buckets - 1) * LOAD_BUCKET_S if cold else buckets * LOAD_BUCKET_S
+    return work + warm
 
 
 def gates_of(plan: list[list[Job]], n_gpus: int) -> dict[str, tuple[str, str]]:
-    """The `GATES` that apply: on 4 GPUs, between jobs that both run."""
+    """The gates that apply, between jobs that both run: `GATES` on 4 GPUs, `GATES_ONE_GPU` on one."""
     names = {job[0] for lane in plan for job in lane}
-    return {j: g for j, g in GATES.items() if n_gpus >= 4 and j in names and g[0] in names}
+    table = GATES if n_gpus >= 4 else GATES_ONE_GPU if n_gpus == 1 else {}
+    return {j: g for j, g in table.items() if j in names and g[0] in names}
 
 
-def gated_end(name: str, start: float, gates: dict[str, tuple[str, str]], cold_machine: bool = True) -> float:
+def not_planned(parts: list[str], n_gpus: int) -> dict[str, str]:
+    """The default jobs a machine of `n_gpus` cannot run, and why (said in the plan and the table)."""
+    if "grpo-multi" in parts and n_gpus == 1:
+        return {"grpo-multi": "needs 2 GPUs, 1 here"}
+    return {}
+
+
+def gated_end(
+    name: str, start: float, gates: dict[str, tuple[str, str]], cold_machine: bool = True, n_gpus: int = 4
+) -> float:
     """When a job ends by the estimates: `start` plus its need, or, gated, its preparation, then its gate (the
-    jobs of a gated pair start together), then its timed part. `cold_machine`: the first jobs compile (no shared
+    jobs of a gated group start together), then its timed part. `cold_machine`: the first jobs compile (no shared
     compile folder with artefacts to load)."""
-    if name not in gates:
-        return start + estimate_s(name, cold=cold_machine and start < 1.0)
-    other, kind = gates[name]
     cold = cold_machine and start < 1.0
-    prep = estimate_s(name, cold) - TAIL_S[name]
+    if name not in gates:
+        return start + estimate_s(name, cold, n_gpus)
+    other, kind = gates[name]
+    prep = estimate_s(name, cold, n_gpus) - TAIL_S[name]
     if kind == "prepared":
-        go = start + estimate_s(other, cold) - TAIL_S[other]
+        go = start + estimate_s(other, cold, n_gpus) - TAIL_S[other]
     else:
-        go = gated_end(other, start, gates, cold_machine)
+        go = gated_end(other, start, gates, cold_machine, n_gpus)
     return max(start + prep, go) + TAIL_S[name]
 
 
@@ -766,6 +824,7 @@ def plan_lines(
     alone: bool,
     gates: dict[str, tuple[str, str]] | None = None,
     cold_machine: bool = True,
+    n_gpus: int = 4,
 ) -> list[dict[str, Any]]:
     """The plan as the suite expects it to run: each job's GPUs, its cap (share of the budget), its estimated
     need (for a gated job, its gate's wait included), the start and end the estimates give, and whether it fits
@@ -787,7 +846,7 @@ def plan_lines(
                     break
                 start = max([at, *(ends[a] for a in waits)])
                 cap = min(budget if alone else share * budget, max(0.0, budget - start))
-                need = gated_end(name, start, gates, cold_machine) - start
+                need = gated_end(name, start, gates, cold_machine, n_gpus) - start
                 ends[name] = start + min(need, cap)
                 rows[name] = {
                     "job": name,
@@ -811,10 +870,16 @@ def plan_lines(
     return [rows[n] for n in names if n in rows]
 
 
-def print_plan(rows: list[dict[str, Any]], budget: float, tiny: bool) -> None:
-    """The plan, before anything starts: a job that will not fit in its cap says so here."""
+def print_plan(
+    rows: list[dict[str, Any]], budget: float, tiny: bool, n_gpus: int = 4, skipped: dict[str, str] | None = None
+) -> None:
+    """The plan, before anything starts: a job that will not fit in its cap, or that this machine cannot run,
+    says so here."""
     total = f"{budget:.0f} s budget" if math.isfinite(budget) else "no budget"
-    print(f"plan ({total}; needs estimated for 4 H100s, see WORK_S{', not for --tiny' if tiny else ''}):")
+    count = "4 H100s" if n_gpus >= 4 else f"{n_gpus} GPU(s)"
+    print(f"plan ({total}; needs estimated for {count}, see WORK_S{', not for --tiny' if tiny else ''}):")
+    for job, why in (skipped or {}).items():
+        print(f"  {job:<12} NOT PLANNED: {why}", flush=True)
     for r in rows:
         verdict = "fits" if r["fits"] else "DOES NOT FIT: it will be stopped at its cap"
         print(
@@ -966,8 +1031,9 @@ def main(argv: list[str] | None = None) -> int:
     gates = gates_of(plan, n_gpus)
     # Artefacts in the cluster's shared compile folder (`UNVEIL_COMPILE_SHARED`): the first jobs load, not compile.
     cold_machine = not (compile_caches(cache)["shared"] or {}).get("files")
-    planned = plan_lines(plan, budget, len(parts) == 1, gates, cold_machine)
-    print_plan(planned, budget, args.tiny)
+    planned = plan_lines(plan, budget, len(parts) == 1, gates, cold_machine, n_gpus)
+    skipped = not_planned(parts, n_gpus)
+    print_plan(planned, budget, args.tiny, n_gpus, skipped)
     sampler = GpuSampler(started)
     if n_gpus:
         sampler.thread.start()
@@ -984,13 +1050,22 @@ def main(argv: list[str] | None = None) -> int:
         "plan": [[f"{j} (GPUs {g or '-'})" for j, g, _, _ in lane] for lane in plan],
         "plan_estimates": planned,
         "gates": gates,
-        "estimate_assumptions": {"cold_bucket_s": COLD_BUCKET_S, "load_bucket_s": LOAD_BUCKET_S, "buckets": BUCKETS},
+        "estimate_assumptions": (
+            {"cold_bucket_s": ONE_GPU_COLD_BUCKET_S, "load_bucket_s": LOAD_BUCKET_S, "buckets": 1, "env": ONE_GPU_ENV}
+            if n_gpus == 1
+            else {"cold_bucket_s": COLD_BUCKET_S, "load_bucket_s": LOAD_BUCKET_S, "buckets": BUCKETS}
+        ),
+        "not_planned": skipped,
         "compile_caches_at_start": compile_caches(cache),
     }
 
     def write(final: bool = False) -> list[dict[str, str]]:
         with write_lock:
             rows = rows_of(results, work, n_gpus, jobs if final else list(results))
+            rows += [
+                {"part": j, "what": "status", "result": f"not planned: {why}", "target": ""}
+                for j, why in skipped.items()
+            ]
             report = {
                 **base,
                 "seconds": round(time.monotonic() - started, 1),
@@ -1043,12 +1118,14 @@ def main(argv: list[str] | None = None) -> int:
                 for other in after:
                     runner.wait_for(ended[other])
                 env = {"TORCHINDUCTOR_CACHE_DIR": cache, **gate_env(job, gates, work)}
+                if n_gpus == 1:
+                    env.update(ONE_GPU_ENV)
                 if n_gpus:
                     env["CUDA_VISIBLE_DEVICES"] = visible
                 # A part run alone has the whole budget; among others, its share leaves the later jobs theirs.
                 limit = min(share * budget if len(parts) > 1 else budget, runner.left())
                 now = time.monotonic() - started
-                need = gated_end(job, now, gates, cold_machine) - now
+                need = gated_end(job, now, gates, cold_machine, n_gpus) - now
                 cap = f"{limit:.0f} s" if math.isfinite(limit) else "no limit"
                 print(
                     f"[{time.monotonic() - started:5.0f} s] {job}: starting on GPUs {visible or '-'} with {cap}"

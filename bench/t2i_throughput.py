@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
@@ -49,6 +50,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from t2i_phases import PhaseClock, instrumented  # noqa: E402
 
 # Stable Diffusion 1.5 component configurations (runwayml/stable-diffusion-v1-5), written out so no download
 # is needed.
@@ -429,6 +432,12 @@ def main() -> None:
         action="store_true",
         help="time the default path's first batch again in a fresh process (warm compile cache)",
     )
+    ap.add_argument(
+        "--phases",
+        action="store_true",
+        help="time the request path's steps in the timed rounds (validate, pipeline, decode, store; see "
+        "bench/t2i_phases.py)",
+    )
     ap.add_argument("--warm-start", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--json", default=None, help="also write the numbers to this JSON file")
@@ -541,12 +550,16 @@ def main() -> None:
             late_before = stats().get("late_compiles", 0)
             batcher = get_batcher(gen.device)
             before = len(batcher.stats.sizes)
-            sync(device)
-            t0 = time.perf_counter()
-            for _ in range(args.rounds):
-                ids = asyncio.run(round_(args.steps))
-            sync(device)
-            ours_s = time.perf_counter() - t0
+            clock = PhaseClock() if args.phases else None
+            with instrumented(clock) if clock else contextlib.nullcontext():
+                sync(device)
+                t0 = time.perf_counter()
+                for _ in range(args.rounds):
+                    ids = asyncio.run(round_(args.steps))
+                sync(device)
+                ours_s = time.perf_counter() - t0
+            if clock:
+                results[f"{variant}.phases"] = clock.report(ours_s, args.rounds * args.n)
         except Exception as exc:  # noqa: BLE001 - a variant that cannot run here (no torchao, no Hopper) is reported
             results[f"{variant}.error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
             print(f"{variant}: failed: {results[f'{variant}.error']}", flush=True)

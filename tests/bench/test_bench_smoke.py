@@ -54,6 +54,44 @@ def test_t2i_throughput_tiny_prints_images_per_second() -> None:
     assert re.search(rf"\| eager \| {NUMBER} \| {NUMBER}x \|", out)
 
 
+def test_t2i_throughput_phases_time_each_step_of_the_request_path(tmp_path: Path) -> None:
+    out_json = tmp_path / "t2i.json"
+    run_bench(
+        "bench/t2i_throughput.py",
+        *("--tiny", "--variants", "eager", "--n", "3", "--rounds", "1", "--steps", "2", "--baseline-n", "1"),
+        *("--phases", "--json", str(out_json)),
+    )
+    phases = json.loads(out_json.read_text())["eager.phases"]
+    assert phases["images"] == 3 and phases["validate"]["calls"] == 3 and phases["store"]["calls"] == 3
+    assert phases["pipeline"]["calls"] >= 1 and phases["pipeline"]["wall_s"] > 0
+    assert phases["png_kb_per_image"] > 0
+    # Each step's wall time lies within the round's.
+    assert all(phases[s]["wall_s"] <= phases["round_s"] for s in ("validate", "pipeline", "decode", "store"))
+
+
+def test_overlapping_intervals_are_counted_once() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from t2i_phases import covered
+
+    assert covered([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)]) == 4.0
+    assert covered([(0.0, 4.0), (1.0, 2.0)]) == 4.0 and covered([]) == 0.0
+
+
+def test_t2i_ab_runs_the_bench_of_each_prepared_commit(tmp_path: Path) -> None:
+    # The bisection helper for a GPU call: each commit's tree prepared here, each bench run there, one table.
+    run_bench("bench/t2i_ab.py", "prepare", "HEAD", "--ab", str(tmp_path / "trees"))
+    (tree,) = sorted((tmp_path / "trees").iterdir())
+    assert (tree / "bench" / "t2i_throughput.py").is_file() and (tree / "tools" / "t2i").is_dir()
+    out = run_bench(
+        "bench/t2i_ab.py",
+        *("run", "--ab", str(tmp_path / "trees"), "--out", str(tmp_path / "out"), "--work", str(tmp_path / "w")),
+        *("--", "--tiny", "--steps", "2", "--n", "2"),
+    )
+    # On a CPU the compiled variant is refused: the table names the tree and the reason.
+    assert f"| {tree.name} | UnsupportedOptionError: accel='compile' needs a CUDA device" in out
+    assert (tmp_path / "out" / f"ab-{tree.name}.json").is_file()
+
+
 def test_grpo_step_tiny_prints_seconds_per_step() -> None:
     out = run_bench("bench/grpo_step.py", "--tiny")
     assert re.search(rf"GRPO step, 1 process\(es\): {NUMBER} s", out)
