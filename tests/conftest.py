@@ -42,6 +42,7 @@ XDIST_GROUPS = {
     "test_bench_smoke.py::test_scale_render_tiny_runs_the_local_and_ray_engines": "ray",
     "test_langgraph_dev.py": "langgraph_dev",
     "test_guard_langgraph_dev.py": "langgraph_dev",
+    "test_server_boundary_dev.py": "langgraph_dev",
 }
 WIDE_SCOPES = ("module", "class", "package", "session")
 TESTS = Path(__file__).resolve().parent
@@ -289,8 +290,9 @@ def langgraph_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Langg
     try:
         yield LanggraphServer(url, proc, log, home, images)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:  # a test may have stopped it to read what it writes as it stops
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)

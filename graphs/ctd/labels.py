@@ -46,16 +46,22 @@ class LabelSchema:
 
 
 def _parse(data: object, where: str) -> LabelSchema:
+    """The schema of a parsed labels.json; a `LabelSchemaError` names the file and the field that is wrong."""
     if not isinstance(data, dict) or set(data) - {"category", "rationale", "ratings"}:
         raise LabelSchemaError(f"{where}: expected an object with category, rationale and ratings only")
+    if not isinstance(data.get("category", False), bool):
+        raise LabelSchemaError(f"{where}: category: expected true or false")
+    raw_ratings = data.get("ratings") or {}
+    if not isinstance(raw_ratings, dict):
+        raise LabelSchemaError(f"{where}: ratings: expected {{NAME: [LOW, HIGH]}}")
     ratings: dict[str, tuple[int, int]] = {}
-    for name, bounds in (data.get("ratings") or {}).items():
+    for name, bounds in raw_ratings.items():
         ok = isinstance(bounds, list) and len(bounds) == 2 and all(type(b) is int for b in bounds)
         if not ok or bounds[0] > bounds[1]:
             raise LabelSchemaError(f"{where}: ratings.{name}: expected [LOW, HIGH], two whole numbers")
         ratings[str(name)] = (bounds[0], bounds[1])
     rationale = data.get("rationale", "never")
-    if rationale not in RATIONALE_RULES:
+    if not isinstance(rationale, str) or rationale not in RATIONALE_RULES:
         raise LabelSchemaError(f"{where}: rationale: expected one of {', '.join(RATIONALE_RULES)}")
     return LabelSchema(category=bool(data.get("category", False)), rationale=rationale, ratings=ratings)
 

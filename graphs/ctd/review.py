@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
+from graphs.ctd.review_tokens import CHECKED, checked_reviewer
 from graphs.ctd.rules import ReviewPolicy, review_outcome
 from tools.review_log import append_records, read_records, review_lock
 from tools.reviewers import ReviewerAuthError, authenticate
@@ -50,14 +51,20 @@ def authenticated_answers(
     """One Studio resume value (an answer or a list of them) as (answer, reviewer, role) triples. With a reviewers
     file (`people`) each answer must carry its reviewer's `token`, and the name is the file's (a `reviewer` field
     is ignored); without one (single-user mode) the answer's `reviewer` is a label, else `default_name`, role
-    `local`. The token never leaves this function. A bad decision or token is a ValueError naming it."""
+    `local`. The token never leaves this function. Under the graph server the served app checked the token as
+    the request arrived and left the reviewer in its place (`graphs.ctd.review_tokens`). A bad decision or token
+    is a ValueError naming it."""
     answers = [
         a if isinstance(a, dict) else {"decision": a} for a in (answer if isinstance(answer, list) else [answer])
     ]
     parse_reviews(answers)
     out: list[tuple[dict[str, Any], str, str]] = []
     for a in answers:
-        clean = {k: v for k, v in a.items() if k not in ("token", "reviewer")}
+        clean = {k: v for k, v in a.items() if k not in ("token", "reviewer", CHECKED)}
+        checked = checked_reviewer(a, people)
+        if checked is not None:
+            out.append((clean, *checked))
+            continue
         if people is None:
             out.append((clean, str(a.get("reviewer") or default_name)[:200], LOCAL))
             continue

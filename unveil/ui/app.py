@@ -60,14 +60,16 @@ async def guard_requests(request: Request, call_next: CallNext) -> Response:
 
 
 async def with_session(request: Request, call_next: CallNext) -> Response:
-    """Run the request with its session (a new one when its cookie names none), whose id the routes read from the
-    scope; a new or changed id (sign-in) goes back as an HttpOnly, SameSite=Strict cookie of ASCII characters."""
+    """Run the request with its stored session, if its cookie names one, whose id the routes read from the scope;
+    a route that stores something in a request without one makes it (`Ui.kept_session`), and a new or changed id
+    (sign-in) goes back as an HttpOnly, SameSite=Strict cookie of ASCII characters. A request that stores
+    nothing makes no session, so requests without a cookie cannot crowd the signed-in sessions out."""
     ui: Ui = request.app.state.ui
-    sid, new = ui.session_id(request)
+    sid = ui.session_id(request)
     request.scope[SESSION_COOKIE] = sid
     response: Response = await call_next(request)
-    now = str(request.scope.get(SESSION_COOKIE))
-    if new or now != sid:
+    now = str(request.scope.get(SESSION_COOKIE) or "")
+    if now and now != sid:
         response.set_cookie(SESSION_COOKIE, now, httponly=True, samesite="strict")
     return response
 

@@ -9,6 +9,7 @@ Each router reaches the state of the app that serves the request (`ui_of`), neve
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import secrets
 import urllib.parse
 from collections import OrderedDict
@@ -30,7 +31,7 @@ from unveil.ui.sources.common import ImageIndex, PageSource
 
 HERE = Path(__file__).resolve().parent
 SESSION_COOKIE = "unveil_session"
-MAX_SESSIONS = 10_000  # the oldest session is forgotten beyond this (its browser signs in again)
+MAX_SESSIONS = 10_000  # beyond this the oldest anonymous session is forgotten first, then the oldest signed-in one
 LIST_PAGE_SIZE = 100  # rows of the detections table and of the review sidebar per page
 FILTER_TEXT_MAX = 200  # characters kept of the free-text filters (search words, reviewer name)
 FLASHES = {
@@ -60,6 +61,7 @@ class Session:
 
     reviewer: str = ""
     role: str = ""  # "" signed out; reviewer or adjudicator when signed in (reviewers file); unused otherwise
+    token_sha256: str = ""  # the digest of the token signed in with: a new token for the reviewer ends the session
     flash: str = ""
     undo: tuple[str, int] | None = None
     conflict: str | None = None
@@ -111,32 +113,49 @@ class Ui:
         path = self.reviewers_file
         return load_reviewers(path) if path is not None else None
 
-    def session_id(self, request: Request) -> tuple[str, bool]:
-        """The request's session id, and whether it is new (the caller sets its cookie)."""
+    def session_id(self, request: Request) -> str:
+        """The id of the request's stored session, or "" when its cookie names none (nothing is stored for a
+        request until a route keeps something: `kept_session`)."""
         sid = request.cookies.get(SESSION_COOKIE, "")
         if sid in self.sessions:
             self.sessions.move_to_end(sid)
-            return sid, False
-        return self.new_session(), True
+            return sid
+        return ""
 
     def new_session(self, session: Session | None = None) -> str:
-        """A new random session id holding `session` (a fresh one by default)."""
+        """A new random session id holding `session` (a fresh one by default). Beyond `MAX_SESSIONS` the oldest
+        anonymous session goes first, so a flood of requests without a cookie cannot sign anyone out."""
         sid = secrets.token_urlsafe(32)
         self.sessions[sid] = session or Session()
         while len(self.sessions) > MAX_SESSIONS:
-            self.sessions.popitem(last=False)
+            anonymous = next((k for k, v in self.sessions.items() if not v.role), None)
+            if anonymous is None:
+                self.sessions.popitem(last=False)
+            else:
+                del self.sessions[anonymous]
         return sid
 
     def session(self, request: Request) -> Session:
-        """The session of `request` (the middleware gave every request one)."""
-        return self.sessions.setdefault(str(request.scope.get(SESSION_COOKIE, "")), Session())
+        """The session of `request` to read: its stored one, else an empty one that is not kept (a request that
+        stores something asks for `kept_session`)."""
+        return self.sessions.get(str(request.scope.get(SESSION_COOKIE, "")), None) or Session()
+
+    def kept_session(self, request: Request) -> Session:
+        """The session of `request` to store something in: its stored one, else a new one (the middleware then
+        sends its id as a cookie)."""
+        sid = str(request.scope.get(SESSION_COOKIE, ""))
+        if sid not in self.sessions:
+            sid = self.new_session()
+            request.scope[SESSION_COOKIE] = sid
+        return self.sessions[sid]
 
     def reviewer(self, request: Request) -> str:
         """The reviewer's name: with a reviewers file the signed-in reviewer's ("" when signed out), else the name
         set on the page, else the app's default."""
         session = self.session(request)
-        if self.people() is not None:
-            return session.reviewer if session.role else ""
+        people = self.people()
+        if people is not None:
+            return session.reviewer if self.signed_in_entry(session, people) is not None else ""
         return session.reviewer or self.default_reviewer
 
     def actor(self, request: Request) -> tuple[str, str]:
@@ -147,11 +166,30 @@ class Ui:
         if people is None:
             return self.reviewer(request), "local"
         session = self.session(request)
-        entry = people.get(session.reviewer) if session.role else None
+        entry = self.signed_in_entry(session, people)
         if entry is None:
-            session.role = ""
             raise HTTPException(401, "Sign in with your reviewer token first (/signin).")
         return session.reviewer, str(entry.get("role", "reviewer"))
+
+    def require_reader(self, request: Request) -> None:
+        """With a reviewers file, only a signed-in reviewer reads the folder's pages, images and calls (401
+        otherwise); in single-user mode anyone who reaches the app does."""
+        people = self.people()
+        if people is not None and self.signed_in_entry(self.session(request), people) is None:
+            raise HTTPException(401, "Sign in with your reviewer token first (/signin).")
+
+    @staticmethod
+    def signed_in_entry(session: Session, people: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+        """The reviewers-file entry of the session's reviewer while it still holds the token they signed in with;
+        None (and the session signed out) when nobody is signed in, the reviewer was removed, or their token was
+        replaced (`unveil reviewers add DIR NAME --new-token` ends the sessions of the old one)."""
+        entry = people.get(session.reviewer) if session.role else None
+        digest = str((entry or {}).get("token_sha256", ""))
+        if entry is None or not hmac.compare_digest(digest.encode(), session.token_sha256.encode()):
+            if session.role:
+                session.reviewer, session.role, session.token_sha256 = "", "", ""
+            return None
+        return entry
 
     def sign_in(self, request: Request, token: str) -> tuple[str, Reviewer]:
         """A new session for the reviewer `token` belongs to (a new id, so an id known before sign-in is worth
@@ -161,7 +199,9 @@ class Ui:
             raise ReviewerAuthError("this folder has no reviewers file: no sign-in needed")
         who = authenticate(people, token)
         self.sessions.pop(str(request.scope.get(SESSION_COOKIE, "")), None)
-        return self.new_session(Session(reviewer=who.name, role=who.role, flash=FLASHES["signed_in"])), who
+        digest = str(people[who.name]["token_sha256"])
+        signed_in = Session(reviewer=who.name, role=who.role, token_sha256=digest, flash=FLASHES["signed_in"])
+        return self.new_session(signed_in), who
 
     def not_saved(self, request: Request, exc: Exception, *, back: str = "/review") -> HTMLResponse:
         """The answer to a change that could not be written: 503 (with `Retry-After`) when the folder was busy and

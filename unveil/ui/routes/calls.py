@@ -16,7 +16,9 @@ router = APIRouter()
 
 @router.get("/calls", response_class=HTMLResponse)
 async def calls_page(request: Request, id: str, ui: UiDep) -> HTMLResponse:
-    """The calls of the sample `id` of the opened file, in order."""
+    """The calls of the sample `id` of the opened file, in order; with a reviewers file, for a signed-in reviewer
+    only (401)."""
+    ui.require_reader(request)
     rec = await asyncio.to_thread(request.app.state.source.index.get, id)
     if not isinstance(rec, dict):
         raise HTTPException(404, f"no sample {id!r} in this file")

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import RedirectResponse, StreamingResponse
 
 from unveil.ui.pages import UiDep
@@ -36,9 +36,10 @@ def _chunks(fh: BinaryIO, size: int) -> Iterator[bytes]:
 
 
 @router.get("/images/{image_id}")
-async def image(image_id: str, ui: UiDep) -> StreamingResponse:
+async def image(request: Request, image_id: str, ui: UiDep) -> StreamingResponse:
     """A stored image by its id, streamed; anything not a regular file in an allowed store, under the image
-    size cap and hashing to its id, is 404."""
+    size cap and hashing to its id, is 404. With a reviewers file, for a signed-in reviewer only (401)."""
+    ui.require_reader(request)
     opened = await asyncio.to_thread(ui.images.open_file, image_id)
     if opened is None:
         raise HTTPException(404, "no such image in the store")

@@ -117,10 +117,19 @@ async def review(
         flash=last["flash"],
         assigned=assignment.of(current_id) if assignment is not None and current_id else [],
         guidelines=await asyncio.to_thread(ctd.guidelines),
-        schema=await asyncio.to_thread(ctd.label_schema),
+        **await _schema_of(ctd),
         category_choices=CATEGORIES,
         **_queue_facts(ui, ctd, rows, request),
     )
+
+
+async def _schema_of(ctd: CtdSource) -> dict[str, Any]:
+    """The folder's label schema for the page, or, when its `labels.json` cannot be used, no schema and the error
+    naming the file and field (shown on the page; decisions wait until it is fixed)."""
+    try:
+        return {"schema": await asyncio.to_thread(ctd.label_schema), "schema_error": ""}
+    except LabelSchemaError as exc:
+        return {"schema": None, "schema_error": str(exc)}
 
 
 async def _skipped_flash(ctd: CtdSource, sample_id: str) -> str:
@@ -168,8 +177,12 @@ async def decide(
     if decision not in ("approve", "reject", "note", "send_back"):
         raise HTTPException(400, "decision must be approve, reject, send_back or note")
     actor = ui.actor(request)
-    session = ui.session(request)
-    labels = await _labels_of(request, ctd)
+    session = ui.kept_session(request)
+    try:
+        labels = await _labels_of(request, ctd)
+    except LabelSchemaError as exc:  # a labels.json that cannot be read: nothing is decided until it is fixed
+        session.flash = f"Not saved: {exc}"
+        return RedirectResponse(f"/review?{f.query(id=id)}", 303)
     if decision == "send_back":  # a rejection whose note goes back to the Eraser
         decision, labels = "reject", {**labels, "send_back": True}
     assignment = await asyncio.to_thread(ctd.assignment)
@@ -244,11 +257,11 @@ async def bulk(
     except (DatasetBusyError, ReviewWriteError) as exc:
         return ui.not_saved(request, exc, back=f"/review?{f.query()}")
     except LabelSchemaError as exc:
-        ui.session(request).flash = f"Nothing saved: {exc}"
+        ui.kept_session(request).flash = f"Nothing saved: {exc}"
         return RedirectResponse(f"/review?{f.query()}", 303)
     done = counts["approved"] + counts["rejected"] + counts["pending"]
     already, rest = counts["already"], len(chosen) - done - counts["already"]
-    ui.session(request).flash = (
+    ui.kept_session(request).flash = (
         f"{'Approved' if decision == 'approve' else 'Rejected'} {done} of {len(chosen)} selected"
         + (f"; {counts['pending']} of them wait for more reviewers" if counts["pending"] else "")
         + (f"; {already} already judged by you, not counted again" if already else "")
@@ -284,28 +297,32 @@ async def undo(
         flash = FLASHES["override" if entry.get("override") else "undone"]
     else:
         flash = FLASHES["refused" if counts.get("refused") else "already"]
-    ui.session(request).flash = flash
+    ui.kept_session(request).flash = flash
     return RedirectResponse(f"/review?{f.query(id=id)}", status_code=303)
 
 
 @router.post("/review/export")
 async def export(request: Request, ui: UiDep, ctd: CtdDep) -> Response:
-    """Write the Parquet export (DIR/export/data.parquet)."""
+    """Write the Parquet export (DIR/export/data.parquet); with a reviewers file, for a signed-in reviewer only."""
     await ui.check_csrf(request)
+    ui.actor(request)
     async with review_lock_async(ctd.root):  # the views' pending rewrite, under the lock waited for here
         await asyncio.to_thread(ctd.views.flush)
     try:
         out = await asyncio.to_thread(ctd.export)
     except Exception as exc:
         raise HTTPException(500, f"export failed: {type(exc).__name__}: {exc}") from exc
-    session = ui.session(request)
+    session = ui.kept_session(request)
     session.flash, session.exported = FLASHES["exported"], str(out)
     return RedirectResponse("/review", 303)
 
 
 @router.get("/reviewers", response_class=HTMLResponse)
 async def reviewers_page(request: Request, ui: UiDep, ctd: CtdDep) -> HTMLResponse:
-    """Who reviewed what, and how much reviewers agree per category (Fleiss' and Cohen's kappa)."""
+    """Who reviewed what, and how much reviewers agree per category (Fleiss' and Cohen's kappa); with a
+    reviewers file, for a signed-in reviewer only."""
+    if ui.people() is not None and not ui.reviewer(request):
+        return RedirectResponse("/signin", 303)  # type: ignore[return-value]
     rows = await asyncio.to_thread(ctd.rows)
     return ui.page(
         request,
@@ -324,7 +341,7 @@ async def set_reviewer(request: Request, ui: UiDep, name: str = Form(...), back:
     if ui.people() is not None:
         raise HTTPException(403, "This folder has a reviewers file: your name is the one your token signs in as.")
     local = back.startswith("/") and not back.startswith("//") and "\\" not in back  # no open redirect
-    session = ui.session(request)
+    session = ui.kept_session(request)
     session.reviewer, session.flash = name.strip()[:200] or ui.default_reviewer, FLASHES["reviewer"]
     return RedirectResponse(back if local else "/", 303)
 
@@ -354,6 +371,7 @@ async def signin(request: Request, ui: UiDep, ctd: CtdDep, token: str = Form("")
 async def signout(request: Request, ui: UiDep) -> Response:
     """End the session's sign-in."""
     await ui.check_csrf(request)
-    session = ui.session(request)
-    session.reviewer, session.role, session.flash = "", "", FLASHES["signed_out"]
+    session = ui.kept_session(request)
+    session.reviewer, session.role, session.token_sha256 = "", "", ""
+    session.flash = FLASHES["signed_out"]
     return RedirectResponse("/signin" if ui.people() is not None else "/", 303)
