@@ -63,7 +63,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point."""
+    """Entry point. Everything a command prints, its errors included, is made safe for a terminal
+    (`tools.terminal_text`): samples, ids and job names may hold escape sequences."""
+    from tools.terminal_text import safe_terminal_output
+
+    with safe_terminal_output():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
