@@ -35,6 +35,22 @@ def test_a_device_as_input_is_refused_not_read(tmp_path, capsys, device):
     assert device in err and "not a regular file" in err
 
 
+@pytest.mark.parametrize(
+    "job",
+    ['command = "evaluate ipr"\nprompts = "{}"', 'command = "evaluate detection"\ndataset = ["ctd:{}"]'],
+)
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_an_evaluation_dataset_that_is_not_a_regular_file_is_refused(tmp_path, capsys, job, kind):
+    """The evaluations' inputs are read by their loaders: `/dev/zero` as the prompts was a crash (exit 70)."""
+    target = Path("/dev/zero")
+    if kind == "fifo":
+        target = tmp_path / "data.jsonl"
+        os.mkfifo(target)
+    run_file = tmp_path / "run.toml"
+    run_file.write_text(f"[[jobs]]\n{job.format(target)}\n")
+    assert str(target) in _dry_run(run_file, capsys)
+
+
 def test_a_fifo_as_input_is_refused_without_waiting(tmp_path, capsys):
     fifo = tmp_path / "pairs.jsonl"
     os.mkfifo(fifo)  # nobody ever writes to it: a blocking open would wait for ever
