@@ -159,3 +159,24 @@ async def test_an_ordinary_answer_still_arrives(monkeypatch) -> None:
             role="vanilla_detector", spec=server.spec, schema=VanillaVerdict, messages=messages
         )
     assert result.value == VanillaVerdict(toxic=False, reason="fine")
+
+
+@pytest.mark.parametrize("mode", ["trickle-body", "huge-chunked"])
+def test_a_batch_against_such_a_server_ends_with_every_record_written(tmp_path, monkeypatch, mode: str) -> None:
+    """The issue's batch: 6 samples against a server that trickles (0 records after 240 s) or answers 1 MiB (over
+    the cap here; 1 GiB crashed the run with exit 70). Each sample fails on its own, with a record naming why."""
+    from unveil.cli import main
+
+    monkeypatch.setattr(http_limits, "MAX_ANSWER_BYTES", 256 * 1024)
+    monkeypatch.setenv("UNVEIL_MAX_RETRIES", "0")
+    src, out = tmp_path / "pairs.jsonl", tmp_path / "out.jsonl"
+    src.write_text(
+        "".join(json.dumps({"id": f"s{n}", "image_description": "a room", "text": "hi"}) + "\n" for n in range(6))
+    )
+    with HostileServer(mode) as server:
+        args = ["detect", "--method", "vanilla", "--input", str(src), "--output", str(out), "--model", server.spec]
+        assert main([*args, "--cache", "off", "--no-progress"]) == 2
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["id"] for r in records) == [f"s{n}" for n in range(6)]
+    said = "UNVEIL_REQUEST_TIMEOUT" if mode == "trickle-body" else "AnswerTooLargeError"
+    assert all(r["status"] == "failed" and said in r["error"] for r in records), records[0]
