@@ -143,3 +143,28 @@ def test_a_folder_every_user_may_write_to_is_not_used(cluster, monkeypatch, mode
     assert len(list(cluster.iterdir())) == 1 and "writable by every user" in caplog.text
     cluster.chmod(0o775)  # the cluster's own group may write: used
     assert _load(cluster).startswith("loaded 1 file(s)")
+
+
+class _Payload:
+    """A pickled object whose loading would run code: it makes a marker file."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):  # what pickle calls when it loads the object
+        return (Path.write_text, (self.marker, "ran"))
+
+
+@pytest.mark.parametrize("writer", ["pickle", "torch.save"])
+def test_a_pickle_planted_at_an_artefact_name_is_refused_unread(cluster, tmp_path, caplog, writer):
+    """torch.save's and pickle's files are not artefact files: refused by the format check, nothing unpickled."""
+    import pickle
+
+    marker = tmp_path / "marker"
+    path = cluster / f"{_artefact_prefix(MODEL)}-intruder-1.bin"
+    if writer == "pickle":
+        path.write_bytes(pickle.dumps(_Payload(marker)))
+    else:
+        torch.save({"x": _Payload(marker)}, path)
+    assert "1 unreadable" in _load(cluster)
+    assert not marker.exists() and "not an artefact file" in caplog.text
