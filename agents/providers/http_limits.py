@@ -24,6 +24,7 @@ from typing import TypeVar
 import httpx
 
 from tools.errors import UnveilError
+from tools.redact import redact_url
 
 # The largest answer body read: a chat answer is text, a few KB to a few hundred (a long structured answer); 32 MiB
 # is far above any and far below what hurts a machine.
@@ -41,8 +42,13 @@ class AnswerTooLargeError(UnveilError, ValueError):
     """A model server's answer is over `MAX_ANSWER_BYTES`, or compressed though an uncompressed one was asked for."""
 
 
+def _where(url: object) -> str:
+    """A server's URL as errors name it: its credentials redacted (the errors are kept in failure records)."""
+    return redact_url(str(url))
+
+
 def _late(url: object, seconds: float) -> str:
-    return f"model server {url}: no whole answer within the {seconds:g} s deadline ({TIMEOUT_ENV})"
+    return f"model server {_where(url)}: no whole answer within the {seconds:g} s deadline ({TIMEOUT_ENV})"
 
 
 async def within_deadline(call: Awaitable[T], seconds: float | None, what: str) -> T:
@@ -75,7 +81,8 @@ class _LimitedBody(httpx.AsyncByteStream):
                 raise AnswerDeadlineError(_late(self.request.url, self.seconds), request=self.request) from exc
             size += len(chunk)
             if size > MAX_ANSWER_BYTES:
-                raise AnswerTooLargeError(f"model server {self.request.url}: answer over {MAX_ANSWER_BYTES:,} bytes")
+                where = _where(self.request.url)
+                raise AnswerTooLargeError(f"model server {where}: answer over {MAX_ANSWER_BYTES:,} bytes")
             yield chunk
 
     async def aclose(self) -> None:
@@ -119,4 +126,4 @@ def check_answer(response: httpx.Response) -> None:
         problem = f"answer compressed ({encoding}) though an uncompressed one was asked for"
     else:
         return
-    raise AnswerTooLargeError(f"model server {response.request.url}: {problem}")
+    raise AnswerTooLargeError(f"model server {_where(response.request.url)}: {problem}")
