@@ -52,11 +52,13 @@ class SafeTextStream:
 
 @contextlib.contextmanager
 def safe_terminal_output() -> Iterator[None]:
-    """Within the block, `sys.stdout` and `sys.stderr` write only `terminal_safe` text (not wrapped twice)."""
+    """Within the block, `sys.stdout` and `sys.stderr` write only `terminal_safe` text (not wrapped twice, and
+    restored after)."""
     saved = sys.stdout, sys.stderr
-    if not isinstance(sys.stdout, SafeTextStream):
+    # None (a process without a console) stays None: print() skips it, a wrapper around it would fail.
+    if sys.stdout is not None and not isinstance(sys.stdout, SafeTextStream):
         sys.stdout = SafeTextStream(sys.stdout)
-    if not isinstance(sys.stderr, SafeTextStream):
+    if sys.stderr is not None and not isinstance(sys.stderr, SafeTextStream):
         sys.stderr = SafeTextStream(sys.stderr)
     try:
         yield

@@ -74,3 +74,12 @@ def test_a_progress_bar_keeps_its_leading_carriage_return(capsys):
     stream.write("\r 50%|#####     | 5/10")
     stream.write("a\rb")
     assert capsys.readouterr().out == "\r 50%|#####     | 5/10a\\u000db"
+
+
+def test_a_process_without_a_console_still_prints_nothing(monkeypatch):
+    from tools.terminal_text import safe_terminal_output
+
+    monkeypatch.setattr(sys, "stdout", None)
+    with safe_terminal_output():
+        print("\x1b[2J nothing to print to")  # print() skips a None stdout; a wrapper around it would fail
+        assert sys.stdout is None
