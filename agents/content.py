@@ -45,7 +45,18 @@ _INVISIBLE = r"[\x00-\x08\x0e-\x1f\x7f\u00ad\u034f\u180e\u200b-\u200f\u202a-\u20
 # Cherokee A) stands for either.
 _EITHER = "\ue000"
 _NAME = _INVISIBLE.join((f"[d\uff44{_EITHER}]", f"[a\uff41{_EITHER}]", "[t\uff54]", f"[a\uff41{_EITHER}]"))
-_TAG = re.compile(f"{_OPEN}{_GAP}(?P<slash>{_SLASH})?{_GAP}(?={_NAME})", re.IGNORECASE)
+# Anything a reader could take for the `>` that ends a tag: the ASCII bracket, its entities and escapes, and
+# look-alike brackets (fullwidth, small, single angle quotation mark, angle brackets).
+_CLOSE = r"(?:>|&gt;?|&#0*62;?|&#x0*3e;?|\\u003e|\\x3e|\uff1e|\ufe65|\u203a|\u232a|\u3009|\u27e9)"
+# A bracket that opens a tag: `<`, optional gap, optional slash, optional gap, then either the tag name `data` in
+# any case (no `>` needed), or anything up to a `>` with no other bracket between: `</𛰍ata>`, `</dᴁta>`,
+# `</dat a>` and every other spelling of `</data>` with something more, less or else inside. The class is closed
+# by its shape, not by a list of look-alikes: whatever stands between the brackets, the opening one is escaped
+# (unless a backslash follows it: the escape's own `<\\`, left as it is, so escaping twice changes nothing).
+_TAG = re.compile(
+    f"{_OPEN}{_GAP}(?P<slash>{_SLASH})?{_GAP}(?=(?:{_NAME})|(?!\\\\)(?:(?!{_OPEN}|{_CLOSE}).)*{_CLOSE})",
+    re.IGNORECASE | re.DOTALL,
+)
 
 
 # Look-alikes of the delimiter's characters that neither compatibility decomposition nor their Unicode names fold
@@ -58,6 +69,7 @@ _CONFUSABLES = {
     **dict.fromkeys("\u0442\u0422\u13a2\ua4d4\u22a4\u27d9\u2ca6", "t"),
     **dict.fromkeys("\u2039\u3008\u27e8\u1438\u02c2\u276e\u276c\u2329\u29fc\u1445", "<"),
     **dict.fromkeys("\u2215\u2044\u2571\u29f8\u141f\u3033\u30ce\u4e3f\u2cc6\u01c0", "/"),
+    **dict.fromkeys("\u203a\u3009\u27e9\u1433\u02c3\u276f\u276d\u232a\u29fd", ">"),
 }
 # A letter of the delimiter by its name, in any script and with any decoration: `LATIN SMALL LETTER D WITH
 # STROKE` (đ), `LATIN LETTER SMALL CAPITAL D`, `GREEK SMALL LETTER ALPHA WITH TONOS`, `COMBINING LATIN SMALL
@@ -80,6 +92,8 @@ def _named_look_alike(char: str) -> str | None:
         return _LETTERS[letter.group("letter")]
     if "LESS-THAN" in name or ("LEFT" in name and ("ANGLE" in name or "CHEVRON" in name)):
         return "<"
+    if "GREATER-THAN" in name or ("RIGHT" in name and ("ANGLE" in name or "CHEVRON" in name)):
+        return ">"
     if ("SOLIDUS" in name and "REVERSE" not in name) or ("SLASH" in name and "BACK" not in name):
         return "/"
     return None
@@ -99,7 +113,7 @@ def _fold(char: str, tags_as_ascii: bool = False) -> str:
         return chr(code) if tags_as_ascii and 0x20 <= code < 0x7F else ""
     look_alike = _CONFUSABLES.get(char) or _named_look_alike(char)
     invisible = unicodedata.category(char) in _INVISIBLE_CATEGORIES or char in _IGNORABLE_LETTERS
-    if look_alike is not None and not (invisible and look_alike in "</"):
+    if look_alike is not None and not (invisible and look_alike in "</>"):
         return look_alike  # a combining letter d is a d; a combining solidus overlay or angle is no sign
     if invisible:
         return ""
@@ -108,21 +122,23 @@ def _fold(char: str, tags_as_ascii: bool = False) -> str:
     parts = unicodedata.normalize("NFKD", char)
     if parts == char:
         return char
-    return "".join(_fold(part, tags_as_ascii) for part in parts)
+    folded = "".join(_fold(part, tags_as_ascii) for part in parts)
+    # Only a real backslash after a bracket marks the escape's own `<\\` (left as it is); a look-alike does not.
+    return char if folded == "\\" else folded
 
 
 def _tag_spans(text: str, tags_as_ascii: bool) -> list[tuple[int, int, bool]]:
     """(start, end, closing) in `text` of every bracket that opens a `data` tag once each character is folded."""
-    folded: list[str] = []
-    origin: list[int] = []  # index in `text` of the character each folded character comes from
-    for i, char in enumerate(text):
-        f = _fold(char, tags_as_ascii)
-        folded.append(f)
-        origin.extend([i] * len(f))
-    origin.append(len(text))
+    pieces = [char if char.isascii() else _fold(char, tags_as_ascii) for char in text]
+    folded = "".join(pieces)
+    origin: Sequence[int]
+    if len(folded) == len(text) and all(len(p) == 1 for p in pieces):
+        origin = range(len(text) + 1)  # one folded character per character: the common case, no table to build
+    else:  # index in `text` of the character each folded character comes from
+        origin = [i for i, p in enumerate(pieces) for _ in p] + [len(text)]
     return [
         (origin[m.start()], max(origin[m.end()], origin[m.start()] + 1), bool(m.group("slash")))
-        for m in _TAG.finditer("".join(folded))
+        for m in _TAG.finditer(folded)
     ]
 
 

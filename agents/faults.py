@@ -11,6 +11,7 @@ import asyncio
 from langchain_core.messages import BaseMessage
 
 from agents.answers import answer_error
+from agents.providers.http_limits import AnswerDeadlineError, AnswerTooLargeError
 from agents.providers.registry import TEXT_ONLY_ENV
 from tools.errors import UnveilError
 from tools.redact import redact_secrets
@@ -53,9 +54,23 @@ class ImagesUnsupportedError(ModelCallError):
 
 
 def describe(exc: BaseException) -> str:
-    """An error as one short line, with any credentials a client or server put in it redacted."""
+    """An error as one short line, with any credentials a client or server put in it redacted; a client library's
+    error that wraps an answer's deadline or size cap (`Request timed out.`, `Connection error.`) says which."""
+    exc = limit_cause(exc) or exc
     # Never echo credentials that a client library or a server may have put in a message.
     return redact_secrets(f"{type(exc).__name__}: {exc}")[:500]
+
+
+def limit_cause(exc: BaseException) -> BaseException | None:
+    """The answer deadline or size cap (`agents.providers.http_limits`) behind `exc`, if one is among its causes."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a client wraps it once or twice; the bound only guards against a cycle
+        if seen is None:
+            return None
+        if isinstance(seen, (AnswerDeadlineError, AnswerTooLargeError)):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def status_of(exc: BaseException) -> int | None:
@@ -73,7 +88,11 @@ _TRANSIENT_NAMES = ("Timeout", "Connection", "RateLimit", "ServiceUnavailable", 
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Faults worth retrying: rate limits, server errors, timeouts, dropped connections."""
+    """Faults worth retrying: rate limits, server errors, timeouts, dropped connections; not an answer over the size
+    cap (the server would send it again)."""
+    limit = limit_cause(exc)
+    if limit is not None:
+        return isinstance(limit, AnswerDeadlineError)
     status = status_of(exc)
     if status is not None:
         return status in TRANSIENT_STATUS

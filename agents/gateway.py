@@ -37,9 +37,12 @@ from agents.faults import (
     is_images_unsupported,
     is_method_unsupported,
     is_transient,
+    limit_cause,
     retry_after,
 )
 from agents.limits import BackendLimits, check_limits
+from agents.providers.http_limits import within_deadline
+from agents.providers.langchain_api import call_deadline
 from agents.providers.profiles import METHOD_ORDER, SharedState, provider_profile
 from agents.providers.registry import TEXT_ONLY_ENV, create_chat_model, model_fingerprint, supports_images
 from agents.spec import ModelSpec, as_model_spec
@@ -227,7 +230,7 @@ class Gateway:
             try:
                 async with self.limits.slot(spec.backend):
                     started = time.monotonic()
-                    out = await model.ainvoke(messages)
+                    out = await within_deadline(model.ainvoke(messages), call_deadline(spec), str(spec))
                     log.info("role %s (%s): answered in %.2fs", role, spec, time.monotonic() - started)
                     return out, attempt
             except Exception as exc:
@@ -237,7 +240,7 @@ class Gateway:
                 if is_method_unsupported(exc):
                     raise  # permanent for this backend: the caller falls back to another method, no retries burnt
                 if not is_transient(exc) or attempt >= self.settings.max_retries:
-                    if is_transient(exc) or attempt:
+                    if is_transient(exc) or attempt or limit_cause(exc):
                         raise ModelCallError(role, str(spec), exc, attempt + 1) from exc
                     raise
                 delay = retry_after(exc)

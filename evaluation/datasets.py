@@ -270,8 +270,8 @@ def load_prompts(
 ) -> list[BatchItem]:
     """Prompt samples from the I2P CSV or a JSONL split; optionally only some categories / the first N of each."""
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"prompts {str(path)!r}: file not found")
+    if not p.is_file():  # a device or a FIFO is no prompt file either: one error naming it, not a crash
+        raise DatasetFileNotFoundError(f"prompts {str(path)!r}: file not found")
     raw: list[tuple[str, dict[str, Any] | None, str | None]] = []
     if p.suffix.lower() == ".csv":
         with open(open_regular(p, what="prompts"), newline="", encoding="utf-8") as fh:  # regular files only

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.atomic_files import atomic_write_bytes, atomic_write_text
+from tools.export_text import csv_cell
 
 
 def _cell(value: object, digits: int = 4) -> str:
@@ -47,7 +48,7 @@ def write_csv(path: Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[s
     writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
+        writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else csv_cell(v)) for k, v in row.items()})
     atomic_write_text(path, buf.getvalue())
 
 

@@ -165,17 +165,43 @@ def server_base_urls(spec_fields: list[str]) -> list[str]:
 
 def check_base_url(name: str, url: str, allowed: list[str]) -> None:
     """Refuse (`ContextError` naming the field) a base URL that is not one of `allowed`: same scheme, host and port,
-    and a path at or below the allowed one (credentials are not compared)."""
+    and a path at or below the allowed one (credentials are not compared). Paths are compared normalised, as a
+    client or server resolves them (percent-escapes decoded, `.` and `..` applied): `/v1/../../admin` is `/admin`,
+    not below `/v1`; one that climbs above the root, or holds an encoded slash or a backslash (servers read those
+    differently), is refused."""
+    from urllib.parse import unquote
+
+    def normalised(segments: list[str]) -> list[str] | None:
+        out: list[str] = []
+        for raw in segments:
+            segment = raw
+            for _ in range(3):  # `%252e` is `%2e` to a server that decodes twice
+                segment = unquote(segment)
+            if "/" in segment or "\\" in segment or (segment == ".." and not out):
+                return None
+            if segment == "..":
+                out.pop()
+            elif segment not in (".", ""):
+                out.append(segment)
+        return out
+
     try:
-        scheme, host, port, path = _endpoint(url)
+        scheme, host, port, raw_path = _endpoint(url)
     except BadURLError as exc:
         raise ContextError(f"{name}: {exc}") from exc
+    path = normalised(raw_path)
+    if path is None:
+        raise ContextError(
+            f"{name}: base URL {redact_url(url)!r}: its path climbs above the root or holds an encoded slash or a "
+            "backslash"
+        )
     for entry in allowed:
         try:
-            a_scheme, a_host, a_port, a_path = _endpoint(entry)
+            a_scheme, a_host, a_port, a_raw = _endpoint(entry)
         except BadURLError:
             continue
-        if (scheme, host, port) == (a_scheme, a_host, a_port) and path[: len(a_path)] == a_path:
+        a_path = normalised(a_raw)
+        if a_path is not None and (scheme, host, port) == (a_scheme, a_host, a_port) and path[: len(a_path)] == a_path:
             return
     raise ContextError(
         f"{name}: base URL {redact_url(url)!r} is not one this server allows (a run's context may name only the "

@@ -45,7 +45,15 @@ from runner.output_identity import (
 from runner.spending import Spending
 from tools.atomic_files import atomic_write_text, exclusive_output, write_lock
 from tools.errors import ConfigurationError
-from tools.jsonl_files import MAX_LINE_BYTES, JsonlAppender, done_records, record_line, repair_tail
+from tools.jsonl_files import (
+    MAX_LINE_BYTES,
+    JsonlAppender,
+    done_records,
+    iter_lines,
+    parse_json_line,
+    record_line,
+    repair_tail,
+)
 from tools.safe_files import StorageError
 
 Worker = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -124,11 +132,13 @@ def forget_configuration_failures(path: Path, *, id_field: str = "id", kind: str
         return 0
     with write_lock(path):
         count = 0
-        for line in path.read_bytes().splitlines():
-            if not line.strip():
-                continue
+        # Line by line with the readers' cap (a 3 GiB line read whole was a MemoryError): a line over it is no
+        # such record, and ends the look like any other.
+        for _lineno, line in iter_lines(path):
+            if line is None:
+                return 0
             try:
-                rec = json.loads(line)
+                rec = parse_json_line(line)
             except ValueError:
                 return 0
             if not _configuration_failure(rec, id_field, kind):

@@ -21,6 +21,7 @@ from typing import Any
 from graphs.ctd.review import attempt_start, judged
 from graphs.ctd.rules import fleiss_kappa
 from runner.ctd_dataset import EXPORT, dataset_rows, is_usable, load_samples, record_problem
+from tools.export_text import csv_cell, markdown_inline
 from tools.extras import require_extra
 from tools.safe_files import atomic_write, atomic_writer
 
@@ -52,7 +53,8 @@ def write_extras(
     writer = csv.DictWriter(out, fieldnames=[c for c in columns], extrasaction="ignore")
     writer.writeheader()
     for r in rows:
-        writer.writerow({k: json.dumps(v) if isinstance(v, list) else v for k, v in r.items()})
+        # No cell a spreadsheet would compute: samples and categories come from models and editable files.
+        writer.writerow({k: csv_cell(json.dumps(v) if isinstance(v, list) else v) for k, v in r.items()})
     atomic_write(base, folder / CSV, out.getvalue().encode("utf-8"))
     atomic_write(base, folder / CARD, dataset_card(rows, records, reviewed).encode("utf-8"))
 
@@ -81,15 +83,17 @@ def dataset_card(rows: list[dict[str, Any]], records: list[dict[str, Any]], revi
     """The export's `README.md`: a YAML header for `datasets`, then the rows per category, the review rule and
     the agreement between reviewers (over every reviewed sample, rejected ones included) and the models of the
     exported samples."""
-    per_cat = Counter((r.get("category") or "?", int(r.get("label", 1))) for r in rows)
+    # Categories, specs and rules come from records anyone may edit: each kept to its own line, cell or code span.
+    per_cat = Counter((markdown_inline(str(r.get("category") or "?")), int(r.get("label", 1))) for r in rows)
     cats = sorted({c for c, _ in per_cat})
     table = "\n".join(f"| {c} | {per_cat[(c, 1)]} | {per_cat[(c, 0)]} |" for c in cats)
     rule, n_reviewers, settled = _review_facts(reviewed)
+    rule = markdown_inline(rule)
     labels = [list(judged(r.get("review_history") or [], attempt_start(r)).values()) for r in reviewed]
     kappa = fleiss_kappa(labels)
     multi = sum(1 for x in labels if len(x) >= 2)
     models = Counter(
-        f"{role}: `{spec}`"
+        f"{markdown_inline(str(role))}: `{markdown_inline(spec)}`"
         for r in records
         for role, spec in sorted((r.get("models") or {}).items())
         if isinstance(spec, str) and spec

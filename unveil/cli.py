@@ -25,6 +25,7 @@ EPILOG = (
     "its traceback) exits 70."
 )
 USAGE_EXIT = 1  # argparse's own is 2, which the batch commands use for "some samples failed"
+MAX_QUOTED = 1000  # characters of a usage error, which may quote a value
 BUG_EXIT = 70  # sysexits' EX_SOFTWARE: an error Unveil did not raise on purpose, so a script can tell it apart
 
 
@@ -32,8 +33,11 @@ class Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors exit 1 (see `EPILOG`); subcommand parsers inherit the class."""
 
     def error(self, message: str) -> NoReturn:
-        """Print the usage and the error, then exit with `USAGE_EXIT`."""
+        """Print the usage and the error (a value it quotes cut at `MAX_QUOTED` characters: a run file's values
+        reach the parser too), then exit with `USAGE_EXIT`."""
         self.print_usage(sys.stderr)
+        if len(message) > MAX_QUOTED:
+            message = message[:MAX_QUOTED] + "..."
         self.exit(USAGE_EXIT, f"{self.prog}: error: {message}\n")
 
 
@@ -59,7 +63,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point."""
+    """Entry point. Everything a command prints, its errors included, is made safe for a terminal
+    (`tools.terminal_text`): samples, ids and job names may hold escape sequences."""
+    from tools.terminal_text import safe_terminal_output
+
+    with safe_terminal_output():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)

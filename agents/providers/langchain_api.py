@@ -42,9 +42,16 @@ def custom_endpoint_key(spec: ModelSpec) -> str | None:
 
 
 def request_timeout() -> float | None:
-    """The client timeout per request in seconds (`UNVEIL_REQUEST_TIMEOUT`, default 120); a bad value raises
-    `SettingError` naming the variable (commands check it before their first sample)."""
+    """The deadline of one request to a model server in seconds, its whole answer included (`UNVEIL_REQUEST_TIMEOUT`,
+    default 120; `agents.providers.http_limits`); a bad value raises `SettingError` naming the variable (commands
+    check it before their first sample)."""
     return env_float("UNVEIL_REQUEST_TIMEOUT", 120.0, minimum=0, strict=True)
+
+
+def call_deadline(spec: ModelSpec) -> float | None:
+    """The deadline of one call to `spec`'s model (`request_timeout`), or None for a model run in this process or
+    its engine (no server to wait for: its own settings bound it)."""
+    return None if provider_profile(spec.provider).in_process else request_timeout()
 
 
 def build_chat_model(spec: ModelSpec, role: str, shared: SharedState) -> BaseChatModel:
@@ -63,10 +70,10 @@ def build_chat_model(spec: ModelSpec, role: str, shared: SharedState) -> BaseCha
     if provider_profile(provider).own_http_client:
         # An HTTP client of this model's own: langchain-openai's default one is cached process-wide and bound to the
         # first event loop, so a second `asyncio.run` in the same process (tests, a worker running many batches)
-        # failed its first request with "Event loop is closed".
-        import httpx
+        # failed its first request with "Event loop is closed". Its answers keep to one deadline and a size cap.
+        from agents.providers.http_limits import limited_client
 
-        kwargs["http_async_client"] = httpx.AsyncClient(timeout=kwargs["timeout"])
+        kwargs["http_async_client"] = limited_client(kwargs["timeout"])
     try:
         # Without `configurable_fields` it is a `BaseChatModel`; `**kwargs` hides that from its overloads.
         chat: BaseChatModel = init_chat_model(spec.model, model_provider=provider, **kwargs)

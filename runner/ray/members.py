@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
+import socket
 import stat
 import tempfile
 from typing import Any
@@ -19,17 +21,51 @@ from tools.t2i.compile_settings import default_cache_dir
 from tools.t2i.options import GeneratorOptions
 from tools.t2i.registry import build_local_generator
 
+log = logging.getLogger(__name__)
+
 
 def scratch_base() -> str:
-    """The folder of this user's render members' scratch stores: one per user (`unveil-ray-UID`, mode 700), since a
-    folder another user made first (one `/tmp/unveil-ray` for everyone) could not be written, and a folder or link
-    another user planted at that name is refused, never written through."""
-    base = os.path.join(tempfile.gettempdir(), f"unveil-ray-{os.getuid()}")
-    os.makedirs(base, mode=0o700, exist_ok=True)
-    info = os.lstat(base)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise UnsafePathError(f"{base}: the render members' scratch folder is not a folder of this user; remove it")
-    return base
+    """The folder of this user's render members' scratch stores: `unveil-ray-UID` in the temp folder (mode 700),
+    one per user, since a folder another user made first (one `/tmp/unveil-ray` for everyone) could not be
+    written. What stands at that name is used only if it is a folder of this user that no one else may write to;
+    anything else (another user's folder or file made first to block it, a link, this user's own folder left
+    writable by others) is never written through: the members use a private folder in this user's cache instead,
+    with a warning. Only if that one is not private either is it an `UnsafePathError`."""
+    uid = os.getuid()
+    shared = os.path.join(tempfile.gettempdir(), f"unveil-ray-{uid}")
+    problem = _private_folder(shared, uid)
+    if problem is None:
+        return shared
+    host = "".join(c if c.isalnum() else "-" for c in socket.gethostname())[:40]
+    own = os.path.join(os.path.expanduser("~"), ".cache", "unveil", f"ray-scratch-{host}")  # a shared home: per host
+    fallback_problem = _private_folder(own, uid)
+    if fallback_problem is not None:
+        raise UnsafePathError(
+            f"{shared}: the render members' scratch folder {problem}, and {own} {fallback_problem}; remove them"
+        )
+    log.warning("%s: the render members' scratch folder %s; using %s instead", shared, problem, own)
+    return own
+
+
+def _private_folder(path: str, uid: int) -> str | None:
+    """Make `path` (mode 700) if missing; why it cannot be this user's private folder, or None if it is."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError:
+        pass  # something else stands there, or the parent is not writable: said below
+    try:
+        info = os.lstat(path)
+    except OSError as exc:
+        return f"cannot be made ({exc.strerror})"
+    if stat.S_ISLNK(info.st_mode):
+        return "is a link"
+    if not stat.S_ISDIR(info.st_mode):
+        return "is not a folder"
+    if info.st_uid != uid:
+        return f"belongs to another user (uid {info.st_uid})"
+    if info.st_mode & 0o022:
+        return f"is writable by other users (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
 
 
 class _Scratch:

@@ -99,9 +99,16 @@ def test_the_text_around_a_look_alike_tag_is_kept(variant: str) -> None:
         "naïve café, déjà vu",
         "\u0434\u0430\u0442\u0430 < \u0434\u0430\u0442\u0430",
         "\u0394\u0391\u03a4\u0391",
-        "< \u0430 > b",
-        "a \u2329b\u232a c",
+        "a > b, c < d in \u0434\u0430\u0442\u0430 < 3",  # no bracket closes one that opened
+        "a \u232ab\u2329 c",
     ],
 )
 def test_text_without_a_tag_is_left_alone(text: str) -> None:
     assert escape_data(text) == text
+
+
+@pytest.mark.parametrize("text", ["< \u0430 > b", "a \u2329b\u232a c"])
+def test_any_bracketed_text_is_escaped_as_a_tag_might_be(text: str) -> None:
+    """Whatever stands between the brackets, the opening one is escaped (tests/agents/test_hostile_tag_shapes.py):
+    text in angle brackets is read as it was, with a backslash after its opening bracket."""
+    assert escape_data(text).count("<\\") == 1

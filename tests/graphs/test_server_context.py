@@ -120,6 +120,35 @@ def test_only_the_endpoints_the_server_allows_may_be_named(roots: Path, monkeypa
             check_server_context(TagContext, {"model": f"openai:m@{url}"})
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/../../admin",
+        "/v1/..",
+        "/v1/./../admin",
+        "/v1/%2e%2e/admin",
+        "/v1/%2E%2E/%2e%2e/admin",
+        "/v1/.%2e/admin",
+        "/v1/%252e%252e/admin",
+        "/v1%2f..%2fadmin",
+        "/v1/..%5cadmin",
+        "/v1/x/../../admin",
+        "/../v1",
+    ],
+)
+def test_an_allowed_path_is_a_boundary_after_normalisation(roots: Path, monkeypatch, path: str) -> None:
+    """`/v1/../../admin` started with the allowed `/v1` and passed; a client resolves it to `/admin`."""
+    monkeypatch.setenv("UNVEIL_ALLOWED_BASE_URLS", "http://127.0.0.1:8000/v1")
+    with pytest.raises(ContextError, match="^model: base URL"):
+        check_server_context(TagContext, {"model": f"openai:m@http://127.0.0.1:8000{path}"})
+
+
+@pytest.mark.parametrize("path", ["/v1", "/v1/", "/v1/./chat", "/v1/x/../y", "/v1/%7Euser", "/v1//"])
+def test_paths_that_stay_below_the_allowed_one_are_used(roots: Path, monkeypatch, path: str) -> None:
+    monkeypatch.setenv("UNVEIL_ALLOWED_BASE_URLS", "http://127.0.0.1:8000/v1")
+    check_server_context(TagContext, {"model": f"openai:m@http://127.0.0.1:8000{path}"})
+
+
 def test_the_studio_entry_refuses_such_a_context_before_the_graph_runs(roots: Path) -> None:
     import asyncio
 

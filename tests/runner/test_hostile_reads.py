@@ -124,3 +124,25 @@ def test_an_input_file_that_is_a_fifo_is_refused(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     with pytest.raises(UnreadableFileError, match="not a regular file"):
         list(iter_lines(fifo))
+
+
+def test_a_resume_looks_for_configuration_failures_line_by_line(tmp_path: Path) -> None:
+    """The look for an output of nothing but configuration failures (`forget_configuration_failures`, at every
+    resume) read the whole file: a 3 GiB line was a MemoryError. It reads with the line cap now: an output whose
+    second line is eight times the cap is left alone, and the most held at once stays well under that line's size."""
+    import tracemalloc
+
+    from runner.batch import forget_configuration_failures
+    from tools.jsonl_files import MAX_LINE_BYTES
+
+    out = tmp_path / "out.jsonl"
+    failure = {"id": "a", "status": "failed", "error": "SettingError: ...", "error_kind": "configuration"}
+    long_line = b'{"id": "b", "status": "failed", "pad": "' + b"x" * (8 * MAX_LINE_BYTES) + b'"}\n'
+    out.write_bytes(json.dumps(failure).encode() + b"\n" + long_line)
+    tracemalloc.start()
+    try:
+        assert forget_configuration_failures(out) == 0
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * MAX_LINE_BYTES and out.stat().st_size == len(json.dumps(failure)) + 1 + len(long_line)

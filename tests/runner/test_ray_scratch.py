@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -27,14 +28,57 @@ def test_each_user_has_a_private_scratch_folder(tmp_path, monkeypatch):
     assert scratch.root.startswith(base + os.sep)
 
 
-def test_a_link_planted_at_the_scratch_name_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
-    target = tmp_path / "elsewhere"
-    target.mkdir()
-    (tmp_path / f"unveil-ray-{os.getuid()}").symlink_to(target)
+@pytest.fixture
+def places(tmp_path, monkeypatch):
+    """The temp folder and this user's home, both under `tmp_path`."""
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "home").mkdir(mode=0o700)
+    return tmp_path
+
+
+def _planted(tmp: Path, kind: str) -> Path:
+    """What another user (or a mistake) left at this user's scratch name."""
+    name = tmp / f"unveil-ray-{os.getuid()}"
+    if kind == "link":
+        target = tmp / "elsewhere"
+        target.mkdir()
+        name.symlink_to(target)
+    elif kind == "file":
+        name.write_text("made first, to block the name")
+    elif kind == "another user's folder":
+        if os.geteuid() != 0:
+            pytest.skip("giving a folder to another user needs root")
+        name.mkdir(mode=0o700)
+        os.chown(name, 4242, 4242)
+    else:  # this user's own folder, left writable by everyone
+        name.mkdir()
+        name.chmod(0o777)
+    return name
+
+
+@pytest.mark.parametrize("kind", ["link", "file", "another user's folder", "own folder, mode 777"])
+def test_what_stands_at_the_scratch_name_is_never_written_through(places, kind, caplog):
+    """A link there was written through; another user blocked the name by making it first; an own folder left
+    mode 777 was used as it was. Each is left alone, and the members use a private folder in the user's cache."""
+    planted = _planted(places / "tmp", kind)
+    before = sorted(p.name for p in planted.iterdir()) if planted.is_dir() else None
+    scratch = _Scratch("render")
+    base = Path(scratch_base())
+    assert base.parent == places / "home" / ".cache" / "unveil" and base.name.startswith("ray-scratch-")
+    assert scratch.root.startswith(str(base) + os.sep) and stat.S_IMODE(base.stat().st_mode) == 0o700
+    assert (sorted(p.name for p in planted.iterdir()) if planted.is_dir() else None) == before
+    if kind == "link":
+        assert list((places / "tmp" / "elsewhere").iterdir()) == []
+    assert "scratch folder" in caplog.text and "instead" in caplog.text
+
+
+def test_when_no_private_folder_can_be_had_it_is_an_error(places):
+    _planted(places / "tmp", "file")
+    (places / "home" / ".cache").write_text("not a folder")
     with pytest.raises(UnsafePathError, match="scratch folder"):
-        _Scratch("render")
-    assert list(target.iterdir()) == []
+        scratch_base()
 
 
 def test_a_gpu_member_gets_its_share_of_the_node_cores_and_a_cpu_member_keeps_rays_setting():

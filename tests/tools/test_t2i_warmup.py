@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.compile_artefacts import artefact_file
 from tests.tiny import TINY_IMAGE_SIZE, build_tiny_sd, build_tiny_sd_without_attention
 from tools.t2i.fast import PRESETS, compile_static
 from tools.t2i.warmup import (
@@ -46,6 +47,14 @@ def cache_env(tmp_path, monkeypatch):
 
 def _shape(rows: int) -> WarmShape:
     return WarmShape(rows, SIZE, SIZE, (("steps", 2),))
+
+
+# Artefact files in torch's own format (a warm-up checks every entry before loading): one entry each.
+BUCKET_1, BUCKET_2 = (
+    artefact_file(("autotune", "b1/bucket1.best_config", b"1")),
+    artefact_file(("autotune", "b2/bucket2.best_config", b"2")),
+)
+STALE, GOOD = artefact_file(("autotune", "st/stale", b"s")), artefact_file(("autotune", "go/good", b"g"))
 
 
 def test_a_warm_up_takes_the_shapes_no_other_process_holds_first(cache_env):
@@ -105,19 +114,19 @@ def test_compiled_artefacts_are_saved_for_and_loaded_from_the_cluster_folder(cac
     monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (held[-1], None))
     monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda data: loaded.append(data))
     settings = CompileSettings(shared_cache=str(cache_env / "cluster"))
-    for host, data, rows in (("machine-a", b"bucket 1", 1), ("machine-b", b"bucket 2", 2)):
+    for host, data, rows in (("machine-a", BUCKET_1, 1), ("machine-b", BUCKET_2, 2)):
         monkeypatch.setattr(socket, "gethostname", lambda host=host: host)
         report = warm_up([_shape(rows)], _compiling(data, held), "model", settings)
         assert report["shared"]["save"].startswith("saved")
     assert report["shared"]["load"].startswith("loaded 1 file(s)")  # machine b found a's file first
     files = sorted((cache_env / "cluster").iterdir())
-    assert [f.read_bytes() for f in files] == [b"bucket 1", b"bucket 2"]
+    assert [f.read_bytes() for f in files] == [BUCKET_1, BUCKET_2]
     assert ["machine-a" in files[0].name, "machine-b" in files[1].name] == [True, True]
     # A third machine: loads both files first; compiles nothing new, so saves nothing.
     loaded.clear()
     monkeypatch.setattr(socket, "gethostname", lambda: "machine-c")
     again = warm_up([_shape(1), _shape(2)], lambda shape: None, "model", settings)
-    assert again["shared"]["load"].startswith("loaded 2 file(s)") and sorted(loaded) == [b"bucket 1", b"bucket 2"]
+    assert again["shared"]["load"].startswith("loaded 2 file(s)") and sorted(loaded) == sorted([BUCKET_1, BUCKET_2])
     assert again["shared"]["save"] == "nothing new"
     # Another model's warm-up loads none of them.
     assert warm_up([_shape(1)], lambda shape: None, "other", settings)["shared"]["load"].startswith("none yet")
@@ -157,16 +166,16 @@ def test_an_unreadable_artefact_file_is_skipped_with_a_warning(cache_env, monkey
     """A stale or partial file costs only the compilation it would have saved: the others still load."""
 
     def load(data: bytes) -> None:
-        if data == b"stale":
+        if data == STALE:
             raise RuntimeError("artefacts of another torch")
 
     monkeypatch.setattr(torch.compiler, "load_cache_artifacts", load)
     settings = CompileSettings(shared_cache=str(cache_env / "cluster"))
-    held = [b"stale"]
+    held = [STALE]
     monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (held[-1], None))
     for host in ("machine-a", "machine-b"):
         monkeypatch.setattr(socket, "gethostname", lambda host=host: host)
-        warm_up([_shape(1)], _compiling(b"stale" if host == "machine-a" else b"good", held), "model", settings)
+        warm_up([_shape(1)], _compiling(STALE if host == "machine-a" else GOOD, held), "model", settings)
     report = warm_up([_shape(1)], lambda shape: None, "model", settings)
     assert report["shared"]["load"].startswith("loaded 1 file(s)") and "1 unreadable" in report["shared"]["load"]
     assert "could not load" in caplog.text

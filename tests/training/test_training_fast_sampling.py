@@ -70,8 +70,13 @@ def test_the_first_sampling_call_shares_its_compiled_decoding_through_the_cluste
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     monkeypatch.setenv("UNVEIL_COMPILE_SHARED", str(tmp_path / "cluster"))
     events: list[str] = []
-    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"decoding", None))
-    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda data: events.append(f"load {data.decode()}"))
+    from tests.compile_artefacts import artefact_file
+
+    decoding = artefact_file(("autotune", "de/decoding.best_config", b"{}"))  # torch's format: loads check it
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (decoding, None))
+    monkeypatch.setattr(
+        torch.compiler, "load_cache_artifacts", lambda data: events.append("load decoding" if data == decoding else "?")
+    )
 
     def machine(host: str, compiles: bool) -> Any:
         monkeypatch.setattr(socket, "gethostname", lambda: host)
@@ -91,7 +96,7 @@ def test_the_first_sampling_call_shares_its_compiled_decoding_through_the_cluste
     first = machine("machine-a", compiles=True)
     assert first._generate_single_turn(["a"]) == ["a!"] and first._generate_single_turn(["b"]) == ["b!"]
     files = list((tmp_path / "cluster").iterdir())
-    assert len(files) == 1 and "machine-a" in files[0].name and files[0].read_bytes() == b"decoding"
+    assert len(files) == 1 and "machine-a" in files[0].name and files[0].read_bytes() == decoding
     assert events == ["sample", "sample"]
     second = machine("machine-b", compiles=False)
     assert second._generate_single_turn(["c"]) == ["c!"] and second._generate_single_turn(["d"]) == ["d!"]

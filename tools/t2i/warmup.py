@@ -19,6 +19,8 @@ Sharing, so a machine compiles each shape once:
   something, its compiled artefacts (`torch.compiler.save_cache_artifacts`) are written there, one file per
   process, and a warm-up on another machine loads every file of its model (`load_cache_artifacts`) before it
   starts. `shared_compilation` does the same around any first call that compiles (the GRPO policy's decoding).
+  A folder any user may write to, a file that is a link, not regular or too large, and a file with an entry that
+  would be written outside the cache folder are refused with a warning (`tools.t2i.shared_folder`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from tools.t2i.compile_settings import compile_settings as compile_settings
 from tools.t2i.compile_settings import default_cache_dir as default_cache_dir
 from tools.t2i.compile_settings import enable_compile_caches as enable_compile_caches
 from tools.t2i.fast import compile_count
+from tools.t2i.shared_folder import UnsafeArtefactError, check_artefact_entries, check_shared_folder, read_artefact
 
 log = logging.getLogger(__name__)
 
@@ -172,11 +175,19 @@ def _artefact_prefix(model_key: str) -> str:
 
 def load_shared_artefacts(settings: CompileSettings, model_key: str) -> str:
     """Load every artefact file of `model_key` that processes of this or other machines saved under
-    `UNVEIL_COMPILE_SHARED` (if set); what happened."""
+    `UNVEIL_COMPILE_SHARED` (if set); what happened. The folder, each file and each entry are checked first
+    (`tools.t2i.shared_folder`): what is refused is a warning, and its graphs are compiled here instead."""
     if not settings.shared_cache:
         return "no shared cache"
     folder = Path(settings.shared_cache)
-    files = sorted(folder.glob(f"{_artefact_prefix(model_key)}-*.bin")) if folder.is_dir() else []
+    if not folder.is_dir():
+        return f"none yet in {folder}"
+    try:
+        check_shared_folder(folder)
+    except UnsafeArtefactError as exc:
+        log.warning("compile cache: %s", exc)
+        return f"refused: {exc}"
+    files = sorted(folder.glob(f"{_artefact_prefix(model_key)}-*.bin"))
     if not files:
         return f"none yet in {folder}"
     import torch
@@ -184,9 +195,10 @@ def load_shared_artefacts(settings: CompileSettings, model_key: str) -> str:
     size, unreadable, t0 = 0, 0, time.perf_counter()
     for path in files:
         try:
-            data = path.read_bytes()
+            data = read_artefact(path)
+            check_artefact_entries(data, path)  # before torch writes any entry where its key says
             torch.compiler.load_cache_artifacts(data)
-        except Exception as exc:  # noqa: BLE001 - a stale or partial file only costs the compilation it would save
+        except Exception as exc:  # noqa: BLE001 - a stale, partial or refused file costs only a compilation
             log.warning("compile cache: could not load %s (%s); compiling what it held instead", path, exc)
             unreadable += 1
             continue
@@ -208,6 +220,12 @@ def save_shared_artefacts(settings: CompileSettings, model_key: str) -> str:
     saved = torch.compiler.save_cache_artifacts()
     if saved is None:
         return "nothing to save"
+    with contextlib.suppress(OSError):  # a folder still to make (by the save, under the umask) or not one: below
+        try:
+            check_shared_folder(Path(settings.shared_cache))
+        except UnsafeArtefactError as exc:
+            log.warning("compile cache: %s", exc)
+            return f"not saved: {exc}"
     host = "".join(c if c.isalnum() else "-" for c in socket.gethostname())[:40]
     # Whole and never through a link planted at the name: another machine never reads half a file; and the folder
     # is the cluster's, so another machine's write in progress is not taken for a dead writer's.

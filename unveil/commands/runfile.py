@@ -28,6 +28,11 @@ from tools.errors import UnveilError
 
 COMMANDS = ("detect", "evaluate detection", "evaluate ipr", "refine", "generate")
 JOB_KEYS = ("command", "name")
+# A run file is written by hand: larger than this is not one (or it is a device, or a file grown without end).
+MAX_RUN_FILE_BYTES = 1024 * 1024
+MAX_DEPTH = 32  # a run file's tables and lists nest 3 levels
+MAX_EXPANDED = 4 * MAX_RUN_FILE_BYTES  # items and characters of its values, YAML aliases counted each time used
+MAX_QUOTED = 300  # characters of a value or a parser's message quoted in an error
 # Exit codes by severity: a bug, could not run, a quality gate missed, some samples failed, all well.
 SEVERITY = (70, 1, 3, 2, 0)  # 70: `unveil.cli.BUG_EXIT`
 
@@ -61,12 +66,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def read_file(path: Path) -> tuple[dict[str, Any], str]:
-    """The run file's content and its SHA-256; an unreadable file is a `RunFileError` naming it."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise RunFileError(f"run file {str(path)!r}: {exc.strerror or exc}") from exc
+    """The run file's content and its SHA-256. A file that is not a regular file, is over `MAX_RUN_FILE_BYTES`,
+    cannot be parsed, nests deeper than `MAX_DEPTH` or expands (YAML aliases) past `MAX_EXPANDED` is a
+    `RunFileError` naming it: `--dry-run` is how a file from someone else is checked."""
+    from tools.safe_files import read_named_file
+
+    raw = read_named_file(path, MAX_RUN_FILE_BYTES, what="run file", error=RunFileError)
     digest = hashlib.sha256(raw).hexdigest()
+    try:
+        data = _parse(path, raw)
+    except RecursionError:
+        raise RunFileError(f"run file {str(path)!r}: nested too deeply to be a run file") from None
+    if not isinstance(data, dict) or not isinstance(data.get("jobs"), list) or not data["jobs"]:
+        raise RunFileError(f"run file {str(path)!r}: expected one or more [[jobs]] tables")
+    _check_expansion(data, path)
+    return data, digest
+
+
+def _parse(path: Path, raw: bytes) -> object:
+    """The parsed TOML or YAML of a run file; a parse error is a `RunFileError` naming it."""
     try:
         if path.suffix.lower() in (".yaml", ".yml"):
             try:
@@ -75,16 +93,53 @@ def read_file(path: Path) -> tuple[dict[str, Any], str]:
                 raise RunFileError(
                     f"run file {str(path)!r}: YAML needs PyYAML (pip install pyyaml), or use TOML"
                 ) from None
-            data = yaml.safe_load(raw.decode("utf-8"))
-        else:
-            import tomllib
+            try:
+                return yaml.safe_load(raw.decode("utf-8"))
+            except yaml.YAMLError as exc:
+                raise RunFileError(f"run file {str(path)!r}: {_cut(str(exc))}") from exc
+        import tomllib
 
-            data = tomllib.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:  # TOMLDecodeError and YAMLError's parse errors are ValueErrors
-        raise RunFileError(f"run file {str(path)!r}: {exc}") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("jobs"), list) or not data["jobs"]:
-        raise RunFileError(f"run file {str(path)!r}: expected one or more [[jobs]] tables")
-    return data, digest
+        return tomllib.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:  # TOMLDecodeError is a ValueError
+        if isinstance(exc, RunFileError):
+            raise
+        raise RunFileError(f"run file {str(path)!r}: {_cut(str(exc))}") from exc
+
+
+def _check_expansion(data: object, path: Path) -> None:
+    """Refuse a file whose values nest deeper than `MAX_DEPTH` or, counted as they expand (a YAML alias counts each
+    time it is used), hold more than `MAX_EXPANDED` items and characters: a 1.2 KB file of nested aliases expands
+    to hundreds of MB wherever it is joined or quoted. The walk stops at the first limit, so it costs no more."""
+    stack: list[tuple[object, int]] = [(data, 0)]
+    size = 0
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise RunFileError(f"run file {str(path)!r}: values nested deeper than {MAX_DEPTH} levels")
+        size += 1 + (len(value) if isinstance(value, str) else 0)
+        if size > MAX_EXPANDED:
+            raise RunFileError(
+                f"run file {str(path)!r}: its values expand past {MAX_EXPANDED:,} items and characters (YAML aliases "
+                "used over and over?)"
+            )
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for kv in value.items() for v in kv)
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+
+
+def _cut(text: str) -> str:
+    """A message from a parser or a value quoted in an error, at most `MAX_QUOTED` characters."""
+    return text if len(text) <= MAX_QUOTED else text[:MAX_QUOTED] + "..."
+
+
+def _shown(value: object) -> str:
+    """A value of the file as quoted in an error: its `repr`, bounded however large or nested it is."""
+    import reprlib
+
+    short = reprlib.Repr()  # its limits are attributes (keywords only from Python 3.12)
+    short.maxlevel, short.maxdict, short.maxlist, short.maxstring, short.maxother, short.maxlong = 3, 6, 6, 80, 80, 40
+    return _cut(short.repr(value))
 
 
 def command_parser(command: str) -> argparse.ArgumentParser:
@@ -115,7 +170,7 @@ def _flag_values(key: str, value: object, action: argparse.Action) -> list[str]:
     `RunFileError` naming the key."""
     flag = next((o for o in action.option_strings if o.startswith("--")), "")
     if isinstance(value, dict):
-        value = [f"{k}={v}" for k, v in value.items()]
+        value = [f"{_scalar(key, k)}={_scalar(key, v)}" for k, v in value.items()]
     if isinstance(value, bool):
         if action.nargs == 0:
             return [flag] if value else []
@@ -136,7 +191,7 @@ def _flag_values(key: str, value: object, action: argparse.Action) -> list[str]:
 def _scalar(key: str, value: object) -> str:
     """One value as a command-line word (strings and numbers only)."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise RunFileError(f"key {key!r}: expected a string or a number, got {value!r}")
+        raise RunFileError(f"key {_shown(key)}: expected a string or a number, got {_shown(value)}")
     return str(value)
 
 
@@ -144,12 +199,15 @@ def _job_argv(job: dict[str, Any], shared: dict[str, Any], number: int) -> tuple
     """(name, command line without `unveil`) of one job table, with the shared keys its command takes."""
     command = job.get("command")
     if command not in COMMANDS:
-        raise RunFileError(f"job {number}: command {command!r}; expected one of {', '.join(COMMANDS)}")
-    name = str(job.get("name") or f"job {number} ({command})")
+        raise RunFileError(f"job {number}: command {_shown(command)}; expected one of {', '.join(COMMANDS)}")
+    name = job.get("name") or f"job {number} ({command})"
+    if not isinstance(name, str):
+        raise RunFileError(f"job {number}: name {_shown(name)}; expected a string")
     keys = option_keys(command_parser(command))
     unknown = sorted(k for k in job if k not in keys and k not in JOB_KEYS)
     if unknown:
-        raise RunFileError(f"{name}: unknown key(s) {', '.join(unknown)}; `{command}` takes: {', '.join(sorted(keys))}")
+        shown = _cut(", ".join(unknown))
+        raise RunFileError(f"{_cut(name)}: unknown key(s) {shown}; `{command}` takes: {', '.join(sorted(keys))}")
     merged = {k: v for k, v in shared.items() if k in keys} | {k: v for k, v in job.items() if k not in JOB_KEYS}
     options: list[str] = []
     positionals: list[str] = []
@@ -165,7 +223,7 @@ def _normalized(table: dict[str, Any], where: str) -> dict[str, Any]:
     for key, value in table.items():
         name = str(key).replace("-", "_")
         if name in out:
-            raise RunFileError(f"{where}: the key {name!r} is given twice")
+            raise RunFileError(f"{where}: the key {_shown(name)} is given twice")
         out[name] = value
     return out
 
@@ -184,7 +242,7 @@ def plan(path: Path) -> tuple[list[Job], str]:
     stray = sorted(k for k in shared if k not in taken)
     if stray and all(j.get("command") in COMMANDS for j in tables):
         raise RunFileError(
-            f"run file {str(path)!r}: top-level key(s) {', '.join(stray)} taken by none of its jobs; valid: "
+            f"run file {str(path)!r}: top-level key(s) {_cut(', '.join(stray))} taken by none of its jobs; valid: "
             + ", ".join(sorted(taken))
         )
     parser = build_parser()
@@ -194,7 +252,8 @@ def plan(path: Path) -> tuple[list[Job], str]:
         try:
             args = parser.parse_args(argv)
         except SystemExit as exc:
-            raise RunFileError(f"{name}: `unveil {shlex.join(argv)}` is refused (the error is above)") from exc
+            shown = _cut(shlex.join(argv))
+            raise RunFileError(f"{_cut(name)}: `unveil {shown}` is refused (the error is above)") from exc
         args.command_line = f"unveil run {path} (sha256 {digest}; {name}): {_line(argv)}"
         jobs.append(Job(name, argv, args))
     return jobs, digest
@@ -225,9 +284,16 @@ def detection_calls(method: str, l_max: int | None) -> int:
 
 
 def _lines(path: str | None) -> int:
-    """Non-empty lines of a JSONL input (0 when it cannot be read)."""
+    """Non-empty lines of a JSONL input, counted as the batch reader reads them (`tools.jsonl_files.iter_lines`:
+    a regular file only, each line capped, none held whole); 0 when it cannot be found or opened. A FIFO or a device
+    (`/dev/zero` read until memory ran out) is a `RunFileError` naming it."""
+    from tools.jsonl_files import iter_lines
+    from tools.safe_files import UnreadableFileError
+
     try:
-        return sum(1 for line in Path(path or "").read_text(encoding="utf-8").split("\n") if line.strip())
+        return sum(1 for _ in iter_lines(path or ""))
+    except UnreadableFileError as exc:
+        raise RunFileError(f"input: {exc}") from exc
     except OSError:
         return 0
 

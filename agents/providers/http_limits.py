@@ -1,0 +1,129 @@
+"""One deadline and a size cap for every answer a model server sends, as the image fetcher has (`tools.image_input`).
+
+httpx's timeouts bound each connect and each read, not a request: a server that sent its headers and then one byte
+a second held a 6-sample batch for 240 s with no record written, and a 1 GiB answer was read whole (3.7 GB of
+memory) before the run ended in a crash. So:
+
+- `limited_client`, the HTTP client Unveil builds for a LangChain provider (`langchain_api.build_chat_model`):
+  every byte of an answer's body must arrive within one deadline (`UNVEIL_REQUEST_TIMEOUT` from when the request
+  started), and a body larger than `MAX_ANSWER_BYTES` (declared or counted) is refused; it asks for an
+  uncompressed answer and a compressed one is refused, since its size says nothing of what it expands to;
+- `within_deadline`, the gateway's own bound around every call to a model served elsewhere (the same deadline,
+  whatever client its library uses: the wait for the headers included).
+
+A missed deadline is an `AnswerDeadlineError` (an httpx read timeout: retried as any timeout, each attempt with a
+deadline of its own); a body over the cap an `AnswerTooLargeError` (not retried: the server would send it again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
+
+import httpx
+
+from tools.errors import UnveilError
+from tools.redact import redact_url
+
+# The largest answer body read: a chat answer is text, a few KB to a few hundred (a long structured answer); 32 MiB
+# is far above any and far below what hurts a machine.
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
+TIMEOUT_ENV = "UNVEIL_REQUEST_TIMEOUT"
+
+T = TypeVar("T")
+
+
+class AnswerDeadlineError(UnveilError, httpx.ReadTimeout):
+    """A model server's whole answer did not arrive within the request's deadline."""
+
+
+class AnswerTooLargeError(UnveilError, ValueError):
+    """A model server's answer is over `MAX_ANSWER_BYTES`, or compressed though an uncompressed one was asked for."""
+
+
+def _where(url: object) -> str:
+    """A server's URL as errors name it: its credentials redacted (the errors are kept in failure records)."""
+    return redact_url(str(url))
+
+
+def _late(url: object, seconds: float) -> str:
+    return f"model server {_where(url)}: no whole answer within the {seconds:g} s deadline ({TIMEOUT_ENV})"
+
+
+async def within_deadline(call: Awaitable[T], seconds: float | None, what: str) -> T:
+    """Await `call` for at most `seconds` (no bound when None); past it, an `AnswerDeadlineError` naming `what`."""
+    if seconds is None:
+        return await call
+    try:
+        async with asyncio.timeout(seconds):
+            return await call
+    except TimeoutError as exc:
+        raise AnswerDeadlineError(_late(what, seconds)) from exc
+
+
+class _LimitedBody(httpx.AsyncByteStream):
+    """An answer's body read under the request's deadline and the size cap."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, request: httpx.Request, deadline: float | None, seconds: float):
+        self.inner, self.request, self.deadline, self.seconds = inner, request, deadline, seconds
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        size = 0
+        chunks = self.inner.__aiter__()
+        while True:
+            try:
+                async with asyncio.timeout_at(self.deadline):
+                    chunk = await chunks.__anext__()
+            except StopAsyncIteration:
+                return
+            except TimeoutError as exc:
+                raise AnswerDeadlineError(_late(self.request.url, self.seconds), request=self.request) from exc
+            size += len(chunk)
+            if size > MAX_ANSWER_BYTES:
+                where = _where(self.request.url)
+                raise AnswerTooLargeError(f"model server {where}: answer over {MAX_ANSWER_BYTES:,} bytes")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+_DEADLINE = "unveil_deadline"  # the request extension that carries its deadline (event loop time)
+
+
+def limited_client(seconds: float | None) -> httpx.AsyncClient:
+    """An HTTP client for a model server: httpx's own timeouts (each connect and read), uncompressed answers asked
+    for, and through its event hooks (which every request takes, whatever transport or proxy it goes through) each
+    request's deadline set when it starts and its answer's body read under that deadline and the cap."""
+
+    async def start(request: httpx.Request) -> None:
+        if seconds is not None:
+            request.extensions[_DEADLINE] = asyncio.get_running_loop().time() + seconds
+
+    async def limit(response: httpx.Response) -> None:
+        check_answer(response)
+        assert isinstance(response.stream, httpx.AsyncByteStream)  # an async client's answers are
+        response.stream = _LimitedBody(
+            response.stream, response.request, response.request.extensions.get(_DEADLINE), seconds or 0
+        )
+
+    return httpx.AsyncClient(
+        timeout=seconds,
+        headers={"Accept-Encoding": "identity"},
+        event_hooks={"request": [start], "response": [limit]},
+    )
+
+
+def check_answer(response: httpx.Response) -> None:
+    """Refuse an answer whose headers declare a body over `MAX_ANSWER_BYTES`, or a compressed one (its size says
+    nothing of what it expands to)."""
+    declared = response.headers.get("content-length", "")
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if declared.isdigit() and int(declared) > MAX_ANSWER_BYTES:
+        problem = f"answer of {int(declared):,} bytes is over {MAX_ANSWER_BYTES:,} bytes"
+    elif encoding not in ("", "identity"):
+        problem = f"answer compressed ({encoding}) though an uncompressed one was asked for"
+    else:
+        return
+    raise AnswerTooLargeError(f"model server {_where(response.request.url)}: {problem}")
