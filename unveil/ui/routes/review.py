@@ -206,14 +206,16 @@ async def decide(
 
 
 async def _labels_of(request: Request, ctd: CtdSource) -> dict[str, Any]:
-    """The label fields of a decision form (a corrected category, one field per rating of the schema)."""
+    """The label fields of a decision form (a corrected category, one field per rating of the schema). The
+    correction is `label_category`, never `category`: that name is the queue's filter, which every form carries
+    back, and reading it here made every decision record a category its reviewer never chose."""
     schema = await asyncio.to_thread(ctd.label_schema)
     if schema is None:
         return {}
     form = await request.form()
     labels: dict[str, Any] = {}
-    if schema.category and form.get("category"):
-        labels["category"] = str(form.get("category"))
+    if schema.category and form.get("label_category"):
+        labels["category"] = str(form.get("label_category"))
     ratings = {name: str(form.get(f"rating_{name}") or "") for name in schema.ratings}
     if any(ratings.values()):
         labels["ratings"] = ratings
