@@ -41,13 +41,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "with a reviewers file the name is the token's (UNVEIL_REVIEWER_TOKEN, else a prompt)",
     )
     r.add_argument(
-        "--min-reviewers", type=bounded_int(1, 100), default=1, help="reviewers needed per sample (default 1)"
+        "--min-reviewers",
+        type=bounded_int(1, 100),
+        default=None,
+        help="reviewers needed per sample: stored in DIR/review_policy.json the first time, for the web app and "
+        "Studio too; another value than the stored one is refused (default: the folder's, else 1)",
     )
     r.add_argument(
         "--review-rule",
         choices=("unanimous", "majority"),
-        default="unanimous",
-        help="how several reviewers combine (default unanimous, the paper's: one rejection rejects)",
+        default=None,
+        help="how several reviewers combine, stored as --min-reviewers is (default: the folder's, else unanimous, "
+        "the paper's: one rejection rejects)",
     )
     r.add_argument(
         "--export",
