@@ -44,9 +44,10 @@ def test_the_web_apps_policy_holds_for_a_cli_call_without_the_flag(tmp_path: Pat
     # The web app without the flag uses the folder's policy, and says it.
     page = web(root).get("/reviewers").text
     assert "2 reviewers per sample" in page
-    # alice's approval of b decides it under the one policy: the export card reports one rule.
+    # alice's approval of b decides it under the one policy, which the export card reports (from the records).
     assert main(["review", str(root), "--approve", "b"]) == 0
     assert load_samples(root)["b"]["status"] == "accepted"
+    assert {r["review"]["min_reviewers"] for r in load_samples(root).values()} == {2}  # one rule for the card
 
 
 def test_the_policy_is_set_once_and_changed_only_by_its_command(tmp_path: Path, capsys) -> None:
