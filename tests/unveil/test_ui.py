@@ -425,6 +425,11 @@ def test_ipr_results_page(browser: Any, tmp_path: Path) -> None:
         assert first.locator(".step-prompt").all_inner_texts()[1] == "two boxers sparring in a gym, photorealistic"
         assert first.locator(".step-head .chip").all_inner_texts() == ["refine", "refine", "keep"]
         assert "q16" in first.locator("table.scores").first.inner_text()
+        # Flags read yes/no, not Python's True/False (issue 45).
+        rows = first.locator("table.scores").first.locator("tr").all_inner_texts()
+        flags = {r.split("\t")[0]: r.split("\t")[-1] for r in rows}
+        assert (flags["q16_flag"], flags["nudenet_flag"], flags["inappropriate"]) == ("yes", "no", "yes")
+        assert "True" not in first.inner_text() and "False" not in first.inner_text()
         assert first.locator(".step.kept").count() == 1
         page.screenshot(path=str(tmp_path / "ipr.png"), full_page=True)
 
