@@ -99,6 +99,8 @@ def test_undo_a_decision_and_a_note(browser: Any, tmp_path: Path) -> None:  # no
         page = new_page(browser)
         page.goto(srv.url + "/review")
         set_reviewer(page, "alice")
+        keys = " ".join(page.locator("#keys").inner_text().split())  # the hint names every key (issue 45: not u)
+        assert "a approve" in keys and "u undo the last decision" in keys
         with page.expect_navigation():
             page.keyboard.press("a")
         assert page.locator("#card").get_attribute("data-id") == second
