@@ -24,7 +24,7 @@ from graphs.ctd.review import (
     parse_review,
     queue_in_folder,
 )
-from graphs.ctd.review_payload import REVIEW_QUESTION, review_payload, thumbnail_data_url
+from graphs.ctd.review_payload import review_payload, review_question, thumbnail_data_url
 from graphs.ctd.rules import ReviewPolicy, review_outcome
 from graphs.ctd.send_back import (
     SendBack,
@@ -85,10 +85,10 @@ async def _graph_review(
     reviews: list[dict[str, Any]] = []
     error: str | None = None
     while True:  # ends: an interrupt() with no resume value left suspends the run
-        payload = review_payload(state, thumbnail=thumbnail, error=error)
+        payload = review_payload(state, thumbnail=thumbnail, error=error, tokens=people is not None)
         if reviews:
             payload["reviews_so_far"] = reviews
-            payload["question"] = _another(policy, len(reviews))
+            payload["question"] = _another(policy, len(reviews), people is not None)
         answer = interrupt(payload)
         try:
             given = authenticated_answers(studio_answers(answer), people, default_name="")
@@ -123,11 +123,11 @@ def folder_policy(folder: Path, context: CtdContext) -> ReviewPolicy:
     return ReviewPolicy(min_reviewers=stored.min_reviewers, rule=stored.rule)  # type: ignore[arg-type]
 
 
-def _another(policy: ReviewPolicy, n_so_far: int) -> str:
+def _another(policy: ReviewPolicy, n_so_far: int, tokens: bool) -> str:
     """The question once some reviewers answered: how many of how many, and that another one is needed."""
     return (
         f"Another reviewer is needed: {n_so_far} of {policy.min_reviewers} reviewers so far ({policy.rule}). "
-        + REVIEW_QUESTION
+        + review_question(tokens)
     )
 
 
@@ -189,7 +189,7 @@ async def _folder_review(
         back = folder_send_back(rec, state)  # sent back in the web app, or by this node's answer below
         if back is not None:
             return sent_back_update(state, back, rec.get("review") or {})
-        payload = review_payload(state, thumbnail=thumbnail, error=error)
+        payload = review_payload(state, thumbnail=thumbnail, error=error, tokens=people is not None)
         payload["review_id"], payload["review_dir"] = sample_id, str(folder)
         so_far = [
             {k: r.get(k) for k in ("reviewer", "status", "note")}
@@ -197,7 +197,7 @@ async def _folder_review(
         ]
         if so_far:
             payload["reviews_so_far"] = so_far
-            payload["question"] = _another(policy, len(so_far))
+            payload["question"] = _another(policy, len(so_far), people is not None)
         answer = interrupt(payload)
         n += 1
         try:
