@@ -30,6 +30,11 @@ CARD = "README.md"
 PARQUET = "data.parquet"
 
 
+def export_summary(folder: Path) -> str:
+    """Where an export went and what it holds, as `unveil review --export` and the web app's Export say it."""
+    return f"{folder}{os.sep} ({PARQUET}, {JSONL}, {CSV} and the dataset card {CARD})"
+
+
 def plain_rows(columns: dict[str, list[Any]]) -> list[dict[str, Any]]:
     """The export's rows without the image bytes (the image as its path), for JSONL and CSV."""
     return [

@@ -61,8 +61,9 @@ def apply_reviews(
     is already decided is not applied but kept in the history (`applied: false`), so it is never lost; a `note`
     decision adds a note without deciding. Updated records are appended to `samples.jsonl` (the last record of an
     id wins, as everywhere), so a concurrent `unveil generate` appending its own records loses nothing.
-    Returns how many decisions approved or rejected a sample, left it pending (more reviewers needed), were notes,
-    were kept as conflicts, repeated the reviewer's own judgement (`already`, not logged), undid an entry, were
+    Returns how many decisions approved, rejected or sent back a sample (`sent_back`: a rejection that sends it
+    to the Eraser, not counted as `rejected`), left it pending (more reviewers needed), were notes, were kept as
+    conflicts, repeated the reviewer's own judgement (`already`, not logged), undid an entry, were
     refused (an undo of another reviewer's entry), and were skipped (unknown id, a record that `record_problem`
     refuses, or empty). `records` reads the folder's records by id under the lock (default `load_samples`; the
     web app passes its index); `views=False` leaves rewriting `dataset.jsonl` and `review_queue.jsonl` to the
@@ -76,7 +77,19 @@ def apply_reviews(
     check_local_mode(root, role, stored.min_reviewers)
     labels = check_labels(root, decisions)
     counts = dict.fromkeys(
-        ("approved", "rejected", "pending", "noted", "conflicts", "undone", "already", "refused", "skipped"), 0
+        (
+            "approved",
+            "rejected",
+            "sent_back",
+            "pending",
+            "noted",
+            "conflicts",
+            "undone",
+            "already",
+            "refused",
+            "skipped",
+        ),
+        0,
     )
     with dataset_lock(root):
         if new:
@@ -150,7 +163,8 @@ def _decide(
             done, entry = apply_decision(
                 rec, answer or {}, policy, reviewer=actor[0], role=actor[1], now=now_iso(), labels=labels.get((sid, i))
             )
-            counts[done] += 1
+            sent_back = done == "rejected" and rec.get("status") == "sent_back"  # a rejection that sends it back
+            counts["sent_back" if sent_back else done] += 1
             if entry is not None:
                 changed[sid] = rec
                 log.append({"id": sid, **entry})

@@ -206,7 +206,11 @@ def test_review_queue_by_keyboard_and_clicks(browser: Any, tmp_path: Path) -> No
         with page.expect_navigation():
             page.click("#export")
         assert (ds / "export" / "data.parquet").is_file()
-        assert "data.parquet" in page.locator(".export").inner_text()
+        # The summary names the export's folder and what it holds, not only the Parquet file (issue 45).
+        assert page.locator(".flash").inner_text() == (
+            f"Export written to {ds / 'export'}/ (data.parquet, data.jsonl, data.csv and the dataset card README.md)."
+        )
+        assert f"Written to {ds / 'export'}/" in page.locator(".export").inner_text()
 
 
 def test_a_second_reviewers_decision_is_not_lost(browser: Any, tmp_path: Path) -> None:

@@ -120,8 +120,9 @@ def review_actor(args: argparse.Namespace, root: Path, decisions: dict[str, Any]
     return who.name, who.role
 
 
-def _apply_decisions(args: argparse.Namespace, root: Path, decisions: dict[str, Any]) -> None:
-    """Apply the decisions under the review policy as the authenticated reviewer and say what changed."""
+def _apply_decisions(args: argparse.Namespace, root: Path, decisions: dict[str, Any]) -> int:
+    """Apply the decisions under the review policy as the authenticated reviewer, say what changed, and return the
+    exit code: 1 when an undo was refused (another reviewer's entry: nothing of it was applied), else 0."""
     from runner.ctd_reviews import apply_reviews
 
     reviewer, role = review_actor(args, root, decisions)
@@ -129,10 +130,17 @@ def _apply_decisions(args: argparse.Namespace, root: Path, decisions: dict[str, 
         root, decisions, reviewer=reviewer, role=role, min_reviewers=args.min_reviewers, rule=args.review_rule
     )
     print(
-        f"approved {counts['approved']}, rejected {counts['rejected']}, skipped {counts['skipped']}"
+        f"approved {counts['approved']}, rejected {counts['rejected']}"
+        + (f", sent back {counts['sent_back']} to the Eraser" if counts["sent_back"] else "")
+        + (f", undone {counts['undone']}" if counts["undone"] else "")
+        + f", skipped {counts['skipped']}"
         + (f", {counts['pending']} waiting for more reviewers" if counts["pending"] else "")
         + (f", {counts['already']} already judged by you (not counted again)" if counts["already"] else "")
-        + (f", {counts['refused']} undos of others' entries refused" if counts["refused"] else "")
+        + (
+            f", {counts['refused']} undos refused (another reviewer's entry: only an adjudicator may undo it)"
+            if counts["refused"]
+            else ""
+        )
         + (
             f", {counts['conflicts']} already decided by another reviewer (kept in review_history)"
             if counts["conflicts"]
@@ -140,6 +148,7 @@ def _apply_decisions(args: argparse.Namespace, root: Path, decisions: dict[str, 
         ),
         file=sys.stderr,
     )
+    return 1 if counts["refused"] else 0
 
 
 def _own_queue(root: Path, items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
@@ -207,7 +216,7 @@ def run_review(args: argparse.Namespace) -> int:
     """Run `unveil review`: apply the decisions given, or list the queue when none is; then the dataset's notes
     and, with --export, the export."""
     from runner.ctd_dataset import SAMPLES
-    from runner.ctd_export import export_hf
+    from runner.ctd_export import export_hf, export_summary
 
     root = Path(args.dir)
     if not (root / SAMPLES).is_file():
@@ -215,14 +224,15 @@ def run_review(args: argparse.Namespace) -> int:
     decisions = _named_decisions(args, root)
     if decisions is None:
         return 1
+    rc = 0
     if decisions:
-        _apply_decisions(args, root, decisions)
+        rc = _apply_decisions(args, root, decisions)
     else:
         _print_queue(root)
     _print_dataset_notes(root)
     if args.export:
-        print(f"export written to {export_hf(root)}", file=sys.stderr)
-    return 0
+        print(f"export written to {export_summary(export_hf(root).parent)}", file=sys.stderr)
+    return rc
 
 
 def bad_lines(samples: Path) -> list[Problem]:

@@ -37,7 +37,6 @@ FLASHES = {
     "approved": "Approved.",
     "rejected": "Rejected.",
     "note": "Note saved.",
-    "exported": "Export written.",
     "reviewer": "Reviewer name saved.",
     "already": "Already recorded: this decision was applied before (nothing changed).",
     "already_judged": "Already judged by you: not counted again.",

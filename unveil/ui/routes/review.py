@@ -10,6 +10,7 @@ entry it appended in the session (never in the URL, which a link could forge).
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Form, HTTPException, Request
@@ -18,6 +19,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from agents.categories import CATEGORIES
 from graphs.ctd.labels import LabelSchemaError
 from graphs.ctd.rules import latest_by_reviewer
+from runner.ctd_export import export_summary
 from tools.review_log import ReviewWriteError, review_lock_async
 from tools.reviewers import ReviewerAuthError
 from unveil.ui.agreement import agreement
@@ -193,7 +195,7 @@ async def decide(
         session.flash = FLASHES["already_judged"]
     elif decision == "note":
         session.flash = FLASHES["note"]
-    elif labels.get("send_back") and counts.get("rejected"):
+    elif counts.get("sent_back"):
         session.flash = FLASHES["sent_back"]
     else:
         session.flash = _decided_flash(ctd, id, decision, counts)
@@ -301,7 +303,8 @@ async def export(request: Request, ui: UiDep, ctd: CtdDep) -> Response:
     except Exception as exc:
         raise HTTPException(500, f"export failed: {type(exc).__name__}: {exc}") from exc
     session = ui.session(request)
-    session.flash, session.exported = FLASHES["exported"], str(out)
+    session.flash = f"Export written to {export_summary(out.parent)}."
+    session.exported = f"{out.parent}{os.sep}"
     return RedirectResponse("/review", 303)
 
 
