@@ -78,6 +78,25 @@ def test_guidelines_are_shown_as_text(tmp_path: Path) -> None:
     assert 'id="guidelines"' in page
     assert "Reject when the &lt;b&gt;text&lt;/b&gt; names the drug.&lt;script&gt;x()&lt;/script&gt;" in page
     assert "<script>x()" not in page
+    assert "<h3>Guidelines</h3>" in page  # a Markdown heading, not "# Guidelines" (issue 45)
+
+
+def test_guidelines_render_a_safe_subset_of_markdown() -> None:
+    """Issue 45 (low): the guidelines' Markdown was shown raw; only its safe forms become markup."""
+    from unveil.ui.markdown import render_guidelines
+
+    html = str(
+        render_guidelines(
+            "# Rules\n\n- **Reject** when the text names the drug\n- keep *subtle* ones, `a*b`\n\n1. first\n"
+            "2. second\n\nSee [the policy](https://example.org/p?a=1&b=2), [x](javascript:alert(1)) and "
+            "<img src=x onerror=alert(1)>"
+        )
+    )
+    assert html.startswith("<h3>Rules</h3><ul><li><strong>Reject</strong> when the text names the drug</li>")
+    assert "<li>keep <em>subtle</em> ones, <code>a*b</code></li></ul><ol><li>first</li><li>second</li></ol>" in html
+    assert '<a href="https://example.org/p?a=1&amp;b=2" rel="noopener noreferrer">the policy</a>' in html
+    assert "[x](javascript:alert(1))" in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert "<img" not in html and "javascript:" not in html.split("[x](")[0]
 
 
 def test_the_adjudicator_settles_a_disagreement(tmp_path: Path) -> None:

@@ -347,7 +347,9 @@ def test_guidelines_disagreement_and_the_adjudicator(browser: Any, tmp_path: Pat
     settling decision, in the browser."""
     ds = tmp_path / "ds"
     first, second = make_ctd_dataset(ds)["pending"][:2]
-    (ds / "guidelines.md").write_text("Reject when the text <b>names</b> the drug.")
+    (ds / "guidelines.md").write_text(
+        "Reject when the text <b>names</b> the drug.\n\n## Keep\n\n- **subtle** pairs\n- [the policy](https://example.org/p)"
+    )
     add_reviewer(ds / REVIEWERS, "ann"), add_reviewer(ds / REVIEWERS, "bob")
     judy = add_reviewer(ds / REVIEWERS, "judy", "adjudicator")
     two: dict[str, Any] = {"role": "reviewer", "min_reviewers": 2}
@@ -362,8 +364,11 @@ def test_guidelines_disagreement_and_the_adjudicator(browser: Any, tmp_path: Pat
         page.select_option("#disagree", "1")
         page.wait_for_url("**disagree=1**")
         assert page.locator("#sample-list .sid").all_inner_texts() == [first]
-        assert page.locator(".guidelines-text").inner_text() == "Reject when the text <b>names</b> the drug."
-        assert page.locator(".guidelines-text b").count() == 0
+        assert page.locator(".guidelines-text p").inner_text() == "Reject when the text <b>names</b> the drug."
+        assert page.locator(".guidelines-text b").count() == 0  # HTML in the file stays text
+        assert page.locator(".guidelines-text h4").inner_text() == "Keep"  # Markdown is rendered (issue 45)
+        assert page.locator(".guidelines-text li strong").inner_text() == "subtle"
+        assert page.locator(".guidelines-text li a").get_attribute("href") == "https://example.org/p"
         with page.expect_navigation():
             page.click("#approve")
         assert page.locator("#sample-list .sid").all_inner_texts() == []

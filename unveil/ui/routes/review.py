@@ -23,6 +23,7 @@ from runner.ctd_export import export_summary
 from tools.review_log import ReviewWriteError, review_lock_async
 from tools.reviewers import ReviewerAuthError
 from unveil.ui.agreement import agreement
+from unveil.ui.markdown import render_guidelines
 from unveil.ui.pages import (
     FLASHES,
     LIST_PAGE_SIZE,
@@ -118,7 +119,7 @@ async def review(
         exported=last["exported"],
         flash=last["flash"],
         assigned=assignment.of(current_id) if assignment is not None and current_id else [],
-        guidelines=await asyncio.to_thread(ctd.guidelines),
+        guidelines=render_guidelines(await asyncio.to_thread(ctd.guidelines)),
         schema=await asyncio.to_thread(ctd.label_schema),
         category_choices=CATEGORIES,
         **_queue_facts(ui, ctd, rows, request),

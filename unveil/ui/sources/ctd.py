@@ -284,7 +284,8 @@ class CtdSource:
         return load_assignment(self.root)
 
     def guidelines(self) -> str:
-        """The folder's `guidelines.md` as text (shown beside the sample, escaped like every text), or ""; a
+        """The folder's `guidelines.md` as text (shown beside the sample as a safe subset of Markdown, every other
+        character escaped: `unveil.ui.markdown`), or ""; a
         link, a FIFO or a device in its place is refused, and the text is cut at `GUIDELINES_MAX` bytes."""
         path = self.root / GUIDELINES
         try:
