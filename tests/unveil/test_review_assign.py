@@ -66,6 +66,37 @@ def test_the_own_queue_keeps_the_samples_assigned_to_the_reviewer(tmp_path: Path
     assert all(f'<span class="sid">{sid}</span>' in everyone for sid in pending)
 
 
+def test_a_sample_assigned_to_others_is_marked_not_yours(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Issue 45 (low): the assignment is advisory, and nothing told a reviewer that the sample they judged was
+    someone else's: the card and `unveil review` now say so; the judgement still counts."""
+    from tests.ui_data import make_ctd_dataset
+
+    root = tmp_path / "ds"
+    pending = make_ctd_dataset(root, n_pending=4)["pending"]
+    tokens = {n: add_reviewer(root / REVIEWERS, n) for n in ("a", "b", "c")}
+    judy = add_reviewer(root / REVIEWERS, "judy", "adjudicator")
+    main(["reviewers", "assign", str(root), "--reviewers", "a,b,c", "--per-sample", "2"])
+    assignment = load_assignment(root)
+    assert assignment is not None
+    mine = next(sid for sid in pending if "a" in assignment.of(sid))
+    other = next(sid for sid in pending if "a" not in assignment.of(sid))
+    client = web(root)
+    sign_in(client, tokens["a"])
+    page = client.get("/review", params={"id": other, "status": "", "todo": ""}).text
+    assert 'id="not-assigned"' in page and "Not assigned to you" in page
+    assert ", ".join(assignment.of(other)) in page
+    assert 'id="not-assigned"' not in client.get("/review", params={"id": mine, "status": "", "todo": ""}).text
+    adjudicator = web(root)
+    sign_in(adjudicator, judy)
+    assert 'id="not-assigned"' not in adjudicator.get("/review", params={"id": other, "status": ""}).text
+    monkeypatch.setenv("UNVEIL_REVIEWER_TOKEN", tokens["a"])
+    capsys.readouterr()
+    assert main(["review", str(root), "--approve", other, "--approve", mine]) == 0
+    err = capsys.readouterr().err
+    assert f"note: {other} is not assigned to you" in err and f"note: {mine}" not in err
+    assert load_samples(root)[other]["review"]["reviews"][0]["reviewer"] == "a"  # advisory: it counts
+
+
 def test_guidelines_are_shown_as_text(tmp_path: Path) -> None:
     from tests.ui_data import make_ctd_dataset
 

@@ -126,6 +126,7 @@ def _apply_decisions(args: argparse.Namespace, root: Path, decisions: dict[str, 
     from runner.ctd_reviews import apply_reviews
 
     reviewer, role = review_actor(args, root, decisions)
+    _say_not_assigned(root, reviewer, role, decisions)
     counts = apply_reviews(
         root, decisions, reviewer=reviewer, role=role, min_reviewers=args.min_reviewers, rule=args.review_rule
     )
@@ -149,6 +150,31 @@ def _apply_decisions(args: argparse.Namespace, root: Path, decisions: dict[str, 
         file=sys.stderr,
     )
     return 1 if counts["refused"] else 0
+
+
+def _say_not_assigned(root: Path, reviewer: str | None, role: str, decisions: dict[str, Any]) -> None:
+    """Say on stderr which decided samples the folder's assignment gives to other reviewers: the assignment is
+    advisory (the judgement counts all the same), so it is a note, not a refusal. Single-user mode and an
+    adjudicator are never told."""
+    from tools.reviewers import load_assignment
+
+    assignment = load_assignment(root) if reviewer and role == "reviewer" else None
+    if assignment is None:
+        return
+    judging = [
+        sid
+        for sid, answers in decisions.items()
+        if any(a.get("decision") in ("approve", "reject") for a in (answers if isinstance(answers, list) else [answers]))
+    ]
+    others = [sid for sid in judging if reviewer not in assignment.of(str(sid))]
+    for sid in others[:20]:
+        print(
+            f"note: {sid} is not assigned to you (assigned to {', '.join(assignment.of(str(sid)))}); your judgement "
+            "counts all the same (the assignment is advisory)",
+            file=sys.stderr,
+        )
+    if len(others) > 20:
+        print(f"note: and {len(others) - 20} more samples not assigned to you", file=sys.stderr)
 
 
 def _own_queue(root: Path, items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:

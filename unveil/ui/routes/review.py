@@ -21,7 +21,7 @@ from graphs.ctd.labels import LabelSchemaError
 from graphs.ctd.rules import latest_by_reviewer
 from runner.ctd_export import export_summary
 from tools.review_log import ReviewWriteError, review_lock_async
-from tools.reviewers import ReviewerAuthError
+from tools.reviewers import Assignment, ReviewerAuthError
 from unveil.ui.agreement import agreement
 from unveil.ui.markdown import render_guidelines
 from unveil.ui.pages import (
@@ -119,11 +119,21 @@ async def review(
         exported=last["exported"],
         flash=last["flash"],
         assigned=assignment.of(current_id) if assignment is not None and current_id else [],
+        not_assigned=_not_assigned(ui, request, assignment, current_id),
         guidelines=render_guidelines(await asyncio.to_thread(ctd.guidelines)),
         schema=await asyncio.to_thread(ctd.label_schema),
         category_choices=CATEGORIES,
         **_queue_facts(ui, ctd, rows, request),
     )
+
+
+def _not_assigned(ui: Ui, request: Request, assignment: Assignment | None, sample_id: str | None) -> bool:
+    """Whether the shown sample is assigned to other reviewers than the signed-in one: the assignment is advisory
+    (their judgement counts all the same), so the card says so rather than refusing. An adjudicator, who settles
+    any sample, is never marked."""
+    if assignment is None or not sample_id or ui.session(request).role == "adjudicator":
+        return False
+    return ui.reviewer(request) not in assignment.of(sample_id)
 
 
 async def _skipped_flash(ctd: CtdSource, sample_id: str) -> str:
