@@ -161,11 +161,13 @@ def _say_not_assigned(root: Path, reviewer: str | None, role: str, decisions: di
     assignment = load_assignment(root) if reviewer and role == "reviewer" else None
     if assignment is None:
         return
-    judging = [
-        sid
-        for sid, answers in decisions.items()
-        if any(a.get("decision") in ("approve", "reject") for a in (answers if isinstance(answers, list) else [answers]))
-    ]
+
+    def judges(answers: dict[str, Any] | list[dict[str, Any]]) -> bool:
+        return any(
+            a.get("decision") in ("approve", "reject") for a in (answers if isinstance(answers, list) else [answers])
+        )
+
+    judging = [sid for sid, answers in decisions.items() if judges(answers)]
     others = [sid for sid in judging if reviewer not in assignment.of(str(sid))]
     for sid in others[:20]:
         print(
