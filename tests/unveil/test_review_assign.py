@@ -6,6 +6,7 @@ browser drives the same page in tests/unveil/test_ui_curation.py."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +180,37 @@ def test_the_disagreement_filter_and_settling_in_the_web_app(tmp_path: Path) -> 
     assert f'<span class="sid">{first}</span>' not in page  # settled
     shown = client.get("/review", params={"status": "", "id": first}).text
     assert "settled by the adjudicator" in shown and "(adjudication)" in shown
+
+
+def test_the_agreement_page_counts_the_adjudicator_and_earlier_attempts(tmp_path: Path) -> None:
+    """Issue 45 (low): the reviewers page left out the adjudicator (who settled disagreements) and the judgements
+    of attempts a send back replaced (each attempt another image-text pair, judged all the same)."""
+    from runner.ctd_dataset import SAMPLES
+
+    root = pending_folder(tmp_path / "ds", "a", "b")
+    for name in ("ann", "bob"):
+        add_reviewer(root / REVIEWERS, name)
+    add_reviewer(root / REVIEWERS, "judy", "adjudicator")
+    two: dict[str, Any] = {"role": "reviewer", "min_reviewers": 2}
+    apply_reviews(root, {"a": {"decision": "approve"}}, reviewer="ann", **two)
+    apply_reviews(root, {"a": {"decision": "reject", "note": "plain"}}, reviewer="bob", **two)
+    apply_reviews(root, {"a": {"decision": "approve"}}, reviewer="judy", role="adjudicator")
+    apply_reviews(root, {"b": {"decision": "approve"}}, reviewer="bob", **two)
+    apply_reviews(root, {"b": {"decision": "reject", "note": "hide it", "send_back": True}}, reviewer="ann", **two)
+    # The Eraser's new attempt comes back pending, as `unveil generate` requeues it (the send back kept).
+    rec = load_samples(root)["b"]
+    back = rec["send_back"]
+    revised = {**rec, "status": "pending_review", "review": {"status": "pending"}, "sent_back": [back]}
+    del revised["send_back"]
+    with (root / SAMPLES).open("a") as fh:
+        fh.write(json.dumps(revised) + "\n")
+    apply_reviews(root, {"b": {"decision": "approve"}}, reviewer="ann", **two)
+    apply_reviews(root, {"b": {"decision": "approve"}}, reviewer="bob", **two)
+    page = web(root).get("/reviewers").text
+    rows = {
+        name: [int(x) for x in re.findall(r'<td class="num[^"]*">(\d+)</td>', row)]
+        for name, row in re.findall(r'<tr data-reviewer="([^"]+)">(.*?)</tr>', page, re.S)
+    }
+    # judged, approved, rejected, on earlier attempts, settled
+    assert rows == {"ann": [3, 2, 1, 1, 0], "bob": [3, 2, 1, 1, 0], "judy": [0, 0, 0, 0, 1]}
+    assert "Settled as adjudicator" in page and "On earlier attempts" in page

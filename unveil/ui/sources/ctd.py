@@ -29,7 +29,7 @@ from runner.ctd_export import export_hf
 from runner.ctd_reviews import apply_reviews, default_reviewer
 from tools.review_policy import FolderPolicy, load_policy, record_policy, resolve_policy
 from tools.reviewers import Assignment, load_assignment, load_reviewers, require_reviewers_file, reviewers_path
-from unveil.ui.agreement import judgements
+from unveil.ui.agreement import adjudicators, attempt_judgements, judgements
 from unveil.ui.index import JsonlIndex, Problem
 from unveil.ui.sources.common import ImageIndex, OpenOptions, PageSource, usage_cost
 
@@ -157,6 +157,8 @@ def _ctd_summary(rec: dict[str, Any]) -> dict[str, Any]:
         "search": words.casefold()[:SEARCH_CHARS],
         "views": view_lines(rec),
         "judgements": judgements(rec.get("review_history") or [], attempt_start(rec)),
+        "attempts": attempt_judgements(rec),
+        "adjudicators": adjudicators(rec.get("review_history") or []),
         "adjudicated": bool(review.get("adjudicated")),
     }
 
