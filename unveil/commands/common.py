@@ -112,20 +112,15 @@ def render_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-FAILED_EXIT = 2  # the batch ran but some samples of its output failed
 GATE_EXIT = 3  # an evaluation ran but a quality metric fell under its --fail-under
 STOPPED_EXIT = 4  # a spending cap (--max-calls/--max-cost) kept samples from starting: the output is incomplete
 
 
 def batch_exit_code(failed: int, not_run: int = 0) -> int:
-    """The exit rule of every batch command: 0 when every sample ran and none of the output failed, 2 when the
-    batch ran but some samples failed, in this run or an earlier one (their records say why; `--retry-failed` runs
-    them again), 4 (`STOPPED_EXIT`, over 2) when a spending cap kept `not_run` samples from starting (no record,
-    no failure: a rerun with a higher cap runs them). A command that cannot run at all, or whose command line is
-    wrong, exits 1."""
-    if not_run:
-        return STOPPED_EXIT
-    return FAILED_EXIT if failed else 0
+    """The exit rule of every batch command: 0 when every sample ran and none failed, 2 when some samples of the
+    output failed, in this run or an earlier one (`--retry-failed` runs them again), 4 (over 2) when a spending cap
+    kept `not_run` samples from starting (a rerun with a higher cap runs them). A command that cannot run exits 1."""
+    return STOPPED_EXIT if not_run else 2 if failed else 0
 
 
 def add_gate_option(parser: argparse.ArgumentParser, metrics: str) -> None:
@@ -141,15 +136,12 @@ def add_gate_option(parser: argparse.ArgumentParser, metrics: str) -> None:
 
 
 def gated_exit_code(failed: int, misses: list[Any], not_run: int = 0) -> int:
-    """The exit rule of an evaluate command: `STOPPED_EXIT` when a spending cap left samples not run (the
-    metrics are not the whole run's, so no gate can pass or fail on them), else `GATE_EXIT` when a --fail-under
-    gate missed (each miss printed; it wins over failed samples, which the run's failures table lists), else
-    `batch_exit_code(failed)`."""
+    """The exit rule of an evaluate command: `STOPPED_EXIT` when a spending cap left samples not run (metrics of
+    part of the run pass or fail no gate), else `GATE_EXIT` when a --fail-under gate missed (each miss printed; it
+    wins over failed samples, which the failures table lists), else `batch_exit_code(failed)`."""
     for miss in misses:
         print(f"fail-under: {miss}", file=sys.stderr)
-    if not_run:
-        return STOPPED_EXIT
-    return GATE_EXIT if misses else batch_exit_code(failed)
+    return STOPPED_EXIT if not_run else GATE_EXIT if misses else batch_exit_code(failed)
 
 
 def report_batch(summary: BatchSummary, output: str | os.PathLike[str], *, done: str = "done") -> int:
@@ -170,13 +162,9 @@ def report_batch(summary: BatchSummary, output: str | os.PathLike[str], *, done:
             f"{summary.failed_in_output} failed record(s) in {output}: --retry-failed runs them again", file=sys.stderr
         )
     if summary.not_run:
-        more = len(summary.not_run) - 10
-        shown = ", ".join(summary.not_run[:10]) + (f" and {more} more" if more > 0 else "")
-        print(
-            f"incomplete: {len(summary.not_run)} sample(s) not run ({shown}): {summary.stopped}; rerun with a higher "
-            f"cap, or none, to run them (exit {STOPPED_EXIT})",
-            file=sys.stderr,
-        )
+        n, shown = len(summary.not_run), ", ".join(summary.not_run[:10]) + (" ..." if len(summary.not_run) > 10 else "")
+        why = f"{summary.stopped}; rerun with a higher cap, or none, to run them (exit {STOPPED_EXIT})"
+        print(f"incomplete: {n} sample(s) not run ({shown}): {why}", file=sys.stderr)
     return batch_exit_code(summary.failed_in_output, len(summary.not_run))
 
 
