@@ -62,7 +62,9 @@ Worker = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 @dataclass
 class BatchSummary:
     """What a batch run did. `failed_earlier` counts the skipped samples whose record in the output is a failure
-    of an earlier run: they are still failures of the output (`failures` lists them too)."""
+    of an earlier run: they are still failures of the output (`failures` lists them too). `not_run` are the
+    samples a `stop` (a spending cap) kept from starting, and `stopped` says why: they have no record and are not
+    failures, but the output is incomplete until a rerun runs them."""
 
     total: int = 0
     skipped: int = 0
@@ -70,6 +72,8 @@ class BatchSummary:
     failed: int = 0
     failures: list[dict[str, str]] = field(default_factory=list)
     failed_earlier: int = 0
+    not_run: list[str] = field(default_factory=list)
+    stopped: str = ""
 
     @property
     def failed_in_output(self) -> int:
@@ -186,7 +190,8 @@ async def run_batch(
     """Run `worker(id, record)` over the items not yet in `output`, appending each result or failure.
 
     `stop`, if given, is asked before each sample; a non-empty answer (e.g. a spending cap reached) stops new
-    samples from starting and is reported in the summary's failures as not run. `kind` names the command: an
+    samples from starting: the summary lists them as `not_run` (not failures) with the answer as `stopped`.
+    `kind` names the command: an
     existing output must be a result file of the same kind (records carry it), and `inputs` may not be the output.
     `identity` (what makes the output) is checked against the one recorded beside an existing output and written
     beside a new one (`check_identity`); every refusal comes before anything is written or run.
@@ -227,8 +232,8 @@ async def _run_locked(items: list[BatchItem], worker: Worker, run: BatchRun) -> 
     order = {it.id: i for i, it in enumerate(items)}
     summary.failures.sort(key=lambda f: order.get(str(f.get(run.id_field)), len(order)))
     if stopped:
-        why = run.stop_reason() or ""
-        summary.failures.append({run.id_field: "*", "error": f"stopped before {stopped} samples: {why}"})
+        summary.not_run = sorted(stopped, key=lambda sid: order.get(sid, len(order)))
+        summary.stopped = run.stop_reason() or "stopped"
     return summary
 
 
@@ -259,9 +264,9 @@ def _earlier_results(items: list[BatchItem], todo: int, done: dict[str, dict[str
     return summary
 
 
-async def _run_samples(todo: list[BatchItem], worker: Worker, run: BatchRun, summary: BatchSummary) -> int:
+async def _run_samples(todo: list[BatchItem], worker: Worker, run: BatchRun, summary: BatchSummary) -> list[str]:
     """Run the samples `run.concurrency` at a time, appending each record as it comes and counting it in
-    `summary`; returns how many samples a `stop` kept from starting."""
+    `summary`; returns the ids of the samples a `stop` kept from starting."""
     appender = JsonlAppender(run.output)
     sem = asyncio.Semaphore(max(1, run.concurrency))
     bar = tqdm(total=len(todo), desc=run.desc, disable=not run.progress, file=sys.stderr, dynamic_ncols=True)
@@ -297,7 +302,7 @@ async def _run_samples(todo: list[BatchItem], worker: Worker, run: BatchRun, sum
     finally:
         bar.close()
         appender.close()
-    return len(stopped)
+    return stopped
 
 
 def _within_the_cap(rec: dict[str, Any], run: BatchRun) -> dict[str, Any]:

@@ -31,6 +31,11 @@ CARD = "README.md"
 PARQUET = "data.parquet"
 
 
+def export_summary(folder: Path) -> str:
+    """Where an export went and what it holds, as `unveil review --export` and the web app's Export say it."""
+    return f"{folder}{os.sep} ({PARQUET}, {JSONL}, {CSV} and the dataset card {CARD})"
+
+
 def plain_rows(columns: dict[str, list[Any]]) -> list[dict[str, Any]]:
     """The export's rows without the image bytes (the image as its path), for JSONL and CSV."""
     return [
@@ -57,6 +62,20 @@ def write_extras(
         writer.writerow({k: csv_cell(json.dumps(v) if isinstance(v, list) else v) for k, v in r.items()})
     atomic_write(base, folder / CSV, out.getvalue().encode("utf-8"))
     atomic_write(base, folder / CARD, dataset_card(rows, records, reviewed).encode("utf-8"))
+
+
+COLUMNS_DOC = """\
+- `id`, `label` (1: a covert toxic pair, 0: its benign counterpart, whose `counterpart_of` names the toxic one),
+  `text`, `image` (the image; in the JSONL and CSV files its path in the dataset folder), `image_sha256`;
+- `category` (after the reviewers' correction, if any), `category_generated` (the category the sample was
+  generated for), `subcategory`;
+- `image_description` (what the image was asked to show: for text-only detectors), `t2i_prompt`,
+  `erasure_reason`, `rounds`, `votes` (every judge of every round, JSON), `models` (JSON), `seeds`, `cost_usd`,
+  `mtc` (with an MTC reference);
+- `review_status`, `adjudicated` (an adjudicator settled a disagreement), `annotations` (JSON: one entry per
+  reviewer's judgement or note on the current attempt, in order: `reviewer`, `decision` approve/reject/note,
+  `note` (the rationale), `category` (a correction), `ratings` (the label schema's, `labels.json`),
+  `adjudicated`, `time`; undone entries and decisions not applied are left out)."""
 
 
 def _review_facts(records: list[dict[str, Any]]) -> tuple[str, int, int]:
@@ -99,6 +118,9 @@ def dataset_card(rows: list[dict[str, Any]], records: list[dict[str, Any]], revi
         if isinstance(spec, str) and spec
     )
     model_lines = "\n".join(f"- {m} ({n} samples)" for m, n in sorted(models.items())) or "- (not recorded)"
+    notes = [json.loads(str(r.get("annotations") or "[]")) for r in rows if r.get("counterpart_of") is None]
+    rated = sorted({name for ann in notes for a in ann for name in a.get("ratings") or {}})
+    corrected = sum(1 for r in rows if r.get("category_generated") and r.get("category_generated") != r.get("category"))
     return f"""---
 configs:
 - config_name: default
@@ -128,6 +150,13 @@ Load it with `datasets.load_dataset("path/to/this/folder", split="train")` (the 
 - Agreement (Fleiss' kappa over the samples judged by two or more reviewers, approve/reject): \
 {"undefined" if kappa is None else f"{kappa:.3f}"} over {multi} samples.
 
+- Annotations: {sum(len(a) for a in notes)} judgements and notes over {sum(1 for a in notes if a)} samples; \
+ratings recorded: {", ".join(rated) or "none"}; category corrected by the reviewers on {corrected} rows.
+
+## Columns
+
+{COLUMNS_DOC}
+
 ## Models
 
 {model_lines}
@@ -153,8 +182,10 @@ def _inside(root: Path, ref: str, *, sample_id: str) -> Path:
 _EXPORT_TEXT_COLUMNS = (
     "id",
     "category",
+    "category_generated",
     "subcategory",
     "text",
+    "image_description",
     "image_sha256",
     "t2i_prompt",
     "erasure_reason",
@@ -171,7 +202,26 @@ _EXPORT_COLUMNS = (
     "label",
     "mtc",
     "counterpart_of",
+    "adjudicated",
+    "annotations",
 )
+# What each annotation keeps of a review history entry (`graphs.ctd.review.apply_decision`).
+ANNOTATION_FIELDS = ("reviewer", "decision", "note", "category", "ratings", "adjudicated", "time")
+
+
+def review_annotations(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the reviewers recorded on the sample's current attempt, one entry per judgement or note in history
+    order: the reviewer, approve/reject/note, the note (the rationale), the corrected category and the ratings
+    of the label schema (`labels.json`) where given, whether it was the adjudicator's settling decision, and the
+    time. Undone entries and decisions kept as conflicts (not applied) are left out: they did not count."""
+    history = rec.get("review_history") or []
+    undone = {h.get("undoes") for h in history if h.get("decision") == "undo"}
+    out = []
+    for k, h in enumerate(history):
+        counted = k not in undone and h.get("applied") is not False and k >= attempt_start(rec)
+        if counted and h.get("decision") in ("approve", "reject", "note"):
+            out.append({f: h[f] for f in ANNOTATION_FIELDS if h.get(f) not in (None, "", {})})
+    return out
 
 
 def export_hf(
@@ -208,7 +258,12 @@ def _export_columns(root: Path, records: list[dict[str, Any]]) -> dict[str, list
     columns: dict[str, list[Any]] = {c: [] for c in _EXPORT_COLUMNS}
     for r in [row for rec in records for row in dataset_rows(rec)]:
         img = _inside(root, r["image"], sample_id=str(r.get("id")))
-        row = {**r, "review_status": (r.get("review") or {}).get("status", "")}
+        row = {
+            **r,
+            "review_status": (r.get("review") or {}).get("status", ""),
+            "category_generated": r.get("category_generated") or r.get("category"),
+            "image_description": r.get("image_description") or r.get("t2i_prompt"),
+        }
         columns["label"].append(int(r.get("label", 1)))
         columns["mtc"].append(None if r.get("mtc") is None else float(r["mtc"]))
         columns["counterpart_of"].append(r.get("counterpart_of"))
@@ -220,6 +275,8 @@ def _export_columns(root: Path, records: list[dict[str, Any]]) -> dict[str, list
         columns["votes"].append(json.dumps(r.get("votes", []), ensure_ascii=False))
         columns["models"].append(json.dumps(r.get("models") or {}, ensure_ascii=False))
         columns["seeds"].append([int(s) for s in r.get("seeds", [])])
+        columns["adjudicated"].append(bool((r.get("review") or {}).get("adjudicated")))
+        columns["annotations"].append(json.dumps(review_annotations(r), ensure_ascii=False))
     return columns
 
 
@@ -239,5 +296,7 @@ def _export_features() -> Any:
             "label": Value("int32"),
             "mtc": Value("float64"),
             "counterpart_of": Value("string"),
+            "adjudicated": Value("bool"),
+            "annotations": Value("string"),
         }
     )

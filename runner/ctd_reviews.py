@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from runner.ctd_dataset import append_records, dataset_lock, load_samples, record_problem, write_views_locked
 from tools.errors import InputDataError, MissingFileError
 from tools.jsonl_files import read_jsonl_records
+from tools.review_policy import record_policy, resolve_policy
 from tools.reviewers import REVIEWERS, ReviewerAuthError, load_reviewers, require_reviewers_file, reviewers_path
 
 if TYPE_CHECKING:
@@ -34,8 +35,8 @@ def apply_reviews(
     *,
     reviewer: str | None = None,
     role: str = "local",
-    min_reviewers: int = 1,
-    rule: str = "unanimous",
+    min_reviewers: int | None = None,
+    rule: str | None = None,
     records: Callable[[], Mapping[str, dict[str, Any]]] | None = None,
     views: bool = True,
     appended: list[tuple[str, int]] | None = None,
@@ -51,13 +52,18 @@ def apply_reviews(
 
     Several reviewers (the TAG paper's unanimous confirmation, §4.1): every approve/reject on a pending sample joins
     its `review.reviews` list (reviewer, note, time), and the sample is accepted or rejected once the reviews decide
-    under the policy (`min_reviewers`, `rule`: see `graphs.ctd.rules.ReviewPolicy`); until then it stays pending.
+    under the folder's review policy (`tools.review_policy`: `min_reviewers`, `rule`, see
+    `graphs.ctd.rules.ReviewPolicy`); until then it stays pending. `min_reviewers` and `rule` given here are what
+    the caller asks for: a value the folder does not store yet is stored (set once, for every later call), one
+    that differs from the stored value is a `ReviewPolicyError` naming the stored policy, before anything is
+    applied; None uses the folder's.
     Every decision also joins the record's `review_history` and `DIR/decisions.jsonl`. A decision on a sample that
     is already decided is not applied but kept in the history (`applied: false`), so it is never lost; a `note`
     decision adds a note without deciding. Updated records are appended to `samples.jsonl` (the last record of an
     id wins, as everywhere), so a concurrent `unveil generate` appending its own records loses nothing.
-    Returns how many decisions approved or rejected a sample, left it pending (more reviewers needed), were notes,
-    were kept as conflicts, repeated the reviewer's own judgement (`already`, not logged), undid an entry, were
+    Returns how many decisions approved, rejected or sent back a sample (`sent_back`: a rejection that sends it
+    to the Eraser, not counted as `rejected`), left it pending (more reviewers needed), were notes, were kept as
+    conflicts, repeated the reviewer's own judgement (`already`, not logged), undid an entry, were
     refused (an undo of another reviewer's entry), and were skipped (unknown id, a record that `record_problem`
     refuses, or empty). `records` reads the folder's records by id under the lock (default `load_samples`; the
     web app passes its index); `views=False` leaves rewriting `dataset.jsonl` and `review_queue.jsonl` to the
@@ -65,14 +71,29 @@ def apply_reviews(
     undo exactly its own entry."""
     from graphs.ctd.rules import ReviewPolicy
 
-    policy = ReviewPolicy(min_reviewers=min_reviewers, rule=rule)  # type: ignore[arg-type]
     root = Path(dataset_dir)
-    check_local_mode(root, role, min_reviewers)
+    stored, new = resolve_policy(root, min_reviewers=min_reviewers, rule=rule)
+    policy = ReviewPolicy(min_reviewers=stored.min_reviewers, rule=stored.rule)  # type: ignore[arg-type]
+    check_local_mode(root, role, stored.min_reviewers)
     labels = check_labels(root, decisions)
     counts = dict.fromkeys(
-        ("approved", "rejected", "pending", "noted", "conflicts", "undone", "already", "refused", "skipped"), 0
+        (
+            "approved",
+            "rejected",
+            "sent_back",
+            "pending",
+            "noted",
+            "conflicts",
+            "undone",
+            "already",
+            "refused",
+            "skipped",
+        ),
+        0,
     )
     with dataset_lock(root):
+        if new:
+            record_policy(root, new)  # the first call that asks for a value sets it for the folder
         by_id = records() if records is not None else load_samples(root)
         actor = (reviewer or default_reviewer(), role)
         changed, log = _decide(by_id, decisions, policy, actor, counts, appended, labels)
@@ -142,7 +163,8 @@ def _decide(
             done, entry = apply_decision(
                 rec, answer or {}, policy, reviewer=actor[0], role=actor[1], now=now_iso(), labels=labels.get((sid, i))
             )
-            counts[done] += 1
+            sent_back = done == "rejected" and rec.get("status") == "sent_back"  # a rejection that sends it back
+            counts["sent_back" if sent_back else done] += 1
             if entry is not None:
                 changed[sid] = rec
                 log.append({"id": sid, **entry})

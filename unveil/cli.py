@@ -20,9 +20,10 @@ DESCRIPTION = (
 EPILOG = (
     "Run `unveil COMMAND --help` for a command's options. Batch commands exit 0 when every sample succeeded, 2 when "
     "the batch ran but some samples of its output failed, in this run or an earlier one (their records say why; "
-    "--retry-failed runs them again), and 1 when the command could not run, its command line included. The evaluate "
-    "commands exit 3 when a --fail-under quality gate was missed. An internal error (a bug in Unveil, printed with "
-    "its traceback) exits 70."
+    "--retry-failed runs them again), 4 when a --max-calls/--max-cost cap stopped the batch before every sample ran "
+    "(those samples are not run, not failed: a rerun with a higher cap runs them), and 1 when the command could not "
+    "run, its command line included. The evaluate commands exit 3 when a --fail-under quality gate was missed. An "
+    "internal error (a bug in Unveil, printed with its traceback) exits 70."
 )
 USAGE_EXIT = 1  # argparse's own is 2, which the batch commands use for "some samples failed"
 MAX_QUOTED = 1000  # characters of a usage error, which may quote a value

@@ -5,6 +5,7 @@ that folder (`graphs.ctd.review`)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from graphs.ctd.review import (
     parse_review,
     queue_in_folder,
 )
-from graphs.ctd.review_payload import REVIEW_QUESTION, review_payload, thumbnail_data_url
+from graphs.ctd.review_payload import review_payload, review_question, thumbnail_data_url
 from graphs.ctd.rules import ReviewPolicy, review_outcome
 from graphs.ctd.send_back import (
     SendBack,
@@ -38,6 +39,7 @@ from graphs.ctd.send_back import (
 from graphs.ctd.state import CtdState
 from tools.image_store import get_image_store
 from tools.review_log import review_dir
+from tools.review_policy import settle_policy
 from tools.reviewers import load_reviewers, require_reviewers_file, server_reviewers_file
 
 log = logging.getLogger("unveil.ctd")
@@ -83,10 +85,10 @@ async def _graph_review(
     reviews: list[dict[str, Any]] = []
     error: str | None = None
     while True:  # ends: an interrupt() with no resume value left suspends the run
-        payload = review_payload(state, thumbnail=thumbnail, error=error)
+        payload = review_payload(state, thumbnail=thumbnail, error=error, tokens=people is not None)
         if reviews:
             payload["reviews_so_far"] = reviews
-            payload["question"] = _another(policy, len(reviews))
+            payload["question"] = _another(policy, len(reviews), people is not None)
         answer = interrupt(payload)
         try:
             given = authenticated_answers(studio_answers(answer), people, default_name="")
@@ -108,11 +110,24 @@ async def _graph_review(
             return {"status": "accepted" if review["status"] == "approved" else "rejected", "review": review}
 
 
-def _another(policy: ReviewPolicy, n_so_far: int) -> str:
+def folder_policy(folder: Path, context: CtdContext) -> ReviewPolicy:
+    """The review folder's policy (`tools.review_policy`), which the web app and `unveil review` use too: a
+    context's `min_reviewers` or `review_rule` other than its default asks for that value as their flags do
+    (stored where the folder has none; another than the stored one is a `ReviewPolicyError` naming it)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(CtdContext)}
+    asked = {
+        name: getattr(context, name) if getattr(context, name) != defaults[name] else None
+        for name in ("min_reviewers", "review_rule")
+    }
+    stored = settle_policy(folder, min_reviewers=asked["min_reviewers"], rule=asked["review_rule"])
+    return ReviewPolicy(min_reviewers=stored.min_reviewers, rule=stored.rule)  # type: ignore[arg-type]
+
+
+def _another(policy: ReviewPolicy, n_so_far: int, tokens: bool) -> str:
     """The question once some reviewers answered: how many of how many, and that another one is needed."""
     return (
         f"Another reviewer is needed: {n_so_far} of {policy.min_reviewers} reviewers so far ({policy.rule}). "
-        + REVIEW_QUESTION
+        + review_question(tokens)
     )
 
 
@@ -162,7 +177,7 @@ async def _folder_review(
         out["image_path"] = copied.path
     revised = await asyncio.to_thread(requeue_revised, folder, sample_id, out)
     rec = revised if revised is not None else await asyncio.to_thread(queue_in_folder, folder, sample_id, out)
-    policy = runtime.context.review_policy()
+    policy = await asyncio.to_thread(folder_policy, folder, runtime.context)
     people = await asyncio.to_thread(load_reviewers, reviewers_file) if reviewers_file else None
     require_reviewers_file(policy.min_reviewers, people, "the ctd graph's review")
     error: str | None = None
@@ -174,7 +189,7 @@ async def _folder_review(
         back = folder_send_back(rec, state)  # sent back in the web app, or by this node's answer below
         if back is not None:
             return sent_back_update(state, back, rec.get("review") or {})
-        payload = review_payload(state, thumbnail=thumbnail, error=error)
+        payload = review_payload(state, thumbnail=thumbnail, error=error, tokens=people is not None)
         payload["review_id"], payload["review_dir"] = sample_id, str(folder)
         so_far = [
             {k: r.get(k) for k in ("reviewer", "status", "note")}
@@ -182,7 +197,7 @@ async def _folder_review(
         ]
         if so_far:
             payload["reviews_so_far"] = so_far
-            payload["question"] = _another(policy, len(so_far))
+            payload["question"] = _another(policy, len(so_far), people is not None)
         answer = interrupt(payload)
         n += 1
         try:

@@ -5,7 +5,8 @@
 ```
 
 - `category` (default false): the reviewer may correct the sample's risk category (one of the project's ten);
-  the record's `category` changes in place and the generated one is kept as `category_generated`;
+  the correction stays with the review until the sample is decided, then the record's `category` changes in
+  place and the generated one is kept as `category_generated` (`graphs.ctd.review.settle_category`);
 - `rationale`: when a note is required: `never` (default), `reject` (a rejection needs one: the paper's "clearly
   substantiated"), or `always`;
 - `ratings` (default none): optional whole-number ratings, each with its bounds.

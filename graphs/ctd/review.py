@@ -127,18 +127,21 @@ def disagreement(rec: dict[str, Any]) -> bool:
     return len(set(judged(rec.get("review_history") or [], attempt_start(rec)).values())) > 1
 
 
-def _settle(rec: dict[str, Any], answer: dict[str, Any], entry: dict[str, Any]) -> str:
+def _settle(rec: dict[str, Any], answer: dict[str, Any], entry: dict[str, Any], category: str | None) -> str:
     """An adjudicator's approve/reject on a sample whose reviewers disagree: it decides the sample whatever the
-    rule says, and is kept in the history and the review as an adjudication (the reviewers' own reviews stay)."""
+    rule says, and is kept in the history and the review as an adjudication (the reviewers' own reviews stay);
+    the adjudicator's category correction, if any, is the one the record takes."""
     status = parse_review(answer)["status"]
     rec["status"] = "accepted" if status == "approved" else "rejected"
+    earlier = {k: v for k, v in (rec.get("review") or {}).items() if k != "category"}
     rec["review"] = {
-        **(rec.get("review") or {}),
+        **earlier,
         "status": status,
         "note": entry["note"],
         "reviewer": entry["reviewer"],
         "time": entry["time"],
         "adjudicated": True,
+        **({"category": category} if category else {}),
     }
     entry.update(decision="approve" if status == "approved" else "reject", adjudicated=True)
     return status
@@ -172,8 +175,8 @@ def apply_decision(
     is `already` (nothing logged); one on a decided sample is kept in the history as a conflict (`applied:
     false`), never lost; `undo` takes back entry `undoes` of the record's `review_history` (see `undo`).
     `labels` are the answer's labels as `graphs.ctd.labels.check_answer` accepted them (a corrected `category`,
-    `ratings`): kept with the review and its history entry; an applied category correction changes the record's
-    `category` in place (the generated one kept as `category_generated`). An adjudicator's approve/reject on a
+    `ratings`): kept with the review and its history entry; the corrections change the record's `category` only
+    once the sample is decided (`settle_category`). An adjudicator's approve/reject on a
     sample whose reviewers disagree settles it (see `_settle`)."""
     decision = str(answer.get("decision", "")).strip().lower()
     if not decision:
@@ -190,7 +193,7 @@ def apply_decision(
         if done != "undone":
             return done, None  # nothing to undo there, undone already (a double click), or not theirs
     elif role == "adjudicator" and disagreement(rec):
-        done = _settle(rec, answer, entry)
+        done = _settle(rec, answer, entry, (labels or {}).get("category"))
     else:
         done = _judge(rec, {**parse_review(answer), "reviewer": who, "time": now, **(labels or {})}, policy, entry)
         if done in ("already", "skipped"):
@@ -198,12 +201,27 @@ def apply_decision(
     if (labels or {}).get("send_back") and done == "rejected":
         rec["status"] = "sent_back"  # `unveil generate` on the folder gives the Eraser another attempt
         rec["send_back"] = {"note": note, "reviewer": who, "time": now, "round": rec.get("rounds")}
-    corrected = (labels or {}).get("category")
-    if corrected and entry.get("applied") is not False and done != "undone":
-        rec.setdefault("category_generated", rec.get("category"))
-        rec["category"] = corrected
+    settle_category(rec)  # a correction counts once the sample is decided, never while it waits
     rec["review_history"] = [*rec.get("review_history", []), entry]
     return done, entry
+
+
+def settle_category(rec: dict[str, Any]) -> None:
+    """Set the record's `category` from the corrections of the reviews that decided it (the adjudicator's when
+    one settled it, else the latest reviewer's correction), in place; while the sample waits, or when no review
+    corrected it, the generated category stands (kept as `category_generated` once a correction changed it). A
+    pending reviewer's correction stays in their review until the sample is decided, so it never changes the
+    record before the others agree."""
+    review = rec.get("review") or {}
+    decided = review.get("status") in ("approved", "rejected") and rec.get("status") != "pending_review"
+    corrections = [str(r["category"]) for r in review.get("reviews") or [] if r.get("category")]
+    if review.get("adjudicated") and review.get("category"):
+        corrections.append(str(review["category"]))
+    generated = rec.get("category_generated", rec.get("category"))
+    wanted = corrections[-1] if decided and corrections else generated
+    if wanted != rec.get("category"):
+        rec.setdefault("category_generated", rec.get("category"))
+        rec["category"] = wanted
 
 
 def _judge(rec: dict[str, Any], one: dict[str, Any], policy: ReviewPolicy, entry: dict[str, Any]) -> str:
@@ -248,13 +266,6 @@ def undo(rec: dict[str, Any], k: Any, policy: ReviewPolicy, entry: dict[str, Any
             return "refused"
         entry["override"] = True
     entry["undoes"] = k
-    if target.get("category"):  # a category correction taken back: the latest other one, else the generated one
-        others = [
-            h["category"]
-            for i, h in enumerate(history)
-            if i != k and i not in undone and h.get("category") and h.get("applied") is not False
-        ]
-        rec["category"] = others[-1] if others else rec.get("category_generated", rec.get("category"))
     if target["decision"] == "note":
         return "undone"
     review = rec.get("review") or {}

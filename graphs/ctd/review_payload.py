@@ -38,6 +38,18 @@ REVIEW_QUESTION = (
     "'reviewer': '...'} (or a list of such answers, one per reviewer). 'send_back' rejects the pair and gives "
     "the Eraser another attempt, which reads your note (required) as feedback."
 )
+# With a reviewers file an answer is signed by its token, and a `reviewer` field is ignored: the question says so.
+TOKEN_QUESTION = (
+    "Approve this sample? Resume with {'decision': 'approve'|'reject'|'send_back', 'note': '...', "
+    "'token': 'YOUR REVIEWER TOKEN'} (or a list of such answers, one per reviewer): this server has a reviewers "
+    "file, so the token (from `unveil reviewers add`) names the reviewer. 'send_back' rejects the pair and gives "
+    "the Eraser another attempt, which reads your note (required) as feedback."
+)
+
+
+def review_question(tokens: bool) -> str:
+    """The question of the pause: with a reviewers file (`tokens`) answers carry a `token`, else a `reviewer`."""
+    return TOKEN_QUESTION if tokens else REVIEW_QUESTION
 
 
 class ReviewPayload(TypedDict):
@@ -62,9 +74,11 @@ class ReviewPayload(TypedDict):
     review_dir: NotRequired[str]
 
 
-def review_payload(state: CtdState, *, thumbnail: str | None = None, error: str | None = None) -> ReviewPayload:
+def review_payload(
+    state: CtdState, *, thumbnail: str | None = None, error: str | None = None, tokens: bool = False
+) -> ReviewPayload:
     """What a human reviewer is shown: the pair (with a viewable thumbnail), the erasure reason, the votes, the
-    rule's verdict, and the error of a previous invalid answer."""
+    rule's verdict, the question (`review_question(tokens)`), and the error of a previous invalid answer."""
     payload: ReviewPayload = {
         "id": state.get("id"),
         "category": state.get("category"),
@@ -77,7 +91,7 @@ def review_payload(state: CtdState, *, thumbnail: str | None = None, error: str 
         "votes": round_votes(state),
         "decision": state.get("decision"),
         "rounds": state.get("rounds"),
-        "question": REVIEW_QUESTION,
+        "question": review_question(tokens),
     }
     if error:
         payload["error"] = error

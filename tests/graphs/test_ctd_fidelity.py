@@ -219,7 +219,7 @@ def _pending_folder(tmp_path: Path, *ids: str) -> Path:
 def test_apply_reviews_keeps_every_reviewer_and_waits_for_unanimity(tmp_path) -> None:
     root = _pending_folder(tmp_path, "a", "b")
     zero = dict.fromkeys(("approved", "rejected", "pending", "noted", "conflicts", "skipped", "undone"), 0)
-    zero.update(already=0, refused=0)
+    zero.update(already=0, refused=0, sent_back=0)
     # Each reviewer as authenticated (tests/unveil/test_review_auth.py covers the tokens).
     ann: dict = {"reviewer": "ann", "role": "reviewer", "min_reviewers": 2}
     bob: dict = {"reviewer": "bob", "role": "reviewer", "min_reviewers": 2}

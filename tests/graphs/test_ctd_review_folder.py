@@ -105,13 +105,18 @@ async def test_review_decided_in_studio_shows_in_the_web_app(tmp_path, tiny_sd, 
     """Two reviewers need the folder's reviewers file: each Studio answer carries its reviewer's token, a
     repeated answer is not logged twice, and the web app's undo is the reviewer's own."""
     carol, dave = add_reviewer(folder / REVIEWERS, "carol"), add_reviewer(folder / REVIEWERS, "dave")
-    g, cfg, ctx, _ = await start(tmp_path, tiny_sd, min_reviewers=2)
+    g, cfg, ctx, first = await start(tmp_path, tiny_sd, min_reviewers=2)
+    # The question names the field the token mode reads (issue 45: it said 'reviewer', which is ignored here).
+    question = first["__interrupt__"][0].value["question"]
+    assert "'token': 'YOUR REVIEWER TOKEN'" in question and "'reviewer'" not in question
     out = await g.ainvoke(
         Command(resume={"decision": "approve", "note": "fine", "token": carol, "reviewer": "dave"}), cfg, context=ctx
     )
     assert out["__interrupt__"][0].value["reviews_so_far"] == [
         {"reviewer": "carol", "status": "approved", "note": "fine"}
     ]
+    assert "1 of 2 reviewers so far" in out["__interrupt__"][0].value["question"]
+    assert "'token'" in out["__interrupt__"][0].value["question"]
     web = CtdSource(folder)
     assert web.record(SID)["status"] == "pending_review"  # one of two reviewers so far
     out = await g.ainvoke(Command(resume={"decision": "approve", "token": carol}), cfg, context=ctx)

@@ -123,3 +123,35 @@ def test_a_record_over_the_line_cap_is_refused_by_the_writer_and_shown_as_bad_by
     assert web.decide(second, "approve", "", ("ann", "local"))["skipped"] == 1
     third = [sid for sid in records if sid not in (first, second) and records[sid]["status"] == "pending_review"][0]
     assert web.decide(third, "approve", "", ("ann", "local"))["approved"] == 1  # the others go on
+
+
+def test_the_summary_says_sent_back_an_undo_refused_exits_1_and_the_export_names_its_folder(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """Issue 45 (low): a refused undo exited 0, a send back was counted as "rejected 1", and `--export` named only
+    the Parquet file, not the folder that holds the JSONL, the CSV and the card too."""
+    from runner.ctd_dataset import load_samples
+    from tests.ui_data import make_ctd_dataset
+    from tools.reviewers import REVIEWERS, add_reviewer
+
+    root = tmp_path / "ds"
+    first, second = make_ctd_dataset(root)["pending"][:2]
+    alice, bob = (add_reviewer(root / REVIEWERS, n) for n in ("alice", "bob"))
+    monkeypatch.setenv("UNVEIL_REVIEWER_TOKEN", alice)
+    capsys.readouterr()
+    assert main(["review", str(root), "--reject", first, "--send-back", "--note", "hide the scale"]) == 0
+    err = capsys.readouterr().err
+    assert "approved 0, rejected 0, sent back 1 to the Eraser" in err
+    assert main(["review", str(root), "--approve", second]) == 0
+    undo = tmp_path / "undo.jsonl"
+    undo.write_text(json.dumps({"id": second, "decision": "undo", "undoes": 0}) + "\n")
+    monkeypatch.setenv("UNVEIL_REVIEWER_TOKEN", bob)
+    capsys.readouterr()
+    assert main(["review", str(root), "--decisions", str(undo)]) == 1  # alice's entry: not bob's to undo
+    assert "1 undos refused (another reviewer's entry" in capsys.readouterr().err
+    assert load_samples(root)[second]["status"] == "accepted"
+    monkeypatch.setenv("UNVEIL_REVIEWER_TOKEN", alice)
+    assert main(["review", str(root), "--decisions", str(undo), "--export"]) == 0
+    err = capsys.readouterr().err
+    assert "undone 1" in err and load_samples(root)[second]["status"] == "pending_review"
+    assert f"export written to {root / 'export'}/ (data.parquet, data.jsonl, data.csv and the dataset card" in err

@@ -83,7 +83,7 @@ def test_the_web_app_shows_the_schema_and_refuses_a_missing_rationale(tmp_path: 
     shown = client.get("/review", params={"id": first}).text
     assert "Not saved: sample" in shown and "rationale" in shown
     assert load_samples(root)[first]["status"] == "pending_review"
-    form = {**form, "decision": "approve", "category": "crimes", "rating_covertness": "3"}
+    form = {**form, "decision": "approve", "label_category": "crimes", "rating_covertness": "3"}
     client.post("/review/decide", data=form)
     rec = load_samples(root)[first]
     assert rec["status"] == "accepted" and rec["category"] == "crimes"
@@ -111,3 +111,47 @@ def test_send_back_from_the_web_app_needs_a_note(tmp_path: Path) -> None:
     # Undoing the rejection sends nothing back.
     assert apply_reviews(root, {first: {"decision": "undo", "undoes": 0}})["undone"] == 1
     assert "send_back" not in load_samples(root)[first]
+
+
+def test_a_category_correction_is_its_own_field_and_waits_for_the_deciding_decision(tmp_path: Path) -> None:
+    """Issue 45 item 1: the correction shared the name `category` with the queue's filter, so a decision narrowed
+    the queue to the chosen category, every decision recorded a category (bob's untouched reject logged alice's
+    "crimes"), and one reviewer's pending correction changed the record before anyone agreed."""
+    from fastapi.testclient import TestClient
+
+    from tests.ui_data import make_ctd_dataset
+    from tests.unveil.test_review_auth import sign_in
+    from tools.reviewers import REVIEWERS, add_reviewer
+
+    root = tmp_path / "ds"
+    first, second, third = make_ctd_dataset(root)["pending"][:3]
+    (root / "labels.json").write_text(json.dumps({"category": True}))
+    alice, bob = (add_reviewer(root / REVIEWERS, n) for n in ("alice", "bob"))
+    client = web(root, min_reviewers=2)
+    other = TestClient(client.app, base_url="http://127.0.0.1", follow_redirects=False)
+    sign_in(client, alice), sign_in(other, bob)
+    shown = client.get("/review", params={"id": first}).text
+    assert 'name="label_category"' in shown and '<option value="" selected>no change (fraud)</option>' in shown
+    queue = {"status": "pending_review", "category": "", "blind": "", "q": "", "todo": "", "disagree": ""}
+    for sid in (first, second):
+        form = {**queue, "id": sid, "decision": "approve", "label_category": "crimes", "csrf": csrf_of(client)}
+        answer = client.post("/review/decide", data=form)
+        assert "category=&" in answer.headers["location"] and "crimes" not in answer.headers["location"]
+    assert "Nothing to review here" not in client.get(answer.headers["location"]).text
+    rec = load_samples(root)[first]
+    assert rec["category"] == "fraud" and "category_generated" not in rec  # 1 of 2: nothing decided yet
+    assert rec["review"]["reviews"][0]["category"] == "crimes"  # alice's correction waits in her review
+    page = other.get("/review", params={"id": first}).text
+    assert '<option value="" selected>no change (fraud)</option>' in page  # bob sees the record's own category
+    for sid, decision in ((first, "approve"), (second, "reject"), (third, "approve")):
+        form = {**queue, "id": sid, "decision": decision, "note": "no", "csrf": csrf_of(other)}
+        other.post("/review/decide", data=form)
+    bobs = [x for x in log_lines(root) if x["reviewer"] == "bob"]
+    assert len(bobs) == 3 and not any("category" in x for x in bobs)  # untouched: no category recorded
+    rec = load_samples(root)[first]
+    assert rec["status"] == "accepted" and rec["category"] == "crimes" and rec["category_generated"] == "fraud"
+    # Undoing bob's deciding approval leaves the sample pending again: the generated category is back.
+    k = len(rec["review_history"]) - 1
+    apply_reviews(root, {first: {"decision": "undo", "undoes": k}}, reviewer="bob", role="reviewer")
+    rec = load_samples(root)[first]
+    assert rec["status"] == "pending_review" and rec["category"] == "fraud"

@@ -206,7 +206,11 @@ def test_review_queue_by_keyboard_and_clicks(browser: Any, tmp_path: Path) -> No
         with page.expect_navigation():
             page.click("#export")
         assert (ds / "export" / "data.parquet").is_file()
-        assert "data.parquet" in page.locator(".export").inner_text()
+        # The summary names the export's folder and what it holds, not only the Parquet file (issue 45).
+        assert page.locator(".flash").inner_text() == (
+            f"Export written to {ds / 'export'}/ (data.parquet, data.jsonl, data.csv and the dataset card README.md)."
+        )
+        assert f"Written to {ds / 'export'}/" in page.locator(".export").inner_text()
 
 
 def test_a_second_reviewers_decision_is_not_lost(browser: Any, tmp_path: Path) -> None:
@@ -425,6 +429,11 @@ def test_ipr_results_page(browser: Any, tmp_path: Path) -> None:
         assert first.locator(".step-prompt").all_inner_texts()[1] == "two boxers sparring in a gym, photorealistic"
         assert first.locator(".step-head .chip").all_inner_texts() == ["refine", "refine", "keep"]
         assert "q16" in first.locator("table.scores").first.inner_text()
+        # Flags read yes/no, not Python's True/False (issue 45).
+        rows = first.locator("table.scores").first.locator("tr").all_inner_texts()
+        flags = {r.split("\t")[0]: r.split("\t")[-1] for r in rows}
+        assert (flags["q16_flag"], flags["nudenet_flag"], flags["inappropriate"]) == ("yes", "no", "yes")
+        assert "True" not in first.inner_text() and "False" not in first.inner_text()
         assert first.locator(".step.kept").count() == 1
         page.screenshot(path=str(tmp_path / "ipr.png"), full_page=True)
 

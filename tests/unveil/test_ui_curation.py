@@ -99,6 +99,8 @@ def test_undo_a_decision_and_a_note(browser: Any, tmp_path: Path) -> None:  # no
         page = new_page(browser)
         page.goto(srv.url + "/review")
         set_reviewer(page, "alice")
+        keys = " ".join(page.locator("#keys").inner_text().split())  # the hint names every key (issue 45: not u)
+        assert "a approve" in keys and "u undo the last decision" in keys
         with page.expect_navigation():
             page.keyboard.press("a")
         assert page.locator("#card").get_attribute("data-id") == second
@@ -345,7 +347,9 @@ def test_guidelines_disagreement_and_the_adjudicator(browser: Any, tmp_path: Pat
     settling decision, in the browser."""
     ds = tmp_path / "ds"
     first, second = make_ctd_dataset(ds)["pending"][:2]
-    (ds / "guidelines.md").write_text("Reject when the text <b>names</b> the drug.")
+    (ds / "guidelines.md").write_text(
+        "Reject when the text <b>names</b> the drug.\n\n## Keep\n\n- **subtle** pairs\n- [the policy](https://example.org/p)"
+    )
     add_reviewer(ds / REVIEWERS, "ann"), add_reviewer(ds / REVIEWERS, "bob")
     judy = add_reviewer(ds / REVIEWERS, "judy", "adjudicator")
     two: dict[str, Any] = {"role": "reviewer", "min_reviewers": 2}
@@ -360,8 +364,11 @@ def test_guidelines_disagreement_and_the_adjudicator(browser: Any, tmp_path: Pat
         page.select_option("#disagree", "1")
         page.wait_for_url("**disagree=1**")
         assert page.locator("#sample-list .sid").all_inner_texts() == [first]
-        assert page.locator(".guidelines-text").inner_text() == "Reject when the text <b>names</b> the drug."
-        assert page.locator(".guidelines-text b").count() == 0
+        assert page.locator(".guidelines-text p").inner_text() == "Reject when the text <b>names</b> the drug."
+        assert page.locator(".guidelines-text b").count() == 0  # HTML in the file stays text
+        assert page.locator(".guidelines-text h4").inner_text() == "Keep"  # Markdown is rendered (issue 45)
+        assert page.locator(".guidelines-text li strong").inner_text() == "subtle"
+        assert page.locator(".guidelines-text li a").get_attribute("href") == "https://example.org/p"
         with page.expect_navigation():
             page.click("#approve")
         assert page.locator("#sample-list .sid").all_inner_texts() == []
@@ -387,10 +394,17 @@ def test_label_schema_and_send_back_in_the_browser(browser: Any, tmp_path: Path)
             page.click("#reject")
         assert "rationale (the note) is required for a rejection" in page.locator(".flash").inner_text()
         assert page.locator("#card").get_attribute("data-id") == first
+        assert page.locator("#label-category").input_value() == ""  # "no change" until the reviewer picks one
         page.select_option("#label-category", "crimes")
         page.fill("#rating-covertness", "4")
         with page.expect_navigation():
             page.click("#approve")
+        # Issue 45 item 1: the correction is not the queue's category filter: the queue goes on to the next
+        # pending sample (it narrowed to "crimes" and showed "Nothing to review here").
+        assert page.locator("#card-empty").count() == 0
+        assert page.locator("#card").get_attribute("data-id") == second
+        assert page.locator("#filters select[name=category]").input_value() == ""
+        assert page.locator("#label-category").input_value() == ""
         page.goto(srv.url + f"/review?id={second}")
         page.fill("#note", "the scale gives it away")
         with page.expect_navigation():

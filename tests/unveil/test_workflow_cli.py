@@ -152,10 +152,16 @@ def detect_args(data: Path, out: Path, *extra: str, cache: str = "off") -> list[
 def test_detect_stops_at_its_call_cap_and_a_rerun_goes_on(tmp_path, capsys):
     data = write_pairs(tmp_path / "pairs.jsonl", ["OVERT a", "b", "c", "OVERT d"])
     out = tmp_path / "out.jsonl"
-    assert main(detect_args(data, out, "--max-calls", "1")) == 0
+    # Stopped by its cap, the batch is incomplete: its own exit code (issue 45 item 3: it exited 0), the samples
+    # never started listed as not run, none as "failed *".
+    assert main(detect_args(data, out, "--max-calls", "1")) == 4
     assert list(done_records(out)) == ["s0"]  # samples not started are not recorded, not as failures either
-    assert "spending cap reached: 1 model calls (--max-calls 1); rerun with a higher cap" in capsys.readouterr().err
-    assert main(detect_args(data, out, "--max-calls", "3")) == 0  # the earlier call counts against the cap
+    err = capsys.readouterr().err
+    assert "spending cap reached: 1 model calls (--max-calls 1); rerun with a higher cap" in err
+    assert "1 done, 0 failed, 3 not run, 0 already in" in err
+    assert "incomplete: 3 sample(s) not run (s1, s2, s3)" in err
+    assert "failed *" not in err and "failed" not in err.split("0 failed", 1)[1]
+    assert main(detect_args(data, out, "--max-calls", "3")) == 4  # the earlier call counts against the cap
     assert list(done_records(out)) == ["s0", "s1", "s2"]
     assert main(detect_args(data, out)) == 0  # no cap: the rest
     assert len(done_records(out)) == 4 and all(r["status"] == "ok" for r in done_records(out).values())
@@ -164,7 +170,7 @@ def test_detect_stops_at_its_call_cap_and_a_rerun_goes_on(tmp_path, capsys):
 def test_a_cost_cap_of_zero_starts_nothing(tmp_path, capsys):
     data = write_pairs(tmp_path / "pairs.jsonl", ["a", "b"])
     out = tmp_path / "out.jsonl"
-    assert main(detect_args(data, out, "--max-cost", "0")) == 0
+    assert main(detect_args(data, out, "--max-cost", "0")) == 4
     assert done_records(out) == {}
     assert "spending cap reached: $0.0000 (--max-cost 0)" in capsys.readouterr().err
 
@@ -172,9 +178,9 @@ def test_a_cost_cap_of_zero_starts_nothing(tmp_path, capsys):
 def test_evaluate_detection_cap_leaves_samples_not_run_not_failed(tmp_path, capsys):
     data = write_pairs(tmp_path / "d.jsonl", ["OVERT a", "b", "c"])
     out = tmp_path / "out"
-    assert main(evaluate_args(data, out, "--max-calls", "2")) == 0  # not run is not failed: exit 0
+    assert main(evaluate_args(data, out, "--max-calls", "2")) == 4  # not run is not failed, but incomplete
     err = capsys.readouterr().err
-    assert "1 not run" in err and "spending cap reached" in err
+    assert "1 not run" in err and "incomplete: spending cap reached" in err
     (run_file,) = (out / "runs").rglob("*.jsonl")
     assert len(done_records(run_file)) == 2
     assert main(evaluate_args(data, out)) == 0
@@ -354,6 +360,32 @@ fail_under = {{accuracy = 0.9, recall = 0.1}}
     assert f"unveil run {run_file} (sha256 {digest}; detect the pairs)" in sidecar["command"]
     assert main(["run", str(run_file)]) == 3  # the same file reruns the run: nothing left to do
     assert "0 done, 0 failed, 2 already in" in capsys.readouterr().err
+
+
+def test_run_file_reports_a_job_its_cap_stopped_as_incomplete(tmp_path, capsys):
+    """Issue 45 item 3: a job stopped by `max_calls` with samples never run is incomplete, not a success."""
+    data = write_pairs(tmp_path / "d.jsonl", ["OVERT threat", "a quiet evening", "b"])
+    run_file = write_run_file(
+        tmp_path / "run.toml",
+        f"""
+model = "{MODEL}"
+cache = "off"
+no_progress = true
+concurrency = 1
+
+[[jobs]]
+name = "capped"
+command = "detect"
+input = "{data}"
+output = "{tmp_path / "det.jsonl"}"
+method = "vanilla"
+max_calls = 1
+""",
+    )
+    assert main(["run", str(run_file)]) == 4
+    err = capsys.readouterr().err
+    assert "exit 4: capped (incomplete:" in err and "unveil run: incomplete: capped" in err
+    assert "2 not run" in err and "failed *" not in err
 
 
 def test_run_file_keys_are_the_commands_flags(tmp_path):

@@ -112,14 +112,15 @@ def render_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def batch_exit_code(failed: int) -> int:
-    """The exit rule of every batch command: 0 when no sample of the output failed, 2 when the batch ran but some
-    samples failed, in this run or an earlier one (their records say why; `--retry-failed` runs them again). A
-    command that cannot run at all, or whose command line is wrong, exits 1."""
-    return 2 if failed else 0
-
-
 GATE_EXIT = 3  # an evaluation ran but a quality metric fell under its --fail-under
+STOPPED_EXIT = 4  # a spending cap (--max-calls/--max-cost) kept samples from starting: the output is incomplete
+
+
+def batch_exit_code(failed: int, not_run: int = 0) -> int:
+    """The exit rule of every batch command: 0 when every sample ran and none failed, 2 when some samples of the
+    output failed, in this run or an earlier one (`--retry-failed` runs them again), 4 (over 2) when a spending cap
+    kept `not_run` samples from starting (a rerun with a higher cap runs them). A command that cannot run exits 1."""
+    return STOPPED_EXIT if not_run else 2 if failed else 0
 
 
 def add_gate_option(parser: argparse.ArgumentParser, metrics: str) -> None:
@@ -134,20 +135,22 @@ def add_gate_option(parser: argparse.ArgumentParser, metrics: str) -> None:
     )
 
 
-def gated_exit_code(failed: int, misses: list[Any]) -> int:
-    """The exit rule of an evaluate command: `GATE_EXIT` when a --fail-under gate missed (each miss printed; it
-    wins over failed samples, which the run's failures table lists), else `batch_exit_code(failed)`."""
+def gated_exit_code(failed: int, misses: list[Any], not_run: int = 0) -> int:
+    """The exit rule of an evaluate command: `STOPPED_EXIT` when a spending cap left samples not run (metrics of
+    part of the run pass or fail no gate), else `GATE_EXIT` when a --fail-under gate missed (each miss printed; it
+    wins over failed samples, which the failures table lists), else `batch_exit_code(failed)`."""
     for miss in misses:
         print(f"fail-under: {miss}", file=sys.stderr)
-    return GATE_EXIT if misses else batch_exit_code(failed)
+    return STOPPED_EXIT if not_run else GATE_EXIT if misses else batch_exit_code(failed)
 
 
 def report_batch(summary: BatchSummary, output: str | os.PathLike[str], *, done: str = "done") -> int:
-    """Print a batch's summary (this run's counts, then every failed record of the output, earlier runs' too) and
-    return its exit code (`batch_exit_code` of the failed records in the output)."""
+    """Print a batch's summary (this run's counts, then every failed record of the output, earlier runs' too, then
+    the samples a spending cap kept from starting, as not run) and return its exit code (`batch_exit_code`)."""
     earlier = f" ({summary.failed_earlier} of them failed then)" if summary.failed_earlier else ""
+    not_run = f", {len(summary.not_run)} not run" if summary.not_run else ""
     print(
-        f"{summary.completed} {done}, {summary.failed} failed, {summary.skipped} already in {output}{earlier}",
+        f"{summary.completed} {done}, {summary.failed} failed{not_run}, {summary.skipped} already in {output}{earlier}",
         file=sys.stderr,
     )
     for failure in summary.failures[:50]:
@@ -158,7 +161,11 @@ def report_batch(summary: BatchSummary, output: str | os.PathLike[str], *, done:
         print(
             f"{summary.failed_in_output} failed record(s) in {output}: --retry-failed runs them again", file=sys.stderr
         )
-    return batch_exit_code(summary.failed_in_output)
+    if summary.not_run:
+        n, shown = len(summary.not_run), ", ".join(summary.not_run[:10]) + (" ..." if len(summary.not_run) > 10 else "")
+        why = f"{summary.stopped}; rerun with a higher cap, or none, to run them (exit {STOPPED_EXIT})"
+        print(f"incomplete: {n} sample(s) not run ({shown}): {why}", file=sys.stderr)
+    return batch_exit_code(summary.failed_in_output, len(summary.not_run))
 
 
 # -- bounds of numeric flags: every numeric option is declared with one of these types -------------------------
@@ -292,7 +299,7 @@ def report_stop(spending: Spending | None, not_run: int) -> None:
     """Say on stderr that a spending cap kept `not_run` samples from starting, and how to go on."""
     why = spending.stop() if spending is not None else None
     if why and not_run:
-        print(f"{why}; rerun with a higher cap to continue", file=sys.stderr)
+        print(f"incomplete: {why}; rerun with a higher cap to continue (exit {STOPPED_EXIT})", file=sys.stderr)
 
 
 def add_batch_options(parser: argparse.ArgumentParser) -> None:

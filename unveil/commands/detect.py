@@ -23,7 +23,6 @@ from unveil.commands.common import (
     new_file_path,
     output_identity,
     report_batch,
-    report_stop,
     setup_gateway,
     spending_caps,
     tag_reading_kwargs,
@@ -219,7 +218,6 @@ def _run_file(args: argparse.Namespace, ctx: DetectionContext) -> int:
         for item in items:  # the input's order (records are written in the order samples finish)
             if item.id in records and item.id not in shown:
                 _print_summary(records[item.id], item.id, demo=demo)
-    report_stop(spending, summary.total - summary.skipped - summary.completed - summary.failed)
     return report_batch(summary, output)
 
 

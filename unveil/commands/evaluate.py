@@ -298,8 +298,9 @@ def _finish(
     misses: list[GateMiss],
     spending: Spending | None,
 ) -> int:
-    """Print an evaluation's report and what it left out, and return its exit code: failed samples count, samples
-    a spending cap kept from starting do not (a rerun with a higher cap runs them)."""
+    """Print an evaluation's report and what it left out, and return its exit code: failed samples count as
+    failures; samples a spending cap kept from starting are not failures but make the run incomplete (exit 4; a
+    rerun with a higher cap runs them)."""
     from evaluation.runs import NOT_RUN
 
     print((Path(args.out) / report).read_text())
@@ -312,7 +313,7 @@ def _finish(
         file=sys.stderr,
     )
     report_stop(spending, not_run)
-    return gated_exit_code(failed, misses)
+    return gated_exit_code(failed, misses, not_run)
 
 
 def run_ipr(args: argparse.Namespace) -> int:

@@ -27,7 +27,6 @@ from unveil.commands.common import (
     output_identity,
     render_overrides,
     report_batch,
-    report_stop,
     seed_int,
     setup_gateway,
     spending_caps,
@@ -200,7 +199,6 @@ def run(args: argparse.Namespace) -> int:
                 spending=spending,
             )
         )
-        report_stop(spending, summary.total - summary.skipped - summary.completed - summary.failed)
         return report_batch(summary, output)
 
     def show(line: str) -> None:

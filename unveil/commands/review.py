@@ -41,13 +41,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "with a reviewers file the name is the token's (UNVEIL_REVIEWER_TOKEN, else a prompt)",
     )
     r.add_argument(
-        "--min-reviewers", type=bounded_int(1, 100), default=1, help="reviewers needed per sample (default 1)"
+        "--min-reviewers",
+        type=bounded_int(1, 100),
+        default=None,
+        help="reviewers needed per sample: stored in DIR/review_policy.json the first time, for the web app and "
+        "Studio too; another value than the stored one is refused (default: the folder's, else 1)",
     )
     r.add_argument(
         "--review-rule",
         choices=("unanimous", "majority"),
-        default="unanimous",
-        help="how several reviewers combine (default unanimous, the paper's: one rejection rejects)",
+        default=None,
+        help="how several reviewers combine, stored as --min-reviewers is (default: the folder's, else unanimous, "
+        "the paper's: one rejection rejects)",
     )
     r.add_argument(
         "--export",
@@ -115,19 +120,28 @@ def review_actor(args: argparse.Namespace, root: Path, decisions: dict[str, Any]
     return who.name, who.role
 
 
-def _apply_decisions(args: argparse.Namespace, root: Path, decisions: dict[str, Any]) -> None:
-    """Apply the decisions under the review policy as the authenticated reviewer and say what changed."""
+def _apply_decisions(args: argparse.Namespace, root: Path, decisions: dict[str, Any]) -> int:
+    """Apply the decisions under the review policy as the authenticated reviewer, say what changed, and return the
+    exit code: 1 when an undo was refused (another reviewer's entry: nothing of it was applied), else 0."""
     from runner.ctd_reviews import apply_reviews
 
     reviewer, role = review_actor(args, root, decisions)
+    _say_not_assigned(root, reviewer, role, decisions)
     counts = apply_reviews(
         root, decisions, reviewer=reviewer, role=role, min_reviewers=args.min_reviewers, rule=args.review_rule
     )
     print(
-        f"approved {counts['approved']}, rejected {counts['rejected']}, skipped {counts['skipped']}"
+        f"approved {counts['approved']}, rejected {counts['rejected']}"
+        + (f", sent back {counts['sent_back']} to the Eraser" if counts["sent_back"] else "")
+        + (f", undone {counts['undone']}" if counts["undone"] else "")
+        + f", skipped {counts['skipped']}"
         + (f", {counts['pending']} waiting for more reviewers" if counts["pending"] else "")
         + (f", {counts['already']} already judged by you (not counted again)" if counts["already"] else "")
-        + (f", {counts['refused']} undos of others' entries refused" if counts["refused"] else "")
+        + (
+            f", {counts['refused']} undos refused (another reviewer's entry: only an adjudicator may undo it)"
+            if counts["refused"]
+            else ""
+        )
         + (
             f", {counts['conflicts']} already decided by another reviewer (kept in review_history)"
             if counts["conflicts"]
@@ -135,6 +149,34 @@ def _apply_decisions(args: argparse.Namespace, root: Path, decisions: dict[str, 
         ),
         file=sys.stderr,
     )
+    return 1 if counts["refused"] else 0
+
+
+def _say_not_assigned(root: Path, reviewer: str | None, role: str, decisions: dict[str, Any]) -> None:
+    """Say on stderr which decided samples the folder's assignment gives to other reviewers: the assignment is
+    advisory (the judgement counts all the same), so it is a note, not a refusal. Single-user mode and an
+    adjudicator are never told."""
+    from tools.reviewers import load_assignment
+
+    assignment = load_assignment(root) if reviewer and role == "reviewer" else None
+    if assignment is None:
+        return
+
+    def judges(answers: dict[str, Any] | list[dict[str, Any]]) -> bool:
+        return any(
+            a.get("decision") in ("approve", "reject") for a in (answers if isinstance(answers, list) else [answers])
+        )
+
+    judging = [sid for sid, answers in decisions.items() if judges(answers)]
+    others = [sid for sid in judging if reviewer not in assignment.of(str(sid))]
+    for sid in others[:20]:
+        print(
+            f"note: {sid} is not assigned to you (assigned to {', '.join(assignment.of(str(sid)))}); your judgement "
+            "counts all the same (the assignment is advisory)",
+            file=sys.stderr,
+        )
+    if len(others) > 20:
+        print(f"note: and {len(others) - 20} more samples not assigned to you", file=sys.stderr)
 
 
 def _own_queue(root: Path, items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
@@ -202,7 +244,7 @@ def run_review(args: argparse.Namespace) -> int:
     """Run `unveil review`: apply the decisions given, or list the queue when none is; then the dataset's notes
     and, with --export, the export."""
     from runner.ctd_dataset import SAMPLES
-    from runner.ctd_export import export_hf
+    from runner.ctd_export import export_hf, export_summary
 
     root = Path(args.dir)
     if not (root / SAMPLES).is_file():
@@ -210,14 +252,15 @@ def run_review(args: argparse.Namespace) -> int:
     decisions = _named_decisions(args, root)
     if decisions is None:
         return 1
+    rc = 0
     if decisions:
-        _apply_decisions(args, root, decisions)
+        rc = _apply_decisions(args, root, decisions)
     else:
         _print_queue(root)
     _print_dataset_notes(root)
     if args.export:
-        print(f"export written to {export_hf(root)}", file=sys.stderr)
-    return 0
+        print(f"export written to {export_summary(export_hf(root).parent)}", file=sys.stderr)
+    return rc
 
 
 def bad_lines(samples: Path) -> list[Problem]:

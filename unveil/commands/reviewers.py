@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 from tools.errors import MissingFileError
+from tools.review_policy import RULES, load_policy, policy_path, record_policy, resolve_policy
+from unveil.commands.common import bounded_int
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -22,7 +24,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "reviewer: `unveil ui` asks for the token, `unveil review` reads UNVEIL_REVIEWER_TOKEN (or prompts), a "
         "Studio answer carries it as `token`. Without the file the local user is the one reviewer.",
     )
-    verbs = p.add_subparsers(dest="verb", required=True, metavar="{add,list,remove,assign}")
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="{add,list,remove,assign,policy}")
     add = verbs.add_parser("add", help="add a reviewer and print their token (shown only this once)")
     add.add_argument("dir", help="dataset folder written by `unveil generate`")
     add.add_argument("name", help="the reviewer's name, as decisions will record it")
@@ -45,7 +47,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     asg.add_argument("dir", help="dataset folder")
     asg.add_argument("--reviewers", required=True, help="comma-separated names (in the reviewers file, if any)")
-    asg.add_argument("--per-sample", type=int, default=2, help="reviewers per sample (default 2)")
+    asg.add_argument(
+        "--per-sample",
+        type=bounded_int(1, 100),
+        default=None,
+        help="reviewers per sample, the policy's overlap: stored in DIR/review_policy.json the first time; another "
+        "value than the stored one is refused (default: the folder's, else 2)",
+    )
+    pol = verbs.add_parser(
+        "policy",
+        help="print the folder's review policy or, with flags, change it (used by `unveil ui`, `unveil review`, "
+        "Studio)",
+    )
+    pol.add_argument("dir", help="dataset folder")
+    pol.add_argument("--min-reviewers", type=bounded_int(1, 100), help="reviewers needed per sample")
+    pol.add_argument("--review-rule", choices=RULES, help="how several reviewers combine")
+    pol.add_argument("--overlap", type=bounded_int(1, 100), help="reviewers each sample is assigned to")
     p.set_defaults(func=run)
 
 
@@ -69,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
         )
     elif args.verb == "assign":
         _assign(root, args)
+    elif args.verb == "policy":
+        _policy(root, args)
     elif args.verb == "remove":
         remove_reviewer(path, args.name)
         print(f"reviewer {args.name!r} removed from {path}", file=sys.stderr)
@@ -87,7 +106,9 @@ def _assign(root: Path, args: argparse.Namespace) -> None:
     from tools.reviewers import save_assignment
 
     names = [n.strip() for n in args.reviewers.split(",") if n.strip()]
-    assignment = save_assignment(root, names, args.per_sample)
+    policy, new = resolve_policy(root, overlap=args.per_sample)  # refused before anything is written
+    assignment = save_assignment(root, names, policy.overlap or 2)
+    record_policy(root, {**new, "overlap": assignment.per_sample})
     pending = [sid for sid, r in load_samples(root).items() if r.get("status") == "pending_review"]
     counts = dict.fromkeys(assignment.reviewers, 0)
     for sid in pending:
@@ -98,3 +119,13 @@ def _assign(root: Path, args: argparse.Namespace) -> None:
         f"later too): of {len(pending)} pending, " + ", ".join(f"{n} {c}" for n, c in counts.items()),
         file=sys.stderr,
     )
+
+
+def _policy(root: Path, args: argparse.Namespace) -> None:
+    """Print the folder's review policy, after storing the values the flags give (the one way to change one)."""
+    asked = {"min_reviewers": args.min_reviewers, "rule": args.review_rule, "overlap": args.overlap}
+    given = {k: v for k, v in asked.items() if v is not None}
+    policy = record_policy(root, given) if given else load_policy(root)
+    print(policy.describe())
+    where = "stored in" if policy_path(root).is_file() else "defaults: nothing stored yet in"
+    print(f"review policy {where} {policy_path(root)}", file=sys.stderr)

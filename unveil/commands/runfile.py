@@ -33,8 +33,9 @@ MAX_RUN_FILE_BYTES = 1024 * 1024
 MAX_DEPTH = 32  # a run file's tables and lists nest 3 levels
 MAX_EXPANDED = 4 * MAX_RUN_FILE_BYTES  # items and characters of its values, YAML aliases counted each time used
 MAX_QUOTED = 300  # characters of a value or a parser's message quoted in an error
-# Exit codes by severity: a bug, could not run, a quality gate missed, some samples failed, all well.
-SEVERITY = (70, 1, 3, 2, 0)  # 70: `unveil.cli.BUG_EXIT`
+# Exit codes by severity: a bug, could not run, incomplete (a spending cap stopped it), a quality gate missed,
+# some samples failed, all well.
+SEVERITY = (70, 1, 4, 3, 2, 0)  # 70: `unveil.cli.BUG_EXIT`; 4: `unveil.commands.common.STOPPED_EXIT`
 
 
 class RunFileError(UnveilError, ValueError):
@@ -389,10 +390,11 @@ def print_plan(jobs: list[Job], path: Path, digest: str) -> None:
 
 def run_jobs(jobs: list[Job]) -> int:
     """Run the jobs in order, each as its command would (its engine, its errors as one line); every job runs
-    whatever the others did. Returns the gravest exit code (a bug's 70, then 1, 3, 2 and 0)."""
+    whatever the others did; a job a spending cap stopped is reported as incomplete. Returns the gravest exit code
+    (a bug's 70, then 1, 4, 3, 2 and 0)."""
     from runner.engine import engine_session
     from unveil.cli import report_error
-    from unveil.commands.common import engine_settings
+    from unveil.commands.common import STOPPED_EXIT, engine_settings
 
     codes = []
     for job in jobs:
@@ -408,7 +410,12 @@ def run_jobs(jobs: list[Job]) -> int:
             rc = report_error(job.args, exc)
         codes.append(rc)
     for job, rc in zip(jobs, codes, strict=True):
-        print(f"  exit {rc}: {job.name}", file=sys.stderr)
+        stopped = rc == STOPPED_EXIT
+        what = " (incomplete: a spending cap kept samples from starting; rerun with a higher cap)" if stopped else ""
+        print(f"  exit {rc}: {job.name}{what}", file=sys.stderr)
+    incomplete = [job.name for job, rc in zip(jobs, codes, strict=True) if rc == STOPPED_EXIT]
+    if incomplete:
+        print(f"unveil run: incomplete: {', '.join(incomplete)}", file=sys.stderr)
     return next((c for c in SEVERITY if c in codes), max(codes, default=0))
 
 

@@ -31,16 +31,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--min-reviewers",
         type=int,
-        default=1,
+        default=None,
         choices=range(1, 101),
         metavar="N",
-        help="reviewers needed per sample before it is decided (default 1; as `unveil review`)",
+        help="reviewers needed per sample before it is decided: stored in DIR/review_policy.json the first time, "
+        "for `unveil review` and Studio too; another value than the stored one is refused (default: the folder's, "
+        "else 1)",
     )
     p.add_argument(
         "--review-rule",
         choices=("unanimous", "majority"),
-        default="unanimous",
-        help="how several reviewers combine (default unanimous: one rejection rejects)",
+        default=None,
+        help="how several reviewers combine, stored as --min-reviewers is (default: the folder's, else unanimous: "
+        "one rejection rejects)",
     )
     p.add_argument(
         "--image-store",

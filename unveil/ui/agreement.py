@@ -17,33 +17,72 @@ from graphs.ctd.rules import cohen_kappa as cohen_kappa
 from graphs.ctd.rules import fleiss_kappa as fleiss_kappa
 
 
-def judgements(history: Iterable[Mapping[str, Any]], since: int = 0) -> dict[str, str]:
-    """Each reviewer's latest approve/reject in a sample's review history from entry `since` on (the current
-    attempt's: `graphs.ctd.review.attempt_start`), undone entries and adjudications (a settlement, not a rating)
-    left out."""
+def judgements(history: Iterable[Mapping[str, Any]], since: int = 0, until: int | None = None) -> dict[str, str]:
+    """Each reviewer's latest approve/reject in a sample's review history from entry `since` on, before entry
+    `until` (the current attempt's by default: `graphs.ctd.review.attempt_start`), undone entries and
+    adjudications (a settlement, not a rating) left out."""
     entries = list(history)
     undone = {h.get("undoes") for h in entries if h.get("decision") == "undo"}
+    end = len(entries) if until is None else until
     out: dict[str, str] = {}
     for k, h in enumerate(entries):
-        if k >= since and k not in undone and h.get("decision") in LABELS and not h.get("adjudicated"):
+        if since <= k < end and k not in undone and h.get("decision") in LABELS and not h.get("adjudicated"):
             out[str(h.get("reviewer") or "?")] = str(h["decision"])
     return out
 
 
+def attempt_judgements(rec: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The judgements of each attempt of a sample, earliest first: an attempt ends with the rejection that sent it
+    back to the Eraser (`sent_back` names those by reviewer and time), and each attempt was another image-text
+    pair, so its judgements are a rating of their own; attempts nobody judged are left out."""
+    marks = {(b.get("reviewer"), b.get("time")) for b in rec.get("sent_back") or []}
+    history = list(rec.get("review_history") or [])
+    ends = [
+        k + 1
+        for k, h in enumerate(history)
+        if h.get("decision") == "reject" and (h.get("reviewer"), h.get("time")) in marks
+    ]
+    bounds = list(zip([0, *ends], [*ends, len(history)], strict=True))
+    return [js for js in (judgements(history, a, b) for a, b in bounds) if js]
+
+
+def adjudicators(history: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Who settled the sample's disagreements: the adjudicators of its settling decisions not undone."""
+    entries = list(history)
+    undone = {h.get("undoes") for h in entries if h.get("decision") == "undo"}
+    return [
+        str(h.get("reviewer") or "?")
+        for k, h in enumerate(entries)
+        if h.get("adjudicated") and h.get("decision") in LABELS and k not in undone
+    ]
+
+
+def _count(reviewers: dict[str, dict[str, int]], who: str) -> dict[str, int]:
+    return reviewers.setdefault(who, {"judged": 0, "approve": 0, "reject": 0, "earlier": 0, "settled": 0})
+
+
 def agreement(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Per reviewer: samples judged, approvals, rejections; per category: samples judged by two or more,
-    Fleiss' kappa, and Cohen's kappa of each reviewer pair on their shared samples (`rows` carry `category`
-    and `judgements` {reviewer: approve|reject})."""
+    """Per reviewer: judgements, approvals, rejections, how many of them were on an earlier attempt (one sent back
+    to the Eraser), and disagreements they settled as adjudicator; per category: the items judged (each attempt of
+    a sample is one item: another image-text pair), those judged by two or more, Fleiss' kappa, and Cohen's kappa
+    of each reviewer pair on their shared items. `rows` carry `category`, `attempts` (a list of {reviewer:
+    approve|reject} per attempt; else `judgements`, the current attempt's) and `adjudicators`."""
     reviewers: dict[str, dict[str, int]] = {}
     by_cat: dict[str, list[dict[str, str]]] = {}
     for r in rows:
-        js = r.get("judgements") or {}
-        for who, lab in js.items():
-            c = reviewers.setdefault(who, {"judged": 0, "approve": 0, "reject": 0})
-            c["judged"] += 1
-            c[lab] += 1
-        if js:
-            by_cat.setdefault(str(r.get("category") or "?"), []).append(js)
+        attempts = r.get("attempts")
+        if attempts is None:
+            attempts = [r.get("judgements") or {}]
+        for n, js in enumerate(attempts):
+            for who, lab in js.items():
+                c = _count(reviewers, who)
+                c["judged"] += 1
+                c[lab] += 1
+                c["earlier"] += n < len(attempts) - 1
+            if js:
+                by_cat.setdefault(str(r.get("category") or "?"), []).append(js)
+        for who in r.get("adjudicators") or []:
+            _count(reviewers, who)["settled"] += 1
     categories = []
     for cat, items in sorted(by_cat.items()):
         # The pairs that share a sample, gathered from each sample's own reviewers: the cost follows the

@@ -81,8 +81,8 @@ def create_app(
     token: str | None = None,
     reviewer: str | None = None,
     image_store: str | Path | None = None,
-    min_reviewers: int = 1,
-    review_rule: str = "unanimous",
+    min_reviewers: int | None = None,
+    review_rule: str | None = None,
     compare_with: str | Path | None = None,
 ) -> FastAPI:
     """The app for `path` (a CTD dataset folder, a detection results file or an IPR results file).
@@ -90,9 +90,10 @@ def create_app(
     `host` is the address the server binds: any non-loopback one makes the access token mandatory (the app's
     `state.guard.token`, generated when `token` is None). `image_store` is the run's store for results files whose
     records name images by id only (`unveil evaluate ipr`; default: `$UNVEIL_IMAGE_STORE` or the user's store,
-    as the commands use). `min_reviewers` and `review_rule` are the review policy, as `unveil review` takes
-    them: with 2 or more, a sample waits until that many reviewers judged it, and the folder needs a reviewers
-    file (`tools.reviewers`; its reviewers sign in with their tokens, a `ReviewerAuthError` otherwise).
+    as the commands use). `min_reviewers` and `review_rule` ask for a review policy (None: the folder's stored
+    one, `tools.review_policy`; a value the folder stores otherwise is refused, one it lacks is stored): with 2 or
+    more reviewers, a sample waits until that many judged it, and the folder needs a reviewers file
+    (`tools.reviewers`; its reviewers sign in with their tokens, a `ReviewerAuthError` otherwise).
     `compare_with` (a second detection results file) adds the page `/compare`, the two runs side by side."""
     target = Path(path)
     kind = detect_kind(target)

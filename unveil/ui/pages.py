@@ -38,7 +38,6 @@ FLASHES = {
     "approved": "Approved.",
     "rejected": "Rejected.",
     "note": "Note saved.",
-    "exported": "Export written.",
     "reviewer": "Reviewer name saved.",
     "already": "Already recorded: this decision was applied before (nothing changed).",
     "already_judged": "Already judged by you: not counted again.",
@@ -78,8 +77,18 @@ def load_templates() -> Jinja2Templates:
     """The page templates, with autoescape on for every one: captions, reasons and model answers are untrusted."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True)
     env.filters["pct"] = lambda v: f"{100 * float(v):.0f}%"
-    env.filters["num"] = lambda v, d=3: "" if v is None else (f"{v:.{d}f}" if isinstance(v, float) else str(v))
+    env.filters["num"] = shown_number
     return Jinja2Templates(env=env)
+
+
+def shown_number(value: object, digits: int = 3) -> str:
+    """A score as a page shows it: a float to `digits` places, a flag as yes/no (Python's True/False mean
+    nothing to a reader), nothing for None, anything else as text."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
 @dataclass

@@ -10,6 +10,7 @@ entry it appended in the session (never in the URL, which a link could forge).
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Form, HTTPException, Request
@@ -18,9 +19,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from agents.categories import CATEGORIES
 from graphs.ctd.labels import LabelSchemaError
 from graphs.ctd.rules import latest_by_reviewer
+from runner.ctd_export import export_summary
 from tools.review_log import ReviewWriteError, review_lock_async
-from tools.reviewers import ReviewerAuthError
+from tools.reviewers import Assignment, ReviewerAuthError
 from unveil.ui.agreement import agreement
+from unveil.ui.markdown import render_guidelines
 from unveil.ui.pages import (
     FLASHES,
     LIST_PAGE_SIZE,
@@ -116,7 +119,8 @@ async def review(
         exported=last["exported"],
         flash=last["flash"],
         assigned=assignment.of(current_id) if assignment is not None and current_id else [],
-        guidelines=await asyncio.to_thread(ctd.guidelines),
+        not_assigned=_not_assigned(ui, request, assignment, current_id),
+        guidelines=render_guidelines(await asyncio.to_thread(ctd.guidelines)),
         **await _schema_of(ctd),
         category_choices=CATEGORIES,
         **_queue_facts(ui, ctd, rows, request),
@@ -130,6 +134,15 @@ async def _schema_of(ctd: CtdSource) -> dict[str, Any]:
         return {"schema": await asyncio.to_thread(ctd.label_schema), "schema_error": ""}
     except LabelSchemaError as exc:
         return {"schema": None, "schema_error": str(exc)}
+
+
+def _not_assigned(ui: Ui, request: Request, assignment: Assignment | None, sample_id: str | None) -> bool:
+    """Whether the shown sample is assigned to other reviewers than the signed-in one: the assignment is advisory
+    (their judgement counts all the same), so the card says so rather than refusing. An adjudicator, who settles
+    any sample, is never marked."""
+    if assignment is None or not sample_id or ui.session(request).role == "adjudicator":
+        return False
+    return ui.reviewer(request) not in assignment.of(sample_id)
 
 
 async def _skipped_flash(ctd: CtdSource, sample_id: str) -> str:
@@ -206,7 +219,7 @@ async def decide(
         session.flash = FLASHES["already_judged"]
     elif decision == "note":
         session.flash = FLASHES["note"]
-    elif labels.get("send_back") and counts.get("rejected"):
+    elif counts.get("sent_back"):
         session.flash = FLASHES["sent_back"]
     else:
         session.flash = _decided_flash(ctd, id, decision, counts)
@@ -219,14 +232,16 @@ async def decide(
 
 
 async def _labels_of(request: Request, ctd: CtdSource) -> dict[str, Any]:
-    """The label fields of a decision form (a corrected category, one field per rating of the schema)."""
+    """The label fields of a decision form (a corrected category, one field per rating of the schema). The
+    correction is `label_category`, never `category`: that name is the queue's filter, which every form carries
+    back, and reading it here made every decision record a category its reviewer never chose."""
     schema = await asyncio.to_thread(ctd.label_schema)
     if schema is None:
         return {}
     form = await request.form()
     labels: dict[str, Any] = {}
-    if schema.category and form.get("category"):
-        labels["category"] = str(form.get("category"))
+    if schema.category and form.get("label_category"):
+        labels["category"] = str(form.get("label_category"))
     ratings = {name: str(form.get(f"rating_{name}") or "") for name in schema.ratings}
     if any(ratings.values()):
         labels["ratings"] = ratings
@@ -313,7 +328,8 @@ async def export(request: Request, ui: UiDep, ctd: CtdDep) -> Response:
     except Exception as exc:
         raise HTTPException(500, f"export failed: {type(exc).__name__}: {exc}") from exc
     session = ui.kept_session(request)
-    session.flash, session.exported = FLASHES["exported"], str(out)
+    session.flash = f"Export written to {export_summary(out.parent)}."
+    session.exported = f"{out.parent}{os.sep}"
     return RedirectResponse("/review", 303)
 
 

@@ -103,11 +103,12 @@ class ImageIndex:
 @dataclass(frozen=True)
 class OpenOptions:
     """What `unveil ui` says about how to open a path: the run's store for results files whose records name images
-    by id only, and the review policy of a dataset folder (as `unveil review` takes it)."""
+    by id only, and the review policy a dataset folder is opened under (None: the folder's stored one, see
+    `tools.review_policy`)."""
 
     image_store: str | Path | None = None
-    min_reviewers: int = 1
-    review_rule: str = "unanimous"
+    min_reviewers: int | None = None
+    review_rule: str | None = None
 
     def store_root(self) -> Path:
         """The store a results file's images are looked up in (default: `$UNVEIL_IMAGE_STORE` or the user's)."""

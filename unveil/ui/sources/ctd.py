@@ -27,8 +27,9 @@ from runner.ctd_dataset import (
 )
 from runner.ctd_export import export_hf
 from runner.ctd_reviews import apply_reviews, default_reviewer
+from tools.review_policy import FolderPolicy, load_policy, record_policy, resolve_policy
 from tools.reviewers import Assignment, load_assignment, load_reviewers, require_reviewers_file, reviewers_path
-from unveil.ui.agreement import judgements
+from unveil.ui.agreement import adjudicators, attempt_judgements, judgements
 from unveil.ui.index import JsonlIndex, Problem
 from unveil.ui.sources.common import ImageIndex, OpenOptions, PageSource, usage_cost
 
@@ -156,19 +157,19 @@ def _ctd_summary(rec: dict[str, Any]) -> dict[str, Any]:
         "search": words.casefold()[:SEARCH_CHARS],
         "views": view_lines(rec),
         "judgements": judgements(rec.get("review_history") or [], attempt_start(rec)),
+        "attempts": attempt_judgements(rec),
+        "adjudicators": adjudicators(rec.get("review_history") or []),
         "adjudicated": bool(review.get("adjudicated")),
     }
 
 
 @dataclass
 class CtdSource:
-    """A CTD dataset folder: its samples as review cards, and the review actions (under the review policy
-    `min_reviewers` / `rule`, as `unveil review` takes them)."""
+    """A CTD dataset folder: its samples as review cards, and the review actions (under the folder's review
+    policy, `tools.review_policy`, as `unveil review` and Studio read it)."""
 
     root: Path
     images: ImageIndex = field(default_factory=ImageIndex)
-    min_reviewers: int = 1
-    rule: str = "unanimous"
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -177,6 +178,20 @@ class CtdSource:
         self.views = ViewsWriter(self.root, self.index)
         # apply_reviews imports the review rules from the graphs layer: load them now, not on the first click.
         import graphs.ctd.review  # noqa: F401
+
+    def policy(self) -> FolderPolicy:
+        """The folder's review policy, read now (`unveil reviewers policy` may change it while the app runs)."""
+        return load_policy(self.root)
+
+    @property
+    def min_reviewers(self) -> int:
+        """Reviewers needed per sample, by the folder's policy."""
+        return self.policy().min_reviewers
+
+    @property
+    def rule(self) -> str:
+        """How the reviewers' judgements combine, by the folder's policy."""
+        return self.policy().rule
 
     def rows(self) -> list[dict[str, Any]]:
         """Every sample's summary (id, status, category, blind count, review status; `bad` when its record
@@ -271,7 +286,8 @@ class CtdSource:
         return load_assignment(self.root)
 
     def guidelines(self) -> str:
-        """The folder's `guidelines.md` as text (shown beside the sample, escaped like every text), or ""; a
+        """The folder's `guidelines.md` as text (shown beside the sample as a safe subset of Markdown, every other
+        character escaped: `unveil.ui.markdown`), or ""; a
         link, a FIFO or a device in its place is refused, and the text is cut at `GUIDELINES_MAX` bytes."""
         path = self.root / GUIDELINES
         try:
@@ -298,9 +314,7 @@ class CtdSource:
             role=actor[1],
             records=self.index.mapping,
             views=False,
-            min_reviewers=self.min_reviewers,
-            rule=self.rule,
-            appended=appended,
+            appended=appended,  # the policy: the folder's own, as apply_reviews reads it
         )
         self.views.touch()
         return counts
@@ -344,10 +358,15 @@ def is_dataset_folder(path: Path) -> bool:
 
 
 def open_ctd(path: Path, options: OpenOptions) -> CtdSource:
-    """The dataset folder at `path` under the review policy of `options`, indexed now; a rule of two reviewers or
-    more needs the folder's reviewers file that tells them apart (`ReviewerAuthError` otherwise)."""
-    require_reviewers_file(options.min_reviewers, load_reviewers(reviewers_path(path)), str(path))
-    source = CtdSource(path, min_reviewers=options.min_reviewers, rule=options.review_rule)
+    """The dataset folder at `path`, indexed now, under its review policy: the values `options` asks for are
+    checked against the folder's stored ones (another is a `ReviewPolicyError` naming them) and stored where the
+    folder has none; a rule of two reviewers or more needs the folder's reviewers file that tells them apart
+    (`ReviewerAuthError` otherwise)."""
+    policy, new = resolve_policy(path, min_reviewers=options.min_reviewers, rule=options.review_rule)
+    require_reviewers_file(policy.min_reviewers, load_reviewers(reviewers_path(path)), str(path))
+    if new:
+        record_policy(path, new)
+    source = CtdSource(path)
     source.rows()
     return source
 
