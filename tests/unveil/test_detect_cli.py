@@ -137,3 +137,16 @@ def test_roles_command_lists_every_structured_role(capsys) -> None:
         assert role in names
     assert all("properties" in schema for schema in listed["structured"].values())
     assert any(k.startswith("refiner") for k in listed["free_text"])
+
+
+def test_vanillas_summary_names_its_category_for_one_pair_and_a_batch(tmp_path: Path, capsys) -> None:
+    from tests.unveil.test_workflow_cli import MODEL
+
+    pair = ["detect", "--method", "vanilla", "--model", MODEL, "--cache", "off", "--image-description", "a street"]
+    assert main([*pair, "--text", "OVERT threat"]) == 0
+    assert "TOXIC" in (shown := capsys.readouterr().out) and "category: violence" in shown
+    # the bundled-examples path prints each record of a batch: there the method's category is `predicted_category`
+    from unveil.commands.detect import _print_summary
+
+    _print_summary({"toxic": True, "category": "benign", "predicted_category": "violence", "reason": "r"}, "s0")
+    assert "category: violence" in capsys.readouterr().out

@@ -130,6 +130,8 @@ def _print_summary(rec: dict[str, Any], sample_id: str | None = None, *, demo: b
             line += " (a pair of the --toxic-pairs set; no model judged it)"
         if finding.get("layer") == 0:  # a one-node path each: the roots themselves were judged toxic
             line += "\n  found at the roots: the pair is toxic as given, nothing hidden (hence MTC 0)"
+    elif rec.get("toxic"):  # vanilla and guards: the category beside the verdict (a batch record's prediction)
+        line += f"\n  category: {rec.get('predicted_category', rec.get('category')) or 'unnamed'}"
     if rec.get("explanation") or rec.get("reason"):
         line += f"\n  {rec.get('explanation') or rec.get('reason')}"
     usage = rec.get("usage", {}).get("total", {})
@@ -172,7 +174,7 @@ def _run_file(args: argparse.Namespace, ctx: DetectionContext) -> int:
     batch that resumes into its output file."""
     from runner.batch import run_batch
     from runner.batch_input import read_jsonl
-    from runner.detect import INPUT_FIELDS, detect_one, detection_settings
+    from runner.detect import BATCH_INPUT_FIELDS, detect_one, detection_settings, with_ground_truth
 
     source = Path(args.input) if args.input else EXAMPLES
     method_slug = args.method.replace(":", "-").replace("/", "-").replace("=", "-")  # guard:template=FILE
@@ -191,7 +193,7 @@ def _run_file(args: argparse.Namespace, ctx: DetectionContext) -> int:
     demo = all(is_demo_spec(spec) for spec in ctx.models().values())
 
     async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
-        rec = await detect_one({**record, "base_dir": base_dir}, ctx, args.method)
+        rec = with_ground_truth(await detect_one({**record, "base_dir": base_dir}, ctx, args.method), record)
         if not args.input:  # the demo shows each result as soon as it is done
             _print_summary(rec, sample_id, demo=demo)
             shown.add(sample_id)
@@ -209,7 +211,7 @@ def _run_file(args: argparse.Namespace, ctx: DetectionContext) -> int:
             inputs=(source,),
             identity=identity,
             spending=spending,
-            keep_input=INPUT_FIELDS,
+            keep_input=BATCH_INPUT_FIELDS,
         )
     )
     if not args.input:
