@@ -119,6 +119,7 @@ def test_three_runs_make_a_matrix_and_a_self_contained_escaped_html_report(two_r
     assert main(["compare", str(c), str(a), str(b), "--html", str(page)]) == 0
     shown = capsys.readouterr().out
     assert "[1]" in shown and "[3]" in shown and "F2" in shown and "accuracy" in shown
+    assert "category=<script>alert(1)</script> " in shown  # a long group name whole, not cut at 24 characters
     html = page.read_text()
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "http" not in html and "<script" not in html and "<link" not in html  # no CDN, no script

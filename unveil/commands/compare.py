@@ -81,6 +81,11 @@ def _group_name(g: dict[str, Any]) -> str:
     return "overall" if g["group"] == "overall" else f"{g['group']}={g['value']}"
 
 
+def _width(groups: list[dict[str, Any]]) -> int:
+    """The group column's width: its longest name, whole (a category is never cut)."""
+    return max([24, *(len(_group_name(g)) for g in groups)])
+
+
 def format_comparison(result: dict[str, Any], only_disagreements: bool) -> str:
     """Two files (the `as_pair` form) as text: counts, the metric table, cost, then the samples."""
     from evaluation.compare_runs import NO_LABELS
@@ -94,12 +99,13 @@ def format_comparison(result: dict[str, Any], only_disagreements: bool) -> str:
         "",
     ]
     if result["labelled"]:
+        w = _width(result["groups"])
         lines.append(
-            f"{'group':<24} {'n':>5} {'acc A':>8} {'acc B':>8} {'Δacc':>8} {f + ' A':>8} {f + ' B':>8} {'Δ' + f:>8}"
+            f"{'group':<{w}} {'n':>5} {'acc A':>8} {'acc B':>8} {'Δacc':>8} {f + ' A':>8} {f + ' B':>8} {'Δ' + f:>8}"
         )
         for g in result["groups"]:
             lines.append(
-                f"{_group_name(g)[:24]:<24} {g['n']:>5} {_num(g['a_accuracy']):>8} {_num(g['b_accuracy']):>8} "
+                f"{_group_name(g):<{w}} {g['n']:>5} {_num(g['a_accuracy']):>8} {_num(g['b_accuracy']):>8} "
                 f"{_num(g['delta_accuracy'], True):>8} {_num(g['a_f']):>8} {_num(g['b_f']):>8} "
                 f"{_num(g['delta_f'], True):>8}"
             )
@@ -136,11 +142,12 @@ def format_matrix(result: dict[str, Any], only_disagreements: bool, baseline: in
     lines += [f"{result['shared']} shared samples; {result['disagreements']} where the verdicts differ", ""]
     cols = "".join(f"{'[' + str(k + 1) + ']':>9}" for k in range(len(result["runs"])))
     if result["labelled"]:
+        w = _width(result["groups"])
         for key, title in (("f", f"F{result['beta']:g}"), ("accuracy", "accuracy")):
-            lines.append(f"{title:<24} {'n':>5}{cols}")
+            lines.append(f"{title:<{w}} {'n':>5}{cols}")
             for g in result["groups"]:
                 cells = "".join(f"{_num(s[key]):>9}" for s in g["runs"])
-                lines.append(f"{_group_name(g)[:24]:<24} {g['n']:>5}{cells}")
+                lines.append(f"{_group_name(g):<{w}} {g['n']:>5}{cells}")
             lines.append("")
     else:
         lines += [f"note: {NO_LABELS}", ""]
