@@ -150,3 +150,12 @@ def test_vanillas_summary_names_its_category_for_one_pair_and_a_batch(tmp_path: 
 
     _print_summary({"toxic": True, "category": "benign", "predicted_category": "violence", "reason": "r"}, "s0")
     assert "category: violence" in capsys.readouterr().out
+
+
+def test_detect_help_shows_the_default_output_and_concurrency(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # argparse wraps its help at the terminal's width
+    with pytest.raises(SystemExit):
+        main(["detect", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "(default runs/detect-METHOD-INPUT[-PROVIDER-MODEL].jsonl, e.g. runs/detect-tag-pairs.jsonl" in shown
+    assert "samples run at once (default 4; 1 on the embedded demo model" in shown

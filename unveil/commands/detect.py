@@ -68,7 +68,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--render", metavar="FILE", type=new_file_path, help="write a picture of the TAG (.png, .svg or .pdf)"
     )
     add_model_options(p)
-    add_batch_options(p)
+    add_batch_options(
+        p,
+        default_output="runs/detect-METHOD-INPUT[-PROVIDER-MODEL].jsonl, e.g. runs/detect-tag-pairs.jsonl for the "
+        "bundled examples on the embedded model",
+        concurrency_note="; 1 on the embedded demo model, which answers two calls at once",
+    )
     add_engine_options(p)
     p.set_defaults(func=run)
 
