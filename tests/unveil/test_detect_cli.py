@@ -159,3 +159,13 @@ def test_detect_help_shows_the_default_output_and_concurrency(capsys, monkeypatc
     shown = " ".join(capsys.readouterr().out.split())
     assert "(default runs/detect-METHOD-INPUT[-PROVIDER-MODEL].jsonl, e.g. runs/detect-tag-pairs.jsonl" in shown
     assert "samples run at once (default 4; 1 on the embedded demo model" in shown
+
+
+def test_a_missing_api_key_is_explained_to_a_cli_user(capsys, monkeypatch) -> None:
+    for key in ("OPENAI_API_KEY", "UNVEIL_MODEL"):
+        monkeypatch.delenv(key, raising=False)
+    argv = ["detect", "--model", "openai:gpt-4.1", "--text", "x", "--image-description", "y", "--cache", "off"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "set OPENAI_API_KEY in the environment that runs it (the shell you run `unveil` from" in err
+    assert "in the server's environment" not in err
