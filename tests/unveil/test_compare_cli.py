@@ -170,3 +170,16 @@ def test_compare_json_into_a_closed_pipe_exits_quietly(two_runs, capsys, monkeyp
         pipe.close()
     assert rc == 141
     assert "internal error" not in capsys.readouterr().err
+
+
+def test_detect_writes_and_compare_lists_samples_in_the_inputs_order(tmp_path, capsys):
+    data = write_pairs(tmp_path / "d.jsonl", ["OVERT a", "b", "OVERT c", "d"])
+    first = tmp_path / "first.jsonl"
+    first.write_text(data.read_text().splitlines()[2] + "\n")  # s2 alone: an earlier run wrote it first
+    out = detect(first, tmp_path / "out.jsonl")
+    detect(data, out)
+    assert list(done_records(out)) == ["s0", "s1", "s2", "s3"]
+    capsys.readouterr()
+    assert main(["compare", str(out), str(out)]) == 0
+    listed = [ln.split()[0] for ln in capsys.readouterr().out.splitlines() if ln.startswith(" s")]
+    assert listed == ["s0", "s1", "s2", "s3"]

@@ -217,13 +217,14 @@ def _run_file(args: argparse.Namespace, ctx: DetectionContext) -> int:
             identity=identity,
             spending=spending,
             keep_input=BATCH_INPUT_FIELDS,
+            input_order=True,  # records are appended as samples finish; the file keeps the input's order
         )
     )
     if not args.input:
         from tools.jsonl_files import done_records
 
         records = done_records(output)
-        for item in items:  # the input's order (records are written in the order samples finish)
+        for item in items:  # the input's order, as the output's
             if item.id in records and item.id not in shown:
                 _print_summary(records[item.id], item.id, demo=demo)
     report_stop(spending, summary.total - summary.skipped - summary.completed - summary.failed)
