@@ -34,6 +34,7 @@ class Target:
     value: str = "all"
 
     def __str__(self) -> str:
+        """As written on the command line: `f2` or `f2@category=drugs`."""
         return self.metric if self.level == "overall" else f"{self.metric}@{self.level}={self.value}"
 
 

@@ -41,6 +41,7 @@ def _num(value: object) -> str:
 
 
 def _runs_table(result: dict[str, Any], baseline: int) -> str:
+    """The runs: name (the baseline marked), file, records, not shared, calls, cache hits, cost."""
     head = "<tr><th>#</th><th>run</th><th>file</th><th>records</th><th>not shared</th><th>calls</th>"
     head += "<th>cache hits</th><th>cost</th></tr>"
     rows = []
@@ -56,6 +57,7 @@ def _runs_table(result: dict[str, Any], baseline: int) -> str:
 
 
 def _cell(g: dict[str, Any], key: str, k: int, baseline: int) -> str:
+    """One run's value of a metric in a group, with its difference from the baseline's."""
     value = g["runs"][k][key]
     text = _num(value)
     if k != baseline and text != "-":
@@ -66,6 +68,7 @@ def _cell(g: dict[str, Any], key: str, k: int, baseline: int) -> str:
 
 
 def _matrix(result: dict[str, Any], key: str, title: str, baseline: int) -> str:
+    """One metric as a matrix: groups as rows, runs as columns."""
     cols = "".join(f"<th>[{k + 1}] {_e(r['name'])}</th>" for k, r in enumerate(result["runs"]))
     rows = []
     for g in result["groups"]:
@@ -76,6 +79,7 @@ def _matrix(result: dict[str, Any], key: str, title: str, baseline: int) -> str:
 
 
 def _samples(result: dict[str, Any]) -> str:
+    """Every shared sample's verdict per run; the rows whose verdicts differ marked (class `differ`, `*`)."""
     cols = "".join(f"<th>[{k + 1}]</th>" for k in range(len(result["runs"])))
     rows = []
     for s in result["samples"]:
@@ -91,6 +95,7 @@ def _samples(result: dict[str, Any]) -> str:
 
 
 def _gates(misses: list[str] | None) -> str:
+    """The gates' outcome: nothing without gates, else passed or each miss."""
     if misses is None:
         return ""
     if not misses:

@@ -141,8 +141,11 @@ def test_gates_per_group_and_against_a_baseline_fail_with_exit_3(two_runs, tmp_p
     assert main(["compare", str(worse), "--fail-if-worse-than", str(a), "--worse-on", "accuracy", "--by", "0.2"]) == 3
     err = capsys.readouterr().err
     assert "gate missed" in err and "accuracy = 0.2500 is worse than the baseline's 0.5000" in err
-    assert main(["compare", str(a), str(worse), "--fail-if-worse-than", str(a)]) == 3  # the default: F2, overall
+    page = tmp_path / "gates.html"
+    argv = ["compare", str(a), str(worse), "--fail-if-worse-than", str(a), "--html", str(page)]
+    assert main(argv) == 3  # the default: F2, overall
     assert "f2 = " in capsys.readouterr().err
+    assert "1 gate(s) missed" in page.read_text() and "(baseline)" in page.read_text()  # the CI artifact says so
 
     # per category: the benign group's accuracy is 1/2 (s2 is a false alarm)
     assert main(["compare", str(a), str(worse), "--fail-under", "accuracy@category=benign=0.5"]) == 0

@@ -78,6 +78,7 @@ def _num(value: object, signed: bool = False) -> str:
 
 
 def _group_name(g: dict[str, Any]) -> str:
+    """A group row's name: `overall`, `category=NAME` or `bin=BIN`."""
     return "overall" if g["group"] == "overall" else f"{g['group']}={g['value']}"
 
 

@@ -248,6 +248,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def _line(exc: BaseException) -> str:
+    """An error's class and the first line of its text."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
