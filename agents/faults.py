@@ -73,6 +73,27 @@ def limit_cause(exc: BaseException) -> BaseException | None:
     return None
 
 
+def server_message(exc: BaseException, limit: int = 400) -> str:
+    """An error as one line for a warning: the server's own message where the error carries one (an OpenAI-style
+    `body` with `message`), whole, with its HTTP status, else the error's text; redacted. Longer than `limit`, it
+    is cut at a word and says so, never inside a quoted value without a mark."""
+    message = ""
+    for err in (exc, exc.__cause__, exc.__context__):
+        body = getattr(err, "body", None) if err is not None else None
+        if err is None or not isinstance(body, dict):
+            continue
+        inner = body["error"] if isinstance(body.get("error"), dict) else body
+        said = inner.get("message")
+        if isinstance(said, str) and said.strip():
+            status = status_of(err)
+            message = (f"HTTP {status}: " if status else "") + said
+            break
+    text = " ".join(redact_secrets(message or f"{type(exc).__name__}: {exc}").split())
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0] + f" … ({len(text) - limit}+ characters more)"
+
+
 def status_of(exc: BaseException) -> int | None:
     """The HTTP status an error carries (on itself or its response), if any."""
     for attr in ("status_code", "status", "http_status"):

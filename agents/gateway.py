@@ -39,6 +39,7 @@ from agents.faults import (
     is_transient,
     limit_cause,
     retry_after,
+    server_message,
 )
 from agents.limits import BackendLimits, check_limits
 from agents.providers.http_limits import within_deadline
@@ -178,7 +179,7 @@ class Gateway:
             "%s does not take images (%s); sending image descriptions instead for the rest of the run "
             "(declare it with %s=%s to skip this first refused request)",
             spec,
-            describe(exc)[:200].replace("\n", " "),
+            server_message(exc),
             TEXT_ONLY_ENV,
             spec,
         )
@@ -452,7 +453,7 @@ class Gateway:
             "%s does not support structured method %s (%s); using %s from now on",
             spec.backend,
             method,
-            " ".join(describe(exc).split())[:160],  # one line: servers answer with multi-line dumps
+            server_message(exc),  # one line: servers answer with multi-line dumps
             nxt,
         )
         self._methods[spec.backend] = nxt

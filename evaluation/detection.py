@@ -72,6 +72,7 @@ async def run_one_config(
         progress=settings.progress,
         identity=run_identity(ctx, cfg.method, settings),
         spending=settings.spending,
+        input_order=True,  # a run file lists its samples as the dataset does (`unveil compare` prints them so)
     )
 
 

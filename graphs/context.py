@@ -203,7 +203,8 @@ def check_model_spec(field_name: str, spec: str) -> None:
     # A custom @base_url is usually a local server that needs no key.
     if keys and not parsed.base_url and not any(env_str(k) for k in keys):
         raise ContextError(
-            f"{field_name}: {spec!r} needs an API key; set {' or '.join(keys)} in the server's environment"
+            f"{field_name}: {spec!r} needs an API key; set {' or '.join(keys)} in the environment that runs it "
+            "(the shell you run `unveil` from, or the server's for `langgraph dev` and Studio)"
         )
 
 

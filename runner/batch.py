@@ -50,6 +50,7 @@ from tools.jsonl_files import (
     JsonlAppender,
     done_records,
     iter_lines,
+    order_lines,
     parse_json_line,
     record_line,
     repair_tail,
@@ -97,6 +98,7 @@ class BatchRun:
     identity: OutputIdentity | None = None
     keep_input: tuple[str, ...] = ()
     spending: Spending | None = None
+    input_order: bool = False
 
     def stop_reason(self) -> str | None:
         """Why no new sample may start: `stop`'s answer, else a spending cap reached, else None."""
@@ -186,6 +188,7 @@ async def run_batch(
     identity: OutputIdentity | None = None,
     spending: Spending | None = None,
     keep_input: tuple[str, ...] = (),
+    input_order: bool = False,
 ) -> BatchSummary:
     """Run `worker(id, record)` over the items not yet in `output`, appending each result or failure.
 
@@ -198,7 +201,9 @@ async def run_batch(
     `spending` (the command's caps, `runner.spending`) counts the output's earlier records and each new one, and
     stops new samples from starting once a cap is reached, as `stop` does. `keep_input` names
     the input fields a failed record keeps (null where the sample had none), so a failure still shows what was run.
-    The output is locked for the run: a second process on it gets `OutputBusyError`.
+    `input_order` puts the output's records in the input's order once the run ends (`tools.jsonl_files.order_lines`:
+    concurrent samples are appended as they finish). The output is locked for the run: a second process on it gets
+    `OutputBusyError`.
     """
     run = BatchRun(
         Path(output),
@@ -213,6 +218,7 @@ async def run_batch(
         identity=identity,
         spending=spending,
         keep_input=keep_input,
+        input_order=input_order,
     )
     refuse_input_as_output(run.output, inputs)
     with exclusive_output(run.output):
@@ -228,6 +234,8 @@ async def _run_locked(items: list[BatchItem], worker: Worker, run: BatchRun) -> 
     todo = [it for it in items if it.id not in done]
     summary = _earlier_results(items, len(todo), done, run.id_field)
     stopped = await _run_samples(todo, worker, run, summary)
+    if run.input_order and len(todo) > len(stopped):  # something was written: in the input's order, as it was read
+        order_lines(run.output, [it.id for it in items], id_field=run.id_field)
     # Failures are listed in the input's order, not in the order concurrent samples happened to finish.
     order = {it.id: i for i, it in enumerate(items)}
     summary.failures.sort(key=lambda f: order.get(str(f.get(run.id_field)), len(order)))

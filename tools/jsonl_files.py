@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tools.atomic_files import write_all, write_lock
+from tools.atomic_files import atomic_write_bytes, write_all, write_lock
 from tools.errors import InputDataError
 from tools.safe_files import open_regular, open_side_file
 
@@ -102,6 +102,32 @@ def repair_tail(path: Path) -> None:
         fh.truncate(cut)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def order_lines(path: Path, ids: list[str], *, id_field: str = "id") -> bool:
+    """Rewrite a JSONL file with its records in the order of `ids` (a batch's input; concurrent samples are
+    appended as they finish), records of other ids and lines that are no record after them, each in its place, every
+    line's bytes unchanged. Atomic and under the file's write lock, as `runner.batch.drop_failed`; left alone (False)
+    when already in order, or when a line is over the size cap (never read whole) or torn. True when rewritten."""
+    if not path.is_file():
+        return False
+    rank = {sid: k for k, sid in enumerate(ids)}
+    with write_lock(path):
+        keyed: list[tuple[int, int, bytes]] = []
+        for pos, (_lineno, raw) in enumerate(iter_lines(path)):
+            if raw is None or not raw.endswith(b"\n"):
+                return False
+            try:
+                value = parse_json_line(raw)
+            except ValueError:
+                value = None
+            sid = value.get(id_field) if isinstance(value, dict) else None
+            keyed.append((rank.get(str(sid), len(rank)) if sid is not None else len(rank), pos, raw))
+        ordered = sorted(keyed)  # by input rank, then by place in the file (positions are unique)
+        if [pos for _, pos, _ in ordered] == list(range(len(keyed))):
+            return False
+        atomic_write_bytes(path, b"".join(raw for _, _, raw in ordered))
+    return True
 
 
 def done_records(path: Path, *, id_field: str = "id") -> dict[str, dict[str, Any]]:

@@ -13,7 +13,7 @@ _SECRET_NAME = re.compile(r"(?i)(key|token|secret|passw)")
 # Credentials in any URL inside free text: `scheme://user:password@host` or `scheme://token@host`.
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/@'\"<>]+@")
 # A key given a value: `api_key=...`, `api-key: ...`, `"api_key": "..."`. An `=` or `:` must separate the two, so
-# prose that names a variable ("set OPENAI_API_KEY in the server's environment") keeps its words.
+# prose that names a variable ("set OPENAI_API_KEY in the environment that runs it") keeps its words.
 _KEY_ASSIGNMENT = re.compile(r"(?i)(api[_-]?key['\"]?\s*[=:]\s*['\"]?)[^\s'\",]+")
 # A URL query parameter whose name says it holds a credential (`?key=`, `&api-key=`, `?access_token=`, `?sig=`,
 # `?code=`): its value, as a password in the user part is.

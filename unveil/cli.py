@@ -22,11 +22,13 @@ EPILOG = (
     "the batch ran but some samples of its output failed, in this run or an earlier one (their records say why; "
     "--retry-failed runs them again), 4 when a --max-calls/--max-cost cap stopped the batch before every sample ran "
     "(those samples are not run, not failed: a rerun with a higher cap runs them), and 1 when the command could not "
-    "run, its command line included. The evaluate commands exit 3 when a --fail-under quality gate was missed. An "
-    "internal error (a bug in Unveil, printed with its traceback) exits 70."
+    "run, its command line included. The evaluate commands and compare exit 3 when a quality gate was missed. A "
+    "command whose output pipe its reader closed (`| head`) stops quietly with 141, as Unix tools do. An internal "
+    "error (a bug in Unveil, printed with its traceback) exits 70."
 )
 USAGE_EXIT = 1  # argparse's own is 2, which the batch commands use for "some samples failed"
 MAX_QUOTED = 1000  # characters of a usage error, which may quote a value
+PIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader closed the pipe
 BUG_EXIT = 70  # sysexits' EX_SOFTWARE: an error Unveil did not raise on purpose, so a script can tell it apart
 
 
@@ -92,12 +94,44 @@ def _main(argv: list[str] | None) -> int:
 
     try:
         with engine_session(engine_settings(args)):
-            return int(args.func(args) or 0)
+            code = int(args.func(args) or 0)
+            sys.stdout.flush()  # a reader that went away is told here, not at the interpreter's exit
+            return code
     except KeyboardInterrupt:
         print("interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - every escape gets a redacted report; a bug also its traceback
+        if isinstance(exc, BrokenPipeError) and stdout_closed():
+            return closed_pipe()
         return report_error(args, exc)
+
+
+def stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader went away (its write end polls as an error), so a `BrokenPipeError`
+    is that reader's doing, not a model server's connection breaking."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no file descriptor (an embedding caller's stdout): not a pipe
+        return False
+
+
+def closed_pipe() -> int:
+    """The reader of stdout went away (`unveil compare --json | head`): no bug and nothing to report. Later
+    writes, Python's own flush at exit included, go to /dev/null; exit `PIPE_EXIT` as a Unix tool killed by SIGPIPE
+    does."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # a stdout with no file descriptor (an embedding caller's): nothing to redirect
+        pass
+    return PIPE_EXIT
 
 
 def is_user_error(exc: BaseException) -> bool:

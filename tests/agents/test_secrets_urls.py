@@ -58,7 +58,7 @@ def test_redaction_keeps_the_missing_key_message_and_still_hides_assigned_keys(m
     with pytest.raises(ContextError) as err:
         check_model_spec("model", "openai:gpt-4.1")
     message = str(err.value)
-    assert "set OPENAI_API_KEY in the server's environment" in message
+    assert "set OPENAI_API_KEY in the environment that runs it (the shell you run `unveil` from" in message
     assert redact_secrets(message) == message  # the words after the variable's name are not a secret
     for written in ("api_key=abc123xyz", 'api-key: "abc123xyz"', '{"api_key": "abc123xyz"}', "API_KEY = abc123xyz"):
         assert "abc123xyz" not in redact_secrets(written), written

@@ -112,6 +112,19 @@ def test_the_cli_refuses_an_unregistered_format(capsys: pytest.CaptureFixture[st
         load_detection(FIXTURES["ctd"], "nosuch")
 
 
+def test_an_unknown_format_prefix_of_dataset_is_named_not_read_as_a_missing_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from unveil.cli import main
+
+    out = tmp_path / "out"
+    argv = ["evaluate", "detection", "--methods", "vanilla", "--detectors", "scripted:x.json", "--out", str(out)]
+    assert main([*argv, "--dataset", f"bench:{FIXTURES['ctd']}"]) == 1  # the file exists
+    err = capsys.readouterr().err
+    assert "'bench' is not a format; formats: ctd," in err and "not found" not in err
+    assert not out.exists()
+
+
 def _entry(**change: object) -> dict[str, object]:
     good: dict[str, object] = {
         "name": "newbench",

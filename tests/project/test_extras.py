@@ -254,7 +254,7 @@ def test_the_extras_match_pyproject_and_the_core_holds_no_heavy_stack() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     # every extra a command can ask for is installable under that name; the meta extras are not asked for
-    assert set(EXTRA_MODULES) == set(extras) - {"all", "dev", "studio"}
+    assert set(EXTRA_MODULES) == set(extras) - {"all", "dev"}
     core = " ".join(project["dependencies"]).lower()
     for package in (
         "diffusers",

@@ -137,3 +137,35 @@ def test_roles_command_lists_every_structured_role(capsys) -> None:
         assert role in names
     assert all("properties" in schema for schema in listed["structured"].values())
     assert any(k.startswith("refiner") for k in listed["free_text"])
+
+
+def test_vanillas_summary_names_its_category_for_one_pair_and_a_batch(tmp_path: Path, capsys) -> None:
+    from tests.unveil.test_workflow_cli import MODEL
+
+    pair = ["detect", "--method", "vanilla", "--model", MODEL, "--cache", "off", "--image-description", "a street"]
+    assert main([*pair, "--text", "OVERT threat"]) == 0
+    assert "TOXIC" in (shown := capsys.readouterr().out) and "category: violence" in shown
+    # the bundled-examples path prints each record of a batch: there the method's category is `predicted_category`
+    from unveil.commands.detect import _print_summary
+
+    _print_summary({"toxic": True, "category": "benign", "predicted_category": "violence", "reason": "r"}, "s0")
+    assert "category: violence" in capsys.readouterr().out
+
+
+def test_detect_help_shows_the_default_output_and_concurrency(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # argparse wraps its help at the terminal's width
+    with pytest.raises(SystemExit):
+        main(["detect", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "(default runs/detect-METHOD-INPUT[-PROVIDER-MODEL].jsonl, e.g. runs/detect-tag-pairs.jsonl" in shown
+    assert "samples run at once (default 4; 1 on the embedded demo model" in shown
+
+
+def test_a_missing_api_key_is_explained_to_a_cli_user(capsys, monkeypatch) -> None:
+    for key in ("OPENAI_API_KEY", "UNVEIL_MODEL"):
+        monkeypatch.delenv(key, raising=False)
+    argv = ["detect", "--model", "openai:gpt-4.1", "--text", "x", "--image-description", "y", "--cache", "off"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "set OPENAI_API_KEY in the environment that runs it (the shell you run `unveil` from" in err
+    assert "in the server's environment" not in err

@@ -130,3 +130,55 @@ def test_calls_page_of_an_ipr_result(tmp_path: Path, monkeypatch: Any) -> None:
     html = client.get("/calls", params={"id": "p1"}).text
     assert 'id="call-1"' in html and "refiner" in html and "a bloody fight in an alley" in html
     assert client.get("/calls", params={"id": "nope"}).status_code == 404
+
+
+def _flipped(src: Path, dst: Path, sample: str) -> Path:
+    """A copy of a results file whose one sample has the other verdict: a second run that differs there."""
+    import json
+
+    recs = [json.loads(line) for line in src.read_text().splitlines()]
+    for rec in recs:
+        if rec["id"] == sample:
+            rec["toxic"] = not rec["toxic"]
+    dst.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return dst
+
+
+def test_compare_page_names_the_runs_shows_cache_hits_and_marks_differing_rows(two_runs: tuple[Path, Path]) -> None:
+    a, _ = two_runs
+    b = _flipped(a, a.with_name("flipped.jsonl"), "s1")
+    html = TestClient(create_app(a, compare_with=b), base_url="http://127.0.0.1").get("/compare").text
+    runs = html.split('id="compare-runs"', 1)[1].split("</table>", 1)[0]
+    assert "vanilla [scripted:" in runs and str(a) in runs and str(b) in runs  # what made each run, and its file
+    assert "Cache hits" in runs
+    metrics = html.split('id="compare-metrics"', 1)[1].split("</thead>", 1)[0]
+    assert "Accuracy A" in metrics and "F2 A" in metrics and "Δ F2" in metrics and "F2.0" not in metrics
+    rows = _rows(html, "compare-samples")
+    marked = [r for r in rows if r.startswith(' class="differ"')]
+    assert len(marked) == 1 and "≠" in marked[0] and "s1" in marked[0]
+
+
+@pytest.mark.slow(reason="its subject is the compare page as chromium lays it out (a server and a browser)")
+def test_compare_page_headers_are_whole_and_differing_rows_stand_out(browser: Any, two_runs: tuple[Path, Path]) -> None:  # noqa: F811
+    a, _ = two_runs
+    b = _flipped(a, a.with_name("flipped.jsonl"), "s1")
+    with Server(create_app(a, compare_with=b)) as srv:
+        page = new_page(browser)
+        page.set_viewport_size({"width": 900, "height": 800})
+        page.goto(srv.url + "/compare")
+        cut = page.eval_on_selector_all(
+            ".compare th", "els => els.filter(e => e.scrollWidth > e.clientWidth).map(e => e.textContent)"
+        )
+        assert cut == []
+        wrapped = page.eval_on_selector_all(  # a header on two lines: its text's line boxes
+            ".compare th",
+            "els => els.filter(e => { const r = document.createRange(); r.selectNodeContents(e); "
+            "return r.getClientRects().length > 1; }).map(e => e.textContent)",
+        )
+        assert wrapped == []
+        assert page.eval_on_selector(".compare", "e => e.scrollWidth <= e.clientWidth")  # nothing runs off the page
+        same, differ = (
+            page.eval_on_selector(f"#compare-samples tr.{c} td", "e => getComputedStyle(e).backgroundColor")
+            for c in ("same", "differ")
+        )
+        assert same != differ

@@ -302,11 +302,18 @@ def report_stop(spending: Spending | None, not_run: int) -> None:
         print(f"incomplete: {why}; rerun with a higher cap to continue (exit {STOPPED_EXIT})", file=sys.stderr)
 
 
-def add_batch_options(parser: argparse.ArgumentParser) -> None:
-    """--input, --output, --concurrency, --max-calls, --max-cost, --retry-failed, --no-progress."""
+def add_batch_options(parser: argparse.ArgumentParser, *, default_output: str = "", concurrency_note: str = "") -> None:
+    """--input, --output, --concurrency, --max-calls, --max-cost, --retry-failed, --no-progress. `default_output`
+    says where the results go without --output, `concurrency_note` when the default concurrency is not used."""
     parser.add_argument("--input", help="JSONL of samples to run as a batch")
-    parser.add_argument("--output", help="JSONL results; rerunning skips ids already in it")
-    parser.add_argument("--concurrency", type=positive_int, default=4, help="samples run at once")
+    where = f" (default {default_output})" if default_output else ""
+    parser.add_argument("--output", help=f"JSONL results; rerunning skips ids already in it{where}")
+    parser.add_argument(
+        "--concurrency",
+        type=positive_int,
+        default=4,
+        help=f"samples run at once (default %(default)s{concurrency_note})",
+    )
     add_spending_options(parser)
     parser.add_argument("--retry-failed", action="store_true", help="run failed samples of the output again")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")

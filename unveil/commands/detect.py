@@ -67,7 +67,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--render", metavar="FILE", type=new_file_path, help="write a picture of the TAG (.png, .svg or .pdf)"
     )
     add_model_options(p)
-    add_batch_options(p)
+    add_batch_options(
+        p,
+        default_output="runs/detect-METHOD-INPUT[-PROVIDER-MODEL].jsonl, e.g. runs/detect-tag-pairs.jsonl for the "
+        "bundled examples on the embedded model",
+        concurrency_note="; 1 on the embedded demo model, which answers two calls at once",
+    )
     add_engine_options(p)
     p.set_defaults(func=run)
 
@@ -129,6 +134,8 @@ def _print_summary(rec: dict[str, Any], sample_id: str | None = None, *, demo: b
             line += " (a pair of the --toxic-pairs set; no model judged it)"
         if finding.get("layer") == 0:  # a one-node path each: the roots themselves were judged toxic
             line += "\n  found at the roots: the pair is toxic as given, nothing hidden (hence MTC 0)"
+    elif rec.get("toxic"):  # vanilla and guards: the category beside the verdict (a batch record's prediction)
+        line += f"\n  category: {rec.get('predicted_category', rec.get('category')) or 'unnamed'}"
     if rec.get("explanation") or rec.get("reason"):
         line += f"\n  {rec.get('explanation') or rec.get('reason')}"
     usage = rec.get("usage", {}).get("total", {})
@@ -171,7 +178,7 @@ def _run_file(args: argparse.Namespace, ctx: DetectionContext) -> int:
     batch that resumes into its output file."""
     from runner.batch import run_batch
     from runner.batch_input import read_jsonl
-    from runner.detect import INPUT_FIELDS, detect_one, detection_settings
+    from runner.detect import BATCH_INPUT_FIELDS, detect_one, detection_settings, with_ground_truth
 
     source = Path(args.input) if args.input else EXAMPLES
     method_slug = args.method.replace(":", "-").replace("/", "-").replace("=", "-")  # guard:template=FILE
@@ -190,7 +197,7 @@ def _run_file(args: argparse.Namespace, ctx: DetectionContext) -> int:
     demo = all(is_demo_spec(spec) for spec in ctx.models().values())
 
     async def worker(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
-        rec = await detect_one({**record, "base_dir": base_dir}, ctx, args.method)
+        rec = with_ground_truth(await detect_one({**record, "base_dir": base_dir}, ctx, args.method), record)
         if not args.input:  # the demo shows each result as soon as it is done
             _print_summary(rec, sample_id, demo=demo)
             shown.add(sample_id)
@@ -208,14 +215,15 @@ def _run_file(args: argparse.Namespace, ctx: DetectionContext) -> int:
             inputs=(source,),
             identity=identity,
             spending=spending,
-            keep_input=INPUT_FIELDS,
+            keep_input=BATCH_INPUT_FIELDS,
+            input_order=True,  # records are appended as samples finish; the file keeps the input's order
         )
     )
     if not args.input:
         from tools.jsonl_files import done_records
 
         records = done_records(output)
-        for item in items:  # the input's order (records are written in the order samples finish)
+        for item in items:  # the input's order, as the output's
             if item.id in records and item.id not in shown:
                 _print_summary(records[item.id], item.id, demo=demo)
     return report_batch(summary, output)

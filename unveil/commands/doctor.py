@@ -5,8 +5,9 @@ and prepared), whether the response cache and the image store can be written, th
 server: the `@BASE_URL` specs of `--model`/`--role-model` and of `UNVEIL_MODEL`/`UNVEIL_<ROLE>_MODEL`. A server gets
 three tiny calls through the gateway (no cache, no retries, each under `--timeout` seconds): a free-text one (is it
 there), one by JSON schema (does it constrain answers to a schema) and one with an image (does its model take
-images). Only the servers named are contacted. Exit 0 when everything the default run needs (the embedded model and
-the image store) is there, else 1; the other gaps are listed with their fix.
+images). A server too slow to answer within the timeout is told apart from one that refuses the connection
+(`failure_text`). Only the servers named are contacted. Exit 0 when everything the default run needs (the embedded
+model and the image store) is there, else 1; the other gaps are listed with their fix.
 """
 
 from __future__ import annotations
@@ -231,9 +232,44 @@ async def _probe(spec: str, timeout: float) -> list[Check]:
             await asyncio.wait_for(call, timeout)
             out.append(Check(f"server {shown}: {what}", True, "yes"))
         except Exception as exc:  # noqa: BLE001 - any failure is the answer to the check
-            why = redact_secrets(f"{type(exc).__name__}: {exc}".splitlines()[0])[:300]
-            out.append(Check(f"server {shown}: {what}", False, why or "timed out", fix))
+            why, slow_fix = failure_text(exc, timeout)
+            out.append(Check(f"server {shown}: {what}", False, redact_secrets(why), slow_fix or fix))
     return out
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """An error and the errors that caused it, outermost first (a client library wraps the socket's error)."""
+    out: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in out and len(out) < 12:
+        out.append(current)
+        current = current.__cause__ or current.__context__
+    return out
+
+
+def _line(exc: BaseException) -> str:
+    """An error's class and the first line of its text."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def failure_text(exc: BaseException, timeout: float) -> tuple[str, str]:
+    """What a failed server call says, and a fix where the failure names its own: a server too slow to answer
+    within the timeout is not one that refused the connection, and the error's own text (with the socket error a
+    client library wrapped in 'Connection error.') is kept whole, not cut."""
+    chain = _chain(exc)
+    if any(isinstance(e, TimeoutError) or "Timeout" in type(e).__name__ for e in chain):
+        return (
+            f"no answer within {timeout:g} s: too slow, not refused (a model still loading, a long queue, or a "
+            "network that drops the packets)",
+            "raise --timeout (a local server's first call can take minutes), or check the server's load",
+        )
+    refused = next((e for e in chain if isinstance(e, ConnectionRefusedError)), None)
+    if refused is not None:
+        return f"connection refused ({_line(refused)}): nothing listens at that address and port", ""
+    inner = chain[-1]
+    detail = _line(exc) if inner is exc else f"{_line(exc)} (cause: {_line(inner)})"
+    return detail[:1000], ""
 
 
 def all_checks(args: argparse.Namespace) -> list[Check]:

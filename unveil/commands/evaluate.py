@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evaluation.gates import IPR_GATES, GateMiss, detection_gates, detection_misses, ipr_misses, parse_gates
+from tools.errors import CommandLineError
 from tools.t2i.settings import RenderSettings
 from unveil.commands.common import (
     MAX_DEPTH,
@@ -201,6 +202,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_ablation_parser(ev, parts)
 
 
+def _looks_like_format(prefix: str) -> bool:
+    """Whether the part of a --dataset value before ':' reads as a format name (a word, not a drive letter or a
+    path)."""
+    return len(prefix) > 1 and prefix.replace("_", "").replace("-", "").isalnum()
+
+
 def _named_datasets(args: argparse.Namespace) -> dict[str, tuple[Path, str]]:
     from evaluation.datasets import FORMATS
 
@@ -216,6 +223,12 @@ def _named_datasets(args: argparse.Namespace) -> dict[str, tuple[Path, str]]:
         prefix, colon, rest = path.partition(":")  # FMT:FILE, e.g. siuo:data/siuo_gen.json
         if colon and prefix in FORMATS:
             fmt, path = prefix, rest
+        elif colon and _looks_like_format(prefix) and not Path(path).exists():
+            # `bench:data/bench.jsonl` was read as a file of that name and reported "not found"
+            raise CommandLineError(
+                f"--dataset {item!r}: {prefix!r} is not a format; formats: {', '.join(FORMATS)} "
+                "(or give the file alone: its format is detected)"
+            )
         name = name or f"{Path(path).parent.name}/{Path(path).stem}".strip("/")
         if name in out:
             raise SystemExit(f"--dataset: the name {name!r} is used twice; label them NAME=FILE")

@@ -83,7 +83,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
     add_render_options(p, RenderSettings())
     add_model_options(p)
-    add_batch_options(p)
+    add_batch_options(p, default_output="runs/refine-INPUT[-PROVIDER-MODEL].jsonl")
     add_engine_options(p)
     p.set_defaults(func=run)
 

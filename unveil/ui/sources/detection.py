@@ -22,6 +22,14 @@ def is_detection_record(rec: dict[str, Any]) -> bool:
     return any(k in rec for k in RECORD_KEYS)
 
 
+def _method_category(rec: dict[str, Any], finding: dict[str, Any]) -> str:
+    """The category the method named: TAG's finding's, else a batch record's `predicted_category` (a batch record
+    keeps its input's ground truth in `category`: `runner.detect.with_ground_truth`, the evaluation's run files),
+    else the `category` of a record without one (a single pair's, an older output's)."""
+    own = rec.get("predicted_category") if "predicted_category" in rec else rec.get("category")
+    return str(finding.get("category") or own or "")
+
+
 def _detection_row(rec: dict[str, Any]) -> dict[str, Any]:
     """One detection result's table row (its image is looked up when the row is shown)."""
     mtc = rec.get("mtc")
@@ -33,7 +41,7 @@ def _detection_row(rec: dict[str, Any]) -> dict[str, Any]:
         "verdict": verdict,
         "mtc": value,
         "bin": mtc_bin(value) if value is not None else "",
-        "category": str(finding.get("category") or rec.get("category") or ""),
+        "category": _method_category(rec, finding),
         "label": rec.get("label"),
         "cost": usage_cost(usage),
         "calls": int((usage.get("total") or {}).get("calls", 0)),
