@@ -157,7 +157,9 @@ def test_build_data_spending_cap_stops_new_samples(tmp_path, gateway):
             progress=False,
         )
     )
-    assert summary.completed == 0 and "spending cap" in summary.failures[-1]["error"]
+    # The samples the cap kept from starting are not run (exit 4), not failures.
+    assert summary.completed == 0 and not summary.failures and len(summary.not_run) == 2
+    assert "cap" in (summary.stopped or "")
 
 
 def test_prompt_sources(tmp_path):

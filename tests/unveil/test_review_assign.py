@@ -188,8 +188,7 @@ def test_the_agreement_page_counts_the_adjudicator_and_earlier_attempts(tmp_path
     from runner.ctd_dataset import SAMPLES
 
     root = pending_folder(tmp_path / "ds", "a", "b")
-    for name in ("ann", "bob"):
-        add_reviewer(root / REVIEWERS, name)
+    tokens = {name: add_reviewer(root / REVIEWERS, name) for name in ("ann", "bob")}
     add_reviewer(root / REVIEWERS, "judy", "adjudicator")
     two: dict[str, Any] = {"role": "reviewer", "min_reviewers": 2}
     apply_reviews(root, {"a": {"decision": "approve"}}, reviewer="ann", **two)
@@ -206,7 +205,9 @@ def test_the_agreement_page_counts_the_adjudicator_and_earlier_attempts(tmp_path
         fh.write(json.dumps(revised) + "\n")
     apply_reviews(root, {"b": {"decision": "approve"}}, reviewer="ann", **two)
     apply_reviews(root, {"b": {"decision": "approve"}}, reviewer="bob", **two)
-    page = web(root).get("/reviewers").text
+    client = web(root)
+    sign_in(client, tokens["ann"])  # with a reviewers file, the page is for signed-in reviewers only
+    page = client.get("/reviewers").text
     rows = {
         name: [int(x) for x in re.findall(r'<td class="num[^"]*">(\d+)</td>', row)]
         for name, row in re.findall(r'<tr data-reviewer="([^"]+)">(.*?)</tr>', page, re.S)

@@ -42,7 +42,9 @@ def test_the_web_apps_policy_holds_for_a_cli_call_without_the_flag(tmp_path: Pat
         web(root, min_reviewers=3)
     assert main(["reviewers", "assign", str(root), "--reviewers", "alice,bob", "--per-sample", "1"]) == 1
     # The web app without the flag uses the folder's policy, and says it.
-    page = web(root).get("/reviewers").text
+    client = web(root)
+    sign_in(client, tokens["bob"])  # with a reviewers file, the page is for signed-in reviewers only
+    page = client.get("/reviewers").text
     assert "2 reviewers per sample" in page
     # alice's approval of b decides it under the one policy, which the export card reports (from the records).
     assert main(["review", str(root), "--approve", "b"]) == 0
