@@ -271,13 +271,19 @@ def engine_settings(args: argparse.Namespace) -> EngineSettings:
 
 def add_spending_options(parser: argparse.ArgumentParser, what: str = "samples") -> None:
     """--max-calls and --max-cost, the spending caps of every batch command (`runner.spending`): counting what the
-    output's records spent (earlier runs' too), they stop new `what` from starting; those in flight finish and are
-    written, and a rerun with a higher cap goes on."""
+    output's records spent (earlier runs' too), they stop new `what` and new model calls from starting; a sample
+    whose call was refused is not recorded, and a rerun with a higher cap goes on."""
     parser.add_argument(
-        "--max-calls", type=bounded_int(0), help=f"stop starting {what} once this many model calls were made"
+        "--max-calls",
+        type=bounded_int(0),
+        help=f"start no {what} and no model call once this many model calls were made (never passed)",
     )
     parser.add_argument(
-        "--max-cost", type=bounded_float(0.0, 1e9), help=f"stop starting {what} once this many dollars were spent"
+        "--max-cost",
+        type=bounded_float(0.0, 1e9),
+        help=f"start no {what} and no model call once this many dollars were spent; calls already in flight "
+        "finish, so it can be passed by their price (at most the concurrency per backend, 8 by default, times "
+        "the dearest call)",
     )
 
 
