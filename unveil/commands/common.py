@@ -253,7 +253,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         "--ray-address",
         metavar="ADDRESS",
         help=f"Ray cluster for --engine ray: auto (the running cluster) or ray://host:10001 "
-        f"(default ${ADDRESS_ENV}, else a new local cluster)",
+        f"(default ${ADDRESS_ENV}, else a new local cluster); the run prints the address, nodes and GPUs it joined",
     )
 
 
