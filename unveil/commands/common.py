@@ -308,7 +308,9 @@ def add_batch_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=positive_int, default=4, help="samples run at once")
     add_spending_options(parser)
     parser.add_argument("--retry-failed", action="store_true", help="run failed samples of the output again")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="hide the progress bar and the libraries' model-loading bars"
+    )
     add_mixed_settings_option(parser)
 
 
