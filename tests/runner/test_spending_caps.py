@@ -96,7 +96,10 @@ def test_max_cost_stops_the_calls_of_samples_in_flight(tmp_path: Path, priced: N
         # a sample (9 calls, about $0.02) or three fit under the cap: without the door all four finished
         assert len([r for r in done_records(out).values() if r["status"] == "ok"]) < 4
         assert spent < 0.05 + 8 * dearest  # only the calls in flight at the cap (8 a backend) pass it
-        assert "spending cap reached" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "spending cap reached" in err
+        # the cost is stated before the run, against the cap (TAG's worst case: 4 samples x 22 calls, 4 roots a tree)
+        assert "estimate: at most 88 model calls, about $" in err and "exceeds --max-cost 0.05" in err
         assert all(r["status"] == "ok" for r in done_records(out).values())  # stopped samples: no record
         assert detect(server, data, out) == 0  # no cap: the samples the cap stopped run now
         assert len(done_records(out)) == 4 and len(server.bodies) > made

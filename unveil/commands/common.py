@@ -288,10 +288,16 @@ def add_spending_options(parser: argparse.ArgumentParser, what: str = "samples")
 
 
 def spending_caps(args: argparse.Namespace) -> Spending:
-    """The `runner.spending.Spending` of --max-calls/--max-cost (no caps for a command without them)."""
+    """The `runner.spending.Spending` of --max-calls/--max-cost (no caps for a command without them); with a cap,
+    the command's estimate against it is printed first, so the cost is stated where the cap is chosen."""
     from runner.spending import Spending
+    from unveil.commands.runfile import cap_note
 
-    return Spending(getattr(args, "max_calls", None), getattr(args, "max_cost", None))
+    spending = Spending(getattr(args, "max_calls", None), getattr(args, "max_cost", None))
+    note = cap_note(args) if spending.capped else None
+    if note:
+        print(note, file=sys.stderr)
+    return spending
 
 
 def report_stop(spending: Spending | None, not_run: int) -> None:

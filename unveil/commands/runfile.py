@@ -365,6 +365,20 @@ def over_cap(args: argparse.Namespace, calls: int, cost: float) -> str | None:
     return None
 
 
+def cap_note(args: argparse.Namespace) -> str | None:
+    """The line a command run with --max-cost or --max-calls prints before it starts: the dry run's estimate of
+    the whole command against its caps (None where it cannot be worked out; the command then says why itself)."""
+    try:
+        rows = estimate(args)
+    except Exception:  # noqa: BLE001 - the note is advice; the command runs and reports its own input's errors
+        return None
+    calls, cost = sum(r.samples * r.calls for r in rows), sum(r.cost for r in rows)
+    warning = over_cap(args, calls, cost)
+    return f"estimate: at most {calls} model calls, about ${cost:.2f} (as `unveil run --dry-run` prices it)" + (
+        f"; {warning}" if warning else "; within the caps"
+    )
+
+
 def print_plan(jobs: list[Job], path: Path, digest: str) -> None:
     """The dry run: each job's command line and its estimated calls and cost, a warning where that exceeds the
     job's cap, then the totals."""
