@@ -70,27 +70,37 @@ def layer_sizes(ctx: TagContext, roots: int) -> list[int]:
     return sizes
 
 
-def _judged(ctx: TagContext, pairs: int) -> TagCost:
-    """The calls that judge one layer's `pairs` new pairs: in chunks, or screened first."""
+def _judged(ctx: TagContext, pairs: int) -> dict[str, TagCost]:
+    """The calls that judge one layer's `pairs` new pairs, by role: in chunks, or screened first."""
     if not pairs:
-        return TagCost()
+        return {}
     if ctx.screen_pairs:
         short = min(ctx.screen_limit, pairs)
-        return _calls(1, pairs, SCREEN_TOKENS) + _calls(1, short, JUDGE_TOKENS, short)
-    return _calls(ceil(pairs / ctx.max_pairs_per_call), pairs, JUDGE_TOKENS, pairs)
+        return {"screen": _calls(1, pairs, SCREEN_TOKENS), "pair_judge": _calls(1, short, JUDGE_TOKENS, short)}
+    return {"pair_judge": _calls(ceil(pairs / ctx.max_pairs_per_call), pairs, JUDGE_TOKENS, pairs)}
+
+
+def worst_case_by_role(ctx: TagContext, roots: int = MAX_ROOTS) -> dict[str, TagCost]:
+    """`worst_case` by the role whose model makes the calls (`TagContext.spec_for`): `root_extractor`,
+    `expander`, `pair_judge` (the synergy review and the pair judge) and `screen`."""
+    sizes = layer_sizes(ctx, roots)
+    by_role = {
+        "root_extractor": _calls(1 if ctx.roots_mode == "joint" else 2, 0, ROOTS_TOKENS),
+        "expander": TagCost(),
+        "pair_judge": _calls(1, roots * roots, JUDGE_TOKENS, roots * roots),
+    }
+    for layer in range(1, len(sizes)):
+        frontier = sizes[layer - 1]
+        if not frontier:
+            break
+        by_role["expander"] += _calls(2 * ceil(frontier / MAX_PARENTS_PER_CALL), 2 * frontier, EXPANDER_TOKENS)
+        before, now = sum(sizes[:layer]), sum(sizes[: layer + 1])
+        for role, cost in _judged(ctx, now * now - before * before).items():
+            by_role[role] = by_role.get(role, TagCost()) + cost
+    return by_role
 
 
 def worst_case(ctx: TagContext, roots: int = MAX_ROOTS) -> TagCost:
     """The calls and tokens of one detection under `ctx`'s reading on a sample with `roots` roots a tree (the
     roots extractor's cap by default) where no pair is toxic, so every layer is built and judged."""
-    sizes = layer_sizes(ctx, roots)
-    root_calls = 1 if ctx.roots_mode == "joint" else 2
-    cost = _calls(root_calls, 0, ROOTS_TOKENS) + _calls(1, roots * roots, JUDGE_TOKENS, roots * roots)
-    for layer in range(1, len(sizes)):
-        frontier = sizes[layer - 1]
-        if not frontier:
-            break
-        cost += _calls(2 * ceil(frontier / MAX_PARENTS_PER_CALL), 2 * frontier, EXPANDER_TOKENS)
-        before, now = sum(sizes[:layer]), sum(sizes[: layer + 1])
-        cost += _judged(ctx, now * now - before * before)
-    return cost
+    return sum(worst_case_by_role(ctx, roots).values(), TagCost())

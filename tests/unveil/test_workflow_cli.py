@@ -465,6 +465,26 @@ blind_models = ["openai:gpt-4.1-nano"]
     assert "warning" not in generate_job
 
 
+def test_run_dry_run_prices_tag_roles_on_their_own_models(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = write_pairs(tmp_path / "d.jsonl", ["a", "b", "c"])
+    run_file = write_run_file(
+        tmp_path / "run.toml",
+        f"""
+model = "openai:gpt-4.1"
+role_model = {{ pair_judge = "openai:gpt-4.1-nano" }}
+[[jobs]]
+command = "detect"
+input = "{data}"
+""",
+    )
+    assert main(["run", str(run_file), "--dry-run"]) == 0
+    shown = capsys.readouterr().out
+    # the judge's 131 calls of the 143 (the review and the judge chunks) at the cheaper model's rate
+    assert "tag (root_extractor, expander): 3 samples x 12 calls = 36 calls on openai:gpt-4.1," in shown
+    assert "tag (pair_judge): 3 samples x 131 calls = 393 calls on openai:gpt-4.1-nano," in shown
+
+
 def test_run_file_in_yaml(tmp_path):
     pytest.importorskip("yaml")
     from unveil.commands.runfile import plan

@@ -240,18 +240,24 @@ def _flat(what: str, samples: int, calls: int, model: str) -> Estimate:
     return Estimate(what, samples, calls, model, (calls * TOKENS_PER_CALL[0], calls * TOKENS_PER_CALL[1]))
 
 
-def _tag(args: argparse.Namespace, what: str, samples: int, model: str, l_max: int | None) -> Estimate:
+def _tag(args: argparse.Namespace, what: str, samples: int, model: str, l_max: int | None) -> list[Estimate]:
     """TAG's worst case a sample under the job's reading (`graphs.tag.cost`): nothing toxic and the roots
-    extractor's cap of roots a tree; the note gives the one-root case beside it."""
+    extractor's cap of roots a tree, one line per model its roles run on (`--role-model`); the note gives the
+    one-root case beside it."""
     from agents.tag.types import MAX_ROOTS
     from graphs.tag.context import TagContext
-    from graphs.tag.cost import worst_case
+    from graphs.tag.cost import TagCost, worst_case, worst_case_by_role
     from runner.detect import detection_context
 
     reading = {k: getattr(args, k, None) for k in ("prune", "roots_mode")}
+    models = {"model": model}
+    for item in getattr(args, "role_model", None) or []:  # --role-model ROLE=SPEC: TAG's roles on their own models
+        role, _, spec = item.partition("=")
+        if f"{role.strip()}_model" in TagContext.__dataclass_fields__:
+            models[f"{role.strip()}_model"] = spec.strip()
     ctx = detection_context(
         "tag",
-        {"model": model},
+        models,
         l_max=l_max,
         k_max=getattr(args, "k_max", None),
         children=getattr(args, "children", None),
@@ -260,16 +266,24 @@ def _tag(args: argparse.Namespace, what: str, samples: int, model: str, l_max: i
         reading=reading,
     )
     assert isinstance(ctx, TagContext)  # the method is tag
-    worst, one = worst_case(ctx), worst_case(ctx, roots=1)
+    one = worst_case(ctx, roots=1)
     note = f"prune={ctx.prune}, {MAX_ROOTS} roots a tree; {one.calls} calls, {one.tokens:,} tokens with 1 root"
-    return Estimate(what, samples, worst.calls, model, (worst.input_tokens, worst.output_tokens), note)
+    by_model: dict[str, dict[str, TagCost]] = {}
+    for role, cost in worst_case_by_role(ctx).items():
+        by_model.setdefault(ctx.spec_for(role), {})[role] = cost
+    rows = []
+    for spec, costs in by_model.items():
+        total = sum(costs.values(), TagCost())
+        label = what if len(by_model) == 1 else f"{what} ({', '.join(costs)})"
+        rows.append(Estimate(label, samples, total.calls, spec, (total.input_tokens, total.output_tokens), note))
+    return rows
 
 
-def detection(args: argparse.Namespace, method: str, samples: int, model: str, l_max: int | None) -> Estimate:
+def detection(args: argparse.Namespace, method: str, samples: int, model: str, l_max: int | None) -> list[Estimate]:
     """A detection method's estimate on `samples` samples (TAG at most; one call for vanilla and guards)."""
     if method == "tag":
         return _tag(args, f"tag l_max={l_max}" if l_max else "tag", samples, model, l_max)
-    return _flat(method, samples, 1, model)
+    return [_flat(method, samples, 1, model)]
 
 
 def _lines(path: str | None) -> int:
@@ -301,7 +315,7 @@ def _evaluate_detection(args: argparse.Namespace) -> list[Estimate]:
     for model in args.detectors or [_main_model(args)]:
         for method in args.methods:
             depths = [args.l_max, *args.l_max_ablation] if method == "tag" else [None]
-            rows += [detection(args, method, total, model, d) for d in depths]
+            rows += [row for d in depths for row in detection(args, method, total, model, d)]
     return rows
 
 
@@ -328,7 +342,7 @@ def _generate(args: argparse.Namespace) -> list[Estimate]:
     judges = [specs[i % len(specs)] for i in range(blind)]
     rows += [_flat("ctd blind judges", args.n, rounds * judges.count(s), s) for s in dict.fromkeys(judges)]
     if args.mtc_reference:
-        rows.append(_tag(args, "ctd mtc reference (tag)", args.n, args.mtc_reference, args.mtc_l_max))
+        rows += _tag(args, "ctd mtc reference (tag)", args.n, args.mtc_reference, args.mtc_l_max)
     return rows
 
 
@@ -339,7 +353,7 @@ def estimate(args: argparse.Namespace) -> list[Estimate]:
 
     if args.command == "detect":
         n = 1 if args.text else _lines(args.input) if args.input else _lines(str(_examples()))
-        return [detection(args, args.method, n, _main_model(args), args.l_max)]
+        return detection(args, args.method, n, _main_model(args), args.l_max)
     if args.command == "refine":
         n = _lines(args.input) if args.input else 1
         return [_flat("ipr", n, args.t_max if args.t_max is not None else IPR_T_MAX, args.refiner or _main_model(args))]
