@@ -273,17 +273,13 @@ def add_spending_options(parser: argparse.ArgumentParser, what: str = "samples")
     """--max-calls and --max-cost, the spending caps of every batch command (`runner.spending`): counting what the
     output's records spent (earlier runs' too), they stop new `what` and new model calls from starting; a sample
     whose call was refused is not recorded, and a rerun with a higher cap goes on."""
-    parser.add_argument(
-        "--max-calls",
-        type=bounded_int(0),
-        help=f"start no {what} and no model call once this many model calls were made (never passed)",
-    )
+    start = f"start no {what} and no model call once this many"
+    parser.add_argument("--max-calls", type=bounded_int(0), help=f"{start} model calls were made (never passed)")
     parser.add_argument(
         "--max-cost",
         type=bounded_float(0.0, 1e9),
-        help=f"start no {what} and no model call once this many dollars were spent; calls already in flight "
-        "finish, so it can be passed by their price (at most the concurrency per backend, 8 by default, times "
-        "the dearest call)",
+        help=f"{start} dollars were spent; calls in flight finish, so it can be passed by their price (at most "
+        "the concurrency per backend, 8 by default, times the dearest call)",
     )
 
 
@@ -294,8 +290,7 @@ def spending_caps(args: argparse.Namespace) -> Spending:
     from unveil.commands.runfile import cap_note
 
     spending = Spending(getattr(args, "max_calls", None), getattr(args, "max_cost", None))
-    note = cap_note(args) if spending.capped else None
-    if note:
+    if note := (cap_note(args) if spending.capped else None):
         print(note, file=sys.stderr)
     return spending
 
