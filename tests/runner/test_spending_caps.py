@@ -86,21 +86,26 @@ def detect(server: FaultServer, data: Path, out: Path, *extra: str) -> int:
     )
 
 
-def test_max_cost_stops_the_calls_of_samples_in_flight(tmp_path: Path, priced: None, capsys) -> None:
+def test_max_cost_stops_the_calls_of_samples_in_flight(
+    tmp_path: Path, priced: None, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One request at a time on the backend, so at most one call is in flight when the cap is reached; the four
+    # samples still run at once (--concurrency 4). A sample makes 9 calls, about $0.11: all four, $0.43.
+    monkeypatch.setenv("UNVEIL_MAX_CONCURRENCY", "1")
     data, out = pairs(tmp_path / "pairs.jsonl", 4), tmp_path / "out.jsonl"
     with FaultServer(answers()) as server:
-        assert detect(server, data, out, "--max-cost", "0.05") == 0
+        assert detect(server, data, out, "--max-cost", "0.25") == 0
         spent = get_gateway().usage["total"]["cost_usd"]
         dearest = max(len(json.dumps(b)) for b in server.bodies) / 4 * PRICE_IN / 1e6
         made = len(server.bodies)
-        # a sample (9 calls, about $0.02) or three fit under the cap: without the door all four finished
-        assert len([r for r in done_records(out).values() if r["status"] == "ok"]) < 4
-        assert spent < 0.05 + 8 * dearest  # only the calls in flight at the cap (8 a backend) pass it
+        # without the door every sample in flight made all its calls: $0.43 spent under a cap of $0.25
+        assert 0.25 <= spent < 0.25 + dearest  # only the call in flight at the cap passes it
+        records = done_records(out)
+        assert len(records) < 4 and all(r["status"] == "ok" for r in records.values())  # stopped: no record
         err = capsys.readouterr().err
         assert "spending cap reached" in err
         # the cost is stated before the run, against the cap (TAG's worst case: 4 samples x 22 calls, 4 roots a tree)
-        assert "estimate: at most 88 model calls, about $" in err and "exceeds --max-cost 0.05" in err
-        assert all(r["status"] == "ok" for r in done_records(out).values())  # stopped samples: no record
+        assert "estimate: at most 88 model calls, about $" in err and "exceeds --max-cost 0.25" in err
         assert detect(server, data, out) == 0  # no cap: the samples the cap stopped run now
         assert len(done_records(out)) == 4 and len(server.bodies) > made
 
