@@ -41,7 +41,7 @@ from agents.faults import (
     retry_after,
     server_message,
 )
-from agents.limits import BackendLimits, check_limits
+from agents.limits import BackendLimits, CallBudget, SpendingCapReached, check_limits
 from agents.providers.http_limits import within_deadline
 from agents.providers.langchain_api import call_deadline
 from agents.providers.profiles import METHOD_ORDER, SharedState, provider_profile
@@ -132,6 +132,7 @@ class Gateway:
         self._fingerprints: dict[str, str] = {}
         # Specs whose server refused images during this run: sent image descriptions from then on.
         self._text_only: set[str] = set()
+        self.budget: CallBudget | None = None  # a batch's spending caps, checked as each request starts
         self.shared: SharedState = {}  # provider state shared across roles (scripts, loaded HF models)
 
     # -- models -------------------------------------------------------------------------------------------
@@ -230,6 +231,8 @@ class Gateway:
         while True:
             try:
                 async with self.limits.slot(spec.backend):
+                    if self.budget is not None:  # at the start itself: the calls that held the slot are booked
+                        self.budget.admit(role, self.usage["total"]["cost_usd"])
                     started = time.monotonic()
                     out = await within_deadline(model.ainvoke(messages), call_deadline(spec), str(spec))
                     log.info("role %s (%s): answered in %.2fs", role, spec, time.monotonic() - started)
@@ -238,8 +241,8 @@ class Gateway:
                 if is_images_unsupported(exc, messages):
                     self._mark_text_only(spec, exc)
                     raise ImagesUnsupportedError(role, str(spec), exc) from exc  # permanent: no retry helps
-                if is_method_unsupported(exc):
-                    raise  # permanent for this backend: the caller falls back to another method, no retries burnt
+                if is_method_unsupported(exc) or isinstance(exc, SpendingCapReached):
+                    raise  # permanent for this backend (the caller falls back to another method), or nothing sent
                 if not is_transient(exc) or attempt >= self.settings.max_retries:
                     if is_transient(exc) or attempt or limit_cause(exc):
                         raise ModelCallError(role, str(spec), exc, attempt + 1) from exc
@@ -316,7 +319,7 @@ class Gateway:
         model = await self._model(call)
         try:
             msg, retries = await self._invoke(model, messages, call.spec, role)
-        except (ModelCallError, StructuredOutputError):
+        except (ModelCallError, StructuredOutputError, SpendingCapReached):
             raise
         except Exception as exc:
             raise ModelCallError(role, str(call.spec), exc, 1) from exc
@@ -429,7 +432,7 @@ class Gateway:
                 # sees it: that is a bad answer to repair, not a backend fault.
                 bad_answer = answer_error(exc.__cause__ if isinstance(exc, ModelCallError) else exc)
                 if bad_answer is None:
-                    if isinstance(exc, (ImagesUnsupportedError, StructuredOutputError)):
+                    if isinstance(exc, (ImagesUnsupportedError, StructuredOutputError, SpendingCapReached)):
                         raise
                     asked = f"schema {schema.__name__} by {method}"
                     if isinstance(exc, ModelCallError):

@@ -9,6 +9,8 @@ With a distributed engine on (`--engine ray`), `set_shared_limiter` installs a c
 layer's named Ray actor): every slot is then also held there, so all drivers and workers of a cluster together
 stay under the same per-backend concurrency and requests per minute; the per-process semaphore still bounds this
 process, and the rate is kept by the shared bucket alone.
+
+A `CallBudget` holds a batch's spending caps at the door of every request (see its docstring).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Protocol
 
 from agents.providers.profiles import provider_profile
 from tools.env import SettingError, check_minimum, env_float, env_int
+from tools.errors import UnveilError
 
 
 def check_limits(max_concurrency: int | None = None, rpm: float | None = None) -> None:
@@ -119,3 +122,36 @@ class BackendLimits:
             await limiter.acquire()
         async with sem:
             yield
+
+
+class SpendingCapReached(UnveilError):
+    """A model call not started because a spending cap (`--max-calls`, `--max-cost`) is reached."""
+
+
+class CallBudget:
+    """The spending caps as the gateway holds them: a model request starts only while the calls started and the
+    dollars spent are under the caps (`Gateway.budget`; the run layer installs one per capped batch).
+
+    `calls` starts at the calls spent before (earlier records), and every request the gateway starts adds one at
+    once, so `max_calls` is never passed. A call's price is known only from its answer, so the dollars are `cost`
+    (those spent before, less the gateway's total when the budget was made) plus the gateway's own total of the
+    calls that finished: the requests already in flight when the cap is reached can pass `max_cost`, by at most
+    one request's price each (the concurrency times the dearest call)."""
+
+    def __init__(self, max_calls: int | None, max_cost: float | None, *, calls: int = 0, cost: float = 0.0) -> None:
+        self.max_calls, self.max_cost = max_calls, max_cost
+        self.calls, self.cost = calls, cost
+        self.refused: str | None = None  # why the first request was refused; no request starts after it
+
+    def admit(self, role: str, spent: float) -> None:
+        """Count one request of `role` about to start, `spent` being the gateway's total dollars; raises
+        `SpendingCapReached` (and starts nothing) when a cap is reached."""
+        why = self.refused
+        if why is None and self.max_calls is not None and self.calls >= self.max_calls:
+            why = f"{self.calls} model calls (--max-calls {self.max_calls})"
+        if why is None and self.max_cost is not None and self.cost + spent >= self.max_cost:
+            why = f"${self.cost + spent:.4f} (--max-cost {self.max_cost:g})"
+        if why is not None:
+            self.refused = why
+            raise SpendingCapReached(f"spending cap reached: {why}; the {role} call was not started")
+        self.calls += 1

@@ -16,8 +16,11 @@ A second table puts the readings of the paper (docs/tag.md) side by side on the 
 node (`prune=per_node`, the default, §3.2 Step 2) or per layer (`per_layer`, §7's estimate, cheaper), and the
 root concepts from two entity-graph calls (`roots_mode=separate`, the default) or one joint call (`joint`). The
 `covert` sample hides its toxic pair on the least probable path (root -> c2 -> d2 in both trees, path probability
-0.04 each), which per-layer pruning drops and per-node pruning keeps. A last pair of lines gives the worst case of
-a wide sample: a benign one with `--wide-roots` (default 4, the cap) roots a tree, under both prunings.
+0.04 each), which per-layer pruning drops and per-node pruning keeps. The paper's optional screen (§10.2,
+`screen_pairs`, off by default) is a third reading, `per_node+screen`: one screen call over a layer's new pairs
+short-lists at most `screen_limit` (8) for the judge. The last lines give the worst case of a wide sample: a benign
+one with `--wide-roots` (default 4, the cap) roots a tree, under each reading, beside the estimate `unveil run
+--dry-run` prints for it (`graphs/tag/cost.py`).
 """
 
 from __future__ import annotations
@@ -131,6 +134,21 @@ def covert_pair(prune: str, l_max: int, k_max: int, children: int) -> str:
     return f"{v}|{t}" if v and t else ""
 
 
+def screen_rules(target: str) -> list[dict]:
+    """The optional screen's answers (`--screen`, the paper's §10.2 "Filtering out potential toxic pairs"): the
+    toxic pair where the layer holds it, else a full short list of the layer's new pairs (every layer has at
+    least three nodes a tree), so the judge still gets a call each layer, as a real screen's short list would."""
+    rules = [{"when": f'"{target}"', "then": {"suspicious_pair_ids": [target]}}] if target else []
+    for layer in range(LAYERS_SCREENED, 0, -1):
+        ids = [f"v{layer}.{i}|t{layer}.{j}" for i in range(3) for j in range(3)][:SCREEN_LIMIT]
+        rules.append({"when": f'"v{layer}.0|t{layer}.0"', "then": {"suspicious_pair_ids": ids}})
+    return rules
+
+
+LAYERS_SCREENED = 9  # deeper than any --l-max the bench is run with
+SCREEN_LIMIT = 8  # TagContext.screen_limit's default
+
+
 def script_for(kind: str, covert: str = "") -> dict:
     """Scripted answers for an overt, medium (toxic pair at layer 2), covert (toxic pair `covert`) or benign
     sample."""
@@ -158,6 +176,7 @@ def script_for(kind: str, covert: str = "") -> dict:
             }
         ],
         "expander": expander_rules(),
+        "pair_screen": screen_rules(target),
         "pair_judge": judge_rules,
         "explainer": [{"when": "", "then": {"explanation": "e", "hidden_meaning": "h"}}],
         # the naive expander's children are named by layer too (its request carries the layer number)
@@ -315,12 +334,12 @@ async def main() -> None:
 async def readings_table(args: argparse.Namespace, tmp: Path) -> None:
     """The paper's readings side by side: k_max per node (default) or per layer; roots from two graph calls
     (default) or one joint call. Prints calls / tokens / found MTC per sample kind, and the per-layer target."""
-    configs = [("separate", "per_node"), ("separate", "per_layer"), ("joint", "per_node"), ("joint", "per_layer")]
     per_layer_benign = 0
     print("\nreadings (calls / tokens / found MTC; '-' = not found, MTC 1):")
     kinds = ("overt", "medium", "covert", "benign")
     print("roots_mode | prune | " + " | ".join(f"{k} calls | {k} tokens | {k} mtc" for k in kinds))
-    for roots_mode, prune in configs:
+    for roots_mode, reading in READINGS:
+        prune, screen = reading.split("+")[0], reading.endswith("+screen")
         cells = []
         for kind in kinds:
             covert = covert_pair(prune, args.l_max, args.k_max, 3) if kind == "covert" else ""
@@ -333,39 +352,76 @@ async def readings_table(args: argparse.Namespace, tmp: Path) -> None:
                 k_max=args.k_max,
                 roots_mode=roots_mode,
                 prune=prune,
+                screen_pairs=screen,
             )
             calls, tokens = _totals(out["usage"])
             cells += [str(calls), str(tokens), f"{out['mtc']:.4f}" if out["toxic"] else "-"]
-            if (roots_mode, prune, kind) == ("separate", "per_layer", "benign"):
+            if (roots_mode, reading, kind) == ("separate", "per_layer", "benign"):
                 per_layer_benign = calls
-        print(f"{roots_mode} | {prune} | " + " | ".join(cells))
+        print(f"{roots_mode} | {reading} | " + " | ".join(cells))
     limit = 3 * args.l_max + 3
     print(f"target: per_layer benign calls {per_layer_benign} <= {limit}: {per_layer_benign <= limit}")
     if args.wide_roots:
         await wide_benign(args, tmp)
 
 
+# The readings side by side: (roots_mode, prune), `+screen` with the paper's optional screen (a named option, off
+# by default: `screen_pairs`, `unveil detect --screen`).
+READINGS = [
+    ("separate", "per_node"),
+    ("separate", "per_layer"),
+    ("separate", "per_node+screen"),
+    ("joint", "per_node"),
+    ("joint", "per_layer"),
+]
+
 # Root names of the wide sample: none starts with a layer prefix (c, d, e ...), which the expander rules match.
 WIDE_ROOTS = {"v": ["powder", "scale", "bag", "rolled note"], "t": ["usual number", "tonight", "pay up front", "quiet"]}
 
 
-async def wide_benign(args: argparse.Namespace, tmp: Path) -> None:
-    """The worst case of a sample with `--wide-roots` roots a tree: nothing to find, so every layer is built and
-    judged. Prints calls / tokens / pairs judged for each pruning."""
-    n = args.wide_roots
+def wide_script(roots: int) -> dict:
+    """The benign sample's script with `roots` roots a tree (at most 4)."""
     script = script_for("benign")
     for role, prefix in (("root_extractor.image", "v"), ("root_extractor.text", "t")):
-        entities = [{"name": x} for x in WIDE_ROOTS[prefix][:n]]
+        entities = [{"name": x} for x in WIDE_ROOTS[prefix][:roots]]
         script[role] = [{"when": "", "then": {"entities": entities, "relations": []}}]
-    path = tmp / "wide-benign.json"
-    path.write_text(json.dumps(script))
-    print(f"\nwide benign sample ({n} roots a tree; calls / tokens / pairs judged):")
-    for prune in ("per_node", "per_layer"):
-        out, _ = await run_tag(
-            f"scripted:{path}?latency={args.latency}", args.concurrency, l_max=args.l_max, k_max=args.k_max, prune=prune
+    joint = {"visual_roots": WIDE_ROOTS["v"][:roots], "textual_roots": WIDE_ROOTS["t"][:roots]}
+    script["root_extractor"] = [{"when": "", "then": joint}]  # roots_mode=joint
+    return script
+
+
+async def measure_wide(
+    tmp: Path, roots: int, *, latency: float = 0.0, concurrency: int = 8, **settings: object
+) -> tuple[int, int, int]:
+    """(calls, tokens, pairs judged) of TAG under `settings` on the benign sample with `roots` roots a tree: the
+    worst case that `graphs.tag.cost.worst_case` estimates (tests/graphs/test_tag_cost.py compares the two)."""
+    path = tmp / f"wide-benign-{roots}.json"
+    path.write_text(json.dumps(wide_script(roots)))
+    out, _ = await run_tag(f"scripted:{path}?latency={latency}", concurrency, **settings)
+    calls, tokens = _totals(out["usage"])
+    return calls, tokens, out["pairs_judged"]
+
+
+async def wide_benign(args: argparse.Namespace, tmp: Path) -> None:
+    """The worst case of a sample with `--wide-roots` roots a tree: nothing to find, so every layer is built and
+    judged. Prints calls / tokens / pairs judged for each pruning, with the screen, and what `unveil run
+    --dry-run` estimates for it (`graphs.tag.cost`)."""
+    from graphs.tag.cost import worst_case
+
+    n = args.wide_roots
+    print(f"\nwide benign sample ({n} roots a tree; calls / tokens / pairs judged / estimated calls / tokens):")
+    for reading in ("per_node", "per_layer", "per_node+screen"):
+        settings = {
+            "l_max": args.l_max,
+            "k_max": args.k_max,
+            "prune": reading.split("+")[0],
+            "screen_pairs": reading.endswith("+screen"),
+        }
+        calls, tokens, pairs = await measure_wide(
+            tmp, n, latency=args.latency, concurrency=args.concurrency, **settings
         )
-        calls, tokens = _totals(out["usage"])
-        print(f"wide | {prune} | {calls} | {tokens} | {out['pairs_judged']}")
+        est = worst_case(TagContext(model="scripted:bench", **settings), roots=n)
+        print(f"wide | {reading} | {calls} | {tokens} | {pairs} | {est.calls} | {est.tokens}")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from agents.limits import SpendingCapReached
 from runner.batch_input import BatchItem
 from runner.output_identity import (
     OutputIdentity,
@@ -42,7 +43,7 @@ from runner.output_identity import (
     record_identity,
     refuse_input_as_output,
 )
-from runner.spending import Spending
+from runner.spending import Spending, held_to_caps
 from tools.atomic_files import atomic_write_text, exclusive_output, write_lock
 from tools.errors import ConfigurationError
 from tools.jsonl_files import (
@@ -233,7 +234,8 @@ async def _run_locked(items: list[BatchItem], worker: Worker, run: BatchRun) -> 
         run.spending.add_earlier(str(run.output), done.items())
     todo = [it for it in items if it.id not in done]
     summary = _earlier_results(items, len(todo), done, run.id_field)
-    stopped = await _run_samples(todo, worker, run, summary)
+    with held_to_caps(run.spending):
+        stopped = await _run_samples(todo, worker, run, summary)
     if run.input_order and len(todo) > len(stopped):  # something was written: in the input's order, as it was read
         order_lines(run.output, [it.id for it in items], id_field=run.id_field)
     # Failures are listed in the input's order, not in the order concurrent samples happened to finish.
@@ -286,7 +288,11 @@ async def _run_samples(todo: list[BatchItem], worker: Worker, run: BatchRun, sum
             if reason:
                 stopped.append(item.id)
                 return
-            rec = _within_the_cap(await _result_record(item, worker, run), run)
+            result = await _result_record(item, worker, run)
+            if result is None:  # a spending cap stopped one of its calls: no record, like a sample not started
+                stopped.append(item.id)
+                return
+            rec = _within_the_cap(result, run)
             await appender.append(rec)
             if run.spending is not None:
                 run.spending.add(rec, output=str(run.output), sample_id=item.id)
@@ -330,9 +336,10 @@ def _within_the_cap(rec: dict[str, Any], run: BatchRun) -> dict[str, Any]:
     }
 
 
-async def _result_record(item: BatchItem, worker: Worker, run: BatchRun) -> dict[str, Any]:
+async def _result_record(item: BatchItem, worker: Worker, run: BatchRun) -> dict[str, Any] | None:
     """The record one sample gets: `{ID_FIELD, status: "ok", kind?, **result}`, or `{ID_FIELD, status: "failed",
-    kind?, error, raw_answer?}` for a bad input line or a sample whose worker raised."""
+    kind?, error, raw_answer?}` for a bad input line or a sample whose worker raised; None when a spending cap
+    refused one of its model calls (the sample is not run, not failed)."""
     id_field = run.id_field
     tag = {"kind": run.kind} if run.kind else {}
     kept = {k: (item.record or {}).get(k) for k in run.keep_input}
@@ -343,6 +350,8 @@ async def _result_record(item: BatchItem, worker: Worker, run: BatchRun) -> dict
         return {id_field: item.id, "status": "ok", **tag, **result}
     except (asyncio.CancelledError, StorageError):
         raise  # a run's store that cannot be written fails every later sample too: stop, naming it
+    except SpendingCapReached:
+        return None
     except Exception as exc:  # noqa: BLE001 - one bad sample must not stop the batch
         rec = {id_field: item.id, "status": "failed", **tag, **kept, "error": describe_error(exc)}
         if isinstance(exc, ConfigurationError):

@@ -2,16 +2,22 @@
 
 The cap sums the records' own usage, not a process-wide counter: records are the values that say what each sample
 spent, and they survive a restart, so a rerun counts what earlier runs of the same outputs spent and goes on where
-the cap stopped it. A cap only keeps new samples from starting (`runner.batch.run_batch`'s `stop`): samples in
-flight finish and are written, and samples never started are not recorded at all (not as failures), so a rerun
-with a higher cap runs exactly them.
+the cap stopped it. A cap keeps new samples from starting (`runner.batch.run_batch`'s `stop`) and, through the
+gateway (`held_to_caps`, `agents.limits.CallBudget`), new model calls of the samples in flight: a call that would
+start at or past a cap is not started, and its sample ends unrecorded, like the samples never started (not as
+failures), so a rerun with a higher cap runs exactly them (the calls it had made come back from the response
+cache). Only the calls already in flight at the cap can pass `--max-cost`, each by its own price.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+from agents.gateway import get_gateway
+from agents.limits import CallBudget
 
 STOPPED = "spending cap reached"
 
@@ -35,6 +41,7 @@ class Spending:
     calls: int = 0
     cost: float = 0.0
     _seen: set[tuple[str, str]] = field(default_factory=set)
+    budget: CallBudget | None = None  # the gateway's view of the caps while a batch runs (`held_to_caps`)
 
     @property
     def capped(self) -> bool:
@@ -57,10 +64,39 @@ class Spending:
         for sample_id, rec in records:
             self.add(rec, output=output, sample_id=sample_id)
 
+    def call_budget(self, gateway_cost: float) -> CallBudget:
+        """The gateway's budget for a batch that starts now, the gateway having booked `gateway_cost` dollars so
+        far: what the records spent or, where more, what an earlier batch's budget saw spent (a sample stopped
+        at the cap spent without a record)."""
+        calls, cost, refused = self.calls, self.cost, None
+        if self.budget is not None:
+            calls, cost = max(calls, self.budget.calls), max(cost, self.budget.cost + gateway_cost)
+            refused = self.budget.refused
+        self.budget = CallBudget(self.max_calls, self.max_cost, calls=calls, cost=cost - gateway_cost)
+        self.budget.refused = refused
+        return self.budget
+
     def stop(self) -> str | None:
-        """Why no new sample may start (a cap is reached), or None."""
+        """Why no new sample may start (a cap is reached, or the gateway refused a call at it), or None."""
+        if self.budget is not None and self.budget.refused:
+            return f"{STOPPED}: {self.budget.refused}"
         if self.max_calls is not None and self.calls >= self.max_calls:
             return f"{STOPPED}: {self.calls} model calls (--max-calls {self.max_calls})"
         if self.max_cost is not None and self.cost >= self.max_cost:
             return f"{STOPPED}: ${self.cost:.4f} (--max-cost {self.max_cost:g})"
         return None
+
+
+@contextmanager
+def held_to_caps(spending: Spending | None) -> Iterator[None]:
+    """Hold the process gateway's requests to `spending`'s caps for the body (nothing without a cap)."""
+    if spending is None or not spending.capped:
+        yield
+        return
+    gateway = get_gateway()
+    previous = gateway.budget
+    gateway.budget = spending.call_budget(gateway.usage["total"]["cost_usd"])
+    try:
+        yield
+    finally:
+        gateway.budget = previous

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import re
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -26,7 +27,7 @@ from runner.ray.settings import (
     scorer_settings,
     vlm_settings,
 )
-from tools.env import SettingError, set_default
+from tools.env import SettingError, env_str, set_default
 from tools.errors import UnveilError
 from tools.scorers.score import set_remote_scoring
 from tools.t2i.registry import set_remote_generators
@@ -122,6 +123,7 @@ def probe_address(address: str, timeout: float) -> None:
 def session(address: str | None) -> Iterator[None]:
     """Connect, route rendering, scoring and model API limits through the cluster, and undo all of it after."""
     started = connect(address)
+    print(f"engine ray: {joined(address)}", file=sys.stderr, flush=True)
     generators, scoring, chat_models = RayGenerators(), RayScoring(), RayChatModels()
     set_remote_generators(generators)
     set_remote_scoring(scoring)
@@ -141,6 +143,30 @@ def session(address: str | None) -> Iterator[None]:
         chat_models.close()
         if started:
             ray.shutdown()
+
+
+def joined(address: str | None) -> str:
+    """Which cluster this process is connected to: its address, live nodes, GPUs and CPUs, and what found it (an
+    `auto` or empty address joins whatever cluster runs on the machine without naming it)."""
+    try:
+        where = str(ray.get_runtime_context().gcs_address)
+    except Exception:  # noqa: BLE001 - Ray Client's context has no GCS address: the address given names it
+        where = address or "?"
+    listed: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call, unused-ignore]
+    nodes = len([node for node in listed if node.get("Alive")])
+    totals = cluster_totals()
+    if address == "auto":
+        found = "--ray-address auto: the cluster running on this machine"
+    elif not address:
+        found = "no --ray-address: " + (
+            "RAY_ADDRESS's cluster" if env_str("RAY_ADDRESS") else "a cluster running on this machine, else a new one"
+        )
+    else:
+        found = f"--ray-address {address}"
+    return (
+        f"Ray cluster at {where} ({found}): {nodes} node(s), {totals.get('GPU', 0.0):g} GPU(s), "
+        f"{totals.get('CPU', 0.0):g} CPU(s)"
+    )
 
 
 def describe_cluster() -> dict[str, Any]:

@@ -36,7 +36,10 @@ def test_tag_calls_prints_calls_tokens_and_the_targets() -> None:
     assert re.search(rf"separate \| per_node \| (?:{cells}){{2}}\d+ \| \d+ \| 0\.99\d+ \|", out)
     assert re.search(rf"separate \| per_layer \| (?:{cells}){{2}}\d+ \| \d+ \| - \|", out)
     assert re.search(r"target: per_layer benign calls \d+ <= \d+: True", out)
-    assert re.search(r"^wide \| per_node \| \d+ \| \d+ \| \d+$", out, re.M)
+    assert re.search(rf"separate \| per_node\+screen \| (?:{cells}){{2}}\d+ \| \d+ \| 0\.99\d+ \|", out)
+    # the wide sample: measured calls / tokens / pairs, then the dry run's estimate (the same calls)
+    for reading in ("per_node", "per_layer", "per_node\\+screen"):
+        assert re.search(rf"^wide \| {reading} \| (\d+) \| \d+ \| \d+ \| \1 \| \d+$", out, re.M)
 
 
 def test_scale_render_tiny_runs_the_local_and_ray_engines() -> None:

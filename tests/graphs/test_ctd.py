@@ -395,8 +395,9 @@ def test_spending_cap_stops_cleanly(tmp_path, tiny_sd):
     out = tmp_path / "ds"
     spec = write_script(tmp_path, accepting_script())
     # A scene accepted on round 1 makes 10 calls (architect, eraser, two single-modality, six judges): a cap of
-    # 5 calls lets the first scene finish and starts no other.
-    assert main(cli_args(out, spec, tiny_sd, "--max-calls", "5", "--concurrency", "1", n=2)) == 0
+    # 12 calls lets the first scene finish and stops the second at its third call (the cap stops calls, not only
+    # scenes: issue 45), which leaves it unrecorded, as a scene never started.
+    assert main(cli_args(out, spec, tiny_sd, "--max-calls", "12", "--concurrency", "1", n=2)) == 0
     assert list(load_samples(out)) == ["drugs-00000"]
     # Rerunning with a higher cap continues where it stopped; with the near-duplicate check on, the second scene
     # (same caption, another image) is kept on record as a duplicate of the first and left out of the dataset.

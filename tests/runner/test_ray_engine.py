@@ -387,6 +387,24 @@ def test_cluster_info_lists_nodes_resources_and_pools(
     assert len(info["nodes"]) == 2 and info["pools"]["scorer"]["actors"] == 1
 
 
+def test_ray_address_auto_names_the_cluster_it_joined(
+    cluster: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--ray-address auto` joins whatever cluster runs on the machine: the run says which (issue 45)."""
+    from unveil.cli import main
+
+    c, _ = cluster
+    script = tmp_path / "detect.json"
+    script.write_text(json.dumps(DETECT_SCRIPT))
+    argv = ["detect", "--engine", "ray", "--ray-address", "auto", "--text", "t", "--image-description", "d"]
+    assert main([*argv, "--model", f"scripted:{script}", "--cache", "off"]) == 0
+    said = capsys.readouterr().err
+    assert (
+        f"engine ray: Ray cluster at {c.address} (--ray-address auto: the cluster running on this machine): "
+        "2 node(s), 0 GPU(s), 4 CPU(s)"
+    ) in said
+
+
 def test_engine_flags_are_checked(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from runner.engine import EngineSettings
     from runner.ray import render_settings

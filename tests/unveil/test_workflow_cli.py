@@ -459,9 +459,62 @@ l_max = 2
     assert main(["run", str(run_file), "--dry-run"]) == 0
     shown = capsys.readouterr().out
     assert "vanilla: 3 samples x 1 calls = 3 calls on openai:gpt-4.1, about $0.02" in shown
-    assert "tag l_max=2: 3 samples x 9 calls = 27 calls" in shown
-    assert "estimated: 33 model calls" in shown
+    # TAG's worst case under the default reading (graphs/tag/cost.py): 4 roots a tree, l_max 2: two root calls,
+    # the review, one expander call a tree and 240 new pairs in two judge calls
+    assert "tag l_max=2: 3 samples x 7 calls = 21 calls" in shown
+    assert "estimated: 27 model calls" in shown
+    assert "warning" not in shown  # no cap
     assert not (tmp_path / "runs").exists()  # nothing ran
+
+
+def test_run_dry_run_warns_over_a_cap_and_prices_each_model_at_its_rate(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = write_pairs(tmp_path / "d.jsonl", ["a", "b", "c"])
+    run_file = write_run_file(
+        tmp_path / "run.toml",
+        f"""
+model = "openai:gpt-4.1"
+max_cost = 1.0
+[[jobs]]
+command = "detect"
+input = "{data}"
+[[jobs]]
+command = "generate"
+category = "drugs"
+n = 10
+out = "ctd"
+blind_models = ["openai:gpt-4.1-nano"]
+""",
+    )
+    assert main(["run", str(run_file), "--dry-run"]) == 0
+    detect_job, generate_job = capsys.readouterr().out.split("\n\njob ")[1:]
+    # the default reading's worst case: 143 calls and about 880k tokens a sample (docs/tag.md), $1.77 on gpt-4.1
+    assert "tag: 3 samples x 143 calls = 429 calls on openai:gpt-4.1, about $5." in detect_job
+    assert "warning: estimate $5." in detect_job and "exceeds --max-cost 1" in detect_job
+    # the blind judges on the cheaper model, at its own rate: 10 scenes x 3 rounds x 4 judges of 1,800 tokens
+    assert "ctd blind judges: 10 samples x 12 calls = 120 calls on openai:gpt-4.1-nano, about $0.03" in generate_job
+    assert "ctd: 10 samples x 7 calls = 70 calls on openai:gpt-4.1, about $0.38" in generate_job
+    assert "warning" not in generate_job
+
+
+def test_run_dry_run_prices_tag_roles_on_their_own_models(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = write_pairs(tmp_path / "d.jsonl", ["a", "b", "c"])
+    run_file = write_run_file(
+        tmp_path / "run.toml",
+        f"""
+model = "openai:gpt-4.1"
+role_model = {{ pair_judge = "openai:gpt-4.1-nano" }}
+[[jobs]]
+command = "detect"
+input = "{data}"
+""",
+    )
+    assert main(["run", str(run_file), "--dry-run"]) == 0
+    shown = capsys.readouterr().out
+    # the judge's 131 calls of the 143 (the review and the judge chunks) at the cheaper model's rate
+    assert "tag (root_extractor, expander): 3 samples x 12 calls = 36 calls on openai:gpt-4.1," in shown
+    assert "tag (pair_judge): 3 samples x 131 calls = 393 calls on openai:gpt-4.1-nano," in shown
 
 
 def test_run_file_in_yaml(tmp_path):

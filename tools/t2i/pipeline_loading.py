@@ -139,6 +139,7 @@ def load_base_pipeline(model: str, *, device: str, dtype: str = "auto", accel: s
         # Imported under the lock: diffusers' lazy module import is not safe from several threads at once.
         from diffusers import StableDiffusionPipeline, StableDiffusionXLPipeline
 
+        _follow_hub_progress_switch()
         class_name = _model_class_name(model)
         cls = StableDiffusionXLPipeline if "XL" in class_name else StableDiffusionPipeline
         kwargs: dict[str, Any] = {"dtype": _dtype_for(device, dtype)}
@@ -156,6 +157,16 @@ def load_base_pipeline(model: str, *, device: str, dtype: str = "auto", accel: s
         _BASE_PIPES[key] = pipe
         log.info("loaded %s (%s) on %s, UNet path %s", model, cls.__name__, device, preset.name)
         return pipe
+
+
+def _follow_hub_progress_switch() -> None:
+    """No "Loading pipeline components" bar where the Hub's bars are off (`--no-progress` turns them off, as does
+    HF_HUB_DISABLE_PROGRESS_BARS): transformers reads that switch, diffusers has its own and reads no variable."""
+    from diffusers.utils import logging as diffusers_logging
+    from huggingface_hub.utils import are_progress_bars_disabled
+
+    if are_progress_bars_disabled():
+        diffusers_logging.disable_progress_bar()
 
 
 def _prepare(pipe: Pipeline) -> None:

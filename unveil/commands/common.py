@@ -260,7 +260,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         "--ray-address",
         metavar="ADDRESS",
         help=f"Ray cluster for --engine ray: auto (the running cluster) or ray://host:10001 "
-        f"(default ${ADDRESS_ENV}, else a new local cluster)",
+        f"(default ${ADDRESS_ENV}, else a new local cluster); the run prints the address, nodes and GPUs it joined",
     )
 
 
@@ -278,21 +278,28 @@ def engine_settings(args: argparse.Namespace) -> EngineSettings:
 
 def add_spending_options(parser: argparse.ArgumentParser, what: str = "samples") -> None:
     """--max-calls and --max-cost, the spending caps of every batch command (`runner.spending`): counting what the
-    output's records spent (earlier runs' too), they stop new `what` from starting; those in flight finish and are
-    written, and a rerun with a higher cap goes on."""
+    output's records spent (earlier runs' too), they stop new `what` and new model calls from starting; a sample
+    whose call was refused is not recorded, and a rerun with a higher cap goes on."""
+    start = f"start no {what} and no model call once this many"
+    parser.add_argument("--max-calls", type=bounded_int(0), help=f"{start} model calls were made (never passed)")
     parser.add_argument(
-        "--max-calls", type=bounded_int(0), help=f"stop starting {what} once this many model calls were made"
-    )
-    parser.add_argument(
-        "--max-cost", type=bounded_float(0.0, 1e9), help=f"stop starting {what} once this many dollars were spent"
+        "--max-cost",
+        type=bounded_float(0.0, 1e9),
+        help=f"{start} dollars were spent; calls in flight finish, so it can be passed by their price (at most "
+        "the concurrency per backend, 8 by default, times the dearest call)",
     )
 
 
 def spending_caps(args: argparse.Namespace) -> Spending:
-    """The `runner.spending.Spending` of --max-calls/--max-cost (no caps for a command without them)."""
+    """The `runner.spending.Spending` of --max-calls/--max-cost (no caps for a command without them); with a cap,
+    the command's estimate against it is printed first, so the cost is stated where the cap is chosen."""
     from runner.spending import Spending
+    from unveil.commands.runfile import cap_note
 
-    return Spending(getattr(args, "max_calls", None), getattr(args, "max_cost", None))
+    spending = Spending(getattr(args, "max_calls", None), getattr(args, "max_cost", None))
+    if note := (cap_note(args) if spending.capped else None):
+        print(note, file=sys.stderr)
+    return spending
 
 
 def report_stop(spending: Spending | None, not_run: int) -> None:
@@ -316,7 +323,9 @@ def add_batch_options(parser: argparse.ArgumentParser, *, default_output: str = 
     )
     add_spending_options(parser)
     parser.add_argument("--retry-failed", action="store_true", help="run failed samples of the output again")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="hide the progress bar and the libraries' model-loading bars"
+    )
     add_mixed_settings_option(parser)
 
 

@@ -67,7 +67,9 @@ def _run_options(p: argparse.ArgumentParser, default_out: str) -> None:
     p.add_argument("--concurrency", type=positive_int, default=4, help="samples run at once")
     add_spending_options(p)
     p.add_argument("--retry-failed", action="store_true", help="run samples that failed before again")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument(
+        "--no-progress", action="store_true", help="hide progress bars, the libraries' model-loading bars too"
+    )
     add_mixed_settings_option(p)
 
 
