@@ -94,7 +94,7 @@ def test_max_cost_stops_the_calls_of_samples_in_flight(
     monkeypatch.setenv("UNVEIL_MAX_CONCURRENCY", "1")
     data, out = pairs(tmp_path / "pairs.jsonl", 4), tmp_path / "out.jsonl"
     with FaultServer(answers()) as server:
-        assert detect(server, data, out, "--max-cost", "0.25") == 0
+        assert detect(server, data, out, "--max-cost", "0.25") == 4  # incomplete: the cap stopped it (exit 4)
         spent = get_gateway().usage["total"]["cost_usd"]
         dearest = max(len(json.dumps(b)) for b in server.bodies) / 4 * PRICE_IN / 1e6
         made = len(server.bodies)
@@ -113,7 +113,7 @@ def test_max_cost_stops_the_calls_of_samples_in_flight(
 def test_max_calls_is_never_passed_by_samples_in_flight(tmp_path: Path, priced: None, capsys) -> None:
     data, out = pairs(tmp_path / "pairs.jsonl", 4), tmp_path / "out.jsonl"
     with FaultServer(answers()) as server:
-        assert detect(server, data, out, "--max-calls", "10") == 0
+        assert detect(server, data, out, "--max-calls", "10") == 4  # incomplete: the cap stopped it (exit 4)
         assert len(server.bodies) == 10  # four samples in flight; the eleventh call was not started
     assert (
         all(r["status"] == "ok" for r in done_records(out).values()) and len(done_records(out)) <= 1
