@@ -65,7 +65,7 @@ def plant_keys(run_dir: Path) -> tuple[list[str], dict[str, str]]:
             "UNVEIL_CACHE": str(run_dir / "cache" / "responses.sqlite"),
             "UNVEIL_IMAGE_STORE": str(run_dir / "store"),
             "UNVEIL_BACKOFF_BASE": "0.01",
-            "UNVEIL_REQUEST_TIMEOUT": "0.5",
+            "UNVEIL_REQUEST_TIMEOUT": "2",
             "UNVEIL_MAX_RETRIES": "2",
             "PYTHONPATH": str(ROOT),
             "LANGSMITH_TRACING": "false",
