@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
-from agents.categories import OTHER, VOCABULARY
+from agents.categories import OTHER, VOCABULARY, CategoryName
 from agents.content import ImagePart, abuild_messages
 from agents.gateway import CallResult, Gateway
 from tools.errors import UnveilError
@@ -45,7 +45,7 @@ class GuardDefinition:
     instruction: str
     task: str
     parser: Parser
-    categories: dict[str, str] = field(default_factory=dict)  # guard code -> project category
+    categories: dict[str, CategoryName] = field(default_factory=dict)  # guard code -> project category
 
     def parse(self, raw: str) -> GuardVerdict:
         """The common verdict of a raw answer; raises `GuardParseError` naming the problem."""
