@@ -69,3 +69,9 @@ async def detect_guard(
     )
     result = await gateway.text(role=f"guard.{guard.name}", usage_role="guard", spec=spec, messages=messages)
     return guard.parse(result.raw), result
+
+
+# The free-text answers of this module's calls, by call role, for `unveil roles` (`agents.roles` collects it).
+TEXT_ANSWERS: dict[str, str] = {
+    "guard.<name>": "free text in the guard's own answer format (its GuardDefinition's parser reads it)"
+}
