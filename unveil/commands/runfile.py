@@ -25,11 +25,12 @@ from typing import Any
 
 from tools.env import env_str
 from tools.errors import UnveilError
+from unveil.commands.report import BUG_EXIT
 
 COMMANDS = ("detect", "evaluate detection", "evaluate ipr", "refine", "generate")
 JOB_KEYS = ("command", "name")
 # Exit codes by severity: a bug, could not run, a quality gate missed, some samples failed, all well.
-SEVERITY = (70, 1, 3, 2, 0)  # 70: `unveil.cli.BUG_EXIT`
+SEVERITY = (BUG_EXIT, 1, 3, 2, 0)
 
 
 class RunFileError(UnveilError, ValueError):
@@ -89,7 +90,7 @@ def read_file(path: Path) -> tuple[dict[str, Any], str]:
 
 def command_parser(command: str) -> argparse.ArgumentParser:
     """The real argument parser of a command (`evaluate detection`: the subcommand's own)."""
-    from unveil.cli import build_parser
+    from unveil.commands.parser import build_parser
 
     parser: argparse.ArgumentParser = build_parser()
     for word in command.split():
@@ -173,7 +174,7 @@ def _normalized(table: dict[str, Any], where: str) -> dict[str, Any]:
 def plan(path: Path) -> tuple[list[Job], str]:
     """The jobs of a run file, each parsed by the real parser (a bad value fails as on the command line, naming
     the job), and the file's SHA-256."""
-    from unveil.cli import build_parser
+    from unveil.commands.parser import build_parser
 
     data, digest = read_file(path)
     shared = _normalized({k: v for k, v in data.items() if k != "jobs"}, "the top level")
@@ -202,7 +203,7 @@ def plan(path: Path) -> tuple[list[Job], str]:
 
 def _line(argv: list[str]) -> str:
     """A job's command line as shown and recorded (credentials redacted)."""
-    from unveil.cli import command_line
+    from unveil.commands.parser import command_line
 
     return command_line(argv)
 
@@ -325,8 +326,8 @@ def run_jobs(jobs: list[Job]) -> int:
     """Run the jobs in order, each as its command would (its engine, its errors as one line); every job runs
     whatever the others did. Returns the gravest exit code (a bug's 70, then 1, 3, 2 and 0)."""
     from runner.engine import engine_session
-    from unveil.cli import report_error
     from unveil.commands.common import engine_settings
+    from unveil.commands.report import report_error
 
     codes = []
     for job in jobs:
