@@ -131,12 +131,19 @@ def test_generate_with_moderation_and_no_key_records_the_users_configuration_err
     from unveil.cli import main
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    out = tmp_path / "ds"
-    assert main(cli_args(out, write_script(tmp_path, accepting_script()), tiny_sd, "--moderation", n=1)) == 2
+    out, spec = tmp_path / "ds", write_script(tmp_path, accepting_script())
+    assert main(cli_args(out, spec, tiny_sd, "--moderation", n=1)) == 2
     (record,) = load_samples(out).values()
     assert record["status"] == "failed" and record["error_kind"] == CONFIGURATION_FAILURE
     assert record["error"].startswith("ModerationKeyError: moderation: OPENAI_API_KEY is not set")
     assert "internal error" not in capsys.readouterr().err
+    # The same command with the key set (the API reached through the openai SDK's OPENAI_BASE_URL) runs the scene.
+    with ModerationServer() as server:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        assert main(cli_args(out, spec, tiny_sd, "--moderation", n=1)) == 0
+    (record,) = load_samples(out).values()
+    assert record["status"] != "failed" and record["modality"]["moderation"]["text"]["score"] >= 0
 
 
 def test_mean_scores_is_the_papers_statistic() -> None:
