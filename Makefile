@@ -6,10 +6,11 @@ PYTHON ?= python3
 setup:  ## the core, every extra, the test tools, llama-cpp-python's server and chromium (once)
 	./scripts/setup.sh --dev
 
-lint:  ## the style and type gate of CI: ruff check, ruff format --check, mypy
+lint:  ## the style and type gate of CI: ruff check, ruff format --check, mypy, mypy as on a core install
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m mypy
+	$(PYTHON) scripts/mypy_core.py
 
 format:  ## rewrite the sources in the project's style
 	$(PYTHON) -m ruff check --fix .

@@ -10,9 +10,12 @@ spelling is kept beside the mapped name (`source_category`), so nothing is lost.
 from __future__ import annotations
 
 import re
+from typing import Literal, get_args
 
-# The Covert Toxic Dataset's ten categories, as slugs (the CLI accepts the spaced and hyphenated spellings too).
-CATEGORIES: tuple[str, ...] = (
+# The Covert Toxic Dataset's ten categories, as slugs: the one place they are spelled (the CLI accepts the spaced and
+# hyphenated spellings too). `CATEGORIES`, `VOCABULARY`, the findings' schema enum (`agents.tag.types.Category`) and
+# the word table below derive from it; tests/agents/test_categories.py checks that they agree.
+CtdCategory = Literal[
     "drugs",
     "crimes",
     "violence",
@@ -23,16 +26,20 @@ CATEGORIES: tuple[str, ...] = (
     "privacy",
     "ip_violation",
     "political",
-)
-OTHER = "other"
-VOCABULARY: tuple[str, ...] = (*CATEGORIES, OTHER)
+]
+# The vocabulary: the ten, and `other` for a risk none of them names.
+CategoryName = Literal[CtdCategory, "other"]
+CATEGORIES: tuple[CtdCategory, ...] = get_args(CtdCategory)
+OTHER: Literal["other"] = "other"
+VOCABULARY: tuple[CategoryName, ...] = get_args(CategoryName)
+_BY_NAME: dict[str, CategoryName] = {name: name for name in VOCABULARY}  # str -> its Literal, for the type checker
 
 # Word stems that identify a category inside a free-form label ("Illegal drugs", "Self harm", SIUO's "illegal
 # activities & crime", HoliSafe's "drug_related_hazards", a guard's "Suicide & Self-Harm"). Each is a regular
 # expression matched at the start of a word of the label (lower-cased, `_` and `-` read as spaces), in this order, so
 # "illegal drugs" is drugs and "violent crimes" violence ("non-violent crimes" crimes); whole words where a stem would
 # catch others ("meth" is not "method").
-_CATEGORY_WORDS: dict[str, tuple[str, ...]] = {
+_CATEGORY_WORDS: dict[CtdCategory, tuple[str, ...]] = {
     "drugs": (
         "drug",
         "narcotic",
@@ -100,13 +107,15 @@ def normalize_category(label: str | None) -> str:
     return text
 
 
-def project_category(label: str | None) -> str:
-    """A vocabulary name for any label: its category, `other` for a risk the vocabulary does not name (SIUO's
-    "information misinterpretation", Llama Guard's "Specialized Advice"), "" for no label."""
-    if not _words(label):
-        return ""
-    slug = normalize_category(label)
-    return slug if slug in VOCABULARY else OTHER
+def vocabulary_name(label: str | None) -> CategoryName:
+    """The vocabulary name of any label: its category, `other` for a risk the vocabulary does not name (SIUO's
+    "information misinterpretation", Llama Guard's "Specialized Advice") or for no label."""
+    return _BY_NAME.get(normalize_category(label), OTHER)
+
+
+def project_category(label: str | None) -> CategoryName | Literal[""]:
+    """A vocabulary name for any label (`vocabulary_name`), "" for no label."""
+    return vocabulary_name(label) if _words(label) else ""
 
 
 def is_category_name(label: str | None) -> bool:

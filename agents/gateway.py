@@ -7,28 +7,28 @@ from a persistent cache, counts tokens and cost per role, and holds per-backend 
 
 LangGraph's default retry policy does not retry `ValueError`, which is what a schema violation looks like, so
 the repair loop lives here rather than in a node retry policy. Reading answers (validation, salvage, repair
-requests, the schema sent) is `agents.answers`; the errors and the fault classification are `agents.faults`; what
-differs between providers (structured method, limits, fingerprints) is their profile (`agents.providers.profiles`).
+requests, the schema sent) is `agents.answers`; the errors and the fault classification are `agents.faults`; one
+call's record (its cache key, its spend, its details) is `agents.gateway_call`; the knobs are
+`agents.gateway_settings`; what differs between providers (structured method, limits, fingerprints) is their profile
+(`agents.providers.profiles`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, ValidationError
 
 from agents.answers import answer_error, parse_answer, raw_text, repair_messages, wire_schema, with_schema_note
-from agents.cache import ResponseCache, cache_key, default_cache_path
-from agents.call_log import DETAILS, call_details
+from agents.cache import ResponseCache
+from agents.call_log import DETAILS
 from agents.faults import (
     ImagesUnsupportedError,
     ModelCallError,
@@ -41,14 +41,17 @@ from agents.faults import (
     retry_after,
     server_message,
 )
-from agents.limits import BackendLimits, CallBudget, SpendingCapReached, check_limits
+from agents.gateway_call import CallResult as CallResult
+from agents.gateway_call import GatewayCall
+from agents.gateway_call import json_schema as json_schema
+from agents.gateway_settings import GatewaySettings as GatewaySettings
+from agents.limits import BackendLimits, CallBudget, SpendingCapReached
 from agents.providers.http_limits import within_deadline
 from agents.providers.langchain_api import call_deadline
 from agents.providers.profiles import METHOD_ORDER, SharedState, provider_profile
 from agents.providers.registry import TEXT_ONLY_ENV, create_chat_model, model_fingerprint, supports_images
 from agents.spec import ModelSpec, as_model_spec
-from agents.usage import RunUsage, cost_of, empty_usage, merge_usage, single_call_usage, without_calls
-from tools.env import SettingError, check_minimum, env_float, env_int, env_str
+from agents.usage import RunUsage, empty_usage, merge_usage, without_calls
 from tools.redact import install_log_redaction
 
 log = logging.getLogger("unveil.gateway")
@@ -69,54 +72,9 @@ T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
 
 
-@dataclass
-class CallResult(Generic[T]):
-    """A validated answer, the raw text it came from, and the call's usage."""
-
-    value: T
-    raw: str
-    usage: RunUsage
-    cache_hit: bool = False
-
-
-@functools.lru_cache(maxsize=512)
-def json_schema(schema: type[BaseModel]) -> dict[str, object]:
-    """`schema`'s JSON schema, built once per class: pydantic builds it anew on every call (1 to 2 ms, on every
-    structured call, for its cache key). Shared: read it, never change it."""
-    return schema.model_json_schema()
-
-
-@dataclass
-class GatewaySettings:
-    """Knobs of the gateway; defaults come from the environment (a bad value is an error naming its variable)."""
-
-    cache_path: str | None = field(default_factory=lambda: str(p) if (p := default_cache_path()) else None)
-    max_repairs: int = field(default_factory=lambda: env_int("UNVEIL_MAX_REPAIRS", 2, minimum=0) or 0)
-    max_retries: int = field(default_factory=lambda: env_int("UNVEIL_MAX_RETRIES", 4, minimum=0) or 0)
-    backoff_base: float = field(default_factory=lambda: env_float("UNVEIL_BACKOFF_BASE", 1.0, minimum=0) or 0.0)
-    backoff_max: float = 30.0
-    max_concurrency: int | None = None
-    rpm: float | None = None
-    structured_method: str | None = field(default_factory=lambda: env_str("UNVEIL_STRUCTURED_METHOD"))
-
-    def __post_init__(self) -> None:
-        check_minimum("max_repairs", self.max_repairs, 0)
-        check_minimum("max_retries", self.max_retries, 0)
-        check_minimum("backoff_base", self.backoff_base, 0)
-        check_limits(self.max_concurrency, self.rpm)
-        if self.structured_method is not None and self.structured_method not in METHOD_ORDER:
-            raise SettingError(
-                f"UNVEIL_STRUCTURED_METHOD={self.structured_method!r}: expected one of {', '.join(METHOD_ORDER)}"
-            )
-
-
 def _spec_key(spec: ModelSpec) -> str:
     # The real base URL (credentials included) tells servers apart; str(spec) redacts them.
     return f"{spec.provider}:{spec.model}@{spec.base_url}"
-
-
-def _message_key(messages: list[BaseMessage]) -> list[dict[str, object]]:
-    return [{"type": m.type, "content": m.content} for m in messages]
 
 
 class Gateway:
@@ -292,7 +250,7 @@ class Gateway:
                 entry = {
                     "parsed": value.model_dump(mode="json"),
                     "raw": raw,
-                    DETAILS: self._details(call, messages, usage),
+                    DETAILS: call.details(messages, usage),
                 }
                 await self._cache_store(call, entry)
                 return CallResult(value=value, raw=raw, usage=usage)
@@ -327,7 +285,7 @@ class Gateway:
         call.count_tokens(msg)
         raw = raw_text(msg)
         usage = self._account(call)
-        await self._cache_store(call, {"raw": raw, DETAILS: self._details(call, messages, usage)})
+        await self._cache_store(call, {"raw": raw, DETAILS: call.details(messages, usage)})
         return CallResult(value=raw, raw=raw, usage=usage)
 
     # -- steps shared by structured and text ---------------------------------------------------------------
@@ -340,79 +298,47 @@ class Gateway:
         messages: list[BaseMessage],
         output: dict[str, object],
         seed: int | None = None,
-    ) -> _Call:
+    ) -> GatewayCall:
         """The call's parsed spec and cache key (None without a cache)."""
         parsed = as_model_spec(spec)
-        call = _Call(role=role, usage_role=usage_role or role.split(".", 1)[0], spec=parsed, params=dict(params or {}))
+        call = GatewayCall(
+            role=role, usage_role=usage_role or role.split(".", 1)[0], spec=parsed, params=dict(params or {})
+        )
         call.started = time.monotonic()
         profile = provider_profile(parsed.provider)
         if self.cache is not None or profile.fingerprint == "script":
             call.fingerprint = await self.fingerprint(parsed)
         if self.cache is not None:
-            call.key = cache_key(
-                # The content fingerprint keys file-backed models (scripts, GGUF, adapters) by what they are.
-                spec=f"{parsed}#{call.fingerprint}",
-                messages=_message_key(messages),
-                schema=output,
-                # Scripted answers are per role; for real models the role does not change the answer. The sample
-                # seed is in the key only (never sent as a model parameter, which some backends refuse).
-                params={
-                    **call.params,
-                    "role": role if profile.answers_per_role else "",
-                    **({"sample_seed": seed} if seed is not None else {}),
-                },
-            )
+            call.set_key(messages, output, per_role=profile.answers_per_role, seed=seed)
         return call
 
-    async def _cache_lookup(self, call: _Call) -> dict[str, Any] | None:
+    async def _cache_lookup(self, call: GatewayCall) -> dict[str, Any] | None:
         if self.cache is None or call.key is None:
             return None
         return await asyncio.to_thread(self.cache.get, call.key)  # never raises: the cache warns and misses
 
-    async def _cache_store(self, call: _Call, value: dict[str, Any]) -> None:
+    async def _cache_store(self, call: GatewayCall, value: dict[str, Any]) -> None:
         if self.cache is not None and call.key is not None:
             await asyncio.to_thread(self.cache.put, call.key, value)  # an unwritable cache never costs the answer
 
-    def _details(self, call: _Call, messages: list[BaseMessage], usage: RunUsage) -> dict[str, Any]:
-        """The call's details kept in its cache entry, for `unveil calls` (`agents.call_log`)."""
-        return call_details(
-            role=call.role,
-            spec=call.spec,
-            messages=messages,
-            params=call.params,
-            usage=dict(usage),
-            started=call.started,
-        )
-
-    def _cache_hit(self, call: _Call, value: T, raw: str) -> CallResult[T]:
-        usage = single_call_usage(
-            call.usage_role, input_tokens=0, output_tokens=0, cost_usd=0.0, cache_hit=True, retries=0, key=call.key
-        )
+    def _cache_hit(self, call: GatewayCall, value: T, raw: str) -> CallResult[T]:
+        usage = call.hit_usage()
         self.usage = merge_usage(self.usage, without_calls(usage))
         return CallResult(value=value, raw=raw, usage=usage, cache_hit=True)
 
-    def _account(self, call: _Call, repairs: int = 0) -> RunUsage:
+    def _account(self, call: GatewayCall, repairs: int = 0) -> RunUsage:
         """Book the call's tokens, cost and retries (transport retries plus repairs) on the role and the run."""
-        cost = cost_of(call.spec.provider, call.spec.model, call.in_tok, call.out_tok)
-        usage = single_call_usage(
-            call.usage_role,
-            input_tokens=call.in_tok,
-            output_tokens=call.out_tok,
-            cost_usd=cost,
-            cache_hit=False,
-            retries=call.retries + repairs,
-            key=call.key,
-        )
+        usage = call.spent_usage(repairs)
         self.usage = merge_usage(self.usage, without_calls(usage))
         return usage
 
-    async def _model(self, call: _Call) -> Any:
+    async def _model(self, call: GatewayCall) -> Any:
         # Building a model can read files (scripts, certificates, weights): keep it off the event loop.
         model: Any = await asyncio.to_thread(self.model_for, call.spec, call.role, call.fingerprint)
         return model.bind(**call.params) if call.params else model
 
     # -- the structured call with method fallback ---------------------------------------------------------
-    async def _call_with_fallback(self, call: _Call, convo: list[BaseMessage], schema: type[M]) -> dict[str, Any]:
+    async def _call_with_fallback(self, call: GatewayCall, convo: list[BaseMessage], schema: type[M]) -> dict[str, Any]:
         """One structured answer as LangChain's `include_raw` dict (raw, parsed, parsing_error).
 
         A backend that does not support the method gets the next one (remembered for the backend); a bad answer
@@ -461,28 +387,6 @@ class Gateway:
         )
         self._methods[spec.backend] = nxt
         return True
-
-
-@dataclass
-class _Call:
-    """One gateway call in progress: what it is, its cache key, and the tokens and retries it has spent so far."""
-
-    role: str
-    usage_role: str
-    spec: ModelSpec
-    params: dict[str, object]
-    key: str | None = None
-    fingerprint: str = ""
-    in_tok: int = 0
-    out_tok: int = 0
-    retries: int = 0
-    started: float = 0.0  # time.monotonic() when the call began: its latency in the call details
-
-    def count_tokens(self, msg: object) -> None:
-        """Add an answer's token usage (every attempt is paid for, repaired or not)."""
-        meta = getattr(msg, "usage_metadata", None) or {}
-        self.in_tok += int(meta.get("input_tokens", 0))
-        self.out_tok += int(meta.get("output_tokens", 0))
 
 
 _GATEWAY: Gateway | None = None

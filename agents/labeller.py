@@ -94,3 +94,7 @@ async def label_example(
         role=role, spec=spec, schema=LabellerAnswer, messages=messages, usage_role=LABELLER_ROLE
     )
     return result.value, result.usage, result.cache_hit
+
+
+# What this module's model calls answer, by call role as `unveil roles` shows it (`agents.roles` collects it).
+ROLE_ANSWERS: dict[str, type[BaseModel]] = {f"{LABELLER_ROLE} (training data)": LabellerAnswer}

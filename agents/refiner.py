@@ -276,3 +276,9 @@ async def refine_prompt(
         exc.usage = result.usage  # the call happened and cost tokens even though its answer is unusable
         raise
     return RefinerStep(decision=decision, raw=result.raw, usage=result.usage, cache_hit=result.cache_hit)
+
+
+# The free-text answers of this module's calls, by call role, for `unveil roles` (`agents.roles` collects it).
+TEXT_ANSWERS: dict[str, str] = {
+    f"{REFINER_ROLE}.<step>": "free text: 'keep' or a safer prompt (optionally with a reason block first)"
+}

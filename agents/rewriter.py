@@ -101,3 +101,10 @@ async def rewrite_prompt(
     else:
         raise SettingError(f"rewriter format {fmt!r}: use one of {', '.join(REWRITER_FORMATS)}")
     return CallResult(value=value, raw=res.raw, usage=res.usage, cache_hit=res.cache_hit)
+
+
+# What this module's model calls answer, by call role as `unveil roles` shows it (`agents.roles` collects it).
+ROLE_ANSWERS: dict[str, type[BaseModel]] = {f"{REWRITER_ROLE} (text-only baseline)": RewrittenPrompt}
+TEXT_ANSWERS: dict[str, str] = {
+    f"{REWRITER_ROLE} (--rewriter-format posi or refiner)": "free text: the safer prompt, or as the refiner answers"
+}

@@ -1,39 +1,54 @@
-"""The output schema of every structured role, by call role, for people writing `scripted:` files."""
+"""The answer of every role, by call role, for people writing `scripted:` files (`unveil roles` prints it).
+
+Nothing here lists the roles: each role module declares what its calls answer (`ROLE_ANSWERS`: call role -> output
+schema; `TEXT_ANSWERS`: call role -> what its free text holds, as the IPR refiner's), and this module collects the
+declarations of every module of the `agents` package. tests/agents/test_roles.py fails on a module that calls the
+gateway for a structured answer without declaring it.
+"""
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from functools import cache
+from pathlib import Path
+from types import ModuleType
 
 from pydantic import BaseModel
 
-# call role -> (module, schema class); free-text roles (the IPR refiner) have no schema and are listed apart.
-ROLE_SCHEMAS: dict[str, tuple[str, str]] = {
-    "root_extractor.image / root_extractor.text": ("agents.tag.roots", "EntityGraph"),
-    "root_extractor (roots_mode=joint)": ("agents.tag.roots", "Roots"),
-    "root_judge": ("agents.tag.judges", "RootVerdict"),
-    "expander.visual / expander.textual": ("agents.tag.expander", "Expansion"),
-    "pair_screen": ("agents.tag.judges", "Screen"),
-    "pair_judge": ("agents.tag.judges", "PairJudgement"),
-    "explainer": ("agents.tag.explainer", "Explanation"),
-    "vanilla_detector": ("agents.tag.vanilla", "VanillaVerdict"),
-    "architect": ("agents.ctd.architect", "Scene"),
-    "eraser": ("agents.ctd.eraser", "Erasure"),
-    "judge.informed / judge.blind.<i> / judge.forced": ("agents.ctd.judges", "Vote"),
-    "modality_judge.image / modality_judge.text": ("agents.ctd.judges", "ModalityVerdict"),
-    "gatekeeper": ("agents.ctd.gatekeeper", "Feedback"),
-    "concept_similarity": ("agents.ctd.similarity", "ConceptSimilarity"),
-    "benign_rewriter (CTD --benign)": ("agents.ctd.benign", "BenignText"),
-    "labeller (training data)": ("agents.labeller", "LabellerAnswer"),
-    "rewriter (text-only baseline)": ("agents.rewriter", "RewrittenPrompt"),
-}
-TEXT_ROLES = {"refiner.<step>": "free text: 'keep' or a safer prompt (optionally with a reason block first)"}
+import agents
+
+# The module-level names a role module declares its answers under.
+STRUCTURED = "ROLE_ANSWERS"
+FREE_TEXT = "TEXT_ANSWERS"
 
 
-def role_schemas() -> dict[str, dict[str, Any]]:
-    """JSON Schema of each role's answer."""
-    out: dict[str, dict[str, Any]] = {}
-    for role, (module, name) in ROLE_SCHEMAS.items():
-        schema: type[BaseModel] = getattr(importlib.import_module(module), name)
-        out[role] = schema.model_json_schema()
-    return out
+def declaring_modules() -> list[str]:
+    """The `agents` modules whose source declares answers, read as text so that the others (the providers' heavy
+    stacks) stay unimported; in name order."""
+    root = Path(agents.__file__).parent
+    names = []
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if any(f"\n{name}:" in text for name in (STRUCTURED, FREE_TEXT)):
+            names.append(".".join(("agents", *path.relative_to(root).with_suffix("").parts)))
+    return names
+
+
+@cache
+def _modules() -> tuple[ModuleType, ...]:
+    return tuple(importlib.import_module(name) for name in declaring_modules())
+
+
+def role_schema_classes() -> dict[str, type[BaseModel]]:
+    """The output schema of every structured role, by call role (as `unveil roles` names it)."""
+    return {role: schema for module in _modules() for role, schema in getattr(module, STRUCTURED, {}).items()}
+
+
+def text_roles() -> dict[str, str]:
+    """What the answer of every free-text role holds, by call role."""
+    return {role: what for module in _modules() for role, what in getattr(module, FREE_TEXT, {}).items()}
+
+
+def role_schemas() -> dict[str, dict[str, object]]:
+    """JSON Schema of each structured role's answer."""
+    return {role: schema.model_json_schema() for role, schema in role_schema_classes().items()}

@@ -11,7 +11,7 @@ from typing import Any
 
 from evaluation.runs import slug
 from graphs.tag import TagContext
-from runner.detect import detection_context, detection_settings, guard_model, is_guard
+from runner.detect import DetectionContext, detection_context, detection_settings, guard_model, is_guard
 from runner.output_identity import OutputIdentity
 from runner.spending import Spending
 
@@ -91,7 +91,7 @@ def run_configs(dataset: str, settings: DetectionSettings) -> list[RunConfig]:
     return out
 
 
-def config_context(cfg: RunConfig, settings: DetectionSettings) -> Any:
+def config_context(cfg: RunConfig, settings: DetectionSettings) -> DetectionContext:
     """The graph context of one configuration (the builder `unveil detect` uses, with the evaluation's settings)."""
     return detection_context(
         cfg.method,
@@ -138,7 +138,7 @@ def config_settings(cfg: RunConfig, settings: DetectionSettings) -> dict[str, An
     }
 
 
-def run_identity(ctx: Any, method: str, settings: DetectionSettings) -> OutputIdentity:
+def run_identity(ctx: DetectionContext, method: str, settings: DetectionSettings) -> OutputIdentity:
     """The identity of one configuration's run file: the detection settings `unveil detect` records too."""
     return OutputIdentity(
         "evaluate detection",

@@ -5,7 +5,7 @@ benchmark loaders (`evaluation.benchmarks`): each raises a `DatasetError` that n
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, SupportsFloat
 
 from agents.categories import OTHER, is_category_name, project_category
 from tools.errors import UnveilError
@@ -70,7 +70,7 @@ def make_sample(
     base_dir: Path,
     source: str,
     description: str | None = None,
-    mtc: Any = None,
+    mtc: SupportsFloat | str | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """A detection sample in the schema of `evaluation.datasets` (category mapped onto the project's vocabulary,

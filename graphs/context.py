@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -153,7 +153,7 @@ def validate_fields(ctx: Any) -> None:
         setattr(ctx, f.name, value)
 
 
-def check_setting_names(cls: type, settings: Any) -> None:
+def check_setting_names(cls: type, settings: Iterable[object]) -> None:
     """Refuse setting names the context class `cls` lacks, with one `ContextError` naming them and the valid ones."""
     names = {f.name for f in fields(cls)}
     unknown = sorted(str(k) for k in settings if k not in names)
@@ -173,7 +173,7 @@ def strict_init(cls: type[T]) -> type[T]:
     """
     init: Callable[..., None] = cls.__init__
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self: object, *args: Any, **kwargs: Any) -> None:
         check_setting_names(cls, kwargs)
         # The settings a caller gave explicitly win over `UNVEIL_<FIELD>`, even when equal to the default
         # (`UNVEIL_L_MAX=2 unveil detect --l-max 4` runs with 4).

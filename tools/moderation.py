@@ -19,9 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tools.env import SettingError, env_str
+from tools.errors import ConfigurationError
 from tools.image_store import ImageStore
 
 DEFAULT_MODERATION = "openai:omni-moderation-latest"
+
+
+class ModerationKeyError(ConfigurationError, RuntimeError):
+    """The OpenAI Moderation API was asked for without `OPENAI_API_KEY`: the user's to fix, and no sample of the run
+    can be scored without it (a batch records it as a configuration failure, so the rerun with the key resumes)."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +77,10 @@ class ModerationScorer:
             else:
                 key = env_str("OPENAI_API_KEY")
             if key is None:
-                raise RuntimeError("moderation: OPENAI_API_KEY is not set (needed for the OpenAI Moderation API)")
+                raise ModerationKeyError(
+                    "moderation: OPENAI_API_KEY is not set (needed for the OpenAI Moderation API; or give "
+                    "--moderation openai:MODEL@BASE_URL for another endpoint)"
+                )
             self._client = AsyncOpenAI(api_key=key, base_url=self.base_url, timeout=self._timeout, max_retries=2)
         return self._client
 

@@ -75,3 +75,7 @@ async def write_scene(
         data["web_search_results"] = search_results
     messages = build_messages(ARCHITECT_PROMPT.format(techniques=ERASURE_TECHNIQUES), data, task=ARCHITECT_TASK)
     return await gateway.structured(role="architect", spec=spec, schema=Scene, messages=messages, seed=seed)
+
+
+# What this module's model calls answer, by call role as `unveil roles` shows it (`agents.roles` collects it).
+ROLE_ANSWERS: dict[str, type[BaseModel]] = {"architect": Scene}

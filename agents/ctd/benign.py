@@ -65,3 +65,7 @@ async def write_benign_text(
     }
     messages = build_messages(BENIGN_PROMPT, data, task=BENIGN_TASK)
     return await gateway.structured(role=BENIGN_ROLE, spec=spec, schema=BenignText, messages=messages)
+
+
+# What this module's model calls answer, by call role as `unveil roles` shows it (`agents.roles` collects it).
+ROLE_ANSWERS: dict[str, type[BaseModel]] = {f"{BENIGN_ROLE} (CTD --benign)": BenignText}

@@ -92,3 +92,7 @@ async def erase(
         data["earlier_attempts_and_feedback"] = attempts
     messages = build_messages(ERASER_PROMPT.format(techniques=ERASURE_TECHNIQUES), data, task=ERASER_TASK)
     return await gateway.structured(role="eraser", spec=spec, schema=Erasure, messages=messages, seed=seed)
+
+
+# What this module's model calls answer, by call role as `unveil roles` shows it (`agents.roles` collects it).
+ROLE_ANSWERS: dict[str, type[BaseModel]] = {"eraser": Erasure}

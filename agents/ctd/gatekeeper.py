@@ -67,3 +67,7 @@ async def write_feedback(
     }
     messages = build_messages(FEEDBACK_PROMPT, data, task=FEEDBACK_TASK)
     return await gateway.structured(role="gatekeeper", spec=spec, schema=Feedback, messages=messages, seed=seed)
+
+
+# What this module's model calls answer, by call role as `unveil roles` shows it (`agents.roles` collects it).
+ROLE_ANSWERS: dict[str, type[BaseModel]] = {"gatekeeper": Feedback}

@@ -133,3 +133,10 @@ async def judge_text_alone(
     return await gateway.structured(
         role="modality_judge.text", spec=spec, schema=ModalityVerdict, messages=messages, seed=seed
     )
+
+
+# What this module's model calls answer, by call role as `unveil roles` shows it (`agents.roles` collects it).
+ROLE_ANSWERS: dict[str, type[BaseModel]] = {
+    "judge.informed / judge.blind.<i> / judge.forced": Vote,
+    "modality_judge.image / modality_judge.text": ModalityVerdict,
+}

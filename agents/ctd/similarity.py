@@ -46,3 +46,7 @@ async def judge_similarity(
     return await gateway.structured(
         role="concept_similarity", spec=spec, schema=ConceptSimilarity, messages=messages, seed=seed
     )
+
+
+# What this module's model calls answer, by call role as `unveil roles` shows it (`agents.roles` collects it).
+ROLE_ANSWERS: dict[str, type[BaseModel]] = {"concept_similarity": ConceptSimilarity}

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
-from agents.categories import OTHER, VOCABULARY
+from agents.categories import OTHER, VOCABULARY, CategoryName
 from agents.content import ImagePart, abuild_messages
 from agents.gateway import CallResult, Gateway
 from tools.errors import UnveilError
@@ -45,7 +45,7 @@ class GuardDefinition:
     instruction: str
     task: str
     parser: Parser
-    categories: dict[str, str] = field(default_factory=dict)  # guard code -> project category
+    categories: dict[str, CategoryName] = field(default_factory=dict)  # guard code -> project category
 
     def parse(self, raw: str) -> GuardVerdict:
         """The common verdict of a raw answer; raises `GuardParseError` naming the problem."""
@@ -69,3 +69,9 @@ async def detect_guard(
     )
     result = await gateway.text(role=f"guard.{guard.name}", usage_role="guard", spec=spec, messages=messages)
     return guard.parse(result.raw), result
+
+
+# The free-text answers of this module's calls, by call role, for `unveil roles` (`agents.roles` collects it).
+TEXT_ANSWERS: dict[str, str] = {
+    "guard.<name>": "free text in the guard's own answer format (its GuardDefinition's parser reads it)"
+}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from agents.categories import CategoryName
 from agents.guard.base import GuardDefinition, GuardParseError, GuardVerdict
 
 LLAMA_GUARD_4_CATEGORIES = {
@@ -31,7 +32,7 @@ LLAMA_GUARD_4_CATEGORIES = {
 }
 # Onto the project's vocabulary (agents/categories.py): sex-related crimes and child exploitation are crimes, sexual
 # content is morality (as in CTD), defamation and specialized advice have no category of their own.
-LLAMA_GUARD_4_TO_PROJECT = {
+LLAMA_GUARD_4_TO_PROJECT: dict[str, CategoryName] = {
     "S1": "violence",
     "S2": "crimes",
     "S3": "crimes",

@@ -7,6 +7,7 @@ and its assessment steps; the image (and the pair's text, as context) come as da
 
 from __future__ import annotations
 
+from agents.categories import CategoryName
 from agents.guard.base import GuardDefinition, GuardParseError, GuardVerdict
 from agents.providers.json_salvage import salvage_json
 
@@ -23,7 +24,7 @@ LLAVAGUARD_CATEGORIES = {
 }
 # Onto the project's vocabulary (agents/categories.py): sexual content and nudity are morality (as in CTD), O6's
 # illegal weapons or substance abuse is drugs (most of its policy text), animal cruelty is violence.
-LLAVAGUARD_TO_PROJECT = {
+LLAVAGUARD_TO_PROJECT: dict[str, CategoryName] = {
     "O1": "hate",
     "O2": "violence",
     "O3": "morality",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agents.categories import is_category_name, project_category
+from agents.categories import is_category_name, vocabulary_name
 from agents.guard.base import PROJECT_CATEGORIES, GuardDefinition, GuardParseError, GuardVerdict, Parser
 from agents.guard.guardreasoner import parse_guardreasoner
 from agents.guard.llama_guard import parse_llama_guard
@@ -86,5 +86,5 @@ def load_template_guard(path: str) -> GuardDefinition:
         instruction=spec["instruction"].strip(),
         task=spec.get("task") or DEFAULT_TASK,
         parser=parse_auto if output == "auto" else PARSERS[output],
-        categories={str(k).upper(): project_category(v) for k, v in cats.items()},
+        categories={str(k).upper(): vocabulary_name(v) for k, v in cats.items()},
     )

@@ -122,3 +122,7 @@ async def expand_layer(
     return await gateway.structured(
         role=call_role or f"expander.{modality}", usage_role="expander", spec=spec, schema=schema, messages=messages
     )
+
+
+# What this module's model calls answer, by call role as `unveil roles` shows it (`agents.roles` collects it).
+ROLE_ANSWERS: dict[str, type[BaseModel]] = {"expander.visual / expander.textual": Expansion}

@@ -77,3 +77,7 @@ async def explain(
         task=EXPLAIN_TASK,
     )
     return await gateway.structured(role="explainer", spec=spec, schema=Explanation, messages=messages)
+
+
+# What this module's model calls answer, by call role as `unveil roles` shows it (`agents.roles` collects it).
+ROLE_ANSWERS: dict[str, type[BaseModel]] = {"explainer": Explanation}

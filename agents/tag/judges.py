@@ -209,3 +209,11 @@ async def judge_pairs(
     return await gateway.structured_seeing(
         build, role=call_role, usage_role="pair_judge", spec=spec, schema=judgement_schema(len(pairs))
     )
+
+
+# What this module's model calls answer, by call role as `unveil roles` shows it (`agents.roles` collects it).
+ROLE_ANSWERS: dict[str, type[BaseModel]] = {
+    "root_judge": RootVerdict,
+    "pair_screen": Screen,
+    "pair_judge": PairJudgement,
+}

@@ -216,3 +216,10 @@ async def extract_roots(
         "(unnamed text content)"
     ]
     return result
+
+
+# What this module's model calls answer, by call role as `unveil roles` shows it (`agents.roles` collects it).
+ROLE_ANSWERS: dict[str, type[BaseModel]] = {
+    "root_extractor.image / root_extractor.text": EntityGraph,
+    "root_extractor (roots_mode=joint)": Roots,
+}

@@ -8,7 +8,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BeforeValidator, Field
 
-from agents.categories import project_category
+from agents.categories import CategoryName, project_category
 
 # How the root concepts are extracted (docs/tag.md): here, beside the other TAG vocabularies, so the CLI's
 # help names the choices without loading the model stack.
@@ -72,22 +72,10 @@ LongText = Annotated[str, BeforeValidator(clip_to(1200))]
 # An empty (or blank) category or reason of a finding is a validation error, so the gateway asks for a repair.
 RequiredLabel = Annotated[str, BeforeValidator(clip_to(80)), Field(min_length=1)]
 
-# A finding's risk category: one name of the project's vocabulary (`agents.categories.VOCABULARY`), an enum in the
-# JSON schema, so a constrained decoder (the embedded model) can only write a category, never a word like "toxic".
-# Another model's other spelling ("Illegal drugs", "self-harm") is read onto the vocabulary, anything else as `other`.
-CategoryName = Literal[
-    "drugs",
-    "crimes",
-    "violence",
-    "hate",
-    "self_harm",
-    "fraud",
-    "morality",
-    "privacy",
-    "ip_violation",
-    "political",
-    "other",
-]
+# A finding's risk category: one name of the project's vocabulary (`agents.categories.CategoryName`, spelled there
+# only), an enum in the JSON schema, so a constrained decoder (the embedded model) can only write a category, never a
+# word like "toxic". Another model's other spelling ("Illegal drugs", "self-harm") is read onto the vocabulary,
+# anything else as `other`.
 
 
 def _to_vocabulary(value: object) -> object:

@@ -68,3 +68,7 @@ async def detect_vanilla(
         )
 
     return await gateway.structured_seeing(build, role="vanilla_detector", spec=spec, schema=VanillaVerdict)
+
+
+# What this module's model calls answer, by call role as `unveil roles` shows it (`agents.roles` collects it).
+ROLE_ANSWERS: dict[str, type[BaseModel]] = {"vanilla_detector": VanillaVerdict}

@@ -247,7 +247,7 @@ def _judge(rec: dict[str, Any], one: dict[str, Any], policy: ReviewPolicy, entry
     return "conflicts"
 
 
-def undo(rec: dict[str, Any], k: Any, policy: ReviewPolicy, entry: dict[str, Any], *, role: str = "reviewer") -> str:
+def undo(rec: dict[str, Any], k: object, policy: ReviewPolicy, entry: dict[str, Any], *, role: str = "reviewer") -> str:
     """Undo entry `k` of a record's review history (an applied approve/reject, or a note) in place: the undone
     review leaves `review.reviews` and the others decide again under the record's own policy (none left: the
     sample waits for review again). The history only grows: `entry` (the undo) names `k`. Returns `undone`;

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+
 import pytest
+from pydantic import TypeAdapter
 
 from agents.categories import CATEGORIES, OTHER, VOCABULARY, normalize_category, project_category
 from agents.ctd import vocabulary
@@ -10,7 +13,7 @@ from agents.guard import base as guard_base
 from agents.guard.llama_guard import LLAMA_GUARD_4_CATEGORIES, LLAMA_GUARD_4_TO_PROJECT
 from agents.guard.llavaguard import LLAVAGUARD_CATEGORIES, LLAVAGUARD_TO_PROJECT
 from evaluation.samples import sample_category
-from tests.project.test_one_home import homes
+from tests.project.test_one_home import homes, sources
 
 # SIUO's nine categories exactly as its release spells them.
 SIUO = {
@@ -74,6 +77,44 @@ def test_words_match_at_word_starts_only() -> None:
 def test_the_vocabulary_has_one_home() -> None:
     assert homes(r"^CATEGORIES\b[^\n]*=") == ["agents/categories.py"]
     assert homes(r"^_CATEGORY_WORDS\b") == ["agents/categories.py"]
+
+
+def listed_categories(text: str) -> set[str]:
+    """The categories the largest list, tuple, set or `Literal[...]` of string literals in a source names (a mapping's
+    values, such as a guard's code -> category table, are not a copy of the list: mypy checks them against the
+    `Literal`)."""
+    best: set[str] = set()
+    for node in ast.walk(ast.parse(text)):
+        elements = node.elts if isinstance(node, (ast.List, ast.Tuple, ast.Set)) else []
+        named = {e.value for e in elements if isinstance(e, ast.Constant) and e.value in CATEGORIES}
+        best = max(best, named, key=len)
+    return best
+
+
+def test_the_categories_are_spelled_once_and_everything_derives_from_them() -> None:
+    from agents import categories
+    from agents.tag import types
+
+    # One `Literal` (`CtdCategory`), `other` added once: the tuples, the word table and the findings' schema follow.
+    assert VOCABULARY == (*CATEGORIES, OTHER) and len(set(VOCABULARY)) == len(VOCABULARY)
+    # Every category is read from free text (the table keeps its own order: the first matching stem wins).
+    assert sorted(categories._CATEGORY_WORDS) == sorted(CATEGORIES)
+    assert types.CategoryName is categories.CategoryName
+    assert tuple(TypeAdapter(types.Category).json_schema()["enum"]) == VOCABULARY
+    assert tuple(TypeAdapter(types.OptionalCategory).json_schema()["anyOf"][0]["enum"]) == VOCABULARY
+    # No other product module quotes the list (more than half of it) instead of deriving it.
+    copies = {
+        path: sorted(named)
+        for path, text in sources().items()
+        if path != "agents/categories.py" and len(named := listed_categories(text)) > len(CATEGORIES) // 2
+    }
+    assert not copies, f"use agents.categories.CATEGORIES / VOCABULARY instead of a list: {copies}"
+
+
+def test_the_copy_check_sees_a_copy_of_the_categories() -> None:
+    assert listed_categories(f"X = {list(CATEGORIES[:6])!r}") == set(CATEGORIES[:6])
+    assert listed_categories(f"X = Literal[{', '.join(map(repr, CATEGORIES))}]") == set(CATEGORIES)
+    assert listed_categories(repr(dict(zip("abcdefghij", CATEGORIES, strict=True)))) == set()  # a mapping's values
 
 
 def test_loaders_write_the_vocabulary_and_keep_the_benchmarks_spelling() -> None:

@@ -1,5 +1,5 @@
 """The docs' pictures: every image a Markdown file shows exists, every picture in docs/ is shown somewhere, each
-web-app screenshot is one that `scripts/ui_screenshots.py` redraws, and none is heavy to commit."""
+web-app screenshot is one that `bench/ui_screenshots.py` redraws, and none is heavy to commit."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp")
-MAX_BYTES = 400_000  # a legible quantised screenshot is a few hundred kB at most (scripts/ui_screenshots.py)
+MAX_BYTES = 400_000  # a legible quantised screenshot is a few hundred kB at most (bench/ui_screenshots.py)
 SHOWN = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)|<img[^>]*\ssrc=\"([^\"]+)\"")
 
 
@@ -35,6 +35,6 @@ def test_every_picture_in_docs_is_shown_and_redrawn_by_the_script() -> None:
     assert pictures
     shown = shown_images()
     assert not [p.name for p in pictures if p.resolve() not in shown], "pictures no page shows"
-    script = (ROOT / "scripts" / "ui_screenshots.py").read_text(encoding="utf-8")
+    script = (ROOT / "bench" / "ui_screenshots.py").read_text(encoding="utf-8")
     assert not [p.name for p in pictures if p.name.startswith("ui-") and f'"{p.name}"' not in script]
     assert not [p.name for p in pictures if p.stat().st_size > MAX_BYTES], f"pictures over {MAX_BYTES} bytes"

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from agents.gateway import set_gateway
+from tools.errors import CommandLineError
 from unveil.cli import build_parser, main
 from unveil.commands.evaluate import generator_specs
 
@@ -77,7 +78,7 @@ def test_ipr_generator_specs_per_method():
         "esd": "esd:/models/sd14?unet=/models/esd.pt",
     }
     args = parser.parse_args(["evaluate", "ipr", "--prompts", "p.jsonl", "--methods", "esd"])
-    with pytest.raises(SystemExit):
+    with pytest.raises(CommandLineError, match="the esd method needs --esd-unet FILE"):
         generator_specs(args)
     args = parser.parse_args(
         ["evaluate", "ipr", "--prompts", "p.jsonl", "--methods", "sd", "--generator", "sd=openai:gpt-image-1"]

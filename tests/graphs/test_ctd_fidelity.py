@@ -16,7 +16,9 @@ from graphs.ctd.rules import ReviewPolicy, review_outcome
 from runner.ctd_dataset import SAMPLES, load_samples, moderation_summary
 from runner.ctd_reviews import apply_reviews, read_decisions
 from tests.graphs.test_ctd import (
+    accepting_script,
     base_script,
+    cli_args,
     context,
     erasure,
     fresh_gateway,
@@ -26,6 +28,7 @@ from tests.graphs.test_ctd import (
     write_script,
 )
 from tests.moderation_server import ModerationServer
+from tools.errors import UnveilError
 from tools.moderation import ModerationScorer, mean_scores, parse_moderation_spec
 
 __all__ = ["fresh_gateway", "tiny_sd"]  # fixtures shared with test_ctd
@@ -98,7 +101,7 @@ async def test_moderation_scorer_against_a_loopback_server(tmp_path, monkeypatch
     from tools.image_store import ImageStore
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    with pytest.raises(RuntimeError, match="OPENAI_API_KEY"):
+    with pytest.raises(UnveilError, match="OPENAI_API_KEY is not set"):
         _ = ModerationScorer("openai:omni-moderation-latest").client
     store = ImageStore(tmp_path / "store")
     image_id = store.put_pil(Image.new("RGB", (8, 8), "white")).id
@@ -117,6 +120,30 @@ async def test_moderation_scorer_against_a_loopback_server(tmp_path, monkeypatch
     sent_image = server.bodies[2]["input"][0]
     assert sent_image["type"] == "image_url" and sent_image["image_url"]["url"].startswith("data:image/png;base64,")
     assert all(b["model"] == "omni-moderation-latest" for b in server.bodies)
+
+
+def test_generate_with_moderation_and_no_key_records_the_users_configuration_error(
+    tmp_path, tiny_sd, monkeypatch, capsys
+) -> None:
+    # A missing key was a RuntimeError: the error kind of a bug (exit 70 where it escapes a command), and the failed
+    # records held the rerun that sets the key to the first run's settings. Now it is the user's configuration.
+    from runner.batch import CONFIGURATION_FAILURE
+    from unveil.cli import main
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    out, spec = tmp_path / "ds", write_script(tmp_path, accepting_script())
+    assert main(cli_args(out, spec, tiny_sd, "--moderation", n=1)) == 2
+    (record,) = load_samples(out).values()
+    assert record["status"] == "failed" and record["error_kind"] == CONFIGURATION_FAILURE
+    assert record["error"].startswith("ModerationKeyError: moderation: OPENAI_API_KEY is not set")
+    assert "internal error" not in capsys.readouterr().err
+    # The same command with the key set (the API reached through the openai SDK's OPENAI_BASE_URL) runs the scene.
+    with ModerationServer() as server:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        assert main(cli_args(out, spec, tiny_sd, "--moderation", n=1)) == 0
+    (record,) = load_samples(out).values()
+    assert record["status"] != "failed" and record["modality"]["moderation"]["text"]["score"] >= 0
 
 
 def test_mean_scores_is_the_papers_statistic() -> None:

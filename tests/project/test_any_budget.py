@@ -1,4 +1,4 @@
-"""`Any` in the signatures of product code stays within a budget that only goes down (issue 35: at most 80).
+"""`Any` in the signatures of product code stays within a budget that only goes down (issue 35: 80; now 74).
 
 Counted as the issue counts it: a parameter (not `*args`/`**kwargs`) or a return annotated with `Any` itself, in
 the product packages. `dict[str, Any]` and `list[Any]` are not counted: they say what the container is. A new
@@ -14,7 +14,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 PACKAGES = ("agents", "graphs", "tools", "runner", "evaluation", "training", "unveil")
-BUDGET = 80  # issue 35's target
+BUDGET = 74  # issue 35's target was 80; issue 46 lowered it to what it reached
 
 
 def _is_any(annotation: ast.expr | None) -> bool:

@@ -41,3 +41,64 @@ def test_the_scan_finds_the_projects_errors() -> None:
 def test_every_product_error_is_an_unveil_error(module: str, name: str) -> None:
     cls = getattr(importlib.import_module(module), name)
     assert issubclass(cls, UnveilError), f"{module}.{name} must inherit tools.errors.UnveilError"
+
+
+# The one place a process may end itself: the console script's `sys.exit(main())`.
+EXIT_ALLOWED = {"unveil/cli.py"}
+# Raised by code that issue 46's item 1 (the CTD generation's move into the run layer) rewrites; that change turns
+# them into `UnveilError`s, and `test_the_pending_exits_are_still_there` then asks for this entry to go.
+EXIT_PENDING = {"unveil/commands/generate.py"}
+
+
+def process_exits(text: str) -> list[int]:
+    """Lines of a module that end the process past the CLI's error report: `raise SystemExit`, `sys.exit(...)`,
+    `exit(...)`, `quit(...)` and `os._exit(...)` (argparse's own `parser.error` while parsing is the parser's)."""
+    lines = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            target = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            if isinstance(target, ast.Name) and target.id == "SystemExit":
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name) and func.id in ("exit", "quit"):
+                lines.append(node.lineno)
+            elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+                if (func.value.id, func.attr) in (("sys", "exit"), ("os", "_exit")):
+                    lines.append(node.lineno)
+    return sorted(lines)
+
+
+def _exits_by_module() -> dict[str, list[int]]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            lines = process_exits(path.read_text(encoding="utf-8"))
+            if lines:
+                found[str(path.relative_to(ROOT))] = lines
+    return found
+
+
+def test_no_command_or_module_ends_the_process_itself() -> None:
+    # A `SystemExit(message)` skips `unveil.cli.report_error`: its message is printed unredacted, with no command
+    # name, and a `unveil run` job's exit is not reported as the others are. Raise an `UnveilError` subclass.
+    stray = {m: lines for m, lines in _exits_by_module().items() if m not in EXIT_ALLOWED | EXIT_PENDING}
+    assert not stray, f"raise a tools.errors.UnveilError subclass (CommandLineError, ...) instead: {stray}"
+
+
+def test_the_pending_exits_are_still_there() -> None:
+    gone = sorted(m for m in EXIT_PENDING if m not in _exits_by_module())
+    assert not gone, f"no process exit left in {gone}: remove it from EXIT_PENDING"
+
+
+def test_the_exit_scan_sees_each_spelling() -> None:
+    text = (
+        "import os, sys\n"
+        "def f(x):\n"
+        "    if x == 1:\n        raise SystemExit('no')\n"
+        "    if x == 2:\n        raise SystemExit\n"
+        "    if x == 3:\n        sys.exit(2)\n"
+        "    if x == 4:\n        os._exit(1)\n"
+        "    try:\n        exit()\n    except SystemExit:\n        pass\n"
+    )
+    assert process_exits(text) == [4, 6, 8, 10, 12]

@@ -3,6 +3,9 @@
 Walks every module of the product packages with `ast` (imports inside functions included) and fails on an import
 of a higher layer, or of a sibling at the same level that is not the module's own package (evaluation and
 training do not import each other). `bench/` and `tests/` sit above everything and are not checked.
+
+Inside `unveil/` the same holds one floor finer: the console script (`unveil/cli.py`) over the commands
+(`unveil/commands/`) over the rest (the web app, the renderer), so no command reaches up into the CLI's module.
 """
 
 from __future__ import annotations
@@ -22,16 +25,46 @@ LAYERS: dict[str, int] = {
 }
 
 
-def imported_packages(path: Path) -> list[tuple[int, str]]:
-    """(line, top-level package) of every absolute import in a file."""
+# The floors inside `unveil/`, by module name prefix (the longest that matches); anything else there is floor 0.
+UNVEIL_FLOORS: dict[str, int] = {"unveil.cli": 2, "unveil.commands": 1}
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """(line, dotted module) of every absolute import in a file (`from a.b import c`: `a.b.c`, which may name a
+    module or a name in `a.b`)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     out: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            out += [(node.lineno, alias.name.split(".")[0]) for alias in node.names]
+            out += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            out.append((node.lineno, node.module.split(".")[0]))
+            out += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
     return out
+
+
+def imported_packages(path: Path) -> list[tuple[int, str]]:
+    """(line, top-level package) of every absolute import in a file."""
+    return [(line, name.split(".")[0]) for line, name in imported_modules(path)]
+
+
+def unveil_floor(module: str) -> int:
+    """The floor of a module of `unveil/` (see `UNVEIL_FLOORS`)."""
+    return max(
+        (f for prefix, f in UNVEIL_FLOORS.items() if module == prefix or module.startswith(prefix + ".")), default=0
+    )
+
+
+def upward_imports_in_unveil(root: Path = ROOT) -> list[str]:
+    """Every import inside `unveil/` from a lower floor to a higher one (a command importing `unveil.cli`)."""
+    bad: list[str] = []
+    for path in sorted((root / "unveil").rglob("*.py")):
+        module = ".".join(path.relative_to(root).with_suffix("").parts)
+        for line, target in imported_modules(path):
+            if target.split(".")[0] == "unveil" and unveil_floor(target) > unveil_floor(module):
+                bad.append(
+                    f"{path.relative_to(root)}:{line} imports {target} (floor {unveil_floor(target)} of unveil/)"
+                )
+    return bad
 
 
 def upward_imports(root: Path = ROOT) -> list[str]:
@@ -50,6 +83,20 @@ def upward_imports(root: Path = ROOT) -> list[str]:
 
 def test_imports_point_down_only() -> None:
     assert upward_imports() == []
+
+
+def test_no_command_imports_the_console_script() -> None:
+    assert upward_imports_in_unveil() == []
+
+
+def test_the_walker_sees_a_command_importing_the_cli(tmp_path: Path) -> None:
+    (tmp_path / "unveil" / "commands").mkdir(parents=True)
+    (tmp_path / "unveil" / "commands" / "x.py").write_text("def f():\n    from unveil.cli import build_parser\n")
+    (tmp_path / "unveil" / "ui").mkdir()
+    (tmp_path / "unveil" / "ui" / "y.py").write_text("import unveil.commands.common\nfrom unveil import cli\n")
+    (tmp_path / "unveil" / "cli.py").write_text("from unveil.commands.parser import build_parser\n")  # down: fine
+    found = upward_imports_in_unveil(tmp_path)
+    assert len(found) == 3 and any("unveil/commands/x.py:2" in f and "unveil.cli" in f for f in found), found
 
 
 def test_the_walker_sees_an_upward_import(tmp_path: Path) -> None:

@@ -156,12 +156,15 @@ def test_ci_sets_up_once_then_style_gate_then_the_readme_command(stubs: Path, tm
     python = [line.split(" ", 1)[1] for line in calls if line.startswith("python ")]
     installs = [c for c in python if c.startswith("scripts/uv_pip.py -e ")]
     assert installs == ["scripts/uv_pip.py -e .[dev]"]  # setup's install ran once
-    order = [c for c in python if c.startswith(("-m ruff", "-m mypy", "-m pytest", "-m agents.providers"))]
+    order = [
+        c for c in python if c.startswith(("-m ruff", "-m mypy", "-m pytest", "-m agents.providers", "scripts/mypy_"))
+    ]
     assert order == [
         "-m agents.providers.transformers_lm smollm2",
         "-m ruff check .",
         "-m ruff format --check .",
         "-m mypy",
+        "scripts/mypy_core.py",  # mypy as on a core install: tests/project/test_mypy_core.py
         "-m pytest -q -n auto --dist loadgroup",
     ]
 

@@ -42,6 +42,33 @@ def test_a_misspelt_role_lists_the_valid_ones(argv: list[str], tmp_path: Path, c
     assert re.search("unknown role.*valid roles: .*", refusal([*argv, "--cache", "off"], capsys))
 
 
+CANARY = "tok-canary-5f3a9c1e77"  # a URL password: the error report redacts it, a raw SystemExit did not
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (
+            ["evaluate", "ipr", "--prompts", "p.jsonl", "--methods", "sd", "--generator", f"m@https://u:{CANARY}@h/v1"],
+            "expected METHOD=SPEC",
+        ),
+        (["evaluate", "ipr", "--prompts", "p.jsonl", "--methods", "esd"], "the esd method needs --esd-unet FILE"),
+        (["evaluate", "detection", "--dataset", "a=x.jsonl", "--dataset", "a=y.jsonl"], "the name 'a' is used twice"),
+        (["evaluate", "detection", "--dataset", "x.jsonl", "--format", "ctd", "--format", "siuo"], "one per --dataset"),
+        (["review", "{tmp}"], "no samples.jsonl here (not a dataset folder written by `unveil generate`)"),
+    ],
+)
+def test_a_refused_command_line_goes_through_the_error_report(
+    argv: list[str], words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # These ended in `SystemExit(message)`: printed raw (the URL password included), without the command's name,
+    # past `unveil.cli.report_error`. Now each is an UnveilError: one redacted line naming the command, exit 1.
+    rc = main([a.replace("{tmp}", str(tmp_path)) for a in argv])
+    err = capsys.readouterr().err
+    assert rc == 1 and f"unveil {argv[0]}: error: " in err and words in err, err
+    assert CANARY not in err and "Traceback" not in err
+
+
 def test_command_line_wins_over_the_environment(monkeypatch) -> None:
     from unveil.commands.detect import _context
     from unveil.commands.refine import build_context

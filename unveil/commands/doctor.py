@@ -73,7 +73,7 @@ def extras_checks() -> list[Check]:
 
 
 def chromium_check() -> Check:
-    """Chromium, for the web app's browser tests and `scripts/ui_screenshots.py`."""
+    """Chromium, for the web app's browser tests and `bench/ui_screenshots.py`."""
     found = next((p for p in (shutil.which(n) for n in CHROMIUM) if p), None)
     fix = "sudo apt-get install chromium (the web app's browser tests and screenshots)"
     return Check("chromium", bool(found), found or "not found", "" if found else fix)

@@ -215,7 +215,7 @@ def _named_datasets(args: argparse.Namespace) -> dict[str, tuple[Path, str]]:
 
     formats = args.format or ["auto"]
     if len(formats) not in (1, len(args.dataset)):
-        raise SystemExit(f"--format: give one value or one per --dataset ({len(args.dataset)})")
+        raise CommandLineError(f"--format: give one value or one per --dataset ({len(args.dataset)})")
     out: dict[str, tuple[Path, str]] = {}
     for k, item in enumerate(args.dataset):
         name, sep, path = item.partition("=")
@@ -233,7 +233,7 @@ def _named_datasets(args: argparse.Namespace) -> dict[str, tuple[Path, str]]:
             )
         name = name or f"{Path(path).parent.name}/{Path(path).stem}".strip("/")
         if name in out:
-            raise SystemExit(f"--dataset: the name {name!r} is used twice; label them NAME=FILE")
+            raise CommandLineError(f"--dataset: the name {name!r} is used twice; label them NAME=FILE")
         out[name] = (Path(path), fmt)
     return out
 
@@ -246,7 +246,7 @@ def mtc_runs(values: list[str], datasets: dict[str, Any]) -> dict[str, str]:
         if not sep or name not in datasets:  # a path may itself hold '=': only a known dataset name is a label
             name, path = "", item
         if name in out:
-            raise SystemExit(f"--mtc-from: two run files for {name or 'every dataset'}")
+            raise CommandLineError(f"--mtc-from: two run files for {name or 'every dataset'}")
         out[name] = path
     return out
 
@@ -254,7 +254,7 @@ def mtc_runs(values: list[str], datasets: dict[str, Any]) -> dict[str, str]:
 def run_detection(args: argparse.Namespace) -> int:
     """Run `unveil evaluate detection`."""
     from evaluation.datasets import load_detection
-    from evaluation.detection import DetectionSettings, MtcReferenceError, evaluate_detection
+    from evaluation.detection import DetectionSettings, evaluate_detection
     from graphs.context import ModelsContext
     from graphs.tag import TagContext
     from graphs.vanilla import VanillaContext
@@ -265,11 +265,9 @@ def run_detection(args: argparse.Namespace) -> int:
     kw = context_kwargs(args)
     detectors = args.detectors or [kw.get("model") or ModelsContext().model]
     roles = {k: v for k, v in kw.items() if k.endswith("_model")}
-    try:
-        # guard / guard.NAME models serve the guard methods (runner.detect.guard_model)
-        check_model_fields((TagContext, VanillaContext), {k: v for k, v in roles.items() if not k.startswith("guard")})
-    except ValueError as exc:
-        raise SystemExit(f"unveil evaluate detection: {exc}") from exc
+    # guard / guard.NAME models serve the guard methods (runner.detect.guard_model); an unknown role is the
+    # ContextError that names it (an UnveilError: one line, exit 1).
+    check_model_fields((TagContext, VanillaContext), {k: v for k, v in roles.items() if not k.startswith("guard")})
     warn_if_demo(detectors + list(roles.values()))
     datasets = {}
     for name, (path, fmt) in _named_datasets(args).items():
@@ -298,10 +296,7 @@ def run_detection(args: argparse.Namespace) -> int:
         command=args.command_line,
         spending=spending_caps(args),
     )
-    try:
-        result = asyncio.run(evaluate_detection(datasets, settings, args.out))
-    except MtcReferenceError as exc:
-        raise SystemExit(f"unveil evaluate detection: {exc}") from exc
+    result = asyncio.run(evaluate_detection(datasets, settings, args.out))
     return _finish(args, "detection.md", "samples", result, detection_misses(gates, result["rows"]), settings.spending)
 
 

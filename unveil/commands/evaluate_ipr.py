@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from tools.errors import CommandLineError
 from tools.scorers.rules import IP_SOURCES
 from tools.t2i.defaults import IPR_IMAGES_PER_PROMPT
 from tools.t2i.registry import DEFAULT_IPR_GENERATOR
@@ -151,7 +152,7 @@ def generator_specs(args: argparse.Namespace) -> dict[str, str]:
     for item in args.generator:
         m, sep, spec = item.partition("=")
         if not sep:
-            raise SystemExit(f"--generator {item!r}: expected METHOD=SPEC")
+            raise CommandLineError(f"--generator {item!r}: expected METHOD=SPEC")
         overrides[m.strip()] = spec.strip()
     specs = {}
     for m in args.methods:
@@ -161,12 +162,12 @@ def generator_specs(args: argparse.Namespace) -> dict[str, str]:
             specs[m] = f"diffusers:{args.sd}"
         elif m == "esd":
             if not args.esd_unet:
-                raise SystemExit("the esd method needs --esd-unet FILE (or --generator esd=SPEC)")
+                raise CommandLineError("the esd method needs --esd-unet FILE (or --generator esd=SPEC)")
             specs[m] = f"esd:{args.sd}?unet={args.esd_unet}"
         elif m in IPR_METHODS:
             specs[m] = f"{m}:{args.sd}"
         else:
-            raise SystemExit(f"unknown method {m!r}: use {', '.join(IPR_METHODS)} or --generator {m}=SPEC")
+            raise CommandLineError(f"unknown method {m!r}: use {', '.join(IPR_METHODS)} or --generator {m}=SPEC")
     return specs
 
 
@@ -179,7 +180,7 @@ def ipr_models(args: argparse.Namespace, kw: dict[str, Any]) -> tuple[str, str]:
         k[: -len("_model")] for k in kw if k.endswith("_model") and k not in ("refiner_model", "rewriter_model")
     )
     if extra_roles:
-        raise SystemExit(
+        raise CommandLineError(
             f"unveil evaluate ipr: unknown role(s) {', '.join(extra_roles)}; valid roles: refiner, rewriter"
         )
     # --role-model refiner=SPEC / rewriter=SPEC mean the same as --refiner-model / --rewriter-model.

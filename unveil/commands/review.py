@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.env import env_str
+from tools.errors import MissingFileError
 from tools.safe_files import MAX_DATA_FILE_BYTES, read_regular
 from unveil.commands.common import bounded_int
 from unveil.ui.index import Problem
@@ -248,7 +249,7 @@ def run_review(args: argparse.Namespace) -> int:
 
     root = Path(args.dir)
     if not (root / SAMPLES).is_file():
-        raise SystemExit(f"{root}: no {SAMPLES} here (not a dataset folder written by `unveil generate`)")
+        raise MissingFileError(f"{root}: no {SAMPLES} here (not a dataset folder written by `unveil generate`)")
     decisions = _named_decisions(args, root)
     if decisions is None:
         return 1

@@ -16,15 +16,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the schemas."""
-    from agents.roles import TEXT_ROLES, role_schemas
+    from agents.roles import role_schemas, text_roles
 
     schemas = role_schemas()
-    free_text = TEXT_ROLES
+    free_text = text_roles()
     if args.role:
         schemas = {k: v for k, v in schemas.items() if args.role in k}
-        free_text = {k: v for k, v in TEXT_ROLES.items() if args.role in k}
+        free_text = {k: v for k, v in text_roles().items() if args.role in k}
         if not schemas and not free_text:
-            names = ", ".join(sorted({*role_schemas(), *TEXT_ROLES}))
+            names = ", ".join(sorted({*role_schemas(), *text_roles()}))
             print(f"unveil roles: no role matches {args.role!r}; the roles: {names}", file=sys.stderr)
             return 1
     print(json.dumps({"structured": schemas, "free_text": free_text}, indent=2))

@@ -25,6 +25,7 @@ from typing import Any
 
 from tools.env import env_str
 from tools.errors import UnveilError
+from unveil.commands.report import BUG_EXIT
 
 COMMANDS = ("detect", "evaluate detection", "evaluate ipr", "refine", "generate")
 JOB_KEYS = ("command", "name")
@@ -35,7 +36,7 @@ MAX_EXPANDED = 4 * MAX_RUN_FILE_BYTES  # items and characters of its values, YAM
 MAX_QUOTED = 300  # characters of a value or a parser's message quoted in an error
 # Exit codes by severity: a bug, could not run, incomplete (a spending cap stopped it), a quality gate missed,
 # some samples failed, all well.
-SEVERITY = (70, 1, 4, 3, 2, 0)  # 70: `unveil.cli.BUG_EXIT`; 4: `unveil.commands.common.STOPPED_EXIT`
+SEVERITY = (BUG_EXIT, 1, 4, 3, 2, 0)  # 4: `unveil.commands.common.STOPPED_EXIT`
 
 
 class RunFileError(UnveilError, ValueError):
@@ -145,7 +146,7 @@ def _shown(value: object) -> str:
 
 def command_parser(command: str) -> argparse.ArgumentParser:
     """The real argument parser of a command (`evaluate detection`: the subcommand's own)."""
-    from unveil.cli import build_parser
+    from unveil.commands.parser import build_parser
 
     parser: argparse.ArgumentParser = build_parser()
     for word in command.split():
@@ -232,7 +233,7 @@ def _normalized(table: dict[str, Any], where: str) -> dict[str, Any]:
 def plan(path: Path) -> tuple[list[Job], str]:
     """The jobs of a run file, each parsed by the real parser (a bad value fails as on the command line, naming
     the job), and the file's SHA-256."""
-    from unveil.cli import build_parser
+    from unveil.commands.parser import build_parser
 
     data, digest = read_file(path)
     shared = _normalized({k: v for k, v in data.items() if k != "jobs"}, "the top level")
@@ -262,7 +263,7 @@ def plan(path: Path) -> tuple[list[Job], str]:
 
 def _line(argv: list[str]) -> str:
     """A job's command line as shown and recorded (credentials redacted)."""
-    from unveil.cli import command_line
+    from unveil.commands.parser import command_line
 
     return command_line(argv)
 
@@ -492,8 +493,8 @@ def run_jobs(jobs: list[Job]) -> int:
     whatever the others did; a job a spending cap stopped is reported as incomplete. Returns the gravest exit code
     (a bug's 70, then 1, 4, 3, 2 and 0)."""
     from runner.engine import engine_session
-    from unveil.cli import report_error
     from unveil.commands.common import STOPPED_EXIT, engine_settings
+    from unveil.commands.report import report_error
 
     codes = []
     for job in jobs:

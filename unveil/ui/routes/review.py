@@ -84,7 +84,7 @@ async def review(
     """The review queue: filters, progress, one page of the sample list and one card (with a reviewers file,
     the sign-in page until the browser signs in)."""
     if ui.people() is not None and not ui.reviewer(request):
-        return RedirectResponse("/signin", 303)  # type: ignore[return-value]
+        return RedirectResponse("/signin", 303)  # type: ignore[return-value, unused-ignore]  # Any without fastapi
     last = ui.session(request).take()
     rows = await asyncio.to_thread(ctd.rows)
     assignment = await asyncio.to_thread(ctd.assignment)

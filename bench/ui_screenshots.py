@@ -1,5 +1,5 @@
 """Regenerate the README's pictures of `unveil ui` (docs/ui-*.png) from the tests' scripted fixture data, in
-Debian's headless chromium. Run: `PYTHONPATH=. python3 scripts/ui_screenshots.py [OUT_DIR]` (default docs/)."""
+Debian's headless chromium. Run: `PYTHONPATH=. python3 bench/ui_screenshots.py [OUT_DIR]` (default docs/)."""
 
 from __future__ import annotations
 
