@@ -231,7 +231,7 @@ def spending_caps(args: argparse.Namespace) -> Spending:
     """The `runner.spending.Spending` of --max-calls/--max-cost (no caps for a command without them); with a cap,
     the command's estimate against it is printed first, so the cost is stated where the cap is chosen."""
     from runner.spending import Spending
-    from unveil.commands.runfile import cap_note
+    from unveil.commands.run_estimate import cap_note
 
     spending = Spending(getattr(args, "max_calls", None), getattr(args, "max_cost", None))
     if note := (cap_note(args) if spending.capped else None):
