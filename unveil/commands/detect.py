@@ -170,7 +170,7 @@ def _check_flags(args: argparse.Namespace) -> None:
 def _run_file(args: argparse.Namespace, ctx: DetectionContext) -> int:
     """Detect every pair of --input (or of the bundled examples, each summary shown as soon as it is done) as a
     batch that resumes into its output file."""
-    from runner.batch import run_batch
+    from runner.batch import BatchRun, run_batch
     from runner.batch_input import read_jsonl
     from runner.detect import INPUT_FIELDS, detect_one, detection_settings
 
@@ -201,15 +201,17 @@ def _run_file(args: argparse.Namespace, ctx: DetectionContext) -> int:
         run_batch(
             items,
             worker,
-            output,
-            concurrency=1 if demo else args.concurrency,
-            retry_failed=args.retry_failed,
-            desc=f"detect ({args.method})",
-            progress=not args.no_progress,
-            inputs=(source,),
-            identity=identity,
-            spending=spending,
-            keep_input=INPUT_FIELDS,
+            BatchRun(
+                output,
+                concurrency=1 if demo else args.concurrency,
+                retry_failed=args.retry_failed,
+                desc=f"detect ({args.method})",
+                progress=not args.no_progress,
+                inputs=(source,),
+                identity=identity,
+                spending=spending,
+                keep_input=INPUT_FIELDS,
+            ),
         )
     )
     if not args.input:
