@@ -98,7 +98,7 @@ async def _start(
 
 SCORER = ScorerEntry(
     name="blip",
-    help="BLIP score: the image-text similarity of BLIP's retrieval head",
+    help="BLIP score: the cosine of BLIP's projected image and text features (its ITC head)",
     columns=("blip",),
     start=_start,
     row=lambda score: {"blip": float(score)},
