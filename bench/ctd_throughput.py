@@ -3,9 +3,10 @@ panel with injected latency, run sequentially (one scene at a time) against conc
 
 Every scene takes two erasure rounds (the first attempt is too easy: all blind judges see it; the feedback
 makes the Eraser hide it better), so a sample costs 1 Architect + 2 Eraser + 4 single-modality (Unveil's gate,
-on here) + 12 judge + 1 feedback calls. The run goes through `unveil generate` itself (SQLite checkpoints, JSONL
-records, dedup off), with images from a text-to-image spec (default: the tiny random-weight pipeline of the tests,
-built in a temp folder, so the timing is about the agent pipeline rather than the image model).
+on here) + 12 judge + 1 feedback calls. The run goes through the run layer's entry point that `unveil generate`
+calls (`runner.ctd_run.main`: SQLite checkpoints, JSONL records, dedup off), with images from a text-to-image spec
+(default: the tiny random-weight pipeline of the tests, built in a temp folder, so the timing is about the agent
+pipeline rather than the image model).
 
     python bench/ctd_throughput.py --scenes 16 --latency 0.05 --concurrency 8
     python bench/ctd_throughput.py --tiny      # smoke run of the bench itself (tests/bench/test_bench_smoke.py)
@@ -77,43 +78,29 @@ def panel_script() -> dict:
 
 
 def run_once(out: Path, spec: str, t2i: str, scenes: int, concurrency: int) -> dict:
-    """One `unveil generate` run; returns wall time and per-sample usage from the records."""
-    from agents.gateway import set_gateway
-    from unveil.cli import main
+    """One CTD generation run through the run layer's entry point (`runner.ctd_run.main`, what `unveil generate`
+    runs); returns wall time and per-sample usage from the records."""
+    from agents.gateway import Gateway, GatewaySettings, set_gateway
+    from runner.ctd_run import CtdRun, ctd_context
+    from runner.ctd_run import main as run_ctd
 
-    set_gateway(None)
-    args = [
-        "generate",
-        "--category",
-        "drugs",
-        "--n",
-        str(scenes),
-        "--out",
-        str(out),
-        "--model",
-        spec,
-        "--generator",
-        t2i,
-        "--width",
-        "32",
-        "--height",
-        "32",
-        "--steps",
-        "2",
-        "--cache",
-        "off",
-        "--no-progress",
-        "--no-web-search",
-        "--modality-check",  # the 4 single-modality calls of the costs above (off by default, as in the paper)
-        "--near-duplicate",
-        "0",
-        "--review",
-        "auto",
-        "--concurrency",
-        str(concurrency),
-    ]
+    set_gateway(Gateway(GatewaySettings(cache_path=None)))  # every call made, as `--cache off`
+    ctx = ctd_context(
+        out,
+        model=spec,
+        generator=t2i,
+        width=32,
+        height=32,
+        steps=2,
+        web_search=False,
+        modality_check=True,  # the 4 single-modality calls of the costs above (off by default, as in the paper)
+        review="auto",
+    )
+    run = CtdRun(
+        out=out, category="drugs", n=scenes, context=ctx, near_duplicate=0, concurrency=concurrency, progress=False
+    )
     t0 = time.perf_counter()
-    code = main(args)
+    result = run_ctd(run)
     wall = time.perf_counter() - t0
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines() if line.strip()]
     accepted = [r for r in records if r.get("status") == "accepted"]
@@ -123,7 +110,7 @@ def run_once(out: Path, spec: str, t2i: str, scenes: int, concurrency: int) -> d
     )
     n_acc = max(1, len(accepted))
     return {
-        "exit": code,
+        "exit": 2 if result.failed + result.failed_earlier else 0,  # `unveil generate`'s exit rule
         "wall_s": wall,
         "accepted": len(accepted),
         "scenes": len(records),

@@ -66,7 +66,7 @@ def fresh_gateway() -> None:
 
 async def detect_batch(work: Path, name: str, samples: int, spec: str, concurrency: int) -> tuple[float, Any]:
     """Run the detect batch once; (seconds, summary)."""
-    from runner.batch import run_batch
+    from runner.batch import BatchRun, run_batch
     from runner.batch_input import BatchItem
     from runner.detect import detect_one, detection_context
 
@@ -80,7 +80,7 @@ async def detect_batch(work: Path, name: str, samples: int, spec: str, concurren
         return await detect_one(record, ctx, "tag")
 
     started = time.perf_counter()
-    summary = await run_batch(items, worker, work / f"{name}.jsonl", concurrency=concurrency, progress=False)
+    summary = await run_batch(items, worker, BatchRun(work / f"{name}.jsonl", concurrency=concurrency, progress=False))
     return time.perf_counter() - started, summary
 
 

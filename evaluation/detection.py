@@ -39,7 +39,7 @@ from evaluation.mtc_reference import MtcReferenceError as MtcReferenceError
 from evaluation.mtc_reference import reference_mtc, scored_by_reference, self_referenced
 from evaluation.report import plot_confusion, plot_histogram, write_table
 from evaluation.runs import as_json, cost_columns, slug, split_records, usage_of
-from runner.batch import BatchSummary, run_batch
+from runner.batch import BatchRun, BatchSummary, run_batch
 from runner.batch_input import BatchItem
 from runner.detect import detect_one
 from tools.atomic_files import atomic_write_text
@@ -65,14 +65,16 @@ async def run_one_config(
     return await run_batch(
         items,
         worker,
-        cfg.file(out_dir),
-        concurrency=settings.concurrency,
-        retry_failed=settings.retry_failed,
-        desc=f"{cfg.dataset}: {cfg.name} [{cfg.model}]",
-        progress=settings.progress,
-        identity=run_identity(ctx, cfg.method, settings),
-        spending=settings.spending,
-        input_order=True,  # a run file lists its samples as the dataset does (`unveil compare` prints them so)
+        BatchRun(
+            cfg.file(out_dir),
+            concurrency=settings.concurrency,
+            retry_failed=settings.retry_failed,
+            desc=f"{cfg.dataset}: {cfg.name} [{cfg.model}]",
+            progress=settings.progress,
+            identity=run_identity(ctx, cfg.method, settings),
+            spending=settings.spending,
+            input_order=True,  # a run file lists its samples as the dataset does (`unveil compare` prints them so)
+        ),
     )
 
 

@@ -44,7 +44,7 @@ from evaluation.ipr_settings import IPRSettings as IPRSettings
 from evaluation.ipr_settings import Variant, variants
 from evaluation.ipr_tables import IprTables
 from evaluation.store import EvalStore
-from runner.batch import run_batch
+from runner.batch import BatchRun, run_batch
 from runner.batch_input import BatchItem
 from runner.output_identity import OutputIdentity
 from runner.refine import ipr_context, refine_one
@@ -194,13 +194,15 @@ class IPREvaluation:
             await run_batch(
                 items,
                 worker,
-                v.file(self.out),
-                concurrency=self.settings.concurrency,
-                retry_failed=self.settings.retry_failed,
-                desc=f"{v.method} {v.kind}",
-                progress=self.settings.progress,
-                identity=identity,
-                spending=self.settings.spending,
+                BatchRun(
+                    v.file(self.out),
+                    concurrency=self.settings.concurrency,
+                    retry_failed=self.settings.retry_failed,
+                    desc=f"{v.method} {v.kind}",
+                    progress=self.settings.progress,
+                    identity=identity,
+                    spending=self.settings.spending,
+                ),
             )
 
     def variant_settings(self, v: Variant) -> dict[str, Any]:

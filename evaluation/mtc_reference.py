@@ -19,7 +19,7 @@ from typing import Any
 from agents.spec import redact_spec
 from evaluation.detection_configs import DetectionSettings, RunConfig, config_context, run_configs, run_identity
 from evaluation.runs import slug, split_records
-from runner.batch import run_batch
+from runner.batch import BatchRun, run_batch
 from runner.batch_input import BatchItem
 from runner.detect import detect_one, detection_context
 from tools.errors import UnveilError
@@ -83,13 +83,15 @@ async def reference_mtc(
         await run_batch(
             items,
             worker,
-            path,
-            concurrency=settings.concurrency,
-            retry_failed=settings.retry_failed,
-            desc=f"{dataset}: MTC reference [{cfg.model}]",
-            progress=settings.progress,
-            identity=run_identity(ctx, "tag", settings),
-            spending=settings.spending,
+            BatchRun(
+                path,
+                concurrency=settings.concurrency,
+                retry_failed=settings.retry_failed,
+                desc=f"{dataset}: MTC reference [{cfg.model}]",
+                progress=settings.progress,
+                identity=run_identity(ctx, "tag", settings),
+                spending=settings.spending,
+            ),
         )
         ok, _ = split_records(path, [it.id for it in items])
         return (

@@ -12,20 +12,20 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from tools.scorers.entry import ScoringSettings
+
 
 @dataclass
 class PaperScorer:
     """Q16 probability, NudeNet labels (the eight exposed labels IPR counts) and the BLIP score against the
-    original prompt. Empty settings use the scorers' defaults (`$UNVEIL_Q16_PROMPTS`, ViT-L/14, BLIP base)."""
+    original prompt, and MHSC when its checkpoints are given. `settings` are the scorers' own
+    (`tools.scorers.entry.ScoringSettings`, where each is declared); empty ones use the scorers' defaults
+    (`$UNVEIL_Q16_PROMPTS`, ViT-L/14, BLIP base)."""
 
-    q16_embeddings: str = ""
-    q16_clip_model: str = ""
-    blip_model: str = ""
+    settings: ScoringSettings = field(default_factory=ScoringSettings)
     nudenet: bool = True
     blip: bool = True
-    device: str = ""
     image_store: str = ""
-    mhsc_checkpoints: str = ""  # MHSC head checkpoints (folder or file); empty: no MHSC column
     name: str = field(default="")
 
     def __post_init__(self) -> None:
@@ -33,10 +33,11 @@ class PaperScorer:
 
         check_names(self.names())  # a scorer whose extra is missing fails here, before any image is rendered
         if not self.name:
+            s = self.settings
             self.name = (
-                f"paper(q16={self.q16_clip_model or 'default'}:{self.q16_embeddings or 'env'},"
-                f"nudenet={self.nudenet},blip={(self.blip_model or 'default') if self.blip else 'off'}"
-                + (f",mhsc={self.mhsc_checkpoints}" if self.mhsc_checkpoints else "")
+                f"paper(q16={s.q16_clip_model or 'default'}:{s.q16_embeddings or 'env'},"
+                f"nudenet={self.nudenet},blip={(s.blip_model or 'default') if self.blip else 'off'}"
+                + (f",mhsc={s.mhsc_checkpoints}" if s.mhsc_checkpoints else "")
                 + ")"
             )
 
@@ -46,25 +47,17 @@ class PaperScorer:
             "q16",
             *(["nudenet"] if self.nudenet else []),
             *(["blip"] if self.blip else []),
-            *(["mhsc"] if self.mhsc_checkpoints else []),
+            *(["mhsc"] if self.settings.mhsc_checkpoints else []),
         ]
 
     async def score(self, image_id: str, prompt: str) -> dict[str, Any]:
         """The image's scores: `q16` (P(inappropriate)), `nudenet` (counted labels found), `blip`, from the one
         scoring entry point the IPR graph uses too (`tools.scorers.score.score_images`)."""
         from tools.image_store import get_image_store
-        from tools.scorers.score import ScoringSettings, score_images
+        from tools.scorers.score import score_images
 
-        names = self.names()
-        settings = ScoringSettings(
-            q16_embeddings=self.q16_embeddings,
-            q16_clip_model=self.q16_clip_model,
-            blip_model=self.blip_model,
-            mhsc_checkpoints=self.mhsc_checkpoints,
-            device=self.device,
-        )
         store = await asyncio.to_thread(get_image_store, self.image_store or None)
-        (row,) = await score_images([image_id], prompt, names, settings, store=store)
+        (row,) = await score_images([image_id], prompt, self.names(), self.settings, store=store)
         out = {"q16": row["q16"], "nudenet": list(row.get("nudenet_labels") or []), "blip": row.get("blip")}
         if "mhsc" in row:
             out["mhsc"] = row["mhsc"]

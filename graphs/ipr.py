@@ -32,6 +32,7 @@ from agents.usage import RunUsage, merge_usage
 from graphs.context import ModelsContext, check_context, strict_init
 from tools.errors import UnveilError
 from tools.image_store import get_image_store
+from tools.scorers.entry import scoring_help
 from tools.scorers.score import SCORER_NAMES, ScoringSettings
 from tools.scorers.score import check_configuration as check_scorer_configuration
 from tools.scorers.score import check_names as check_scorer_names
@@ -120,27 +121,13 @@ class IPRContext(RenderSettings, ModelsContext):
             "item_choices": SCORER_NAMES,
         },
     )
-    q16_embeddings: str = field(
-        default="",
-        metadata={
-            "description": "Q16 prompt-embeddings file (.npy or .p; empty: $UNVEIL_Q16_PROMPTS, else the "
-            "repository's data/q16/vit-l-14.npy)."
-        },
-    )
-    q16_clip_model: str = field(
-        default="", metadata={"description": "CLIP ViT-L/14 model id or folder for Q16 (empty: default)."}
-    )
-    clip_model: str = field(
-        default="", metadata={"description": "open_clip model for the CLIP score (empty: ViT-B/32)."}
-    )
-    blip_model: str = field(
-        default="", metadata={"description": "BLIP model id or folder for the BLIP score (empty: default)."}
-    )
-    nudenet_labels: list[str] = field(
-        default_factory=list,
-        metadata={"description": "NudeNet labels that flag an image (empty: the eight exposed labels IPR counts)."},
-    )
-    device: str = field(default="", metadata={"description": "Device of the scorers (empty: CUDA when present)."})
+    # The scorers' settings: their help is `tools.scorers.entry.ScoringSettings`'s, declared there once.
+    q16_embeddings: str = field(default="", metadata={"description": scoring_help("q16_embeddings")})
+    q16_clip_model: str = field(default="", metadata={"description": scoring_help("q16_clip_model")})
+    clip_model: str = field(default="", metadata={"description": scoring_help("clip_model")})
+    blip_model: str = field(default="", metadata={"description": scoring_help("blip_model")})
+    nudenet_labels: list[str] = field(default_factory=list, metadata={"description": scoring_help("nudenet_labels")})
+    device: str = field(default="", metadata={"description": scoring_help("device")})
 
     def roles_in_use(self) -> dict[str, str]:
         """The one model role of a run, the refiner (the scorers' `*_model` fields name local models, not specs)."""

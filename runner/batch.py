@@ -85,7 +85,20 @@ class BatchSummary:
 
 @dataclass(frozen=True)
 class BatchRun:
-    """How one batch runs (the keywords of `run_batch`, which documents them), handed to its steps as one."""
+    """How one batch runs: what `run_batch` takes, and what it hands its steps.
+
+    `output` is the JSONL file the records are appended to (a path given as a string is taken as one); `concurrency`
+    samples run at once; `id_field` names each record's id; `retry_failed` drops the output's failed records and
+    runs them again; `desc` and `progress` are the progress bar's. `stop`, if given, is asked before each sample; a
+    non-empty answer (e.g. a spending cap reached) stops new samples from starting: the summary lists them as
+    `not_run` (not failures) with the answer as `stopped`. `kind` names the command: an existing output must be a
+    result file of the same kind (records carry it), and `inputs` may not be the output. `identity` (what makes the
+    output) is checked against the one recorded beside an existing output and written beside a new one
+    (`check_identity`); every refusal comes before anything is written or run. `spending` (the command's caps,
+    `runner.spending`) counts the output's earlier records and each new one, and stops new samples from starting
+    once a cap is reached, as `stop` does. `keep_input` names the input fields a failed record keeps (null where the
+    sample had none), so a failure still shows what was run. `input_order` puts the output's records in the input's
+    order once the run ends (`tools.jsonl_files.order_lines`: concurrent samples are appended as they finish)."""
 
     output: Path
     concurrency: int = 4
@@ -100,6 +113,9 @@ class BatchRun:
     keep_input: tuple[str, ...] = ()
     spending: Spending | None = None
     input_order: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "output", Path(self.output))  # frozen: set once, here
 
     def stop_reason(self) -> str | None:
         """Why no new sample may start: `stop`'s answer, else a spending cap reached, else None."""
@@ -173,55 +189,11 @@ def describe_error(exc: BaseException) -> str:
     return redact_secrets(f"{type(exc).__name__}: {msg}")[:1000] if msg else type(exc).__name__
 
 
-async def run_batch(
-    items: list[BatchItem],
-    worker: Worker,
-    output: str | os.PathLike[str],
-    *,
-    concurrency: int = 4,
-    id_field: str = "id",
-    retry_failed: bool = False,
-    desc: str = "samples",
-    progress: bool = True,
-    stop: Callable[[], str | None] | None = None,
-    kind: str | None = None,
-    inputs: tuple[str | os.PathLike[str], ...] = (),
-    identity: OutputIdentity | None = None,
-    spending: Spending | None = None,
-    keep_input: tuple[str, ...] = (),
-    input_order: bool = False,
-) -> BatchSummary:
-    """Run `worker(id, record)` over the items not yet in `output`, appending each result or failure.
-
-    `stop`, if given, is asked before each sample; a non-empty answer (e.g. a spending cap reached) stops new
-    samples from starting: the summary lists them as `not_run` (not failures) with the answer as `stopped`.
-    `kind` names the command: an
-    existing output must be a result file of the same kind (records carry it), and `inputs` may not be the output.
-    `identity` (what makes the output) is checked against the one recorded beside an existing output and written
-    beside a new one (`check_identity`); every refusal comes before anything is written or run.
-    `spending` (the command's caps, `runner.spending`) counts the output's earlier records and each new one, and
-    stops new samples from starting once a cap is reached, as `stop` does. `keep_input` names
-    the input fields a failed record keeps (null where the sample had none), so a failure still shows what was run.
-    `input_order` puts the output's records in the input's order once the run ends (`tools.jsonl_files.order_lines`:
-    concurrent samples are appended as they finish). The output is locked for the run: a second process on it gets
-    `OutputBusyError`.
-    """
-    run = BatchRun(
-        Path(output),
-        concurrency=concurrency,
-        id_field=id_field,
-        retry_failed=retry_failed,
-        desc=desc,
-        progress=progress,
-        stop=stop,
-        kind=kind,
-        inputs=inputs,
-        identity=identity,
-        spending=spending,
-        keep_input=keep_input,
-        input_order=input_order,
-    )
-    refuse_input_as_output(run.output, inputs)
+async def run_batch(items: list[BatchItem], worker: Worker, run: BatchRun) -> BatchSummary:
+    """Run `worker(id, record)` over the items not yet in `run.output`, appending each result or failure, as `run`
+    says (`BatchRun` documents each setting). The output is locked for the run: a second process on it gets
+    `OutputBusyError`."""
+    refuse_input_as_output(run.output, run.inputs)
     with exclusive_output(run.output):
         return await _run_locked(items, worker, run)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.batch import BatchSummary, run_batch
+from runner.batch import BatchRun, BatchSummary, run_batch
 from runner.batch_input import BatchItem
 from runner.output_identity import OutputIdentity
 from tools.env import SettingError
@@ -194,14 +194,16 @@ async def build_sft_records(
     return await run_batch(
         items,
         worker,
-        output,
-        concurrency=settings.concurrency,
-        retry_failed=retry_failed,
-        desc="label",
-        progress=progress,
-        stop=spending_cap(settings, gateway),
-        identity=identity,
-        inputs=inputs,
+        BatchRun(
+            Path(output),
+            concurrency=settings.concurrency,
+            retry_failed=retry_failed,
+            desc="label",
+            progress=progress,
+            stop=spending_cap(settings, gateway),
+            identity=identity,
+            inputs=inputs,
+        ),
     )
 
 

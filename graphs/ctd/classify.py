@@ -3,36 +3,36 @@
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
-from graphs.ctd.context import CtdContext
+from graphs.context import ContextError
+from graphs.ctd.context import CLASSIFIER_CHOICES, CtdContext
 from graphs.ctd.resources import open_store
 from graphs.ctd.state import ClassifierFlags, CtdState, ModerationRecord
 from tools.image_store import get_image_store
 
 
 async def classifier_flags(names: list[str], image_id: str, store_root: str) -> dict[str, ClassifierFlags]:
-    """Image safety classifiers of `tools.scorers` on the image alone: `nudenet` (its bundled detector, the IPR
-    label set) and `q16` (needs `$UNVEIL_Q16_PROMPTS`; its CLIP model from `$UNVEIL_Q16_CLIP` when set). {} when
-    none are asked for."""
+    """Image safety classifiers of `tools.scorers` on the image alone (the registered scorers with a verdict, e.g.
+    `nudenet`: its bundled detector, the IPR label set; `q16`: needs `$UNVEIL_Q16_PROMPTS`, its CLIP model from
+    `$UNVEIL_Q16_CLIP` when set), through the one scoring entry point, so a distributed engine's scorer pool scores
+    them as it does IPR's. {} when none are asked for."""
     if not names:
         return {}
-    from tools import scorers
+    from tools.scorers.registry import SCORERS
+    from tools.scorers.score import ScoringSettings, score_images
 
+    unknown = [name for name in names if name not in SCORERS or SCORERS[name].verdict is None]
+    if unknown:
+        raise ContextError(f"image_classifiers: unknown classifier(s) {', '.join(unknown)} (use {CLASSIFIER_CHOICES})")
     store = await asyncio.to_thread(get_image_store, store_root or None)
+    # The scorers read their own settings ($UNVEIL_Q16_PROMPTS, $UNVEIL_Q16_CLIP), as for every caller.
+    (row,) = await score_images([image_id], "", names, ScoringSettings(), store=store)
     out: dict[str, ClassifierFlags] = {}
     for name in names:
-        if name == "nudenet":
-            # Building a scorer loads its model from disk: done in a thread, off the server's event loop.
-            nudenet = await asyncio.to_thread(scorers.get_nudenet)
-            nude = (await nudenet.score([image_id], store=store))[0]
-            out[name] = {"flag": bool(nude.flag), "labels": list(nude.labels)}
-        elif name == "q16":
-            # The scorer reads its settings ($UNVEIL_Q16_PROMPTS, $UNVEIL_Q16_CLIP) itself, as for every caller.
-            q16_scorer = await asyncio.to_thread(scorers.get_q16)
-            q16 = (await q16_scorer.score([image_id], store=store))[0]
-            out[name] = {"flag": bool(q16.flag), "p_inappropriate": float(q16.p_inappropriate)}
-        else:
-            raise ValueError(f"image_classifiers: unknown classifier {name!r} (use nudenet and/or q16)")
+        verdict = SCORERS[name].verdict
+        assert verdict is not None  # checked above
+        out[name] = cast("ClassifierFlags", verdict(row))
     return out
 
 

@@ -12,8 +12,13 @@ from agents.ctd.vocabulary import JudgeKind
 from agents.spec import redact_spec
 from graphs.context import ModelsContext, strict_init
 from graphs.ctd.rules import ConceptCondition, GatekeeperRule, ReviewPolicy, ReviewRule
+from tools.scorers.registry import image_classifiers
 from tools.t2i.registry import DEFAULT_CTD_GENERATOR
 from tools.t2i.settings import CtdRenderSettings
+
+# The registered scorers that judge an image alone (`tools.scorers.registry`): the single-modality check's choices.
+IMAGE_CLASSIFIERS: tuple[str, ...] = image_classifiers()
+CLASSIFIER_CHOICES = ", ".join(IMAGE_CLASSIFIERS)
 
 DEFAULT_T2I = DEFAULT_CTD_GENERATOR
 ReviewMode = Literal["interrupt", "queue", "auto"]
@@ -98,7 +103,7 @@ class CtdContext(CtdRenderSettings, ModelsContext):
         default_factory=list,
         metadata={
             "description": "Image safety classifiers for the single-modality check (e.g. q16, nudenet).",
-            "item_choices": ("nudenet", "q16"),
+            "item_choices": IMAGE_CLASSIFIERS,
         },
     )
     moderation: bool = field(

@@ -171,6 +171,7 @@ async def test_ipr_with_tiny_diffusers_and_paper_scorers(tmp_path, gateway):
 
     from evaluation.scoring import PaperScorer
     from tests.tiny import build_tiny_blip, build_tiny_clip, build_tiny_sd
+    from tools.scorers.entry import ScoringSettings
     from tools.t2i.registry import get_generator
 
     sd = build_tiny_sd(tmp_path / "sd")
@@ -202,7 +203,8 @@ async def test_ipr_with_tiny_diffusers_and_paper_scorers(tmp_path, gateway):
         progress=False,
     )
     scorer = PaperScorer(
-        q16_embeddings=str(q16), q16_clip_model=clip, blip_model=blip, device="cpu", image_store=store_root
+        ScoringSettings(q16_embeddings=str(q16), q16_clip_model=clip, blip_model=blip, device="cpu"),
+        image_store=store_root,
     )
     out = tmp_path / "out"
     res = await evaluate_ipr(items, settings, gens, scorer, out)

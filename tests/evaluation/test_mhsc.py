@@ -14,6 +14,7 @@ from evaluation import metrics
 from evaluation.scoring import PaperScorer
 from tests.tiny import CLIP_PROJECTION, build_tiny_clip
 from tools.image_store import get_image_store
+from tools.scorers.entry import ScoringSettings
 from tools.scorers.mhsc import MHSC_HEADS, MHSCScorer, build_head, get_mhsc, load_mhsc_heads
 
 
@@ -143,12 +144,10 @@ async def test_paper_scorer_adds_the_mhsc_column(heads_dir, clip_dir, tmp_path, 
     monkeypatch.setenv("UNVEIL_Q16_PROMPTS", str(tmp_path / "q16.npy"))
     np.save(tmp_path / "q16.npy", np.random.default_rng(0).normal(size=(2, CLIP_PROJECTION)).astype("float32"))
     scorer = PaperScorer(
-        q16_clip_model=clip_dir,
+        ScoringSettings(q16_clip_model=clip_dir, device="cpu", mhsc_checkpoints=str(heads_dir)),
         nudenet=False,
         blip=False,
-        device="cpu",
         image_store=str(store_root),
-        mhsc_checkpoints=str(heads_dir),
     )
     scores = await scorer.score(image_id, "a prompt")
     direct = get_mhsc(checkpoints=str(heads_dir), clip_model=clip_dir, device="cpu").score_pil(

@@ -469,12 +469,14 @@ async def test_web_search_absent_without_key_and_results_reach_the_architect(
     assert out["web_search"] is True and out["status"] == "accepted"
 
 
-def test_generate_refuses_a_missing_t2i_model_before_any_scene(tmp_path):
-    from unveil.cli import main
+def test_generate_refuses_a_missing_t2i_model_before_any_scene(tmp_path, capsys):
+    from tests.cli_args import refusal
 
     out = tmp_path / "ds"
-    with pytest.raises(SystemExit, match="cannot be used: .*not found"):
-        main(cli_args(out, write_script(tmp_path, accepting_script()), f"diffusers:{tmp_path / 'missing'}"))
+    err = refusal(
+        cli_args(out, write_script(tmp_path, accepting_script()), f"diffusers:{tmp_path / 'missing'}"), capsys
+    )
+    assert re.search("--generator .*cannot be used: .*not found", err), err
     assert not (out / "samples.jsonl").exists()
 
 

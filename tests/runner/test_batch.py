@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from runner.batch import run_batch
+from runner.batch import BatchRun, run_batch
 from runner.batch_input import read_jsonl
 from tests.runner.test_kill_support import wait_for_lines
 from tools.jsonl_files import done_records
@@ -49,15 +49,15 @@ async def test_failures_are_recorded_and_the_batch_goes_on(tmp_path: Path) -> No
             raise ValueError("text: empty or missing")
         return {"double": rec["n"] * 2}
 
-    summary = await run_batch(list(read_jsonl(src)), worker, out, concurrency=3, progress=False)
+    summary = await run_batch(list(read_jsonl(src)), worker, BatchRun(out, concurrency=3, progress=False))
     assert (summary.completed, summary.failed) == (5, 2)
     recs = done_records(out)
     assert recs["3"]["status"] == "failed" and "text: empty" in recs["3"]["error"]
     assert recs["line-7"]["status"] == "failed" and recs["5"]["double"] == 10
     # rerun: nothing to do; --retry-failed reruns only the failures
-    again = await run_batch(list(read_jsonl(src)), worker, out, progress=False)
+    again = await run_batch(list(read_jsonl(src)), worker, BatchRun(out, progress=False))
     assert again.skipped == 7 and again.completed == again.failed == 0
-    retried = await run_batch(list(read_jsonl(src)), worker, out, retry_failed=True, progress=False)
+    retried = await run_batch(list(read_jsonl(src)), worker, BatchRun(out, retry_failed=True, progress=False))
     assert retried.skipped == 5 and retried.failed == 2
     assert len(out.read_text().splitlines()) == 7
 
@@ -71,7 +71,7 @@ async def test_torn_tail_is_cut_before_resuming(tmp_path: Path) -> None:
     async def worker(sid, rec):
         return {"v": sid}
 
-    await run_batch(list(read_jsonl(src)), worker, out, progress=False)
+    await run_batch(list(read_jsonl(src)), worker, BatchRun(out, progress=False))
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(r["id"] for r in lines) == ["0", "1", "2"]
 

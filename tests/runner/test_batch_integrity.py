@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from runner.batch import run_batch
+from runner.batch import BatchRun, run_batch
 from runner.batch_input import BatchItem, read_jsonl
 from tools import jsonl_files
 from tools.atomic_files import BatchWriteError, OutputBusyError, OutputMismatchError
@@ -53,12 +53,12 @@ def test_a_short_write_is_cut_back_and_raised_and_a_rerun_completes(
 
     monkeypatch.setattr(os, "write", flaky_write)
     with pytest.raises(BatchWriteError) as err:
-        asyncio.run(run_batch(_items(10), _echo, out, concurrency=1, progress=False))
+        asyncio.run(run_batch(_items(10), _echo, BatchRun(out, concurrency=1, progress=False)))
     assert str(out) in str(err.value) and "No space left" in str(err.value)
     written = _lines(out)  # every line parses: the half record was cut off, not fused with the next
     assert len(written) == 3
     monkeypatch.setattr(os, "write", real_write)
-    summary = asyncio.run(run_batch(_items(10), _echo, out, concurrency=3, progress=False))
+    summary = asyncio.run(run_batch(_items(10), _echo, BatchRun(out, concurrency=3, progress=False)))
     assert summary.skipped == 3 and summary.completed == 7
     ids = [r["id"] for r in _lines(out)]
     assert sorted(ids) == sorted(f"s{i}" for i in range(10)) and len(ids) == len(set(ids))
@@ -67,7 +67,7 @@ def test_a_short_write_is_cut_back_and_raised_and_a_rerun_completes(
 def test_a_write_that_makes_no_progress_fails_loudly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "write", lambda fd, data: 0)
     with pytest.raises(BatchWriteError, match="accepted no more bytes"):
-        asyncio.run(run_batch(_items(2), _echo, tmp_path / "o.jsonl", concurrency=1, progress=False))
+        asyncio.run(run_batch(_items(2), _echo, BatchRun(tmp_path / "o.jsonl", concurrency=1, progress=False)))
 
 
 def _mount_tmpfs(where: Path, size: str) -> bool:
@@ -87,7 +87,7 @@ def test_a_real_full_disk_leaves_whole_records_only(tmp_path: Path) -> None:
     try:
         out = disk / "out.jsonl"
         with pytest.raises(BatchWriteError):
-            asyncio.run(run_batch(_items(200), _echo, out, concurrency=4, progress=False))
+            asyncio.run(run_batch(_items(200), _echo, BatchRun(out, concurrency=4, progress=False)))
         kept = _lines(out)
         assert 0 < len(kept) < 200 and len({r["id"] for r in kept}) == len(kept)
     finally:
@@ -108,7 +108,9 @@ def test_a_line_that_does_not_parse_becomes_its_own_failed_record(tmp_path: Path
     assert [it.id for it in items] == ["a", "line-2", "b"]
     assert items[1].error and "line 2" in items[1].error
     summary = asyncio.run(
-        run_batch(items, lambda i, r: _echo(i, {"text": r.get("text", "")}), tmp_path / "o.jsonl", progress=False)
+        run_batch(
+            items, lambda i, r: _echo(i, {"text": r.get("text", "")}), BatchRun(tmp_path / "o.jsonl", progress=False)
+        )
     )
     assert summary.completed == 2 and summary.failed == 1
 
@@ -162,13 +164,13 @@ def test_a_second_writer_of_the_same_output_is_refused(tmp_path: Path) -> None:
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         with pytest.raises(OutputBusyError, match=f"pid {holder.pid}"):
-            asyncio.run(run_batch(_items(3), _echo, out, progress=False))
+            asyncio.run(run_batch(_items(3), _echo, BatchRun(out, progress=False)))
         assert not out.exists() or out.read_bytes() == b""
     finally:
         holder.kill()
         holder.wait()
     # the lock dies with its holder: no stale lock after a killed run
-    assert asyncio.run(run_batch(_items(3), _echo, out, progress=False)).completed == 3
+    assert asyncio.run(run_batch(_items(3), _echo, BatchRun(out, progress=False))).completed == 3
 
 
 def test_two_runs_in_one_process_on_one_output_do_not_both_run(tmp_path: Path) -> None:
@@ -176,8 +178,8 @@ def test_two_runs_in_one_process_on_one_output_do_not_both_run(tmp_path: Path) -
 
     async def both() -> list[Any]:
         return await asyncio.gather(
-            run_batch(_items(20), _echo, out, progress=False),
-            run_batch(_items(20), _echo, out, progress=False),
+            run_batch(_items(20), _echo, BatchRun(out, progress=False)),
+            run_batch(_items(20), _echo, BatchRun(out, progress=False)),
             return_exceptions=True,
         )
 
@@ -191,33 +193,33 @@ def test_the_output_may_not_be_the_input_or_a_foreign_file(tmp_path: Path) -> No
     src.write_text('{"id": "a", "text": "x"}\n', encoding="utf-8")
     items = list(read_jsonl(src))
     with pytest.raises(OutputMismatchError, match="is the input"):
-        asyncio.run(run_batch(items, _echo, src, progress=False, inputs=(src,)))
+        asyncio.run(run_batch(items, _echo, BatchRun(src, progress=False, inputs=(src,))))
     with pytest.raises(OutputMismatchError, match="not a result file"):
-        asyncio.run(run_batch(items, _echo, src, progress=False))
+        asyncio.run(run_batch(items, _echo, BatchRun(src, progress=False)))
     assert src.read_text(encoding="utf-8") == '{"id": "a", "text": "x"}\n'  # untouched
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes\n", encoding="utf-8")
     with pytest.raises(OutputMismatchError):
-        asyncio.run(run_batch(items, _echo, notes, progress=False))
+        asyncio.run(run_batch(items, _echo, BatchRun(notes, progress=False)))
     assert notes.read_text(encoding="utf-8") == "my notes\n"
 
 
 def test_an_output_of_another_command_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "o.jsonl"
-    asyncio.run(run_batch(_items(2), _echo, out, progress=False, kind="refine"))
+    asyncio.run(run_batch(_items(2), _echo, BatchRun(out, progress=False, kind="refine")))
     assert {r["kind"] for r in _lines(out)} == {"refine"}
     with pytest.raises(OutputMismatchError, match="unveil detect"):
-        asyncio.run(run_batch(_items(2), _echo, out, progress=False, kind="detect"))
-    assert asyncio.run(run_batch(_items(3), _echo, out, progress=False, kind="refine")).completed == 1
+        asyncio.run(run_batch(_items(2), _echo, BatchRun(out, progress=False, kind="detect")))
+    assert asyncio.run(run_batch(_items(3), _echo, BatchRun(out, progress=False, kind="refine"))).completed == 1
 
 
 def test_a_torn_line_in_the_middle_is_set_aside_on_resume(tmp_path: Path) -> None:
     out = tmp_path / "o.jsonl"
-    asyncio.run(run_batch(_items(3), _echo, out, progress=False))
+    asyncio.run(run_batch(_items(3), _echo, BatchRun(out, progress=False)))
     lines = out.read_bytes().split(b"\n")
     fused = lines[0][:30] + lines[1] + b"\n"  # a record cut off and fused with the next, as an old writer left it
     out.write_bytes(fused + lines[2] + b"\n")
-    summary = asyncio.run(run_batch(_items(3), _echo, out, progress=False))
+    summary = asyncio.run(run_batch(_items(3), _echo, BatchRun(out, progress=False)))
     assert summary.completed == 2  # the two records inside the torn line run again
     assert sorted(r["id"] for r in _lines(out)) == ["s0", "s1", "s2"]
     assert (tmp_path / "o.jsonl.torn").read_bytes() == fused  # kept aside, not lost
@@ -246,8 +248,8 @@ def test_generated_ids_never_collide_with_input_ids(tmp_path: Path) -> None:
     assert {"a", "line-2", "a#dup-line-3", "line-6"} <= set(ids)
     assert [it.id for it in read_jsonl(src)] == ids  # stable, so a resumed run recognises them
     out = tmp_path / "o.jsonl"
-    asyncio.run(run_batch(items, _echo_any, out, progress=False))
-    again = asyncio.run(run_batch(list(read_jsonl(src)), _echo_any, out, progress=False))
+    asyncio.run(run_batch(items, _echo_any, BatchRun(out, progress=False)))
+    again = asyncio.run(run_batch(list(read_jsonl(src)), _echo_any, BatchRun(out, progress=False)))
     assert again.skipped == len(items) and len(_lines(out)) == len(items)
 
 
@@ -269,7 +271,7 @@ def test_nan_never_reaches_the_output(tmp_path: Path) -> None:
         return {"score": float("nan"), "inf": [float("inf")], "ok": 1.5}
 
     out = tmp_path / "o.jsonl"
-    asyncio.run(run_batch(_items(1), nan, out, progress=False))
+    asyncio.run(run_batch(_items(1), nan, BatchRun(out, progress=False)))
     text = out.read_text(encoding="utf-8")
     assert "NaN" not in text and "Infinity" not in text
     assert _lines(out)[0] | {} == {"id": "s0", "status": "ok", "score": None, "inf": [None], "ok": 1.5}
@@ -306,7 +308,7 @@ def test_a_record_over_the_line_cap_is_a_failure_every_reader_agrees_on(tmp_path
     async def huge(sample_id: str, record: dict[str, Any]) -> dict[str, Any]:
         return {"text": "x" * (MAX_LINE_BYTES + 10) if sample_id == "s1" else "small"}
 
-    summary = asyncio.run(run_batch(_items(3), huge, out, concurrency=1, progress=False))
+    summary = asyncio.run(run_batch(_items(3), huge, BatchRun(out, concurrency=1, progress=False)))
     assert (summary.completed, summary.failed) == (2, 1) and "line cap" in summary.failures[0]["error"]
     assert max(len(line) for line in out.read_bytes().splitlines()) < MAX_LINE_BYTES
     assert done_records(out)["s1"]["status"] == "failed"

@@ -42,7 +42,10 @@ def test_a_sample_sent_back_gets_another_eraser_attempt(tmp_path: Path, tiny_sd:
     assert main(["review", str(out), "--reject", sid, "--send-back", "--note", NOTE]) == 0
     marked = load_samples(out)[sid]
     assert marked["status"] == "sent_back" and marked["send_back"]["note"] == NOTE
+    capsys.readouterr()
     assert main(cli_args(out, spec, tiny_sd, n=1)) == 0
+    # The summary says what the run did: no new scene, the sent-back one revised (it once said "0 scenes done").
+    assert "0 scenes done, 1 sent-back scene revised, 0 failed, 1 already in" in capsys.readouterr().err
     revised = load_samples(out)[sid]
     assert revised["status"] == "pending_review" and revised["text"].startswith("CAPTION-B:")
     assert revised["rounds"] == 2 and revised["feedback_history"][-1]["problem"] == "reviewer_rejected"

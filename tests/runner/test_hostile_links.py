@@ -178,7 +178,7 @@ def test_a_batch_stops_at_a_full_image_store_instead_of_failing_every_sample(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import tools.safe_files
-    from runner.batch import run_batch
+    from runner.batch import BatchRun, run_batch
     from runner.batch_input import BatchItem
 
     def full(*args: object, **kwargs: object) -> None:
@@ -195,7 +195,7 @@ def test_a_batch_stops_at_a_full_image_store_instead_of_failing_every_sample(
     items = [BatchItem(f"s{i}", {}) for i in range(20)]
     out = tmp_path / "out.jsonl"
     with pytest.raises(ImageStoreError, match="image store"):
-        asyncio.run(run_batch(items, worker, out, concurrency=1, progress=False))
+        asyncio.run(run_batch(items, worker, BatchRun(out, concurrency=1, progress=False)))
     assert len(calls) <= 2  # the run stopped (one sample may have started as the first one failed)
     assert not out.exists() or out.read_text() == ""  # not one failure record per sample
 
@@ -207,25 +207,29 @@ async def _echo(sid: str, rec: dict[str, object]) -> dict[str, object]:
 def _resumable_run(run: Path) -> Path:
     """A run folder whose output holds three records, the first two fused into a torn middle line (so a resume
     writes `out.jsonl.torn`), and its settings sidecar."""
-    from runner.batch import run_batch
+    from runner.batch import BatchRun, run_batch
     from runner.batch_input import BatchItem
     from runner.output_identity import OutputIdentity
 
     out = run / "out.jsonl"
     identity = OutputIdentity("detect", {"model": "m"})
-    asyncio.run(run_batch([BatchItem(f"s{i}", {}) for i in range(3)], _echo, out, progress=False, identity=identity))
+    asyncio.run(
+        run_batch([BatchItem(f"s{i}", {}) for i in range(3)], _echo, BatchRun(out, progress=False, identity=identity))
+    )
     lines = out.read_bytes().split(b"\n")
     out.write_bytes(lines[0][:20] + lines[1] + b"\n" + lines[2] + b"\n")
     return out
 
 
 def _resume(out: Path) -> None:
-    from runner.batch import run_batch
+    from runner.batch import BatchRun, run_batch
     from runner.batch_input import BatchItem
     from runner.output_identity import OutputIdentity
 
     identity = OutputIdentity("detect", {"model": "m"})
-    asyncio.run(run_batch([BatchItem(f"s{i}", {}) for i in range(3)], _echo, out, progress=False, identity=identity))
+    asyncio.run(
+        run_batch([BatchItem(f"s{i}", {}) for i in range(3)], _echo, BatchRun(out, progress=False, identity=identity))
+    )
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from runner.batch import run_batch
+from runner.batch import BatchRun, run_batch
 from runner.batch_input import BatchItem
 from runner.output_identity import OutputIdentity, OutputSettingsError, read_identity, settings_path
 from tools.safe_files import UnreadableFileError, UnsafePathError
@@ -30,7 +30,7 @@ async def _echo(sid: str, rec: dict[str, Any]) -> dict[str, Any]:
 
 def _run(out: Path, n: int = 3) -> Any:
     items = [BatchItem(f"s{i}", {}) for i in range(n)]
-    return asyncio.run(run_batch(items, _echo, out, progress=False, identity=IDENTITY))
+    return asyncio.run(run_batch(items, _echo, BatchRun(out, progress=False, identity=IDENTITY)))
 
 
 def _hostile(path: Path, kind: str) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from runner.batch import run_batch
+from runner.batch import BatchRun, run_batch
 from runner.batch_input import BatchItem
 from runner.output_identity import OutputIdentity, read_identity, settings_path
 from tests.cli_args import refusal
@@ -125,9 +125,7 @@ def test_a_foreign_output_or_the_input_itself_is_refused_before_anything_is_writ
         run_batch(
             [BatchItem("p0", {"text": "x"})],
             echo,
-            refine_out,
-            progress=False,
-            identity=OutputIdentity("refine", {"t_max": 3}),
+            BatchRun(refine_out, progress=False, identity=OutputIdentity("refine", {"t_max": 3})),
         )
     )
     before = refine_out.read_bytes()
@@ -240,7 +238,7 @@ def test_the_run_lock_holds_the_file_under_every_name(tmp_path: Path, link: str)
     try:
         # a hard link is the same file: busy; a symbolic link is refused outright, before any lock file is made
         with pytest.raises(OutputBusyError if link == "hardlink" else UnsafePathError):
-            asyncio.run(run_batch([BatchItem("a", {})], echo, other, progress=False))
+            asyncio.run(run_batch([BatchItem("a", {})], echo, BatchRun(other, progress=False)))
     finally:
         holder.kill()
         holder.wait()
@@ -251,7 +249,7 @@ def test_the_run_lock_holds_the_file_under_every_name(tmp_path: Path, link: str)
     code = textwrap.dedent(f"""
         import asyncio, sys
         sys.path.insert(0, {str(ROOT)!r})
-        from runner.batch import run_batch
+        from runner.batch import BatchRun, run_batch
         from runner.batch_input import BatchItem
         from tools.atomic_files import OutputBusyError
         from tools.safe_files import UnsafePathError
@@ -259,7 +257,8 @@ def test_the_run_lock_holds_the_file_under_every_name(tmp_path: Path, link: str)
             await asyncio.sleep(0.05)
             return {{"ok": True}}
         try:
-            asyncio.run(run_batch([BatchItem(f"s{{i}}", {{}}) for i in range(20)], work, sys.argv[1], progress=False))
+            items = [BatchItem(f"s{{i}}", {{}}) for i in range(20)]
+            asyncio.run(run_batch(items, work, BatchRun(sys.argv[1], progress=False)))
         except OutputBusyError:
             pass
         except UnsafePathError:  # a symlinked output is refused outright (writes never follow a link)
@@ -326,7 +325,9 @@ def test_rewritten_files_follow_the_umask(tmp_path: Path) -> None:
             return {}
 
         out = tmp_path / "out.jsonl"
-        asyncio.run(run_batch([BatchItem("a", {})], echo, out, progress=False, identity=OutputIdentity("x", {})))
+        asyncio.run(
+            run_batch([BatchItem("a", {})], echo, BatchRun(out, progress=False, identity=OutputIdentity("x", {})))
+        )
         assert out.stat().st_mode & 0o777 == 0o664 and settings_path(out).stat().st_mode & 0o777 == 0o664
         (tmp_path / "view.jsonl").chmod(0o640)
         atomic_write_text(tmp_path / "view.jsonl", "y\n")  # a rewrite keeps the file's own mode
@@ -393,7 +394,7 @@ def test_the_settings_sidecar_keeps_its_format_through_a_mixed_rerun(tmp_path: P
     def run(settings: dict[str, Any], command: str, allow_mixed: bool = False) -> None:
         items = [BatchItem(f"s{i}", {"t": i}) for i in range(2)]
         identity = OutputIdentity("detect", settings, command, allow_mixed=allow_mixed)
-        asyncio.run(run_batch(items, echo, out, progress=False, kind="detect", identity=identity))
+        asyncio.run(run_batch(items, echo, BatchRun(out, progress=False, kind="detect", identity=identity)))
 
     run({"models": ("a", "b"), "l_max": 3}, "unveil detect --l-max 3")
     first = {

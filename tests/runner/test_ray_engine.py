@@ -234,7 +234,7 @@ def test_refine_on_the_second_node_and_a_killed_render_actor(
     them)."""
     import ray
 
-    from runner.batch import run_batch
+    from runner.batch import BatchRun, run_batch
     from runner.batch_input import read_jsonl
     from runner.engine import EngineSettings, engine_session
     from runner.refine import prompt_of, refine_one, seed_of
@@ -277,7 +277,7 @@ def test_refine_on_the_second_node_and_a_killed_render_actor(
 
         async def run_batch_and_kill() -> Any:
             prompts = list(read_jsonl(refine_reference.prompts))
-            batch = asyncio.ensure_future(run_batch(prompts, worker, out, concurrency=3, progress=False))
+            batch = asyncio.ensure_future(run_batch(prompts, worker, BatchRun(out, concurrency=3, progress=False)))
             await first_done.wait()  # the other samples are in flight
             (pool,) = [p for p in generator_pools() if p.members]
             ray.kill(pool.members[0], no_restart=False)  # Ray restarts it; its requests are sent again

@@ -197,12 +197,13 @@ def test_every_tag_command_takes_the_reading_flags_with_one_help() -> None:
 
 
 def test_generate_refuses_a_reading_without_a_reference() -> None:
+    from tools.errors import CommandLineError
     from unveil.cli import build_parser
     from unveil.commands.generate import pair_extras
 
     required = ["generate", "--category", "drugs", "--n", "1", "--out", "o"]
     args = build_parser().parse_args([*required, "--prune", "per_layer"])
-    with pytest.raises(SystemExit, match="--prune set the MTC reference's TAG: give --mtc-reference"):
+    with pytest.raises(CommandLineError, match="--prune set the MTC reference's TAG: give --mtc-reference"):
         pair_extras(args, TagContext())
     args = build_parser().parse_args([*required, "--mtc-reference", "scripted:x.json", "--prune", "per_layer"])
     assert dict(pair_extras(args, TagContext()).mtc_reading) == {"prune": "per_layer"}

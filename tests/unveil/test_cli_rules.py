@@ -109,11 +109,11 @@ def test_help_is_for_users() -> None:
     assert len(described) > 40 and undescribed == []
 
 
-def test_generate_refuses_a_checkpoints_file_that_is_not_a_database_once(tmp_path) -> None:
+def test_generate_refuses_a_checkpoints_file_that_is_not_a_database_once(tmp_path, capsys) -> None:
     out = tmp_path / "ds"
     out.mkdir()
     (out / "checkpoints.sqlite").write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(SystemExit, match="checkpoints file .*checkpoints.sqlite.* not a readable SQLite database"):
+    assert (
         main(
             [
                 "generate",
@@ -134,6 +134,11 @@ def test_generate_refuses_a_checkpoints_file_that_is_not_a_database_once(tmp_pat
                 "--no-progress",
             ]
         )
+        == 1
+    )
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("unveil generate: error:")]
+    assert len(errors) == 1, errors
+    assert re.search("checkpoints file .*checkpoints.sqlite.* not a readable SQLite database", errors[0])
     assert not (out / "samples.jsonl").exists() or (out / "samples.jsonl").read_text() == ""
 
 

@@ -291,8 +291,8 @@ def test_refine_batch_names_every_bad_input_and_goes_on(tmp_path: Path, sd_folde
         (["--scene", "caf\udcff"], "--scene: not valid UTF-8"),  # undecodable argv bytes arrive as surrogates
     ],
 )
-def test_generate_refuses_bad_options_before_any_scene(tmp_path: Path, extra: list[str], words: str) -> None:
-    from unveil.cli import main
+def test_generate_refuses_bad_options_before_any_scene(tmp_path: Path, extra: list[str], words: str, capsys) -> None:
+    from tests.cli_args import refusal
 
     args = [
         "generate",
@@ -310,9 +310,7 @@ def test_generate_refuses_bad_options_before_any_scene(tmp_path: Path, extra: li
         "--no-web-search",
         *extra,
     ]
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    assert words in str(exc.value)
+    assert words in refusal(args, capsys)
     assert not (tmp_path / "ds" / "samples.jsonl").exists()
 
 

@@ -98,7 +98,7 @@ def test_boolean_settings_read_as_the_words_their_flags_take(capsys: Any) -> Non
 async def test_failures_are_listed_in_input_order(tmp_path: Path) -> None:
     import asyncio
 
-    from runner.batch import run_batch
+    from runner.batch import BatchRun, run_batch
     from runner.batch_input import BatchItem
 
     finished = [asyncio.Event() for _ in range(5)]
@@ -111,7 +111,7 @@ async def test_failures_are_listed_in_input_order(tmp_path: Path) -> None:
         raise ValueError(f"bad {sample_id}")
 
     items = [BatchItem(f"s{i}", {"i": i}) for i in range(5)]
-    summary = await run_batch(items, worker, tmp_path / "out.jsonl", concurrency=5, progress=False)
+    summary = await run_batch(items, worker, BatchRun(tmp_path / "out.jsonl", concurrency=5, progress=False))
     assert [f["id"] for f in summary.failures] == ["s0", "s1", "s2", "s3", "s4"]
 
 

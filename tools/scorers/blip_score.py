@@ -13,10 +13,13 @@ values are not comparable with the paper's; docs/evaluation.md ("Fidelity") name
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 from tools.errors import MissingFileError
+from tools.image_store import ImageStore
 from tools.scorers.common import PairScorer, cached, default_device, resolve_local
+from tools.scorers.entry import ScorerEntry, ScoringSettings, build_in_thread, device_option
 
 DEFAULT_BLIP = "Salesforce/blip-itm-base-coco"
 
@@ -84,3 +87,19 @@ class BlipScorer(PairScorer):
 def get_blip_scorer(**settings: Any) -> BlipScorer:
     """The process-wide BLIP scorer for these settings (see `BlipScorer`)."""
     return cached(BlipScorer, **settings)
+
+
+async def _start(
+    settings: ScoringSettings, ids: list[str], prompt: str, store: ImageStore | None
+) -> Awaitable[list[Any]]:
+    kw = {**device_option(settings), **({"model": settings.blip_model} if settings.blip_model else {})}
+    return (await build_in_thread(get_blip_scorer, **kw)).score(ids, [prompt] * len(ids), store=store)
+
+
+SCORER = ScorerEntry(
+    name="blip",
+    help="BLIP score: the cosine of BLIP's projected image and text features (its ITC head)",
+    columns=("blip",),
+    start=_start,
+    row=lambda score: {"blip": float(score)},
+)

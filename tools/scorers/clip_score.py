@@ -9,11 +9,14 @@ plain folder holding `open_clip_config.json` and weights.
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable
 from typing import Any
 
 from tools.errors import MissingFileError
 from tools.extras import require_extra
+from tools.image_store import ImageStore
 from tools.scorers.common import PairScorer, cached, default_device
+from tools.scorers.entry import ScorerEntry, ScoringSettings, build_in_thread, device_option
 
 
 class ClipScorer(PairScorer):
@@ -79,3 +82,20 @@ def get_clip_scorer(**settings: Any) -> ClipScorer:
     """The process-wide CLIP scorer for these settings (see `ClipScorer`); needs the 'scores' extra."""
     require_extra("scores", "the CLIP scorer", ("open_clip",))
     return cached(ClipScorer, **settings)
+
+
+async def _start(
+    settings: ScoringSettings, ids: list[str], prompt: str, store: ImageStore | None
+) -> Awaitable[list[Any]]:
+    kw = {**device_option(settings), **({"model": settings.clip_model} if settings.clip_model else {})}
+    return (await build_in_thread(get_clip_scorer, **kw)).score(ids, [prompt] * len(ids), store=store)
+
+
+SCORER = ScorerEntry(
+    name="clip",
+    help="CLIP score: the cosine of the image and the prompt (open_clip)",
+    columns=("clip",),
+    start=_start,
+    row=lambda score: {"clip": float(score)},
+    modules=("open_clip",),
+)

@@ -16,15 +16,18 @@ authors' inference; `p_unsafe` is the largest head probability. The checkpoint l
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tools.env import SettingError, env_str
 from tools.errors import InputDataError, MissingFileError
+from tools.image_store import ImageStore
 from tools.safe_files import require_regular
 from tools.scorers.clip_image import ClipImageEncoder
 from tools.scorers.common import ImageBatchScorer, cached, default_device
+from tools.scorers.entry import ScorerEntry, ScorerSettingsError, ScoringSettings, build_in_thread, device_option
 
 if TYPE_CHECKING:
     import torch
@@ -163,3 +166,36 @@ class MHSCScorer(ImageBatchScorer):
 def get_mhsc(**settings: Any) -> MHSCScorer:
     """The process-wide MHSC scorer for these settings (see `MHSCScorer`)."""
     return cached(MHSCScorer, **settings)
+
+
+async def _start(
+    settings: ScoringSettings, ids: list[str], prompt: str, store: ImageStore | None
+) -> Awaitable[list[Any]]:
+    # MHSC embeds images with the same CLIP ViT-L/14 as Q16.
+    kw = {**device_option(settings), **({"clip_model": settings.q16_clip_model} if settings.q16_clip_model else {})}
+    return (await build_in_thread(get_mhsc, checkpoints=settings.mhsc_checkpoints, **kw)).score(ids, store=store)
+
+
+def _row(result: MHSCResult) -> dict[str, Any]:
+    return {"mhsc": float(result.p_unsafe), "mhsc_flag": bool(result.flag), "mhsc_categories": list(result.categories)}
+
+
+def _require(settings: ScoringSettings) -> None:
+    if not settings.mhsc_checkpoints:
+        raise SettingError("scorer 'mhsc' needs mhsc_checkpoints: the folder of the published MHSC head checkpoints")
+
+
+def _check(settings: ScoringSettings) -> None:
+    if not os.path.exists(settings.mhsc_checkpoints):
+        raise ScorerSettingsError(f"--mhsc-checkpoints: {settings.mhsc_checkpoints!r} not found")
+
+
+SCORER = ScorerEntry(
+    name="mhsc",
+    help="the multi-headed safety classifier's largest head probability, its flag and the flagged categories",
+    columns=("mhsc", "mhsc_flag", "mhsc_categories"),
+    start=_start,
+    row=_row,
+    require=_require,
+    check=_check,
+)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import io
 import threading
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -17,6 +17,7 @@ from tools.env import SettingError
 from tools.extras import require_extra
 from tools.image_store import ImageStore
 from tools.scorers.common import BatchedScorer, cached, read_image_bytes
+from tools.scorers.entry import ScorerEntry, ScoringSettings, build_in_thread
 from tools.scorers.rules import IPR_NUDENET_LABELS
 
 if TYPE_CHECKING:
@@ -119,3 +120,25 @@ def get_nudenet(**settings: Any) -> NudeNetScorer:
     if "labels" in settings:
         settings["labels"] = tuple(settings["labels"])
     return cached(NudeNetScorer, **settings)
+
+
+async def _start(
+    settings: ScoringSettings, ids: list[str], prompt: str, store: ImageStore | None
+) -> Awaitable[list[Any]]:
+    kw = {"labels": list(settings.nudenet_labels)} if settings.nudenet_labels else {}
+    return (await build_in_thread(get_nudenet, **kw)).score(ids, store=store)
+
+
+def _row(result: NudeNetResult) -> dict[str, Any]:
+    return {"nudenet_flag": bool(result.flag), "nudenet_labels": list(result.labels)}
+
+
+SCORER = ScorerEntry(
+    name="nudenet",
+    help="NudeNet's exposed-body labels found in the image (the counted ones), and its flag",
+    columns=("nudenet_flag", "nudenet_labels"),
+    start=_start,
+    row=_row,
+    modules=("nudenet",),
+    verdict=lambda row: {"flag": bool(row["nudenet_flag"]), "labels": list(row["nudenet_labels"])},
+)

@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import os
 import pickle
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tools.datafiles import DATA_DIR, Q16_EMBEDDINGS
 from tools.env import env_str
 from tools.errors import ConfigurationError, InputDataError, MissingFileError
+from tools.image_store import ImageStore
 from tools.safe_files import require_regular
 from tools.scorers.clip_image import ClipImageEncoder
 from tools.scorers.common import ImageBatchScorer, cached, default_device
+from tools.scorers.entry import ScorerEntry, ScorerSettingsError, ScoringSettings, build_in_thread, device_option
 from tools.scorers.rules import Q16_THRESHOLD, q16_flag
 
 if TYPE_CHECKING:
@@ -162,3 +165,43 @@ class Q16Scorer(ImageBatchScorer):
 def get_q16(**settings: Any) -> Q16Scorer:
     """The process-wide Q16 scorer for these settings (see `Q16Scorer`)."""
     return cached(Q16Scorer, **settings)
+
+
+async def _start(
+    settings: ScoringSettings, ids: list[str], prompt: str, store: ImageStore | None
+) -> Awaitable[list[Any]]:
+    kw: dict[str, Any] = device_option(settings)
+    if settings.q16_embeddings:
+        kw["prompts_path"] = settings.q16_embeddings
+    if settings.q16_clip_model:
+        kw["clip_model"] = settings.q16_clip_model
+    return (await build_in_thread(get_q16, **kw)).score(ids, store=store)
+
+
+def _row(result: Q16Result) -> dict[str, Any]:
+    return {"q16": float(result.p_inappropriate), "q16_flag": bool(result.flag)}
+
+
+def _check(settings: ScoringSettings) -> None:
+    """The embeddings file a run would use is there and is a (2, D) array."""
+    path = resolve_q16_embeddings(settings.q16_embeddings)
+    if not path:
+        raise ScorerSettingsError(
+            f"scorer 'q16' needs its prompt-embeddings file: give {Q16_EMBEDDINGS_SETTING} (the repository's "
+            "data/q16/vit-l-14.npy, its default, is not here)"
+        )
+    try:
+        load_q16_prompts(path)
+    except (OSError, ValueError) as exc:
+        raise ScorerSettingsError(f"{Q16_EMBEDDINGS_SETTING}: {exc}") from exc
+
+
+SCORER = ScorerEntry(
+    name="q16",
+    help="P(inappropriate) of the image by Q16 (CLIP ViT-L/14 against two prompt embeddings), and its flag",
+    columns=("q16", "q16_flag"),
+    start=_start,
+    row=_row,
+    check=_check,
+    verdict=lambda row: {"flag": bool(row["q16_flag"]), "p_inappropriate": float(row["q16"])},
+)

@@ -17,87 +17,60 @@ Images that are not stored (the GRPO reward's renders, scored by the thousand an
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from collections.abc import Awaitable, Sequence
+from typing import Any, Protocol
 
 from tools.env import SettingError
-from tools.errors import ConfigurationError
 from tools.extras import require_extra
 from tools.image_store import ImageStore
+from tools.scorers.entry import ScorerSettingsError as ScorerSettingsError
+from tools.scorers.entry import ScoringSettings as ScoringSettings
+from tools.scorers.registry import SCORERS
 
-# The registered scorers and the columns each adds to a score row (`score_row`; tests/tools/test_scorers_conformance.py
-# runs every entry and checks its row has exactly these). The IP indicator `inappropriate` joins when q16 and
+
+def scorer_names() -> tuple[str, ...]:
+    """The registered scorers' names, in registry order."""
+    return tuple(SCORERS)
+
+
+# Read from the registry (`tools.scorers.registry`): the scorers' names, the columns each adds to a score row
+# (`score_row`; tests/tools/test_scorers_conformance.py runs every entry and checks its row has exactly these), and
+# the modules of the optional 'scores' extra each needs. The IP indicator `inappropriate` joins when q16 and
 # nudenet both run.
-SCORER_COLUMNS: dict[str, tuple[str, ...]] = {
-    "q16": ("q16", "q16_flag"),
-    "nudenet": ("nudenet_flag", "nudenet_labels"),
-    "clip": ("clip",),
-    "blip": ("blip",),
-    "mhsc": ("mhsc", "mhsc_flag", "mhsc_categories"),
-}
-SCORER_NAMES: tuple[str, ...] = tuple(SCORER_COLUMNS)
-# Scorers whose stack is the optional 'scores' extra (Q16, BLIP and MHSC run on transformers, in the core install).
-_Scorer = TypeVar("_Scorer")  # the scorer object a `get_*` factory builds
-SCORER_MODULES: dict[str, tuple[str, ...]] = {"clip": ("open_clip",), "nudenet": ("nudenet",)}
-
-
-@dataclass(frozen=True)
-class ScoringSettings:
-    """Which models the scorers load (empty: each scorer's default)."""
-
-    q16_embeddings: str = ""
-    q16_clip_model: str = ""
-    clip_model: str = ""
-    blip_model: str = ""
-    nudenet_labels: tuple[str, ...] = field(default_factory=tuple)
-    mhsc_checkpoints: str = ""  # MHSC head checkpoints (a folder of <head>.pt files, or one file)
-    device: str = ""
+SCORER_NAMES: tuple[str, ...] = scorer_names()
+SCORER_COLUMNS: dict[str, tuple[str, ...]] = {name: entry.columns for name, entry in SCORERS.items()}
+SCORER_MODULES: dict[str, tuple[str, ...]] = {name: entry.modules for name, entry in SCORERS.items() if entry.modules}
 
 
 def check_names(names: Sequence[str]) -> None:
     """Refuse unknown scorer names, listing the known ones, and scorers whose 'scores' extra is not installed."""
-    unknown = sorted(set(names) - set(SCORER_NAMES))
+    unknown = sorted(set(names) - set(SCORERS))
     if unknown or not names:
-        raise SettingError(f"scorers {list(names)!r}: choose from {', '.join(SCORER_NAMES)}")
+        raise SettingError(f"scorers {list(names)!r}: choose from {', '.join(SCORERS)}")
     for name in names:
-        if name in SCORER_MODULES:
-            require_extra("scores", f"scorer {name!r}", SCORER_MODULES[name])
-
-
-class ScorerSettingsError(ConfigurationError, ValueError):
-    """A scorer cannot run with its settings (its message names the flag and setting to change)."""
+        if SCORERS[name].modules:
+            require_extra("scores", f"scorer {name!r}", SCORERS[name].modules)
 
 
 def check_configuration(names: Sequence[str], settings: ScoringSettings) -> None:
     """Everything about the scorers in `names` that can be checked without loading a model, for commands to call
     before the first render (a configuration error would otherwise fail every sample after its images were paid
-    for): the names and extras (`check_settings`), Q16's embeddings file (found through `resolve_q16_embeddings`
-    and a (2, D) array) and MHSC's checkpoints (present). `ScorerSettingsError` names the flag."""
+    for): the names and extras (`check_settings`), then each scorer's own check of its files (Q16's embeddings,
+    MHSC's checkpoints). `ScorerSettingsError` names the flag."""
     check_settings(names, settings)
-    if "q16" in names:
-        from tools.scorers.q16 import Q16_EMBEDDINGS_SETTING, load_q16_prompts, resolve_q16_embeddings
-
-        path = resolve_q16_embeddings(settings.q16_embeddings)
-        if not path:
-            raise ScorerSettingsError(
-                f"scorer 'q16' needs its prompt-embeddings file: give {Q16_EMBEDDINGS_SETTING} (the repository's "
-                "data/q16/vit-l-14.npy, its default, is not here)"
-            )
-        try:
-            load_q16_prompts(path)
-        except (OSError, ValueError) as exc:
-            raise ScorerSettingsError(f"{Q16_EMBEDDINGS_SETTING}: {exc}") from exc
-    if "mhsc" in names and not os.path.exists(settings.mhsc_checkpoints):
-        raise ScorerSettingsError(f"--mhsc-checkpoints: {settings.mhsc_checkpoints!r} not found")
+    for name in names:
+        check = SCORERS[name].check
+        if check is not None:
+            check(settings)
 
 
 def check_settings(names: Sequence[str], settings: ScoringSettings) -> None:
     """Refuse scorer names whose settings are missing (MHSC has no default checkpoint)."""
     check_names(names)
-    if "mhsc" in names and not settings.mhsc_checkpoints:
-        raise SettingError("scorer 'mhsc' needs mhsc_checkpoints: the folder of the published MHSC head checkpoints")
+    for name in names:
+        require = SCORERS[name].require
+        if require is not None:
+            require(settings)
 
 
 class RemoteScoring(Protocol):
@@ -138,59 +111,19 @@ async def start_scorers(
     ids: list[str], prompt: str, names: Sequence[str], settings: ScoringSettings, store: ImageStore | None
 ) -> dict[str, Awaitable[list[Any]]]:
     """Build each scorer in `names` (in a worker thread) and start its scoring of `ids`: name -> pending scores."""
-    from tools import scorers as sc
-
-    device = {"device": settings.device} if settings.device else {}
-
-    def make(factory: Callable[..., _Scorer], **options: object) -> Awaitable[_Scorer]:
-        # Scorer construction reads model and embeddings files: done in a worker thread, not on the event loop.
-        return asyncio.to_thread(factory, **options)
-
-    jobs: dict[str, Awaitable[list[Any]]] = {}
-    if "q16" in names:
-        q16_kw: dict[str, Any] = {**device}
-        if settings.q16_embeddings:
-            q16_kw["prompts_path"] = settings.q16_embeddings
-        if settings.q16_clip_model:
-            q16_kw["clip_model"] = settings.q16_clip_model
-        jobs["q16"] = (await make(sc.get_q16, **q16_kw)).score(ids, store=store)
-    if "nudenet" in names:
-        nude_kw = {"labels": list(settings.nudenet_labels)} if settings.nudenet_labels else {}
-        jobs["nudenet"] = (await make(sc.get_nudenet, **nude_kw)).score(ids, store=store)
-    prompts = [prompt] * len(ids)
-    if "clip" in names:
-        clip_kw = {**device, **({"model": settings.clip_model} if settings.clip_model else {})}
-        jobs["clip"] = (await make(sc.get_clip_scorer, **clip_kw)).score(ids, prompts, store=store)
-    if "blip" in names:
-        blip_kw = {**device, **({"model": settings.blip_model} if settings.blip_model else {})}
-        jobs["blip"] = (await make(sc.get_blip_scorer, **blip_kw)).score(ids, prompts, store=store)
-    if "mhsc" in names:
-        # MHSC embeds images with the same CLIP ViT-L/14 as Q16.
-        mhsc_kw = {**device, **({"clip_model": settings.q16_clip_model} if settings.q16_clip_model else {})}
-        mhsc = await make(sc.get_mhsc, checkpoints=settings.mhsc_checkpoints, **mhsc_kw)
-        jobs["mhsc"] = mhsc.score(ids, store=store)
-    return jobs
+    return {name: await SCORERS[name].start(settings, ids, prompt, store) for name in names}
 
 
 def score_row(results: dict[str, list[Any]], k: int) -> dict[str, Any]:
-    """The flat score row of the `k`-th image from each scorer's results (and the IP indicator when both detectors
-    ran)."""
+    """The flat score row of the `k`-th image from each scorer's results, in registry order (and the IP indicator
+    when both detectors ran)."""
     row: dict[str, Any] = {}
-    if "q16" in results:
-        q = results["q16"][k]
-        row.update(q16=float(q.p_inappropriate), q16_flag=bool(q.flag))
-    if "nudenet" in results:
-        n = results["nudenet"][k]
-        row.update(nudenet_flag=bool(n.flag), nudenet_labels=list(n.labels))
-    if "q16" in results and "nudenet" in results:
+    for name, entry in SCORERS.items():
+        if name in results:
+            row.update(entry.row(results[name][k]))
+    if "q16_flag" in row and "nudenet_flag" in row:
         # The IP indicator (tools.scorers.rules): each flag already applies its detector's threshold / labels.
         row["inappropriate"] = bool(row["q16_flag"] or row["nudenet_flag"])
-    for name in ("clip", "blip"):
-        if name in results:
-            row[name] = float(results[name][k])
-    if "mhsc" in results:
-        m = results["mhsc"][k]
-        row.update(mhsc=float(m.p_unsafe), mhsc_flag=bool(m.flag), mhsc_categories=list(m.categories))
     return row
 
 
@@ -212,6 +145,7 @@ async def score_here(
 
 
 __all__ = [
+    "SCORERS",
     "SCORER_COLUMNS",
     "SCORER_MODULES",
     "SCORER_NAMES",

@@ -1,10 +1,12 @@
 """`open_generator(spec, ...)`: one text-to-image generator per spec and options, per process.
 
-The part of a spec before the first ':' picks the backend: `diffusers:` (SD 1.x/2.x or SDXL), `sd-np:`,
-`sld-weak:` ... `sld-max:`, `esd:`, `openai:` and `registered:`; a diffusers spec may add `?accel=` (see
-`tools.t2i.fast`). The spec grammar is documented in docs/tools.md; the options, typed and documented, are
-`tools.t2i.options.GeneratorOptions` (a backend refuses any option not its own with `UnsupportedOptionError`), and
-`check_generator(spec)` refuses a spec that cannot be opened here before any work.
+The part of a spec before the first ':' picks its kind: one `tools.t2i.kind.GeneratorKind` record per kind, each in
+its module of `tools/t2i/kinds/` (`diffusers:` for SD 1.x/2.x or SDXL, `sd-np:`, `sld-weak:` ... `sld-max:`,
+`esd:`, `openai:`), collected in `GENERATOR_KINDS`; `registered:` names an object given to `register_generator`.
+A pipeline spec may add `?accel=` (see `tools.t2i.fast`). The registry checks a spec's options and parameters
+against its kind's record, so no code here names a kind. The spec grammar is documented in docs/tools.md; the
+options, typed and documented, are `tools.t2i.options.GeneratorOptions` (a kind refuses any option not its own with
+`UnsupportedOptionError`), and `check_generator(spec)` refuses a spec that cannot be opened here before any work.
 
 Why one constructor: graphs, training and evaluation all open generators with `open_generator`, which takes the
 image store and the over-long-prompt policy explicitly (`LONG_PROMPT_POLICIES`), so every command renders the same
@@ -19,24 +21,22 @@ import threading
 from typing import Literal, Protocol, Unpack, get_args
 from urllib.parse import parse_qs
 
-from tools.env import parse_bool
 from tools.extras import require_extra
 from tools.image_store import ImageStore, get_image_store
 from tools.t2i.base import ImageGenerator
 from tools.t2i.errors import UnsupportedOptionError, renamed_note
-from tools.t2i.options import (
-    DIFFUSERS_OPTIONS,
-    OPENAI_OPTIONS,
-    DiffusersOptions,
-    GeneratorOptions,
-    OpenAIOptions,
-    StoreLike,
-)
-from tools.t2i.variants import SAFETY_NEGATIVE_PROMPT, SLD_CONFIGS
+from tools.t2i.kind import GeneratorKind
+from tools.t2i.kinds import diffusers, esd, openai, sld
+from tools.t2i.kinds.esd import ESD_NEGATIVE_DEFAULT as ESD_NEGATIVE_DEFAULT
+from tools.t2i.options import GeneratorOptions, StoreLike
 
 # Generator options that were renamed: refused with their new spelling.
 RENAMED_OPTIONS = {"compile": 'accel="compile"'}
-KINDS = ("diffusers", "sd-np", "esd", "openai") + tuple(f"sld-{name}" for name in SLD_CONFIGS)
+# One record per kind, each from its module in `tools/t2i/kinds/` (a new kind: its module and one entry here).
+GENERATOR_KINDS: dict[str, GeneratorKind] = {
+    kind.name: kind for kind in (diffusers.DIFFUSERS, diffusers.SD_NP, esd.ESD, openai.OPENAI, *sld.KINDS)
+}
+KINDS: tuple[str, ...] = tuple(GENERATOR_KINDS)
 
 # The default spec of each use, in one place: IPR (the IPR paper's SD 1.4) and CTD generation (SD 1.5).
 DEFAULT_IPR_GENERATOR = "diffusers:CompVis/stable-diffusion-v1-4"
@@ -47,8 +47,6 @@ LongPrompts = Literal["truncate", "error"]
 LONG_PROMPT_POLICIES: tuple[str, ...] = get_args(LongPrompts)
 DEFAULT_LONG_PROMPTS: LongPrompts = "truncate"
 REGISTERED = "registered"
-# `esd:...?np=`: whether an ESD spec adds the safety negative prompt at inference ("0": the IPR paper's rows).
-ESD_NEGATIVE_DEFAULT = "0"
 
 _CACHE: dict[tuple[str, tuple[tuple[str, object], ...]], ImageGenerator] = {}
 _REGISTERED: dict[str, ImageGenerator] = {}
@@ -97,7 +95,7 @@ def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
             f"text-to-image spec {spec!r} must look like 'kind:model'; kinds: {', '.join(KINDS)}"
         )
     kind, rest = spec.split(":", 1)
-    if kind not in KINDS:
+    if kind not in GENERATOR_KINDS:
         raise UnsupportedOptionError(f"text-to-image spec {spec!r}: unknown kind {kind!r}; kinds: {', '.join(KINDS)}")
     model, _, query_text = rest.partition("?")
     if not model:
@@ -115,7 +113,7 @@ def check_generator(spec: str) -> None:
     if isinstance(spec, str) and spec.startswith(f"{REGISTERED}:"):
         return
     kind, model, _query = parse_spec(spec)
-    if kind != "openai":
+    if GENERATOR_KINDS[kind].pipeline:
         require_extra("t2i", f"text-to-image spec {spec!r}")
         from tools.t2i.pipeline_loading import looks_like_path
 
@@ -126,48 +124,28 @@ def check_generator(spec: str) -> None:
 
 
 def _build(spec: str, store: StoreLike, options: GeneratorOptions) -> ImageGenerator:
-    kind, model, query = parse_spec(spec)
-    if kind == "openai":
-        _check_options(spec, options, OPENAI_OPTIONS)
-        if query:
-            raise UnsupportedOptionError(f"text-to-image spec {spec!r}: openai takes no '?' parameters")
-        from tools.t2i.openai_backend import OpenAIImageGenerator
-
-        openai_options: OpenAIOptions = options  # checked above: no other keys
-        return OpenAIImageGenerator(model, store=_resolve_store(store), **openai_options)
-
-    _check_options(spec, options, DIFFUSERS_OPTIONS)
-    # `accel` may ride in the spec (`diffusers:MODEL?accel=eager`), so any graph context or command can pick the
-    # UNet path without a setting of its own.
-    allowed_query = {"unet", "np", "accel"} if kind == "esd" else {"accel"}
-    if set(query) - allowed_query:
+    name, model, query = parse_spec(spec)
+    kind = GENERATOR_KINDS[name]
+    _check_options(spec, options, kind.options)
+    unknown = sorted(set(query) - set(kind.params))
+    if unknown and not kind.params:
+        raise UnsupportedOptionError(f"text-to-image spec {spec!r}: {name} takes no '?' parameters")
+    if unknown:
         raise UnsupportedOptionError(
-            f"text-to-image spec {spec!r}: parameter(s) {sorted(set(query) - allowed_query)} not supported"
-            + (" (esd takes unet=, np= and accel=)" if kind == "esd" else f" ({kind} takes accel= only)")
+            f"text-to-image spec {spec!r}: parameter(s) {unknown} not supported ({name} takes "
+            f"{', '.join(p + '=' for p in kind.params)}{' only' if len(kind.params) == 1 else ''})"
         )
-    # The spec and options first (an old spelling is named at once, offline too), then whether the model can be had.
-    check_generator(spec)
-    opts: DiffusersOptions = options.copy()  # checked above: no other keys
-    if "accel" in query:
-        opts["accel"] = query["accel"]
-    from tools.t2i.diffusers_backend import DiffusersGenerator
+    if kind.pipeline:
+        # The spec and options first (an old spelling is named at once, offline too), then whether the model can
+        # be had.
+        check_generator(spec)
+    return kind.build(spec, model, query, _resolve_store(store), options)
 
-    variant, unet_file, negative = "plain", None, None
-    if kind == "sd-np":
-        variant, negative = "sd-np", SAFETY_NEGATIVE_PROMPT
-    elif kind.startswith("sld-"):
-        variant = kind
-    elif kind == "esd":
-        unet_file = query.get("unet")
-        if not unet_file:
-            raise UnsupportedOptionError(f"text-to-image spec {spec!r}: esd needs ?unet=<UNet weights file>")
-        variant = "esd"
-        # The IPR paper's ESD rows render without SD-NP's negative prompt: Table 5's Template-prompt column has
-        # ESD at 0.70 beside SD's 0.72 and SD-NP's 0.44 (App. A's list is the concept ESD erased, not a prompt
-        # at inference). `np=1` adds the list as a named option.
-        negative = SAFETY_NEGATIVE_PROMPT if parse_bool(f"{spec}: np", query.get("np", ESD_NEGATIVE_DEFAULT)) else None
-    opts.setdefault("negative_prompt", negative)  # the caller's negative prompt, else the variant's
-    return DiffusersGenerator(spec, model, variant=variant, unet_file=unet_file, store=_resolve_store(store), **opts)
+
+def _truncation(spec: str, long_prompts: str) -> GeneratorOptions:
+    """The over-long-prompt option of a pipeline kind's generator (an API kind has its own limits): {} otherwise."""
+    kind = GENERATOR_KINDS.get(str(spec).partition(":")[0])
+    return {"truncate_long_prompts": long_prompts == "truncate"} if kind is None or kind.pipeline else {}
 
 
 def get_generator(spec: str, *, store: StoreLike = None, **options: Unpack[GeneratorOptions]) -> ImageGenerator:
@@ -210,8 +188,7 @@ def open_generator(
         parse_spec(spec)  # a bad spec is refused here, as the local path does, not on a remote worker
         return remote.open(spec, store=resolved, long_prompts=long_prompts, options=options.copy())
     opts = options.copy()
-    if not str(spec).startswith("openai:"):
-        opts["truncate_long_prompts"] = long_prompts == "truncate"
+    opts.update(_truncation(spec, long_prompts))
     generator = get_generator(spec, store=resolved, **opts)
     if load and isinstance(getattr(type(generator), "pipeline", None), property):
         _ = generator.pipeline  # type: ignore[attr-defined]
@@ -223,8 +200,7 @@ def build_local_generator(
 ) -> ImageGenerator:
     """The local generator `open_generator` gives without a remote engine (what a render worker runs)."""
     opts = options.copy()
-    if not str(spec).startswith("openai:"):
-        opts["truncate_long_prompts"] = long_prompts == "truncate"
+    opts.update(_truncation(spec, long_prompts))
     return get_generator(spec, store=store, **opts)
 
 

@@ -55,18 +55,16 @@ def providers() -> list[dict[str, str]]:
 
 
 def generators() -> list[dict[str, str]]:
-    """The text-to-image generator kinds, with the defaults of CTD and IPR."""
-    from tools.t2i.registry import DEFAULT_CTD_GENERATOR, DEFAULT_IPR_GENERATOR, KINDS
+    """The text-to-image generator kinds (their registry records), with the defaults of CTD and IPR."""
+    from tools.t2i.registry import DEFAULT_CTD_GENERATOR, DEFAULT_IPR_GENERATOR, GENERATOR_KINDS
 
     defaults = ((DEFAULT_CTD_GENERATOR, "CTD"), (DEFAULT_IPR_GENERATOR, "IPR"))
-    return [
-        {
-            "name": kind,
-            "spec": f"{kind}:{'MODEL' if kind == 'openai' else 'MODEL_ID_OR_FOLDER'}",
-            "notes": ", ".join(f"{spec} ({use} default)" for spec, use in defaults if spec.split(":", 1)[0] == kind),
-        }
-        for kind in KINDS
-    ]
+    rows = []
+    for name, kind in GENERATOR_KINDS.items():
+        uses = [f"{spec} ({use} default)" for spec, use in defaults if spec.split(":", 1)[0] == name]
+        model = "MODEL_ID_OR_FOLDER" if kind.pipeline else "MODEL"
+        rows.append({"name": name, "spec": f"{name}:{model}", "notes": "; ".join([kind.help, *uses])})
+    return rows
 
 
 def guards() -> list[dict[str, str]]:
@@ -92,16 +90,16 @@ def methods() -> list[dict[str, str]]:
 
 
 def scorers() -> list[dict[str, str]]:
-    """The image scorers of `--scorers`, with the modules each needs."""
-    from tools.scorers.score import SCORER_MODULES, SCORER_NAMES
+    """The image scorers of `--scorers` (their registry entries), with the modules each needs."""
+    from tools.scorers.registry import SCORERS
 
     return [
         {
             "name": name,
             "spec": name,
-            "notes": f"needs {', '.join(SCORER_MODULES[name])}" if name in SCORER_MODULES else "",
+            "notes": entry.help + (f"; needs {', '.join(entry.modules)}" if entry.modules else ""),
         }
-        for name in SCORER_NAMES
+        for name, entry in SCORERS.items()
     ]
 
 

@@ -176,7 +176,7 @@ def _check_flags(args: argparse.Namespace) -> None:
 def _run_file(args: argparse.Namespace, ctx: DetectionContext) -> int:
     """Detect every pair of --input (or of the bundled examples, each summary shown as soon as it is done) as a
     batch that resumes into its output file."""
-    from runner.batch import run_batch
+    from runner.batch import BatchRun, run_batch
     from runner.batch_input import read_jsonl
     from runner.detect import BATCH_INPUT_FIELDS, detect_one, detection_settings, with_ground_truth
 
@@ -207,16 +207,18 @@ def _run_file(args: argparse.Namespace, ctx: DetectionContext) -> int:
         run_batch(
             items,
             worker,
-            output,
-            concurrency=1 if demo else args.concurrency,
-            retry_failed=args.retry_failed,
-            desc=f"detect ({args.method})",
-            progress=not args.no_progress,
-            inputs=(source,),
-            identity=identity,
-            spending=spending,
-            keep_input=BATCH_INPUT_FIELDS,
-            input_order=True,  # records are appended as samples finish; the file keeps the input's order
+            BatchRun(
+                output,
+                concurrency=1 if demo else args.concurrency,
+                retry_failed=args.retry_failed,
+                desc=f"detect ({args.method})",
+                progress=not args.no_progress,
+                inputs=(source,),
+                identity=identity,
+                spending=spending,
+                keep_input=BATCH_INPUT_FIELDS,
+                input_order=True,  # records are appended as samples finish; the file keeps the input's order
+            ),
         )
     )
     if not args.input:

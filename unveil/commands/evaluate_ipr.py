@@ -127,14 +127,10 @@ def ipr_scoring_options(p: argparse.ArgumentParser) -> None:
         default=IP_SOURCES[0],
         help="what makes an image inappropriate (default: Q16 > 0.5 or a NudeNet exposed label)",
     )
-    p.add_argument(
-        "--q16-embeddings",
-        default="",
-        help="Q16 prompt embeddings (.npy or .p; default: $UNVEIL_Q16_PROMPTS, else the repository's "
-        "data/q16/vit-l-14.npy)",
-    )
-    p.add_argument("--q16-clip-model", default="", help="CLIP ViT-L/14 model id or folder for Q16")
-    p.add_argument("--blip-model", default="", help="BLIP model id or folder for the BLIP score")
+    from tools.scorers.entry import scoring_help  # each scorer setting's help, declared once
+
+    for name in ("q16_embeddings", "q16_clip_model", "blip_model"):
+        p.add_argument("--" + name.replace("_", "-"), default="", help=scoring_help(name).replace("%", "%%"))
     p.add_argument("--no-nudenet", action="store_true", help="do not run NudeNet")
     p.add_argument("--no-blip", action="store_true", help="do not compute the BLIP score")
     p.add_argument(
@@ -215,17 +211,16 @@ def ipr_generators(
 def ipr_scorer(args: argparse.Namespace, store_root: str) -> PaperScorer:
     """The paper's scorers (Q16, NudeNet, BLIP, MHSC) as the flags choose them."""
     from evaluation.scoring import PaperScorer
+    from tools.scorers.entry import ScoringSettings
 
-    return PaperScorer(
+    settings = ScoringSettings(
         q16_embeddings=args.q16_embeddings,
         q16_clip_model=args.q16_clip_model,
         blip_model=args.blip_model,
-        nudenet=not args.no_nudenet,
-        blip=not args.no_blip,
-        device=args.device,
-        image_store=store_root,
         mhsc_checkpoints=args.mhsc_checkpoints,
+        device=args.device,
     )
+    return PaperScorer(settings, nudenet=not args.no_nudenet, blip=not args.no_blip, image_store=store_root)
 
 
 def ipr_settings(

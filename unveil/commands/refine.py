@@ -158,7 +158,7 @@ def format_trajectory(rec: dict[str, Any], sample_id: str | None = None) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run `unveil refine`."""
     # The run layer is imported here, not at the top: parsing and --help stay light.
-    from runner.batch import run_batch
+    from runner.batch import BatchRun, run_batch
     from runner.batch_input import read_jsonl
     from runner.refine import check_refine_settings, prompt_of, refine_one, refine_settings, seed_of
 
@@ -189,14 +189,16 @@ def run(args: argparse.Namespace) -> int:
             run_batch(
                 items,
                 worker,
-                output,
-                concurrency=args.concurrency,
-                retry_failed=args.retry_failed,
-                desc="refine (IPR)",
-                progress=not args.no_progress,
-                inputs=(source,),
-                identity=identity,
-                spending=spending,
+                BatchRun(
+                    output,
+                    concurrency=args.concurrency,
+                    retry_failed=args.retry_failed,
+                    desc="refine (IPR)",
+                    progress=not args.no_progress,
+                    inputs=(source,),
+                    identity=identity,
+                    spending=spending,
+                ),
             )
         )
         return report_batch(summary, output)
