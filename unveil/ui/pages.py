@@ -125,7 +125,7 @@ class Ui:
     def session_id(self, request: Request) -> str:
         """The id of the request's stored session, or "" when its cookie names none (nothing is stored for a
         request until a route keeps something: `kept_session`)."""
-        sid = request.cookies.get(SESSION_COOKIE, "")
+        sid = str(request.cookies.get(SESSION_COOKIE, ""))  # fastapi's types are Any without the ui extra
         if sid in self.sessions:
             self.sessions.move_to_end(sid)
             return sid

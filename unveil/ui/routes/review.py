@@ -338,7 +338,7 @@ async def reviewers_page(request: Request, ui: UiDep, ctd: CtdDep) -> HTMLRespon
     """Who reviewed what, and how much reviewers agree per category (Fleiss' and Cohen's kappa); with a
     reviewers file, for a signed-in reviewer only."""
     if ui.people() is not None and not ui.reviewer(request):
-        return RedirectResponse("/signin", 303)  # type: ignore[return-value]
+        return RedirectResponse("/signin", 303)  # type: ignore[return-value, unused-ignore]
     rows = await asyncio.to_thread(ctd.rows)
     return ui.page(
         request,
