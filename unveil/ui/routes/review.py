@@ -234,14 +234,17 @@ async def decide(
 async def _labels_of(request: Request, ctd: CtdSource) -> dict[str, Any]:
     """The label fields of a decision form (a corrected category, one field per rating of the schema). The
     correction is `label_category`, never `category`: that name is the queue's filter, which every form carries
-    back, and reading it here made every decision record a category its reviewer never chose."""
+    back, and reading it here made every decision record a category its reviewer never chose. The field comes
+    pre-filled with the judges' category (`label_category_default`, a suggestion): only a changed value is a
+    correction."""
     schema = await asyncio.to_thread(ctd.label_schema)
     if schema is None:
         return {}
     form = await request.form()
     labels: dict[str, Any] = {}
-    if schema.category and form.get("label_category"):
-        labels["category"] = str(form.get("label_category"))
+    chosen = str(form.get("label_category") or "")
+    if schema.category and chosen and chosen != str(form.get("label_category_default") or ""):
+        labels["category"] = chosen  # a suggestion left as it was pre-filled is no correction
     ratings = {name: str(form.get(f"rating_{name}") or "") for name in schema.ratings}
     if any(ratings.values()):
         labels["ratings"] = ratings

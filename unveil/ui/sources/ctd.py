@@ -7,10 +7,12 @@ import os
 import stat
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.categories import CATEGORIES, normalize_category
 from graphs.ctd.labels import LabelSchema, load_schema
 from graphs.ctd.review import attempt_start, disagreement
 from graphs.ctd.rules import latest_by_reviewer
@@ -126,6 +128,20 @@ def _blind(rec: dict[str, Any]) -> tuple[int, int]:
     )
 
 
+def judges_category(rec: dict[str, Any]) -> str:
+    """The category the judges of the sample's last round named most often (of those who found the risk), as the
+    suggestion the category correction is pre-filled with; the sample's own category when no judge named one of
+    the vocabulary."""
+    last = rec.get("rounds") or 0
+    named = Counter(
+        normalize_category(str(v["category"]))
+        for v in rec.get("votes") or []
+        if v.get("round") == last and v.get("has_risk") and v.get("category")
+    )
+    found = [c for c, _ in named.most_common() if c in CATEGORIES]
+    return found[0] if found else str(rec.get("category") or "")
+
+
 SEARCH_CHARS = 8000
 
 
@@ -239,6 +255,7 @@ class CtdSource:
             "judgements": judgements(rec.get("review_history") or [], attempt_start(rec)),
             "n_reviews": len(latest_by_reviewer((rec.get("review") or {}).get("reviews") or [])),
             "disagree": disagreement(rec),
+            "judges_category": judges_category(rec),
         }
 
     @staticmethod
