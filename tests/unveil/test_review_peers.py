@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from runner.ctd_dataset import load_samples
 from tests.ui_data import make_ctd_dataset
@@ -31,3 +32,68 @@ def test_the_judges_category_is_a_suggestion_recorded_only_when_changed(tmp_path
     rec = load_samples(root)[second]
     assert rec["category"] == "crimes" and rec["category_generated"] == "drugs"
     assert log_lines(root)[-1]["category"] == "crimes"
+
+
+def sids(page: str) -> list[str]:
+    """The sample ids of the queue's sidebar, in its order."""
+    import re
+
+    return re.findall(r'<span class="sid">([^<]+)</span>', page)
+
+
+def shown_id(client: Any, answer: Any) -> str:
+    """The id of the card the page a POST redirected to shows."""
+    import re
+
+    found = re.search(r'id="card" data-id="([^"]+)"', client.get(answer.headers["location"]).text)
+    assert found is not None
+    return found.group(1)
+
+
+def test_skip_moves_on_records_nothing_and_the_sample_comes_back_last(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    pending = make_ctd_dataset(root)["pending"]
+    client = web(root)
+    samples = (root / "samples.jsonl").read_bytes()
+    assert sids(client.get("/review").text) == pending and 'id="skip"' in client.get("/review").text
+    answer = client.post("/review/skip", data={"id": pending[0], "csrf": csrf_of(client)})
+    assert answer.status_code == 303
+    led_to = client.get(answer.headers["location"]).text
+    assert f'id="card" data-id="{pending[1]}"' in led_to and "Skipped: nothing recorded" in led_to
+    page = client.get("/review").text
+    assert sids(page) == [*pending[1:], pending[0]]  # it comes back after the others
+    assert (root / "samples.jsonl").read_bytes() == samples and not log_lines(root)  # recorded as nothing
+    assert load_samples(root)[pending[0]]["status"] == "pending_review"
+    for sid in pending[1:]:
+        answer = client.post("/review/decide", data={"id": sid, "decision": "approve", "csrf": csrf_of(client)})
+    assert shown_id(client, answer) == pending[0]  # the others done: the skipped one is next
+    assert [x["id"] for x in log_lines(root)] == pending[1:]  # no entry for the skip
+    assert client.post("/review/skip", data={"id": "nope", "csrf": csrf_of(client)}).status_code == 404
+    assert client.post("/review/skip", data={"id": pending[0]}).status_code == 403  # CSRF checked
+
+
+def test_the_own_queue_comes_first_and_others_only_when_asked(tmp_path: Path) -> None:
+    from tests.unveil.test_review_auth import sign_in
+    from tools.reviewers import REVIEWERS, add_reviewer, load_assignment
+    from unveil.cli import main
+
+    root = tmp_path / "ds"
+    pending = make_ctd_dataset(root, n_pending=6)["pending"]
+    tokens = {n: add_reviewer(root / REVIEWERS, n) for n in ("a", "b", "c")}
+    main(["reviewers", "assign", str(root), "--reviewers", "a,b,c", "--per-sample", "1"])
+    assignment = load_assignment(root)
+    assert assignment is not None
+    mine = [sid for sid in pending if assignment.of(sid) == ["a"]]
+    theirs = [sid for sid in pending if sid not in mine]
+    assert mine and theirs
+    client = web(root)
+    sign_in(client, tokens["a"])
+    page = client.get("/review").text
+    assert sids(page) == mine and 'id="others"' in page  # hidden unless asked
+    page = client.get("/review", params={"others": "1"}).text
+    assert sids(page) == mine + theirs  # asked: every pending sample, their own first
+    assert f'data-id="{mine[0]}"' in page and 'name="others" value="1"' in page  # the toggle travels with forms
+    answer = client.post(
+        "/review/decide", data={"id": mine[-1], "decision": "approve", "others": "1", "csrf": csrf_of(client)}
+    )
+    assert "others=1" in answer.headers["location"] and shown_id(client, answer) == theirs[0]

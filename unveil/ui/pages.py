@@ -47,6 +47,7 @@ FLASHES = {
     "sent_back": "Rejected and sent back to the Eraser: the next `unveil generate` on this folder (for a Studio "
     "sample, its run once resumed) gives it another attempt with your note.",
     "signed_in": "Signed in.",
+    "skip": "Skipped: nothing recorded; the sample comes back after the others of this queue.",
     "signed_out": "Signed out.",
 }
 
@@ -65,6 +66,7 @@ class Session:
     undo: tuple[str, int] | None = None
     conflict: str | None = None
     exported: str = ""
+    skipped: list[str] = field(default_factory=list)  # samples skipped in this session: shown after the others
 
     def take(self) -> dict[str, Any]:
         """What the next page shows of the last action, cleared (each is shown once)."""
@@ -291,6 +293,7 @@ class ReviewFilters:
     q: str = ""  # search words
     todo: str = ""  # a reviewer: keep the samples they have not judged (of those assigned to them, if any)
     disagree: str = ""  # "1": keep the samples where reviewers disagree, not yet settled by an adjudicator
+    others: str = ""  # "1": a reviewer's queue also shows the samples assigned to others (after their own)
 
     @classmethod
     async def of(cls, request: Request) -> ReviewFilters:

@@ -29,6 +29,7 @@ from unveil.ui.pages import (
     LIST_PAGE_SIZE,
     SESSION_COOKIE,
     FiltersDep,
+    ReviewFilters,
     Ui,
     UiDep,
     n_pages,
@@ -50,6 +51,33 @@ def _neighbours(ids: list[str], current_id: str | None) -> tuple[int, str | None
     prev_id = ids[pos - 1] if pos > 0 else None
     next_id = ids[pos + 1] if 0 <= pos < len(ids) - 1 else (ids[0] if pos < 0 and ids else None)
     return pos, prev_id, next_id
+
+
+def _ordered(
+    shown: list[dict[str, Any]], f: ReviewFilters, assignment: Assignment | None, skipped: list[str]
+) -> list[dict[str, Any]]:
+    """The queue in the order it is worked through: in a reviewer's queue that shows the samples assigned to
+    others too, their own come first; the samples skipped in this session come last, in the order they were
+    skipped (so each comes back once the others are done); file order otherwise."""
+    rank = {sid: n + 1 for n, sid in enumerate(skipped)}
+    theirs = f.todo and assignment is not None and f.todo in assignment.reviewers
+
+    def key(row: dict[str, Any]) -> tuple[int, bool]:
+        other = bool(theirs and assignment is not None and f.todo not in assignment.of(row["id"]))
+        return rank.get(row["id"], 0), other
+
+    return sorted(shown, key=key)
+
+
+Rows = list[dict[str, Any]]
+
+
+async def _queue(ui: Ui, ctd: CtdSource, request: Request, f: ReviewFilters) -> tuple[Rows, Rows, Assignment | None]:
+    """Every row, the rows the filters keep in the order the queue shows them, and the folder's assignment."""
+    rows = await asyncio.to_thread(ctd.rows)
+    assignment = await asyncio.to_thread(ctd.assignment)
+    shown = [r for r in rows if ctd.matches(r, **f.as_dict(), assignment=assignment)]
+    return rows, _ordered(shown, f, assignment, ui.session(request).skipped), assignment
 
 
 def _sidebar_page(request: Request, n_shown: int, pos: int) -> tuple[int, int]:
@@ -86,9 +114,7 @@ async def review(
     if ui.people() is not None and not ui.reviewer(request):
         return RedirectResponse("/signin", 303)  # type: ignore[return-value]
     last = ui.session(request).take()
-    rows = await asyncio.to_thread(ctd.rows)
-    assignment = await asyncio.to_thread(ctd.assignment)
-    shown = [r for r in rows if ctd.matches(r, **f.as_dict(), assignment=assignment)]
+    rows, shown, assignment = await _queue(ui, ctd, request, f)
     wanted = request.query_params.get("id")
     current_id = wanted if wanted else (shown[0]["id"] if shown else None)
     card = await asyncio.to_thread(ctd.record, current_id) if current_id else None
@@ -119,6 +145,7 @@ async def review(
         exported=last["exported"],
         flash=last["flash"],
         assigned=assignment.of(current_id) if assignment is not None and current_id else [],
+        has_assignment=assignment is not None,
         not_assigned=_not_assigned(ui, request, assignment, current_id),
         guidelines=render_guidelines(await asyncio.to_thread(ctd.guidelines)),
         **await _schema_of(ctd),
@@ -156,6 +183,19 @@ async def _skipped_flash(ctd: CtdSource, sample_id: str) -> str:
             409, f"sample {sample_id!r} cannot take a decision: its record is unreadable ({problem.reason})"
         )
     return FLASHES["already"]
+
+
+async def _outcome_flash(ctd: CtdSource, sample_id: str, decision: str, counts: dict[str, int]) -> str:
+    """The message of a decision that was not a conflict: what it did to the sample."""
+    if counts.get("skipped"):
+        return await _skipped_flash(ctd, sample_id)
+    if counts.get("already"):
+        return FLASHES["already_judged"]
+    if decision == "note":
+        return FLASHES["note"]
+    if counts.get("sent_back"):
+        return FLASHES["sent_back"]
+    return _decided_flash(ctd, sample_id, decision, counts)
 
 
 def _decided_flash(ctd: CtdSource, sample_id: str, decision: str, counts: dict[str, int]) -> str:
@@ -198,9 +238,7 @@ async def decide(
         return RedirectResponse(f"/review?{f.query(id=id)}", 303)
     if decision == "send_back":  # a rejection whose note goes back to the Eraser
         decision, labels = "reject", {**labels, "send_back": True}
-    assignment = await asyncio.to_thread(ctd.assignment)
-    rows = await asyncio.to_thread(ctd.rows)
-    before = [r["id"] for r in rows if ctd.matches(r, **f.as_dict(), assignment=assignment)]
+    before = [r["id"] for r in (await _queue(ui, ctd, request, f))[1]]
     appended: list[tuple[str, int]] = []
     try:
         async with review_lock_async(ctd.root):  # waited for here, not in a thread the pages need
@@ -213,22 +251,37 @@ async def decide(
     if counts.get("conflicts"):
         session.conflict = id
         return RedirectResponse(f"/review?{f.query(id=id)}", 303)
-    if counts.get("skipped"):
-        session.flash = await _skipped_flash(ctd, id)
-    elif counts.get("already"):
-        session.flash = FLASHES["already_judged"]
-    elif decision == "note":
-        session.flash = FLASHES["note"]
-    elif counts.get("sent_back"):
-        session.flash = FLASHES["sent_back"]
-    else:
-        session.flash = _decided_flash(ctd, id, decision, counts)
+    session.flash = await _outcome_flash(ctd, id, decision, counts)
     session.undo = appended[-1] if appended else None  # this request's own entry, never a concurrent one
+    if decision != "note" and id in session.skipped:
+        session.skipped.remove(id)  # judged now: no longer waiting at the end of the queue
     nxt = id if decision == "note" or counts.get("already") else None
     if nxt is None and id in before:
         later = before[before.index(id) + 1 :]
         nxt = later[0] if later else None
     return RedirectResponse(f"/review?{f.query(**({'id': nxt} if nxt else {}))}", status_code=303)
+
+
+SKIPPED_MAX = 1000  # samples one session remembers as skipped (the oldest forgotten first)
+
+
+@router.post("/review/skip")
+async def skip(request: Request, ui: UiDep, ctd: CtdDep, f: FiltersDep, id: str = Form(...)) -> Response:
+    """Move on from a sample without deciding it: nothing is recorded (no history entry, no `decisions.jsonl`
+    line, so it is never a judgement); the sample goes to the end of this session's queue and comes back once the
+    others are done. The next sample of the queue opens."""
+    await ui.check_csrf(request)
+    ui.actor(request)  # with a reviewers file, a signed-in reviewer's queue only
+    if id not in ctd.index.where:
+        raise HTTPException(404, f"no sample {id!r} in this dataset")
+    before = [r["id"] for r in (await _queue(ui, ctd, request, f))[1]]
+    session = ui.kept_session(request)
+    session.skipped = [*[s for s in session.skipped if s != id][-(SKIPPED_MAX - 1) :], id]
+    later = [s for s in before[before.index(id) + 1 :] if s != id] if id in before else []
+    after = [r["id"] for r in (await _queue(ui, ctd, request, f))[1]]
+    nxt = later[0] if later else next((s for s in after if s != id), id)
+    session.flash = FLASHES["skip"]
+    return RedirectResponse(f"/review?{f.query(id=nxt)}", 303)
 
 
 async def _labels_of(request: Request, ctd: CtdSource) -> dict[str, Any]:

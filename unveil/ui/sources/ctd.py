@@ -274,17 +274,20 @@ class CtdSource:
         q: str = "",
         todo: str = "",
         disagree: str = "",
+        others: str = "",
         assignment: Assignment | None = None,
     ) -> bool:
         """Whether a sample passes the filters (empty filter = any; a bad record matches its status or
         'bad'). `q` finds words in the id, category, text, image description and the judges' reasons (every
         word must occur, case-insensitive); `todo` keeps the samples that reviewer has not judged (and, with an
-        `assignment` naming them, only those assigned to them); `disagree` keeps the samples where reviewers
+        `assignment` naming them, only those assigned to them, unless `others` asks for the samples assigned to
+        others too); `disagree` keeps the samples where reviewers
         disagree that no adjudicator settled."""
         judged = row.get("judgements") or {}
         if todo and todo in judged:
             return False
-        if todo and assignment is not None and todo in assignment.reviewers and todo not in assignment.of(row["id"]):
+        assigned = assignment.of(row["id"]) if todo and not others and assignment is not None else None
+        if assigned is not None and assignment is not None and todo in assignment.reviewers and todo not in assigned:
             return False
         if disagree and (len(set(judged.values())) < 2 or row.get("adjudicated")):
             return False
