@@ -97,3 +97,57 @@ def test_the_own_queue_comes_first_and_others_only_when_asked(tmp_path: Path) ->
         "/review/decide", data={"id": mine[-1], "decision": "approve", "others": "1", "csrf": csrf_of(client)}
     )
     assert "others=1" in answer.headers["location"] and shown_id(client, answer) == theirs[0]
+
+
+def test_comments_are_shown_on_the_card_and_exported_and_never_decide(tmp_path: Path) -> None:
+    import re
+
+    from fastapi.testclient import TestClient
+
+    from runner.ctd_export import export_hf
+    from tests.unveil.test_review_auth import sign_in
+    from tools.reviewers import REVIEWERS, add_reviewer
+
+    root = tmp_path / "ds"
+    first = make_ctd_dataset(root)["pending"][0]
+    ann, bob = (add_reviewer(root / REVIEWERS, n) for n in ("ann", "bob"))
+    client = web(root, min_reviewers=2)
+    other = TestClient(client.app, base_url="http://127.0.0.1", follow_redirects=False)
+    sign_in(client, ann), sign_in(other, bob)
+
+    def comment(who: Any, text: str) -> None:
+        answer = who.post("/review/decide", data={"id": first, "decision": "note", "note": text, "csrf": csrf_of(who)})
+        assert f"id={first}" in answer.headers["location"]  # the same sample stays shown
+
+    comment(client, "the scale is <b>too</b> obvious")
+    comment(other, "agree, but the flour works")
+    comment(client, "second look: fine")
+    page = client.get("/review", params={"id": first}).text
+    assert "Comment saved: it decides nothing." in page
+    shown = re.findall(
+        r'<li data-k="\d+"><strong>([^<]+)</strong> <span[^>]*>[^<]*</span>: <span class="comment-text">'
+        r"([^<]*(?:&lt;[^<]*)*)</span>",
+        page,
+    )
+    assert shown == [
+        ("ann", "the scale is &lt;b&gt;too&lt;/b&gt; obvious"),
+        ("bob", "agree, but the flour works"),
+        ("ann", "second look: fine"),
+    ]
+    rec = load_samples(root)[first]
+    assert rec["status"] == "pending_review" and not (rec.get("review") or {}).get("reviews")  # nothing decided
+    assert "No decisions yet." in client.get("/reviewers").text  # not a judgement for the agreement
+    for who in (client, other):
+        who.post("/review/decide", data={"id": first, "decision": "approve", "csrf": csrf_of(who)})
+    assert load_samples(root)[first]["status"] == "accepted"
+    import datasets
+
+    data = datasets.Dataset.from_parquet(str(export_hf(root)), keep_in_memory=True)
+    annotations = json.loads(data[data["id"].index(first)]["annotations"])
+    assert [(a["reviewer"], a["decision"], a.get("note")) for a in annotations] == [
+        ("ann", "note", "the scale is <b>too</b> obvious"),
+        ("bob", "note", "agree, but the flour works"),
+        ("ann", "note", "second look: fine"),
+        ("ann", "approve", None),
+        ("bob", "approve", None),
+    ]

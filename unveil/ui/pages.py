@@ -37,7 +37,7 @@ FILTER_TEXT_MAX = 200  # characters kept of the free-text filters (search words,
 FLASHES = {
     "approved": "Approved.",
     "rejected": "Rejected.",
-    "note": "Note saved.",
+    "note": "Comment saved: it decides nothing.",
     "reviewer": "Reviewer name saved.",
     "already": "Already recorded: this decision was applied before (nothing changed).",
     "already_judged": "Already judged by you: not counted again.",

@@ -142,6 +142,18 @@ def judges_category(rec: dict[str, Any]) -> str:
     return found[0] if found else str(rec.get("category") or "")
 
 
+def comments(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The comments on a sample: its `note` entries (a note decides nothing) not undone, oldest first, each with
+    its reviewer, time, text and history position."""
+    history = rec.get("review_history") or []
+    undone = {h.get("undoes") for h in history if h.get("decision") == "undo"}
+    return [
+        {"k": k, "reviewer": h.get("reviewer") or "?", "time": h.get("time") or "", "text": h.get("note") or ""}
+        for k, h in enumerate(history)
+        if h.get("decision") == "note" and k not in undone and h.get("note")
+    ]
+
+
 SEARCH_CHARS = 8000
 
 
@@ -256,6 +268,7 @@ class CtdSource:
             "n_reviews": len(latest_by_reviewer((rec.get("review") or {}).get("reviews") or [])),
             "disagree": disagreement(rec),
             "judges_category": judges_category(rec),
+            "comments": comments(rec),
         }
 
     @staticmethod
