@@ -151,3 +151,69 @@ def test_comments_are_shown_on_the_card_and_exported_and_never_decide(tmp_path: 
         ("ann", "approve", None),
         ("bob", "approve", None),
     ]
+
+
+def test_progress_and_time_per_sample_on_the_agreement_page(tmp_path: Path, monkeypatch) -> None:
+    """The app records when it first showed a pending sample to a reviewer and keeps it with their judgement;
+    the agreement page gives each reviewer's judged-of-assigned count and their median seconds per sample. The
+    clock is the test's, so no outcome depends on the machine's speed."""
+    import re
+
+    import graphs.ctd.review
+    import unveil.ui.routes.review
+    from tests.unveil.test_review_auth import sign_in
+    from tools.reviewers import REVIEWERS, add_reviewer, load_assignment
+    from unveil.cli import main
+
+    clock = {"now": ""}
+    monkeypatch.setattr(graphs.ctd.review, "now_iso", lambda: clock["now"])
+    monkeypatch.setattr(unveil.ui.routes.review, "now_iso", lambda: clock["now"])
+    root = tmp_path / "ds"
+    pending = make_ctd_dataset(root, n_pending=8)["pending"]
+    tokens = {n: add_reviewer(root / REVIEWERS, n) for n in ("a", "b")}
+    main(["reviewers", "assign", str(root), "--reviewers", "a,b", "--per-sample", "1"])
+    assignment = load_assignment(root)
+    assert assignment is not None
+    mine = [sid for sid in pending if assignment.of(sid) == ["a"]]
+    assert len(mine) >= 3, mine
+    client = web(root)
+    sign_in(client, tokens["a"])
+
+    def at(minute: int, second: int) -> None:
+        clock["now"] = f"2026-12-07T10:{minute:02d}:{second:02d}+00:00"
+
+    def show(sid: str) -> None:
+        assert f'id="card" data-id="{sid}"' in client.get("/review", params={"id": sid}).text
+
+    def decide(sid: str, decision: str = "approve") -> None:
+        client.post("/review/decide", data={"id": sid, "decision": decision, "csrf": csrf_of(client)})
+
+    at(0, 0), show(mine[0])
+    at(0, 20), show(mine[0])  # shown again (a reload): the clock runs from the first showing
+    at(0, 30), decide(mine[0])  # 30 s
+    at(1, 0), show(mine[1])
+    at(1, 5), decide(mine[1], "note")  # a comment is no judgement: the clock runs on
+    at(2, 30), decide(mine[1], "reject")  # 90 s
+    at(3, 0), show(mine[2])
+    at(3, 40), client.post("/review/skip", data={"id": mine[2], "csrf": csrf_of(client)})
+    at(5, 0), show(mine[2])  # it came back: timed from now
+    at(5, 10), decide(mine[2])  # 10 s
+    lines = log_lines(root)
+    assert [(x["shown"], x["time"]) for x in lines if x["decision"] != "note"][0] == (
+        "2026-12-07T10:00:00+00:00",
+        "2026-12-07T10:00:30+00:00",
+    )
+    assert "shown" not in next(x for x in lines if x["decision"] == "note")
+    page = client.get("/reviewers").text
+    row = re.search(r'<tr data-reviewer="a">(.*?)</tr>', page[page.index('id="progress-table"') :], re.S)
+    assert row is not None
+    cells = re.findall(r'<td class="num [^"]+">([^<]*)</td>', row.group(1))
+    assert cells == [str(len(mine)), "3", "3", "30"]  # assigned, of those judged, timed, median of 30, 90, 10 s
+    row_b = re.search(r'<tr data-reviewer="b">(.*?)</tr>', page[page.index('id="progress-table"') :], re.S)
+    assert row_b is not None
+    assert re.findall(r'<td class="num [^"]+">([^<]*)</td>', row_b.group(1)) == [
+        str(len(pending) - len(mine)),
+        "0",
+        "0",
+        "—",
+    ]

@@ -67,6 +67,7 @@ class Session:
     conflict: str | None = None
     exported: str = ""
     skipped: list[str] = field(default_factory=list)  # samples skipped in this session: shown after the others
+    shown: dict[str, str] = field(default_factory=dict)  # when each pending sample was first shown (time per sample)
 
     def take(self) -> dict[str, Any]:
         """What the next page shows of the last action, cleared (each is shown once)."""

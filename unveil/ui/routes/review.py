@@ -18,11 +18,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from agents.categories import CATEGORIES
 from graphs.ctd.labels import LabelSchemaError
+from graphs.ctd.review import now_iso
 from graphs.ctd.rules import latest_by_reviewer
 from runner.ctd_export import export_summary
 from tools.review_log import ReviewWriteError, review_lock_async
 from tools.reviewers import Assignment, ReviewerAuthError
-from unveil.ui.agreement import agreement
+from unveil.ui.agreement import agreement, reviewer_progress
 from unveil.ui.markdown import render_guidelines
 from unveil.ui.pages import (
     FLASHES,
@@ -30,6 +31,7 @@ from unveil.ui.pages import (
     SESSION_COOKIE,
     FiltersDep,
     ReviewFilters,
+    Session,
     Ui,
     UiDep,
     n_pages,
@@ -121,6 +123,8 @@ async def review(
     problem = ctd.problem(current_id) if current_id else None
     if current_id and card is None and problem is None and wanted:
         raise HTTPException(404, f"no sample {current_id!r} in this dataset")
+    if card is not None and card.get("status") == "pending_review" and ui.reviewer(request):
+        _mark_shown(ui.kept_session(request), str(current_id))
     pos, prev_id, next_id = _neighbours([r["id"] for r in shown], current_id)
     list_page, list_pages = _sidebar_page(request, len(shown), pos)
     start = (list_page - 1) * LIST_PAGE_SIZE
@@ -152,6 +156,18 @@ async def review(
         category_choices=CATEGORIES,
         **_queue_facts(ui, ctd, rows, request),
     )
+
+
+SHOWN_MAX = 1000  # pending samples one session remembers the showing time of (the oldest forgotten first)
+
+
+def _mark_shown(session: Session, sample_id: str) -> None:
+    """Remember when the session's reviewer was first shown a pending sample (the server's clock, never the
+    browser's): their judgement of it keeps the time, and the agreement page the seconds in between."""
+    if sample_id not in session.shown:
+        session.shown[sample_id] = now_iso()
+        while len(session.shown) > SHOWN_MAX:
+            session.shown.pop(next(iter(session.shown)))
 
 
 async def _schema_of(ctd: CtdSource) -> dict[str, Any]:
@@ -238,11 +254,12 @@ async def decide(
         return RedirectResponse(f"/review?{f.query(id=id)}", 303)
     if decision == "send_back":  # a rejection whose note goes back to the Eraser
         decision, labels = "reject", {**labels, "send_back": True}
+    shown = session.shown.get(id) if decision != "note" else None
     before = [r["id"] for r in (await _queue(ui, ctd, request, f))[1]]
     appended: list[tuple[str, int]] = []
     try:
         async with review_lock_async(ctd.root):  # waited for here, not in a thread the pages need
-            counts = await asyncio.to_thread(ctd.decide, id, decision, note, actor, appended, labels)
+            counts = await asyncio.to_thread(ctd.decide, id, decision, note, actor, appended, labels, shown)
     except (DatasetBusyError, ReviewWriteError) as exc:  # a folder held too long (nothing saved), or a full disk
         return ui.not_saved(request, exc, back=f"/review?{f.query(id=id)}")
     except LabelSchemaError as exc:  # the dataset's labels.json asks for more: nothing was written
@@ -253,8 +270,10 @@ async def decide(
         return RedirectResponse(f"/review?{f.query(id=id)}", 303)
     session.flash = await _outcome_flash(ctd, id, decision, counts)
     session.undo = appended[-1] if appended else None  # this request's own entry, never a concurrent one
-    if decision != "note" and id in session.skipped:
-        session.skipped.remove(id)  # judged now: no longer waiting at the end of the queue
+    if decision != "note":
+        session.shown.pop(id, None)  # judged: a later showing of it is timed anew
+        if id in session.skipped:
+            session.skipped.remove(id)  # judged now: no longer waiting at the end of the queue
     nxt = id if decision == "note" or counts.get("already") else None
     if nxt is None and id in before:
         later = before[before.index(id) + 1 :]
@@ -277,6 +296,7 @@ async def skip(request: Request, ui: UiDep, ctd: CtdDep, f: FiltersDep, id: str 
     before = [r["id"] for r in (await _queue(ui, ctd, request, f))[1]]
     session = ui.kept_session(request)
     session.skipped = [*[s for s in session.skipped if s != id][-(SKIPPED_MAX - 1) :], id]
+    session.shown.pop(id, None)  # its time per sample starts again when it comes back
     later = [s for s in before[before.index(id) + 1 :] if s != id] if id in before else []
     after = [r["id"] for r in (await _queue(ui, ctd, request, f))[1]]
     nxt = later[0] if later else next((s for s in after if s != id), id)
@@ -391,15 +411,18 @@ async def export(request: Request, ui: UiDep, ctd: CtdDep) -> Response:
 
 @router.get("/reviewers", response_class=HTMLResponse)
 async def reviewers_page(request: Request, ui: UiDep, ctd: CtdDep) -> HTMLResponse:
-    """Who reviewed what, and how much reviewers agree per category (Fleiss' and Cohen's kappa); with a
-    reviewers file, for a signed-in reviewer only."""
+    """Who reviewed what, each reviewer's progress on their assigned samples and time per sample, and how much
+    reviewers agree per category (Fleiss' and Cohen's kappa); with a reviewers file, for a signed-in reviewer
+    only."""
     if ui.people() is not None and not ui.reviewer(request):
         return RedirectResponse("/signin", 303)  # type: ignore[return-value]
     rows = await asyncio.to_thread(ctd.rows)
+    assignment = await asyncio.to_thread(ctd.assignment)
     return ui.page(
         request,
         "reviewers.html",
         stats=agreement(rows),
+        progress=reviewer_progress(rows, assignment),
         policy={"min_reviewers": ctd.min_reviewers, "rule": ctd.rule},
         pending=sum(1 for r in rows if r.get("status") == "pending_review"),
     )

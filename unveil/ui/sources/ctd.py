@@ -31,7 +31,7 @@ from runner.ctd_export import export_hf
 from runner.ctd_reviews import apply_reviews, default_reviewer
 from tools.review_policy import FolderPolicy, load_policy, record_policy, resolve_policy
 from tools.reviewers import Assignment, load_assignment, load_reviewers, require_reviewers_file, reviewers_path
-from unveil.ui.agreement import adjudicators, attempt_judgements, judgements
+from unveil.ui.agreement import adjudicators, attempt_judgements, decision_seconds, judgements
 from unveil.ui.index import JsonlIndex, Problem
 from unveil.ui.sources.common import ImageIndex, OpenOptions, PageSource, usage_cost
 
@@ -188,6 +188,7 @@ def _ctd_summary(rec: dict[str, Any]) -> dict[str, Any]:
         "attempts": attempt_judgements(rec),
         "adjudicators": adjudicators(rec.get("review_history") or []),
         "adjudicated": bool(review.get("adjudicated")),
+        "timings": decision_seconds(rec.get("review_history") or []),
     }
 
 
@@ -360,10 +361,13 @@ class CtdSource:
         actor: tuple[str, str],
         appended: list[tuple[str, int]] | None = None,
         labels: dict[str, Any] | None = None,
+        shown: str | None = None,
     ) -> dict[str, int]:
         """Apply one decision as `actor` with its labels (a corrected `category`, `ratings`: checked against the
-        folder's label schema); `appended` receives the history entry it added."""
-        return self._apply({sample_id: {"decision": decision, "note": note, **(labels or {})}}, actor, appended)
+        folder's label schema) and the time the sample was shown to them (`shown`, kept with a judgement);
+        `appended` receives the history entry it added."""
+        answer = {"decision": decision, "note": note, **(labels or {}), **({"shown": shown} if shown else {})}
+        return self._apply({sample_id: answer}, actor, appended)
 
     def label_schema(self) -> LabelSchema | None:
         """The folder's label schema (`labels.json`), read now, or None."""
