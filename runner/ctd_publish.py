@@ -43,7 +43,13 @@ def publish_export(parquet: str | os.PathLike[str], repo: str, *, private: bool 
     path = Path(parquet)
     ds = Dataset.from_parquet(str(path), features=export_features(), keep_in_memory=True, split="train")
     try:
-        ds.push_to_hub(name, split="train", private=private, token=token, commit_message="unveil review --publish")
+        ds.push_to_hub(
+            name,
+            split="train",
+            private=True if private else None,  # None: a new repository gets the account's default visibility
+            token=token,
+            commit_message="unveil review --publish",
+        )
     except Exception as exc:  # noqa: BLE001 - any failure of the Hub client, reported without the token
         raise PublishError(_hidden(f"--publish {name}: the push failed: {type(exc).__name__}: {exc}", token)) from None
     return f"https://huggingface.co/datasets/{name}"

@@ -57,6 +57,8 @@ def test_publish_pushes_the_export_with_push_to_hub(tmp_path: Path, hub: dict[st
     assert pushed.features["image"] == exported.features["image"] and pushed[0]["image"].size[0] > 0
     row = pushed[pushed["id"].index(pending[0])]
     assert [a["decision"] for a in json.loads(row["annotations"])] == ["note", "approve"]
+    assert main(["review", str(root), "--publish", "me/ctd-covert"]) == 0
+    assert hub["calls"][-1]["private"] is None  # not --private: a new repository gets the account's default
 
 
 def test_a_failed_push_names_the_repository_never_the_token(
