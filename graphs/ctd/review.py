@@ -60,7 +60,8 @@ def authenticated_answers(
     parse_reviews(answers)
     out: list[tuple[dict[str, Any], str, str]] = []
     for a in answers:
-        clean = {k: v for k, v in a.items() if k not in ("token", "reviewer", CHECKED)}
+        # `shown` is the web app's own record of when it showed the sample: a Studio answer cannot claim one.
+        clean = {k: v for k, v in a.items() if k not in ("token", "reviewer", CHECKED, "shown")}
         checked = checked_reviewer(a, people)
         if checked is not None:
             out.append((clean, *checked))

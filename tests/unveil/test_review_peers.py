@@ -217,3 +217,21 @@ def test_progress_and_time_per_sample_on_the_agreement_page(tmp_path: Path, monk
         "0",
         "—",
     ]
+
+
+def test_only_the_web_app_records_when_a_sample_was_shown(tmp_path: Path) -> None:
+    """The time per sample is measured from the times the app records: a Studio answer or a decisions file that
+    names a `shown` time of its own is not timed."""
+    from graphs.ctd.review import authenticated_answers
+    from unveil.cli import main
+
+    [(clean, _, _)] = authenticated_answers(
+        {"decision": "approve", "shown": "2026-12-07T10:00:00+00:00"}, None, default_name="ann"
+    )
+    assert "shown" not in clean
+    root = tmp_path / "ds"
+    first = make_ctd_dataset(root)["pending"][0]
+    decisions = tmp_path / "d.jsonl"
+    decisions.write_text(json.dumps({"id": first, "decision": "approve", "shown": "2026-12-07T10:00:00+00:00"}))
+    assert main(["review", str(root), "--decisions", str(decisions)]) == 0
+    assert "shown" not in log_lines(root)[-1] and load_samples(root)[first]["status"] == "accepted"
