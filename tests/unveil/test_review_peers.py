@@ -188,16 +188,26 @@ def test_progress_and_time_per_sample_on_the_agreement_page(tmp_path: Path, monk
     def decide(sid: str, decision: str = "approve") -> None:
         client.post("/review/decide", data={"id": sid, "decision": decision, "csrf": csrf_of(client)})
 
-    at(0, 0), show(mine[0])
-    at(0, 20), show(mine[0])  # shown again (a reload): the clock runs from the first showing
-    at(0, 30), decide(mine[0])  # 30 s
-    at(1, 0), show(mine[1])
-    at(1, 5), decide(mine[1], "note")  # a comment is no judgement: the clock runs on
-    at(2, 30), decide(mine[1], "reject")  # 90 s
-    at(3, 0), show(mine[2])
-    at(3, 40), client.post("/review/skip", data={"id": mine[2], "csrf": csrf_of(client)})
-    at(5, 0), show(mine[2])  # it came back: timed from now
-    at(5, 10), decide(mine[2])  # 10 s
+    at(0, 0)
+    show(mine[0])
+    at(0, 20)
+    show(mine[0])  # shown again (a reload): the clock runs from the first showing
+    at(0, 30)
+    decide(mine[0])  # 30 s
+    at(1, 0)
+    show(mine[1])
+    at(1, 5)
+    decide(mine[1], "note")  # a comment is no judgement: the clock runs on
+    at(2, 30)
+    decide(mine[1], "reject")  # 90 s
+    at(3, 0)
+    show(mine[2])
+    at(3, 40)
+    client.post("/review/skip", data={"id": mine[2], "csrf": csrf_of(client)})
+    at(5, 0)
+    show(mine[2])  # it came back: timed from now
+    at(5, 10)
+    decide(mine[2])  # 10 s
     lines = log_lines(root)
     assert [(x["shown"], x["time"]) for x in lines if x["decision"] != "note"][0] == (
         "2026-12-07T10:00:00+00:00",
