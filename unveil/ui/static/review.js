@@ -1,4 +1,4 @@
-// Keyboard shortcuts of the review page: a approve, r reject, u undo the last decision, n note, arrows
+// Keyboard shortcuts of the review page: a approve, r reject, u undo the last decision, s skip, n note, arrows
 // previous/next, Esc leaves the note.
 (function () {
   "use strict";
