@@ -215,11 +215,11 @@ def test_progress_and_time_per_sample_on_the_agreement_page(tmp_path: Path, monk
     )
     assert "shown" not in next(x for x in lines if x["decision"] == "note")
     page = client.get("/reviewers").text
-    row = re.search(r'<tr data-reviewer="a">(.*?)</tr>', page[page.index('id="progress-table"') :], re.S)
+    row = re.search(r'<tr data-progress="a">(.*?)</tr>', page[page.index('id="progress-table"') :], re.S)
     assert row is not None
     cells = re.findall(r'<td class="num [^"]+">([^<]*)</td>', row.group(1))
     assert cells == [str(len(mine)), "3", "3", "30"]  # assigned, of those judged, timed, median of 30, 90, 10 s
-    row_b = re.search(r'<tr data-reviewer="b">(.*?)</tr>', page[page.index('id="progress-table"') :], re.S)
+    row_b = re.search(r'<tr data-progress="b">(.*?)</tr>', page[page.index('id="progress-table"') :], re.S)
     assert row_b is not None
     assert re.findall(r'<td class="num [^"]+">([^<]*)</td>', row_b.group(1)) == [
         str(len(pending) - len(mine)),

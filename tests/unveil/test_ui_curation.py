@@ -466,7 +466,7 @@ def test_own_queue_suggestion_comment_skip_and_progress_in_the_browser(browser: 
                 page.keyboard.press("a")  # the suggested category left as it is
         assert page.locator("#card").get_attribute("data-id") == mine[0]  # the skipped one came back
         page.click("#reviewers-link")
-        row = page.locator("#progress-table tr[data-reviewer=ann]")
+        row = page.locator("#progress-table tr[data-progress=ann]")
         n = str(len(mine) - 1)
         assert [row.locator(f".{c}").inner_text() for c in ("assigned", "judged-assigned", "timed")] == [
             str(len(mine)),
