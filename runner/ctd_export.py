@@ -240,7 +240,7 @@ def export_hf(
     every = [r for r in load_samples(root).values() if record_problem(r) is None]
     records = [r for r in every if is_usable(r, include_pending=include_pending)]
     columns = _export_columns(root, records)
-    ds = Dataset.from_dict(columns, features=_export_features())
+    ds = Dataset.from_dict(columns, features=export_features())
     # A new file renamed into place, its folder reached without following a link (tools.safe_files): a link
     # planted at `export` or at the file's name cannot make the export overwrite a file outside the folder.
     base, folder = (Path(out_dir), Path()) if out_dir else (root, Path(EXPORT))
@@ -280,8 +280,9 @@ def _export_columns(root: Path, records: list[dict[str, Any]]) -> dict[str, list
     return columns
 
 
-def _export_features() -> Any:
-    """The export's `datasets.Features`: the types of `_EXPORT_COLUMNS`."""
+def export_features() -> Any:
+    """The export's `datasets.Features`: the types of `_EXPORT_COLUMNS` (the Hub push reads the Parquet file
+    back with them, `runner.ctd_publish`)."""
     from datasets import Features, Image, Value
 
     return Features(

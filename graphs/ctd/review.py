@@ -60,7 +60,8 @@ def authenticated_answers(
     parse_reviews(answers)
     out: list[tuple[dict[str, Any], str, str]] = []
     for a in answers:
-        clean = {k: v for k, v in a.items() if k not in ("token", "reviewer", CHECKED)}
+        # `shown` is the web app's own record of when it showed the sample: a Studio answer cannot claim one.
+        clean = {k: v for k, v in a.items() if k not in ("token", "reviewer", CHECKED, "shown")}
         checked = checked_reviewer(a, people)
         if checked is not None:
             out.append((clean, *checked))
@@ -92,6 +93,14 @@ def combined_review(reviews: list[dict[str, str]], policy: ReviewPolicy) -> dict
 def now_iso() -> str:
     """The time recorded with a decision (UTC, to the second)."""
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def _is_time(text: str) -> bool:
+    """Whether `text` is an ISO time with its zone, as `now_iso` writes it."""
+    try:
+        return datetime.datetime.fromisoformat(text[:40]).tzinfo is not None
+    except ValueError:
+        return False
 
 
 def attempt_start(rec: dict[str, Any]) -> int:
@@ -163,7 +172,7 @@ def apply_decision(
     role: str = "reviewer",
     labels: dict[str, Any] | None = None,
 ) -> tuple[str, dict[str, Any] | None]:
-    """Apply one decision ({decision: approve|reject|note|undo, note, reviewer?, undoes?}) to a sample record in
+    """Apply one decision ({decision: approve|reject|note|undo, note, reviewer?, undoes?, shown?}) to a sample record in
     place; returns what it did (approved, rejected, pending, noted, undone, conflicts, already, refused or
     skipped) and the history entry it added (None when nothing was added). The caller holds the folder lock and
     appends the record and the entry.
@@ -176,7 +185,9 @@ def apply_decision(
     false`), never lost; `undo` takes back entry `undoes` of the record's `review_history` (see `undo`).
     `labels` are the answer's labels as `graphs.ctd.labels.check_answer` accepted them (a corrected `category`,
     `ratings`): kept with the review and its history entry; the corrections change the record's `category` only
-    once the sample is decided (`settle_category`). An adjudicator's approve/reject on a
+    once the sample is decided (`settle_category`). An approve/reject's `shown` (when the web app showed the
+    sample to the reviewer, an ISO time) joins its history entry, for the time per sample. An adjudicator's
+    approve/reject on a
     sample whose reviewers disagree settles it (see `_settle`)."""
     decision = str(answer.get("decision", "")).strip().lower()
     if not decision:
@@ -184,6 +195,9 @@ def apply_decision(
     who = str((answer.get("reviewer") if role == LOCAL else None) or reviewer)[:200]
     note = str(answer.get("note", ""))[:2000]
     entry: dict[str, Any] = {"decision": decision, "note": note, "reviewer": who, "time": now, **(labels or {})}
+    shown = answer.get("shown")
+    if decision in ("approve", "reject") and isinstance(shown, str) and _is_time(shown):
+        entry["shown"] = shown  # when the app showed the sample to this reviewer: time per sample
     if entry.get("send_back") is False:
         del entry["send_back"]
     if decision == "note":

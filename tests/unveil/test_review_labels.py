@@ -131,7 +131,8 @@ def test_a_category_correction_is_its_own_field_and_waits_for_the_deciding_decis
     other = TestClient(client.app, base_url="http://127.0.0.1", follow_redirects=False)
     sign_in(client, alice), sign_in(other, bob)
     shown = client.get("/review", params={"id": first}).text
-    assert 'name="label_category"' in shown and '<option value="" selected>no change (fraud)</option>' in shown
+    assert 'name="label_category"' in shown and '<option value="drugs" selected>drugs</option>' in shown
+    assert "no correction is recorded and the sample stays fraud" in shown  # the judges' category, a suggestion
     queue = {"status": "pending_review", "category": "", "blind": "", "q": "", "todo": "", "disagree": ""}
     for sid in (first, second):
         form = {**queue, "id": sid, "decision": "approve", "label_category": "crimes", "csrf": csrf_of(client)}
@@ -142,7 +143,7 @@ def test_a_category_correction_is_its_own_field_and_waits_for_the_deciding_decis
     assert rec["category"] == "fraud" and "category_generated" not in rec  # 1 of 2: nothing decided yet
     assert rec["review"]["reviews"][0]["category"] == "crimes"  # alice's correction waits in her review
     page = other.get("/review", params={"id": first}).text
-    assert '<option value="" selected>no change (fraud)</option>' in page  # bob sees the record's own category
+    assert '<option value="drugs" selected>drugs</option>' in page  # bob sees the judges' suggestion, not alice's
     for sid, decision in ((first, "approve"), (second, "reject"), (third, "approve")):
         form = {**queue, "id": sid, "decision": decision, "note": "no", "csrf": csrf_of(other)}
         other.post("/review/decide", data=form)

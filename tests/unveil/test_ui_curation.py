@@ -394,7 +394,7 @@ def test_label_schema_and_send_back_in_the_browser(browser: Any, tmp_path: Path)
             page.click("#reject")
         assert "rationale (the note) is required for a rejection" in page.locator(".flash").inner_text()
         assert page.locator("#card").get_attribute("data-id") == first
-        assert page.locator("#label-category").input_value() == ""  # "no change" until the reviewer picks one
+        assert page.locator("#label-category").input_value() == "drugs"  # the judges' category, a suggestion
         page.select_option("#label-category", "crimes")
         page.fill("#rating-covertness", "4")
         with page.expect_navigation():
@@ -404,7 +404,7 @@ def test_label_schema_and_send_back_in_the_browser(browser: Any, tmp_path: Path)
         assert page.locator("#card-empty").count() == 0
         assert page.locator("#card").get_attribute("data-id") == second
         assert page.locator("#filters select[name=category]").input_value() == ""
-        assert page.locator("#label-category").input_value() == ""
+        assert page.locator("#label-category").input_value() == "drugs"
         page.goto(srv.url + f"/review?id={second}")
         page.fill("#note", "the scale gives it away")
         with page.expect_navigation():
@@ -416,3 +416,67 @@ def test_label_schema_and_send_back_in_the_browser(browser: Any, tmp_path: Path)
     recs = load_samples(ds)
     assert recs[first]["category"] == "crimes" and recs[first]["review"]["reviews"][0]["ratings"] == {"covertness": 4}
     assert recs[second]["status"] == "sent_back"
+
+
+def test_own_queue_suggestion_comment_skip_and_progress_in_the_browser(browser: Any, tmp_path: Path) -> None:  # noqa: F811
+    """Issue 45 round two (beyond the peers), as a reviewer with an assignment works: their queue holds their own
+    samples until they tick "show samples assigned to others" (then their own come first); the category opens on
+    the judges' category and, left as it is, records no correction; a comment shows on the card and decides
+    nothing; s skips without recording anything and the skipped sample comes back last; the agreement page
+    counts their progress on their share and the judgements it timed."""
+    from tools.reviewers import load_assignment
+    from unveil.cli import main
+
+    ds = tmp_path / "ds"
+    pending = make_ctd_dataset(ds, n_pending=6)["pending"]
+    (ds / "labels.json").write_text(json.dumps({"category": True}))
+    tokens = {name: add_reviewer(ds / REVIEWERS, name) for name in ("ann", "bob")}
+    main(["reviewers", "assign", str(ds), "--reviewers", "ann,bob", "--per-sample", "1"])
+    assignment = load_assignment(ds)
+    assert assignment is not None
+    mine = [sid for sid in pending if assignment.of(sid) == ["ann"]]
+    theirs = [sid for sid in pending if sid not in mine]
+    assert len(mine) >= 2 and theirs, mine
+    generated = {sid: r["category"] for sid, r in load_samples(ds).items()}
+    with Server(create_app(ds)) as srv:
+        page = new_page(browser)
+        sign_in(page, srv.url, tokens["ann"])
+        assert page.locator("#sample-list .sid").all_inner_texts() == mine
+        page.check("#others")
+        with page.expect_navigation():
+            page.click("#filters button[type=submit]")
+        assert page.locator("#sample-list .sid").all_inner_texts() == mine + theirs
+        page.goto(srv.url + "/review")
+        assert page.locator("#card").get_attribute("data-id") == mine[0]
+        assert page.locator("#label-category").input_value() == "drugs"  # the judges' category, pre-filled
+        page.fill("#note", "the scale only reads as dealing next to the bags")
+        with page.expect_navigation():
+            page.click("#save-note")
+        assert page.locator(".flash").inner_text() == "Comment saved: it decides nothing."
+        assert page.locator("#comments li").all_inner_texts()[0].startswith("ann ")
+        assert "the scale only reads as dealing" in page.locator("#comments").inner_text()
+        assert page.locator("#status").inner_text() == "pending"
+        with page.expect_navigation():
+            page.keyboard.press("s")
+        assert page.locator(".flash").inner_text().startswith("Skipped: nothing recorded")
+        assert page.locator("#card").get_attribute("data-id") == mine[1]
+        assert page.locator("#sample-list .sid").all_inner_texts() == [*mine[1:], mine[0]]
+        for _ in mine[1:]:
+            with page.expect_navigation():
+                page.keyboard.press("a")  # the suggested category left as it is
+        assert page.locator("#card").get_attribute("data-id") == mine[0]  # the skipped one came back
+        page.click("#reviewers-link")
+        row = page.locator("#progress-table tr[data-progress=ann]")
+        n = str(len(mine) - 1)
+        assert [row.locator(f".{c}").inner_text() for c in ("assigned", "judged-assigned", "timed")] == [
+            str(len(mine)),
+            n,
+            n,
+        ]
+        assert row.locator(".median").inner_text().isdigit()
+    recs = load_samples(ds)
+    log = [json.loads(x) for x in (ds / DECISIONS).read_text().splitlines()]
+    assert [(x["id"], x["decision"]) for x in log] == [(mine[0], "note"), *[(sid, "approve") for sid in mine[1:]]]
+    assert not any("category" in x for x in log) and all("shown" in x for x in log[1:])
+    assert all(recs[sid]["category"] == generated[sid] and "category_generated" not in recs[sid] for sid in mine)
+    assert recs[mine[0]]["status"] == "pending_review"

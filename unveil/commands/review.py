@@ -60,6 +60,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="write DIR/export/ afterwards (data.parquet, data.jsonl, data.csv, README.md card)",
     )
+    r.add_argument(
+        "--publish",
+        metavar="REPO",
+        help="write the export as --export does, then push it to the Hugging Face Hub dataset repository REPO "
+        "(OWNER/NAME, its train split) with `datasets`' push_to_hub; the token is HF_TOKEN's, else the stored "
+        "`huggingface-cli login`, and is never printed",
+    )
+    r.add_argument("--private", action="store_true", help="with --publish: create the Hub repository as private")
     r.set_defaults(func=run_review)
 
 
@@ -259,8 +267,13 @@ def run_review(args: argparse.Namespace) -> int:
     else:
         _print_queue(root)
     _print_dataset_notes(root)
-    if args.export:
-        print(f"export written to {export_summary(export_hf(root).parent)}", file=sys.stderr)
+    if args.export or args.publish:
+        parquet = export_hf(root)
+        print(f"export written to {export_summary(parquet.parent)}", file=sys.stderr)
+        if args.publish:
+            from runner.ctd_publish import publish_export
+
+            print(f"published to {publish_export(parquet, args.publish, private=args.private)}", file=sys.stderr)
     return rc
 
 

@@ -7,6 +7,8 @@ it is undefined (fewer than two samples judged twice, or every judgement the sam
 
 from __future__ import annotations
 
+import datetime
+import statistics
 from collections.abc import Iterable, Mapping
 from itertools import combinations
 from typing import Any
@@ -15,6 +17,7 @@ from typing import Any
 from graphs.ctd.rules import KAPPA_LABELS as LABELS
 from graphs.ctd.rules import cohen_kappa as cohen_kappa
 from graphs.ctd.rules import fleiss_kappa as fleiss_kappa
+from tools.reviewers import Assignment
 
 
 def judgements(history: Iterable[Mapping[str, Any]], since: int = 0, until: int | None = None) -> dict[str, str]:
@@ -104,3 +107,58 @@ def agreement(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             }
         )
     return {"reviewers": sorted(reviewers.items()), "categories": categories}
+
+
+def decision_seconds(history: Iterable[Mapping[str, Any]]) -> dict[str, list[float]]:
+    """Per reviewer, the seconds between the web app showing them the sample (`shown`, recorded with the
+    judgement) and their judgement (`time`), for each approve/reject not undone that has both."""
+    entries = list(history)
+    undone = {h.get("undoes") for h in entries if h.get("decision") == "undo"}
+    out: dict[str, list[float]] = {}
+    for k, h in enumerate(entries):
+        if k in undone or h.get("decision") not in LABELS or not h.get("shown"):
+            continue
+        try:
+            seconds = (_time(h.get("time")) - _time(h.get("shown"))).total_seconds()
+        except (TypeError, ValueError):
+            continue  # a hand-edited time: left out rather than guessed
+        if seconds >= 0:
+            out.setdefault(str(h.get("reviewer") or "?"), []).append(seconds)
+    return out
+
+
+def _time(text: object) -> datetime.datetime:
+    if not isinstance(text, str):
+        raise TypeError(text)
+    return datetime.datetime.fromisoformat(text[:40])
+
+
+def reviewer_progress(rows: Iterable[Mapping[str, Any]], assignment: Assignment | None) -> list[dict[str, Any]]:
+    """Per reviewer, by name: how many samples in review (pending, approved or rejected) the assignment gives
+    them (None without an assignment) and how many of those they judged (current attempt), how many judgements
+    the app timed, and the median seconds between showing a sample and judging it (None when none was timed).
+    Rows carry `id`, `status`, `review_status`, `judgements` and `timings` ({reviewer: [seconds]})."""
+    in_review = [
+        r for r in rows if r.get("status") == "pending_review" or r.get("review_status") in ("approved", "rejected")
+    ]
+    names = set(assignment.reviewers if assignment is not None else ())
+    seconds: dict[str, list[float]] = {}
+    for r in in_review:
+        names |= set(r.get("judgements") or {})
+        for who, values in (r.get("timings") or {}).items():
+            seconds.setdefault(who, []).extend(values)
+    names |= set(seconds)
+    out = []
+    for who in sorted(names):
+        mine = [r for r in in_review if assignment is not None and who in assignment.of(str(r.get("id")))]
+        timed = seconds.get(who) or []
+        out.append(
+            {
+                "reviewer": who,
+                "assigned": len(mine) if assignment is not None and who in assignment.reviewers else None,
+                "judged_assigned": sum(1 for r in mine if who in (r.get("judgements") or {})),
+                "timed": len(timed),
+                "median_s": statistics.median(timed) if timed else None,
+            }
+        )
+    return out

@@ -37,7 +37,7 @@ FILTER_TEXT_MAX = 200  # characters kept of the free-text filters (search words,
 FLASHES = {
     "approved": "Approved.",
     "rejected": "Rejected.",
-    "note": "Note saved.",
+    "note": "Comment saved: it decides nothing.",
     "reviewer": "Reviewer name saved.",
     "already": "Already recorded: this decision was applied before (nothing changed).",
     "already_judged": "Already judged by you: not counted again.",
@@ -47,6 +47,7 @@ FLASHES = {
     "sent_back": "Rejected and sent back to the Eraser: the next `unveil generate` on this folder (for a Studio "
     "sample, its run once resumed) gives it another attempt with your note.",
     "signed_in": "Signed in.",
+    "skip": "Skipped: nothing recorded; the sample comes back after the others of this queue.",
     "signed_out": "Signed out.",
 }
 
@@ -65,6 +66,8 @@ class Session:
     undo: tuple[str, int] | None = None
     conflict: str | None = None
     exported: str = ""
+    skipped: list[str] = field(default_factory=list)  # samples skipped in this session: shown after the others
+    shown: dict[str, str] = field(default_factory=dict)  # when each pending sample was first shown (time per sample)
 
     def take(self) -> dict[str, Any]:
         """What the next page shows of the last action, cleared (each is shown once)."""
@@ -291,6 +294,7 @@ class ReviewFilters:
     q: str = ""  # search words
     todo: str = ""  # a reviewer: keep the samples they have not judged (of those assigned to them, if any)
     disagree: str = ""  # "1": keep the samples where reviewers disagree, not yet settled by an adjudicator
+    others: str = ""  # "1": a reviewer's queue also shows the samples assigned to others (after their own)
 
     @classmethod
     async def of(cls, request: Request) -> ReviewFilters:

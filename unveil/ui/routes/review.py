@@ -18,17 +18,20 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from agents.categories import CATEGORIES
 from graphs.ctd.labels import LabelSchemaError
+from graphs.ctd.review import now_iso
 from graphs.ctd.rules import latest_by_reviewer
 from runner.ctd_export import export_summary
 from tools.review_log import ReviewWriteError, review_lock_async
 from tools.reviewers import Assignment, ReviewerAuthError
-from unveil.ui.agreement import agreement
+from unveil.ui.agreement import agreement, reviewer_progress
 from unveil.ui.markdown import render_guidelines
 from unveil.ui.pages import (
     FLASHES,
     LIST_PAGE_SIZE,
     SESSION_COOKIE,
     FiltersDep,
+    ReviewFilters,
+    Session,
     Ui,
     UiDep,
     n_pages,
@@ -50,6 +53,33 @@ def _neighbours(ids: list[str], current_id: str | None) -> tuple[int, str | None
     prev_id = ids[pos - 1] if pos > 0 else None
     next_id = ids[pos + 1] if 0 <= pos < len(ids) - 1 else (ids[0] if pos < 0 and ids else None)
     return pos, prev_id, next_id
+
+
+def _ordered(
+    shown: list[dict[str, Any]], f: ReviewFilters, assignment: Assignment | None, skipped: list[str]
+) -> list[dict[str, Any]]:
+    """The queue in the order it is worked through: in a reviewer's queue that shows the samples assigned to
+    others too, their own come first; the samples skipped in this session come last, in the order they were
+    skipped (so each comes back once the others are done); file order otherwise."""
+    rank = {sid: n + 1 for n, sid in enumerate(skipped)}
+    theirs = f.todo and assignment is not None and f.todo in assignment.reviewers
+
+    def key(row: dict[str, Any]) -> tuple[int, bool]:
+        other = bool(theirs and assignment is not None and f.todo not in assignment.of(row["id"]))
+        return rank.get(row["id"], 0), other
+
+    return sorted(shown, key=key)
+
+
+Rows = list[dict[str, Any]]
+
+
+async def _queue(ui: Ui, ctd: CtdSource, request: Request, f: ReviewFilters) -> tuple[Rows, Rows, Assignment | None]:
+    """Every row, the rows the filters keep in the order the queue shows them, and the folder's assignment."""
+    rows = await asyncio.to_thread(ctd.rows)
+    assignment = await asyncio.to_thread(ctd.assignment)
+    shown = [r for r in rows if ctd.matches(r, **f.as_dict(), assignment=assignment)]
+    return rows, _ordered(shown, f, assignment, ui.session(request).skipped), assignment
 
 
 def _sidebar_page(request: Request, n_shown: int, pos: int) -> tuple[int, int]:
@@ -86,15 +116,15 @@ async def review(
     if ui.people() is not None and not ui.reviewer(request):
         return RedirectResponse("/signin", 303)  # type: ignore[return-value, unused-ignore]  # Any without fastapi
     last = ui.session(request).take()
-    rows = await asyncio.to_thread(ctd.rows)
-    assignment = await asyncio.to_thread(ctd.assignment)
-    shown = [r for r in rows if ctd.matches(r, **f.as_dict(), assignment=assignment)]
+    rows, shown, assignment = await _queue(ui, ctd, request, f)
     wanted = request.query_params.get("id")
     current_id = wanted if wanted else (shown[0]["id"] if shown else None)
     card = await asyncio.to_thread(ctd.record, current_id) if current_id else None
     problem = ctd.problem(current_id) if current_id else None
     if current_id and card is None and problem is None and wanted:
         raise HTTPException(404, f"no sample {current_id!r} in this dataset")
+    if card is not None and card.get("status") == "pending_review" and ui.reviewer(request):
+        _mark_shown(ui.kept_session(request), str(current_id))
     pos, prev_id, next_id = _neighbours([r["id"] for r in shown], current_id)
     list_page, list_pages = _sidebar_page(request, len(shown), pos)
     start = (list_page - 1) * LIST_PAGE_SIZE
@@ -119,12 +149,25 @@ async def review(
         exported=last["exported"],
         flash=last["flash"],
         assigned=assignment.of(current_id) if assignment is not None and current_id else [],
+        has_assignment=assignment is not None,
         not_assigned=_not_assigned(ui, request, assignment, current_id),
         guidelines=render_guidelines(await asyncio.to_thread(ctd.guidelines)),
         **await _schema_of(ctd),
         category_choices=CATEGORIES,
         **_queue_facts(ui, ctd, rows, request),
     )
+
+
+SHOWN_MAX = 1000  # pending samples one session remembers the showing time of (the oldest forgotten first)
+
+
+def _mark_shown(session: Session, sample_id: str) -> None:
+    """Remember when the session's reviewer was first shown a pending sample (the server's clock, never the
+    browser's): their judgement of it keeps the time, and the agreement page the seconds in between."""
+    if sample_id not in session.shown:
+        session.shown[sample_id] = now_iso()
+        while len(session.shown) > SHOWN_MAX:
+            session.shown.pop(next(iter(session.shown)))
 
 
 async def _schema_of(ctd: CtdSource) -> dict[str, Any]:
@@ -156,6 +199,19 @@ async def _skipped_flash(ctd: CtdSource, sample_id: str) -> str:
             409, f"sample {sample_id!r} cannot take a decision: its record is unreadable ({problem.reason})"
         )
     return FLASHES["already"]
+
+
+async def _outcome_flash(ctd: CtdSource, sample_id: str, decision: str, counts: dict[str, int]) -> str:
+    """The message of a decision that was not a conflict: what it did to the sample."""
+    if counts.get("skipped"):
+        return await _skipped_flash(ctd, sample_id)
+    if counts.get("already"):
+        return FLASHES["already_judged"]
+    if decision == "note":
+        return FLASHES["note"]
+    if counts.get("sent_back"):
+        return FLASHES["sent_back"]
+    return _decided_flash(ctd, sample_id, decision, counts)
 
 
 def _decided_flash(ctd: CtdSource, sample_id: str, decision: str, counts: dict[str, int]) -> str:
@@ -198,13 +254,12 @@ async def decide(
         return RedirectResponse(f"/review?{f.query(id=id)}", 303)
     if decision == "send_back":  # a rejection whose note goes back to the Eraser
         decision, labels = "reject", {**labels, "send_back": True}
-    assignment = await asyncio.to_thread(ctd.assignment)
-    rows = await asyncio.to_thread(ctd.rows)
-    before = [r["id"] for r in rows if ctd.matches(r, **f.as_dict(), assignment=assignment)]
+    shown = session.shown.get(id) if decision != "note" else None
+    before = [r["id"] for r in (await _queue(ui, ctd, request, f))[1]]
     appended: list[tuple[str, int]] = []
     try:
         async with review_lock_async(ctd.root):  # waited for here, not in a thread the pages need
-            counts = await asyncio.to_thread(ctd.decide, id, decision, note, actor, appended, labels)
+            counts = await asyncio.to_thread(ctd.decide, id, decision, note, actor, appended, labels, shown)
     except (DatasetBusyError, ReviewWriteError) as exc:  # a folder held too long (nothing saved), or a full disk
         return ui.not_saved(request, exc, back=f"/review?{f.query(id=id)}")
     except LabelSchemaError as exc:  # the dataset's labels.json asks for more: nothing was written
@@ -213,17 +268,12 @@ async def decide(
     if counts.get("conflicts"):
         session.conflict = id
         return RedirectResponse(f"/review?{f.query(id=id)}", 303)
-    if counts.get("skipped"):
-        session.flash = await _skipped_flash(ctd, id)
-    elif counts.get("already"):
-        session.flash = FLASHES["already_judged"]
-    elif decision == "note":
-        session.flash = FLASHES["note"]
-    elif counts.get("sent_back"):
-        session.flash = FLASHES["sent_back"]
-    else:
-        session.flash = _decided_flash(ctd, id, decision, counts)
+    session.flash = await _outcome_flash(ctd, id, decision, counts)
     session.undo = appended[-1] if appended else None  # this request's own entry, never a concurrent one
+    if decision != "note":
+        session.shown.pop(id, None)  # judged: a later showing of it is timed anew
+        if id in session.skipped:
+            session.skipped.remove(id)  # judged now: no longer waiting at the end of the queue
     nxt = id if decision == "note" or counts.get("already") else None
     if nxt is None and id in before:
         later = before[before.index(id) + 1 :]
@@ -231,17 +281,43 @@ async def decide(
     return RedirectResponse(f"/review?{f.query(**({'id': nxt} if nxt else {}))}", status_code=303)
 
 
+SKIPPED_MAX = 1000  # samples one session remembers as skipped (the oldest forgotten first)
+
+
+@router.post("/review/skip")
+async def skip(request: Request, ui: UiDep, ctd: CtdDep, f: FiltersDep, id: str = Form(...)) -> Response:
+    """Move on from a sample without deciding it: nothing is recorded (no history entry, no `decisions.jsonl`
+    line, so it is never a judgement); the sample goes to the end of this session's queue and comes back once the
+    others are done. The next sample of the queue opens."""
+    await ui.check_csrf(request)
+    ui.actor(request)  # with a reviewers file, a signed-in reviewer's queue only
+    if id not in ctd.index.where:
+        raise HTTPException(404, f"no sample {id!r} in this dataset")
+    before = [r["id"] for r in (await _queue(ui, ctd, request, f))[1]]
+    session = ui.kept_session(request)
+    session.skipped = [*[s for s in session.skipped if s != id][-(SKIPPED_MAX - 1) :], id]
+    session.shown.pop(id, None)  # its time per sample starts again when it comes back
+    later = [s for s in before[before.index(id) + 1 :] if s != id] if id in before else []
+    after = [r["id"] for r in (await _queue(ui, ctd, request, f))[1]]
+    nxt = later[0] if later else next((s for s in after if s != id), id)
+    session.flash = FLASHES["skip"]
+    return RedirectResponse(f"/review?{f.query(id=nxt)}", 303)
+
+
 async def _labels_of(request: Request, ctd: CtdSource) -> dict[str, Any]:
     """The label fields of a decision form (a corrected category, one field per rating of the schema). The
     correction is `label_category`, never `category`: that name is the queue's filter, which every form carries
-    back, and reading it here made every decision record a category its reviewer never chose."""
+    back, and reading it here made every decision record a category its reviewer never chose. The field comes
+    pre-filled with the judges' category (`label_category_default`, a suggestion): only a changed value is a
+    correction."""
     schema = await asyncio.to_thread(ctd.label_schema)
     if schema is None:
         return {}
     form = await request.form()
     labels: dict[str, Any] = {}
-    if schema.category and form.get("label_category"):
-        labels["category"] = str(form.get("label_category"))
+    chosen = str(form.get("label_category") or "")
+    if schema.category and chosen and chosen != str(form.get("label_category_default") or ""):
+        labels["category"] = chosen  # a suggestion left as it was pre-filled is no correction
     ratings = {name: str(form.get(f"rating_{name}") or "") for name in schema.ratings}
     if any(ratings.values()):
         labels["ratings"] = ratings
@@ -335,15 +411,18 @@ async def export(request: Request, ui: UiDep, ctd: CtdDep) -> Response:
 
 @router.get("/reviewers", response_class=HTMLResponse)
 async def reviewers_page(request: Request, ui: UiDep, ctd: CtdDep) -> HTMLResponse:
-    """Who reviewed what, and how much reviewers agree per category (Fleiss' and Cohen's kappa); with a
-    reviewers file, for a signed-in reviewer only."""
+    """Who reviewed what, each reviewer's progress on their assigned samples and time per sample, and how much
+    reviewers agree per category (Fleiss' and Cohen's kappa); with a reviewers file, for a signed-in reviewer
+    only."""
     if ui.people() is not None and not ui.reviewer(request):
         return RedirectResponse("/signin", 303)  # type: ignore[return-value, unused-ignore]
     rows = await asyncio.to_thread(ctd.rows)
+    assignment = await asyncio.to_thread(ctd.assignment)
     return ui.page(
         request,
         "reviewers.html",
         stats=agreement(rows),
+        progress=reviewer_progress(rows, assignment),
         policy={"min_reviewers": ctd.min_reviewers, "rule": ctd.rule},
         pending=sum(1 for r in rows if r.get("status") == "pending_review"),
     )

@@ -7,10 +7,12 @@ import os
 import stat
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.categories import CATEGORIES, normalize_category
 from graphs.ctd.labels import LabelSchema, load_schema
 from graphs.ctd.review import attempt_start, disagreement
 from graphs.ctd.rules import latest_by_reviewer
@@ -29,7 +31,7 @@ from runner.ctd_export import export_hf
 from runner.ctd_reviews import apply_reviews, default_reviewer
 from tools.review_policy import FolderPolicy, load_policy, record_policy, resolve_policy
 from tools.reviewers import Assignment, load_assignment, load_reviewers, require_reviewers_file, reviewers_path
-from unveil.ui.agreement import adjudicators, attempt_judgements, judgements
+from unveil.ui.agreement import adjudicators, attempt_judgements, decision_seconds, judgements
 from unveil.ui.index import JsonlIndex, Problem
 from unveil.ui.sources.common import ImageIndex, OpenOptions, PageSource, usage_cost
 
@@ -126,6 +128,32 @@ def _blind(rec: dict[str, Any]) -> tuple[int, int]:
     )
 
 
+def judges_category(rec: dict[str, Any]) -> str:
+    """The category the judges of the sample's last round named most often (of those who found the risk), as the
+    suggestion the category correction is pre-filled with; the sample's own category when no judge named one of
+    the vocabulary."""
+    last = rec.get("rounds") or 0
+    named = Counter(
+        normalize_category(str(v["category"]))
+        for v in rec.get("votes") or []
+        if v.get("round") == last and v.get("has_risk") and v.get("category")
+    )
+    found = [c for c, _ in named.most_common() if c in CATEGORIES]
+    return found[0] if found else str(rec.get("category") or "")
+
+
+def comments(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The comments on a sample: its `note` entries (a note decides nothing) not undone, oldest first, each with
+    its reviewer, time, text and history position."""
+    history = rec.get("review_history") or []
+    undone = {h.get("undoes") for h in history if h.get("decision") == "undo"}
+    return [
+        {"k": k, "reviewer": h.get("reviewer") or "?", "time": h.get("time") or "", "text": h.get("note") or ""}
+        for k, h in enumerate(history)
+        if h.get("decision") == "note" and k not in undone and h.get("note")
+    ]
+
+
 SEARCH_CHARS = 8000
 
 
@@ -160,6 +188,7 @@ def _ctd_summary(rec: dict[str, Any]) -> dict[str, Any]:
         "attempts": attempt_judgements(rec),
         "adjudicators": adjudicators(rec.get("review_history") or []),
         "adjudicated": bool(review.get("adjudicated")),
+        "timings": decision_seconds(rec.get("review_history") or []),
     }
 
 
@@ -239,6 +268,8 @@ class CtdSource:
             "judgements": judgements(rec.get("review_history") or [], attempt_start(rec)),
             "n_reviews": len(latest_by_reviewer((rec.get("review") or {}).get("reviews") or [])),
             "disagree": disagreement(rec),
+            "judges_category": judges_category(rec),
+            "comments": comments(rec),
         }
 
     @staticmethod
@@ -257,17 +288,20 @@ class CtdSource:
         q: str = "",
         todo: str = "",
         disagree: str = "",
+        others: str = "",
         assignment: Assignment | None = None,
     ) -> bool:
         """Whether a sample passes the filters (empty filter = any; a bad record matches its status or
         'bad'). `q` finds words in the id, category, text, image description and the judges' reasons (every
         word must occur, case-insensitive); `todo` keeps the samples that reviewer has not judged (and, with an
-        `assignment` naming them, only those assigned to them); `disagree` keeps the samples where reviewers
+        `assignment` naming them, only those assigned to them, unless `others` asks for the samples assigned to
+        others too); `disagree` keeps the samples where reviewers
         disagree that no adjudicator settled."""
         judged = row.get("judgements") or {}
         if todo and todo in judged:
             return False
-        if todo and assignment is not None and todo in assignment.reviewers and todo not in assignment.of(row["id"]):
+        assigned = assignment.of(row["id"]) if todo and not others and assignment is not None else None
+        if assigned is not None and assignment is not None and todo in assignment.reviewers and todo not in assigned:
             return False
         if disagree and (len(set(judged.values())) < 2 or row.get("adjudicated")):
             return False
@@ -327,10 +361,13 @@ class CtdSource:
         actor: tuple[str, str],
         appended: list[tuple[str, int]] | None = None,
         labels: dict[str, Any] | None = None,
+        shown: str | None = None,
     ) -> dict[str, int]:
         """Apply one decision as `actor` with its labels (a corrected `category`, `ratings`: checked against the
-        folder's label schema); `appended` receives the history entry it added."""
-        return self._apply({sample_id: {"decision": decision, "note": note, **(labels or {})}}, actor, appended)
+        folder's label schema) and the time the sample was shown to them (`shown`, kept with a judgement);
+        `appended` receives the history entry it added."""
+        answer = {"decision": decision, "note": note, **(labels or {}), **({"shown": shown} if shown else {})}
+        return self._apply({sample_id: answer}, actor, appended)
 
     def label_schema(self) -> LabelSchema | None:
         """The folder's label schema (`labels.json`), read now, or None."""

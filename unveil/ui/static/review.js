@@ -1,4 +1,4 @@
-// Keyboard shortcuts of the review page: a approve, r reject, u undo the last decision, n note, arrows
+// Keyboard shortcuts of the review page: a approve, r reject, u undo the last decision, s skip, n note, arrows
 // previous/next, Esc leaves the note.
 (function () {
   "use strict";
@@ -20,6 +20,7 @@
     if (ev.key === "a") { button = document.getElementById("approve"); }
     else if (ev.key === "r") { button = document.getElementById("reject"); }
     else if (ev.key === "u") { button = document.getElementById("undo"); }
+    else if (ev.key === "s") { button = document.getElementById("skip"); }
     else if (ev.key === "n" && note) { ev.preventDefault(); note.focus(); return; }
     else if (ev.key === "ArrowLeft") { ev.preventDefault(); go("prev"); return; }
     else if (ev.key === "ArrowRight") { ev.preventDefault(); go("next"); return; }
