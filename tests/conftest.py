@@ -173,7 +173,8 @@ def _heaviest_first(items: list[pytest.Item]) -> list[pytest.Item]:
         if not item.get_closest_marker("slow"):
             return 0.0
         mark = item.get_closest_marker("timeout")
-        return float(mark.args[0] if mark and mark.args else item.config.getini("timeout") or 300)
+        given = (mark.args[0] if mark.args else mark.kwargs.get("timeout")) if mark else None
+        return float(given or item.config.getini("timeout") or 300)
 
     ordered = sorted(units.values(), key=lambda unit: (-sum(map(allowed, unit)), -len(unit)))
     return [item for unit in ordered for item in unit]
