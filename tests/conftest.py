@@ -40,6 +40,9 @@ XDIST_GROUPS = {
     "test_gpu_suite.py::test_the_tiny_suite_runs_every_part_and_writes_one_json": "ray",
     "test_gpu_suite.py::test_the_ipr_part_evaluates_a_slice_on_ray_and_extrapolates": "ray",
     "test_bench_smoke.py::test_scale_render_tiny_runs_the_local_and_ray_engines": "ray",
+    # its own local Ray (`ray.init(address="local")`), which would start beside the group's now that both are handed
+    # out among the first units (`_heaviest_first`)
+    "test_bench_smoke.py::test_compile_reuse_tiny_compiles_once_across_a_plain_process_and_a_ray_actor": "ray",
     "test_langgraph_dev.py": "langgraph_dev",
     "test_guard_langgraph_dev.py": "langgraph_dev",
 }
