@@ -40,6 +40,9 @@ XDIST_GROUPS = {
     "test_gpu_suite.py::test_the_tiny_suite_runs_every_part_and_writes_one_json": "ray",
     "test_gpu_suite.py::test_the_ipr_part_evaluates_a_slice_on_ray_and_extrapolates": "ray",
     "test_bench_smoke.py::test_scale_render_tiny_runs_the_local_and_ray_engines": "ray",
+    # its own local Ray (`ray.init(address="local")`), which would start beside the group's now that both are handed
+    # out among the first units (`_heaviest_first`)
+    "test_bench_smoke.py::test_compile_reuse_tiny_compiles_once_across_a_plain_process_and_a_ray_actor": "ray",
     "test_langgraph_dev.py": "langgraph_dev",
     "test_guard_langgraph_dev.py": "langgraph_dev",
     "test_server_boundary_dev.py": "langgraph_dev",
@@ -56,6 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
     made by the process that starts the run, before pytest-xdist starts its workers, which inherit it."""
     declare_extras(config)
     _share_the_cores(config)
+    _hand_out_in_collection_order(config)
     if not os.environ.get(TINY_CACHE_ENV):
         import tempfile
 
@@ -75,6 +79,15 @@ def _share_the_cores(config: pytest.Config) -> None:
     os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
     if "torch" in sys.modules:  # imported before this hook: its pool is already sized, so size it again
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+def _hand_out_in_collection_order(config: pytest.Config) -> None:
+    """pytest-xdist's controller hands out the work units (a group, or one test) by their number of tests, most first
+    (`--loadscope-reorder`, its default): a single slow test then started near the end of a run, while the other
+    worker had run out of work. Under `--dist loadgroup` it keeps the order the workers collect instead, which
+    `_heaviest_first` sets."""
+    if getattr(config.option, "dist", None) == "loadgroup":
+        config.option.loadscopereorder = False
 
 
 @pytest.hookimpl(trylast=True)
@@ -144,6 +157,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             group = item.nodeid.split("::")[0] if _uses_a_wide_fixture_of_the_suite(item) else None
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    if getattr(config.option, "loadgroup", False):  # a pytest-xdist worker under --dist loadgroup
+        items[:] = _heaviest_first(items)
+
+
+def _heaviest_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The tests by work unit (an `xdist_group`, else the test alone), the units with the most time allowed to
+    their slow tests first (each test's `timeout` marker, else the ini's `timeout`), then by number of tests; the
+    order of the tests within a unit, and of units alike, is kept. With the slow units (a Ray cluster, a server, the
+    README's demo on the embedded model) first and the many short ones last, the short ones fill in at the end
+    whichever worker is free: a long unit handed out last kept one worker busy minutes after the other ran out."""
+    units: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        key = str(mark.args[0] if mark.args else mark.kwargs.get("name")) if mark else item.nodeid
+        units.setdefault(key, []).append(item)
+
+    def allowed(item: pytest.Item) -> float:
+        if not item.get_closest_marker("slow"):
+            return 0.0
+        mark = item.get_closest_marker("timeout")
+        given = (mark.args[0] if mark.args else mark.kwargs.get("timeout")) if mark else None
+        return float(given or item.config.getini("timeout") or 300)
+
+    ordered = sorted(units.values(), key=lambda unit: (-sum(map(allowed, unit)), -len(unit)))
+    return [item for unit in ordered for item in unit]
 
 
 @pytest.fixture(autouse=True)

@@ -98,6 +98,16 @@ async def run(client: Any, graph: str, input: Any = None, **kw: Any) -> tuple[st
     return thread["thread_id"], out
 
 
+async def run_each(client: Any, calls: list[tuple[str, Any, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Independent runs (graph, input, keywords of `run`) sent at once, each on a thread of its own; their outputs in
+    the calls' order. The server runs them side by side: one after another, a test of a dozen refusals waited on
+    each run's round trip in turn."""
+    import asyncio
+
+    done = await asyncio.gather(*(run(client, graph, input, **kw) for graph, input, kw in calls))
+    return [out for _, out in done]
+
+
 def error_of(out: dict[str, Any]) -> str:
     """The error message a failed run shows the client ("" when it did not fail)."""
     err = out.get("__error__") if isinstance(out, dict) else None
@@ -186,22 +196,27 @@ async def test_image_paths_outside_the_allowed_roots_are_refused(client: Any, tm
     secret.parent.mkdir()
     Image.new("RGB", (8, 8)).save(secret)
     spec = f"scripted:{write_json(tmp_path / 'script.json', TAG_SCRIPT)}"
+    # Neither an absolute path nor a caller-chosen base_dir opens a folder the settings do not allow.
+    samples = (
+        {"image": str(secret), "text": "hi"},
+        {"image": "secret.png", "base_dir": str(secret.parent), "text": "hi"},
+    )
+    # Nor can a run's context widen the server's folders: image_roots is not a setting, image_store grants none.
+    contexts = (
+        {"model": spec, "image_roots": ["/"]},
+        {"model": spec, "image_store": "/"},
+        {"model": spec, "image_store": str(secret.parent)},
+    )
     for graph in ("tag", "vanilla"):
-        # Neither an absolute path nor a caller-chosen base_dir opens a folder the settings do not allow.
-        for sample in (
-            {"image": str(secret), "text": "hi"},
-            {"image": "secret.png", "base_dir": str(secret.parent), "text": "hi"},
-        ):
-            _, out = await run(client, graph, sample, context={"model": spec})
+        outs = await run_each(
+            client,
+            [(graph, sample, {"context": {"model": spec}}) for sample in samples]
+            + [(graph, {"image": str(secret), "text": "hi"}, {"context": context}) for context in contexts],
+        )
+        for out in outs[: len(samples)]:
             message = error_of(out)
             assert "image" in message and "outside the allowed image folders" in message, message
-        # Nor can a run's context widen the server's folders: image_roots is not a setting, image_store grants none.
-        for context in (
-            {"model": spec, "image_roots": ["/"]},
-            {"model": spec, "image_store": "/"},
-            {"model": spec, "image_store": str(secret.parent)},
-        ):
-            _, out = await run(client, graph, {"image": str(secret), "text": "hi"}, context=context)
+        for context, out in zip(contexts, outs[len(samples) :], strict=True):
             message = error_of(out)
             # image_roots is refused as an unknown setting before the run; an image_store outside the server's
             # folders is refused (it would be created there), and one inside them opens no folder.
@@ -380,10 +395,6 @@ async def test_ctd_send_back_in_studio_gives_the_eraser_another_attempt(
 async def test_context_is_validated_with_errors_naming_the_field(client: Any, tmp_path: Path) -> None:
     spec = f"scripted:{write_json(tmp_path / 'script.json', TAG_SCRIPT)}"
     sample = {"image_description": "a bag of white powder", "text": "Fresh batch. Text the usual number."}
-    # A number typed as text is read as the number; null for a list means its default.
-    _, out = await run(client, "tag", sample, context={"model": spec, "l_max": "2", "association_types": None})
-    assert not error_of(out), error_of(out)
-    assert out["layers_expanded"] == 1
     bad: dict[str, tuple[dict[str, Any], str]] = {
         "l_max": ({"l_max": 0}, "l_max"),
         "k_max": ({"k_max": "many"}, "k_max"),
@@ -392,22 +403,31 @@ async def test_context_is_validated_with_errors_naming_the_field(client: Any, tm
         "unknown type": ({"association_types": ["telepathic"]}, "telepathic"),
         "misspelt setting": ({"l_maxx": 3}, "l_maxx: unknown setting(s) of TagContext"),
     }
-    for label, (extra, needle) in bad.items():
-        _, out = await run(client, "tag", sample, context={"model": spec, **extra})
+    typed, empty, *outs, ipr_typo, no_script, no_key, ipr_bad, ctd_bad = await run_each(
+        client,
+        [
+            # A number typed as text is read as the number; null for a list means its default.
+            ("tag", sample, {"context": {"model": spec, "l_max": "2", "association_types": None}}),
+            # An empty field means its default, as the README says (not an error).
+            ("tag", sample, {"context": {"model": spec, "l_max": "", "k_max": None}}),
+            *[("tag", sample, {"context": {"model": spec, **extra}}) for extra, _ in bad.values()],
+            ("ipr", {"prompt": "a cat"}, {"context": {"refiner_modle": spec}}),
+            ("vanilla", sample, {"context": {"model": f"scripted:{tmp_path / 'nope.json'}"}}),
+            ("vanilla", sample, {"context": {"model": "openai:gpt-4.1-mini"}}),
+            ("ipr", {"prompt": "a cat"}, {"context": {"t_max": -1, "generator": "diffusers:/nowhere"}}),
+            ("ctd", {"category": "drugs"}, {"context": {"n_blind": "x", "model": spec}}),
+        ],
+    )
+    assert not error_of(typed), error_of(typed)
+    assert typed["layers_expanded"] == 1
+    assert not error_of(empty), error_of(empty)
+    for (label, (_, needle)), out in zip(bad.items(), outs, strict=True):
         assert needle in error_of(out) and "internal error" not in error_of(out), (label, error_of(out))
-    # An empty field means its default, as the README says (not an error).
-    _, out = await run(client, "tag", sample, context={"model": spec, "l_max": "", "k_max": None})
-    assert not error_of(out), error_of(out)
-    _, out = await run(client, "ipr", {"prompt": "a cat"}, context={"refiner_modle": spec})
-    assert "refiner_modle" in error_of(out) and "refiner_model" in error_of(out), error_of(out)
-    _, out = await run(client, "vanilla", sample, context={"model": f"scripted:{tmp_path / 'nope.json'}"})
-    assert "script file" in error_of(out) and "nope.json" in error_of(out), error_of(out)
-    _, out = await run(client, "vanilla", sample, context={"model": "openai:gpt-4.1-mini"})
-    assert "OPENAI_API_KEY" in error_of(out), error_of(out)
-    _, out = await run(client, "ipr", {"prompt": "a cat"}, context={"t_max": -1, "generator": "diffusers:/nowhere"})
-    assert "t_max" in error_of(out), error_of(out)
-    _, out = await run(client, "ctd", {"category": "drugs"}, context={"n_blind": "x", "model": spec})
-    assert "n_blind" in error_of(out), error_of(out)
+    assert "refiner_modle" in error_of(ipr_typo) and "refiner_model" in error_of(ipr_typo), error_of(ipr_typo)
+    assert "script file" in error_of(no_script) and "nope.json" in error_of(no_script), error_of(no_script)
+    assert "OPENAI_API_KEY" in error_of(no_key), error_of(no_key)
+    assert "t_max" in error_of(ipr_bad), error_of(ipr_bad)
+    assert "n_blind" in error_of(ctd_bad), error_of(ctd_bad)
 
 
 async def test_the_readme_shows_the_addresses_the_server_prints(client: Any, langgraph_server: Any) -> None:
@@ -488,11 +508,16 @@ async def test_a_context_cannot_read_server_files_or_choose_an_endpoint(
                 "image_store: ",
             ),
         ]
+        hows = ("context", "configurable")
+        calls = [
+            (graph, sample, {"context": context} if how == "context" else {"config": {"configurable": context}})
+            for graph, context, _ in attempts
+            for how in hows
+        ]
+        outs = iter(await run_each(client, calls))
         for graph, context, field in attempts:
-            for how in ("context", "configurable"):
-                kw = {"context": context} if how == "context" else {"config": {"configurable": context}}
-                _, out = await run(client, graph, sample, **kw)
-                message = error_of(out)
+            for how in hows:
+                message = error_of(next(outs))
                 assert message and field in message, (graph, how, context, message)
                 assert "outside the folders" in message or "not one this server allows" in message, message
         assert capture.requests == []  # nothing was sent to the caller's endpoint, with or without a key

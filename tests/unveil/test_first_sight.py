@@ -80,16 +80,22 @@ def test_a_structured_method_refusal_is_said_once_per_run_on_one_line(tmp_path: 
     assert "\n" not in warnings[0] and len(warnings[0]) < 400
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(1200)  # three pairs on the 135M model in-process: minutes on a busy 2-core machine
+@pytest.mark.slow(
+    reason="its subject is the README's first command in a real process on the embedded 135M model; "
+    "tests/unveil/test_detect_cli.py runs the bundled examples' batch in the fast loop"
+)
+@pytest.mark.timeout(1200)  # the 135M model in a process of its own: minutes on a busy 2-core machine
 def test_the_readme_demo_labels_its_output_and_prints_categories(tmp_path: Path) -> None:
     # README's first command, `unveil detect`, on the embedded model, from a fresh working folder (the home's
     # dequantized model is kept: converting it again takes minutes; the response cache is off, so the model runs).
     pytest.importorskip("xgrammar")
     env = {k: v for k, v in os.environ.items() if not k.startswith("UNVEIL_")} | {"PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        # the smallest search that still expands a layer: the demo's three pairs stay minutes, not a quarter hour
-        [sys.executable, "-m", "unveil.cli", "detect", "--no-progress", "--cache", "off"]
+        # The smallest search that still expands a layer, and the first of the three pairs only (`--max-calls 1`
+        # starts no second one): each pair's lines come from the same code, and the 135M model takes about a minute
+        # a pair on 2 cores. The bundled examples' batch of three runs in the fast loop (test_detect_cli.py), and
+        # the pair the model once rambled on, on the demo's own search, in test_transformers_lm.py.
+        [sys.executable, "-m", "unveil.cli", "detect", "--no-progress", "--cache", "off", "--max-calls", "1"]
         + ["--l-max", "2", "--k-max", "1", "--children", "1"],
         cwd=tmp_path,
         env=env,
@@ -97,9 +103,12 @@ def test_the_readme_demo_labels_its_output_and_prints_categories(tmp_path: Path)
         text=True,
         timeout=1150,
     )
-    assert proc.returncode in (0, 2), proc.stderr[-3000:]
+    # 2: the pair failed on the 135M model's answer; 4: batch commands that exit 4 when a spending cap kept samples
+    # from starting (the two others here) do so
+    assert proc.returncode in (0, 2, 4), proc.stderr[-3000:]
     assert "NOTE: running on the embedded model SmolLM2-135M-Instruct (transformers:smollm2)" in proc.stderr
     verdicts = [line for line in proc.stdout.splitlines() if line.startswith("[")]
+    assert len(verdicts) == 1 and "--max-calls 1" in proc.stderr, proc.stdout + proc.stderr[-3000:]
     assert verdicts and all("135M demo model" in line or "FAILED" in line for line in verdicts), proc.stdout
     categories = [line.split(":", 1)[1].strip() for line in proc.stdout.splitlines() if "  category:" in line]
     assert all(c in VOCABULARY for c in categories), proc.stdout
