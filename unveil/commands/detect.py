@@ -28,11 +28,10 @@ from unveil.commands.common import (
     tag_reading_kwargs,
     warn_if_demo,
 )
+from unveil.commands.inputs import EXAMPLES as EXAMPLES
 
 if TYPE_CHECKING:
     from runner.detect import DetectionContext
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pairs.jsonl"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

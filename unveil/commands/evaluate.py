@@ -55,6 +55,7 @@ from unveil.commands.evaluate_ipr import (
     ipr_scoring_options,
     ipr_settings,
 )
+from unveil.commands.inputs import named_datasets
 
 if TYPE_CHECKING:
     from runner.spending import Spending
@@ -204,40 +205,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_ablation_parser(ev, parts)
 
 
-def _looks_like_format(prefix: str) -> bool:
-    """Whether the part of a --dataset value before ':' reads as a format name (a word, not a drive letter or a
-    path)."""
-    return len(prefix) > 1 and prefix.replace("_", "").replace("-", "").isalnum()
-
-
-def _named_datasets(args: argparse.Namespace) -> dict[str, tuple[Path, str]]:
-    from evaluation.datasets import FORMATS
-
-    formats = args.format or ["auto"]
-    if len(formats) not in (1, len(args.dataset)):
-        raise CommandLineError(f"--format: give one value or one per --dataset ({len(args.dataset)})")
-    out: dict[str, tuple[Path, str]] = {}
-    for k, item in enumerate(args.dataset):
-        name, sep, path = item.partition("=")
-        if not sep:
-            path, name = item, ""
-        fmt = formats[k] if len(formats) > 1 else formats[0]
-        prefix, colon, rest = path.partition(":")  # FMT:FILE, e.g. siuo:data/siuo_gen.json
-        if colon and prefix in FORMATS:
-            fmt, path = prefix, rest
-        elif colon and _looks_like_format(prefix) and not Path(path).exists():
-            # `bench:data/bench.jsonl` was read as a file of that name and reported "not found"
-            raise CommandLineError(
-                f"--dataset {item!r}: {prefix!r} is not a format; formats: {', '.join(FORMATS)} "
-                "(or give the file alone: its format is detected)"
-            )
-        name = name or f"{Path(path).parent.name}/{Path(path).stem}".strip("/")
-        if name in out:
-            raise CommandLineError(f"--dataset: the name {name!r} is used twice; label them NAME=FILE")
-        out[name] = (Path(path), fmt)
-    return out
-
-
 def mtc_runs(values: list[str], datasets: dict[str, Any]) -> dict[str, str]:
     """`--mtc-from [NAME=]FILE` values as {dataset name or "" (every dataset): run file}."""
     out: dict[str, str] = {}
@@ -270,7 +237,7 @@ def run_detection(args: argparse.Namespace) -> int:
     check_model_fields((TagContext, VanillaContext), {k: v for k, v in roles.items() if not k.startswith("guard")})
     warn_if_demo(detectors + list(roles.values()))
     datasets = {}
-    for name, (path, fmt) in _named_datasets(args).items():
+    for name, (path, fmt) in named_datasets(args).items():
         items = load_detection(path, fmt, include_benign=args.include_benign)
         datasets[name] = items[: args.limit] if args.limit else items
         bad = sum(1 for it in datasets[name] if it.error)

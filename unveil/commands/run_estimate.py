@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.env import env_str
+from unveil.commands.inputs import EXAMPLES, RunFileError, named_datasets
 
 # Tokens a call is assumed to take (prompt, answer) where no finer model of the calls exists (vanilla, guards, IPR,
 # CTD); TAG's calls and tokens come from `graphs.tag.cost`, which bench/tag_calls.py checks.
@@ -98,8 +99,6 @@ def _lines(path: str | None) -> int:
     try:
         return sum(1 for _ in iter_lines(path or ""))
     except UnreadableFileError as exc:
-        from unveil.commands.runfile import RunFileError  # the run file's error; it imports this module
-
         raise RunFileError(f"input: {exc}") from exc
     except OSError:
         return 0
@@ -116,10 +115,9 @@ def _main_model(args: argparse.Namespace) -> str:
 def _evaluate_detection(args: argparse.Namespace) -> list[Estimate]:
     """One estimate per configuration of `evaluate detection`."""
     from evaluation.datasets import load_detection
-    from unveil.commands.evaluate import _named_datasets
 
     total = 0
-    for path, fmt in _named_datasets(args).values():
+    for path, fmt in named_datasets(args).values():
         items = load_detection(path, fmt, include_benign=args.include_benign)
         total += len(items[: args.limit] if args.limit else items)
     rows = []
@@ -175,8 +173,6 @@ def estimate(args: argparse.Namespace) -> list[Estimate]:
 
 def _examples() -> Path:
     """The bundled example pairs `unveil detect` runs without --input."""
-    from unveil.commands.detect import EXAMPLES
-
     return EXAMPLES
 
 

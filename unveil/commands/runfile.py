@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.errors import UnveilError
+from unveil.commands.inputs import RunFileError as RunFileError
 from unveil.commands.report import BUG_EXIT
 from unveil.commands.run_estimate import TOKENS_PER_CALL, estimate, over_cap
 
@@ -37,10 +37,6 @@ MAX_QUOTED = 300  # characters of a value or a parser's message quoted in an err
 # Exit codes by severity: a bug, could not run, incomplete (a spending cap stopped it), a quality gate missed,
 # some samples failed, all well.
 SEVERITY = (BUG_EXIT, 1, 4, 3, 2, 0)  # 4: `unveil.commands.common.STOPPED_EXIT`
-
-
-class RunFileError(UnveilError, ValueError):
-    """A run file that cannot be read or names what no command takes."""
 
 
 @dataclass
