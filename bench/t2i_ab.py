@@ -60,7 +60,11 @@ def run(out: Path, work: Path, extra: list[str], ab: Path = AB) -> int:
     for tree in trees:
         json_out = out / f"ab-{tree.name}.json"
         cmd = [sys.executable, "bench/t2i_throughput.py", *BENCH_ARGS, "--workdir", str(work), "--json", str(json_out)]
-        env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1"}
+        if "--phases" in (tree / "bench" / "t2i_throughput.py").read_text(encoding="utf-8"):
+            cmd.append("--phases")  # where the tree's bench has it: where an image's time goes
+        # The tree first, then what the caller's PYTHONPATH holds (the GPU machine's carried wheels).
+        path = os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p)
+        env = {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
         print(f"== {tree.name}: {' '.join(cmd[1:])} {' '.join(extra)}", flush=True)
         subprocess.run([*cmd, *extra], cwd=tree, env=env, check=False)
     print(table(out), flush=True)
