@@ -23,7 +23,7 @@ With one GPU, T2I runs alone first, then GRPO and both scaling rounds prepare si
 (`GATES_ONE_GPU`), every process compiling the one bucket the timed rounds use (`ONE_GPU_ENV`); grpo-multi is
 named "not planned". With `--tiny` (no GPU) the jobs run one after the other.
 
-At the end every figure is compared with the last committed result of the same GPU model
+At the end every figure is compared with the last and the best committed results of the same GPU model
 (`bench/regression_guard.py`): one more than 10% worse is a loud line, a table row and `guard` in the JSON.
 
 Every model is Stable Diffusion 1.5's (and Qwen2.5-VL-3B's, CLIP's) configuration with random weights, built from
@@ -1078,7 +1078,7 @@ def main(argv: list[str] | None = None) -> int:
                 "gpu_timeline": sampler.timeline(),
             }
             if final and not args.tiny:
-                # Every figure against the last committed run on this GPU model (`bench/regression_guard.py`).
+                # Every figure against the last and the best committed runs on this GPU model (`bench/regression_guard.py`).
                 report["guard"] = guard_report(report, exclude=out)
                 rows = [*rows, *guard_rows(report["guard"])]
                 report["rows"] = rows

@@ -1,10 +1,13 @@
-"""The GPU suite's regression guard: every figure of a run against the last committed run of the same GPU model.
+"""The GPU suite's regression guard: every figure of a run against the last and the best committed runs of the same GPU
+model.
 
 A figure is a number a part measured whose direction is known: images per second (higher is better), a GRPO step's
 seconds (lower is better). Each figure of the new run is compared with the newest result under `bench/results/`
 (by the date the suite wrote in it) that was made on the same GPU model (an H100 with an H100, whatever the count),
-was not a `--tiny` run, comes from another commit, and has that figure. A figure more than `THRESHOLD` (10%) worse
-is a regression: the suite prints it loudly, adds a row to its table and lists it in its JSON (`guard`).
+was not a `--tiny` run, comes from another commit, and has that figure, and with the best value of that figure
+among all those runs. A figure more than `THRESHOLD` (10%) worse than either is a regression: the suite prints it
+loudly, adds a row to its table and lists it in its JSON (`guard`). The best earlier value matters because a
+regression that lands once becomes the last run: compared with the last run alone, every later run would look fine.
 
 Warm-up seconds are not figures: they measure the state of the machine's compile cache (cold or warm), not the code.
 
@@ -51,14 +54,23 @@ class Comparison:
     baseline_file: str
     change_pct: float
     regressed: bool
+    # The best value of this figure in any earlier committed run of the same GPU model (may be the baseline's).
+    best: float = 0.0
+    best_commit: str = ""
+    best_file: str = ""
+    best_change_pct: float = 0.0
 
     def line(self) -> str:
         """One line for the log and the table."""
         word = "better" if self.change_pct >= 0 else "worse"
-        return (
+        text = (
             f"{self.value:.3g} {self.unit}, {abs(self.change_pct):.0f}% {word} than {self.baseline:.3g} at "
             f"{self.baseline_commit} ({self.baseline_machine})"
         )
+        if self.best_file and self.best_file != self.baseline_file and self.best_change_pct < 0:
+            worse = abs(self.best_change_pct)
+            text += f"; {worse:.0f}% worse than the best earlier, {self.best:.3g} at {self.best_commit}"
+        return text
 
 
 def _number(value: Any) -> float | None:
@@ -184,17 +196,24 @@ def baselines(
     return found
 
 
+def _change(figure: Figure, base: Figure) -> float:
+    """The change of `figure` against `base` as a fraction (positive: better)."""
+    ratio = figure.value / base.value
+    return ratio - 1 if figure.higher_is_better else 1 - ratio
+
+
 def compare(result: dict[str, Any], against: list[tuple[Path, dict]], threshold: float = THRESHOLD) -> list[Comparison]:
-    """Each figure of `result` beside the same figure in the newest of `against` that has it."""
+    """Each figure of `result` beside the same figure in the newest of `against` that has it, and beside the best
+    value of it in any of `against`."""
     earlier = [(path, other, figures(other)) for path, other in against]
     out = []
     for name, figure in figures(result).items():
-        match = next(((p, o, f[name]) for p, o, f in earlier if name in f and f[name].value > 0), None)
-        if match is None:
+        having = [(p, o, f[name]) for p, o, f in earlier if name in f and f[name].value > 0]
+        if not having:
             continue
-        path, other, base = match
-        ratio = figure.value / base.value
-        change = ratio - 1 if figure.higher_is_better else 1 - ratio
+        path, other, base = having[0]
+        best_path, best_other, best = max(having, key=lambda item: _change(item[2], base))
+        change, best_change = _change(figure, base), _change(figure, best)
         out.append(
             Comparison(
                 name=name,
@@ -205,7 +224,11 @@ def compare(result: dict[str, Any], against: list[tuple[Path, dict]], threshold:
                 baseline_machine=str(other.get("machine", "?")),
                 baseline_file=path.name,
                 change_pct=round(100 * change, 1),
-                regressed=change < -threshold,
+                regressed=min(change, best_change) < -threshold,
+                best=best.value,
+                best_commit=str(best_other.get("commit", "?"))[:12],
+                best_file=best_path.name,
+                best_change_pct=round(100 * best_change, 1),
             )
         )
     return out
@@ -231,7 +254,7 @@ def guard_rows(report: dict[str, Any]) -> list[dict[str, str]]:
             rows.append({"part": "guard", "what": c.name, "result": f"REGRESSION: {c.line()}", "target": "no worse"})
     regressed = len(report.get("regressions", []))
     summary = (
-        f"{len(comparisons)} figure(s) compared with the last committed results on {report.get('gpu_model')}; "
+        f"{len(comparisons)} figure(s) compared with the last and best committed results on {report.get('gpu_model')}; "
         f"{regressed} more than {report.get('threshold_pct')}% worse"
         if comparisons
         else f"no committed result on {report.get('gpu_model')} to compare with"

@@ -1,4 +1,4 @@
-"""`bench/regression_guard.py`: the GPU suite compares every figure with the last committed result of the same GPU
+"""`bench/regression_guard.py`: the GPU suite compares every figure with the last and the best committed results of the same GPU
 model and flags one more than 10% worse, in its table, its JSON and a loud line."""
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def test_within_ten_percent_or_better_is_not_flagged(tmp_path: Path) -> None:
 
 
 def test_only_the_newest_earlier_run_of_the_same_gpu_model_is_the_baseline(tmp_path: Path) -> None:
-    write(tmp_path, "oldest.json", result("a1", "2026-11-01 00:00:00 UTC", compile_rate=9.0, step_s=10.0))
+    write(tmp_path, "oldest.json", result("a1", "2026-11-01 00:00:00 UTC", compile_rate=3.2, step_s=50.0))
     write(tmp_path, "newest.json", result("a2", "2026-11-20 00:00:00 UTC", compile_rate=3.2, step_s=50.0))
     write(
         tmp_path,
@@ -94,6 +94,26 @@ def test_only_the_newest_earlier_run_of_the_same_gpu_model_is_the_baseline(tmp_p
     report = guard.guard_report(result("bbb", "2026-12-01 00:00:00 UTC", compile_rate=3.1, step_s=51.0), tmp_path)
     assert report["regressions"] == []
     assert {c["baseline_file"] for c in report["comparisons"]} == {"newest.json"}
+
+
+def test_a_regression_that_became_the_last_run_is_still_flagged_against_the_best_earlier_one(tmp_path: Path) -> None:
+    # 4.34 before the regression, 3.13 since: the next run at 3.1 is 1% worse than the last run, 29% worse than the
+    # best, and the step at 40 s is better than the last (51 s) but not the best (38 s) by more than 10%.
+    write(tmp_path, "good.json", result("41f7c82", "2026-11-20 00:00:00 UTC", compile_rate=4.34, step_s=38.0))
+    write(tmp_path, "bad.json", result("f43e1dd", "2026-11-30 00:00:00 UTC", compile_rate=3.13, step_s=51.0))
+    report = guard.guard_report(result("8f0c2e9", "2026-12-07 00:00:00 UTC", compile_rate=3.1, step_s=40.0), tmp_path)
+    assert report["regressions"] == ["t2i: batched compile"]
+    by_name = {c["name"]: c for c in report["comparisons"]}
+    compiled = by_name["t2i: batched compile"]
+    assert (compiled["baseline_file"], compiled["best_file"]) == ("bad.json", "good.json")
+    assert compiled["change_pct"] == pytest.approx(-1.0, abs=0.1)
+    assert compiled["best_change_pct"] == pytest.approx(-28.6, abs=0.1)
+    step = by_name["grpo: GRPO step, 1 process(es) (scheduler=pndm, steps=50)"]
+    assert step["best"] == 38.0 and not step["regressed"]  # lower is better: the best is the smallest
+    (line,) = guard.loud_lines(report)
+    assert line.endswith(
+        "1% worse than 3.13 at f43e1dd (1x NVIDIA H100 80GB HBM3); 29% worse than the best earlier, 4.34 at 41f7c82"
+    )
 
 
 def test_a_figure_missing_from_the_newest_run_is_compared_with_the_last_run_that_has_it(tmp_path: Path) -> None:
