@@ -21,7 +21,7 @@ import argparse
 import json
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ class Figure:
     value: float
     unit: str
     higher_is_better: bool
+    part: str = ""  # the suite part that measured it
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,9 @@ class Comparison:
     best_commit: str = ""
     best_file: str = ""
     best_change_pct: float = 0.0
+    # The other suite parts that ran beside this figure's part, in the new run and in the baseline run.
+    beside: tuple[str, ...] = ()
+    baseline_beside: tuple[str, ...] = ()
 
     def line(self) -> str:
         """One line for the log and the table."""
@@ -70,6 +74,9 @@ class Comparison:
         if self.best_file and self.best_file != self.baseline_file and self.best_change_pct < 0:
             worse = abs(self.best_change_pct)
             text += f"; {worse:.0f}% worse than the best earlier, {self.best:.3g} at {self.best_commit}"
+        if set(self.beside) != set(self.baseline_beside):
+            text += f" [measured beside {', '.join(self.beside) or 'nothing'}; the baseline beside "
+            text += f"{', '.join(self.baseline_beside) or 'nothing'}]"
         return text
 
 
@@ -88,10 +95,9 @@ def _number(value: Any) -> float | None:
 
 
 def _t2i_figures(data: dict[str, Any]) -> list[Figure]:
+    # The plain diffusers pipeline (`baseline_img_per_s`) is not a figure: it measures diffusers, not Unveil's path,
+    # over the process's first few images on the GPU (0.35-0.56 images/s on one H100 within an hour at b5a3956).
     out = []
-    base = _number(data.get("baseline_img_per_s"))
-    if base is not None:
-        out.append(Figure("t2i: one pipeline call per prompt", base, "images/s", True))
     for key, value in data.items():
         number = _number(value)
         if number is None or "." not in key:
@@ -146,12 +152,34 @@ def figures(result: dict[str, Any]) -> dict[str, Figure]:
         if not isinstance(data, dict):
             continue
         if part == "t2i":
-            found += _t2i_figures(data)
+            made = _t2i_figures(data)
         elif part.startswith("grpo"):
-            found += _grpo_figures(part, data)
+            made = _grpo_figures(part, data)
         elif part.startswith("scale"):
-            found += _scale_figures(part, data)
+            made = _scale_figures(part, data)
+        else:
+            continue
+        found += [replace(f, part=part) for f in made]
     return {f.name: f for f in found}
+
+
+def beside(result: dict[str, Any], part: str) -> list[str]:
+    """The other parts of `result` that ran while `part` ran (from each part's `started_s` and `seconds`): a figure
+    measured beside other GPU jobs on one machine can be slower than one measured alone."""
+    parts = result.get("parts") or {}
+
+    def span(name: str) -> tuple[float, float] | None:
+        record = parts.get(name)
+        if not isinstance(record, dict):
+            return None
+        start, seconds = _number(record.get("started_s")), _number(record.get("seconds"))
+        return None if start is None or seconds is None else (start, start + seconds)
+
+    own = span(part)
+    if own is None:
+        return []
+    others = ((name, span(name)) for name in parts if name != part)
+    return sorted(name for name, s in others if s is not None and s[0] < own[1] and own[0] < s[1])
 
 
 def _committed(folder: Path) -> set[Path] | None:
@@ -229,6 +257,8 @@ def compare(result: dict[str, Any], against: list[tuple[Path, dict]], threshold:
                 best_commit=str(best_other.get("commit", "?"))[:12],
                 best_file=best_path.name,
                 best_change_pct=round(100 * best_change, 1),
+                beside=tuple(beside(result, figure.part)),
+                baseline_beside=tuple(beside(other, base.part)),
             )
         )
     return out

@@ -1,5 +1,5 @@
-"""`bench/regression_guard.py`: the GPU suite compares every figure with the last and the best committed results of the same GPU
-model and flags one more than 10% worse, in its table, its JSON and a loud line."""
+"""`bench/regression_guard.py`: the GPU suite compares every figure with the last and the best committed results of
+the same GPU model and flags one more than 10% worse, in its table, its JSON and a loud line."""
 
 from __future__ import annotations
 
@@ -134,3 +134,34 @@ def test_the_command_exits_1_on_a_regression_and_finds_the_committed_one(capsys:
     out = capsys.readouterr().out
     assert rc == 1
     assert "!!! REGRESSION: t2i: batched compile: 3.18 images/s, 24% worse than 4.18 at 6c49ae7" in out
+
+
+def test_the_plain_diffusers_pipeline_is_reported_but_not_guarded(tmp_path: Path) -> None:
+    old = result("a1", "2026-11-20 00:00:00 UTC", compile_rate=4.2, step_s=40.0)
+    new = result("b1", "2026-12-01 00:00:00 UTC", compile_rate=4.2, step_s=40.0)
+    old["parts"]["t2i"]["data"]["baseline_img_per_s"] = 0.55
+    new["parts"]["t2i"]["data"]["baseline_img_per_s"] = 0.35  # diffusers' own first images: not Unveil's path
+    write(tmp_path, "old.json", old)
+    report = guard.guard_report(new, tmp_path)
+    assert report["regressions"] == []
+    assert all("one pipeline call" not in c["name"] for c in report["comparisons"])
+
+
+def test_a_line_says_what_ran_beside_the_figure_when_the_runs_differ(tmp_path: Path) -> None:
+    # The compiled T2I rate measured beside two scaling rounds, against a baseline measured alone.
+    old = result("a1", "2026-11-20 00:00:00 UTC", compile_rate=4.2, step_s=40.0)
+    for name, (start, seconds) in {"t2i": (0, 150), "grpo": (150, 200), "scale-ray1": (150, 200)}.items():
+        old["parts"][name].update(started_s=start, seconds=seconds)
+    new = result("b1", "2026-12-01 00:00:00 UTC", compile_rate=3.1, step_s=40.0)
+    for name, (start, seconds) in {"t2i": (300, 150), "grpo": (0, 540), "scale-ray1": (290, 120)}.items():
+        new["parts"][name].update(started_s=start, seconds=seconds)
+    write(tmp_path, "old.json", old)
+    report = guard.guard_report(new, tmp_path)
+    by_name = {c["name"]: c for c in report["comparisons"]}
+    compiled = by_name["t2i: batched compile"]
+    assert list(compiled["beside"]) == ["grpo", "scale-ray1"]
+    assert list(compiled["baseline_beside"]) == []
+    (line,) = guard.loud_lines(report)
+    assert line.endswith("[measured beside grpo, scale-ray1; the baseline beside nothing]")
+    step = by_name["grpo: GRPO step, 1 process(es) (scheduler=pndm, steps=50)"]
+    assert list(step["beside"]) == ["scale-ray1", "t2i"] and list(step["baseline_beside"]) == ["scale-ray1"]
