@@ -368,6 +368,17 @@ def warm_start(folder: str, args: argparse.Namespace) -> None:
     print(json.dumps({"warm_cache_first_batch_s": time.perf_counter() - t0}))
 
 
+def compiled_kind(variant: str) -> bool:
+    """Whether a variant compiles its UNet (its time is mostly the compilation, not the rounds)."""
+    return variant.startswith(("compile", "fp8"))
+
+
+def variant_need(spent: dict[str, float], variant: str) -> float:
+    """Seconds `variant` is expected to take: the longest that a variant of its kind took so far (a compiled one
+    compiles, eager does not), 0 when none ran."""
+    return max((s for k, s in spent.items() if compiled_kind(k) == compiled_kind(variant)), default=0.0)
+
+
 def mix_round(gen: Any, variant: str, prompts: list[str], args: argparse.Namespace, device: str) -> dict[str, Any]:
     """`--mix`: rounds of the given numbers of concurrent one-image requests, one after another, timed as a whole;
     the rate, the batch sizes formed and the compilations met after the warm-up."""
@@ -524,7 +535,7 @@ def main() -> None:
     final_ids: dict[str, list[str]] = {}
     spent: dict[str, float] = {}
     for variant in args.variants.split(","):
-        need = max((v for k, v in spent.items() if "compile" in k or "fp8" in k), default=0.0)
+        need = variant_need(spent, variant)
         elapsed = time.perf_counter() - bench_t0
         if args.time_limit_s and spent and elapsed + need > args.time_limit_s:
             results[f"{variant}.skipped"] = (
