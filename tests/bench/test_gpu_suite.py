@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
 JOBS = {"t2i", "grpo", "scale-local", "scale-ray1", "grpo-multi"}
+NUMBER = r"\d+(?:\.\d+)?"
 
 
 def suite_env() -> dict[str, str]:
@@ -50,6 +52,16 @@ def test_the_tiny_suite_runs_every_part_and_writes_one_json(tmp_path: Path) -> N
         assert data["processes"] == processes and len(data["steps"]) == 2
         assert len(data["losses"]) == 2 and len(data["rewards"]) == 2
         assert data["settings"]["grad_accum"] * processes == 4
+    # The t2i and grpo parts are bench/t2i_throughput.py's and bench/grpo_step.py's smoke runs (test_bench_smoke.py
+    # leaves them to this test): each printed its numbers, and the t2i part timed each step of the request path.
+    t2i_log, grpo_log = report["parts"]["t2i"]["log_tail"], report["parts"]["grpo"]["log_tail"]
+    assert re.search(rf"eager: {NUMBER} images/s", t2i_log), t2i_log
+    assert re.search(rf"\| eager \| {NUMBER} \| {NUMBER}x \|", t2i_log), t2i_log
+    phases = report["parts"]["t2i"]["data"]["eager.phases"]
+    assert phases["images"] == 4 and phases["validate"]["calls"] == 4 and phases["store"]["calls"] == 4
+    assert phases["pipeline"]["calls"] >= 1 and phases["pipeline"]["wall_s"] > 0 and phases["png_kb_per_image"] > 0
+    assert all(phases[s]["wall_s"] <= phases["round_s"] for s in ("validate", "pipeline", "decode", "store"))
+    assert re.search(rf"GRPO step, 1 process\(es\): {NUMBER} s", grpo_log), grpo_log
     scale = [row for row in report["rows"] if row["part"] == "scale"]
     assert [row["what"].split(",")[0] for row in scale] == ["local engine", "ray engine"]
     assert "records equal" in scale[1]["result"] and "same images" in scale[1]["result"]
