@@ -112,11 +112,7 @@ def test_detect_through_llama_cpp_server_no_method_override(
         "--json",
     ]
     if method == "tag":
-        # The smallest search that still expands a layer, with one joint root call (the embedded demo's roots mode):
-        # the paper's two entity-graph calls made this model write 7 answers and 1,113 tokens here (59 s alone on the
-        # 2-core VM), the joint call 4 answers and 176 tokens (15 s). Every call is the same structured call through
-        # the gateway's fallback on this server; the roles are the root extractor, the pair judge and the expander.
-        cmd += ["--l-max", "2", "--k-max", "1", "--children", "1", "--roots-mode", "joint"]
+        cmd += ["--l-max", "2", "--k-max", "1", "--children", "1"]  # the smallest search that still expands a layer
     proc = subprocess.run(cmd, cwd=ROOT, env=_user_env(tmp_path / "home"), capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads(proc.stdout)
