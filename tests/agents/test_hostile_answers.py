@@ -1,4 +1,4 @@
-"""A hostile model server (`agents.providers.http_limits`): `UNVEIL_REQUEST_TIMEOUT` is one deadline for the whole
+"""A hostile model server (`tools.http_limits`): `UNVEIL_REQUEST_TIMEOUT` is one deadline for the whole
 answer, not a read timeout that restarts at every byte (a server that sent its headers and then a byte a second
 held a batch for 240 s), and an answer body is capped (a 1 GiB answer was read whole, 3.7 GB, and the run crashed).
 Each case is a real HTTP server on loopback reached by the gateway through langchain-openai."""
@@ -15,8 +15,8 @@ import pytest
 
 from agents.content import build_messages
 from agents.gateway import Gateway, GatewaySettings, ModelCallError
-from agents.providers import http_limits
 from agents.tag.vanilla import VanillaVerdict
+from tools import http_limits
 
 ANSWER = {
     "id": "x",

@@ -356,7 +356,7 @@ def check_backend_settings() -> None:
     """Settings errors of the model backends (`UNVEIL_REQUEST_TIMEOUT`; the gateway's own variables are checked when
     it is made) raised once, before the first sample, instead of failing every sample (a `SettingError` naming
     it)."""
-    from agents.providers.langchain_api import request_timeout
+    from tools.http_limits import request_timeout
 
     request_timeout()
 

@@ -1,5 +1,8 @@
 """One deadline and a size cap for every answer a model server sends, as the image fetcher has (`tools.image_input`).
 
+Every client Unveil builds for a model served elsewhere uses it: the chat models of the gateway (`agents/`), the
+OpenAI moderation scorer (`tools.moderation`) and the OpenAI image generator (`tools.t2i.openai_backend`).
+
 httpx's timeouts bound each connect and each read, not a request: a server that sent its headers and then one byte
 a second held a 6-sample batch for 240 s with no record written, and a 1 GiB answer was read whole (3.7 GB of
 memory) before the run ended in a crash. So:
@@ -8,8 +11,10 @@ memory) before the run ended in a crash. So:
   every byte of an answer's body must arrive within one deadline (`UNVEIL_REQUEST_TIMEOUT` from when the request
   started), and a body larger than `MAX_ANSWER_BYTES` (declared or counted) is refused; it asks for an
   uncompressed answer and a compressed one is refused, since its size says nothing of what it expands to;
-- `within_deadline`, the gateway's own bound around every call to a model served elsewhere (the same deadline,
-  whatever client its library uses: the wait for the headers included).
+- `within_deadline`, the bound around every call to a model served elsewhere (the same deadline, whatever client
+  its library uses: the wait for the headers included, and any retries the client makes on its own).
+
+A client whose answers are larger by nature (images) passes a cap of its own to `limited_client`.
 
 A missed deadline is an `AnswerDeadlineError` (an httpx read timeout: retried as any timeout, each attempt with a
 deadline of its own); a body over the cap an `AnswerTooLargeError` (not retried: the server would send it again).
@@ -23,6 +28,7 @@ from typing import TypeVar
 
 import httpx
 
+from tools.env import env_float
 from tools.errors import UnveilError
 from tools.redact import redact_url
 
@@ -34,12 +40,20 @@ TIMEOUT_ENV = "UNVEIL_REQUEST_TIMEOUT"
 T = TypeVar("T")
 
 
+def request_timeout() -> float | None:
+    """The deadline of one request to a model server in seconds, its whole answer included (`UNVEIL_REQUEST_TIMEOUT`,
+    default 120); a bad value raises `SettingError` naming the variable (commands check it before their first
+    sample)."""
+    return env_float(TIMEOUT_ENV, 120.0, minimum=0, strict=True)
+
+
 class AnswerDeadlineError(UnveilError, httpx.ReadTimeout):
     """A model server's whole answer did not arrive within the request's deadline."""
 
 
 class AnswerTooLargeError(UnveilError, ValueError):
-    """A model server's answer is over `MAX_ANSWER_BYTES`, or compressed though an uncompressed one was asked for."""
+    """A model server's answer is over its client's cap (`MAX_ANSWER_BYTES` unless the client has one of its own), or
+    compressed though an uncompressed one was asked for."""
 
 
 def _where(url: object) -> str:
@@ -65,8 +79,10 @@ async def within_deadline(call: Awaitable[T], seconds: float | None, what: str) 
 class _LimitedBody(httpx.AsyncByteStream):
     """An answer's body read under the request's deadline and the size cap."""
 
-    def __init__(self, inner: httpx.AsyncByteStream, request: httpx.Request, deadline: float | None, seconds: float):
-        self.inner, self.request, self.deadline, self.seconds = inner, request, deadline, seconds
+    def __init__(
+        self, inner: httpx.AsyncByteStream, request: httpx.Request, deadline: float | None, seconds: float, cap: int
+    ):
+        self.inner, self.request, self.deadline, self.seconds, self.cap = inner, request, deadline, seconds, cap
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         size = 0
@@ -80,9 +96,8 @@ class _LimitedBody(httpx.AsyncByteStream):
             except TimeoutError as exc:
                 raise AnswerDeadlineError(_late(self.request.url, self.seconds), request=self.request) from exc
             size += len(chunk)
-            if size > MAX_ANSWER_BYTES:
-                where = _where(self.request.url)
-                raise AnswerTooLargeError(f"model server {where}: answer over {MAX_ANSWER_BYTES:,} bytes")
+            if size > self.cap:
+                raise AnswerTooLargeError(f"model server {_where(self.request.url)}: answer over {self.cap:,} bytes")
             yield chunk
 
     async def aclose(self) -> None:
@@ -92,21 +107,22 @@ class _LimitedBody(httpx.AsyncByteStream):
 _DEADLINE = "unveil_deadline"  # the request extension that carries its deadline (event loop time)
 
 
-def limited_client(seconds: float | None) -> httpx.AsyncClient:
+def limited_client(seconds: float | None, max_bytes: int | None = None) -> httpx.AsyncClient:
     """An HTTP client for a model server: httpx's own timeouts (each connect and read), uncompressed answers asked
     for, and through its event hooks (which every request takes, whatever transport or proxy it goes through) each
-    request's deadline set when it starts and its answer's body read under that deadline and the cap."""
+    request's deadline set when it starts and its answer's body read under that deadline and the cap (`max_bytes`,
+    else `MAX_ANSWER_BYTES`)."""
+    cap = MAX_ANSWER_BYTES if max_bytes is None else max_bytes
 
     async def start(request: httpx.Request) -> None:
         if seconds is not None:
             request.extensions[_DEADLINE] = asyncio.get_running_loop().time() + seconds
 
     async def limit(response: httpx.Response) -> None:
-        check_answer(response)
+        check_answer(response, cap)
         assert isinstance(response.stream, httpx.AsyncByteStream)  # an async client's answers are
-        response.stream = _LimitedBody(
-            response.stream, response.request, response.request.extensions.get(_DEADLINE), seconds or 0
-        )
+        deadline = response.request.extensions.get(_DEADLINE)
+        response.stream = _LimitedBody(response.stream, response.request, deadline, seconds or 0, cap)
 
     return httpx.AsyncClient(
         timeout=seconds,
@@ -115,15 +131,28 @@ def limited_client(seconds: float | None) -> httpx.AsyncClient:
     )
 
 
-def check_answer(response: httpx.Response) -> None:
-    """Refuse an answer whose headers declare a body over `MAX_ANSWER_BYTES`, or a compressed one (its size says
-    nothing of what it expands to)."""
+def check_answer(response: httpx.Response, cap: int) -> None:
+    """Refuse an answer whose headers declare a body over `cap` bytes, or a compressed one (its size says nothing of
+    what it expands to)."""
     declared = response.headers.get("content-length", "")
     encoding = response.headers.get("content-encoding", "identity").strip().lower()
-    if declared.isdigit() and int(declared) > MAX_ANSWER_BYTES:
-        problem = f"answer of {int(declared):,} bytes is over {MAX_ANSWER_BYTES:,} bytes"
+    if declared.isdigit() and int(declared) > cap:
+        problem = f"answer of {int(declared):,} bytes is over {cap:,} bytes"
     elif encoding not in ("", "identity"):
         problem = f"answer compressed ({encoding}) though an uncompressed one was asked for"
     else:
         return
     raise AnswerTooLargeError(f"model server {_where(response.request.url)}: {problem}")
+
+
+def limit_cause(exc: BaseException) -> BaseException | None:
+    """The answer deadline or size cap behind `exc`, if one is among its causes (a client library wraps it in an
+    error of its own, with a message that no longer names the server or the limit)."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a client wraps it once or twice; the bound only guards against a cycle
+        if seen is None:
+            return None
+        if isinstance(seen, (AnswerDeadlineError, AnswerTooLargeError)):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
