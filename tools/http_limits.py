@@ -14,7 +14,10 @@ memory) before the run ended in a crash. So:
 - `within_deadline`, the bound around every call to a model served elsewhere (the same deadline, whatever client
   its library uses: the wait for the headers included, and any retries the client makes on its own).
 
-A client whose answers are larger by nature (images) passes a cap of its own to `limited_client`.
+A client whose answers are larger or slower by nature (images: `tools.t2i.openai_backend`) passes a cap of its own
+to `limited_client` and reads its deadline from `UNVEIL_IMAGE_REQUEST_TIMEOUT` (`image_request_timeout`). Around a
+client library that retries on its own (the openai SDK), `within_deadline` starts before the first attempt, so it
+ends the call before the library could wrap a late body's error in its own ("Request timed out.").
 
 A missed deadline is an `AnswerDeadlineError` (an httpx read timeout: retried as any timeout, each attempt with a
 deadline of its own); a body over the cap an `AnswerTooLargeError` (not retried: the server would send it again).
@@ -36,6 +39,7 @@ from tools.redact import redact_url
 # is far above any and far below what hurts a machine.
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
 TIMEOUT_ENV = "UNVEIL_REQUEST_TIMEOUT"
+IMAGE_TIMEOUT_ENV = "UNVEIL_IMAGE_REQUEST_TIMEOUT"
 
 T = TypeVar("T")
 
@@ -45,6 +49,14 @@ def request_timeout() -> float | None:
     default 120); a bad value raises `SettingError` naming the variable (commands check it before their first
     sample)."""
     return env_float(TIMEOUT_ENV, 120.0, minimum=0, strict=True)
+
+
+def image_request_timeout() -> float | None:
+    """The deadline of one request to an image-generation API in seconds, its whole answer included
+    (`UNVEIL_IMAGE_REQUEST_TIMEOUT`, default 300: OpenAI says a complex gpt-image-1 prompt may take up to two
+    minutes, so the chat models' 120 s would cut images the account has paid for); a bad value raises
+    `SettingError` naming the variable."""
+    return env_float(IMAGE_TIMEOUT_ENV, 300.0, minimum=0, strict=True)
 
 
 class AnswerDeadlineError(UnveilError, httpx.ReadTimeout):
@@ -61,28 +73,29 @@ def _where(url: object) -> str:
     return redact_url(str(url))
 
 
-def _late(url: object, seconds: float) -> str:
-    return f"model server {_where(url)}: no whole answer within the {seconds:g} s deadline ({TIMEOUT_ENV})"
+def _late(url: object, seconds: float, setting: str) -> str:
+    return f"model server {_where(url)}: no whole answer within the {seconds:g} s deadline ({setting})"
 
 
-async def within_deadline(call: Awaitable[T], seconds: float | None, what: str) -> T:
-    """Await `call` for at most `seconds` (no bound when None); past it, an `AnswerDeadlineError` naming `what`."""
+async def within_deadline(call: Awaitable[T], seconds: float | None, what: str, setting: str = TIMEOUT_ENV) -> T:
+    """Await `call` for at most `seconds` (no bound when None); past it, an `AnswerDeadlineError` naming `what` and
+    the variable that sets the deadline (`setting`)."""
     if seconds is None:
         return await call
     try:
         async with asyncio.timeout(seconds):
             return await call
     except TimeoutError as exc:
-        raise AnswerDeadlineError(_late(what, seconds)) from exc
+        raise AnswerDeadlineError(_late(what, seconds, setting)) from exc
 
 
 class _LimitedBody(httpx.AsyncByteStream):
     """An answer's body read under the request's deadline and the size cap."""
 
     def __init__(
-        self, inner: httpx.AsyncByteStream, request: httpx.Request, deadline: float | None, seconds: float, cap: int
+        self, inner: httpx.AsyncByteStream, request: httpx.Request, deadline: float | None, late: str, cap: int
     ):
-        self.inner, self.request, self.deadline, self.seconds, self.cap = inner, request, deadline, seconds, cap
+        self.inner, self.request, self.deadline, self.late, self.cap = inner, request, deadline, late, cap
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         size = 0
@@ -94,7 +107,7 @@ class _LimitedBody(httpx.AsyncByteStream):
             except StopAsyncIteration:
                 return
             except TimeoutError as exc:
-                raise AnswerDeadlineError(_late(self.request.url, self.seconds), request=self.request) from exc
+                raise AnswerDeadlineError(self.late, request=self.request) from exc
             size += len(chunk)
             if size > self.cap:
                 raise AnswerTooLargeError(f"model server {_where(self.request.url)}: answer over {self.cap:,} bytes")
@@ -107,11 +120,13 @@ class _LimitedBody(httpx.AsyncByteStream):
 _DEADLINE = "unveil_deadline"  # the request extension that carries its deadline (event loop time)
 
 
-def limited_client(seconds: float | None, max_bytes: int | None = None) -> httpx.AsyncClient:
+def limited_client(
+    seconds: float | None, max_bytes: int | None = None, setting: str = TIMEOUT_ENV
+) -> httpx.AsyncClient:
     """An HTTP client for a model server: httpx's own timeouts (each connect and read), uncompressed answers asked
     for, and through its event hooks (which every request takes, whatever transport or proxy it goes through) each
-    request's deadline set when it starts and its answer's body read under that deadline and the cap (`max_bytes`,
-    else `MAX_ANSWER_BYTES`)."""
+    request's deadline (`seconds`, set by the variable `setting`) set when it starts and its answer's body read
+    under that deadline and the cap (`max_bytes`, else `MAX_ANSWER_BYTES`)."""
     cap = MAX_ANSWER_BYTES if max_bytes is None else max_bytes
 
     async def start(request: httpx.Request) -> None:
@@ -122,7 +137,8 @@ def limited_client(seconds: float | None, max_bytes: int | None = None) -> httpx
         check_answer(response, cap)
         assert isinstance(response.stream, httpx.AsyncByteStream)  # an async client's answers are
         deadline = response.request.extensions.get(_DEADLINE)
-        response.stream = _LimitedBody(response.stream, response.request, deadline, seconds or 0, cap)
+        late = _late(response.request.url, seconds or 0, setting)
+        response.stream = _LimitedBody(response.stream, response.request, deadline, late, cap)
 
     return httpx.AsyncClient(
         timeout=seconds,
