@@ -11,9 +11,9 @@ import asyncio
 from langchain_core.messages import BaseMessage
 
 from agents.answers import answer_error
-from agents.providers.http_limits import AnswerDeadlineError, AnswerTooLargeError
 from agents.providers.registry import TEXT_ONLY_ENV
 from tools.errors import UnveilError
+from tools.http_limits import AnswerDeadlineError, limit_cause
 from tools.redact import redact_secrets
 
 TRANSIENT_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
@@ -59,18 +59,6 @@ def describe(exc: BaseException) -> str:
     exc = limit_cause(exc) or exc
     # Never echo credentials that a client library or a server may have put in a message.
     return redact_secrets(f"{type(exc).__name__}: {exc}")[:500]
-
-
-def limit_cause(exc: BaseException) -> BaseException | None:
-    """The answer deadline or size cap (`agents.providers.http_limits`) behind `exc`, if one is among its causes."""
-    seen: BaseException | None = exc
-    for _ in range(8):  # a client wraps it once or twice; the bound only guards against a cycle
-        if seen is None:
-            return None
-        if isinstance(seen, (AnswerDeadlineError, AnswerTooLargeError)):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
 
 
 def server_message(exc: BaseException, limit: int = 400) -> str:

@@ -37,7 +37,6 @@ from agents.faults import (
     is_images_unsupported,
     is_method_unsupported,
     is_transient,
-    limit_cause,
     retry_after,
     server_message,
 )
@@ -46,12 +45,12 @@ from agents.gateway_call import GatewayCall
 from agents.gateway_call import json_schema as json_schema
 from agents.gateway_settings import GatewaySettings as GatewaySettings
 from agents.limits import BackendLimits, CallBudget, SpendingCapReached
-from agents.providers.http_limits import within_deadline
 from agents.providers.langchain_api import call_deadline
 from agents.providers.profiles import METHOD_ORDER, SharedState, provider_profile
 from agents.providers.registry import TEXT_ONLY_ENV, create_chat_model, model_fingerprint, supports_images
 from agents.spec import ModelSpec, as_model_spec
 from agents.usage import RunUsage, empty_usage, merge_usage, without_calls
+from tools.http_limits import limit_cause, within_deadline
 from tools.redact import install_log_redaction
 
 log = logging.getLogger("unveil.gateway")

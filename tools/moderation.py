@@ -10,6 +10,11 @@ Spec: `openai:MODEL[@BASE_URL]` (the prefix is optional), e.g. `openai:omni-mode
 `openai:omni-moderation-latest@http://127.0.0.1:8000/v1`. The key comes from `OPENAI_API_KEY` for OpenAI itself,
 from `UNVEIL_OPENAI_API_KEY` (or none) for an endpoint given by `@BASE_URL`. Off by default: the CTD graph uses it
 only with `moderation=true`.
+
+Each call keeps to the limits of every model server's answer (`tools.http_limits`): one deadline for the whole call
+(`UNVEIL_REQUEST_TIMEOUT`, the SDK's own retries included) and the chat answers' body cap (`MAX_ANSWER_BYTES`: a
+moderation answer is a few KB of scores), so a server that trickles or floods fails the item with one error naming
+the server and the limit, and the batch goes on.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 
 from tools.env import SettingError, env_str
 from tools.errors import ConfigurationError
+from tools.http_limits import limited_client, request_timeout, within_deadline
 from tools.image_store import ImageStore
 
 DEFAULT_MODERATION = "openai:omni-moderation-latest"
@@ -57,12 +63,18 @@ def parse_moderation_spec(spec: str) -> tuple[str, str | None]:
 
 
 class ModerationScorer:
-    """Scores texts and stored images with the Moderation API (an `openai.AsyncOpenAI` unless a client is given)."""
+    """Scores texts and stored images with the Moderation API (an `openai.AsyncOpenAI` unless a client is given),
+    each call within `timeout` seconds (None: `UNVEIL_REQUEST_TIMEOUT`, read when the first call is made)."""
 
-    def __init__(self, spec: str = DEFAULT_MODERATION, *, client: Any = None, timeout: float = 60.0):
+    def __init__(self, spec: str = DEFAULT_MODERATION, *, client: Any = None, timeout: float | None = None):
         self.model, self.base_url = parse_moderation_spec(spec)
         self._client = client
         self._timeout = timeout
+
+    @property
+    def deadline(self) -> float | None:
+        """The deadline of one call in seconds, its whole answer included."""
+        return request_timeout() if self._timeout is None else self._timeout
 
     @property
     def client(self) -> Any:
@@ -81,11 +93,19 @@ class ModerationScorer:
                     "moderation: OPENAI_API_KEY is not set (needed for the OpenAI Moderation API; or give "
                     "--moderation openai:MODEL@BASE_URL for another endpoint)"
                 )
-            self._client = AsyncOpenAI(api_key=key, base_url=self.base_url, timeout=self._timeout, max_retries=2)
+            seconds = self.deadline
+            http_client: Any = limited_client(seconds)  # an httpx client: the SDK takes one, typed for httpx2 only
+            self._client = AsyncOpenAI(
+                api_key=key, base_url=self.base_url, timeout=seconds, max_retries=2, http_client=http_client
+            )
         return self._client
 
     async def _score(self, item: dict[str, Any]) -> ModerationScore:
-        response = await self.client.moderations.create(model=self.model, input=[item])
+        client = self.client
+        # The SDK resolves the endpoint (OPENAI_BASE_URL included); the error names the one it reached.
+        where = str(getattr(client, "base_url", None) or self.base_url or "the OpenAI Moderation API")
+        call = client.moderations.create(model=self.model, input=[item])
+        response = await within_deadline(call, self.deadline, where)
         result = response.results[0]
         raw = result.category_scores
         scores = raw.model_dump() if hasattr(raw, "model_dump") else dict(raw)

@@ -22,7 +22,8 @@ from agents.providers.profiles import (
     provider_profile,
 )
 from agents.spec import ModelSpec
-from tools.env import env_float, env_str
+from tools.env import env_str
+from tools.http_limits import limited_client, request_timeout
 
 
 def self_hosted(spec: ModelSpec) -> bool:
@@ -39,13 +40,6 @@ def custom_endpoint_key(spec: ModelSpec) -> str | None:
     if not spec.base_url or not provider_profile(spec.provider).official_hosts or not self_hosted(spec):
         return None
     return env_str(f"UNVEIL_{spec.provider.upper()}_API_KEY") or "not-needed"
-
-
-def request_timeout() -> float | None:
-    """The deadline of one request to a model server in seconds, its whole answer included (`UNVEIL_REQUEST_TIMEOUT`,
-    default 120; `agents.providers.http_limits`); a bad value raises `SettingError` naming the variable (commands
-    check it before their first sample)."""
-    return env_float("UNVEIL_REQUEST_TIMEOUT", 120.0, minimum=0, strict=True)
 
 
 def call_deadline(spec: ModelSpec) -> float | None:
@@ -71,8 +65,6 @@ def build_chat_model(spec: ModelSpec, role: str, shared: SharedState) -> BaseCha
         # An HTTP client of this model's own: langchain-openai's default one is cached process-wide and bound to the
         # first event loop, so a second `asyncio.run` in the same process (tests, a worker running many batches)
         # failed its first request with "Event loop is closed". Its answers keep to one deadline and a size cap.
-        from agents.providers.http_limits import limited_client
-
         kwargs["http_async_client"] = limited_client(kwargs["timeout"])
     try:
         # Without `configurable_fields` it is a `BaseChatModel`; `**kwargs` hides that from its overloads.

@@ -342,6 +342,7 @@ def test_rewritten_files_follow_the_umask(tmp_path: Path) -> None:
         ("guard:no-such-guard", {}, "unknown guard"),
         ("guard:template=/no/such/template.toml", {}, "template.toml"),
         ("vanilla", {"UNVEIL_REQUEST_TIMEOUT": "soon"}, "UNVEIL_REQUEST_TIMEOUT"),
+        ("vanilla", {"UNVEIL_IMAGE_REQUEST_TIMEOUT": "-1"}, "UNVEIL_IMAGE_REQUEST_TIMEOUT"),
     ],
 )
 def test_configuration_errors_stop_the_command_before_the_first_sample(

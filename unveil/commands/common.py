@@ -353,12 +353,13 @@ def quiet_library_progress() -> None:
 
 
 def check_backend_settings() -> None:
-    """Settings errors of the model backends (`UNVEIL_REQUEST_TIMEOUT`; the gateway's own variables are checked when
-    it is made) raised once, before the first sample, instead of failing every sample (a `SettingError` naming
-    it)."""
-    from agents.providers.langchain_api import request_timeout
+    """Settings errors of the model backends (`UNVEIL_REQUEST_TIMEOUT`, `UNVEIL_IMAGE_REQUEST_TIMEOUT`; the gateway's
+    own variables are checked when it is made) raised once, before the first sample, instead of failing every sample
+    (a `SettingError` naming it)."""
+    from tools.http_limits import image_request_timeout, request_timeout
 
     request_timeout()
+    image_request_timeout()
 
 
 def tag_setting_help(name: str) -> str:
