@@ -83,3 +83,24 @@ def test_a_process_without_a_console_still_prints_nothing(monkeypatch):
     with safe_terminal_output():
         print("\x1b[2J nothing to print to")  # print() skips a None stdout; a wrapper around it would fail
         assert sys.stdout is None
+
+
+def test_nested_library_bars_move_up_raw_and_nothing_else_does(capsys):
+    # transformers' "Loading weights" is a nested tqdm bar: it writes "\x1b[A" alone to redraw the outer one. Shown
+    # as text it littered the README demo's first run; any other writer's cursor-up is still escaped.
+    from tqdm import tqdm
+
+    from tools.terminal_text import safe_terminal_output
+
+    with safe_terminal_output():
+        for _ in tqdm(range(2), position=0, desc="outer", file=sys.stderr):
+            for _ in tqdm(range(2), position=1, desc="inner\x1b[2J", leave=False, file=sys.stderr):
+                pass
+        sys.stderr.write("\x1b[A")
+        print("\x1b[A\x1b[A")
+    captured = capsys.readouterr()
+    bars = captured.err.removesuffix("\\u001b[A")
+    assert "\x1b[A" in bars and "\\u001b[A" not in bars  # tqdm's own moves pass
+    assert "inner\\u001b[2J" in bars and "\x1b[2J" not in bars  # text inside a bar is still escaped
+    assert captured.err.endswith("\\u001b[A")  # a write of the same sequence by anyone else is escaped
+    assert captured.out == "\\u001b[A\\u001b[A\n"
