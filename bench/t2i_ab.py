@@ -46,7 +46,9 @@ def prepare(commits: list[str], ab: Path = AB) -> None:
             subprocess.run(["git", "archive", short, *PATHS], cwd=ROOT, stdout=archive, check=True)
             archive.seek(0)
             with tarfile.open(fileobj=archive) as tar:
-                tar.extractall(target, filter="data")
+                # `filter` came in Python 3.11.4 (Debian 12's python3 is 3.11.2); the archive is git's own output.
+                safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+                tar.extractall(target, **safe)
         print(f"{commit}: {target}", flush=True)
 
 

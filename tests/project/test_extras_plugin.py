@@ -69,3 +69,12 @@ def test_a_test_that_needs_an_extra_is_marked_with_it(pytester: pytest.Pytester)
     assert "test_imports" in selected("needs_ray and needs_ui") and "test_declared" in selected("needs_ray")
     assert "test_declared" in selected("needs_search") and "test_imports" not in selected("needs_search")
     assert "test_plain" not in selected("needs_ray or needs_ui or needs_search")
+
+
+def test_every_extra_has_its_needs_marker_registered(pytestconfig: pytest.Config) -> None:
+    # An unregistered `needs_<extra>` is a PytestUnknownMarkWarning in every run (needs_studio was) and a typo in
+    # `-m "not needs_x"` would select nothing silently.
+    from tools.extras import EXTRA_MODULES
+
+    registered = {line.split(":")[0].strip() for line in pytestconfig.getini("markers")}
+    assert {f"needs_{extra}" for extra in EXTRA_MODULES} <= registered
