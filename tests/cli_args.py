@@ -6,6 +6,7 @@ default cache a user gets; `cache="off"` is for tests that must see every model 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 
@@ -56,3 +57,17 @@ def refusal(argv: list[str], capsys: object) -> str:
     err = capsys.readouterr().err  # type: ignore[attr-defined]
     assert code == 1 and "Traceback" not in err and "internal error" not in err, (code, err[-2000:])
     return err if err else pytest.fail("no error printed")
+
+
+def run_cli(argv: list[str]) -> int:
+    """Run the `unveil` CLI as the console script does: a `SystemExit` with a message is exit 1, the message on
+    stderr."""
+    from unveil.cli import main
+
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+            return 1
+        return int(exc.code or 0)

@@ -5,13 +5,12 @@ detector in place of the API model runs every sample to a record."""
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli_args import run_cli as main
 from tools.jsonl_files import done_records
-from unveil.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "fixtures" / "eval" / "scripts" / "detect.json"
@@ -23,17 +22,6 @@ def readme_run_file() -> str:
     found = re.search(r"```toml\n(.*?)```", text, re.S)
     assert found is not None
     return found.group(1)
-
-
-def main(argv: list[str]) -> int:
-    """The CLI as the console script runs it (a `SystemExit` message is printed, exit 1)."""
-    try:
-        return cli_main(argv)
-    except SystemExit as exc:
-        if isinstance(exc.code, str):
-            print(exc.code, file=sys.stderr)
-            return 1
-        return int(exc.code or 0)
 
 
 def test_the_readme_run_file_plans_its_shipped_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,8 @@ from faultserver import FaultServer
 from agents.gateway import get_gateway
 from agents.limits import CallBudget, SpendingCapReached
 from agents.usage import price_table
+from tests.cli_args import run_cli as main
 from tools.jsonl_files import done_records
-from unveil.cli import main as cli_main
 
 PRICE_IN = 10.0  # dollars per million input tokens: a TAG call of about 1,000 tokens costs a cent
 
@@ -47,17 +46,6 @@ def answers() -> dict[str, Any]:
         "Expansion": expansion,
         "PairJudgement": {"toxic_pairs": []},
     }
-
-
-def main(argv: list[str]) -> int:
-    """The CLI as the console script runs it (a `SystemExit` message is printed, exit 1)."""
-    try:
-        return cli_main(argv)
-    except SystemExit as exc:
-        if isinstance(exc.code, str):
-            print(exc.code, file=sys.stderr)
-            return 1
-        return int(exc.code or 0)
 
 
 @pytest.fixture

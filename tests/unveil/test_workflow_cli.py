@@ -8,28 +8,16 @@ in one call per sample, so every count below can be worked out by hand.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from agents.gateway import set_gateway
+from tests.cli_args import run_cli as main
 from tools.jsonl_files import done_records
-from unveil.cli import main as cli_main
 
 SCRIPT = Path(__file__).parent.parent / "fixtures" / "eval" / "scripts" / "detect.json"
 MODEL = f"scripted:{SCRIPT}"
-
-
-def main(argv: list[str]) -> int:
-    """Run the CLI as the console script does: a `SystemExit` with a message is exit 1, the message on stderr."""
-    try:
-        return cli_main(argv)
-    except SystemExit as exc:
-        if isinstance(exc.code, str):
-            print(exc.code, file=sys.stderr)
-            return 1
-        return int(exc.code or 0)
 
 
 # The workflow (run files, gates, doctor, comparisons) is this file's subject, not the evaluations' pictures.
