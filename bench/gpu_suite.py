@@ -273,7 +273,8 @@ def job_commands(args: argparse.Namespace, work: Path, n_gpus: int) -> dict[str,
     tiny = ["--tiny"] if args.tiny else []
     t2i = [py, "bench/t2i_throughput.py", *tiny, "--json", str(work / "t2i.json")]
     t2i += (
-        ["--variants", "eager", "--n", "4", "--rounds", "1", "--steps", "2", "--baseline-n", "1"]
+        # `--busy-cpus 1`: the smoke runs the contended-host switch too (a spinner for its second of timed rounds)
+        ["--variants", "eager", "--n", "4", "--rounds", "1", "--steps", "2", "--baseline-n", "1", "--busy-cpus", "1"]
         if args.tiny
         # The default (compiled) path first: it is the figure the guard watches, and on one GPU a cold compilation
         # left no time for it when eager went first (1x H100 at b5a3956: the part was stopped while compiling).

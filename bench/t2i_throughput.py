@@ -31,6 +31,11 @@ default (`compile`) against one graph with a dynamic batch dimension (`compile+d
 each met after its warm-up. `--time-limit-s S` skips a variant that would not end within S seconds of the start
 (estimated from the variants before it) and says so in the JSON, so a time-boxed run ends with what it measured.
 
+Each variant records what else kept the host's CPUs busy during its timed rounds (`{variant}.host_cpu`,
+bench/host_cpu.py): a rate timed beside other processes' model builds or compilations is not a figure of the code
+alone, and the regression guard does not guard it. `--busy-cpus N` spins N processes during the timed rounds: that
+contention on purpose, to measure what it costs.
+
 `--profile` adds, per variant, where one UNet call's GPU time goes (convolutions, matmuls, attention, Triton
 kernels, the rest), read off torch.profiler's kernel names.
 """
@@ -51,6 +56,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+from host_cpu import HostCpu, busy_cpus, contended  # noqa: E402
 from t2i_phases import PhaseClock, instrumented  # noqa: E402
 
 # Stable Diffusion 1.5 component configurations (runwayml/stable-diffusion-v1-5), written out so no download
@@ -449,6 +455,13 @@ def main() -> None:
         help="time the request path's steps in the timed rounds (validate, pipeline, decode, store; see "
         "bench/t2i_phases.py)",
     )
+    ap.add_argument(
+        "--busy-cpus",
+        type=int,
+        default=0,
+        help="spin this many processes during the timed rounds: a host shared with CPU-heavy work, on purpose, to "
+        "measure what it costs the renders (bench/host_cpu.py)",
+    )
     ap.add_argument("--warm-start", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--json", default=None, help="also write the numbers to this JSON file")
@@ -562,13 +575,15 @@ def main() -> None:
             batcher = get_batcher(gen.device)
             before = len(batcher.stats.sizes)
             clock = PhaseClock() if args.phases else None
-            with instrumented(clock) if clock else contextlib.nullcontext():
+            with busy_cpus(args.busy_cpus), instrumented(clock) if clock else contextlib.nullcontext():
                 sync(device)
                 t0 = time.perf_counter()
-                for _ in range(args.rounds):
-                    ids = asyncio.run(round_(args.steps))
-                sync(device)
+                with HostCpu() as host_cpu:  # what else kept the host's CPUs busy meanwhile (bench/host_cpu.py)
+                    for _ in range(args.rounds):
+                        ids = asyncio.run(round_(args.steps))
+                    sync(device)
                 ours_s = time.perf_counter() - t0
+            results[f"{variant}.host_cpu"] = {**host_cpu.record(), "busy_cpus_on_purpose": args.busy_cpus}
             if clock:
                 results[f"{variant}.phases"] = clock.report(ours_s, args.rounds * args.n)
         except Exception as exc:  # noqa: BLE001 - a variant that cannot run here (no torchao, no Hopper) is reported
@@ -611,6 +626,8 @@ def main() -> None:
             "rest (text encoder, scheduler, PIL, batching)": 1000 * max(total - unet_s - vae, 0.0),
         }
         print(f"{variant}: {rate:.2f} images/s (warm-up {results[f'{variant}.warmup_s']:.0f} s)", flush=True)
+        if note := contended(results[f"{variant}.host_cpu"]):
+            print(f"{variant}: {note}: not a figure of this code alone", flush=True)
         spent[variant] = time.perf_counter() - variant_t0
         if args.json:  # after every variant, so a run stopped at its time limit keeps the rows it finished
             Path(args.json).write_text(json.dumps(results, indent=2, default=str))

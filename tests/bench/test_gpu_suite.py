@@ -60,6 +60,9 @@ def test_the_tiny_suite_runs_every_part_and_writes_one_json(tmp_path: Path) -> N
     phases = report["parts"]["t2i"]["data"]["eager.phases"]
     assert phases["images"] == 4 and phases["validate"]["calls"] == 4 and phases["store"]["calls"] == 4
     assert phases["pipeline"]["calls"] >= 1 and phases["pipeline"]["wall_s"] > 0 and phases["png_kb_per_image"] > 0
+    # What else kept the host's CPUs busy during the timed rounds (bench/host_cpu.py), which the guard reads.
+    host = report["parts"]["t2i"]["data"]["eager.host_cpu"]
+    assert host["cpus"] >= 1 and host["wall_s"] > 0 and host["busy_cpus_on_purpose"] == 1
     assert all(phases[s]["wall_s"] <= phases["round_s"] for s in ("validate", "pipeline", "decode", "store"))
     assert re.search(rf"GRPO step, 1 process\(es\): {NUMBER} s", grpo_log), grpo_log
     scale = [row for row in report["rows"] if row["part"] == "scale"]

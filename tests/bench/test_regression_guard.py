@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
+import host_cpu  # noqa: E402
 import regression_guard as guard  # noqa: E402
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -165,3 +166,37 @@ def test_a_line_says_what_ran_beside_the_figure_when_the_runs_differ(tmp_path: P
     assert line.endswith("[measured beside grpo, scale-ray1; the baseline beside nothing]")
     step = by_name["grpo: GRPO step, 1 process(es) (scheduler=pndm, steps=50)"]
     assert list(step["beside"]) == ["scale-ray1", "t2i"] and list(step["baseline_beside"]) == ["scale-ray1"]
+
+
+def busy(others_cores: float, cpus: int = 16) -> dict[str, Any]:
+    """A `host_cpu` record as bench/t2i_throughput.py writes it for a variant's timed rounds."""
+    return host_cpu.contention(host_busy_s=others_cores * 8.0 + 8.0, own_s=8.0, wall_s=8.0, cpus=cpus)
+
+
+def test_a_rate_timed_while_other_processes_held_the_cpus_is_not_guarded_and_no_baseline(tmp_path: Path) -> None:
+    # The committed 4x H100 suites timed T2I while the other jobs built their models and compiled beside it.
+    alone = result("a1", "2026-11-20 00:00:00 UTC", compile_rate=4.2, step_s=40.0)
+    alone["parts"]["t2i"]["data"]["compile.host_cpu"] = busy(0.5)
+    beside = result("b1", "2026-11-25 00:00:00 UTC", compile_rate=3.1, step_s=40.0)
+    beside["parts"]["t2i"]["data"]["compile.host_cpu"] = busy(13.0)
+    write(tmp_path, "alone.json", alone)
+    write(tmp_path, "beside.json", beside)
+
+    # A run alone is compared with the last rate measured alone, not with the newer contended one.
+    report = guard.guard_report(result("c1", "2026-12-01 00:00:00 UTC", compile_rate=3.6, step_s=40.0), tmp_path)
+    compiled = {c["name"]: c for c in report["comparisons"]}["t2i: batched compile"]
+    assert (compiled["baseline"], compiled["baseline_commit"]) == (4.2, "a1")
+    assert "t2i: batched compile" in report["regressions"]  # 14% worse than 4.2: flagged, as before
+
+    # A contended rate is compared and said loudly, but it is neither a regression nor a pass.
+    new = result("d1", "2026-12-02 00:00:00 UTC", compile_rate=3.1, step_s=40.0)
+    new["parts"]["t2i"]["data"]["compile.host_cpu"] = busy(12.5)
+    report = guard.guard_report(new, tmp_path)
+    assert report["regressions"] == [] and report["not_guarded"] == ["t2i: batched compile"]
+    (row,) = [r for r in guard.guard_rows(report) if r["what"] == "t2i: batched compile"]
+    assert row["result"].startswith("NOT GUARDED: 3.1 images/s, 26% worse than 4.2 at a1")
+    assert "other processes kept 12.5 of 16 CPUs busy" in row["result"]
+    assert "1 not guarded" in guard.guard_rows(report)[-1]["result"]
+    (line,) = guard.loud_lines(report)
+    assert line.startswith("!!! NOT GUARDED: t2i: batched compile")
+    assert line.endswith("(rerun the part alone: --parts t2i)")
