@@ -69,6 +69,23 @@ def test_each_xdist_worker_gets_its_share_of_the_cpus_for_torch(monkeypatch: pyt
     assert "OMP_NUM_THREADS" not in os.environ
 
 
+def test_the_run_writes_bytecode_caches_where_the_environment_turns_them_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each worker and each process a test starts writes `__pycache__/` even under `PYTHONDONTWRITEBYTECODE=1`
+    (else every worker rewrites and compiles every test file again on every run)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import _write_bytecode_caches
+
+    child = subprocess.run([sys.executable, "-c", "import sys; print(sys.dont_write_bytecode)"], capture_output=True)
+    assert not sys.dont_write_bytecode and child.stdout.strip() == b"False", child
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    _write_bytecode_caches()
+    assert "PYTHONDONTWRITEBYTECODE" not in os.environ and not sys.dont_write_bytecode
+
+
 @pytest.fixture(scope="module")
 def built_for_the_module() -> str:
     """A fixture wider than one test, as a tiny model built once a module is."""
