@@ -72,9 +72,9 @@ def _write_bytecode_caches() -> None:
     """Bytecode caches (`__pycache__/`, ignored by git) are written even where the environment turns them off
     (`PYTHONDONTWRITEBYTECODE=1`, as in many containers and on the development VM), as `make test` does, so that
     the README's and CI's own command (`python3 -m pytest -q -n auto --dist loadgroup`) gets them too: else each
-    pytest worker rewrites and compiles every test file again on every run (collecting the suite took 11.7 s of CPU
-    instead of 6.9 s), and each process a test starts (a command, a Ray worker, a child pytest) compiles the
-    project's modules it imports. Set in the process that starts the run, before pytest-xdist starts its workers,
+    pytest worker rewrites and compiles every test file again on every run (docs/testing.md, round six, has the
+    cost), and each process a test starts (a command, a Ray worker, a child pytest) compiles the project's modules
+    it imports. Set in the process that starts the run, before pytest-xdist starts its workers,
     which inherit it, as do the processes their tests start."""
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
